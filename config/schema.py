@@ -1,0 +1,266 @@
+"""The one configuration schema of moehub.
+
+Configs are YAML files loaded into typed, frozen dataclasses. Units live in key names
+(``chunk_bytes``, ``hub_clock_GHz``). Every part of the kit -- the RTL generator, the
+reference model, the testbenches, synthesis and the co-simulation -- reads the same
+:class:`HubConfig`, so a parameter change reaches all of them.
+
+Validation errors are :class:`ConfigError` and always name the key and the bad value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range."""
+
+
+def field_bits(count: int) -> int:
+    """Width of a packet field that indexes ``count`` things *and* can hold an
+    out-of-range value (so the hub's range checks are exercisable for any count)."""
+    return max(1, int(count).bit_length())
+
+
+def index_bits(count: int) -> int:
+    """Width that exactly indexes ``count`` things (0 .. count-1)."""
+    return max(1, (int(count) - 1).bit_length())
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def _require(cond: bool, key: str, value: Any, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key} = {value!r}: {why}")
+
+
+def _check_types(cls, prefix: str, raw: Mapping[str, Any]) -> dict:
+    """Reject unknown keys, missing required keys and values of the wrong type."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{prefix}: expected a mapping, got {type(raw).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{prefix}.{key} = {raw[key]!r}: unknown key "
+                              f"(known: {', '.join(sorted(known))})")
+    out = {}
+    for name, f in known.items():
+        if name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{prefix}.{name}: missing required key")
+            continue
+        value = raw[name]
+        want = f.type if isinstance(f.type, type) else {"int": int, "float": float,
+                                                         "str": str, "bool": bool}.get(f.type)
+        if want is int:
+            _require(isinstance(value, int) and not isinstance(value, bool),
+                     f"{prefix}.{name}", value, "must be an integer")
+        elif want is float:
+            _require(isinstance(value, (int, float)) and not isinstance(value, bool),
+                     f"{prefix}.{name}", value, "must be a number")
+            value = float(value)
+        elif want is str:
+            _require(isinstance(value, str), f"{prefix}.{name}", value, "must be a string")
+        elif want is bool:
+            _require(isinstance(value, bool), f"{prefix}.{name}", value, "must be true or false")
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """Parameters of one GPU's receive hub.
+
+    Structural parameters (widths, table sizes, lanes) are fixed at RTL generation;
+    run-time parameters (region bases and capacities, tile size, timeout) are written
+    through the CSR port, and the values here are their defaults.
+    """
+
+    name: str
+    sources: int                 #: GPUs that send rows to this hub (this GPU included)
+    experts: int                 #: local experts on this GPU (logical destinations)
+    lanes: int                   #: packet input lanes (packets accepted per cycle)
+    chunk_bytes: int             #: payload bytes of one data packet
+    row_bytes: int               #: bytes of one token row (hidden x dtype bytes)
+    tags_per_source: int         #: in-flight rows per source (row-table entries per source)
+    max_rows_per_expert: int     #: largest region capacity in rows (power of two)
+    tile_rows: int               #: default rows per tile (the expert GEMM's M tile)
+    min_tile_rows: int           #: smallest tile the tracker supports (sizes its counters)
+    max_tile_rows: int           #: largest tile the tracker supports (counter width)
+    token_bits: int              #: width of the source token id
+    topk: int                    #: experts per token (range of the top-k slot field)
+    addr_bits: int               #: physical address width of memory writes
+    data_bits: int               #: chunk data width carried through the RTL (narrow in simulation)
+    hub_clock_GHz: float         #: clock the hub is evaluated at
+    description: str = ""
+    row_stride_bytes: int = 0    #: distance between rows in a region; 0 means row_bytes
+    event_queue_depth: int = 16  #: control-event queue (metadata, completions) entries
+    credit_queue_depth: int = 16 #: credit-return queue entries
+    timeout_cycles: int = 1 << 20  #: default watchdog: idle cycles before a forced flush (0 = off)
+
+    # ---- derived quantities (one place, used by RTL, model and tests) ----
+    @property
+    def chunks_per_row(self) -> int:
+        return self.row_bytes // self.chunk_bytes
+
+    @property
+    def stride_bytes(self) -> int:
+        return self.row_stride_bytes or self.row_bytes
+
+    @property
+    def src_bits(self) -> int:
+        return field_bits(self.sources)
+
+    @property
+    def tag_bits(self) -> int:
+        return field_bits(self.tags_per_source)
+
+    @property
+    def expert_bits(self) -> int:
+        return field_bits(self.experts)
+
+    @property
+    def chunk_bits(self) -> int:
+        return field_bits(self.chunks_per_row)
+
+    @property
+    def slot_bits(self) -> int:
+        return index_bits(self.topk)
+
+    @property
+    def row_bits(self) -> int:
+        """Width of a row index inside one expert region (0 .. max_rows_per_expert-1)."""
+        return index_bits(self.max_rows_per_expert)
+
+    @property
+    def cap_bits(self) -> int:
+        """Width of a capacity / row count (0 .. max_rows_per_expert)."""
+        return field_bits(self.max_rows_per_expert)
+
+    @property
+    def count_bits(self) -> int:
+        """Width of a per-source row count (end-of-stream packets, per-source counters)."""
+        return field_bits(self.experts * self.max_rows_per_expert)
+
+    @property
+    def entries(self) -> int:
+        """Row-table entries: one per (source, tag)."""
+        return self.sources * self.tags_per_source
+
+    @property
+    def tiles_per_expert(self) -> int:
+        return self.max_rows_per_expert // self.min_tile_rows
+
+    @property
+    def tile_count_bits(self) -> int:
+        return field_bits(self.max_tile_rows)
+
+    @property
+    def meta_word_bytes(self) -> int:
+        """Bytes of one metadata entry ({slot, token, source} packed, source in the low bits)."""
+        return 4 if self.src_bits + self.token_bits + self.slot_bits <= 32 else 8
+
+    @property
+    def line_rate_GBps(self) -> float:
+        """Payload bandwidth the hub absorbs at one packet per lane per cycle."""
+        return self.lanes * self.chunk_bytes * self.hub_clock_GHz
+
+    def replace(self, **changes) -> "HubConfig":
+        """A validated copy with some fields changed (sweeps, synthesis data width)."""
+        return HubConfig.from_dict({**dataclasses.asdict(self), **changes})
+
+    # ---- validation ----
+    def __post_init__(self):
+        p = f"hub[{self.name}]"
+        for key in ("sources", "experts", "lanes", "chunk_bytes", "row_bytes", "tags_per_source",
+                    "token_bits", "topk", "addr_bits", "data_bits", "max_rows_per_expert",
+                    "tile_rows", "min_tile_rows", "max_tile_rows", "event_queue_depth",
+                    "credit_queue_depth"):
+            _require(getattr(self, key) >= 1, f"{p}.{key}", getattr(self, key), "must be >= 1")
+        _require(self.lanes <= 16, f"{p}.lanes", self.lanes, "at most 16 lanes are supported")
+        _require(_is_pow2(self.chunk_bytes), f"{p}.chunk_bytes", self.chunk_bytes,
+                 "must be a power of two")
+        _require(self.row_bytes % self.chunk_bytes == 0, f"{p}.row_bytes", self.row_bytes,
+                 f"must be a multiple of chunk_bytes ({self.chunk_bytes})")
+        _require(self.row_stride_bytes == 0 or self.row_stride_bytes >= self.row_bytes,
+                 f"{p}.row_stride_bytes", self.row_stride_bytes,
+                 f"must be 0 or at least row_bytes ({self.row_bytes})")
+        _require(self.row_stride_bytes % self.chunk_bytes == 0, f"{p}.row_stride_bytes",
+                 self.row_stride_bytes, f"must be a multiple of chunk_bytes ({self.chunk_bytes})")
+        for key in ("max_rows_per_expert", "tile_rows", "min_tile_rows", "max_tile_rows",
+                    "event_queue_depth", "credit_queue_depth"):
+            _require(_is_pow2(getattr(self, key)), f"{p}.{key}", getattr(self, key),
+                     "must be a power of two")
+        _require(self.min_tile_rows <= self.tile_rows <= self.max_tile_rows, f"{p}.tile_rows",
+                 self.tile_rows, f"must lie in [min_tile_rows={self.min_tile_rows}, "
+                 f"max_tile_rows={self.max_tile_rows}]")
+        _require(self.max_tile_rows <= self.max_rows_per_expert, f"{p}.max_tile_rows",
+                 self.max_tile_rows, f"must be <= max_rows_per_expert ({self.max_rows_per_expert})")
+        _require(8 <= self.addr_bits <= 64, f"{p}.addr_bits", self.addr_bits, "must be in 8..64")
+        _require(self.data_bits <= 8 * self.chunk_bytes, f"{p}.data_bits", self.data_bits,
+                 f"must be <= 8 x chunk_bytes ({8 * self.chunk_bytes})")
+        _require(self.token_bits <= 32, f"{p}.token_bits", self.token_bits, "must be <= 32")
+        _require(self.event_queue_depth >= 2 * 2 * self.lanes, f"{p}.event_queue_depth",
+                 self.event_queue_depth, f"must be >= 4 x lanes ({4 * self.lanes})")
+        _require(self.credit_queue_depth >= 2 * self.lanes, f"{p}.credit_queue_depth",
+                 self.credit_queue_depth, f"must be >= 2 x lanes ({2 * self.lanes})")
+        _require(self.timeout_cycles >= 0, f"{p}.timeout_cycles", self.timeout_cycles,
+                 "must be >= 0 (0 disables the watchdog)")
+        _require(self.hub_clock_GHz > 0, f"{p}.hub_clock_GHz", self.hub_clock_GHz, "must be > 0")
+        # The largest address the hub can form must fit addr_bits.
+        need = (self.max_rows_per_expert * self.stride_bytes).bit_length()
+        _require(need <= self.addr_bits, f"{p}.addr_bits", self.addr_bits,
+                 f"a region of max_rows_per_expert x row stride needs {need} bits")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], prefix: str = "hub") -> "HubConfig":
+        return cls(**_check_types(cls, prefix, raw))
+
+
+def _load_yaml(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r}: expected a mapping at top level")
+    return data
+
+
+def resolve_config_path(kind: str, name_or_path: str) -> Path:
+    """``tiny`` -> ``config/hub/tiny.yaml``; an existing path is returned as is."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return p
+    return CONFIG_DIR / kind / f"{name_or_path}.yaml"
+
+
+def available(kind: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / kind).glob("*.yaml"))
+
+
+def load_hub_config(name_or_path: str) -> HubConfig:
+    """Load a hub config by name (``tiny``, ``mixtral-8gpu``, ...) or by path."""
+    path = resolve_config_path("hub", name_or_path)
+    if not path.exists():
+        raise ConfigError(f"hub config {name_or_path!r} not found (known: "
+                          f"{', '.join(available('hub'))})")
+    data = _load_yaml(path)
+    data.setdefault("name", path.stem)
+    return HubConfig.from_dict(data, prefix=f"hub[{path.stem}]")
+
+
+HUB_CONFIGS = ("tiny", "mixtral-8gpu", "deepseek-v3-8gpu")

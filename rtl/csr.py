@@ -1,0 +1,102 @@
+"""CSR bank: the hub's register file, generated from :class:`~moehub.rtl.csr_map.CsrMap`.
+
+Read-write registers are stored here and exported as signals named after the register
+(lower case, arrays as ``.array(count)``); read-only registers are inputs of the same
+names; CTRL bits are one-cycle strobes. Software-visible rules:
+
+* TILE_ROWS_LOG2 writes are clamped to [log2(min_tile_rows), log2(max_tile_rows)];
+* REGION_CAP writes are clamped to max_rows_per_expert;
+* reads of unmapped or write-only addresses return 0; writes to read-only ones are ignored.
+"""
+from amaranth import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .csr_map import CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, HUB_ID, CsrMap
+from .layouts import csr_bus_signature
+
+#: read-only registers whose value is a constant of the configuration
+_CONSTANT = ("ID", "PARAMS")
+
+
+class CsrBank(wiring.Component):
+    def __init__(self, cfg: HubConfig):
+        self.cfg = cfg
+        self.map = CsrMap(cfg)
+        members = {"bus": In(csr_bus_signature(self.map.addr_bits)),
+                   "start": Out(1), "flush": Out(1), "clear_errors": Out(1)}
+        for r in self.map.registers.values():
+            if r.name in _CONSTANT or r.name == "CTRL":
+                continue
+            port = (Out if r.access == "rw" else In)(r.width)
+            members[r.name.lower()] = port.array(r.count) if r.array else port
+        super().__init__(members)
+
+    def _element(self, r, i):
+        sig = getattr(self, r.name.lower())
+        return sig[i] if r.array else sig
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, cmap, bus = self.cfg, self.map, self.bus
+        defaults = {"TILE_ROWS_LOG2": cfg.tile_rows.bit_length() - 1, "TIMEOUT": cfg.timeout_cycles}
+        store = {}
+        for r in cmap.registers.values():
+            if r.access != "rw":
+                continue
+            store[r.name] = [Signal(r.width, name=f"{r.name.lower()}_{i}",
+                                    init=defaults.get(r.name, 0)) for i in range(r.count)]
+            for i in range(r.count):
+                m.d.comb += self._element(r, i).eq(store[r.name][i])
+
+        lo_log2 = cfg.min_tile_rows.bit_length() - 1
+        hi_log2 = cfg.max_tile_rows.bit_length() - 1
+        wd = bus.w_data
+
+        def clamp(name, value):
+            if name == "TILE_ROWS_LOG2":
+                return Mux(value < lo_log2, lo_log2, Mux(value > hi_log2, hi_log2, value))
+            if name == "REGION_CAP":
+                return Mux(value > cfg.max_rows_per_expert, cfg.max_rows_per_expert, value)
+            return value
+
+        ctrl_hit = bus.w_stb & (bus.addr == cmap.addr("CTRL"))
+        m.d.comb += [
+            self.start.eq(ctrl_hit & ((wd & CTRL_START) != 0)),
+            self.flush.eq(ctrl_hit & ((wd & CTRL_FLUSH) != 0)),
+            self.clear_errors.eq(ctrl_hit & ((wd & CTRL_CLEAR_ERRORS) != 0)),
+        ]
+        with m.If(bus.w_stb):
+            with m.Switch(bus.addr):
+                for name, elems in store.items():
+                    r = cmap[name]
+                    for i, sig in enumerate(elems):
+                        for w in range(r.words):
+                            lo = w * CSR_DATA_BITS
+                            hi = min(r.width, lo + CSR_DATA_BITS)
+                            with m.Case(r.addr(i, w)):
+                                if r.words == 1:
+                                    m.d.sync += sig.eq(clamp(name, wd[:hi - lo]))
+                                else:
+                                    m.d.sync += sig[lo:hi].eq(wd[:hi - lo])
+
+        rdata = Signal(CSR_DATA_BITS)
+        with m.If(bus.r_stb):
+            with m.Switch(bus.addr):
+                with m.Case(cmap.addr("ID")):
+                    m.d.sync += rdata.eq(HUB_ID)
+                with m.Case(cmap.addr("PARAMS")):
+                    m.d.sync += rdata.eq(cmap.params_word())
+                for r in cmap.registers.values():
+                    if r.name in _CONSTANT or r.access == "wo":
+                        continue
+                    for i in range(r.count):
+                        value = store[r.name][i] if r.access == "rw" else self._element(r, i)
+                        for w in range(r.words):
+                            with m.Case(r.addr(i, w)):
+                                m.d.sync += rdata.eq(value[w * CSR_DATA_BITS:(w + 1) * CSR_DATA_BITS])
+                with m.Default():
+                    m.d.sync += rdata.eq(0)
+        m.d.comb += bus.r_data.eq(rdata)
+        return m

@@ -1,0 +1,76 @@
+"""Multi-push, single-pop FIFO for per-row events.
+
+Per-row events (a row's metadata write, its completion, its credit) happen at most once
+per row, i.e. at most ``lanes / chunks_per_row`` times per cycle on average, but up to
+several in one cycle. This queue takes up to ``push_slots`` events per cycle, keeps
+their slot order (slot 0 first), and hands them out one per cycle, so one narrow port
+serves all lanes. It never overflows: the producer pushes only while ``free`` is at least
+``push_slots`` (the hub stalls its input otherwise; nothing is dropped).
+"""
+from amaranth import Array, Module, Signal, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+
+class EventQueue(wiring.Component):
+    """Parameters
+    ----------
+    layout : shape of one event
+    push_slots : events that can be pushed in one cycle
+    depth : entries (power of two, >= push_slots)
+
+    Members
+    -------
+    push_valid : In(push_slots)       bit i: slot i carries an event this cycle
+    push_data : In(layout).array(push_slots)
+    o : Out(stream.Signature(layout))  events in order
+    free : Out(range(depth + 1))       empty entries (before this cycle's push/pop)
+    empty : Out(1)
+    """
+
+    def __init__(self, layout, push_slots: int, depth: int):
+        if push_slots < 1:
+            raise ValueError(f"push_slots = {push_slots}: must be >= 1")
+        if depth < push_slots or depth & (depth - 1):
+            raise ValueError(f"depth = {depth}: must be a power of two >= push_slots ({push_slots})")
+        self.layout, self.push_slots, self.depth = layout, push_slots, depth
+        super().__init__({
+            "push_valid": In(push_slots),
+            "push_data": In(layout).array(push_slots),
+            "o": Out(stream.Signature(layout)),
+            "free": Out(range(depth + 1)),
+            "empty": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, depth = self.push_slots, self.depth
+        aw = max(1, (depth - 1).bit_length())
+        store = Array(Signal(self.layout, name=f"q{k}") for k in range(depth))
+        wp = Signal(aw)
+        rp = Signal(aw)
+        level = Signal(range(depth + 1))
+
+        m.d.comb += [
+            self.free.eq(depth - level),
+            self.empty.eq(level == 0),
+            self.o.valid.eq(level != 0),
+            self.o.payload.eq(store[rp]),
+        ]
+        do_pop = self.o.valid & self.o.ready
+
+        # Slot i goes to wp + (number of valid slots before i): compaction keeps order.
+        pushed = 0
+        for i in range(n):
+            pos = Signal(aw, name=f"pos{i}")
+            m.d.comb += pos.eq(wp + pushed)
+            with m.If(self.push_valid[i]):
+                m.d.sync += store[pos].eq(self.push_data[i])
+            pushed = pushed + self.push_valid[i]
+        n_push = Signal(range(n + 1))
+        m.d.comb += n_push.eq(pushed)
+
+        m.d.sync += [wp.eq(wp + n_push), level.eq(level + n_push - do_pop)]
+        with m.If(do_pop):
+            m.d.sync += rp.eq(rp + 1)
+        return m

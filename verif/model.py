@@ -1,0 +1,323 @@
+"""Pure-Python reference model of the MoE-Hub receive hub.
+
+This is both the scoreboard of every RTL test and the hub of the fast co-simulation, so
+its core is cycle-free: packets are applied one at a time, in the order the hub accepted
+them (accept cycle, then lane index), and every effect is returned and recorded:
+
+* ``writes[lane]``  data writes (addr, data), in order, on the lane the chunk arrived on;
+* ``ctl``           the ordered control writes (metadata, tile flags, final counts, done);
+* ``credits``       (src, tag) returned to sources when a row is complete;
+* ``drops``         (reason, packet) for every dropped packet or row;
+* the CSR-visible status (rows per expert, drop counters, errors, ...).
+
+The one place cycles matter is the *same-cycle rule*: a packet accepted in the same cycle
+as, and after, the packet that completed its row finds the row closed and is a duplicate
+(the hardware frees the table entry at the end of the cycle). Passing ``cycle`` to
+:meth:`HubModel.packet` applies that rule; without it the model is fully sequential.
+
+Nothing here imports cocotb or Amaranth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..config.schema import HubConfig
+from ..rtl.formats import (CtlKind, PacketKind, Reason, HubFormats, data_addr, meta_addr,
+                           flag_addr, count_addr)
+
+FREE, ALLOC, DROP = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Packet:
+    """One packet on a hub input lane. ``count`` is meaningful for EOS only."""
+    kind: int = PacketKind.DATA
+    src: int = 0
+    tag: int = 0
+    expert: int = 0
+    token: int = 0
+    slot: int = 0
+    chunk: int = 0
+    count: int = 0
+    data: int = 0
+
+    @classmethod
+    def eos(cls, src: int, count: int) -> "Packet":
+        return cls(kind=PacketKind.EOS, src=src, count=count)
+
+    def fields(self) -> dict:
+        return dict(kind=int(self.kind), src=self.src, tag=self.tag, expert=self.expert,
+                    token=self.token, slot=self.slot, chunk=self.chunk, count=self.count,
+                    data=self.data)
+
+
+@dataclass
+class Entry:
+    """One row-table entry (indexed by source and tag)."""
+    state: int = FREE
+    expert: int = 0
+    row: int = 0
+    post_eos: bool = False
+    bitmap: int = 0
+    closed_cycle: Optional[int] = None  # the cycle its row completed (same-cycle rule)
+
+
+@dataclass(frozen=True)
+class CtlWrite:
+    kind: CtlKind
+    addr: int
+    data: int
+
+
+@dataclass
+class Effects:
+    """What one packet (or one sweep) did."""
+    write: Optional[tuple] = None           #: (addr, data) data write
+    drop: Optional[Reason] = None           #: the packet was dropped (or opened a dropped row)
+    ctl: list = field(default_factory=list)  #: CtlWrite in order
+    credit: Optional[tuple] = None          #: (src, tag)
+    opened: Optional[tuple] = None          #: (expert, row) when this packet allocated a row
+    completed: Optional[tuple] = None       #: (expert, row) when this packet completed a row
+    tile_ready: Optional[tuple] = None      #: (expert, tile) when a tile flag was written
+
+
+class HubModel:
+    """Reference behaviour of one hub. See the module docstring and the README."""
+
+    def __init__(self, cfg: HubConfig):
+        self.cfg = cfg
+        self.fmt = HubFormats(cfg)
+        # run-time configuration (CSR values); defaults as after reset
+        self.epoch = 0
+        self.tile_rows_log2 = cfg.tile_rows.bit_length() - 1
+        self.timeout = cfg.timeout_cycles
+        self.flag_base = 0
+        self.meta_base = 0
+        self.count_base = 0
+        self.region_base = [0] * cfg.experts
+        self.region_cap = [0] * cfg.experts
+        self.errors = 0
+        self.reset()
+
+    # ------------------------------------------------------------------ control
+    def reset(self):
+        """Hardware reset: all CSRs to defaults, no layer armed, outputs forgotten."""
+        cfg = self.cfg
+        self.epoch = 0
+        self.tile_rows_log2 = cfg.tile_rows.bit_length() - 1
+        self.timeout = cfg.timeout_cycles
+        self.flag_base = self.meta_base = self.count_base = 0
+        self.region_base = [0] * cfg.experts
+        self.region_cap = [0] * cfg.experts
+        self.errors = 0
+        self.armed = False
+        self.done = False
+        self._clear_layer()
+
+    def _clear_layer(self):
+        cfg = self.cfg
+        self.table = [Entry() for _ in range(cfg.entries)]
+        self.rows = [0] * cfg.experts
+        self.overflow = [0] * cfg.experts
+        self.src_rows = [0] * cfg.sources       # rows opened (not post-EOS)
+        self.src_closed = [0] * cfg.sources     # of those, rows completed
+        self.src_eos = [0] * cfg.sources
+        self.eos_seen = [False] * cfg.sources
+        self.drop_counts = [0] * len(Reason)
+        self.tile_count: dict[tuple, int] = {}
+        self.inflight = 0
+        self.writes = [[] for _ in range(cfg.lanes)]
+        self.ctl: list[CtlWrite] = []
+        self.credits: list[tuple] = []
+        self.drops: list[tuple] = []
+        self.tiles_flagged: list[tuple] = []
+
+    def start(self):
+        """CTRL.START: arm a new layer with the current configuration registers."""
+        self._clear_layer()
+        self.layer_tile_rows_log2 = self.tile_rows_log2
+        self.armed = True
+        self.done = False
+        self._check_finished([])  # a layer nobody sends to still ends once every EOS is in
+
+    def clear_errors(self):
+        self.errors = 0
+
+    @property
+    def tile_rows(self) -> int:
+        return 1 << self.layer_tile_rows_log2
+
+    def _count(self, reason: Reason, n: int = 1):
+        self.drop_counts[reason] += n
+        self.errors |= 1 << reason
+
+    # ------------------------------------------------------------------ packets
+    def packet(self, pkt: Packet, lane: int = 0, cycle: Optional[int] = None) -> Effects:
+        """Apply one accepted packet; returns (and records) its effects."""
+        cfg = self.cfg
+        fx = Effects()
+        if not self.armed:
+            return self._drop(fx, pkt, Reason.NOT_ARMED)
+        if pkt.src >= cfg.sources or (pkt.kind == PacketKind.DATA and pkt.tag >= cfg.tags_per_source):
+            return self._drop(fx, pkt, Reason.BAD_SOURCE)
+        if pkt.kind == PacketKind.EOS:
+            self._eos(pkt)
+            self._check_finished(fx.ctl)
+            return fx
+        if pkt.chunk >= cfg.chunks_per_row:
+            return self._drop(fx, pkt, Reason.BAD_CHUNK)
+
+        idx = pkt.src * cfg.tags_per_source + pkt.tag
+        e = self.table[idx]
+        if e.state != FREE and e.closed_cycle is not None:
+            raise AssertionError("closed entry left in table")
+        if e.state == FREE and cycle is not None and e.closed_cycle == cycle:
+            return self._drop(fx, pkt, Reason.DUPLICATE)  # same-cycle rule
+        if e.state == FREE:
+            self._open(e, pkt, fx)
+        elif e.expert != pkt.expert:
+            return self._drop(fx, pkt, Reason.PROTOCOL)
+        elif e.bitmap >> pkt.chunk & 1:
+            return self._drop(fx, pkt, Reason.DUPLICATE)
+
+        e.bitmap |= 1 << pkt.chunk
+        if e.state == ALLOC:
+            fx.write = (data_addr(cfg, self.region_base[e.expert], e.row, pkt.chunk), pkt.data)
+            self.writes[lane].append(fx.write)
+        if e.bitmap == (1 << cfg.chunks_per_row) - 1:
+            self._complete(idx, e, pkt, fx, cycle)
+        self._check_finished(fx.ctl)
+        return fx
+
+    def _drop(self, fx: Effects, pkt: Packet, reason: Reason) -> Effects:
+        self._count(reason)
+        self.drops.append((reason, pkt))
+        fx.drop = reason
+        return fx
+
+    def _eos(self, pkt: Packet):
+        s = pkt.src
+        if self.eos_seen[s]:
+            self._count(Reason.EOS_DUPLICATE)
+            return
+        self.eos_seen[s] = True
+        self.src_eos[s] = pkt.count
+        if pkt.count < self.src_rows[s]:
+            self._count(Reason.EOS_MISMATCH)
+
+    def _open(self, e: Entry, pkt: Packet, fx: Effects):
+        cfg, s, x = self.cfg, pkt.src, pkt.expert
+        e.expert, e.bitmap, e.post_eos, e.closed_cycle = x, 0, False, None
+        self.inflight += 1
+        reason = None
+        if x >= cfg.experts:
+            reason = Reason.BAD_EXPERT
+        elif self.eos_seen[s] and self.src_rows[s] >= self.src_eos[s]:
+            reason = Reason.POST_EOS
+        elif self.rows[x] >= self.region_cap[x]:
+            reason = Reason.OVERFLOW
+            self.overflow[x] += 1
+        if reason != Reason.POST_EOS:
+            self.src_rows[s] += 1
+        e.post_eos = reason == Reason.POST_EOS
+        if reason is not None:
+            e.state = DROP
+            self._count(reason)
+            self.drops.append((reason, pkt))
+            fx.drop = reason
+            return
+        e.state, e.row = ALLOC, self.rows[x]
+        self.rows[x] += 1
+        fx.opened = (x, e.row)
+        m = self.fmt.meta_word.pack(src=s, token=pkt.token, slot=pkt.slot)
+        self._ctl(fx, CtlKind.META, meta_addr(cfg, self.meta_base, x, e.row), m)
+
+    def _complete(self, idx: int, e: Entry, pkt: Packet, fx: Effects, cycle):
+        cfg = self.cfg
+        fx.credit = (pkt.src, pkt.tag)
+        self.credits.append(fx.credit)
+        self.inflight -= 1
+        if not e.post_eos:
+            self.src_closed[pkt.src] += 1
+        if e.state == ALLOC:
+            fx.completed = (e.expert, e.row)
+            tile = e.row >> self.layer_tile_rows_log2
+            key = (e.expert, tile)
+            n = self.tile_count.get(key, 0) + 1
+            if n == self.tile_rows:
+                n = 0
+                self._flag(fx, e.expert, tile)
+            self.tile_count[key] = n
+        self.table[idx] = Entry(closed_cycle=cycle)
+
+    def _ctl(self, fx: Effects, kind: CtlKind, addr: int, data: int):
+        w = CtlWrite(kind, addr, data)
+        fx.ctl.append(w)
+        self.ctl.append(w)
+
+    def _flag(self, fx: Effects, expert: int, tile: int):
+        self._ctl(fx, CtlKind.FLAG, flag_addr(self.cfg, self.flag_base, expert, tile), self.epoch)
+        self.tiles_flagged.append((expert, tile))
+        fx.tile_ready = (expert, tile)
+
+    # ------------------------------------------------------------------ end of layer
+    def finished(self) -> bool:
+        return all(self.eos_seen[s] and self.src_closed[s] == self.src_rows[s]
+                   and self.src_rows[s] >= self.src_eos[s] for s in range(self.cfg.sources))
+
+    def _check_finished(self, ctl_out: list):
+        if self.armed and self.finished():
+            self._sweep(ctl_out)
+
+    def flush(self, timeout: bool = False) -> list:
+        """CTRL.FLUSH or the watchdog: drop rows in flight as INCOMPLETE and end the layer."""
+        out: list = []
+        if not self.armed:
+            return out
+        if timeout:
+            self._count(Reason.TIMEOUT)
+        if self.inflight:
+            self._count(Reason.INCOMPLETE, self.inflight)
+        self.table = [Entry() for _ in range(self.cfg.entries)]
+        self.inflight = 0
+        self._sweep(out)
+        return out
+
+    def _sweep(self, out: list):
+        """End of layer: final counts, the last partial tile of each expert, the done word."""
+        cfg = self.cfg
+        fx = Effects()
+        mask = self.tile_rows - 1
+        for x in range(cfg.experts):
+            self._ctl(fx, CtlKind.COUNT, count_addr(cfg, self.count_base, x), self.rows[x])
+            if self.rows[x] & mask:
+                tile = self.rows[x] >> self.layer_tile_rows_log2
+                if self.tile_count.get((x, tile), 0) == self.rows[x] & mask:
+                    self._flag(fx, x, tile)
+        self._ctl(fx, CtlKind.DONE, count_addr(cfg, self.count_base, cfg.experts), self.epoch)
+        out.extend(fx.ctl)
+        self.armed = False
+        self.done = True
+
+    # ------------------------------------------------------------------ status (CSR view)
+    def status_word(self) -> int:
+        from ..rtl.csr_map import STATUS_ARMED, STATUS_DONE, STATUS_ERROR
+        return (STATUS_ARMED if self.armed else 0) | (STATUS_DONE if self.done else 0) \
+            | (STATUS_ERROR if self.errors else 0)
+
+    def csr_values(self) -> dict:
+        """Expected values of the read-only registers, keyed as (name, index)."""
+        cfg = self.cfg
+        v = {("STATUS", 0): self.status_word(), ("ERRORS", 0): self.errors,
+             ("INFLIGHT", 0): self.inflight,
+             ("EOS_SEEN", 0): sum(1 << s for s in range(cfg.sources) if self.eos_seen[s])}
+        for x in range(cfg.experts):
+            v[("ROWS", x)] = self.rows[x]
+            v[("OVERFLOW", x)] = self.overflow[x]
+        for s in range(cfg.sources):
+            v[("SRC_ROWS", s)] = self.src_rows[s]
+            v[("SRC_EOS", s)] = self.src_eos[s]
+        for r in Reason:
+            v[("DROPS", int(r))] = self.drop_counts[r]
+        return v
