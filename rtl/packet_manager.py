@@ -389,15 +389,19 @@ class PacketManager(wiring.Component):
                      self.layer_done.eq(0)]
 
         # Watchdog: an armed layer that accepts nothing for `timeout` cycles is flushed.
-        with m.If(~armed | finished | flush_pending | accepted | (self.timeout == 0)):
+        with m.If(~armed | finished | block | accepted | (self.timeout == 0)):
             m.d.sync += idle_cycles.eq(0)
         with m.Else():
             m.d.sync += idle_cycles.eq(idle_cycles + 1)
             with m.If(idle_cycles + 1 >= self.timeout):
                 m.d.sync += [flush_pending.eq(1), flush_timeout.eq(1)]
 
-        with m.If(start_pending & pipe_empty & drained & ~sweep_req & ~self.start):
-            # START: a new layer (a running one is abandoned; the tracker re-clears).
+        with m.If(armed & finished & drained):
+            # The layer is complete: hand over to the tracker's end-of-layer sweep.
+            m.d.sync += [armed.eq(0), sweep_req.eq(1), flush_pending.eq(0), flush_timeout.eq(0)]
+        with m.Elif(start_pending & pipe_empty & drained & ~sweep_req & ~self.start):
+            # START: a new layer (a running one is abandoned; the tracker re-clears). A layer
+            # that has just finished is swept first (the branch above).
             m.d.comb += [self.layer_start.eq(1), self.alloc_clear.eq(1),
                          self.mark_dirty.eq(armed)]
             m.d.sync += [start_pending.eq(0), flush_pending.eq(0), flush_timeout.eq(0),
@@ -415,8 +419,6 @@ class PacketManager(wiring.Component):
             m.d.sync += [flush_pending.eq(0), flush_timeout.eq(0), armed.eq(0), inflight.eq(0),
                          sweep_req.eq(1)]
             m.d.sync += [e.state.eq(FREE) for e in table]
-        with m.Elif(armed & finished & drained & ~flush_pending):
-            m.d.sync += [armed.eq(0), sweep_req.eq(1)]
         with m.If(self.sweep_done):
             m.d.sync += [sweep_req.eq(0), done.eq(1)]
             m.d.comb += self.layer_done.eq(1)

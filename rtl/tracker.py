@@ -77,7 +77,12 @@ class AvailabilityTracker(wiring.Component):
         wp = mem.write_port()
         rp = mem.read_port(transparent_for=(wp,))
 
+        # Registers that shape a layer's outputs are latched at layer start.
         shift = Signal(range(row_log2 + 1))      # log2(tile rows) of the running layer
+        epoch = Signal(32)
+        flag_base = Signal(cfg.addr_bits)
+        meta_base = Signal(cfg.addr_bits)
+        count_base = Signal(cfg.addr_bits)
         dirty = Signal(init=1)
         mode = Signal(2)                          # RUN, CLEAR, SWEEP
         RUN, CLEAR, SWEEP = 0, 1, 2
@@ -134,7 +139,7 @@ class AvailabilityTracker(wiring.Component):
             with m.If(t1.complete):
                 m.d.comb += [wp.addr.eq(t1_addr), wp.data.eq(Mux(tile_full, 0, count)), wp.en.eq(1)]
                 with m.If(tile_full):
-                    emit(CtlKind.FLAG, self.flag_base + (t1_addr << 2), self.epoch,
+                    emit(CtlKind.FLAG, flag_base + (t1_addr << 2), epoch,
                          guarded=1, grp=t1.group)
             with m.Else():
                 word = Signal(8 * cfg.meta_word_bytes)
@@ -142,13 +147,15 @@ class AvailabilityTracker(wiring.Component):
                                     | (t1.slot << (cfg.src_bits + cfg.token_bits)))
                 meta_index = (t1.expert << row_log2) | t1.row
                 shift_m = cfg.meta_word_bytes.bit_length() - 1
-                emit(CtlKind.META, self.meta_base + (meta_index << shift_m), word)
+                emit(CtlKind.META, meta_base + (meta_index << shift_m), word)
 
         # ------------------------------------------------ layer start: clear if dirty
         with m.If(self.mark_dirty):
             m.d.sync += dirty.eq(1)
         with m.If(self.layer_start):
-            m.d.sync += shift.eq(self.tile_rows_log2)
+            m.d.sync += [shift.eq(self.tile_rows_log2), epoch.eq(self.epoch),
+                         flag_base.eq(self.flag_base), meta_base.eq(self.meta_base),
+                         count_base.eq(self.count_base)]
             with m.If(dirty | self.mark_dirty):
                 m.d.sync += [mode.eq(CLEAR), clear_addr.eq(0)]
         with m.If(mode == CLEAR):
@@ -174,7 +181,7 @@ class AvailabilityTracker(wiring.Component):
             with m.Switch(sw_phase):
                 with m.Case(0):
                     with m.If(ctl_free):
-                        emit(CtlKind.COUNT, self.count_base + (sw_e << 2), sw_rows)
+                        emit(CtlKind.COUNT, count_base + (sw_e << 2), sw_rows)
                         m.d.comb += [rp.addr.eq(last_addr), rp.en.eq(1)]
                         with m.If(partial):
                             m.d.sync += sw_phase.eq(1)
@@ -186,7 +193,7 @@ class AvailabilityTracker(wiring.Component):
                     m.d.comb += rp.en.eq(0)
                     with m.If(ctl_free):
                         with m.If(rp.data == (sw_rows & mask)):
-                            emit(CtlKind.FLAG, self.flag_base + (last_addr << 2), self.epoch)
+                            emit(CtlKind.FLAG, flag_base + (last_addr << 2), epoch)
                         m.d.comb += [wp.addr.eq(last_addr), wp.data.eq(0), wp.en.eq(1)]
                         with m.If(sw_e == E - 1):
                             m.d.sync += sw_phase.eq(2)
@@ -194,7 +201,7 @@ class AvailabilityTracker(wiring.Component):
                             m.d.sync += [sw_e.eq(sw_e + 1), sw_phase.eq(0)]
                 with m.Case(2):
                     with m.If(ctl_free):
-                        emit(CtlKind.DONE, self.count_base + (E << 2), self.epoch)
+                        emit(CtlKind.DONE, count_base + (E << 2), epoch)
                         m.d.sync += sw_phase.eq(3)
                 with m.Case(3):
                     with m.If(~ctl_valid):

@@ -10,10 +10,13 @@ them (accept cycle, then lane index), and every effect is returned and recorded:
 * ``drops``         (reason, packet) for every dropped packet or row;
 * the CSR-visible status (rows per expert, drop counters, errors, ...).
 
-The one place cycles matter is the *same-cycle rule*: a packet accepted in the same cycle
-as, and after, the packet that completed its row finds the row closed and is a duplicate
-(the hardware frees the table entry at the end of the cycle). Passing ``cycle`` to
-:meth:`HubModel.packet` applies that rule; without it the model is fully sequential.
+The one place cycles matter is the *same-cycle rules*, because the hardware updates its
+table and counters at the end of a cycle: (1) a packet accepted in the same cycle as, and
+after, the packet that completed its row finds the row closed and is a duplicate; (2) a
+layer that finishes (last EOS in, last row complete) ends at the end of that cycle, so
+later packets of the same cycle still belong to it. Passing ``cycle`` to
+:meth:`HubModel.packet` applies these rules (call :meth:`HubModel.end` after the last
+packet); without ``cycle`` the model is fully sequential.
 
 Nothing here imports cocotb or Amaranth.
 """
@@ -88,16 +91,6 @@ class HubModel:
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
         self.fmt = HubFormats(cfg)
-        # run-time configuration (CSR values); defaults as after reset
-        self.epoch = 0
-        self.tile_rows_log2 = cfg.tile_rows.bit_length() - 1
-        self.timeout = cfg.timeout_cycles
-        self.flag_base = 0
-        self.meta_base = 0
-        self.count_base = 0
-        self.region_base = [0] * cfg.experts
-        self.region_cap = [0] * cfg.experts
-        self.errors = 0
         self.reset()
 
     # ------------------------------------------------------------------ control
@@ -113,7 +106,12 @@ class HubModel:
         self.errors = 0
         self.armed = False
         self.done = False
+        self._cycle = None
+        self._finish_pending = False
+        self.layer_tile_rows_log2 = self.tile_rows_log2
+        self.layer_epoch, self.layer_flag_base, self.layer_meta_base, self.layer_count_base = 0, 0, 0, 0
         self._clear_layer()
+        self._clear_outputs()
 
     def _clear_layer(self):
         cfg = self.cfg
@@ -127,16 +125,25 @@ class HubModel:
         self.drop_counts = [0] * len(Reason)
         self.tile_count: dict[tuple, int] = {}
         self.inflight = 0
-        self.writes = [[] for _ in range(cfg.lanes)]
+        self.tiles_flagged: list[tuple] = []
+
+    def _clear_outputs(self):
+        """Forget the output history (at reset; a new layer keeps it)."""
+        self.writes = [[] for _ in range(self.cfg.lanes)]
         self.ctl: list[CtlWrite] = []
         self.credits: list[tuple] = []
         self.drops: list[tuple] = []
-        self.tiles_flagged: list[tuple] = []
 
     def start(self):
-        """CTRL.START: arm a new layer with the current configuration registers."""
+        """CTRL.START: arm a new layer with the current configuration registers (a layer
+        that has just finished is swept first; a running one is abandoned)."""
+        self.end()
         self._clear_layer()
+        # Registers that shape the layer's outputs take effect at START (the hub latches them).
         self.layer_tile_rows_log2 = self.tile_rows_log2
+        self.layer_epoch = self.epoch
+        self.layer_flag_base, self.layer_meta_base = self.flag_base, self.meta_base
+        self.layer_count_base = self.count_base
         self.armed = True
         self.done = False
         self._check_finished([])  # a layer nobody sends to still ends once every EOS is in
@@ -157,6 +164,10 @@ class HubModel:
         """Apply one accepted packet; returns (and records) its effects."""
         cfg = self.cfg
         fx = Effects()
+        if cycle is None or cycle != self._cycle:
+            self._cycle = cycle
+            self.end(fx.ctl)
+        self._finish_pending = cycle is not None
         if not self.armed:
             return self._drop(fx, pkt, Reason.NOT_ARMED)
         if pkt.src >= cfg.sources or (pkt.kind == PacketKind.DATA and pkt.tag >= cfg.tags_per_source):
@@ -231,7 +242,7 @@ class HubModel:
         self.rows[x] += 1
         fx.opened = (x, e.row)
         m = self.fmt.meta_word.pack(src=s, token=pkt.token, slot=pkt.slot)
-        self._ctl(fx, CtlKind.META, meta_addr(cfg, self.meta_base, x, e.row), m)
+        self._ctl(fx, CtlKind.META, meta_addr(cfg, self.layer_meta_base, x, e.row), m)
 
     def _complete(self, idx: int, e: Entry, pkt: Packet, fx: Effects, cycle):
         cfg = self.cfg
@@ -257,7 +268,8 @@ class HubModel:
         self.ctl.append(w)
 
     def _flag(self, fx: Effects, expert: int, tile: int):
-        self._ctl(fx, CtlKind.FLAG, flag_addr(self.cfg, self.flag_base, expert, tile), self.epoch)
+        self._ctl(fx, CtlKind.FLAG, flag_addr(self.cfg, self.layer_flag_base, expert, tile),
+                  self.layer_epoch)
         self.tiles_flagged.append((expert, tile))
         fx.tile_ready = (expert, tile)
 
@@ -267,12 +279,21 @@ class HubModel:
                    and self.src_rows[s] >= self.src_eos[s] for s in range(self.cfg.sources))
 
     def _check_finished(self, ctl_out: list):
+        if self._finish_pending:
+            return   # cycle mode: checked at the end of the cycle (see end())
         if self.armed and self.finished():
             self._sweep(ctl_out)
 
+    def end(self, ctl_out: Optional[list] = None) -> list:
+        """End of the current cycle (cycle mode): a layer that finished now sweeps."""
+        out = [] if ctl_out is None else ctl_out
+        self._finish_pending = False
+        self._check_finished(out)
+        return out
+
     def flush(self, timeout: bool = False) -> list:
         """CTRL.FLUSH or the watchdog: drop rows in flight as INCOMPLETE and end the layer."""
-        out: list = []
+        out = self.end()
         if not self.armed:
             return out
         if timeout:
@@ -290,12 +311,13 @@ class HubModel:
         fx = Effects()
         mask = self.tile_rows - 1
         for x in range(cfg.experts):
-            self._ctl(fx, CtlKind.COUNT, count_addr(cfg, self.count_base, x), self.rows[x])
+            self._ctl(fx, CtlKind.COUNT, count_addr(cfg, self.layer_count_base, x), self.rows[x])
             if self.rows[x] & mask:
                 tile = self.rows[x] >> self.layer_tile_rows_log2
                 if self.tile_count.get((x, tile), 0) == self.rows[x] & mask:
                     self._flag(fx, x, tile)
-        self._ctl(fx, CtlKind.DONE, count_addr(cfg, self.count_base, cfg.experts), self.epoch)
+        self._ctl(fx, CtlKind.DONE, count_addr(cfg, self.layer_count_base, cfg.experts),
+                  self.layer_epoch)
         out.extend(fx.ctl)
         self.armed = False
         self.done = True

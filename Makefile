@@ -1,0 +1,29 @@
+# Two commands do all the set-up on a fresh machine (see README):
+#   make run    -- the main job with the default configuration
+#   make test   -- the fast test set (make test-slow: the long constrained-random sets)
+VENV   ?= .venv
+PYTHON ?= python3
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: run test test-slow tools venv clean
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "is ignored" || true
+	$(VENV)/bin/python -c "import moehub, amaranth, cocotb" 
+	rm -f $(VENV)/.installed-*; touch $@
+
+tools:
+	bash scripts/setup_tools.sh
+
+run: tools venv
+	$(VENV)/bin/moehub demo
+
+test: tools venv
+	$(VENV)/bin/pytest -m "not slow" -q
+
+test-slow: tools venv
+	$(VENV)/bin/pytest -m slow -q
+
+clean:
+	rm -rf build

@@ -1,0 +1,236 @@
+"""Configuration schema of the co-simulation: systems, models and workloads.
+
+Same conventions as :mod:`moehub.config.schema`: YAML files in ``config/system``,
+``config/model`` and ``config/workload`` load into frozen dataclasses, units live in key
+names, and every validation error is a :class:`ConfigError` naming the key and the value.
+The YAML files cite the source of every number (or label it an assumption).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from .schema import (ConfigError, _check_types, _load_yaml, _require, available,
+                     resolve_config_path)
+
+__all__ = ["ConfigError", "SoftwareCosts", "SystemConfig", "ModelConfig", "WorkloadConfig",
+           "load_system_config", "load_model_config", "load_workload_config", "available"]
+
+
+def _positive(obj, prefix: str, keys, allow_zero: bool = False) -> None:
+    for key in keys:
+        v = getattr(obj, key)
+        if allow_zero:
+            _require(v >= 0, f"{prefix}.{key}", v, "must be >= 0")
+        else:
+            _require(v > 0, f"{prefix}.{key}", v, "must be > 0")
+
+
+@dataclass(frozen=True)
+class SoftwareCosts:
+    """Fixed costs of the software stack on a platform (launches, syncs, collectives) and
+    the share of SMs each system gives to communication while it overlaps compute."""
+
+    kernel_launch_us: float        #: launch overhead of one kernel on a stream
+    host_sync_us: float            #: device->host copy of counts + stream sync + host split math
+    device_barrier_us: float       #: a device-side barrier across all GPUs of the layer
+    small_collective_us: float     #: an all-gather / all-to-all of a few bytes per GPU (counts)
+    flag_poll_us: float            #: delay from a flag landing in memory to a polling CTA seeing it
+    hbm_efficiency: float          #: fraction of HBM bandwidth a copy/elementwise kernel reaches
+    send_issue_GBps: float         #: rate at which a GPU's SMs can issue fine-grained row stores/puts
+    comm_sms_overlap: int          #: SMs given to communication by Comet / one-sided systems
+    comm_sms_hub: int              #: SMs that issue the hub's sends (receive side needs none)
+    gemm_eff_max: float            #: efficiency of a large, well-shaped BF16 GEMM tile
+    gemm_eff_half_m: float         #: M (rows) at which the M-shape factor is 1/2
+    gemm_eff_half_n: float         #: N (columns) at which the N-shape factor is 1/2
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], prefix: str) -> "SoftwareCosts":
+        obj = cls(**_check_types(cls, prefix, raw))
+        _positive(obj, prefix, ("kernel_launch_us", "host_sync_us", "device_barrier_us",
+                                "small_collective_us", "flag_poll_us", "comm_sms_overlap",
+                                "comm_sms_hub"), allow_zero=True)
+        _positive(obj, prefix, ("send_issue_GBps", "gemm_eff_half_m", "gemm_eff_half_n"))
+        for key in ("hbm_efficiency", "gemm_eff_max"):
+            v = getattr(obj, key)
+            _require(0 < v <= 1, f"{prefix}.{key}", v, "must lie in (0, 1]")
+        return obj
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """GPUs, links and software costs of one machine (or cluster)."""
+
+    name: str
+    gpus: int                      #: GPUs that hold experts (expert-parallel group)
+    gpus_per_node: int             #: GPUs joined by the scale-up link (NVLink or PCIe)
+    gpu_name: str
+    sms: int                       #: streaming multiprocessors per GPU
+    gpu_clock_GHz: float
+    peak_bf16_TFLOPs: float        #: dense BF16 tensor-core peak
+    hbm_GBps: float                #: HBM bandwidth
+    intra_link: str                #: "nvlink" or "pcie" (label only)
+    intra_bw_GBps: float           #: per-GPU bandwidth per direction inside a node
+    intra_latency_us: float        #: one-way latency of a write between GPUs of a node
+    inter_bw_GBps: float           #: per-GPU NIC bandwidth per direction between nodes
+    inter_latency_us: float        #: one-way latency of an RDMA write between nodes
+    link_header_bytes: int         #: header bytes added to every link packet
+    link_max_payload_bytes: int    #: largest payload of one link packet (bulk copies use it)
+    local_copy_GBps: float         #: a GPU writing rows into its own memory (read + write)
+    software: SoftwareCosts
+    description: str = ""
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    def node_of(self, gpu: int) -> int:
+        return gpu // self.gpus_per_node
+
+    def replace(self, **changes) -> "SystemConfig":
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["software"] = dataclasses.asdict(self.software)
+        d.update(changes)
+        return SystemConfig.from_dict(d, prefix=f"system[{self.name}]")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], prefix: str = "system") -> "SystemConfig":
+        if isinstance(raw, Mapping) and "software" in raw and not isinstance(raw["software"], SoftwareCosts):
+            raw = dict(raw)
+            raw["software"] = SoftwareCosts.from_dict(raw["software"], prefix + ".software")
+        # 'software' is a nested dataclass; _check_types only checks its presence
+        vals = _check_types(cls, prefix, raw)
+        _require(isinstance(vals["software"], SoftwareCosts), prefix + ".software",
+                 vals["software"], "must be a mapping of software costs")
+        obj = cls(**vals)
+        _positive(obj, prefix, ("gpus", "gpus_per_node", "sms", "gpu_clock_GHz",
+                                "peak_bf16_TFLOPs", "hbm_GBps", "intra_bw_GBps",
+                                "inter_bw_GBps", "link_max_payload_bytes", "local_copy_GBps"))
+        _positive(obj, prefix, ("intra_latency_us", "inter_latency_us", "link_header_bytes"),
+                  allow_zero=True)
+        _require(obj.gpus % obj.gpus_per_node == 0 or obj.gpus < obj.gpus_per_node,
+                 f"{prefix}.gpus", obj.gpus,
+                 f"must be a multiple of gpus_per_node ({obj.gpus_per_node}) or fewer")
+        _require(obj.intra_link in ("nvlink", "pcie"), f"{prefix}.intra_link", obj.intra_link,
+                 "must be 'nvlink' or 'pcie'")
+        sw = obj.software
+        _require(sw.comm_sms_overlap < obj.sms, f"{prefix}.software.comm_sms_overlap",
+                 sw.comm_sms_overlap, f"must be < sms ({obj.sms})")
+        _require(sw.comm_sms_hub < obj.sms, f"{prefix}.software.comm_sms_hub",
+                 sw.comm_sms_hub, f"must be < sms ({obj.sms})")
+        return obj
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The MoE model: expert shapes and the non-MoE layers for the end-to-end estimate."""
+
+    name: str
+    hidden: int                    #: model width (token row = hidden x act_bytes)
+    expert_ffn: int                #: intermediate size of one routed expert (SwiGLU)
+    experts: int                   #: routed experts per MoE layer
+    topk: int                      #: experts per token
+    layers: int                    #: transformer layers
+    dense_layers: int              #: layers with a dense FFN instead of an MoE block
+    dense_ffn: int                 #: intermediate size of the dense FFN (0 if none)
+    shared_experts: int            #: shared experts applied to every token (computed locally)
+    shared_expert_ffn: int         #: intermediate size of one shared expert
+    attn_params: int               #: weights of one attention block (projections)
+    attn_heads: int                #: query heads
+    attn_qk_head_dim: int          #: per-head q.k dimension
+    attn_v_head_dim: int           #: per-head value dimension
+    act_bytes: int                 #: bytes per activation element (bf16 = 2)
+    weight_bytes: int              #: bytes per weight element
+    hub_config: str                #: hub config (config/hub) whose lanes/chunk/clock/tags/tile are used
+    description: str = ""
+
+    @property
+    def row_bytes(self) -> int:
+        return self.hidden * self.act_bytes
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers
+
+    def replace(self, **changes) -> "ModelConfig":
+        return ModelConfig.from_dict({**dataclasses.asdict(self), **changes},
+                                     prefix=f"model[{self.name}]")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], prefix: str = "model") -> "ModelConfig":
+        obj = cls(**_check_types(cls, prefix, raw))
+        _positive(obj, prefix, ("hidden", "expert_ffn", "experts", "topk", "layers",
+                                "attn_params", "attn_heads", "attn_qk_head_dim",
+                                "attn_v_head_dim", "act_bytes", "weight_bytes"))
+        _positive(obj, prefix, ("dense_layers", "dense_ffn", "shared_experts",
+                                "shared_expert_ffn"), allow_zero=True)
+        _require(obj.topk <= obj.experts, f"{prefix}.topk", obj.topk,
+                 f"must be <= experts ({obj.experts})")
+        _require(obj.dense_layers < obj.layers, f"{prefix}.dense_layers", obj.dense_layers,
+                 f"must be < layers ({obj.layers})")
+        _require(obj.dense_layers == 0 or obj.dense_ffn > 0, f"{prefix}.dense_ffn",
+                 obj.dense_ffn, "must be > 0 when dense_layers > 0")
+        _require(obj.shared_experts == 0 or obj.shared_expert_ffn > 0,
+                 f"{prefix}.shared_expert_ffn", obj.shared_expert_ffn,
+                 "must be > 0 when shared_experts > 0")
+        return obj
+
+
+ROUTINGS = ("uniform", "skewed", "trace")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Tokens per GPU and how they are routed."""
+
+    name: str
+    tokens_per_gpu: int            #: tokens each GPU routes in one layer (batch x sequence)
+    routing: str                   #: uniform | skewed | trace
+    seed: int
+    skewness: float = 1.0          #: target tokens(most loaded expert) / mean (routing: skewed)
+    trace_path: str = ""           #: .npy/.txt/.csv of expert ids, one row of top-k per token
+    seq_len: int = 4096            #: sequence length for the attention roofline
+    description: str = ""
+
+    def replace(self, **changes) -> "WorkloadConfig":
+        return WorkloadConfig.from_dict({**dataclasses.asdict(self), **changes},
+                                        prefix=f"workload[{self.name}]")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], prefix: str = "workload") -> "WorkloadConfig":
+        obj = cls(**_check_types(cls, prefix, raw))
+        _require(obj.tokens_per_gpu >= 1, f"{prefix}.tokens_per_gpu", obj.tokens_per_gpu,
+                 "must be >= 1")
+        _require(obj.routing in ROUTINGS, f"{prefix}.routing", obj.routing,
+                 f"must be one of {', '.join(ROUTINGS)}")
+        _require(obj.skewness >= 1.0, f"{prefix}.skewness", obj.skewness,
+                 "must be >= 1 (1 = perfectly balanced)")
+        _require(obj.routing != "trace" or obj.trace_path, f"{prefix}.trace_path",
+                 obj.trace_path, "a trace file is required when routing = trace")
+        _require(obj.seq_len >= 1, f"{prefix}.seq_len", obj.seq_len, "must be >= 1")
+        _require(obj.seed >= 0, f"{prefix}.seed", obj.seed, "must be >= 0")
+        return obj
+
+
+def _load(kind: str, cls, name_or_path: str):
+    path = resolve_config_path(kind, name_or_path)
+    if not path.exists():
+        raise ConfigError(f"{kind} config {name_or_path!r} not found (known: "
+                          f"{', '.join(available(kind))})")
+    data = _load_yaml(path)
+    data.setdefault("name", path.stem)
+    return cls.from_dict(data, prefix=f"{kind}[{path.stem}]")
+
+
+def load_system_config(name_or_path: str) -> SystemConfig:
+    return _load("system", SystemConfig, name_or_path)
+
+
+def load_model_config(name_or_path: str) -> ModelConfig:
+    return _load("model", ModelConfig, name_or_path)
+
+
+def load_workload_config(name_or_path: str) -> WorkloadConfig:
+    return _load("workload", WorkloadConfig, name_or_path)

@@ -1,0 +1,217 @@
+"""Fluid model of the GPU interconnect: per-GPU egress and ingress ports shared by flows.
+
+A *flow* carries bytes from one GPU to another through two or three *ports* (the source's egress
+port and the destination's ingress port of the link it uses: NVLink/PCIe inside a node, the
+NIC between nodes, or a local-copy port for a GPU's rows to itself). Bytes enter a flow by
+*injections*: an impulse (``inject``: B bytes become sendable at time t, e.g. a finished
+GEMM tile) or a uniform rate over an interval (``inject_rate``: rows issued by SMs at a
+bounded rate). A flow may also carry a static rate cap (the tag/credit window).
+
+At every instant the port bandwidth is shared max-min fairly (progressive filling) among
+the flows that have bytes waiting; a flow whose queue is empty is limited to the rate its
+bytes arrive at. Between events (an injection starts or ends, a queue drains) all rates are
+constant, so the simulation is exact and event driven: a lone transfer of B bytes started at
+t takes exactly B / bandwidth, and arrives ``latency`` later.
+
+Units: time in microseconds, sizes in bytes, rates in bytes per microsecond
+(1 GB/s = 1000 B/us).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GBps = 1000.0  #: bytes per microsecond in one GB/s
+_EPS_B = 1e-6  #: bytes treated as zero
+
+
+@dataclass
+class FlowCurve:
+    """Cumulative bytes that left the source of one flow, as a piecewise-linear curve."""
+    t: np.ndarray        #: breakpoint times (us), increasing
+    b: np.ndarray        #: cumulative bytes sent at those times, non-decreasing
+    latency_us: float    #: one-way latency added to every byte
+
+    def depart(self, x) -> np.ndarray:
+        """Earliest time the x-th byte (cumulative) has left the source."""
+        x = np.asarray(x, dtype=float)
+        b, t = self.b, self.t
+        if len(b) == 0:
+            return np.full_like(x, np.nan)
+        x = np.minimum(x, b[-1])
+        i = np.searchsorted(b, x - 1e-9, side="left")
+        i = np.clip(i, 1, len(b) - 1) if len(b) > 1 else np.zeros_like(i)
+        if len(b) == 1:
+            return np.full_like(x, t[0])
+        b0, b1, t0, t1 = b[i - 1], b[i], t[i - 1], t[i]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(b1 > b0, (x - b0) / (b1 - b0), 1.0)
+        return t0 + np.clip(frac, 0.0, 1.0) * (t1 - t0)
+
+    def arrive(self, x) -> np.ndarray:
+        """Time the x-th byte (cumulative) has arrived at the destination."""
+        return self.depart(x) + self.latency_us
+
+    @property
+    def end(self) -> float:
+        """Time the last byte arrives (latency included)."""
+        return float(self.t[-1]) + self.latency_us if len(self.t) else float("nan")
+
+
+@dataclass
+class _Flow:
+    p0: int
+    p1: int
+    p2: int
+    latency_us: float
+    cap: float = np.inf
+    impulses: list = field(default_factory=list)   # (t, bytes)
+    segments: list = field(default_factory=list)   # (t0, t1, rate)
+
+
+class FluidNetwork:
+    """Ports with capacities (bytes/us) and flows between them; see the module docstring."""
+
+    def __init__(self, port_caps: np.ndarray | list):
+        # the last port is a sink with infinite capacity (flows that use only one port)
+        self.caps = np.append(np.asarray(port_caps, dtype=float), np.inf)
+        self.NONE = len(self.caps) - 1
+        self.flows: list[_Flow] = []
+
+    def add_flow(self, p0: int, p1: int | None, latency_us: float, cap: float = np.inf,
+                 p2: int | None = None) -> int:
+        """A flow through ports p0, p1 (and p2); ``cap`` bounds its rate (bytes/us)."""
+        none = self.NONE
+        self.flows.append(_Flow(p0, none if p1 is None else p1, none if p2 is None else p2,
+                                latency_us, cap))
+        return len(self.flows) - 1
+
+    def inject(self, flow: int, t: float, nbytes: float) -> None:
+        if nbytes > 0:
+            self.flows[flow].impulses.append((float(t), float(nbytes)))
+
+    def inject_rate(self, flow: int, t0: float, t1: float, nbytes: float) -> None:
+        """``nbytes`` become sendable uniformly over [t0, t1] (an impulse if t1 <= t0)."""
+        if nbytes <= 0:
+            return
+        if t1 <= t0:
+            self.inject(flow, t0, nbytes)
+        else:
+            self.flows[flow].segments.append((float(t0), float(t1), nbytes / (t1 - t0)))
+
+    # ------------------------------------------------------------------ rates
+    def _fair_rates(self, want: np.ndarray, caps: np.ndarray) -> np.ndarray:
+        """Max-min fair rates by progressive filling. ``want``: flows asking for bandwidth;
+        ``caps``: per-flow upper bounds (inf = link limited)."""
+        n = len(want)
+        rate = np.zeros(n)
+        live = want.copy()
+        rem = self.caps.copy()
+        P = len(rem)
+        while live.any():
+            idx = np.nonzero(live)[0]
+            cnt = np.bincount(self.p0[idx], minlength=P) + np.bincount(self.p1[idx], minlength=P) \
+                + np.bincount(self.p2[idx], minlength=P)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(cnt > 0, rem / np.maximum(cnt, 1), np.inf)
+            inc = np.minimum(np.minimum(share[self.p0[idx]], share[self.p1[idx]]),
+                             np.minimum(share[self.p2[idx]], caps[idx] - rate[idx]))
+            d = float(inc.min())
+            if not np.isfinite(d):
+                raise ValueError("a flow has no finite bandwidth limit")
+            d = max(d, 0.0)
+            rate[idx] += d
+            np.subtract.at(rem, self.p0[idx], d)
+            np.subtract.at(rem, self.p1[idx], d)
+            np.subtract.at(rem, self.p2[idx], d)
+            rem[self.NONE] = np.inf
+            sat = np.isfinite(self.caps) & (rem <= 1e-9 * np.maximum(self.caps, 1.0))
+            done = sat[self.p0[idx]] | sat[self.p1[idx]] | sat[self.p2[idx]] \
+                | (rate[idx] >= caps[idx] - 1e-12)
+            live[idx[done]] = False
+        return rate
+
+    # ------------------------------------------------------------------ simulation
+    def run(self) -> list[FlowCurve]:
+        """Simulate until every injected byte has been sent; one curve per flow."""
+        F = len(self.flows)
+        if F == 0:
+            return []
+        self.p0 = np.array([f.p0 for f in self.flows])
+        self.p1 = np.array([f.p1 for f in self.flows])
+        self.p2 = np.array([f.p2 for f in self.flows])
+        static_cap = np.array([f.cap for f in self.flows], dtype=float)
+        events: list = []   # (time, kind, flow, value)  kind 0 impulse, 1 seg start, 2 seg end
+        for i, f in enumerate(self.flows):
+            for t, b in f.impulses:
+                events.append((t, 0, i, b))
+            for t0, t1, r in f.segments:
+                events.append((t0, 1, i, r))
+                events.append((t1, 2, i, r))
+        heapq.heapify(events)
+        backlog = np.zeros(F)
+        inrate = np.zeros(F)
+        sent = np.zeros(F)
+        rate = np.zeros(F)
+        curves_t: list[list] = [[] for _ in range(F)]
+        curves_b: list[list] = [[] for _ in range(F)]
+        t = events[0][0] if events else 0.0
+        pending = np.zeros(F)  # bytes still to be injected by open segments
+        while True:
+            while events and events[0][0] <= t + 1e-12:
+                _, kind, i, v = heapq.heappop(events)
+                if kind == 0:
+                    backlog[i] += v
+                elif kind == 1:
+                    inrate[i] += v
+                else:
+                    inrate[i] -= v
+                    if abs(inrate[i]) < 1e-9:
+                        inrate[i] = 0.0
+            active = (backlog > _EPS_B) | (inrate > 0)
+            if not active.any() and not events:
+                break
+            caps = np.where(backlog > _EPS_B, static_cap, np.minimum(static_cap, inrate))
+            new_rate = self._fair_rates(active & (caps > 0), caps)
+            changed = np.nonzero(np.abs(new_rate - rate) > 1e-12)[0]
+            for i in changed:
+                curves_t[i].append(t)
+                curves_b[i].append(sent[i])
+            rate = new_rate
+            # next event: an injection boundary or a queue draining
+            t_next = events[0][0] if events else np.inf
+            net = rate - inrate
+            drain = (backlog > _EPS_B) & (net > 1e-12)
+            if drain.any():
+                t_next = min(t_next, t + float((backlog[drain] / net[drain]).min()))
+            if not np.isfinite(t_next):
+                # nothing will ever change: rates are zero with a backlog (no capacity)
+                if (backlog > _EPS_B).any():
+                    raise ValueError("flows with a backlog but no bandwidth")
+                break
+            dt = t_next - t
+            sent += rate * dt
+            backlog += (inrate - rate) * dt
+            backlog[np.abs(backlog) < _EPS_B] = 0.0
+            backlog = np.maximum(backlog, 0.0)
+            t = t_next
+        for i in range(F):
+            curves_t[i].append(t)
+            curves_b[i].append(sent[i])
+        out = []
+        for i, f in enumerate(self.flows):
+            ct, cb = np.array(curves_t[i]), np.array(curves_b[i])
+            # trim the flat tail after the last byte, keep the first time the total is reached
+            if len(cb):
+                last = int(np.searchsorted(cb, cb[-1] - 1e-9, side="left"))
+                ct, cb = ct[:last + 1], cb[:last + 1]
+            out.append(FlowCurve(ct, cb, f.latency_us))
+        return out
+
+
+def flow_wire_bytes(payload: np.ndarray | float, max_payload: int, header: int):
+    """Bytes on the wire for ``payload`` bytes sent as packets of at most ``max_payload``."""
+    payload = np.asarray(payload, dtype=float)
+    return payload + np.ceil(payload / max_payload) * header

@@ -1,0 +1,137 @@
+"""MoE routing workloads: per-token top-k expert choices for every GPU, from a seed.
+
+* ``uniform``: each token picks k distinct experts uniformly at random.
+* ``skewed``: experts get popularities p_e proportional to rank^-alpha (Zipf-like, ranks
+  shuffled by the seed so the hot expert can sit on any GPU); each token draws k distinct
+  experts with probability proportional to p (Gumbel top-k = sampling without replacement).
+  alpha is found by bisection so that the expected skewness (tokens of the most loaded
+  expert / mean, MoE-GPS's definition) matches the target.
+* ``trace``: a file of expert ids, one line (row) of k ids per token (.npy, or text with
+  comma/space separated ids); tokens are dealt to GPUs in order, GPU g taking tokens
+  g*T .. g*T+T-1, and the trace is repeated if it is shorter than G x T tokens.
+
+Everything is reproducible from ``workload.seed``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config.schema import ConfigError
+from ..config.cosim_schema import ModelConfig, WorkloadConfig
+
+
+@dataclass
+class Routing:
+    """experts[g, t, j]: the j-th expert (0..E-1) chosen by token t of GPU g."""
+    experts: np.ndarray
+    num_experts: int
+
+    @property
+    def gpus(self) -> int:
+        return self.experts.shape[0]
+
+    @property
+    def tokens(self) -> int:
+        return self.experts.shape[1]
+
+    @property
+    def topk(self) -> int:
+        return self.experts.shape[2]
+
+    def load(self) -> np.ndarray:
+        """Rows routed to each expert (all GPUs)."""
+        return np.bincount(self.experts.ravel(), minlength=self.num_experts)
+
+    def skewness(self) -> float:
+        load = self.load()
+        return float(load.max() / load.mean())
+
+
+def _topk_gumbel(rng, logp: np.ndarray, n: int, k: int, chunk: int = 4096) -> np.ndarray:
+    """n draws of k distinct experts, without replacement, with probability ~ exp(logp)."""
+    E = len(logp)
+    out = np.empty((n, k), dtype=np.int32)
+    for s in range(0, n, chunk):
+        m = min(chunk, n - s)
+        g = rng.gumbel(size=(m, E)).astype(np.float32) + logp.astype(np.float32)
+        if k < E:
+            idx = np.argpartition(-g, k - 1, axis=1)[:, :k]
+        else:
+            idx = np.tile(np.arange(E), (m, 1))
+        # order the k picks by score (the router's top-k order)
+        order = np.argsort(-np.take_along_axis(g, idx, axis=1), axis=1)
+        out[s:s + m] = np.take_along_axis(idx, order, axis=1)
+    return out
+
+
+def _expected_skew(alpha: float, E: int, k: int, seed: int) -> float:
+    """Skewness of a large sample drawn with popularity rank^-alpha (fixed sample seed)."""
+    rng = np.random.default_rng(seed)
+    logp = -alpha * np.log(np.arange(1, E + 1))
+    n = max(4096, 64 * E // k)
+    picks = _topk_gumbel(rng, logp, n, k)
+    load = np.bincount(picks.ravel(), minlength=E)
+    return float(load.max() / load.mean())
+
+
+def skew_alpha(target: float, E: int, k: int, seed: int = 12345) -> float:
+    """Zipf exponent whose routing has the target skewness (bisection)."""
+    if target <= 1.0:
+        return 0.0
+    lo, hi = 0.0, 8.0
+    if _expected_skew(hi, E, k, seed) < target:
+        raise ConfigError(f"workload.skewness = {target!r}: unreachable with {E} experts and "
+                          f"top-{k} (at most {E / k:.2f} when every token picks the hot expert)")
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        if _expected_skew(mid, E, k, seed) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-3:
+            break
+    return 0.5 * (lo + hi)
+
+
+def load_trace(path: str, k: int, E: int) -> np.ndarray:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"workload.trace_path = {path!r}: file does not exist")
+    if p.suffix == ".npy":
+        arr = np.load(p)
+    else:
+        rows = [line.replace(",", " ").split() for line in p.read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+        try:
+            arr = np.array([[int(x) for x in r] for r in rows])
+        except ValueError:
+            raise ConfigError(f"workload.trace_path = {path!r}: expected integer expert ids") from None
+    if arr.ndim != 2 or arr.shape[1] != k or arr.shape[0] == 0:
+        raise ConfigError(f"workload.trace_path = {path!r}: expected rows of top-{k} expert ids, "
+                          f"got shape {arr.shape}")
+    if arr.min() < 0 or arr.max() >= E:
+        raise ConfigError(f"workload.trace_path = {path!r}: expert ids must lie in 0..{E - 1}")
+    if any(len(set(r)) != k for r in arr[: min(len(arr), 10000)].tolist()):
+        raise ConfigError(f"workload.trace_path = {path!r}: a token lists the same expert twice")
+    return arr.astype(np.int32)
+
+
+def make_routing(model: ModelConfig, workload: WorkloadConfig, gpus: int) -> Routing:
+    """Routing of ``workload.tokens_per_gpu`` tokens on each of ``gpus`` GPUs."""
+    E, k, T = model.experts, model.topk, workload.tokens_per_gpu
+    n = gpus * T
+    rng = np.random.default_rng(workload.seed)
+    if workload.routing == "uniform":
+        picks = _topk_gumbel(rng, np.zeros(E), n, k)
+    elif workload.routing == "skewed":
+        alpha = skew_alpha(workload.skewness, E, k)
+        logp = -alpha * np.log(np.arange(1, E + 1))
+        logp = logp[rng.permutation(E)]  # hot experts land on random GPUs
+        picks = _topk_gumbel(rng, logp, n, k)
+    else:
+        arr = load_trace(workload.trace_path, k, E)
+        picks = arr[np.arange(n) % len(arr)]
+    return Routing(picks.reshape(gpus, T, k), E)

@@ -1,0 +1,277 @@
+"""ASIC flow: Yosys (Debian 0.23) onto the OSU 0.18 um library, then OpenSTA.
+
+Mapping follows TOOLCHAIN.md: plain ``abc -liberty`` leaves high-fan-out nets on X1
+gates and reads about 3x too slow, so ABC runs a script that maps for delay (``&nf``)
+and then buffers and sizes (``buffer -p; upsize; dnsize``) against the clock target.
+Large arrays become SRAM macro black boxes (:mod:`moehub.synth.sram`), the rest flops.
+The hierarchy is kept so that area and timing can be reported per module; a flattened
+copy of the netlist (``netlist_sim.v``, top ``moehub``, RTL port names) is written for
+gate-level simulation.
+
+Timing: every module is linked as its own top in OpenSTA with the clock on ``clk`` and
+ideal (zero-delay) input and output ports, so a module's figure is its worst internal
+path; the ``moehub`` figure is the whole hub, paths between modules included.
+fmax = 1 / (period - worst slack) (OpenSTA 2.0.17 has no report_clock_min_period).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import sram, tools
+from .verilog import MemoryArray, TOP
+
+#: net load and driver ABC assumes on module ports while sizing
+ABC_CONSTR = "set_driving_cell BUFX2\nset_load 0.02\n"
+
+
+def abc_script(delay_ps: float) -> str:
+    """Delay-oriented mapping, then buffering and gate sizing (TOOLCHAIN.md pitfall 6)."""
+    d = f"-D {int(delay_ps)}"
+    return ("strash; &get -n; &fraig -x; &put; dc2; strash; &get -n; &dch -f; "
+            f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n")
+
+
+def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool) -> str:
+    lines = [f"read_verilog {TOP}.v"]
+    if has_macros:
+        lines.append("read_verilog -lib sram_bb.v")
+    lines += [
+        f"hierarchy -check -top {TOP}",
+        "proc",
+        # array bits per module, counted before any mapping (TOOLCHAIN.md pitfall 7)
+        "tee -q -o stat_rtl.json stat -json",
+        f"synth -top {TOP} -run :fine",
+    ]
+    if has_macros:
+        sel = " ".join(f"{m.module}/{m.name}" for m in macros)
+        lines += ["memory_libmap -lib sram.memlib " + sel,
+                  "techmap -map sram_map.v t:$__MOEHUB_SRAM_*"]
+    lines += [
+        f"synth -top {TOP} -run fine:check -noabc",
+        f"dfflibmap -liberty {lib}",
+        f"abc -liberty {lib} -constr abc.constr -script abc.script",
+        "setundef -zero",
+        "opt_clean -purge",
+        f"tee -q -o stat.json stat -json -liberty {lib}",
+        f"tee -q -o stat.txt stat -liberty {lib}",
+        # OpenSTA 2.0.17 cannot parse concatenations on the left of an assign
+        "write_verilog -noattr -noexpr -simple-lhs netlist.v",
+        "flatten",
+        "opt_clean -purge",
+        "write_verilog -noattr -noexpr -simple-lhs netlist_sim.v",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def sequential_cells(lib_text: str) -> set[str]:
+    """Cells of a Liberty file that hold state (an ``ff`` or ``latch`` group)."""
+    out, cur = set(), None
+    for line in lib_text.splitlines():
+        m = re.match(r"\s*cell\s*\(\s*\"?(\w+)\"?\s*\)", line)
+        if m:
+            cur = m.group(1)
+        elif cur and re.match(r"\s*(ff|latch)\s*\(", line):
+            out.add(cur)
+    return out
+
+
+@dataclass
+class ModuleArea:
+    module: str
+    cells: int
+    flops: int
+    area_um2: float
+    macros: dict = field(default_factory=dict)   # macro cell -> instances
+    memory_bits: int = 0                          # array bits of the RTL (before mapping)
+
+
+def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -> dict[str, ModuleArea]:
+    """Per-module cells, flops and area; the totals of the hierarchy under ``TOP``."""
+    counts = json.loads(stat_json.read_text())["modules"]
+    rtl = json.loads(stat_rtl.read_text())["modules"]
+    text = stat_txt.read_text()
+    areas = {m: float(a) for m, a in re.findall(r"Chip area for module '\\?(\S+?)':\s*([\d.]+)", text)}
+    top_area = re.search(r"Chip area for top module '\\?\S+?':\s*([\d.]+)", text)
+    mods = {}
+    for name, d in counts.items():
+        name = name.lstrip("\\")
+        by_type = d["num_cells_by_type"]
+        submods = {t for t in by_type if t.lstrip("\\") in {n.lstrip("\\") for n in counts}}
+        macros = {t: n for t, n in by_type.items() if t.startswith("moehub_sram_")}
+        cells = sum(n for t, n in by_type.items() if t not in submods and t not in macros)
+        flops = sum(n for t, n in by_type.items() if t in seq)
+        mem = rtl.get("\\" + name, rtl.get(name, {})).get("num_memory_bits", 0)
+        mods[name] = ModuleArea(name, cells, flops, areas.get(name, 0.0), macros, mem)
+    # whole hierarchy (one instance of each submodule, as in hub.py)
+    top = mods[TOP]
+    total = ModuleArea(TOP, top.cells, top.flops, float(top_area.group(1)) if top_area else top.area_um2,
+                       dict(top.macros), top.memory_bits)
+    for name, mod in mods.items():
+        if name == TOP:
+            continue
+        total.cells += mod.cells
+        total.flops += mod.flops
+        total.memory_bits += mod.memory_bits
+        for t, n in mod.macros.items():
+            total.macros[t] = total.macros.get(t, 0) + n
+    if not top_area:
+        total.area_um2 = sum(m.area_um2 for m in mods.values())
+    mods["__total__"] = total
+    return mods
+
+
+# ------------------------------------------------------------------ OpenSTA
+def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], period_ns: float) -> str:
+    lines = [f"read_liberty {lib}"]
+    if sram_lib:
+        lines.append(f"read_liberty {sram_lib}")
+    for mod in modules:
+        lines += [
+            f'puts "@@@ MODULE {mod}"',
+            "read_verilog netlist.v",      # linking consumes the Verilog modules: read per top
+            f"link_design {mod}",
+            f"create_clock -name clk -period {period_ns} [get_ports clk]",
+            "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
+            "set_output_delay 0 -clock clk [all_outputs]",
+            "report_checks -path_delay max -digits 4",
+            "report_wns -digits 4",
+            "report_tns -digits 4",
+        ]
+    return "\n".join(lines + ["exit", ""])
+
+
+@dataclass
+class PathTiming:
+    module: str
+    period_ns: float
+    slack_ns: float
+    arrival_ns: float
+    launch_ns: float        # clock-to-output of the launching flop or macro (0 from a port)
+    setup_ns: float         # setup of the capturing flop or macro (0 to a port)
+    startpoint: str
+    endpoint: str
+    start_kind: str
+    end_kind: str
+    cells: list             # (instance, cell, delay ns) along the path
+    tns_ns: float = 0.0
+    start_reg: str = ""     # the register (Q net) at each end, when the end is a flop
+    end_reg: str = ""
+
+    @property
+    def min_period_ns(self) -> float:
+        return self.period_ns - self.slack_ns
+
+    @property
+    def fmax_MHz(self) -> float:
+        return 1e3 / self.min_period_ns
+
+    @property
+    def logic_ns(self) -> float:
+        """Combinational part: arrival minus the launch clock-to-output."""
+        return self.arrival_ns - self.launch_ns
+
+
+_PIN_RE = re.compile(r"^\s*(-?[\d.]+)\s+(-?[\d.]+)\s+[\^v]\s+(\S+)\s+\((\S+)\)\s*$")
+
+
+def parse_sta(text: str, period_ns: float) -> dict[str, PathTiming]:
+    out = {}
+    for chunk in text.split("@@@ MODULE ")[1:]:
+        mod = chunk.split(None, 1)[0]
+        sp = re.search(r"^Startpoint:\s*(\S+)\s*\((.*)\)", chunk, re.M)
+        ep = re.search(r"^Endpoint:\s*(\S+)\s*\((.*)\)", chunk, re.M)
+        slack = re.search(r"^\s*(-?[\d.]+)\s+slack", chunk, re.M)
+        arr = re.search(r"^\s*(-?[\d.]+)\s+data arrival time", chunk, re.M)
+        if not (sp and ep and slack and arr):
+            raise RuntimeError(f"OpenSTA: no timed path found for module {mod}")
+        setup = re.search(r"^\s*(-?[\d.]+)\s+(-?[\d.]+)\s+library setup time", chunk, re.M)
+        tns = re.search(r"^tns\s+(-?[\d.]+)", chunk, re.M)
+        body = chunk[sp.start():arr.start()]
+        pins = [(m.group(3), m.group(4), float(m.group(1))) for m in map(_PIN_RE.match, body.splitlines()) if m]
+        launch = 0.0
+        if "input port" not in sp.group(2) and len(pins) >= 2:
+            launch = pins[1][2]          # pins[0] is the clock pin of the launching element
+        cells = [(p.rsplit("/", 1)[0], c, d) for p, c, d in pins[1:]]
+        out[mod] = PathTiming(mod, period_ns, float(slack.group(1)), float(arr.group(1)), launch,
+                              -float(setup.group(1)) if setup else 0.0,
+                              sp.group(1), ep.group(1), sp.group(2), ep.group(2), cells,
+                              float(tns.group(1)) if tns else 0.0)
+    return out
+
+
+def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryArray],
+        fo4_ns: float, period_ns: float, abc_delay_ps: float | None = None) -> dict:
+    """Synthesize and time ``verilog`` (written by :mod:`moehub.synth.verilog`) in ``work``."""
+    lib = tools.osu018_lib()
+    if verilog.resolve() != (work / f"{TOP}.v").resolve():
+        (work / f"{TOP}.v").write_text(verilog.read_text())
+    files = sram.write_files(macros, work, fo4_ns)
+    (work / "abc.script").write_text(abc_script(abc_delay_ps or 1000 * period_ns))
+    (work / "abc.constr").write_text(ABC_CONSTR)
+    (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros)))
+    t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
+                               work / "yosys.stdout", work)
+    seq = sequential_cells(lib.read_text())
+    areas = parse_stat(work / "stat.json", work / "stat.txt", work / "stat_rtl.json", seq)
+    want = {sram.macro_name(m) for m in macros}
+    got = set(areas["__total__"].macros)
+    if want != got:
+        raise RuntimeError(f"SRAM mapping: expected macros {sorted(want)}, netlist has {sorted(got)}; "
+                           f"see {work / 'yosys.log'}")
+    modules = [m for m in areas if m != "__total__"]
+    modules = [TOP] + sorted(m for m in modules if m != TOP)
+    (work / "sta.tcl").write_text(sta_script(lib, Path(files["liberty"].name) if macros else None, modules, period_ns))
+    t_sta = tools.run_logged([tools.sta(), "-no_splash", "-exit", "sta.tcl"], work / "sta.log", work)
+    timing = parse_sta((work / "sta.log").read_text(), period_ns)
+    qnets, children = register_names((work / "netlist.v").read_text(), seq)
+    for mod, t in timing.items():
+        t.start_reg = describe_point(t.startpoint, mod, qnets, children)
+        t.end_reg = describe_point(t.endpoint, mod, qnets, children)
+    return {"areas": areas, "timing": timing, "wall_s": {"yosys": t_yosys, "sta": t_sta},
+            "files": files}
+
+
+# ------------------------------------------------------------------ readable path ends
+_INST_RE = re.compile(r"^\s*(\\?\S+)\s+(\\?\S+)\s*\((.*?)\);", re.M | re.S)
+
+
+def register_names(netlist: str, seq: set[str]) -> tuple[dict, dict]:
+    """(module, flop instance) -> the net its Q drives; (module, instance) -> child module.
+
+    OpenSTA names path ends by instance (``pm/_31217_``); the Q net keeps the RTL
+    register name (``inflight[3]``), which is what a designer can act on.
+    """
+    qnets, children = {}, {}
+    mods = re.split(r"^module\s+", netlist, flags=re.M)[1:]
+    for body in mods:
+        mod = body.split("(", 1)[0].strip().lstrip("\\")
+        body = body.split("endmodule", 1)[0]
+        for m in _INST_RE.finditer(body):
+            cell, inst, conns = m.group(1).lstrip("\\"), m.group(2).lstrip("\\"), m.group(3)
+            if cell.startswith("moehub_sram_"):
+                qnets[(mod, inst)] = f"{inst} (SRAM {cell})"
+            elif cell in seq:
+                q = re.search(r"\.(?:Q|RD)\((.*?)\)\s*(?:,|$)", conns, re.S)
+                if q:
+                    qnets[(mod, inst)] = re.sub(r"\s+", "", q.group(1)).lstrip("\\")
+            elif cell.startswith(TOP):
+                children[(mod, inst)] = cell
+    return qnets, children
+
+
+def describe_point(point: str, top: str, qnets: dict, children: dict) -> str:
+    """``pm/_31217_/D`` -> ``pm/inflight[3]`` (the register), else the point itself."""
+    parts = point.split("/")
+    mod, path = top, []
+    for inst in parts[:-1]:
+        child = children.get((mod, inst))
+        if child is None:
+            name = qnets.get((mod, inst))
+            return "/".join(path + [name]) if name else point
+        path.append(inst)
+        mod = child
+    name = qnets.get((mod, parts[-1]))
+    return "/".join(path + [name]) if name else point
