@@ -130,23 +130,58 @@ class GpuModel:
 
 
 class ExpertQueue:
-    """The list scheduler described in the module docstring."""
+    """The list scheduler described in the module docstring.
 
-    def __init__(self, gpu: GpuModel, start: float, share_at):
+    When the GPU is free it runs, as one batch, the ready rows of every expert that is
+    *runnable*: its ready rows make its GEMM compute bound (``compute_bound``), or no more
+    rows will come for it (``complete_at[expert]``: when the kernel can know its rows are all
+    in -- a precomputed layout knows the counts, the hub says so with its done word). An
+    expert with only a few early rows waits: run alone they would stream its whole weights,
+    which its later rows would then read again. If nothing is runnable the GPU waits for
+    the next arrival.
+    """
+
+    def __init__(self, gpu: GpuModel, start: float, share_at, complete_at: dict | None = None):
         self.gpu, self.start, self.share_at = gpu, start, share_at
+        self.complete_at = complete_at
+
+    def _min_rows(self, ffn: int, share: float) -> float:
+        """Rows at which an expert's GEMM does as much compute time as weight reading."""
+        g = self.gpu
+        m = g.model
+        t_w = 3.0 * m.hidden * ffn * m.weight_bytes / g.hbm
+        return t_w * g.peak * g.sys.software.gemm_eff_max * share / (6.0 * m.hidden * ffn)
 
     def run(self, items: list) -> list:
         items = sorted(items, key=lambda it: it.ready)
-        ready = np.array([it.ready for it in items])
+        complete_at = dict(self.complete_at or {})
+        for it in items:
+            complete_at[it.expert] = max(complete_at.get(it.expert, it.ready), it.ready)
         batches = []
-        t = self.start
-        i, n = 0, len(items)
-        while i < n:
-            t = max(t, items[i].ready)
-            j = int(np.searchsorted(ready, t, side="right"))
-            group = items[i:j]
-            d = self.gpu.expert_batch_us(group, self.share_at(t))
+        waiting: dict = {}      # expert -> ready items not yet run
+        rows: dict = {}
+        t, ptr, n = self.start, 0, len(items)
+        while ptr < n or waiting:
+            if not waiting:
+                t = max(t, items[ptr].ready)
+            while ptr < n and items[ptr].ready <= t:
+                it = items[ptr]
+                waiting.setdefault(it.expert, []).append(it)
+                rows[it.expert] = rows.get(it.expert, 0) + it.padded_rows
+                ptr += 1
+            share = self.share_at(t)
+            run = [e for e, its in waiting.items()
+                   if complete_at[e] <= t or rows[e] >= self._min_rows(its[0].ffn, share)]
+            if not run:
+                later = [complete_at[e] for e in waiting if complete_at[e] > t]
+                if ptr < n:
+                    later.append(items[ptr].ready)
+                t = min(later)
+                continue
+            group = [it for e in run for it in waiting.pop(e)]
+            for e in run:
+                rows.pop(e)
+            d = self.gpu.expert_batch_us(group, share)
             batches.append(Batch(t, t + d, group))
             t += d
-            i = j
         return batches

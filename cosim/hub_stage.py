@@ -138,8 +138,13 @@ class _Annotator:
         self.credits: list = []
         self.alloc: dict = {}
         self.done_cycle = -1
+        self.prev_cycle = 0
 
     def apply(self, model: HubModel, fx, pkt: Packet, cycle: int, n_flags_before: int):
+        flagged = model.tiles_flagged[n_flags_before:]
+        if any(w.kind == CtlKind.COUNT for w in fx.ctl):
+            # the layer finished at the end of the previous cycle; its sweep ran first
+            self._sweep(fx.ctl, flagged, self.prev_cycle)
         if fx.opened is not None:
             s = max(cycle, self.ctl_free)
             self.ctl_free = s + 1
@@ -150,20 +155,28 @@ class _Annotator:
             self.credits.append((pkt.src, pkt.tag, s))
             if fx.tile_ready is not None:
                 self.tile_ready[fx.tile_ready] = s + FLAG_DELAY
-        flagged = model.tiles_flagged
-        extra = flagged[n_flags_before + (1 if fx.tile_ready is not None else 0):]
-        if model.done and self.done_cycle < 0:
-            # end-of-layer sweep: counts, last partial tiles' flags, done -- one word a cycle
-            kinds = [w.kind for w in fx.ctl]
-            first = kinds.index(CtlKind.COUNT) if CtlKind.COUNT in kinds else len(kinds)
-            sweep = fx.ctl[first:]
-            s = max(cycle, self.ctl_free) + FLAG_DELAY
-            k = 0
-            for i, w in enumerate(sweep):
-                if w.kind == CtlKind.FLAG and k < len(extra):
-                    self.tile_ready[extra[k]] = s + i
-                    k += 1
-            self.done_cycle = s + max(len(sweep) - 1, 0)
+        self.prev_cycle = cycle
+
+    def finish(self, model: HubModel, n_flags_before: int):
+        """After the last packet: end the last cycle; a finished layer sweeps."""
+        out = model.end()
+        if any(w.kind == CtlKind.COUNT for w in out):
+            self._sweep(out, model.tiles_flagged[n_flags_before:], self.prev_cycle)
+
+    def _sweep(self, ctl: list, flagged: list, cycle: int):
+        """End-of-layer sweep: counts, last partial tiles' flags, done -- one word a cycle."""
+        kinds = [w.kind for w in ctl]
+        sweep = ctl[kinds.index(CtlKind.COUNT):]
+        sweep_flags = flagged[:sum(w.kind == CtlKind.FLAG for w in sweep)]
+        s = max(cycle, self.ctl_free) + FLAG_DELAY
+        k = 0
+        for i, w in enumerate(sweep):
+            if w.kind == CtlKind.FLAG:
+                self.tile_ready[sweep_flags[k]] = s + i
+                k += 1
+            if w.kind == CtlKind.DONE:
+                self.done_cycle = s + i
+                break
 
 
 def _setup(cfg: HubConfig, caps) -> HubModel:
@@ -200,6 +213,7 @@ def run_hub_reference(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:
         fx = model.packet(pkt, lane=lane, cycle=cycle)
         ann.apply(model, fx, pkt, cycle, nf)
         n += 1
+    ann.finish(model, len(model.tiles_flagged))
     return _result(model, ann, n)
 
 
@@ -239,6 +253,7 @@ def run_hub_fast(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:
         if r < n and k == 0 and cpr > 2:
             model.middle(src[r], tag[r])
         ann.apply(model, fx, pkt, c, nf)
+    ann.finish(model, len(model.tiles_flagged))
     packets = n * cpr + len(arrivals.eos)
     return _result(model, ann, packets)
 
