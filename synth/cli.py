@@ -1,0 +1,91 @@
+"""``moehub synth`` and ``moehub synth-sweep`` sub-commands (registered by scripts/cli.py)."""
+from __future__ import annotations
+
+import sys
+
+from . import flow, sram
+
+
+def _data_bits(text: str):
+    if text in ("chunk", "config"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise SystemExit(f"moehub synth: --data-bits = {text!r}: expected 'chunk', 'config' or an integer")
+    if value < 1:
+        raise SystemExit(f"moehub synth: --data-bits = {value}: must be >= 1")
+    return value
+
+
+def cmd_synth(args) -> int:
+    from .tools import ToolMissing
+    kw = {}
+    if args.target == "asic":
+        kw = {"period_ns": args.clock_ns, "sram_min_bits": args.sram_min_bits,
+              "sram_min_depth": args.sram_min_depth}
+    else:
+        kw = {"target_MHz": args.fpga_MHz}
+    status = 0
+    for name in args.config:
+        try:
+            sec = flow.run(name, args.target, out=args.out if len(args.config) == 1 else None,
+                           data_bits=_data_bits(args.data_bits), **kw)
+        except ToolMissing as e:
+            print(f"moehub synth: {args.target} flow unavailable: {e}", file=sys.stderr)
+            return 3
+        except RuntimeError as e:
+            print(f"moehub synth: {name}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        out = args.out if (args.out and len(args.config) == 1) else flow.BUILD / flow.load_hub_config(name).name
+        if args.target == "asic":
+            top = sec["modules"]["top"]
+            n5 = top["n5"]
+            lr = sec["line_rate"]["at_h100_clock"]
+            print(f"{name}: {top['area_um2'] / 1e6:.2f} mm2 OSU018 ({top['gate_equivalents']:.0f} GE, "
+                  f"{top['sram_bits']} SRAM bits) -> N5 {n5['total_mm2']['nominal']:.4f} mm2 "
+                  f"({n5['h100_pct']['nominal']:.4f} % of H100); fmax {top['fmax_MHz']:.0f} MHz, "
+                  f"{top['fo4']:.1f} FO4 ({top['path']['from']} -> {top['path']['to']}); "
+                  f"line rate at 1.98 GHz: {'PASS' if lr['pass'] else 'FAIL'}; report {out}/report.md")
+        else:
+            print(f"{name}: ECP5 {sec['luts']} LUT4, {sec['flops']} FF, {sec['brams']} DP16KD, "
+                  f"fmax {sec['fmax_MHz']:.1f} MHz; report {out}/report.md")
+    return status
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweeps
+    return run_sweeps(args.base, args.sweep or None, jobs=args.jobs, data_bits=args.data_bits,
+                      period_ns=args.clock_ns, out=args.out)
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("synth", help="synthesise the hub: area, timing, N5 projection, line-rate verdict "
+                       "(build/synth/<config>/report.md)")
+    s.add_argument("--config", action="append", required=True,
+                   help="hub config name or YAML path (repeatable)")
+    s.add_argument("--target", choices=flow.TARGETS, default="asic",
+                   help="asic: Yosys + OSU018 + OpenSTA (default); ecp5: Yosys + nextpnr-ecp5")
+    s.add_argument("--data-bits", default="chunk",
+                   help="datapath width: 'chunk' = 8 x chunk_bytes (default), 'config', or a number")
+    s.add_argument("--clock-ns", type=float, default=flow.DEFAULT_PERIOD_NS,
+                   help=f"ASIC clock constraint and ABC delay target (default {flow.DEFAULT_PERIOD_NS} ns)")
+    s.add_argument("--sram-min-bits", type=int, default=sram.SRAM_MIN_BITS,
+                   help=f"arrays with at least this many bits become SRAM macros (default {sram.SRAM_MIN_BITS})")
+    s.add_argument("--sram-min-depth", type=int, default=sram.SRAM_MIN_DEPTH,
+                   help=f"... and at least this many words (default {sram.SRAM_MIN_DEPTH})")
+    s.add_argument("--fpga-MHz", type=float, default=50.0, help="ECP5 nextpnr target frequency")
+    s.add_argument("--out", default=None, help="output folder (default build/synth/<config>)")
+    s.set_defaults(func=cmd_synth)
+
+    w = sub.add_parser("synth-sweep", help="area and fmax against experts, lanes, tags and GPUs "
+                       "(CSV + PNG under build/synth/sweep/)")
+    w.add_argument("--base", default="mixtral-8gpu", help="hub config the sweeps vary (default mixtral-8gpu)")
+    w.add_argument("--sweep", action="append", choices=("experts", "lanes", "tags", "sources"),
+                   help="which sweep (repeatable; default all)")
+    w.add_argument("--jobs", type=int, default=2, help="parallel synthesis runs (default 2)")
+    w.add_argument("--data-bits", type=int, default=32, help="datapath width of the sweep points (default 32)")
+    w.add_argument("--clock-ns", type=float, default=flow.DEFAULT_PERIOD_NS)
+    w.add_argument("--out", default=None, help="output folder (default build/synth/sweep)")
+    w.set_defaults(func=cmd_sweep)

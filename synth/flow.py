@@ -1,0 +1,79 @@
+"""``moehub synth``: generate the hub's Verilog and run the ASIC or FPGA flow.
+
+One output folder per configuration, ``build/synth/<config>/``, holds the resolved
+configuration, the Verilog, the tool scripts and logs, the netlists and the reports
+(gem5 habit: the statistics sit next to the exact configuration that produced them).
+
+Synthesis uses the realistic datapath, ``data_bits = 8 x chunk_bytes`` (the configs carry
+a narrow one for simulation), unless ``data_bits`` is given.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..config.schema import HubConfig, load_hub_config
+from . import asic, fo4, report, sram, tools, verilog
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "build" / "synth"
+DEFAULT_PERIOD_NS = 5.0
+TARGETS = ("asic", "ecp5")
+
+
+def synth_config(cfg: HubConfig, data_bits: int | str | None = "chunk") -> HubConfig:
+    """The configuration as synthesised: ``"chunk"`` -> 8 x chunk_bytes, ``None`` -> as is."""
+    if data_bits == "chunk":
+        return cfg.replace(data_bits=8 * cfg.chunk_bytes)
+    if data_bits is None or data_bits == "config":
+        return cfg
+    return cfg.replace(data_bits=int(data_bits))
+
+
+def out_dir_for(cfg: HubConfig, out: Path | str | None = None) -> Path:
+    return Path(out) if out else BUILD / cfg.name
+
+
+def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS,
+             sram_min_bits: int = sram.SRAM_MIN_BITS, sram_min_depth: int = sram.SRAM_MIN_DEPTH,
+             write_report: bool = True) -> dict:
+    """Run the ASIC flow for an already resolved ``cfg``; return the report's ``asic`` section."""
+    if period_ns <= 0:
+        raise ValueError(f"period_ns = {period_ns!r}: must be > 0")
+    missing = tools.asic_tools_missing()
+    if missing:
+        raise tools.ToolMissing(missing)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    t0 = time.monotonic()
+    fo4_ns = fo4.measure(out_dir / "fo4")
+    v = verilog.write_verilog(cfg, out_dir)
+    t_rtl = time.monotonic() - t0
+    mems = verilog.find_memories(v.read_text())
+    macros = sram.select_macros(mems, sram_min_bits, sram_min_depth)
+    res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns)
+    res["wall_s"] = {"verilog": t_rtl, **res["wall_s"], "total": time.monotonic() - t0}
+    section = report.build_asic(cfg, res, fo4_ns, period_ns, macros,
+                                {"min_bits": sram_min_bits, "min_depth": sram_min_depth})
+    section["gate_level_sim"] = {
+        "netlist": "netlist_sim.v", "sram_models": "sram_models.v" if macros else None,
+        "cell_models": str(tools.OSU018_V), "top": verilog.TOP,
+    }
+    if write_report:
+        report.merge_write(out_dir, cfg, "asic", section)
+    return section
+
+
+def run(config: str, target: str = "asic", out: Path | str | None = None,
+        data_bits: int | str | None = "chunk", **kw) -> dict:
+    """Load ``config`` (name or YAML path), resolve it for synthesis and run ``target``."""
+    if target not in TARGETS:
+        raise ValueError(f"target = {target!r}: must be one of {', '.join(TARGETS)}")
+    cfg = synth_config(load_hub_config(config), data_bits)
+    out_dir = out_dir_for(cfg, out)
+    if target == "asic":
+        return run_asic(cfg, out_dir, **kw)
+    from . import ecp5
+    return ecp5.run_ecp5(cfg, out_dir, **kw)

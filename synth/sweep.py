@@ -1,0 +1,120 @@
+"""Sweeps: area and fmax of the hub against experts per GPU, lanes, tags per source and
+GPU count (sources), as CSV and matplotlib figures.
+
+Each point is the base configuration with one parameter changed (``cfg.replace``), run
+through the full ASIC flow; points run in parallel (default 2 jobs, the machine's cores).
+The datapath is narrow (``data_bits``, default 32) to keep a full sweep near 15 minutes:
+data width adds flops and area linearly per lane but does not change the control paths
+whose FO4 depth sets fmax; the figures say so.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from ..config.schema import ConfigError, HubConfig, load_hub_config
+from . import flow
+
+#: parameter values of each sweep (the base config's own value is added if missing)
+SWEEPS = {
+    "experts": ("experts", [1, 2, 4, 8, 16, 32]),
+    "lanes": ("lanes", [1, 2, 4, 8]),
+    "tags": ("tags_per_source", [4, 8, 16, 32]),
+    "sources": ("sources", [2, 4, 8, 16]),
+}
+LABELS = {"experts": "experts per GPU", "lanes": "lanes (packets / cycle)",
+          "tags": "tags per source (row-table entries / source)", "sources": "GPUs (sources)"}
+COLUMNS = ["sweep", "param", "value", "cells", "flops", "area_um2", "gate_equivalents", "sram_bits",
+           "array_bits", "pm_area_um2", "alloc_area_um2", "tracker_area_um2", "csr_area_um2",
+           "queues_area_um2", "critical_path_ns", "fo4", "fmax_MHz", "n5_mm2", "n5_mm2_low",
+           "n5_mm2_high", "n5_fmax_GHz", "n5_fmax_GHz_low", "n5_fmax_GHz_high", "path_from", "path_to",
+           "wall_s"]
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def point_config(base: HubConfig, key: str, value: int, data_bits: int) -> HubConfig:
+    """``base`` with ``key = value``; queue depths grow with the lanes as the schema requires."""
+    changes = {key: value, "data_bits": data_bits,
+               "name": f"{base.name}-{key}{value}"}
+    lanes = value if key == "lanes" else base.lanes
+    changes["event_queue_depth"] = max(base.event_queue_depth, _pow2_at_least(4 * lanes))
+    changes["credit_queue_depth"] = max(base.credit_queue_depth, _pow2_at_least(2 * lanes))
+    return base.replace(**changes)
+
+
+def _run_point(args):
+    sweep, key, value, cfg, out_dir, period_ns = args
+    t0 = time.monotonic()
+    sec = flow.run_asic(cfg, out_dir, period_ns=period_ns, write_report=False)
+    m = sec["modules"]
+    top = m["top"]
+    area = lambda k: m[k]["area_um2"] if k in m else 0.0
+    n5 = top["n5"]
+    return {
+        "sweep": sweep, "param": key, "value": value, "cells": top["cells"], "flops": top["flops"],
+        "area_um2": top["area_um2"], "gate_equivalents": round(top["gate_equivalents"]),
+        "sram_bits": top["sram_bits"], "array_bits": top["array_bits"],
+        "pm_area_um2": area("pm"), "alloc_area_um2": area("alloc"), "tracker_area_um2": area("tracker"),
+        "csr_area_um2": area("csr"), "queues_area_um2": area("events") + area("credits"),
+        "critical_path_ns": top["critical_path_ns"], "fo4": top["fo4"], "fmax_MHz": top["fmax_MHz"],
+        "n5_mm2": n5["total_mm2"]["nominal"], "n5_mm2_low": n5["total_mm2"]["low"],
+        "n5_mm2_high": n5["total_mm2"]["high"], "n5_fmax_GHz": n5["fmax_n5_GHz"]["nominal"],
+        "n5_fmax_GHz_low": n5["fmax_n5_GHz"]["low"], "n5_fmax_GHz_high": n5["fmax_n5_GHz"]["high"],
+        "path_from": top["path"]["from"], "path_to": top["path"]["to"],
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+
+
+def points(base: HubConfig, sweeps, data_bits: int, out: Path, period_ns: float):
+    jobs = []
+    for sweep in sweeps:
+        key, values = SWEEPS[sweep]
+        for v in sorted(set(values) | {getattr(base, key)}):
+            try:
+                cfg = point_config(base, key, v, data_bits)
+            except ConfigError as e:
+                print(f"synth-sweep: skipping {key} = {v}: {e}")
+                continue
+            jobs.append((sweep, key, v, cfg, out / sweep / f"{key}{v}", period_ns))
+    return jobs
+
+
+def run_sweeps(base_name: str = "mixtral-8gpu", sweeps=None, jobs: int = 2, data_bits: int = 32,
+               period_ns: float = flow.DEFAULT_PERIOD_NS, out=None) -> int:
+    base = load_hub_config(base_name)
+    sweeps = list(sweeps or SWEEPS)
+    for s in sweeps:
+        if s not in SWEEPS:
+            raise ConfigError(f"sweep = {s!r}: must be one of {', '.join(SWEEPS)}")
+    if jobs < 1:
+        raise ConfigError(f"jobs = {jobs}: must be >= 1")
+    out = Path(out) if out else flow.BUILD / "sweep"
+    out.mkdir(parents=True, exist_ok=True)
+    todo = points(base, sweeps, data_bits, out, period_ns)
+    # big points first so the two workers finish together
+    todo.sort(key=lambda j: -(j[3].entries * j[3].chunks_per_row * j[3].lanes + j[3].experts))
+    t0 = time.monotonic()
+    rows = []
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo), os.cpu_count() or 1)) as ex:
+        for row in ex.map(_run_point, todo):
+            rows.append(row)
+            print(f"  {row['param']:>16} = {row['value']:<3}  {row['area_um2'] / 1e6:7.2f} mm2 OSU018  "
+                  f"{row['fmax_MHz']:6.1f} MHz  {row['fo4']:6.1f} FO4  ({row['wall_s']:.0f} s)", flush=True)
+    for sweep in sweeps:
+        sel = sorted((r for r in rows if r["sweep"] == sweep), key=lambda r: r["value"])
+        path = out / f"{sweep}.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerows(sel)
+    from .plots import plot_sweeps
+    pngs = plot_sweeps(out, sweeps, base, data_bits)
+    print(f"synth-sweep: {len(rows)} points in {time.monotonic() - t0:.0f} s; "
+          f"CSV and PNG under {out} ({', '.join(p.name for p in pngs)})")
+    return 0
