@@ -11,6 +11,10 @@ from .formats import Format, HubFormats
 from .csr_map import CSR_DATA_BITS
 
 
+#: Width of the pipeline group id that orders tile flags after their rows' data writes.
+GROUP_BITS = 4
+
+
 def struct(fmt: Format) -> data.StructLayout:
     return data.StructLayout({f.name: f.width for f in fmt.fields})
 
@@ -24,18 +28,21 @@ class HubLayouts:
         self.write = struct(fmts.write)
         self.ctl = struct(fmts.ctl)
         self.credit = struct(fmts.credit)
-        #: A row-table entry: state, the row's expert and row, whether the row was opened
-        #: after its source's end-of-stream, and the bitmap of chunks that have arrived.
-        self.entry = data.StructLayout({
-            "state": 2, "expert": cfg.expert_bits, "row": cfg.row_bits, "post_eos": 1,
+        #: A row-table entry as one lane sees it: state, the row's expert and row, whether
+        #: the row was opened after its source's end-of-stream, and the bitmap of chunks
+        #: that have arrived. The state lives in flop vectors (cleared in one cycle), the
+        #: rest (``entry_body``) in a multi-port memory.
+        self.entry_body = data.StructLayout({
+            "expert": cfg.expert_bits, "row": cfg.row_bits, "post_eos": 1,
             "bitmap": cfg.chunks_per_row,
         })
+        self.entry = data.StructLayout({"state": 2, **{k: v.shape for k, v in self.entry_body}})
         #: A per-row control event for the availability tracker (in row order).
         self.event = data.StructLayout({
             "complete": 1,                     # 0: metadata write of a new row; 1: row completed
             "expert": index_bits(cfg.experts), "row": cfg.row_bits,
             "src": cfg.src_bits, "token": cfg.token_bits, "slot": cfg.slot_bits,
-            "group": 2,                        # pipeline group of the row's last write (ordering guard)
+            "group": GROUP_BITS,               # pipeline group of the row's last write (ordering guard)
         })
 
 

@@ -40,11 +40,21 @@ counted are complete; the packet manager then asks the tracker for the end-of-la
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .formats import Reason
-from .layouts import ALLOC, CLOSED, DROP, FREE, HubLayouts
+from .layouts import ALLOC, CLOSED, DROP, FREE, GROUP_BITS, HubLayouts
+
+
+def _ordered_update(vec, after, dat, idx, state, n):
+    """Next value of a per-entry state bit vector: lanes in order, each setting or
+    clearing the bit of its entry, so the last lane touching an entry decides."""
+    for j in range(len(after)):
+        bit = Const(1, n) << idx[j]
+        vec = Mux(dat[j], Mux(after[j].state == state, vec | bit, vec & ~bit), vec)
+    return vec
 
 
 def _popcount(bits):
@@ -106,7 +116,8 @@ class PacketManager(wiring.Component):
             "overflow": Out(32).array(E),
             "drops": Out(32).array(nr),
             "errors": Out(nr),
-            "b_busy": Out(1), "b_group": Out(2), "c_busy": Out(1), "c_group": Out(2),
+            "b_busy": Out(1), "b_group": Out(GROUP_BITS), "c_busy": Out(1),
+            "c_group": Out(GROUP_BITS),
         })
 
     def elaborate(self, platform):
@@ -116,8 +127,13 @@ class PacketManager(wiring.Component):
         all_chunks = (1 << C) - 1
 
         # ------------------------------------------------------------ state
-        table = [Signal(lay.entry, name=f"entry{k}") for k in range(cfg.entries)]
-        table_rd = Array(table)
+        # Row table: state bits in flops (one-cycle clear), the rest in a memory with one
+        # read and one write port per lane.
+        alloc_v = Signal(cfg.entries)        # entry holds an allocated row
+        drop_v = Signal(cfg.entries)         # entry holds a row being dropped
+        m.submodules.rows = rt = Memory(shape=lay.entry_body, depth=cfg.entries, init=[])
+        rt_rd = [rt.read_port(domain="comb") for _ in range(L)]
+        rt_wr = [rt.write_port() for _ in range(L)]
         eos_seen = Signal(S)
         eos_cnt = [Signal(cfg.count_bits, name=f"eos_cnt{s}") for s in range(S)]
         opened = [Signal(cfg.count_bits, name=f"opened{s}") for s in range(S)]
@@ -134,18 +150,18 @@ class PacketManager(wiring.Component):
         flush_timeout = Signal()
         sweep_req = Signal()
         idle_cycles = Signal(32)
-        group = Signal(2)
+        group = Signal(GROUP_BITS)
 
         a_valid = Signal(L)
         a_pkt = [Signal(lay.packet, name=f"a_pkt{j}") for j in range(L)]
         b_valid = Signal(L)
-        b_group = Signal(2)
+        b_group = Signal(GROUP_BITS)
         b_expert = [Signal(cfg.expert_bits, name=f"b_expert{j}") for j in range(L)]
         b_row = [Signal(cfg.row_bits, name=f"b_row{j}") for j in range(L)]
         b_chunk = [Signal(cfg.chunk_bits, name=f"b_chunk{j}") for j in range(L)]
         b_data = [Signal(cfg.data_bits, name=f"b_data{j}") for j in range(L)]
         c_valid = Signal(L)
-        c_group = Signal(2)
+        c_group = Signal(GROUP_BITS)
         c_payload = [Signal(lay.write, name=f"c_wr{j}") for j in range(L)]
 
         # ------------------------------------------------------------ handshake
@@ -209,7 +225,15 @@ class PacketManager(wiring.Component):
 
             # The row as lane j sees it: the table, or the last earlier lane on the same row.
             before = Signal(lay.entry, name=f"before{j}")
-            sel = table_rd[ix]
+            m.d.comb += rt_rd[j].addr.eq(ix)
+            stored = Signal(lay.entry, name=f"stored{j}")
+            m.d.comb += [
+                stored.state.eq(Mux(alloc_v.bit_select(ix, 1), ALLOC,
+                                    Mux(drop_v.bit_select(ix, 1), DROP, FREE))),
+                stored.expert.eq(rt_rd[j].data.expert), stored.row.eq(rt_rd[j].data.row),
+                stored.post_eos.eq(rt_rd[j].data.post_eos), stored.bitmap.eq(rt_rd[j].data.bitmap),
+            ]
+            sel = stored
             for i in range(j):
                 same = Signal(name=f"same{i}_{j}")
                 m.d.comb += same.eq(dat[i] & (idx[i] == ix))
@@ -327,13 +351,19 @@ class PacketManager(wiring.Component):
         # ------------------------------------------------------------ commit the table stage
         with m.If(advance):
             m.d.sync += [group.eq(group + 1), b_group.eq(group)]
-            # Each entry takes the state left by the last lane that touched it.
-            for k in range(cfg.entries):
-                for j in range(L):
-                    with m.If(dat[j] & (idx[j] == k)):
-                        m.d.sync += table[k].eq(after[j])
-                        with m.If(after[j].state == CLOSED):
-                            m.d.sync += table[k].state.eq(FREE)
+            # Each entry takes the state left by the last lane that touched it this cycle.
+            for j in range(L):
+                last = dat[j]
+                for k in range(j + 1, L):
+                    last = last & ~(dat[k] & (idx[k] == idx[j]))
+                m.d.comb += [
+                    rt_wr[j].addr.eq(idx[j]), rt_wr[j].en.eq(last),
+                    rt_wr[j].data.expert.eq(after[j].expert), rt_wr[j].data.row.eq(after[j].row),
+                    rt_wr[j].data.post_eos.eq(after[j].post_eos),
+                    rt_wr[j].data.bitmap.eq(after[j].bitmap),
+                ]
+            m.d.sync += [alloc_v.eq(_ordered_update(alloc_v, after, dat, idx, ALLOC, cfg.entries)),
+                         drop_v.eq(_ordered_update(drop_v, after, dat, idx, DROP, cfg.entries))]
             for s in range(S):
                 n_open = _popcount(counted_open[j] & (a_pkt[j].src == s) for j in range(L))
                 n_close = _popcount(complete[j] & ~post_flag[j] & (a_pkt[j].src == s)
@@ -406,7 +436,7 @@ class PacketManager(wiring.Component):
                          self.mark_dirty.eq(armed)]
             m.d.sync += [start_pending.eq(0), flush_pending.eq(0), flush_timeout.eq(0),
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
-            m.d.sync += [e.state.eq(FREE) for e in table]
+            m.d.sync += [alloc_v.eq(0), drop_v.eq(0)]
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + closed + drops + overflow]
         with m.Elif(flush_pending & pipe_empty & drained):
             with m.If(inflight != 0):
@@ -418,7 +448,7 @@ class PacketManager(wiring.Component):
             m.d.comb += self.mark_dirty.eq(1)
             m.d.sync += [flush_pending.eq(0), flush_timeout.eq(0), armed.eq(0), inflight.eq(0),
                          sweep_req.eq(1)]
-            m.d.sync += [e.state.eq(FREE) for e in table]
+            m.d.sync += [alloc_v.eq(0), drop_v.eq(0)]
         with m.If(self.sweep_done):
             m.d.sync += [sweep_req.eq(0), done.eq(1)]
             m.d.comb += self.layer_done.eq(1)

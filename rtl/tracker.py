@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .formats import CtlKind
-from .layouts import HubLayouts
+from .layouts import GROUP_BITS, HubLayouts
 
 
 class AvailabilityTracker(wiring.Component):
@@ -59,7 +59,8 @@ class AvailabilityTracker(wiring.Component):
             "rows": In(cfg.cap_bits).array(E),
             "layer_start": In(1), "mark_dirty": In(1), "sweep_req": In(1),
             "sweep_done": Out(1), "clearing": Out(1), "idle": Out(1),
-            "b_busy": In(1), "b_group": In(2), "c_busy": In(1), "c_group": In(2),
+            "b_busy": In(1), "b_group": In(GROUP_BITS), "c_busy": In(1),
+            "c_group": In(GROUP_BITS),
         })
 
     def elaborate(self, platform):
@@ -97,7 +98,7 @@ class AvailabilityTracker(wiring.Component):
         ctl_valid = Signal()
         ctl = Signal(lay.ctl)
         ctl_guarded = Signal()
-        ctl_group = Signal(2)
+        ctl_group = Signal(GROUP_BITS)
         blocked = ctl_guarded & ((self.b_busy & (self.b_group == ctl_group))
                                  | (self.c_busy & (self.c_group == ctl_group)))
         m.d.comb += [self.ctl.valid.eq(ctl_valid & ~blocked), self.ctl.payload.eq(ctl)]

@@ -29,7 +29,7 @@ def cmd_rtl(args) -> int:
 
 def cmd_demo(args) -> int:
     from .demo import run_demo
-    return run_demo(args.config, seed=args.seed, rows=args.rows, waves=args.waves)
+    return run_demo(args.config, seed=args.seed, tokens=args.tokens, waves=args.waves)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(cocotb + Icarus), checked by the reference model")
     d.add_argument("--config", default="mixtral-8gpu", help="hub config (default mixtral-8gpu)")
     d.add_argument("--seed", type=int, default=1)
-    d.add_argument("--rows", type=int, default=64, help="rows sent to the hub in total")
+    d.add_argument("--tokens", type=int, default=64, help="tokens per source GPU (default 64)")
     d.add_argument("--waves", action="store_true", help="dump an FST waveform")
     d.set_defaults(func=cmd_demo)
 

@@ -160,3 +160,20 @@ class LaneFeeder:
         if self.extra:
             return self.extra.pop(0)
         return None
+
+
+def moe_routing(cfg: HubConfig, tokens_per_source: int, rng: random.Random, gpu: int = 0,
+                gpus: Optional[int] = None) -> dict:
+    """Top-k routing of every source GPU's tokens over all ``gpus x experts`` experts
+    (uniform gates, distinct experts per token); returns the part that lands on ``gpu``:
+    ``{src: [(token, slot, local expert), ...]}``."""
+    gpus = gpus or cfg.sources
+    n_global = gpus * cfg.experts
+    k = min(cfg.topk, n_global)
+    out = {s: [] for s in range(cfg.sources)}
+    for s in range(cfg.sources):
+        for tok in range(tokens_per_source):
+            for slot, ge in enumerate(rng.sample(range(n_global), k)):
+                if ge // cfg.experts == gpu:
+                    out[s].append((tok % (1 << cfg.token_bits), slot, ge % cfg.experts))
+    return out
