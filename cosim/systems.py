@@ -347,43 +347,59 @@ def _enforce_tags(L: Layer, first, last, position, ret_us):
     return first, last, stalls
 
 
-def run_hub(L: Layer, backend: str = "model") -> SystemResult:
-    res = SystemResult("hub", LABELS["hub"])
-    g, sw, G, T, h = L.gpu, L.sys.software, L.G, L.T, L.hub
-    run_backend = BACKENDS[backend]
-    t_gate = _gate(L, res)
-    t0 = t_gate                 # the routing kernel sends each row as soon as it is routed
+def hub_schedule(L: Layer, t0: float):
+    """Dispatch of every row to its destination hub, from t0 (all sources): returns the
+    per-destination :class:`HubArrivals`, the network curves and flows, and the stall count
+    of the tag window."""
+    h = L.hub
+    G = L.G
     _, pos = L.flow_order()     # token order
     first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_hub, L.pkt_wire_hub,
                                             pos, hub_ingress=True, flow_cap=hub_flow_cap(L))
     clk = h.hub_clock_GHz * 1000.0                       # cycles per us
     ret_us = (8 + 1) / clk                                # completion + credit queue (cycles)
     first, last, stalls = _enforce_tags(L, first, last, pos, ret_us)
-    send_end = np.zeros(G)
-    for s in range(G):
-        send_end[s] = _send_phase(L, res, s, t0, curves, flows)
-    batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
-    hub_stats = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0}
     cpr, lanes = h.chunks_per_row, h.lanes
+    arrivals = []
     for d in range(G):
         rows = np.nonzero(L.dest == d)[0]
-        fc = np.ceil(first[rows] * clk).astype(np.int64)
-        lc = np.ceil(last[rows] * clk).astype(np.int64)
+        fc = np.ceil(first[rows] * clk - 1e-9).astype(np.int64)
+        lc = np.ceil(last[rows] * clk - 1e-9).astype(np.int64)
         fl = (L.src[rows] + pos[rows] * cpr) % lanes
         ll = (fl + cpr - 1) % lanes
-        bump = (cpr > 1) & (lc <= fc) & (ll <= fl)
-        lc = np.where(lc < fc, fc, lc) + bump
+        lc = np.maximum(lc, fc)
+        lc = lc + ((cpr > 1) & (lc == fc) & (ll <= fl))
         eos = []
         for s in range(G):
             m = L.src[rows] == s
             cyc = int(lc[m].max()) + 1 if m.any() else int(np.ceil((t0 + L.latency(s, d)) * clk))
             eos.append((cyc, s % lanes, s, int(m.sum())))
-        arr = HubArrivals(h, L.src[rows], pos[rows] % h.tags_per_source, L.lexp[rows],
-                          L.tok[rows], L.slot[rows], fc, fl, lc, ll, eos)
+        arrivals.append(HubArrivals(h, L.src[rows], pos[rows] % h.tags_per_source, L.lexp[rows],
+                                    L.tok[rows], L.slot[rows], fc, fl, lc, ll, eos))
+    return arrivals, curves, flows, stalls
+
+
+def run_hub(L: Layer, backend: str = "model") -> SystemResult:
+    res = SystemResult("hub", LABELS["hub"])
+    g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
+    run_backend = BACKENDS[backend]
+    t_gate = _gate(L, res)
+    t0 = t_gate                 # the routing kernel sends each row as soon as it is routed
+    arrivals, curves, flows, stalls = hub_schedule(L, t0)
+    clk = h.hub_clock_GHz * 1000.0
+    send_end = np.zeros(G)
+    for s in range(G):
+        send_end[s] = _send_phase(L, res, s, t0, curves, flows)
+    batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
+    hub_stats = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0,
+                 "rows_allocated": 0}
+    for d in range(G):
+        arr = arrivals[d]
         hr = run_backend(h, arr)
         hub_stats["drops"] += hr.drops
         hub_stats["packets"] += hr.packets
-        hub_stats["rows"] += len(rows)
+        hub_stats["rows"] += len(arr)
+        hub_stats["rows_allocated"] += len(hr.alloc)
         # tile items from the hub's allocation and flags
         owners_e = {}
         for (s, tok, slot), (e, r) in hr.alloc.items():
@@ -397,8 +413,8 @@ def run_hub(L: Layer, backend: str = "model") -> SystemResult:
             items.append(WorkItem(ready, e, int(n), L.tile_rows, L.model.expert_ffn, key=key))
             owners[(d, key)] = owners_e[key]
             res.markers.append((d, "hub", cyc / clk))
-        if len(rows):
-            res.add(d, "hub", "hub", float(fc.min()) / clk, hr.done_cycle / clk)
+        if len(arr):
+            res.add(d, "hub", "hub", float(arr.first_cycle.min()) / clk, hr.done_cycle / clk)
         share_d = (L.sys.sms - sw.comm_sms_hub) / L.sys.sms
         se = send_end[d]   # the hub's receive side needs no SMs: only this GPU's sends count
         t_done = hr.done_cycle / clk + sw.flag_poll_us    # counts known: the done word

@@ -1,0 +1,145 @@
+"""``moehub cosim`` and ``moehub sweep``: co-simulated MoE layers against the baselines.
+
+    moehub cosim                         # Mixtral-8x7B on 8x H100, 4096 tokens/GPU, uniform
+    moehub cosim --model deepseek-v3 --tokens 1024 --workload skewed-mmlu
+    moehub sweep tokens                  # 128 .. 32K tokens per GPU
+    moehub sweep gpus                    # 1, 2, 4, 8, 16 GPUs
+    moehub sweep models                  # every model in config/model
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..config.cosim_schema import available
+from .experiment import RESULTS, load_configs, run_experiment, table, write_outputs
+from .hub_stage import BACKENDS
+from .systems import SYSTEMS
+
+DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+DEFAULT_GPUS = (1, 2, 4, 8, 16)
+
+
+def _run_name(args, model, system, tokens, workload) -> str:
+    return args.run or f"{model}_{system}_{workload}_t{tokens}"
+
+
+def cmd_cosim(args) -> int:
+    s, m, w = load_configs(args.system, args.model, args.workload, args.tokens, args.gpus,
+                           args.seed)
+    systems = tuple(args.systems.split(",")) if args.systems else SYSTEMS
+    if args.hub not in BACKENDS:
+        print(f"moehub cosim: --hub {args.hub} is not available (known: "
+              f"{', '.join(BACKENDS)})", file=sys.stderr)
+        return 2
+    er = run_experiment(s, m, w, systems, hub_backend=args.hub)
+    run = _run_name(args, m.name, s.name if args.gpus is None else f"{s.name}-g{s.gpus}",
+                    w.tokens_per_gpu, w.name)
+    paths = write_outputs(er, run, Path(args.out) if args.out else None,
+                          figure=not args.no_figure)
+    print(table(er))
+    for k, p in paths.items():
+        print(f"{k:>11}: {p}")
+    return 0
+
+
+def _sweep_points(args):
+    if args.what == "tokens":
+        toks = [int(t) for t in args.values.split(",")] if args.values else list(DEFAULT_TOKENS)
+        return [dict(model=args.model, system=args.system, tokens=t, gpus=None) for t in toks]
+    if args.what == "gpus":
+        gs = [int(g) for g in args.values.split(",")] if args.values else list(DEFAULT_GPUS)
+        system = args.system if args.system != "h100x8" else "h100x16-ib"
+        return [dict(model=args.model, system=system, tokens=args.tokens, gpus=g) for g in gs]
+    models = args.values.split(",") if args.values else available("model")
+    return [dict(model=m, system=args.system, tokens=args.tokens, gpus=None) for m in models]
+
+
+def cmd_sweep(args) -> int:
+    from .plots import model_bar_plot, speedup_plot
+    points = _sweep_points(args)
+    out = Path(args.out) if args.out else RESULTS
+    name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
+        f"_{args.system}_{args.workload}"
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    t_all = time.perf_counter()
+    for i, pt in enumerate(points):
+        s, m, w = load_configs(pt["system"], pt["model"], args.workload, pt["tokens"], pt["gpus"],
+                               args.seed)
+        label = f"{m.name} {s.gpus}x{s.gpu_name} {w.tokens_per_gpu} tok/GPU"
+        print(f"[{i + 1}/{len(points)}] {label} ...", end="", flush=True)
+        er = run_experiment(s, m, w, hub_backend=args.hub)
+        sub = f"{m.name}_g{s.gpus}_t{w.tokens_per_gpu}"
+        if args.figures:
+            write_outputs(er, sub, folder)
+        hub = er.latency("hub")
+        for sys_name, r in er.results.items():
+            rows.append({"model": m.name, "system_config": s.name, "gpus": s.gpus,
+                         "tokens_per_gpu": w.tokens_per_gpu, "system": sys_name,
+                         "layer_us": r.latency_us, "hub_speedup": r.latency_us / hub,
+                         "e2e_ms": er.e2e[sys_name],
+                         "e2e_hub_speedup": er.e2e[sys_name] / er.e2e["hub"]})
+        sp = "  ".join(f"{n} {er.speedup(n):.2f}x" for n in er.results if n != "hub")
+        print(f" hub {hub:.0f} us; {sp}  ({er.wall_s:.1f} s)", flush=True)
+    with open(folder / "sweep.csv", "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)
+    (folder / "sweep.json").write_text(json.dumps(rows, indent=1))
+    title = f"MoE-Hub vs baselines, {args.workload} routing"
+    if args.what == "tokens":
+        fig = speedup_plot(rows, "tokens_per_gpu", folder / "speedup_tokens.png",
+                           f"{title}: {args.model} on {args.system}", "tokens per GPU")
+    elif args.what == "gpus":
+        fig = speedup_plot(rows, "gpus", folder / "speedup_gpus.png",
+                           f"{title}: {args.model}, {args.tokens} tokens/GPU "
+                           f"(H100 nodes of 8, InfiniBand NDR between nodes)", "GPUs")
+    else:
+        fig = model_bar_plot(rows, folder / "speedup_models.png",
+                             f"{title}: every model on {args.system}, {args.tokens} tokens/GPU")
+    print(f"sweep of {len(points)} runs in {time.perf_counter() - t_all:.1f} s")
+    print(f"      table: {folder / 'sweep.csv'}")
+    print(f"     figure: {fig}")
+    return 0
+
+
+def _common(p, tokens_default=None):
+    p.add_argument("--system", default="h100x8",
+                   help=f"system config (config/system: {', '.join(available('system'))})")
+    p.add_argument("--model", default="mixtral-8x7b",
+                   help=f"model config (config/model: {', '.join(available('model'))})")
+    p.add_argument("--workload", default="default",
+                   help=f"workload config (config/workload: {', '.join(available('workload'))})")
+    p.add_argument("--tokens", type=int, default=tokens_default,
+                   help="tokens per GPU (overrides the workload)")
+    p.add_argument("--seed", type=int, default=None, help="routing seed (overrides the workload)")
+    p.add_argument("--hub", default="model", help="hub stage: model (reference model, fast "
+                   "path) or reference (packet by packet, slow); rtl comes with issue 5")
+    p.add_argument("--out", default=None, help=f"results folder (default {RESULTS})")
+    p.add_argument("--run", default=None, help="run name (sub-folder of the results folder)")
+
+
+def add_parser(subparsers) -> None:
+    c = subparsers.add_parser("cosim", help="co-simulate one MoE layer: the hub against the "
+                              "software baselines (default Mixtral-8x7B on 8x H100)")
+    _common(c)
+    c.add_argument("--gpus", type=int, default=None, help="GPU count (overrides the system)")
+    c.add_argument("--systems", default=None,
+                   help=f"comma-separated subset of {','.join(SYSTEMS)} (hub always runs)")
+    c.add_argument("--no-figure", action="store_true", help="skip the timeline figure")
+    c.set_defaults(func=cmd_cosim)
+
+    s = subparsers.add_parser("sweep", help="sweep tokens per GPU, GPU count or models; "
+                              "writes speedup plots")
+    s.add_argument("what", choices=("tokens", "gpus", "models"))
+    _common(s, tokens_default=None)
+    s.add_argument("--values", default=None, help="comma-separated values (tokens, GPU counts "
+                   "or model names) instead of the defaults")
+    s.add_argument("--figures", action="store_true", help="also write each run's outputs "
+                   "and timeline")
+    s.set_defaults(func=cmd_sweep)

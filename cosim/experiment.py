@@ -1,0 +1,218 @@
+"""One co-simulation run: configs in, every system on the same layer, stats and files out.
+
+:func:`run_experiment` builds the routing and the :class:`~.layer.Layer` once, runs each
+system of :mod:`.systems` on it and returns an :class:`ExperimentResult`;
+:func:`write_outputs` writes ``build/results/<run>/``:
+
+* ``config.yaml``   the fully resolved configs (system, model, workload, derived hub);
+* ``stats.json``    layer latency per system, phases, speedups, end-to-end estimate, hub stats;
+* ``stats.csv``     one line per system; ``phases.csv`` one line per (system, phase);
+* ``timeline.png``  per-GPU rows (routing, sends, hub, GEMM tiles, combine), one panel
+  per system on one time axis.
+
+End-to-end estimate (per GPU, prefill of ``tokens_per_gpu`` tokens): every layer runs its
+attention block (roofline of projections and causal scores, see :meth:`GpuModel.attention_us`),
+MoE layers add the simulated MoE layer, dense layers a dense FFN roofline. Embedding and
+LM head are left out (the same for every system).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..config.cosim_schema import (ModelConfig, SystemConfig, WorkloadConfig, load_model_config,
+                                   load_system_config, load_workload_config)
+from ..config.schema import ConfigError, HubConfig
+from .layer import Layer, SystemResult
+from .systems import LABELS, PHASES, SYSTEMS, run_system
+from .workload import make_routing
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "build" / "results"
+
+
+@dataclass
+class ExperimentResult:
+    system: SystemConfig
+    model: ModelConfig
+    workload: WorkloadConfig
+    layer: Layer
+    results: dict                   #: system name -> SystemResult
+    e2e: dict                       #: system name -> end-to-end ms
+    wall_s: float
+    hub_backend: str = "model"
+    timings: dict = field(default_factory=dict)
+
+    def latency(self, name: str) -> float:
+        return self.results[name].latency_us
+
+    def speedup(self, name: str) -> float:
+        """How much faster the hub is than ``name`` (baseline latency / hub latency)."""
+        return self.latency(name) / self.latency("hub")
+
+
+def load_configs(system: str, model: str, workload: str, tokens: int | None = None,
+                 gpus: int | None = None, seed: int | None = None):
+    s = load_system_config(system)
+    m = load_model_config(model)
+    w = load_workload_config(workload)
+    if tokens is not None:
+        w = w.replace(tokens_per_gpu=tokens)
+    if seed is not None:
+        w = w.replace(seed=seed)
+    if gpus is not None and gpus != s.gpus:
+        s = s.replace(gpus=gpus, gpus_per_node=min(gpus, s.gpus_per_node))
+    return s, m, w
+
+
+def end_to_end(L: Layer, moe_layer_us: float) -> float:
+    m, g = L.model, L.gpu
+    attn = g.attention_us(L.T, L.wl.seq_len)
+    dense = g.dense_ffn_us(L.T, m.dense_ffn) if m.dense_layers else 0.0
+    total = m.layers * attn + m.moe_layers * moe_layer_us + m.dense_layers * dense
+    return total / 1000.0
+
+
+def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadConfig,
+                   systems=SYSTEMS, hub_backend: str = "model",
+                   hub_base: HubConfig | None = None) -> ExperimentResult:
+    for name in systems:
+        if name not in SYSTEMS:
+            raise ConfigError(f"systems = {name!r}: unknown (known: {', '.join(SYSTEMS)})")
+    if "hub" not in systems:
+        systems = tuple(systems) + ("hub",)
+    t0 = time.perf_counter()
+    routing = make_routing(model, workload, system.gpus)
+    L = Layer(system, model, workload, routing, hub_base)
+    results, timings = {}, {}
+    for name in SYSTEMS:
+        if name in systems:
+            t = time.perf_counter()
+            results[name] = run_system(name, L, hub_backend)
+            timings[name] = time.perf_counter() - t
+    e2e = {n: end_to_end(L, r.latency_us) for n, r in results.items()}
+    return ExperimentResult(system, model, workload, L, results, e2e,
+                            time.perf_counter() - t0, hub_backend, timings)
+
+
+# ---------------------------------------------------------------------------- stats
+def phase_stats(res: SystemResult, G: int) -> dict:
+    crit = int(np.argmax(res.gpu_end))
+    out = {}
+    for p in res.phases:
+        d = out.setdefault(p.name, {"track": p.track, "start_us": np.inf, "end_us": 0.0,
+                                    "busy": np.zeros(G), "critical_gpu_us": 0.0})
+        d["start_us"] = min(d["start_us"], p.start)
+        d["end_us"] = max(d["end_us"], p.end)
+        d["busy"][p.gpu] += p.end - p.start
+        if p.gpu == crit:
+            d["critical_gpu_us"] += p.end - p.start
+    for d in out.values():
+        busy = d.pop("busy")
+        d["mean_per_gpu_us"] = float(busy.mean())
+        d["max_per_gpu_us"] = float(busy.max())
+    return out
+
+
+def stats(er: ExperimentResult) -> dict:
+    L = er.layer
+    hub = er.results["hub"]
+    out = {
+        "system": er.system.name, "model": er.model.name, "workload": er.workload.name,
+        "gpus": L.G, "tokens_per_gpu": L.T, "topk": L.k, "experts": L.E,
+        "experts_per_gpu": L.E_local, "expert_replicas": L.replicas,
+        "routing": {"kind": er.workload.routing, "seed": er.workload.seed,
+                    "skewness": L.routing.skewness(),
+                    "rows": int(L.N), "rows_received_per_gpu": L.counts.sum(axis=0).tolist(),
+                    "rows_remote_fraction": float(1 - np.trace(L.counts) / L.N)},
+        "hub": {"config": L.hub.name, "backend": er.hub_backend, "lanes": L.hub.lanes,
+                "chunk_bytes": L.hub.chunk_bytes, "hub_clock_GHz": L.hub.hub_clock_GHz,
+                "tile_rows": L.hub.tile_rows, "tags_per_source": L.hub.tags_per_source,
+                **{k: v for k, v in hub.extra.items()}},
+        "systems": {},
+        "wall_s": er.wall_s,
+        "wall_s_per_system": er.timings,
+    }
+    for name, r in er.results.items():
+        out["systems"][name] = {
+            "label": r.label,
+            "layer_us": r.latency_us,
+            "hub_speedup": r.latency_us / hub.latency_us,
+            "vs_ideal": r.latency_us / er.results["ideal"].latency_us if "ideal" in er.results else None,
+            "end_to_end_ms": er.e2e[name],
+            "end_to_end_hub_speedup": er.e2e[name] / er.e2e["hub"],
+            "phase_list": PHASES[name],
+            "phases": phase_stats(r, L.G),
+            "gpu_end_us": [float(x) for x in r.gpu_end],
+        }
+    return out
+
+
+def resolved_config(er: ExperimentResult) -> dict:
+    return {"system": dataclasses.asdict(er.system), "model": dataclasses.asdict(er.model),
+            "workload": dataclasses.asdict(er.workload),
+            "hub": dataclasses.asdict(er.layer.hub), "hub_backend": er.hub_backend,
+            "systems": list(er.results)}
+
+
+def write_outputs(er: ExperimentResult, run: str, out_root: Path | None = None,
+                  figure: bool = True) -> dict:
+    out = Path(out_root or RESULTS) / run
+    out.mkdir(parents=True, exist_ok=True)
+    st = stats(er)
+    paths = {}
+    p = out / "config.yaml"
+    p.write_text(yaml.safe_dump(resolved_config(er), sort_keys=False))
+    paths["config"] = p
+    p = out / "stats.json"
+    p.write_text(json.dumps(st, indent=1, default=float))
+    paths["stats_json"] = p
+    p = out / "stats.csv"
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["system", "label", "layer_us", "hub_speedup", "end_to_end_ms",
+                    "end_to_end_hub_speedup"])
+        for name, s in st["systems"].items():
+            w.writerow([name, s["label"], f"{s['layer_us']:.3f}", f"{s['hub_speedup']:.4f}",
+                        f"{s['end_to_end_ms']:.4f}", f"{s['end_to_end_hub_speedup']:.4f}"])
+    paths["stats_csv"] = p
+    p = out / "phases.csv"
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["system", "phase", "track", "start_us", "end_us", "mean_per_gpu_us",
+                    "max_per_gpu_us", "critical_gpu_us"])
+        for name, s in st["systems"].items():
+            for ph, d in s["phases"].items():
+                w.writerow([name, ph, d["track"], f"{d['start_us']:.3f}", f"{d['end_us']:.3f}",
+                            f"{d['mean_per_gpu_us']:.3f}", f"{d['max_per_gpu_us']:.3f}",
+                            f"{d['critical_gpu_us']:.3f}"])
+    paths["phases_csv"] = p
+    if figure:
+        from .plots import timeline_figure
+        paths["timeline"] = timeline_figure(er, out / "timeline.png")
+    return paths
+
+
+def table(er: ExperimentResult) -> str:
+    """The per-system table printed by ``moehub cosim``."""
+    L = er.layer
+    lines = [f"{er.model.name} on {er.system.name} ({L.G} GPUs, {L.E_local if L.replicas == 1 else 1} "
+             f"expert(s)/GPU{'' if L.replicas == 1 else f', {L.replicas} replicas'}), "
+             f"{L.T} tokens/GPU, top-{L.k}, {er.workload.routing} routing "
+             f"(skewness {L.routing.skewness():.2f}), seed {er.workload.seed}",
+             f"{'system':<52} {'layer us':>10} {'hub speedup':>12} {'e2e ms':>9} {'e2e speedup':>12}"]
+    for name, r in er.results.items():
+        lines.append(f"{r.label:<52} {r.latency_us:>10.1f} {er.speedup(name):>11.2f}x "
+                     f"{er.e2e[name]:>9.2f} {er.e2e[name] / er.e2e['hub']:>11.2f}x")
+    ex = er.results["hub"].extra
+    lines.append(f"hub: {ex.get('packets', 0):,} packets, {ex.get('rows', 0):,} rows, "
+                 f"{ex.get('drops', 0)} drops, {ex.get('tag_stalls', 0)} tag-window stalls; "
+                 f"simulated in {er.wall_s:.1f} s")
+    return "\n".join(lines)
