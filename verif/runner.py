@@ -45,10 +45,16 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     env = {"MOEHUB_CONFIG": cfg.name, "MOEHUB_SEED": str(seed), "MOEHUB_SEEDS": str(seeds)}
     env.update(extra_env or {})
     results = build_dir / f"results-{module}-{'-'.join(testcases or ['all'])[:80]}.xml"
-    runner.test(test_module=module, hdl_toplevel=TOP, build_dir=build_dir, test_dir=build_dir,
-                testcase=list(testcases) if testcases else None, extra_env=env, waves=waves,
-                results_xml=str(results), timescale=("1ns", "1ps"),
-                log_file=build_dir / f"sim-{module}.log")
+    results.unlink(missing_ok=True)
+    try:
+        runner.test(test_module=module, hdl_toplevel=TOP, build_dir=build_dir, test_dir=build_dir,
+                    testcase=list(testcases) if testcases else None, extra_env=env, waves=waves,
+                    results_xml=str(results), timescale=("1ns", "1ps"),
+                    log_file=build_dir / f"sim-{module}.log")
+    except SystemExit:
+        pass  # the runner exits when a test fails; the results file says which
+    if not results.exists():
+        raise RuntimeError(f"cocotb produced no results; see {build_dir / f'sim-{module}.log'}")
     return parse_results(results)
 
 
