@@ -124,6 +124,15 @@ def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -
 
 
 # ------------------------------------------------------------------ OpenSTA
+def split_modules(netlist: str, work: Path, modules: list[str]) -> None:
+    """Write ``netlist_<module>.v`` holding one module's text (OpenSTA reads less per top)."""
+    for mod in modules:
+        m = re.search(rf"^module\s+\\?{re.escape(mod)}\s*\(.*?^endmodule\s*$", netlist, re.M | re.S)
+        if not m:
+            raise RuntimeError(f"module {mod} not found in the netlist")
+        (work / f"netlist_{mod}.v").write_text(m.group(0) + "\n")
+
+
 def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], period_ns: float) -> str:
     lines = [f"read_liberty {lib}"]
     if sram_lib:
@@ -131,7 +140,8 @@ def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], period_ns: 
     for mod in modules:
         lines += [
             f'puts "@@@ MODULE {mod}"',
-            "read_verilog netlist.v",      # linking consumes the Verilog modules: read per top
+            # linking consumes the Verilog modules: read per top (a leaf module: only its own text)
+            f"read_verilog {'netlist.v' if mod == TOP else f'netlist_{mod}.v'}",
             f"link_design {mod}",
             f"create_clock -name clk -period {period_ns} [get_ports clk]",
             "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
@@ -202,18 +212,34 @@ def parse_sta(text: str, period_ns: float) -> dict[str, PathTiming]:
     return out
 
 
+SYNTH_OUTPUTS = ("netlist.v", "netlist_sim.v", "stat.json", "stat.txt", "stat_rtl.json")
+
+
 def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryArray],
-        fo4_ns: float, period_ns: float, abc_delay_ps: float | None = None) -> dict:
-    """Synthesize and time ``verilog`` (written by :mod:`moehub.synth.verilog`) in ``work``."""
+        fo4_ns: float, period_ns: float, abc_delay_ps: float | None = None,
+        sta_only: bool = False) -> dict:
+    """Synthesize and time ``verilog`` (written by :mod:`moehub.synth.verilog`) in ``work``.
+
+    ``sta_only``: keep the netlist of an earlier run in ``work`` and redo only the timing
+    (a new clock constraint, or after an interrupted run).
+    """
     lib = tools.osu018_lib()
-    if verilog.resolve() != (work / f"{TOP}.v").resolve():
-        (work / f"{TOP}.v").write_text(verilog.read_text())
-    files = sram.write_files(macros, work, fo4_ns)
-    (work / "abc.script").write_text(abc_script(abc_delay_ps or 1000 * period_ns))
-    (work / "abc.constr").write_text(ABC_CONSTR)
-    (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros)))
-    t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
-                               work / "yosys.stdout", work)
+    if sta_only:
+        missing = [f for f in SYNTH_OUTPUTS if not (work / f).exists()]
+        if missing:
+            raise RuntimeError(f"sta_only: {work} has no earlier synthesis ({', '.join(missing)} missing)")
+        files = {"liberty": work / "sram.lib"}
+        (work / "sram.lib").write_text(sram.liberty(macros, fo4_ns))
+        t_yosys = 0.0
+    else:
+        if verilog.resolve() != (work / f"{TOP}.v").resolve():
+            (work / f"{TOP}.v").write_text(verilog.read_text())
+        files = sram.write_files(macros, work, fo4_ns)
+        (work / "abc.script").write_text(abc_script(abc_delay_ps or 1000 * period_ns))
+        (work / "abc.constr").write_text(ABC_CONSTR)
+        (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros)))
+        t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
+                                   work / "yosys.stdout", work)
     seq = sequential_cells(lib.read_text())
     areas = parse_stat(work / "stat.json", work / "stat.txt", work / "stat_rtl.json", seq)
     want = {sram.macro_name(m) for m in macros}
@@ -223,6 +249,7 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
                            f"see {work / 'yosys.log'}")
     modules = [m for m in areas if m != "__total__"]
     modules = [TOP] + sorted(m for m in modules if m != TOP)
+    split_modules((work / "netlist.v").read_text(), work, [m for m in modules if m != TOP])
     (work / "sta.tcl").write_text(sta_script(lib, Path(files["liberty"].name) if macros else None, modules, period_ns))
     t_sta = tools.run_logged([tools.sta(), "-no_splash", "-exit", "sta.tcl"], work / "sta.log", work)
     timing = parse_sta((work / "sta.log").read_text(), period_ns)

@@ -23,7 +23,7 @@ def cmd_synth(args) -> int:
     kw = {}
     if args.target == "asic":
         kw = {"period_ns": args.clock_ns, "sram_min_bits": args.sram_min_bits,
-              "sram_min_depth": args.sram_min_depth}
+              "sram_min_depth": args.sram_min_depth, "sta_only": args.sta_only}
     else:
         kw = {"target_MHz": args.fpga_MHz}
     status = 0
@@ -56,8 +56,19 @@ def cmd_synth(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .sweep import run_sweeps
+    changes = None
+    if args.set is not None:
+        changes = {}
+        for item in args.set:
+            if item == "none":
+                continue
+            key, _, value = item.partition("=")
+            try:
+                changes[key] = int(value)
+            except ValueError:
+                raise SystemExit(f"moehub synth-sweep: --set {item!r}: expected KEY=INTEGER")
     return run_sweeps(args.base, args.sweep or None, jobs=args.jobs, data_bits=args.data_bits,
-                      period_ns=args.clock_ns, out=args.out)
+                      period_ns=args.clock_ns, out=args.out, base_changes=changes)
 
 
 def add_parser(sub) -> None:
@@ -75,6 +86,8 @@ def add_parser(sub) -> None:
                    help=f"arrays with at least this many bits become SRAM macros (default {sram.SRAM_MIN_BITS})")
     s.add_argument("--sram-min-depth", type=int, default=sram.SRAM_MIN_DEPTH,
                    help=f"... and at least this many words (default {sram.SRAM_MIN_DEPTH})")
+    s.add_argument("--sta-only", action="store_true",
+                   help="ASIC: keep the netlist of the last run in the output folder, redo timing and reports")
     s.add_argument("--fpga-MHz", type=float, default=50.0, help="ECP5 nextpnr target frequency")
     s.add_argument("--out", default=None, help="output folder (default build/synth/<config>)")
     s.set_defaults(func=cmd_synth)
@@ -84,6 +97,9 @@ def add_parser(sub) -> None:
     w.add_argument("--base", default="mixtral-8gpu", help="hub config the sweeps vary (default mixtral-8gpu)")
     w.add_argument("--sweep", action="append", choices=("experts", "lanes", "tags", "sources"),
                    help="which sweep (repeatable; default all)")
+    w.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="change the base config for every point (repeatable; replaces the default "
+                        "chunks_per_row=8 tags_per_source=4; '--set none' keeps the base as is)")
     w.add_argument("--jobs", type=int, default=2, help="parallel synthesis runs (default 2)")
     w.add_argument("--data-bits", type=int, default=32, help="datapath width of the sweep points (default 32)")
     w.add_argument("--clock-ns", type=float, default=flow.DEFAULT_PERIOD_NS)

@@ -18,6 +18,11 @@ from pathlib import Path
 from ..config.schema import ConfigError, HubConfig, load_hub_config
 from . import flow
 
+#: changes to the base config for all points, so that a point synthesises in about a
+#: minute: the row table (tags x sources entries of chunks_per_row bits) dominates the
+#: run time, so rows are cut to 8 chunks and 4 tags per source unless a sweep varies them
+SWEEP_BASE = {"chunks_per_row": 8, "tags_per_source": 4}
+
 #: parameter values of each sweep (the base config's own value is added if missing)
 SWEEPS = {
     "experts": ("experts", [1, 2, 4, 8, 16, 32]),
@@ -85,9 +90,19 @@ def points(base: HubConfig, sweeps, data_bits: int, out: Path, period_ns: float)
     return jobs
 
 
+def sweep_base(cfg: HubConfig, changes: dict | None = None) -> HubConfig:
+    """``cfg`` with the sweep-wide changes (``chunks_per_row`` is applied to ``row_bytes``)."""
+    changes = dict(SWEEP_BASE if changes is None else changes)
+    cpr = changes.pop("chunks_per_row", None)
+    if cpr is not None:
+        changes["row_bytes"] = int(cpr) * cfg.chunk_bytes
+        changes.setdefault("row_stride_bytes", 0)
+    return cfg.replace(**changes) if changes else cfg
+
+
 def run_sweeps(base_name: str = "mixtral-8gpu", sweeps=None, jobs: int = 2, data_bits: int = 32,
-               period_ns: float = flow.DEFAULT_PERIOD_NS, out=None) -> int:
-    base = load_hub_config(base_name)
+               period_ns: float = flow.DEFAULT_PERIOD_NS, out=None, base_changes: dict | None = None) -> int:
+    base = sweep_base(load_hub_config(base_name), base_changes)
     sweeps = list(sweeps or SWEEPS)
     for s in sweeps:
         if s not in SWEEPS:
