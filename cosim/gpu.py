@@ -35,6 +35,9 @@ class WorkItem:
     padded_rows: int    #: rows the tensor cores compute (whole tiles)
     ffn: int            #: intermediate size of this expert
     key: object = None  #: caller's handle (e.g. (expert, tile))
+    frac: float = 1.0   #: share of the item's work (N blocks) still to do
+    wfrac: float = 1.0  #: share of its expert's weights this part must read itself
+    final: bool = True  #: this part finishes the item (its outputs are then complete)
 
 
 @dataclass
@@ -91,19 +94,19 @@ class GpuModel:
         return -(-rows // t) * t
 
     def expert_batch_us(self, items: list, sm_share: float) -> float:
-        """One grouped GEMM over ready items: GEMM1 + act + GEMM2 of each, weights once per expert."""
+        """One grouped GEMM pass over items: GEMM1 + act + GEMM2 of each; each expert's
+        weights are streamed once per pass (the largest share any of its items needs)."""
         m = self.model
         H = m.hidden
         flops = 0.0
-        wbytes = 0.0
         abytes = 0.0
-        seen = set()
+        wshare: dict = {}
         for it in items:
-            flops += 6.0 * it.padded_rows * H * it.ffn
-            abytes += it.rows * (2 * H + 3 * it.ffn) * m.act_bytes  # in, out, act round trip
-            if it.expert not in seen:
-                seen.add(it.expert)
-                wbytes += 3.0 * H * it.ffn * m.weight_bytes
+            flops += 6.0 * it.padded_rows * H * it.ffn * it.frac
+            abytes += it.rows * (2 * H + 3 * it.ffn) * m.act_bytes * it.frac
+            wshare[it.expert] = max(wshare.get(it.expert, 0.0), it.wfrac)
+        ffn_of = {it.expert: it.ffn for it in items}
+        wbytes = sum(3.0 * H * ffn_of[e] * m.weight_bytes * w for e, w in wshare.items())
         ffn = max(it.ffn for it in items)
         eff_m = min(self.tile_rows, max(it.padded_rows for it in items))
         return self.gemm_us(flops, wbytes + abytes, eff_m, min(2 * ffn, H), sm_share)
@@ -130,58 +133,106 @@ class GpuModel:
 
 
 class ExpertQueue:
-    """The list scheduler described in the module docstring.
+    """The GEMM queue of one GPU: a persistent grouped-GEMM kernel working in *passes*.
 
-    When the GPU is free it runs, as one batch, the ready rows of every expert that is
-    *runnable*: its ready rows make its GEMM compute bound (``compute_bound``), or no more
-    rows will come for it (``complete_at[expert]``: when the kernel can know its rows are all
-    in -- a precomputed layout knows the counts, the hub says so with its done word). An
-    expert with only a few early rows waits: run alone they would stream its whole weights,
-    which its later rows would then read again. If nothing is runnable the GPU waits for
-    the next arrival.
+    A pass streams the weights of its experts once and applies them to up to ``cap(e)``
+    rows of each expert: the fewest whole tiles that make that expert's GEMM compute
+    bound (more rows per pass gain nothing, fewer would be limited by weight traffic).
+    An expert enters a pass when its ready rows fill ``cap(e)``, or when no more rows will
+    come for it (``complete_at[e]``: a precomputed layout knows its counts; the hub says so
+    with its done word); its ready rows beyond the cap wait for the next pass, and a
+    remainder smaller than a cap rides along when the expert is complete. An item of an
+    expert in the running pass that lands while the pass runs joins it (if the cap allows,
+    or if it is among the expert's last rows) for the part still ahead, fraction 1 - f (f = elapsed / pass length), and leaves a
+    residual f that reads that share of the weights again in a later pass.
     """
 
     def __init__(self, gpu: GpuModel, start: float, share_at, complete_at: dict | None = None):
         self.gpu, self.start, self.share_at = gpu, start, share_at
-        self.complete_at = complete_at
+        self.complete_at = complete_at or {}
 
-    def _min_rows(self, ffn: int, share: float) -> float:
-        """Rows at which an expert's GEMM does as much compute time as weight reading."""
+    def cap(self, ffn: int, share: float) -> int:
         g = self.gpu
         m = g.model
         t_w = 3.0 * m.hidden * ffn * m.weight_bytes / g.hbm
-        return t_w * g.peak * g.sys.software.gemm_eff_max * share / (6.0 * m.hidden * ffn)
+        rows = t_w * g.peak * g.gemm_eff(g.tile_rows, min(2 * ffn, m.hidden)) * share \
+            / (6.0 * m.hidden * ffn)
+        return max(1, int(np.ceil(rows / g.tile_rows))) * g.tile_rows
 
     def run(self, items: list) -> list:
-        items = sorted(items, key=lambda it: it.ready)
-        complete_at = dict(self.complete_at or {})
+        import dataclasses
+        import heapq
+        complete_at = dict(self.complete_at)
         for it in items:
             complete_at[it.expert] = max(complete_at.get(it.expert, it.ready), it.ready)
+        left: dict = {}              # expert -> rows (x work share) not yet in a pass
+        for it in items:
+            left[it.expert] = left.get(it.expert, 0.0) + it.padded_rows * it.frac
+        heap = [(it.ready, i, it) for i, it in enumerate(items)]
+        heapq.heapify(heap)
+        seq = len(items)
+        waiting: dict = {}           # expert -> ready items (in ready order)
         batches = []
-        waiting: dict = {}      # expert -> ready items not yet run
-        rows: dict = {}
-        t, ptr, n = self.start, 0, len(items)
-        while ptr < n or waiting:
+        t = self.start
+        while heap or waiting:
             if not waiting:
-                t = max(t, items[ptr].ready)
-            while ptr < n and items[ptr].ready <= t:
-                it = items[ptr]
+                t = max(t, heap[0][0])
+            while heap and heap[0][0] <= t:
+                it = heapq.heappop(heap)[2]
                 waiting.setdefault(it.expert, []).append(it)
-                rows[it.expert] = rows.get(it.expert, 0) + it.padded_rows
-                ptr += 1
             share = self.share_at(t)
-            run = [e for e, its in waiting.items()
-                   if complete_at[e] <= t or rows[e] >= self._min_rows(its[0].ffn, share)]
-            if not run:
+            group, taken = [], {}
+            for e, its in list(waiting.items()):
+                cap = self.cap(its[0].ffn, share)
+                rows = sum(it.padded_rows * it.frac for it in its)
+                done = complete_at[e] <= t
+                if rows < cap - 1e-9 and not done:
+                    continue
+                take, n = [], 0.0
+                for it in its:
+                    if n >= cap - 1e-9 and not (done and rows - n < cap):
+                        break
+                    take.append(it)
+                    n += it.padded_rows * it.frac
+                rest = its[len(take):]
+                if rest:
+                    waiting[e] = rest
+                else:
+                    del waiting[e]
+                group += take
+                taken[e] = n
+            if not group:
                 later = [complete_at[e] for e in waiting if complete_at[e] > t]
-                if ptr < n:
-                    later.append(items[ptr].ready)
+                if heap:
+                    later.append(heap[0][0])
                 t = min(later)
                 continue
-            group = [it for e in run for it in waiting.pop(e)]
-            for e in run:
-                rows.pop(e)
             d = self.gpu.expert_batch_us(group, share)
+            # items of these experts that land while the pass runs join it (cap allowing)
+            held = []
+            while heap and heap[0][0] < t + d:
+                r, i, it = heapq.heappop(heap)
+                e = it.expert
+                # the expert's last few rows (counts known before this pass ends): ride along
+                tail = e in taken and complete_at[e] < t + d and \
+                    left[e] - taken[e] <= self.cap(it.ffn, share) + 1e-9
+                if e not in taken or waiting.get(e) or (
+                        not tail and taken[e] + it.padded_rows * it.frac > self.cap(it.ffn, share) + 1e-9):
+                    held.append((r, i, it))
+                    continue
+                f = min(1.0, max(0.0, (r - t) / d))
+                group.append(dataclasses.replace(it, frac=it.frac * (1 - f), wfrac=0.0,
+                                                 final=f <= 0.0))
+                taken[e] += it.padded_rows * it.frac * (1 - f)
+                if f > 0.0:
+                    seq += 1
+                    held.append((r, seq, dataclasses.replace(it, frac=it.frac * f,
+                                                             wfrac=min(it.wfrac, f))))
+                d = self.gpu.expert_batch_us(group, share)
+            for h in held:
+                heapq.heappush(heap, h)
+            for e, n in taken.items():
+                left[e] -= n
             batches.append(Batch(t, t + d, group))
             t += d
         return batches

@@ -194,8 +194,12 @@ class FluidNetwork:
             dt = t_next - t
             sent += rate * dt
             backlog += (inrate - rate) * dt
-            backlog[np.abs(backlog) < _EPS_B] = 0.0
-            backlog = np.maximum(backlog, 0.0)
+            # round-off: a queue within a few ulps of its flow's bytes is empty
+            tol = np.maximum(_EPS_B, 1e-12 * (sent + backlog))
+            backlog[backlog < tol] = 0.0
+            if dt <= 1e-9 * max(1.0, abs(t)):
+                # no measurable progress: the queue that was about to drain is empty now
+                backlog[drain & (backlog / np.maximum(net, 1e-300) <= 1e-9 * max(1.0, abs(t)))] = 0.0
             t = t_next
         for i in range(F):
             curves_t[i].append(t)

@@ -94,7 +94,7 @@ def _combine_tilewise(L: Layer, res: SystemResult, batches_by_gpu, owners_of):
         for b in batches:
             rows = np.zeros(L.G)
             for it in b.items:
-                if it.expert >= 0:
+                if it.expert >= 0 and it.final:      # a tile's outputs are complete
                     rows += owners_of[(d, it.key)]
             for o in np.nonzero(rows)[0]:
                 net.inject(flows[d][o], b.end, rows[o] * L.row_wire_sw)
