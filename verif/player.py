@@ -1,0 +1,382 @@
+"""Fast RTL-in-the-loop runs: a Verilog "player" replays an arrival schedule into the hub.
+
+Touching signals from Python every cycle limits cocotb to tens of thousands of cycles per
+second (TOOLCHAIN.md pitfall 4). For long co-simulated layers the schedule is therefore
+written to hex files and played by a small generated Verilog module that sits around the
+hub: it programs the CSRs, waits until the hub accepts packets (cycle 0 of the schedule),
+offers each lane's packets in order once their arrival cycle has come and holds them while
+the hub back-pressures (a stalled hub delays later arrivals), and logs every control
+write, credit and stall with its cycle. Python is woken once, when the player is done.
+
+The same player runs in two ways:
+
+* ``mode="cocotb"``: under cocotb with the clock in C (``Clock(impl="gpi")``);
+* ``mode="verilog"``: a plain Icarus testbench with its own clock -- the speed ceiling.
+
+:func:`replay_into_model` feeds the packets into the reference model in the order and at
+the cycles the RTL accepted them, which is the equivalence check of RTL and model.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..config.schema import HubConfig
+from ..rtl.csr_map import CTRL_START, CsrMap
+from ..rtl.formats import CtlKind, HubFormats, Reason
+from ..rtl.gen import BUILD, convert
+from .model import CtlWrite, HubModel, Packet
+
+CYCLE_BITS = 32
+PLAYER_TOP = "moehub_player"
+
+
+@dataclass
+class PlayerResult:
+    cycles: int                       #: cycle (after cycle 0) at which the layer-done pulse came
+    accepted_cycles: list             #: per lane: acceptance cycle of each packet, in order
+    ctl: list                         #: (cycle, CtlWrite) in order
+    credits: list                     #: (cycle, src, tag) in order
+    writes: int                       #: data writes
+    write_hash: int                   #: order-independent hash of (addr, data) of all writes
+    stalls: list                      #: (first, last) cycles with a packet waiting and ready low
+    csr: dict = field(default_factory=dict)   #: (name, index) -> value read at the end
+    wall_s: float = 0.0               #: simulator wall time
+    build_s: float = 0.0
+
+    def tile_ready(self, cfg: HubConfig, flag_base: int) -> dict:
+        """(expert, tile) -> cycle of its flag write."""
+        out = {}
+        for cyc, w in self.ctl:
+            if w.kind == CtlKind.FLAG:
+                e, t = divmod((w.addr - flag_base) // 4, cfg.tiles_per_expert)
+                out[(e, t)] = cyc
+        return out
+
+
+def write_hash(cfg: HubConfig, addr: int, data: int) -> int:
+    """Per-write hash summed (mod 2^64) over all writes; the player computes the same."""
+    return ((addr * 0x9E3779B1) ^ (data * 0x85EBCA77) ^ (addr >> 7)) & ((1 << 64) - 1)
+
+
+def default_layout(cfg: HubConfig) -> dict:
+    """Region bases and array bases used by player runs (same as the co-simulation's)."""
+    base = 0
+    bases = []
+    for _ in range(cfg.experts):
+        bases.append(base)
+        base += cfg.max_rows_per_expert * cfg.stride_bytes
+    flag_base = base
+    meta_base = flag_base + 4 * cfg.experts * cfg.tiles_per_expert
+    count_base = meta_base + cfg.experts * cfg.max_rows_per_expert * cfg.meta_word_bytes
+    return dict(region_base=bases, flag_base=flag_base, meta_base=meta_base,
+                count_base=count_base)
+
+
+def csr_program(cfg: HubConfig, *, caps=None, tile_rows_log2=None, epoch=1, timeout=0,
+                layout=None) -> list:
+    """The CSR writes (word address, value) that configure a layer, ending with START."""
+    cmap = CsrMap(cfg)
+    lay = layout or default_layout(cfg)
+    caps = caps if caps is not None else [cfg.max_rows_per_expert] * cfg.experts
+    writes = []
+
+    def reg(name, value, index=0):
+        r = cmap[name]
+        for w in range(r.words):
+            writes.append((r.addr(index, w), (value >> (32 * w)) & 0xFFFFFFFF))
+
+    for e in range(cfg.experts):
+        reg("REGION_BASE", lay["region_base"][e], e)
+        reg("REGION_CAP", int(caps[e]), e)
+    reg("FLAG_BASE", lay["flag_base"])
+    reg("META_BASE", lay["meta_base"])
+    reg("COUNT_BASE", lay["count_base"])
+    reg("EPOCH", epoch)
+    reg("TILE_ROWS_LOG2", tile_rows_log2 if tile_rows_log2 is not None
+        else cfg.tile_rows.bit_length() - 1)
+    reg("TIMEOUT", timeout)
+    reg("CTRL", CTRL_START)
+    return writes
+
+
+def _verilog(cfg: HubConfig, lane_counts: list, n_csr: int, bp_permille: int,
+             log_accepts: bool, max_cycles: int) -> tuple:
+    """The player module (and, under PLAYER_PLAIN, a plain testbench with its own clock)."""
+    fmts = HubFormats(cfg)
+    L = cfg.lanes
+    PW, WW, CW, RW = fmts.packet.width, fmts.write.width, fmts.ctl.width, fmts.credit.width
+    AW, DB = cfg.addr_bits, cfg.data_bits
+    cmap = CsrMap(cfg)
+    AB = cmap.addr_bits
+    reads = [(r.name, i, r.addr(i, 0)) for r in cmap.registers.values()
+             if r.name in ("DROPS", "ROWS", "STATUS", "INFLIGHT") for i in range(r.count)]
+    v = [f"// Generated by moehub.verif.player for hub config '{cfg.name}'. Do not edit.",
+         "`timescale 1ns/1ps",
+         f"module {PLAYER_TOP}(input clk, output reg done);",
+         "  // state: 0 reset, 1 program CSRs, 2 wait until the hub accepts, 3 play,",
+         "  //        4/6/7 read status CSRs, 5 done",
+         "  reg rst = 1;",
+         "  reg [3:0] state = 0;",
+         f"  reg [{CYCLE_BITS - 1}:0] t = 0;   // schedule cycle: 0 = first cycle the hub accepts",
+         "  integer f, wait_cnt = 0, csr_i = 0, rd_i = 0;",
+         "  reg [63:0] hash = 0, writes = 0;",
+         "  reg stalled = 0; reg [31:0] stall_from = 0;",
+         f"  reg [31:0] csr_mem [0:{max(1, 2 * n_csr) - 1}];",
+         f"  reg [{AB - 1}:0] csr_addr = 0; reg csr_w = 0, csr_r = 0; reg [31:0] csr_wdata = 0;",
+         "  wire [31:0] csr_rdata;"]
+    for j in range(L):
+        n = lane_counts[j]
+        v += [f"  reg [{CYCLE_BITS + PW - 1}:0] mem{j} [0:{max(1, n) - 1}];",
+              f"  reg [31:0] idx{j} = 0;",
+              f"  wire v{j} = (state == 3) && (idx{j} < {n}) && "
+              f"(mem{j}[idx{j}][{CYCLE_BITS + PW - 1}:{PW}] <= t);",
+              f"  wire [{PW - 1}:0] p{j} = mem{j}[idx{j}][{PW - 1}:0];",
+              f"  wire r{j}, wv{j}; wire [{WW - 1}:0] wp{j}; reg wr_rdy{j} = 1;",
+              f"  wire wf{j} = wv{j} & wr_rdy{j};",
+              f"  wire [63:0] wa{j} = {{{{{64 - AW}{{1'b0}}}}, wp{j}[{AW - 1}:0]}};",
+              f"  wire [63:0] wd{j} = {{{{{64 - DB}{{1'b0}}}}, wp{j}[{WW - 1}:{AW}]}};",
+              f"  wire [63:0] h{j} = (wa{j} * 64'h9E3779B1) ^ (wd{j} * 64'h85EBCA77) ^ (wa{j} >> 7);"]
+    v += [f"  wire cv, rv, ldone; wire [{CW - 1}:0] cp; wire [{RW - 1}:0] rp;"]
+    ports = [".clk(clk)", ".rst(rst)"]
+    for j in range(L):
+        ports += [f".i__{j}__valid(v{j})", f".i__{j}__payload(p{j})", f".i__{j}__ready(r{j})",
+                  f".wr__{j}__valid(wv{j})", f".wr__{j}__payload(wp{j})",
+                  f".wr__{j}__ready(wr_rdy{j})"]
+    ports += [".ctl__valid(cv)", ".ctl__payload(cp)", ".ctl__ready(1'b1)",
+              ".credit__valid(rv)", ".credit__payload(rp)", ".credit__ready(1'b1)",
+              ".csr__addr(csr_addr)", ".csr__r_stb(csr_r)", ".csr__w_stb(csr_w)",
+              ".csr__w_data(csr_wdata)", ".csr__r_data(csr_rdata)", ".layer_done(ldone)"]
+    v.append("  moehub hub(" + ", ".join(ports) + ");")
+    any_v = " | ".join(f"v{j}" for j in range(L))
+    hsum = " + ".join(f"(wf{j} ? h{j} : 64'd0)" for j in range(L))
+    wsum = " + ".join(f"wf{j}" for j in range(L))
+    v += ["  initial begin",
+          "    done = 0;",
+          '    f = $fopen("player.log", "w");',
+          '    $readmemh("csr.hex", csr_mem);']
+    v += [f'    $readmemh("lane{j}.hex", mem{j});' for j in range(L) if lane_counts[j]]
+    v += ["  end",
+          "  always @(posedge clk) begin",
+          "    csr_w <= 0; csr_r <= 0;",
+          f"    hash <= hash + {hsum};",
+          f"    writes <= writes + {wsum};",
+          "    case (state)",
+          "      0: begin wait_cnt <= wait_cnt + 1; if (wait_cnt == 2) begin rst <= 0; state <= 1; end end",
+          f"      1: if (csr_i < {n_csr}) begin csr_addr <= csr_mem[2 * csr_i];"
+          " csr_wdata <= csr_mem[2 * csr_i + 1]; csr_w <= 1; csr_i <= csr_i + 1;"
+          " end else begin state <= 2; wait_cnt <= 0; end",
+          "      2: begin wait_cnt <= wait_cnt + 1; if (wait_cnt >= 3 && r0) begin state <= 3; t <= 0; end end",
+          "      3: begin",
+          "        t <= t + 1;",
+          f"        if (!r0 && ({any_v})) begin if (!stalled) begin stalled <= 1; stall_from <= t; end end",
+          '        else if (stalled) begin stalled <= 0; $fwrite(f, "S %0d %0d\\n", stall_from, t - 1); end',
+          '        if (ldone) begin $fwrite(f, "L %0d\\n", t); state <= 4; end',
+          f'        else if (t >= {max_cycles}) begin $fwrite(f, "X %0d\\n", t); state <= 4; end',
+          "      end",
+          f"      4: if (rd_i < {len(reads)}) begin csr_addr <= rd_addr(rd_i); csr_r <= 1; state <= 6; end",
+          '         else begin $fwrite(f, "H %0d %0d\\n", writes, hash); $fclose(f); done <= 1; state <= 5; end',
+          "      6: state <= 7;",
+          '      7: begin $fwrite(f, "Q %0d %0d\\n", rd_i, csr_rdata); rd_i <= rd_i + 1; state <= 4; end',
+          "      default: ;",
+          "    endcase"]
+    for j in range(L):
+        v.append(f"    if (v{j} && r{j}) idx{j} <= idx{j} + 1;")
+        if log_accepts:
+            v.append(f'    if (v{j} && r{j}) $fwrite(f, "A %0d %0d\\n", {j}, t);')
+        if bp_permille:
+            v.append(f"    wr_rdy{j} <= ($urandom % 1000) >= {bp_permille};")
+    a0, a1 = 2, 2 + AW
+    v += [f'    if (cv) $fwrite(f, "C %0d %0d %0d %0d\\n", t, cp[1:0], cp[{a1 - 1}:{a0}], cp[{CW - 1}:{a1}]);',
+          f'    if (rv) $fwrite(f, "R %0d %0d %0d\\n", t, rp[{cfg.src_bits - 1}:0], rp[{RW - 1}:{cfg.src_bits}]);',
+          "  end",
+          f"  function [{AB - 1}:0] rd_addr(input integer i);",
+          "    case (i)"]
+    v += [f"      {k}: rd_addr = {a};" for k, (_, _, a) in enumerate(reads)]
+    v += ["      default: rd_addr = 0;", "    endcase", "  endfunction",
+          "endmodule",
+          "`ifdef PLAYER_PLAIN",
+          "module player_tb;",
+          "  reg clk = 0; wire done;",
+          f"  {PLAYER_TOP} p(.clk(clk), .done(done));",
+          "  always #5 clk = ~clk;",
+          "  always @(posedge done) #20 $finish;",
+          "endmodule",
+          "`endif"]
+    return "\n".join(v) + "\n", reads
+
+
+def prepare(cfg: HubConfig, packets: Sequence[tuple], out_dir: Path, *, csr_writes=None,
+            bp: float = 0.0, log_accepts: bool = False) -> tuple:
+    """Write the player Verilog, lane and CSR hex files; returns (player.v, reads, lanes)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fmt = HubFormats(cfg).packet
+    lanes = [[] for _ in range(cfg.lanes)]
+    for cyc, lane, pkt in packets:
+        lanes[lane].append((cyc, pkt))
+    digits = (CYCLE_BITS + fmt.width + 3) // 4
+    for j, items in enumerate(lanes):
+        with open(out_dir / f"lane{j}.hex", "w") as f:
+            for cyc, pkt in items:
+                f.write(f"{(cyc << fmt.width) | fmt.pack(**pkt.fields()):0{digits}x}\n")
+    csr_writes = csr_writes if csr_writes is not None else csr_program(cfg)
+    with open(out_dir / "csr.hex", "w") as f:
+        for a, v in csr_writes:
+            f.write(f"{a:08x}\n{v:08x}\n")
+    last = max((c for c, _, _ in packets), default=0)
+    max_cycles = last + 64 * len(packets) // max(1, cfg.lanes) + 100_000
+    text, reads = _verilog(cfg, [len(x) for x in lanes], len(csr_writes), int(bp * 1000),
+                           log_accepts, max_cycles)
+    path = out_dir / "player.v"
+    path.write_text(text)
+    return path, reads, lanes
+
+
+def parse_log(cfg: HubConfig, path: Path, reads: list, lanes: list, log_accepts: bool) -> PlayerResult:
+    fmts = HubFormats(cfg)
+    ctl, credits, stalls, csr = [], [], [], {}
+    done, writes, h = None, 0, 0
+    acc = [[] for _ in range(cfg.lanes)]
+    for line in path.read_text().splitlines():
+        tag, *v = line.split()
+        if tag == "C":
+            ctl.append((int(v[0]), CtlWrite(CtlKind(int(v[1])), int(v[2]), int(v[3]))))
+        elif tag == "R":
+            credits.append((int(v[0]), int(v[1]), int(v[2])))
+        elif tag == "S":
+            stalls.append((int(v[0]), int(v[1])))
+        elif tag == "L":
+            done = int(v[0])
+        elif tag == "Q":
+            name, index, _ = reads[int(v[0])]
+            csr[(name, index)] = int(v[1])
+        elif tag == "X":
+            raise RuntimeError(f"the layer did not finish within {v[0]} cycles (see {path})")
+        elif tag == "H":
+            writes, h = int(v[0]), int(v[1])
+        elif tag == "A":
+            acc[int(v[0])].append(int(v[1]))
+    if not log_accepts:
+        acc = accept_cycles(lanes, stalls)
+    del fmts
+    return PlayerResult(cycles=done, accepted_cycles=acc, ctl=ctl, credits=credits, writes=writes,
+                        write_hash=h, stalls=stalls, csr=csr)
+
+
+def accept_cycles(lanes: list, stalls: list) -> list:
+    """Acceptance cycle of every packet, reconstructed from arrival cycles and the stall
+    intervals (the hub's ready is common to all lanes)."""
+    stalled = set()
+    for a, b in stalls:
+        stalled.update(range(a, b + 1))
+    out = []
+    for items in lanes:
+        t, cycles = -1, []
+        for cyc, _ in items:
+            t = max(cyc, t + 1)
+            while t in stalled:
+                t += 1
+            cycles.append(t)
+        out.append(cycles)
+    return out
+
+
+def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb",
+               csr_writes=None, bp: float = 0.0, tag: str = "player", waves: bool = False,
+               log_accepts: bool = False) -> PlayerResult:
+    """Play ``packets`` ((cycle, lane, Packet), any order within a lane is kept) into the
+    hub's RTL and return what it did. ``mode``: "cocotb" or "verilog" (plain testbench)."""
+    out = BUILD / "player" / f"{cfg.name}-{tag}"
+    player, reads, lanes = prepare(cfg, packets, out, csr_writes=csr_writes, bp=bp,
+                                   log_accepts=log_accepts)
+    hub_v = convert(cfg, out_dir=BUILD / "rtl" / cfg.name)
+    log = out / "player.log"
+    log.unlink(missing_ok=True)
+    t0 = time.time()
+    if mode == "verilog":
+        vvp = out / "plain.vvp"
+        subprocess.run(["iverilog", "-g2012", "-DPLAYER_PLAIN", "-s", "player_tb", "-o", str(vvp),
+                        str(hub_v), str(player)], check=True)
+        t1 = time.time()
+        subprocess.run(["vvp", "-n", str(vvp)], cwd=out, check=True, stdout=subprocess.DEVNULL)
+    elif mode == "cocotb":
+        from cocotb_tools.runner import get_runner
+        runner = get_runner("icarus")
+        build = out / "cocotb"
+        runner.build(sources=[str(hub_v), str(player)], hdl_toplevel=PLAYER_TOP, build_dir=build,
+                     timescale=("1ns", "1ps"), always=True, waves=waves,
+                     log_file=build / "build.log")
+        t1 = time.time()
+        verif = str(Path(__file__).resolve().parent)
+        if verif not in sys.path:
+            sys.path.insert(0, verif)
+        try:
+            runner.test(test_module="tb_player", hdl_toplevel=PLAYER_TOP, build_dir=build,
+                        test_dir=out, timescale=("1ns", "1ps"), waves=waves,
+                        results_xml=str(build / "results.xml"), log_file=build / "sim.log")
+        except SystemExit:
+            raise RuntimeError(f"player run failed; see {build / 'sim.log'}") from None
+    else:
+        raise ValueError(f"mode = {mode!r}: must be 'cocotb' or 'verilog'")
+    t2 = time.time()
+    if not log.exists():
+        raise RuntimeError(f"the player wrote no log ({log})")
+    res = parse_log(cfg, log, reads, lanes, log_accepts)
+    res.wall_s, res.build_s = t2 - t1, t1 - t0
+    return res
+
+
+def replay_into_model(cfg: HubConfig, packets: Sequence[tuple], res: PlayerResult,
+                      csr_writes=None) -> HubModel:
+    """The reference model fed with the RTL's acceptance order and cycles."""
+    model = HubModel(cfg)
+    lay = default_layout(cfg)
+    cmap = CsrMap(cfg)
+    writes = csr_writes if csr_writes is not None else csr_program(cfg)
+    byaddr = {}
+    for r in cmap.registers.values():
+        for i in range(r.count):
+            for w in range(r.words):
+                byaddr[r.addr(i, w)] = (r.name, i, w)
+    vals = {}
+    for a, v in writes:
+        name, i, w = byaddr[a]
+        vals[(name, i)] = vals.get((name, i), 0) | (v << (32 * w))
+    for (name, i), v in vals.items():
+        if name == "REGION_BASE":
+            model.region_base[i] = v
+        elif name == "REGION_CAP":
+            model.region_cap[i] = min(v, cfg.max_rows_per_expert)
+        elif name in ("FLAG_BASE", "META_BASE", "COUNT_BASE", "EPOCH", "TIMEOUT"):
+            setattr(model, name.lower(), v)
+        elif name == "TILE_ROWS_LOG2":
+            lo, hi = cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length() - 1
+            model.tile_rows_log2 = min(max(v, lo), hi)
+    del lay
+    model.start()
+    per_lane = [[] for _ in range(cfg.lanes)]
+    for cyc, lane, pkt in packets:
+        per_lane[lane].append(pkt)
+    order = []
+    for j in range(cfg.lanes):
+        for pkt, c in zip(per_lane[j], res.accepted_cycles[j]):
+            order.append((c, j, pkt))
+    order.sort(key=lambda x: (x[0], x[1]))
+    for c, j, pkt in order:
+        model.packet(pkt, j, c)
+    model.end()
+    return model
+
+
+def model_write_hash(cfg: HubConfig, model: HubModel) -> tuple:
+    n, h = 0, 0
+    for lane in model.writes:
+        for a, d in lane:
+            n += 1
+            h = (h + write_hash(cfg, a, d)) & ((1 << 64) - 1)
+    return n, h
