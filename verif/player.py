@@ -39,7 +39,7 @@ PLAYER_TOP = "moehub_player"
 @dataclass
 class PlayerResult:
     cycles: int                       #: cycle (after cycle 0) at which the layer-done pulse came
-    accepted_cycles: list             #: per lane: acceptance cycle of each packet, in order
+    accepted: list                    #: (cycle, lane, Packet) of every packet, in accept order
     ctl: list                         #: (cycle, CtlWrite) in order
     credits: list                     #: (cycle, src, tag) in order
     writes: int                       #: data writes
@@ -105,7 +105,7 @@ def csr_program(cfg: HubConfig, *, caps=None, tile_rows_log2=None, epoch=1, time
     return writes
 
 
-def _verilog(cfg: HubConfig, lane_counts: list, n_csr: int, bp_permille: int,
+def _verilog(cfg: HubConfig, n_packets: int, n_csr: int, bp_permille: int,
              log_accepts: bool, max_cycles: int) -> tuple:
     """The player module (and, under PLAYER_PLAIN, a plain testbench with its own clock)."""
     fmts = HubFormats(cfg)
@@ -130,13 +130,13 @@ def _verilog(cfg: HubConfig, lane_counts: list, n_csr: int, bp_permille: int,
          f"  reg [31:0] csr_mem [0:{max(1, 2 * n_csr) - 1}];",
          f"  reg [{AB - 1}:0] csr_addr = 0; reg csr_w = 0, csr_r = 0; reg [31:0] csr_wdata = 0;",
          "  wire [31:0] csr_rdata;"]
+    n = n_packets
+    v += [f"  reg [{CYCLE_BITS + PW - 1}:0] mem [0:{max(1, n) - 1}];",
+          "  reg [31:0] head = 0;        // next packet of the ordered schedule"]
     for j in range(L):
-        n = lane_counts[j]
-        v += [f"  reg [{CYCLE_BITS + PW - 1}:0] mem{j} [0:{max(1, n) - 1}];",
-              f"  reg [31:0] idx{j} = 0;",
-              f"  wire v{j} = (state == 3) && (idx{j} < {n}) && "
-              f"(mem{j}[idx{j}][{CYCLE_BITS + PW - 1}:{PW}] <= t);",
-              f"  wire [{PW - 1}:0] p{j} = mem{j}[idx{j}][{PW - 1}:0];",
+        v += [f"  wire [{CYCLE_BITS + PW - 1}:0] e{j} = mem[head + {j}];",
+              f"  wire v{j} = (state == 3) && (head + {j} < {n}) && (e{j}[{CYCLE_BITS + PW - 1}:{PW}] <= t);",
+              f"  wire [{PW - 1}:0] p{j} = e{j}[{PW - 1}:0];",
               f"  wire r{j}, wv{j}; wire [{WW - 1}:0] wp{j}; reg wr_rdy{j} = 1;",
               f"  wire wf{j} = wv{j} & wr_rdy{j};",
               f"  wire [63:0] wa{j} = {{{{{64 - AW}{{1'b0}}}}, wp{j}[{AW - 1}:0]}};",
@@ -160,7 +160,8 @@ def _verilog(cfg: HubConfig, lane_counts: list, n_csr: int, bp_permille: int,
           "    done = 0;",
           '    f = $fopen("player.log", "w");',
           '    $readmemh("csr.hex", csr_mem);']
-    v += [f'    $readmemh("lane{j}.hex", mem{j});' for j in range(L) if lane_counts[j]]
+    if n_packets:
+        v.append('    $readmemh("packets.hex", mem);')
     v += ["  end",
           "  always @(posedge clk) begin",
           "    csr_w <= 0; csr_r <= 0;",
@@ -185,8 +186,9 @@ def _verilog(cfg: HubConfig, lane_counts: list, n_csr: int, bp_permille: int,
           '      7: begin $fwrite(f, "Q %0d %0d\\n", rd_i, csr_rdata); rd_i <= rd_i + 1; state <= 4; end',
           "      default: ;",
           "    endcase"]
+    taken = " + ".join(f"(v{j} && r{j})" for j in range(L))
+    v.append(f"    head <= head + {taken};")
     for j in range(L):
-        v.append(f"    if (v{j} && r{j}) idx{j} <= idx{j} + 1;")
         if log_accepts:
             v.append(f'    if (v{j} && r{j}) $fwrite(f, "A %0d %0d\\n", {j}, t);')
         if bp_permille:
@@ -213,35 +215,35 @@ def _verilog(cfg: HubConfig, lane_counts: list, n_csr: int, bp_permille: int,
 
 def prepare(cfg: HubConfig, packets: Sequence[tuple], out_dir: Path, *, csr_writes=None,
             bp: float = 0.0, log_accepts: bool = False) -> tuple:
-    """Write the player Verilog, lane and CSR hex files; returns (player.v, reads, lanes)."""
+    """Write the player Verilog and the packet and CSR hex files; returns (player.v, the CSR
+    reads it makes at the end, (arrival cycles, packets) in play order)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fmt = HubFormats(cfg).packet
-    lanes = [[] for _ in range(cfg.lanes)]
-    for cyc, lane, pkt in packets:
-        lanes[lane].append((cyc, pkt))
+    ordered = sorted(((c, lane, k, p) for k, (c, lane, p) in enumerate(packets)),
+                     key=lambda x: (x[0], x[1], x[2]))
     digits = (CYCLE_BITS + fmt.width + 3) // 4
-    for j, items in enumerate(lanes):
-        with open(out_dir / f"lane{j}.hex", "w") as f:
-            for cyc, pkt in items:
-                f.write(f"{(cyc << fmt.width) | fmt.pack(**pkt.fields()):0{digits}x}\n")
+    with open(out_dir / "packets.hex", "w") as f:
+        for cyc, _, _, pkt in ordered:
+            f.write(f"{(cyc << fmt.width) | fmt.pack(**pkt.fields()):0{digits}x}\n")
+    arrivals = [c for c, _, _, _ in ordered]
+    pkts = [p for _, _, _, p in ordered]
     csr_writes = csr_writes if csr_writes is not None else csr_program(cfg)
     with open(out_dir / "csr.hex", "w") as f:
         for a, v in csr_writes:
             f.write(f"{a:08x}\n{v:08x}\n")
-    last = max((c for c, _, _ in packets), default=0)
+    last = arrivals[-1] if arrivals else 0
     max_cycles = last + 64 * len(packets) // max(1, cfg.lanes) + 100_000
-    text, reads = _verilog(cfg, [len(x) for x in lanes], len(csr_writes), int(bp * 1000),
-                           log_accepts, max_cycles)
+    text, reads = _verilog(cfg, len(pkts), len(csr_writes), int(bp * 1000), log_accepts,
+                           max_cycles)
     path = out_dir / "player.v"
     path.write_text(text)
-    return path, reads, lanes
+    return path, reads, (arrivals, pkts)
 
 
-def parse_log(cfg: HubConfig, path: Path, reads: list, lanes: list, log_accepts: bool) -> PlayerResult:
-    fmts = HubFormats(cfg)
-    ctl, credits, stalls, csr = [], [], [], {}
+def parse_log(cfg: HubConfig, path: Path, reads: list, schedule: tuple,
+              log_accepts: bool) -> PlayerResult:
+    ctl, credits, stalls, csr, acc_log = [], [], [], {}, []
     done, writes, h = None, 0, 0
-    acc = [[] for _ in range(cfg.lanes)]
     for line in path.read_text().splitlines():
         tag, *v = line.split()
         if tag == "C":
@@ -252,47 +254,58 @@ def parse_log(cfg: HubConfig, path: Path, reads: list, lanes: list, log_accepts:
             stalls.append((int(v[0]), int(v[1])))
         elif tag == "L":
             done = int(v[0])
+        elif tag == "X":
+            raise RuntimeError(f"the layer did not finish within {v[0]} cycles (see {path})")
         elif tag == "Q":
             name, index, _ = reads[int(v[0])]
             csr[(name, index)] = int(v[1])
-        elif tag == "X":
-            raise RuntimeError(f"the layer did not finish within {v[0]} cycles (see {path})")
         elif tag == "H":
             writes, h = int(v[0]), int(v[1])
         elif tag == "A":
-            acc[int(v[0])].append(int(v[1]))
-    if not log_accepts:
-        acc = accept_cycles(lanes, stalls)
-    del fmts
-    return PlayerResult(cycles=done, accepted_cycles=acc, ctl=ctl, credits=credits, writes=writes,
-                        write_hash=h, stalls=stalls, csr=csr)
+            acc_log.append((int(v[1]), int(v[0])))
+    arrivals, pkts = schedule
+    if log_accepts:
+        acc_log.sort()
+        accepted = [(c, j, p) for (c, j), p in zip(acc_log, pkts)]
+    else:
+        accepted = accept_schedule(arrivals, pkts, stalls, cfg.lanes)
+    return PlayerResult(cycles=done, accepted=accepted, ctl=ctl, credits=credits,
+                        writes=writes, write_hash=h, stalls=stalls, csr=csr)
 
 
-def accept_cycles(lanes: list, stalls: list) -> list:
-    """Acceptance cycle of every packet, reconstructed from arrival cycles and the stall
-    intervals (the hub's ready is common to all lanes)."""
-    stalled = set()
-    for a, b in stalls:
-        stalled.update(range(a, b + 1))
-    out = []
-    for items in lanes:
-        t, cycles = -1, []
-        for cyc, _ in items:
-            t = max(cyc, t + 1)
-            while t in stalled:
-                t += 1
-            cycles.append(t)
-        out.append(cycles)
+def accept_schedule(arrivals: list, pkts: list, stalls: list, lanes: int) -> list:
+    """When and on which lane the player's hub accepted each packet: every cycle the next
+    packets of the ordered schedule that have arrived go out on lanes 0, 1, ..., at most
+    one per lane, unless the hub is stalling (its ready is common to all lanes)."""
+    stalls = sorted(stalls)
+    out, t, used, si = [], -1, 0, 0
+    for a, p in zip(arrivals, pkts):
+        c = max(a, t)
+        if c == t and used == lanes:
+            c = t + 1
+        while True:
+            while si < len(stalls) and stalls[si][1] < c:
+                si += 1
+            if si < len(stalls) and stalls[si][0] <= c:
+                c = stalls[si][1] + 1
+            else:
+                break
+        if c != t:
+            t, used = c, 0
+        out.append((t, used, p))
+        used += 1
     return out
 
 
 def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb",
                csr_writes=None, bp: float = 0.0, tag: str = "player", waves: bool = False,
                log_accepts: bool = False) -> PlayerResult:
-    """Play ``packets`` ((cycle, lane, Packet), any order within a lane is kept) into the
-    hub's RTL and return what it did. ``mode``: "cocotb" or "verilog" (plain testbench)."""
+    """Play ``packets`` ((arrival cycle, lane, Packet)) into the hub's RTL and return what
+    it did. The player keeps the schedule's order (cycle, lane, then list order) and puts
+    the packets that have arrived on lanes 0, 1, ... each cycle, at most one per lane; a
+    stalled hub delays later arrivals. ``mode``: "cocotb" or "verilog" (plain testbench)."""
     out = BUILD / "player" / f"{cfg.name}-{tag}"
-    player, reads, lanes = prepare(cfg, packets, out, csr_writes=csr_writes, bp=bp,
+    player, reads, schedule = prepare(cfg, packets, out, csr_writes=csr_writes, bp=bp,
                                    log_accepts=log_accepts)
     hub_v = convert(cfg, out_dir=BUILD / "rtl" / cfg.name)
     log = out / "player.log"
@@ -326,13 +339,12 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
     t2 = time.time()
     if not log.exists():
         raise RuntimeError(f"the player wrote no log ({log})")
-    res = parse_log(cfg, log, reads, lanes, log_accepts)
+    res = parse_log(cfg, log, reads, schedule, log_accepts)
     res.wall_s, res.build_s = t2 - t1, t1 - t0
     return res
 
 
-def replay_into_model(cfg: HubConfig, packets: Sequence[tuple], res: PlayerResult,
-                      csr_writes=None) -> HubModel:
+def replay_into_model(cfg: HubConfig, res: PlayerResult, csr_writes=None) -> HubModel:
     """The reference model fed with the RTL's acceptance order and cycles."""
     model = HubModel(cfg)
     lay = default_layout(cfg)
@@ -359,14 +371,7 @@ def replay_into_model(cfg: HubConfig, packets: Sequence[tuple], res: PlayerResul
             model.tile_rows_log2 = min(max(v, lo), hi)
     del lay
     model.start()
-    per_lane = [[] for _ in range(cfg.lanes)]
-    for cyc, lane, pkt in packets:
-        per_lane[lane].append(pkt)
-    order = []
-    for j in range(cfg.lanes):
-        for pkt, c in zip(per_lane[j], res.accepted_cycles[j]):
-            order.append((c, j, pkt))
-    order.sort(key=lambda x: (x[0], x[1]))
+    order = res.accepted
     for c, j, pkt in order:
         model.packet(pkt, j, c)
     model.end()
