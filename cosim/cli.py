@@ -63,7 +63,7 @@ def cmd_sweep(args) -> int:
     points = _sweep_points(args)
     out = Path(args.out) if args.out else RESULTS
     name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
-        f"_{args.system}_{args.workload}"
+        f"_{points[0]['system']}_{args.workload}"
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -91,7 +91,7 @@ def cmd_sweep(args) -> int:
         wr.writeheader()
         wr.writerows(rows)
     (folder / "sweep.json").write_text(json.dumps(rows, indent=1))
-    title = f"MoE-Hub vs baselines, {args.workload} routing"
+    title = f"MoE-Hub vs baselines, workload {args.workload!r}"
     if args.what == "tokens":
         fig = speedup_plot(rows, "tokens_per_gpu", folder / "speedup_tokens.png",
                            f"{title}: {args.model} on {args.system}", "tokens per GPU")

@@ -136,6 +136,11 @@ def _gate(L, res):
     return t
 
 
+def _collective_us(L) -> float:
+    """Count exchange among the GPUs (nothing to exchange on one GPU)."""
+    return L.sys.software.small_collective_us if L.G > 1 else 0.0
+
+
 def _full(_t):
     return 1.0
 
@@ -146,7 +151,7 @@ def run_bulk(L: Layer) -> SystemResult:
     g, sw, G, T, k = L.gpu, L.sys.software, L.G, L.T, L.k
     t_gate = _gate(L, res)
     t_layout = t_gate + g.small_kernel_us(T * L.E * 4 + T * k * 8)
-    t_cx = t_layout + sw.small_collective_us          # every GPU joins at the same time
+    t_cx = t_layout + _collective_us(L)               # every GPU joins at the same time
     t_sync = t_cx + sw.host_sync_us
     t_perm = t_sync + g.permute_us(T * k)
     a2a = t_perm + g.launch
@@ -216,7 +221,7 @@ def run_comet(L: Layer) -> SystemResult:
     g, sw, G, T, k = L.gpu, L.sys.software, L.G, L.T, L.k
     t_gate = _gate(L, res)
     t_layout = t_gate + g.small_kernel_us(T * L.E * 4 + T * k * 8)
-    t_cx = t_layout + sw.small_collective_us
+    t_cx = t_layout + _collective_us(L)
     t_idx = t_cx + g.small_kernel_us(T * k * 8 * 2)
     t0 = t_idx + g.launch
     for d in range(G):
