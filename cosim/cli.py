@@ -24,7 +24,8 @@ DEFAULT_GPUS = (1, 2, 4, 8, 16)
 
 
 def _run_name(args, model, system, tokens, workload) -> str:
-    return args.run or f"{model}_{system}_{workload}_t{tokens}"
+    sfx = "_hub-expert-order" if getattr(args, "hub_order", "token") == "expert" else ""
+    return args.run or f"{model}_{system}_{workload}_t{tokens}{sfx}"
 
 
 def cmd_cosim(args) -> int:
@@ -35,7 +36,7 @@ def cmd_cosim(args) -> int:
         print(f"moehub cosim: --hub {args.hub} is not available (known: "
               f"{', '.join(BACKENDS)})", file=sys.stderr)
         return 2
-    er = run_experiment(s, m, w, systems, hub_backend=args.hub)
+    er = run_experiment(s, m, w, systems, hub_backend=args.hub, hub_order=args.hub_order)
     run = _run_name(args, m.name, s.name if args.gpus is None else f"{s.name}-g{s.gpus}",
                     w.tokens_per_gpu, w.name)
     paths = write_outputs(er, run, Path(args.out) if args.out else None,
@@ -63,7 +64,8 @@ def cmd_sweep(args) -> int:
     points = _sweep_points(args)
     out = Path(args.out) if args.out else RESULTS
     name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
-        f"_{points[0]['system']}_{args.workload}"
+        f"_{points[0]['system']}_{args.workload}" \
+        f"{'_hub-expert-order' if args.hub_order == 'expert' else ''}"
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -73,7 +75,7 @@ def cmd_sweep(args) -> int:
                                args.seed)
         label = f"{m.name} {s.gpus}x{s.gpu_name} {w.tokens_per_gpu} tok/GPU"
         print(f"[{i + 1}/{len(points)}] {label} ...", end="", flush=True)
-        er = run_experiment(s, m, w, hub_backend=args.hub)
+        er = run_experiment(s, m, w, hub_backend=args.hub, hub_order=args.hub_order)
         sub = f"{m.name}_g{s.gpus}_t{w.tokens_per_gpu}"
         if args.figures:
             write_outputs(er, sub, folder)
@@ -120,6 +122,10 @@ def _common(p, tokens_default=None):
     p.add_argument("--seed", type=int, default=None, help="routing seed (overrides the workload)")
     p.add_argument("--hub", default="model", help="hub stage: model (reference model, fast "
                    "path) or reference (packet by packet, slow); rtl comes with issue 5")
+    p.add_argument("--hub-order", default="token", choices=("token", "expert"),
+                   help="hub producers send rows in token order right after routing (default, "
+                        "the paper's design) or grouped by destination expert after a local "
+                        "layout kernel")
     p.add_argument("--out", default=None, help=f"results folder (default {RESULTS})")
     p.add_argument("--run", default=None, help="run name (sub-folder of the results folder)")
 

@@ -49,6 +49,7 @@ class ExperimentResult:
     wall_s: float
     hub_backend: str = "model"
     timings: dict = field(default_factory=dict)
+    hub_order: str = "token"
 
     def latency(self, name: str) -> float:
         return self.results[name].latency_us
@@ -82,7 +83,7 @@ def end_to_end(L: Layer, moe_layer_us: float) -> float:
 
 def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadConfig,
                    systems=SYSTEMS, hub_backend: str = "model",
-                   hub_base: HubConfig | None = None) -> ExperimentResult:
+                   hub_base: HubConfig | None = None, hub_order: str = "token") -> ExperimentResult:
     for name in systems:
         if name not in SYSTEMS:
             raise ConfigError(f"systems = {name!r}: unknown (known: {', '.join(SYSTEMS)})")
@@ -95,11 +96,11 @@ def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadC
     for name in SYSTEMS:
         if name in systems:
             t = time.perf_counter()
-            results[name] = run_system(name, L, hub_backend)
+            results[name] = run_system(name, L, hub_backend, hub_order)
             timings[name] = time.perf_counter() - t
     e2e = {n: end_to_end(L, r.latency_us) for n, r in results.items()}
     return ExperimentResult(system, model, workload, L, results, e2e,
-                            time.perf_counter() - t0, hub_backend, timings)
+                            time.perf_counter() - t0, hub_backend, timings, hub_order)
 
 
 # ---------------------------------------------------------------------------- stats
@@ -132,7 +133,8 @@ def stats(er: ExperimentResult) -> dict:
                     "skewness": L.routing.skewness(),
                     "rows": int(L.N), "rows_received_per_gpu": L.counts.sum(axis=0).tolist(),
                     "rows_remote_fraction": float(1 - np.trace(L.counts) / L.N)},
-        "hub": {"config": L.hub.name, "backend": er.hub_backend, "lanes": L.hub.lanes,
+        "hub": {"config": L.hub.name, "backend": er.hub_backend, "send_order": er.hub_order,
+                "lanes": L.hub.lanes,
                 "chunk_bytes": L.hub.chunk_bytes, "hub_clock_GHz": L.hub.hub_clock_GHz,
                 "tile_rows": L.hub.tile_rows, "tags_per_source": L.hub.tags_per_source,
                 **{k: v for k, v in hub.extra.items()}},
@@ -159,6 +161,7 @@ def resolved_config(er: ExperimentResult) -> dict:
     return {"system": dataclasses.asdict(er.system), "model": dataclasses.asdict(er.model),
             "workload": dataclasses.asdict(er.workload),
             "hub": dataclasses.asdict(er.layer.hub), "hub_backend": er.hub_backend,
+            "hub_send_order": er.hub_order,
             "systems": list(er.results)}
 
 

@@ -59,7 +59,7 @@ PHASES = {
     "comet": ["gate", "layout", "count exchange", "scatter index", "dispatch", "expert GEMM",
               "combine", "reduce"],
     "onesided": ["gate", "dispatch", "notify", "recv pack", "expert GEMM", "combine", "reduce"],
-    "hub": ["gate", "dispatch", "hub", "expert GEMM", "combine", "reduce"],
+    "hub": ["gate", "dispatch", "hub", "expert GEMM", "combine", "reduce"],  # + "layout" (expert order)
     "ideal": ["gate", "expert GEMM", "reduce"],
 }
 
@@ -352,13 +352,14 @@ def _enforce_tags(L: Layer, first, last, position, ret_us):
     return first, last, stalls
 
 
-def hub_schedule(L: Layer, t0: float):
+def hub_schedule(L: Layer, t0: float, order: str = "token"):
     """Dispatch of every row to its destination hub, from t0 (all sources): returns the
     per-destination :class:`HubArrivals`, the network curves and flows, and the stall count
-    of the tag window."""
+    of the tag window. ``order``: rows of a flow leave in token order, or grouped by
+    destination expert (``expert``)."""
     h = L.hub
     G = L.G
-    _, pos = L.flow_order()     # token order
+    _, pos = L.flow_order(L.lexp) if order == "expert" else L.flow_order()
     first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_hub, L.pkt_wire_hub,
                                             pos, hub_ingress=True, flow_cap=hub_flow_cap(L))
     clk = h.hub_clock_GHz * 1000.0                       # cycles per us
@@ -384,13 +385,20 @@ def hub_schedule(L: Layer, t0: float):
     return arrivals, curves, flows, stalls
 
 
-def run_hub(L: Layer, backend: str = "model") -> SystemResult:
-    res = SystemResult("hub", LABELS["hub"])
+def run_hub(L: Layer, backend: str = "model", order: str = "token") -> SystemResult:
+    """MoE-Hub. ``order="token"``: the routing kernel sends each row as soon as the token is
+    routed (the paper's design). ``order="expert"``: a local layout kernel (no exchange)
+    first groups each destination's rows by expert, so experts fill one after another."""
+    res = SystemResult("hub", LABELS["hub"] + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
     run_backend = BACKENDS[backend]
     t_gate = _gate(L, res)
-    t0 = t_gate                 # the routing kernel sends each row as soon as it is routed
-    arrivals, curves, flows, stalls = hub_schedule(L, t0)
+    t0 = t_gate
+    if order == "expert":
+        t0 = t_gate + g.small_kernel_us(L.T * L.E * 4 + L.T * L.k * 8)
+        for d in range(G):
+            res.add(d, "control", "layout", t_gate, t0)
+    arrivals, curves, flows, stalls = hub_schedule(L, t0, order)
     clk = h.hub_clock_GHz * 1000.0
     send_end = np.zeros(G)
     for s in range(G):
@@ -456,7 +464,8 @@ RUNNERS = {"bulk": run_bulk, "comet": run_comet, "onesided": run_onesided, "hub"
            "ideal": run_ideal}
 
 
-def run_system(name: str, L: Layer, hub_backend: str = "model") -> SystemResult:
+def run_system(name: str, L: Layer, hub_backend: str = "model",
+               hub_order: str = "token") -> SystemResult:
     if name == "hub":
-        return run_hub(L, hub_backend)
+        return run_hub(L, hub_backend, hub_order)
     return RUNNERS[name](L)
