@@ -205,10 +205,16 @@ def _result(model: HubModel, ann: _Annotator, packets: int) -> HubResult:
 
 def run_hub_reference(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:
     """Plain :meth:`HubModel.packet` on every packet of the expanded schedule (slow)."""
-    model = _setup(cfg, arrivals.region_cap)
+    return run_hub_packets(cfg, arrivals.packets(), arrivals.region_cap)
+
+
+def run_hub_packets(cfg: HubConfig, packets, region_cap=None) -> HubResult:
+    """The hub stage on an explicit schedule: ``packets`` is an iterable of
+    ``(cycle, lane, Packet)`` in hub order (what an RTL driver replays)."""
+    model = _setup(cfg, region_cap)
     ann = _Annotator()
     n = 0
-    for cycle, lane, pkt in arrivals.packets():
+    for cycle, lane, pkt in packets:
         nf = len(model.tiles_flagged)
         fx = model.packet(pkt, lane=lane, cycle=cycle)
         ann.apply(model, fx, pkt, cycle, nf)
@@ -261,3 +267,10 @@ def run_hub_fast(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:
 #: a hub backend: (cfg, arrivals) -> HubResult
 HubBackend = Callable[[HubConfig, HubArrivals], HubResult]
 BACKENDS: dict[str, HubBackend] = {"model": run_hub_fast, "reference": run_hub_reference}
+
+
+def register_backend(name: str, backend: HubBackend) -> None:
+    """Make a hub stage selectable as ``moehub cosim --hub <name>`` (e.g. the RTL, issue 5).
+    It must return the same :class:`HubResult` fields; tile-ready cycles are compared
+    against ``model`` by the caller."""
+    BACKENDS[name] = backend

@@ -131,3 +131,22 @@ def test_hub_system_conserves_rows_on_a_real_config():
     assert res.extra["drops"] == 0
     assert res.extra["rows_allocated"] == res.extra["rows"] == 8 * 128 * 2
     assert res.extra["packets"] == 8 * 128 * 2 * L.hub.chunks_per_row + 8 * 8
+
+
+def test_reference_hub_mode_gives_the_same_layer():
+    from moehub.config.cosim_schema import load_model_config
+    sysc = load_system_config("h100x8").replace(gpus=4, gpus_per_node=4)
+    m = load_model_config("phi-3.5-moe")
+    wl = load_workload_config("default").replace(tokens_per_gpu=24)
+    L = Layer(sysc, m, wl, make_routing(m, wl, 4))
+    a, b = run_hub(L, "model"), run_hub(L, "reference")
+    assert a.latency_us == b.latency_us
+    assert sorted(a.markers) == sorted(b.markers)
+
+
+def test_explicit_packet_list_backend_matches():
+    from moehub.cosim.hub_stage import run_hub_packets
+    L = small_layer(seed=4)
+    arrivals, *_ = hub_schedule(L, t0=0.0)
+    arr = arrivals[1]
+    compare(run_hub_packets(L.hub, list(arr.packets())), run_hub_fast(L.hub, arr))
