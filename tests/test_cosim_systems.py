@@ -146,3 +146,21 @@ def test_config_errors_exit_with_code_2(capsys):
     assert main(["cosim", "--model", "no-such-model"]) == 2
     assert "configuration error" in capsys.readouterr().err
     assert main(["cosim", "--gpus", "3"]) == 2     # 8 experts do not divide over 3 GPUs
+
+
+def test_one_gpu_has_no_remote_traffic_and_no_count_exchange():
+    L = layer(tokens=128, gpus=1, gpus_per_node=1)
+    assert L.E_local == 8 and L.counts.sum() == 128 * 2
+    r = run_system("bulk", L)
+    cx = [p for p in r.phases if p.name == "count exchange"]
+    assert not cx                              # nothing to exchange on one GPU
+    assert run_system("hub", L).extra["drops"] == 0
+
+
+def test_expert_ordered_hub_sends_add_a_local_layout_only():
+    from moehub.cosim.systems import run_hub
+    L = layer(model="qwen2-57b-a14b", tokens=64)
+    r = run_hub(L, order="expert")
+    names = {p.name for p in r.phases}
+    assert "layout" in names and "count exchange" not in names
+    assert r.extra["drops"] == 0 and r.extra["rows_allocated"] == L.N
