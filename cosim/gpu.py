@@ -12,10 +12,10 @@ config; nothing here is a tuning constant.
 * An expert of a SwiGLU MoE does GEMM1 (rows x hidden -> rows x 2 ffn, gate and up), the
   activation, and GEMM2 (rows x ffn -> rows x hidden): 6 x rows x hidden x ffn flops on
   rows padded to whole tiles; it reads its 3 x hidden x ffn weights once per batch.
-* :class:`ExpertQueue` serves work items (expert, rows, ready time) on one GPU in order
-  of readiness; when the GPU is free it takes *every* item already ready as one grouped
-  GEMM batch (weights read once per expert in the batch), so a backlog amortises the weight
-  traffic the way a large grouped GEMM does, while a lone early tile pays it in full.
+* :class:`ExpertQueue` serves work items (expert, rows, ready time) on one GPU as a
+  persistent grouped-GEMM kernel working in passes (see its docstring): weights are read
+  once per pass, so a backlog amortises them the way a large grouped GEMM does, while an
+  expert started before its rows are all in pays for reading part of them again.
 """
 from __future__ import annotations
 
