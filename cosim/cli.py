@@ -16,11 +16,28 @@ from pathlib import Path
 
 from ..config.cosim_schema import available
 from .experiment import RESULTS, load_configs, run_experiment, table, write_outputs
-from .hub_stage import BACKENDS
+from .hub_stage import BACKENDS, register_backend
 from .systems import SYSTEMS
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 DEFAULT_GPUS = (1, 2, 4, 8, 16)
+
+
+def _backend_available(name: str) -> bool:
+    """Backends beyond model/reference live in ``moehub.cosim.hub_<name>`` as
+    ``run_hub_<name>(cfg, arrivals)`` and are registered on first use (e.g. ``rtl``)."""
+    if name in BACKENDS:
+        return True
+    import importlib
+    try:
+        mod = importlib.import_module(f"moehub.cosim.hub_{name}")
+    except ImportError:
+        return False
+    fn = getattr(mod, f"run_hub_{name}", None)
+    if fn is None:
+        return False
+    register_backend(name, fn)
+    return True
 
 
 def _run_name(args, model, system, tokens, workload) -> str:
@@ -32,7 +49,7 @@ def cmd_cosim(args) -> int:
     s, m, w = load_configs(args.system, args.model, args.workload, args.tokens, args.gpus,
                            args.seed)
     systems = tuple(args.systems.split(",")) if args.systems else SYSTEMS
-    if args.hub not in BACKENDS:
+    if not _backend_available(args.hub):
         print(f"moehub cosim: --hub {args.hub} is not available (known: "
               f"{', '.join(BACKENDS)})", file=sys.stderr)
         return 2
@@ -61,6 +78,9 @@ def _sweep_points(args):
 
 def cmd_sweep(args) -> int:
     from .plots import model_bar_plot, speedup_plot
+    if not _backend_available(args.hub):
+        print(f"moehub sweep: --hub {args.hub} is not available", file=sys.stderr)
+        return 2
     points = _sweep_points(args)
     out = Path(args.out) if args.out else RESULTS
     name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
@@ -121,7 +141,8 @@ def _common(p, tokens_default=None):
                    help="tokens per GPU (overrides the workload)")
     p.add_argument("--seed", type=int, default=None, help="routing seed (overrides the workload)")
     p.add_argument("--hub", default="model", help="hub stage: model (reference model, fast "
-                   "path) or reference (packet by packet, slow); rtl comes with issue 5")
+                   "path), reference (packet by packet, slow), or any cosim/hub_<name>.py "
+                   "backend such as rtl (the Verilog, slow: use few tokens)")
     p.add_argument("--hub-order", default="token", choices=("token", "expert"),
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "

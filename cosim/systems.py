@@ -389,7 +389,8 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token") -> SystemRes
     """MoE-Hub. ``order="token"``: the routing kernel sends each row as soon as the token is
     routed (the paper's design). ``order="expert"``: a local layout kernel (no exchange)
     first groups each destination's rows by expert, so experts fill one after another."""
-    res = SystemResult("hub", LABELS["hub"] + (", expert-ordered sends" if order == "expert" else ""))
+    label = LABELS["hub"] if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
+    res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
     run_backend = BACKENDS[backend]
     t_gate = _gate(L, res)
