@@ -2,7 +2,8 @@
 
 Mapping follows TOOLCHAIN.md: plain ``abc -liberty`` leaves high-fan-out nets on X1
 gates and reads about 3x too slow, so ABC runs a script that maps for delay (``&nf``)
-and then buffers and sizes (``buffer -p; upsize; dnsize``) against the clock target.
+and then buffers and sizes (``buffer -p; upsize; dnsize``) against the clock target
+(:data:`ABC_EFFORTS`).
 Large arrays become SRAM macro black boxes (:mod:`moehub.synth.sram`), the rest flops.
 The hierarchy is kept so that area and timing can be reported per module; a flattened
 copy of the netlist (``netlist_sim.v``, top ``moehub``, RTL port names) is written for
@@ -27,11 +28,22 @@ from .verilog import MemoryArray, TOP
 ABC_CONSTR = "set_driving_cell BUFX2\nset_load 0.02\n"
 
 
-def abc_script(delay_ps: float) -> str:
+#: ABC effort levels. "normal" (default): one round of AIG rewriting (dc2), delay-oriented
+#: mapping (&nf), then buffering and gate sizing. "high" adds SAT sweeping (&fraig -x) and
+#: structural choices (&dch -f) as in Yosys' own script: about 10x the ABC time on the
+#: large configs (measured: &fraig 105 s and &dch > 5 min on the 450k-node DeepSeek packet
+#: manager, against 2 min for the whole "normal" script), for a few % of delay.
+ABC_EFFORTS = ("normal", "high")
+
+
+def abc_script(delay_ps: float, effort: str = "normal") -> str:
     """Delay-oriented mapping, then buffering and gate sizing (TOOLCHAIN.md pitfall 6)."""
+    if effort not in ABC_EFFORTS:
+        raise ValueError(f"effort = {effort!r}: must be one of {', '.join(ABC_EFFORTS)}")
     d = f"-D {int(delay_ps)}"
-    return ("strash; &get -n; &fraig -x; &put; dc2; strash; &get -n; &dch -f; "
-            f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n")
+    pre = ("strash; &get -n; &fraig -x; &put; dc2; strash; &get -n; &dch -f; " if effort == "high"
+           else "strash; dc2; &get -n; ")
+    return pre + f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n"
 
 
 def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool) -> str:
@@ -217,7 +229,7 @@ SYNTH_OUTPUTS = ("netlist.v", "netlist_sim.v", "stat.json", "stat.txt", "stat_rt
 
 def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryArray],
         fo4_ns: float, period_ns: float, abc_delay_ps: float | None = None,
-        sta_only: bool = False) -> dict:
+        sta_only: bool = False, abc_effort: str = "normal") -> dict:
     """Synthesize and time ``verilog`` (written by :mod:`moehub.synth.verilog`) in ``work``.
 
     ``sta_only``: keep the netlist of an earlier run in ``work`` and redo only the timing
@@ -235,7 +247,7 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
         if verilog.resolve() != (work / f"{TOP}.v").resolve():
             (work / f"{TOP}.v").write_text(verilog.read_text())
         files = sram.write_files(macros, work, fo4_ns)
-        (work / "abc.script").write_text(abc_script(abc_delay_ps or 1000 * period_ns))
+        (work / "abc.script").write_text(abc_script(abc_delay_ps or 1000 * period_ns, abc_effort))
         (work / "abc.constr").write_text(ABC_CONSTR)
         (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros)))
         t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],

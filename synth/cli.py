@@ -23,7 +23,8 @@ def cmd_synth(args) -> int:
     kw = {}
     if args.target == "asic":
         kw = {"period_ns": args.clock_ns, "sram_min_bits": args.sram_min_bits,
-              "sram_min_depth": args.sram_min_depth, "sta_only": args.sta_only}
+              "sram_min_depth": args.sram_min_depth, "sta_only": args.sta_only,
+              "abc_effort": args.abc_effort}
     else:
         kw = {"target_MHz": args.fpga_MHz}
     status = 0
@@ -86,6 +87,9 @@ def add_parser(sub) -> None:
                    help=f"arrays with at least this many bits become SRAM macros (default {sram.SRAM_MIN_BITS})")
     s.add_argument("--sram-min-depth", type=int, default=sram.SRAM_MIN_DEPTH,
                    help=f"... and at least this many words (default {sram.SRAM_MIN_DEPTH})")
+    s.add_argument("--abc-effort", choices=("normal", "high"), default="normal",
+                   help="ASIC: 'high' adds &fraig -x and &dch -f to the ABC script (~10x slower on "
+                        "the large configs)")
     s.add_argument("--sta-only", action="store_true",
                    help="ASIC: keep the netlist of the last run in the output folder, redo timing and reports")
     s.add_argument("--fpga-MHz", type=float, default=50.0, help="ECP5 nextpnr target frequency")

@@ -38,7 +38,7 @@ def out_dir_for(cfg: HubConfig, out: Path | str | None = None) -> Path:
 
 def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS,
              sram_min_bits: int = sram.SRAM_MIN_BITS, sram_min_depth: int = sram.SRAM_MIN_DEPTH,
-             write_report: bool = True, sta_only: bool = False) -> dict:
+             write_report: bool = True, sta_only: bool = False, abc_effort: str = "normal") -> dict:
     """Run the ASIC flow for an already resolved ``cfg``; return the report's ``asic`` section."""
     if period_ns <= 0:
         raise ValueError(f"period_ns = {period_ns!r}: must be > 0")
@@ -55,7 +55,8 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
     t_rtl = time.monotonic() - t0
     mems = verilog.find_memories(v.read_text())
     macros = sram.select_macros(mems, sram_min_bits, sram_min_depth)
-    res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sta_only=sta_only)
+    res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sta_only=sta_only,
+                   abc_effort=abc_effort)
     res["wall_s"] = {"verilog": t_rtl, **res["wall_s"], "total": time.monotonic() - t0}
     if sta_only:
         old = out_dir / "report.json"
@@ -64,6 +65,7 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
             res["wall_s"]["yosys"] = prev.get("yosys", 0.0)
     section = report.build_asic(cfg, res, fo4_ns, period_ns, macros,
                                 {"min_bits": sram_min_bits, "min_depth": sram_min_depth})
+    section["abc_effort"] = abc_effort
     section["gate_level_sim"] = {
         "netlist": "netlist_sim.v", "sram_models": "sram_models.v" if macros else None,
         "cell_models": str(tools.OSU018_V), "top": verilog.TOP,

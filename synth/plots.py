@@ -37,8 +37,8 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
 
     budget = project.fo4_budget(project.H100_CLOCK_GHZ)
     note = (f"base: {base.name} ({base.sources} GPUs, {base.experts} experts, {base.lanes} lanes, "
-            f"{base.tags_per_source} tags, {base.chunks_per_row} chunks/row); {data_bits}-bit datapath; "
-            "OSU018 + Yosys/ABC + OpenSTA, N5 per FACTS.md")
+            f"{base.tags_per_source} tags, {base.chunks_per_row} chunks/row),\n{data_bits}-bit datapath; "
+            "OSU018 + Yosys/ABC + OpenSTA; N5 projection per FACTS.md")
     pngs = []
     summary, axes_all = plt.subplots(2, len(sweeps), figsize=(4.2 * len(sweeps), 7.5), squeeze=False)
     for col, sweep in enumerate(sweeps):
@@ -60,13 +60,13 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
                         yerr=[[r["n5_mm2"] - r["n5_mm2_low"] for r in rows],
                               [r["n5_mm2_high"] - r["n5_mm2"] for r in rows]],
                         color="k", marker="o", capsize=3, label="hub at N5 (mm², range)")
-            a2.set_ylabel("hub area at N5, mm² (logic + SRAM)")
+            a2.set_ylabel("hub at N5, mm² (logic + SRAM)")
             a2.set_ylim(bottom=0)
             a.set_title(f"Area vs {LABELS[sweep]}", fontsize=10)
             if ax_pair is axes:
                 h1, l1 = a.get_legend_handles_labels()
                 h2, l2 = a2.get_legend_handles_labels()
-                a.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+                a.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left", framealpha=0.85)
             xs = [str(int(v)) for v in x]
             t.plot(xs, [r["fo4"] for r in rows], marker="s", color="tab:red", label="critical path, FO4 of logic")
             t.axhspan(budget.low, budget.high, color="tab:green", alpha=0.15,
@@ -78,7 +78,7 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
             t2.plot(xs, [r["n5_fmax_GHz"] for r in rows], marker="o", color="k", label="fmax at N5 (GHz)")
             t2.fill_between(xs, [r["n5_fmax_GHz_low"] for r in rows], [r["n5_fmax_GHz_high"] for r in rows],
                             color="k", alpha=0.1)
-            t2.set_ylabel("projected fmax at N5, GHz (OSU018 MHz / 1000 dashed)")
+            t2.set_ylabel("fmax, GHz (N5 solid, OSU018 dashed)")
             t2.plot(xs, [r["fmax_MHz"] / 1000 for r in rows], ls="--", color="tab:blue", marker=".",
                     label="fmax at OSU018 (GHz)")
             t2.set_ylim(bottom=0)
@@ -87,9 +87,9 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
             if ax_pair is axes:
                 h1, l1 = t.get_legend_handles_labels()
                 h2, l2 = t2.get_legend_handles_labels()
-                t.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+                t.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left", framealpha=0.85)
         fig.text(0.01, 0.005, note, fontsize=6)
-        fig.tight_layout(rect=(0, 0.02, 1, 1))
+        fig.tight_layout(rect=(0, 0.035, 1, 1))
         p = out / f"{sweep}.png"
         fig.savefig(p, dpi=150)
         plt.close(fig)

@@ -66,9 +66,10 @@ class Range:
     nominal: float
     high: float
 
-    def as_dict(self, digits: int = 4) -> dict:
-        return {"low": round(self.low, digits), "nominal": round(self.nominal, digits),
-                "high": round(self.high, digits)}
+    def as_dict(self, digits: int = 5) -> dict:
+        """Rounded to ``digits`` significant digits."""
+        sig = lambda v: float(f"{v:.{digits}g}")
+        return {"low": sig(self.low), "nominal": sig(self.nominal), "high": sig(self.high)}
 
     def fmt(self, spec: str = ".3g") -> str:
         return f"{self.nominal:{spec}} ({self.low:{spec}}-{self.high:{spec}})"

@@ -30,11 +30,12 @@ CAVEATS = [
 ]
 
 
-def _r(x, digits=4):
+def _r(x, digits=6):
+    """Round every float of ``x`` to ``digits`` significant digits (ranges to 5)."""
     if isinstance(x, project.Range):
-        return x.as_dict(digits)
+        return x.as_dict()
     if isinstance(x, float):
-        return round(x, digits)
+        return float(f"{x:.{digits}g}")
     if isinstance(x, dict):
         return {k: _r(v, digits) for k, v in x.items()}
     return x
@@ -80,7 +81,7 @@ def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opt
         })
     top = modules["top"]
     return {
-        "flow": "yosys 0.23 + ABC (&nf, buffer -p, upsize, dnsize) -> OSU018; OpenSTA 2.0.17",
+        "flow": "yosys 0.23 + ABC (dc2, &nf, buffer -p, upsize, dnsize) -> OSU018; OpenSTA 2.0.17",
         "clock_constraint_ns": period_ns,
         "fo4_osu018_ns": round(fo4_ns, 5),
         "sram": {**sram_opts, "access_fo4": sram.SRAM_ACCESS_FO4, "setup_fo4": sram.SRAM_SETUP_FO4,
@@ -90,7 +91,7 @@ def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opt
         "line_rate": _r(project.line_rate(cfg.lanes, cfg.chunk_bytes, top["fo4"])),
         "projection_sources": project.SOURCES,
         "caveats": CAVEATS,
-        "wall_s": _r(res["wall_s"], 2),
+        "wall_s": {k: round(v, 1) for k, v in res["wall_s"].items()},
     }
 
 
@@ -145,7 +146,8 @@ def _asic_md(rep, a):
     lr = a["line_rate"]
     fo4ps = a["fo4_osu018_ns"] * 1e3
     out = ["## ASIC: OSU 0.18 µm (Yosys + ABC, OpenSTA)", "",
-           f"Clock constraint {a['clock_constraint_ns']} ns; FO4 (OSU018, measured by OpenSTA) = "
+           f"Clock constraint {a['clock_constraint_ns']} ns (also the ABC delay target; ABC effort "
+           f"{a.get('abc_effort', 'normal')}); FO4 (OSU018, measured by OpenSTA) = "
            f"{fo4ps:.1f} ps; gate equivalent = NAND2X1 = 24 µm². Arrays of at least "
            f"{a['sram']['min_bits']} bits and {a['sram']['min_depth']} words are SRAM macros "
            "(counted in bits, area 0 at OSU018); smaller ones are flops.", "",
@@ -192,8 +194,9 @@ def _asic_md(rep, a):
             f"* At the H100 clock ({h['clock_GHz']} GHz): {h['GBps']:.0f} GB/s "
             f"({h['bandwidth_margin_pct']:+.0f} %); the critical stage has {h['stage_fo4']:.1f} FO4 of logic "
             f"against a budget of {_f(h['budget_fo4'], '.1f')} FO4 → {verdict(h['pass'])} "
-            f"(margin {h['fo4_margin']:+.1f} FO4; ≈{h['stages_needed']:.0f} pipeline stages would be needed "
-            f"on that path).", ""]
+            f"(margin {h['fo4_margin']:+.1f} FO4"
+            + (f"; that path would need ≈{h['stages_needed']:.0f} pipeline stages)." if not h["timing_pass"]
+               else ")."), ""]
     out += ["## Caveats", ""] + [f"* {c}" for c in a["caveats"]]
     out += ["", "Sources of the projection constants:", ""]
     out += [f"* {k}: {v}" for k, v in a["projection_sources"].items()]

@@ -25,7 +25,7 @@ SWEEP_BASE = {"chunks_per_row": 8, "tags_per_source": 4}
 
 #: parameter values of each sweep (the base config's own value is added if missing)
 SWEEPS = {
-    "experts": ("experts", [1, 2, 4, 8, 16, 32]),
+    "experts": ("experts", [1, 4, 8, 16, 32]),
     "lanes": ("lanes", [1, 2, 4, 8]),
     "tags": ("tags_per_source", [4, 8, 16, 32]),
     "sources": ("sources", [2, 4, 8, 16]),
