@@ -210,8 +210,11 @@ class HubConfig:
         _require(self.data_bits <= 8 * self.chunk_bytes, f"{p}.data_bits", self.data_bits,
                  f"must be <= 8 x chunk_bytes ({8 * self.chunk_bytes})")
         _require(self.token_bits <= 32, f"{p}.token_bits", self.token_bits, "must be <= 32")
-        _require(self.event_queue_depth >= 2 * 2 * self.lanes, f"{p}.event_queue_depth",
-                 self.event_queue_depth, f"must be >= 4 x lanes ({4 * self.lanes})")
+        _require(self.row_bytes >= 2 * self.chunk_bytes, f"{p}.row_bytes", self.row_bytes,
+                 f"must be at least two chunks (2 x {self.chunk_bytes}): a packet then never "
+                 "both opens and completes a row")
+        _require(self.event_queue_depth >= 2 * self.lanes, f"{p}.event_queue_depth",
+                 self.event_queue_depth, f"must be >= 2 x lanes ({2 * self.lanes})")
         _require(self.credit_queue_depth >= 2 * self.lanes, f"{p}.credit_queue_depth",
                  self.credit_queue_depth, f"must be >= 2 x lanes ({2 * self.lanes})")
         _require(self.timeout_cycles >= 0, f"{p}.timeout_cycles", self.timeout_cycles,

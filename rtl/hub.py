@@ -53,7 +53,7 @@ class MoEHub(wiring.Component):
         L, E, S = cfg.lanes, cfg.experts, cfg.sources
         m.submodules.pm = pm = PacketManager(cfg)
         m.submodules.alloc = alloc = AddressAllocator(cfg)
-        m.submodules.events = events = EventQueue(lay.event, 2 * L, cfg.event_queue_depth)
+        m.submodules.events = events = EventQueue(lay.event, L, cfg.event_queue_depth)
         m.submodules.credits = credits = EventQueue(lay.credit, L, cfg.credit_queue_depth)
         m.submodules.tracker = tr = AvailabilityTracker(cfg)
         m.submodules.csr = csr = CsrBank(cfg)
@@ -94,10 +94,9 @@ class MoEHub(wiring.Component):
             csr.errors.eq(pm.errors), csr.inflight.eq(pm.inflight), csr.eos_seen.eq(pm.eos_seen),
             self.layer_done.eq(pm.layer_done),
         ]
-        for k in range(2 * L):
-            m.d.comb += events.push_data[k].eq(pm.ev_push_data[k])
         for j in range(L):
-            m.d.comb += [credits.push_data[j].eq(pm.cr_push_data[j]),
+            m.d.comb += [events.push_data[j].eq(pm.ev_push_data[j]),
+                         credits.push_data[j].eq(pm.cr_push_data[j]),
                          alloc.req_expert[j].eq(pm.alloc_expert[j]),
                          pm.alloc_row[j].eq(alloc.row[j])]
         for e in range(E):

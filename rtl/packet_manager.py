@@ -69,7 +69,7 @@ class PacketManager(wiring.Component):
 
     i : In(stream packet).array(L)        input lanes
     wr : Out(stream write).array(L)       data writes (one port per lane)
-    ev_push_valid / ev_push_data          per-row events to the event queue (2L slots)
+    ev_push_valid / ev_push_data          per-row events to the event queue (one slot per lane)
     ev_free, ev_empty                     event-queue state
     cr_push_valid / cr_push_data          credits to the credit queue (L slots)
     cr_free                               credit-queue state
@@ -91,8 +91,8 @@ class PacketManager(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(lay.packet)).array(L),
             "wr": Out(stream.Signature(lay.write)).array(L),
-            "ev_push_valid": Out(2 * L),
-            "ev_push_data": Out(lay.event).array(2 * L),
+            "ev_push_valid": Out(L),
+            "ev_push_data": Out(lay.event).array(L),
             "ev_free": In(range(cfg.event_queue_depth + 1)),
             "ev_empty": In(1),
             "cr_push_valid": Out(L),
@@ -175,7 +175,7 @@ class PacketManager(wiring.Component):
         c_stall = Signal()
         m.d.comb += c_stall.eq(Cat(c_valid[j] & ~self.wr[j].ready for j in range(L)).any())
         advance = Signal()
-        m.d.comb += advance.eq(~c_stall & (self.ev_free >= 2 * L) & (self.cr_free >= L))
+        m.d.comb += advance.eq(~c_stall & (self.ev_free >= L) & (self.cr_free >= L))
         block = Signal()
         m.d.comb += block.eq(start_pending | flush_pending | self.clearing)
         for j in range(L):
@@ -309,21 +309,17 @@ class PacketManager(wiring.Component):
             reason_hits[Reason.EOS_DUPLICATE].append(eos & seen_j)
             reason_hits[Reason.EOS_MISMATCH].append(ea & (p.count < opened_j))
 
-            # Per-row events, slot 2j (metadata of an opened row) before 2j+1 (completion).
+            # Per-row event of lane j: the metadata of the row it opened, or the completion
+            # of the row it completed (never both: a row has at least two chunks).
             m.d.comb += [
-                self.ev_push_valid[2 * j].eq(advance & opener & got_row),
-                self.ev_push_data[2 * j].complete.eq(0),
-                self.ev_push_data[2 * j].expert.eq(p.expert),
-                self.ev_push_data[2 * j].row.eq(self.alloc_row[j]),
-                self.ev_push_data[2 * j].src.eq(p.src),
-                self.ev_push_data[2 * j].token.eq(p.token),
-                self.ev_push_data[2 * j].slot.eq(p.slot),
-                self.ev_push_data[2 * j].group.eq(group),
-                self.ev_push_valid[2 * j + 1].eq(advance & comp & (state_mid == ALLOC)),
-                self.ev_push_data[2 * j + 1].complete.eq(1),
-                self.ev_push_data[2 * j + 1].expert.eq(aft.expert),
-                self.ev_push_data[2 * j + 1].row.eq(aft.row),
-                self.ev_push_data[2 * j + 1].group.eq(group),
+                self.ev_push_valid[j].eq(advance & ((opener & got_row) | (comp & (state_mid == ALLOC)))),
+                self.ev_push_data[j].complete.eq(comp),
+                self.ev_push_data[j].expert.eq(aft.expert),
+                self.ev_push_data[j].row.eq(aft.row),
+                self.ev_push_data[j].src.eq(p.src),
+                self.ev_push_data[j].token.eq(p.token),
+                self.ev_push_data[j].slot.eq(p.slot),
+                self.ev_push_data[j].group.eq(group),
                 self.cr_push_valid[j].eq(advance & comp),
                 self.cr_push_data[j].src.eq(p.src),
                 self.cr_push_data[j].tag.eq(p.tag),

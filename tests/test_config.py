@@ -34,7 +34,8 @@ def _tiny(**changes):
     (dict(max_rows_per_expert=100), "max_rows_per_expert", "100"),
     (dict(data_bits=1000), "data_bits", "1000"),
     (dict(addr_bits=8), "addr_bits", "8"),
-    (dict(event_queue_depth=8), "event_queue_depth", "8"),
+    (dict(event_queue_depth=4), "event_queue_depth", "4"),
+    (dict(row_bytes=16), "row_bytes", "16"),
     (dict(timeout_cycles=-1), "timeout_cycles", "-1"),
 ])
 def test_bad_values_name_key_and_value(changes, key, value):

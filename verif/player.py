@@ -61,7 +61,7 @@ class PlayerResult:
 
 def write_hash(cfg: HubConfig, addr: int, data: int) -> int:
     """Per-write hash summed (mod 2^64) over all writes; the player computes the same."""
-    return ((addr * 0x9E3779B1) ^ (data * 0x85EBCA77) ^ (addr >> 7)) & ((1 << 64) - 1)
+    return (addr ^ (data << 20) ^ (addr << 37)) & ((1 << 64) - 1)
 
 
 def default_layout(cfg: HubConfig) -> dict:
@@ -141,7 +141,7 @@ def _verilog(cfg: HubConfig, n_packets: int, n_csr: int, bp_permille: int,
               f"  wire wf{j} = wv{j} & wr_rdy{j};",
               f"  wire [63:0] wa{j} = {{{{{64 - AW}{{1'b0}}}}, wp{j}[{AW - 1}:0]}};",
               f"  wire [63:0] wd{j} = {{{{{64 - DB}{{1'b0}}}}, wp{j}[{WW - 1}:{AW}]}};",
-              f"  wire [63:0] h{j} = (wa{j} * 64'h9E3779B1) ^ (wd{j} * 64'h85EBCA77) ^ (wa{j} >> 7);"]
+              f"  wire [63:0] h{j} = wa{j} ^ (wd{j} << 20) ^ (wa{j} << 37);"]
     v += [f"  wire cv, rv, ldone; wire [{CW - 1}:0] cp; wire [{RW - 1}:0] rp;"]
     ports = [".clk(clk)", ".rst(rst)"]
     for j in range(L):
