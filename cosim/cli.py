@@ -40,6 +40,24 @@ def _backend_available(name: str) -> bool:
     return True
 
 
+def _rtl_gpus(spec, gpus: int) -> tuple:
+    """``--rtl-gpus 0,3`` or ``all`` -> the destination GPUs whose hub runs in RTL."""
+    if not spec:
+        return ()
+    if spec == "all":
+        return tuple(range(gpus))
+    try:
+        out = tuple(sorted({int(x) for x in spec.split(",")}))
+    except ValueError:
+        raise SystemExit(f"moehub cosim: --rtl-gpus {spec!r}: expected 'all' or GPU numbers "
+                         "like 0,3") from None
+    bad = [g for g in out if not 0 <= g < gpus]
+    if bad:
+        raise SystemExit(f"moehub cosim: --rtl-gpus {spec!r}: GPU {bad[0]} does not exist "
+                         f"(0..{gpus - 1})")
+    return out
+
+
 def _run_name(args, model, system, tokens, workload) -> str:
     sfx = "_hub-expert-order" if getattr(args, "hub_order", "token") == "expert" else ""
     return args.run or f"{model}_{system}_{workload}_t{tokens}{sfx}"
@@ -53,7 +71,8 @@ def cmd_cosim(args) -> int:
         print(f"moehub cosim: --hub {args.hub} is not available (known: "
               f"{', '.join(BACKENDS)})", file=sys.stderr)
         return 2
-    er = run_experiment(s, m, w, systems, hub_backend=args.hub, hub_order=args.hub_order)
+    er = run_experiment(s, m, w, systems, hub_backend=args.hub, hub_order=args.hub_order,
+                        rtl_gpus=_rtl_gpus(args.rtl_gpus, s.gpus))
     run = _run_name(args, m.name, s.name if args.gpus is None else f"{s.name}-g{s.gpus}",
                     w.tokens_per_gpu, w.name)
     paths = write_outputs(er, run, Path(args.out) if args.out else None,
@@ -143,6 +162,9 @@ def _common(p, tokens_default=None):
     p.add_argument("--hub", default="model", help="hub stage: model (reference model, fast "
                    "path), reference (packet by packet, slow), or any cosim/hub_<name>.py "
                    "backend such as rtl (the Verilog, slow: use few tokens)")
+    p.add_argument("--rtl-gpus", default="", help="put these destination GPUs' hubs in RTL "
+                   "(the Verilog under cocotb + Icarus; e.g. 0 or 0,3 or all) and compare each "
+                   "with the reference model")
     p.add_argument("--hub-order", default="token", choices=("token", "expert"),
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "

@@ -83,7 +83,8 @@ def end_to_end(L: Layer, moe_layer_us: float) -> float:
 
 def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadConfig,
                    systems=SYSTEMS, hub_backend: str = "model",
-                   hub_base: HubConfig | None = None, hub_order: str = "token") -> ExperimentResult:
+                   hub_base: HubConfig | None = None, hub_order: str = "token",
+                   rtl_gpus: tuple = ()) -> ExperimentResult:
     for name in systems:
         if name not in SYSTEMS:
             raise ConfigError(f"systems = {name!r}: unknown (known: {', '.join(SYSTEMS)})")
@@ -96,7 +97,7 @@ def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadC
     for name in SYSTEMS:
         if name in systems:
             t = time.perf_counter()
-            results[name] = run_system(name, L, hub_backend, hub_order)
+            results[name] = run_system(name, L, hub_backend, hub_order, rtl_gpus)
             timings[name] = time.perf_counter() - t
     e2e = {n: end_to_end(L, r.latency_us) for n, r in results.items()}
     return ExperimentResult(system, model, workload, L, results, e2e,
@@ -218,4 +219,12 @@ def table(er: ExperimentResult) -> str:
     lines.append(f"hub: {ex.get('packets', 0):,} packets, {ex.get('rows', 0):,} rows, "
                  f"{ex.get('drops', 0)} drops, {ex.get('tag_stalls', 0)} tag-window stalls; "
                  f"simulated in {er.wall_s:.1f} s")
+    for c in ex.get("rtl", []):
+        lines.append(
+            f"GPU {c['gpu']} hub in RTL (cocotb + Icarus): {c['rows']:,} rows, {c['cycles']:,} cycles "
+            f"in {c['sim_s']:.1f} s ({c['cycles_per_s']:,.0f} cycles/s); vs reference model: "
+            f"outputs {'identical' if c['functional_equal'] else 'DIFFER'}, allocation "
+            f"{'same' if c['alloc_equal'] else 'DIFFERS'}, tile-ready max |diff| "
+            f"{c['tile_ready_max_diff']} cycles, done {c['done_diff']:+d} cycles, "
+            f"{c['stall_cycles']} stall cycles")
     return "\n".join(lines)

@@ -38,6 +38,10 @@ from ..verif.model import HubModel, Packet, ALLOC, DROP
 
 FLAG_DELAY = 4      #: cycles from the accept of a tile's last chunk to its flag write
 WRITE_DELAY = 3     #: cycles from the accept of a packet to its data write
+#: cycles from the accept of the packet that finished the layer to the sweep's first write
+#: (the packet manager waits for its pipeline and the event queue to drain, then the
+#: tracker enters its sweep: measured on the RTL with moehub.cosim.hub_rtl.compare)
+SWEEP_DELAY = 6
 
 
 @dataclass
@@ -168,7 +172,7 @@ class _Annotator:
         kinds = [w.kind for w in ctl]
         sweep = ctl[kinds.index(CtlKind.COUNT):]
         sweep_flags = flagged[:sum(w.kind == CtlKind.FLAG for w in sweep)]
-        s = max(cycle, self.ctl_free) + FLAG_DELAY
+        s = max(cycle + SWEEP_DELAY, self.ctl_free + FLAG_DELAY)
         k = 0
         for i, w in enumerate(sweep):
             if w.kind == CtlKind.FLAG:

@@ -37,6 +37,8 @@ it shares the GPU's GEMM queue in every system.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .gpu import ExpertQueue, WorkItem
@@ -385,14 +387,20 @@ def hub_schedule(L: Layer, t0: float, order: str = "token"):
     return arrivals, curves, flows, stalls
 
 
-def run_hub(L: Layer, backend: str = "model", order: str = "token") -> SystemResult:
+def run_hub(L: Layer, backend: str = "model", order: str = "token",
+            rtl_gpus: tuple = ()) -> SystemResult:
     """MoE-Hub. ``order="token"``: the routing kernel sends each row as soon as the token is
     routed (the paper's design). ``order="expert"``: a local layout kernel (no exchange)
-    first groups each destination's rows by expert, so experts fill one after another."""
+    first groups each destination's rows by expert, so experts fill one after another.
+    ``rtl_gpus``: destination GPUs whose hub is the Verilog (the others use ``backend``);
+    each of them is also run in model mode and the two are compared (``extra['rtl']``)."""
     label = LABELS["hub"] if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
+    if rtl_gpus:
+        label += f", GPU {','.join(map(str, rtl_gpus))} hub in RTL"
     res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
     run_backend = BACKENDS[backend]
+    rtl_checks = []
     t_gate = _gate(L, res)
     t0 = t_gate
     if order == "expert":
@@ -409,7 +417,16 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token") -> SystemRes
                  "rows_allocated": 0}
     for d in range(G):
         arr = arrivals[d]
-        hr = run_backend(h, arr)
+        if d in rtl_gpus:
+            from .hub_rtl import compare, run_hub_rtl
+            hr = run_hub_rtl(h, arr, tag=f"cosim-gpu{d}")
+            cmp = compare(h, arr, BACKENDS["model"](h, arr), hr)
+            rtl_checks.append({"gpu": d, "rows": len(arr), "cycles": hr.player.cycles,
+                               "sim_s": hr.player.wall_s,
+                               "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
+                               **dataclasses.asdict(cmp)})
+        else:
+            hr = run_backend(h, arr)
         hub_stats["drops"] += hr.drops
         hub_stats["packets"] += hr.packets
         hub_stats["rows"] += len(arr)
@@ -440,6 +457,8 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token") -> SystemRes
     recv = _combine_tilewise(L, res, batches_by_gpu, owners)
     res.gpu_end = _reduce(L, res, recv, shared_end)
     res.extra.update(hub_stats)
+    if rtl_checks:
+        res.extra["rtl"] = rtl_checks
     return res
 
 
@@ -466,7 +485,7 @@ RUNNERS = {"bulk": run_bulk, "comet": run_comet, "onesided": run_onesided, "hub"
 
 
 def run_system(name: str, L: Layer, hub_backend: str = "model",
-               hub_order: str = "token") -> SystemResult:
+               hub_order: str = "token", rtl_gpus: tuple = ()) -> SystemResult:
     if name == "hub":
-        return run_hub(L, hub_backend, hub_order)
+        return run_hub(L, hub_backend, hub_order, rtl_gpus)
     return RUNNERS[name](L)
