@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (see README):
-#   make run    -- the main job with the default configuration
+#   make run    -- the main job: the default co-simulated MoE layer, GPU 0's hub in RTL
 #   make test   -- the fast test set (make test-slow: the long constrained-random sets)
 VENV   ?= .venv
 PYTHON ?= python3
@@ -17,7 +17,7 @@ tools:
 	bash scripts/setup_tools.sh
 
 run: tools venv
-	$(VENV)/bin/moehub demo
+	$(VENV)/bin/moehub cosim --rtl-gpus 0
 
 test: tools venv
 	$(VENV)/bin/pytest -m "not slow" -q
