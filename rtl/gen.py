@@ -4,9 +4,10 @@ Amaranth's RTLIL goes through Yosys before ``write_verilog``:
 
 * ``proc`` lowers every process to cells, so the Verilog has no ``always @*`` blocks with
   initialisers, which Icarus under ``-g2012`` never evaluates (TOOLCHAIN.md pitfall 1);
-* ``flatten; opt -full; wreduce`` merges and narrows cells: Icarus spends its time per
-  evaluated cell, and the optimised netlist simulates about 2x faster (measured on
-  ``mixtral-8gpu``: 6.0 s instead of 14 s for 6.4k cycles of saturating traffic).
+* ``flatten; opt; wreduce`` merges and narrows cells: Icarus spends its time per evaluated
+  cell, and the optimised netlist simulates about 2x faster (measured on ``mixtral-8gpu``,
+  16k cycles of saturating traffic: 6 s of CPU instead of 14 s; ``opt -full`` costs 40 s
+  more generation time on ``deepseek-v3-8gpu`` and simulates no faster).
 
 The module hierarchy is kept in ``<top>.il`` (RTLIL) for synthesis. The CSR map is
 exported next to the Verilog as JSON and as a C header, so software and tests never
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 RTL_DIR = Path(__file__).resolve().parent
 
-SIM_PASSES = ("proc", "flatten", "opt -full", "wreduce", "opt -full", "opt_clean", "memory_collect")
+SIM_PASSES = ("proc", "flatten", "opt", "wreduce", "opt_clean", "memory_collect")
 
 
 def rtlil_to_verilog(il_text: str, passes=SIM_PASSES) -> str:
