@@ -71,6 +71,9 @@ def cmd_cosim(args) -> int:
         print(f"moehub cosim: --hub {args.hub} is not available (known: "
               f"{', '.join(BACKENDS)})", file=sys.stderr)
         return 2
+    if args.waves:
+        from . import hub_rtl
+        hub_rtl.WAVES = True
     er = run_experiment(s, m, w, systems, hub_backend=args.hub, hub_order=args.hub_order,
                         rtl_gpus=_rtl_gpus(args.rtl_gpus, s.gpus))
     run = _run_name(args, m.name, s.name if args.gpus is None else f"{s.name}-g{s.gpus}",
@@ -165,6 +168,8 @@ def _common(p, tokens_default=None):
     p.add_argument("--rtl-gpus", default="", help="put these destination GPUs' hubs in RTL "
                    "(the Verilog under cocotb + Icarus; e.g. 0 or 0,3 or all) and compare each "
                    "with the reference model")
+    p.add_argument("--waves", action="store_true", help="with --rtl-gpus or --hub rtl: dump an "
+                   "FST waveform of each RTL hub (build/player/<hub>-cosim-gpu<N>/cocotb/)")
     p.add_argument("--hub-order", default="token", choices=("token", "expert"),
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pathlib import Path
+
 from ..config.schema import HubConfig
+from ..rtl.gen import BUILD
 from ..rtl.formats import CtlKind
 from ..verif.player import (PlayerResult, csr_program, default_layout, model_write_hash,
                             replay_into_model, run_player)
@@ -53,13 +56,21 @@ def result_from_player(cfg: HubConfig, res: PlayerResult) -> HubResult:
                      packets=len(res.accepted))
 
 
+#: dump a waveform (FST, for GTKWave or Surfer) of every RTL run (``moehub cosim --waves``)
+WAVES = False
+
+
 def run_hub_rtl(cfg: HubConfig, arrivals: HubArrivals, *, mode: str = "cocotb",
-                tag: str = "cosim", waves: bool = False) -> HubResult:
+                tag: str = "cosim", waves: bool | None = None) -> HubResult:
+    waves = WAVES if waves is None else waves
     packets = list(arrivals.packets())
     res = run_player(cfg, packets, mode=mode, csr_writes=_csr(cfg, arrivals), tag=tag,
                      waves=waves)
     out = result_from_player(cfg, res)
     out.player = res          # wall time, stalls: for reports and benchmarks
+    if waves:
+        fst = sorted(Path(BUILD / "player").glob(f"{cfg.name}-{tag}/cocotb/*.fst"))
+        print(f"waveform: {fst[0] if fst else '(none written)'}")
     return out
 
 
