@@ -12,8 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from .schema import (ConfigError, _check_types, _load_yaml, _require, available,
-                     resolve_config_path)
+from .schema import ConfigError, _check_types, _require, available, load_config
 
 __all__ = ["ConfigError", "SoftwareCosts", "SystemConfig", "ModelConfig", "WorkloadConfig",
            "load_system_config", "load_model_config", "load_workload_config", "available"]
@@ -214,14 +213,7 @@ class WorkloadConfig:
         return obj
 
 
-def _load(kind: str, cls, name_or_path: str):
-    path = resolve_config_path(kind, name_or_path)
-    if not path.exists():
-        raise ConfigError(f"{kind} config {name_or_path!r} not found (known: "
-                          f"{', '.join(available(kind))})")
-    data = _load_yaml(path)
-    data.setdefault("name", path.stem)
-    return cls.from_dict(data, prefix=f"{kind}[{path.stem}]")
+_load = load_config
 
 
 def load_system_config(name_or_path: str) -> SystemConfig:

@@ -255,15 +255,20 @@ def available(kind: str) -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / kind).glob("*.yaml"))
 
 
-def load_hub_config(name_or_path: str) -> HubConfig:
-    """Load a hub config by name (``tiny``, ``mixtral-8gpu``, ...) or by path."""
-    path = resolve_config_path("hub", name_or_path)
+def load_config(kind: str, cls, name_or_path: str):
+    """Load a config of one kind (a folder of config/) by name or path into ``cls``."""
+    path = resolve_config_path(kind, name_or_path)
     if not path.exists():
-        raise ConfigError(f"hub config {name_or_path!r} not found (known: "
-                          f"{', '.join(available('hub'))})")
+        raise ConfigError(f"{kind} config {name_or_path!r} not found (known: "
+                          f"{', '.join(available(kind))})")
     data = _load_yaml(path)
     data.setdefault("name", path.stem)
-    return HubConfig.from_dict(data, prefix=f"hub[{path.stem}]")
+    return cls.from_dict(data, prefix=f"{kind}[{path.stem}]")
+
+
+def load_hub_config(name_or_path: str) -> HubConfig:
+    """Load a hub config by name (``tiny``, ``mixtral-8gpu``, ...) or by path."""
+    return load_config("hub", HubConfig, name_or_path)
 
 
 HUB_CONFIGS = ("tiny", "mixtral-8gpu", "deepseek-v3-8gpu")
