@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import cached_property
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -109,68 +110,68 @@ class HubConfig:
     timeout_cycles: int = 1 << 20  #: default watchdog: idle cycles before a forced flush (0 = off)
 
     # ---- derived quantities (one place, used by RTL, model and tests) ----
-    @property
+    @cached_property
     def chunks_per_row(self) -> int:
         return self.row_bytes // self.chunk_bytes
 
-    @property
+    @cached_property
     def stride_bytes(self) -> int:
         return self.row_stride_bytes or self.row_bytes
 
-    @property
+    @cached_property
     def src_bits(self) -> int:
         return field_bits(self.sources)
 
-    @property
+    @cached_property
     def tag_bits(self) -> int:
         return field_bits(self.tags_per_source)
 
-    @property
+    @cached_property
     def expert_bits(self) -> int:
         return field_bits(self.experts)
 
-    @property
+    @cached_property
     def chunk_bits(self) -> int:
         return field_bits(self.chunks_per_row)
 
-    @property
+    @cached_property
     def slot_bits(self) -> int:
         return index_bits(self.topk)
 
-    @property
+    @cached_property
     def row_bits(self) -> int:
         """Width of a row index inside one expert region (0 .. max_rows_per_expert-1)."""
         return index_bits(self.max_rows_per_expert)
 
-    @property
+    @cached_property
     def cap_bits(self) -> int:
         """Width of a capacity / row count (0 .. max_rows_per_expert)."""
         return field_bits(self.max_rows_per_expert)
 
-    @property
+    @cached_property
     def count_bits(self) -> int:
         """Width of a per-source row count (end-of-stream packets, per-source counters)."""
         return field_bits(self.experts * self.max_rows_per_expert)
 
-    @property
+    @cached_property
     def entries(self) -> int:
         """Row-table entries: one per (source, tag)."""
         return self.sources * self.tags_per_source
 
-    @property
+    @cached_property
     def tiles_per_expert(self) -> int:
         return self.max_rows_per_expert // self.min_tile_rows
 
-    @property
+    @cached_property
     def tile_count_bits(self) -> int:
         return field_bits(self.max_tile_rows)
 
-    @property
+    @cached_property
     def meta_word_bytes(self) -> int:
         """Bytes of one metadata entry ({slot, token, source} packed, source in the low bits)."""
         return 4 if self.src_bits + self.token_bits + self.slot_bits <= 32 else 8
 
-    @property
+    @cached_property
     def line_rate_GBps(self) -> float:
         """Payload bandwidth the hub absorbs at one packet per lane per cycle."""
         return self.lanes * self.chunk_bytes * self.hub_clock_GHz

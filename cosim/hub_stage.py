@@ -34,7 +34,7 @@ import numpy as np
 
 from ..config.schema import HubConfig
 from ..rtl.formats import CtlKind
-from ..verif.model import HubModel, Packet, ALLOC, DROP
+from ..verif.model import HubModel, Packet
 
 FLAG_DELAY = 4      #: cycles from the accept of a tile's last chunk to its flag write
 WRITE_DELAY = 3     #: cycles from the accept of a packet to its data write
@@ -228,18 +228,15 @@ def run_hub_packets(cfg: HubConfig, packets, region_cap=None) -> HubResult:
 
 
 class FastHubModel(HubModel):
-    """HubModel with a bulk method for the middle chunks of a row.
+    """HubModel used row by row: :meth:`middle` absorbs a row's middle chunks at once.
 
     The middle chunks of a clean row only set bits of its entry's bitmap (and write data);
-    nothing else in the hub depends on them, so :meth:`middle` sets those bits at once.
-    Data writes of middle chunks are not recorded (the co-simulation needs timing only).
+    nothing else in the hub depends on them. Data writes of middle chunks are not recorded
+    (the co-simulation needs timing only).
     """
 
     def middle(self, src: int, tag: int) -> None:
-        cfg = self.cfg
-        e = self.table[src * cfg.tags_per_source + tag]
-        if e.state in (ALLOC, DROP):
-            e.bitmap |= ((1 << cfg.chunks_per_row) - 1) & ~1 & ~(1 << (cfg.chunks_per_row - 1))
+        self.absorb_middle_chunks(src, tag)
 
 
 def run_hub_fast(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:

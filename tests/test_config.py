@@ -1,4 +1,6 @@
 """The hub configuration schema: defaults load, derived widths, errors name key and value."""
+import dataclasses
+
 import pytest
 
 from moehub.config.schema import HUB_CONFIGS, ConfigError, HubConfig, load_hub_config
@@ -50,14 +52,14 @@ def test_unknown_and_missing_keys(tmp_path):
     p.write_text("sources: 2\nlanez: 4\n")
     with pytest.raises(ConfigError, match=r"lanez = 4: unknown key"):
         load_hub_config(str(p))
-    raw = dict(load_hub_config("tiny").__dict__)
+    raw = dataclasses.asdict(load_hub_config("tiny"))
     del raw["lanes"]
     with pytest.raises(ConfigError, match=r"\.lanes: missing required key"):
         HubConfig.from_dict(raw)
 
 
 def test_wrong_types_and_files(tmp_path):
-    raw = dict(load_hub_config("tiny").__dict__)
+    raw = dataclasses.asdict(load_hub_config("tiny"))
     raw["lanes"] = "four"
     with pytest.raises(ConfigError, match=r"lanes = 'four': must be an integer"):
         HubConfig.from_dict(raw)

@@ -201,6 +201,14 @@ class HubModel:
         self._check_finished(fx.ctl)
         return fx
 
+    def absorb_middle_chunks(self, src: int, tag: int):
+        """Mark every chunk of an open row but its first and last as arrived, without data
+        writes: the co-simulation's fast path, which applies only a row's first and last
+        packet one by one (nothing in the hub depends on the middle chunks of a clean row)."""
+        e = self.table[src * self.cfg.tags_per_source + tag]
+        if e.state in (ALLOC, DROP):
+            e.bitmap |= ((1 << self.cfg.chunks_per_row) - 1) & ~1 & ~(1 << (self.cfg.chunks_per_row - 1))
+
     def _drop(self, fx: Effects, pkt: Packet, reason: Reason) -> Effects:
         self._count(reason)
         self.drops.append((reason, pkt))
