@@ -254,11 +254,14 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
                                    work / "yosys.stdout", work)
     seq = sequential_cells(lib.read_text())
     areas = parse_stat(work / "stat.json", work / "stat.txt", work / "stat_rtl.json", seq)
-    want = {sram.macro_name(m) for m in macros}
+    # memory_libmap maps an array only if its ports fit the 1R1W macro; the others (several
+    # read or write ports, or asynchronous reads, e.g. the row table read by every lane in
+    # the same cycle) are built from flops by memory_map, as they must be.
     got = set(areas["__total__"].macros)
-    if want != got:
-        raise RuntimeError(f"SRAM mapping: expected macros {sorted(want)}, netlist has {sorted(got)}; "
-                           f"see {work / 'yosys.log'}")
+    unknown = got - {sram.macro_name(m) for m in macros}
+    if unknown:
+        raise RuntimeError(f"SRAM mapping: unexpected macros {sorted(unknown)}; see {work / 'yosys.log'}")
+    mapped = [m for m in macros if sram.macro_name(m) in got]
     modules = [m for m in areas if m != "__total__"]
     modules = [TOP] + sorted(m for m in modules if m != TOP)
     split_modules((work / "netlist.v").read_text(), work, [m for m in modules if m != TOP])
@@ -270,7 +273,8 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
         t.start_reg = describe_point(t.startpoint, mod, qnets, children)
         t.end_reg = describe_point(t.endpoint, mod, qnets, children)
     return {"areas": areas, "timing": timing, "wall_s": {"yosys": t_yosys, "sta": t_sta},
-            "files": files}
+            "files": files, "macros": mapped,
+            "flop_arrays": [m for m in mems if m not in mapped]}
 
 
 # ------------------------------------------------------------------ readable path ends

@@ -63,11 +63,12 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
         if old.exists():       # keep the synthesis time of the run that made the netlist
             prev = json.loads(old.read_text()).get("asic", {}).get("wall_s", {})
             res["wall_s"]["yosys"] = prev.get("yosys", 0.0)
-    section = report.build_asic(cfg, res, fo4_ns, period_ns, macros,
-                                {"min_bits": sram_min_bits, "min_depth": sram_min_depth})
+    section = report.build_asic(cfg, res, fo4_ns, period_ns, res["macros"],
+                                {"min_bits": sram_min_bits, "min_depth": sram_min_depth},
+                                res["flop_arrays"], macros)
     section["abc_effort"] = abc_effort
     section["gate_level_sim"] = {
-        "netlist": "netlist_sim.v", "sram_models": "sram_models.v" if macros else None,
+        "netlist": "netlist_sim.v", "sram_models": "sram_models.v" if res["macros"] else None,
         "cell_models": str(tools.OSU018_V), "top": verilog.TOP,
     }
     if write_report:

@@ -50,8 +50,19 @@ def macro_bits(macros: dict) -> int:
     return bits
 
 
-def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opts: dict) -> dict:
-    """The ``asic`` section of report.json from the parsed results of one flow run."""
+def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opts: dict,
+               flop_arrays=(), candidates=()) -> dict:
+    """The ``asic`` section of report.json from the parsed results of one flow run.
+
+    ``macros``: arrays mapped to SRAM macros; ``flop_arrays``: the other arrays (built
+    from flops), each with the reason; ``candidates``: arrays large enough for a macro.
+    """
+    cand = {(m.module, m.name) for m in candidates}
+
+    def why(m):
+        if (m.module, m.name) in cand:
+            return "multi-ported or asynchronous read: no 1R1W macro fits, built from flops"
+        return "below the SRAM threshold: flops"
     areas, timing = res["areas"], res["timing"]
     modules = {}
     for key in MODULE_ORDER:
@@ -86,7 +97,9 @@ def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opt
         "fo4_osu018_ns": round(fo4_ns, 5),
         "sram": {**sram_opts, "access_fo4": sram.SRAM_ACCESS_FO4, "setup_fo4": sram.SRAM_SETUP_FO4,
                  "macros": [{"name": sram.macro_name(m), "module": m.module, "array": m.name,
-                             "depth": m.depth, "width": m.width, "bits": m.bits} for m in macros]},
+                             "depth": m.depth, "width": m.width, "bits": m.bits} for m in macros],
+                 "flop_arrays": [{"module": m.module, "array": m.name, "depth": m.depth, "width": m.width,
+                                  "bits": m.bits, "why": why(m)} for m in flop_arrays]},
         "modules": modules,
         "line_rate": _r(project.line_rate(cfg.lanes, cfg.chunk_bytes, top["fo4"])),
         "projection_sources": project.SOURCES,
@@ -150,7 +163,14 @@ def _asic_md(rep, a):
            f"{a.get('abc_effort', 'normal')}); FO4 (OSU018, measured by OpenSTA) = "
            f"{fo4ps:.1f} ps; gate equivalent = NAND2X1 = 24 µm². Arrays of at least "
            f"{a['sram']['min_bits']} bits and {a['sram']['min_depth']} words are SRAM macros "
-           "(counted in bits, area 0 at OSU018); smaller ones are flops.", "",
+           "(counted in bits, area 0 at OSU018); smaller ones are flops.", ""]
+    for m in a["sram"]["macros"]:
+        out.append(f"* SRAM macro `{m['name']}`: `{m['module']}.{m['array']}`, {m['depth']} × {m['width']} = "
+                   f"{m['bits']} bits.")
+    for m in a["sram"].get("flop_arrays", []):
+        out.append(f"* flop array `{m['module']}.{m['array']}`: {m['depth']} × {m['width']} = {m['bits']} bits "
+                   f"({m['why']}).")
+    out += ["",
            "| module | cells | flops | area µm² | GE | array bits | SRAM bits | critical path ns | logic FO4 | fmax MHz |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key in MODULE_ORDER:

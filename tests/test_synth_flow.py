@@ -8,7 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from amaranth.lib import data
+
 from moehub.config.schema import field_bits, load_hub_config
+from moehub.rtl.layouts import HubLayouts
 from moehub.synth import flow, tools
 
 MISSING = tools.asic_tools_missing()
@@ -21,6 +24,11 @@ FIGURES = ("cells", "flops", "area_um2", "gate_equivalents", "critical_path_ns",
 def tracker_bits(cfg) -> int:
     """The tracker's tile-counter memory: experts x tiles per expert x counter width."""
     return cfg.experts * cfg.tiles_per_expert * field_bits(cfg.max_tile_rows)
+
+
+def row_table_bits(cfg) -> int:
+    """The packet manager's row-table memory: (sources x tags) entries of the entry body."""
+    return cfg.entries * data.Layout.cast(HubLayouts(cfg).entry_body).size
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +69,10 @@ def test_memory_bits_match_config(tiny_report):
     mods = rep["asic"]["modules"]
     want = tracker_bits(cfg)
     assert mods["tracker"]["array_bits"] == want
-    assert mods["top"]["array_bits"] == want
+    assert mods["pm"]["array_bits"] == row_table_bits(cfg)
+    assert mods["top"]["array_bits"] == want + row_table_bits(cfg)
     assert mods["tracker"]["sram_bits"] == want      # kept as a macro, not built from flops
-    assert mods["pm"]["sram_bits"] == 0
+    assert mods["pm"]["sram_bits"] == 0              # the row table is read by every lane: flops
     macro = rep["asic"]["sram"]["macros"][0]
     assert macro["depth"] * macro["width"] == want
 
@@ -90,6 +99,8 @@ def test_area_grows_with_experts_and_lanes(tmp_path):
     with ThreadPoolExecutor(max_workers=2) as ex:
         res = dict(ex.map(one, variants.items()))
     area = {k: v["modules"]["top"]["area_um2"] for k, v in res.items()}
-    bits = {k: v["modules"]["top"]["array_bits"] for k, v in res.items()}
+    bits = {k: v["modules"]["tracker"]["array_bits"] for k, v in res.items()}
     assert area["experts"] > area["base"] and area["lanes"] > area["base"]
     assert bits["experts"] == 3 * bits["base"] == tracker_bits(variants["experts"])
+    for name, cfg in variants.items():
+        assert res[name]["modules"]["top"]["array_bits"] == tracker_bits(cfg) + row_table_bits(cfg)

