@@ -69,7 +69,8 @@ class HubTB:
         return int(get_sim_time(unit="ns")) // self.PERIOD_NS
 
     async def start(self):
-        Clock(self.dut.clk, self.PERIOD_NS, unit="ns", impl="gpi").start()
+        self._clock = Clock(self.dut.clk, self.PERIOD_NS, unit="ns", impl="gpi")
+        self._clock.start()
         d = self.dut
         for j in range(self.cfg.lanes):
             self.i_valid[j].value = 0
@@ -82,7 +83,13 @@ class HubTB:
         d.csr__addr.value = 0
         d.csr__w_data.value = 0
         await self.reset()
-        cocotb.start_soon(self._loop())
+        self._loop_task = cocotb.start_soon(self._loop())
+
+    def stop(self):
+        """Stop this testbench's clock and driver loop (before another TB starts in the
+        same cocotb test: two loops would fight over the inputs)."""
+        self._loop_task.cancel()
+        self._clock.stop()
 
     async def reset(self, cycles: int = 2):
         """Synchronous reset; the model forgets everything too."""

@@ -90,13 +90,18 @@ class LaneFeeder:
     max_active : rows a source keeps open at once (<= tags_per_source)
     early_eos : a source's end-of-stream may overtake its last rows (random point)
     send_eos : send end-of-stream packets at all
+    errors : probability of each kind of bad input, chosen so that it can only hurt itself
+        (the hub must drop and count it and leave every row intact): per row, a duplicate
+        chunk and a chunk naming another expert, both before the row's last chunk; per
+        packet, a packet from a source that does not exist and a chunk index out of range;
+        per source, a second end-of-stream after the first.
     """
 
     def __init__(self, cfg: HubConfig, rows: list[Row], rng: random.Random, *, idle=0.0,
                  shuffle_chunks=True, max_active: Optional[int] = None, early_eos=False,
-                 send_eos=True, extra: Optional[list] = None):
+                 send_eos=True, errors: float = 0.0):
         self.cfg, self.rng, self.idle = cfg, rng, idle
-        self.shuffle_chunks, self.send_eos = shuffle_chunks, send_eos
+        self.shuffle_chunks, self.send_eos, self.errors = shuffle_chunks, send_eos, errors
         self.max_active = max_active or cfg.tags_per_source
         self.sources = [_Source(rows=[r for r in rows if r.src == s],
                                 free_tags=list(range(cfg.tags_per_source)))
@@ -105,7 +110,7 @@ class LaneFeeder:
             src.total = len(src.rows)
             src.eos_after = rng.randrange(src.total + 1) if early_eos else src.total
         self.offered: list[Optional[Packet]] = [None] * cfg.lanes
-        self.extra = list(extra or [])  # (packet) injected as soon as a lane is free (bad input)
+        self.extra: list = []              # bad packets waiting for a free lane
         self.sent_rows: list[tuple] = []   # (row, tag) in start order
 
     # ---- hub side -------------------------------------------------------
@@ -129,7 +134,16 @@ class LaneFeeder:
 
     # ---- choice of the next packet --------------------------------------
     def _next_packet(self) -> Optional[Packet]:
-        if self.extra and self.rng.random() < 0.25:
+        cfg, rng = self.cfg, self.rng
+        busy = any(src.rows or src.active or (self.send_eos and not src.eos_sent)
+                   for src in self.sources)
+        if self.errors and busy and rng.random() < self.errors / 4:
+            s = rng.randrange(cfg.sources)
+            if rng.random() < 0.5:
+                return Packet(src=cfg.sources, tag=0, chunk=0)        # no such source
+            return Packet(src=s, tag=rng.randrange(cfg.tags_per_source),
+                          expert=rng.randrange(cfg.experts), chunk=cfg.chunks_per_row)
+        if self.extra and rng.random() < 0.25:
             return self.extra.pop(0)
         order = list(range(len(self.sources)))
         self.rng.shuffle(order)
@@ -138,24 +152,33 @@ class LaneFeeder:
             if self.send_eos and not src.eos_sent and src.started >= src.eos_after:
                 if self.rng.random() < 0.5 or (not src.rows and not src.active):
                     src.eos_sent = True
+                    if self.rng.random() < self.errors:
+                        self.extra.append(Packet.eos(s, src.total))   # a second EOS
                     return Packet.eos(s, src.total)
             can_start = src.rows and src.free_tags and len(src.active) < self.max_active
             if can_start and (not src.active or self.rng.random() < 0.3):
                 row = src.rows.pop(0)
                 tag = src.free_tags.pop(self.rng.randrange(len(src.free_tags)))
-                chunks = list(range(self.cfg.chunks_per_row))
+                chunks = [(c, row.expert) for c in range(self.cfg.chunks_per_row)]
                 if self.shuffle_chunks:
                     self.rng.shuffle(chunks)
+                for _ in range(2):
+                    if self.rng.random() < self.errors:
+                        # a duplicate, or a chunk naming another expert, before the last chunk
+                        c = self.rng.choice(chunks[:-1])[0]
+                        other = (row.expert + 1) % max(2, self.cfg.experts)
+                        bad = (c, row.expert) if self.rng.random() < 0.5 else (c, other)
+                        chunks.insert(self.rng.randrange(len(chunks)), bad)
                 src.active.append(_Active(row, tag, chunks))
                 src.started += 1
                 self.sent_rows.append((row, tag))
             if src.active:
                 act = self.rng.choice(src.active)
-                c = act.chunks.pop(0)
+                c, expert = act.chunks.pop(0)
                 if not act.chunks:
                     src.active.remove(act)
                 r = act.row
-                return Packet(src=r.src, tag=act.tag, expert=r.expert, token=r.token,
+                return Packet(src=r.src, tag=act.tag, expert=expert, token=r.token,
                               slot=r.slot, chunk=c, data=r.data[c])
         if self.extra:
             return self.extra.pop(0)
