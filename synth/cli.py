@@ -56,7 +56,15 @@ def cmd_synth(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import run_sweeps
+    from .sweep import run_sweeps, replot
+    if args.plot_only:
+        return replot(args.base, args.sweep or None, data_bits=args.data_bits, out=args.out,
+                      base_changes=_changes(args))
+    return run_sweeps(args.base, args.sweep or None, jobs=args.jobs, data_bits=args.data_bits,
+                      period_ns=args.clock_ns, out=args.out, base_changes=_changes(args))
+
+
+def _changes(args):
     changes = None
     if args.set is not None:
         changes = {}
@@ -68,8 +76,7 @@ def cmd_sweep(args) -> int:
                 changes[key] = int(value)
             except ValueError:
                 raise SystemExit(f"moehub synth-sweep: --set {item!r}: expected KEY=INTEGER")
-    return run_sweeps(args.base, args.sweep or None, jobs=args.jobs, data_bits=args.data_bits,
-                      period_ns=args.clock_ns, out=args.out, base_changes=changes)
+    return changes
 
 
 def add_parser(sub) -> None:
@@ -108,4 +115,5 @@ def add_parser(sub) -> None:
     w.add_argument("--data-bits", type=int, default=32, help="datapath width of the sweep points (default 32)")
     w.add_argument("--clock-ns", type=float, default=flow.DEFAULT_PERIOD_NS)
     w.add_argument("--out", default=None, help="output folder (default build/synth/sweep)")
+    w.add_argument("--plot-only", action="store_true", help="redraw the figures from the CSV files")
     w.set_defaults(func=cmd_sweep)

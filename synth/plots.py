@@ -75,12 +75,14 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
             t.set_ylabel("FO4 of logic on the critical path")
             t.set_ylim(bottom=0)
             t2 = t.twinx()
-            t2.plot(xs, [r["n5_fmax_GHz"] for r in rows], marker="o", color="k", label="fmax at N5 (GHz)")
+            t2.plot(xs, [r["n5_fmax_GHz"] for r in rows], marker="o", color="k",
+                    label="fmax at N5 (GHz; label: OSU018 fmax)")
             t2.fill_between(xs, [r["n5_fmax_GHz_low"] for r in rows], [r["n5_fmax_GHz_high"] for r in rows],
                             color="k", alpha=0.1)
-            t2.set_ylabel("fmax, GHz (N5 solid, OSU018 dashed)")
-            t2.plot(xs, [r["fmax_MHz"] / 1000 for r in rows], ls="--", color="tab:blue", marker=".",
-                    label="fmax at OSU018 (GHz)")
+            t2.set_ylabel("projected fmax at N5, GHz (range shaded)")
+            for xv, r in zip(xs, rows):     # the measured OSU018 fmax next to each point
+                t2.annotate(f"{r['fmax_MHz']:.0f} MHz", (xv, r["n5_fmax_GHz"]), textcoords="offset points",
+                            xytext=(0, 7), ha="center", fontsize=6, color="0.3")
             t2.set_ylim(bottom=0)
             t.set_xlabel(LABELS[sweep])
             t.set_title(f"Speed vs {LABELS[sweep]}", fontsize=10)
@@ -94,8 +96,12 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
         fig.savefig(p, dpi=150)
         plt.close(fig)
         pngs.append(p)
+    ha, la = axes_all[0, 0].get_legend_handles_labels()
+    ht, lt = axes_all[1, 0].get_legend_handles_labels()
+    if ha:
+        summary.legend(ha + ht, la + lt, loc="lower right", fontsize=7, ncol=4)
     summary.text(0.01, 0.005, note, fontsize=7)
-    summary.tight_layout(rect=(0, 0.02, 1, 1))
+    summary.tight_layout(rect=(0, 0.05, 1, 1))
     p = out / "summary.png"
     summary.savefig(p, dpi=130)
     plt.close(summary)

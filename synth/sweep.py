@@ -114,13 +114,19 @@ def run_sweeps(base_name: str = "mixtral-8gpu", sweeps=None, jobs: int = 2, data
     todo = points(base, sweeps, data_bits, out, period_ns)
     # big points first so the two workers finish together
     todo.sort(key=lambda j: -(j[3].entries * j[3].chunks_per_row * j[3].lanes + j[3].experts))
+    # the base point appears in every sweep: synthesise each distinct configuration once
+    key = lambda j: tuple(sorted((k, v) for k, v in j[3].__dict__.items() if k not in ("name", "description")))
+    unique = {}
+    for j in todo:
+        unique.setdefault(key(j), j)
     t0 = time.monotonic()
-    rows = []
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo), os.cpu_count() or 1)) as ex:
-        for row in ex.map(_run_point, todo):
-            rows.append(row)
+    done = {}
+    with ProcessPoolExecutor(max_workers=min(jobs, len(unique), os.cpu_count() or 1)) as ex:
+        for k, row in zip(unique, ex.map(_run_point, unique.values())):
+            done[k] = row
             print(f"  {row['param']:>16} = {row['value']:<3}  {row['area_um2'] / 1e6:7.2f} mm2 OSU018  "
                   f"{row['fmax_MHz']:6.1f} MHz  {row['fo4']:6.1f} FO4  ({row['wall_s']:.0f} s)", flush=True)
+    rows = [{**done[key(j)], "sweep": j[0], "param": j[1], "value": j[2]} for j in todo]
     for sweep in sweeps:
         sel = sorted((r for r in rows if r["sweep"] == sweep), key=lambda r: r["value"])
         path = out / f"{sweep}.csv"
@@ -130,6 +136,21 @@ def run_sweeps(base_name: str = "mixtral-8gpu", sweeps=None, jobs: int = 2, data
             w.writerows(sel)
     from .plots import plot_sweeps
     pngs = plot_sweeps(out, sweeps, base, data_bits)
-    print(f"synth-sweep: {len(rows)} points in {time.monotonic() - t0:.0f} s; "
+    print(f"synth-sweep: {len(rows)} points ({len(unique)} distinct) in {time.monotonic() - t0:.0f} s; "
           f"CSV and PNG under {out} ({', '.join(p.name for p in pngs)})")
+    return 0
+
+
+def replot(base_name: str = "mixtral-8gpu", sweeps=None, data_bits: int = 32, out=None,
+           base_changes: dict | None = None) -> int:
+    """Redraw the figures from the CSV files of an earlier sweep."""
+    from .plots import plot_sweeps
+    base = sweep_base(load_hub_config(base_name), base_changes)
+    out = Path(out) if out else flow.BUILD / "sweep"
+    sweeps = [s for s in (sweeps or SWEEPS) if (out / f"{s}.csv").exists()]
+    if not sweeps:
+        print(f"synth-sweep: no sweep CSV under {out}")
+        return 1
+    pngs = plot_sweeps(out, sweeps, base, data_bits)
+    print(f"synth-sweep: {', '.join(str(p) for p in pngs)}")
     return 0

@@ -4,6 +4,8 @@ Needs Debian yosys, OpenSTA and the OSU018 library; skips with the reason otherw
 Wall times are not checked here (scripts/bench_synth.py measures them).
 """
 import json
+import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -33,8 +35,9 @@ def row_table_bits(cfg) -> int:
 
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory):
-    """The flow on tiny with the realistic datapath; the counters forced into an SRAM macro."""
-    cfg = flow.synth_config(load_hub_config("tiny"), "chunk")
+    """The flow on tiny (its own narrow datapath, to stay fast); the counters forced into
+    an SRAM macro so that the macro path of the flow is exercised too."""
+    cfg = flow.synth_config(load_hub_config("tiny"), "config")
     out = tmp_path_factory.mktemp("synth_tiny")
     flow.run_asic(cfg, out, sram_min_bits=64, sram_min_depth=16)
     return cfg, out, json.loads((out / "report.json").read_text())
@@ -43,7 +46,7 @@ def tiny_report(tmp_path_factory):
 def test_report_has_every_figure(tiny_report):
     cfg, out, rep = tiny_report
     a = rep["asic"]
-    assert rep["config"] == "tiny" and rep["hub"]["data_bits"] == 8 * cfg.chunk_bytes
+    assert rep["config"] == "tiny" and rep["hub"]["data_bits"] == cfg.data_bits
     for key in MODULES:
         m = a["modules"][key]
         for fig in FIGURES:
@@ -87,20 +90,33 @@ def test_gate_level_files_written(tiny_report):
     assert f"module {rep['asic']['sram']['macros'][0]['name']}" in models
 
 
-def test_area_grows_with_experts_and_lanes(tmp_path):
-    """Three small variants of tiny (8-bit datapath), two at a time."""
-    base = load_hub_config("tiny").replace(data_bits=8, lanes=2, experts=1)
-    variants = {"base": base, "experts": base.replace(experts=3), "lanes": base.replace(lanes=4)}
+def test_area_grows_with_experts_and_lanes(tiny_report, tmp_path):
+    """tiny against two smaller variants (fewer experts, fewer lanes), run two at a time."""
+    cfg, out, rep = tiny_report
+    variants = {"experts": cfg.replace(experts=1), "lanes": cfg.replace(lanes=2)}
 
     def one(item):
-        name, cfg = item
-        return name, flow.run_asic(cfg, tmp_path / name, write_report=False)
+        name, c = item
+        return name, flow.run_asic(c, tmp_path / name, write_report=False)
 
     with ThreadPoolExecutor(max_workers=2) as ex:
         res = dict(ex.map(one, variants.items()))
+    res["tiny"] = rep["asic"]
+    variants["tiny"] = cfg
     area = {k: v["modules"]["top"]["area_um2"] for k, v in res.items()}
     bits = {k: v["modules"]["tracker"]["array_bits"] for k, v in res.items()}
-    assert area["experts"] > area["base"] and area["lanes"] > area["base"]
-    assert bits["experts"] == 3 * bits["base"] == tracker_bits(variants["experts"])
-    for name, cfg in variants.items():
-        assert res[name]["modules"]["top"]["array_bits"] == tracker_bits(cfg) + row_table_bits(cfg)
+    assert area["tiny"] > area["experts"] and area["tiny"] > area["lanes"]
+    assert bits["tiny"] == cfg.experts * bits["experts"] == tracker_bits(cfg)
+    for name, c in variants.items():
+        assert res[name]["modules"]["top"]["array_bits"] == tracker_bits(c) + row_table_bits(c)
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog (iverilog) not installed")
+def test_gate_level_netlist_compiles(tiny_report):
+    """netlist_sim.v + SRAM models + OSU018 cell models elaborate under Icarus (-g2012)."""
+    cfg, out, rep = tiny_report
+    gl = rep["asic"]["gate_level_sim"]
+    files = [out / gl["netlist"], out / gl["sram_models"], gl["cell_models"]]
+    proc = subprocess.run(["iverilog", "-g2012", "-s", "moehub", "-o", str(out / "gl.vvp")]
+                          + [str(f) for f in files], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
