@@ -164,11 +164,12 @@ class LaneFeeder:
                     self.rng.shuffle(chunks)
                 for _ in range(2):
                     if self.rng.random() < self.errors:
-                        # a duplicate, or a chunk naming another expert, before the last chunk
+                        # a duplicate, or a chunk naming another expert: after the row's
+                        # first chunk (which decides its expert) and before its last
                         c = self.rng.choice(chunks[:-1])[0]
                         other = (row.expert + 1) % max(2, self.cfg.experts)
                         bad = (c, row.expert) if self.rng.random() < 0.5 else (c, other)
-                        chunks.insert(self.rng.randrange(len(chunks)), bad)
+                        chunks.insert(self.rng.randrange(1, len(chunks)), bad)
                 src.active.append(_Active(row, tag, chunks))
                 src.started += 1
                 self.sent_rows.append((row, tag))
