@@ -78,6 +78,13 @@ def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def yosys_time_from_log(log: Path) -> float:
+    """Total pass time of an earlier Yosys run, from its closing "Time spent: 54% 1x abc
+    (219 sec), ..." line (the first pass's seconds over its share); 0 if absent."""
+    m = re.search(r"^Time spent:\s*(\d+)%\s+\d+x\s+\S+\s+\((\d+) sec\)", log.read_text(errors="replace"), re.M)
+    return 100.0 * int(m.group(2)) / int(m.group(1)) if m and int(m.group(1)) else 0.0
+
+
 def sequential_cells(lib_text: str) -> set[str]:
     """Cells of a Liberty file that hold state (an ``ff`` or ``latch`` group)."""
     out, cur = set(), None
@@ -102,8 +109,8 @@ class ModuleArea:
 
 def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -> dict[str, ModuleArea]:
     """Per-module cells, flops and area; the totals of the hierarchy under ``TOP``."""
-    counts = json.loads(stat_json.read_text())["modules"]
-    rtl = json.loads(stat_rtl.read_text())["modules"]
+    counts = tools.load_yosys_stat_json(stat_json)["modules"]
+    rtl = tools.load_yosys_stat_json(stat_rtl)["modules"]
     text = stat_txt.read_text()
     areas = {m: float(a) for m, a in re.findall(r"Chip area for module '\\?(\S+?)':\s*([\d.]+)", text)}
     top_area = re.search(r"Chip area for top module '\\?\S+?':\s*([\d.]+)", text)
@@ -242,7 +249,7 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
             raise RuntimeError(f"sta_only: {work} has no earlier synthesis ({', '.join(missing)} missing)")
         files = {"liberty": work / "sram.lib"}
         (work / "sram.lib").write_text(sram.liberty(macros, fo4_ns))
-        t_yosys = 0.0
+        t_yosys = yosys_time_from_log(work / "yosys.log")
     else:
         if verilog.resolve() != (work / f"{TOP}.v").resolve():
             (work / f"{TOP}.v").write_text(verilog.read_text())

@@ -50,8 +50,9 @@ def cmd_synth(args) -> int:
                   f"{top['fo4']:.1f} FO4 ({top['path']['from']} -> {top['path']['to']}); "
                   f"line rate at 1.98 GHz: {'PASS' if lr['pass'] else 'FAIL'}; report {out}/report.md")
         else:
+            fmax = f"fmax {sec['fmax_MHz']:.1f} MHz" if sec["fmax_MHz"] else "does not fit the LFE5U-85F"
             print(f"{name}: ECP5 {sec['luts']} LUT4, {sec['flops']} FF, {sec['brams']} DP16KD, "
-                  f"fmax {sec['fmax_MHz']:.1f} MHz; report {out}/report.md")
+                  f"{fmax}; report {out}/report.md")
     return status
 
 

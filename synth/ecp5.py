@@ -78,7 +78,7 @@ def run_ecp5(cfg: HubConfig, out_dir: Path, target_MHz: float = DEFAULT_TARGET_M
         "tee -q -o stat.txt stat", ""]))
     t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
                                work / "yosys.stdout", work)
-    stat = json.loads((work / "stat.json").read_text())["modules"]
+    stat = tools.load_yosys_stat_json(work / "stat.json")["modules"]
     totals = {"luts": 0, "flops": 0, "brams": 0}
     harness_own = {"luts": 0, "flops": 0, "brams": 0}
     for name, d in stat.items():
@@ -88,6 +88,23 @@ def run_ecp5(cfg: HubConfig, out_dir: Path, target_MHz: float = DEFAULT_TARGET_M
             totals[k] += c[k]
             if name.lstrip("\\") == "moehub_fpga":
                 harness_own[k] += c[k]
+    section = {
+        "flow": "yosys synth_ecp5 -noflatten + nextpnr-ecp5 (yowasp)",
+        "device": DEVICE, "package": PACKAGE, "data_bits": cfg.data_bits, "target_MHz": target_MHz,
+        "luts": totals["luts"] - harness_own["luts"],
+        "flops": totals["flops"] - harness_own["flops"],
+        "brams": totals["brams"] - harness_own["brams"],
+        "harness": harness_own,
+        "lut_util_pct": round(100 * totals["luts"] / DEVICE_LUTS, 1),
+        "fits": totals["luts"] <= DEVICE_LUTS,
+    }
+    if not section["fits"]:
+        # no place and route: the design does not fit the largest ECP5
+        section.update(fmax_MHz=None, wall_s={"yosys": round(t_yosys, 1),
+                                              "total": round(time.monotonic() - t0, 1)})
+        if write_report:
+            report.merge_write(out_dir, cfg, "ecp5", section)
+        return section
     t1 = time.monotonic()
     tools.run_logged([nextpnr, DEVICE_FLAG, "--package", PACKAGE, "--json", "moehub_fpga.json",
                       "--freq", str(target_MHz), "--seed", str(seed), "--report", "nextpnr_report.json",
@@ -97,18 +114,9 @@ def run_ecp5(cfg: HubConfig, out_dir: Path, target_MHz: float = DEFAULT_TARGET_M
     fmax = re.findall(r"Max frequency for clock\s+'[^']*':\s*([\d.]+)\s*MHz", log)
     if not fmax:
         raise RuntimeError(f"nextpnr: no 'Max frequency' line in {work / 'nextpnr.log'}")
-    section = {
-        "flow": "yosys synth_ecp5 -noflatten + nextpnr-ecp5 (yowasp)",
-        "device": DEVICE, "package": PACKAGE, "data_bits": cfg.data_bits, "target_MHz": target_MHz,
-        "luts": totals["luts"] - harness_own["luts"],
-        "flops": totals["flops"] - harness_own["flops"],
-        "brams": totals["brams"] - harness_own["brams"],
-        "harness": harness_own,
-        "fmax_MHz": float(fmax[-1]),
-        "lut_util_pct": round(100 * totals["luts"] / DEVICE_LUTS, 1),
-        "wall_s": {"yosys": round(t_yosys, 1), "nextpnr": round(t_pnr, 1),
-                   "total": round(time.monotonic() - t0, 1)},
-    }
+    section.update(fmax_MHz=float(fmax[-1]),
+                   wall_s={"yosys": round(t_yosys, 1), "nextpnr": round(t_pnr, 1),
+                           "total": round(time.monotonic() - t0, 1)})
     if write_report:
         report.merge_write(out_dir, cfg, "ecp5", section)
     return section

@@ -62,7 +62,7 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
         old = out_dir / "report.json"
         if old.exists():       # keep the synthesis time of the run that made the netlist
             prev = json.loads(old.read_text()).get("asic", {}).get("wall_s", {})
-            res["wall_s"]["yosys"] = prev.get("yosys", 0.0)
+            res["wall_s"]["yosys"] = prev.get("yosys") or res["wall_s"]["yosys"]
     section = report.build_asic(cfg, res, fo4_ns, period_ns, res["macros"],
                                 {"min_bits": sram_min_bits, "min_depth": sram_min_depth},
                                 res["flop_arrays"], macros)

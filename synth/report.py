@@ -228,6 +228,10 @@ def _ecp5_md(e):
     out = ["## FPGA prototype: Lattice ECP5 (Yosys synth_ecp5 + nextpnr-ecp5)", ""]
     if e.get("error"):
         return out + [f"Not run: {e['error']}", ""]
+    if not e.get("fits", True):
+        return out + [f"Device {e['device']} ({e['package']}), {e['data_bits']}-bit datapath: the hub needs "
+                      f"{e['luts']} LUT4 and {e['flops']} flops ({e['lut_util_pct']:.0f} % of the device's LUTs "
+                      "with the harness): it does not fit, so no place and route was run.", ""]
     out += [f"Device {e['device']} ({e['package']}), {e['data_bits']}-bit datapath.", "",
             "| LUT4 | flops | block RAMs (DP16KD) | post-route fmax MHz | utilisation of LUTs |",
             "|---:|---:|---:|---:|---:|",

@@ -83,3 +83,14 @@ def run_logged(cmd: list[str], log: Path, cwd: Path, timeout: float | None = Non
         tail = "".join(Path(log).read_text(errors="replace").splitlines(True)[-15:])
         raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}); see {log}\n{tail}")
     return wall
+
+
+def load_yosys_stat_json(path) -> dict:
+    """``stat -json`` output of Yosys 0.23; that version prints the hierarchy of a
+    design with nested submodules as plain text lines ("  moehub_pm   1") inside the
+    JSON's ``design`` section, which are dropped here."""
+    import json
+    import re
+    text = Path(path).read_text()
+    text = "\n".join(line for line in text.splitlines() if not re.match(r"^\s+[^\s\"{}\[\]]+\s+\d+\s*$", line))
+    return json.loads(text)
