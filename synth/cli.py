@@ -26,7 +26,7 @@ def cmd_synth(args) -> int:
               "sram_min_depth": args.sram_min_depth, "sta_only": args.sta_only,
               "abc_effort": args.abc_effort}
     else:
-        kw = {"target_MHz": args.fpga_MHz}
+        kw = {"target_MHz": args.fpga_MHz, "sta_only": args.sta_only}
     status = 0
     for name in args.config:
         try:
@@ -99,7 +99,8 @@ def add_parser(sub) -> None:
                    help="ASIC: 'high' adds &fraig -x and &dch -f to the ABC script (~10x slower on "
                         "the large configs)")
     s.add_argument("--sta-only", action="store_true",
-                   help="ASIC: keep the netlist of the last run in the output folder, redo timing and reports")
+                   help="keep the netlist of the last run in the output folder and redo only timing and "
+                        "reports (ecp5: re-read the last run's logs)")
     s.add_argument("--fpga-MHz", type=float, default=50.0, help="ECP5 nextpnr target frequency")
     s.add_argument("--out", default=None, help="output folder (default build/synth/<config>)")
     s.set_defaults(func=cmd_synth)

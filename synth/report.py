@@ -233,9 +233,10 @@ def _ecp5_md(e):
                       f"{e['luts']} LUT4 and {e['flops']} flops ({e['lut_util_pct']:.0f} % of the device's LUTs "
                       "with the harness): it does not fit, so no place and route was run.", ""]
     out += [f"Device {e['device']} ({e['package']}), {e['data_bits']}-bit datapath.", "",
-            "| LUT4 | flops | block RAMs (DP16KD) | post-route fmax MHz | utilisation of LUTs |",
-            "|---:|---:|---:|---:|---:|",
-            f"| {e['luts']} | {e['flops']} | {e['brams']} | {e['fmax_MHz']:.1f} | {e['lut_util_pct']:.0f} % |", "",
+            "| LUT4 | flops | block RAMs (DP16KD) | DSPs (MULT18X18D) | post-route fmax MHz | utilisation of LUTs |",
+            "|---:|---:|---:|---:|---:|---:|",
+            f"| {e['luts']} | {e['flops']} | {e['brams']} | {e.get('dsps', 0)} | {e['fmax_MHz']:.1f} | "
+            f"{e['lut_util_pct']:.0f} % |", "",
             f"Post-route fmax is nextpnr's last \"Max frequency\" line; the constraint was "
             f"{e['target_MHz']} MHz.", ""]
     return out
