@@ -16,7 +16,6 @@ fmax = 1 / (period - worst slack) (OpenSTA 2.0.17 has no report_clock_min_period
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
