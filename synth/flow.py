@@ -63,6 +63,8 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
         if old.exists():       # keep the synthesis time of the run that made the netlist
             prev = json.loads(old.read_text()).get("asic", {}).get("wall_s", {})
             res["wall_s"]["yosys"] = prev.get("yosys") or res["wall_s"]["yosys"]
+        w = res["wall_s"]       # a full run's total: Verilog + Yosys (earlier run) + STA
+        w["total"] = w["verilog"] + w["yosys"] + w["sta"]
     section = report.build_asic(cfg, res, fo4_ns, period_ns, res["macros"],
                                 {"min_bits": sram_min_bits, "min_depth": sram_min_depth},
                                 res["flop_arrays"], macros)
