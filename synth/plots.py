@@ -89,7 +89,7 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
             if ax_pair is axes:
                 h1, l1 = t.get_legend_handles_labels()
                 h2, l2 = t2.get_legend_handles_labels()
-                t.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left", framealpha=0.85)
+                t.legend(h1 + h2, l1 + l2, fontsize=7, loc="center left", framealpha=0.85)
         fig.text(0.01, 0.005, note, fontsize=6)
         fig.tight_layout(rect=(0, 0.035, 1, 1))
         p = out / f"{sweep}.png"
