@@ -133,6 +133,10 @@ def speedup_plot(rows: list, x_key: str, path: Path, title: str, xlabel: str,
         ax2.set_title(f"hub speedup{sfx}", fontsize=10)
         ax1.legend(fontsize=8)
         ax2.legend(fontsize=8)
+    return _save(fig, title, path)
+
+
+def _save(fig, title: str, path: Path) -> Path:
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -159,8 +163,4 @@ def model_bar_plot(rows: list, path: Path, title: str) -> Path:
         ax.set_ylabel(f"speedup of MoE-Hub, {lab}")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, title, path)
