@@ -13,7 +13,6 @@ driven right after an edge and sampled (with the handshake) at the next edge.
 """
 from __future__ import annotations
 
-import os
 import random
 from collections import defaultdict, deque
 from typing import Optional
@@ -425,6 +424,3 @@ def _diff(what, got, exp, seed) -> str:
     return (f"{what} differ from the model (seed {seed}): {len(got)} vs {len(exp)} items; "
             f"first difference at #{first}: got {got[first:first + 3]} expected {exp[first:first + 3]}")
 
-
-def test_seed(default: int = 1) -> int:
-    return int(os.environ.get("MOEHUB_SEED", default))
