@@ -103,6 +103,9 @@ def cmd_sweep(args) -> int:
     if not _backend_available(args.hub):
         print(f"moehub sweep: --hub {args.hub} is not available", file=sys.stderr)
         return 2
+    if args.waves:
+        from . import hub_rtl
+        hub_rtl.WAVES = True
     points = _sweep_points(args)
     out = Path(args.out) if args.out else RESULTS
     name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
@@ -117,7 +120,8 @@ def cmd_sweep(args) -> int:
                                args.seed)
         label = f"{m.name} {s.gpus}x{s.gpu_name} {w.tokens_per_gpu} tok/GPU"
         print(f"[{i + 1}/{len(points)}] {label} ...", end="", flush=True)
-        er = run_experiment(s, m, w, hub_backend=args.hub, hub_order=args.hub_order)
+        er = run_experiment(s, m, w, hub_backend=args.hub, hub_order=args.hub_order,
+                            rtl_gpus=_rtl_gpus(args.rtl_gpus, s.gpus))
         sub = f"{m.name}_g{s.gpus}_t{w.tokens_per_gpu}"
         if args.figures:
             write_outputs(er, sub, folder)
