@@ -368,17 +368,32 @@ class PacketManager(wiring.Component):
                 for j in range(L):
                     with m.If(eos_acc[j] & (a_pkt[j].src == s)):
                         m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(a_pkt[j].count)]
-            m.d.sync += inflight.eq(inflight + _popcount(openers) - _popcount(complete))
+        # ------------------------------------------------------------ statistics, a cycle later
+        # The drop/overflow/in-flight counters only feed status registers and FLUSH, so the
+        # table stage registers its per-lane outcomes and the counters add them up in the
+        # next cycle, off the table stage's critical path.
+        st_valid = Signal()
+        st_hits = {r: Signal(L, name=f"st_{r.name.lower()}") for r in Reason if reason_hits[r]}
+        st_open = Signal(L)
+        st_comp = Signal(L)
+        st_expert = [Signal(cfg.expert_bits, name=f"st_expert{j}") for j in range(L)]
+        with m.If(advance):
+            m.d.sync += [st_valid.eq(a_valid.any()), st_open.eq(Cat(*openers)),
+                         st_comp.eq(Cat(*complete))]
+            m.d.sync += [st_hits[r].eq(Cat(*reason_hits[r])) for r in st_hits]
+            m.d.sync += [st_expert[j].eq(a_pkt[j].expert) for j in range(L)]
+        with m.Else():
+            m.d.sync += st_valid.eq(0)
+        with m.If(st_valid):
+            m.d.sync += inflight.eq(inflight + _popcount(st_open) - _popcount(st_comp))
+            ovf = st_hits[Reason.OVERFLOW]
             for e in range(E):
-                n_ovf = _popcount(reason_hits[Reason.OVERFLOW][j] & (a_pkt[j].expert == e)
-                                  for j in range(L))
+                n_ovf = _popcount(ovf[j] & (st_expert[j] == e) for j in range(L))
                 m.d.sync += overflow[e].eq(overflow[e] + n_ovf)
-            for r in Reason:
-                if reason_hits[r]:
-                    n = _popcount(reason_hits[r])
-                    m.d.sync += drops[r].eq(drops[r] + n)
-                    with m.If(n != 0):
-                        m.d.sync += errors[r].eq(1)
+            for r, hits in st_hits.items():
+                m.d.sync += drops[r].eq(drops[r] + _popcount(hits))
+                with m.If(hits.any()):
+                    m.d.sync += errors[r].eq(1)
 
         # ------------------------------------------------------------ B -> C: address translation
         stride_terms = [k for k in range(cfg.stride_bytes.bit_length()) if cfg.stride_bytes >> k & 1]
@@ -425,7 +440,7 @@ class PacketManager(wiring.Component):
         with m.If(armed & finished & drained):
             # The layer is complete: hand over to the tracker's end-of-layer sweep.
             m.d.sync += [armed.eq(0), sweep_req.eq(1), flush_pending.eq(0), flush_timeout.eq(0)]
-        with m.Elif(start_pending & pipe_empty & drained & ~sweep_req & ~self.start):
+        with m.Elif(start_pending & pipe_empty & drained & ~st_valid & ~sweep_req & ~self.start):
             # START: a new layer (a running one is abandoned; the tracker re-clears). A layer
             # that has just finished is swept first (the branch above).
             m.d.comb += [self.layer_start.eq(1), self.alloc_clear.eq(1),
@@ -434,7 +449,7 @@ class PacketManager(wiring.Component):
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
             m.d.sync += [alloc_v.eq(0), drop_v.eq(0)]
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + closed + drops + overflow]
-        with m.Elif(flush_pending & pipe_empty & drained):
+        with m.Elif(flush_pending & pipe_empty & drained & ~st_valid):
             with m.If(inflight != 0):
                 m.d.sync += [drops[Reason.INCOMPLETE].eq(drops[Reason.INCOMPLETE] + inflight),
                              errors[Reason.INCOMPLETE].eq(1)]
