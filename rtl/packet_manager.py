@@ -187,9 +187,31 @@ class PacketManager(wiring.Component):
         accepted = Signal()
         m.d.comb += accepted.eq(Cat(self.i[j].valid & self.i[j].ready for j in range(L)).any())
 
+        # Decode on the way into A (depends on the packets only, not on the hub's state):
+        # range checks, the row-table index and the lane-pair comparisons the table stage
+        # needs, so that its state loop starts from registers.
+        a_bad_src = Signal(L)
+        a_bad_chunk = Signal(L)
+        a_idx = [Signal(range(cfg.entries), name=f"a_idx{j}") for j in range(L)]
+        a_same_idx = {}
+        a_same_src = {}
+        for j in range(L):
+            for i in range(j):
+                a_same_idx[i, j] = Signal(name=f"a_same_idx{i}_{j}")
+                a_same_src[i, j] = Signal(name=f"a_same_src{i}_{j}")
         with m.If(advance):
             for j in range(L):
-                m.d.sync += [a_valid[j].eq(self.i[j].valid & ~block), a_pkt[j].eq(self.i[j].payload)]
+                q = self.i[j].payload
+                m.d.sync += [
+                    a_valid[j].eq(self.i[j].valid & ~block), a_pkt[j].eq(q),
+                    a_bad_src[j].eq((q.src >= S) | (~q.kind & (q.tag >= T))),
+                    a_bad_chunk[j].eq(~q.kind & (q.chunk >= C)),
+                    a_idx[j].eq(q.src * T + q.tag),
+                ]
+                for i in range(j):
+                    qi = self.i[i].payload
+                    m.d.sync += [a_same_idx[i, j].eq((qi.src == q.src) & (qi.tag == q.tag)),
+                                 a_same_src[i, j].eq(qi.src == q.src)]
 
         # ------------------------------------------------------------ table stage (on A)
         reason_hits = {r: [] for r in Reason}
@@ -205,14 +227,9 @@ class PacketManager(wiring.Component):
             p = a_pkt[j]
             v = a_valid[j]
             is_eos = p.kind
-            bad_src = Signal(name=f"bad_src{j}")
-            bad_chunk = Signal(name=f"bad_chunk{j}")
-            m.d.comb += [
-                bad_src.eq((p.src >= S) | (~is_eos & (p.tag >= T))),
-                bad_chunk.eq(~is_eos & (p.chunk >= C)),
-            ]
-            ix = Signal(range(cfg.entries), name=f"idx{j}")
-            m.d.comb += ix.eq(p.src * T + p.tag)
+            bad_src = a_bad_src[j]
+            bad_chunk = a_bad_chunk[j]
+            ix = a_idx[j]
             d = Signal(name=f"dat{j}")
             eos = Signal(name=f"eos{j}")
             m.d.comb += [
@@ -236,7 +253,7 @@ class PacketManager(wiring.Component):
             sel = stored
             for i in range(j):
                 same = Signal(name=f"same{i}_{j}")
-                m.d.comb += same.eq(dat[i] & (idx[i] == ix))
+                m.d.comb += same.eq(dat[i] & a_same_idx[i, j])
                 sel = Mux(same, after[i], sel)
             m.d.comb += before.eq(sel)
 
@@ -245,10 +262,10 @@ class PacketManager(wiring.Component):
             cnt_eff = eos_cnt_rd[p.src]
             opened_eff = opened_rd[p.src]
             for i in range(j):
-                hit_eos = eos_acc[i] & (a_pkt[i].src == p.src)
+                hit_eos = eos_acc[i] & a_same_src[i, j]
                 seen_eff = seen_eff | hit_eos
                 cnt_eff = Mux(hit_eos, a_pkt[i].count, cnt_eff)
-                opened_eff = opened_eff + (counted_open[i] & (a_pkt[i].src == p.src))
+                opened_eff = opened_eff + (counted_open[i] & a_same_src[i, j])
             seen_j = Signal(name=f"seen{j}")
             cnt_j = Signal(cfg.count_bits, name=f"eoscnt{j}")
             opened_j = Signal(cfg.count_bits + 1, name=f"opened_eff{j}")
@@ -351,7 +368,7 @@ class PacketManager(wiring.Component):
             for j in range(L):
                 last = dat[j]
                 for k in range(j + 1, L):
-                    last = last & ~(dat[k] & (idx[k] == idx[j]))
+                    last = last & ~(dat[k] & a_same_idx[j, k])
                 m.d.comb += [
                     rt_wr[j].addr.eq(idx[j]), rt_wr[j].en.eq(last),
                     rt_wr[j].data.expert.eq(after[j].expert), rt_wr[j].data.row.eq(after[j].row),
