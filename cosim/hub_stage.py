@@ -19,9 +19,10 @@ lanes. The network model caps each hub's ingress at ``min(link, lanes x chunk x 
 so such bursts are short; an RTL driver queues them (and reports the difference).
 
 Timing annotation (measured on the RTL; see the task notes): a packet accepted at cycle t
-is written at t+3; a tile flag is written 4 cycles after the last chunk of the tile's last
-row is accepted; the hub handles at most one per-row control event (metadata write on a
-row's first packet, completion on its last) per cycle, so such events queue; the
+is written at t + WRITE_LATENCY; a tile flag is written FLAG_LATENCY cycles after the last
+chunk of the tile's last row is accepted (both from :mod:`moehub.rtl.hub`); the hub
+handles at most one per-row control event (metadata write on a row's first packet,
+completion on its last) per cycle, so such events queue; the
 end-of-layer sweep writes one control word per cycle (count, last partial tile's flag,
 ..., done) starting 4 cycles after the event that finished the layer.
 """
@@ -34,14 +35,18 @@ import numpy as np
 
 from ..config.schema import HubConfig
 from ..rtl.formats import CtlKind
+from ..rtl.hub import FLAG_LATENCY, WRITE_LATENCY
 from ..verif.model import HubModel, Packet
 
-FLAG_DELAY = 4      #: cycles from the accept of a tile's last chunk to its flag write
-WRITE_DELAY = 3     #: cycles from the accept of a packet to its data write
+FLAG_DELAY = FLAG_LATENCY     #: cycles from the accept of a tile's last chunk to its flag write
+WRITE_DELAY = WRITE_LATENCY   #: cycles from the accept of a packet to its data write
 #: cycles from the accept of the packet that finished the layer to the sweep's first write
 #: (the packet manager waits for its pipeline and the event queue to drain, then the
 #: tracker enters its sweep: measured on the RTL with moehub.cosim.hub_rtl.compare)
-SWEEP_DELAY = 6
+SWEEP_DELAY = 8
+#: ... and at least this many cycles after the control slot of the layer's last per-row event
+#: (the tracker drains it first; calibrated the same way)
+SWEEP_AFTER_EVENT = FLAG_DELAY + 2
 
 
 @dataclass
@@ -172,7 +177,7 @@ class _Annotator:
         kinds = [w.kind for w in ctl]
         sweep = ctl[kinds.index(CtlKind.COUNT):]
         sweep_flags = flagged[:sum(w.kind == CtlKind.FLAG for w in sweep)]
-        s = max(cycle + SWEEP_DELAY, self.ctl_free + FLAG_DELAY)
+        s = max(cycle + SWEEP_DELAY, self.ctl_free + SWEEP_AFTER_EVENT)
         k = 0
         for i, w in enumerate(sweep):
             if w.kind == CtlKind.FLAG:

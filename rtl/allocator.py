@@ -1,14 +1,21 @@
 """Address allocator: hands out dense row indices in each expert's input region.
 
 Software reserves one region per expert at start-up (``rowspMalloc``-style: a base and a
-capacity in rows, written through the CSR port). The allocator keeps one row counter per
-expert and grants up to ``lanes`` rows per cycle, several of them for the same expert if
-needed: lane ``j`` asking for expert ``e`` gets ``rows[e] + (number of lanes i < j asking
-for e this cycle)``, so rows are dense from 0, unique, and ordered by lane within a
-cycle. A grant whose row would reach the capacity is refused (overflow); since rows are
-handed out in order, every later request for that expert in the cycle is refused too.
+capacity in rows, written through the CSR port; the capacity takes effect at the next
+layer start, when the allocator latches it). The allocator keeps, per expert, the rows
+handed out so far and the room left, and grants up to ``lanes`` rows per cycle, several
+of them for the same expert if needed: lane ``j`` asking for expert ``e`` gets
+``rows[e] + ahead`` where ``ahead`` is the number of lanes ``i < j`` asking for ``e`` this
+cycle, so rows are dense from 0, unique and ordered by lane within a cycle. The grant is
+refused (overflow) when ``ahead >= room[e]``; since rows are handed out in order, every
+later request for that expert in the cycle is refused too.
+
+Timing: the counters' loop is ``rows += min(requests, room)``, ``room -= min(requests,
+room)`` -- a compare of small numbers and two adders, independent of the grant logic; a
+grant (``row``, ``ok``) is a mux by expert plus a small add and compare, feed-forward from
+registers. The requests come from registers of the packet manager's pipeline.
 """
-from amaranth import Array, Module, Signal
+from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,7 +30,7 @@ class AddressAllocator(wiring.Component):
     row : Out(row_bits).array(lanes)      granted row (valid when ok)
     ok : Out(lanes)                       the row fits the region (else: overflow)
     commit : In(1)                        apply this cycle's grants (pipeline advances)
-    clear : In(1)                         zero all counters (layer start)
+    clear : In(1)                         layer start: zero the counters, latch the capacities
     cap : In(cap_bits).array(experts)     region capacities (CSR)
     rows : Out(cap_bits).array(experts)   rows allocated so far (CSR status, final counts)
     """
@@ -47,8 +54,8 @@ class AddressAllocator(wiring.Component):
         cfg = self.cfg
         L, E = cfg.lanes, cfg.experts
         counters = [Signal(cfg.cap_bits, name=f"rows{e}") for e in range(E)]
-        cnt = Array(counters)
-        cap = Array(self.cap)
+        room = [Signal(cfg.cap_bits, name=f"room{e}") for e in range(E)]
+        cnt_rd, room_rd = Array(counters), Array(room)
         for e in range(E):
             m.d.comb += self.rows[e].eq(counters[e])
 
@@ -56,19 +63,21 @@ class AddressAllocator(wiring.Component):
             ahead = 0
             for i in range(j):
                 ahead = ahead + (self.req[i] & (self.req_expert[i] == self.req_expert[j]))
-            want = Signal(cfg.cap_bits + 1, name=f"want{j}")
+            n_ahead = Signal(range(L), name=f"ahead{j}")
             m.d.comb += [
-                want.eq(cnt[self.req_expert[j]] + ahead),
-                self.row[j].eq(want),
-                self.ok[j].eq(self.req[j] & (want < cap[self.req_expert[j]])),
+                n_ahead.eq(ahead),
+                self.row[j].eq(cnt_rd[self.req_expert[j]] + n_ahead),
+                self.ok[j].eq(self.req[j] & (n_ahead < room_rd[self.req_expert[j]])),
             ]
 
         with m.If(self.clear):
             m.d.sync += [c.eq(0) for c in counters]
+            m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
         with m.Elif(self.commit):
             for e in range(E):
-                grants = 0
-                for j in range(L):
-                    grants = grants + (self.ok[j] & (self.req_expert[j] == e))
-                m.d.sync += counters[e].eq(counters[e] + grants)
+                n_req = Signal(range(L + 1), name=f"n_req{e}")
+                m.d.comb += n_req.eq(sum(self.req[j] & (self.req_expert[j] == e) for j in range(L)))
+                grants = Signal(range(L + 1), name=f"grants{e}")
+                m.d.comb += grants.eq(Mux(room[e] < n_req, room[e], n_req))
+                m.d.sync += [counters[e].eq(counters[e] + grants), room[e].eq(room[e] - grants)]
         return m

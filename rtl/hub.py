@@ -29,8 +29,13 @@ from .csr import CsrBank
 from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
 from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature
-from .packet_manager import PacketManager
+from .packet_manager import EVENT_LATENCY, PacketManager, WRITE_LATENCY  # noqa: F401 (re-exported)
 from .tracker import AvailabilityTracker
+
+#: Cycles from the acceptance of a tile's last chunk to the tile's flag write, with no other
+#: per-row event queued: the packet manager's event latency, then the event queue and the
+#: tracker's read-modify-write (3 cycles).
+FLAG_LATENCY = EVENT_LATENCY + 3
 
 
 class MoEHub(wiring.Component):

@@ -28,15 +28,18 @@ class HubLayouts:
         self.write = struct(fmts.write)
         self.ctl = struct(fmts.ctl)
         self.credit = struct(fmts.credit)
-        #: A row-table entry as one lane sees it: state, the row's expert and row, whether
-        #: the row was opened after its source's end-of-stream, and the bitmap of chunks
-        #: that have arrived. The state lives in flop vectors (cleared in one cycle), the
-        #: rest (``entry_body``) in a multi-port memory.
-        self.entry_body = data.StructLayout({
-            "expert": cfg.expert_bits, "row": cfg.row_bits, "post_eos": 1,
-            "bitmap": cfg.chunks_per_row,
-        })
-        self.entry = data.StructLayout({"state": 2, **{k: v.shape for k, v in self.entry_body}})
+        #: The chunk table's entry for one row in flight (indexed by source and tag), as the
+        #: table stage sees it: whether a row is open, whether it was opened after its
+        #: source's end-of-stream, its expert and the bitmap of chunks that have arrived.
+        #: ``open``/``post_eos`` live in flop vectors (cleared in one cycle), the rest
+        #: (``chunk_body``) in a multi-port memory.
+        self.chunk_body = data.StructLayout({"expert": cfg.expert_bits, "bitmap": cfg.chunks_per_row})
+        self.chunk_entry = data.StructLayout({"open": 1, "post_eos": 1,
+                                              **{k: v.shape for k, v in self.chunk_body}})
+        #: The row-info table's entry: the row the allocator granted, and whether it did
+        #: (``alloc``; else the row is being dropped). Written once per row, a few stages
+        #: after the chunk table opened it.
+        self.row_info = data.StructLayout({"alloc": 1, "row": cfg.row_bits})
         #: A per-row control event for the availability tracker (in row order).
         self.event = data.StructLayout({
             "complete": 1,                     # 0: metadata write of a new row; 1: row completed
@@ -44,11 +47,6 @@ class HubLayouts:
             "src": cfg.src_bits, "token": cfg.token_bits, "slot": cfg.slot_bits,
             "group": GROUP_BITS,               # pipeline group of the row's last write (ordering guard)
         })
-
-
-# Row-table entry states. CLOSED exists only inside one cycle (a row completed by an
-# earlier lane); it is written back as FREE.
-FREE, ALLOC, DROP, CLOSED = 0, 1, 2, 3
 
 
 def csr_bus_signature(addr_bits: int) -> wiring.Signature:

@@ -1,20 +1,33 @@
-"""Runtime packet manager: the row table, per-lane packet handling and address translation.
+"""Runtime packet manager: the row tables, per-lane packet handling and address translation.
 
-Pipeline (one group of up to ``lanes`` packets per stage, global stall):
+Pipeline (one *group* of up to ``lanes`` packets per stage; the whole pipeline advances
+together or stalls together):
 
-* **A** -- input registers: the packets accepted from the lanes this cycle.
-* **table stage** (combinational on A, committed when the pipeline advances) -- every
-  rule of the hub, applied to the lanes *as if in lane order* (lane 0 first):
-  range checks; the row table lookup by (source, tag) with forwarding between lanes that
-  hit the same row in one cycle; the first chunk of a row (any index, any lane) opens it
-  and asks the :class:`AddressAllocator` for a row; duplicate, protocol and
-  end-of-stream rules; row completion (all chunks in). Per-row events (metadata write,
-  completion) go to the event queue and credits to the credit queue in lane order.
-* **B** -- per-lane write of an allocated row: (expert, row, chunk, data).
+* **A** -- input registers, with everything that depends on the packets alone decoded on
+  the way in: range checks, the table index, the chunk's one-hot bit, and the lane-pair
+  comparisons (same row, same source, same expert; same row as the group ahead).
+* **R** -- chunk-table read for every lane. The group ahead (in T) writes the table at
+  the end of this cycle, so a lane on a row that group touches takes T's result instead
+  (bypass); that is the only path from T back into R.
+* **T** -- every rule of the hub, applied to the lanes *as if in lane order* (lane 0
+  first), written as parallel prefix logic rather than a chain of lanes: the first chunk
+  of a row (any index, any lane) opens it; duplicate, protocol and end-of-stream rules;
+  row completion (all chunks in). T owns the state those rules need: the chunk table
+  (open, post-EOS, expert, chunk bitmap per (source, tag)) and per source the
+  end-of-stream flag and count and the rows opened. It commits them when it advances.
+* **AL** -- the :class:`AddressAllocator` grants rows to the rows T opened (lane order;
+  overflow refused).
+* **RI** -- row-info table (granted row, allocated or dropped) per (source, tag): openers
+  write it, later chunks read it, or take it from their opener in the same group.
+  Per-row events (metadata write, completion) and credits are formed here.
+* **B** -- per-lane write of an allocated row: (expert, row, chunk, data); the events
+  and credits go to their queues in lane order.
 * **C** -- address translation ``region_base[e] + row * row_stride + chunk * chunk_bytes``
   into the ``wr`` output registers; each lane's write leaves when its ``wr`` port is ready.
 
-Latency: a packet accepted in cycle *t* is written out in cycle *t+3*.
+Latency: a packet accepted in cycle *t* is written out in cycle *t+6*; its row's events
+enter the event queue in cycle *t+5*. Per-stage loops are short: T's table update and
+its bypass into R, the per-source counters, the allocator's row counters.
 
 Bad input (see :class:`~moehub.rtl.formats.Reason`), each counted in ``drops`` and in the
 sticky ``errors``; nothing else changes and no other row is touched:
@@ -28,15 +41,16 @@ sticky ``errors``; nothing else changes and no other row is touched:
   is opened as dropped (POST_EOS) and does not count toward the source's rows;
 * first chunk when the expert's region is full: row opened as dropped (OVERFLOW), also
   counted per expert;
-* a chunk whose bit is already set (or whose row completed earlier in the same cycle):
+* a chunk whose bit is already set (or whose row completed earlier in the same group):
   dropped as DUPLICATE; a chunk whose expert differs from the row's: dropped as PROTOCOL;
 * a second end-of-stream from a source: ignored, EOS_DUPLICATE; an end-of-stream count
   smaller than the rows already opened by that source: EOS_MISMATCH (the rows stay);
 * FLUSH (CSR) or the watchdog (TIMEOUT idle cycles): rows in flight are dropped as
-  INCOMPLETE (their tiles are never flagged), the table is cleared, and the layer ends.
+  INCOMPLETE (their tiles are never flagged), the tables are cleared, and the layer ends.
 
-A layer is *finished* when every source's end-of-stream has arrived and all the rows it
-counted are complete; the packet manager then asks the tracker for the end-of-layer sweep.
+A layer is *finished* when every source's end-of-stream has arrived, its count is reached
+and no counted row is open; every later group is dropped as NOT_ARMED, and once the
+pipeline has drained the packet manager asks the tracker for the end-of-layer sweep.
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -45,16 +59,12 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .formats import Reason
-from .layouts import ALLOC, CLOSED, DROP, FREE, GROUP_BITS, HubLayouts
+from .layouts import GROUP_BITS, HubLayouts
 
-
-def _ordered_update(vec, after, dat, idx, state, n):
-    """Next value of a per-entry state bit vector: lanes in order, each setting or
-    clearing the bit of its entry, so the last lane touching an entry decides."""
-    for j in range(len(after)):
-        bit = Const(1, n) << idx[j]
-        vec = Mux(dat[j], Mux(after[j].state == state, vec | bit, vec & ~bit), vec)
-    return vec
+#: Cycles from a packet's acceptance to its data write leaving the hub (nothing stalled).
+WRITE_LATENCY = 6
+#: Cycles from a packet's acceptance to its row's event entering the event queue.
+EVENT_LATENCY = 5
 
 
 def _popcount(bits):
@@ -62,6 +72,19 @@ def _popcount(bits):
     for b in bits:
         total = total + b
     return total
+
+
+def _any(bits):
+    bits = list(bits)
+    return Cat(*bits).any() if bits else Const(0)
+
+
+def _onehot_mux(sel_vals, default):
+    """``default`` unless one of the (select, value) pairs is selected (at most one is)."""
+    out = default
+    for sel, val in sel_vals:
+        out = Mux(sel, val, out)
+    return out
 
 
 class PacketManager(wiring.Component):
@@ -124,20 +147,32 @@ class PacketManager(wiring.Component):
         m = Module()
         cfg, lay = self.cfg, self.lay
         L, E, S, T, C = cfg.lanes, cfg.experts, cfg.sources, cfg.tags_per_source, cfg.chunks_per_row
-        all_chunks = (1 << C) - 1
+        N = cfg.entries
+        pairs = [(i, j) for j in range(L) for i in range(j)]
+
+        def lane_sigs(name, shape=1):
+            return [Signal(shape, name=f"{name}{j}") for j in range(L)]
+
+        def pair_sigs(name):
+            return {(i, j): Signal(name=f"{name}{i}_{j}") for i, j in pairs}
 
         # ------------------------------------------------------------ state
-        # Row table: state bits in flops (one-cycle clear), the rest in a memory with one
-        # read and one write port per lane.
-        alloc_v = Signal(cfg.entries)        # entry holds an allocated row
-        drop_v = Signal(cfg.entries)         # entry holds a row being dropped
-        m.submodules.rows = rt = Memory(shape=lay.entry_body, depth=cfg.entries, init=[])
-        rt_rd = [rt.read_port(domain="comb") for _ in range(L)]
-        rt_wr = [rt.write_port() for _ in range(L)]
+        # Chunk table (T): open/post-EOS bits in flops (one-cycle clear), expert and bitmap
+        # in a memory read by every lane in R and written by every lane in T.
+        open_v = Signal(N)
+        post_v = Signal(N)
+        m.submodules.chunks = ct = Memory(shape=lay.chunk_body, depth=N, init=[])
+        ct_rd = [ct.read_port(domain="comb") for _ in range(L)]
+        ct_wr = [ct.write_port() for _ in range(L)]
+        # Row-info table (RI): granted row and whether it was granted.
+        m.submodules.rowinfo = ri = Memory(shape=lay.row_info, depth=N, init=[])
+        ri_rd = [ri.read_port(domain="comb") for _ in range(L)]
+        ri_wr = [ri.write_port() for _ in range(L)]
+        # Per-source end-of-stream state and rows opened (all openers, see T).
         eos_seen = Signal(S)
         eos_cnt = [Signal(cfg.count_bits, name=f"eos_cnt{s}") for s in range(S)]
-        opened = [Signal(cfg.count_bits, name=f"opened{s}") for s in range(S)]
-        closed = [Signal(cfg.count_bits, name=f"closed{s}") for s in range(S)]
+        opened = [Signal(cfg.count_bits + 1, name=f"opened{s}") for s in range(S)]
+        src_rows = [Signal(cfg.count_bits, name=f"src_rows{s}") for s in range(S)]
         eos_seen_rd, eos_cnt_rd, opened_rd = Array(eos_seen), Array(eos_cnt), Array(opened)
         inflight = Signal(32)
         drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
@@ -152,26 +187,10 @@ class PacketManager(wiring.Component):
         idle_cycles = Signal(32)
         group = Signal(GROUP_BITS)
 
-        a_valid = Signal(L)
-        a_pkt = [Signal(lay.packet, name=f"a_pkt{j}") for j in range(L)]
-        b_valid = Signal(L)
-        b_group = Signal(GROUP_BITS)
-        b_expert = [Signal(cfg.expert_bits, name=f"b_expert{j}") for j in range(L)]
-        b_row = [Signal(cfg.row_bits, name=f"b_row{j}") for j in range(L)]
-        b_chunk = [Signal(cfg.chunk_bits, name=f"b_chunk{j}") for j in range(L)]
-        b_data = [Signal(cfg.data_bits, name=f"b_data{j}") for j in range(L)]
+        # ------------------------------------------------------------ handshake
         c_valid = Signal(L)
         c_group = Signal(GROUP_BITS)
         c_payload = [Signal(lay.write, name=f"c_wr{j}") for j in range(L)]
-
-        # ------------------------------------------------------------ handshake
-        finished = Signal()
-        m.d.comb += finished.eq(Cat(
-            eos_seen[s] & (closed[s] == opened[s]) & (opened[s] >= eos_cnt[s]) for s in range(S)
-        ).all())
-        live = Signal()
-        m.d.comb += live.eq(armed & ~finished)
-
         c_stall = Signal()
         m.d.comb += c_stall.eq(Cat(c_valid[j] & ~self.wr[j].ready for j in range(L)).any())
         advance = Signal()
@@ -187,18 +206,15 @@ class PacketManager(wiring.Component):
         accepted = Signal()
         m.d.comb += accepted.eq(Cat(self.i[j].valid & self.i[j].ready for j in range(L)).any())
 
-        # Decode on the way into A (depends on the packets only, not on the hub's state):
-        # range checks, the row-table index and the lane-pair comparisons the table stage
-        # needs, so that its state loop starts from registers.
-        a_bad_src = Signal(L)
-        a_bad_chunk = Signal(L)
-        a_idx = [Signal(range(cfg.entries), name=f"a_idx{j}") for j in range(L)]
-        a_same_idx = {}
-        a_same_src = {}
-        for j in range(L):
-            for i in range(j):
-                a_same_idx[i, j] = Signal(name=f"a_same_idx{i}_{j}")
-                a_same_src[i, j] = Signal(name=f"a_same_src{i}_{j}")
+        # ------------------------------------------------------------ input -> A (decode)
+        a_valid = Signal(L)
+        a_pkt = [Signal(lay.packet, name=f"a_pkt{j}") for j in range(L)]
+        a_bad_src, a_bad_chunk, a_bad_exp = Signal(L), Signal(L), Signal(L)
+        a_idx = lane_sigs("a_idx", range(N))
+        a_oh = lane_sigs("a_oh", C)
+        a_same_idx, a_same_src, a_same_exp = pair_sigs("a_same_idx"), pair_sigs("a_same_src"), pair_sigs("a_same_exp")
+        # a_hit[j, k]: lane j of this group is on the row lane k of the group ahead is on.
+        a_hit = {(j, k): Signal(name=f"a_hit{j}_{k}") for j in range(L) for k in range(L)}
         with m.If(advance):
             for j in range(L):
                 q = self.i[j].payload
@@ -206,213 +222,248 @@ class PacketManager(wiring.Component):
                     a_valid[j].eq(self.i[j].valid & ~block), a_pkt[j].eq(q),
                     a_bad_src[j].eq((q.src >= S) | (~q.kind & (q.tag >= T))),
                     a_bad_chunk[j].eq(~q.kind & (q.chunk >= C)),
+                    a_bad_exp[j].eq(q.expert >= E),
                     a_idx[j].eq(q.src * T + q.tag),
+                    a_oh[j].eq(Const(1, C) << q.chunk),
                 ]
                 for i in range(j):
                     qi = self.i[i].payload
                     m.d.sync += [a_same_idx[i, j].eq((qi.src == q.src) & (qi.tag == q.tag)),
-                                 a_same_src[i, j].eq(qi.src == q.src)]
+                                 a_same_src[i, j].eq(qi.src == q.src),
+                                 a_same_exp[i, j].eq(qi.expert == q.expert)]
+                for k in range(L):
+                    m.d.sync += a_hit[j, k].eq((q.src == a_pkt[k].src) & (q.tag == a_pkt[k].tag))
 
-        # ------------------------------------------------------------ table stage (on A)
-        reason_hits = {r: [] for r in Reason}
-        idx = []
-        dat = []
-        eos_acc = []
-        counted_open = []
-        after = []
-        complete = []
-        post_flag = []
-        openers = []
+        # ------------------------------------------------------------ A -> R (table read)
+        r_valid = Signal(L)
+        r_pkt = [Signal(lay.packet, name=f"r_pkt{j}") for j in range(L)]
+        r_bad_src, r_bad_chunk, r_bad_exp = Signal(L), Signal(L), Signal(L)
+        r_idx = lane_sigs("r_idx", range(N))
+        r_oh = lane_sigs("r_oh", C)
+        r_same_idx, r_same_src, r_same_exp = pair_sigs("r_same_idx"), pair_sigs("r_same_src"), pair_sigs("r_same_exp")
+        r_ent = [Signal(lay.chunk_entry, name=f"r_ent{j}") for j in range(L)]
+        # Filled in by T below: which of T's lanes writes back which entry value.
+        t_wen = lane_sigs("t_wen")
+        t_after = [Signal(lay.chunk_entry, name=f"t_after{k}") for k in range(L)]
+        with m.If(advance):
+            m.d.sync += [r_valid.eq(a_valid), r_bad_src.eq(a_bad_src), r_bad_chunk.eq(a_bad_chunk),
+                         r_bad_exp.eq(a_bad_exp)]
+            m.d.sync += [r_pkt[j].eq(a_pkt[j]) for j in range(L)]
+            m.d.sync += [r_idx[j].eq(a_idx[j]) for j in range(L)]
+            m.d.sync += [r_oh[j].eq(a_oh[j]) for j in range(L)]
+            for key in pairs:
+                m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
+                             r_same_exp[key].eq(a_same_exp[key])]
         for j in range(L):
-            p = a_pkt[j]
-            v = a_valid[j]
-            is_eos = p.kind
-            bad_src = a_bad_src[j]
-            bad_chunk = a_bad_chunk[j]
-            ix = a_idx[j]
-            d = Signal(name=f"dat{j}")
-            eos = Signal(name=f"eos{j}")
+            stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
-                d.eq(v & live & ~is_eos & ~bad_src & ~bad_chunk),
-                eos.eq(v & live & is_eos & ~bad_src),
+                ct_rd[j].addr.eq(a_idx[j]),
+                stored.open.eq(open_v.bit_select(a_idx[j], 1)),
+                stored.post_eos.eq(post_v.bit_select(a_idx[j], 1)),
+                stored.expert.eq(ct_rd[j].data.expert),
+                stored.bitmap.eq(ct_rd[j].data.bitmap),
             ]
-            reason_hits[Reason.NOT_ARMED].append(v & ~live)
-            reason_hits[Reason.BAD_SOURCE].append(v & live & bad_src)
-            reason_hits[Reason.BAD_CHUNK].append(v & live & ~bad_src & bad_chunk)
+            with m.If(advance):
+                m.d.sync += r_ent[j].eq(_onehot_mux(
+                    [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)], stored))
 
-            # The row as lane j sees it: the table, or the last earlier lane on the same row.
-            before = Signal(lay.entry, name=f"before{j}")
-            m.d.comb += rt_rd[j].addr.eq(ix)
-            stored = Signal(lay.entry, name=f"stored{j}")
+        # ------------------------------------------------------------ T (the rules, on R)
+        finished = Signal()
+        counted_open = Signal()
+        m.d.comb += counted_open.eq((open_v & ~post_v).any())
+        m.d.comb += finished.eq(~counted_open & Cat(
+            eos_seen[s] & (opened[s] >= eos_cnt[s]) for s in range(S)).all())
+        live = Signal()
+        m.d.comb += live.eq(armed & ~finished)
+
+        d, eos, first, opener, prior = (lane_sigs(n) for n in ("dat", "eos", "first", "opener", "prior"))
+        match, full_before, protocol, dup, setb, comp, post, row_post = (
+            lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp",
+                                   "post", "row_post"))
+        eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
+        mismatch = lane_sigs("mismatch")
+        bits_before = lane_sigs("bits_before", C)
+        all_chunks = (1 << C) - 1
+        for j in range(L):
+            p = r_pkt[j]
+            v = r_valid[j]
+            ent = r_ent[j]
             m.d.comb += [
-                stored.state.eq(Mux(alloc_v.bit_select(ix, 1), ALLOC,
-                                    Mux(drop_v.bit_select(ix, 1), DROP, FREE))),
-                stored.expert.eq(rt_rd[j].data.expert), stored.row.eq(rt_rd[j].data.row),
-                stored.post_eos.eq(rt_rd[j].data.post_eos), stored.bitmap.eq(rt_rd[j].data.bitmap),
+                d[j].eq(v & ~p.kind & ~r_bad_src[j] & ~r_bad_chunk[j]),
+                eos[j].eq(v & p.kind & ~r_bad_src[j]),
+                prior[j].eq(_any(d[i] & r_same_idx[i, j] for i in range(j))),
+                first[j].eq(d[j] & ~prior[j]),
+                opener[j].eq(first[j] & ~ent.open),
             ]
-            sel = stored
+            # The row's expert is the stored one, or that of its first lane in this group.
+            m.d.comb += match[j].eq(Mux(
+                ent.open, ent.expert == p.expert,
+                ~prior[j] | _any(first[i] & r_same_idx[i, j] & r_same_exp[i, j] for i in range(j))))
+            # Chunks already in: the stored bitmap, plus earlier lanes of the group on this
+            # row (a duplicate sets a bit that is already set; a protocol error none).
+            earlier = 0
             for i in range(j):
-                same = Signal(name=f"same{i}_{j}")
-                m.d.comb += same.eq(dat[i] & a_same_idx[i, j])
-                sel = Mux(same, after[i], sel)
-            m.d.comb += before.eq(sel)
-
-            # This source's end-of-stream state and opened rows, as left by earlier lanes.
-            seen_eff = eos_seen_rd[p.src]
-            cnt_eff = eos_cnt_rd[p.src]
-            opened_eff = opened_rd[p.src]
-            for i in range(j):
-                hit_eos = eos_acc[i] & a_same_src[i, j]
-                seen_eff = seen_eff | hit_eos
-                cnt_eff = Mux(hit_eos, a_pkt[i].count, cnt_eff)
-                opened_eff = opened_eff + (counted_open[i] & a_same_src[i, j])
-            seen_j = Signal(name=f"seen{j}")
-            cnt_j = Signal(cfg.count_bits, name=f"eoscnt{j}")
-            opened_j = Signal(cfg.count_bits + 1, name=f"opened_eff{j}")
-            m.d.comb += [seen_j.eq(seen_eff), cnt_j.eq(cnt_eff), opened_j.eq(opened_eff)]
-
-            opener = Signal(name=f"opener{j}")
-            is_closed = Signal(name=f"closed{j}")
-            bad_expert = Signal(name=f"bad_expert{j}")
-            post = Signal(name=f"post_eos{j}")
+                earlier = earlier | Mux(d[i] & r_same_idx[i, j] & match[i], r_oh[i], 0)
             m.d.comb += [
-                opener.eq(d & (before.state == FREE)),
-                is_closed.eq(before.state == CLOSED),
-                bad_expert.eq(p.expert >= E),
-                post.eq(~bad_expert & seen_j & (opened_j >= cnt_j)),
-                self.alloc_req[j].eq(opener & ~bad_expert & ~post),
-                self.alloc_expert[j].eq(p.expert),
+                bits_before[j].eq(Mux(ent.open, ent.bitmap, 0) | earlier),
+                full_before[j].eq(bits_before[j] == all_chunks),
+                protocol[j].eq(d[j] & ~opener[j] & ~full_before[j] & ~match[j]),
+                dup[j].eq(d[j] & ~opener[j] & (full_before[j]
+                                               | (match[j] & (bits_before[j] & r_oh[j]).any()))),
+                setb[j].eq(d[j] & ~protocol[j] & ~dup[j]),
+                comp[j].eq(setb[j] & ((bits_before[j] | r_oh[j]) == all_chunks)),
             ]
-            got_row = Signal(name=f"got_row{j}")
-            m.d.comb += got_row.eq(self.alloc_ok[j])   # implies alloc_req
-            co = Signal(name=f"counted_open{j}")
-            m.d.comb += co.eq(opener & ~post)
-            reason_hits[Reason.BAD_EXPERT].append(opener & bad_expert)
-            reason_hits[Reason.POST_EOS].append(opener & post)
-            reason_hits[Reason.OVERFLOW].append(self.alloc_req[j] & ~got_row)
 
-            protocol = Signal(name=f"protocol{j}")
-            dup = Signal(name=f"dup{j}")
+            # End of stream, and whether an opener comes after its source's end-of-stream
+            # count. ``opened`` counts every opener, post-EOS ones too: the condition is
+            # monotone, so counting them changes no outcome and keeps the post check out of
+            # the counter's loop.
+            src = p.src
+            eos_prior = _any(eos[i] & r_same_src[i, j] for i in range(j))
+            m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | eos_prior),
+                         eos_acc[j].eq(eos[j] & ~seen_before[j])]
+            k_open = Signal(range(L), name=f"k_open{j}")
+            m.d.comb += k_open.eq(_popcount(opener[i] & r_same_src[i, j] for i in range(j)))
+            new_cnt = _onehot_mux([(eos_acc[i] & r_same_src[i, j], r_pkt[i].count) for i in range(j)], 0)
+            cnt_eff = Signal(cfg.count_bits, name=f"cnt_eff{j}")
+            opened_now = Signal(cfg.count_bits + 2, name=f"opened_now{j}")
+            m.d.comb += [cnt_eff.eq(Mux(eos_seen_rd[src], eos_cnt_rd[src], new_cnt)),
+                         opened_now.eq(opened_rd[src] + k_open),
+                         post[j].eq(~r_bad_exp[j] & seen_before[j] & (opened_now >= cnt_eff)),
+                         mismatch[j].eq(eos_acc[j] & (p.count < opened_now))]
+            m.d.comb += row_post[j].eq(Mux(ent.open, ent.post_eos, _onehot_mux(
+                [(opener[i] & r_same_idx[i, j], post[i]) for i in range(j)], post[j])))
+
+        # Write-back: the last data lane on each row leaves the row's state in the table
+        # (and in the bypass to R).
+        for k in range(L):
+            last = d[k] & ~_any(d[n] & r_same_idx[k, n] for n in range(k + 1, L))
+            expert_k = Mux(r_ent[k].open, r_ent[k].expert, _onehot_mux(
+                [(first[i] & r_same_idx[i, k], r_pkt[i].expert) for i in range(k)], r_pkt[k].expert))
+            bits_k = Signal(C, name=f"bits_after{k}")
+            m.d.comb += bits_k.eq(bits_before[k] | Mux(setb[k], r_oh[k], 0))
             m.d.comb += [
-                protocol.eq(d & ~opener & ~is_closed & (before.expert != p.expert)),
-                dup.eq(d & ~opener & (is_closed | (~protocol & before.bitmap.bit_select(p.chunk, 1)))),
+                t_wen[k].eq(live & last),
+                t_after[k].open.eq(~(comp[k] | full_before[k])),
+                t_after[k].post_eos.eq(row_post[k]),
+                t_after[k].expert.eq(expert_k),
+                t_after[k].bitmap.eq(bits_k),
+                ct_wr[k].addr.eq(r_idx[k]),
+                ct_wr[k].en.eq(advance & t_wen[k]),
+                ct_wr[k].data.expert.eq(t_after[k].expert),
+                ct_wr[k].data.bitmap.eq(t_after[k].bitmap),
             ]
-            reason_hits[Reason.PROTOCOL].append(protocol)
-            reason_hits[Reason.DUPLICATE].append(dup)
+        open_next, post_next = open_v, post_v
+        for k in range(L):
+            bit = Const(1, N) << r_idx[k]
+            open_next = Mux(t_wen[k], Mux(t_after[k].open, open_next | bit, open_next & ~bit), open_next)
+            post_next = Mux(t_wen[k], Mux(t_after[k].post_eos, post_next | bit, post_next & ~bit), post_next)
+        with m.If(advance):
+            m.d.sync += [open_v.eq(open_next), post_v.eq(post_next)]
+            with m.If(live):
+                for s in range(S):
+                    m.d.sync += opened[s].eq(opened[s] + _popcount(opener[j] & (r_pkt[j].src == s)
+                                                                   for j in range(L)))
+                    for j in range(L):
+                        with m.If(eos_acc[j] & (r_pkt[j].src == s)):
+                            m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(r_pkt[j].count)]
 
-            setb = Signal(name=f"set{j}")
-            bits = Signal(C, name=f"bits{j}")
-            state_mid = Signal(2, name=f"state_mid{j}")
-            comp = Signal(name=f"complete{j}")
-            m.d.comb += [
-                setb.eq(d & ~protocol & ~dup),
-                bits.eq(Mux(opener, 0, before.bitmap) | Mux(setb, Const(1, C) << p.chunk, 0)),
-                state_mid.eq(Mux(opener, Mux(got_row, ALLOC, DROP), before.state)),
-                comp.eq(setb & (bits == all_chunks)),
+        # Reasons found in T, registered for the statistics.
+        reason_hits = {
+            Reason.NOT_ARMED: [r_valid[j] & ~live for j in range(L)],
+            Reason.BAD_SOURCE: [live & r_valid[j] & r_bad_src[j] for j in range(L)],
+            Reason.BAD_CHUNK: [live & r_valid[j] & ~r_bad_src[j] & r_bad_chunk[j] for j in range(L)],
+            Reason.BAD_EXPERT: [live & opener[j] & r_bad_exp[j] for j in range(L)],
+            Reason.POST_EOS: [live & opener[j] & post[j] for j in range(L)],
+            Reason.PROTOCOL: [live & protocol[j] for j in range(L)],
+            Reason.DUPLICATE: [live & dup[j] for j in range(L)],
+            Reason.EOS_DUPLICATE: [live & eos[j] & seen_before[j] for j in range(L)],
+            Reason.EOS_MISMATCH: [live & mismatch[j] for j in range(L)],
+        }
+
+        # ------------------------------------------------------------ T -> AL (allocation)
+        t_valid = Signal(L)     # lanes with an effect downstream (live)
+        t_pkt = [Signal(lay.packet, name=f"t_pkt{j}") for j in range(L)]
+        t_idx = lane_sigs("t_idx", range(N))
+        t_opener, t_setb, t_comp, t_post, t_bad_exp = (Signal(L, name=n) for n in
+                                                        ("t_opener", "t_setb", "t_comp", "t_post", "t_bad_exp"))
+        t_fwd = pair_sigs("t_fwd")     # (i, j): lane i opened lane j's row in this group
+        t_hits = {r: Signal(L, name=f"t_{r.name.lower()}") for r in reason_hits}
+        with m.If(advance):
+            m.d.sync += [
+                t_valid.eq(Cat(live & (d[j] | eos[j]) for j in range(L))),
+                t_opener.eq(Cat(live & opener[j] for j in range(L))),
+                t_setb.eq(Cat(live & setb[j] for j in range(L))),
+                t_comp.eq(Cat(live & comp[j] for j in range(L))),
+                t_post.eq(Cat(*row_post)), t_bad_exp.eq(r_bad_exp),
             ]
-            aft = Signal(lay.entry, name=f"after{j}")
-            m.d.comb += [
-                aft.state.eq(Mux(comp, CLOSED, state_mid)),
-                aft.expert.eq(Mux(opener, p.expert, before.expert)),
-                aft.row.eq(Mux(opener, self.alloc_row[j], before.row)),
-                aft.post_eos.eq(Mux(opener, post, before.post_eos)),
-                aft.bitmap.eq(bits),
-            ]
-            wj = Signal(name=f"write{j}")
-            m.d.comb += wj.eq(setb & (state_mid == ALLOC))
+            m.d.sync += [t_pkt[j].eq(r_pkt[j]) for j in range(L)]
+            m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
+            m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
+            m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
 
-            ea = Signal(name=f"eos_acc{j}")
-            m.d.comb += ea.eq(eos & ~seen_j)
-            reason_hits[Reason.EOS_DUPLICATE].append(eos & seen_j)
-            reason_hits[Reason.EOS_MISMATCH].append(ea & (p.count < opened_j))
+        req = Signal(L)
+        m.d.comb += req.eq(t_opener & ~t_bad_exp & ~t_post)
+        m.d.comb += [self.alloc_req.eq(req), self.alloc_commit.eq(advance)]
+        m.d.comb += [self.alloc_expert[j].eq(t_pkt[j].expert) for j in range(L)]
 
-            # Per-row event of lane j: the metadata of the row it opened, or the completion
-            # of the row it completed (never both: a row has at least two chunks).
-            m.d.comb += [
-                self.ev_push_valid[j].eq(advance & ((opener & got_row) | (comp & (state_mid == ALLOC)))),
-                self.ev_push_data[j].complete.eq(comp),
-                self.ev_push_data[j].expert.eq(aft.expert),
-                self.ev_push_data[j].row.eq(aft.row),
-                self.ev_push_data[j].src.eq(p.src),
-                self.ev_push_data[j].token.eq(p.token),
-                self.ev_push_data[j].slot.eq(p.slot),
-                self.ev_push_data[j].group.eq(group),
-                self.cr_push_valid[j].eq(advance & comp),
-                self.cr_push_data[j].src.eq(p.src),
-                self.cr_push_data[j].tag.eq(p.tag),
-            ]
-            idx.append(ix)
-            dat.append(d)
-            eos_acc.append(ea)
-            counted_open.append(co)
-            after.append(aft)
-            complete.append(comp)
-            post_flag.append(aft.post_eos)
-            openers.append(opener)
+        # ------------------------------------------------------------ AL -> RI (row info)
+        al_valid = Signal(L)
+        al_pkt = [Signal(lay.packet, name=f"al_pkt{j}") for j in range(L)]
+        al_idx = lane_sigs("al_idx", range(N))
+        al_opener, al_setb, al_comp, al_ok, al_ovf = (Signal(L, name=n) for n in
+                                                      ("al_opener", "al_setb", "al_comp", "al_ok", "al_ovf"))
+        al_row = lane_sigs("al_row", cfg.row_bits)
+        al_fwd = pair_sigs("al_fwd")
+        with m.If(advance):
+            m.d.sync += [al_valid.eq(t_valid), al_opener.eq(t_opener), al_setb.eq(t_setb),
+                         al_comp.eq(t_comp), al_ok.eq(self.alloc_ok), al_ovf.eq(req & ~self.alloc_ok)]
+            m.d.sync += [al_pkt[j].eq(t_pkt[j]) for j in range(L)]
+            m.d.sync += [al_idx[j].eq(t_idx[j]) for j in range(L)]
+            m.d.sync += [al_row[j].eq(self.alloc_row[j]) for j in range(L)]
+            m.d.sync += [al_fwd[key].eq(t_fwd[key]) for key in pairs]
 
+        # ------------------------------------------------------------ RI -> B
+        b_valid = Signal(L)
+        b_group = Signal(GROUP_BITS)
+        b_expert = lane_sigs("b_expert", cfg.expert_bits)
+        b_row = lane_sigs("b_row", cfg.row_bits)
+        b_chunk = lane_sigs("b_chunk", cfg.chunk_bits)
+        b_data = lane_sigs("b_data", cfg.data_bits)
+        b_ev_valid = Signal(L)
+        b_ev = [Signal(lay.event, name=f"b_ev{j}") for j in range(L)]
+        b_cr_valid = Signal(L)
+        b_cr = [Signal(lay.credit, name=f"b_cr{j}") for j in range(L)]
+        for j in range(L):
+            p = al_pkt[j]
+            info = Signal(lay.row_info, name=f"info{j}")
+            stored_info = ri_rd[j].data
+            m.d.comb += ri_rd[j].addr.eq(al_idx[j])
+            own = Cat(al_ok[j], al_row[j])   # row_info layout order: alloc, row
+            m.d.comb += info.eq(Mux(al_opener[j], own, _onehot_mux(
+                [(al_fwd[i, j], Cat(al_ok[i], al_row[i])) for i in range(j)], stored_info)))
+            m.d.comb += [ri_wr[j].addr.eq(al_idx[j]), ri_wr[j].en.eq(advance & al_opener[j]),
+                         ri_wr[j].data.eq(own)]
             with m.If(advance):
                 m.d.sync += [
-                    b_valid[j].eq(wj),
-                    b_expert[j].eq(aft.expert),
-                    b_row[j].eq(aft.row),
-                    b_chunk[j].eq(p.chunk),
-                    b_data[j].eq(p.data),
+                    b_valid[j].eq(al_setb[j] & info.alloc),
+                    b_expert[j].eq(p.expert), b_row[j].eq(info.row),
+                    b_chunk[j].eq(p.chunk), b_data[j].eq(p.data),
+                    b_ev_valid[j].eq((al_opener[j] & al_ok[j]) | (al_comp[j] & info.alloc)),
+                    b_ev[j].complete.eq(al_comp[j]), b_ev[j].expert.eq(p.expert),
+                    b_ev[j].row.eq(info.row), b_ev[j].src.eq(p.src), b_ev[j].token.eq(p.token),
+                    b_ev[j].slot.eq(p.slot), b_ev[j].group.eq(group),
+                    b_cr_valid[j].eq(al_comp[j]),
+                    b_cr[j].src.eq(p.src), b_cr[j].tag.eq(p.tag),
                 ]
-
-        m.d.comb += [self.alloc_commit.eq(advance)]
-
-        # ------------------------------------------------------------ commit the table stage
         with m.If(advance):
             m.d.sync += [group.eq(group + 1), b_group.eq(group)]
-            # Each entry takes the state left by the last lane that touched it this cycle.
-            for j in range(L):
-                last = dat[j]
-                for k in range(j + 1, L):
-                    last = last & ~(dat[k] & a_same_idx[j, k])
-                m.d.comb += [
-                    rt_wr[j].addr.eq(idx[j]), rt_wr[j].en.eq(last),
-                    rt_wr[j].data.expert.eq(after[j].expert), rt_wr[j].data.row.eq(after[j].row),
-                    rt_wr[j].data.post_eos.eq(after[j].post_eos),
-                    rt_wr[j].data.bitmap.eq(after[j].bitmap),
-                ]
-            m.d.sync += [alloc_v.eq(_ordered_update(alloc_v, after, dat, idx, ALLOC, cfg.entries)),
-                         drop_v.eq(_ordered_update(drop_v, after, dat, idx, DROP, cfg.entries))]
-            for s in range(S):
-                n_open = _popcount(counted_open[j] & (a_pkt[j].src == s) for j in range(L))
-                n_close = _popcount(complete[j] & ~post_flag[j] & (a_pkt[j].src == s)
-                                    for j in range(L))
-                m.d.sync += [opened[s].eq(opened[s] + n_open), closed[s].eq(closed[s] + n_close)]
-                for j in range(L):
-                    with m.If(eos_acc[j] & (a_pkt[j].src == s)):
-                        m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(a_pkt[j].count)]
-        # ------------------------------------------------------------ statistics, a cycle later
-        # The drop/overflow/in-flight counters only feed status registers and FLUSH, so the
-        # table stage registers its per-lane outcomes and the counters add them up in the
-        # next cycle, off the table stage's critical path.
-        st_valid = Signal()
-        st_hits = {r: Signal(L, name=f"st_{r.name.lower()}") for r in Reason if reason_hits[r]}
-        st_open = Signal(L)
-        st_comp = Signal(L)
-        st_expert = [Signal(cfg.expert_bits, name=f"st_expert{j}") for j in range(L)]
-        with m.If(advance):
-            m.d.sync += [st_valid.eq(a_valid.any()), st_open.eq(Cat(*openers)),
-                         st_comp.eq(Cat(*complete))]
-            m.d.sync += [st_hits[r].eq(Cat(*reason_hits[r])) for r in st_hits]
-            m.d.sync += [st_expert[j].eq(a_pkt[j].expert) for j in range(L)]
-        with m.Else():
-            m.d.sync += st_valid.eq(0)
-        with m.If(st_valid):
-            m.d.sync += inflight.eq(inflight + _popcount(st_open) - _popcount(st_comp))
-            ovf = st_hits[Reason.OVERFLOW]
-            for e in range(E):
-                n_ovf = _popcount(ovf[j] & (st_expert[j] == e) for j in range(L))
-                m.d.sync += overflow[e].eq(overflow[e] + n_ovf)
-            for r, hits in st_hits.items():
-                m.d.sync += drops[r].eq(drops[r] + _popcount(hits))
-                with m.If(hits.any()):
-                    m.d.sync += errors[r].eq(1)
 
-        # ------------------------------------------------------------ B -> C: address translation
+        # ------------------------------------------------------------ B: events out, B -> C address
+        m.d.comb += [self.ev_push_valid.eq(Mux(advance, b_ev_valid, 0)),
+                     self.cr_push_valid.eq(Mux(advance, b_cr_valid, 0))]
+        m.d.comb += [self.ev_push_data[j].eq(b_ev[j]) for j in range(L)]
+        m.d.comb += [self.cr_push_data[j].eq(b_cr[j]) for j in range(L)]
         stride_terms = [k for k in range(cfg.stride_bytes.bit_length()) if cfg.stride_bytes >> k & 1]
         base_rd = Array(self.region_base)
         chunk_shift = cfg.chunk_bytes.bit_length() - 1
@@ -434,9 +485,31 @@ class PacketManager(wiring.Component):
             self.c_busy.eq(c_valid.any()), self.c_group.eq(c_group),
         ]
 
+        # ------------------------------------------------------------ statistics
+        # Counted as a group leaves T's output registers (and AL's, for overflow): status
+        # and FLUSH only, off every loop.
+        with m.If(advance):
+            m.d.sync += inflight.eq(inflight + _popcount(t_opener) - _popcount(t_comp))
+            for s in range(S):
+                m.d.sync += src_rows[s].eq(src_rows[s] + _popcount(
+                    t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)))
+            for r, hits in t_hits.items():
+                m.d.sync += drops[r].eq(drops[r] + _popcount(hits))
+                with m.If(hits.any()):
+                    m.d.sync += errors[r].eq(1)
+            m.d.sync += drops[Reason.OVERFLOW].eq(drops[Reason.OVERFLOW] + _popcount(al_ovf))
+            with m.If(al_ovf.any()):
+                m.d.sync += errors[Reason.OVERFLOW].eq(1)
+            for e in range(E):
+                m.d.sync += overflow[e].eq(overflow[e] + _popcount(
+                    al_ovf[j] & (al_pkt[j].expert == e) for j in range(L)))
+
         # ------------------------------------------------------------ layer control
-        pipe_empty = ~a_valid.any() & ~b_valid.any() & ~c_valid.any()
-        drained = self.ev_empty & self.tracker_idle & ~b_valid.any() & ~c_valid.any()
+        pipe_empty = ~(a_valid | r_valid | t_valid | al_valid | b_valid | b_ev_valid
+                       | b_cr_valid | c_valid).any()
+        # Nothing of the layer left after T (lanes past a finished layer have no effect).
+        drained = (self.ev_empty & self.tracker_idle
+                   & ~(t_valid | al_valid | b_valid | b_ev_valid | b_cr_valid | c_valid).any())
         with m.If(self.start):
             m.d.sync += start_pending.eq(1)
         with m.If(self.flush & armed):
@@ -457,16 +530,16 @@ class PacketManager(wiring.Component):
         with m.If(armed & finished & drained):
             # The layer is complete: hand over to the tracker's end-of-layer sweep.
             m.d.sync += [armed.eq(0), sweep_req.eq(1), flush_pending.eq(0), flush_timeout.eq(0)]
-        with m.Elif(start_pending & pipe_empty & drained & ~st_valid & ~sweep_req & ~self.start):
+        with m.Elif(start_pending & pipe_empty & drained & ~sweep_req & ~self.start):
             # START: a new layer (a running one is abandoned; the tracker re-clears). A layer
             # that has just finished is swept first (the branch above).
             m.d.comb += [self.layer_start.eq(1), self.alloc_clear.eq(1),
                          self.mark_dirty.eq(armed)]
             m.d.sync += [start_pending.eq(0), flush_pending.eq(0), flush_timeout.eq(0),
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
-            m.d.sync += [alloc_v.eq(0), drop_v.eq(0)]
-            m.d.sync += [x.eq(0) for x in eos_cnt + opened + closed + drops + overflow]
-        with m.Elif(flush_pending & pipe_empty & drained & ~st_valid):
+            m.d.sync += [open_v.eq(0), post_v.eq(0)]
+            m.d.sync += [x.eq(0) for x in eos_cnt + opened + src_rows + drops + overflow]
+        with m.Elif(flush_pending & pipe_empty & drained):
             with m.If(inflight != 0):
                 m.d.sync += [drops[Reason.INCOMPLETE].eq(drops[Reason.INCOMPLETE] + inflight),
                              errors[Reason.INCOMPLETE].eq(1)]
@@ -476,7 +549,7 @@ class PacketManager(wiring.Component):
             m.d.comb += self.mark_dirty.eq(1)
             m.d.sync += [flush_pending.eq(0), flush_timeout.eq(0), armed.eq(0), inflight.eq(0),
                          sweep_req.eq(1)]
-            m.d.sync += [alloc_v.eq(0), drop_v.eq(0)]
+            m.d.sync += [open_v.eq(0), post_v.eq(0)]
         with m.If(self.sweep_done):
             m.d.sync += [sweep_req.eq(0), done.eq(1)]
             m.d.comb += self.layer_done.eq(1)
@@ -487,9 +560,10 @@ class PacketManager(wiring.Component):
             self.inflight.eq(inflight), self.eos_seen.eq(eos_seen), self.errors.eq(errors),
         ]
         for s in range(S):
-            m.d.comb += [self.src_rows[s].eq(opened[s]), self.src_eos[s].eq(eos_cnt[s])]
+            m.d.comb += [self.src_rows[s].eq(src_rows[s]), self.src_eos[s].eq(eos_cnt[s])]
         for e in range(E):
             m.d.comb += self.overflow[e].eq(overflow[e])
         for r in Reason:
             m.d.comb += self.drops[r].eq(drops[r])
         return m
+

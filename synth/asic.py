@@ -27,11 +27,13 @@ from .verilog import MemoryArray, TOP
 ABC_CONSTR = "set_driving_cell BUFX2\nset_load 0.02\n"
 
 
-#: ABC effort levels. "normal" (default): one round of AIG rewriting (dc2), delay-oriented
-#: mapping (&nf), then buffering and gate sizing. "high" adds SAT sweeping (&fraig -x) and
-#: structural choices (&dch -f) as in Yosys' own script: about 10x the ABC time on the
-#: large configs (measured: &fraig 105 s and &dch > 5 min on the 450k-node DeepSeek packet
-#: manager, against 2 min for the whole "normal" script), for a few % of delay.
+#: ABC effort levels. "normal" (default): delay-oriented mapping (&nf) of the AIG as Yosys
+#: built it -- Brent-Kung adders, balanced muxes -- then buffering and gate sizing. An
+#: area-oriented rewrite first (dc2, as this flow used before) turns the parallel-prefix
+#: adders into ripple chains: a 32-bit registered add measured 3.38 ns with dc2 and 1.53 ns
+#: without (OSU018, -D 3000). "high" adds SAT sweeping (&fraig -x) and delay-oriented
+#: restructuring (&syn2, SOP balancing &if -g, &synch2): 1.35 ns on the same adder, several
+#: times the ABC time on the large configs.
 ABC_EFFORTS = ("normal", "high")
 
 
@@ -40,8 +42,8 @@ def abc_script(delay_ps: float, effort: str = "normal") -> str:
     if effort not in ABC_EFFORTS:
         raise ValueError(f"effort = {effort!r}: must be one of {', '.join(ABC_EFFORTS)}")
     d = f"-D {int(delay_ps)}"
-    pre = ("strash; &get -n; &fraig -x; &put; dc2; strash; &get -n; &dch -f; " if effort == "high"
-           else "strash; dc2; &get -n; ")
+    pre = ("strash; &get -n; &fraig -x; &st; &syn2; &if -g; &st; &synch2; " if effort == "high"
+           else "strash; &get -n; ")
     return pre + f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n"
 
 

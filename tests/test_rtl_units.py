@@ -65,6 +65,10 @@ def test_allocator_same_expert_all_lanes_and_overflow():
     async def bench(ctx):
         for e in range(cfg.experts):
             ctx.set(a.cap[e], 6)
+        ctx.set(a.clear, 1)          # layer start: the capacities are latched
+        await ctx.tick()
+        ctx.set(a.clear, 0)
+        ctx.set(a.cap[1], 100)       # ... so a change now waits for the next layer
         # all four lanes ask for expert 1 in one cycle: rows 0..3 in lane order
         ctx.set(a.req, 0b1111)
         for j in range(4):
@@ -90,5 +94,14 @@ def test_allocator_same_expert_all_lanes_and_overflow():
         ctx.set(a.clear, 1)
         await ctx.tick()
         assert [ctx.get(a.rows[e]) for e in range(cfg.experts)] == [0, 0, 0]
+        # the next layer has expert 1's new capacity
+        ctx.set(a.clear, 0)
+        ctx.set(a.commit, 1)
+        ctx.set(a.req, 0b1111)
+        for j in range(4):
+            ctx.set(a.req_expert[j], 1)
+        for _ in range(2):
+            await ctx.tick()
+        assert ctx.get(a.ok) == 0b1111 and ctx.get(a.rows[1]) == 8
 
     _run(a, bench)

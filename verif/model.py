@@ -103,6 +103,7 @@ class HubModel:
         self.flag_base = self.meta_base = self.count_base = 0
         self.region_base = [0] * cfg.experts
         self.region_cap = [0] * cfg.experts
+        self.layer_region_cap = [0] * cfg.experts
         self.errors = 0
         self.armed = False
         self.done = False
@@ -144,6 +145,7 @@ class HubModel:
         self.layer_epoch = self.epoch
         self.layer_flag_base, self.layer_meta_base = self.flag_base, self.meta_base
         self.layer_count_base = self.count_base
+        self.layer_region_cap = list(self.region_cap)
         self.armed = True
         self.done = False
         self._check_finished([])  # a layer nobody sends to still ends once every EOS is in
@@ -234,7 +236,7 @@ class HubModel:
             reason = Reason.BAD_EXPERT
         elif self.eos_seen[s] and self.src_rows[s] >= self.src_eos[s]:
             reason = Reason.POST_EOS
-        elif self.rows[x] >= self.region_cap[x]:
+        elif self.rows[x] >= self.layer_region_cap[x]:
             reason = Reason.OVERFLOW
             self.overflow[x] += 1
         if reason != Reason.POST_EOS:

@@ -17,6 +17,7 @@ from cocotb.triggers import RisingEdge
 from moehub.config.schema import load_hub_config
 from moehub.rtl.csr_map import HUB_ID, STATUS_ARMED, STATUS_DONE
 from moehub.rtl.formats import CtlKind, Reason
+from moehub.rtl.hub import FLAG_LATENCY, WRITE_LATENCY
 from moehub.verif.hubtb import HubTB
 from moehub.verif.model import Packet
 from moehub.verif.traffic import LaneFeeder, Row, random_rows
@@ -456,14 +457,15 @@ async def test_throughput_same_expert(dut):
     """Saturating traffic where every lane targets the same expert every cycle."""
     tb = await saturate(dut, same_expert=True, seed=SEED + 7)
     lo, hi = write_latency(tb)
-    assert lo == 3, f"packet-in -> write-out latency {lo}..{hi}, designed 3 without stalls"
+    assert lo == WRITE_LATENCY, \
+        f"packet-in -> write-out latency {lo}..{hi}, designed {WRITE_LATENCY} without stalls"
 
 
 
 @cocotb.test(**TIMEOUT)
 async def test_latency(dut):
-    """Design latencies with nothing queued: packet in -> data write out 3 cycles; the last
-    chunk of a tile's last row -> the tile's flag 4 cycles."""
+    """Design latencies with nothing queued: packet in -> data write out WRITE_LATENCY
+    cycles; the last chunk of a tile's last row -> the tile's flag FLAG_LATENCY cycles."""
     tb = await make_tb(dut, tile_rows=CFG.min_tile_rows)
     rows = [row(k % CFG.sources, 0, token=k) for k in range(CFG.min_tile_rows)]
     tags = {}
@@ -480,7 +482,7 @@ async def test_latency(dut):
     acc = tb.accepted[-1][0]
     flags = [cyc for cyc, c in tb.ctl_out if c.kind == CtlKind.FLAG]
     writes = [cyc for cyc, _, _ in tb.wr_out[0]]
-    assert writes[-1] - acc == 3, f"write latency {writes[-1] - acc}"
-    assert flags and flags[-1] - acc == 4, f"flag latency {flags[-1] - acc if flags else None}"
+    assert writes[-1] - acc == WRITE_LATENCY, f"write latency {writes[-1] - acc}"
+    assert flags and flags[-1] - acc == FLAG_LATENCY, f"flag latency {flags[-1] - acc if flags else None}"
     await tb.send_schedule(wide(eos_all({s: sum(1 for r in rows if r.src == s) for s in range(CFG.sources)})))
     await finish(tb, rows)
