@@ -78,6 +78,12 @@ def _check_types(cls, prefix: str, raw: Mapping[str, Any]) -> dict:
     return out
 
 
+#: Groups of `lanes` packets the event and credit queues must hold: the packet manager's
+#: five pipeline registers before its B stage plus the group it accepts
+#: (moehub.rtl.packet_manager.IN_FLIGHT_GROUPS + 1).
+QUEUE_GROUPS = 6
+
+
 @dataclass(frozen=True)
 class HubConfig:
     """Parameters of one GPU's receive hub.
@@ -105,8 +111,8 @@ class HubConfig:
     hub_clock_GHz: float         #: clock the hub is evaluated at
     description: str = ""
     row_stride_bytes: int = 0    #: distance between rows in a region; 0 means row_bytes
-    event_queue_depth: int = 16  #: control-event queue (metadata, completions) entries
-    credit_queue_depth: int = 16 #: credit-return queue entries
+    event_queue_depth: int = 32  #: control-event queue (metadata, completions) entries
+    credit_queue_depth: int = 32 #: credit-return queue entries
     timeout_cycles: int = 1 << 20  #: default watchdog: idle cycles before a forced flush (0 = off)
 
     # ---- derived quantities (one place, used by RTL, model and tests) ----
@@ -214,10 +220,13 @@ class HubConfig:
         _require(self.row_bytes >= 2 * self.chunk_bytes, f"{p}.row_bytes", self.row_bytes,
                  f"must be at least two chunks (2 x {self.chunk_bytes}): a packet then never "
                  "both opens and completes a row")
-        _require(self.event_queue_depth >= 2 * self.lanes, f"{p}.event_queue_depth",
-                 self.event_queue_depth, f"must be >= 2 x lanes ({2 * self.lanes})")
-        _require(self.credit_queue_depth >= 2 * self.lanes, f"{p}.credit_queue_depth",
-                 self.credit_queue_depth, f"must be >= 2 x lanes ({2 * self.lanes})")
+        # The packet manager accepts a group only when the queues have room for one event
+        # and one credit per packet in flight: QUEUE_GROUPS groups of `lanes` packets.
+        q = QUEUE_GROUPS * self.lanes
+        _require(self.event_queue_depth >= q, f"{p}.event_queue_depth", self.event_queue_depth,
+                 f"must be >= {QUEUE_GROUPS} x lanes ({q}) for the hub to accept a group every cycle")
+        _require(self.credit_queue_depth >= q, f"{p}.credit_queue_depth", self.credit_queue_depth,
+                 f"must be >= {QUEUE_GROUPS} x lanes ({q}) for the hub to accept a group every cycle")
         _require(self.timeout_cycles >= 0, f"{p}.timeout_cycles", self.timeout_cycles,
                  "must be >= 0 (0 disables the watchdog)")
         _require(self.hub_clock_GHz > 0, f"{p}.hub_clock_GHz", self.hub_clock_GHz, "must be > 0")

@@ -11,11 +11,12 @@ refused (overflow) when ``ahead >= room[e]``; since rows are handed out in order
 later request for that expert in the cycle is refused too.
 
 Timing: the counters' loop is ``rows += min(requests, room)``, ``room -= min(requests,
-room)`` -- a compare of small numbers and two adders, independent of the grant logic; a
-grant (``row``, ``ok``) is a mux by expert plus a small add and compare, feed-forward from
-registers. The requests come from registers of the packet manager's pipeline.
+room)``; since ``rows + room`` is the latched capacity, both outcomes of the min are
+computed in parallel with the compare. A grant (``row``, ``ok``) is a mux by expert plus a
+small add and compare, feed-forward from registers. The requests come from registers of
+the packet manager's pipeline.
 """
-from amaranth import Array, Module, Mux, Signal
+from amaranth import Array, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -70,14 +71,20 @@ class AddressAllocator(wiring.Component):
                 self.ok[j].eq(self.req[j] & (n_ahead < room_rd[self.req_expert[j]])),
             ]
 
+        # rows + room stays equal to the capacity latched at the layer start, so the
+        # saturating update needs no adder after the compare: both outcomes are computed
+        # in parallel with it.
+        cap_l = [Signal(cfg.cap_bits, name=f"cap{e}") for e in range(E)]
         with m.If(self.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
+            m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Elif(self.commit):
             for e in range(E):
                 n_req = Signal(range(L + 1), name=f"n_req{e}")
                 m.d.comb += n_req.eq(sum(self.req[j] & (self.req_expert[j] == e) for j in range(L)))
-                grants = Signal(range(L + 1), name=f"grants{e}")
-                m.d.comb += grants.eq(Mux(room[e] < n_req, room[e], n_req))
-                m.d.sync += [counters[e].eq(counters[e] + grants), room[e].eq(room[e] - grants)]
+                with m.If(room[e] >= n_req):
+                    m.d.sync += [counters[e].eq(counters[e] + n_req), room[e].eq(room[e] - n_req)]
+                with m.Else():
+                    m.d.sync += [counters[e].eq(cap_l[e]), room[e].eq(0)]
         return m

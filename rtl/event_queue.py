@@ -7,7 +7,7 @@ their slot order (slot 0 first), and hands them out one per cycle, so one narrow
 serves all lanes. It never overflows: the producer pushes only while ``free`` is at least
 ``push_slots`` (the hub stalls its input otherwise; nothing is dropped).
 """
-from amaranth import Array, Module, Signal, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -60,15 +60,29 @@ class EventQueue(wiring.Component):
         do_pop = self.o.valid & self.o.ready
 
         # Slot i goes to wp + (number of valid slots before i): compaction keeps order.
+        # Written per entry rather than per slot: entry k is (k - wp) places past the write
+        # pointer (from registers only) and takes the slot whose rank among the valid slots
+        # is that distance -- a compare of small numbers and an AND-OR select.
+        rank = []
         pushed = 0
         for i in range(n):
-            pos = Signal(aw, name=f"pos{i}")
-            m.d.comb += pos.eq(wp + pushed)
-            with m.If(self.push_valid[i]):
-                m.d.sync += store[pos].eq(self.push_data[i])
+            r = Signal(range(n), name=f"rank{i}")
+            m.d.comb += r.eq(pushed)
+            rank.append(r)
             pushed = pushed + self.push_valid[i]
         n_push = Signal(range(n + 1))
         m.d.comb += n_push.eq(pushed)
+        for k in range(depth):
+            dist = Signal(aw, name=f"dist{k}")
+            m.d.comb += dist.eq(k - wp)
+            take = [Signal(name=f"take{k}_{i}") for i in range(n)]
+            for i in range(n):
+                m.d.comb += take[i].eq(self.push_valid[i] & (dist == rank[i]))
+            data = 0
+            for i in range(n):
+                data = data | Mux(take[i], self.push_data[i].as_value(), 0)
+            with m.If(Cat(*take).any()):
+                m.d.sync += store[k].eq(data)
 
         m.d.sync += [wp.eq(wp + n_push), level.eq(level + n_push - do_pop)]
         with m.If(do_pop):

@@ -85,7 +85,7 @@ class MoEHub(wiring.Component):
             tr.sweep_req.eq(pm.sweep_req), pm.sweep_done.eq(tr.sweep_done),
             pm.tracker_idle.eq(tr.idle), pm.clearing.eq(tr.clearing),
             tr.b_busy.eq(pm.b_busy), tr.b_group.eq(pm.b_group),
-            tr.c_busy.eq(pm.c_busy), tr.c_group.eq(pm.c_group),
+            tr.c_busy.eq(pm.c_busy),
             # CSRs -> blocks
             pm.start.eq(csr.start), pm.flush.eq(csr.flush), pm.clear_errors.eq(csr.clear_errors),
             pm.timeout.eq(csr.timeout),
@@ -104,6 +104,8 @@ class MoEHub(wiring.Component):
                          credits.push_data[j].eq(pm.cr_push_data[j]),
                          alloc.req_expert[j].eq(pm.alloc_expert[j]),
                          pm.alloc_row[j].eq(alloc.row[j])]
+        for j in range(L + 1):
+            m.d.comb += tr.c_group[j].eq(pm.c_group[j])
         for e in range(E):
             m.d.comb += [alloc.cap[e].eq(csr.region_cap[e]), pm.region_base[e].eq(csr.region_base[e]),
                          tr.rows[e].eq(alloc.rows[e]),

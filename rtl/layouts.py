@@ -11,8 +11,17 @@ from .formats import Format, HubFormats
 from .csr_map import CSR_DATA_BITS
 
 
-#: Width of the pipeline group id that orders tile flags after their rows' data writes.
-GROUP_BITS = 4
+#: Width of the pipeline group id that orders tile flags after their rows' data writes. Ids
+#: are compared modulo 2**GROUP_BITS (see :func:`group_not_after`); the packet manager stops
+#: accepting input while a write waiting in a lane's FIFO is GROUP_AGE_LIMIT groups old, so
+#: the ids in flight span well under half the id space.
+GROUP_BITS = 6
+GROUP_AGE_LIMIT = 16
+
+
+def group_not_after(a, b):
+    """Amaranth expression: group id ``a`` is the same as or older than ``b`` (mod 2**GROUP_BITS)."""
+    return (b - a)[:GROUP_BITS] < (1 << (GROUP_BITS - 1))
 
 
 def struct(fmt: Format) -> data.StructLayout:

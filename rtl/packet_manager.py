@@ -54,17 +54,24 @@ pipeline has drained the packet manager asks the tracker for the end-of-layer sw
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.data import StructLayout
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config.schema import HubConfig
+from ..config.schema import QUEUE_GROUPS, HubConfig
 from .formats import Reason
-from .layouts import GROUP_BITS, HubLayouts
+from .layouts import GROUP_AGE_LIMIT, GROUP_BITS, HubLayouts
 
 #: Cycles from a packet's acceptance to its data write leaving the hub (nothing stalled).
 WRITE_LATENCY = 6
 #: Cycles from a packet's acceptance to its row's event entering the event queue.
 EVENT_LATENCY = 5
+#: Pipeline registers a packet passes before it leaves B (A, R, T, AL, RI->B): the packets
+#: the input reservations must cover (config.schema.QUEUE_GROUPS = this + 1).
+IN_FLIGHT_GROUPS = QUEUE_GROUPS - 1
+#: Entries of each lane's write FIFO: the writes in flight plus one leaving, so that a lane
+#: whose port is always ready never holds the input back.
+WRITE_FIFO_DEPTH = 8
 
 
 def _popcount(bits):
@@ -103,7 +110,8 @@ class PacketManager(wiring.Component):
     layer_start, mark_dirty, sweep_req    to the tracker
     armed, done, inflight, eos_seen, src_rows, src_eos, overflow, drops, errors   status
     clear_errors : In(1)
-    b_busy, b_group, c_busy, c_group      writes still in flight (the tracker's ordering guard)
+    b_busy, b_group                       writes in B (the tracker's ordering guard)
+    c_busy, c_group                       registered: each write FIFO's head, and B, a cycle ago
     """
 
     def __init__(self, cfg: HubConfig):
@@ -139,8 +147,8 @@ class PacketManager(wiring.Component):
             "overflow": Out(32).array(E),
             "drops": Out(32).array(nr),
             "errors": Out(nr),
-            "b_busy": Out(1), "b_group": Out(GROUP_BITS), "c_busy": Out(1),
-            "c_group": Out(GROUP_BITS),
+            "b_busy": Out(1), "b_group": Out(GROUP_BITS), "c_busy": Out(L + 1),
+            "c_group": Out(GROUP_BITS).array(L + 1),
         })
 
     def elaborate(self, platform):
@@ -187,24 +195,32 @@ class PacketManager(wiring.Component):
         idle_cycles = Signal(32)
         group = Signal(GROUP_BITS)
 
-        # ------------------------------------------------------------ handshake
-        c_valid = Signal(L)
-        c_group = Signal(GROUP_BITS)
-        c_payload = [Signal(lay.write, name=f"c_wr{j}") for j in range(L)]
-        c_stall = Signal()
-        m.d.comb += c_stall.eq(Cat(c_valid[j] & ~self.wr[j].ready for j in range(L)).any())
-        advance = Signal()
-        m.d.comb += advance.eq(~c_stall & (self.ev_free >= L) & (self.cr_free >= L))
+        # ------------------------------------------------------------ flow control
+        # The pipeline never stalls: every stage register loads every cycle. Back-pressure
+        # acts at the input only, by reservation: a group is accepted only if every packet
+        # in flight (and this group) is sure to find room in its lane's write FIFO and in
+        # the event and credit queues. The counters below are registers, so `ready` is a
+        # short path from flops, and no enable fans out to the pipeline.
+        wf_used = [Signal(range(WRITE_FIFO_DEPTH + 1), name=f"wf_used{j}") for j in range(L)]
+        ev_res = Signal(range(IN_FLIGHT_GROUPS * L + 1))   # packets in flight before B
         block = Signal()
         m.d.comb += block.eq(start_pending | flush_pending | self.clearing)
+        # A write still waiting in a lane's FIFO also holds the input back once it is
+        # GROUP_AGE_LIMIT groups old, so that the group ids the tracker's ordering guard
+        # compares (modulo 2**GROUP_BITS) stay within half the id space.
+        # `room` is a register: the reservations' next values, checked a cycle ahead as if
+        # every lane were accepted whenever `room` allowed it, and not counting this
+        # cycle's queue pops (conservative: it depends on no input and on no `block`).
+        young = Signal()
+        room = Signal(init=1)
+        ready = Signal()
+        m.d.comb += ready.eq(room & ~block)
         for j in range(L):
-            m.d.comb += [
-                self.i[j].ready.eq(advance & ~block),
-                self.wr[j].valid.eq(c_valid[j]),
-                self.wr[j].payload.eq(c_payload[j]),
-            ]
+            m.d.comb += self.i[j].ready.eq(ready)
+        acc = Signal(L)
+        m.d.comb += acc.eq(Cat(self.i[j].valid for j in range(L)) & Cat(*(ready for _ in range(L))))
         accepted = Signal()
-        m.d.comb += accepted.eq(Cat(self.i[j].valid & self.i[j].ready for j in range(L)).any())
+        m.d.comb += accepted.eq(acc.any())
 
         # ------------------------------------------------------------ input -> A (decode)
         a_valid = Signal(L)
@@ -215,24 +231,23 @@ class PacketManager(wiring.Component):
         a_same_idx, a_same_src, a_same_exp = pair_sigs("a_same_idx"), pair_sigs("a_same_src"), pair_sigs("a_same_exp")
         # a_hit[j, k]: lane j of this group is on the row lane k of the group ahead is on.
         a_hit = {(j, k): Signal(name=f"a_hit{j}_{k}") for j in range(L) for k in range(L)}
-        with m.If(advance):
-            for j in range(L):
-                q = self.i[j].payload
-                m.d.sync += [
-                    a_valid[j].eq(self.i[j].valid & ~block), a_pkt[j].eq(q),
-                    a_bad_src[j].eq((q.src >= S) | (~q.kind & (q.tag >= T))),
-                    a_bad_chunk[j].eq(~q.kind & (q.chunk >= C)),
-                    a_bad_exp[j].eq(q.expert >= E),
-                    a_idx[j].eq(q.src * T + q.tag),
-                    a_oh[j].eq(Const(1, C) << q.chunk),
-                ]
-                for i in range(j):
-                    qi = self.i[i].payload
-                    m.d.sync += [a_same_idx[i, j].eq((qi.src == q.src) & (qi.tag == q.tag)),
-                                 a_same_src[i, j].eq(qi.src == q.src),
-                                 a_same_exp[i, j].eq(qi.expert == q.expert)]
-                for k in range(L):
-                    m.d.sync += a_hit[j, k].eq((q.src == a_pkt[k].src) & (q.tag == a_pkt[k].tag))
+        for j in range(L):
+            q = self.i[j].payload
+            m.d.sync += [
+                a_valid[j].eq(acc[j]), a_pkt[j].eq(q),
+                a_bad_src[j].eq((q.src >= S) | (~q.kind & (q.tag >= T))),
+                a_bad_chunk[j].eq(~q.kind & (q.chunk >= C)),
+                a_bad_exp[j].eq(q.expert >= E),
+                a_idx[j].eq(q.src * T + q.tag),
+                a_oh[j].eq(Const(1, C) << q.chunk),
+            ]
+            for i in range(j):
+                qi = self.i[i].payload
+                m.d.sync += [a_same_idx[i, j].eq((qi.src == q.src) & (qi.tag == q.tag)),
+                             a_same_src[i, j].eq(qi.src == q.src),
+                             a_same_exp[i, j].eq(qi.expert == q.expert)]
+            for k in range(L):
+                m.d.sync += a_hit[j, k].eq((q.src == a_pkt[k].src) & (q.tag == a_pkt[k].tag))
 
         # ------------------------------------------------------------ A -> R (table read)
         r_valid = Signal(L)
@@ -245,15 +260,14 @@ class PacketManager(wiring.Component):
         # Filled in by T below: which of T's lanes writes back which entry value.
         t_wen = lane_sigs("t_wen")
         t_after = [Signal(lay.chunk_entry, name=f"t_after{k}") for k in range(L)]
-        with m.If(advance):
-            m.d.sync += [r_valid.eq(a_valid), r_bad_src.eq(a_bad_src), r_bad_chunk.eq(a_bad_chunk),
-                         r_bad_exp.eq(a_bad_exp)]
-            m.d.sync += [r_pkt[j].eq(a_pkt[j]) for j in range(L)]
-            m.d.sync += [r_idx[j].eq(a_idx[j]) for j in range(L)]
-            m.d.sync += [r_oh[j].eq(a_oh[j]) for j in range(L)]
-            for key in pairs:
-                m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
-                             r_same_exp[key].eq(a_same_exp[key])]
+        m.d.sync += [r_valid.eq(a_valid), r_bad_src.eq(a_bad_src), r_bad_chunk.eq(a_bad_chunk),
+                     r_bad_exp.eq(a_bad_exp)]
+        m.d.sync += [r_pkt[j].eq(a_pkt[j]) for j in range(L)]
+        m.d.sync += [r_idx[j].eq(a_idx[j]) for j in range(L)]
+        m.d.sync += [r_oh[j].eq(a_oh[j]) for j in range(L)]
+        for key in pairs:
+            m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
+                         r_same_exp[key].eq(a_same_exp[key])]
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
@@ -263,9 +277,8 @@ class PacketManager(wiring.Component):
                 stored.expert.eq(ct_rd[j].data.expert),
                 stored.bitmap.eq(ct_rd[j].data.bitmap),
             ]
-            with m.If(advance):
-                m.d.sync += r_ent[j].eq(_onehot_mux(
-                    [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)], stored))
+            m.d.sync += r_ent[j].eq(_onehot_mux(
+                [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)], stored))
 
         # ------------------------------------------------------------ T (the rules, on R)
         finished = Signal()
@@ -322,15 +335,21 @@ class PacketManager(wiring.Component):
             eos_prior = _any(eos[i] & r_same_src[i, j] for i in range(j))
             m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | eos_prior),
                          eos_acc[j].eq(eos[j] & ~seen_before[j])]
+            # (opened + k >= count) for every possible number k of earlier openers, from
+            # registers, in parallel with the opener logic; k then picks one.
             k_open = Signal(range(L), name=f"k_open{j}")
             m.d.comb += k_open.eq(_popcount(opener[i] & r_same_src[i, j] for i in range(j)))
             new_cnt = _onehot_mux([(eos_acc[i] & r_same_src[i, j], r_pkt[i].count) for i in range(j)], 0)
             cnt_eff = Signal(cfg.count_bits, name=f"cnt_eff{j}")
-            opened_now = Signal(cfg.count_bits + 2, name=f"opened_now{j}")
+            opened_j = Signal(cfg.count_bits + 1, name=f"opened_src{j}")
             m.d.comb += [cnt_eff.eq(Mux(eos_seen_rd[src], eos_cnt_rd[src], new_cnt)),
-                         opened_now.eq(opened_rd[src] + k_open),
-                         post[j].eq(~r_bad_exp[j] & seen_before[j] & (opened_now >= cnt_eff)),
-                         mismatch[j].eq(eos_acc[j] & (p.count < opened_now))]
+                         opened_j.eq(opened_rd[src])]
+            ge = Signal(j + 1, name=f"ge{j}")      # bit k: opened + k >= cnt_eff
+            gt_cnt = Signal(j + 1, name=f"gt{j}")  # bit k: opened + k > own count (EOS lanes)
+            for k in range(j + 1):
+                m.d.comb += [ge[k].eq(opened_j + k >= cnt_eff), gt_cnt[k].eq(opened_j + k > p.count)]
+            m.d.comb += [post[j].eq(~r_bad_exp[j] & seen_before[j] & ge.bit_select(k_open, 1)),
+                         mismatch[j].eq(eos_acc[j] & gt_cnt.bit_select(k_open, 1))]
             m.d.comb += row_post[j].eq(Mux(ent.open, ent.post_eos, _onehot_mux(
                 [(opener[i] & r_same_idx[i, j], post[i]) for i in range(j)], post[j])))
 
@@ -349,24 +368,27 @@ class PacketManager(wiring.Component):
                 t_after[k].expert.eq(expert_k),
                 t_after[k].bitmap.eq(bits_k),
                 ct_wr[k].addr.eq(r_idx[k]),
-                ct_wr[k].en.eq(advance & t_wen[k]),
+                ct_wr[k].en.eq(t_wen[k]),
                 ct_wr[k].data.expert.eq(t_after[k].expert),
                 ct_wr[k].data.bitmap.eq(t_after[k].bitmap),
             ]
-        open_next, post_next = open_v, post_v
+        # At most one lane writes an entry (the last on its row), so each entry's next value
+        # is a two-level AND-OR of the lanes' decoded indices.
+        wmask, wopen, wpost = Const(0, N), Const(0, N), Const(0, N)
         for k in range(L):
-            bit = Const(1, N) << r_idx[k]
-            open_next = Mux(t_wen[k], Mux(t_after[k].open, open_next | bit, open_next & ~bit), open_next)
-            post_next = Mux(t_wen[k], Mux(t_after[k].post_eos, post_next | bit, post_next & ~bit), post_next)
-        with m.If(advance):
-            m.d.sync += [open_v.eq(open_next), post_v.eq(post_next)]
-            with m.If(live):
-                for s in range(S):
-                    m.d.sync += opened[s].eq(opened[s] + _popcount(opener[j] & (r_pkt[j].src == s)
-                                                                   for j in range(L)))
-                    for j in range(L):
-                        with m.If(eos_acc[j] & (r_pkt[j].src == s)):
-                            m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(r_pkt[j].count)]
+            dec = Signal(N, name=f"t_dec{k}")
+            m.d.comb += dec.eq(Mux(t_wen[k], Const(1, N) << r_idx[k], 0))
+            wmask = wmask | dec
+            wopen = wopen | Mux(t_after[k].open, dec, 0)
+            wpost = wpost | Mux(t_after[k].post_eos, dec, 0)
+        m.d.sync += [open_v.eq((open_v & ~wmask) | wopen), post_v.eq((post_v & ~wmask) | wpost)]
+        with m.If(live):
+            for s in range(S):
+                m.d.sync += opened[s].eq(opened[s] + _popcount(opener[j] & (r_pkt[j].src == s)
+                                                               for j in range(L)))
+                for j in range(L):
+                    with m.If(eos_acc[j] & (r_pkt[j].src == s)):
+                        m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(r_pkt[j].count)]
 
         # Reasons found in T, registered for the statistics.
         reason_hits = {
@@ -383,48 +405,49 @@ class PacketManager(wiring.Component):
 
         # ------------------------------------------------------------ T -> AL (allocation)
         t_valid = Signal(L)     # lanes with an effect downstream (live)
+        t_pv = Signal(L)        # lanes holding a packet (for the input reservations)
         t_pkt = [Signal(lay.packet, name=f"t_pkt{j}") for j in range(L)]
         t_idx = lane_sigs("t_idx", range(N))
         t_opener, t_setb, t_comp, t_post, t_bad_exp = (Signal(L, name=n) for n in
                                                         ("t_opener", "t_setb", "t_comp", "t_post", "t_bad_exp"))
         t_fwd = pair_sigs("t_fwd")     # (i, j): lane i opened lane j's row in this group
         t_hits = {r: Signal(L, name=f"t_{r.name.lower()}") for r in reason_hits}
-        with m.If(advance):
-            m.d.sync += [
-                t_valid.eq(Cat(live & (d[j] | eos[j]) for j in range(L))),
-                t_opener.eq(Cat(live & opener[j] for j in range(L))),
-                t_setb.eq(Cat(live & setb[j] for j in range(L))),
-                t_comp.eq(Cat(live & comp[j] for j in range(L))),
-                t_post.eq(Cat(*row_post)), t_bad_exp.eq(r_bad_exp),
-            ]
-            m.d.sync += [t_pkt[j].eq(r_pkt[j]) for j in range(L)]
-            m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
-            m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
-            m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
+        m.d.sync += [
+            t_valid.eq(Cat(live & (d[j] | eos[j]) for j in range(L))), t_pv.eq(r_valid),
+            t_opener.eq(Cat(live & opener[j] for j in range(L))),
+            t_setb.eq(Cat(live & setb[j] for j in range(L))),
+            t_comp.eq(Cat(live & comp[j] for j in range(L))),
+            t_post.eq(Cat(*row_post)), t_bad_exp.eq(r_bad_exp),
+        ]
+        m.d.sync += [t_pkt[j].eq(r_pkt[j]) for j in range(L)]
+        m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
+        m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
+        m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
 
         req = Signal(L)
         m.d.comb += req.eq(t_opener & ~t_bad_exp & ~t_post)
-        m.d.comb += [self.alloc_req.eq(req), self.alloc_commit.eq(advance)]
+        m.d.comb += [self.alloc_req.eq(req), self.alloc_commit.eq(1)]
         m.d.comb += [self.alloc_expert[j].eq(t_pkt[j].expert) for j in range(L)]
 
         # ------------------------------------------------------------ AL -> RI (row info)
         al_valid = Signal(L)
+        al_pv = Signal(L)
         al_pkt = [Signal(lay.packet, name=f"al_pkt{j}") for j in range(L)]
         al_idx = lane_sigs("al_idx", range(N))
         al_opener, al_setb, al_comp, al_ok, al_ovf = (Signal(L, name=n) for n in
                                                       ("al_opener", "al_setb", "al_comp", "al_ok", "al_ovf"))
         al_row = lane_sigs("al_row", cfg.row_bits)
         al_fwd = pair_sigs("al_fwd")
-        with m.If(advance):
-            m.d.sync += [al_valid.eq(t_valid), al_opener.eq(t_opener), al_setb.eq(t_setb),
-                         al_comp.eq(t_comp), al_ok.eq(self.alloc_ok), al_ovf.eq(req & ~self.alloc_ok)]
-            m.d.sync += [al_pkt[j].eq(t_pkt[j]) for j in range(L)]
-            m.d.sync += [al_idx[j].eq(t_idx[j]) for j in range(L)]
-            m.d.sync += [al_row[j].eq(self.alloc_row[j]) for j in range(L)]
-            m.d.sync += [al_fwd[key].eq(t_fwd[key]) for key in pairs]
+        m.d.sync += [al_valid.eq(t_valid), al_pv.eq(t_pv), al_opener.eq(t_opener), al_setb.eq(t_setb),
+                     al_comp.eq(t_comp), al_ok.eq(self.alloc_ok), al_ovf.eq(req & ~self.alloc_ok)]
+        m.d.sync += [al_pkt[j].eq(t_pkt[j]) for j in range(L)]
+        m.d.sync += [al_idx[j].eq(t_idx[j]) for j in range(L)]
+        m.d.sync += [al_row[j].eq(self.alloc_row[j]) for j in range(L)]
+        m.d.sync += [al_fwd[key].eq(t_fwd[key]) for key in pairs]
 
         # ------------------------------------------------------------ RI -> B
         b_valid = Signal(L)
+        b_pv = Signal(L)
         b_group = Signal(GROUP_BITS)
         b_expert = lane_sigs("b_expert", cfg.expert_bits)
         b_row = lane_sigs("b_row", cfg.row_bits)
@@ -442,82 +465,105 @@ class PacketManager(wiring.Component):
             own = Cat(al_ok[j], al_row[j])   # row_info layout order: alloc, row
             m.d.comb += info.eq(Mux(al_opener[j], own, _onehot_mux(
                 [(al_fwd[i, j], Cat(al_ok[i], al_row[i])) for i in range(j)], stored_info)))
-            m.d.comb += [ri_wr[j].addr.eq(al_idx[j]), ri_wr[j].en.eq(advance & al_opener[j]),
+            m.d.comb += [ri_wr[j].addr.eq(al_idx[j]), ri_wr[j].en.eq(al_opener[j]),
                          ri_wr[j].data.eq(own)]
-            with m.If(advance):
-                m.d.sync += [
-                    b_valid[j].eq(al_setb[j] & info.alloc),
-                    b_expert[j].eq(p.expert), b_row[j].eq(info.row),
-                    b_chunk[j].eq(p.chunk), b_data[j].eq(p.data),
-                    b_ev_valid[j].eq((al_opener[j] & al_ok[j]) | (al_comp[j] & info.alloc)),
-                    b_ev[j].complete.eq(al_comp[j]), b_ev[j].expert.eq(p.expert),
-                    b_ev[j].row.eq(info.row), b_ev[j].src.eq(p.src), b_ev[j].token.eq(p.token),
-                    b_ev[j].slot.eq(p.slot), b_ev[j].group.eq(group),
-                    b_cr_valid[j].eq(al_comp[j]),
-                    b_cr[j].src.eq(p.src), b_cr[j].tag.eq(p.tag),
-                ]
-        with m.If(advance):
-            m.d.sync += [group.eq(group + 1), b_group.eq(group)]
+            m.d.sync += [
+                b_valid[j].eq(al_setb[j] & info.alloc),
+                b_expert[j].eq(p.expert), b_row[j].eq(info.row),
+                b_chunk[j].eq(p.chunk), b_data[j].eq(p.data),
+                b_ev_valid[j].eq((al_opener[j] & al_ok[j]) | (al_comp[j] & info.alloc)),
+                b_ev[j].complete.eq(al_comp[j]), b_ev[j].expert.eq(p.expert),
+                b_ev[j].row.eq(info.row), b_ev[j].src.eq(p.src), b_ev[j].token.eq(p.token),
+                b_ev[j].slot.eq(p.slot), b_ev[j].group.eq(group),
+                b_cr_valid[j].eq(al_comp[j]),
+                b_cr[j].src.eq(p.src), b_cr[j].tag.eq(p.tag),
+            ]
+        m.d.sync += [group.eq(group + 1), b_group.eq(group), b_pv.eq(al_pv)]
 
-        # ------------------------------------------------------------ B: events out, B -> C address
-        m.d.comb += [self.ev_push_valid.eq(Mux(advance, b_ev_valid, 0)),
-                     self.cr_push_valid.eq(Mux(advance, b_cr_valid, 0))]
+        # ------------------------------------------------------------ B: events out, address, write FIFO
+        m.d.comb += [self.ev_push_valid.eq(b_ev_valid), self.cr_push_valid.eq(b_cr_valid)]
         m.d.comb += [self.ev_push_data[j].eq(b_ev[j]) for j in range(L)]
         m.d.comb += [self.cr_push_data[j].eq(b_cr[j]) for j in range(L)]
         stride_terms = [k for k in range(cfg.stride_bytes.bit_length()) if cfg.stride_bytes >> k & 1]
         base_rd = Array(self.region_base)
         chunk_shift = cfg.chunk_bytes.bit_length() - 1
+        wf_layout = StructLayout({"wr": lay.write, "group": GROUP_BITS})
+        wf_valid = Signal(L)
+        wf_room = []
         for j in range(L):
             row_off = 0
             for k in stride_terms:
                 row_off = row_off + (b_row[j] << k)
-            addr = Signal(cfg.addr_bits, name=f"addr{j}")
-            m.d.comb += addr.eq(base_rd[b_expert[j]] + row_off + (b_chunk[j] << chunk_shift))
-            with m.If(advance):
-                m.d.sync += [c_valid[j].eq(b_valid[j]), c_payload[j].addr.eq(addr),
-                             c_payload[j].data.eq(b_data[j])]
-            with m.Elif(self.wr[j].ready):
-                m.d.sync += c_valid[j].eq(0)
-        with m.If(advance):
-            m.d.sync += c_group.eq(b_group)
-        m.d.comb += [
-            self.b_busy.eq(b_valid.any()), self.b_group.eq(b_group),
-            self.c_busy.eq(c_valid.any()), self.c_group.eq(c_group),
-        ]
+            # The lane's write FIFO (kept inline: small, flops, head registered by index).
+            store = Array(Signal(wf_layout, name=f"wf{j}_{k}") for k in range(WRITE_FIFO_DEPTH))
+            wp = Signal(range(WRITE_FIFO_DEPTH), name=f"wf_wp{j}")
+            rp = Signal(range(WRITE_FIFO_DEPTH), name=f"wf_rp{j}")
+            level = Signal(range(WRITE_FIFO_DEPTH + 1), name=f"wf_level{j}")
+            w_in = Signal(wf_layout, name=f"wf_in{j}")
+            w_out = Signal(wf_layout, name=f"wf_out{j}")
+            m.d.comb += [
+                w_in.wr.addr.eq(base_rd[b_expert[j]] + row_off + (b_chunk[j] << chunk_shift)),
+                w_in.wr.data.eq(b_data[j]), w_in.group.eq(b_group),
+                w_out.eq(store[rp]),
+                wf_valid[j].eq(level != 0),
+                self.wr[j].valid.eq(wf_valid[j]), self.wr[j].payload.eq(w_out.wr),
+            ]
+            # The tracker's ordering guard sees each FIFO's head one cycle late (and B of
+            # the cycle before, below): a write can only move on, so this errs on the safe side.
+            m.d.sync += [self.c_busy[j].eq(wf_valid[j]), self.c_group[j].eq(w_out.group)]
+            popped = wf_valid[j] & self.wr[j].ready
+            with m.If(b_valid[j]):
+                m.d.sync += [store[wp].eq(w_in), wp.eq(wp + 1)]
+            with m.If(popped):
+                m.d.sync += rp.eq(rp + 1)
+            m.d.sync += level.eq(level + b_valid[j] - popped)
+            # Reservation: +1 per accepted packet on this lane, -1 when it turns out to
+            # have no write (at B) or when its write leaves.
+            released = (b_pv[j] & ~b_valid[j]) + popped
+            m.d.sync += wf_used[j].eq(wf_used[j] + acc[j] - released)
+            # (for `room`, as if this lane accepted a packet whenever `room` allowed it)
+            wf_room.append(wf_used[j] + room - released < WRITE_FIFO_DEPTH)
+        m.d.comb += [self.b_busy.eq(b_valid.any()), self.b_group.eq(b_group)]
+        m.d.sync += [self.c_busy[L].eq(b_valid.any()), self.c_group[L].eq(b_group)]
+        m.d.comb += young.eq(Cat(~self.c_busy[j] | ((group - self.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
+                                 for j in range(L)).all())
+        # Events and credits: every packet in flight before B may still push one of each.
+        m.d.sync += ev_res.eq(ev_res + _popcount(acc) - _popcount(b_pv))
+        need = ev_res + Mux(room, L, 0) - _popcount(b_pv) + L
+        m.d.sync += room.eq(young & Cat(*wf_room).all()
+                            & (self.ev_free >= need + _popcount(b_ev_valid))
+                            & (self.cr_free >= need + _popcount(b_cr_valid)))
 
         # ------------------------------------------------------------ statistics
         # Counted as a group leaves T's output registers (and AL's, for overflow): status
         # and FLUSH only, off every loop.
-        with m.If(advance):
-            m.d.sync += inflight.eq(inflight + _popcount(t_opener) - _popcount(t_comp))
-            for s in range(S):
-                m.d.sync += src_rows[s].eq(src_rows[s] + _popcount(
-                    t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)))
-            for r, hits in t_hits.items():
-                m.d.sync += drops[r].eq(drops[r] + _popcount(hits))
-                with m.If(hits.any()):
-                    m.d.sync += errors[r].eq(1)
-            m.d.sync += drops[Reason.OVERFLOW].eq(drops[Reason.OVERFLOW] + _popcount(al_ovf))
-            with m.If(al_ovf.any()):
-                m.d.sync += errors[Reason.OVERFLOW].eq(1)
-            for e in range(E):
-                m.d.sync += overflow[e].eq(overflow[e] + _popcount(
-                    al_ovf[j] & (al_pkt[j].expert == e) for j in range(L)))
+        m.d.sync += inflight.eq(inflight + _popcount(t_opener) - _popcount(t_comp))
+        for s in range(S):
+            m.d.sync += src_rows[s].eq(src_rows[s] + _popcount(
+                t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)))
+        for r, hits in t_hits.items():
+            m.d.sync += drops[r].eq(drops[r] + _popcount(hits))
+            with m.If(hits.any()):
+                m.d.sync += errors[r].eq(1)
+        m.d.sync += drops[Reason.OVERFLOW].eq(drops[Reason.OVERFLOW] + _popcount(al_ovf))
+        with m.If(al_ovf.any()):
+            m.d.sync += errors[Reason.OVERFLOW].eq(1)
+        for e in range(E):
+            m.d.sync += overflow[e].eq(overflow[e] + _popcount(
+                al_ovf[j] & (al_pkt[j].expert == e) for j in range(L)))
 
         # ------------------------------------------------------------ layer control
-        pipe_empty = ~(a_valid | r_valid | t_valid | al_valid | b_valid | b_ev_valid
-                       | b_cr_valid | c_valid).any()
+        pipe_empty = ~(a_valid | r_valid | t_pv | al_pv | b_pv | wf_valid).any()
         # Nothing of the layer left after T (lanes past a finished layer have no effect).
         drained = (self.ev_empty & self.tracker_idle
-                   & ~(t_valid | al_valid | b_valid | b_ev_valid | b_cr_valid | c_valid).any())
+                   & ~(t_valid | al_valid | b_valid | b_ev_valid | b_cr_valid | wf_valid).any())
         with m.If(self.start):
             m.d.sync += start_pending.eq(1)
         with m.If(self.flush & armed):
             m.d.sync += flush_pending.eq(1)
         with m.If(self.clear_errors):
             m.d.sync += errors.eq(0)
-        m.d.comb += [self.layer_start.eq(0), self.mark_dirty.eq(0), self.alloc_clear.eq(0),
-                     self.layer_done.eq(0)]
+        m.d.comb += self.layer_done.eq(0)
 
         # Watchdog: an armed layer that accepts nothing for `timeout` cycles is flushed.
         with m.If(~armed | finished | block | accepted | (self.timeout == 0)):
@@ -527,26 +573,34 @@ class PacketManager(wiring.Component):
             with m.If(idle_cycles + 1 >= self.timeout):
                 m.d.sync += [flush_pending.eq(1), flush_timeout.eq(1)]
 
+        # START and FLUSH wait until the pipeline is empty and drained, decide in one cycle
+        # and act in the next, so that what they reset (the allocator, the tables, the
+        # tracker) is driven from registers. Nothing is accepted meanwhile (block).
+        start_go = Signal()
+        flush_go = Signal()
+        quiet = pipe_empty & drained & ~(armed & finished) & ~start_go & ~flush_go
+        can_start = start_pending & quiet & ~sweep_req & ~self.start
+        m.d.sync += [start_go.eq(can_start), flush_go.eq(flush_pending & quiet & ~can_start)]
+        # (start_go excludes a finished layer, so the sweep branch below never preempts it.)
+        m.d.comb += [self.layer_start.eq(start_go), self.alloc_clear.eq(start_go),
+                     self.mark_dirty.eq((start_go & armed) | flush_go)]
         with m.If(armed & finished & drained):
             # The layer is complete: hand over to the tracker's end-of-layer sweep.
             m.d.sync += [armed.eq(0), sweep_req.eq(1), flush_pending.eq(0), flush_timeout.eq(0)]
-        with m.Elif(start_pending & pipe_empty & drained & ~sweep_req & ~self.start):
+        with m.Elif(start_go):
             # START: a new layer (a running one is abandoned; the tracker re-clears). A layer
             # that has just finished is swept first (the branch above).
-            m.d.comb += [self.layer_start.eq(1), self.alloc_clear.eq(1),
-                         self.mark_dirty.eq(armed)]
-            m.d.sync += [start_pending.eq(0), flush_pending.eq(0), flush_timeout.eq(0),
+            m.d.sync += [start_pending.eq(self.start), flush_pending.eq(0), flush_timeout.eq(0),
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
             m.d.sync += [open_v.eq(0), post_v.eq(0)]
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + src_rows + drops + overflow]
-        with m.Elif(flush_pending & pipe_empty & drained):
+        with m.Elif(flush_go):
             with m.If(inflight != 0):
                 m.d.sync += [drops[Reason.INCOMPLETE].eq(drops[Reason.INCOMPLETE] + inflight),
                              errors[Reason.INCOMPLETE].eq(1)]
             with m.If(flush_timeout):
                 m.d.sync += [drops[Reason.TIMEOUT].eq(drops[Reason.TIMEOUT] + 1),
                              errors[Reason.TIMEOUT].eq(1)]
-            m.d.comb += self.mark_dirty.eq(1)
             m.d.sync += [flush_pending.eq(0), flush_timeout.eq(0), armed.eq(0), inflight.eq(0),
                          sweep_req.eq(1)]
             m.d.sync += [open_v.eq(0), post_v.eq(0)]

@@ -11,8 +11,8 @@ The tracker takes per-row events in order, one per cycle, from the event queue:
   ``flag_base + 4 * (e * tiles_per_expert + tile)`` and the counter goes back to zero.
 
 A flag never leaves before the data writes of its rows: each completion carries the
-pipeline group of its row's last write, and a flag waits while a write of that group is
-still held in the packet manager's B or C stage.
+pipeline group of its row's last write, and a flag waits while a write of that group or
+an older one is still in the packet manager's B stage or its write FIFOs.
 
 At the end of a layer (``sweep_req``) the tracker writes, per expert, the final row count
 to ``count_base + 4 * e``, flags the last partial tile if all its rows are complete
@@ -24,14 +24,14 @@ flush or an abandoned layer they are *dirty*, and the next ``layer_start`` sweep
 memory to zero first (``clearing``; the hub accepts no packets meanwhile) -- the memory
 has no reset, as an SRAM macro would not.
 """
-from amaranth import Module, Mux, Signal, Array
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .formats import CtlKind
-from .layouts import GROUP_BITS, HubLayouts
+from .layouts import GROUP_BITS, HubLayouts, group_not_after
 
 
 class AvailabilityTracker(wiring.Component):
@@ -43,7 +43,9 @@ class AvailabilityTracker(wiring.Component):
     rows : In(cap_bits).array(experts)   rows allocated per expert (from the allocator)
     layer_start, mark_dirty, sweep_req : In(1)
     sweep_done, clearing, idle : Out(1)
-    b_busy, b_group, c_busy, c_group : In   writes still in flight (ordering guard)
+    b_busy, b_group : In                 writes in the packet manager's B stage (ordering guard)
+    c_busy, c_group : In(lanes + 1), In.array(lanes + 1)   registered, a cycle old: the oldest
+                                         write waiting in each lane's FIFO, and B
     """
 
     def __init__(self, cfg: HubConfig):
@@ -59,8 +61,8 @@ class AvailabilityTracker(wiring.Component):
             "rows": In(cfg.cap_bits).array(E),
             "layer_start": In(1), "mark_dirty": In(1), "sweep_req": In(1),
             "sweep_done": Out(1), "clearing": Out(1), "idle": Out(1),
-            "b_busy": In(1), "b_group": In(GROUP_BITS), "c_busy": In(1),
-            "c_group": In(GROUP_BITS),
+            "b_busy": In(1), "b_group": In(GROUP_BITS), "c_busy": In(cfg.lanes + 1),
+            "c_group": In(GROUP_BITS).array(cfg.lanes + 1),
         })
 
     def elaborate(self, platform):
@@ -99,8 +101,12 @@ class AvailabilityTracker(wiring.Component):
         ctl = Signal(lay.ctl)
         ctl_guarded = Signal()
         ctl_group = Signal(GROUP_BITS)
-        blocked = ctl_guarded & ((self.b_busy & (self.b_group == ctl_group))
-                                 | (self.c_busy & (self.c_group == ctl_group)))
+        # A flag waits while any write of its group or an older one is still in flight: in
+        # B, or at the head of a lane's FIFO (each FIFO leaves in group order).
+        blocked = ctl_guarded & (
+            (self.b_busy & group_not_after(self.b_group, ctl_group))
+            | Cat(self.c_busy[j] & group_not_after(self.c_group[j], ctl_group)
+                  for j in range(cfg.lanes + 1)).any())
         m.d.comb += [self.ctl.valid.eq(ctl_valid & ~blocked), self.ctl.payload.eq(ctl)]
         ctl_fire = self.ctl.valid & self.ctl.ready
         ctl_free = Signal()

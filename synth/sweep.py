@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from ..config.schema import ConfigError, HubConfig, load_hub_config
+from ..config.schema import QUEUE_GROUPS, ConfigError, HubConfig, load_hub_config
 from . import flow
 
 #: changes to the base config for all points, so that a point synthesises in about a
@@ -48,8 +48,8 @@ def point_config(base: HubConfig, key: str, value: int, data_bits: int) -> HubCo
     changes = {key: value, "data_bits": data_bits,
                "name": f"{base.name}-{key}{value}"}
     lanes = value if key == "lanes" else base.lanes
-    changes["event_queue_depth"] = max(base.event_queue_depth, _pow2_at_least(4 * lanes))
-    changes["credit_queue_depth"] = max(base.credit_queue_depth, _pow2_at_least(2 * lanes))
+    changes["event_queue_depth"] = max(base.event_queue_depth, _pow2_at_least(QUEUE_GROUPS * lanes))
+    changes["credit_queue_depth"] = max(base.credit_queue_depth, _pow2_at_least(QUEUE_GROUPS * lanes))
     return base.replace(**changes)
 
 

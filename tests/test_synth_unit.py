@@ -142,6 +142,6 @@ def test_sweep_points_respect_schema():
     from moehub.synth import sweep
     base = load_hub_config("tiny")
     cfg = sweep.point_config(base, "lanes", 8, 16)
-    assert cfg.lanes == 8 and cfg.event_queue_depth >= 32 and cfg.credit_queue_depth >= 16
+    assert cfg.lanes == 8 and cfg.event_queue_depth >= 48 and cfg.credit_queue_depth >= 48
     jobs = sweep.points(base, ["experts"], 16, __import__("pathlib").Path("/tmp/x"), 5.0)
     assert [j[2] for j in jobs] == sorted({1, 4, 8, 16, 32, base.experts})
