@@ -24,7 +24,8 @@ chunk of the tile's last row is accepted (both from :mod:`moehub.rtl.hub`); the 
 handles at most one per-row control event (metadata write on a row's first packet,
 completion on its last) per cycle, so such events queue; the
 end-of-layer sweep writes one control word per cycle (count, last partial tile's flag,
-..., done) starting 4 cycles after the event that finished the layer.
+..., done) starting ``SWEEP_DELAY`` cycles after the packet that finished the layer, or
+after the end of the last queued per-row event's slot if later.
 """
 from __future__ import annotations
 
@@ -40,13 +41,12 @@ from ..verif.model import HubModel, Packet
 
 FLAG_DELAY = FLAG_LATENCY     #: cycles from the accept of a tile's last chunk to its flag write
 WRITE_DELAY = WRITE_LATENCY   #: cycles from the accept of a packet to its data write
-#: cycles from the accept of the packet that finished the layer to the sweep's first write
+#: cycles from the accept of the packet that finished the layer -- or from the end of the
+#: last per-row event's slot, when events were still queued -- to the sweep's first write
 #: (the packet manager waits for its pipeline and the event queue to drain, then the
-#: tracker enters its sweep: measured on the RTL with moehub.cosim.hub_rtl.compare)
-SWEEP_DELAY = 8
-#: ... and at least this many cycles after the control slot of the layer's last per-row event
-#: (the tracker drains it first; calibrated the same way)
-SWEEP_AFTER_EVENT = FLAG_DELAY + 2
+#: tracker enters its sweep and feeds it through its pipeline: measured on the RTL with
+#: moehub.cosim.hub_rtl.compare)
+SWEEP_DELAY = 13
 
 
 @dataclass
@@ -177,7 +177,7 @@ class _Annotator:
         kinds = [w.kind for w in ctl]
         sweep = ctl[kinds.index(CtlKind.COUNT):]
         sweep_flags = flagged[:sum(w.kind == CtlKind.FLAG for w in sweep)]
-        s = max(cycle + SWEEP_DELAY, self.ctl_free + SWEEP_AFTER_EVENT)
+        s = max(cycle, self.ctl_free) + SWEEP_DELAY
         k = 0
         for i, w in enumerate(sweep):
             if w.kind == CtlKind.FLAG:

@@ -34,8 +34,8 @@ from .tracker import AvailabilityTracker
 
 #: Cycles from the acceptance of a tile's last chunk to the tile's flag write, with no other
 #: per-row event queued: the packet manager's event latency, then the event queue and the
-#: tracker's read-modify-write (3 cycles).
-FLAG_LATENCY = EVENT_LATENCY + 3
+#: tracker's three stages (4 cycles).
+FLAG_LATENCY = EVENT_LATENCY + 4
 
 
 class MoEHub(wiring.Component):

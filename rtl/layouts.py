@@ -38,12 +38,12 @@ class HubLayouts:
         self.ctl = struct(fmts.ctl)
         self.credit = struct(fmts.credit)
         #: The chunk table's entry for one row in flight (indexed by source and tag), as the
-        #: table stage sees it: whether a row is open, whether it was opened after its
-        #: source's end-of-stream, its expert and the bitmap of chunks that have arrived.
-        #: ``open``/``post_eos`` live in flop vectors (cleared in one cycle), the rest
-        #: (``chunk_body``) in a multi-port memory.
+        #: table stage sees it: whether a row is open, its expert and the bitmap of chunks
+        #: that have arrived. ``open`` lives in a flop vector (cleared in one cycle), the
+        #: rest (``chunk_body``) in a multi-port memory. (Whether the row was opened after
+        #: its source's end-of-stream is kept beside it, written a cycle later.)
         self.chunk_body = data.StructLayout({"expert": cfg.expert_bits, "bitmap": cfg.chunks_per_row})
-        self.chunk_entry = data.StructLayout({"open": 1, "post_eos": 1,
+        self.chunk_entry = data.StructLayout({"open": 1,
                                               **{k: v.shape for k, v in self.chunk_body}})
         #: The row-info table's entry: the row the allocator granted, and whether it did
         #: (``alloc``; else the row is being dropped). Written once per row, a few stages

@@ -273,7 +273,6 @@ class PacketManager(wiring.Component):
             m.d.comb += [
                 ct_rd[j].addr.eq(a_idx[j]),
                 stored.open.eq(open_v.bit_select(a_idx[j], 1)),
-                stored.post_eos.eq(post_v.bit_select(a_idx[j], 1)),
                 stored.expert.eq(ct_rd[j].data.expert),
                 stored.bitmap.eq(ct_rd[j].data.bitmap),
             ]
@@ -283,16 +282,18 @@ class PacketManager(wiring.Component):
         # ------------------------------------------------------------ T (the rules, on R)
         finished = Signal()
         counted_open = Signal()
-        m.d.comb += counted_open.eq((open_v & ~post_v).any())
+        # post_v is written a cycle after T (from its output registers, off T's loop): for
+        # the rows the group in those registers opened, take their flag from there.
+        post_eff = Signal(N)
+        m.d.comb += counted_open.eq((open_v & ~post_eff).any())
         m.d.comb += finished.eq(~counted_open & Cat(
             eos_seen[s] & (opened[s] >= eos_cnt[s]) for s in range(S)).all())
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
 
         d, eos, first, opener, prior = (lane_sigs(n) for n in ("dat", "eos", "first", "opener", "prior"))
-        match, full_before, protocol, dup, setb, comp, post, row_post = (
-            lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp",
-                                   "post", "row_post"))
+        match, full_before, protocol, dup, setb, comp, post = (
+            lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp", "post"))
         eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
         mismatch = lane_sigs("mismatch")
         bits_before = lane_sigs("bits_before", C)
@@ -350,8 +351,6 @@ class PacketManager(wiring.Component):
                 m.d.comb += [ge[k].eq(opened_j + k >= cnt_eff), gt_cnt[k].eq(opened_j + k > p.count)]
             m.d.comb += [post[j].eq(~r_bad_exp[j] & seen_before[j] & ge.bit_select(k_open, 1)),
                          mismatch[j].eq(eos_acc[j] & gt_cnt.bit_select(k_open, 1))]
-            m.d.comb += row_post[j].eq(Mux(ent.open, ent.post_eos, _onehot_mux(
-                [(opener[i] & r_same_idx[i, j], post[i]) for i in range(j)], post[j])))
 
         # Write-back: the last data lane on each row leaves the row's state in the table
         # (and in the bypass to R).
@@ -364,7 +363,6 @@ class PacketManager(wiring.Component):
             m.d.comb += [
                 t_wen[k].eq(live & last),
                 t_after[k].open.eq(~(comp[k] | full_before[k])),
-                t_after[k].post_eos.eq(row_post[k]),
                 t_after[k].expert.eq(expert_k),
                 t_after[k].bitmap.eq(bits_k),
                 ct_wr[k].addr.eq(r_idx[k]),
@@ -374,14 +372,13 @@ class PacketManager(wiring.Component):
             ]
         # At most one lane writes an entry (the last on its row), so each entry's next value
         # is a two-level AND-OR of the lanes' decoded indices.
-        wmask, wopen, wpost = Const(0, N), Const(0, N), Const(0, N)
+        wmask, wopen = Const(0, N), Const(0, N)
         for k in range(L):
             dec = Signal(N, name=f"t_dec{k}")
             m.d.comb += dec.eq(Mux(t_wen[k], Const(1, N) << r_idx[k], 0))
             wmask = wmask | dec
             wopen = wopen | Mux(t_after[k].open, dec, 0)
-            wpost = wpost | Mux(t_after[k].post_eos, dec, 0)
-        m.d.sync += [open_v.eq((open_v & ~wmask) | wopen), post_v.eq((post_v & ~wmask) | wpost)]
+        m.d.sync += open_v.eq((open_v & ~wmask) | wopen)
         with m.If(live):
             for s in range(S):
                 m.d.sync += opened[s].eq(opened[s] + _popcount(opener[j] & (r_pkt[j].src == s)
@@ -417,12 +414,21 @@ class PacketManager(wiring.Component):
             t_opener.eq(Cat(live & opener[j] for j in range(L))),
             t_setb.eq(Cat(live & setb[j] for j in range(L))),
             t_comp.eq(Cat(live & comp[j] for j in range(L))),
-            t_post.eq(Cat(*row_post)), t_bad_exp.eq(r_bad_exp),
+            t_post.eq(Cat(*post)), t_bad_exp.eq(r_bad_exp),
         ]
         m.d.sync += [t_pkt[j].eq(r_pkt[j]) for j in range(L)]
         m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
         m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
         m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
+
+        # The post-EOS flag of the rows this group opened (t_post is meaningful for openers).
+        t_omask, t_opost = Const(0, N), Const(0, N)
+        for j in range(L):
+            dec = Mux(t_opener[j], Const(1, N) << t_idx[j], 0)
+            t_omask = t_omask | dec
+            t_opost = t_opost | Mux(t_post[j], dec, 0)
+        m.d.comb += post_eff.eq((post_v & ~t_omask) | t_opost)
+        m.d.sync += post_v.eq(post_eff)
 
         req = Signal(L)
         m.d.comb += req.eq(t_opener & ~t_bad_exp & ~t_post)

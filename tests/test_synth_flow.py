@@ -31,8 +31,10 @@ def tracker_bits(cfg) -> int:
 
 
 def row_table_bits(cfg) -> int:
-    """The packet manager's row-table memory: (sources x tags) entries of the entry body."""
-    return cfg.entries * data.Layout.cast(HubLayouts(cfg).entry_body).size
+    """The packet manager's two row tables, (sources x tags) entries each: the chunk table
+    (expert, chunk bitmap) and the row-info table (granted row, allocated)."""
+    lay = HubLayouts(cfg)
+    return cfg.entries * (data.Layout.cast(lay.chunk_body).size + data.Layout.cast(lay.row_info).size)
 
 
 @pytest.fixture(scope="module")
