@@ -166,11 +166,16 @@ class AvailabilityTracker(wiring.Component):
         ctl_guarded = Signal()
         ctl_group = Signal(GROUP_BITS)
         # A flag waits while any write of its group or an older one is still in flight: in
-        # B, or at the head of a lane's FIFO (each FIFO leaves in group order).
-        blocked = ctl_guarded & (
-            (self.b_busy & group_not_after(self.b_group, ctl_group))
-            | Cat(self.c_busy[j] & group_not_after(self.c_group[j], ctl_group)
-                  for j in range(cfg.lanes + 1)).any())
+        # B, or at the head of a lane's FIFO (each FIFO leaves in group order). The guard is
+        # a register, computed a cycle ahead for the word the ctl register will hold: the
+        # writes in flight then are among those in flight now (their views here are
+        # conservative), or newer than any flag the tracker holds.
+        def pending_upto(grp):
+            return ((self.b_busy & group_not_after(self.b_group, grp))
+                    | Cat(self.c_busy[j] & group_not_after(self.c_group[j], grp)
+                          for j in range(cfg.lanes + 1)).any())
+
+        blocked = Signal()
         m.d.comb += [self.ctl.valid.eq(ctl_valid & ~blocked), self.ctl.payload.eq(ctl)]
         ctl_fire = self.ctl.valid & self.ctl.ready
         ctl_free = Signal()
@@ -226,6 +231,8 @@ class AvailabilityTracker(wiring.Component):
             part = t2_sum[lo:hi]
             run = _and_prefix(m, part, f"addr_run{j}")
             addr.append(part ^ Cat(carry[j], Mux(carry[j], run, 0))[:hi - lo])
+        m.d.sync += blocked.eq(Mux(ctl_load, t2_guarded & pending_upto(t2_group),
+                                   ctl_guarded & pending_upto(ctl_group)))
         with m.If(t2_valid & (t2_always | (t2_flag & full)) & ctl_free):
             m.d.comb += ctl_load.eq(1)
             m.d.sync += [ctl_valid.eq(1), ctl.kind.eq(t2_kind), ctl.addr.eq(Cat(*addr)),
