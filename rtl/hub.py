@@ -74,9 +74,9 @@ class MoEHub(wiring.Component):
         m.d.comb += [
             # packet manager <-> queues
             events.push_valid.eq(pm.ev_push_valid),
-            pm.ev_free.eq(events.free), pm.ev_empty.eq(events.empty),
+            pm.ev_pop.eq(events.o.valid & events.o.ready), pm.ev_empty.eq(events.empty),
             credits.push_valid.eq(pm.cr_push_valid),
-            pm.cr_free.eq(credits.free),
+            pm.cr_pop.eq(credits.o.valid & credits.o.ready),
             # packet manager <-> allocator
             alloc.req.eq(pm.alloc_req), pm.alloc_ok.eq(alloc.ok),
             alloc.commit.eq(pm.alloc_commit), alloc.clear.eq(pm.alloc_clear),

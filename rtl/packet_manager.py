@@ -100,9 +100,9 @@ class PacketManager(wiring.Component):
     i : In(stream packet).array(L)        input lanes
     wr : Out(stream write).array(L)       data writes (one port per lane)
     ev_push_valid / ev_push_data          per-row events to the event queue (one slot per lane)
-    ev_free, ev_empty                     event-queue state
+    ev_pop, ev_empty                      event-queue state (an event left; empty)
     cr_push_valid / cr_push_data          credits to the credit queue (L slots)
-    cr_free                               credit-queue state
+    cr_pop                                a credit left the credit queue
     alloc_*                               the allocator's request/grant interface
     region_base : In(addr_bits).array(E)  from the CSRs
     start, flush : In(1)                  CSR strobes; timeout : In(32)
@@ -124,11 +124,11 @@ class PacketManager(wiring.Component):
             "wr": Out(stream.Signature(lay.write)).array(L),
             "ev_push_valid": Out(L),
             "ev_push_data": Out(lay.event).array(L),
-            "ev_free": In(range(cfg.event_queue_depth + 1)),
+            "ev_pop": In(1),
             "ev_empty": In(1),
             "cr_push_valid": Out(L),
             "cr_push_data": Out(lay.credit).array(L),
-            "cr_free": In(range(cfg.credit_queue_depth + 1)),
+            "cr_pop": In(1),
             "alloc_req": Out(L),
             "alloc_expert": Out(cfg.expert_bits).array(L),
             "alloc_row": In(cfg.row_bits).array(L),
@@ -202,7 +202,9 @@ class PacketManager(wiring.Component):
         # the event and credit queues. The counters below are registers, so `ready` is a
         # short path from flops, and no enable fans out to the pipeline.
         wf_used = [Signal(range(WRITE_FIFO_DEPTH + 1), name=f"wf_used{j}") for j in range(L)]
-        ev_res = Signal(range(IN_FLIGHT_GROUPS * L + 1))   # packets in flight before B
+        # Queue entries neither used nor reserved by a packet in flight (before B).
+        ev_avail = Signal(range(cfg.event_queue_depth + 1), init=cfg.event_queue_depth)
+        cr_avail = Signal(range(cfg.credit_queue_depth + 1), init=cfg.credit_queue_depth)
         block = Signal()
         m.d.comb += block.eq(start_pending | flush_pending | self.clearing)
         # A write still waiting in a lane's FIFO also holds the input back once it is
@@ -463,6 +465,7 @@ class PacketManager(wiring.Component):
         b_ev = [Signal(lay.event, name=f"b_ev{j}") for j in range(L)]
         b_cr_valid = Signal(L)
         b_cr = [Signal(lay.credit, name=f"b_cr{j}") for j in range(L)]
+        ri_alloc = []
         for j in range(L):
             p = al_pkt[j]
             info = Signal(lay.row_info, name=f"info{j}")
@@ -471,6 +474,7 @@ class PacketManager(wiring.Component):
             own = Cat(al_ok[j], al_row[j])   # row_info layout order: alloc, row
             m.d.comb += info.eq(Mux(al_opener[j], own, _onehot_mux(
                 [(al_fwd[i, j], Cat(al_ok[i], al_row[i])) for i in range(j)], stored_info)))
+            ri_alloc.append(info.alloc)
             m.d.comb += [ri_wr[j].addr.eq(al_idx[j]), ri_wr[j].en.eq(al_opener[j]),
                          ri_wr[j].data.eq(own)]
             m.d.sync += [
@@ -485,6 +489,14 @@ class PacketManager(wiring.Component):
                 b_cr[j].src.eq(p.src), b_cr[j].tag.eq(p.tag),
             ]
         m.d.sync += [group.eq(group + 1), b_group.eq(group), b_pv.eq(al_pv)]
+        # (counted here, so that the input reservations add registers only)
+        b_no_ev = Signal(range(L + 1))
+        b_no_cr = Signal(range(L + 1))
+        m.d.sync += [
+            b_no_ev.eq(_popcount(al_pv[j] & ~((al_opener[j] & al_ok[j]) | (al_comp[j] & ri_alloc[j]))
+                                 for j in range(L))),
+            b_no_cr.eq(_popcount(al_pv[j] & ~al_comp[j] for j in range(L))),
+        ]
 
         # ------------------------------------------------------------ B: events out, address, write FIFO
         m.d.comb += [self.ev_push_valid.eq(b_ev_valid), self.cr_push_valid.eq(b_cr_valid)]
@@ -534,11 +546,14 @@ class PacketManager(wiring.Component):
         m.d.comb += young.eq(Cat(~self.c_busy[j] | ((group - self.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
                                  for j in range(L)).all())
         # Events and credits: every packet in flight before B may still push one of each.
-        m.d.sync += ev_res.eq(ev_res + _popcount(acc) - _popcount(b_pv))
-        need = ev_res + Mux(room, L, 0) - _popcount(b_pv) + L
+        # A packet reaching B either pushes (the entry moves from reserved to used) or does
+        # not (its reservation returns); a pop frees an entry.
+        n_acc = _popcount(acc)
+        m.d.sync += [ev_avail.eq(ev_avail + self.ev_pop + b_no_ev - n_acc),
+                     cr_avail.eq(cr_avail + self.cr_pop + b_no_cr - n_acc)]
+        need = Mux(room, 2 * L, L)
         m.d.sync += room.eq(young & Cat(*wf_room).all()
-                            & (self.ev_free >= need + _popcount(b_ev_valid))
-                            & (self.cr_free >= need + _popcount(b_cr_valid)))
+                            & (ev_avail + b_no_ev >= need) & (cr_avail + b_no_cr >= need))
 
         # ------------------------------------------------------------ statistics
         # Counted as a group leaves T's output registers (and AL's, for overflow): status

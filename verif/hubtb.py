@@ -58,6 +58,8 @@ class HubTB:
         self._driven: list = [None] * L    # what they carried in the cycle that just ended
         self._schedule: deque = deque()
         self._ready_driven = {"wr": [1] * L, "ctl": 1, "credit": 1}
+        self.held: set = set()            # sinks held not ready ("ctl", "credit", "wr")
+        self._released = False
         cocotb.log.info(f"HubTB config={cfg.name} seed={seed} bp={bp}")
 
     # ------------------------------------------------------------------ clock and reset
@@ -173,6 +175,21 @@ class HubTB:
         self.feeder = feeder
         self.credit_delay = credit_delay
 
+    def hold(self, *sinks: str):
+        """Hold output ports not ready ("ctl", "credit", "wr") until :meth:`release`."""
+        self.held |= set(sinks)
+
+    def release(self):
+        """End :meth:`hold` (from the next cycle the loop drives: ready, or random
+        back-pressure)."""
+        self.held = set()
+        self._released = True
+
+    def offer(self, schedule: list):
+        """Queue directed traffic without waiting for it (see :meth:`send_schedule`)."""
+        for cyc in schedule:
+            self._schedule.append(list(cyc) + [None] * (self.cfg.lanes - len(cyc)))
+
     async def send_schedule(self, schedule: list):
         """Directed traffic: ``schedule`` is a list of cycles, each a list of per-lane
         packets (or None). A cycle's packets are offered together and held until the hub
@@ -269,15 +286,16 @@ class HubTB:
                     self.i_valid[j].value = 1
                     self.i_payload[j].value = fmt.packet.pack(**p.fields())
             self._driven = list(self._offered)
-            if self.bp:
+            if self.bp or self.held or self._released:
+                self._released = False
                 for j in range(L):
-                    r = int(self.rng.random() >= self.bp)
+                    r = int(self.rng.random() >= self.bp and "wr" not in self.held)
                     self._ready_driven["wr"][j] = r
                     self.wr_ready[j].value = r
-                r = int(self.rng.random() >= self.bp)
+                r = int(self.rng.random() >= self.bp and "ctl" not in self.held)
                 self._ready_driven["ctl"] = r
                 d.ctl__ready.value = r
-                r = int(self.rng.random() >= self.bp)
+                r = int(self.rng.random() >= self.bp and "credit" not in self.held)
                 self._ready_driven["credit"] = r
                 d.credit__ready.value = r
 

@@ -15,7 +15,7 @@ import cocotb
 from cocotb.triggers import RisingEdge
 
 from moehub.config.schema import load_hub_config
-from moehub.rtl.csr_map import HUB_ID, STATUS_ARMED, STATUS_DONE
+from moehub.rtl.csr_map import HUB_ID, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE
 from moehub.rtl.formats import CtlKind, Reason
 from moehub.rtl.hub import FLAG_LATENCY, WRITE_LATENCY
 from moehub.verif.hubtb import HubTB
@@ -272,6 +272,34 @@ async def test_junk_in_the_finishing_cycle(dut):
     model = await finish(tb)
     d = model.drop_counts
     assert (d[Reason.POST_EOS], d[Reason.NOT_ARMED]) == (1, 1), d
+
+
+@cocotb.test(**TIMEOUT)
+async def test_full_queues_hold_the_input(dut):
+    """The control port, then the credit port, then the write ports are held not ready
+    while one source sends many rows on one tag (each completes, so each returns a credit,
+    as a source that ignores credits would): the event queue, the credit queue, the write
+    FIFOs fill; the hub stops accepting input rather than lose an event, a credit or a
+    write, and everything comes out in order once the port lets go."""
+    tb = await make_tb(dut, tile_rows=CFG.min_tile_rows)
+    n = max(CFG.event_queue_depth, CFG.credit_queue_depth) + 8
+    for layer, sink in enumerate(("ctl", "credit", "wr")):
+        if layer:
+            await tb.start_layer()
+        while (await tb.csr_read("STATUS")) & (STATUS_ARMED | STATUS_CLEARING) != STATUS_ARMED:
+            pass                                      # (the counters are cleared first)
+        rows = [row(0, k % CFG.experts, token=k, seed=layer) for k in range(n)]
+        before = len(tb.accepted)
+        tb.hold(sink)
+        tb.offer(wide([p for r in rows for p in chunks(r, 0)]))
+        for _ in range(n * CFG.chunks_per_row // CFG.lanes + 50):
+            await RisingEdge(dut.clk)
+        accepted = len(tb.accepted) - before
+        assert 0 < accepted < n * CFG.chunks_per_row, f"{sink}: input not held back ({accepted})"
+        tb.release()
+        await tb.send_schedule(wide(eos_all({0: n})))
+        model = await finish(tb)
+        assert len(model.credits) == n * (layer + 1) and model.done
 
 
 @cocotb.test(**TIMEOUT)
