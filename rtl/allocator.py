@@ -11,12 +11,13 @@ refused (overflow) when ``ahead >= room[e]``; since rows are handed out in order
 later request for that expert in the cycle is refused too.
 
 Timing: the counters' loop is ``rows += min(requests, room)``, ``room -= min(requests,
-room)``; since ``rows + room`` is the latched capacity, both outcomes of the min are
-computed in parallel with the compare. A grant (``row``, ``ok``) is a mux by expert plus a
+room)``; since ``rows + room`` is the latched capacity, every outcome (for 0..lanes
+requests, fitting or not) is formed from the registers in parallel, and the request count
+only selects one. A grant (``row``, ``ok``) is a mux by expert plus a
 small add and compare, feed-forward from registers. The requests come from registers of
 the packet manager's pipeline.
 """
-from amaranth import Array, Module, Signal
+from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -83,8 +84,12 @@ class AddressAllocator(wiring.Component):
             for e in range(E):
                 n_req = Signal(range(L + 1), name=f"n_req{e}")
                 m.d.comb += n_req.eq(sum(self.req[j] & (self.req_expert[j] == e) for j in range(L)))
-                with m.If(room[e] >= n_req):
-                    m.d.sync += [counters[e].eq(counters[e] + n_req), room[e].eq(room[e] - n_req)]
-                with m.Else():
-                    m.d.sync += [counters[e].eq(cap_l[e]), room[e].eq(0)]
+                # Every outcome n = 0..lanes is formed from the registers in parallel with
+                # the request count, which then only selects one.
+                nxt_cnt, nxt_room = counters[e], room[e]
+                for n in range(1, L + 1):
+                    fits = room[e] >= n
+                    nxt_cnt = Mux(n_req == n, Mux(fits, counters[e] + n, cap_l[e]), nxt_cnt)
+                    nxt_room = Mux(n_req == n, Mux(fits, room[e] - n, 0), nxt_room)
+                m.d.sync += [counters[e].eq(nxt_cnt), room[e].eq(nxt_room)]
         return m

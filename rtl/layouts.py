@@ -40,8 +40,7 @@ class HubLayouts:
         #: The chunk table's entry for one row in flight (indexed by source and tag), as the
         #: table stage sees it: whether a row is open, its expert and the bitmap of chunks
         #: that have arrived. ``open`` lives in a flop vector (cleared in one cycle), the
-        #: rest (``chunk_body``) in a multi-port memory. (Whether the row was opened after
-        #: its source's end-of-stream is kept beside it, written a cycle later.)
+        #: rest (``chunk_body``) in a multi-port memory.
         self.chunk_body = data.StructLayout({"expert": cfg.expert_bits, "bitmap": cfg.chunks_per_row})
         self.chunk_entry = data.StructLayout({"open": 1,
                                               **{k: v.shape for k, v in self.chunk_body}})

@@ -49,8 +49,10 @@ sticky ``errors``; nothing else changes and no other row is touched:
   INCOMPLETE (their tiles are never flagged), the tables are cleared, and the layer ends.
 
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
-and no counted row is open; every later group is dropped as NOT_ARMED, and once the
-pipeline has drained the packet manager asks the tracker for the end-of-layer sweep.
+and no row is open (a row opened past its source's count, dropped, holds the layer open
+until it completes, or until the watchdog flushes it); every later group is dropped as
+NOT_ARMED, and once the pipeline has drained the packet manager asks the tracker for the
+end-of-layer sweep.
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -165,10 +167,9 @@ class PacketManager(wiring.Component):
             return {(i, j): Signal(name=f"{name}{i}_{j}") for i, j in pairs}
 
         # ------------------------------------------------------------ state
-        # Chunk table (T): open/post-EOS bits in flops (one-cycle clear), expert and bitmap
-        # in a memory read by every lane in R and written by every lane in T.
+        # Chunk table (T): open bits in flops (one-cycle clear), expert and bitmap in a
+        # memory read by every lane in R and written by every lane in T.
         open_v = Signal(N)
-        post_v = Signal(N)
         m.submodules.chunks = ct = Memory(shape=lay.chunk_body, depth=N, init=[])
         ct_rd = [ct.read_port(domain="comb") for _ in range(L)]
         ct_wr = [ct.write_port() for _ in range(L)]
@@ -283,12 +284,7 @@ class PacketManager(wiring.Component):
 
         # ------------------------------------------------------------ T (the rules, on R)
         finished = Signal()
-        counted_open = Signal()
-        # post_v is written a cycle after T (from its output registers, off T's loop): for
-        # the rows the group in those registers opened, take their flag from there.
-        post_eff = Signal(N)
-        m.d.comb += counted_open.eq((open_v & ~post_eff).any())
-        m.d.comb += finished.eq(~counted_open & Cat(
+        m.d.comb += finished.eq(~open_v.any() & Cat(
             eos_seen[s] & (opened[s] >= eos_cnt[s]) for s in range(S)).all())
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
@@ -361,10 +357,12 @@ class PacketManager(wiring.Component):
             expert_k = Mux(r_ent[k].open, r_ent[k].expert, _onehot_mux(
                 [(first[i] & r_same_idx[i, k], r_pkt[i].expert) for i in range(k)], r_pkt[k].expert))
             bits_k = Signal(C, name=f"bits_after{k}")
-            m.d.comb += bits_k.eq(bits_before[k] | Mux(setb[k], r_oh[k], 0))
+            # (a duplicate's bit is already set and a protocol error's does not match, so
+            # the bitmap needs neither verdict: off the duplicate/completion logic)
+            m.d.comb += bits_k.eq(bits_before[k] | Mux(d[k] & match[k], r_oh[k], 0))
             m.d.comb += [
                 t_wen[k].eq(live & last),
-                t_after[k].open.eq(~(comp[k] | full_before[k])),
+                t_after[k].open.eq(bits_k != all_chunks),
                 t_after[k].expert.eq(expert_k),
                 t_after[k].bitmap.eq(bits_k),
                 ct_wr[k].addr.eq(r_idx[k]),
@@ -422,15 +420,6 @@ class PacketManager(wiring.Component):
         m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
         m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
         m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
-
-        # The post-EOS flag of the rows this group opened (t_post is meaningful for openers).
-        t_omask, t_opost = Const(0, N), Const(0, N)
-        for j in range(L):
-            dec = Mux(t_opener[j], Const(1, N) << t_idx[j], 0)
-            t_omask = t_omask | dec
-            t_opost = t_opost | Mux(t_post[j], dec, 0)
-        m.d.comb += post_eff.eq((post_v & ~t_omask) | t_opost)
-        m.d.sync += post_v.eq(post_eff)
 
         req = Signal(L)
         m.d.comb += req.eq(t_opener & ~t_bad_exp & ~t_post)
@@ -535,12 +524,12 @@ class PacketManager(wiring.Component):
             with m.If(popped):
                 m.d.sync += rp.eq(rp + 1)
             m.d.sync += level.eq(level + b_valid[j] - popped)
-            # Reservation: +1 per accepted packet on this lane, -1 when it turns out to
-            # have no write (at B) or when its write leaves.
+            # Reservation: +1 per accepted packet on this lane (counted a cycle later, from
+            # A), -1 when it turns out to have no write (at B) or when its write leaves.
             released = (b_pv[j] & ~b_valid[j]) + popped
-            m.d.sync += wf_used[j].eq(wf_used[j] + acc[j] - released)
-            # (for `room`, as if this lane accepted a packet whenever `room` allowed it)
-            wf_room.append(wf_used[j] + room - released < WRITE_FIFO_DEPTH)
+            m.d.sync += wf_used[j].eq(wf_used[j] + a_valid[j] - released)
+            # (for `room`: also this cycle's packet, as if `room` always let one in)
+            wf_room.append(wf_used[j] + a_valid[j] + room - released < WRITE_FIFO_DEPTH)
         m.d.comb += [self.b_busy.eq(b_valid.any()), self.b_group.eq(b_group)]
         m.d.sync += [self.c_busy[L].eq(b_valid.any()), self.c_group[L].eq(b_group)]
         m.d.comb += young.eq(Cat(~self.c_busy[j] | ((group - self.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
@@ -548,17 +537,28 @@ class PacketManager(wiring.Component):
         # Events and credits: every packet in flight before B may still push one of each.
         # A packet reaching B either pushes (the entry moves from reserved to used) or does
         # not (its reservation returns); a pop frees an entry.
-        n_acc = _popcount(acc)
-        m.d.sync += [ev_avail.eq(ev_avail + self.ev_pop + b_no_ev - n_acc),
-                     cr_avail.eq(cr_avail + self.cr_pop + b_no_cr - n_acc)]
-        need = Mux(room, 2 * L, L)
+        # (the queues' pops are counted a cycle late: conservative, and off the tracker's
+        # and the credit port's paths)
+        ev_pop, cr_pop = Signal(), Signal()
+        m.d.sync += [ev_pop.eq(self.ev_pop), cr_pop.eq(self.cr_pop)]
+        # (acceptances too, from A: so that no input path reaches these registers)
+        n_acc = Signal(range(L + 1))
+        ev_delta = Signal(range(-L, L + 2))
+        cr_delta = Signal(range(-L, L + 2))
+        m.d.comb += [n_acc.eq(_popcount(a_valid)),
+                     ev_delta.eq(ev_pop + b_no_ev - n_acc), cr_delta.eq(cr_pop + b_no_cr - n_acc)]
+        m.d.sync += [ev_avail.eq(ev_avail + ev_delta), cr_avail.eq(cr_avail + cr_delta)]
+        need = Mux(room, 2 * L, L) + n_acc
         m.d.sync += room.eq(young & Cat(*wf_room).all()
                             & (ev_avail + b_no_ev >= need) & (cr_avail + b_no_cr >= need))
 
         # ------------------------------------------------------------ statistics
         # Counted as a group leaves T's output registers (and AL's, for overflow): status
         # and FLUSH only, off every loop.
-        m.d.sync += inflight.eq(inflight + _popcount(t_opener) - _popcount(t_comp))
+        # (rows in flight: the group's net change registered first, added a cycle later)
+        al_open_net = Signal(range(-L, L + 1))
+        m.d.sync += al_open_net.eq(_popcount(t_opener) - _popcount(t_comp))
+        m.d.sync += inflight.eq(inflight + al_open_net)
         for s in range(S):
             m.d.sync += src_rows[s].eq(src_rows[s] + _popcount(
                 t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)))
@@ -613,7 +613,7 @@ class PacketManager(wiring.Component):
             # that has just finished is swept first (the branch above).
             m.d.sync += [start_pending.eq(self.start), flush_pending.eq(0), flush_timeout.eq(0),
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
-            m.d.sync += [open_v.eq(0), post_v.eq(0)]
+            m.d.sync += open_v.eq(0)
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + src_rows + drops + overflow]
         with m.Elif(flush_go):
             with m.If(inflight != 0):
@@ -624,7 +624,7 @@ class PacketManager(wiring.Component):
                              errors[Reason.TIMEOUT].eq(1)]
             m.d.sync += [flush_pending.eq(0), flush_timeout.eq(0), armed.eq(0), inflight.eq(0),
                          sweep_req.eq(1)]
-            m.d.sync += [open_v.eq(0), post_v.eq(0)]
+            m.d.sync += open_v.eq(0)
         with m.If(self.sweep_done):
             m.d.sync += [sweep_req.eq(0), done.eq(1)]
             m.d.comb += self.layer_done.eq(1)

@@ -120,7 +120,6 @@ class HubModel:
         self.rows = [0] * cfg.experts
         self.overflow = [0] * cfg.experts
         self.src_rows = [0] * cfg.sources       # rows opened (not post-EOS)
-        self.src_closed = [0] * cfg.sources     # of those, rows completed
         self.src_eos = [0] * cfg.sources
         self.eos_seen = [False] * cfg.sources
         self.drop_counts = [0] * len(Reason)
@@ -259,8 +258,6 @@ class HubModel:
         fx.credit = (pkt.src, pkt.tag)
         self.credits.append(fx.credit)
         self.inflight -= 1
-        if not e.post_eos:
-            self.src_closed[pkt.src] += 1
         if e.state == ALLOC:
             fx.completed = (e.expert, e.row)
             tile = e.row >> self.layer_tile_rows_log2
@@ -285,8 +282,11 @@ class HubModel:
 
     # ------------------------------------------------------------------ end of layer
     def finished(self) -> bool:
-        return all(self.eos_seen[s] and self.src_closed[s] == self.src_rows[s]
-                   and self.src_rows[s] >= self.src_eos[s] for s in range(self.cfg.sources))
+        """Every source's end-of-stream is in and its count reached, and no row is in
+        flight (a row opened past a source's count, dropped, still holds the layer open
+        until it completes -- or until the watchdog flushes it)."""
+        return self.inflight == 0 and all(self.eos_seen[s] and self.src_rows[s] >= self.src_eos[s]
+                                          for s in range(self.cfg.sources))
 
     def _check_finished(self, ctl_out: list):
         if self._finish_pending:

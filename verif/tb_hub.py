@@ -259,19 +259,20 @@ async def test_end_of_stream_rules(dut):
 @cocotb.test(**TIMEOUT)
 async def test_junk_in_the_finishing_cycle(dut):
     """The cycle that completes a layer's last row also opens a row past its source's EOS
-    count (POST_EOS, not counted): the layer is finished at the end of that cycle, so a
-    packet in the very next cycle is NOT_ARMED (the post-EOS flag of a row opened one
-    cycle earlier must already count for the end-of-layer check)."""
+    count (POST_EOS): that row holds the layer open until it completes; the layer is
+    finished at the end of that cycle, so a packet in the very next cycle is NOT_ARMED."""
     tb = await make_tb(dut)
     a, junk = row(0, 0, token=1), row(0, 0, token=2)
     pa, pj = chunks(a, 0), chunks(junk, 1)
     await tb.send_schedule(wide(eos_all({0: 1})))
     await tb.send_schedule(serial(pa[:-1]))
     pad = [None] * (CFG.lanes - 2)
-    await tb.send_schedule([[pa[-1], pj[0]] + pad, [pj[1], None] + pad])
+    sched = [[pa[-1], pj[0]] + pad] + serial(pj[1:]) + [[Packet.eos(0, 1), None] + pad]
+    await tb.send_schedule(sched)
     model = await finish(tb)
     d = model.drop_counts
-    assert (d[Reason.POST_EOS], d[Reason.NOT_ARMED]) == (1, 1), d
+    assert (d[Reason.POST_EOS], d[Reason.NOT_ARMED], d[Reason.EOS_DUPLICATE]) == (1, 1, 0), d
+    assert model.done
 
 
 @cocotb.test(**TIMEOUT)
