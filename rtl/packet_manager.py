@@ -1,7 +1,10 @@
 """Runtime packet manager: the row tables, per-lane packet handling and address translation.
 
-Pipeline (one *group* of up to ``lanes`` packets per stage; the whole pipeline advances
-together or stalls together):
+Pipeline (one *group* of up to ``lanes`` packets per stage). The pipeline never stalls:
+every stage register loads every cycle, so no enable fans out across it. Back-pressure
+acts only at the input, by reservation: a group is accepted only when every packet in
+flight is sure to find room for its write (in its lane's write FIFO), its event and its
+credit (in the queues), counted in registers a cycle ahead (``room``).
 
 * **A** -- input registers, with everything that depends on the packets alone decoded on
   the way in: range checks, the table index, the chunk's one-hot bit, and the lane-pair
@@ -13,21 +16,20 @@ together or stalls together):
   first), written as parallel prefix logic rather than a chain of lanes: the first chunk
   of a row (any index, any lane) opens it; duplicate, protocol and end-of-stream rules;
   row completion (all chunks in). T owns the state those rules need: the chunk table
-  (open, post-EOS, expert, chunk bitmap per (source, tag)) and per source the
-  end-of-stream flag and count and the rows opened. It commits them when it advances.
+  (open, expert, chunk bitmap per (source, tag)) and per source the end-of-stream flag
+  and count and the rows opened, and commits them every cycle.
 * **AL** -- the :class:`AddressAllocator` grants rows to the rows T opened (lane order;
   overflow refused).
 * **RI** -- row-info table (granted row, allocated or dropped) per (source, tag): openers
   write it, later chunks read it, or take it from their opener in the same group.
-  Per-row events (metadata write, completion) and credits are formed here.
-* **B** -- per-lane write of an allocated row: (expert, row, chunk, data); the events
-  and credits go to their queues in lane order.
-* **C** -- address translation ``region_base[e] + row * row_stride + chunk * chunk_bytes``
-  into the ``wr`` output registers; each lane's write leaves when its ``wr`` port is ready.
+  Per-row events (metadata write, completion), credits, and the first half of the
+  address (``region_base[e] + chunk * chunk_bytes``) are formed here.
+* **B** -- events and credits enter their queues in lane order; the address gets
+  ``+ row * row_stride``; each lane's write enters the lane's write FIFO
+  (``WRITE_FIFO_DEPTH`` entries), whose head is the lane's ``wr`` port.
 
-Latency: a packet accepted in cycle *t* is written out in cycle *t+6*; its row's events
-enter the event queue in cycle *t+5*. Per-stage loops are short: T's table update and
-its bypass into R, the per-source counters, the allocator's row counters.
+Latency: a packet accepted in cycle *t* is written out in cycle *t+6* (``WRITE_LATENCY``)
+when its FIFO is empty; its row's events enter the event queue in cycle *t+5*.
 
 Bad input (see :class:`~moehub.rtl.formats.Reason`), each counted in ``drops`` and in the
 sticky ``errors``; nothing else changes and no other row is touched:
@@ -56,7 +58,6 @@ end-of-layer sweep.
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.data import StructLayout
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -227,6 +228,20 @@ class PacketManager(wiring.Component):
 
         # ------------------------------------------------------------ input -> A (decode)
         a_valid = Signal(L)
+        # Each lane's write buffer (see B): slots taken in order at acceptance.
+        slot_sigs = []
+        a_slot = lane_sigs("a_slot", range(WRITE_FIFO_DEPTH))
+        for j in range(L):
+            D = WRITE_FIFO_DEPTH
+            sl = {"wa": Signal(range(D), name=f"wf_wa{j}"), "rp": Signal(range(D), name=f"wf_rp{j}"),
+                  "ready": Signal(D, name=f"wf_ready{j}"), "void": Signal(D, name=f"wf_void{j}"),
+                  "data": Array(Signal(cfg.data_bits, name=f"wf_data{j}_{k}") for k in range(D)),
+                  "addr": Array(Signal(cfg.addr_bits, name=f"wf_addr{j}_{k}") for k in range(D)),
+                  "group": Array(Signal(GROUP_BITS, name=f"wf_group{j}_{k}") for k in range(D))}
+            slot_sigs.append(sl)
+            with m.If(acc[j]):
+                m.d.sync += [sl["data"][sl["wa"]].eq(self.i[j].payload.data), sl["wa"].eq(sl["wa"] + 1)]
+            m.d.sync += a_slot[j].eq(sl["wa"])
         a_pkt = [Signal(lay.packet, name=f"a_pkt{j}") for j in range(L)]
         a_bad_src, a_bad_chunk, a_bad_exp = Signal(L), Signal(L), Signal(L)
         a_idx = lane_sigs("a_idx", range(N))
@@ -254,6 +269,7 @@ class PacketManager(wiring.Component):
 
         # ------------------------------------------------------------ A -> R (table read)
         r_valid = Signal(L)
+        r_slot = lane_sigs("r_slot", range(WRITE_FIFO_DEPTH))
         r_pkt = [Signal(lay.packet, name=f"r_pkt{j}") for j in range(L)]
         r_bad_src, r_bad_chunk, r_bad_exp = Signal(L), Signal(L), Signal(L)
         r_idx = lane_sigs("r_idx", range(N))
@@ -266,6 +282,7 @@ class PacketManager(wiring.Component):
         m.d.sync += [r_valid.eq(a_valid), r_bad_src.eq(a_bad_src), r_bad_chunk.eq(a_bad_chunk),
                      r_bad_exp.eq(a_bad_exp)]
         m.d.sync += [r_pkt[j].eq(a_pkt[j]) for j in range(L)]
+        m.d.sync += [r_slot[j].eq(a_slot[j]) for j in range(L)]
         m.d.sync += [r_idx[j].eq(a_idx[j]) for j in range(L)]
         m.d.sync += [r_oh[j].eq(a_oh[j]) for j in range(L)]
         for key in pairs:
@@ -404,6 +421,7 @@ class PacketManager(wiring.Component):
         t_valid = Signal(L)     # lanes with an effect downstream (live)
         t_pv = Signal(L)        # lanes holding a packet (for the input reservations)
         t_pkt = [Signal(lay.packet, name=f"t_pkt{j}") for j in range(L)]
+        t_slot = lane_sigs("t_slot", range(WRITE_FIFO_DEPTH))
         t_idx = lane_sigs("t_idx", range(N))
         t_opener, t_setb, t_comp, t_post, t_bad_exp = (Signal(L, name=n) for n in
                                                         ("t_opener", "t_setb", "t_comp", "t_post", "t_bad_exp"))
@@ -417,6 +435,7 @@ class PacketManager(wiring.Component):
             t_post.eq(Cat(*post)), t_bad_exp.eq(r_bad_exp),
         ]
         m.d.sync += [t_pkt[j].eq(r_pkt[j]) for j in range(L)]
+        m.d.sync += [t_slot[j].eq(r_slot[j]) for j in range(L)]
         m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
         m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
         m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
@@ -430,6 +449,7 @@ class PacketManager(wiring.Component):
         al_valid = Signal(L)
         al_pv = Signal(L)
         al_pkt = [Signal(lay.packet, name=f"al_pkt{j}") for j in range(L)]
+        al_slot = lane_sigs("al_slot", range(WRITE_FIFO_DEPTH))
         al_idx = lane_sigs("al_idx", range(N))
         al_opener, al_setb, al_comp, al_ok, al_ovf = (Signal(L, name=n) for n in
                                                       ("al_opener", "al_setb", "al_comp", "al_ok", "al_ovf"))
@@ -438,6 +458,7 @@ class PacketManager(wiring.Component):
         m.d.sync += [al_valid.eq(t_valid), al_pv.eq(t_pv), al_opener.eq(t_opener), al_setb.eq(t_setb),
                      al_comp.eq(t_comp), al_ok.eq(self.alloc_ok), al_ovf.eq(req & ~self.alloc_ok)]
         m.d.sync += [al_pkt[j].eq(t_pkt[j]) for j in range(L)]
+        m.d.sync += [al_slot[j].eq(t_slot[j]) for j in range(L)]
         m.d.sync += [al_idx[j].eq(t_idx[j]) for j in range(L)]
         m.d.sync += [al_row[j].eq(self.alloc_row[j]) for j in range(L)]
         m.d.sync += [al_fwd[key].eq(t_fwd[key]) for key in pairs]
@@ -446,15 +467,18 @@ class PacketManager(wiring.Component):
         b_valid = Signal(L)
         b_pv = Signal(L)
         b_group = Signal(GROUP_BITS)
-        b_expert = lane_sigs("b_expert", cfg.expert_bits)
+        b_pre = lane_sigs("b_pre", cfg.addr_bits)     # region base + chunk offset
         b_row = lane_sigs("b_row", cfg.row_bits)
-        b_chunk = lane_sigs("b_chunk", cfg.chunk_bits)
-        b_data = lane_sigs("b_data", cfg.data_bits)
+        b_slot = lane_sigs("b_slot", range(WRITE_FIFO_DEPTH))
         b_ev_valid = Signal(L)
         b_ev = [Signal(lay.event, name=f"b_ev{j}") for j in range(L)]
         b_cr_valid = Signal(L)
         b_cr = [Signal(lay.credit, name=f"b_cr{j}") for j in range(L)]
         ri_alloc = []
+        # Address translation in two halves: base + chunk offset here (known since A),
+        # + row * stride in B.
+        base_rd = Array(self.region_base)
+        chunk_shift = cfg.chunk_bytes.bit_length() - 1
         for j in range(L):
             p = al_pkt[j]
             info = Signal(lay.row_info, name=f"info{j}")
@@ -468,8 +492,8 @@ class PacketManager(wiring.Component):
                          ri_wr[j].data.eq(own)]
             m.d.sync += [
                 b_valid[j].eq(al_setb[j] & info.alloc),
-                b_expert[j].eq(p.expert), b_row[j].eq(info.row),
-                b_chunk[j].eq(p.chunk), b_data[j].eq(p.data),
+                b_pre[j].eq(base_rd[p.expert] + (p.chunk << chunk_shift)),
+                b_row[j].eq(info.row), b_slot[j].eq(al_slot[j]),
                 b_ev_valid[j].eq((al_opener[j] & al_ok[j]) | (al_comp[j] & info.alloc)),
                 b_ev[j].complete.eq(al_comp[j]), b_ev[j].expert.eq(p.expert),
                 b_ev[j].row.eq(info.row), b_ev[j].src.eq(p.src), b_ev[j].token.eq(p.token),
@@ -492,44 +516,47 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.ev_push_data[j].eq(b_ev[j]) for j in range(L)]
         m.d.comb += [self.cr_push_data[j].eq(b_cr[j]) for j in range(L)]
         stride_terms = [k for k in range(cfg.stride_bytes.bit_length()) if cfg.stride_bytes >> k & 1]
-        base_rd = Array(self.region_base)
-        chunk_shift = cfg.chunk_bytes.bit_length() - 1
-        wf_layout = StructLayout({"wr": lay.write, "group": GROUP_BITS})
-        wf_valid = Signal(L)
+        wf_pending = Signal(L)     # writes waiting in the lane's buffer
         wf_room = []
         for j in range(L):
             row_off = 0
             for k in stride_terms:
                 row_off = row_off + (b_row[j] << k)
-            # The lane's write FIFO (kept inline: small, flops, head registered by index).
-            store = Array(Signal(wf_layout, name=f"wf{j}_{k}") for k in range(WRITE_FIFO_DEPTH))
-            wp = Signal(range(WRITE_FIFO_DEPTH), name=f"wf_wp{j}")
-            rp = Signal(range(WRITE_FIFO_DEPTH), name=f"wf_rp{j}")
-            level = Signal(range(WRITE_FIFO_DEPTH + 1), name=f"wf_level{j}")
-            w_in = Signal(wf_layout, name=f"wf_in{j}")
-            w_out = Signal(wf_layout, name=f"wf_out{j}")
+            # The lane's write buffer: a slot per packet, taken at acceptance (the data is
+            # written then and does not travel down the pipeline); B fills in the address
+            # (or marks the slot void: no write); slots leave in order from the head.
+            sl = slot_sigs[j]
+            with m.If(b_pv[j]):
+                m.d.sync += [sl["addr"][b_slot[j]].eq(b_pre[j] + row_off),
+                             sl["group"][b_slot[j]].eq(b_group)]
+            head = sl["rp"]
+            head_ready = Signal(name=f"wf_head_ready{j}")
+            head_void = Signal(name=f"wf_head_void{j}")
             m.d.comb += [
-                w_in.wr.addr.eq(base_rd[b_expert[j]] + row_off + (b_chunk[j] << chunk_shift)),
-                w_in.wr.data.eq(b_data[j]), w_in.group.eq(b_group),
-                w_out.eq(store[rp]),
-                wf_valid[j].eq(level != 0),
-                self.wr[j].valid.eq(wf_valid[j]), self.wr[j].payload.eq(w_out.wr),
+                head_ready.eq(sl["ready"].bit_select(head, 1)),
+                head_void.eq(sl["void"].bit_select(head, 1)),
+                wf_pending[j].eq((sl["ready"] & ~sl["void"]).any()),
+                self.wr[j].valid.eq(head_ready & ~head_void),
+                self.wr[j].payload.addr.eq(sl["addr"][head]),
+                self.wr[j].payload.data.eq(sl["data"][head]),
             ]
-            # The tracker's ordering guard sees each FIFO's head one cycle late (and B of
-            # the cycle before, below): a write can only move on, so this errs on the safe side.
-            m.d.sync += [self.c_busy[j].eq(wf_valid[j]), self.c_group[j].eq(w_out.group)]
-            popped = wf_valid[j] & self.wr[j].ready
-            with m.If(b_valid[j]):
-                m.d.sync += [store[wp].eq(w_in), wp.eq(wp + 1)]
-            with m.If(popped):
-                m.d.sync += rp.eq(rp + 1)
-            m.d.sync += level.eq(level + b_valid[j] - popped)
-            # Reservation: +1 per accepted packet on this lane (counted a cycle later, from
-            # A), -1 when it turns out to have no write (at B) or when its write leaves.
-            released = (b_pv[j] & ~b_valid[j]) + popped
-            m.d.sync += wf_used[j].eq(wf_used[j] + a_valid[j] - released)
-            # (for `room`: also this cycle's packet, as if `room` always let one in)
-            wf_room.append(wf_used[j] + a_valid[j] + room - released < WRITE_FIFO_DEPTH)
+            pop = Signal(name=f"wf_pop{j}")
+            m.d.comb += pop.eq(head_ready & (head_void | self.wr[j].ready))
+            set_mask = Mux(b_pv[j], Const(1, WRITE_FIFO_DEPTH) << b_slot[j], 0)
+            clr_mask = Mux(pop, Const(1, WRITE_FIFO_DEPTH) << head, 0)
+            m.d.sync += [sl["ready"].eq((sl["ready"] & ~clr_mask) | set_mask),
+                         sl["void"].eq(Mux(b_pv[j] & ~b_valid[j], sl["void"] | set_mask,
+                                           sl["void"] & ~set_mask))]
+            with m.If(pop):
+                m.d.sync += head.eq(head + 1)
+            # The tracker's ordering guard sees each lane's oldest waiting write a cycle
+            # late (and B of the cycle before, below): a write can only move on, so this
+            # errs on the safe side. (A void head is older than the writes behind it.)
+            m.d.sync += [self.c_busy[j].eq(wf_pending[j]), self.c_group[j].eq(sl["group"][head])]
+            # Reservation: a slot per accepted packet until it leaves the head.
+            m.d.sync += wf_used[j].eq(wf_used[j] + acc[j] - pop)
+            # (for `room`: as if `room` let a packet in on every lane this cycle)
+            wf_room.append(wf_used[j] + room - pop < WRITE_FIFO_DEPTH)
         m.d.comb += [self.b_busy.eq(b_valid.any()), self.b_group.eq(b_group)]
         m.d.sync += [self.c_busy[L].eq(b_valid.any()), self.c_group[L].eq(b_group)]
         m.d.comb += young.eq(Cat(~self.c_busy[j] | ((group - self.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
@@ -541,12 +568,12 @@ class PacketManager(wiring.Component):
         # and the credit port's paths)
         ev_pop, cr_pop = Signal(), Signal()
         m.d.sync += [ev_pop.eq(self.ev_pop), cr_pop.eq(self.cr_pop)]
-        # (acceptances too, from A: so that no input path reaches these registers)
+        # (acceptances too, counted into A: so that no input path reaches these registers)
         n_acc = Signal(range(L + 1))
+        m.d.sync += n_acc.eq(_popcount(acc))
         ev_delta = Signal(range(-L, L + 2))
         cr_delta = Signal(range(-L, L + 2))
-        m.d.comb += [n_acc.eq(_popcount(a_valid)),
-                     ev_delta.eq(ev_pop + b_no_ev - n_acc), cr_delta.eq(cr_pop + b_no_cr - n_acc)]
+        m.d.comb += [ev_delta.eq(ev_pop + b_no_ev - n_acc), cr_delta.eq(cr_pop + b_no_cr - n_acc)]
         m.d.sync += [ev_avail.eq(ev_avail + ev_delta), cr_avail.eq(cr_avail + cr_delta)]
         need = Mux(room, 2 * L, L) + n_acc
         m.d.sync += room.eq(young & Cat(*wf_room).all()
@@ -574,10 +601,10 @@ class PacketManager(wiring.Component):
                 al_ovf[j] & (al_pkt[j].expert == e) for j in range(L)))
 
         # ------------------------------------------------------------ layer control
-        pipe_empty = ~(a_valid | r_valid | t_pv | al_pv | b_pv | wf_valid).any()
+        pipe_empty = ~(a_valid | r_valid | t_pv | al_pv | b_pv).any() & Cat(u == 0 for u in wf_used).all()
         # Nothing of the layer left after T (lanes past a finished layer have no effect).
         drained = (self.ev_empty & self.tracker_idle
-                   & ~(t_valid | al_valid | b_valid | b_ev_valid | b_cr_valid | wf_valid).any())
+                   & ~(t_valid | al_valid | b_valid | b_ev_valid | b_cr_valid | wf_pending).any())
         with m.If(self.start):
             m.d.sync += start_pending.eq(1)
         with m.If(self.flush & armed):

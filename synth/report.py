@@ -92,7 +92,7 @@ def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opt
         })
     top = modules["top"]
     return {
-        "flow": "yosys 0.23 + ABC (dc2, &nf, buffer -p, upsize, dnsize) -> OSU018; OpenSTA 2.0.17",
+        "flow": "yosys 0.23 + ABC (&nf, buffer -p, upsize, dnsize) -> OSU018; OpenSTA 2.0.17",
         "clock_constraint_ns": period_ns,
         "fo4_osu018_ns": round(fo4_ns, 5),
         "sram": {**sram_opts, "access_fo4": sram.SRAM_ACCESS_FO4, "setup_fo4": sram.SRAM_SETUP_FO4,
