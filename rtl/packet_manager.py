@@ -247,8 +247,10 @@ class PacketManager(wiring.Component):
         a_idx = lane_sigs("a_idx", range(N))
         a_oh = lane_sigs("a_oh", C)
         a_same_idx, a_same_src, a_same_exp = pair_sigs("a_same_idx"), pair_sigs("a_same_src"), pair_sigs("a_same_exp")
-        # a_hit[j, k]: lane j of this group is on the row lane k of the group ahead is on.
+        # a_hit[j, k]: lane j of this group is on the row lane k of the group ahead is on;
+        # a_hit2: ... of the group two ahead (whose table write is still pending, see W).
         a_hit = {(j, k): Signal(name=f"a_hit{j}_{k}") for j in range(L) for k in range(L)}
+        a_hit2 = {(j, k): Signal(name=f"a_hit2_{j}_{k}") for j in range(L) for k in range(L)}
         for j in range(L):
             q = self.i[j].payload
             m.d.sync += [
@@ -271,6 +273,10 @@ class PacketManager(wiring.Component):
         r_valid = Signal(L)
         r_slot = lane_sigs("r_slot", range(WRITE_FIFO_DEPTH))
         r_pkt = [Signal(lay.packet, name=f"r_pkt{j}") for j in range(L)]
+        for j in range(L):
+            q = self.i[j].payload
+            m.d.sync += [a_hit2[j, k].eq((q.src == r_pkt[k].src) & (q.tag == r_pkt[k].tag))
+                         for k in range(L)]
         r_bad_src, r_bad_chunk, r_bad_exp = Signal(L), Signal(L), Signal(L)
         r_idx = lane_sigs("r_idx", range(N))
         r_oh = lane_sigs("r_oh", C)
@@ -279,6 +285,11 @@ class PacketManager(wiring.Component):
         # Filled in by T below: which of T's lanes writes back which entry value.
         t_wen = lane_sigs("t_wen")
         t_after = [Signal(lay.chunk_entry, name=f"t_after{k}") for k in range(L)]
+        # W: T's write-back, registered; the table is written from here a cycle later, so
+        # the wide write fan-out is off T's loop (R takes pending writes from W too).
+        w_wen = lane_sigs("w_wen")
+        w_idx = lane_sigs("w_idx", range(N))
+        w_after = [Signal(lay.chunk_entry, name=f"w_after{k}") for k in range(L)]
         m.d.sync += [r_valid.eq(a_valid), r_bad_src.eq(a_bad_src), r_bad_chunk.eq(a_bad_chunk),
                      r_bad_exp.eq(a_bad_exp)]
         m.d.sync += [r_pkt[j].eq(a_pkt[j]) for j in range(L)]
@@ -297,11 +308,22 @@ class PacketManager(wiring.Component):
                 stored.bitmap.eq(ct_rd[j].data.bitmap),
             ]
             m.d.sync += r_ent[j].eq(_onehot_mux(
-                [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)], stored))
+                [(a_hit2[j, k] & w_wen[k], w_after[k]) for k in range(L)]
+                + [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)], stored))
 
         # ------------------------------------------------------------ T (the rules, on R)
         finished = Signal()
-        m.d.comb += finished.eq(~open_v.any() & Cat(
+        # (open rows: the table's, with W's pending writes applied)
+        wmask, wopen = Const(0, N), Const(0, N)
+        for k in range(L):
+            dec = Signal(N, name=f"w_dec{k}")
+            m.d.comb += dec.eq(Mux(w_wen[k], Const(1, N) << w_idx[k], 0))
+            wmask = wmask | dec
+            wopen = wopen | Mux(w_after[k].open, dec, 0)
+        open_eff = Signal(N)
+        m.d.comb += open_eff.eq((open_v & ~wmask) | wopen)
+        m.d.sync += open_v.eq(open_eff)
+        m.d.comb += finished.eq(~open_eff.any() & Cat(
             eos_seen[s] & (opened[s] >= eos_cnt[s]) for s in range(S)).all())
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
@@ -382,20 +404,15 @@ class PacketManager(wiring.Component):
                 t_after[k].open.eq(bits_k != all_chunks),
                 t_after[k].expert.eq(expert_k),
                 t_after[k].bitmap.eq(bits_k),
-                ct_wr[k].addr.eq(r_idx[k]),
-                ct_wr[k].en.eq(t_wen[k]),
-                ct_wr[k].data.expert.eq(t_after[k].expert),
-                ct_wr[k].data.bitmap.eq(t_after[k].bitmap),
+                ct_wr[k].addr.eq(w_idx[k]),
+                ct_wr[k].en.eq(w_wen[k]),
+                ct_wr[k].data.expert.eq(w_after[k].expert),
+                ct_wr[k].data.bitmap.eq(w_after[k].bitmap),
             ]
-        # At most one lane writes an entry (the last on its row), so each entry's next value
-        # is a two-level AND-OR of the lanes' decoded indices.
-        wmask, wopen = Const(0, N), Const(0, N)
-        for k in range(L):
-            dec = Signal(N, name=f"t_dec{k}")
-            m.d.comb += dec.eq(Mux(t_wen[k], Const(1, N) << r_idx[k], 0))
-            wmask = wmask | dec
-            wopen = wopen | Mux(t_after[k].open, dec, 0)
-        m.d.sync += open_v.eq((open_v & ~wmask) | wopen)
+        # At most one lane writes an entry (the last on its row): W applies the writes.
+        m.d.sync += [w_wen[k].eq(t_wen[k]) for k in range(L)]
+        m.d.sync += [w_idx[k].eq(r_idx[k]) for k in range(L)]
+        m.d.sync += [w_after[k].eq(t_after[k]) for k in range(L)]
         with m.If(live):
             for s in range(S):
                 m.d.sync += opened[s].eq(opened[s] + _popcount(opener[j] & (r_pkt[j].src == s)
