@@ -56,7 +56,7 @@ until it completes, or until the watchdog flushes it); every later group is drop
 NOT_ARMED, and once the pipeline has drained the packet manager asks the tracker for the
 end-of-layer sweep.
 """
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -183,7 +183,8 @@ class PacketManager(wiring.Component):
         eos_cnt = [Signal(cfg.count_bits, name=f"eos_cnt{s}") for s in range(S)]
         opened = [Signal(cfg.count_bits + 1, name=f"opened{s}") for s in range(S)]
         src_rows = [Signal(cfg.count_bits, name=f"src_rows{s}") for s in range(S)]
-        eos_seen_rd, eos_cnt_rd, opened_rd = Array(eos_seen), Array(eos_cnt), Array(opened)
+        dist = [Signal(signed(cfg.count_bits + 3), name=f"dist{s}") for s in range(S)]
+        eos_seen_rd, opened_rd, dist_rd = Array(eos_seen), Array(opened), Array(dist)
         inflight = Signal(32)
         drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
         overflow = [Signal(32, name=f"overflow{e}") for e in range(E)]
@@ -324,7 +325,7 @@ class PacketManager(wiring.Component):
         m.d.comb += open_eff.eq((open_v & ~wmask) | wopen)
         m.d.sync += open_v.eq(open_eff)
         m.d.comb += finished.eq(~open_eff.any() & Cat(
-            eos_seen[s] & (opened[s] >= eos_cnt[s]) for s in range(S)).all())
+            eos_seen[s] & (dist[s] <= 0) for s in range(S)).all())
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
 
@@ -333,6 +334,7 @@ class PacketManager(wiring.Component):
             lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp", "post"))
         eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
         mismatch = lane_sigs("mismatch")
+        e_cnt = lane_sigs("e_cnt", signed(cfg.count_bits + 3))   # count - opened (EOS lanes)
         bits_before = lane_sigs("bits_before", C)
         all_chunks = (1 << C) - 1
         for j in range(L):
@@ -367,27 +369,22 @@ class PacketManager(wiring.Component):
 
             # End of stream, and whether an opener comes after its source's end-of-stream
             # count. ``opened`` counts every opener, post-EOS ones too: the condition is
-            # monotone, so counting them changes no outcome and keeps the post check out of
-            # the counter's loop.
+            # monotone, so counting them changes no outcome. Per source T keeps the
+            # distance ``dist = count - opened`` (valid once the EOS is in), so an opener's
+            # check is a small compare: dist <= k, k = earlier openers of the source in
+            # this group. For an EOS in this group, E = count - opened comes from registers.
             src = p.src
             eos_prior = _any(eos[i] & r_same_src[i, j] for i in range(j))
             m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | eos_prior),
                          eos_acc[j].eq(eos[j] & ~seen_before[j])]
-            # (opened + k >= count) for every possible number k of earlier openers, from
-            # registers, in parallel with the opener logic; k then picks one.
             k_open = Signal(range(L), name=f"k_open{j}")
-            m.d.comb += k_open.eq(_popcount(opener[i] & r_same_src[i, j] for i in range(j)))
-            new_cnt = _onehot_mux([(eos_acc[i] & r_same_src[i, j], r_pkt[i].count) for i in range(j)], 0)
-            cnt_eff = Signal(cfg.count_bits, name=f"cnt_eff{j}")
-            opened_j = Signal(cfg.count_bits + 1, name=f"opened_src{j}")
-            m.d.comb += [cnt_eff.eq(Mux(eos_seen_rd[src], eos_cnt_rd[src], new_cnt)),
-                         opened_j.eq(opened_rd[src])]
-            ge = Signal(j + 1, name=f"ge{j}")      # bit k: opened + k >= cnt_eff
-            gt_cnt = Signal(j + 1, name=f"gt{j}")  # bit k: opened + k > own count (EOS lanes)
-            for k in range(j + 1):
-                m.d.comb += [ge[k].eq(opened_j + k >= cnt_eff), gt_cnt[k].eq(opened_j + k > p.count)]
-            m.d.comb += [post[j].eq(~r_bad_exp[j] & seen_before[j] & ge.bit_select(k_open, 1)),
-                         mismatch[j].eq(eos_acc[j] & gt_cnt.bit_select(k_open, 1))]
+            m.d.comb += [k_open.eq(_popcount(opener[i] & r_same_src[i, j] for i in range(j))),
+                         e_cnt[j].eq(p.count - opened_rd[src])]
+            dist_j = Signal.like(e_cnt[j], name=f"dist_now{j}")
+            m.d.comb += dist_j.eq(Mux(eos_seen_rd[src], dist_rd[src], _onehot_mux(
+                [(eos_acc[i] & r_same_src[i, j], e_cnt[i]) for i in range(j)], 0)))
+            m.d.comb += [post[j].eq(~r_bad_exp[j] & seen_before[j] & (dist_j <= k_open)),
+                         mismatch[j].eq(eos_acc[j] & (e_cnt[j] < k_open))]
 
         # Write-back: the last data lane on each row leaves the row's state in the table
         # (and in the bypass to R).
@@ -415,11 +412,21 @@ class PacketManager(wiring.Component):
         m.d.sync += [w_after[k].eq(t_after[k]) for k in range(L)]
         with m.If(live):
             for s in range(S):
-                m.d.sync += opened[s].eq(opened[s] + _popcount(opener[j] & (r_pkt[j].src == s)
-                                                               for j in range(L)))
+                # every outcome for n = 0..lanes openers from registers; n selects one
+                n_s = Signal(range(L + 1), name=f"n_open{s}")
+                m.d.comb += n_s.eq(_popcount(opener[j] & (r_pkt[j].src == s) for j in range(L)))
+                nxt_opened, nxt_dist = opened[s], dist[s]
+                for n in range(1, L + 1):
+                    nxt_opened = Mux(n_s == n, opened[s] + n, nxt_opened)
+                    nxt_dist = Mux(n_s == n, dist[s] - n, nxt_dist)
+                m.d.sync += [opened[s].eq(nxt_opened), dist[s].eq(nxt_dist)]
                 for j in range(L):
                     with m.If(eos_acc[j] & (r_pkt[j].src == s)):
-                        m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(r_pkt[j].count)]
+                        new_dist = e_cnt[j]
+                        for n in range(1, L + 1):
+                            new_dist = Mux(n_s == n, e_cnt[j] - n, new_dist)
+                        m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(r_pkt[j].count),
+                                     dist[s].eq(new_dist)]
 
         # Reasons found in T, registered for the statistics.
         reason_hits = {
@@ -658,7 +665,7 @@ class PacketManager(wiring.Component):
             m.d.sync += [start_pending.eq(self.start), flush_pending.eq(0), flush_timeout.eq(0),
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
             m.d.sync += open_v.eq(0)
-            m.d.sync += [x.eq(0) for x in eos_cnt + opened + src_rows + drops + overflow]
+            m.d.sync += [x.eq(0) for x in eos_cnt + opened + dist + src_rows + drops + overflow]
         with m.Elif(flush_go):
             with m.If(inflight != 0):
                 m.d.sync += [drops[Reason.INCOMPLETE].eq(drops[Reason.INCOMPLETE] + inflight),
