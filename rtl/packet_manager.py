@@ -333,7 +333,6 @@ class PacketManager(wiring.Component):
         match, full_before, protocol, dup, setb, comp, post = (
             lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp", "post"))
         eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
-        mismatch = lane_sigs("mismatch")
         e_cnt = lane_sigs("e_cnt", signed(cfg.count_bits + 3))   # count - opened (EOS lanes)
         bits_before = lane_sigs("bits_before", C)
         all_chunks = (1 << C) - 1
@@ -367,12 +366,13 @@ class PacketManager(wiring.Component):
                 comp[j].eq(setb[j] & ((bits_before[j] | r_oh[j]) == all_chunks)),
             ]
 
-            # End of stream, and whether an opener comes after its source's end-of-stream
+            # End of stream (it takes effect at the end of the group: rows opened in the
+            # same group still count), and whether an opener comes after its source's
             # count. ``opened`` counts every opener, post-EOS ones too: the condition is
             # monotone, so counting them changes no outcome. Per source T keeps the
-            # distance ``dist = count - opened`` (valid once the EOS is in), so an opener's
-            # check is a small compare: dist <= k, k = earlier openers of the source in
-            # this group. For an EOS in this group, E = count - opened comes from registers.
+            # distance ``dist = count - opened`` (once the EOS is in), so an opener's check
+            # is a small compare from registers: dist <= k, k = the source's earlier
+            # openers in this group.
             src = p.src
             eos_prior = _any(eos[i] & r_same_src[i, j] for i in range(j))
             m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | eos_prior),
@@ -380,11 +380,7 @@ class PacketManager(wiring.Component):
             k_open = Signal(range(L), name=f"k_open{j}")
             m.d.comb += [k_open.eq(_popcount(opener[i] & r_same_src[i, j] for i in range(j))),
                          e_cnt[j].eq(p.count - opened_rd[src])]
-            dist_j = Signal.like(e_cnt[j], name=f"dist_now{j}")
-            m.d.comb += dist_j.eq(Mux(eos_seen_rd[src], dist_rd[src], _onehot_mux(
-                [(eos_acc[i] & r_same_src[i, j], e_cnt[i]) for i in range(j)], 0)))
-            m.d.comb += [post[j].eq(~r_bad_exp[j] & seen_before[j] & (dist_j <= k_open)),
-                         mismatch[j].eq(eos_acc[j] & (e_cnt[j] < k_open))]
+            m.d.comb += post[j].eq(~r_bad_exp[j] & eos_seen_rd[src] & (dist_rd[src] <= k_open))
 
         # Write-back: the last data lane on each row leaves the row's state in the table
         # (and in the bypass to R).
@@ -422,11 +418,20 @@ class PacketManager(wiring.Component):
                 m.d.sync += [opened[s].eq(nxt_opened), dist[s].eq(nxt_dist)]
                 for j in range(L):
                     with m.If(eos_acc[j] & (r_pkt[j].src == s)):
+                        # count - opened - n for every n from registers; n selects one
                         new_dist = e_cnt[j]
                         for n in range(1, L + 1):
-                            new_dist = Mux(n_s == n, e_cnt[j] - n, new_dist)
+                            new_dist = Mux(n_s == n, (r_pkt[j].count - n) - opened[s], new_dist)
                         m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(r_pkt[j].count),
                                      dist[s].eq(new_dist)]
+
+        # EOS_MISMATCH (the count below the source's rows at the end of the EOS's group):
+        # checked a cycle later, on the distance register.
+        eos_new = Signal(S)
+        m.d.sync += eos_new.eq(Cat(live & _any(eos_acc[j] & (r_pkt[j].src == s) for j in range(L))
+                                   for s in range(S)))
+        mismatch_hits = Signal(S)
+        m.d.comb += mismatch_hits.eq(Cat(eos_new[s] & (dist[s] < 0) for s in range(S)))
 
         # Reasons found in T, registered for the statistics.
         reason_hits = {
@@ -438,7 +443,6 @@ class PacketManager(wiring.Component):
             Reason.PROTOCOL: [live & protocol[j] for j in range(L)],
             Reason.DUPLICATE: [live & dup[j] for j in range(L)],
             Reason.EOS_DUPLICATE: [live & eos[j] & seen_before[j] for j in range(L)],
-            Reason.EOS_MISMATCH: [live & mismatch[j] for j in range(L)],
         }
 
         # ------------------------------------------------------------ T -> AL (allocation)
@@ -613,7 +617,7 @@ class PacketManager(wiring.Component):
         for s in range(S):
             m.d.sync += src_rows[s].eq(src_rows[s] + _popcount(
                 t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)))
-        for r, hits in t_hits.items():
+        for r, hits in [*t_hits.items(), (Reason.EOS_MISMATCH, mismatch_hits)]:
             m.d.sync += drops[r].eq(drops[r] + _popcount(hits))
             with m.If(hits.any()):
                 m.d.sync += errors[r].eq(1)

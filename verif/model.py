@@ -13,8 +13,10 @@ them (accept cycle, then lane index), and every effect is returned and recorded:
 The one place cycles matter is the *same-cycle rules*, because the hardware updates its
 table and counters at the end of a cycle: (1) a packet accepted in the same cycle as, and
 after, the packet that completed its row finds the row closed and is a duplicate; (2) a
-layer that finishes (last EOS in, last row complete) ends at the end of that cycle, so
-later packets of the same cycle still belong to it. Passing ``cycle`` to
+layer that finishes (last EOS in, no row in flight) ends at the end of that cycle, so
+later packets of the same cycle still belong to it; (3) an end-of-stream takes effect at
+the end of its cycle: rows opened in the same cycle still count toward the source (an
+EOS count below the source's rows at that point is an EOS_MISMATCH). Passing ``cycle`` to
 :meth:`HubModel.packet` applies these rules (call :meth:`HubModel.end` after the last
 packet); without ``cycle`` the model is fully sequential.
 
@@ -122,6 +124,7 @@ class HubModel:
         self.src_rows = [0] * cfg.sources       # rows opened (not post-EOS)
         self.src_eos = [0] * cfg.sources
         self.eos_seen = [False] * cfg.sources
+        self._eos_pending: dict = {}              # EOS of this cycle, applied at its end
         self.drop_counts = [0] * len(Reason)
         self.tile_count: dict[tuple, int] = {}
         self.inflight = 0
@@ -217,14 +220,23 @@ class HubModel:
         return fx
 
     def _eos(self, pkt: Packet):
+        """An end-of-stream takes effect at the end of its cycle: rows opened in the same
+        cycle (on any lane) still count toward the source."""
         s = pkt.src
-        if self.eos_seen[s]:
+        if self.eos_seen[s] or s in self._eos_pending:
             self._count(Reason.EOS_DUPLICATE)
             return
-        self.eos_seen[s] = True
-        self.src_eos[s] = pkt.count
-        if pkt.count < self.src_rows[s]:
-            self._count(Reason.EOS_MISMATCH)
+        self._eos_pending[s] = pkt.count
+        if not self._finish_pending:      # no cycles: every packet is a cycle of its own
+            self._apply_eos()
+
+    def _apply_eos(self):
+        for s, count in self._eos_pending.items():
+            self.eos_seen[s] = True
+            self.src_eos[s] = count
+            if count < self.src_rows[s]:
+                self._count(Reason.EOS_MISMATCH)
+        self._eos_pending = {}
 
     def _open(self, e: Entry, pkt: Packet, fx: Effects):
         cfg, s, x = self.cfg, pkt.src, pkt.expert
@@ -297,6 +309,7 @@ class HubModel:
     def end(self, ctl_out: Optional[list] = None) -> list:
         """End of the current cycle (cycle mode): a layer that finished now sweeps."""
         out = [] if ctl_out is None else ctl_out
+        self._apply_eos()
         self._finish_pending = False
         self._check_finished(out)
         return out

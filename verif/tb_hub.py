@@ -257,6 +257,24 @@ async def test_end_of_stream_rules(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_eos_and_rows_in_one_cycle(dut):
+    """An end-of-stream takes effect at the end of its cycle: rows of the same source that
+    open in that cycle, on lanes before and after it, still count; with them the source
+    has more rows than its count, which is an EOS_MISMATCH (no row is dropped)."""
+    tb = await make_tb(dut)
+    r0, r1 = row(0, 0, token=1), row(0, 1 % CFG.experts, token=2)
+    p0, p1 = chunks(r0, 0), chunks(r1, 1)
+    pad = [None] * (CFG.lanes - 3)
+    await tb.send_schedule([[p0[0], Packet.eos(0, 1), p1[0]] + pad])
+    await tb.send_schedule(serial(p0[1:] + p1[1:]))
+    await tb.send_schedule(wide([Packet.eos(s, 0) for s in range(1, CFG.sources)]))
+    model = await finish(tb)
+    d = model.drop_counts
+    assert (d[Reason.POST_EOS], d[Reason.EOS_MISMATCH]) == (0, 1), d
+    assert model.src_rows[0] == 2 and model.done
+
+
+@cocotb.test(**TIMEOUT)
 async def test_junk_in_the_finishing_cycle(dut):
     """The cycle that completes a layer's last row also opens a row past its source's EOS
     count (POST_EOS): that row holds the layer open until it completes; the layer is
