@@ -22,6 +22,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
+from .logic import exactly
 
 
 class AddressAllocator(wiring.Component):
@@ -82,14 +83,14 @@ class AddressAllocator(wiring.Component):
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Elif(self.commit):
             for e in range(E):
-                n_req = Signal(range(L + 1), name=f"n_req{e}")
-                m.d.comb += n_req.eq(sum(self.req[j] & (self.req_expert[j] == e) for j in range(L)))
+                reqs = [self.req[j] & (self.req_expert[j] == e) for j in range(L)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
                 nxt_cnt, nxt_room = counters[e], room[e]
                 for n in range(1, L + 1):
                     fits = room[e] >= n
-                    nxt_cnt = Mux(n_req == n, Mux(fits, counters[e] + n, cap_l[e]), nxt_cnt)
-                    nxt_room = Mux(n_req == n, Mux(fits, room[e] - n, 0), nxt_room)
+                    is_n = exactly(reqs, n)
+                    nxt_cnt = Mux(is_n, Mux(fits, counters[e] + n, cap_l[e]), nxt_cnt)
+                    nxt_room = Mux(is_n, Mux(fits, room[e] - n, 0), nxt_room)
                 m.d.sync += [counters[e].eq(nxt_cnt), room[e].eq(nxt_room)]
         return m

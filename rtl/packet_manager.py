@@ -64,6 +64,7 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import QUEUE_GROUPS, HubConfig
 from .formats import Reason
 from .layouts import GROUP_AGE_LIMIT, GROUP_BITS, HubLayouts
+from .logic import exactly, popcount as _popcount, select as _select
 
 #: Cycles from a packet's acceptance to its data write leaving the hub (nothing stalled).
 WRITE_LATENCY = 6
@@ -75,13 +76,6 @@ IN_FLIGHT_GROUPS = QUEUE_GROUPS - 1
 #: Entries of each lane's write FIFO: the writes in flight plus one leaving, so that a lane
 #: whose port is always ready never holds the input back.
 WRITE_FIFO_DEPTH = 8
-
-
-def _popcount(bits):
-    total = 0
-    for b in bits:
-        total = total + b
-    return total
 
 
 def _any(bits):
@@ -300,6 +294,15 @@ class PacketManager(wiring.Component):
         for key in pairs:
             m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
                          r_same_exp[key].eq(a_same_exp[key])]
+        # For an end-of-stream: count - opened - m for m = 0..2 x lanes, from registers.
+        # ``opened`` is read a group early here; T adds the openers of the group between
+        # (p_sel, registered) and its own by choosing m.
+        r_ecnt = [[Signal(signed(cfg.count_bits + 3), name=f"r_ecnt{j}_{q}") for q in range(2 * L + 1)]
+                  for j in range(L)]
+        for j in range(L):
+            base_e = Signal(signed(cfg.count_bits + 3), name=f"a_ecnt{j}")
+            m.d.comb += base_e.eq(a_pkt[j].count - opened_rd[a_pkt[j].src])
+            m.d.sync += [r_ecnt[j][q].eq(base_e - q) for q in range(2 * L + 1)]
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
@@ -333,7 +336,7 @@ class PacketManager(wiring.Component):
         match, full_before, protocol, dup, setb, comp, post = (
             lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp", "post"))
         eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
-        e_cnt = lane_sigs("e_cnt", signed(cfg.count_bits + 3))   # count - opened (EOS lanes)
+        p_sel = [Signal(L + 1, name=f"p_sel{s}", init=1) for s in range(S)]   # see r_ecnt
         bits_before = lane_sigs("bits_before", C)
         all_chunks = (1 << C) - 1
         for j in range(L):
@@ -377,10 +380,12 @@ class PacketManager(wiring.Component):
             eos_prior = _any(eos[i] & r_same_src[i, j] for i in range(j))
             m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | eos_prior),
                          eos_acc[j].eq(eos[j] & ~seen_before[j])]
-            k_open = Signal(range(L), name=f"k_open{j}")
-            m.d.comb += [k_open.eq(_popcount(opener[i] & r_same_src[i, j] for i in range(j))),
-                         e_cnt[j].eq(p.count - opened_rd[src])]
-            m.d.comb += post[j].eq(~r_bad_exp[j] & eos_seen_rd[src] & (dist_rd[src] <= k_open))
+            # (dist <= k for every k from registers; the k that holds selects)
+            earlier_openers = [opener[i] & r_same_src[i, j] for i in range(j)]
+            dist_src = Signal.like(dist[0], name=f"dist_src{j}")
+            m.d.comb += dist_src.eq(dist_rd[src])
+            m.d.comb += post[j].eq(~r_bad_exp[j] & eos_seen_rd[src] & Cat(
+                exactly(earlier_openers, k) & (dist_src <= k) for k in range(j + 1)).any())
 
         # Write-back: the last data lane on each row leaves the row's state in the table
         # (and in the bypass to R).
@@ -408,23 +413,30 @@ class PacketManager(wiring.Component):
         m.d.sync += [w_after[k].eq(t_after[k]) for k in range(L)]
         with m.If(live):
             for s in range(S):
-                # every outcome for n = 0..lanes openers from registers; n selects one
-                n_s = Signal(range(L + 1), name=f"n_open{s}")
-                m.d.comb += n_s.eq(_popcount(opener[j] & (r_pkt[j].src == s) for j in range(L)))
-                nxt_opened, nxt_dist = opened[s], dist[s]
-                for n in range(1, L + 1):
-                    nxt_opened = Mux(n_s == n, opened[s] + n, nxt_opened)
-                    nxt_dist = Mux(n_s == n, dist[s] - n, nxt_dist)
-                m.d.sync += [opened[s].eq(nxt_opened), dist[s].eq(nxt_dist)]
-                for j in range(L):
-                    with m.If(eos_acc[j] & (r_pkt[j].src == s)):
-                        # count - opened - n for every n from registers; n selects one
-                        new_dist = e_cnt[j]
-                        for n in range(1, L + 1):
-                            new_dist = Mux(n_s == n, (r_pkt[j].count - n) - opened[s], new_dist)
-                        m.d.sync += [eos_seen[s].eq(1), eos_cnt[s].eq(r_pkt[j].count),
-                                     dist[s].eq(new_dist)]
+                # Every outcome for n = 0..lanes openers is formed from registers; n (and
+                # the EOS lane, at most one per source) then select one, AND-OR style.
+                src_openers = [opener[j] & (r_pkt[j].src == s) for j in range(L)]
+                sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
+                m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
+                eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
+                m.d.comb += [eos_sel[j].eq(eos_acc[j] & (r_pkt[j].src == s)) for j in range(L)]
+                any_eos = Cat(*eos_sel).any()
+                nxt_opened = _select([(sel_n[n], opened[s] + n) for n in range(L + 1)], opened[s].shape())
+                run_dist = _select([(sel_n[n], dist[s] - n) for n in range(L + 1)], dist[s].shape())
+                # (the EOS lane's count - opened - openers of the group between - n)
+                shifted = [[_select([(p_sel[s][a], r_ecnt[j][a + n]) for a in range(L + 1)],
+                                    dist[s].shape()) for n in range(L + 1)] for j in range(L)]
+                eos_dist = _select([(eos_sel[j] & sel_n[n], shifted[j][n])
+                                    for j in range(L) for n in range(L + 1)], dist[s].shape())
+                m.d.sync += [opened[s].eq(nxt_opened), dist[s].eq(Mux(any_eos, eos_dist, run_dist)),
+                             p_sel[s].eq(Cat(*sel_n))]
+                with m.If(any_eos):
+                    m.d.sync += [eos_seen[s].eq(1),
+                                 eos_cnt[s].eq(_select([(eos_sel[j], r_pkt[j].count) for j in range(L)],
+                                                       eos_cnt[s].shape()))]
 
+        with m.If(~live):
+            m.d.sync += [p_sel[s].eq(1) for s in range(S)]
         # EOS_MISMATCH (the count below the source's rows at the end of the EOS's group):
         # checked a cycle later, on the distance register.
         eos_new = Signal(S)
@@ -670,6 +682,7 @@ class PacketManager(wiring.Component):
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
             m.d.sync += open_v.eq(0)
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + dist + src_rows + drops + overflow]
+            m.d.sync += [x.eq(1) for x in p_sel]
         with m.Elif(flush_go):
             with m.If(inflight != 0):
                 m.d.sync += [drops[Reason.INCOMPLETE].eq(drops[Reason.INCOMPLETE] + inflight),

@@ -27,8 +27,9 @@ from .verilog import MemoryArray, TOP
 ABC_CONSTR = "set_driving_cell BUFX2\nset_load 0.02\n"
 
 
-#: ABC effort levels. "normal" (default): delay-oriented mapping (&nf) of the AIG as Yosys
-#: built it -- Brent-Kung adders, balanced muxes -- then buffering and gate sizing. An
+#: ABC effort levels. "normal" (default): AIG balancing (long AND/OR chains become trees),
+#: then delay-oriented mapping (&nf) of the AIG as Yosys built it otherwise -- Brent-Kung
+#: adders, muxes -- then buffering and gate sizing. An
 #: area-oriented rewrite first (dc2, as this flow used before) turns the parallel-prefix
 #: adders into ripple chains: a 32-bit registered add measured 3.38 ns with dc2 and 1.53 ns
 #: without (OSU018, -D 3000). "high" adds SAT sweeping (&fraig -x) and delay-oriented
@@ -43,7 +44,7 @@ def abc_script(delay_ps: float, effort: str = "normal") -> str:
         raise ValueError(f"effort = {effort!r}: must be one of {', '.join(ABC_EFFORTS)}")
     d = f"-D {int(delay_ps)}"
     pre = ("strash; &get -n; &fraig -x; &st; &syn2; &if -g; &st; &synch2; " if effort == "high"
-           else "strash; &get -n; ")
+           else "strash; balance; &get -n; ")
     return pre + f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n"
 
 

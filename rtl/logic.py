@@ -1,0 +1,37 @@
+"""Small combinational building blocks shared by the RTL components (shallow by design:
+the hub's timing budget is a few gate levels per decision)."""
+from itertools import combinations
+
+from amaranth import Cat, Const, Mux
+
+
+def popcount(bits):
+    """Number of set bits (an adder tree)."""
+    total = 0
+    for b in bits:
+        total = total + b
+    return total
+
+
+def exactly(bits, n):
+    """1 when exactly ``n`` of ``bits`` are set, as a two-level AND-OR of the bits (not an
+    adder tree followed by a compare): used where a small count selects among outcomes
+    that were formed in parallel."""
+    bits = list(bits)
+    if n < 0 or n > len(bits):
+        return Const(0)
+    if len(bits) > 6:                       # the sum of products would grow too large
+        return popcount(bits) == n
+    terms = []
+    for ones in combinations(range(len(bits)), n):
+        terms.append(Cat(*(bits[i] if i in ones else ~bits[i] for i in range(len(bits)))).all()
+                     if bits else Const(1))
+    return Cat(*terms).any() if terms else Const(0)
+
+
+def select(sel_vals, shape):
+    """AND-OR select: the value whose select is set (at most one is), else 0."""
+    out = Const(0, shape)
+    for sel, val in sel_vals:
+        out = out | Mux(sel, val, 0)
+    return out
