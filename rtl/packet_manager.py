@@ -297,12 +297,16 @@ class PacketManager(wiring.Component):
         # For an end-of-stream: count - opened - m for m = 0..2 x lanes, from registers.
         # ``opened`` is read a group early here; T adds the openers of the group between
         # (p_sel, registered) and its own by choosing m.
+        # (count - m is formed on the way into A, so that R subtracts once)
         r_ecnt = [[Signal(signed(cfg.count_bits + 3), name=f"r_ecnt{j}_{q}") for q in range(2 * L + 1)]
                   for j in range(L)]
+        a_cnt_m = [[Signal(signed(cfg.count_bits + 2), name=f"a_cnt{j}_m{q}") for q in range(2 * L + 1)]
+                   for j in range(L)]
         for j in range(L):
-            base_e = Signal(signed(cfg.count_bits + 3), name=f"a_ecnt{j}")
-            m.d.comb += base_e.eq(a_pkt[j].count - opened_rd[a_pkt[j].src])
-            m.d.sync += [r_ecnt[j][q].eq(base_e - q) for q in range(2 * L + 1)]
+            m.d.sync += [a_cnt_m[j][q].eq(self.i[j].payload.count - q) for q in range(2 * L + 1)]
+            opened_a = Signal.like(opened[0], name=f"a_opened{j}")
+            m.d.comb += opened_a.eq(opened_rd[a_pkt[j].src])
+            m.d.sync += [r_ecnt[j][q].eq(a_cnt_m[j][q] - opened_a) for q in range(2 * L + 1)]
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
@@ -620,25 +624,28 @@ class PacketManager(wiring.Component):
                             & (ev_avail + b_no_ev >= need) & (cr_avail + b_no_cr >= need))
 
         # ------------------------------------------------------------ statistics
-        # Counted as a group leaves T's output registers (and AL's, for overflow): status
-        # and FLUSH only, off every loop.
-        # (rows in flight: the group's net change registered first, added a cycle later)
+        # Status and FLUSH only, off every loop: each group's increments are counted into
+        # registers as it leaves T's output registers (AL's, for overflow) and added to the
+        # 32-bit counters a cycle later. (START and FLUSH wait for an empty pipeline,
+        # which covers the two cycles.)
+        def counted(counter, bits, name):
+            inc = Signal(range(L + 1), name=f"inc_{name}")
+            m.d.sync += [inc.eq(_popcount(bits)), counter.eq(counter + inc)]
+            return inc
+
         al_open_net = Signal(range(-L, L + 1))
         m.d.sync += al_open_net.eq(_popcount(t_opener) - _popcount(t_comp))
         m.d.sync += inflight.eq(inflight + al_open_net)
         for s in range(S):
-            m.d.sync += src_rows[s].eq(src_rows[s] + _popcount(
-                t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)))
-        for r, hits in [*t_hits.items(), (Reason.EOS_MISMATCH, mismatch_hits)]:
-            m.d.sync += drops[r].eq(drops[r] + _popcount(hits))
-            with m.If(hits.any()):
+            counted(src_rows[s], [t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)],
+                    f"src_rows{s}")
+        for r, hits in [*t_hits.items(), (Reason.EOS_MISMATCH, mismatch_hits),
+                        (Reason.OVERFLOW, al_ovf)]:
+            inc = counted(drops[r], list(hits), f"drops_{r.name.lower()}")
+            with m.If(inc != 0):
                 m.d.sync += errors[r].eq(1)
-        m.d.sync += drops[Reason.OVERFLOW].eq(drops[Reason.OVERFLOW] + _popcount(al_ovf))
-        with m.If(al_ovf.any()):
-            m.d.sync += errors[Reason.OVERFLOW].eq(1)
         for e in range(E):
-            m.d.sync += overflow[e].eq(overflow[e] + _popcount(
-                al_ovf[j] & (al_pkt[j].expert == e) for j in range(L)))
+            counted(overflow[e], [al_ovf[j] & (al_pkt[j].expert == e) for j in range(L)], f"overflow{e}")
 
         # ------------------------------------------------------------ layer control
         pipe_empty = ~(a_valid | r_valid | t_pv | al_pv | b_pv).any() & Cat(u == 0 for u in wf_used).all()
