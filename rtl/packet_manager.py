@@ -331,7 +331,11 @@ class PacketManager(wiring.Component):
         open_eff = Signal(N)
         m.d.comb += open_eff.eq((open_v & ~wmask) | wopen)
         m.d.sync += open_v.eq(open_eff)
-        m.d.comb += finished.eq(~open_eff.any() & Cat(
+        # Whether a row is open, without an OR over the table in front of T: the entries W
+        # does not write were reduced a cycle earlier (others_open), W's own are 4 bits.
+        others_open = Signal()
+        w_open_any = Cat(w_wen[k] & w_after[k].open for k in range(L)).any()
+        m.d.comb += finished.eq(~others_open & ~w_open_any & Cat(
             eos_seen[s] & (dist[s] <= 0) for s in range(S)).all())
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
@@ -342,6 +346,7 @@ class PacketManager(wiring.Component):
         eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
         p_sel = [Signal(L + 1, name=f"p_sel{s}", init=1) for s in range(S)]   # see r_ecnt
         bits_before = lane_sigs("bits_before", C)
+        lasts = []
         all_chunks = (1 << C) - 1
         for j in range(L):
             p = r_pkt[j]
@@ -395,6 +400,7 @@ class PacketManager(wiring.Component):
         # (and in the bypass to R).
         for k in range(L):
             last = d[k] & ~_any(d[n] & r_same_idx[k, n] for n in range(k + 1, L))
+            lasts.append(last)
             expert_k = Mux(r_ent[k].open, r_ent[k].expert, _onehot_mux(
                 [(first[i] & r_same_idx[i, k], r_pkt[i].expert) for i in range(k)], r_pkt[k].expert))
             bits_k = Signal(C, name=f"bits_after{k}")
@@ -411,6 +417,12 @@ class PacketManager(wiring.Component):
                 ct_wr[k].data.expert.eq(w_after[k].expert),
                 ct_wr[k].data.bitmap.eq(w_after[k].bitmap),
             ]
+        # others_open for the next cycle: the table as it will be then, except the entries
+        # this group writes (those come from W then); both cases of `live`, chosen last.
+        tmask = Const(0, N)
+        for k in range(L):
+            tmask = tmask | Mux(lasts[k], Const(1, N) << r_idx[k], 0)
+        m.d.sync += others_open.eq(Mux(live, (open_eff & ~tmask).any(), open_eff.any()))
         # At most one lane writes an entry (the last on its row): W applies the writes.
         m.d.sync += [w_wen[k].eq(t_wen[k]) for k in range(L)]
         m.d.sync += [w_idx[k].eq(r_idx[k]) for k in range(L)]
@@ -687,7 +699,7 @@ class PacketManager(wiring.Component):
             # that has just finished is swept first (the branch above).
             m.d.sync += [start_pending.eq(self.start), flush_pending.eq(0), flush_timeout.eq(0),
                          armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
-            m.d.sync += open_v.eq(0)
+            m.d.sync += [open_v.eq(0), others_open.eq(0)]
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + dist + src_rows + drops + overflow]
             m.d.sync += [x.eq(1) for x in p_sel]
         with m.Elif(flush_go):
@@ -699,7 +711,7 @@ class PacketManager(wiring.Component):
                              errors[Reason.TIMEOUT].eq(1)]
             m.d.sync += [flush_pending.eq(0), flush_timeout.eq(0), armed.eq(0), inflight.eq(0),
                          sweep_req.eq(1)]
-            m.d.sync += open_v.eq(0)
+            m.d.sync += [open_v.eq(0), others_open.eq(0)]
         with m.If(self.sweep_done):
             m.d.sync += [sweep_req.eq(0), done.eq(1)]
             m.d.comb += self.layer_done.eq(1)
