@@ -178,7 +178,30 @@ class PacketManager(wiring.Component):
         opened = [Signal(cfg.count_bits + 1, name=f"opened{s}") for s in range(S)]
         src_rows = [Signal(cfg.count_bits, name=f"src_rows{s}") for s in range(S)]
         dist = [Signal(signed(cfg.count_bits + 3), name=f"dist{s}") for s in range(S)]
-        eos_seen_rd, opened_rd, dist_rd = Array(eos_seen), Array(opened), Array(dist)
+        # These registers run a group behind: the group T committed last is summarised in
+        # p_* (how many rows each source opened -- one-hot --, its EOS and what the distance
+        # becomes), and the state after it (seen_t, opened_t, dist_t) is formed from
+        # registers only; T's own results go straight into p_* (no adder after T's logic).
+        p_sel = [Signal(L + 1, name=f"p_sel{s}", init=1) for s in range(S)]
+        p_eos = Signal(S)
+        p_evec = [[Signal.like(dist[0], name=f"p_evec{s}_{n}") for n in range(L + 1)] for s in range(S)]
+        p_cnt = [Signal(cfg.count_bits, name=f"p_cnt{s}") for s in range(S)]
+        seen_t = Signal(S)
+        opened_t = [Signal.like(opened[0], name=f"opened_t{s}") for s in range(S)]
+        dist_t = [Signal.like(dist[0], name=f"dist_t{s}") for s in range(S)]
+        for s in range(S):
+            m.d.comb += [
+                seen_t[s].eq(eos_seen[s] | p_eos[s]),
+                opened_t[s].eq(_select([(p_sel[s][n], opened[s] + n) for n in range(L + 1)],
+                                       opened[0].shape())),
+                dist_t[s].eq(Mux(p_eos[s],
+                                 _select([(p_sel[s][n], p_evec[s][n]) for n in range(L + 1)], dist[0].shape()),
+                                 _select([(p_sel[s][n], dist[s] - n) for n in range(L + 1)], dist[0].shape()))),
+            ]
+            m.d.sync += [eos_seen[s].eq(seen_t[s]), opened[s].eq(opened_t[s]), dist[s].eq(dist_t[s])]
+            with m.If(p_eos[s]):
+                m.d.sync += eos_cnt[s].eq(p_cnt[s])
+        eos_seen_rd, opened_rd, dist_rd = Array(seen_t), Array(opened_t), Array(dist_t)
         inflight = Signal(32)
         drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
         overflow = [Signal(32, name=f"overflow{e}") for e in range(E)]
@@ -336,7 +359,7 @@ class PacketManager(wiring.Component):
         others_open = Signal()
         w_open_any = Cat(w_wen[k] & w_after[k].open for k in range(L)).any()
         m.d.comb += finished.eq(~others_open & ~w_open_any & Cat(
-            eos_seen[s] & (dist[s] <= 0) for s in range(S)).all())
+            seen_t[s] & (dist_t[s] <= 0) for s in range(S)).all())
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
 
@@ -344,7 +367,6 @@ class PacketManager(wiring.Component):
         match, full_before, protocol, dup, setb, comp, post = (
             lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp", "post"))
         eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
-        p_sel = [Signal(L + 1, name=f"p_sel{s}", init=1) for s in range(S)]   # see r_ecnt
         bits_before = lane_sigs("bits_before", C)
         lasts = []
         all_chunks = (1 << C) - 1
@@ -427,39 +449,28 @@ class PacketManager(wiring.Component):
         m.d.sync += [w_wen[k].eq(t_wen[k]) for k in range(L)]
         m.d.sync += [w_idx[k].eq(r_idx[k]) for k in range(L)]
         m.d.sync += [w_after[k].eq(t_after[k]) for k in range(L)]
-        with m.If(live):
-            for s in range(S):
-                # Every outcome for n = 0..lanes openers is formed from registers; n (and
-                # the EOS lane, at most one per source) then select one, AND-OR style.
-                src_openers = [opener[j] & (r_pkt[j].src == s) for j in range(L)]
-                sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
-                m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
-                eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
-                m.d.comb += [eos_sel[j].eq(eos_acc[j] & (r_pkt[j].src == s)) for j in range(L)]
-                any_eos = Cat(*eos_sel).any()
-                nxt_opened = _select([(sel_n[n], opened[s] + n) for n in range(L + 1)], opened[s].shape())
-                run_dist = _select([(sel_n[n], dist[s] - n) for n in range(L + 1)], dist[s].shape())
-                # (the EOS lane's count - opened - openers of the group between - n)
-                shifted = [[_select([(p_sel[s][a], r_ecnt[j][a + n]) for a in range(L + 1)],
-                                    dist[s].shape()) for n in range(L + 1)] for j in range(L)]
-                eos_dist = _select([(eos_sel[j] & sel_n[n], shifted[j][n])
-                                    for j in range(L) for n in range(L + 1)], dist[s].shape())
-                m.d.sync += [opened[s].eq(nxt_opened), dist[s].eq(Mux(any_eos, eos_dist, run_dist)),
-                             p_sel[s].eq(Cat(*sel_n))]
-                with m.If(any_eos):
-                    m.d.sync += [eos_seen[s].eq(1),
-                                 eos_cnt[s].eq(_select([(eos_sel[j], r_pkt[j].count) for j in range(L)],
-                                                       eos_cnt[s].shape()))]
-
-        with m.If(~live):
-            m.d.sync += [p_sel[s].eq(1) for s in range(S)]
+        for s in range(S):
+            # This group's summary per source (see p_*): the openers' count (one-hot), the
+            # EOS lane (at most one per source) and the distance after it for each count.
+            src_openers = [opener[j] & (r_pkt[j].src == s) for j in range(L)]
+            sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
+            m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
+            eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
+            m.d.comb += [eos_sel[j].eq(eos_acc[j] & (r_pkt[j].src == s)) for j in range(L)]
+            # (the EOS lane's count - opened - openers of the group between - n)
+            shifted = [[_select([(p_sel[s][a], r_ecnt[j][a + n]) for a in range(L + 1)],
+                                dist[0].shape()) for n in range(L + 1)] for j in range(L)]
+            m.d.sync += [
+                p_sel[s].eq(Mux(live, Cat(*sel_n), 1)),
+                p_eos[s].eq(live & Cat(*eos_sel).any()),
+                p_cnt[s].eq(_select([(eos_sel[j], r_pkt[j].count) for j in range(L)], p_cnt[s].shape())),
+            ]
+            m.d.sync += [p_evec[s][n].eq(_select([(eos_sel[j], shifted[j][n]) for j in range(L)],
+                                                  dist[0].shape())) for n in range(L + 1)]
         # EOS_MISMATCH (the count below the source's rows at the end of the EOS's group):
-        # checked a cycle later, on the distance register.
-        eos_new = Signal(S)
-        m.d.sync += eos_new.eq(Cat(live & _any(eos_acc[j] & (r_pkt[j].src == s) for j in range(L))
-                                   for s in range(S)))
+        # checked a cycle later, on the distance after that group.
         mismatch_hits = Signal(S)
-        m.d.comb += mismatch_hits.eq(Cat(eos_new[s] & (dist[s] < 0) for s in range(S)))
+        m.d.comb += mismatch_hits.eq(Cat(p_eos[s] & (dist_t[s] < 0) for s in range(S)))
 
         # Reasons found in T, registered for the statistics.
         reason_hits = {
@@ -702,6 +713,7 @@ class PacketManager(wiring.Component):
             m.d.sync += [open_v.eq(0), others_open.eq(0)]
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + dist + src_rows + drops + overflow]
             m.d.sync += [x.eq(1) for x in p_sel]
+            m.d.sync += p_eos.eq(0)
         with m.Elif(flush_go):
             with m.If(inflight != 0):
                 m.d.sync += [drops[Reason.INCOMPLETE].eq(drops[Reason.INCOMPLETE] + inflight),
