@@ -202,6 +202,12 @@ class PacketManager(wiring.Component):
             with m.If(p_eos[s]):
                 m.d.sync += eos_cnt[s].eq(p_cnt[s])
         eos_seen_rd, opened_rd, dist_rd = Array(seen_t), Array(opened_t), Array(dist_t)
+        # dist_t <= 0 without forming dist_t first: each candidate is compared, then chosen.
+        count_reached = Signal(S)
+        for s in range(S):
+            m.d.comb += count_reached[s].eq(Mux(
+                p_eos[s], Cat(p_sel[s][n] & (p_evec[s][n] <= 0) for n in range(L + 1)).any(),
+                Cat(p_sel[s][n] & (dist[s] <= n) for n in range(L + 1)).any()))
         inflight = Signal(32)
         drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
         overflow = [Signal(32, name=f"overflow{e}") for e in range(E)]
@@ -317,19 +323,23 @@ class PacketManager(wiring.Component):
         for key in pairs:
             m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
                          r_same_exp[key].eq(a_same_exp[key])]
-        # For an end-of-stream: count - opened - m for m = 0..2 x lanes, from registers.
-        # ``opened`` is read a group early here; T adds the openers of the group between
-        # (p_sel, registered) and its own by choosing m.
+        # For an end-of-stream: count - opened - m for m = 0..3 x lanes, from registers;
+        # T picks m = the openers of the groups between (r_psel, p_sel) and its own.
         # (count - m is formed on the way into A, so that R subtracts once)
-        r_ecnt = [[Signal(signed(cfg.count_bits + 3), name=f"r_ecnt{j}_{q}") for q in range(2 * L + 1)]
+        Q = 3 * L + 1
+        r_psel = lane_sigs("r_psel", L + 1)
+        r_ecnt = [[Signal(signed(cfg.count_bits + 3), name=f"r_ecnt{j}_{q}") for q in range(Q)]
                   for j in range(L)]
-        a_cnt_m = [[Signal(signed(cfg.count_bits + 2), name=f"a_cnt{j}_m{q}") for q in range(2 * L + 1)]
+        a_cnt_m = [[Signal(signed(cfg.count_bits + 2), name=f"a_cnt{j}_m{q}") for q in range(Q)]
                    for j in range(L)]
         for j in range(L):
-            m.d.sync += [a_cnt_m[j][q].eq(self.i[j].payload.count - q) for q in range(2 * L + 1)]
+            m.d.sync += [a_cnt_m[j][q].eq(self.i[j].payload.count - q) for q in range(Q)]
+            # (the register runs two groups behind T here: the group summarised in p_*
+            # now is carried along in r_psel, T adds the next one)
             opened_a = Signal.like(opened[0], name=f"a_opened{j}")
-            m.d.comb += opened_a.eq(opened_rd[a_pkt[j].src])
-            m.d.sync += [r_ecnt[j][q].eq(a_cnt_m[j][q] - opened_a) for q in range(2 * L + 1)]
+            m.d.comb += opened_a.eq(Array(opened)[a_pkt[j].src])
+            m.d.sync += [r_ecnt[j][q].eq(a_cnt_m[j][q] - opened_a) for q in range(Q)]
+            m.d.sync += r_psel[j].eq(Array(p_sel)[a_pkt[j].src])
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
@@ -359,7 +369,7 @@ class PacketManager(wiring.Component):
         others_open = Signal()
         w_open_any = Cat(w_wen[k] & w_after[k].open for k in range(L)).any()
         m.d.comb += finished.eq(~others_open & ~w_open_any & Cat(
-            seen_t[s] & (dist_t[s] <= 0) for s in range(S)).all())
+            seen_t[s] & count_reached[s] for s in range(S)).all())
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
 
@@ -458,7 +468,8 @@ class PacketManager(wiring.Component):
             eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
             m.d.comb += [eos_sel[j].eq(eos_acc[j] & (r_pkt[j].src == s)) for j in range(L)]
             # (the EOS lane's count - opened - openers of the group between - n)
-            shifted = [[_select([(p_sel[s][a], r_ecnt[j][a + n]) for a in range(L + 1)],
+            shifted = [[_select([(r_psel[j][b] & p_sel[s][a], r_ecnt[j][a + b + n])
+                                 for a in range(L + 1) for b in range(L + 1)],
                                 dist[0].shape()) for n in range(L + 1)] for j in range(L)]
             m.d.sync += [
                 p_sel[s].eq(Mux(live, Cat(*sel_n), 1)),
