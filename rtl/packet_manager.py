@@ -323,23 +323,25 @@ class PacketManager(wiring.Component):
         for key in pairs:
             m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
                          r_same_exp[key].eq(a_same_exp[key])]
-        # For an end-of-stream: count - opened - m for m = 0..3 x lanes, from registers;
-        # T picks m = the openers of the groups between (r_psel, p_sel) and its own.
+        # For an end-of-stream: count - opened - m for m = 0..2 x lanes, from registers;
+        # T picks m = the openers of the group between (p_sel) and its own.
         # (count - m is formed on the way into A, so that R subtracts once)
         Q = 3 * L + 1
-        r_psel = lane_sigs("r_psel", L + 1)
-        r_ecnt = [[Signal(signed(cfg.count_bits + 3), name=f"r_ecnt{j}_{q}") for q in range(Q)]
+        r_ecnt = [[Signal(signed(cfg.count_bits + 3), name=f"r_ecnt{j}_{q}") for q in range(2 * L + 1)]
                   for j in range(L)]
         a_cnt_m = [[Signal(signed(cfg.count_bits + 2), name=f"a_cnt{j}_m{q}") for q in range(Q)]
                    for j in range(L)]
         for j in range(L):
             m.d.sync += [a_cnt_m[j][q].eq(self.i[j].payload.count - q) for q in range(Q)]
-            # (the register runs two groups behind T here: the group summarised in p_*
-            # now is carried along in r_psel, T adds the next one)
+            # (the register runs two groups behind T here: the group summarised in p_* now
+            # is folded in by choosing among the count - m, T adds the next one)
             opened_a = Signal.like(opened[0], name=f"a_opened{j}")
-            m.d.comb += opened_a.eq(Array(opened)[a_pkt[j].src])
-            m.d.sync += [r_ecnt[j][q].eq(a_cnt_m[j][q] - opened_a) for q in range(Q)]
-            m.d.sync += r_psel[j].eq(Array(p_sel)[a_pkt[j].src])
+            psel_a = Signal(L + 1, name=f"a_psel{j}")
+            m.d.comb += [opened_a.eq(Array(opened)[a_pkt[j].src]), psel_a.eq(Array(p_sel)[a_pkt[j].src])]
+            for q in range(2 * L + 1):
+                cnt_q = _select([(psel_a[a], a_cnt_m[j][q + a]) for a in range(L + 1)],
+                                a_cnt_m[j][0].shape())
+                m.d.sync += r_ecnt[j][q].eq(cnt_q - opened_a)
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
@@ -468,8 +470,7 @@ class PacketManager(wiring.Component):
             eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
             m.d.comb += [eos_sel[j].eq(eos_acc[j] & (r_pkt[j].src == s)) for j in range(L)]
             # (the EOS lane's count - opened - openers of the group between - n)
-            shifted = [[_select([(r_psel[j][b] & p_sel[s][a], r_ecnt[j][a + b + n])
-                                 for a in range(L + 1) for b in range(L + 1)],
+            shifted = [[_select([(p_sel[s][b], r_ecnt[j][b + n]) for b in range(L + 1)],
                                 dist[0].shape()) for n in range(L + 1)] for j in range(L)]
             m.d.sync += [
                 p_sel[s].eq(Mux(live, Cat(*sel_n), 1)),
