@@ -19,11 +19,11 @@ credit (in the queues), counted in registers a cycle ahead (``room``).
   (open, expert, chunk bitmap per (source, tag)) and per source the end-of-stream flag
   and count and the rows opened, and commits them every cycle.
 * **AL** -- the :class:`AddressAllocator` grants rows to the rows T opened (lane order;
-  overflow refused).
+  overflow refused); each lane's expert region base is looked up.
 * **RI** -- row-info table (granted row, allocated or dropped) per (source, tag): openers
   write it, later chunks read it, or take it from their opener in the same group.
-  Per-row events (metadata write, completion), credits, and the first half of the
-  address (``region_base[e] + chunk * chunk_bytes``) are formed here.
+  Per-row events (metadata write, completion), credits, and the address up to the row
+  (``region_base[e] + chunk * chunk_bytes``) are formed here.
 * **B** -- events and credits enter their queues in lane order; the address gets
   ``+ row * row_stride``; each lane's write enters the lane's write FIFO
   (``WRITE_FIFO_DEPTH`` entries), whose head is the lane's ``wr`` port.
@@ -540,6 +540,9 @@ class PacketManager(wiring.Component):
         m.d.sync += [al_slot[j].eq(t_slot[j]) for j in range(L)]
         m.d.sync += [al_idx[j].eq(t_idx[j]) for j in range(L)]
         m.d.sync += [al_row[j].eq(self.alloc_row[j]) for j in range(L)]
+        # (the expert's region base, looked up here: RI only adds the chunk offset)
+        al_base = lane_sigs("al_base", cfg.addr_bits)
+        m.d.sync += [al_base[j].eq(Array(self.region_base)[t_pkt[j].expert]) for j in range(L)]
         m.d.sync += [al_fwd[key].eq(t_fwd[key]) for key in pairs]
 
         # ------------------------------------------------------------ RI -> B
@@ -554,9 +557,8 @@ class PacketManager(wiring.Component):
         b_cr_valid = Signal(L)
         b_cr = [Signal(lay.credit, name=f"b_cr{j}") for j in range(L)]
         ri_alloc = []
-        # Address translation in two halves: base + chunk offset here (known since A),
-        # + row * stride in B.
-        base_rd = Array(self.region_base)
+        # Address translation in three steps: the region base (AL), + chunk offset (here),
+        # + row * stride (B).
         chunk_shift = cfg.chunk_bytes.bit_length() - 1
         for j in range(L):
             p = al_pkt[j]
@@ -571,7 +573,7 @@ class PacketManager(wiring.Component):
                          ri_wr[j].data.eq(own)]
             m.d.sync += [
                 b_valid[j].eq(al_setb[j] & info.alloc),
-                b_pre[j].eq(base_rd[p.expert] + (p.chunk << chunk_shift)),
+                b_pre[j].eq(al_base[j] + (p.chunk << chunk_shift)),
                 b_row[j].eq(info.row), b_slot[j].eq(al_slot[j]),
                 b_ev_valid[j].eq((al_opener[j] & al_ok[j]) | (al_comp[j] & info.alloc)),
                 b_ev[j].complete.eq(al_comp[j]), b_ev[j].expert.eq(p.expert),
