@@ -201,7 +201,7 @@ class PacketManager(wiring.Component):
             m.d.sync += [eos_seen[s].eq(seen_t[s]), opened[s].eq(opened_t[s]), dist[s].eq(dist_t[s])]
             with m.If(p_eos[s]):
                 m.d.sync += eos_cnt[s].eq(p_cnt[s])
-        eos_seen_rd, opened_rd, dist_rd = Array(seen_t), Array(opened_t), Array(dist_t)
+        eos_seen_rd, dist_rd = Array(seen_t), Array(dist_t)
         # dist_t <= 0 without forming dist_t first: each candidate is compared, then chosen.
         count_reached = Signal(S)
         for s in range(S):

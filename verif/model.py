@@ -63,7 +63,6 @@ class Entry:
     state: int = FREE
     expert: int = 0
     row: int = 0
-    post_eos: bool = False
     bitmap: int = 0
     closed_cycle: Optional[int] = None  # the cycle its row completed (same-cycle rule)
 
@@ -240,7 +239,7 @@ class HubModel:
 
     def _open(self, e: Entry, pkt: Packet, fx: Effects):
         cfg, s, x = self.cfg, pkt.src, pkt.expert
-        e.expert, e.bitmap, e.post_eos, e.closed_cycle = x, 0, False, None
+        e.expert, e.bitmap, e.closed_cycle = x, 0, None
         self.inflight += 1
         reason = None
         if x >= cfg.experts:
@@ -252,7 +251,6 @@ class HubModel:
             self.overflow[x] += 1
         if reason != Reason.POST_EOS:
             self.src_rows[s] += 1
-        e.post_eos = reason == Reason.POST_EOS
         if reason is not None:
             e.state = DROP
             self._count(reason)
