@@ -22,7 +22,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
-from .logic import exactly
+from .logic import exactly, select
 
 
 class AddressAllocator(wiring.Component):
@@ -86,11 +86,13 @@ class AddressAllocator(wiring.Component):
                 reqs = [self.req[j] & (self.req_expert[j] == e) for j in range(L)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
-                nxt_cnt, nxt_room = counters[e], room[e]
-                for n in range(1, L + 1):
-                    fits = room[e] >= n
-                    is_n = exactly(reqs, n)
-                    nxt_cnt = Mux(is_n, Mux(fits, counters[e] + n, cap_l[e]), nxt_cnt)
-                    nxt_room = Mux(is_n, Mux(fits, room[e] - n, 0), nxt_room)
-                m.d.sync += [counters[e].eq(nxt_cnt), room[e].eq(nxt_room)]
+                # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)
+                is_n = [exactly(reqs, n) for n in range(L + 1)]
+                fits = [room[e] >= n for n in range(L + 1)]
+                m.d.sync += [
+                    counters[e].eq(select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
+                                           for n in range(L + 1)], cfg.cap_bits)),
+                    room[e].eq(select([(is_n[n], Mux(fits[n], room[e] - n, 0)) for n in range(L + 1)],
+                                      cfg.cap_bits)),
+                ]
         return m

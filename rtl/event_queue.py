@@ -51,13 +51,24 @@ class EventQueue(wiring.Component):
         rp = Signal(aw)
         level = Signal(range(depth + 1))
 
+        # The head is a register (`head` = store[rp] whenever the queue is not empty), so
+        # the consumer's logic starts at a flop, not behind a depth-to-1 mux; the pop only
+        # selects the next head, formed from registers (store[rp + 1]) or this cycle's first
+        # pushed event (the queue held at most one).
+        head = Signal(self.layout)
+        rp1 = Signal(aw, init=1)
         m.d.comb += [
             self.free.eq(depth - level),
             self.empty.eq(level == 0),
             self.o.valid.eq(level != 0),
-            self.o.payload.eq(store[rp]),
+            self.o.payload.eq(head),
         ]
         do_pop = self.o.valid & self.o.ready
+        first_push = 0
+        for i in reversed(range(n)):
+            first_push = Mux(self.push_valid[i], self.push_data[i].as_value(), first_push)
+        m.d.sync += head.eq(Mux(do_pop, Mux(level >= 2, store[rp1].as_value(), first_push),
+                                Mux(level >= 1, head.as_value(), first_push)))
 
         # Slot i goes to wp + (number of valid slots before i): compaction keeps order.
         # Written per entry rather than per slot: entry k is (k - wp) places past the write
@@ -86,5 +97,5 @@ class EventQueue(wiring.Component):
 
         m.d.sync += [wp.eq(wp + n_push), level.eq(level + n_push - do_pop)]
         with m.If(do_pop):
-            m.d.sync += rp.eq(rp + 1)
+            m.d.sync += [rp.eq(rp1), rp1.eq(rp1 + 1)]
         return m

@@ -201,13 +201,22 @@ class PacketManager(wiring.Component):
             m.d.sync += [eos_seen[s].eq(seen_t[s]), opened[s].eq(opened_t[s]), dist[s].eq(dist_t[s])]
             with m.If(p_eos[s]):
                 m.d.sync += eos_cnt[s].eq(p_cnt[s])
-        eos_seen_rd, dist_rd = Array(seen_t), Array(dist_t)
-        # dist_t <= 0 without forming dist_t first: each candidate is compared, then chosen.
-        count_reached = Signal(S)
+        # T needs only whether dist_t <= k (k = 0..L-1: the source's earlier openers in the
+        # group), not dist_t itself: the comparisons are registers chosen by one-hots.
+        # dist_le[m] = dist <= m (m = 0..2L-1), so dist_t = dist - n <= k is dist_le[n + k];
+        # after an EOS, p_le[n][k] = p_evec[n] <= k, the sign of another r_ecnt candidate.
+        dist_le = [Signal(2 * L, name=f"dist_le{s}", init=(1 << 2 * L) - 1) for s in range(S)]
+        p_le = [[Signal(L, name=f"p_le{s}_{n}") for n in range(L + 1)] for s in range(S)]
+        dle_t = [Signal(L, name=f"dle_t{s}") for s in range(S)]
         for s in range(S):
-            m.d.comb += count_reached[s].eq(Mux(
-                p_eos[s], Cat(p_sel[s][n] & (p_evec[s][n] <= 0) for n in range(L + 1)).any(),
-                Cat(p_sel[s][n] & (dist[s] <= n) for n in range(L + 1)).any()))
+            for k in range(L):
+                m.d.comb += dle_t[s][k].eq(Mux(
+                    p_eos[s], Cat(p_sel[s][n] & p_le[s][n][k] for n in range(L + 1)).any(),
+                    Cat(p_sel[s][n] & dist_le[s][n + k] for n in range(L + 1)).any()))
+            m.d.sync += [dist_le[s][k].eq(dist_t[s] <= k) for k in range(2 * L)]
+        eos_seen_rd, dle_rd = Array(seen_t), Array(dle_t)
+        count_reached = Signal(S)
+        m.d.comb += count_reached.eq(Cat(dle_t[s][0] for s in range(S)))
         inflight = Signal(32)
         drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
         overflow = [Signal(32, name=f"overflow{e}") for e in range(E)]
@@ -271,6 +280,7 @@ class PacketManager(wiring.Component):
         a_idx = lane_sigs("a_idx", range(N))
         a_oh = lane_sigs("a_oh", C)
         a_same_idx, a_same_src, a_same_exp = pair_sigs("a_same_idx"), pair_sigs("a_same_src"), pair_sigs("a_same_exp")
+        a_same_chunk = pair_sigs("a_same_chunk")
         # a_hit[j, k]: lane j of this group is on the row lane k of the group ahead is on;
         # a_hit2: ... of the group two ahead (whose table write is still pending, see W).
         a_hit = {(j, k): Signal(name=f"a_hit{j}_{k}") for j in range(L) for k in range(L)}
@@ -289,7 +299,8 @@ class PacketManager(wiring.Component):
                 qi = self.i[i].payload
                 m.d.sync += [a_same_idx[i, j].eq((qi.src == q.src) & (qi.tag == q.tag)),
                              a_same_src[i, j].eq(qi.src == q.src),
-                             a_same_exp[i, j].eq(qi.expert == q.expert)]
+                             a_same_exp[i, j].eq(qi.expert == q.expert),
+                             a_same_chunk[i, j].eq(qi.chunk == q.chunk)]
             for k in range(L):
                 m.d.sync += a_hit[j, k].eq((q.src == a_pkt[k].src) & (q.tag == a_pkt[k].tag))
 
@@ -305,6 +316,32 @@ class PacketManager(wiring.Component):
         r_idx = lane_sigs("r_idx", range(N))
         r_oh = lane_sigs("r_oh", C)
         r_same_idx, r_same_src, r_same_exp = pair_sigs("r_same_idx"), pair_sigs("r_same_src"), pair_sigs("r_same_exp")
+        # What of T's rules depends on the packets alone is decided in A (registered here):
+        # data / EOS lanes, each lane's first lane on its row, the last (which writes the
+        # table back), the row's expert for a row opened in this group.
+        r_d, r_eos, r_first, r_last, r_match_new, r_eos_prior = (
+            Signal(L, name=n) for n in ("r_d", "r_eos", "r_first", "r_last", "r_match_new", "r_eos_prior"))
+        r_row = pair_sigs("r_row")                 # (i, j): lane i is a data lane on lane j's row
+        r_same_chunk = pair_sigs("r_same_chunk")   # ... and on the same chunk (for duplicates)
+        a_d = Signal(L)
+        a_eos = Signal(L)
+        a_row = pair_sigs("a_row")
+        m.d.comb += [a_d.eq(Cat(a_valid[j] & ~a_pkt[j].kind & ~a_bad_src[j] & ~a_bad_chunk[j]
+                                for j in range(L))),
+                     a_eos.eq(Cat(a_valid[j] & a_pkt[j].kind & ~a_bad_src[j] for j in range(L)))]
+        m.d.comb += [a_row[i, j].eq(a_d[i] & a_same_idx[i, j]) for i, j in pairs]
+        a_first = [a_d[j] & ~_any(a_row[i, j] for i in range(j)) for j in range(L)]
+        m.d.sync += [
+            r_d.eq(a_d), r_eos.eq(a_eos),
+            r_first.eq(Cat(*a_first)),
+            r_last.eq(Cat(a_d[k] & ~_any(a_d[n] & a_same_idx[k, n] for n in range(k + 1, L)) for k in range(L))),
+            r_match_new.eq(Cat(~_any(a_row[i, j] for i in range(j))
+                               | _any(a_first[i] & a_row[i, j] & a_same_exp[i, j] for i in range(j))
+                               for j in range(L))),
+            r_eos_prior.eq(Cat(_any(a_eos[i] & a_same_src[i, j] for i in range(j)) for j in range(L))),
+        ]
+        m.d.sync += [r_row[key].eq(a_row[key]) for key in pairs]
+        m.d.sync += [r_same_chunk[key].eq(a_same_chunk[key]) for key in pairs]
         r_ent = [Signal(lay.chunk_entry, name=f"r_ent{j}") for j in range(L)]
         # Filled in by T below: which of T's lanes writes back which entry value.
         t_wen = lane_sigs("t_wen")
@@ -323,25 +360,28 @@ class PacketManager(wiring.Component):
         for key in pairs:
             m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
                          r_same_exp[key].eq(a_same_exp[key])]
-        # For an end-of-stream: count - opened - m for m = 0..2 x lanes, from registers;
-        # T picks m = the openers of the group between (p_sel) and its own.
-        # (count - m is formed on the way into A, so that R subtracts once)
-        Q = 3 * L + 1
-        r_ecnt = [[Signal(signed(cfg.count_bits + 3), name=f"r_ecnt{j}_{q}") for q in range(2 * L + 1)]
-                  for j in range(L)]
-        a_cnt_m = [[Signal(signed(cfg.count_bits + 2), name=f"a_cnt{j}_m{q}") for q in range(Q)]
-                   for j in range(L)]
+        # For an end-of-stream: r_ecnt[q] = count - opened - q (q = 0..3 x lanes), `opened`
+        # as T sees it (the rows its source opened up to the group two ahead). Formed in two
+        # subtractions, each from registers and a one-hot: on the way into A, count -
+        # opened (the register, four groups ahead) - the openers of the group three ahead
+        # (p_sel now); in A, - the openers of the group two ahead (p_sel then) - q.
+        # (T uses q up to 2 x lanes for the distances and up to 3 x lanes for their signs.)
+        NQ = 3 * L + 1
+        ecnt_shape = signed(cfg.count_bits + 3)
+        a_ecnt = [Signal(ecnt_shape, name=f"a_ecnt{j}") for j in range(L)]
+        r_ecnt = [[Signal(ecnt_shape, name=f"r_ecnt{j}_{q}") for q in range(NQ)] for j in range(L)]
         for j in range(L):
-            m.d.sync += [a_cnt_m[j][q].eq(self.i[j].payload.count - q) for q in range(Q)]
-            # (the register runs two groups behind T here: the group summarised in p_* now
-            # is folded in by choosing among the count - m, T adds the next one)
-            opened_a = Signal.like(opened[0], name=f"a_opened{j}")
+            q_in = self.i[j].payload
+            psel_in = Signal(L + 1, name=f"in_psel{j}")
+            opened_in = Signal.like(opened[0], name=f"in_opened{j}")
+            m.d.comb += [psel_in.eq(Array(p_sel)[q_in.src]), opened_in.eq(Array(opened)[q_in.src])]
+            cnt_b = _select([(psel_in[b], q_in.count - b) for b in range(L + 1)], ecnt_shape)
+            m.d.sync += a_ecnt[j].eq(cnt_b - opened_in)
             psel_a = Signal(L + 1, name=f"a_psel{j}")
-            m.d.comb += [opened_a.eq(Array(opened)[a_pkt[j].src]), psel_a.eq(Array(p_sel)[a_pkt[j].src])]
-            for q in range(2 * L + 1):
-                cnt_q = _select([(psel_a[a], a_cnt_m[j][q + a]) for a in range(L + 1)],
-                                a_cnt_m[j][0].shape())
-                m.d.sync += r_ecnt[j][q].eq(cnt_q - opened_a)
+            m.d.comb += psel_a.eq(Array(p_sel)[a_pkt[j].src])
+            dec = [a_ecnt[j] - k for k in range(NQ + L)]
+            m.d.sync += [r_ecnt[j][q].eq(_select([(psel_a[c], dec[q + c]) for c in range(L + 1)], ecnt_shape))
+                         for q in range(NQ)]
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
@@ -375,7 +415,7 @@ class PacketManager(wiring.Component):
         live = Signal()
         m.d.comb += live.eq(armed & ~finished)
 
-        d, eos, first, opener, prior = (lane_sigs(n) for n in ("dat", "eos", "first", "opener", "prior"))
+        d, eos, first, opener = r_d, r_eos, r_first, lane_sigs("opener")
         match, full_before, protocol, dup, setb, comp, post = (
             lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp", "post"))
         eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
@@ -384,30 +424,25 @@ class PacketManager(wiring.Component):
         all_chunks = (1 << C) - 1
         for j in range(L):
             p = r_pkt[j]
-            v = r_valid[j]
             ent = r_ent[j]
-            m.d.comb += [
-                d[j].eq(v & ~p.kind & ~r_bad_src[j] & ~r_bad_chunk[j]),
-                eos[j].eq(v & p.kind & ~r_bad_src[j]),
-                prior[j].eq(_any(d[i] & r_same_idx[i, j] for i in range(j))),
-                first[j].eq(d[j] & ~prior[j]),
-                opener[j].eq(first[j] & ~ent.open),
-            ]
+            m.d.comb += opener[j].eq(first[j] & ~ent.open)
             # The row's expert is the stored one, or that of its first lane in this group.
-            m.d.comb += match[j].eq(Mux(
-                ent.open, ent.expert == p.expert,
-                ~prior[j] | _any(first[i] & r_same_idx[i, j] & r_same_exp[i, j] for i in range(j))))
+            m.d.comb += match[j].eq(Mux(ent.open, ent.expert == p.expert, r_match_new[j]))
             # Chunks already in: the stored bitmap, plus earlier lanes of the group on this
             # row (a duplicate sets a bit that is already set; a protocol error none).
+            adds = [r_row[i, j] & match[i] for i in range(j)]
             earlier = 0
             for i in range(j):
-                earlier = earlier | Mux(d[i] & r_same_idx[i, j] & match[i], r_oh[i], 0)
+                earlier = earlier | Mux(adds[i], r_oh[i], 0)
+            # (whether this lane's own chunk is in: the stored bit, or an earlier lane's
+            # chunk compare -- not the whole bitmap after the earlier lanes' verdicts)
+            own_in = (ent.open & (ent.bitmap & r_oh[j]).any()) | _any(
+                adds[i] & r_same_chunk[i, j] for i in range(j))
             m.d.comb += [
                 bits_before[j].eq(Mux(ent.open, ent.bitmap, 0) | earlier),
                 full_before[j].eq(bits_before[j] == all_chunks),
                 protocol[j].eq(d[j] & ~opener[j] & ~full_before[j] & ~match[j]),
-                dup[j].eq(d[j] & ~opener[j] & (full_before[j]
-                                               | (match[j] & (bits_before[j] & r_oh[j]).any()))),
+                dup[j].eq(d[j] & ~opener[j] & (full_before[j] | (match[j] & own_in))),
                 setb[j].eq(d[j] & ~protocol[j] & ~dup[j]),
                 comp[j].eq(setb[j] & ((bits_before[j] | r_oh[j]) == all_chunks)),
             ]
@@ -420,20 +455,19 @@ class PacketManager(wiring.Component):
             # is a small compare from registers: dist <= k, k = the source's earlier
             # openers in this group.
             src = p.src
-            eos_prior = _any(eos[i] & r_same_src[i, j] for i in range(j))
-            m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | eos_prior),
+            m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | r_eos_prior[j]),
                          eos_acc[j].eq(eos[j] & ~seen_before[j])]
             # (dist <= k for every k from registers; the k that holds selects)
             earlier_openers = [opener[i] & r_same_src[i, j] for i in range(j)]
-            dist_src = Signal.like(dist[0], name=f"dist_src{j}")
-            m.d.comb += dist_src.eq(dist_rd[src])
+            dle_src = Signal(L, name=f"dle_src{j}")
+            m.d.comb += dle_src.eq(dle_rd[src])
             m.d.comb += post[j].eq(~r_bad_exp[j] & eos_seen_rd[src] & Cat(
-                exactly(earlier_openers, k) & (dist_src <= k) for k in range(j + 1)).any())
+                exactly(earlier_openers, k) & dle_src[k] for k in range(j + 1)).any())
 
         # Write-back: the last data lane on each row leaves the row's state in the table
         # (and in the bypass to R).
         for k in range(L):
-            last = d[k] & ~_any(d[n] & r_same_idx[k, n] for n in range(k + 1, L))
+            last = r_last[k]
             lasts.append(last)
             expert_k = Mux(r_ent[k].open, r_ent[k].expert, _onehot_mux(
                 [(first[i] & r_same_idx[i, k], r_pkt[i].expert) for i in range(k)], r_pkt[k].expert))
@@ -479,10 +513,16 @@ class PacketManager(wiring.Component):
             ]
             m.d.sync += [p_evec[s][n].eq(_select([(eos_sel[j], shifted[j][n]) for j in range(L)],
                                                   dist[0].shape())) for n in range(L + 1)]
+            # (p_evec[n] <= k: the sign of count - opened - (n + k + 1))
+            m.d.sync += [p_le[s][n][k].eq(_select(
+                [(eos_sel[j], Cat(p_sel[s][b] & r_ecnt[j][b + n + k + 1][-1] for b in range(L + 1)).any())
+                 for j in range(L)], 1)) for n in range(L + 1) for k in range(L)]
         # EOS_MISMATCH (the count below the source's rows at the end of the EOS's group):
         # checked a cycle later, on the distance after that group.
+        # (dist_t < 0 after an EOS: the sign of the chosen p_evec, registers only)
         mismatch_hits = Signal(S)
-        m.d.comb += mismatch_hits.eq(Cat(p_eos[s] & (dist_t[s] < 0) for s in range(S)))
+        m.d.comb += mismatch_hits.eq(Cat(
+            p_eos[s] & Cat(p_sel[s][n] & p_evec[s][n][-1] for n in range(L + 1)).any() for s in range(S)))
 
         # Reasons found in T, registered for the statistics.
         reason_hits = {
@@ -698,11 +738,14 @@ class PacketManager(wiring.Component):
         m.d.comb += self.layer_done.eq(0)
 
         # Watchdog: an armed layer that accepts nothing for `timeout` cycles is flushed.
+        # (compared with timeout - 1, registered: no adder in front of the compare)
+        timeout_m1 = Signal(32)
+        m.d.sync += timeout_m1.eq(self.timeout - 1)
         with m.If(~armed | finished | block | accepted | (self.timeout == 0)):
             m.d.sync += idle_cycles.eq(0)
         with m.Else():
             m.d.sync += idle_cycles.eq(idle_cycles + 1)
-            with m.If(idle_cycles + 1 >= self.timeout):
+            with m.If(idle_cycles >= timeout_m1):
                 m.d.sync += [flush_pending.eq(1), flush_timeout.eq(1)]
 
         # START and FLUSH wait until the pipeline is empty and drained, decide in one cycle
@@ -727,6 +770,7 @@ class PacketManager(wiring.Component):
             m.d.sync += [open_v.eq(0), others_open.eq(0)]
             m.d.sync += [x.eq(0) for x in eos_cnt + opened + dist + src_rows + drops + overflow]
             m.d.sync += [x.eq(1) for x in p_sel]
+            m.d.sync += [x.eq(x.init) for x in dist_le]
             m.d.sync += p_eos.eq(0)
         with m.Elif(flush_go):
             with m.If(inflight != 0):

@@ -275,6 +275,32 @@ async def test_eos_and_rows_in_one_cycle(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_rows_right_after_eos(dut):
+    """Rows in the cycles right after their source's EOS (the hub checks them against a
+    count it has not finished folding in): sources 0 and 1 each open one row in the EOS's
+    cycle and two in the next, source 2 one row two cycles after its EOS and two in the
+    next; each count is 2, so the first of the two counts and the second is dropped as
+    POST_EOS (and, completing, does not hold the layer open)."""
+    tb = await make_tb(dut)
+    assert CFG.lanes >= 4 and CFG.sources >= 3 and CFG.tags_per_source >= 3
+    rows = {(s, t): row(s, (s + t) % CFG.experts, token=10 * s + t) for s in (0, 1, 2) for t in range(3)}
+    pk = {key: chunks(r, key[1]) for key, r in rows.items()}
+    pad = [None] * (CFG.lanes - 4)
+    await tb.send_schedule([
+        [Packet.eos(2, 2), None, None, None] + pad,
+        [pk[0, 0][0], Packet.eos(0, 2), pk[1, 0][0], Packet.eos(1, 2)] + pad,
+        [pk[0, 1][0], pk[0, 2][0], pk[1, 1][0], pk[1, 2][0]] + pad,
+        [pk[2, 0][0], None, None, None] + pad,
+        [pk[2, 1][0], pk[2, 2][0], None, None] + pad])
+    await tb.send_schedule(wide([p for key in rows for p in pk[key][1:]]))
+    await tb.send_schedule(wide([Packet.eos(s, 0) for s in range(3, CFG.sources)]))
+    model = await finish(tb)
+    d = model.drop_counts
+    assert (d[Reason.POST_EOS], d[Reason.EOS_MISMATCH]) == (3, 0), d
+    assert model.src_rows[:3] == [2, 2, 2] and model.done
+
+
+@cocotb.test(**TIMEOUT)
 async def test_junk_in_the_finishing_cycle(dut):
     """The cycle that completes a layer's last row also opens a row past its source's EOS
     count (POST_EOS): that row holds the layer open until it completes; the layer is
