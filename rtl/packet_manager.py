@@ -19,14 +19,16 @@ credit (in the queues), counted in registers a cycle ahead (``room``).
   (open, expert, chunk bitmap per (source, tag)) and per source the end-of-stream flag
   and count and the rows opened, and commits them every cycle.
 * **AL** -- the :class:`AddressAllocator` grants rows to the rows T opened (lane order;
-  overflow refused); each lane's expert region base is looked up.
+  overflow refused); each lane's expert region base is looked up, and its row-info entry
+  read (the group ahead, in RI, writes the table in this cycle: a lane on a row that
+  group opens takes the grant from it instead).
 * **RI** -- row-info table (granted row, allocated or dropped) per (source, tag): openers
-  write it, later chunks read it, or take it from their opener in the same group.
-  Per-row events (metadata write, completion), credits, and the address up to the row
-  (``region_base[e] + chunk * chunk_bytes``) are formed here.
-* **B** -- events and credits enter their queues in lane order; the address gets
-  ``+ row * row_stride``; each lane's write enters the lane's write FIFO
-  (``WRITE_FIFO_DEPTH`` entries), whose head is the lane's ``wr`` port.
+  write it, later chunks take what AL read, or the grant of their opener in the same
+  group. Per-row events (metadata write, completion), credits, and the two parts of the
+  address (``region_base[e] + chunk * chunk_bytes`` and ``row * row_stride``) are formed.
+* **B** -- events and credits enter their queues in lane order; the address parts are
+  added; each lane's write enters the lane's write FIFO (``WRITE_FIFO_DEPTH`` entries),
+  whose head is the lane's ``wr`` port.
 
 Latency: a packet accepted in cycle *t* is written out in cycle *t+6* (``WRITE_LATENCY``)
 when its FIFO is empty; its row's events enter the event queue in cycle *t+5*.
@@ -361,26 +363,29 @@ class PacketManager(wiring.Component):
             m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
                          r_same_exp[key].eq(a_same_exp[key])]
         # For an end-of-stream: r_ecnt[q] = count - opened - q (q = 0..3 x lanes), `opened`
-        # as T sees it (the rows its source opened up to the group two ahead). Formed in two
-        # subtractions, each from registers and a one-hot: on the way into A, count -
-        # opened (the register, four groups ahead) - the openers of the group three ahead
-        # (p_sel now); in A, - the openers of the group two ahead (p_sel then) - q.
+        # as T sees it (the rows its source opened up to the group two ahead). On the way
+        # into A: count - opened (the register: up to the group four ahead), and the
+        # openers of the group three ahead (p_sel now, one-hot); in A, with those of the
+        # group two ahead (p_sel then), the sum of the two one-hots chooses among
+        # a_ecnt - k, each a constant subtraction from a register.
         # (T uses q up to 2 x lanes for the distances and up to 3 x lanes for their signs.)
         NQ = 3 * L + 1
         ecnt_shape = signed(cfg.count_bits + 3)
         a_ecnt = [Signal(ecnt_shape, name=f"a_ecnt{j}") for j in range(L)]
+        a_psel_in = [Signal(L + 1, name=f"a_psel_in{j}") for j in range(L)]
         r_ecnt = [[Signal(ecnt_shape, name=f"r_ecnt{j}_{q}") for q in range(NQ)] for j in range(L)]
         for j in range(L):
             q_in = self.i[j].payload
-            psel_in = Signal(L + 1, name=f"in_psel{j}")
-            opened_in = Signal.like(opened[0], name=f"in_opened{j}")
-            m.d.comb += [psel_in.eq(Array(p_sel)[q_in.src]), opened_in.eq(Array(opened)[q_in.src])]
-            cnt_b = _select([(psel_in[b], q_in.count - b) for b in range(L + 1)], ecnt_shape)
-            m.d.sync += a_ecnt[j].eq(cnt_b - opened_in)
+            m.d.sync += [a_ecnt[j].eq(q_in.count - Array(opened)[q_in.src]),
+                         a_psel_in[j].eq(Array(p_sel)[q_in.src])]
             psel_a = Signal(L + 1, name=f"a_psel{j}")
             m.d.comb += psel_a.eq(Array(p_sel)[a_pkt[j].src])
-            dec = [a_ecnt[j] - k for k in range(NQ + L)]
-            m.d.sync += [r_ecnt[j][q].eq(_select([(psel_a[c], dec[q + c]) for c in range(L + 1)], ecnt_shape))
+            both = [Signal(name=f"a_lag{j}_{t}") for t in range(2 * L + 1)]
+            m.d.comb += [both[t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
+                                         for b in range(max(0, t - L), min(t, L) + 1)))
+                         for t in range(2 * L + 1)]
+            dec = [a_ecnt[j] - k for k in range(NQ + 2 * L)]
+            m.d.sync += [r_ecnt[j][q].eq(_select([(both[t], dec[q + t]) for t in range(2 * L + 1)], ecnt_shape))
                          for q in range(NQ)]
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
@@ -557,6 +562,10 @@ class PacketManager(wiring.Component):
         m.d.sync += [t_slot[j].eq(r_slot[j]) for j in range(L)]
         m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
         m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
+        # (j, k): lane j's row is the row lane k of the group ahead is on (for the row-info
+        # read in AL, whose table that group writes in the same cycle)
+        t_hit = {(j, k): Signal(name=f"t_hit{j}_{k}") for j in range(L) for k in range(L)}
+        m.d.sync += [t_hit[j, k].eq(r_idx[j] == t_idx[k]) for j in range(L) for k in range(L)]
         m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
 
         req = Signal(L)
@@ -584,37 +593,46 @@ class PacketManager(wiring.Component):
         al_base = lane_sigs("al_base", cfg.addr_bits)
         m.d.sync += [al_base[j].eq(Array(self.region_base)[t_pkt[j].expert]) for j in range(L)]
         m.d.sync += [al_fwd[key].eq(t_fwd[key]) for key in pairs]
+        # Row-info read for the group in AL (registered for RI), or the row the group
+        # ahead grants now (its openers write the table at the end of this cycle).
+        al_info = [Signal(lay.row_info, name=f"al_info{j}") for j in range(L)]
+        for j in range(L):
+            m.d.comb += ri_rd[j].addr.eq(t_idx[j])
+            m.d.sync += al_info[j].eq(_onehot_mux(
+                [(t_hit[j, k] & al_opener[k], Cat(al_ok[k], al_row[k])) for k in range(L)], ri_rd[j].data))
 
         # ------------------------------------------------------------ RI -> B
         b_valid = Signal(L)
         b_pv = Signal(L)
         b_group = Signal(GROUP_BITS)
         b_pre = lane_sigs("b_pre", cfg.addr_bits)     # region base + chunk offset
-        b_row = lane_sigs("b_row", cfg.row_bits)
+        b_rowoff = lane_sigs("b_rowoff", cfg.addr_bits)   # row * row stride
         b_slot = lane_sigs("b_slot", range(WRITE_FIFO_DEPTH))
         b_ev_valid = Signal(L)
         b_ev = [Signal(lay.event, name=f"b_ev{j}") for j in range(L)]
         b_cr_valid = Signal(L)
         b_cr = [Signal(lay.credit, name=f"b_cr{j}") for j in range(L)]
         ri_alloc = []
-        # Address translation in three steps: the region base (AL), + chunk offset (here),
-        # + row * stride (B).
+        # Address translation in three steps: the region base (AL); the chunk offset and,
+        # apart, row * stride (here); their sum (B).
         chunk_shift = cfg.chunk_bytes.bit_length() - 1
+        stride_terms = [k for k in range(cfg.stride_bytes.bit_length()) if cfg.stride_bytes >> k & 1]
         for j in range(L):
             p = al_pkt[j]
             info = Signal(lay.row_info, name=f"info{j}")
-            stored_info = ri_rd[j].data
-            m.d.comb += ri_rd[j].addr.eq(al_idx[j])
             own = Cat(al_ok[j], al_row[j])   # row_info layout order: alloc, row
             m.d.comb += info.eq(Mux(al_opener[j], own, _onehot_mux(
-                [(al_fwd[i, j], Cat(al_ok[i], al_row[i])) for i in range(j)], stored_info)))
+                [(al_fwd[i, j], Cat(al_ok[i], al_row[i])) for i in range(j)], al_info[j])))
+            row_off = 0
+            for k in stride_terms:
+                row_off = row_off + (info.row << k)
             ri_alloc.append(info.alloc)
             m.d.comb += [ri_wr[j].addr.eq(al_idx[j]), ri_wr[j].en.eq(al_opener[j]),
                          ri_wr[j].data.eq(own)]
             m.d.sync += [
                 b_valid[j].eq(al_setb[j] & info.alloc),
-                b_pre[j].eq(al_base[j] + (p.chunk << chunk_shift)),
-                b_row[j].eq(info.row), b_slot[j].eq(al_slot[j]),
+                b_pre[j].eq(al_base[j] + (p.chunk << chunk_shift)), b_rowoff[j].eq(row_off),
+                b_slot[j].eq(al_slot[j]),
                 b_ev_valid[j].eq((al_opener[j] & al_ok[j]) | (al_comp[j] & info.alloc)),
                 b_ev[j].complete.eq(al_comp[j]), b_ev[j].expert.eq(p.expert),
                 b_ev[j].row.eq(info.row), b_ev[j].src.eq(p.src), b_ev[j].token.eq(p.token),
@@ -636,19 +654,15 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.ev_push_valid.eq(b_ev_valid), self.cr_push_valid.eq(b_cr_valid)]
         m.d.comb += [self.ev_push_data[j].eq(b_ev[j]) for j in range(L)]
         m.d.comb += [self.cr_push_data[j].eq(b_cr[j]) for j in range(L)]
-        stride_terms = [k for k in range(cfg.stride_bytes.bit_length()) if cfg.stride_bytes >> k & 1]
         wf_pending = Signal(L)     # writes waiting in the lane's buffer
         wf_room = []
         for j in range(L):
-            row_off = 0
-            for k in stride_terms:
-                row_off = row_off + (b_row[j] << k)
             # The lane's write buffer: a slot per packet, taken at acceptance (the data is
             # written then and does not travel down the pipeline); B fills in the address
             # (or marks the slot void: no write); slots leave in order from the head.
             sl = slot_sigs[j]
             with m.If(b_pv[j]):
-                m.d.sync += [sl["addr"][b_slot[j]].eq(b_pre[j] + row_off),
+                m.d.sync += [sl["addr"][b_slot[j]].eq(b_pre[j] + b_rowoff[j]),
                              sl["group"][b_slot[j]].eq(b_group)]
             head = sl["rp"]
             head_ready = Signal(name=f"wf_head_ready{j}")
