@@ -215,7 +215,11 @@ class PacketManager(wiring.Component):
                 m.d.comb += dle_t[s][k].eq(Mux(
                     p_eos[s], Cat(p_sel[s][n] & p_le[s][n][k] for n in range(L + 1)).any(),
                     Cat(p_sel[s][n] & dist_le[s][n + k] for n in range(L + 1)).any()))
-            m.d.sync += [dist_le[s][k].eq(dist_t[s] <= k) for k in range(2 * L)]
+            # (dist_t <= k for the next cycle: every candidate compared with a constant,
+            # then chosen -- no subtraction in front of the compares)
+            m.d.sync += [dist_le[s][k].eq(Mux(
+                p_eos[s], Cat(p_sel[s][n] & (p_evec[s][n] <= k) for n in range(L + 1)).any(),
+                Cat(p_sel[s][n] & (dist[s] <= n + k) for n in range(L + 1)).any())) for k in range(2 * L)]
         eos_seen_rd, dle_rd = Array(seen_t), Array(dle_t)
         count_reached = Signal(S)
         m.d.comb += count_reached.eq(Cat(dle_t[s][0] for s in range(S)))
