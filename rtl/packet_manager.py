@@ -349,6 +349,7 @@ class PacketManager(wiring.Component):
         m.d.sync += [r_row[key].eq(a_row[key]) for key in pairs]
         m.d.sync += [r_same_chunk[key].eq(a_same_chunk[key]) for key in pairs]
         r_ent = [Signal(lay.chunk_entry, name=f"r_ent{j}") for j in range(L)]
+        r_exp_eq = lane_sigs("r_exp_eq")      # r_ent's expert == the packet's
         # Filled in by T below: which of T's lanes writes back which entry value.
         t_wen = lane_sigs("t_wen")
         t_after = [Signal(lay.chunk_entry, name=f"t_after{k}") for k in range(L)]
@@ -399,9 +400,13 @@ class PacketManager(wiring.Component):
                 stored.expert.eq(ct_rd[j].data.expert),
                 stored.bitmap.eq(ct_rd[j].data.bitmap),
             ]
-            m.d.sync += r_ent[j].eq(_onehot_mux(
-                [(a_hit2[j, k] & w_wen[k], w_after[k]) for k in range(L)]
-                + [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)], stored))
+            bypass = ([(a_hit2[j, k] & w_wen[k], w_after[k]) for k in range(L)]
+                      + [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)])
+            m.d.sync += r_ent[j].eq(_onehot_mux(bypass, stored))
+            # (the expert compare T needs, made here on every candidate: off T's loop)
+            expert_j = a_pkt[j].expert
+            m.d.sync += r_exp_eq[j].eq(_onehot_mux([(sel, ent.expert == expert_j) for sel, ent in bypass],
+                                                   stored.expert == expert_j))
 
         # ------------------------------------------------------------ T (the rules, on R)
         finished = Signal()
@@ -431,31 +436,58 @@ class PacketManager(wiring.Component):
         bits_before = lane_sigs("bits_before", C)
         lasts = []
         all_chunks = (1 << C) - 1
+        # Whether a row is full (all chunks in) after some of the lanes up to j add their
+        # chunk, without ORing the late verdicts into a chunks-wide bitmap first: `base`
+        # (registers only) says the row would be full if every lane on it up to j added its
+        # chunk; then each such lane's chunk must really be in -- stored already, added by
+        # itself, or by another adding lane with the same chunk (pairwise compares).
+        stored_bit = lane_sigs("stored_bit")     # the lane's chunk is in the stored bitmap
         for j in range(L):
-            p = r_pkt[j]
             ent = r_ent[j]
-            m.d.comb += opener[j].eq(first[j] & ~ent.open)
-            # The row's expert is the stored one, or that of its first lane in this group.
-            m.d.comb += match[j].eq(Mux(ent.open, ent.expert == p.expert, r_match_new[j]))
-            # Chunks already in: the stored bitmap, plus earlier lanes of the group on this
-            # row (a duplicate sets a bit that is already set; a protocol error none).
+            m.d.comb += [opener[j].eq(first[j] & ~ent.open),
+                         stored_bit[j].eq(ent.open & (ent.bitmap & r_oh[j]).any()),
+                         # the row's expert: the stored one, or its first lane's in this group
+                         match[j].eq(Mux(ent.open, r_exp_eq[j], r_match_new[j]))]
+
+        def same_chunk(i, k):
+            return r_same_chunk[min(i, k), max(i, k)]
+
+        full_if = {}                             # (j, lane j adds): full after lanes <= j
+        for j in range(L):
+            ent = r_ent[j]
+            union = Mux(ent.open, ent.bitmap, 0) | r_oh[j]
+            for i in range(j):
+                union = union | Mux(r_row[i, j], r_oh[i], 0)
+            base = Signal(name=f"full_base{j}")
+            m.d.comb += base.eq(union == all_chunks)
             adds = [r_row[i, j] & match[i] for i in range(j)]
+            for own in (0, 1):
+                c = adds + [Const(own)]
+                terms = []
+                for i in range(j + 1):
+                    covered = c[i] | stored_bit[i] | _any(c[k] & same_chunk(i, k) for k in range(j + 1) if k != i)
+                    terms.append(covered if i == j else (~r_row[i, j] | covered))
+                full_if[j, own] = Signal(name=f"full{j}_if{own}")
+                m.d.comb += full_if[j, own].eq(base & Cat(*terms).all())
+            # Chunks already in (for the write-back bitmap): the stored bitmap, plus earlier
+            # lanes of the group on this row (a duplicate sets a bit that is already set; a
+            # protocol error none).
             earlier = 0
             for i in range(j):
                 earlier = earlier | Mux(adds[i], r_oh[i], 0)
-            # (whether this lane's own chunk is in: the stored bit, or an earlier lane's
-            # chunk compare -- not the whole bitmap after the earlier lanes' verdicts)
-            own_in = (ent.open & (ent.bitmap & r_oh[j]).any()) | _any(
-                adds[i] & r_same_chunk[i, j] for i in range(j))
+            # (whether this lane's own chunk is in: the stored bit, or an earlier lane's)
+            own_in = stored_bit[j] | _any(adds[i] & r_same_chunk[i, j] for i in range(j))
             m.d.comb += [
                 bits_before[j].eq(Mux(ent.open, ent.bitmap, 0) | earlier),
-                full_before[j].eq(bits_before[j] == all_chunks),
+                full_before[j].eq(full_if[j, 0]),
                 protocol[j].eq(d[j] & ~opener[j] & ~full_before[j] & ~match[j]),
                 dup[j].eq(d[j] & ~opener[j] & (full_before[j] | (match[j] & own_in))),
                 setb[j].eq(d[j] & ~protocol[j] & ~dup[j]),
-                comp[j].eq(setb[j] & ((bits_before[j] | r_oh[j]) == all_chunks)),
+                comp[j].eq(setb[j] & full_if[j, 1]),
             ]
 
+        for j in range(L):
+            p = r_pkt[j]
             # End of stream (it takes effect at the end of the group: rows opened in the
             # same group still count), and whether an opener comes after its source's
             # count. ``opened`` counts every opener, post-EOS ones too: the condition is
@@ -486,7 +518,7 @@ class PacketManager(wiring.Component):
             m.d.comb += bits_k.eq(bits_before[k] | Mux(d[k] & match[k], r_oh[k], 0))
             m.d.comb += [
                 t_wen[k].eq(live & last),
-                t_after[k].open.eq(bits_k != all_chunks),
+                t_after[k].open.eq(~Mux(match[k], full_if[k, 1], full_if[k, 0])),
                 t_after[k].expert.eq(expert_k),
                 t_after[k].bitmap.eq(bits_k),
                 ct_wr[k].addr.eq(w_idx[k]),

@@ -237,6 +237,31 @@ async def test_duplicate_and_protocol(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_completion_in_one_cycle_with_bad_chunks(dut):
+    """Whether a row completes in a cycle, with other chunks of it in the same cycle that
+    do not count: the last missing chunk arrives on one lane while another lane carries
+    the other missing chunk under the wrong expert (PROTOCOL: the row stays open until
+    that chunk comes right); and a row completed by one lane while a later lane repeats
+    that chunk under the wrong expert (DUPLICATE: the row was already full)."""
+    tb = await make_tb(dut)
+    assert CFG.experts > 1 and CFG.lanes >= 2 and CFG.chunks_per_row >= 3
+    C = CFG.chunks_per_row
+    a, b = row(0, 0, token=1), row(1, 1, token=2)
+    pa, pb = chunks(a, 0), chunks(b, 0)
+
+    def wrong(p):
+        return Packet(src=p.src, tag=p.tag, expert=(p.expert + 1) % CFG.experts, token=p.token,
+                      chunk=p.chunk, data=p.data)
+    await tb.send_schedule(wide(pa[:C - 2] + pb[:C - 1]))
+    await tb.send_schedule([[wrong(pa[C - 2]), pa[C - 1]], [pb[C - 1], wrong(pb[C - 1])]])
+    await tb.send_schedule([[pa[C - 2]]] + wide(eos_all({0: 1, 1: 1})))
+    model = await finish(tb)
+    d = model.drop_counts
+    assert (d[Reason.PROTOCOL], d[Reason.DUPLICATE]) == (1, 1), d
+    assert len(tb.credit_out) == 2 and model.done
+
+
+@cocotb.test(**TIMEOUT)
 async def test_end_of_stream_rules(dut):
     """EOS may overtake rows; a row beyond the EOS count is dropped (POST_EOS) and does not
     count; a duplicate EOS is ignored; an EOS count below the rows received is flagged."""
