@@ -13,11 +13,11 @@ later request for that expert in the cycle is refused too.
 Timing: the counters' loop is ``rows += min(requests, room)``, ``room -= min(requests,
 room)``; since ``rows + room`` is the latched capacity, every outcome (for 0..lanes
 requests, fitting or not) is formed from the registers in parallel, and the request count
-only selects one. A grant (``row``, ``ok``) is a mux by expert plus a
+only selects one. A grant (``row``, ``ok``) is an AND-OR by the one-hot expert plus a
 small add and compare, feed-forward from registers. The requests come from registers of
 the packet manager's pipeline.
 """
-from amaranth import Array, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,7 +29,7 @@ class AddressAllocator(wiring.Component):
     """Members
     -------
     req : In(lanes)                       lane j asks for a row (expert in range)
-    req_expert : In(expert_bits).array(lanes)
+    req_expert : In(experts).array(lanes) the expert, one-hot (decoded a stage earlier)
     row : Out(row_bits).array(lanes)      granted row (valid when ok)
     ok : Out(lanes)                       the row fits the region (else: overflow)
     commit : In(1)                        apply this cycle's grants (pipeline advances)
@@ -43,7 +43,7 @@ class AddressAllocator(wiring.Component):
         L, E = cfg.lanes, cfg.experts
         super().__init__({
             "req": In(L),
-            "req_expert": In(cfg.expert_bits).array(L),
+            "req_expert": In(E).array(L),
             "row": Out(cfg.row_bits).array(L),
             "ok": Out(L),
             "commit": In(1),
@@ -58,19 +58,20 @@ class AddressAllocator(wiring.Component):
         L, E = cfg.lanes, cfg.experts
         counters = [Signal(cfg.cap_bits, name=f"rows{e}") for e in range(E)]
         room = [Signal(cfg.cap_bits, name=f"room{e}") for e in range(E)]
-        cnt_rd, room_rd = Array(counters), Array(room)
         for e in range(E):
             m.d.comb += self.rows[e].eq(counters[e])
 
         for j in range(L):
             ahead = 0
             for i in range(j):
-                ahead = ahead + (self.req[i] & (self.req_expert[i] == self.req_expert[j]))
+                ahead = ahead + (self.req[i] & (self.req_expert[i] & self.req_expert[j]).any())
             n_ahead = Signal(range(L), name=f"ahead{j}")
+            oh = self.req_expert[j]
             m.d.comb += [
                 n_ahead.eq(ahead),
-                self.row[j].eq(cnt_rd[self.req_expert[j]] + n_ahead),
-                self.ok[j].eq(self.req[j] & (n_ahead < room_rd[self.req_expert[j]])),
+                self.row[j].eq(select([(oh[e], counters[e]) for e in range(E)], cfg.cap_bits) + n_ahead),
+                self.ok[j].eq(self.req[j] & (n_ahead < select([(oh[e], room[e]) for e in range(E)],
+                                                              cfg.cap_bits))),
             ]
 
         # rows + room stays equal to the capacity latched at the layer start, so the
@@ -83,7 +84,7 @@ class AddressAllocator(wiring.Component):
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Elif(self.commit):
             for e in range(E):
-                reqs = [self.req[j] & (self.req_expert[j] == e) for j in range(L)]
+                reqs = [self.req[j] & self.req_expert[j][e] for j in range(L)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)

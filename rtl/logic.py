@@ -2,7 +2,7 @@
 the hub's timing budget is a few gate levels per decision)."""
 from itertools import combinations
 
-from amaranth import Cat, Const, Mux
+from amaranth import Cat, Const, Mux, Signal
 
 
 def popcount(bits):
@@ -34,4 +34,24 @@ def select(sel_vals, shape):
     out = Const(0, shape)
     for sel, val in sel_vals:
         out = out | Mux(sel, val, 0)
+    return out
+
+
+def minus_consts(m, x, ks, name):
+    """``x - k`` for each small constant ``k`` in ``ks`` (same shape as ``x``), with one
+    shared decrement: the low bits subtract ``k`` (a few bits wide), the high bits are
+    either ``x``'s or ``x``'s minus one (the borrow), formed once for all ``k``."""
+    ks = list(ks)
+    w = max(1, max(ks).bit_length())
+    n = len(x)
+    if n <= w + 1:
+        return [x - k for k in ks]
+    lo, hi = x[:w], x[w:]
+    hi_m1 = Signal(n - w, name=f"{name}_hi_m1")
+    m.d.comb += hi_m1.eq(hi - 1)
+    out = []
+    for k in ks:
+        v = Signal(x.shape(), name=f"{name}_minus{k}")
+        m.d.comb += v.eq(Cat((lo - k)[:w], Mux(lo < k, hi_m1, hi)))
+        out.append(v)
     return out

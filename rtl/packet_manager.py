@@ -66,7 +66,7 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import QUEUE_GROUPS, HubConfig
 from .formats import Reason
 from .layouts import GROUP_AGE_LIMIT, GROUP_BITS, HubLayouts
-from .logic import exactly, popcount as _popcount, select as _select
+from .logic import exactly, minus_consts, popcount as _popcount, select as _select
 
 #: Cycles from a packet's acceptance to its data write leaving the hub (nothing stalled).
 WRITE_LATENCY = 6
@@ -129,7 +129,7 @@ class PacketManager(wiring.Component):
             "cr_push_data": Out(lay.credit).array(L),
             "cr_pop": In(1),
             "alloc_req": Out(L),
-            "alloc_expert": Out(cfg.expert_bits).array(L),
+            "alloc_expert": Out(E).array(L),
             "alloc_row": In(cfg.row_bits).array(L),
             "alloc_ok": In(L),
             "alloc_commit": Out(1),
@@ -278,8 +278,13 @@ class PacketManager(wiring.Component):
                   "addr": Array(Signal(cfg.addr_bits, name=f"wf_addr{j}_{k}") for k in range(D)),
                   "group": Array(Signal(GROUP_BITS, name=f"wf_group{j}_{k}") for k in range(D))}
             slot_sigs.append(sl)
+            # (the data is written whenever `room` says slot `wa` is free, accepted or not --
+            # `wa` only moves on acceptance --, so the wide write enable does not wait for
+            # `block` and the input handshake)
+            with m.If(self.i[j].valid & room):
+                m.d.sync += sl["data"][sl["wa"]].eq(self.i[j].payload.data)
             with m.If(acc[j]):
-                m.d.sync += [sl["data"][sl["wa"]].eq(self.i[j].payload.data), sl["wa"].eq(sl["wa"] + 1)]
+                m.d.sync += sl["wa"].eq(sl["wa"] + 1)
             m.d.sync += a_slot[j].eq(sl["wa"])
         a_pkt = [Signal(lay.packet, name=f"a_pkt{j}") for j in range(L)]
         a_bad_src, a_bad_chunk, a_bad_exp = Signal(L), Signal(L), Signal(L)
@@ -389,7 +394,7 @@ class PacketManager(wiring.Component):
             m.d.comb += [both[t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
                                          for b in range(max(0, t - L), min(t, L) + 1)))
                          for t in range(2 * L + 1)]
-            dec = [a_ecnt[j] - k for k in range(NQ + 2 * L)]
+            dec = minus_consts(m, a_ecnt[j], range(NQ + 2 * L), f"a_ecnt{j}")
             m.d.sync += [r_ecnt[j][q].eq(_select([(both[t], dec[q + t]) for t in range(2 * L + 1)], ecnt_shape))
                          for q in range(NQ)]
         for j in range(L):
@@ -595,6 +600,9 @@ class PacketManager(wiring.Component):
             t_post.eq(Cat(*post)), t_bad_exp.eq(r_bad_exp),
         ]
         m.d.sync += [t_pkt[j].eq(r_pkt[j]) for j in range(L)]
+        # (the expert one-hot, for the allocator: no decoder in front of its counters)
+        t_exp_oh = lane_sigs("t_exp_oh", E)
+        m.d.sync += [t_exp_oh[j].eq(Cat(r_pkt[j].expert == e for e in range(E))) for j in range(L)]
         m.d.sync += [t_slot[j].eq(r_slot[j]) for j in range(L)]
         m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
         m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
@@ -607,7 +615,7 @@ class PacketManager(wiring.Component):
         req = Signal(L)
         m.d.comb += req.eq(t_opener & ~t_bad_exp & ~t_post)
         m.d.comb += [self.alloc_req.eq(req), self.alloc_commit.eq(1)]
-        m.d.comb += [self.alloc_expert[j].eq(t_pkt[j].expert) for j in range(L)]
+        m.d.comb += [self.alloc_expert[j].eq(t_exp_oh[j]) for j in range(L)]
 
         # ------------------------------------------------------------ AL -> RI (row info)
         al_valid = Signal(L)

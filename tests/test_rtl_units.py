@@ -75,7 +75,7 @@ def test_allocator_same_expert_all_lanes_and_overflow():
         # all four lanes ask for expert 1 in one cycle: rows 0..3 in lane order
         ctx.set(a.req, 0b1111)
         for j in range(4):
-            ctx.set(a.req_expert[j], 1)
+            ctx.set(a.req_expert[j], 1 << 1)
         ctx.set(a.commit, 1)
         assert [ctx.get(a.row[j]) for j in range(4)] == [0, 1, 2, 3]
         assert ctx.get(a.ok) == 0b1111
@@ -87,9 +87,9 @@ def test_allocator_same_expert_all_lanes_and_overflow():
         assert ctx.get(a.rows[1]) == 6 and ctx.get(a.rows[0]) == 0
         # mixed experts, lane 1 idle
         ctx.set(a.req, 0b1101)
-        ctx.set(a.req_expert[0], 0)
-        ctx.set(a.req_expert[2], 2)
-        ctx.set(a.req_expert[3], 0)
+        ctx.set(a.req_expert[0], 1 << 0)
+        ctx.set(a.req_expert[2], 1 << 2)
+        ctx.set(a.req_expert[3], 1 << 0)
         assert (ctx.get(a.row[0]), ctx.get(a.row[2]), ctx.get(a.row[3])) == (0, 0, 1)
         await ctx.tick()
         ctx.set(a.commit, 0)
@@ -102,9 +102,31 @@ def test_allocator_same_expert_all_lanes_and_overflow():
         ctx.set(a.commit, 1)
         ctx.set(a.req, 0b1111)
         for j in range(4):
-            ctx.set(a.req_expert[j], 1)
+            ctx.set(a.req_expert[j], 1 << 1)
         for _ in range(2):
             await ctx.tick()
         assert ctx.get(a.ok) == 0b1111 and ctx.get(a.rows[1]) == 8
 
     _run(a, bench)
+
+
+def test_minus_consts_matches_subtraction():
+    from amaranth import Module, Signal, signed
+    from moehub.rtl.logic import minus_consts
+    m = Module()
+    x = Signal(signed(12))
+    ks = list(range(21))
+    outs = minus_consts(m, x, ks, "x")
+    rng = random.Random(5)
+    values = [0, 1, -1, 20, 21, -2048, 2047, 31, 32, 33] + [rng.randrange(-2048, 2048) for _ in range(200)]
+
+    async def bench(ctx):
+        for v in values:
+            ctx.set(x, v)
+            for k, o in zip(ks, outs):
+                want = ((v - k + 2048) % 4096) - 2048       # wraps like a 12-bit signed value
+                assert ctx.get(o) == want, (v, k, ctx.get(o))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
