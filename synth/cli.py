@@ -48,7 +48,7 @@ def cmd_synth(args) -> int:
                   f"{top['sram_bits']} SRAM bits) -> N5 {n5['total_mm2']['nominal']:.4f} mm2 "
                   f"({n5['h100_pct']['nominal']:.4f} % of H100); fmax {top['fmax_MHz']:.0f} MHz, "
                   f"{top['fo4']:.1f} FO4 ({top['path']['from']} -> {top['path']['to']}); "
-                  f"line rate at 1.98 GHz: {'PASS' if lr['pass'] else 'FAIL'}; report {out}/report.md")
+                  f"line rate at 1.98 GHz: {lr['timing'] if lr['bandwidth_pass'] else 'FAIL (bandwidth)'}; report {out}/report.md")
         else:
             fmax = f"fmax {sec['fmax_MHz']:.1f} MHz" if sec["fmax_MHz"] else "does not fit the LFE5U-85F"
             print(f"{name}: ECP5 {sec['luts']} LUT4, {sec['flops']} FF, {sec['brams']} DP16KD, "

@@ -42,6 +42,9 @@ H100_DIE_MM2 = 814.0
 NVSWITCH_PORT_MM2 = 4.6
 #: H100 SXM5 boost clock, GHz (H100 datasheet; FACTS.md)
 H100_CLOCK_GHZ = 1.98
+#: rule of thumb: a path of at most this many FO4 of logic fits one 1.98 GHz cycle at
+#: 15 ps/FO4 (FACTS.md; flop overhead included, no wire margin): the pipelining target
+STAGE_RULE_FO4 = 26.0
 #: NVLink4 payload bandwidth per direction, GB/s (Hopper whitepaper; FACTS.md)
 NVLINK4_GBPS = 450.0
 #: Stillmaker & Baas 2017, 180 nm -> 7 nm: delay / 24 (optimistic bound only; FACTS.md)
@@ -136,7 +139,10 @@ def line_rate(lanes: int, chunk_bytes: int, fo4s: float) -> dict:
 
     1. At the projected N5 fmax of the unpipelined RTL: lanes x chunk bytes x fmax.
     2. At the H100 clock (1.98 GHz): the bandwidth there, and whether the stage depth
-       (FO4 of logic on the critical path) fits the cycle's FO4 budget.
+       (FO4 of logic on the critical path) fits one cycle: PASS within the projection's
+       own budget (with its wire margin and uncertainty, nominal values), MARGINAL within
+       FACTS.md's rule of thumb (<= 26 FO4) but not that budget, FAIL beyond the rule.
+       ``pass`` is bandwidth and the rule of thumb.
     """
     f = fmax_n5_GHz(fo4s)
     bw = Range(lanes * chunk_bytes * f.low, lanes * chunk_bytes * f.nominal,
@@ -156,10 +162,13 @@ def line_rate(lanes: int, chunk_bytes: int, fo4s: float) -> dict:
             "clock_GHz": H100_CLOCK_GHZ, "GBps": bw_h100,
             "bandwidth_pass": bw_h100 >= NVLINK4_GBPS,
             "bandwidth_margin_pct": 100 * (bw_h100 / NVLINK4_GBPS - 1),
-            "stage_fo4": fo4s, "budget_fo4": budget,
-            "timing_pass": fo4s <= budget.nominal,
+            "stage_fo4": fo4s, "budget_fo4": budget, "rule_fo4": STAGE_RULE_FO4,
+            "timing": ("PASS" if fo4s <= budget.nominal else
+                       "MARGINAL" if fo4s <= STAGE_RULE_FO4 else "FAIL"),
+            "timing_pass": fo4s <= STAGE_RULE_FO4,
             "fo4_margin": budget.nominal - fo4s,
-            "stages_needed": max(1, -(-fo4s // budget.nominal)),
-            "pass": bw_h100 >= NVLINK4_GBPS and fo4s <= budget.nominal,
+            "rule_margin": STAGE_RULE_FO4 - fo4s,
+            "stages_needed": max(1, -(-fo4s // STAGE_RULE_FO4)),
+            "pass": bw_h100 >= NVLINK4_GBPS and fo4s <= STAGE_RULE_FO4,
         },
     }

@@ -212,11 +212,15 @@ def _asic_md(rep, a):
             f"* At the projected N5 fmax of this RTL ({_f(n5['fmax_n5_GHz'])} GHz): "
             f"{_f(pf['GBps'], '.0f')} GB/s → {verdict(pf['pass'])} (margin {pf['margin_pct']:+.0f} %).",
             f"* At the H100 clock ({h['clock_GHz']} GHz): {h['GBps']:.0f} GB/s "
-            f"({h['bandwidth_margin_pct']:+.0f} %); the critical stage has {h['stage_fo4']:.1f} FO4 of logic "
-            f"against a budget of {_f(h['budget_fo4'], '.1f')} FO4 → {verdict(h['pass'])} "
-            f"(margin {h['fo4_margin']:+.1f} FO4"
-            + (f"; that path would need ≈{h['stages_needed']:.0f} pipeline stages)." if not h["timing_pass"]
-               else ")."), ""]
+            f"({h['bandwidth_margin_pct']:+.0f} %); the critical stage has {h['stage_fo4']:.1f} FO4 of logic: "
+            f"**{h['timing']}** against the projection's budget of {_f(h['budget_fo4'], '.1f')} FO4 "
+            f"(margin {h['fo4_margin']:+.1f} FO4) and FACTS.md's rule of ≲{h['rule_fo4']:.0f} FO4 "
+            f"(margin {h['rule_margin']:+.1f} FO4) → {verdict(h['pass'])}"
+            + (f"; that path would need ≈{h['stages_needed']:.0f} pipeline stages." if not h["timing_pass"]
+               else "."),
+            "  (PASS: within the nominal budget, which includes a 20–30 % wire margin and 5–10 % "
+            "uncertainty; MARGINAL: within the rule of thumb and the budget's range but not its "
+            "nominal value; FAIL: beyond the rule.)", ""]
     out += ["## Caveats", ""] + [f"* {c}" for c in a["caveats"]]
     out += ["", "Sources of the projection constants:", ""]
     out += [f"* {k}: {v}" for k, v in a["projection_sources"].items()]

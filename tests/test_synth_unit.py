@@ -42,6 +42,10 @@ def test_area_projection_arithmetic():
 def test_line_rate_verdicts():
     fast = project.line_rate(4, 128, 10.0)
     assert fast["at_h100_clock"]["pass"] and fast["at_projected_fmax"]["pass"]
+    assert fast["at_h100_clock"]["timing"] == "PASS"
+    tight = project.line_rate(4, 128, 25.0)      # within the 26 FO4 rule, above the 22 nominal
+    assert tight["at_h100_clock"]["pass"] and tight["at_h100_clock"]["timing"] == "MARGINAL"
+    assert not project.line_rate(4, 128, 27.0)["at_h100_clock"]["pass"]
     slow = project.line_rate(4, 128, 200.0)
     assert not slow["at_h100_clock"]["pass"] and slow["at_h100_clock"]["stages_needed"] >= 2
     thin = project.line_rate(1, 64, 10.0)       # 64 B x 1.98 GHz = 127 GB/s < 450
