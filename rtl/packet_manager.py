@@ -66,7 +66,7 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import QUEUE_GROUPS, HubConfig
 from .formats import Reason
 from .layouts import GROUP_AGE_LIMIT, GROUP_BITS, HubLayouts
-from .logic import exactly, minus_consts, popcount as _popcount, select as _select
+from .logic import SplitDifference, exactly, popcount as _popcount, select as _select, times_const
 
 #: Cycles from a packet's acceptance to its data write leaving the hub (nothing stalled).
 WRITE_LATENCY = 6
@@ -223,7 +223,8 @@ class PacketManager(wiring.Component):
         eos_seen_rd, dle_rd = Array(seen_t), Array(dle_t)
         count_reached = Signal(S)
         m.d.comb += count_reached.eq(Cat(dle_t[s][0] for s in range(S)))
-        inflight = Signal(32)
+        # (rows open in the table: at most one per entry, so a narrow counter)
+        inflight = Signal(range(N + 1))
         drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
         overflow = [Signal(32, name=f"overflow{e}") for e in range(E)]
         errors = Signal(len(Reason))
@@ -374,27 +375,26 @@ class PacketManager(wiring.Component):
                          r_same_exp[key].eq(a_same_exp[key])]
         # For an end-of-stream: r_ecnt[q] = count - opened - q (q = 0..3 x lanes), `opened`
         # as T sees it (the rows its source opened up to the group two ahead). On the way
-        # into A: count - opened (the register: up to the group four ahead), and the
-        # openers of the group three ahead (p_sel now, one-hot); in A, with those of the
-        # group two ahead (p_sel then), the sum of the two one-hots chooses among
-        # a_ecnt - k, each a constant subtraction from a register.
+        # into A: count - opened (the register: up to the group four ahead), split in
+        # halves (SplitDifference), and the openers of the group three ahead (p_sel now,
+        # one-hot); in A, with those of the group two ahead (p_sel then), the sum of the two
+        # one-hots chooses among count - opened - k, each formed with half-width logic.
         # (T uses q up to 2 x lanes for the distances and up to 3 x lanes for their signs.)
         NQ = 3 * L + 1
         ecnt_shape = signed(cfg.count_bits + 3)
-        a_ecnt = [Signal(ecnt_shape, name=f"a_ecnt{j}") for j in range(L)]
         a_psel_in = [Signal(L + 1, name=f"a_psel_in{j}") for j in range(L)]
         r_ecnt = [[Signal(ecnt_shape, name=f"r_ecnt{j}_{q}") for q in range(NQ)] for j in range(L)]
         for j in range(L):
             q_in = self.i[j].payload
-            m.d.sync += [a_ecnt[j].eq(q_in.count - Array(opened)[q_in.src]),
-                         a_psel_in[j].eq(Array(p_sel)[q_in.src])]
+            a_ecnt = SplitDifference(m, q_in.count, Array(opened)[q_in.src], ecnt_shape.width, f"a_ecnt{j}")
+            m.d.sync += a_psel_in[j].eq(Array(p_sel)[q_in.src])
             psel_a = Signal(L + 1, name=f"a_psel{j}")
             m.d.comb += psel_a.eq(Array(p_sel)[a_pkt[j].src])
             both = [Signal(name=f"a_lag{j}_{t}") for t in range(2 * L + 1)]
             m.d.comb += [both[t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
                                          for b in range(max(0, t - L), min(t, L) + 1)))
                          for t in range(2 * L + 1)]
-            dec = minus_consts(m, a_ecnt[j], range(NQ + 2 * L), f"a_ecnt{j}")
+            dec = [a_ecnt.minus(m, k, f"a_ecnt{j}_m{k}") for k in range(NQ + 2 * L)]
             m.d.sync += [r_ecnt[j][q].eq(_select([(both[t], dec[q + t]) for t in range(2 * L + 1)], ecnt_shape))
                          for q in range(NQ)]
         for j in range(L):
@@ -405,8 +405,13 @@ class PacketManager(wiring.Component):
                 stored.expert.eq(ct_rd[j].data.expert),
                 stored.bitmap.eq(ct_rd[j].data.bitmap),
             ]
+            # (T's entries are taken on `r_last`, a register, not on t_wen = live & last:
+            # a group T finds not live leaves the state unchanged and is followed only by
+            # groups that are not live either -- `finished` holds until START, and START
+            # and FLUSH wait for an empty pipeline -- so what it passes on is never used;
+            # that keeps `live` out of this loop)
             bypass = ([(a_hit2[j, k] & w_wen[k], w_after[k]) for k in range(L)]
-                      + [(a_hit[j, k] & t_wen[k], t_after[k]) for k in range(L)])
+                      + [(a_hit[j, k] & r_last[k], t_after[k]) for k in range(L)])
             m.d.sync += r_ent[j].eq(_onehot_mux(bypass, stored))
             # (the expert compare T needs, made here on every candidate: off T's loop)
             expert_j = a_pkt[j].expert
@@ -660,16 +665,20 @@ class PacketManager(wiring.Component):
         # Address translation in three steps: the region base (AL); the chunk offset and,
         # apart, row * stride (here); their sum (B).
         chunk_shift = cfg.chunk_bytes.bit_length() - 1
-        stride_terms = [k for k in range(cfg.stride_bytes.bit_length()) if cfg.stride_bytes >> k & 1]
+        # (row * stride for every row a lane may take -- its own grant, an earlier lane's,
+        # the stored one -- and then the choice: the multiply does not wait for the choice)
+        own_off = lane_sigs("own_off", cfg.addr_bits)
+        info_off = lane_sigs("info_off", cfg.addr_bits)
+        m.d.comb += [own_off[j].eq(times_const(al_row[j], cfg.stride_bytes)) for j in range(L)]
+        m.d.comb += [info_off[j].eq(times_const(al_info[j].row, cfg.stride_bytes)) for j in range(L)]
         for j in range(L):
             p = al_pkt[j]
             info = Signal(lay.row_info, name=f"info{j}")
             own = Cat(al_ok[j], al_row[j])   # row_info layout order: alloc, row
             m.d.comb += info.eq(Mux(al_opener[j], own, _onehot_mux(
                 [(al_fwd[i, j], Cat(al_ok[i], al_row[i])) for i in range(j)], al_info[j])))
-            row_off = 0
-            for k in stride_terms:
-                row_off = row_off + (info.row << k)
+            row_off = Mux(al_opener[j], own_off[j], _onehot_mux(
+                [(al_fwd[i, j], own_off[i]) for i in range(j)], info_off[j]))
             ri_alloc.append(info.alloc)
             m.d.comb += [ri_wr[j].addr.eq(al_idx[j]), ri_wr[j].en.eq(al_opener[j]),
                          ri_wr[j].data.eq(own)]

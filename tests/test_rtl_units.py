@@ -110,23 +110,35 @@ def test_allocator_same_expert_all_lanes_and_overflow():
     _run(a, bench)
 
 
-def test_minus_consts_matches_subtraction():
-    from amaranth import Module, Signal, signed
-    from moehub.rtl.logic import minus_consts
+def test_split_difference_matches_subtraction():
+    from amaranth import Module, Signal
+    from moehub.rtl.logic import SplitDifference
     m = Module()
-    x = Signal(signed(12))
+    a, b = Signal(10), Signal(11)
+    diff = SplitDifference(m, a, b, 13, "d", registered=False)
     ks = list(range(21))
-    outs = minus_consts(m, x, ks, "x")
+    outs = [diff.minus(m, k, f"d_m{k}") for k in ks]
     rng = random.Random(5)
-    values = [0, 1, -1, 20, 21, -2048, 2047, 31, 32, 33] + [rng.randrange(-2048, 2048) for _ in range(200)]
+    pairs = [(0, 0), (0, 1), (1023, 0), (0, 2047), (32, 31), (64, 70), (20, 0), (21, 1)]
+    pairs += [(rng.randrange(1024), rng.randrange(2048)) for _ in range(300)]
 
     async def bench(ctx):
-        for v in values:
-            ctx.set(x, v)
+        for va, vb in pairs:
+            ctx.set(a, va)
+            ctx.set(b, vb)
             for k, o in zip(ks, outs):
-                want = ((v - k + 2048) % 4096) - 2048       # wraps like a 12-bit signed value
-                assert ctx.get(o) == want, (v, k, ctx.get(o))
+                want = ((va - vb - k + 4096) % 8192) - 4096     # 13-bit two's complement
+                assert ctx.get(o) == want, (va, vb, k, ctx.get(o))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
     sim.run()
+
+
+def test_naf_terms_rebuild_the_constant():
+    from moehub.rtl.logic import naf
+    for c in [1, 2, 3, 7, 256, 8192, 14336, 12345, (1 << 20) - 1]:
+        terms = naf(c)
+        assert sum(s << k for s, k in terms) == c
+        assert all(abs(k1 - k2) > 1 for (_, k1), (_, k2) in zip(terms, terms[1:]))   # non-adjacent
+    assert naf(14336) == [(-1, 11), (1, 14)]
