@@ -744,7 +744,8 @@ class PacketManager(wiring.Component):
             # Reservation: a slot per accepted packet until it leaves the head.
             m.d.sync += wf_used[j].eq(wf_used[j] + acc[j] - pop)
             # (for `room`: as if `room` let a packet in on every lane this cycle)
-            wf_room.append(wf_used[j] + room - pop < WRITE_FIFO_DEPTH)
+            # (both outcomes of the pop compared from registers; the pop only chooses)
+            wf_room.append(Mux(pop, wf_used[j] + room <= WRITE_FIFO_DEPTH, wf_used[j] + room < WRITE_FIFO_DEPTH))
         m.d.comb += [self.b_busy.eq(b_valid.any()), self.b_group.eq(b_group)]
         m.d.sync += [self.c_busy[L].eq(b_valid.any()), self.c_group[L].eq(b_group)]
         m.d.comb += young.eq(Cat(~self.c_busy[j] | ((group - self.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
