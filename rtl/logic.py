@@ -39,25 +39,33 @@ def select(sel_vals, shape):
 
 
 class SplitDifference:
-    """``a - b`` (``width`` bits, two's complement) kept as a low part of ``w`` bits, its
-    borrow, and the high part minus 0, 1 and 2: no carry crosses the split, so the
-    subtraction is two half-width subtractions side by side, and ``a - b - k`` for a small
-    constant ``k`` is formed later (:meth:`minus`) with half-width logic and a 3-way mux.
-    ``a`` and ``b`` are unsigned; ``registered`` puts the parts in ``m.d.sync``."""
+    """``a - b`` (``width`` bits, two's complement; ``a``, ``b`` unsigned) over two
+    pipeline stages, for when ``b`` arrives late (through a mux) and ``a - b - k`` is wanted
+    for many small constants ``k < 2**lo_bits``:
 
-    def __init__(self, m, a, b, width: int, name: str, registered: bool = True):
-        self.width = width
-        self.w = w = (width + 1) // 2
+    * first stage (``m.d.sync`` when ``registered``): the low ``lo_bits`` of ``a - b`` and
+      their borrow; the high bits of ``a``, of ``b``, and of ``a`` minus 2, kept as they are;
+    * second stage: the high part minus 0, 1 and 2, side by side (no chain); ``minus(k)``
+      takes the low part minus ``k`` and picks the high variant by the two borrows.
+    """
+
+    def __init__(self, m, a, b, width: int, lo_bits: int, name: str, registered: bool = True):
+        if not 0 < lo_bits < width:
+            raise ValueError(f"lo_bits = {lo_bits}: must be in (0, {width})")
+        self.width, self.w = width, lo_bits
+        w = lo_bits
+        hw = width - w
         dom = m.d.sync if registered else m.d.comb
         self.lo = Signal(w, name=f"{name}_lo")
         self.borrow = Signal(name=f"{name}_borrow")
-        self.hi = [Signal(width - w, name=f"{name}_hi_m{k}") for k in range(3)]
-        a_hi, b_hi = a[w:], b[w:]
-        dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w])]
-        dom += [self.hi[k].eq(a_hi - b_hi - k) for k in range(3)]
+        a_hi, b_hi, a_hi_m2 = (Signal(hw, name=f"{name}_{n}") for n in ("a_hi", "b_hi", "a_hi_m2"))
+        dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w]),
+                a_hi.eq(a[w:]), b_hi.eq(b[w:]), a_hi_m2.eq(a[w:] - 2)]
+        self.hi = [Signal(hw, name=f"{name}_hi_m{k}") for k in range(3)]
+        m.d.comb += [self.hi[0].eq(a_hi - b_hi), self.hi[1].eq(a_hi + ~b_hi), self.hi[2].eq(a_hi_m2 - b_hi)]
 
     def minus(self, m, k: int, name: str):
-        """``a - b - k`` (0 <= k < 2**w) as a signed ``width``-bit signal."""
+        """``a - b - k`` (0 <= k < 2**lo_bits) as a signed ``width``-bit signal."""
         if not 0 <= k < 1 << self.w:
             raise ValueError(f"k = {k}: must be in [0, 2**{self.w})")
         v = Signal(signed(self.width), name=name)

@@ -375,10 +375,10 @@ class PacketManager(wiring.Component):
                          r_same_exp[key].eq(a_same_exp[key])]
         # For an end-of-stream: r_ecnt[q] = count - opened - q (q = 0..3 x lanes), `opened`
         # as T sees it (the rows its source opened up to the group two ahead). On the way
-        # into A: count - opened (the register: up to the group four ahead), split in
-        # halves (SplitDifference), and the openers of the group three ahead (p_sel now,
-        # one-hot); in A, with those of the group two ahead (p_sel then), the sum of the two
-        # one-hots chooses among count - opened - k, each formed with half-width logic.
+        # into A: count - opened (the register: up to the group four ahead) in its low bits
+        # only (SplitDifference), and the openers of the group three ahead (p_sel now,
+        # one-hot); in A, the high bits, and with the openers of the group two ahead (p_sel
+        # then), the sum of the two one-hots chooses among count - opened - k.
         # (T uses q up to 2 x lanes for the distances and up to 3 x lanes for their signs.)
         NQ = 3 * L + 1
         ecnt_shape = signed(cfg.count_bits + 3)
@@ -386,10 +386,14 @@ class PacketManager(wiring.Component):
         r_ecnt = [[Signal(ecnt_shape, name=f"r_ecnt{j}_{q}") for q in range(NQ)] for j in range(L)]
         for j in range(L):
             q_in = self.i[j].payload
-            a_ecnt = SplitDifference(m, q_in.count, Array(opened)[q_in.src], ecnt_shape.width, f"a_ecnt{j}")
+            a_ecnt = SplitDifference(m, q_in.count, Array(opened)[q_in.src], ecnt_shape.width,
+                                     (NQ + 2 * L - 1).bit_length(), f"a_ecnt{j}")
             m.d.sync += a_psel_in[j].eq(Array(p_sel)[q_in.src])
+            # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
+            a_src_oh = Signal(S, name=f"a_src_oh{j}")
+            m.d.sync += a_src_oh.eq(Cat(q_in.src == s for s in range(S)))
             psel_a = Signal(L + 1, name=f"a_psel{j}")
-            m.d.comb += psel_a.eq(Array(p_sel)[a_pkt[j].src])
+            m.d.comb += psel_a.eq(_select([(a_src_oh[s], p_sel[s]) for s in range(S)], L + 1))
             both = [Signal(name=f"a_lag{j}_{t}") for t in range(2 * L + 1)]
             m.d.comb += [both[t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
                                          for b in range(max(0, t - L), min(t, L) + 1)))

@@ -115,8 +115,8 @@ def test_split_difference_matches_subtraction():
     from moehub.rtl.logic import SplitDifference
     m = Module()
     a, b = Signal(10), Signal(11)
-    diff = SplitDifference(m, a, b, 13, "d", registered=False)
-    ks = list(range(21))
+    diff = SplitDifference(m, a, b, 13, 5, "d", registered=False)
+    ks = list(range(32))
     outs = [diff.minus(m, k, f"d_m{k}") for k in ks]
     rng = random.Random(5)
     pairs = [(0, 0), (0, 1), (1023, 0), (0, 2047), (32, 31), (64, 70), (20, 0), (21, 1)]
