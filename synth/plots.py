@@ -72,6 +72,8 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
             t.axhspan(budget.low, budget.high, color="tab:green", alpha=0.15,
                       label=f"1 cycle at {project.H100_CLOCK_GHZ} GHz (N5): {budget.nominal:.0f} FO4 "
                             f"({budget.low:.0f}–{budget.high:.0f})")
+            t.axhline(project.STAGE_RULE_FO4, color="tab:green", ls="--", lw=1,
+                      label=f"rule of thumb (FACTS.md): ≲{project.STAGE_RULE_FO4:.0f} FO4")
             t.set_ylabel("FO4 of logic on the critical path")
             t.set_ylim(bottom=0)
             t2 = t.twinx()
