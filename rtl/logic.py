@@ -39,39 +39,65 @@ def select(sel_vals, shape):
 
 
 class SplitDifference:
-    """``a - b`` (``width`` bits, two's complement; ``a``, ``b`` unsigned) over two
-    pipeline stages, for when ``b`` arrives late (through a mux) and ``a - b - k`` is wanted
-    for many small constants ``k < 2**lo_bits``:
+    """``a - b - k`` (``width`` bits, two's complement; ``a``, ``b`` unsigned) over two
+    pipeline stages, for when ``b`` arrives late (through a mux) and ``k`` is one of a few
+    small constants chosen by a one-hot that is itself late:
 
     * first stage (``m.d.sync`` when ``registered``): the low ``lo_bits`` of ``a - b`` and
-      their borrow; the high bits of ``a``, of ``b``, and of ``a`` minus 2, kept as they are;
-    * second stage: the high part minus 0, 1 and 2, side by side (no chain); ``minus(k)``
-      takes the low part minus ``k`` and picks the high variant by the two borrows.
+      their borrow; the high bits of ``a`` and ``b`` as they are (and ``a``'s lowest high
+      segment minus 2);
+    * second stage: each high segment (at most ``seg_bits`` wide) minus every borrow it
+      may get (0..2 for the first, 0..1 for the others), side by side with no carry between
+      segments; :meth:`select_minus` forms the low part minus ``k`` (narrow), and the
+      borrows then only steer muxes along the segments.
     """
 
-    def __init__(self, m, a, b, width: int, lo_bits: int, name: str, registered: bool = True):
+    def __init__(self, m, a, b, width: int, lo_bits: int, name: str, registered: bool = True,
+                 seg_bits: int = 8):
         if not 0 < lo_bits < width:
             raise ValueError(f"lo_bits = {lo_bits}: must be in (0, {width})")
         self.width, self.w = width, lo_bits
         w = lo_bits
-        hw = width - w
         dom = m.d.sync if registered else m.d.comb
         self.lo = Signal(w, name=f"{name}_lo")
         self.borrow = Signal(name=f"{name}_borrow")
-        a_hi, b_hi, a_hi_m2 = (Signal(hw, name=f"{name}_{n}") for n in ("a_hi", "b_hi", "a_hi_m2"))
-        dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w]),
-                a_hi.eq(a[w:]), b_hi.eq(b[w:]), a_hi_m2.eq(a[w:] - 2)]
-        self.hi = [Signal(hw, name=f"{name}_hi_m{k}") for k in range(3)]
-        m.d.comb += [self.hi[0].eq(a_hi - b_hi), self.hi[1].eq(a_hi + ~b_hi), self.hi[2].eq(a_hi_m2 - b_hi)]
+        dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w])]
+        # High segments [start, stop): each minus every borrow it may get. A borrow into a
+        # segment is 0, 1 or 2 (the low part subtracts both b and k), and so is the borrow
+        # out of it (2 only for a - b - 2 below -2**sw): both as one-hots of three.
+        bounds = list(range(w, width, seg_bits)) + [width]
+        self.segs = []          # per segment, per borrow in: (value, borrow-out one-hot)
+        for n, (lo_b, hi_b) in enumerate(zip(bounds, bounds[1:])):
+            sw = hi_b - lo_b
+            a_s, b_s = Signal(sw, name=f"{name}_a{n}"), Signal(sw, name=f"{name}_b{n}")
+            a_m2 = Signal(signed(sw + 2), name=f"{name}_a{n}_m2")
+            dom += [a_s.eq(a[lo_b:hi_b]), b_s.eq(b[lo_b:hi_b]), a_m2.eq(a[lo_b:hi_b] - 2)]
+            d0 = Signal(signed(sw + 1), name=f"{name}_s{n}_m0")
+            d1 = Signal(sw + 1, name=f"{name}_s{n}_m1")     # a + ~b = 2**sw + a - b - 1
+            d2 = Signal(signed(sw + 3), name=f"{name}_s{n}_m2")
+            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s + ~b_s), d2.eq(a_m2 - b_s)]
+            self.segs.append([
+                (d0[:sw], Cat(~d0[sw], d0[sw], Const(0))),
+                (d1[:sw], Cat(d1[sw], ~d1[sw], Const(0))),
+                (d2[:sw], Cat(~d2[-1], d2[-1] & (d2 >= -(1 << sw)), d2 < -(1 << sw))),
+            ])
 
-    def minus(self, m, k: int, name: str):
-        """``a - b - k`` (0 <= k < 2**lo_bits) as a signed ``width``-bit signal."""
-        if not 0 <= k < 1 << self.w:
-            raise ValueError(f"k = {k}: must be in [0, 2**{self.w})")
+    def select_minus(self, m, choices, name: str):
+        """``a - b - k`` for the ``(select, k)`` pair whose select is set (exactly one is;
+        0 <= k < 2**lo_bits), as a signed ``width``-bit signal."""
+        w = self.w
+        for _, k in choices:
+            if not 0 <= k < 1 << w:
+                raise ValueError(f"k = {k}: must be in [0, 2**{w})")
+        lo = select([(sel, (self.lo - k)[:w]) for sel, k in choices], w)
+        b2 = Cat(sel & (self.lo < k) for sel, k in choices).any()
+        c = Cat(~self.borrow & ~b2, self.borrow ^ b2, self.borrow & b2)   # borrow into the high part
+        parts = [lo]
+        for seg in self.segs:
+            parts.append(select([(c[i], seg[i][0]) for i in range(3)], len(seg[0][0])))
+            c = select([(c[i], seg[i][1]) for i in range(3)], 3)
         v = Signal(signed(self.width), name=name)
-        b2 = self.lo < k
-        hi = Mux(self.borrow & b2, self.hi[2], Mux(self.borrow | b2, self.hi[1], self.hi[0]))
-        m.d.comb += v.eq(Cat((self.lo - k)[:self.w], hi))
+        m.d.comb += v.eq(Cat(*parts))
         return v
 
 

@@ -398,9 +398,8 @@ class PacketManager(wiring.Component):
             m.d.comb += [both[t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
                                          for b in range(max(0, t - L), min(t, L) + 1)))
                          for t in range(2 * L + 1)]
-            dec = [a_ecnt.minus(m, k, f"a_ecnt{j}_m{k}") for k in range(NQ + 2 * L)]
-            m.d.sync += [r_ecnt[j][q].eq(_select([(both[t], dec[q + t]) for t in range(2 * L + 1)], ecnt_shape))
-                         for q in range(NQ)]
+            m.d.sync += [r_ecnt[j][q].eq(a_ecnt.select_minus(
+                m, [(both[t], q + t) for t in range(2 * L + 1)], f"a_ecnt{j}_q{q}")) for q in range(NQ)]
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [

@@ -114,21 +114,22 @@ def test_split_difference_matches_subtraction():
     from amaranth import Module, Signal
     from moehub.rtl.logic import SplitDifference
     m = Module()
-    a, b = Signal(10), Signal(11)
-    diff = SplitDifference(m, a, b, 13, 5, "d", registered=False)
-    ks = list(range(32))
-    outs = [diff.minus(m, k, f"d_m{k}") for k in ks]
+    a, b, sel = Signal(10), Signal(11), Signal(5)
+    ks = [0, 3, 17, 20, 31]
+    diff = SplitDifference(m, a, b, 13, 5, "d", registered=False, seg_bits=3)   # 3 high segments
+    out = diff.select_minus(m, [(sel[i], k) for i, k in enumerate(ks)], "d_out")
     rng = random.Random(5)
-    pairs = [(0, 0), (0, 1), (1023, 0), (0, 2047), (32, 31), (64, 70), (20, 0), (21, 1)]
+    pairs = [(0, 0), (0, 1), (1023, 0), (0, 2047), (32, 31), (64, 70), (20, 0), (21, 1), (256, 257)]
     pairs += [(rng.randrange(1024), rng.randrange(2048)) for _ in range(300)]
 
     async def bench(ctx):
         for va, vb in pairs:
             ctx.set(a, va)
             ctx.set(b, vb)
-            for k, o in zip(ks, outs):
+            for i, k in enumerate(ks):
+                ctx.set(sel, 1 << i)
                 want = ((va - vb - k + 4096) % 8192) - 4096     # 13-bit two's complement
-                assert ctx.get(o) == want, (va, vb, k, ctx.get(o))
+                assert ctx.get(out) == want, (va, vb, k, ctx.get(out))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
