@@ -206,7 +206,7 @@ class PacketManager(wiring.Component):
         # T needs only whether dist_t <= k (k = 0..L-1: the source's earlier openers in the
         # group), not dist_t itself: the comparisons are registers chosen by one-hots.
         # dist_le[m] = dist <= m (m = 0..2L-1), so dist_t = dist - n <= k is dist_le[n + k];
-        # after an EOS, p_le[n][k] = p_evec[n] <= k, the sign of another r_ecnt candidate.
+        # after an EOS, p_le[n][k] = p_evec[n] <= k, the sign of another r_dec candidate.
         dist_le = [Signal(2 * L, name=f"dist_le{s}", init=(1 << 2 * L) - 1) for s in range(S)]
         p_le = [[Signal(L, name=f"p_le{s}_{n}") for n in range(L + 1)] for s in range(S)]
         dle_t = [Signal(L, name=f"dle_t{s}") for s in range(S)]
@@ -373,33 +373,37 @@ class PacketManager(wiring.Component):
         for key in pairs:
             m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
                          r_same_exp[key].eq(a_same_exp[key])]
-        # For an end-of-stream: r_ecnt[q] = count - opened - q (q = 0..3 x lanes), `opened`
-        # as T sees it (the rows its source opened up to the group two ahead). On the way
-        # into A: count - opened (the register: up to the group four ahead) in its low bits
-        # only (SplitDifference), and the openers of the group three ahead (p_sel now,
-        # one-hot); in A, the high bits, and with the openers of the group two ahead (p_sel
-        # then), the sum of the two one-hots chooses among count - opened - k.
-        # (T uses q up to 2 x lanes for the distances and up to 3 x lanes for their signs.)
-        NQ = 3 * L + 1
+        # For an end-of-stream: count - opened - k for every small k (`r_dec`), with `opened`
+        # up to the group four ahead of it (the register when the EOS comes in), and the
+        # openers of the two groups between folded in later by one-hots. On the way into
+        # A, count - opened in its low bits (SplitDifference, behind the source mux); in A,
+        # the high bits and every k (from registers only), and the sum of the openers of
+        # the groups three and two ahead (p_sel then and now) as a one-hot (`r_lag`). T
+        # adds the openers of the group right ahead (p_sel in T) and picks.
+        # (k up to 5 x lanes: 2 lags and the group ahead (3L), the openers n of its own
+        # group (L), and the signs of p_evec[n] - k' - 1 (k' < L))
+        NK = 5 * L + 1
         ecnt_shape = signed(cfg.count_bits + 3)
         a_psel_in = [Signal(L + 1, name=f"a_psel_in{j}") for j in range(L)]
-        r_ecnt = [[Signal(ecnt_shape, name=f"r_ecnt{j}_{q}") for q in range(NQ)] for j in range(L)]
+        a_src_oh = [Signal(S, name=f"a_src_oh{j}") for j in range(L)]
+        r_dec = [[Signal(ecnt_shape, name=f"r_dec{j}_{k}") for k in range(NK)] for j in range(L)]
+        r_lag = [Signal(2 * L + 1, name=f"r_lag{j}") for j in range(L)]
+        r_src_oh = [Signal(S, name=f"r_src_oh{j}") for j in range(L)]
         for j in range(L):
             q_in = self.i[j].payload
             a_ecnt = SplitDifference(m, q_in.count, Array(opened)[q_in.src], ecnt_shape.width,
-                                     (NQ + 2 * L - 1).bit_length(), f"a_ecnt{j}")
-            m.d.sync += a_psel_in[j].eq(Array(p_sel)[q_in.src])
+                                     (NK - 1).bit_length(), f"a_ecnt{j}")
             # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
-            a_src_oh = Signal(S, name=f"a_src_oh{j}")
-            m.d.sync += a_src_oh.eq(Cat(q_in.src == s for s in range(S)))
+            m.d.sync += [a_psel_in[j].eq(Array(p_sel)[q_in.src]),
+                         a_src_oh[j].eq(Cat(q_in.src == s for s in range(S)))]
             psel_a = Signal(L + 1, name=f"a_psel{j}")
-            m.d.comb += psel_a.eq(_select([(a_src_oh[s], p_sel[s]) for s in range(S)], L + 1))
-            both = [Signal(name=f"a_lag{j}_{t}") for t in range(2 * L + 1)]
-            m.d.comb += [both[t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
-                                         for b in range(max(0, t - L), min(t, L) + 1)))
+            m.d.comb += psel_a.eq(_select([(a_src_oh[j][s], p_sel[s]) for s in range(S)], L + 1))
+            m.d.sync += [r_lag[j][t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
+                                             for b in range(max(0, t - L), min(t, L) + 1)))
                          for t in range(2 * L + 1)]
-            m.d.sync += [r_ecnt[j][q].eq(a_ecnt.select_minus(
-                m, [(both[t], q + t) for t in range(2 * L + 1)], f"a_ecnt{j}_q{q}")) for q in range(NQ)]
+            m.d.sync += [r_dec[j][k].eq(a_ecnt.select_minus(m, [(Const(1), k)], f"a_ecnt{j}_m{k}"))
+                         for k in range(NK)]
+            m.d.sync += r_src_oh[j].eq(a_src_oh[j])
         for j in range(L):
             stored = Signal(lay.chunk_entry, name=f"stored{j}")
             m.d.comb += [
@@ -549,6 +553,20 @@ class PacketManager(wiring.Component):
         m.d.sync += [w_wen[k].eq(t_wen[k]) for k in range(L)]
         m.d.sync += [w_idx[k].eq(r_idx[k]) for k in range(L)]
         m.d.sync += [w_after[k].eq(t_after[k]) for k in range(L)]
+        # Each lane's count - opened after the group ahead (its source's p_sel, added to the
+        # lag one-hot: `lag`), minus n for each count n of openers in its own group; and
+        # whether that is <= k (k < L): the sign of the value k + 1 further on.
+        shifted, shifted_le = [], []
+        for j in range(L):
+            psel_t = _select([(r_src_oh[j][s], p_sel[s]) for s in range(S)], L + 1)
+            lag = [Signal(name=f"t_lag{j}_{u}") for u in range(3 * L + 1)]
+            m.d.comb += [lag[u].eq(_any(r_lag[j][t] & psel_t[u - t]
+                                        for t in range(max(0, u - L), min(u, 2 * L) + 1)))
+                         for u in range(3 * L + 1)]
+            shifted.append([_select([(lag[u], r_dec[j][u + n]) for u in range(3 * L + 1)], dist[0].shape())
+                            for n in range(L + 1)])
+            shifted_le.append([[_any(lag[u] & r_dec[j][u + n + k + 1][-1] for u in range(3 * L + 1))
+                                for k in range(L)] for n in range(L + 1)])
         for s in range(S):
             # This group's summary per source (see p_*): the openers' count (one-hot), the
             # EOS lane (at most one per source) and the distance after it for each count.
@@ -557,9 +575,6 @@ class PacketManager(wiring.Component):
             m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
             eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
             m.d.comb += [eos_sel[j].eq(eos_acc[j] & (r_pkt[j].src == s)) for j in range(L)]
-            # (the EOS lane's count - opened - openers of the group between - n)
-            shifted = [[_select([(p_sel[s][b], r_ecnt[j][b + n]) for b in range(L + 1)],
-                                dist[0].shape()) for n in range(L + 1)] for j in range(L)]
             m.d.sync += [
                 p_sel[s].eq(Mux(live, Cat(*sel_n), 1)),
                 p_eos[s].eq(live & Cat(*eos_sel).any()),
@@ -567,10 +582,8 @@ class PacketManager(wiring.Component):
             ]
             m.d.sync += [p_evec[s][n].eq(_select([(eos_sel[j], shifted[j][n]) for j in range(L)],
                                                   dist[0].shape())) for n in range(L + 1)]
-            # (p_evec[n] <= k: the sign of count - opened - (n + k + 1))
-            m.d.sync += [p_le[s][n][k].eq(_select(
-                [(eos_sel[j], Cat(p_sel[s][b] & r_ecnt[j][b + n + k + 1][-1] for b in range(L + 1)).any())
-                 for j in range(L)], 1)) for n in range(L + 1) for k in range(L)]
+            m.d.sync += [p_le[s][n][k].eq(_select([(eos_sel[j], shifted_le[j][n][k]) for j in range(L)], 1))
+                         for n in range(L + 1) for k in range(L)]
         # EOS_MISMATCH (the count below the source's rows at the end of the EOS's group):
         # checked a cycle later, on the distance after that group.
         # (dist_t < 0 after an EOS: the sign of the chosen p_evec, registers only)
