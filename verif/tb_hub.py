@@ -244,14 +244,14 @@ async def test_completion_in_one_cycle_with_bad_chunks(dut):
     that chunk comes right); and a row completed by one lane while a later lane repeats
     that chunk under the wrong expert (DUPLICATE: the row was already full)."""
     tb = await make_tb(dut)
-    assert CFG.experts > 1 and CFG.lanes >= 2 and CFG.chunks_per_row >= 3
+    assert CFG.lanes >= 2 and CFG.chunks_per_row >= 3
     C = CFG.chunks_per_row
-    a, b = row(0, 0, token=1), row(1, 1, token=2)
+    a, b = row(0, 0, token=1), row(1, 1 % CFG.experts, token=2)
     pa, pb = chunks(a, 0), chunks(b, 0)
 
-    def wrong(p):
-        return Packet(src=p.src, tag=p.tag, expert=(p.expert + 1) % CFG.experts, token=p.token,
-                      chunk=p.chunk, data=p.data)
+    def wrong(p):       # another expert (out of range if the hub has one): not the row's
+        return Packet(src=p.src, tag=p.tag, expert=(p.expert + 1) % (1 << CFG.expert_bits),
+                      token=p.token, chunk=p.chunk, data=p.data)
     await tb.send_schedule(wide(pa[:C - 2] + pb[:C - 1]))
     await tb.send_schedule([[wrong(pa[C - 2]), pa[C - 1]], [pb[C - 1], wrong(pb[C - 1])]])
     await tb.send_schedule([[pa[C - 2]]] + wide(eos_all({0: 1, 1: 1})))
