@@ -80,7 +80,7 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
             t2.plot(xs, [r["n5_fmax_GHz"] for r in rows], marker="o", color="k",
                     label="fmax at N5 (GHz; label: OSU018 fmax)")
             t2.fill_between(xs, [r["n5_fmax_GHz_low"] for r in rows], [r["n5_fmax_GHz_high"] for r in rows],
-                            color="k", alpha=0.1)
+                            color="k", alpha=0.06)
             t2.set_ylabel("projected fmax at N5, GHz (range shaded)")
             for xv, r in zip(xs, rows):     # the measured OSU018 fmax next to each point
                 t2.annotate(f"{r['fmax_MHz']:.0f} MHz", (xv, r["n5_fmax_GHz"]), textcoords="offset points",
@@ -91,7 +91,7 @@ def plot_sweeps(out: Path, sweeps, base, data_bits: int) -> list[Path]:
             if ax_pair is axes:
                 h1, l1 = t.get_legend_handles_labels()
                 h2, l2 = t2.get_legend_handles_labels()
-                t.legend(h1 + h2, l1 + l2, fontsize=7, loc="center left", framealpha=0.85)
+                t.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower left", framealpha=0.85)
         fig.text(0.01, 0.005, note, fontsize=6)
         fig.tight_layout(rect=(0, 0.035, 1, 1))
         p = out / f"{sweep}.png"
