@@ -327,7 +327,7 @@ class PacketManager(wiring.Component):
         r_bad_src, r_bad_chunk, r_bad_exp = Signal(L), Signal(L), Signal(L)
         r_idx = lane_sigs("r_idx", range(N))
         r_oh = lane_sigs("r_oh", C)
-        r_same_idx, r_same_src, r_same_exp = pair_sigs("r_same_idx"), pair_sigs("r_same_src"), pair_sigs("r_same_exp")
+        r_same_idx, r_same_src = pair_sigs("r_same_idx"), pair_sigs("r_same_src")
         # What of T's rules depends on the packets alone is decided in A (registered here):
         # data / EOS lanes, each lane's first lane on its row, the last (which writes the
         # table back), the row's expert for a row opened in this group.
@@ -371,8 +371,7 @@ class PacketManager(wiring.Component):
         m.d.sync += [r_idx[j].eq(a_idx[j]) for j in range(L)]
         m.d.sync += [r_oh[j].eq(a_oh[j]) for j in range(L)]
         for key in pairs:
-            m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key]),
-                         r_same_exp[key].eq(a_same_exp[key])]
+            m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key])]
         # For an end-of-stream: count - opened - k for every small k (`r_dec`), with `opened`
         # up to the group four ahead of it (the register when the EOS comes in), and the
         # openers of the two groups between folded in later by one-hots. On the way into
