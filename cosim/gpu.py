@@ -38,6 +38,9 @@ class WorkItem:
     frac: float = 1.0   #: share of the item's work (N blocks) still to do
     wfrac: float = 1.0  #: share of its expert's weights this part must read itself
     final: bool = True  #: this part finishes the item (its outputs are then complete)
+    landed: float = -np.inf  #: when the item's last row has landed in the GPU's memory
+    known: float = -np.inf   #: when the consumer knows the rows are complete (flag, counter, layout)
+    joined_at: float | None = None  #: a part that joined a running pass starts at this time
 
 
 @dataclass
@@ -222,7 +225,7 @@ class ExpertQueue:
                     continue
                 f = min(1.0, max(0.0, (r - t) / d))
                 group.append(dataclasses.replace(it, frac=it.frac * (1 - f), wfrac=0.0,
-                                                 final=f <= 0.0))
+                                                 final=f <= 0.0, joined_at=max(r, t)))
                 taken[e] += it.padded_rows * it.frac * (1 - f)
                 if f > 0.0:
                     seq += 1

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..config.schema import ConfigError, HubConfig, load_hub_config
 from ..config.cosim_schema import ModelConfig, SystemConfig, WorkloadConfig
+from .components import Components
 from .gpu import GpuModel
 from .network import GBps, FluidNetwork, flow_wire_bytes
 from .workload import Routing
@@ -41,6 +42,9 @@ class SystemResult:
     label: str
     phases: list = field(default_factory=list)
     markers: list = field(default_factory=list)    #: (gpu, track, time) e.g. tile-ready flags
+    gemm_log: list = field(default_factory=list)   #: (gpu, WorkItem part, start, pass end)
+    combine_log: list = field(default_factory=list)  #: (gpu, item key, sent at, its GEMM end)
+    nets: dict = field(default_factory=dict)       #: phase -> (network, curves) of the last pass
     gpu_end: np.ndarray | None = None               #: when each GPU's layer output is complete
     extra: dict = field(default_factory=dict)
 
@@ -62,6 +66,7 @@ class Layer:
             raise ConfigError(f"routing shape {routing.experts.shape} does not match "
                               f"{G} GPUs x {T} tokens x top-{k}")
         self.G, self.E, self.k, self.T = G, E, k, T
+        self.nodes = -(-G // system.gpus_per_node)
         if G <= E:
             if E % G:
                 raise ConfigError(f"system.gpus = {G}: {E} experts of {model.name} do not divide "
@@ -87,24 +92,55 @@ class Layer:
         np.add.at(self.counts, (src, dest), 1)
         self.expert_rows = np.zeros((G, self.E_local), dtype=np.int64)  # rows per (dest, local expert)
         np.add.at(self.expert_rows, (dest, lexp), 1)
-        # hub config of every destination GPU
+        self.comp = Components(system)
+        # wire bytes per row: dispatch and combine datatypes may differ (FP8 + scales / BF16)
+        self.disp_bytes = int(getattr(model, "dispatch_row_bytes", model.row_bytes))
+        self.comb_bytes = int(getattr(model, "combine_row_bytes", model.row_bytes))
+        # hub config of every destination GPU: a row is whole chunks (FP8 scales padded)
         base = hub_base or load_hub_config(model.hub_config)
         max_rows = max(_pow2_at_least(G * T), base.max_tile_rows, base.tile_rows)
         token_bits = max(base.token_bits, int(T - 1).bit_length())
-        self.hub = base.replace(sources=G, experts=self.E_local, row_bytes=model.row_bytes,
+        hub_row = -(-self.disp_bytes // base.chunk_bytes) * base.chunk_bytes
+        self.hub = base.replace(sources=G, experts=self.E_local, row_bytes=hub_row,
                                 topk=k, max_rows_per_expert=max_rows, token_bits=token_bits,
                                 name=f"{base.name}@{model.name}x{G}")
         self.tile_rows = self.hub.tile_rows
         self.gpu = GpuModel(system, model, self.tile_rows)
         sw = system.software
         self.row_bytes = model.row_bytes
+        mp, hd = system.link_max_payload_bytes, system.link_header_bytes
         # wire bytes of one row: software puts/copies use the link's largest payload,
         # the hub's producers send chunk_bytes packets (one per hub chunk)
-        self.row_wire_sw = float(flow_wire_bytes(self.row_bytes, system.link_max_payload_bytes,
-                                                 system.link_header_bytes))
-        self.pkt_wire_hub = self.hub.chunk_bytes + system.link_header_bytes
+        self.row_wire_sw = float(flow_wire_bytes(self.disp_bytes, mp, hd))
+        self.comb_wire_sw = float(flow_wire_bytes(self.comb_bytes, mp, hd))
+        self.pkt_wire_hub = self.hub.chunk_bytes + hd
         self.row_wire_hub = float(self.hub.chunks_per_row * self.pkt_wire_hub)
         self.issue_rate = sw.send_issue_GBps * GBps
+        self._dedup()
+
+    def _dedup(self) -> None:
+        """Per-destination deduplication (DeepEP normal mode): ``gpu_rows[s, d]`` one copy
+        per (token, destination GPU); ``node_rows[s, n]`` one copy per (token, destination
+        node) on the inter-node hop; ``fwd_rows[r, d]`` the copies GPU r (same local rank
+        as the source, in d's node) forwards over NVLink to the other GPUs of its node."""
+        G, gpn = self.G, self.sys.gpus_per_node
+        key = (self.src * self.T + self.tok) * G + self.dest
+        u = np.unique(key)
+        us, ud = (u // G) // self.T, u % G
+        self.gpu_rows = np.zeros((G, G), dtype=np.int64)
+        np.add.at(self.gpu_rows, (us, ud), 1)
+        ut = (u // G) % self.T
+        nodes = max(1, G // gpn) if G >= gpn else 1
+        nkey = np.unique((us * self.T + ut) * nodes + ud // gpn)
+        ns, nn = (nkey // nodes) // self.T, nkey % nodes
+        self.node_rows = np.zeros((G, nodes), dtype=np.int64)
+        np.add.at(self.node_rows, (ns, nn), 1)
+        # forwarding inside the destination node: r = same local rank as s in d's node
+        r = (ud // gpn) * gpn + us % gpn
+        remote = (ud // gpn) != (us // gpn)
+        fwd = remote & (r != ud)
+        self.fwd_rows = np.zeros((G, G), dtype=np.int64)
+        np.add.at(self.fwd_rows, (r[fwd], ud[fwd]), 1)
 
     # ------------------------------------------------------------------ network
     def latency(self, s: int, d: int) -> float:
@@ -114,36 +150,71 @@ class Layer:
             return self.sys.intra_latency_us
         return self.sys.inter_latency_us
 
-    def network(self, hub_ingress: bool = False, flow_cap=None):
-        """A fluid network with one flow per (src, dst) pair; returns (net, flow[s][d]).
-
-        Ports per GPU: scale-up egress/ingress (NVLink or PCIe), NIC egress/ingress, local
-        copy; with ``hub_ingress`` every flow into a GPU also passes its hub, whose packet
-        rate is lanes x clock (one packet per lane per cycle)."""
-        G, sys = self.G, self.sys
+    def ports(self) -> list:
+        """Port capacities (bytes/us): five per GPU -- scale-up egress/ingress (NVLink or
+        PCIe), NIC egress/ingress, local copy -- then one hub packet port per GPU (lanes x
+        clock packets of the hub's chunk size; used only by flows into a hub)."""
+        sys, h = self.sys, self.hub
         caps = []
-        for _ in range(G):
+        for _ in range(self.G):
             caps += [sys.intra_bw_GBps * GBps, sys.intra_bw_GBps * GBps,
                      sys.inter_bw_GBps * GBps, sys.inter_bw_GBps * GBps,
                      sys.local_copy_GBps * GBps]
-        hub_port0 = len(caps)
-        if hub_ingress:
-            h = self.hub
-            caps += [h.lanes * h.hub_clock_GHz * self.pkt_wire_hub * GBps] * G
-        net = FluidNetwork(caps)
+        caps += [h.lanes * h.hub_clock_GHz * self.pkt_wire_hub * GBps] * self.G
+        return caps
+
+    def path(self, s: int, d: int) -> tuple:
+        """(egress port, ingress port) of a transfer from GPU s to GPU d."""
+        if s == d:
+            return 5 * s + 4, None
+        if self.sys.node_of(s) == self.sys.node_of(d):
+            return 5 * s + 0, 5 * d + 1
+        return 5 * s + 2, 5 * d + 3
+
+    def hub_port(self, d: int) -> int:
+        return 5 * self.G + d
+
+    # ------------------------------------------------------------------ one network per layer
+    def begin_run(self, background: dict | None = None) -> None:
+        """Start one pass of a system over the layer. Every network built in the pass
+        carries, besides its own flows, the traffic of the system's *other* phases
+        (dispatch, combine, notifications, credits): from this pass when that phase has
+        already run, else from ``background`` (the previous pass). Iterating passes until
+        the layer time settles (:func:`.systems.run_system`) makes every phase see every
+        other phase on the same ports: one network per layer."""
+        self._background = dict(background or {})
+        self.traffic: dict = {}      #: phase -> flow records of this pass
+        self.nets: dict = {}         #: phase -> (FluidNetwork, curves) of this pass
+
+    def network(self, phase: str = "dispatch", hub_ingress: bool = False, flow_cap=None):
+        """A fluid network with one flow per (src, dst) pair for ``phase``, plus the other
+        phases' traffic as background flows on the same ports; returns (net, flow[s][d]).
+        With ``hub_ingress`` every flow into a GPU also passes its hub's packet port."""
+        if not hasattr(self, "traffic"):
+            self.begin_run()
+        G = self.G
+        net = FluidNetwork(self.ports())
+        net.phase = phase
         flows = [[0] * G for _ in range(G)]
         for s in range(G):
             for d in range(G):
-                hp = hub_port0 + d if hub_ingress else None
+                p0, p1 = self.path(s, d)
                 cap = np.inf if flow_cap is None else flow_cap(s, d)
-                if s == d:
-                    f = net.add_flow(5 * s + 4, None, 0.0, cap, p2=hp)
-                elif sys.node_of(s) == sys.node_of(d):
-                    f = net.add_flow(5 * s + 0, 5 * d + 1, self.latency(s, d), cap, p2=hp)
-                else:
-                    f = net.add_flow(5 * s + 2, 5 * d + 3, self.latency(s, d), cap, p2=hp)
-                flows[s][d] = f
+                flows[s][d] = net.add_flow(p0, p1, self.latency(s, d), cap,
+                                           p2=self.hub_port(d) if hub_ingress else None)
+        net.own = len(net.flows)
+        for other, records in {**self._background, **self.traffic}.items():
+            if other != phase:
+                net.add_background(records)
         return net, flows
+
+    def run_net(self, net) -> list:
+        """Run a network built by :meth:`network`; record its own flows as this pass's
+        traffic of its phase (the background of every later network)."""
+        curves = net.run()
+        self.traffic[net.phase] = net.records(net.own)
+        self.nets[net.phase] = (net, curves)
+        return curves
 
     def flow_order(self, *keys) -> tuple[np.ndarray, np.ndarray]:
         """Rows sorted by (src, dest, *keys, token, slot); returns (order, position in flow)."""
@@ -160,14 +231,14 @@ class Layer:
         """Fine-grained dispatch: every source issues its rows from t0[s] at the send issue
         rate, interleaved over destinations; returns per-row (first packet arrival, last
         packet arrival, last packet departure) and the flow curves."""
-        net, flows = self.network(hub_ingress, flow_cap)
+        net, flows = self.network("dispatch", hub_ingress, flow_cap)
         G = self.G
         for s in range(G):
             total = self.counts[s].sum() * row_wire
             t1 = t0[s] + total / self.issue_rate
             for d in range(G):
                 net.inject_rate(flows[s][d], t0[s], t1, self.counts[s, d] * row_wire)
-        curves = net.run()
+        curves = self.run_net(net)
         first = np.empty(self.N)
         last = np.empty(self.N)
         for (s, d), idx in self.pair_groups():
@@ -176,6 +247,17 @@ class Layer:
             first[idx] = c.arrive(off + pkt_wire)
             last[idx] = c.arrive(off + row_wire)
         return first, last, curves, flows
+
+    def link_bw(self, s: int, d: int) -> float:
+        """Port bandwidth (bytes/us) of the path from s to d."""
+        if s == d:
+            return self.sys.local_copy_GBps * GBps
+        if self.sys.node_of(s) == self.sys.node_of(d):
+            return self.sys.intra_bw_GBps * GBps
+        return self.sys.inter_bw_GBps * GBps
+
+    def inter_node(self, s: int, d: int) -> bool:
+        return self.sys.node_of(s) != self.sys.node_of(d)
 
     def pair_groups(self):
         """(src, dest) -> indices of its rows, for every pair with rows."""
@@ -187,13 +269,13 @@ class Layer:
                             for p in range(self.G * self.G) if bounds[p + 1] > bounds[p]]
         return self._groups
 
-    def bulk_flows(self, t_start, nbytes: np.ndarray):
+    def bulk_flows(self, t_start, nbytes: np.ndarray, phase: str, flow_cap=None):
         """Bulk transfer: nbytes[s, d] all sendable at t_start[s]; returns the curves."""
-        net, flows = self.network()
+        net, flows = self.network(phase, flow_cap=flow_cap)
         for s in range(self.G):
             for d in range(self.G):
                 net.inject(flows[s][d], t_start[s], nbytes[s, d])
-        curves = net.run()
+        curves = self.run_net(net)
         return curves, flows
 
     def owner_rows(self, mask: np.ndarray) -> np.ndarray:

@@ -101,6 +101,24 @@ class FluidNetwork:
         else:
             self.flows[flow].segments.append((float(t0), float(t1), nbytes / (t1 - t0)))
 
+    def records(self, n: int | None = None) -> list:
+        """The first ``n`` flows (all by default) as plain records that
+        :meth:`add_background` can replay into another network with the same ports."""
+        none = self.NONE
+        return [(f.p0, None if f.p1 == none else f.p1, None if f.p2 == none else f.p2,
+                 f.latency_us, f.cap, list(f.impulses), list(f.segments))
+                for f in self.flows[:n]]
+
+    def add_background(self, records: list) -> None:
+        """Flows of another phase that share this network's ports (their curves are not
+        read): they take their fair share of every port they cross."""
+        for p0, p1, p2, lat, cap, impulses, segments in records:
+            if not impulses and not segments:
+                continue
+            f = self.add_flow(p0, p1, lat, cap, p2=p2)
+            self.flows[f].impulses.extend(impulses)
+            self.flows[f].segments.extend(segments)
+
     # ------------------------------------------------------------------ rates
     def _fair_rates(self, want: np.ndarray, caps: np.ndarray) -> np.ndarray:
         """Max-min fair rates by progressive filling. ``want``: flows asking for bandwidth;

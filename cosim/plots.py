@@ -10,6 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 import numpy as np  # noqa: E402
 
+SYSTEM_COLORS = {"bulk": "#c44e52", "comet": "#dd8452", "deepep": "#8172b3",
+                 "deepep_ll": "#937860", "fused": "#1f77b4", "hub": "#2ca02c", "ideal": "#333333"}
 TRACKS = ("control", "send", "hub", "gemm", "combine")
 TRACK_LABEL = {"control": "routing/ctl", "send": "send", "hub": "recv/hub", "gemm": "GEMM",
                "combine": "combine"}
@@ -19,7 +21,8 @@ COLORS = {
     "unsort": "#937860", "recv pack": "#937860", "unpermute+reduce": "#17becf",
     "reduce": "#17becf", "all-to-all dispatch": "#dd8452", "dispatch": "#dd8452",
     "hub": "#e6ab02", "notify": "#bcbd22", "expert GEMM": "#55a868", "shared expert": "#a6d854",
-    "all-to-all combine": "#da8bc3", "combine": "#da8bc3",
+    "all-to-all combine": "#da8bc3", "combine": "#da8bc3", "unpermute": "#937860",
+    "credits": "#999999",
 }
 
 
@@ -102,10 +105,9 @@ def speedup_plot(rows: list, x_key: str, path: Path, title: str, xlabel: str,
     """rows: dicts with x_key, 'system', 'hub_speedup', 'layer_us' (and group_key)."""
     groups = sorted({r[group_key] for r in rows}) if group_key else [None]
     fig, axes = plt.subplots(len(groups), 2, figsize=(12, 3.6 * len(groups)), squeeze=False)
-    systems = [s for s in ("bulk", "comet", "onesided", "hub", "ideal")
+    systems = [s for s in ("bulk", "comet", "deepep", "deepep_ll", "fused", "hub", "ideal")
                if any(r["system"] == s for r in rows)]
-    colors = {"bulk": "#c44e52", "comet": "#dd8452", "onesided": "#8172b3", "hub": "#2ca02c",
-              "ideal": "#333333"}
+    colors = SYSTEM_COLORS
     for gi, grp in enumerate(groups):
         sub = [r for r in rows if group_key is None or r[group_key] == grp]
         ax1, ax2 = axes[gi]
@@ -147,8 +149,8 @@ def _save(fig, title: str, path: Path) -> Path:
 def model_bar_plot(rows: list, path: Path, title: str) -> Path:
     """Grouped bars: hub speedup over each baseline, per model (layer and end-to-end)."""
     models = list(dict.fromkeys(r["model"] for r in rows))
-    base = ["bulk", "comet", "onesided", "ideal"]
-    colors = {"bulk": "#c44e52", "comet": "#dd8452", "onesided": "#8172b3", "ideal": "#333333"}
+    base = [s for s in SYSTEM_COLORS if s != "hub" and any(r["system"] == s for r in rows)]
+    colors = SYSTEM_COLORS
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     w = 0.8 / len(base)
     for ax, key, lab in ((axes[0], "hub_speedup", "MoE layer"),
@@ -156,7 +158,7 @@ def model_bar_plot(rows: list, path: Path, title: str) -> Path:
         for i, s in enumerate(base):
             vals = [next((r[key] for r in rows if r["model"] == m and r["system"] == s), np.nan)
                     for m in models]
-            ax.bar(np.arange(len(models)) + (i - 1.5) * w, vals, w, color=colors[s],
+            ax.bar(np.arange(len(models)) + (i - (len(base) - 1) / 2) * w, vals, w, color=colors[s],
                    label=f"{s} / hub")
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(np.arange(len(models)), models, rotation=25, ha="right", fontsize=8)

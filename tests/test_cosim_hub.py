@@ -7,7 +7,7 @@ from moehub.config.cosim_schema import ModelConfig, load_system_config, load_wor
 from moehub.config.schema import load_hub_config
 from moehub.cosim.hub_stage import HubArrivals, run_hub_fast, run_hub_reference
 from moehub.cosim.layer import Layer
-from moehub.cosim.systems import hub_schedule, run_hub
+from moehub.cosim.systems import hub_schedule, run_hub, run_system
 from moehub.cosim.workload import make_routing
 
 
@@ -139,7 +139,7 @@ def test_reference_hub_mode_gives_the_same_layer():
     m = load_model_config("phi-3.5-moe")
     wl = load_workload_config("default").replace(tokens_per_gpu=24)
     L = Layer(sysc, m, wl, make_routing(m, wl, 4))
-    a, b = run_hub(L, "model"), run_hub(L, "reference")
+    a, b = run_system("hub", L, "model"), run_system("hub", L, "reference")
     assert a.latency_us == b.latency_us
     assert sorted(a.markers) == sorted(b.markers)
 

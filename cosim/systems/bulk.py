@@ -1,0 +1,90 @@
+"""Bulk-synchronous all-to-all (Megatron-Core all-to-all dispatcher / DeepSpeed / Tutel).
+
+gate -> layout (one-hot counts) -> count exchange (a small collective) -> host sync (D2H
+of the splits, the CPU sizes the receive buffer) -> permute (rows grouped by
+destination) -> NCCL all-to-all-v (its latency, then the bytes at the collective's
+efficiency for the message size; every GPU joins at the same time) -> sort rows by local
+expert -> grouped GEMM (contiguous layout) -> unsort -> all-to-all-v back -> unpermute +
+weighted reduce. Rows are sent once per (token, expert): no deduplication.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gpu import WorkItem
+from ..layer import Layer, SystemResult
+from ..network import flow_wire_bytes
+from . import common as C
+
+PHASES = ["gate", "layout", "count exchange", "host sync", "permute", "all-to-all dispatch",
+          "sort by expert", "expert GEMM", "unsort", "all-to-all combine", "unpermute+reduce"]
+LABEL = "Bulk all-to-all (Megatron-Core dispatcher)"
+
+
+def collective_cap(L: Layer, nbytes: np.ndarray):
+    """Per-flow rate of an NCCL all-to-all: the port bandwidth times the collective's
+    efficiency at this flow's message size (protocol and chunking overheads)."""
+    def cap(s, d):
+        if s == d:
+            return np.inf
+        return L.link_bw(s, d) * L.comp.collective_efficiency(float(nbytes[s, d]),
+                                                              L.inter_node(s, d))
+    return cap
+
+
+def alltoall(L: Layer, res: SystemResult, t: float, nbytes: np.ndarray, phase: str, track: str,
+             name: str):
+    """An all-to-all-v started by every GPU at ``t``; returns (curves, flows)."""
+    t1 = t + L.comp.collective_latency_us("alltoall", L.G, L.nodes)
+    curves, flows = L.bulk_flows(np.full(L.G, t1), nbytes, phase, collective_cap(L, nbytes))
+    for s in range(L.G):
+        end = max([curves[flows[s][d]].end for d in range(L.G) if nbytes[s, d]] or [t1])
+        res.add(s, track, name, t, end)
+    return curves, flows
+
+
+def run(L: Layer) -> SystemResult:
+    res = SystemResult("bulk", LABEL)
+    g, comp, G, T, k = L.gpu, L.comp, L.G, L.T, L.k
+    t_gate = C.gate(L, res)
+    t_layout = t_gate + g.small_kernel_us(T * L.E * 4 + T * k * 8)
+    t_cx = t_layout + C.count_exchange_us(L)
+    C.control_traffic(L, "counts", np.full(G, t_layout), np.full((G, G), 4.0 * L.E))
+    t_sync = t_cx + comp.host_sync_us
+    t_perm = t_sync + g.permute_us(T * k)
+    a2a = t_perm + comp.launch_us
+    for d in range(G):
+        res.add(d, "control", "layout", t_gate, t_layout)
+        res.add(d, "control", "count exchange", t_layout, t_cx)
+        res.add(d, "control", "host sync", t_cx, t_sync)
+        res.add(d, "control", "permute", t_sync, t_perm)
+    mp, hd = L.sys.link_max_payload_bytes, L.sys.link_header_bytes
+    nbytes = flow_wire_bytes(L.counts * L.disp_bytes, mp, hd)
+    curves, flows = alltoall(L, res, a2a, nbytes, "dispatch", "send", "all-to-all dispatch")
+    recv = np.array([C.recv_end(L, d, curves, flows, a2a) for d in range(G)])
+    rows_d = L.counts.sum(axis=0)
+    sort_end = recv + (np.array([g.permute_us(r) for r in rows_d]) if L.E_local > 1 else 0.0)
+    gemm_ready = sort_end + comp.launch_us
+    unsort_end, shared_end = np.zeros(G), np.zeros(G)
+    for d in range(G):
+        if L.E_local > 1:
+            res.add(d, "control", "sort by expert", recv[d], sort_end[d])
+        items = C.shared_item(L, t_gate) + [
+            WorkItem(gemm_ready[d], e, int(r), g.padded(int(r)), L.model.expert_ffn, key=e,
+                     landed=recv[d], known=recv[d])
+            for e, r in enumerate(L.expert_rows[d]) if r]
+        _, routed_end, shared_end[d] = C.run_queue(L, res, d, items, t_gate, C.full_share)
+        unsort_end[d] = routed_end + (g.permute_us(rows_d[d]) if L.E_local > 1 else 0.0)
+        if L.E_local > 1:
+            res.add(d, "control", "unsort", routed_end, unsort_end[d])
+    a2a2 = unsort_end.max() + comp.launch_us
+    cbytes = flow_wire_bytes(L.counts.T * L.comb_bytes, mp, hd)
+    curves, flows = alltoall(L, res, a2a2, cbytes, "combine", "combine", "all-to-all combine")
+    recv2 = np.zeros(G)
+    for d in range(G):
+        res.combine_log.append((d, "all", a2a2, unsort_end[d]))
+        for o in range(G):
+            if L.counts[o, d]:
+                recv2[o] = max(recv2[o], curves[flows[d][o]].end)
+    res.gpu_end = C.reduce(L, res, recv2, shared_end, poll=False, name="unpermute+reduce")
+    return res

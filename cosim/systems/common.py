@@ -1,0 +1,157 @@
+"""Pieces every system shares: gate, GEMM queue, tile-wise combine, reduce, control traffic.
+
+Each helper records, besides the timeline phases, the facts the causality checker
+(:mod:`moehub.cosim.causality`) needs: when every GEMM work item started, when its rows
+had landed and when the consumer knew they were complete; when each tile's outputs were
+handed to the network.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gpu import ExpertQueue, WorkItem
+from ..layer import Layer, SystemResult
+
+
+def shared_item(L: Layer, t_gate: float) -> list:
+    """The shared expert (if any): local work on every GPU, ready after the gate."""
+    m = L.model
+    if not m.shared_experts:
+        return []
+    return [WorkItem(t_gate, -1, L.T, L.gpu.padded(L.T), m.shared_expert_ffn * m.shared_experts,
+                     key="shared")]
+
+
+def run_queue(L: Layer, res: SystemResult, d: int, items: list, start: float, share_at,
+              complete_at=None, hbm_at=None):
+    """Run GPU d's GEMM queue; add its passes to the timeline and its item starts to the
+    causality record. Returns (batches, end of routed GEMMs, end of shared expert)."""
+    kw = {"hbm_at": hbm_at} if hbm_at is not None else {}
+    batches = ExpertQueue(L.gpu, start, share_at, complete_at, **kw).run(items)
+    for b in batches:
+        routed = [it for it in b.items if it.expert >= 0]
+        res.add(d, "gemm", "expert GEMM" if routed else "shared expert", b.start, b.end)
+        for it in routed:
+            res.gemm_log.append((d, it, b.start if it.joined_at is None else it.joined_at, b.end))
+    routed_end = max([b.end for b in batches if any(it.expert >= 0 for it in b.items)],
+                     default=start)
+    shared_end = max([b.end for b in batches if any(it.expert < 0 for it in b.items)],
+                     default=start)
+    return batches, routed_end, shared_end
+
+
+def full_share(_t: float) -> float:
+    return 1.0
+
+
+def reserved_share(L: Layer, sms: int, until: float):
+    """SM share left to the GEMMs while a communication kernel holds ``sms`` SMs (until
+    ``until``): the GEMM's CTAs run on the rest."""
+    share = (L.sys.sms - sms) / L.sys.sms
+    return lambda t: share if t < until else 1.0
+
+
+def gate(L: Layer, res: SystemResult) -> float:
+    t = L.gpu.gate_us(L.T)
+    for g in range(L.G):
+        res.add(g, "control", "gate", 0.0, t)
+    return t
+
+
+def count_exchange_us(L: Layer) -> float:
+    """Count exchange among the GPUs (an all-gather of a few bytes per peer; nothing on
+    one GPU)."""
+    if L.G == 1:
+        return 0.0
+    return L.comp.small_collective_us(L.G, L.sys.nodes if L.G >= L.sys.gpus_per_node else 1,
+                                      4.0 * L.E)
+
+
+def control_traffic(L: Layer, phase: str, t: np.ndarray, nbytes: np.ndarray) -> None:
+    """Small messages (counts, notifications, credits) that share the layer's ports:
+    nbytes[s, d] sent at t[s] (arrays over source GPUs)."""
+    net, flows = L.network(phase)
+    for s in range(L.G):
+        for d in range(L.G):
+            if s != d and nbytes[s, d] > 0:
+                net.inject(flows[s][d], float(t[s]), float(nbytes[s, d]))
+    L.run_net(net)
+
+
+def receive_tiles(L: Layer, d: int, ready_row: np.ndarray, rows: np.ndarray, tile_rows: int,
+                  landed_row: np.ndarray | None = None):
+    """Tiles of GPU d's experts when each expert's rows are stored in ``rows`` order
+    (indices into the layer's row arrays); returns items and their owners."""
+    items, owners = [], {}
+    landed_row = ready_row if landed_row is None else landed_row
+    le = L.lexp[rows]
+    for e in range(L.E_local):
+        r = rows[le == e]
+        for t0 in range(0, len(r), tile_rows):
+            part = r[t0:t0 + tile_rows]
+            key = (e, t0 // tile_rows)
+            ready = float(ready_row[part].max())
+            items.append(WorkItem(ready, e, len(part), tile_rows, L.model.expert_ffn, key=key,
+                                  landed=float(landed_row[part].max()), known=ready))
+            owners[(d, key)] = np.bincount(L.src[part], minlength=L.G)
+    return items, owners
+
+
+def combine_tilewise(L: Layer, res: SystemResult, batches_by_gpu, owners_of) -> np.ndarray:
+    """Each finished pass sends its completed tiles' outputs back to their owners at once
+    (from the GEMM epilogue); returns when each owner has received all of its outputs."""
+    net, flows = L.network("combine")
+    first = np.full(L.G, np.inf)
+    for d, batches in enumerate(batches_by_gpu):
+        for b in batches:
+            rows = np.zeros(L.G)
+            for it in b.items:
+                if it.expert >= 0 and it.final:      # a tile's outputs are complete
+                    rows += owners_of[(d, it.key)]
+                    res.combine_log.append((d, it.key, b.end, b.end))
+            for o in np.nonzero(rows)[0]:
+                net.inject(flows[d][o], b.end, rows[o] * L.comb_wire_sw)
+            if rows.any():
+                first[d] = min(first[d], b.end)
+    curves = L.run_net(net)
+    return combine_done(L, res, curves, flows, first)
+
+
+def combine_done(L: Layer, res: SystemResult, curves, flows, first, flag_extra=None):
+    """When each owner has every output (plus ``flag_extra`` for a completion flag)."""
+    G = L.G
+    recv = np.zeros(G)
+    for d in range(G):
+        send_end = first[d] if np.isfinite(first[d]) else 0.0
+        for o in range(G):
+            c = curves[flows[d][o]]
+            if len(c.b) and c.b[-1] > 0:
+                end = c.end + (flag_extra(d, o) if flag_extra else 0.0)
+                recv[o] = max(recv[o], end)
+                send_end = max(send_end, c.end)
+        if np.isfinite(first[d]):
+            res.add(d, "combine", "combine", first[d], send_end)
+    return recv
+
+
+def reduce(L: Layer, res: SystemResult, recv_done, shared_end, poll=True, name="reduce"):
+    """Weighted sum of each token's k expert outputs at its owner."""
+    start = np.maximum(recv_done + (L.sys.software.flag_poll_us if poll else 0.0), shared_end)
+    end = start + L.gpu.reduce_us(L.T)
+    for o in range(L.G):
+        res.add(o, "control", name, start[o], end[o])
+    return end
+
+
+def send_phase(L: Layer, res: SystemResult, s: int, t0: float, curves, flows, name="dispatch",
+               counts=None) -> float:
+    counts = L.counts if counts is None else counts
+    ends = [curves[flows[s][d]].end for d in range(L.G) if counts[s, d]]
+    if ends:
+        res.add(s, "send", name, t0, max(ends))
+    return max(ends, default=t0)
+
+
+def recv_end(L: Layer, d: int, curves, flows, t0: float, counts=None) -> float:
+    counts = L.counts if counts is None else counts
+    return max([curves[flows[s][d]].end for s in range(L.G) if counts[s, d]] or [t0])

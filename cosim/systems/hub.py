@@ -1,0 +1,191 @@
+"""MoE-Hub: rows leave right after routing with only their expert id.
+
+The routing kernel's SMs send every row (``chunk_bytes`` packets, each with its header)
+as soon as its token is routed; the destination hub (the reference model
+:class:`~moehub.verif.model.HubModel`, or the RTL, behind
+:data:`~moehub.cosim.hub_stage.BACKENDS`) allocates rows and raises tile flags; a
+persistent expert kernel polls the flags and runs tiles; outputs go back as tiles
+finish -> reduce at the owner. Tags: a source reuses a row tag only after its credit
+returned (hub completion + one link latency); credits cross the same ports. The hub
+pays its own costs: packet headers, the tag window, flag polling, and the SMs that send,
+poll and combine (held for the whole layer).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..gpu import WorkItem
+from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals
+from ..layer import Layer, SystemResult
+from . import common as C
+
+PHASES = ["gate", "dispatch", "hub", "expert GEMM", "combine", "reduce"]  # + "layout" (expert order)
+LABEL = "MoE-Hub (hub reference model)"
+
+
+def _tile_owners(L: Layer, arr: HubArrivals, hr):
+    """Per tile of the hub's allocation: rows per source, and the cycle its last row's
+    last chunk was written (accept + write latency)."""
+    cyc = {(int(s), int(t), int(k)): int(c) for s, t, k, c in
+           zip(arr.src, arr.token, arr.slot, arr.last_cycle)}
+    owners, landed = {}, {}
+    for (s, tok, slot), (e, r) in hr.alloc.items():
+        key = (e, r // L.tile_rows)
+        owners.setdefault(key, np.zeros(L.G, dtype=np.int64))[s] += 1
+        landed[key] = max(landed.get(key, 0), cyc[(s, tok, slot)] + WRITE_DELAY)
+    return owners, landed
+
+
+def hub_flow_cap(L: Layer):
+    """Rate bound of one (src, dst) flow from the tag window: tags rows in flight per
+    credit round trip (two link latencies plus the hub's flag/credit delay)."""
+    h = L.hub
+    hub_us = 8 / (h.hub_clock_GHz * 1000.0)
+
+    def cap(s, d):
+        rtt = 2 * L.latency(s, d) + hub_us
+        return h.tags_per_source * L.row_wire_hub / rtt
+    return cap
+
+
+def _enforce_tags(L: Layer, first, last, position, ret_us):
+    """A source reuses tag (i mod tags) of a flow only after row i - tags's credit is back:
+    row i's first packet leaves no earlier than that credit arrives; a late credit pauses
+    the flow (all later rows shift). Returns (first, last, stall count)."""
+    tags = L.hub.tags_per_source
+    stalls = 0
+    for (s, d), idx in L.pair_groups():
+        if len(idx) <= tags:
+            continue
+        idx = idx[np.argsort(position[idx])]
+        lat = L.latency(s, d)
+        f, l = first[idx] - lat, last[idx] - lat             # departures
+        back = l + lat + ret_us + lat                        # credit back at the source
+        if not (f[tags:] < back[:-tags] - 1e-9).any():
+            continue
+        f, l = f.tolist(), l.tolist()
+        shift = 0.0
+        back = [0.0] * len(f)
+        for i in range(len(f)):
+            fi, li = f[i] + shift, l[i] + shift
+            if i >= tags and fi < back[i - tags]:
+                delta = back[i - tags] - fi
+                shift += delta
+                fi += delta
+                li += delta
+                stalls += 1
+            f[i], l[i] = fi, li
+            back[i] = li + 2 * lat + ret_us
+        first[idx] = np.array(f) + lat
+        last[idx] = np.array(l) + lat
+    return first, last, stalls
+
+
+def hub_schedule(L: Layer, t0: float, order: str = "token"):
+    """Dispatch of every row to its destination hub, from t0 (all sources): returns the
+    per-destination :class:`HubArrivals`, the network curves and flows, and the stall count
+    of the tag window. ``order``: rows of a flow leave in token order, or grouped by
+    destination expert (``expert``)."""
+    h = L.hub
+    G = L.G
+    _, pos = L.flow_order(L.lexp) if order == "expert" else L.flow_order()
+    first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_hub, L.pkt_wire_hub,
+                                            pos, hub_ingress=True, flow_cap=hub_flow_cap(L))
+    clk = h.hub_clock_GHz * 1000.0                       # cycles per us
+    ret_us = (8 + 1) / clk                                # completion + credit queue (cycles)
+    first, last, stalls = _enforce_tags(L, first, last, pos, ret_us)
+    cpr, lanes = h.chunks_per_row, h.lanes
+    arrivals = []
+    for d in range(G):
+        rows = np.nonzero(L.dest == d)[0]
+        fc = np.ceil(first[rows] * clk - 1e-9).astype(np.int64)
+        lc = np.ceil(last[rows] * clk - 1e-9).astype(np.int64)
+        fl = (L.src[rows] + pos[rows] * cpr) % lanes
+        ll = (fl + cpr - 1) % lanes
+        lc = np.maximum(lc, fc)
+        lc = lc + ((cpr > 1) & (lc == fc) & (ll <= fl))
+        eos = []
+        for s in range(G):
+            m = L.src[rows] == s
+            cyc = int(lc[m].max()) + 1 if m.any() else int(np.ceil((t0 + L.latency(s, d)) * clk))
+            eos.append((cyc, s % lanes, s, int(m.sum())))
+        arrivals.append(HubArrivals(h, L.src[rows], pos[rows] % h.tags_per_source, L.lexp[rows],
+                                    L.tok[rows], L.slot[rows], fc, fl, lc, ll, eos))
+    return arrivals, curves, flows, stalls
+
+
+def run_hub(L: Layer, backend: str = "model", order: str = "token",
+            rtl_gpus: tuple = ()) -> SystemResult:
+    """MoE-Hub. ``order="token"``: the routing kernel sends each row as soon as the token is
+    routed (the paper's design). ``order="expert"``: a local layout kernel (no exchange)
+    first groups each destination's rows by expert, so experts fill one after another.
+    ``rtl_gpus``: destination GPUs whose hub is the Verilog (the others use ``backend``);
+    each of them is also run in model mode and the two are compared (``extra['rtl']``)."""
+    label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
+    if rtl_gpus:
+        label += f", GPU {','.join(map(str, rtl_gpus))} hub in RTL"
+    res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
+    g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
+    run_backend = BACKENDS[backend]
+    rtl_checks = []
+    t_gate = C.gate(L, res)
+    t0 = t_gate
+    if order == "expert":
+        t0 = t_gate + g.small_kernel_us(L.T * L.E * 4 + L.T * L.k * 8)
+        for d in range(G):
+            res.add(d, "control", "layout", t_gate, t0)
+    arrivals, curves, flows, stalls = hub_schedule(L, t0, order)
+    clk = h.hub_clock_GHz * 1000.0
+    send_end = np.zeros(G)
+    for s in range(G):
+        send_end[s] = C.send_phase(L, res, s, t0, curves, flows)
+    # credits: one header-sized packet per row back to its source
+    C.control_traffic(L, "credits", np.full(G, t0), L.counts.T * float(L.sys.link_header_bytes))
+    batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
+    share = C.reserved_share(L, L.comp.sms_for("hub"), np.inf)
+    hub_stats = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0,
+                 "rows_allocated": 0}
+    for d in range(G):
+        arr = arrivals[d]
+        if d in rtl_gpus:
+            from .hub_rtl import compare, run_hub_rtl
+            hr = run_hub_rtl(h, arr, tag=f"cosim-gpu{d}")
+            cmp = compare(h, arr, BACKENDS["model"](h, arr), hr)
+            rtl_checks.append({"gpu": d, "rows": len(arr), "cycles": hr.player.cycles,
+                               "sim_s": hr.player.wall_s,
+                               "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
+                               **dataclasses.asdict(cmp)})
+        else:
+            hr = run_backend(h, arr)
+        hub_stats["drops"] += hr.drops
+        hub_stats["packets"] += hr.packets
+        hub_stats["rows"] += len(arr)
+        hub_stats["rows_allocated"] += len(hr.alloc)
+        # tile items from the hub's allocation and flags
+        owners_e, landed = _tile_owners(L, arr, hr)
+        items = []
+        for key, cyc in hr.tile_ready.items():
+            e, tile = key
+            n = min(L.tile_rows, hr.counts[e] - tile * L.tile_rows)
+            ready = cyc / clk + sw.flag_poll_us
+            items.append(WorkItem(ready, e, int(n), L.tile_rows, L.model.expert_ffn, key=key,
+                                  landed=landed[key] / clk, known=cyc / clk))
+            owners[(d, key)] = owners_e[key]
+            res.markers.append((d, "hub", cyc / clk))
+        if len(arr):
+            res.add(d, "hub", "hub", float(arr.first_cycle.min()) / clk, hr.done_cycle / clk)
+        # the SMs that issue this GPU's sends and its combine stores (and poll the
+        # flags) are held for the whole layer; the hub's receive side needs none
+        t_done = hr.done_cycle / clk + sw.flag_poll_us    # counts known: the done word
+        batches, _, shared_end[d] = C.run_queue(L, res, d, C.shared_item(L, t_gate) + items,
+                                                max(t_gate, L.comp.launch_us), share,
+                                                {e: t_done for e in range(L.E_local)})
+        batches_by_gpu.append(batches)
+    recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
+    res.gpu_end = C.reduce(L, res, recv, shared_end)
+    res.extra.update(hub_stats)
+    if rtl_checks:
+        res.extra["rtl"] = rtl_checks
+    return res
