@@ -100,15 +100,17 @@ def _topk_gumbel(rng, logp: np.ndarray, n: int, k: int, chunk: int = 4096,
 
 
 def _expected_skew(alpha: float, E: int, k: int, seed: int, groups: int = 1,
-                   topk_groups: int = 1) -> float:
+                   topk_groups: int = 1, perm: np.ndarray | None = None) -> float:
     """Skewness of a large sample drawn with popularity rank^-alpha (fixed sample seed),
-    under the same group limit as the routing it calibrates."""
+    under the same group limit as the routing it calibrates.
+
+    ``perm`` places the ranks on experts as the routing does: under a group limit the
+    skewness depends on which hot experts share a group (rank order would put them all in
+    group 0); unrestricted routing does not care, and its sample stays as it was."""
     rng = np.random.default_rng(seed)
     logp = -alpha * np.log(np.arange(1, E + 1))
-    if topk_groups < groups:
-        # spread the hot experts over the groups as make_routing does (rank order would
-        # put them all in group 0); unrestricted routing does not care, so keep its draws
-        logp = logp[rng.permutation(E)]
+    if perm is not None:
+        logp = logp[perm]
     n = max(4096, 64 * E // k)
     picks = _topk_gumbel(rng, logp, n, k, groups=groups, topk_groups=topk_groups)
     load = np.bincount(picks.ravel(), minlength=E)
@@ -116,13 +118,13 @@ def _expected_skew(alpha: float, E: int, k: int, seed: int, groups: int = 1,
 
 
 def skew_alpha(target: float, E: int, k: int, seed: int = 12345, groups: int = 1,
-               topk_groups: int = 1) -> float:
-    """Zipf exponent whose routing (with the model's group limit) has the target skewness
-    (bisection)."""
+               topk_groups: int = 1, perm: np.ndarray | None = None) -> float:
+    """Zipf exponent whose routing (with the model's group limit and, if given, its
+    placement ``perm`` of the ranks) has the target skewness (bisection)."""
     if target <= 1.0:
         return 0.0
     lo, hi = 0.0, 8.0
-    skew = lambda a: _expected_skew(a, E, k, seed, groups, topk_groups)  # noqa: E731
+    skew = lambda a: _expected_skew(a, E, k, seed, groups, topk_groups, perm)  # noqa: E731
     if skew(hi) < target:
         raise ConfigError(f"workload.skewness = {target!r}: unreachable with {E} experts and "
                           f"top-{k} (at most {E / k:.2f} when every token picks the hot expert)")
@@ -185,9 +187,11 @@ def make_routing(model: ModelConfig, workload: WorkloadConfig, gpus: int) -> Rou
     if workload.routing == "uniform":
         picks = _topk_gumbel(rng, np.zeros(E), n, k, **grp)
     elif workload.routing == "skewed":
-        alpha = skew_alpha(workload.skewness, E, k, **grp)
+        perm = rng.permutation(E)        # hot experts land on random GPUs (and groups)
+        alpha = skew_alpha(workload.skewness, E, k, **grp,
+                           perm=perm if model.group_limited else None)
         logp = -alpha * np.log(np.arange(1, E + 1))
-        logp = logp[rng.permutation(E)]  # hot experts land on random GPUs
+        logp = logp[perm]
         picks = _topk_gumbel(rng, logp, n, k, **grp)
     else:
         arr = load_trace(workload.trace_path, k, E)

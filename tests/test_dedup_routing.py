@@ -213,3 +213,16 @@ def test_routing_object_needs_no_expert_count_but_arrays_do():
     assert placement_dest(r, 2).tolist() == [[[0]], [[0]]]
     with pytest.raises(ValueError, match="num_experts"):
         placement_dest(r.experts, 2)
+
+
+@pytest.mark.parametrize("target", [1.39, 1.99])
+def test_group_limited_skewed_routing_reaches_the_target(target):
+    """The skew calibration samples under the same group limit and expert placement as the
+    routing (256 experts: the calibration sample's noise leaves a few per cent either way,
+    as for unrestricted routing)."""
+    m = load_model_config("deepseek-v3")
+    w = load_workload_config("default").replace(routing="skewed", skewness=target,
+                                                tokens_per_gpu=4096)
+    r = make_routing(m, w, 8)
+    assert r.skewness() == pytest.approx(target, rel=0.1)
+    assert max(len(set(t)) for t in (r.experts // 32).reshape(-1, 8).tolist()) == 4
