@@ -15,7 +15,26 @@ from typing import Any, Mapping
 from .schema import ConfigError, _check_types, _require, available, load_config
 
 __all__ = ["ConfigError", "SoftwareCosts", "SystemConfig", "ModelConfig", "WorkloadConfig",
+           "DTYPES", "dtype_row_bytes", "effective_dtypes", "effective_row_bytes",
            "load_system_config", "load_model_config", "load_workload_config", "available"]
+
+#: datatypes of the rows on the wire (dispatch: token rows to experts; combine: outputs back)
+DTYPES = ("bf16", "fp8")
+#: elements that share one fp32 scale in fp8 rows (DeepEP / DeepGEMM fine-grained 1x128 scaling)
+FP8_SCALE_BLOCK = 128
+
+
+def dtype_row_bytes(hidden: int, dtype: str) -> int:
+    """Bytes of one token row of ``hidden`` elements on the wire.
+
+    bf16: 2 bytes per element. fp8: 1 byte per element plus one fp32 scale per 128
+    elements (the 1x128 per-token-group scaling DeepEP's fp8 dispatch carries), so the
+    scales are part of what the link moves."""
+    if dtype == "bf16":
+        return 2 * hidden
+    if dtype == "fp8":
+        return hidden + 4 * (-(-hidden // FP8_SCALE_BLOCK))
+    raise ConfigError(f"dtype = {dtype!r}: must be one of {', '.join(DTYPES)}")
 
 
 def _positive(obj, prefix: str, keys, allow_zero: bool = False) -> None:
@@ -144,10 +163,34 @@ class ModelConfig:
     weight_bytes: int              #: bytes per weight element
     hub_config: str                #: hub config (config/hub) whose lanes/chunk/clock/tags/tile are used
     description: str = ""
+    routing_groups: int = 1        #: expert groups (contiguous blocks of experts); 1 = unrestricted
+    routing_topk_groups: int = 1   #: groups a token may route into (DeepSeek-V3 topk_group)
+    dispatch_dtype: str = "bf16"   #: datatype of dispatched token rows on the wire (bf16 | fp8)
+    combine_dtype: str = "bf16"    #: datatype of returned expert outputs on the wire (bf16 | fp8)
 
     @property
     def row_bytes(self) -> int:
+        """Activation row in memory (GEMM inputs, copies): hidden x act_bytes."""
         return self.hidden * self.act_bytes
+
+    @property
+    def dispatch_row_bytes(self) -> int:
+        """One dispatched row on the wire in ``dispatch_dtype`` (fp8 rows carry their scales)."""
+        return dtype_row_bytes(self.hidden, self.dispatch_dtype)
+
+    @property
+    def combine_row_bytes(self) -> int:
+        """One combined (returned) row on the wire in ``combine_dtype``."""
+        return dtype_row_bytes(self.hidden, self.combine_dtype)
+
+    @property
+    def experts_per_group(self) -> int:
+        return self.experts // self.routing_groups
+
+    @property
+    def group_limited(self) -> bool:
+        """True when a token may not reach every expert group (node-limited routing)."""
+        return self.routing_topk_groups < self.routing_groups
 
     @property
     def moe_layers(self) -> int:
@@ -174,7 +217,22 @@ class ModelConfig:
         _require(obj.shared_experts == 0 or obj.shared_expert_ffn > 0,
                  f"{prefix}.shared_expert_ffn", obj.shared_expert_ffn,
                  "must be > 0 when shared_experts > 0")
+        obj._check_routing_groups(prefix)
+        for key in ("dispatch_dtype", "combine_dtype"):
+            _require(getattr(obj, key) in DTYPES, f"{prefix}.{key}", getattr(obj, key),
+                     f"must be one of {', '.join(DTYPES)}")
         return obj
+
+    def _check_routing_groups(self, prefix: str) -> None:
+        """Group-limited routing needs whole groups and enough experts in the chosen groups."""
+        g, tg = self.routing_groups, self.routing_topk_groups
+        _require(g >= 1 and self.experts % g == 0, f"{prefix}.routing_groups", g,
+                 f"must be >= 1 and divide experts ({self.experts})")
+        _require(1 <= tg <= g, f"{prefix}.routing_topk_groups", tg,
+                 f"must lie in 1..routing_groups ({g})")
+        _require(self.topk <= tg * (self.experts // g), f"{prefix}.topk", self.topk,
+                 f"must be <= routing_topk_groups x experts per group "
+                 f"({tg} x {self.experts // g})")
 
 
 ROUTINGS = ("uniform", "skewed", "trace")
@@ -191,6 +249,8 @@ class WorkloadConfig:
     skewness: float = 1.0          #: target tokens(most loaded expert) / mean (routing: skewed)
     trace_path: str = ""           #: .npy/.txt/.csv of expert ids, one row of top-k per token
     seq_len: int = 4096            #: sequence length for the attention roofline
+    dispatch_dtype: str = ""       #: overrides the model's dispatch_dtype ("" = the model's)
+    combine_dtype: str = ""        #: overrides the model's combine_dtype ("" = the model's)
     description: str = ""
 
     def replace(self, **changes) -> "WorkloadConfig":
@@ -210,7 +270,22 @@ class WorkloadConfig:
                  obj.trace_path, "a trace file is required when routing = trace")
         _require(obj.seq_len >= 1, f"{prefix}.seq_len", obj.seq_len, "must be >= 1")
         _require(obj.seed >= 0, f"{prefix}.seed", obj.seed, "must be >= 0")
+        for key in ("dispatch_dtype", "combine_dtype"):
+            _require(getattr(obj, key) in ("",) + DTYPES, f"{prefix}.{key}", getattr(obj, key),
+                     f"must be '' (the model's) or one of {', '.join(DTYPES)}")
         return obj
+
+
+def effective_dtypes(model: ModelConfig, workload: WorkloadConfig) -> tuple[str, str]:
+    """(dispatch, combine) datatypes of a run: the workload's override, else the model's."""
+    return (workload.dispatch_dtype or model.dispatch_dtype,
+            workload.combine_dtype or model.combine_dtype)
+
+
+def effective_row_bytes(model: ModelConfig, workload: WorkloadConfig) -> tuple[int, int]:
+    """(dispatch, combine) wire bytes of one row after the workload's overrides."""
+    d, c = effective_dtypes(model, workload)
+    return dtype_row_bytes(model.hidden, d), dtype_row_bytes(model.hidden, c)
 
 
 _load = load_config

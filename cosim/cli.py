@@ -8,19 +8,28 @@
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
 import time
 from pathlib import Path
 
-from ..config.cosim_schema import available
+from ..config.cosim_schema import DTYPES, available
 from .experiment import RESULTS, load_configs, run_experiment, table, write_outputs
 from .hub_stage import BACKENDS, register_backend
 from .systems import SYSTEMS
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 DEFAULT_GPUS = (1, 2, 4, 8, 16)
+
+
+def _dtype(value: str) -> str:
+    """argparse type of a wire datatype: argparse exits 2 with 'argument --<flag>-dtype:
+    <value>: must be one of ...' (the flag and the value) on a bad one."""
+    if value not in DTYPES:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be one of {', '.join(DTYPES)}")
+    return value
 
 
 def _backend_available(name: str) -> bool:
@@ -58,14 +67,26 @@ def _rtl_gpus(spec, gpus: int) -> tuple:
     return out
 
 
+def _dtype_suffix(args) -> str:
+    """Runs with overridden wire datatypes get their own results folder."""
+    return "".join(f"_{f}-{getattr(args, f + '_dtype')}" for f in ("dispatch", "combine")
+                   if getattr(args, f + "_dtype", None))
+
+
 def _run_name(args, model, system, tokens, workload) -> str:
     sfx = "_hub-expert-order" if getattr(args, "hub_order", "token") == "expert" else ""
+    sfx += _dtype_suffix(args)
     return args.run or f"{model}_{system}_{workload}_t{tokens}{sfx}"
+
+
+def _dtype_overrides(args) -> dict:
+    """--dispatch-dtype / --combine-dtype as load_configs keyword overrides."""
+    return dict(dispatch_dtype=args.dispatch_dtype, combine_dtype=args.combine_dtype)
 
 
 def cmd_cosim(args) -> int:
     s, m, w = load_configs(args.system, args.model, args.workload, args.tokens, args.gpus,
-                           args.seed)
+                           args.seed, **_dtype_overrides(args))
     systems = tuple(args.systems.split(",")) if args.systems else SYSTEMS
     if not _backend_available(args.hub):
         print(f"moehub cosim: --hub {args.hub} is not available (known: "
@@ -110,14 +131,15 @@ def cmd_sweep(args) -> int:
     out = Path(args.out) if args.out else RESULTS
     name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
         f"_{points[0]['system']}_{args.workload}" \
-        f"{'_hub-expert-order' if args.hub_order == 'expert' else ''}"
+        f"{'_hub-expert-order' if args.hub_order == 'expert' else ''}" \
+        f"{_dtype_suffix(args)}"
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     t_all = time.perf_counter()
     for i, pt in enumerate(points):
         s, m, w = load_configs(pt["system"], pt["model"], args.workload, pt["tokens"], pt["gpus"],
-                               args.seed)
+                               args.seed, **_dtype_overrides(args))
         label = f"{m.name} {s.gpus}x{s.gpu_name} {w.tokens_per_gpu} tok/GPU"
         print(f"[{i + 1}/{len(points)}] {label} ...", end="", flush=True)
         er = run_experiment(s, m, w, hub_backend=args.hub, hub_order=args.hub_order,
@@ -166,6 +188,10 @@ def _common(p, tokens_default=None):
     p.add_argument("--tokens", type=int, default=tokens_default,
                    help="tokens per GPU (overrides the workload)")
     p.add_argument("--seed", type=int, default=None, help="routing seed (overrides the workload)")
+    for flag in ("dispatch", "combine"):
+        p.add_argument(f"--{flag}-dtype", type=_dtype, default=None, metavar="|".join(DTYPES),
+                       help=f"datatype of {flag} rows on the wire ({' or '.join(DTYPES)}; "
+                            "overrides the model and the workload)")
     p.add_argument("--hub", default="model", help="hub stage: model (reference model, fast "
                    "path), reference (packet by packet, slow), or any cosim/hub_<name>.py "
                    "backend such as rtl (the Verilog, slow: use few tokens)")

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..config.cosim_schema import (ModelConfig, SystemConfig, WorkloadConfig, load_model_config,
-                                   load_system_config, load_workload_config)
+from ..config.cosim_schema import (ModelConfig, SystemConfig, WorkloadConfig, effective_dtypes,
+                                   load_model_config, load_system_config, load_workload_config)
 from ..config.schema import ConfigError, HubConfig
 from .layer import Layer, SystemResult
 from .systems import LABELS, PHASES, SYSTEMS, run_system
@@ -60,7 +60,13 @@ class ExperimentResult:
 
 
 def load_configs(system: str, model: str, workload: str, tokens: int | None = None,
-                 gpus: int | None = None, seed: int | None = None):
+                 gpus: int | None = None, seed: int | None = None, *,
+                 dispatch_dtype: str | None = None, combine_dtype: str | None = None):
+    """Load the three configs and apply the command-line overrides.
+
+    Datatype overrides go into the workload (so ``config.yaml`` records them) and the
+    effective datatypes are folded into the returned model, so that
+    ``model.dispatch_row_bytes`` / ``combine_row_bytes`` are the run's wire rows."""
     s = load_system_config(system)
     m = load_model_config(model)
     w = load_workload_config(workload)
@@ -68,6 +74,13 @@ def load_configs(system: str, model: str, workload: str, tokens: int | None = No
         w = w.replace(tokens_per_gpu=tokens)
     if seed is not None:
         w = w.replace(seed=seed)
+    if dispatch_dtype is not None:
+        w = w.replace(dispatch_dtype=dispatch_dtype)
+    if combine_dtype is not None:
+        w = w.replace(combine_dtype=combine_dtype)
+    d, c = effective_dtypes(m, w)
+    if (d, c) != (m.dispatch_dtype, m.combine_dtype):
+        m = m.replace(dispatch_dtype=d, combine_dtype=c)
     if gpus is not None and gpus != s.gpus:
         s = s.replace(gpus=gpus, gpus_per_node=min(gpus, s.gpus_per_node))
     return s, m, w

@@ -10,6 +10,13 @@
   comma/space separated ids); tokens are dealt to GPUs in order, GPU g taking tokens
   g*T .. g*T+T-1, and the trace is repeated if it is shorter than G x T tokens.
 
+Group-limited (node-limited) routing, DeepSeek-V3's ``n_group`` / ``topk_group``: the
+experts form ``routing_groups`` contiguous blocks; a group scores the sum of its two best
+expert scores, the token keeps its ``routing_topk_groups`` best groups and takes its top-k
+among their experts. ``uniform`` and ``skewed`` apply it to the per-token scores (Gumbel +
+log popularity); a ``trace`` must already honour it. With one group (the default) the
+draws and picks are exactly those of unrestricted top-k.
+
 Everything is reproducible from ``workload.seed``.
 """
 from __future__ import annotations
@@ -50,13 +57,38 @@ class Routing:
         return float(load.max() / load.mean())
 
 
-def _topk_gumbel(rng, logp: np.ndarray, n: int, k: int, chunk: int = 4096) -> np.ndarray:
-    """n draws of k distinct experts, without replacement, with probability ~ exp(logp)."""
+def _group_mask(g: np.ndarray, groups: int, topk_groups: int) -> np.ndarray:
+    """Scores with every expert outside the token's ``topk_groups`` best groups at -inf.
+
+    A group's score is the sum of its two best expert scores (its best one if it has a
+    single expert), as DeepSeek-V3's gate ranks groups; contiguous blocks of experts form
+    the groups, so a group maps onto the GPUs (nodes) holding it."""
+    m, E = g.shape
+    per = g.reshape(m, groups, E // groups)
+    top2 = -np.partition(-per, min(1, per.shape[2] - 1), axis=2)[:, :, :2]
+    gscore = top2.sum(axis=2)
+    keep = np.argpartition(-gscore, topk_groups - 1, axis=1)[:, :topk_groups]
+    mask = np.full((m, groups), True)
+    np.put_along_axis(mask, keep, False, axis=1)
+    out = per.copy()
+    out[mask] = -np.inf
+    return out.reshape(m, E)
+
+
+def _topk_gumbel(rng, logp: np.ndarray, n: int, k: int, chunk: int = 4096,
+                 groups: int = 1, topk_groups: int = 1) -> np.ndarray:
+    """n draws of k distinct experts, without replacement, with probability ~ exp(logp);
+    with ``topk_groups < groups`` only inside each draw's best groups (:func:`_group_mask`).
+
+    The random draws are the same with or without the group limit, so one group gives
+    exactly the unrestricted routing."""
     E = len(logp)
     out = np.empty((n, k), dtype=np.int32)
     for s in range(0, n, chunk):
         m = min(chunk, n - s)
         g = rng.gumbel(size=(m, E)).astype(np.float32) + logp.astype(np.float32)
+        if topk_groups < groups:
+            g = _group_mask(g, groups, topk_groups)
         if k < E:
             idx = np.argpartition(-g, k - 1, axis=1)[:, :k]
         else:
@@ -67,27 +99,38 @@ def _topk_gumbel(rng, logp: np.ndarray, n: int, k: int, chunk: int = 4096) -> np
     return out
 
 
-def _expected_skew(alpha: float, E: int, k: int, seed: int) -> float:
-    """Skewness of a large sample drawn with popularity rank^-alpha (fixed sample seed)."""
+def _expected_skew(alpha: float, E: int, k: int, seed: int, groups: int = 1,
+                   topk_groups: int = 1, perm: np.ndarray | None = None) -> float:
+    """Skewness of a large sample drawn with popularity rank^-alpha (fixed sample seed),
+    under the same group limit as the routing it calibrates.
+
+    ``perm`` places the ranks on experts as the routing does: under a group limit the
+    skewness depends on which hot experts share a group (rank order would put them all in
+    group 0); unrestricted routing does not care, and its sample stays as it was."""
     rng = np.random.default_rng(seed)
     logp = -alpha * np.log(np.arange(1, E + 1))
+    if perm is not None:
+        logp = logp[perm]
     n = max(4096, 64 * E // k)
-    picks = _topk_gumbel(rng, logp, n, k)
+    picks = _topk_gumbel(rng, logp, n, k, groups=groups, topk_groups=topk_groups)
     load = np.bincount(picks.ravel(), minlength=E)
     return float(load.max() / load.mean())
 
 
-def skew_alpha(target: float, E: int, k: int, seed: int = 12345) -> float:
-    """Zipf exponent whose routing has the target skewness (bisection)."""
+def skew_alpha(target: float, E: int, k: int, seed: int = 12345, groups: int = 1,
+               topk_groups: int = 1, perm: np.ndarray | None = None) -> float:
+    """Zipf exponent whose routing (with the model's group limit and, if given, its
+    placement ``perm`` of the ranks) has the target skewness (bisection)."""
     if target <= 1.0:
         return 0.0
     lo, hi = 0.0, 8.0
-    if _expected_skew(hi, E, k, seed) < target:
+    skew = lambda a: _expected_skew(a, E, k, seed, groups, topk_groups, perm)  # noqa: E731
+    if skew(hi) < target:
         raise ConfigError(f"workload.skewness = {target!r}: unreachable with {E} experts and "
                           f"top-{k} (at most {E / k:.2f} when every token picks the hot expert)")
     for _ in range(30):
         mid = 0.5 * (lo + hi)
-        if _expected_skew(mid, E, k, seed) < target:
+        if skew(mid) < target:
             lo = mid
         else:
             hi = mid
@@ -119,19 +162,39 @@ def load_trace(path: str, k: int, E: int) -> np.ndarray:
     return arr.astype(np.int32)
 
 
+def check_trace_groups(arr: np.ndarray, model: ModelConfig, path: str) -> None:
+    """A trace of a group-limited model must keep every token inside routing_topk_groups
+    groups: a trace that does not cannot come from the model's router."""
+    if not model.group_limited:
+        return
+    grp = np.sort(arr // model.experts_per_group, axis=1)
+    spans = 1 + (np.diff(grp, axis=1) != 0).sum(axis=1)
+    bad = np.nonzero(spans > model.routing_topk_groups)[0]
+    if len(bad):
+        t = int(bad[0])
+        raise ConfigError(
+            f"workload.trace_path = {path!r}: token {t} (experts {arr[t].tolist()}) reaches "
+            f"{spans[t]} expert groups, more than model.routing_topk_groups = "
+            f"{model.routing_topk_groups} of {model.routing_groups} groups")
+
+
 def make_routing(model: ModelConfig, workload: WorkloadConfig, gpus: int) -> Routing:
     """Routing of ``workload.tokens_per_gpu`` tokens on each of ``gpus`` GPUs."""
     E, k, T = model.experts, model.topk, workload.tokens_per_gpu
     n = gpus * T
     rng = np.random.default_rng(workload.seed)
+    grp = dict(groups=model.routing_groups, topk_groups=model.routing_topk_groups)
     if workload.routing == "uniform":
-        picks = _topk_gumbel(rng, np.zeros(E), n, k)
+        picks = _topk_gumbel(rng, np.zeros(E), n, k, **grp)
     elif workload.routing == "skewed":
-        alpha = skew_alpha(workload.skewness, E, k)
+        perm = rng.permutation(E)        # hot experts land on random GPUs (and groups)
+        alpha = skew_alpha(workload.skewness, E, k, **grp,
+                           perm=perm if model.group_limited else None)
         logp = -alpha * np.log(np.arange(1, E + 1))
-        logp = logp[rng.permutation(E)]  # hot experts land on random GPUs
-        picks = _topk_gumbel(rng, logp, n, k)
+        logp = logp[perm]
+        picks = _topk_gumbel(rng, logp, n, k, **grp)
     else:
         arr = load_trace(workload.trace_path, k, E)
+        check_trace_groups(arr, model, workload.trace_path)
         picks = arr[np.arange(n) % len(arr)]
     return Routing(picks.reshape(gpus, T, k), E)
