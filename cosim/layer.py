@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config.schema import ConfigError, HubConfig, load_hub_config
-from ..config.cosim_schema import ModelConfig, SystemConfig, WorkloadConfig
+from ..config.cosim_schema import ModelConfig, SystemConfig, WorkloadConfig, effective_row_bytes
+from . import dedup
 from .components import Components
 from .gpu import GpuModel
 from .network import GBps, FluidNetwork, flow_wire_bytes
@@ -94,8 +95,7 @@ class Layer:
         np.add.at(self.expert_rows, (dest, lexp), 1)
         self.comp = Components(system)
         # wire bytes per row: dispatch and combine datatypes may differ (FP8 + scales / BF16)
-        self.disp_bytes = int(getattr(model, "dispatch_row_bytes", model.row_bytes))
-        self.comb_bytes = int(getattr(model, "combine_row_bytes", model.row_bytes))
+        self.disp_bytes, self.comb_bytes = effective_row_bytes(model, workload)
         # hub config of every destination GPU: a row is whole chunks (FP8 scales padded)
         base = hub_base or load_hub_config(model.hub_config)
         max_rows = max(_pow2_at_least(G * T), base.max_tile_rows, base.tile_rows)
@@ -119,28 +119,17 @@ class Layer:
         self._dedup()
 
     def _dedup(self) -> None:
-        """Per-destination deduplication (DeepEP normal mode): ``gpu_rows[s, d]`` one copy
-        per (token, destination GPU); ``node_rows[s, n]`` one copy per (token, destination
-        node) on the inter-node hop; ``fwd_rows[r, d]`` the copies GPU r (same local rank
-        as the source, in d's node) forwards over NVLink to the other GPUs of its node."""
+        """Per-destination deduplication (DeepEP normal mode, :mod:`.dedup`): ``gpu_rows[s,
+        d]`` one copy per (token, destination GPU); ``node_rows[s, n]`` one copy per (token,
+        destination node); ``fwd_rows[r, d]`` the copies GPU r (same local rank as the
+        source, in a *remote* source's destination node) forwards over NVLink to the other
+        GPUs of its node (a source's own node gets direct copies, ``gpu_rows``)."""
         G, gpn = self.G, self.sys.gpus_per_node
-        key = (self.src * self.T + self.tok) * G + self.dest
-        u = np.unique(key)
-        us, ud = (u // G) // self.T, u % G
-        self.gpu_rows = np.zeros((G, G), dtype=np.int64)
-        np.add.at(self.gpu_rows, (us, ud), 1)
-        ut = (u // G) % self.T
-        nodes = max(1, G // gpn) if G >= gpn else 1
-        nkey = np.unique((us * self.T + ut) * nodes + ud // gpn)
-        ns, nn = (nkey // nodes) // self.T, nkey % nodes
-        self.node_rows = np.zeros((G, nodes), dtype=np.int64)
-        np.add.at(self.node_rows, (ns, nn), 1)
-        # forwarding inside the destination node: r = same local rank as s in d's node
-        r = (ud // gpn) * gpn + us % gpn
-        remote = (ud // gpn) != (us // gpn)
-        fwd = remote & (r != ud)
-        self.fwd_rows = np.zeros((G, G), dtype=np.int64)
-        np.add.at(self.fwd_rows, (r[fwd], ud[fwd]), 1)
+        dest = self.dest.reshape(G, self.T, self.k)
+        self.gpu_rows = dedup.unique_gpu_rows(dest, G)
+        self.node_rows = dedup.unique_node_rows(dest, G, gpn)
+        same = np.equal.outer(np.arange(G) // gpn, np.arange(G) // gpn) & ~np.eye(G, dtype=bool)
+        self.fwd_rows = dedup.forward_rows(dest, G, gpn) - np.where(same, self.gpu_rows, 0)
 
     # ------------------------------------------------------------------ network
     def latency(self, s: int, d: int) -> float:
