@@ -227,3 +227,6 @@ def add_parser(subparsers) -> None:
     s.add_argument("--figures", action="store_true", help="also write each run's outputs "
                    "and timeline")
     s.set_defaults(func=cmd_sweep)
+
+    from .validate import add_parser as add_validate
+    add_validate(subparsers)

@@ -144,11 +144,12 @@ def reduce(L: Layer, res: SystemResult, recv_done, shared_end, poll=True, name="
 
 
 def send_phase(L: Layer, res: SystemResult, s: int, t0: float, curves, flows, name="dispatch",
-               counts=None) -> float:
+               counts=None, track="send") -> float:
+    """GPU s's transfer phase: from t0 until its last byte has landed (0 if none)."""
     counts = L.counts if counts is None else counts
     ends = [curves[flows[s][d]].end for d in range(L.G) if counts[s, d]]
     if ends:
-        res.add(s, "send", name, t0, max(ends))
+        res.add(s, track, name, t0, max(ends))
     return max(ends, default=t0)
 
 

@@ -122,7 +122,8 @@ def run(L: Layer) -> SystemResult:
     curves, flows, crecv = transfer(L, tc, c_first, c_fwd, L.comb_wire_sw, "combine",
                                     lambda s, r: not L.inter_node(s, r))
     for d in range(G):
-        C.send_phase(L, res, d, tc[d], curves, flows, name="combine", counts=c_first + c_fwd)
+        C.send_phase(L, res, d, tc[d], curves, flows, name="combine", counts=c_first + c_fwd,
+                     track="combine")
     res.gpu_end = C.reduce(L, res, crecv, shared_end)
     res.extra["rows_sent"] = int(first.sum() + fwd.sum())
     return res
