@@ -228,5 +228,7 @@ def add_parser(subparsers) -> None:
                    "and timeline")
     s.set_defaults(func=cmd_sweep)
 
+    from .headline import add_parser as add_headline
     from .validate import add_parser as add_validate
     add_validate(subparsers)
+    add_headline(subparsers)
