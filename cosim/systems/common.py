@@ -156,3 +156,37 @@ def send_phase(L: Layer, res: SystemResult, s: int, t0: float, curves, flows, na
 def recv_end(L: Layer, d: int, curves, flows, t0: float, counts=None) -> float:
     counts = L.counts if counts is None else counts
     return max([curves[flows[s][d]].end for s in range(L.G) if counts[s, d]] or [t0])
+
+
+def hbm_share(L: Layer, d: int, phases=("dispatch",)):
+    """Fraction of GPU d's HBM bandwidth left to its GEMMs over time: every byte its
+    links write in or read out (the ``phases``' networks of this pass, their background
+    flows included) also crosses its HBM (CALIBRATION.md sec 7: no isolated measurement;
+    the mechanism is bytes, the ceiling the calibrated achievable HBM bandwidth)."""
+    ports = {5 * d + 0, 5 * d + 1, 5 * d + 2, 5 * d + 3}
+    times, deltas = [], []
+    for ph in phases:
+        if ph not in L.nets:
+            continue
+        net, curves = L.nets[ph]
+        for f, c in zip(net.flows, curves):
+            if len(c.t) < 2 or not ({f.p0, f.p1} & ports):
+                continue
+            dt, db = np.diff(c.t), np.diff(c.b)
+            ok = dt > 1e-12
+            r = db[ok] / dt[ok]
+            lat = c.latency_us if f.p1 in ports else 0.0      # writes land a latency later
+            times += [c.t[:-1][ok] + lat, c.t[1:][ok] + lat]
+            deltas += [r, -r]
+    full = L.comp.hbm_effective_GBps(0.0)
+    if not times:
+        return lambda t: 1.0
+    t = np.concatenate(times)
+    order = np.argsort(t, kind="stable")
+    t, load = t[order], np.cumsum(np.concatenate(deltas)[order])   # bytes/us
+
+    def share(x: float) -> float:
+        i = int(np.searchsorted(t, x, side="right")) - 1
+        busy = load[i] / 1000.0 if i >= 0 else 0.0                   # GB/s
+        return L.comp.hbm_effective_GBps(max(0.0, busy)) / full
+    return share
