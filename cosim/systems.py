@@ -75,8 +75,8 @@ def _shared_item(L: Layer, t_gate: float):
                      key="shared")]
 
 
-def _run_queue(L, res, d, items, start, share_at, complete_at=None):
-    batches = ExpertQueue(L.gpu, start, share_at, complete_at).run(items)
+def _run_queue(L, res, d, items, start, share_at, complete_at=None, hbm_at=None):
+    batches = ExpertQueue(L.gpu, start, share_at, complete_at, hbm_at).run(items)
     for b in batches:
         routed = [it for it in b.items if it.expert >= 0]
         name = "expert GEMM" if routed else "shared expert"
@@ -139,8 +139,9 @@ def _gate(L, res):
 
 
 def _collective_us(L) -> float:
-    """Count exchange among the GPUs (nothing to exchange on one GPU)."""
-    return L.sys.software.small_collective_us if L.G > 1 else 0.0
+    """Count exchange among the GPUs: an all-to-all of each peer's local-expert counts
+    (int32) at the calibrated small-collective cost (nothing to exchange on one GPU)."""
+    return L.gpu.comp.small_collective_us(L.G, L.sys.nodes, 4.0 * L.E_local)
 
 
 def _full(_t):
@@ -154,7 +155,7 @@ def run_bulk(L: Layer) -> SystemResult:
     t_gate = _gate(L, res)
     t_layout = t_gate + g.small_kernel_us(T * L.E * 4 + T * k * 8)
     t_cx = t_layout + _collective_us(L)               # every GPU joins at the same time
-    t_sync = t_cx + sw.host_sync_us
+    t_sync = t_cx + g.comp.host_sync_us
     t_perm = t_sync + g.permute_us(T * k)
     a2a = t_perm + g.launch
     for d in range(G):
@@ -234,7 +235,7 @@ def run_comet(L: Layer) -> SystemResult:
     pkt = min(L.sys.link_max_payload_bytes, L.row_bytes) + L.sys.link_header_bytes
     first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos)
     ready_row = last + sw.flag_poll_us
-    share_c = (L.sys.sms - sw.comm_sms_overlap) / L.sys.sms
+    share_c = (L.sys.sms - g.comp.sms_for("comet")) / L.sys.sms
     # comm SMs are held while rows leave or land on this GPU; outputs then go back from the
     # GEMM epilogue (Comet's adaptive assignment gives the SMs back to compute)
     recv_end = [max([curves[flows[s][d]].end for s in range(G) if L.counts[s, d]] or [t0])
@@ -446,7 +447,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
             res.markers.append((d, "hub", cyc / clk))
         if len(arr):
             res.add(d, "hub", "hub", float(arr.first_cycle.min()) / clk, hr.done_cycle / clk)
-        share_d = (L.sys.sms - sw.comm_sms_hub) / L.sys.sms
+        share_d = (L.sys.sms - g.comp.sms_for("hub")) / L.sys.sms
         se = send_end[d]   # the hub's receive side needs no SMs: only this GPU's sends count
         t_done = hr.done_cycle / clk + sw.flag_poll_us    # counts known: the done word
         batches, _, shared_end[d] = _run_queue(L, res, d, _shared_item(L, t_gate) + items,
