@@ -94,16 +94,18 @@ class Components:
             + bytes_per_peer * (peers - 1) / (bw * GBps)
 
     def alltoall_us(self, bytes_per_peer: float, peers: int, nodes: int) -> float:
-        """A whole all-to-all: latency + the busiest port's bytes at the curve's rate
-        (the NIC carries the inter-node share, NVLink the rest, in parallel)."""
+        """A whole all-to-all: latency + the busiest port's bytes at the curve's rate.
+        The NIC carries the inter-node peers, NVLink the rest, in parallel; the peers of
+        one port share its pipeline steps, so the curve is read at the port's total bytes."""
         if peers <= 1 or bytes_per_peer <= 0:
             return self.small_collective_us(peers, nodes, bytes_per_peer)
         intra, inter = self._split_peers(peers, nodes)
         t = 0.0
         for n, remote in ((intra, False), (inter, True)):
             if n:
-                bw = self.port_GBps(remote) * GBps * self.collective_efficiency(bytes_per_peer, remote)
-                t = max(t, n * bytes_per_peer / bw)
+                total = n * bytes_per_peer
+                bw = self.port_GBps(remote) * GBps * self.collective_efficiency(total, remote)
+                t = max(t, total / bw)
         return self.collective_latency_us("alltoall", peers, nodes) + t
 
     # ------------------------------------------------------------------ puts
@@ -147,9 +149,12 @@ class Components:
         return sw.gemm_block_m_small if rows <= sw.gemm_block_m_small else sw.gemm_block_m
 
     def tile_eff(self, bn: float, k: float, dtype: str = "bf16") -> float:
-        """Efficiency of a full tile of N block ``bn`` over a K loop of ``k`` (no waves)."""
+        """Efficiency of a full tile of N block ``bn`` over a K loop of ``k`` (no waves).
+        A tile's fixed prologue/epilogue time is the same for both dtypes, but an FP8 K
+        step takes half as long, so FP8 amortises it over twice as many K elements."""
         sw = self.sw
-        return self._eff_max(dtype) * bn / (bn + sw.gemm_n_half) * k / (k + sw.gemm_k_half)
+        k_half = sw.gemm_k_half * (2.0 if dtype == "fp8" else 1.0)
+        return self._eff_max(dtype) * bn / (bn + sw.gemm_n_half) * k / (k + k_half)
 
     def _block_ns(self, n: float) -> list:
         sw = self.sw
