@@ -13,9 +13,10 @@ Models (why each shape):
   hop (scale-up, plus one network hop when it spans nodes) and, for an all-to-all, a cost
   per peer (one send/recv pair each); an all-gather is a ring: one hop per step.
   A 0-byte collective enqueues nothing and costs only ``coll_empty_us``.
-* Collective bandwidth vs message size: a flow reaches ``eff_max`` of the port for large
-  messages; every message also pays one pipeline step of the protocol, so the fraction is
-  ``eff_max x m / (m + eff_max x port x step)`` (half of eff_max at one step's worth).
+* Collective bandwidth vs message size: with the Simple protocol a flow reaches ``eff_max``
+  of the port for large messages and every message pays one pipeline step, so the fraction
+  is ``eff_max x m / (m + eff_max x port x step)``; small messages use LL instead (the
+  small-message bandwidth, at most half the port), whichever is faster.
 * Puts: each put carries a fixed overhead (flag/metadata write on NVLink, work request
   on the NIC) expressed in bytes at the port rate: ``eff_max x m / (m + overhead)``.
 * GEMM: a tiled kernel with an M block (64 or 128 rows) and an N block it picks to fit
@@ -75,12 +76,18 @@ class Components:
         return self.sys.inter_bw_GBps if inter_node else self.sys.intra_bw_GBps
 
     def collective_efficiency(self, msg_bytes_per_peer: float, inter_node: bool) -> float:
-        """Fraction of the port a collective flow of this per-peer message size reaches."""
+        """Fraction of the port a collective flow of this message size reaches: the
+        better of the two protocols NCCL picks between, Simple (``eff_max`` of the port,
+        minus one pipeline step per message) and LL (the small-message bandwidth, at most
+        half the port: LL sends an 8-byte flag with every 8 bytes of data)."""
         sw = self.sw
         e, step = (sw.inter_eff_max, sw.coll_step_inter_us) if inter_node else \
             (sw.intra_eff_max, sw.coll_step_intra_us)
+        port = self.port_GBps(inter_node)
         m = max(float(msg_bytes_per_peer), 1.0)
-        return e * m / (m + e * self.port_GBps(inter_node) * GBps * step)
+        simple = e * m / (m + e * port * GBps * step)
+        small = sw.coll_small_inter_GBps if inter_node else sw.coll_small_intra_GBps
+        return max(simple, min(small, 0.5 * port) / port)
 
     def small_collective_us(self, peers: int, nodes: int, bytes_per_peer: float = 64.0) -> float:
         """A count exchange (all-to-all of a few bytes per peer): latency + bytes at the
