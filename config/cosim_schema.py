@@ -57,7 +57,7 @@ class SoftwareCosts:
     put_overhead_intra_bytes: float  #: per-put overhead of a one-sided put, scale-up (bytes)
     put_overhead_inter_bytes: float  #: per-put overhead of an RDMA put (bytes at NIC rate)
     hbm_efficiency: float          #: fraction of HBM bandwidth a copy/elementwise kernel reaches
-    send_issue_GBps: float         #: rate at which a GPU's SMs can issue fine-grained row stores/puts
+    send_issue_GBps: float         #: rate at which a GPU's SMs issue fine-grained row stores/puts
     # SMs held by communication while it overlaps compute
     comm_sms_overlap: int          #: SMs given to communication by Comet / one-sided systems
     comm_sms_hub: int              #: SMs that issue the hub's sends (receive side needs none)

@@ -89,7 +89,8 @@ METRICS = {
     "d2h_sync_us": lambda c: c.d2h_sync_us,
     "small_collective_us": lambda c, peers, nodes, bytes_per_peer:
         c.small_collective_us(peers, nodes, bytes_per_peer),
-    "alltoall_us": lambda c, peers, nodes, bytes_per_peer: c.alltoall_us(bytes_per_peer, peers, nodes),
+    "alltoall_us": lambda c, peers, nodes, bytes_per_peer:
+        c.alltoall_us(bytes_per_peer, peers, nodes),
     "alltoall_busbw_net_GBps": lambda c, peers, bytes_per_peer:
         _alltoall_busbw_net(c, peers, bytes_per_peer),
     "port_GBps_at": lambda c, msg_bytes, inter_node:
@@ -222,10 +223,11 @@ def add_parser(subparsers) -> None:
 
 
 # ---------------------------------------------------------------------------- fitting
-#: the neighbourhood of the shipped GEMM/HBM constants (wider searches, eff 0.7-1.0, n_half
-#: 8-96, k_half 100-1200, fixed 0-3 us, converged here). ``hbm_gemm_efficiency`` is not
-#: fitted: it trades off against ``gemm_fixed_us`` along a flat ridge, so it is set from the
-#: independent HBM readings of CALIBRATION.md sec 7 (80 %, 78 %, 84 % -> 0.81).; ``fit(load_points())`` reproduces them
+#: The neighbourhood of the shipped GEMM constants (wider searches, eff 0.7-1.0, n_half
+#: 8-96, k_half 100-1200, fixed 0-3 us, converged here); ``fit(load_points())`` reproduces
+#: them. ``hbm_gemm_efficiency`` is not fitted: it trades off against ``gemm_fixed_us``
+#: along a flat ridge, so it is set from the independent HBM readings of CALIBRATION.md
+#: sec 7 (80 %, 78 %, 84 % -> 0.81).
 GEMM_FIT = {"gemm_eff_max_fp8": (0.85, 0.9, 0.95),
             "gemm_n_half": (40.0, 48.0, 56.0),
             "gemm_k_half": (200.0, 250.0, 300.0),

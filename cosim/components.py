@@ -165,9 +165,9 @@ class Components:
 
     def _block_ns(self, n: float) -> list:
         sw = self.sw
-        top = min(sw.gemm_block_n_max, -(-int(math.ceil(n)) // sw.gemm_block_n_step) * sw.gemm_block_n_step)
-        return list(range(sw.gemm_block_n_step, max(top, sw.gemm_block_n_step) + 1,
-                          sw.gemm_block_n_step))
+        step = sw.gemm_block_n_step
+        top = min(sw.gemm_block_n_max, -(-int(math.ceil(n)) // step) * step)
+        return list(range(step, max(top, step) + 1, step))
 
     def compute_us(self, m_blocks: float, bm: int, n: float, k: float, dtype: str = "bf16",
                    sm_share: float = 1.0, whole_waves: bool = True) -> float:

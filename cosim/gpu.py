@@ -141,7 +141,7 @@ class GpuModel:
                               max(w, it.wfrac), it.ffn)
         if layout == "masked":       # the kernel computes ceil(count / BLOCK_M) blocks
             bm = self.comp.block_m(max(v[0] for v in per.values()))
-            per = {e: (r, np.ceil(r - 1e-9) if r <= 0 else np.ceil(r / bm - 1e-9) * bm, w, f)
+            per = {e: (r, np.ceil(r / bm - 1e-9) * bm if r > 0 else 0.0, w, f)
                    for e, (r, p, w, f) in per.items()}
         return per
 
@@ -168,14 +168,18 @@ class GpuModel:
     def dense_ffn_us(self, tokens: int, ffn: int) -> float:
         """A dense SwiGLU FFN over ``tokens`` rows (one fused launch, as before)."""
         m = self.model
-        nbytes = 3.0 * m.hidden * ffn * m.weight_bytes + tokens * (2 * m.hidden + 3 * ffn) * m.act_bytes
+        nbytes = 3.0 * m.hidden * ffn * m.weight_bytes \
+            + tokens * (2 * m.hidden + 3 * ffn) * m.act_bytes
         bm = self.comp.block_m(tokens)
         comp = self.row_us(ffn) * np.ceil(tokens / bm) * bm      # rows padded to the M block
         return self.launch + self.fixed + max(comp, nbytes / self.hbm)
 
     def attention_us(self, tokens: int, seq_len: int) -> float:
         """Prefill attention block: projections (a GEMM on the attention weights) and the
-        causal score/context products over sequences of ``min(seq_len, tokens)`` tokens."""
+        causal score/context products over sequences of ``min(seq_len, tokens)`` tokens.
+        The score/context products run as a flash-style kernel: a tile of 128 queries stays
+        on chip while it loops over the keys, so its per-tile overhead amortises over the
+        context length (the K of the tile model), not over the head dimension."""
         m = self.model
         s = min(seq_len, tokens)
         proj = 2.0 * tokens * m.attn_params
@@ -184,7 +188,7 @@ class GpuModel:
         nbytes = m.attn_params * m.weight_bytes + 4.0 * tokens * m.row_bytes
         t_proj = self.gemm_us(proj, nbytes, min(tokens, 128), m.hidden, k=m.hidden)
         t_score = self.gemm_us(score, 4.0 * tokens * m.row_bytes, min(s, 128), 128,
-                               k=m.attn_qk_head_dim)
+                               k=max(s, m.attn_qk_head_dim))
         norms = self.copy_us(4.0 * tokens * m.row_bytes)   # two RMSNorms + residual adds
         return 4 * self.launch + t_proj + t_score + norms
 
@@ -278,8 +282,9 @@ class ExpertQueue:
                 # the expert's last few rows (counts known before this pass ends): ride along
                 tail = e in taken and complete_at[e] < t + d and \
                     left[e] - taken[e] <= self.cap(it.ffn, share, hshare) + 1e-9
-                if e not in taken or waiting.get(e) or (
-                        not tail and taken[e] + it.padded_rows * it.frac > self.cap(it.ffn, share, hshare) + 1e-9):
+                over = taken.get(e, 0.0) + it.padded_rows * it.frac \
+                    > self.cap(it.ffn, share, hshare) + 1e-9
+                if e not in taken or waiting.get(e) or (not tail and over):
                     held.append((r, i, it))
                     continue
                 f = min(1.0, max(0.0, (r - t) / d))

@@ -24,7 +24,8 @@ def test_roofline_is_max_of_compute_and_memory(gpu):
     assert gpu.gemm_eff(64, 4096) == pytest.approx(gpu.comp.steady_eff(4096, 4096))
     assert gpu.gemm_eff(32, 4096) == pytest.approx(eff / 2)      # half a 64-row block
     assert gpu.gemm_us(flops, nbytes, 128, 4096) == pytest.approx(sw.gemm_fixed_us + max(
-        flops / (s.peak_bf16_TFLOPs * 1e6 * eff), nbytes / (s.hbm_GBps * 1e3 * sw.hbm_gemm_efficiency)))
+        flops / (s.peak_bf16_TFLOPs * 1e6 * eff),
+        nbytes / (s.hbm_GBps * 1e3 * sw.hbm_gemm_efficiency)))
     # a copy kernel: launch + bytes at the copy-kernel HBM rate
     assert gpu.permute_us(1000) == pytest.approx(
         sw.kernel_launch_us + 2 * 1000 * 8192 / (s.hbm_GBps * 1e3 * sw.hbm_efficiency))
