@@ -188,6 +188,8 @@ class Components:
     def gemm_eff(self, m: float, n: float, k: float, dtype: str = "bf16") -> float:
         """Fraction of dense peak one M x N x K GEMM reaches when compute bound (row
         padding to the M block and wave quantization over all SMs included)."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
         bm = self.block_m(m)
         t = self.compute_us(math.ceil(m / bm), bm, n, k, dtype)
         return 2.0 * m * n * k / (t * self.peak_TFLOPs(dtype) * 1e6)
@@ -230,6 +232,8 @@ class Components:
             return sum(self.gemm_us(r, n, k, dtype, sm_share, hbm_share, act_bytes,
                                     weight_bytes, out_bytes) for r in rows if r > 0)
         bm, blocks = self._blocks(rows, layout)
+        if not sum(blocks):
+            return 0.0
         comp = self.compute_us(sum(blocks), bm, n, k, dtype, sm_share)
         used = sum(1 for r in rows if r > 0)
         nbytes = used * n * k * weight_bytes + sum(rows) * (k * act_bytes + n * out_bytes)
