@@ -64,6 +64,8 @@ class SoftwareCosts:
     comm_sms_deepep: int           #: DeepEP normal (high-throughput) kernels
     comm_sms_deepep_ll: int        #: DeepEP low-latency kernels while compute overlaps
     comm_sms_fused: int            #: fused dispatch+GEMM+combine kernels (FlashDMoE / Mega MoE)
+    comm_sm_row_us: float          #: per-row fixed work of one comm SM (index, flags, issue)
+    comm_sm_GBps: float            #: bytes one comm SM moves per second between its rows
     # GEMMs and HBM
     gemm_eff_max: float            #: efficiency of a large, well-shaped BF16 GEMM
     gemm_eff_max_fp8: float        #: same for FP8 (fine-grained scaling)
@@ -87,9 +89,10 @@ class SoftwareCosts:
                                 "coll_step_intra_us", "coll_step_inter_us",
                                 "put_overhead_intra_bytes", "put_overhead_inter_bytes",
                                 "comm_sms_overlap", "comm_sms_hub", "comm_sms_deepep",
-                                "comm_sms_deepep_ll", "comm_sms_fused", "gemm_fixed_us"),
+                                "comm_sms_deepep_ll", "comm_sms_fused", "gemm_fixed_us",
+                                "comm_sm_row_us"),
                   allow_zero=True)
-        _positive(obj, prefix, ("send_issue_GBps", "coll_small_intra_GBps",
+        _positive(obj, prefix, ("send_issue_GBps", "comm_sm_GBps", "coll_small_intra_GBps",
                                 "coll_small_inter_GBps", "gemm_block_m", "gemm_block_m_small",
                                 "gemm_block_n_max", "gemm_block_n_step", "gemm_n_half",
                                 "gemm_k_half"))

@@ -95,6 +95,7 @@ METRICS = {
         _alltoall_busbw_net(c, peers, bytes_per_peer),
     "port_GBps_at": lambda c, msg_bytes, inter_node:
         c.port_GBps(inter_node) * c.collective_efficiency(msg_bytes, inter_node),
+    "comm_GBps": lambda c, sms, msg_bytes, inter_node: c.comm_GBps(sms, msg_bytes, inter_node),
     "put_GBps": lambda c, msg_bytes, inter_node:
         c.port_GBps(inter_node) * c.put_efficiency(msg_bytes, inter_node),
     "gemm_TFLOPs": lambda c, **kw: (lambda t, f, b: f / t / 1e6)(*_gemm(c, **kw)),
@@ -232,6 +233,10 @@ GEMM_FIT = {"gemm_eff_max_fp8": (0.85, 0.9, 0.95),
             "gemm_n_half": (40.0, 48.0, 56.0),
             "gemm_k_half": (200.0, 250.0, 300.0),
             "gemm_fixed_us": (1.75, 2.0, 2.25)}
+
+#: SM-count vs bandwidth constants (DeepEP V1 on B200, CALIBRATION.md sec 6)
+SM_FIT = {"comm_sm_row_us": (0.15, 0.2, 0.25, 0.3, 0.35),
+          "comm_sm_GBps": (30.0, 36.0, 42.0, 50.0, 60.0)}
 
 
 def fit(points: list, grid: dict = None, components=("gemm", "hbm")) -> tuple:

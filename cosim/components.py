@@ -19,6 +19,8 @@ Models (why each shape):
   small-message bandwidth, at most half the port), whichever is faster.
 * Puts: each put carries a fixed overhead (flag/metadata write on NVLink, work request
   on the NIC) expressed in bytes at the port rate: ``eff_max x m / (m + overhead)``.
+* SMs vs bandwidth: a communication SM spends a fixed time per row plus the row's bytes at
+  a per-SM rate; S SMs reach S times that, softly capped by the port's put rate.
 * GEMM: a tiled kernel with an M block (64 or 128 rows) and an N block it picks to fit
   the SMs; a tile's time grows by ``(1 + n_half/BN)(1 + k_half/K)`` (operand reuse and
   per-tile prologue/epilogue); tiles run in waves over the SMs it has. The body is
@@ -123,6 +125,19 @@ class Components:
             (sw.intra_eff_max, sw.put_overhead_intra_bytes)
         m = max(float(msg_bytes), 1.0)
         return e * m / (m + o)
+
+    def comm_GBps(self, sms: int, msg_bytes: float, inter_node: bool) -> float:
+        """Bandwidth a communication kernel holding ``sms`` SMs reaches with rows of
+        ``msg_bytes``: each SM spends ``comm_sm_row_us`` per row plus the row's bytes at
+        ``comm_sm_GBps``; S SMs reach S times that until the port's put rate bounds them.
+        The two bounds meet in a soft minimum (``1/bw^2 = 1/sm^2 + 1/port^2``): measured
+        bandwidth bends from linear to flat over a range of SMs, not at one point."""
+        sw = self.sw
+        port = self.port_GBps(inter_node) * self.put_efficiency(msg_bytes, inter_node)
+        per_sm = msg_bytes / (sw.comm_sm_row_us + msg_bytes / (sw.comm_sm_GBps * GBps)) / GBps
+        if sms <= 0:
+            return 0.0
+        return 1.0 / math.hypot(1.0 / (sms * per_sm), 1.0 / port)
 
     # ------------------------------------------------------------------ HBM
     def hbm_ceiling_GBps(self) -> float:

@@ -32,7 +32,7 @@ def test_data_covers_every_component_and_each_has_one_tolerance():
     comps = {}
     for p in POINTS:
         comps.setdefault(p.component, set()).add(p.tolerance)
-    assert {"launch", "sync", "collective", "put", "gemm", "hbm"} <= set(comps)
+    assert {"launch", "sync", "collective", "put", "sm", "gemm", "hbm"} <= set(comps)
     assert all(len(t) == 1 for t in comps.values()), comps
     assert len({p.id for p in POINTS}) == len(POINTS)
 
@@ -58,10 +58,15 @@ def test_dropping_the_hbm_efficiency_breaks_the_hbm_points():
     assert pts[ids[2]].ratio == pytest.approx(base.ratio / eff, rel=0.02)
 
 
-def test_fit_reproduces_the_shipped_gemm_constants():
-    """No per-case fudge: the shipped constants are the global optimum of their grid."""
-    best, _ = cal.fit(cal.load_points())
-    sw = load_system_config("h100x8").software
+@pytest.mark.parametrize("grid,comps,system", [
+    (cal.GEMM_FIT, ("gemm", "hbm"), "h100x8"),
+    (cal.SM_FIT, ("sm",), "b200x8"),
+])
+def test_fit_reproduces_the_shipped_constants(grid, comps, system):
+    """No per-case fudge: the shipped constants are the global optimum of their grid over
+    every point of those components."""
+    best, _ = cal.fit(cal.load_points(), grid, comps)
+    sw = load_system_config(system).software
     assert best == {k: getattr(sw, k) for k in best}
 
 
@@ -106,6 +111,14 @@ def test_bandwidth_curves_rise_to_their_ceiling(h100):
             e = [fn(s, inter) for s in (64, 4096, 1 << 20, 1 << 30)]
             assert e == sorted(e) and 0 < e[0] and e[-1] <= ceil
             assert e[-1] == pytest.approx(ceil, rel=0.01)
+
+
+def test_comm_bandwidth_grows_with_sms_up_to_the_port(h100):
+    bw = [h100.comm_GBps(s, 14336, False) for s in (0, 4, 8, 16, 32, 64, 128)]
+    assert bw[0] == 0.0 and bw == sorted(bw)
+    port = h100.port_GBps(False) * h100.put_efficiency(14336, False)
+    assert bw[-1] < port and bw[-1] > 0.9 * port
+    assert h100.comm_GBps(8, 7168, False) < h100.comm_GBps(8, 14336, False)  # per-row work
 
 
 def test_hbm_left_to_a_kernel_never_drops_below_the_floor(h100):
@@ -178,6 +191,8 @@ def _raw(name="h100x8"):
     ("comm_sms_deepep", 200, "software.comm_sms_deepep = 200: must be < sms (132)"),
     ("comm_sms_fused", 1.5, "software.comm_sms_fused = 1.5: must be an integer"),
     ("graph_launch_us", "fast", "software.graph_launch_us = 'fast': must be a number"),
+    ("comm_sm_GBps", 0.0, "software.comm_sm_GBps = 0.0: must be > 0"),
+    ("comm_sm_row_us", -0.1, "software.comm_sm_row_us = -0.1: must be >= 0"),
 ])
 def test_new_software_keys_are_validated(key, value, msg):
     raw = _raw()
