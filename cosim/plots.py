@@ -231,6 +231,31 @@ def _collective_panels(ax_t, ax_b, comp, pts):
     ax_b.grid(alpha=0.3, which="both")
 
 
+def _sm_panel(ax, pts):
+    """Communication bandwidth vs SMs given to it, model curves and published points."""
+    from ..config.cosim_schema import load_system_config
+    from .components import Components
+    sel = [p for p in pts if p.metric == "comm_GBps"]
+    if not sel:
+        ax.set_visible(False)
+        return
+    shapes = sorted({(p.system, p.inputs["msg_bytes"], p.inputs["inter_node"]) for p in sel})
+    sms = np.arange(1, 133)
+    for idx, (system, m, inter) in enumerate(shapes):
+        comp = Components(load_system_config(system))
+        color = plt.cm.tab10(idx % 10)
+        ax.plot(sms, [comp.comm_GBps(s, m, inter) for s in sms], color=color,
+                label=f"{system}, {m} B rows")
+        for p in sel:
+            if (p.system, p.inputs["msg_bytes"], p.inputs["inter_node"]) == (system, m, inter):
+                ax.scatter(p.inputs["sms"], p.published, color=color, edgecolor="k", zorder=3)
+    ax.set_xlabel("SMs given to communication")
+    ax.set_ylabel("GB/s")
+    ax.set_title("comm bandwidth vs SMs (dots: published)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
 def _ratio_panel(ax, pts):
     comps = list(dict.fromkeys(p.component for p in pts))
     for x, c in enumerate(comps):
@@ -250,7 +275,8 @@ def _ratio_panel(ax, pts):
 
 
 def calibration_plots(points, out: Path, system: str = "h100x8") -> list:
-    """Writes gemm.png, collectives.png and ratios.png under ``out``; returns the paths."""
+    """Writes gemm.png, collectives.png (time and bandwidth vs message size, bandwidth vs
+    SMs) and ratios.png under ``out``; returns the paths."""
     from ..config.cosim_schema import load_system_config
     from .components import Components
     out = Path(out)
@@ -264,8 +290,9 @@ def calibration_plots(points, out: Path, system: str = "h100x8") -> list:
         fig.savefig(out / "gemm.png", dpi=110)
         plt.close(fig)
         paths.append(out / "gemm.png")
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(19, 5))
     _collective_panels(a, b, comp, points)
+    _sm_panel(c, points)
     fig.tight_layout()
     fig.savefig(out / "collectives.png", dpi=110)
     plt.close(fig)
