@@ -126,15 +126,22 @@ class Components:
         m = max(float(msg_bytes), 1.0)
         return e * m / (m + o)
 
+    def sm_GBps(self, row_bytes: float) -> float:
+        """Bytes per second one communication SM moves with rows of ``row_bytes`` (GB/s):
+        ``comm_sm_row_us`` of fixed work per row plus the bytes at ``comm_sm_GBps``."""
+        sw = self.sw
+        return row_bytes / (sw.comm_sm_row_us + row_bytes / (sw.comm_sm_GBps * GBps)) / GBps
+
+    deepep_sm_GBps = sm_GBps     #: the name cosim/systems/deepep.py looks for on main
+
     def comm_GBps(self, sms: int, msg_bytes: float, inter_node: bool) -> float:
         """Bandwidth a communication kernel holding ``sms`` SMs reaches with rows of
         ``msg_bytes``: each SM spends ``comm_sm_row_us`` per row plus the row's bytes at
         ``comm_sm_GBps``; S SMs reach S times that until the port's put rate bounds them.
         The two bounds meet in a soft minimum (``1/bw^2 = 1/sm^2 + 1/port^2``): measured
         bandwidth bends from linear to flat over a range of SMs, not at one point."""
-        sw = self.sw
         port = self.port_GBps(inter_node) * self.put_efficiency(msg_bytes, inter_node)
-        per_sm = msg_bytes / (sw.comm_sm_row_us + msg_bytes / (sw.comm_sm_GBps * GBps)) / GBps
+        per_sm = self.sm_GBps(msg_bytes)
         if sms <= 0:
             return 0.0
         return 1.0 / math.hypot(1.0 / (sms * per_sm), 1.0 / port)

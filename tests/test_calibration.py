@@ -119,6 +119,8 @@ def test_comm_bandwidth_grows_with_sms_up_to_the_port(h100):
     port = h100.port_GBps(False) * h100.put_efficiency(14336, False)
     assert bw[-1] < port and bw[-1] > 0.9 * port
     assert h100.comm_GBps(8, 7168, False) < h100.comm_GBps(8, 14336, False)  # per-row work
+    assert h100.comm_GBps(1, 7168, False) == pytest.approx(h100.sm_GBps(7168), rel=0.01)
+    assert h100.deepep_sm_GBps(7168) == h100.sm_GBps(7168)
 
 
 def test_hbm_left_to_a_kernel_never_drops_below_the_floor(h100):
