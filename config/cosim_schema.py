@@ -48,32 +48,82 @@ def _positive(obj, prefix: str, keys, allow_zero: bool = False) -> None:
 
 @dataclass(frozen=True)
 class SoftwareCosts:
-    """Fixed costs of the software stack on a platform (launches, syncs, collectives) and
-    the share of SMs each system gives to communication while it overlaps compute."""
+    """Costs of the software stack on a platform (launches, syncs, collectives, GEMM
+    efficiency, HBM) and the share of SMs each system gives to communication. Each is a
+    constant of a component model in :mod:`moehub.cosim.components`; the YAML cites the
+    measurement it comes from (``/work/shared/CALIBRATION.md`` rows) or says ASSUMPTION."""
 
-    kernel_launch_us: float        #: launch overhead of one kernel on a stream
-    host_sync_us: float            #: device->host copy of counts + stream sync + host split math
+    # launches and host syncs
+    kernel_launch_us: float        #: one eager kernel launch on a stream (driver + runtime)
+    graph_launch_us: float         #: per kernel replayed inside a CUDA graph
+    d2h_sync_us: float             #: small device->host copy + cudaStreamSynchronize
+    host_split_us: float           #: host math on the copied counts (splits, Python)
     device_barrier_us: float       #: a device-side barrier across all GPUs of the layer
-    small_collective_us: float     #: an all-gather / all-to-all of a few bytes per GPU (counts)
     flag_poll_us: float            #: delay from a flag landing in memory to a polling CTA seeing it
+    # collectives (NCCL-style)
+    coll_empty_us: float           #: a collective with 0 bytes (no transfer enqueued)
+    coll_base_us: float            #: base latency of a collective carrying data
+    coll_hop_intra_us: float       #: latency per scale-up hop (NVLink / PCIe)
+    coll_hop_inter_us: float       #: latency per network hop
+    a2a_peer_intra_us: float       #: all-to-all: extra cost per peer inside the node
+    a2a_peer_inter_us: float       #: all-to-all: extra cost per peer in another node
+    coll_small_intra_GBps: float   #: small-message (LL protocol) bandwidth, one node
+    coll_small_inter_GBps: float   #: small-message (LL protocol) bandwidth, several nodes
+    intra_eff_max: float           #: fraction of the scale-up port a large transfer reaches
+    inter_eff_max: float           #: fraction of the NIC a large transfer reaches
+    coll_step_intra_us: float      #: per-message pipeline step of a collective, scale-up
+    coll_step_inter_us: float      #: per-message pipeline step of a collective, network
+    put_overhead_intra_bytes: float  #: per-put overhead of a one-sided put, scale-up (bytes)
+    put_overhead_inter_bytes: float  #: per-put overhead of an RDMA put (bytes at NIC rate)
     hbm_efficiency: float          #: fraction of HBM bandwidth a copy/elementwise kernel reaches
-    send_issue_GBps: float         #: rate at which a GPU's SMs can issue fine-grained row stores/puts
+    send_issue_GBps: float         #: rate at which a GPU's SMs issue fine-grained row stores/puts
+    # SMs held by communication while it overlaps compute
     comm_sms_overlap: int          #: SMs given to communication by Comet / one-sided systems
     comm_sms_hub: int              #: SMs that issue the hub's sends (receive side needs none)
-    gemm_eff_max: float            #: efficiency of a large, well-shaped BF16 GEMM tile
-    gemm_eff_half_m: float         #: M (rows) at which the M-shape factor is 1/2
-    gemm_eff_half_n: float         #: N (columns) at which the N-shape factor is 1/2
+    comm_sms_deepep: int           #: DeepEP normal (high-throughput) kernels
+    comm_sms_deepep_ll: int        #: DeepEP low-latency kernels while compute overlaps
+    comm_sms_fused: int            #: fused dispatch+GEMM+combine kernels (FlashDMoE / Mega MoE)
+    comm_sm_row_us: float          #: per-row fixed work of one comm SM (index, flags, issue)
+    comm_sm_GBps: float            #: bytes one comm SM moves per second between its rows
+    # GEMMs and HBM
+    gemm_eff_max: float            #: efficiency of a large, well-shaped BF16 GEMM
+    gemm_eff_max_fp8: float        #: same for FP8 (fine-grained scaling)
+    gemm_block_m: int              #: M block of the GEMM kernel (contiguous-layout alignment)
+    gemm_block_m_small: int        #: M block used when an expert/GEMM has at most this many rows
+    gemm_block_n_max: int          #: largest N block the kernel may pick
+    gemm_block_n_step: int         #: N blocks are multiples of this
+    gemm_n_half: float             #: N block at which the per-tile N factor is 1/2
+    gemm_k_half: float             #: K at which the per-tile prologue/epilogue factor is 1/2
+    gemm_fixed_us: float           #: ramp-up/tail of one GEMM kernel body
+    hbm_gemm_efficiency: float     #: fraction of HBM a GEMM streaming weights reaches
+    hbm_floor_frac: float          #: share of that ceiling a kernel keeps under any contention
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str) -> "SoftwareCosts":
         obj = cls(**_check_types(cls, prefix, raw))
-        _positive(obj, prefix, ("kernel_launch_us", "host_sync_us", "device_barrier_us",
-                                "small_collective_us", "flag_poll_us", "comm_sms_overlap",
-                                "comm_sms_hub"), allow_zero=True)
-        _positive(obj, prefix, ("send_issue_GBps", "gemm_eff_half_m", "gemm_eff_half_n"))
-        for key in ("hbm_efficiency", "gemm_eff_max"):
+        _positive(obj, prefix, ("kernel_launch_us", "graph_launch_us", "d2h_sync_us",
+                                "host_split_us", "device_barrier_us", "flag_poll_us",
+                                "coll_empty_us", "coll_base_us", "coll_hop_intra_us",
+                                "coll_hop_inter_us", "a2a_peer_intra_us", "a2a_peer_inter_us",
+                                "coll_step_intra_us", "coll_step_inter_us",
+                                "put_overhead_intra_bytes", "put_overhead_inter_bytes",
+                                "comm_sms_overlap", "comm_sms_hub", "comm_sms_deepep",
+                                "comm_sms_deepep_ll", "comm_sms_fused", "gemm_fixed_us",
+                                "comm_sm_row_us"),
+                  allow_zero=True)
+        _positive(obj, prefix, ("send_issue_GBps", "comm_sm_GBps", "coll_small_intra_GBps",
+                                "coll_small_inter_GBps", "gemm_block_m", "gemm_block_m_small",
+                                "gemm_block_n_max", "gemm_block_n_step", "gemm_n_half",
+                                "gemm_k_half"))
+        for key in ("hbm_efficiency", "gemm_eff_max", "gemm_eff_max_fp8", "intra_eff_max",
+                    "inter_eff_max", "hbm_gemm_efficiency", "hbm_floor_frac"):
             v = getattr(obj, key)
             _require(0 < v <= 1, f"{prefix}.{key}", v, "must lie in (0, 1]")
+        _require(obj.gemm_block_m_small <= obj.gemm_block_m, f"{prefix}.gemm_block_m_small",
+                 obj.gemm_block_m_small, f"must be <= gemm_block_m ({obj.gemm_block_m})")
+        _require(obj.gemm_block_n_max % obj.gemm_block_n_step == 0, f"{prefix}.gemm_block_n_max",
+                 obj.gemm_block_n_max,
+                 f"must be a multiple of gemm_block_n_step ({obj.gemm_block_n_step})")
         return obj
 
 
@@ -88,6 +138,7 @@ class SystemConfig:
     sms: int                       #: streaming multiprocessors per GPU
     gpu_clock_GHz: float
     peak_bf16_TFLOPs: float        #: dense BF16 tensor-core peak
+    peak_fp8_TFLOPs: float         #: dense FP8 tensor-core peak (0: the GPU has no FP8)
     hbm_GBps: float                #: HBM bandwidth
     intra_link: str                #: "nvlink" or "pcie" (label only)
     intra_bw_GBps: float           #: per-GPU bandwidth per direction inside a node
@@ -102,7 +153,8 @@ class SystemConfig:
 
     @property
     def nodes(self) -> int:
-        return self.gpus // self.gpus_per_node
+        """Nodes the GPUs span (a partial node counts: 64 GPUs of an NVL72 are one)."""
+        return -(-self.gpus // self.gpus_per_node)
 
     def node_of(self, gpu: int) -> int:
         return gpu // self.gpus_per_node
@@ -126,8 +178,8 @@ class SystemConfig:
         _positive(obj, prefix, ("gpus", "gpus_per_node", "sms", "gpu_clock_GHz",
                                 "peak_bf16_TFLOPs", "hbm_GBps", "intra_bw_GBps",
                                 "inter_bw_GBps", "link_max_payload_bytes", "local_copy_GBps"))
-        _positive(obj, prefix, ("intra_latency_us", "inter_latency_us", "link_header_bytes"),
-                  allow_zero=True)
+        _positive(obj, prefix, ("intra_latency_us", "inter_latency_us", "link_header_bytes",
+                                "peak_fp8_TFLOPs"), allow_zero=True)
         _require(obj.gpus % obj.gpus_per_node == 0 or obj.gpus < obj.gpus_per_node,
                  f"{prefix}.gpus", obj.gpus,
                  f"must be a multiple of gpus_per_node ({obj.gpus_per_node}) or fewer")
@@ -136,6 +188,9 @@ class SystemConfig:
         sw = obj.software
         _require(sw.comm_sms_overlap < obj.sms, f"{prefix}.software.comm_sms_overlap",
                  sw.comm_sms_overlap, f"must be < sms ({obj.sms})")
+        for key in ("comm_sms_deepep", "comm_sms_deepep_ll", "comm_sms_fused"):
+            _require(getattr(sw, key) < obj.sms, f"{prefix}.software.{key}",
+                     getattr(sw, key), f"must be < sms ({obj.sms})")
         _require(sw.comm_sms_hub < obj.sms, f"{prefix}.software.comm_sms_hub",
                  sw.comm_sms_hub, f"must be < sms ({obj.sms})")
         return obj

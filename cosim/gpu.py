@@ -1,17 +1,21 @@
 """GPU cost model: kernels as rooflines, expert GEMMs as a queue of tile batches.
 
 Every parameter comes from :class:`SystemConfig` (and its ``software`` costs) or the model
-config; nothing here is a tuning constant.
+config; the GEMM and HBM numbers come from the calibrated component models of
+:mod:`.components` (``moehub calibrate`` shows them against published measurements).
 
 * A kernel costs ``kernel_launch_us`` plus its body.
 * A copy / elementwise body moves bytes at ``hbm_GBps x hbm_efficiency``.
-* A GEMM body is ``max(flops / (peak x eff x SM share), bytes / HBM)`` where
-  ``eff = gemm_eff_max x M/(M + half_m) x N/(N + half_n)`` depends on the tile shape
-  (M = the tile's rows, N = the output width of the GEMM) and the SM share is the part of
-  the GPU left to compute while communication kernels hold ``comm_sms`` SMs.
+* A GEMM body is ``gemm_fixed_us + max(flops / (peak x eff x SM share), bytes / HBM)``
+  where HBM is the achievable weight-streaming bandwidth (``hbm_gemm_efficiency`` of
+  nominal, times the share other traffic leaves) and ``eff`` is the steady-state tile
+  efficiency for the GEMM's N (output columns) and K (reduction), times the row padding
+  of a short M; the SM share is the part of the GPU left to compute while communication
+  kernels hold SMs.
 * An expert of a SwiGLU MoE does GEMM1 (rows x hidden -> rows x 2 ffn, gate and up), the
   activation, and GEMM2 (rows x ffn -> rows x hidden): 6 x rows x hidden x ffn flops on
-  rows padded to whole tiles; it reads its 3 x hidden x ffn weights once per batch.
+  rows padded to whole tiles (GEMM1 at the efficiency of N = 2 ffn, K = hidden, GEMM2 at
+  N = hidden, K = ffn); it reads its 3 x hidden x ffn weights once per batch.
 * :class:`ExpertQueue` serves work items (expert, rows, ready time) on one GPU as a
   persistent grouped-GEMM kernel working in passes (see its docstring): weights are read
   once per pass, so a backlog amortises them the way a large grouped GEMM does, while an
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.cosim_schema import ModelConfig, SystemConfig
+from .components import LAYOUTS, Components
 from .network import GBps
 
 
@@ -51,25 +56,51 @@ class Batch:
 
 
 class GpuModel:
-    def __init__(self, system: SystemConfig, model: ModelConfig, tile_rows: int):
-        self.sys, self.model, self.tile_rows = system, model, tile_rows
-        sw = system.software
-        self.launch = sw.kernel_launch_us
-        self.hbm = system.hbm_GBps * GBps                      # B/us
-        self.copy_bw = self.hbm * sw.hbm_efficiency            # B/us
-        self.peak = system.peak_bf16_TFLOPs * 1e6              # flop/us
+    """Kernel costs of one GPU. ``layout`` is how the expert GEMM gets its rows
+    (:data:`.components.LAYOUTS`; "contiguous" = expert rows back to back, padded to
+    tiles); weights and activations are BF16 (``dtype``)."""
+
+    def __init__(self, system: SystemConfig, model: ModelConfig, tile_rows: int,
+                 layout: str = "contiguous"):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+        self.sys, self.model, self.tile_rows, self.layout = system, model, tile_rows, layout
+        self.comp = Components(system)
+        self.dtype = "bf16"
+        self.launch = self.comp.launch_us
+        self.hbm = self.comp.hbm_effective_GBps() * GBps       # B/us, achievable for GEMMs
+        self.copy_bw = self.comp.copy_GBps() * GBps            # B/us
+        self.peak = self.comp.peak_TFLOPs(self.dtype) * 1e6    # flop/us
+        self.fixed = system.software.gemm_fixed_us
+        self._eff: dict = {}
 
     # ------------------------------------------------------------------ basics
-    def gemm_eff(self, m: float, n: float) -> float:
-        sw = self.sys.software
-        return sw.gemm_eff_max * m / (m + sw.gemm_eff_half_m) * n / (n + sw.gemm_eff_half_n)
+    def steady_eff(self, n: float, k: float) -> float:
+        """Tile efficiency of a long GEMM with N output columns and K reduction (cached:
+        the queue asks for the same few shapes many times)."""
+        key = (n, k)
+        if key not in self._eff:
+            self._eff[key] = self.comp.steady_eff(n, k, self.dtype)
+        return self._eff[key]
+
+    def gemm_eff(self, m: float, n: float, k: float | None = None) -> float:
+        """Efficiency of a GEMM of tiles with ``m`` real rows (padded to the kernel's M
+        block), N output columns and K reduction (default: the model's hidden size)."""
+        k = self.model.hidden if k is None else k
+        bm = self.comp.block_m(m)
+        pad = m / (np.ceil(m / bm) * bm) if m > 0 else 1.0
+        return self.steady_eff(n, k) * pad
 
     def copy_us(self, nbytes: float) -> float:
         """Body of a copy/elementwise kernel moving ``nbytes`` (reads + writes)."""
         return nbytes / self.copy_bw
 
-    def gemm_us(self, flops: float, nbytes: float, m: float, n: float, sm_share: float = 1.0) -> float:
-        return max(flops / (self.peak * self.gemm_eff(m, n) * sm_share), nbytes / self.hbm)
+    def gemm_us(self, flops: float, nbytes: float, m: float, n: float, sm_share: float = 1.0,
+                k: float | None = None, hbm_share: float = 1.0) -> float:
+        """Body of a GEMM: ramp + max(compute at the shape's efficiency, bytes at the
+        achievable HBM left to it)."""
+        return self.fixed + max(flops / (self.peak * self.gemm_eff(m, n, k) * sm_share),
+                                nbytes / (self.hbm * hbm_share))
 
     # ------------------------------------------------------------------ MoE kernels
     def gate_us(self, tokens: int) -> float:
@@ -78,7 +109,8 @@ class GpuModel:
         flops = 2.0 * tokens * m.hidden * m.experts
         nbytes = tokens * m.row_bytes + m.hidden * m.experts * m.weight_bytes \
             + tokens * m.experts * 4 + tokens * m.topk * 8
-        return self.launch + self.gemm_us(flops, nbytes, min(tokens, self.tile_rows), m.experts)
+        return self.launch + self.gemm_us(flops, nbytes, min(tokens, self.tile_rows), m.experts,
+                                          k=m.hidden)
 
     def small_kernel_us(self, nbytes: float) -> float:
         return self.launch + self.copy_us(nbytes)
@@ -96,41 +128,70 @@ class GpuModel:
         t = self.tile_rows
         return -(-rows // t) * t
 
-    def expert_batch_us(self, items: list, sm_share: float) -> float:
+    def row_us(self, ffn: int) -> float:
+        """Compute time of one (padded) row through a SwiGLU expert on the whole GPU:
+        GEMM1 (N = 2 ffn, K = hidden) + GEMM2 (N = hidden, K = ffn)."""
+        H = self.model.hidden
+        return (4.0 * H * ffn / self.steady_eff(2 * ffn, H)
+                + 2.0 * H * ffn / self.steady_eff(H, ffn)) / self.peak
+
+    def _expert_rows(self, items: list, layout: str) -> dict:
+        """expert -> (real rows, computed rows, weight share, ffn) of a pass."""
+        per: dict = {}
+        for it in items:
+            r, p, w, _ = per.get(it.expert, (0.0, 0.0, 0.0, it.ffn))
+            per[it.expert] = (r + it.rows * it.frac, p + it.padded_rows * it.frac,
+                              max(w, it.wfrac), it.ffn)
+        if layout == "masked":       # the kernel computes ceil(count / BLOCK_M) blocks
+            bm = self.comp.block_m(max(v[0] for v in per.values()))
+            per = {e: (r, np.ceil(r / bm - 1e-9) * bm if r > 0 else 0.0, w, f)
+                   for e, (r, p, w, f) in per.items()}
+        return per
+
+    def expert_batch_us(self, items: list, sm_share: float, hbm_share: float = 1.0,
+                        layout: str | None = None) -> float:
         """One grouped GEMM pass over items: GEMM1 + act + GEMM2 of each; each expert's
-        weights are streamed once per pass (the largest share any of its items needs)."""
+        weights are streamed once per pass (the largest share any of its items needs).
+        ``layout`` (default ``self.layout``): "contiguous"/"padded" compute the items'
+        padded rows, "masked" ceil(rows / BLOCK_M) blocks per expert, "loop" one GEMM
+        pair per expert (a ramp and 3 launches each, no overlap between experts)."""
+        layout = layout or self.layout
         m = self.model
         H = m.hidden
-        flops = 0.0
-        abytes = 0.0
-        wshare: dict = {}
-        for it in items:
-            flops += 6.0 * it.padded_rows * H * it.ffn * it.frac
-            abytes += it.rows * (2 * H + 3 * it.ffn) * m.act_bytes * it.frac
-            wshare[it.expert] = max(wshare.get(it.expert, 0.0), it.wfrac)
-        ffn_of = {it.expert: it.ffn for it in items}
-        wbytes = sum(3.0 * H * ffn_of[e] * m.weight_bytes * w for e, w in wshare.items())
-        ffn = max(it.ffn for it in items)
-        eff_m = min(self.tile_rows, max(it.padded_rows for it in items))
-        return self.gemm_us(flops, wbytes + abytes, eff_m, min(2 * ffn, H), sm_share)
+        parts = []
+        for e, (r, p, w, f) in self._expert_rows(items, layout).items():
+            comp = p * self.row_us(f) / sm_share
+            mem = (3.0 * H * f * m.weight_bytes * w + r * (2 * H + 3 * f) * m.act_bytes) \
+                / (self.hbm * hbm_share)
+            parts.append((comp, mem))
+        if layout == "loop":
+            return sum(self.fixed + max(c, b) + 3 * self.launch for c, b in parts)
+        return self.fixed + max(sum(c for c, _ in parts), sum(b for _, b in parts))
 
     def dense_ffn_us(self, tokens: int, ffn: int) -> float:
+        """A dense SwiGLU FFN over ``tokens`` rows (one fused launch, as before)."""
         m = self.model
-        flops = 6.0 * self.padded(tokens) * m.hidden * ffn
-        nbytes = 3.0 * m.hidden * ffn * m.weight_bytes + tokens * (2 * m.hidden + 3 * ffn) * m.act_bytes
-        return self.launch + self.gemm_us(flops, nbytes, min(tokens, 128), min(2 * ffn, m.hidden))
+        nbytes = 3.0 * m.hidden * ffn * m.weight_bytes \
+            + tokens * (2 * m.hidden + 3 * ffn) * m.act_bytes
+        bm = self.comp.block_m(tokens)
+        comp = self.row_us(ffn) * np.ceil(tokens / bm) * bm      # rows padded to the M block
+        return self.launch + self.fixed + max(comp, nbytes / self.hbm)
 
     def attention_us(self, tokens: int, seq_len: int) -> float:
         """Prefill attention block: projections (a GEMM on the attention weights) and the
-        causal score/context products over sequences of ``min(seq_len, tokens)`` tokens."""
+        causal score/context products over sequences of ``min(seq_len, tokens)`` tokens.
+        The score/context products run as a flash-style kernel: a tile of 128 queries stays
+        on chip while it loops over the keys, so its per-tile overhead amortises over the
+        context length (the K of the tile model), not over the head dimension."""
         m = self.model
         s = min(seq_len, tokens)
         proj = 2.0 * tokens * m.attn_params
         ctx = (s + 1) / 2.0
         score = 2.0 * tokens * ctx * m.attn_heads * (m.attn_qk_head_dim + m.attn_v_head_dim)
         nbytes = m.attn_params * m.weight_bytes + 4.0 * tokens * m.row_bytes
-        t_proj = self.gemm_us(proj, nbytes, min(tokens, 128), m.hidden)
-        t_score = self.gemm_us(score, 4.0 * tokens * m.row_bytes, min(s, 128), 128)
+        t_proj = self.gemm_us(proj, nbytes, min(tokens, 128), m.hidden, k=m.hidden)
+        t_score = self.gemm_us(score, 4.0 * tokens * m.row_bytes, min(s, 128), 128,
+                               k=max(s, m.attn_qk_head_dim))
         norms = self.copy_us(4.0 * tokens * m.row_bytes)   # two RMSNorms + residual adds
         return 4 * self.launch + t_proj + t_score + norms
 
@@ -148,18 +209,23 @@ class ExpertQueue:
     expert in the running pass that lands while the pass runs joins it (if the cap allows,
     or if it is among the expert's last rows) for the part still ahead, fraction 1 - f (f = elapsed / pass length), and leaves a
     residual f that reads that share of the weights again in a later pass.
+
+    ``share_at(t)`` is the SM share and ``hbm_at(t)`` the HBM share (other traffic such as
+    incoming NVLink writes takes the rest; default 1.0) the GEMM has when a pass starts at t.
     """
 
-    def __init__(self, gpu: GpuModel, start: float, share_at, complete_at: dict | None = None):
+    def __init__(self, gpu: GpuModel, start: float, share_at, complete_at: dict | None = None,
+                 hbm_at=None):
         self.gpu, self.start, self.share_at = gpu, start, share_at
         self.complete_at = complete_at or {}
+        self.hbm_at = hbm_at or (lambda _t: 1.0)
 
-    def cap(self, ffn: int, share: float) -> int:
+    def cap(self, ffn: int, share: float, hbm_share: float = 1.0) -> int:
+        """Rows per pass that make an expert compute bound: weight time / row time."""
         g = self.gpu
         m = g.model
-        t_w = 3.0 * m.hidden * ffn * m.weight_bytes / g.hbm
-        rows = t_w * g.peak * g.gemm_eff(g.tile_rows, min(2 * ffn, m.hidden)) * share \
-            / (6.0 * m.hidden * ffn)
+        t_w = 3.0 * m.hidden * ffn * m.weight_bytes / (g.hbm * hbm_share)
+        rows = t_w * share / g.row_us(ffn)
         return max(1, int(np.ceil(rows / g.tile_rows))) * g.tile_rows
 
     def run(self, items: list) -> list:
@@ -183,10 +249,10 @@ class ExpertQueue:
             while heap and heap[0][0] <= t:
                 it = heapq.heappop(heap)[2]
                 waiting.setdefault(it.expert, []).append(it)
-            share = self.share_at(t)
+            share, hshare = self.share_at(t), self.hbm_at(t)
             group, taken = [], {}
             for e, its in list(waiting.items()):
-                cap = self.cap(its[0].ffn, share)
+                cap = self.cap(its[0].ffn, share, hshare)
                 rows = sum(it.padded_rows * it.frac for it in its)
                 done = complete_at[e] <= t
                 if rows < cap - 1e-9 and not done:
@@ -210,7 +276,7 @@ class ExpertQueue:
                     later.append(heap[0][0])
                 t = min(later)
                 continue
-            d = self.gpu.expert_batch_us(group, share)
+            d = self.gpu.expert_batch_us(group, share, hshare)
             # items of these experts that land while the pass runs join it (cap allowing)
             held = []
             while heap and heap[0][0] < t + d:
@@ -218,9 +284,10 @@ class ExpertQueue:
                 e = it.expert
                 # the expert's last few rows (counts known before this pass ends): ride along
                 tail = e in taken and complete_at[e] < t + d and \
-                    left[e] - taken[e] <= self.cap(it.ffn, share) + 1e-9
-                if e not in taken or waiting.get(e) or (
-                        not tail and taken[e] + it.padded_rows * it.frac > self.cap(it.ffn, share) + 1e-9):
+                    left[e] - taken[e] <= self.cap(it.ffn, share, hshare) + 1e-9
+                over = taken.get(e, 0.0) + it.padded_rows * it.frac \
+                    > self.cap(it.ffn, share, hshare) + 1e-9
+                if e not in taken or waiting.get(e) or (not tail and over):
                     held.append((r, i, it))
                     continue
                 f = min(1.0, max(0.0, (r - t) / d))
@@ -231,7 +298,7 @@ class ExpertQueue:
                     seq += 1
                     held.append((r, seq, dataclasses.replace(it, frac=it.frac * f,
                                                              wfrac=min(it.wfrac, f))))
-                d = self.gpu.expert_batch_us(group, share)
+                d = self.gpu.expert_batch_us(group, share, hshare)
             for h in held:
                 heapq.heappush(heap, h)
             for e, n in taken.items():

@@ -166,3 +166,143 @@ def model_bar_plot(rows: list, path: Path, title: str) -> Path:
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     return _save(fig, title, path)
+
+
+# ---------------------------------------------------------------------------- calibration
+def _gemm_panel(ax, comp, pts):
+    """TFLOP/s vs M: model curves for each published (N, K, dtype) with its points."""
+    ms = np.unique(np.round(np.logspace(0, 13, 80, base=2)).astype(int))
+    shapes = {}
+    for p in pts:
+        if p.metric == "gemm_TFLOPs":
+            i = p.inputs
+            shapes.setdefault((i["n"], i["k"], i["dtype"]), []).append((i["m"], p.published))
+    for idx, ((n, k, dt), pub) in enumerate(sorted(shapes.items())):
+        b = 1.0 if dt == "fp8" else 2.0
+        tf = [2.0 * m * n * k / comp.gemm_us(m, n, k, dt, a_bytes=b, b_bytes=b) / 1e6 for m in ms]
+        color = plt.cm.tab10(idx % 10)
+        ax.plot(ms, tf, color=color, lw=1.2, label=f"{dt.upper()} N={n} K={k}")
+        x, y = zip(*pub)
+        ax.scatter(x, y, color=color, marker="o", edgecolor="k", zorder=3, s=28)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("M (rows)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"GEMM model (lines) vs published (dots), {comp.sys.name}")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3, which="both")
+
+
+def _collective_panels(ax_t, ax_b, comp, pts):
+    """Small-collective time vs bytes per peer; port fraction vs message size."""
+    sizes = np.logspace(0, 9, 60)
+    for peers, nodes, color in ((8, 1, "C0"), (16, 2, "C1")):
+        t = [comp.alltoall_us(s, peers, nodes) for s in sizes]
+        ax_t.plot(sizes, t, color=color, label=f"alltoall model, {peers} GPUs / {nodes} node(s)")
+    for p in pts:
+        if p.metric == "small_collective_us" and p.inputs["bytes_per_peer"] > 0:
+            color = "C0" if p.inputs["nodes"] == 1 else "C1"
+            ax_t.scatter(p.inputs["bytes_per_peer"], p.published, color=color, edgecolor="k",
+                         zorder=3)
+    ax_t.set_xscale("log")
+    ax_t.set_yscale("log")
+    ax_t.set_xlabel("bytes per peer")
+    ax_t.set_ylabel("time (us)")
+    ax_t.set_title("all-to-all time (dots: published small-message points)")
+    ax_t.legend(fontsize=7)
+    ax_t.grid(alpha=0.3, which="both")
+    for inter, color, name in ((False, "C2", "scale-up"), (True, "C3", "NIC")):
+        ax_b.plot(sizes, [comp.collective_efficiency(s, inter) for s in sizes], color=color,
+                  label=f"collective, {name}")
+        ax_b.plot(sizes, [comp.put_efficiency(s, inter) for s in sizes], color=color, ls="--",
+                  label=f"puts, {name}")
+    for p in pts:
+        if p.metric in ("port_GBps_at", "put_GBps"):
+            inter = p.inputs["inter_node"]
+            from ..config.cosim_schema import load_system_config
+            s = load_system_config(p.system)
+            port = s.inter_bw_GBps if inter else s.intra_bw_GBps
+            ax_b.scatter(p.inputs["msg_bytes"], p.published / port, color="C3" if inter else "C2",
+                         marker="o" if p.metric == "port_GBps_at" else "^", edgecolor="k", zorder=3)
+    ax_b.set_xscale("log")
+    ax_b.set_ylim(0, 1.05)
+    ax_b.set_xlabel("message bytes")
+    ax_b.set_ylabel("fraction of port bandwidth")
+    ax_b.set_title("bandwidth curves (o collective, ^ puts: published)")
+    ax_b.legend(fontsize=7)
+    ax_b.grid(alpha=0.3, which="both")
+
+
+def _sm_panel(ax, pts):
+    """Communication bandwidth vs SMs given to it, model curves and published points."""
+    from ..config.cosim_schema import load_system_config
+    from .components import Components
+    sel = [p for p in pts if p.metric == "comm_GBps"]
+    if not sel:
+        ax.set_visible(False)
+        return
+    shapes = sorted({(p.system, p.inputs["msg_bytes"], p.inputs["inter_node"]) for p in sel})
+    sms = np.arange(1, 133)
+    for idx, (system, m, inter) in enumerate(shapes):
+        comp = Components(load_system_config(system))
+        color = plt.cm.tab10(idx % 10)
+        ax.plot(sms, [comp.comm_GBps(s, m, inter) for s in sms], color=color,
+                label=f"{system}, {m} B rows")
+        for p in sel:
+            if (p.system, p.inputs["msg_bytes"], p.inputs["inter_node"]) == (system, m, inter):
+                ax.scatter(p.inputs["sms"], p.published, color=color, edgecolor="k", zorder=3)
+    ax.set_xlabel("SMs given to communication")
+    ax.set_ylabel("GB/s")
+    ax.set_title("comm bandwidth vs SMs (dots: published)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
+def _ratio_panel(ax, pts):
+    comps = list(dict.fromkeys(p.component for p in pts))
+    for x, c in enumerate(comps):
+        sel = [p for p in pts if p.component == c]
+        for j, p in enumerate(sel):
+            xx = x + (j - len(sel) / 2) * 0.6 / max(len(sel), 1)
+            marker = "o" if p.ok else ("x" if p.expected_miss else "s")
+            ax.scatter(xx, p.ratio, marker=marker, color="C2" if p.ok else "C3", zorder=3)
+        tol = sel[0].tolerance
+        ax.fill_between([x - 0.4, x + 0.4], 1 - tol, 1 + tol, color="0.85")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(comps)), comps)
+    ax.set_yscale("log")
+    ax.set_ylabel("model / published")
+    ax.set_title("every point: o ok, x expected MISS, s MISS (band: tolerance)")
+    ax.grid(alpha=0.3, axis="y", which="both")
+
+
+def calibration_plots(points, out: Path, system: str = "h100x8") -> list:
+    """Writes gemm.png, collectives.png (time and bandwidth vs message size, bandwidth vs
+    SMs) and ratios.png under ``out``; returns the paths."""
+    from ..config.cosim_schema import load_system_config
+    from .components import Components
+    out = Path(out)
+    paths = []
+    gpts = [p for p in points if p.system == system and p.metric == "gemm_TFLOPs"]
+    comp = Components(load_system_config(system))
+    if gpts or system == "h100x8":
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        _gemm_panel(ax, comp, gpts)
+        fig.tight_layout()
+        fig.savefig(out / "gemm.png", dpi=110)
+        plt.close(fig)
+        paths.append(out / "gemm.png")
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(19, 5))
+    _collective_panels(a, b, comp, points)
+    _sm_panel(c, points)
+    fig.tight_layout()
+    fig.savefig(out / "collectives.png", dpi=110)
+    plt.close(fig)
+    paths.append(out / "collectives.png")
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    _ratio_panel(ax, points)
+    fig.tight_layout()
+    fig.savefig(out / "ratios.png", dpi=110)
+    plt.close(fig)
+    paths.append(out / "ratios.png")
+    return paths

@@ -1,7 +1,8 @@
 """The ``moehub`` command line.
 
 Each sub-command lives next to the code it drives and registers itself here:
-``rtl`` and ``demo`` (this file), ``synth`` (moehub.synth.cli), ``cosim`` (moehub.cosim.cli).
+``rtl`` and ``demo`` (this file), ``synth`` (moehub.synth.cli), ``cosim`` and ``sweep``
+(moehub.cosim.cli), ``calibrate`` (moehub.cosim.calibration).
 A sub-command module provides ``add_parser(subparsers)`` which sets ``func`` on its parser.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from ..config.schema import HUB_CONFIGS, ConfigError, load_hub_config
 
 #: modules that contribute sub-commands (missing ones are skipped while they are built)
-COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli")
+COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli", "moehub.cosim.calibration")
 
 
 def cmd_rtl(args) -> int:

@@ -13,7 +13,8 @@ from moehub.cosim.workload import make_routing
 
 REQUIRED_MODELS = {"mixtral-8x7b", "qwen2-57b-a14b", "phi-3.5-moe", "deepseek-v3",
                    "x-moe-small", "x-moe-medium", "x-moe-large"}
-REQUIRED_SYSTEMS = {"h100x8", "h200x8", "a100x8", "a100x4-pcie", "h100x16-ib"}
+REQUIRED_SYSTEMS = {"h100x8", "h200x8", "a100x8", "a100x4-pcie", "h100x16-ib", "h100x32-ib",
+                    "b200x8", "gb200-nvl72"}
 
 
 def test_required_configs_exist_and_load():
@@ -74,8 +75,8 @@ def test_software_costs_are_validated():
         SystemConfig.from_dict(raw)
     raw = _raw_system()
     raw["name"] = "t"
-    del raw["software"]["host_sync_us"]
-    with pytest.raises(ConfigError, match=r"host_sync_us: missing required key"):
+    del raw["software"]["d2h_sync_us"]
+    with pytest.raises(ConfigError, match=r"d2h_sync_us: missing required key"):
         SystemConfig.from_dict(raw)
 
 
