@@ -66,7 +66,8 @@ class GpuModel:
             raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
         self.sys, self.model, self.tile_rows, self.layout = system, model, tile_rows, layout
         self.comp = Components(system)
-        self.dtype = "bf16"
+        # FP8 expert weights (weight_bytes = 1) run FP8 GEMMs (DeepGEMM); else BF16
+        self.dtype = "fp8" if model.weight_bytes == 1 else "bf16"
         self.launch = self.comp.launch_us
         self.hbm = self.comp.hbm_effective_GBps() * GBps       # B/us, achievable for GEMMs
         self.copy_bw = self.comp.copy_GBps() * GBps            # B/us
@@ -277,6 +278,9 @@ class ExpertQueue:
                 t = min(later)
                 continue
             d = self.gpu.expert_batch_us(group, share, hshare)
+            if hasattr(self.hbm_at, "mean"):       # the HBM share seen over the whole pass
+                hshare = self.hbm_at.mean(t, t + d)
+                d = self.gpu.expert_batch_us(group, share, hshare)
             # items of these experts that land while the pass runs join it (cap allowing)
             held = []
             while heap and heap[0][0] < t + d:

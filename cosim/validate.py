@@ -95,7 +95,8 @@ def case_layer(c: Case) -> Layer:
     if changes:
         m = m.replace(**changes)
     if c.sms:
-        key = {"comet": "comm_sms_overlap"}.get(c.run, f"comm_sms_{c.run}")
+        from .components import SMS_KEYS
+        key = SMS_KEYS[c.run]
         s = s.replace(software={**dataclasses.asdict(s.software), key: c.sms})
     w = w.replace(routing="uniform")
     return Layer(s, m, w, make_routing(m, w, s.gpus))

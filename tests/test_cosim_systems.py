@@ -82,7 +82,12 @@ def test_more_tokens_never_take_less_time(model):
         prev = lat
 
 
-def test_more_bandwidth_never_takes_more_time():
+def test_more_bandwidth_never_takes_more_time(monkeypatch):
+    """Network and GEMM queue: a faster link never slows a layer. (HBM contention is left
+    out here: faster links concentrate their HBM traffic into bursts, and a pass that meets
+    a burst pays max(compute, bytes / share) for it -- see the HBM tests.)"""
+    import moehub.cosim.systems.common as common
+    monkeypatch.setattr(common, "hbm_share", lambda L, d, phases=None: (lambda t: 1.0))
     prev = None
     for bw in (50.0, 150.0, 450.0, 900.0):
         L = layer(tokens=256, intra_bw_GBps=bw)
@@ -164,3 +169,24 @@ def test_expert_ordered_hub_sends_add_a_local_layout_only():
     names = {p.name for p in r.phases}
     assert "layout" in names and "count exchange" not in names
     assert r.extra["drops"] == 0 and r.extra["rows_allocated"] == L.N
+
+
+def test_link_traffic_slows_memory_bound_gemms_through_hbm():
+    """Incoming and outgoing link bytes cross the GPU's HBM: the expert GEMMs of a small,
+    memory-bound layer overlapped with its traffic take longer than without it, and the
+    share never drops below the configured floor."""
+    import moehub.cosim.systems.common as common
+    L = layer(tokens=256)
+    r = run_system("comet", L)
+    share = common.hbm_share(L, 0)
+    loads = [share(p.start) for p in r.phases if p.name == "expert GEMM" and p.gpu == 0]
+    assert min(loads) < 1.0
+    assert min(share.s) >= L.sys.software.hbm_floor_frac - 1e-9
+    busy = sum(p.end - p.start for p in r.phases if p.name == "expert GEMM")
+    common_orig = common.hbm_share
+    try:
+        common.hbm_share = lambda L, d, phases=None: (lambda t: 1.0)
+        free = run_system("comet", L)
+    finally:
+        common.hbm_share = common_orig
+    assert busy > sum(p.end - p.start for p in free.phases if p.name == "expert GEMM")

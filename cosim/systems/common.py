@@ -26,8 +26,8 @@ def run_queue(L: Layer, res: SystemResult, d: int, items: list, start: float, sh
               complete_at=None, hbm_at=None):
     """Run GPU d's GEMM queue; add its passes to the timeline and its item starts to the
     causality record. Returns (batches, end of routed GEMMs, end of shared expert)."""
-    kw = {"hbm_at": hbm_at} if hbm_at is not None else {}
-    batches = ExpertQueue(L.gpu, start, share_at, complete_at, **kw).run(items)
+    hbm_at = hbm_share(L, d) if hbm_at is None else hbm_at
+    batches = ExpertQueue(L.gpu, start, share_at, complete_at, hbm_at).run(items)
     for b in batches:
         routed = [it for it in b.items if it.expert >= 0]
         res.add(d, "gemm", "expert GEMM" if routed else "shared expert", b.start, b.end)
@@ -158,7 +158,7 @@ def recv_end(L: Layer, d: int, curves, flows, t0: float, counts=None) -> float:
     return max([curves[flows[s][d]].end for s in range(L.G) if counts[s, d]] or [t0])
 
 
-def hbm_share(L: Layer, d: int, phases=("dispatch",)):
+def hbm_share(L: Layer, d: int, phases=("dispatch", "combine")):
     """Fraction of GPU d's HBM bandwidth left to its GEMMs over time: every byte its
     links write in or read out (the ``phases``' networks of this pass, their background
     flows included) also crosses its HBM (CALIBRATION.md sec 7: no isolated measurement;
@@ -178,15 +178,31 @@ def hbm_share(L: Layer, d: int, phases=("dispatch",)):
             lat = c.latency_us if f.p1 in ports else 0.0      # writes land a latency later
             times += [c.t[:-1][ok] + lat, c.t[1:][ok] + lat]
             deltas += [r, -r]
-    full = L.comp.hbm_effective_GBps(0.0)
     if not times:
         return lambda t: 1.0
     t = np.concatenate(times)
     order = np.argsort(t, kind="stable")
-    t, load = t[order], np.cumsum(np.concatenate(deltas)[order])   # bytes/us
+    load = np.cumsum(np.concatenate(deltas)[order]) / 1000.0          # GB/s after each time
+    return HbmShare(L.comp, t[order], load)
 
-    def share(x: float) -> float:
-        i = int(np.searchsorted(t, x, side="right")) - 1
-        busy = load[i] / 1000.0 if i >= 0 else 0.0                   # GB/s
-        return L.comp.hbm_effective_GBps(max(0.0, busy)) / full
-    return share
+
+class HbmShare:
+    """Share of the achievable HBM bandwidth left to the GEMMs as a step function of time
+    (``share(t)``), and its mean over a pass (``mean(t0, t1)``): a pass that starts inside
+    a burst of link traffic gets the average of what it sees, not the burst's share."""
+
+    def __init__(self, comp, t: np.ndarray, load_GBps: np.ndarray):
+        self.comp, self.t = comp, t
+        full = comp.hbm_effective_GBps(0.0)
+        self.s = np.array([comp.hbm_effective_GBps(max(0.0, x)) / full for x in load_GBps])
+
+    def __call__(self, x: float) -> float:
+        i = int(np.searchsorted(self.t, x, side="right")) - 1
+        return float(self.s[i]) if i >= 0 else 1.0
+
+    def mean(self, t0: float, t1: float) -> float:
+        if t1 <= t0:
+            return self(t0)
+        edges = np.concatenate([[t0], self.t[(self.t > t0) & (self.t < t1)], [t1]])
+        vals = np.array([self(x) for x in edges[:-1]])
+        return float(np.dot(vals, np.diff(edges)) / (t1 - t0))
