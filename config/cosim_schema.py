@@ -84,6 +84,8 @@ class SoftwareCosts:
     comm_sms_deepep_ll: int        #: DeepEP low-latency kernels while compute overlaps
     comm_sms_fused: int            #: fused dispatch+GEMM+combine kernels (FlashDMoE / Mega MoE)
     comm_sm_row_us: float          #: per-row fixed work of one comm SM (index, flags, issue)
+    ll_call_intra_us: float        #: fixed cost of one low-latency dispatch/combine call in a node (beyond the launch)
+    ll_call_inter_us: float        #: the same across nodes (IBGDA)
     comm_sm_GBps: float            #: bytes one comm SM moves per second between its rows
     # GEMMs and HBM
     gemm_eff_max: float            #: efficiency of a large, well-shaped BF16 GEMM
@@ -109,7 +111,7 @@ class SoftwareCosts:
                                 "put_overhead_intra_bytes", "put_overhead_inter_bytes",
                                 "comm_sms_overlap", "comm_sms_hub", "comm_sms_deepep",
                                 "comm_sms_deepep_ll", "comm_sms_fused", "gemm_fixed_us",
-                                "comm_sm_row_us"),
+                                "comm_sm_row_us", "ll_call_intra_us", "ll_call_inter_us"),
                   allow_zero=True)
         _positive(obj, prefix, ("send_issue_GBps", "comm_sm_GBps", "coll_small_intra_GBps",
                                 "coll_small_inter_GBps", "gemm_block_m", "gemm_block_m_small",

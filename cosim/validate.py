@@ -28,10 +28,10 @@ from .workload import make_routing
 
 DATA = Path(__file__).resolve().parent / "data" / "published.yaml"
 METRICS = ("dispatch_us", "combine_us", "layer_us", "dispatch_GBps", "combine_GBps")
-BW_DEFS = ("rdma", "logical", "send_rows")
+BW_DEFS = ("rdma", "rdma_logical", "logical", "send_rows")
 SCOPES = ("kernel", "api")
-PHASE_NAMES = {"dispatch": ("dispatch", "all-to-all dispatch"),
-               "combine": ("combine", "all-to-all combine")}
+PHASE_NAMES = {"dispatch": ("dispatch", "all-to-all dispatch", "notify"),
+               "combine": ("combine", "all-to-all combine", "combine wait")}
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def case_layer(c: Case) -> Layer:
 
 def _span(res: SystemResult, kind: str, scope: str) -> float:
     ph = [p for p in res.phases if p.name in PHASE_NAMES[kind] and
-          p.track in (("send",) if kind == "dispatch" else ("combine", "send"))]
+          p.track in (("send", "hub") if kind == "dispatch" else ("combine", "send"))]
     if not ph:
         raise ValueError(f"{res.name}: no {kind} phase on its timeline")
     start = min(p.start for p in ph)
@@ -120,15 +120,18 @@ def _gate_end(res: SystemResult) -> float:
 def bytes_moved(L: Layer, res: SystemResult, kind: str, bw_def: str) -> float:
     """Bytes per GPU (mean) that a published bandwidth divides by the time.
 
-    ``rdma``: row copies that cross a NIC (DeepEP's "RDMA bottleneck bandwidth"; one per
-    (token, remote node) for a deduplicating system, else per (token, remote expert));
+    ``rdma``: row copies that cross a NIC (one per (token, remote node) for a
+    deduplicating system, else per (token, remote expert)); ``rdma_logical``: DeepEP V2's
+    "logical" RDMA bandwidth, which also counts the copy to the source's own node;
     ``logical``: rows a GPU receives, its own included (DeepEP's logical bandwidth; per
     destination GPU for a deduplicating system); ``send_rows``: one row per (token,
     expert), local ones included (a per-row low-latency benchmark)."""
     row = L.disp_bytes if kind == "dispatch" else L.comb_bytes
     dedup = res.name == "deepep"
     gpn = L.sys.gpus_per_node
-    if bw_def == "rdma":
+    if bw_def == "rdma_logical":
+        rows = L.node_rows.sum() if dedup else L.counts.sum()
+    elif bw_def == "rdma":
         if dedup:
             own = np.arange(L.G) // gpn
             rows = L.node_rows.sum() - L.node_rows[np.arange(L.G), own].sum()

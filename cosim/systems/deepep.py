@@ -41,9 +41,9 @@ def _routes(L: Layer, rows_gpu: np.ndarray, rows_node: np.ndarray, fwd: np.ndarr
 
 
 def _send_rate(L: Layer, row_bytes: float) -> float:
-    """Bytes/us the kernel's SMs can push (DeepEP's throughput scales with its SMs)."""
-    per_sm = L.comp.deepep_sm_GBps(row_bytes) if hasattr(L.comp, "deepep_sm_GBps") else np.inf
-    return L.comp.sms_for("deepep") * per_sm * GBps
+    """Bytes/us the kernel's SMs push: DeepEP's throughput grows with its SMs until the
+    put rate of the port bounds it (the calibrated curve, :meth:`Components.comm_GBps`)."""
+    return L.comp.comm_GBps(L.comp.sms_for("deepep"), row_bytes, False) * GBps
 
 
 def transfer(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, row_wire: float,
@@ -56,7 +56,7 @@ def transfer(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, ro
 
     def build():
         net, flows = L.network(phase, flow_cap=lambda s, d: (
-            L.link_bw(s, d) * L.comp.put_efficiency(row_wire, True) if L.inter_node(s, d)
+            L.link_bw(s, d) * L.comp.put_efficiency(row_wire, L.inter_node(s, d)) if s != d
             else np.inf))
         for s in range(G):
             total = first[s].sum() * row_wire

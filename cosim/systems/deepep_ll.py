@@ -4,7 +4,8 @@ gate -> dispatch kernel: every (token, expert) row is put straight into the dest
 receive buffer ``[local expert][source][max tokens]`` (slot from a local atomic; no
 count exchange, no deduplication) -> after a fence each source writes a per-expert count
 flag -> the receiver waits for every source's flags and packs the rows per expert (the
-dispatch kernel's receive half) -> masked grouped GEMM -> combine kernel puts each
+dispatch kernel's receive half; each call also pays a fixed cost beyond its launch,
+``ll_call_*_us``: the 1-token time of a published low-latency kernel) -> masked grouped GEMM -> combine kernel puts each
 output back to its owner's ``[token][slot]`` buffer -> flags -> weighted reduce.
 The receive buffers are sized for the worst case (every source sends every token to
 every local expert); their size is reported in ``extra['recv_buffer_bytes']``.
@@ -17,7 +18,8 @@ from ..gpu import WorkItem
 from ..layer import Layer, SystemResult
 from . import common as C
 
-PHASES = ["gate", "dispatch", "notify", "recv pack", "expert GEMM", "combine", "reduce"]
+PHASES = ["gate", "dispatch", "notify", "recv pack", "expert GEMM", "combine", "combine wait",
+          "reduce"]
 LABEL = "DeepEP low-latency (one-sided puts, worst-case buffers)"
 
 
@@ -25,6 +27,14 @@ def _put_cap(L: Layer, msg: float):
     """Per-flow rate of row-sized puts (one message per row)."""
     return lambda s, d: L.link_bw(s, d) * L.comp.put_efficiency(msg, L.inter_node(s, d)) \
         if s != d else np.inf
+
+
+def call_us(L: Layer) -> float:
+    """Fixed cost of one low-latency call beyond its launch (count signals to every peer's
+    experts, their polling, the kernel's own setup): the 1-token time of a published
+    low-latency kernel; across nodes when any peer is remote."""
+    sw = L.sys.software
+    return sw.ll_call_inter_us if L.nodes > 1 else sw.ll_call_intra_us
 
 
 def run(L: Layer) -> SystemResult:
@@ -49,7 +59,7 @@ def run(L: Layer) -> SystemResult:
     for d in range(G):
         for s in range(G):
             res.markers.append((d, "hub", flag_t[s, d]))
-        t_flags = flag_t[:, d].max() + sw.flag_poll_us
+        t_flags = flag_t[:, d].max() + sw.flag_poll_us + call_us(L)
         data_end = C.recv_end(L, d, curves, flows, t0)
         res.add(d, "hub", "notify", min(data_end, t_flags), t_flags)
         t_pack = t_flags + g.copy_us(2.0 * L.counts[:, d].sum() * L.disp_bytes)
@@ -71,7 +81,10 @@ def run(L: Layer) -> SystemResult:
                             L.counts[o, d] * L.comb_wire_sw)
     ccurves = L.run_net(net)
     recv = C.combine_done(L, res, ccurves, cflows, tc,
-                          flag_extra=lambda d, o: 2 * L.latency(d, o))
+                          flag_extra=lambda d, o: 2 * L.latency(d, o) + call_us(L))
+    for o in range(G):
+        last = max([ccurves[cflows[d][o]].end for d in range(G) if L.counts[o, d]] or [recv[o]])
+        res.add(o, "combine", "combine wait", last, recv[o])
     res.gpu_end = C.reduce(L, res, recv, shared_end)
     res.extra["recv_buffer_bytes"] = int(L.E_local * G * L.T * L.disp_bytes)
     return res
