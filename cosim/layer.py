@@ -118,6 +118,12 @@ class Layer:
         self.issue_rate = sw.send_issue_GBps * GBps
         self._dedup()
 
+    def send_rate(self, sms: int, row_bytes: float) -> float:
+        """Bytes/us a kernel holding ``sms`` SMs issues as row puts/stores: the calibrated
+        SM curve (:meth:`Components.comm_GBps`, per-row work plus bytes per SM, bounded by
+        the port's put rate), never above the SMs' store issue rate."""
+        return min(self.issue_rate, self.comp.comm_GBps(sms, row_bytes, False) * GBps)
+
     def _dedup(self) -> None:
         """Per-destination deduplication (DeepEP normal mode, :mod:`.dedup`): ``gpu_rows[s,
         d]`` one copy per (token, destination GPU); ``node_rows[s, n]`` one copy per (token,
@@ -216,7 +222,7 @@ class Layer:
         return order, position
 
     def dispatch(self, t0, row_wire: float, pkt_wire: float, position: np.ndarray,
-                 hub_ingress: bool = False, flow_cap=None):
+                 hub_ingress: bool = False, flow_cap=None, issue_rate: float | None = None):
         """Fine-grained dispatch: every source issues its rows from t0[s] at the send issue
         rate, interleaved over destinations; returns per-row (first packet arrival, last
         packet arrival, last packet departure) and the flow curves."""
@@ -224,7 +230,7 @@ class Layer:
         G = self.G
         for s in range(G):
             total = self.counts[s].sum() * row_wire
-            t1 = t0[s] + total / self.issue_rate
+            t1 = t0[s] + total / (issue_rate or self.issue_rate)
             for d in range(G):
                 net.inject_rate(flows[s][d], t0[s], t1, self.counts[s, d] * row_wire)
         curves = self.run_net(net)

@@ -34,9 +34,10 @@ def run(L: Layer) -> SystemResult:
         res.add(d, "control", "scatter index", t_cx, t_idx)
     _, pos = L.flow_order(L.lexp)       # a source sends each destination's rows by expert
     pkt = min(L.sys.link_max_payload_bytes, L.disp_bytes) + L.sys.link_header_bytes
-    first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos)
-    ready_row = last + sw.flag_poll_us
     sms = L.comp.sms_for("comet")
+    first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
+                                            issue_rate=L.send_rate(sms, L.disp_bytes))
+    ready_row = last + sw.flag_poll_us
     batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
     for d in range(G):
         busy = max(C.send_phase(L, res, d, t0, curves, flows), C.recv_end(L, d, curves, flows, t0))

@@ -44,8 +44,10 @@ def run(L: Layer) -> SystemResult:
     t0 = t_gate + L.comp.launch_us
     _, pos = L.flow_order()
     pkt = min(L.sys.link_max_payload_bytes, L.disp_bytes) + L.sys.link_header_bytes
+    # the send half of the kernel runs on every SM, then returns (hook mode)
     first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
-                                            flow_cap=_put_cap(L, L.disp_bytes))
+                                            flow_cap=_put_cap(L, L.disp_bytes),
+                                            issue_rate=L.send_rate(L.sys.sms, L.disp_bytes))
     sms = L.comp.sms_for("deepep_ll")
     flag_t = np.zeros((G, G))
     for s in range(G):
@@ -77,7 +79,7 @@ def run(L: Layer) -> SystemResult:
     for d in range(G):
         total = L.counts[:, d].sum() * L.comb_wire_sw
         for o in range(G):
-            net.inject_rate(cflows[d][o], tc[d], tc[d] + total / L.issue_rate,
+            net.inject_rate(cflows[d][o], tc[d], tc[d] + total / L.send_rate(L.sys.sms, L.comb_bytes),
                             L.counts[o, d] * L.comb_wire_sw)
     ccurves = L.run_net(net)
     recv = C.combine_done(L, res, ccurves, cflows, tc,

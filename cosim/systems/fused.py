@@ -35,11 +35,13 @@ def run(L: Layer) -> SystemResult:
         res.add(d, "control", "count exchange", t_start, t0)
     _, pos = L.flow_order(L.lexp)
     pkt = min(L.sys.link_max_payload_bytes, L.disp_bytes) + L.sys.link_header_bytes
-    first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos)
+    sms = L.comp.sms_for("fused")
+    first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
+                                            issue_rate=L.send_rate(sms, L.disp_bytes))
     lat = np.array([L.latency(s, d) for s, d in zip(L.src, L.dest)])
     counter = last + lat                       # the block counter's atomic lands after the row
     ready_row = counter + sw.flag_poll_us
-    share = C.reserved_share(L, L.comp.sms_for("fused"), np.inf)
+    share = C.reserved_share(L, sms, np.inf)
     batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
     for d in range(G):
         C.send_phase(L, res, d, t0, curves, flows)

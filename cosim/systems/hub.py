@@ -7,8 +7,8 @@ as soon as its token is routed; the destination hub (the reference model
 persistent expert kernel polls the flags and runs tiles; outputs go back as tiles
 finish -> reduce at the owner. Tags: a source reuses a row tag only after its credit
 returned (hub completion + one link latency); credits cross the same ports. The hub
-pays its own costs: packet headers, the tag window, flag polling, and the SMs that send,
-poll and combine (held for the whole layer).
+pays its own costs: packet headers, the tag window, flag polling, and the SMs that send
+(their rate from the calibrated SM curve, held while this GPU sends).
 """
 from __future__ import annotations
 
@@ -91,8 +91,10 @@ def hub_schedule(L: Layer, t0: float, order: str = "token"):
     h = L.hub
     G = L.G
     _, pos = L.flow_order(L.lexp) if order == "expert" else L.flow_order()
+    rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
     first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_hub, L.pkt_wire_hub,
-                                            pos, hub_ingress=True, flow_cap=hub_flow_cap(L))
+                                            pos, hub_ingress=True, flow_cap=hub_flow_cap(L),
+                                            issue_rate=rate)
     clk = h.hub_clock_GHz * 1000.0                       # cycles per us
     ret_us = (8 + 1) / clk                                # completion + credit queue (cycles)
     first, last, stalls = _enforce_tags(L, first, last, pos, ret_us)
@@ -144,7 +146,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     # credits: one header-sized packet per row back to its source
     C.control_traffic(L, "credits", np.full(G, t0), L.counts.T * float(L.sys.link_header_bytes))
     batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
-    share = C.reserved_share(L, L.comp.sms_for("hub"), np.inf)
+    sms = L.comp.sms_for("hub")
     hub_stats = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0,
                  "rows_allocated": 0}
     for d in range(G):
@@ -176,11 +178,13 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
             res.markers.append((d, "hub", cyc / clk))
         if len(arr):
             res.add(d, "hub", "hub", float(arr.first_cycle.min()) / clk, hr.done_cycle / clk)
-        # the SMs that issue this GPU's sends and its combine stores (and poll the
-        # flags) are held for the whole layer; the hub's receive side needs none
+        # the SMs that issue this GPU's sends are held until they end (the combine stores
+        # come from the GEMM epilogue, as in Comet and the fused kernel); the hub's
+        # receive side needs no SM
         t_done = hr.done_cycle / clk + sw.flag_poll_us    # counts known: the done word
         batches, _, shared_end[d] = C.run_queue(L, res, d, C.shared_item(L, t_gate) + items,
-                                                max(t_gate, L.comp.launch_us), share,
+                                                max(t_gate, L.comp.launch_us),
+                                                C.reserved_share(L, sms, send_end[d]),
                                                 {e: t_done for e in range(L.E_local)})
         batches_by_gpu.append(batches)
     recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
