@@ -192,17 +192,24 @@ class HbmShare:
     a burst of link traffic gets the average of what it sees, not the burst's share."""
 
     def __init__(self, comp, t: np.ndarray, load_GBps: np.ndarray):
-        self.comp, self.t = comp, t
         full = comp.hbm_effective_GBps(0.0)
-        self.s = np.array([comp.hbm_effective_GBps(max(0.0, x)) / full for x in load_GBps])
+        floor = comp.hbm_effective_GBps(np.inf)          # the configured floor
+        self.t = t
+        self.s = np.maximum(full - np.maximum(load_GBps, 0.0), floor) / full
+        self.cum = np.concatenate([[0.0], np.cumsum(self.s[:-1] * np.diff(t))])
 
     def __call__(self, x: float) -> float:
         i = int(np.searchsorted(self.t, x, side="right")) - 1
         return float(self.s[i]) if i >= 0 else 1.0
 
+    def _integral(self, x: float) -> float:
+        """Integral of the share from t[0] to x (the share is 1 before t[0])."""
+        i = int(np.searchsorted(self.t, x, side="right")) - 1
+        if i < 0:
+            return x - self.t[0]
+        return float(self.cum[i] + self.s[i] * (x - self.t[i]))
+
     def mean(self, t0: float, t1: float) -> float:
         if t1 <= t0:
             return self(t0)
-        edges = np.concatenate([[t0], self.t[(self.t > t0) & (self.t < t1)], [t1]])
-        vals = np.array([self(x) for x in edges[:-1]])
-        return float(np.dot(vals, np.diff(edges)) / (t1 - t0))
+        return (self._integral(t1) - self._integral(t0)) / (t1 - t0)
