@@ -3,7 +3,8 @@
 * No GEMM work starts before its rows have landed and the consumer knows they are
   complete (by a flag, a counter, a precomputed layout or the end of a bulk transfer),
   nor before the time the system said it was ready.
-* No tile's outputs leave before the GEMM pass that finished them has ended.
+* No tile's outputs leave before its GEMM can have computed them (its start in its pass
+  plus its own share of the pass's work; a bulk system's whole GEMM).
 * No port of the layer's network carries more than its bandwidth at any instant (every
   flow of every phase's network, background included).
 * The layer ends after every phase.
@@ -32,7 +33,8 @@ def gemm_violations(res: SystemResult) -> list:
 
 def combine_violations(res: SystemResult) -> list:
     return [f"{res.name}: GPU {d} sends outputs of {key} at {sent:.3f} us, before its GEMM "
-            f"ended ({end:.3f} us)" for d, key, sent, end in res.combine_log if sent < end - EPS_US]
+            f"can have finished it ({end:.3f} us)"
+            for d, key, sent, end in res.combine_log if sent < end - EPS_US]
 
 
 def port_violations(name: str, phase: str, net, curves) -> list:

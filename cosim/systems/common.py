@@ -97,22 +97,43 @@ def receive_tiles(L: Layer, d: int, ready_row: np.ndarray, rows: np.ndarray, til
     return items, owners
 
 
+def item_finish_times(b) -> list:
+    """(item, finish time) of a pass's routed items: a persistent grouped GEMM runs its
+    tiles in order (expert by expert), so an item's outputs are complete once the work
+    before it and its own is done -- not only when the whole pass ends."""
+    routed = sorted((it for it in b.items if it.expert >= 0), key=lambda it: (it.expert, str(it.key)))
+    work = [it.padded_rows * it.frac * it.ffn for it in routed]
+    total = sum(it.padded_rows * it.frac * it.ffn for it in b.items) or 1.0
+    out, done = [], sum(it.padded_rows * it.frac * it.ffn for it in b.items if it.expert < 0)
+    for it, w in zip(routed, work):
+        done += w
+        out.append((it, b.start + (b.end - b.start) * min(1.0, done / total)))
+    return out
+
+
+def earliest_finish(b, it) -> float:
+    """The soonest an item of pass ``b`` can be computed: from when it started (the pass
+    start, or when it joined) for its own share of the pass's work (causality check)."""
+    total = sum(x.padded_rows * x.frac * x.ffn for x in b.items) or 1.0
+    start = b.start if it.joined_at is None else it.joined_at
+    return start + (b.end - b.start) * it.padded_rows * it.frac * it.ffn / total
+
+
 def combine_tilewise(L: Layer, res: SystemResult, batches_by_gpu, owners_of) -> np.ndarray:
-    """Each finished pass sends its completed tiles' outputs back to their owners at once
+    """Each tile's outputs go back to their owners as soon as the GEMM has finished it
     (from the GEMM epilogue); returns when each owner has received all of its outputs."""
     net, flows = L.network("combine")
     first = np.full(L.G, np.inf)
     for d, batches in enumerate(batches_by_gpu):
         for b in batches:
-            rows = np.zeros(L.G)
-            for it in b.items:
-                if it.expert >= 0 and it.final:      # a tile's outputs are complete
-                    rows += owners_of[(d, it.key)]
-                    res.combine_log.append((d, it.key, b.end, b.end))
-            for o in np.nonzero(rows)[0]:
-                net.inject(flows[d][o], b.end, rows[o] * L.comb_wire_sw)
-            if rows.any():
-                first[d] = min(first[d], b.end)
+            for it, t_done in item_finish_times(b):
+                if not it.final:                   # a tile's outputs are complete
+                    continue
+                rows = owners_of[(d, it.key)]
+                res.combine_log.append((d, it.key, t_done, earliest_finish(b, it)))
+                for o in np.nonzero(rows)[0]:
+                    net.inject(flows[d][o], t_done, rows[o] * L.comb_wire_sw)
+                first[d] = min(first[d], t_done)
     curves = L.run_net(net)
     return combine_done(L, res, curves, flows, first)
 
