@@ -119,9 +119,15 @@ def earliest_finish(b, it) -> float:
     return start + (b.end - b.start) * it.padded_rows * it.frac * it.ffn / total
 
 
+#: tile outputs leave on this time grid (at most this long after their tile finished):
+#: thousands of tiles finishing at distinct instants would each be a network event
+COMBINE_GRID_US = 1.0
+
+
 def combine_tilewise(L: Layer, res: SystemResult, batches_by_gpu, owners_of) -> np.ndarray:
     """Each tile's outputs go back to their owners as soon as the GEMM has finished it
-    (from the GEMM epilogue); returns when each owner has received all of its outputs."""
+    (from the GEMM epilogue, batched on a ``COMBINE_GRID_US`` grid); returns when each
+    owner has received all of its outputs."""
     net, flows = L.network("combine")
     first = np.full(L.G, np.inf)
     for d, batches in enumerate(batches_by_gpu):
@@ -129,6 +135,7 @@ def combine_tilewise(L: Layer, res: SystemResult, batches_by_gpu, owners_of) -> 
             for it, t_done in item_finish_times(b):
                 if not it.final:                   # a tile's outputs are complete
                     continue
+                t_done = np.ceil(t_done / COMBINE_GRID_US - 1e-9) * COMBINE_GRID_US
                 rows = owners_of[(d, it.key)]
                 res.combine_log.append((d, it.key, t_done, earliest_finish(b, it)))
                 for o in np.nonzero(rows)[0]:
