@@ -31,7 +31,7 @@ from ..config.cosim_schema import (ModelConfig, SystemConfig, WorkloadConfig, ef
                                    load_model_config, load_system_config, load_workload_config)
 from ..config.schema import ConfigError, HubConfig
 from .layer import Layer, SystemResult
-from .systems import LABELS, PHASES, SYSTEMS, run_system
+from .systems import PHASES, SYSTEMS, run_system
 from .workload import make_routing
 
 REPO = Path(__file__).resolve().parent.parent

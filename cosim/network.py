@@ -195,7 +195,6 @@ class FluidNetwork:
         curves_t: list[list] = [[] for _ in range(F)]
         curves_b: list[list] = [[] for _ in range(F)]
         t = events[0][0] if events else 0.0
-        pending = np.zeros(F)  # bytes still to be injected by open segments
         while True:
             while events and events[0][0] <= t + 1e-12:
                 _, kind, i, v = heapq.heappop(events)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

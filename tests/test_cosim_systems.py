@@ -1,23 +1,10 @@
-"""The five systems: their phases, bounds and monotonicity, and a small end-to-end run."""
+"""The systems: their phases, bounds and monotonicity, and a small end-to-end run."""
 import json
 
-import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import load_model_config, load_system_config, load_workload_config
-from moehub.cosim.experiment import load_configs, run_experiment
-from moehub.cosim.layer import Layer
 from moehub.cosim.systems import PHASES, SYSTEMS, run_system
-from moehub.cosim.workload import make_routing
-
-
-def layer(model="mixtral-8x7b", system="h100x8", tokens=256, seed=1, **sys_changes):
-    s = load_system_config(system)
-    if sys_changes:
-        s = s.replace(**sys_changes)
-    m = load_model_config(model)
-    w = load_workload_config("default").replace(tokens_per_gpu=tokens, seed=seed)
-    return Layer(s, m, w, make_routing(m, w, s.gpus))
+from cosim_helpers import layer
 
 
 @pytest.fixture(scope="module")

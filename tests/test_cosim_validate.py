@@ -3,7 +3,7 @@ import csv
 
 import pytest
 
-from moehub.cosim.validate import DATA, Case, load_cases, report, run_case
+from moehub.cosim.validate import Case, load_cases, report, run_case
 from moehub.config.schema import ConfigError
 
 

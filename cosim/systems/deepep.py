@@ -83,7 +83,7 @@ def transfer(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, ro
 
 def run(L: Layer) -> SystemResult:
     res = SystemResult("deepep", LABEL)
-    g, comp, G, T, k = L.gpu, L.comp, L.G, L.T, L.k
+    g, comp, G, T = L.gpu, L.comp, L.G, L.T
     t_gate = C.gate(L, res)
     t_layout = t_gate + g.small_kernel_us(T * L.E * 4 + T * G)
     t_notify = t_layout + comp.launch_us + C.count_exchange_us(L)

@@ -25,7 +25,7 @@ LABEL = "Fused MoE kernel, per-block counters (Mega MoE)"
 
 def run(L: Layer) -> SystemResult:
     res = SystemResult("fused", LABEL)
-    g, sw, G = L.gpu, L.sys.software, L.G
+    sw, G = L.sys.software, L.G
     t_gate = C.gate(L, res)
     t_start = t_gate + L.comp.launch_us
     t_count = t_start + L.gpu.copy_us(L.T * L.k * 8)          # rows per destination expert
