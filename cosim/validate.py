@@ -219,16 +219,17 @@ def plot(rows: list, path: Path) -> Path:
     y = np.arange(len(rows))[::-1]
     for yi, r in zip(y, rows):
         c = r.case
-        ax.barh(yi, r.ratio, color=SYSTEM_COLORS.get(c.run, "#999"),
-                hatch="//" if c.use == "calibration" else None, edgecolor="k", lw=0.3)
-        ax.plot([1 - c.tolerance, 1 + c.tolerance], [yi, yi], color="k", lw=0.8)
+        ax.plot([1 - c.tolerance, 1 + c.tolerance], [yi, yi], color="#bbbbbb", lw=6,
+                solid_capstyle="butt")
+        ax.plot([r.ratio], [yi], marker="s" if c.use == "calibration" else "o", ms=7,
+                color=SYSTEM_COLORS.get(c.run, "#999"), markeredgecolor="k")
         if not r.ok:
-            ax.text(max(r.ratio, 1 + c.tolerance) * 1.03, yi, "miss", va="center", fontsize=7)
+            ax.text(r.ratio * 1.04, yi, f"miss x{r.ratio:.2f}", va="center", fontsize=7)
     ax.axvline(1.0, color="k", lw=1)
     ax.set_xscale("log")
     ax.set_yticks(y, [f"{r.case.id} [{r.case.run}]" for r in rows], fontsize=7)
-    ax.set_xlabel("model / published (log); black line: the case's tolerance; hatched: "
-                  "calibration point")
+    ax.set_xlabel("model / published (log); grey band: the case's tolerance; square: "
+                  "calibration point; colour: the system that plays it")
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, "moehub validate: co-simulation vs published figures", path)
 
