@@ -55,7 +55,7 @@ def why(er, best: str) -> str:
     parts = []
     if d_busy > 0.3 * (hub.latency_us - base.latency_us):
         parts.append(f"its GEMMs are busy {d_busy:.0f} us longer (tile-granular passes re-read "
-                     f"weights; {L.sys.software.comm_sms_hub} SMs held for sends/combine)")
+                     f"weights; its {L.sys.software.comm_sms_hub} sender SMs are held while it sends)")
     if np.isfinite(d_send) and d_send > 0:
         ratio = (L.counts.sum() * L.row_wire_hub) / max(1.0, L.gpu_rows.sum() * L.row_wire_sw)
         parts.append(f"its dispatch ends {d_send:.0f} us later ({ratio:.2f}x the wire bytes "
@@ -90,6 +90,27 @@ def table_md(rows: list) -> str:
         out.append(f"| {r['system_config']} | {r['model']} | {r['tokens_per_gpu']} | "
                    f"{r['hub_us']:.0f} | {r['best_baseline']} | {r['best_us']:.0f} | "
                    f"{r['speedup_layer']:.2f}x | {r['speedup_e2e']:.2f}x | {r['why_hub_loses']} |")
+    return "\n".join(out)
+
+
+SHORT = {"bulk": "B", "comet": "C", "deepep": "D", "deepep_ll": "LL", "fused": "F"}
+
+
+def pivot_md(rows: list) -> str:
+    """One line per (system, model), one column per tokens/GPU: hub speedup over the best
+    baseline, layer / end to end, and which baseline was best (B bulk, C Comet, D DeepEP
+    normal, LL DeepEP low-latency, F fused)."""
+    toks = sorted({r["tokens_per_gpu"] for r in rows})
+    out = ["| system | model | " + " | ".join(f"{t} tok/GPU" for t in toks) + " |",
+           "|---|---|" + "---|" * len(toks)]
+    for key in dict.fromkeys((r["system_config"], r["model"]) for r in rows):
+        cells = []
+        for t in toks:
+            r = next((r for r in rows if (r["system_config"], r["model"]) == key
+                      and r["tokens_per_gpu"] == t), None)
+            cells.append("—" if r is None else f"{float(r['speedup_layer']):.2f} / "
+                         f"{float(r['speedup_e2e']):.2f} {SHORT[r['best_baseline']]}")
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -157,7 +178,7 @@ def _write(rows, ers, out: Path, figures: bool) -> None:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
-    (out / "headline.md").write_text(table_md(rows) + "\n")
+    (out / "headline.md").write_text(pivot_md(rows) + "\n\n" + table_md(rows) + "\n")
     if not figures or not rows:
         return
     plot(rows, out / "headline.png")
