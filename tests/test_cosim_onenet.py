@@ -15,7 +15,7 @@ from cosim_helpers import layer
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    L = layer("deepseek-v3", "h100x16-ib", tokens=128)
+    L = layer("deepseek-v3", "h100x16-ib", tokens=64)
     return L, {n: run_system(n, L) for n in SYSTEMS}
 
 

@@ -60,7 +60,7 @@ def test_ideal_is_a_lower_bound(mixtral_256):
 @pytest.mark.parametrize("model", ["mixtral-8x7b", "qwen2-57b-a14b"])
 def test_more_tokens_never_take_less_time(model):
     prev = None
-    for t in (64, 128, 256, 512):
+    for t in (64, 128, 256):
         L = layer(model=model, tokens=t)
         lat = {n: run_system(n, L).latency_us for n in SYSTEMS}
         if prev:
