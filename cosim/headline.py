@@ -35,13 +35,19 @@ def _phase_end(res, gpu: int, names) -> float:
     return max(ends) if ends else float("nan")
 
 
+def _first_start(res, names) -> float:
+    starts = [p.start for p in res.phases if p.name in names]
+    return min(starts) if starts else float("nan")
+
+
 def _busy(res, gpu: int, names) -> float:
     return sum(p.end - p.start for p in res.phases if p.gpu == gpu and p.name in names)
 
 
 def why(er, best: str) -> str:
-    """Why the hub is slower than ``best`` (empty when it is not): the largest of the
-    differences in dispatch end, GEMM busy time and GEMM end on each one's critical GPU."""
+    """Why the hub is slower than ``best`` (empty when it is not), from the two timelines:
+    a later first GEMM, longer GEMM busy time or a later dispatch end on each one's
+    critical GPU (each named when it explains a good part of the difference)."""
     hub, base = er.results["hub"], er.results[best]
     if hub.latency_us <= base.latency_us:
         return ""
@@ -51,8 +57,14 @@ def why(er, best: str) -> str:
     d_send = _phase_end(hub, gh, disp) - _phase_end(base, gb, disp)
     d_busy = _busy(hub, gh, gemm) - _busy(base, gb, gemm)
     d_gemm = _phase_end(hub, gh, gemm) - _phase_end(base, gb, gemm)
+    d_start = _first_start(hub, gemm) - _first_start(base, gemm)
     L = er.layer
     parts = []
+    if d_start > 0.3 * (hub.latency_us - base.latency_us):
+        parts.append(f"its GEMMs start {d_start:.0f} us later: with token-order sends no "
+                     f"expert fills a compute-bound pass or is known complete before the "
+                     f"done word at the end of the dispatch, while {best} knows each "
+                     f"expert's count before it starts (hub protocol v2's per-expert counts)")
     if d_busy > 0.3 * (hub.latency_us - base.latency_us):
         parts.append(f"its GEMMs are busy {d_busy:.0f} us longer (tile-granular passes re-read "
                      f"weights; its {L.sys.software.comm_sms_hub} sender SMs are held while it sends)")
