@@ -48,3 +48,14 @@ def test_cosim_traffic_through_rtl(model, tokens, workload):
     assert c.tile_ready_max_diff <= TILE_READY_BOUND, c
     if c.stall_cycles == 0:
         assert c.tile_ready_max_diff == 0 and c.done_diff == 0, c
+
+
+def test_cosim_command_with_an_rtl_hub_matches_the_model(tmp_path, capsys):
+    """The main job's path (``moehub cosim --rtl-gpus 0``, run to its fixed point first
+    with the model, then once with GPU 0's hub in RTL), on a few tokens."""
+    from moehub.scripts.cli import main
+    assert main(["cosim", "--tokens", "4", "--rtl-gpus", "0", "--no-figure",
+                 "--out", str(tmp_path), "--run", "rtl"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU 0 hub in RTL (cocotb + Icarus)" in out
+    assert "outputs identical" in out and "allocation same" in out

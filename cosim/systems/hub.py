@@ -169,7 +169,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     for d in range(G):
         arr = arrivals[d]
         if d in rtl_gpus:
-            from .hub_rtl import compare, run_hub_rtl
+            from ..hub_rtl import compare, run_hub_rtl
             hr = run_hub_rtl(h, arr, tag=f"cosim-gpu{d}")
             cmp = compare(h, arr, BACKENDS["model"](h, arr), hr)
             rtl_checks.append({"gpu": d, "rows": len(arr), "cycles": hr.player.cycles,
