@@ -175,6 +175,7 @@ def cmd_headline(args) -> int:
                       f"{r['best_baseline']} {r['best_us']:.0f} us -> {r['speedup_layer']:.2f}x "
                       f"layer, {r['speedup_e2e']:.2f}x e2e ({time.perf_counter() - t0:.1f} s)",
                       flush=True)
+                _write(rows, ers, out, figures=False)      # tables survive an interruption
     _write(rows, ers, out, figures=not args.no_figure)
     print(table_md(rows))
     print(f"{len(rows)} points in {time.perf_counter() - t_all:.0f} s")
