@@ -251,6 +251,12 @@ class Layer:
             return self.sys.intra_bw_GBps * GBps
         return self.sys.inter_bw_GBps * GBps
 
+    def put_cap(self, msg_bytes: float):
+        """Per-flow rate bound of ``msg_bytes`` puts (one message per row): the port
+        bandwidth times the calibrated put efficiency of that message size."""
+        return lambda s, d: np.inf if s == d else \
+            self.link_bw(s, d) * self.comp.put_efficiency(msg_bytes, self.inter_node(s, d))
+
     def inter_node(self, s: int, d: int) -> bool:
         return self.sys.node_of(s) != self.sys.node_of(d)
 

@@ -15,7 +15,7 @@ from cosim_helpers import layer
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    L = layer("deepseek-v3", "h100x16-ib", tokens=64)
+    L = layer("deepseek-v3", "h100x16-ib", tokens=32)
     return L, {n: run_system(n, L) for n in SYSTEMS}
 
 
@@ -109,7 +109,7 @@ def test_dedup_per_gpu_and_per_node_with_forwarding():
 
 
 def test_dedup_never_sends_more_than_per_row():
-    L = layer("deepseek-v3", "h100x16-ib", tokens=64)
+    L = layer("deepseek-v3", "h100x16-ib", tokens=32)
     assert (L.gpu_rows <= L.counts).all()
     pairs = {(s, t, d) for s, t, d in zip(L.src, L.tok, L.dest)}
     assert L.gpu_rows.sum() == len(pairs)

@@ -94,8 +94,10 @@ def test_gate_level_files_written(tiny_report):
     assert f"module {rep['asic']['sram']['macros'][0]['name']}" in models
 
 
+@pytest.mark.slow
 def test_area_grows_with_experts_and_lanes(tiny_report, tmp_path):
-    """tiny against two smaller variants (fewer experts, fewer lanes), run two at a time."""
+    """tiny against two smaller variants (fewer experts, fewer lanes), run two at a time.
+    In the slow set: two more syntheses (about a minute) kept the fast set over 5 minutes."""
     cfg, out, rep = tiny_report
     variants = {"experts": cfg.replace(experts=1), "lanes": cfg.replace(lanes=2)}
 

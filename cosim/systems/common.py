@@ -63,8 +63,7 @@ def count_exchange_us(L: Layer) -> float:
     one GPU)."""
     if L.G == 1:
         return 0.0
-    return L.comp.small_collective_us(L.G, L.sys.nodes if L.G >= L.sys.gpus_per_node else 1,
-                                      4.0 * L.E)
+    return L.comp.small_collective_us(L.G, L.nodes, 4.0 * L.E)
 
 
 def control_traffic(L: Layer, phase: str, t: np.ndarray, nbytes: np.ndarray) -> None:

@@ -17,7 +17,6 @@ import numpy as np
 
 from ..gpu import WorkItem
 from ..layer import Layer, SystemResult
-from ..network import GBps
 from . import common as C
 
 PHASES = ["gate", "layout", "notify", "host sync", "dispatch", "permute", "expert GEMM",
@@ -40,27 +39,19 @@ def _routes(L: Layer, rows_gpu: np.ndarray, rows_node: np.ndarray, fwd: np.ndarr
     return first, fwd.astype(float)
 
 
-def _send_rate(L: Layer, row_bytes: float) -> float:
-    """Bytes/us the kernel's SMs push: DeepEP's throughput grows with its SMs until the
-    put rate of the port bounds it (the calibrated curve, :meth:`Components.comm_GBps`)."""
-    return L.comp.comm_GBps(L.comp.sms_for("deepep"), row_bytes, False) * GBps
-
-
 def transfer(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, row_wire: float,
              phase: str, feeds):
     """Two-hop transfer: first-hop rows issued from t0[s] at the kernel's send rate; each
     relay GPU r sends its second-hop rows while the first-hop rows that feed it
     (``feeds(s, r)``) land. Returns (curves, flows, end of every GPU's inbound traffic)."""
     G = L.G
-    rate = _send_rate(L, row_wire)
+    rate = L.send_rate(L.comp.sms_for("deepep"), row_wire)
 
     def build():
-        net, flows = L.network(phase, flow_cap=lambda s, d: (
-            L.link_bw(s, d) * L.comp.put_efficiency(row_wire, L.inter_node(s, d)) if s != d
-            else np.inf))
+        net, flows = L.network(phase, flow_cap=L.put_cap(row_wire))
         for s in range(G):
             total = first[s].sum() * row_wire
-            t1 = t0[s] + (total / rate if np.isfinite(rate) else 0.0)
+            t1 = t0[s] + total / rate
             for d in range(G):
                 net.inject_rate(flows[s][d], t0[s], t1, first[s, d] * row_wire)
         return net, flows

@@ -23,12 +23,6 @@ PHASES = ["gate", "dispatch", "notify", "recv pack", "expert GEMM", "combine", "
 LABEL = "DeepEP low-latency (one-sided puts, worst-case buffers)"
 
 
-def _put_cap(L: Layer, msg: float):
-    """Per-flow rate of row-sized puts (one message per row)."""
-    return lambda s, d: L.link_bw(s, d) * L.comp.put_efficiency(msg, L.inter_node(s, d)) \
-        if s != d else np.inf
-
-
 def call_us(L: Layer) -> float:
     """Fixed cost of one low-latency call beyond its launch (count signals to every peer's
     experts, their polling, the kernel's own setup): the 1-token time of a published
@@ -46,7 +40,7 @@ def run(L: Layer) -> SystemResult:
     pkt = min(L.sys.link_max_payload_bytes, L.disp_bytes) + L.sys.link_header_bytes
     # the send half of the kernel runs on every SM, then returns (hook mode)
     first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
-                                            flow_cap=_put_cap(L, L.disp_bytes),
+                                            flow_cap=L.put_cap(L.disp_bytes),
                                             issue_rate=L.send_rate(L.sys.sms, L.disp_bytes))
     sms = L.comp.sms_for("deepep_ll")
     flag_t = np.zeros((G, G))
@@ -74,7 +68,7 @@ def run(L: Layer) -> SystemResult:
                                                     C.reserved_share(L, sms, t_pack))
         res.combine_log.append((d, "all", gemm_end[d] + L.comp.launch_us, gemm_end[d]))
     # combine kernel: puts back to the owners' [token][slot] buffers
-    net, cflows = L.network("combine", flow_cap=_put_cap(L, L.comb_bytes))
+    net, cflows = L.network("combine", flow_cap=L.put_cap(L.comb_bytes))
     tc = gemm_end + L.comp.launch_us
     for d in range(G):
         total = L.counts[:, d].sum() * L.comb_wire_sw
