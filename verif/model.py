@@ -340,7 +340,6 @@ class HubModel:
         self._ctl(fx, CtlKind.META, meta_addr(cfg, self.layer_meta_base, x, e.row), m)
 
     def _complete(self, idx: int, e: Entry, pkt: Packet, fx: Effects, cycle):
-        cfg = self.cfg
         fx.credit = (pkt.src, pkt.tag)
         self.credits.append(fx.credit)
         self.inflight -= 1
