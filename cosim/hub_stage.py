@@ -19,7 +19,7 @@ The expansion is a *demand* schedule: a cycle may name more packets than the hub
 lanes. The network model caps each hub's ingress at ``min(link, lanes x chunk x clock)``,
 so such bursts are short; an RTL driver queues them (and reports the difference).
 
-Timing annotation (measured on the RTL; see the task notes): a packet accepted at cycle t
+Timing annotation (the RTL's latencies, asserted in cycles by its tests): a packet accepted at cycle t
 is written at t + WRITE_LATENCY; a tile flag is written FLAG_LATENCY cycles after the last
 chunk of the tile's last row is accepted (both from :mod:`moehub.rtl.timing`); the hub
 handles at most one per-row control event (metadata write on a row's first packet,
@@ -261,6 +261,6 @@ BACKENDS: dict[str, HubBackend] = {"model": run_hub_fast, "reference": run_hub_r
 
 def register_backend(name: str, backend: HubBackend) -> None:
     """Make a hub stage selectable as ``moehub cosim --hub <name>`` (e.g. the RTL's, see
-    :mod:`moehub.cosim.hub_rtl`). It must return the same :class:`HubResult` fields; tile-ready cycles are compared
-    against ``model`` by the caller."""
+    :mod:`moehub.cosim.hub_rtl`). It must return the same :class:`HubResult` fields;
+    tile-ready cycles are compared against ``model`` by the caller."""
     BACKENDS[name] = backend

@@ -110,7 +110,10 @@ class HubModel:
       counters wrap there). STATUS has ARMED, DONE and ERROR; CLEARING and SWEEPING are
       states of a few cycles the model has no time for, and read 0;
     * EPOCH, TILE_ROWS_LOG2, FLAG_BASE, META_BASE, COUNT_BASE and REGION_CAP take effect at
-      START (the hub latches them, see :meth:`start`); REGION_BASE and TIMEOUT act at once.
+      START (see :meth:`start`): the hub latches them when the START takes effect, once its
+      pipeline has drained, the model (no pipeline) at the START write, so software leaves
+      them alone until STATUS shows the layer ARMED. REGION_BASE and TIMEOUT act at once
+      (the model has no watchdog: a harness calls ``flush(timeout=True)`` where it fires).
 
     A name not in the map raises ``KeyError``, an index outside the register's array
     ``IndexError``, and a value or address the bus cannot carry ``ValueError``.
