@@ -9,9 +9,9 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig, index_bits
 from .formats import Format, HubFormats
 from .csr_map import CSR_DATA_BITS
-# The group-id constants are part of the RTL's timing contract (pure Python, shared with
-# the co-simulation); re-exported here for the RTL modules that import them from layouts.
-from .timing import GROUP_AGE_LIMIT, GROUP_BITS  # noqa: F401
+from .timing import GROUP_AGE_LIMIT, GROUP_BITS  # noqa: F401 (re-exported)
+
+
 
 
 def group_not_after(a, b):

@@ -27,6 +27,7 @@ from typing import Sequence
 
 from ..config.schema import HubConfig
 from ..rtl.csr_map import CTRL_START, CsrMap
+from ..paths import output_dir
 from ..rtl.formats import CtlKind, HubFormats
 from .model import CtlWrite, HubModel
 
@@ -302,11 +303,11 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
     it did. The player keeps the schedule's order (cycle, lane, then list order) and puts
     the packets that have arrived on lanes 0, 1, ... each cycle, at most one per lane; a
     stalled hub delays later arrivals. ``mode``: "cocotb" or "verilog" (plain testbench)."""
-    from ..rtl.gen import BUILD, convert   # (Amaranth: imported only to build the hub)
-    out = BUILD / "player" / f"{cfg.name}-{tag}"
+    from ..rtl.gen import convert   # (Amaranth: imported only to build the hub)
+    out = output_dir("player", f"{cfg.name}-{tag}")
     player, reads, schedule = prepare(cfg, packets, out, csr_writes=csr_writes, bp=bp,
                                    log_accepts=log_accepts)
-    hub_v = convert(cfg, out_dir=BUILD / "rtl" / cfg.name)
+    hub_v = convert(cfg)
     log = out / "player.log"
     log.unlink(missing_ok=True)
     t0 = time.time()
