@@ -27,13 +27,22 @@ from .logic import exactly, select
 
 
 class AddressAllocator(wiring.Component):
-    """Members
-    -------
-    grant : In(allocation_signature)      requests (one-hot expert, decoded a stage earlier),
-                                          grants and ``clear`` (layer start: zero the counters,
-                                          latch the capacities); every grant is applied
-    cap : In(cap_bits).array(experts)     region capacities (CSR)
-    rows : Out(cap_bits).array(experts)   rows allocated so far (CSR status, final counts)
+    """Dense row allocation per expert region (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+
+    Attributes
+    ----------
+    grant : In(allocation_signature(cfg))
+        Requests (one-hot expert, decoded a stage earlier) and their grants, answered in
+        the same cycle; every grant is applied. ``clear`` (layer start) zeroes the
+        counters and latches the capacities.
+    cap : In(cap_bits).array(experts)
+        Region capacities (CSR).
+    rows : Out(cap_bits).array(experts)
+        Rows allocated so far (CSR status, the final counts).
     """
 
     def __init__(self, cfg: HubConfig):

@@ -16,18 +16,23 @@ from .interfaces import queue_push_signature
 
 
 class EventQueue(wiring.Component):
-    """Parameters
-    ----------
-    layout : shape of one event
-    push_slots : events that can be pushed in one cycle
-    depth : entries (power of two, >= push_slots)
+    """Multi-push, single-pop queue (see the module docstring).
 
-    Members
-    -------
+    Parameters
+    ----------
+    layout : ShapeLike
+        Shape of one entry.
+    push_slots : int
+        Entries that can be pushed in one cycle.
+    depth : int
+        Entries (a power of two, >= push_slots).
+
+    Attributes
+    ----------
     push : In(queue_push_signature(layout, push_slots))
-        entries in (valid, data) and what the producer counts (pop, empty)
+        Entries in (valid, data), and what the producer counts (pop, empty).
     o : Out(stream.Signature(layout))
-        entries in order
+        Entries in order.
     """
 
     def __init__(self, layout, push_slots: int, depth: int):
