@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..paths import output_dir
-from . import flow, tools
+from . import tools
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REF = "refactor-base"

@@ -19,7 +19,6 @@ the cycles the RTL accepted them, which is the equivalence check of RTL and mode
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,11 +324,8 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
                      timescale=("1ns", "1ps"), always=True, waves=waves,
                      log_file=build / "build.log")
         t1 = time.time()
-        verif = str(Path(__file__).resolve().parent)
-        if verif not in sys.path:
-            sys.path.insert(0, verif)
         try:
-            runner.test(test_module="tb_player", hdl_toplevel=PLAYER_TOP, build_dir=build,
+            runner.test(test_module="moehub.verif.tb_player", hdl_toplevel=PLAYER_TOP, build_dir=build,
                         test_dir=out, timescale=("1ns", "1ps"), waves=waves,
                         results_xml=str(build / "results.xml"), log_file=build / "sim.log")
         except SystemExit:
