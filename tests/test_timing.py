@@ -1,5 +1,7 @@
 """The RTL's timing contract in plain Python (moehub.rtl.timing), and a co-simulation that
 runs without Amaranth."""
+import inspect
+import re
 import subprocess
 import sys
 
@@ -28,11 +30,14 @@ def test_timing_matches_the_rtl():
     defines none of its own), and the derived ones keep their definitions. (The cycles
     themselves are asserted by the cocotb regression: test_latency, test_throughput_*.)"""
     from moehub.config.schema import QUEUE_GROUPS
-    from moehub.rtl import layouts, packet_manager, timing, tracker, write_buffer
+    from moehub.rtl import hub, layouts, packet_manager, reservations, timing, tracker, write_buffer
     assert timing.IN_FLIGHT_GROUPS == QUEUE_GROUPS - 1
     assert timing.FLAG_LATENCY == timing.EVENT_LATENCY + 4
     assert timing.CREDIT_LATENCY == timing.EVENT_LATENCY + 1
-    assert packet_manager.GROUP_AGE_LIMIT is timing.GROUP_AGE_LIMIT
-    assert write_buffer.WRITE_FIFO_DEPTH is timing.WRITE_FIFO_DEPTH
-    for mod in (layouts, tracker):
-        assert mod.GROUP_BITS is timing.GROUP_BITS, mod.__name__
+    names = ("WRITE_LATENCY", "EVENT_LATENCY", "FLAG_LATENCY", "CREDIT_LATENCY", "WRITE_FIFO_DEPTH",
+             "IN_FLIGHT_GROUPS", "GROUP_BITS", "GROUP_AGE_LIMIT")
+    for mod in (hub, layouts, packet_manager, reservations, tracker, write_buffer):
+        src = inspect.getsource(mod)
+        assert not [n for n in names if re.search(rf"^{n}\s*=", src, re.M)], f"{mod.__name__} redefines a timing constant"
+    assert packet_manager.GROUP_AGE_LIMIT == timing.GROUP_AGE_LIMIT
+    assert write_buffer.WRITE_FIFO_DEPTH == reservations.WRITE_FIFO_DEPTH == timing.WRITE_FIFO_DEPTH
