@@ -48,7 +48,10 @@ def abc_script(delay_ps: float, effort: str = "normal") -> str:
     return pre + f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n"
 
 
-def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool) -> str:
+def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool, blocks: list[str]) -> str:
+    """The synthesis script. ``blocks``: the hub's direct submodules, kept (area and timing
+    per block); the small components inside a block are flattened into it before mapping,
+    so that ABC sees each block whole."""
     lines = [f"read_verilog {TOP}.v"]
     if has_macros:
         lines.append("read_verilog -lib sram_bb.v")
@@ -65,6 +68,10 @@ def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool) -> str:
                   "techmap -map sram_map.v t:$__MOEHUB_SRAM_*"]
     lines += [
         f"synth -top {TOP} -run fine:check -noabc",
+        f"setattr -mod -set keep_hierarchy 1 {' '.join(blocks)}",
+        "flatten",
+        f"hierarchy -top {TOP}",
+        "setattr -mod -unset keep_hierarchy",
         f"dfflibmap -liberty {lib}",
         f"abc -liberty {lib} -constr abc.constr -script abc.script",
         "setundef -zero",
@@ -288,7 +295,9 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
         files = sram.write_files(macros, work, fo4_ns)
         (work / "abc.script").write_text(abc_script(abc_delay_ps or 1000 * period_ns, abc_effort))
         (work / "abc.constr").write_text(ABC_CONSTR)
-        (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros)))
+        text = verilog.read_text()
+        blocks = instantiated(text, TOP, set(re.findall(r"^module\s+\\?(\S+?)\s*\(", text, re.M)))
+        (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros), blocks))
         t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
                                    work / "yosys.stdout", work)
     seq = sequential_cells(lib.read_text())
