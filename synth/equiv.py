@@ -105,9 +105,10 @@ class Result:
     equiv_cells: int = 0
     proven: int = 0
     unproven: list = dataclasses.field(default_factory=list)        # wire names, bits grouped
-    registers: dict = dataclasses.field(default_factory=dict)       # bit counts and unpaired names
+    registers: dict = dataclasses.field(default_factory=dict)       # flip-flop bits, renames, unpaired
     differ: list = dataclasses.field(default_factory=list)          # outputs / registers shown to differ
-    bmc_cycles: int | None = None
+    bmc_cycles: int | None = None                                    # cycles the bounded check covered
+    notes: list = dataclasses.field(default_factory=list)            # why a proof is weaker or aborted
     runtime_s: dict = dataclasses.field(default_factory=dict)
     out: str = ""
     tool: str = ""
@@ -492,7 +493,7 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
         # equiv_induct unrolls the whole design: on a large hub with much left unproven it
         # can exhaust WebAssembly's 4 GB; the correspondence passes' status still stands
         (out / "status3.txt").write_text((out / "status2.txt").read_text())
-        res.registers["equiv_induct"] = f"aborted: {str(e).splitlines()[0]}"
+        res.notes.append(f"equiv_induct aborted: {str(e).splitlines()[0]}")
     res.runtime_s["proof"] = time.monotonic() - t1
     res.runtime_s["proof_cpu"] = _cpu_seconds(out / "equiv.log")
     _judge(res, out, gold, pairing)
@@ -519,7 +520,9 @@ def _judge(res: Result, out: Path, gold: Netlist, pairing: Pairing) -> None:
     res.unproven = _names(unproven)
     left = set(status[2][2])
     history = [(n, i) for n, i in status[1][2] if (n, i) not in left and not gold.is_flop_bit(n, i)]
-    res.registers["history_dependent"] = _names(history)
+    if history:
+        res.notes.append("proven only with the previous cycle's values (no induction from reset): "
+                         + ", ".join(_names(history)[:20]))
     if pairing.reset_differ:
         res.verdict, res.proof, res.differ = "not equivalent", "reset values", list(pairing.reset_differ)
     elif not left and not history:
@@ -589,7 +592,8 @@ def describe(res: Result) -> str:
         "induction": "induction (every cycle)",
         "counterexample": "counterexample",
         "bounded": f"no counterexample in {res.bmc_cycles} cycles",
-        "k-induction": f"k-induction, outputs checked {res.bmc_cycles} cycles",
+        "k-induction": (f"k-induction, outputs checked {res.bmc_cycles} cycles" if res.bmc_cycles
+                        else "k-induction, no bounded check"),
         "reset values": "reset values differ",
         "ports": "ports differ",
     }.get(res.proof, res.proof)
@@ -612,6 +616,7 @@ def table(results: list[Result]) -> str:
         if r.unproven and not r.proved:
             more = f" (+{len(r.unproven) - 20} more)" if len(r.unproven) > 20 else ""
             lines.append(f"{r.config}: not proven equal (wires, registers): {', '.join(r.unproven[:20])}{more}")
+        lines += [f"{r.config}: {note}" for note in r.notes]
         if not r.proved:
             lines.append(f"{r.config}: logs in {r.out}/equiv.log, {r.out}/bmc.log")
     return "\n".join(lines)
