@@ -77,11 +77,13 @@ with open(path, "w") as f:
 print(moehub.__file__)
 """
 
-#: flat netlist per design; memory words become flip-flops with public names
+#: flat netlist per design; memory words become flip-flops with public names. The
+#: ``$scopeinfo`` cells (hierarchy notes, no logic) go so that Debian's Yosys 0.23 reads it.
 _PREP = """read_rtlil {il}
 hierarchy -top top
 proc
 flatten
+delete t:$scopeinfo
 memory -nomap
 memory_map
 opt_clean
@@ -122,6 +124,15 @@ class Result:
 
 
 # ---------------------------------------------------------------------------- tools and git
+
+def bmc_tool() -> str:
+    """Yosys for the bounded check: the native one when installed (``sat`` works in 0.23,
+    and an unrolled hub outgrows the 4 GB of the WebAssembly build), else :func:`yosys_tool`."""
+    try:
+        return tools.yosys()
+    except tools.ToolMissing:
+        return yosys_tool()
+
 
 def yosys_tool() -> str:
     """A Yosys whose ``equiv_simple`` follows flip-flops (>= 0.40): ``MOEHUB_EQUIV_YOSYS`` or
@@ -352,10 +363,10 @@ def _load_pair(gold_il: Path, gate_il: Path, gold_renames=None, gate_renames=Non
 
 
 def proof_script(gold_il: Path, gate_il: Path, gold: Netlist, gate: Netlist, pairing: Pairing,
-                 blacklist_file: Path, induct_seq: int = INDUCT_SEQ) -> str:
-    """equiv_make, the correspondence passes and equiv_induct, with ``equiv_status`` into
-    ``status<k>.txt`` after equiv_make (0), the combinational pass (1), the register pass
-    (2) and equiv_induct (3).
+                 blacklist_file: Path) -> str:
+    """equiv_make and the correspondence passes, with ``equiv_status`` into ``status<k>.txt``
+    after equiv_make (0), the combinational pass (1) and the register pass (2); the joined
+    module goes to ``equiv.il`` for :func:`induct_script`.
 
     ``equiv_struct -fwd`` first merges gold and gate cells with the same type and inputs
     (flip-flops and latches excluded: merging two would hide a reset difference of
@@ -374,10 +385,17 @@ def proof_script(gold_il: Path, gate_il: Path, gold: Netlist, gate: Netlist, pai
         "equiv_simple -short -seq 1",
         "equiv_simple -seq 1",
         "tee -q -o status2.txt equiv_status",
-        f"equiv_induct -seq {induct_seq}",
-        "tee -q -o status3.txt equiv_status",
+        "write_rtlil equiv.il",
         "",
     ])
+
+
+def induct_script(induct_seq: int = INDUCT_SEQ) -> str:
+    """``equiv_induct`` on what the correspondence left (``status3.txt``): proven cells are
+    removed first (the gate logic behind them goes), as the pass unrolls all it is given
+    ``induct_seq + 1`` times (on mixtral-8gpu, whole, that exceeds WebAssembly's 4 GB)."""
+    return "\n".join(["read_rtlil equiv.il", "hierarchy -top equiv", "equiv_remove", "opt_clean",
+                      f"equiv_induct -seq {induct_seq}", "tee -q -o status3.txt equiv_status", ""])
 
 
 def _chain(publicise: dict, renames: dict) -> dict:
@@ -389,7 +407,7 @@ def _chain(publicise: dict, renames: dict) -> dict:
 def bmc_script(gold_il: Path, gate_il: Path, cycles: int, timeout_s: int) -> str:
     """Miter of the outputs, checked from the reset state for ``cycles`` cycles; flip-flops
     without a reset value start at zero in both designs. ``opt -fast`` first merges the
-    logic both designs share (the unrolled hub alone exceeds the 4 GB of WebAssembly)."""
+    logic both designs share, which is most of it after a refactor."""
     return "\n".join([
         _load_pair(gold_il, gate_il),
         "miter -equiv -flatten -make_outputs -ignore_gold_x gold gate miter",
@@ -484,22 +502,28 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
     t1 = time.monotonic()
     for stale in out.glob("status*.txt"):
         stale.unlink()
-    try:
-        _run_yosys(tool, proof_script(Path("gold.prep.il"), Path("gate.prep.il"), gold, gate, pairing,
-                                      Path("blacklist.txt"), induct_seq), "equiv", out)
-    except RuntimeError as e:
-        if not (out / "status2.txt").exists():
-            raise
-        # equiv_induct unrolls the whole design: on a large hub with much left unproven it
-        # can exhaust WebAssembly's 4 GB; the correspondence passes' status still stands
-        (out / "status3.txt").write_text((out / "status2.txt").read_text())
-        res.notes.append(f"equiv_induct aborted: {str(e).splitlines()[0]}")
+    _run_yosys(tool, proof_script(Path("gold.prep.il"), Path("gate.prep.il"), gold, gate, pairing,
+                                  Path("blacklist.txt")), "equiv", out)
+    _induct(res, out, tool, induct_seq)
     res.runtime_s["proof"] = time.monotonic() - t1
     res.runtime_s["proof_cpu"] = _cpu_seconds(out / "equiv.log")
     _judge(res, out, gold, pairing)
     if res.proof != "induction":
-        _bounded(res, out, tool, bmc_cycles, bmc_timeout_s)
+        _bounded(res, out, bmc_tool(), bmc_cycles, bmc_timeout_s)
     return _finish(res, t0)
+
+
+def _induct(res: Result, out: Path, tool: str, induct_seq: int) -> None:
+    """Run :func:`induct_script` when the correspondence left something; status3 = status2
+    when it did not, or when the pass gave up (it can run out of memory)."""
+    status2 = (out / "status2.txt").read_text()
+    if parse_status(status2)[2]:
+        try:
+            _run_yosys(tool, induct_script(induct_seq), "induct", out)
+            return
+        except RuntimeError as e:
+            res.notes.append(f"equiv_induct aborted ({str(e).splitlines()[0]}; see induct.stdout)")
+    (out / "status3.txt").write_text(status2)
 
 
 def _cpu_seconds(log: Path) -> float | None:
@@ -548,8 +572,9 @@ def _bounded(res: Result, out: Path, tool: str, cycles: int, timeout_s: int) -> 
         res.bmc_cycles = cycles
         res.proof = res.proof or "bounded"
     else:
-        why = "timeout" if "timeout" in log.lower() else "tool failure, see bmc.stdout"
-        res.proof = res.proof or f"bounded check inconclusive ({why})"
+        why = "solver timeout" if "Interrupted SAT solver: TIMEOUT" in log else "tool failure, see bmc.stdout"
+        res.notes.append(f"bounded check inconclusive: {why}")
+        res.proof = res.proof or "bounded check inconclusive"
 
 
 def _finish(res: Result, t0: float) -> Result:
