@@ -91,7 +91,8 @@ def cmd_equiv(args) -> int:
         if args.out:
             out = args.out if len(names) == 1 else f"{args.out}/{load_hub_config(name).name}"
         try:
-            results.append(equiv.check(name, args.ref, out, match=args.match, echo=len(names) == 1))
+            results.append(equiv.check(name, args.ref, out, match=args.match, induct_seq=args.induct_seq,
+                                       bmc_cycles=args.bmc_cycles, echo=len(names) == 1))
         except RuntimeError as e:
             print(f"moehub equiv: {name}: {e}", file=sys.stderr)
             return 1
@@ -165,4 +166,10 @@ def add_parser(sub) -> None:
     e.add_argument("--match", choices=("all", "state"), default="all",
                    help="wires joined by name: 'all' shared names (default), 'state' only ports and "
                         "registers (when a refactor reuses combinational names for other signals)")
+    e.add_argument("--induct-seq", type=int, default=None, metavar="N",
+                   help="equiv_induct depth for what the register correspondence leaves unproven "
+                        "(default 4, skipped above 20k flip-flop bits; 0 = skip)")
+    e.add_argument("--bmc-cycles", type=int, default=None, metavar="K",
+                   help="cycles from reset of the counterexample search when the proof is incomplete "
+                        "(default 4, skipped above 20k flip-flop bits: mixtral-8gpu needs 11 GB; 0 = skip)")
     e.set_defaults(func=cmd_equiv)

