@@ -20,10 +20,10 @@ from pathlib import Path
 import yaml
 
 from ..config.cosim_schema import ConfigError, available, load_system_config
+from ..paths import HELP, output_dir
 from .components import Components
 
 POINTS_FILE = Path(__file__).resolve().parent / "data" / "calibration_points.yaml"
-OUT_DIR = Path("build") / "calibrate"
 _REQUIRED = ("id", "component", "what", "hardware", "system", "metric", "inputs", "published",
              "unit", "source", "tolerance")
 
@@ -184,7 +184,7 @@ def run(system: str | None = None, out: Path | None = None, figures: bool = True
                               f"{', '.join(available('system'))})")
         pts = [p for p in pts if p.system == system]
     evaluate(pts)
-    out = Path(out) if out else OUT_DIR
+    out = output_dir("calibrate", out=out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": write_csv(pts, out / "calibration.csv")}
     if figures and pts:
@@ -215,10 +215,10 @@ def cmd_calibrate(args) -> int:
 def add_parser(subparsers) -> None:
     c = subparsers.add_parser("calibrate", help="compare the co-simulation's component models "
                               "(launch, sync, collectives, puts, GEMM, HBM) with published "
-                              "measurements; writes build/calibrate/calibration.csv and plots")
+                              "measurements; writes calibrate/calibration.csv and plots in the build folder")
     c.add_argument("--system", default=None, help="only the points evaluated on this system "
                    f"config (config/system: {', '.join(available('system'))})")
-    c.add_argument("--out", default=None, help=f"output folder (default {OUT_DIR})")
+    c.add_argument("--out", default=None, help=f"output folder (default <build>/calibrate; <build> is {HELP})")
     c.add_argument("--no-figure", action="store_true", help="skip the plots")
     c.set_defaults(func=cmd_calibrate)
 

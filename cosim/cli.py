@@ -13,10 +13,10 @@ import csv
 import json
 import sys
 import time
-from pathlib import Path
 
 from ..config.cosim_schema import DTYPES, available
-from .experiment import RESULTS, load_configs, run_experiment, table, write_outputs
+from ..paths import HELP
+from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import BACKENDS, register_backend
 from .systems import SYSTEMS
 
@@ -99,7 +99,7 @@ def cmd_cosim(args) -> int:
                         rtl_gpus=_rtl_gpus(args.rtl_gpus, s.gpus))
     run = _run_name(args, m.name, s.name if args.gpus is None else f"{s.name}-g{s.gpus}",
                     w.tokens_per_gpu, w.name)
-    paths = write_outputs(er, run, Path(args.out) if args.out else None,
+    paths = write_outputs(er, run, args.out,
                           figure=not args.no_figure)
     print(table(er))
     for k, p in paths.items():
@@ -128,7 +128,7 @@ def cmd_sweep(args) -> int:
         from . import hub_rtl
         hub_rtl.WAVES = True
     points = _sweep_points(args)
-    out = Path(args.out) if args.out else RESULTS
+    out = results_dir(args.out)
     name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
         f"_{points[0]['system']}_{args.workload}" \
         f"{'_hub-expert-order' if args.hub_order == 'expert' else ''}" \
@@ -199,12 +199,13 @@ def _common(p, tokens_default=None):
                    "(the Verilog under cocotb + Icarus; e.g. 0 or 0,3 or all) and compare each "
                    "with the reference model")
     p.add_argument("--waves", action="store_true", help="with --rtl-gpus or --hub rtl: dump an "
-                   "FST waveform of each RTL hub (build/player/<hub>-cosim-gpu<N>/cocotb/)")
+                   "FST waveform of each RTL hub (<build>/player/<hub>-cosim-gpu<N>/cocotb/)")
     p.add_argument("--hub-order", default="token", choices=("token", "expert"),
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "
                         "layout kernel")
-    p.add_argument("--out", default=None, help=f"results folder (default {RESULTS})")
+    p.add_argument("--out", default=None, help=f"results folder (default <build>/results; "
+                   f"<build> is {HELP})")
     p.add_argument("--run", default=None, help="run name (sub-folder of the results folder)")
 
 

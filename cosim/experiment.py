@@ -2,7 +2,8 @@
 
 :func:`run_experiment` builds the routing and the :class:`~.layer.Layer` once, runs each
 system of :mod:`.systems` on it and returns an :class:`ExperimentResult`;
-:func:`write_outputs` writes ``build/results/<run>/``:
+:func:`write_outputs` writes ``results/<run>/`` in the build folder (``--out``,
+``$MOEHUB_BUILD`` or ``./build``: :mod:`moehub.paths`):
 
 * ``config.yaml``   the fully resolved configs (system, model, workload, derived hub);
 * ``stats.json``    layer latency per system, phases, speedups, end-to-end estimate, hub stats;
@@ -30,12 +31,16 @@ import yaml
 from ..config.cosim_schema import (ModelConfig, SystemConfig, WorkloadConfig, effective_dtypes,
                                    load_model_config, load_system_config, load_workload_config)
 from ..config.schema import ConfigError, HubConfig
+from ..paths import output_dir
 from .layer import Layer, SystemResult
 from .systems import PHASES, SYSTEMS, run_system
 from .workload import make_routing
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "build" / "results"
+
+
+def results_dir(out: Path | str | None = None) -> Path:
+    """``out``, else ``results/`` in the build folder (:mod:`moehub.paths`), resolved now."""
+    return output_dir("results", out=out)
 
 
 @dataclass
@@ -181,7 +186,7 @@ def resolved_config(er: ExperimentResult) -> dict:
 
 def write_outputs(er: ExperimentResult, run: str, out_root: Path | None = None,
                   figure: bool = True) -> dict:
-    out = Path(out_root or RESULTS) / run
+    out = results_dir(out_root) / run
     out.mkdir(parents=True, exist_ok=True)
     st = stats(er)
     paths = {}

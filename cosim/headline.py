@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import RESULTS, load_configs, run_experiment, write_outputs
+from ..paths import HELP, output_dir
+from .experiment import load_configs, run_experiment, write_outputs
 from .systems import BASELINES
 
 SYSTEM_CONFIGS = ("h100x8", "b200x8", "gb200-nvl72")
@@ -155,7 +156,7 @@ def cmd_headline(args) -> int:
     systems = args.systems.split(",") if args.systems else list(SYSTEM_CONFIGS)
     models = args.models.split(",") if args.models else list(MODELS)
     tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else list(TOKENS)
-    out = Path(args.out) if args.out else RESULTS / "headline"
+    out = output_dir("results", "headline", out=args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, ers, t_all = [], {}, time.perf_counter()
     for sname in systems:
@@ -211,6 +212,6 @@ def add_parser(subparsers) -> None:
     h.add_argument("--models", default=None, help=f"models (default {','.join(MODELS)})")
     h.add_argument("--tokens", default=None, help="tokens per GPU (default "
                    f"{','.join(map(str, TOKENS))})")
-    h.add_argument("--out", default=None, help=f"output folder (default {RESULTS}/headline)")
+    h.add_argument("--out", default=None, help=f"output folder (default <build>/results/headline; <build> is {HELP})")
     h.add_argument("--no-figure", action="store_true", help="skip the plot and timelines")
     h.set_defaults(func=cmd_headline)

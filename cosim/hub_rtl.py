@@ -18,10 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pathlib import Path
-
 from ..config.schema import HubConfig
-from ..rtl.gen import BUILD
+from ..paths import output_dir
 from ..rtl.formats import CtlKind
 from ..verif.player import (PlayerResult, csr_program, default_layout, model_write_hash,
                             replay_into_model, run_player)
@@ -69,7 +67,7 @@ def run_hub_rtl(cfg: HubConfig, arrivals: HubArrivals, *, mode: str = "cocotb",
     out = result_from_player(cfg, res)
     out.player = res          # wall time, stalls: for reports and benchmarks
     if waves:
-        fst = sorted(Path(BUILD / "player").glob(f"{cfg.name}-{tag}/cocotb/*.fst"))
+        fst = sorted(output_dir("player").glob(f"{cfg.name}-{tag}/cocotb/*.fst"))
         print(f"waveform: {fst[0] if fst else '(none written)'}")
     return out
 

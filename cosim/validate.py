@@ -21,7 +21,8 @@ import numpy as np
 import yaml
 
 from ..config.schema import ConfigError
-from .experiment import RESULTS, load_configs
+from ..paths import HELP, output_dir
+from .experiment import load_configs
 from .layer import Layer, SystemResult
 from .systems import SYSTEMS, run_system
 from .workload import make_routing
@@ -247,7 +248,7 @@ def cmd_validate(args) -> int:
         rows.append(run_case(c))
         print(f"[{i + 1}/{len(cases)}] {c.id}: {rows[-1].model:.1f} vs {c.published} "
               f"({rows[-1].wall_s:.1f} s)", flush=True)
-    out = Path(args.out) if args.out else RESULTS / "validate"
+    out = output_dir("results", "validate", out=args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(report(rows))
     print(f"      table: {write_csv(rows, out / 'validation.csv')}")
@@ -260,5 +261,5 @@ def add_parser(subparsers) -> None:
                               "end-to-end figures (cosim/data/published.yaml)")
     v.add_argument("--only", default=None, help="comma-separated case ids")
     v.add_argument("--data", default=None, help="another published-figures YAML")
-    v.add_argument("--out", default=None, help=f"output folder (default {RESULTS}/validate)")
+    v.add_argument("--out", default=None, help=f"output folder (default <build>/results/validate; <build> is {HELP})")
     v.set_defaults(func=cmd_validate)

@@ -22,32 +22,34 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
+from .interfaces import allocation_signature
 from .logic import exactly, select
 
 
 class AddressAllocator(wiring.Component):
-    """Members
-    -------
-    req : In(lanes)                       lane j asks for a row (expert in range)
-    req_expert : In(experts).array(lanes) the expert, one-hot (decoded a stage earlier)
-    row : Out(row_bits).array(lanes)      granted row (valid when ok)
-    ok : Out(lanes)                       the row fits the region (else: overflow)
-    commit : In(1)                        apply this cycle's grants (pipeline advances)
-    clear : In(1)                         layer start: zero the counters, latch the capacities
-    cap : In(cap_bits).array(experts)     region capacities (CSR)
-    rows : Out(cap_bits).array(experts)   rows allocated so far (CSR status, final counts)
+    """Dense row allocation per expert region (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+
+    Attributes
+    ----------
+    grant : In(allocation_signature(cfg))
+        Requests (one-hot expert, decoded a stage earlier) and their grants, answered in
+        the same cycle; every grant is applied. ``clear`` (layer start) zeroes the
+        counters and latches the capacities.
+    cap : In(cap_bits).array(experts)
+        Region capacities (CSR).
+    rows : Out(cap_bits).array(experts)
+        Rows allocated so far (CSR status, the final counts).
     """
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
         L, E = cfg.lanes, cfg.experts
         super().__init__({
-            "req": In(L),
-            "req_expert": In(E).array(L),
-            "row": Out(cfg.row_bits).array(L),
-            "ok": Out(L),
-            "commit": In(1),
-            "clear": In(1),
+            "grant": In(allocation_signature(cfg)),
             "cap": In(cfg.cap_bits).array(E),
             "rows": Out(cfg.cap_bits).array(E),
         })
@@ -64,13 +66,13 @@ class AddressAllocator(wiring.Component):
         for j in range(L):
             ahead = 0
             for i in range(j):
-                ahead = ahead + (self.req[i] & (self.req_expert[i] & self.req_expert[j]).any())
+                ahead = ahead + (self.grant.req[i] & (self.grant.expert[i] & self.grant.expert[j]).any())
             n_ahead = Signal(range(L), name=f"ahead{j}")
-            oh = self.req_expert[j]
+            oh = self.grant.expert[j]
             m.d.comb += [
                 n_ahead.eq(ahead),
-                self.row[j].eq(select([(oh[e], counters[e]) for e in range(E)], cfg.cap_bits) + n_ahead),
-                self.ok[j].eq(self.req[j] & (n_ahead < select([(oh[e], room[e]) for e in range(E)],
+                self.grant.row[j].eq(select([(oh[e], counters[e]) for e in range(E)], cfg.cap_bits) + n_ahead),
+                self.grant.ok[j].eq(self.grant.req[j] & (n_ahead < select([(oh[e], room[e]) for e in range(E)],
                                                               cfg.cap_bits))),
             ]
 
@@ -78,13 +80,13 @@ class AddressAllocator(wiring.Component):
         # saturating update needs no adder after the compare: both outcomes are computed
         # in parallel with it.
         cap_l = [Signal(cfg.cap_bits, name=f"cap{e}") for e in range(E)]
-        with m.If(self.clear):
+        with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
-        with m.Elif(self.commit):
+        with m.Else():
             for e in range(E):
-                reqs = [self.req[j] & self.req_expert[j][e] for j in range(L)]
+                reqs = [self.grant.req[j] & self.grant.expert[j][e] for j in range(L)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)

@@ -21,6 +21,24 @@ _CONSTANT = ("ID", "PARAMS")
 
 
 class CsrBank(wiring.Component):
+    """The register file (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+
+    Attributes
+    ----------
+    bus : In(csr_bus_signature)
+        Software's register bus.
+    start, flush, clear_errors : Out(1)
+        CTRL strobes.
+    <register> : Out(width) or In(width), ``.array(count)`` for arrays
+        One port per register of :class:`~moehub.rtl.csr_map.CsrMap` except ID, PARAMS and
+        CTRL, named in lower case: read-write registers drive an output, read-only ones
+        are read from an input.
+    """
+
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
         self.map = CsrMap(cfg)

@@ -4,28 +4,35 @@ Per-row events (a row's metadata write, its completion, its credit) happen at mo
 per row, i.e. at most ``lanes / chunks_per_row`` times per cycle on average, but up to
 several in one cycle. This queue takes up to ``push_slots`` events per cycle, keeps
 their slot order (slot 0 first), and hands them out one per cycle, so one narrow port
-serves all lanes. It never overflows: the producer pushes only while ``free`` is at least
-``push_slots`` (the hub stalls its input otherwise; nothing is dropped).
+serves all lanes. It has no ready on the push side: the producer reserves its entries
+itself, counting the pops it is told of (the packet manager's input reservations), so the
+queue never overflows and nothing is dropped.
 """
 from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .interfaces import queue_push_signature
+
 
 class EventQueue(wiring.Component):
-    """Parameters
-    ----------
-    layout : shape of one event
-    push_slots : events that can be pushed in one cycle
-    depth : entries (power of two, >= push_slots)
+    """Multi-push, single-pop queue (see the module docstring).
 
-    Members
-    -------
-    push_valid : In(push_slots)       bit i: slot i carries an event this cycle
-    push_data : In(layout).array(push_slots)
-    o : Out(stream.Signature(layout))  events in order
-    free : Out(range(depth + 1))       empty entries (before this cycle's push/pop)
-    empty : Out(1)
+    Parameters
+    ----------
+    layout : ShapeLike
+        Shape of one entry.
+    push_slots : int
+        Entries that can be pushed in one cycle.
+    depth : int
+        Entries (a power of two, >= push_slots).
+
+    Attributes
+    ----------
+    push : In(queue_push_signature(layout, push_slots))
+        Entries in (valid, data), and what the producer counts (pop, empty).
+    o : Out(stream.Signature(layout))
+        Entries in order.
     """
 
     def __init__(self, layout, push_slots: int, depth: int):
@@ -35,11 +42,8 @@ class EventQueue(wiring.Component):
             raise ValueError(f"depth = {depth}: must be a power of two >= push_slots ({push_slots})")
         self.layout, self.push_slots, self.depth = layout, push_slots, depth
         super().__init__({
-            "push_valid": In(push_slots),
-            "push_data": In(layout).array(push_slots),
+            "push": In(queue_push_signature(layout, push_slots)),
             "o": Out(stream.Signature(layout)),
-            "free": Out(range(depth + 1)),
-            "empty": Out(1),
         })
 
     def elaborate(self, platform):
@@ -58,15 +62,15 @@ class EventQueue(wiring.Component):
         head = Signal(self.layout)
         rp1 = Signal(aw, init=1)
         m.d.comb += [
-            self.free.eq(depth - level),
-            self.empty.eq(level == 0),
+            self.push.empty.eq(level == 0),
             self.o.valid.eq(level != 0),
             self.o.payload.eq(head),
         ]
         do_pop = self.o.valid & self.o.ready
+        m.d.comb += self.push.pop.eq(do_pop)
         first_push = 0
         for i in reversed(range(n)):
-            first_push = Mux(self.push_valid[i], self.push_data[i].as_value(), first_push)
+            first_push = Mux(self.push.valid[i], self.push.data[i].as_value(), first_push)
         m.d.sync += head.eq(Mux(do_pop, Mux(level >= 2, store[rp1].as_value(), first_push),
                                 Mux(level >= 1, head.as_value(), first_push)))
 
@@ -80,7 +84,7 @@ class EventQueue(wiring.Component):
             r = Signal(range(n), name=f"rank{i}")
             m.d.comb += r.eq(pushed)
             rank.append(r)
-            pushed = pushed + self.push_valid[i]
+            pushed = pushed + self.push.valid[i]
         n_push = Signal(range(n + 1))
         m.d.comb += n_push.eq(pushed)
         for k in range(depth):
@@ -88,10 +92,10 @@ class EventQueue(wiring.Component):
             m.d.comb += dist.eq(k - wp)
             take = [Signal(name=f"take{k}_{i}") for i in range(n)]
             for i in range(n):
-                m.d.comb += take[i].eq(self.push_valid[i] & (dist == rank[i]))
+                m.d.comb += take[i].eq(self.push.valid[i] & (dist == rank[i]))
             data = 0
             for i in range(n):
-                data = data | Mux(take[i], self.push_data[i].as_value(), 0)
+                data = data | Mux(take[i], self.push.data[i].as_value(), 0)
             with m.If(Cat(*take).any()):
                 m.d.sync += store[k].eq(data)
 

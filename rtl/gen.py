@@ -25,11 +25,10 @@ from amaranth._toolchain.yosys import find_yosys
 from amaranth.back import rtlil
 
 from ..config.schema import HubConfig
+from ..paths import output_dir
 from .hub import MoEHub
 
 TOP = "moehub"
-REPO = Path(__file__).resolve().parent.parent
-BUILD = REPO / "build"
 RTL_DIR = Path(__file__).resolve().parent
 
 SIM_PASSES = ("proc", "flatten", "opt", "wreduce", "opt_clean", "memory_collect")
@@ -45,7 +44,7 @@ def rtlil_to_verilog(il_text: str, passes=SIM_PASSES) -> str:
 
 def _stamp(cfg: HubConfig, top: str) -> str:
     h = hashlib.sha256()
-    for p in sorted(RTL_DIR.glob("*.py")) + [Path(__file__).resolve().parent.parent / "config" / "schema.py"]:
+    for p in sorted(RTL_DIR.glob("*.py")) + [RTL_DIR.parent / "config" / "schema.py"]:
         h.update(p.read_bytes())
     h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode())
     h.update(repr((top, SIM_PASSES)).encode())
@@ -53,8 +52,10 @@ def _stamp(cfg: HubConfig, top: str) -> str:
 
 
 def convert(cfg: HubConfig, out_dir: Path | None = None, top: str = TOP, force: bool = False) -> Path:
-    """Write ``<out_dir>/<top>.v`` (+ RTLIL, CSR map JSON and header); return the Verilog path."""
-    out_dir = Path(out_dir) if out_dir else BUILD / "rtl" / cfg.name
+    """Write ``<out_dir>/<top>.v`` (+ RTLIL, CSR map JSON and header); return the Verilog path.
+
+    ``out_dir`` defaults to ``rtl/<config>/`` in the build folder (:mod:`moehub.paths`)."""
+    out_dir = output_dir("rtl", cfg.name, out=out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     v_path = out_dir / f"{top}.v"
     stamp_path = out_dir / f".{top}.stamp"

@@ -9,14 +9,9 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig, index_bits
 from .formats import Format, HubFormats
 from .csr_map import CSR_DATA_BITS
+from .timing import GROUP_AGE_LIMIT, GROUP_BITS  # noqa: F401 (re-exported)
 
 
-#: Width of the pipeline group id that orders tile flags after their rows' data writes. Ids
-#: are compared modulo 2**GROUP_BITS (see :func:`group_not_after`); the packet manager stops
-#: accepting input while a write waiting in a lane's FIFO is GROUP_AGE_LIMIT groups old, so
-#: the ids in flight span well under half the id space.
-GROUP_BITS = 6
-GROUP_AGE_LIMIT = 16
 
 
 def group_not_after(a, b):

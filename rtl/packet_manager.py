@@ -1,23 +1,30 @@
-"""Runtime packet manager: the row tables, per-lane packet handling and address translation.
+"""Runtime packet manager: per-lane packet handling, the row rules and address translation.
 
-Pipeline (one *group* of up to ``lanes`` packets per stage). The pipeline never stalls:
+Seven stages -- A, R, T, AL, RI, B, OUT -- each a few gate levels deep, one *group* of up
+to ``lanes`` packets per stage. The pipeline never stalls:
 every stage register loads every cycle, so no enable fans out across it. Back-pressure
-acts only at the input, by reservation: a group is accepted only when every packet in
-flight is sure to find room for its write (in its lane's write FIFO), its event and its
-credit (in the queues), counted in registers a cycle ahead (``room``).
+acts only at the input, by reservation (:class:`~moehub.rtl.reservations.InputReservations`):
+a group is accepted only when every packet in flight is sure to find room for its write,
+its event and its credit. Each stage is a method below; it hands the next stage one
+record per lane (a ``data.StructLayout`` of :class:`StageLayouts`), and the state the
+stages keep lives in small components:
+:class:`~moehub.rtl.chunk_table.ChunkTable` (rows in flight, with R's read registers and
+W), :class:`~moehub.rtl.eos_tracker.EosTracker` (per-source end of stream),
+:class:`~moehub.rtl.write_buffer.LaneWriteBuffer` (per lane) and the row-info memory (RI).
 
 * **A** -- input registers, with everything that depends on the packets alone decoded on
   the way in: range checks, the table index, the chunk's one-hot bit, and the lane-pair
-  comparisons (same row, same source, same expert; same row as the group ahead).
+  comparisons (same row, same source, same expert; same row as the groups ahead).
 * **R** -- chunk-table read for every lane. The group ahead (in T) writes the table at
   the end of this cycle, so a lane on a row that group touches takes T's result instead
   (bypass); that is the only path from T back into R.
 * **T** -- every rule of the hub, applied to the lanes *as if in lane order* (lane 0
   first), written as parallel prefix logic rather than a chain of lanes: the first chunk
   of a row (any index, any lane) opens it; duplicate, protocol and end-of-stream rules;
-  row completion (all chunks in). T owns the state those rules need: the chunk table
-  (open, expert, chunk bitmap per (source, tag)) and per source the end-of-stream flag
-  and count and the rows opened, and commits them every cycle.
+  row completion (all chunks in). T decides the chunk table's write-back and the
+  end-of-stream summary of its group, and asks the allocator for the rows it opened.
+  (The write-back is registered in the chunk table, *W*, and written a cycle later: off
+  T's loop, and not a stage of the packet's path.)
 * **AL** -- the :class:`AddressAllocator` grants rows to the rows T opened (lane order;
   overflow refused); each lane's expert region base is looked up, and its row-info entry
   read (the group ahead, in RI, writes the table in this cycle: a lane on a row that
@@ -27,8 +34,9 @@ credit (in the queues), counted in registers a cycle ahead (``room``).
   group. Per-row events (metadata write, completion), credits, and the two parts of the
   address (``region_base[e] + chunk * chunk_bytes`` and ``row * row_stride``) are formed.
 * **B** -- events and credits enter their queues in lane order; the address parts are
-  added; each lane's write enters the lane's write FIFO (``WRITE_FIFO_DEPTH`` entries),
-  whose head is the lane's ``wr`` port.
+  added; each lane's write completes its slot in the lane's write buffer
+  (``WRITE_FIFO_DEPTH`` slots).
+* **OUT** -- the head of each lane's write buffer is the lane's ``wr`` port.
 
 Latency: a packet accepted in cycle *t* is written out in cycle *t+6* (``WRITE_LATENCY``)
 when its FIFO is empty; its row's events enter the event queue in cycle *t+5*.
@@ -58,26 +66,26 @@ until it completes, or until the watchdog flushes it); every later group is drop
 NOT_ARMED, and once the pipeline has drained the packet manager asks the tracker for the
 end-of-layer sweep.
 """
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import stream, wiring
+from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config.schema import QUEUE_GROUPS, HubConfig
+from ..config.schema import HubConfig
+from .chunk_table import ChunkTable, onehot_mux
+from .eos_tracker import EosTracker, dist_shape
 from .formats import Reason
-from .layouts import GROUP_AGE_LIMIT, GROUP_BITS, HubLayouts
-from .logic import SplitDifference, exactly, popcount as _popcount, select as _select, times_const
+from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
+                         layer_status_signature, ordering_guard_signature, queue_push_signature)
+from .layouts import HubLayouts
+from .logic import SplitDifference, exactly, popcount, select, times_const
+from .reservations import InputReservations
+from .timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
+from .write_buffer import LaneWriteBuffer
 
-#: Cycles from a packet's acceptance to its data write leaving the hub (nothing stalled).
-WRITE_LATENCY = 6
-#: Cycles from a packet's acceptance to its row's event entering the event queue.
-EVENT_LATENCY = 5
-#: Pipeline registers a packet passes before it leaves B (A, R, T, AL, RI->B): the packets
-#: the input reservations must cover (config.schema.QUEUE_GROUPS = this + 1).
-IN_FLIGHT_GROUPS = QUEUE_GROUPS - 1
-#: Entries of each lane's write FIFO: the writes in flight plus one leaving, so that a lane
-#: whose port is always ready never holds the input back.
-WRITE_FIFO_DEPTH = 8
+#: Reasons T finds (per lane, registered for the statistics).
+T_REASONS = (Reason.NOT_ARMED, Reason.BAD_SOURCE, Reason.BAD_CHUNK, Reason.BAD_EXPERT,
+             Reason.POST_EOS, Reason.PROTOCOL, Reason.DUPLICATE, Reason.EOS_DUPLICATE)
 
 
 def _any(bits):
@@ -85,800 +93,644 @@ def _any(bits):
     return Cat(*bits).any() if bits else Const(0)
 
 
-def _onehot_mux(sel_vals, default):
-    """``default`` unless one of the (select, value) pairs is selected (at most one is)."""
-    out = default
-    for sel, val in sel_vals:
-        out = Mux(sel, val, out)
-    return out
+def _lanes(recs, field):
+    """One bit per lane: ``field`` of each lane's record."""
+    return Cat(*(getattr(rec, field) for rec in recs))
+
+
+class StageLayouts:
+    """The record each stage hands the next, one per lane.
+
+    Pairwise fields (``same_*``, ``row``, ``fwd``) hold in bit ``i`` of lane ``j``'s record
+    the relation of lane ``i < j`` to lane ``j``; ``hit`` and ``hit2`` in bit ``k`` that of
+    lane ``k`` of the group one or two ahead. Adding a field is local: declare it here,
+    drive it in the stage that forms it, read it in the next.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        lay = HubLayouts(cfg)
+        L, N, C = cfg.lanes, cfg.entries, cfg.chunks_per_row
+        #: ``count - opened - k`` candidates of an EOS lane: k up to 5 x lanes (2 lags and
+        #: the group ahead (3L), the openers n of its own group (L), and the signs of
+        #: p_evec[n] - k' - 1 (k' < L)).
+        self.nk = 5 * L + 1
+        carried = {"valid": 1, "pkt": lay.packet, "slot": range(WRITE_FIFO_DEPTH), "idx": range(N)}
+        checks = {"bad_src": 1, "bad_chunk": 1, "bad_exp": 1, "oh": C}
+        #: A: the packets decoded on the way in.
+        self.a = data.StructLayout({
+            **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
+            "hit": L, "hit2": L, "psel_in": L + 1, "src_oh": cfg.sources})
+        #: R: what of T's rules depends on the packets alone (data / EOS lane, first and last
+        #: lane on its row, the expert of a row opened in the group), and the EOS arithmetic.
+        #: (The table entries read are the chunk table's registers.)
+        self.r = data.StructLayout({
+            **carried, **checks, "same_idx": L, "same_src": L, "same_chunk": L, "row": L,
+            "d": 1, "eos": 1, "first": 1, "last": 1, "match_new": 1, "eos_prior": 1,
+            "dec": data.ArrayLayout(dist_shape(cfg), self.nk), "lag": 2 * L + 1,
+            "src_oh": cfg.sources})
+        #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
+        self.t = data.StructLayout({
+            **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
+            "fwd": L, "exp_oh": cfg.experts, "hit": L})
+        #: AL: the grant, the region base, the row-info entry read.
+        self.al = data.StructLayout({
+            **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
+            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info})
+        #: B: the address parts, the event and the credit.
+        self.b = data.StructLayout({
+            "valid": 1, "pv": 1, "pre": cfg.addr_bits, "rowoff": cfg.addr_bits,
+            "slot": range(WRITE_FIFO_DEPTH), "ev_valid": 1, "ev": lay.event,
+            "cr_valid": 1, "cr": lay.credit})
+        #: T's reasons, per lane (bit j).
+        self.reasons = data.StructLayout({r.name.lower(): L for r in T_REASONS})
 
 
 class PacketManager(wiring.Component):
-    """See the module docstring. Members (L = lanes, E = experts, S = sources):
+    """The packet manager (see the module docstring).
 
-    i : In(stream packet).array(L)        input lanes
-    wr : Out(stream write).array(L)       data writes (one port per lane)
-    ev_push_valid / ev_push_data          per-row events to the event queue (one slot per lane)
-    ev_pop, ev_empty                      event-queue state (an event left; empty)
-    cr_push_valid / cr_push_data          credits to the credit queue (L slots)
-    cr_pop                                a credit left the credit queue
-    alloc_*                               the allocator's request/grant interface
-    region_base : In(addr_bits).array(E)  from the CSRs
-    start, flush : In(1)                  CSR strobes; timeout : In(32)
-    tracker_idle, clearing, sweep_done    from the tracker
-    layer_start, mark_dirty, sweep_req    to the tracker
-    armed, done, inflight, eos_seen, src_rows, src_eos, overflow, drops, errors   status
-    clear_errors : In(1)
-    b_busy, b_group                       writes in B (the tracker's ordering guard)
-    c_busy, c_group                       registered: each write FIFO's head, and B, a cycle ago
+    Parameters
+    ----------
+    cfg : HubConfig
+
+    Attributes
+    ----------
+    i : In(stream.Signature(packet)).array(lanes)
+        Input lanes (one ready for all).
+    wr : Out(stream.Signature(write)).array(lanes)
+        Data writes, one port per lane.
+    ev, cr : Out(queue_push_signature(event / credit, lanes))
+        Per-row events to the event queue; credits to the credit queue.
+    alloc : Out(allocation_signature)
+        Row requests to the allocator.
+    region_base : In(addr_bits).array(experts)
+        From the CSRs.
+    csr : In(layer_csr_signature)
+        START, FLUSH, CLEAR_ERRORS strobes and the watchdog timeout.
+    tracker : Out(layer_handshake_signature)
+        Layer start and end with the tracker.
+    guard : Out(ordering_guard_signature)
+        Where the data writes are (the tracker's ordering guard).
+    status : Out(layer_status_signature)
+        For the CSRs.
+    layer_done : Out(1)
+        One-cycle pulse when the tracker has written the layer-done word.
     """
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
-        L, E, S = cfg.lanes, cfg.experts, cfg.sources
-        nr = len(Reason)
+        self.stages = StageLayouts(cfg)
+        L = cfg.lanes
         super().__init__({
             "i": In(stream.Signature(lay.packet)).array(L),
             "wr": Out(stream.Signature(lay.write)).array(L),
-            "ev_push_valid": Out(L),
-            "ev_push_data": Out(lay.event).array(L),
-            "ev_pop": In(1),
-            "ev_empty": In(1),
-            "cr_push_valid": Out(L),
-            "cr_push_data": Out(lay.credit).array(L),
-            "cr_pop": In(1),
-            "alloc_req": Out(L),
-            "alloc_expert": Out(E).array(L),
-            "alloc_row": In(cfg.row_bits).array(L),
-            "alloc_ok": In(L),
-            "alloc_commit": Out(1),
-            "alloc_clear": Out(1),
-            "region_base": In(cfg.addr_bits).array(E),
-            "start": In(1), "flush": In(1), "clear_errors": In(1), "timeout": In(32),
-            "tracker_idle": In(1), "clearing": In(1), "sweep_done": In(1),
-            "layer_start": Out(1), "mark_dirty": Out(1), "sweep_req": Out(1),
-            "armed": Out(1), "done": Out(1), "layer_done": Out(1),
-            "inflight": Out(32),
-            "eos_seen": Out(S),
-            "src_rows": Out(cfg.count_bits).array(S),
-            "src_eos": Out(cfg.count_bits).array(S),
-            "overflow": Out(32).array(E),
-            "drops": Out(32).array(nr),
-            "errors": Out(nr),
-            "b_busy": Out(1), "b_group": Out(GROUP_BITS), "c_busy": Out(L + 1),
-            "c_group": Out(GROUP_BITS).array(L + 1),
+            "ev": Out(queue_push_signature(lay.event, L)),
+            "cr": Out(queue_push_signature(lay.credit, L)),
+            "alloc": Out(allocation_signature(cfg)),
+            "region_base": In(cfg.addr_bits).array(cfg.experts),
+            "csr": In(layer_csr_signature()),
+            "tracker": Out(layer_handshake_signature()),
+            "guard": Out(ordering_guard_signature(cfg)),
+            "status": Out(layer_status_signature(cfg)),
+            "layer_done": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        cfg, lay = self.cfg, self.lay
-        L, E, S, T, C = cfg.lanes, cfg.experts, cfg.sources, cfg.tags_per_source, cfg.chunks_per_row
-        N = cfg.entries
-        pairs = [(i, j) for j in range(L) for i in range(j)]
+        cfg, st, L = self.cfg, self.stages, self.cfg.lanes
+        m.submodules.table = self.table = ChunkTable(cfg)
+        m.submodules.eos = self.eos = EosTracker(cfg)
+        m.submodules.reserve = self.reserve = InputReservations(cfg)
+        self.wbuf = [LaneWriteBuffer(cfg, j) for j in range(L)]
+        for j, buf in enumerate(self.wbuf):
+            m.submodules[f"wbuf{j}"] = buf
+        m.submodules.rowinfo = self.rowinfo = Memory(shape=self.lay.row_info, depth=cfg.entries, init=[])
+        # Stage registers, one record per lane.
+        self.a, self.r, self.t, self.al, self.b = (
+            [Signal(getattr(st, s), name=f"{s}{j}") for j in range(L)] for s in ("a", "r", "t", "al", "b"))
+        self.group = Signal(GROUP_BITS, name="group")
+        self._layer_state(m)
+        self._accept(m)
+        self._stage_a(m)
+        self._stage_r(m)
+        self._stage_t(m)
+        self._stage_al(m)
+        self._stage_ri(m)
+        self._stage_b(m)
+        self._statistics(m)
+        self._layer_control(m)
+        return m
 
-        def lane_sigs(name, shape=1):
-            return [Signal(shape, name=f"{name}{j}") for j in range(L)]
+    # ---------------------------------------------------------------- layer state, input
+    def _layer_state(self, m):
+        """The layer's control registers (driven by :meth:`_layer_control`), and whether
+        it is finished / live (read by T)."""
+        for name in ("armed", "done", "start_pending", "flush_pending", "flush_timeout",
+                     "sweep_req", "start_go", "flush_go"):
+            setattr(self, name, Signal(name=name))
+        self.finished, self.live = Signal(name="finished"), Signal(name="live")
+        eos = self.eos
+        m.d.comb += [
+            self.finished.eq(~self.table.rows_open & Cat(
+                eos.seen[s] & eos.reached[s] for s in range(self.cfg.sources)).all()),
+            self.live.eq(self.armed & ~self.finished),
+        ]
 
-        def pair_sigs(name):
-            return {(i, j): Signal(name=f"{name}{i}_{j}") for i, j in pairs}
-
-        # ------------------------------------------------------------ state
-        # Chunk table (T): open bits in flops (one-cycle clear), expert and bitmap in a
-        # memory read by every lane in R and written by every lane in T.
-        open_v = Signal(N)
-        m.submodules.chunks = ct = Memory(shape=lay.chunk_body, depth=N, init=[])
-        ct_rd = [ct.read_port(domain="comb") for _ in range(L)]
-        ct_wr = [ct.write_port() for _ in range(L)]
-        # Row-info table (RI): granted row and whether it was granted.
-        m.submodules.rowinfo = ri = Memory(shape=lay.row_info, depth=N, init=[])
-        ri_rd = [ri.read_port(domain="comb") for _ in range(L)]
-        ri_wr = [ri.write_port() for _ in range(L)]
-        # Per-source end-of-stream state and rows opened (all openers, see T).
-        eos_seen = Signal(S)
-        eos_cnt = [Signal(cfg.count_bits, name=f"eos_cnt{s}") for s in range(S)]
-        opened = [Signal(cfg.count_bits + 1, name=f"opened{s}") for s in range(S)]
-        src_rows = [Signal(cfg.count_bits, name=f"src_rows{s}") for s in range(S)]
-        dist = [Signal(signed(cfg.count_bits + 3), name=f"dist{s}") for s in range(S)]
-        # These registers run a group behind: the group T committed last is summarised in
-        # p_* (how many rows each source opened -- one-hot --, its EOS and what the distance
-        # becomes), and the state after it (seen_t, opened_t, dist_t) is formed from
-        # registers only; T's own results go straight into p_* (no adder after T's logic).
-        p_sel = [Signal(L + 1, name=f"p_sel{s}", init=1) for s in range(S)]
-        p_eos = Signal(S)
-        p_evec = [[Signal.like(dist[0], name=f"p_evec{s}_{n}") for n in range(L + 1)] for s in range(S)]
-        p_cnt = [Signal(cfg.count_bits, name=f"p_cnt{s}") for s in range(S)]
-        seen_t = Signal(S)
-        opened_t = [Signal.like(opened[0], name=f"opened_t{s}") for s in range(S)]
-        dist_t = [Signal.like(dist[0], name=f"dist_t{s}") for s in range(S)]
-        for s in range(S):
-            m.d.comb += [
-                seen_t[s].eq(eos_seen[s] | p_eos[s]),
-                opened_t[s].eq(_select([(p_sel[s][n], opened[s] + n) for n in range(L + 1)],
-                                       opened[0].shape())),
-                dist_t[s].eq(Mux(p_eos[s],
-                                 _select([(p_sel[s][n], p_evec[s][n]) for n in range(L + 1)], dist[0].shape()),
-                                 _select([(p_sel[s][n], dist[s] - n) for n in range(L + 1)], dist[0].shape()))),
-            ]
-            m.d.sync += [eos_seen[s].eq(seen_t[s]), opened[s].eq(opened_t[s]), dist[s].eq(dist_t[s])]
-            with m.If(p_eos[s]):
-                m.d.sync += eos_cnt[s].eq(p_cnt[s])
-        # T needs only whether dist_t <= k (k = 0..L-1: the source's earlier openers in the
-        # group), not dist_t itself: the comparisons are registers chosen by one-hots.
-        # dist_le[m] = dist <= m (m = 0..2L-1), so dist_t = dist - n <= k is dist_le[n + k];
-        # after an EOS, p_le[n][k] = p_evec[n] <= k, the sign of another r_dec candidate.
-        dist_le = [Signal(2 * L, name=f"dist_le{s}", init=(1 << 2 * L) - 1) for s in range(S)]
-        p_le = [[Signal(L, name=f"p_le{s}_{n}") for n in range(L + 1)] for s in range(S)]
-        dle_t = [Signal(L, name=f"dle_t{s}") for s in range(S)]
-        for s in range(S):
-            for k in range(L):
-                m.d.comb += dle_t[s][k].eq(Mux(
-                    p_eos[s], Cat(p_sel[s][n] & p_le[s][n][k] for n in range(L + 1)).any(),
-                    Cat(p_sel[s][n] & dist_le[s][n + k] for n in range(L + 1)).any()))
-            # (dist_t <= k for the next cycle: every candidate compared with a constant,
-            # then chosen -- no subtraction in front of the compares)
-            m.d.sync += [dist_le[s][k].eq(Mux(
-                p_eos[s], Cat(p_sel[s][n] & (p_evec[s][n] <= k) for n in range(L + 1)).any(),
-                Cat(p_sel[s][n] & (dist[s] <= n + k) for n in range(L + 1)).any())) for k in range(2 * L)]
-        eos_seen_rd, dle_rd = Array(seen_t), Array(dle_t)
-        count_reached = Signal(S)
-        m.d.comb += count_reached.eq(Cat(dle_t[s][0] for s in range(S)))
-        # (rows open in the table: at most one per entry, so a narrow counter)
-        inflight = Signal(range(N + 1))
-        drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
-        overflow = [Signal(32, name=f"overflow{e}") for e in range(E)]
-        errors = Signal(len(Reason))
-        armed = Signal()
-        done = Signal()
-        start_pending = Signal()
-        flush_pending = Signal()
-        flush_timeout = Signal()
-        sweep_req = Signal()
-        idle_cycles = Signal(32)
-        group = Signal(GROUP_BITS)
-
-        # ------------------------------------------------------------ flow control
-        # The pipeline never stalls: every stage register loads every cycle. Back-pressure
-        # acts at the input only, by reservation: a group is accepted only if every packet
-        # in flight (and this group) is sure to find room in its lane's write FIFO and in
-        # the event and credit queues. The counters below are registers, so `ready` is a
-        # short path from flops, and no enable fans out to the pipeline.
-        wf_used = [Signal(range(WRITE_FIFO_DEPTH + 1), name=f"wf_used{j}") for j in range(L)]
-        # Queue entries neither used nor reserved by a packet in flight (before B).
-        ev_avail = Signal(range(cfg.event_queue_depth + 1), init=cfg.event_queue_depth)
-        cr_avail = Signal(range(cfg.credit_queue_depth + 1), init=cfg.credit_queue_depth)
-        block = Signal()
-        m.d.comb += block.eq(start_pending | flush_pending | self.clearing)
-        # A write still waiting in a lane's FIFO also holds the input back once it is
-        # GROUP_AGE_LIMIT groups old, so that the group ids the tracker's ordering guard
-        # compares (modulo 2**GROUP_BITS) stay within half the id space.
-        # `room` is a register: the reservations' next values, checked a cycle ahead as if
-        # every lane were accepted whenever `room` allowed it, and not counting this
-        # cycle's queue pops (conservative: it depends on no input and on no `block`).
-        young = Signal()
-        room = Signal(init=1)
-        ready = Signal()
-        m.d.comb += ready.eq(room & ~block)
+    def _accept(self, m):
+        """Input handshake: a group is accepted when the reservations have room and no
+        layer command is pending. Owns nothing (the counts are :class:`InputReservations`')."""
+        L, res = self.cfg.lanes, self.reserve
+        self.block = Signal(name="block")
+        m.d.comb += self.block.eq(self.start_pending | self.flush_pending | self.tracker.clearing)
+        ready = Signal(name="ready")
+        m.d.comb += ready.eq(res.room & ~self.block)
         for j in range(L):
             m.d.comb += self.i[j].ready.eq(ready)
-        acc = Signal(L)
-        m.d.comb += acc.eq(Cat(self.i[j].valid for j in range(L)) & Cat(*(ready for _ in range(L))))
-        accepted = Signal()
-        m.d.comb += accepted.eq(acc.any())
+        self.acc = Signal(L, name="acc")
+        m.d.comb += self.acc.eq(Cat(self.i[j].valid for j in range(L)) & Cat(*(ready for _ in range(L))))
+        self.accepted = Signal(name="accepted")
+        m.d.comb += self.accepted.eq(self.acc.any())
+        # A write still waiting in a lane's buffer also holds the input back once it is
+        # GROUP_AGE_LIMIT groups old, so that the group ids the tracker's ordering guard
+        # compares (modulo 2**GROUP_BITS) stay within half the id space.
+        guard = self.guard
+        young = Signal(name="young")
+        m.d.comb += young.eq(Cat(~guard.c_busy[j] | ((self.group - guard.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
+                                 for j in range(L)).all())
+        m.d.comb += [res.acc.eq(self.acc), res.young.eq(young),
+                     res.ev_popped.eq(self.ev.pop), res.cr_popped.eq(self.cr.pop)]
+        m.d.comb += [res.pop[j].eq(self.wbuf[j].pop) for j in range(L)]
 
-        # ------------------------------------------------------------ input -> A (decode)
-        a_valid = Signal(L)
-        # Each lane's write buffer (see B): slots taken in order at acceptance.
-        slot_sigs = []
-        a_slot = lane_sigs("a_slot", range(WRITE_FIFO_DEPTH))
+    # ---------------------------------------------------------------- A
+    def _stage_a(self, m):
+        """A: input registers, decoded (reads the input lanes, A and R of the groups ahead,
+        the EOS tracker's ``opened`` and ``p_sel``); each packet's data goes straight into
+        its lane's write buffer."""
+        cfg, L = self.cfg, self.cfg.lanes
+        S, E, C, Tg = cfg.sources, cfg.experts, cfg.chunks_per_row, cfg.tags_per_source
+        self.ecnt = []
         for j in range(L):
-            D = WRITE_FIFO_DEPTH
-            sl = {"wa": Signal(range(D), name=f"wf_wa{j}"), "rp": Signal(range(D), name=f"wf_rp{j}"),
-                  "ready": Signal(D, name=f"wf_ready{j}"), "void": Signal(D, name=f"wf_void{j}"),
-                  "data": Array(Signal(cfg.data_bits, name=f"wf_data{j}_{k}") for k in range(D)),
-                  "addr": Array(Signal(cfg.addr_bits, name=f"wf_addr{j}_{k}") for k in range(D)),
-                  "group": Array(Signal(GROUP_BITS, name=f"wf_group{j}_{k}") for k in range(D))}
-            slot_sigs.append(sl)
-            # (the data is written whenever `room` says slot `wa` is free, accepted or not --
-            # `wa` only moves on acceptance --, so the wide write enable does not wait for
-            # `block` and the input handshake)
-            with m.If(self.i[j].valid & room):
-                m.d.sync += sl["data"][sl["wa"]].eq(self.i[j].payload.data)
-            with m.If(acc[j]):
-                m.d.sync += sl["wa"].eq(sl["wa"] + 1)
-            m.d.sync += a_slot[j].eq(sl["wa"])
-        a_pkt = [Signal(lay.packet, name=f"a_pkt{j}") for j in range(L)]
-        a_bad_src, a_bad_chunk, a_bad_exp = Signal(L), Signal(L), Signal(L)
-        a_idx = lane_sigs("a_idx", range(N))
-        a_oh = lane_sigs("a_oh", C)
-        a_same_idx, a_same_src, a_same_exp = pair_sigs("a_same_idx"), pair_sigs("a_same_src"), pair_sigs("a_same_exp")
-        a_same_chunk = pair_sigs("a_same_chunk")
-        # a_hit[j, k]: lane j of this group is on the row lane k of the group ahead is on;
-        # a_hit2: ... of the group two ahead (whose table write is still pending, see W).
-        a_hit = {(j, k): Signal(name=f"a_hit{j}_{k}") for j in range(L) for k in range(L)}
-        a_hit2 = {(j, k): Signal(name=f"a_hit2_{j}_{k}") for j in range(L) for k in range(L)}
-        for j in range(L):
-            q = self.i[j].payload
+            q, a, buf = self.i[j].payload, self.a[j], self.wbuf[j]
+            m.d.comb += [buf.load.eq(self.i[j].valid & self.reserve.room), buf.data.eq(q.data),
+                         buf.take.eq(self.acc[j])]
             m.d.sync += [
-                a_valid[j].eq(acc[j]), a_pkt[j].eq(q),
-                a_bad_src[j].eq((q.src >= S) | (~q.kind & (q.tag >= T))),
-                a_bad_chunk[j].eq(~q.kind & (q.chunk >= C)),
-                a_bad_exp[j].eq(q.expert >= E),
-                a_idx[j].eq(q.src * T + q.tag),
-                a_oh[j].eq(Const(1, C) << q.chunk),
+                a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
+                a.bad_src.eq((q.src >= S) | (~q.kind & (q.tag >= Tg))),
+                a.bad_chunk.eq(~q.kind & (q.chunk >= C)),
+                a.bad_exp.eq(q.expert >= E),
+                a.idx.eq(q.src * Tg + q.tag),
+                a.oh.eq(Const(1, C) << q.chunk),
             ]
             for i in range(j):
                 qi = self.i[i].payload
-                m.d.sync += [a_same_idx[i, j].eq((qi.src == q.src) & (qi.tag == q.tag)),
-                             a_same_src[i, j].eq(qi.src == q.src),
-                             a_same_exp[i, j].eq(qi.expert == q.expert),
-                             a_same_chunk[i, j].eq(qi.chunk == q.chunk)]
+                m.d.sync += [a.same_idx[i].eq((qi.src == q.src) & (qi.tag == q.tag)),
+                             a.same_src[i].eq(qi.src == q.src),
+                             a.same_exp[i].eq(qi.expert == q.expert),
+                             a.same_chunk[i].eq(qi.chunk == q.chunk)]
             for k in range(L):
-                m.d.sync += a_hit[j, k].eq((q.src == a_pkt[k].src) & (q.tag == a_pkt[k].tag))
-
-        # ------------------------------------------------------------ A -> R (table read)
-        r_valid = Signal(L)
-        r_slot = lane_sigs("r_slot", range(WRITE_FIFO_DEPTH))
-        r_pkt = [Signal(lay.packet, name=f"r_pkt{j}") for j in range(L)]
-        for j in range(L):
-            q = self.i[j].payload
-            m.d.sync += [a_hit2[j, k].eq((q.src == r_pkt[k].src) & (q.tag == r_pkt[k].tag))
-                         for k in range(L)]
-        r_bad_src, r_bad_chunk, r_bad_exp = Signal(L), Signal(L), Signal(L)
-        r_idx = lane_sigs("r_idx", range(N))
-        r_oh = lane_sigs("r_oh", C)
-        r_same_idx, r_same_src = pair_sigs("r_same_idx"), pair_sigs("r_same_src")
-        # What of T's rules depends on the packets alone is decided in A (registered here):
-        # data / EOS lanes, each lane's first lane on its row, the last (which writes the
-        # table back), the row's expert for a row opened in this group.
-        r_d, r_eos, r_first, r_last, r_match_new, r_eos_prior = (
-            Signal(L, name=n) for n in ("r_d", "r_eos", "r_first", "r_last", "r_match_new", "r_eos_prior"))
-        r_row = pair_sigs("r_row")                 # (i, j): lane i is a data lane on lane j's row
-        r_same_chunk = pair_sigs("r_same_chunk")   # ... and on the same chunk (for duplicates)
-        a_d = Signal(L)
-        a_eos = Signal(L)
-        a_row = pair_sigs("a_row")
-        m.d.comb += [a_d.eq(Cat(a_valid[j] & ~a_pkt[j].kind & ~a_bad_src[j] & ~a_bad_chunk[j]
-                                for j in range(L))),
-                     a_eos.eq(Cat(a_valid[j] & a_pkt[j].kind & ~a_bad_src[j] for j in range(L)))]
-        m.d.comb += [a_row[i, j].eq(a_d[i] & a_same_idx[i, j]) for i, j in pairs]
-        a_first = [a_d[j] & ~_any(a_row[i, j] for i in range(j)) for j in range(L)]
-        m.d.sync += [
-            r_d.eq(a_d), r_eos.eq(a_eos),
-            r_first.eq(Cat(*a_first)),
-            r_last.eq(Cat(a_d[k] & ~_any(a_d[n] & a_same_idx[k, n] for n in range(k + 1, L)) for k in range(L))),
-            r_match_new.eq(Cat(~_any(a_row[i, j] for i in range(j))
-                               | _any(a_first[i] & a_row[i, j] & a_same_exp[i, j] for i in range(j))
-                               for j in range(L))),
-            r_eos_prior.eq(Cat(_any(a_eos[i] & a_same_src[i, j] for i in range(j)) for j in range(L))),
-        ]
-        m.d.sync += [r_row[key].eq(a_row[key]) for key in pairs]
-        m.d.sync += [r_same_chunk[key].eq(a_same_chunk[key]) for key in pairs]
-        r_ent = [Signal(lay.chunk_entry, name=f"r_ent{j}") for j in range(L)]
-        r_exp_eq = lane_sigs("r_exp_eq")      # r_ent's expert == the packet's
-        # Filled in by T below: which of T's lanes writes back which entry value.
-        t_wen = lane_sigs("t_wen")
-        t_after = [Signal(lay.chunk_entry, name=f"t_after{k}") for k in range(L)]
-        # W: T's write-back, registered; the table is written from here a cycle later, so
-        # the wide write fan-out is off T's loop (R takes pending writes from W too).
-        w_wen = lane_sigs("w_wen")
-        w_idx = lane_sigs("w_idx", range(N))
-        w_after = [Signal(lay.chunk_entry, name=f"w_after{k}") for k in range(L)]
-        m.d.sync += [r_valid.eq(a_valid), r_bad_src.eq(a_bad_src), r_bad_chunk.eq(a_bad_chunk),
-                     r_bad_exp.eq(a_bad_exp)]
-        m.d.sync += [r_pkt[j].eq(a_pkt[j]) for j in range(L)]
-        m.d.sync += [r_slot[j].eq(a_slot[j]) for j in range(L)]
-        m.d.sync += [r_idx[j].eq(a_idx[j]) for j in range(L)]
-        m.d.sync += [r_oh[j].eq(a_oh[j]) for j in range(L)]
-        for key in pairs:
-            m.d.sync += [r_same_idx[key].eq(a_same_idx[key]), r_same_src[key].eq(a_same_src[key])]
-        # For an end-of-stream: count - opened - k for every small k (`r_dec`), with `opened`
-        # up to the group four ahead of it (the register when the EOS comes in), and the
-        # openers of the two groups between folded in later by one-hots. On the way into
-        # A, count - opened in its low bits (SplitDifference, behind the source mux); in A,
-        # the high bits and every k (from registers only), and the sum of the openers of
-        # the groups three and two ahead (p_sel then and now) as a one-hot (`r_lag`). T
-        # adds the openers of the group right ahead (p_sel in T) and picks.
-        # (k up to 5 x lanes: 2 lags and the group ahead (3L), the openers n of its own
-        # group (L), and the signs of p_evec[n] - k' - 1 (k' < L))
-        NK = 5 * L + 1
-        ecnt_shape = signed(cfg.count_bits + 3)
-        a_psel_in = [Signal(L + 1, name=f"a_psel_in{j}") for j in range(L)]
-        a_src_oh = [Signal(S, name=f"a_src_oh{j}") for j in range(L)]
-        r_dec = [[Signal(ecnt_shape, name=f"r_dec{j}_{k}") for k in range(NK)] for j in range(L)]
-        r_lag = [Signal(2 * L + 1, name=f"r_lag{j}") for j in range(L)]
-        r_src_oh = [Signal(S, name=f"r_src_oh{j}") for j in range(L)]
-        for j in range(L):
-            q_in = self.i[j].payload
-            a_ecnt = SplitDifference(m, q_in.count, Array(opened)[q_in.src], ecnt_shape.width,
-                                     (NK - 1).bit_length(), f"a_ecnt{j}")
+                ahead, ahead2 = self.a[k].pkt, self.r[k].pkt
+                m.d.sync += [a.hit[k].eq((q.src == ahead.src) & (q.tag == ahead.tag)),
+                             a.hit2[k].eq((q.src == ahead2.src) & (q.tag == ahead2.tag))]
+            # For an end-of-stream: count - opened - k for every small k (R's `dec`), with
+            # `opened` up to the group four ahead of it (the register when the EOS comes
+            # in), and the openers of the two groups between folded in later by one-hots.
+            # On the way into A, count - opened in its low bits (SplitDifference, behind the
+            # source mux); in R, the high bits and every k (from registers only), and the sum
+            # of the openers of the groups three and two ahead (p_sel then and now) as a
+            # one-hot (`lag`). T adds the openers of the group right ahead and picks.
+            self.ecnt.append(SplitDifference(m, q.count, Array(self.eos.opened)[q.src],
+                                             dist_shape(cfg).width, (self.stages.nk - 1).bit_length(),
+                                             f"a_ecnt{j}"))
             # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
-            m.d.sync += [a_psel_in[j].eq(Array(p_sel)[q_in.src]),
-                         a_src_oh[j].eq(Cat(q_in.src == s for s in range(S)))]
-            psel_a = Signal(L + 1, name=f"a_psel{j}")
-            m.d.comb += psel_a.eq(_select([(a_src_oh[j][s], p_sel[s]) for s in range(S)], L + 1))
-            m.d.sync += [r_lag[j][t].eq(_any(a_psel_in[j][b] & psel_a[t - b]
-                                             for b in range(max(0, t - L), min(t, L) + 1)))
-                         for t in range(2 * L + 1)]
-            m.d.sync += [r_dec[j][k].eq(a_ecnt.select_minus(m, [(Const(1), k)], f"a_ecnt{j}_m{k}"))
-                         for k in range(NK)]
-            m.d.sync += r_src_oh[j].eq(a_src_oh[j])
-        for j in range(L):
-            stored = Signal(lay.chunk_entry, name=f"stored{j}")
-            m.d.comb += [
-                ct_rd[j].addr.eq(a_idx[j]),
-                stored.open.eq(open_v.bit_select(a_idx[j], 1)),
-                stored.expert.eq(ct_rd[j].data.expert),
-                stored.bitmap.eq(ct_rd[j].data.bitmap),
+            m.d.sync += [a.psel_in.eq(Array(self.eos.p_sel)[q.src]),
+                         a.src_oh.eq(Cat(q.src == s for s in range(S)))]
+
+    # ---------------------------------------------------------------- R
+    def _stage_r(self, m):
+        """R: the chunk table read (the table's registers, with the bypass from T and W)
+        and what of T's rules depends on the packets alone. Reads A; owns nothing."""
+        L, A, R, tab = self.cfg.lanes, self.a, self.r, self.table
+        a_d = [a.valid & ~a.pkt.kind & ~a.bad_src & ~a.bad_chunk for a in A]
+        a_eos = [a.valid & a.pkt.kind & ~a.bad_src for a in A]
+
+        def a_row(i, j):                    # lane i is a data lane on lane j's row
+            return a_d[i] & A[j].same_idx[i]
+        a_first = [a_d[j] & ~_any(a_row(i, j) for i in range(j)) for j in range(L)]
+        for j, (a, r) in enumerate(zip(A, R)):
+            m.d.comb += [tab.rd_idx[j].eq(a.idx), tab.rd_expert[j].eq(a.pkt.expert),
+                         tab.hit[j].eq(a.hit), tab.hit2[j].eq(a.hit2)]
+            m.d.sync += [
+                r.valid.eq(a.valid), r.pkt.eq(a.pkt), r.slot.eq(a.slot), r.idx.eq(a.idx),
+                r.bad_src.eq(a.bad_src), r.bad_chunk.eq(a.bad_chunk), r.bad_exp.eq(a.bad_exp),
+                r.oh.eq(a.oh), r.same_idx.eq(a.same_idx), r.same_src.eq(a.same_src),
+                r.same_chunk.eq(a.same_chunk), r.src_oh.eq(a.src_oh),
+                r.row.eq(Cat(a_row(i, j) for i in range(j))),
+                r.d.eq(a_d[j]), r.eos.eq(a_eos[j]), r.first.eq(a_first[j]),
+                r.last.eq(a_d[j] & ~_any(a_d[n] & A[n].same_idx[j] for n in range(j + 1, L))),
+                r.match_new.eq(~_any(a_row(i, j) for i in range(j))
+                               | _any(a_first[i] & a_row(i, j) & a.same_exp[i] for i in range(j))),
+                r.eos_prior.eq(_any(a_eos[i] & a.same_src[i] for i in range(j))),
             ]
-            # (T's entries are taken on `r_last`, a register, not on t_wen = live & last:
-            # a group T finds not live leaves the state unchanged and is followed only by
-            # groups that are not live either -- `finished` holds until START, and START
-            # and FLUSH wait for an empty pipeline -- so what it passes on is never used;
-            # that keeps `live` out of this loop)
-            bypass = ([(a_hit2[j, k] & w_wen[k], w_after[k]) for k in range(L)]
-                      + [(a_hit[j, k] & r_last[k], t_after[k]) for k in range(L)])
-            m.d.sync += r_ent[j].eq(_onehot_mux(bypass, stored))
-            # (the expert compare T needs, made here on every candidate: off T's loop)
-            expert_j = a_pkt[j].expert
-            m.d.sync += r_exp_eq[j].eq(_onehot_mux([(sel, ent.expert == expert_j) for sel, ent in bypass],
-                                                   stored.expert == expert_j))
+            self._r_eos_candidates(m, j)
 
-        # ------------------------------------------------------------ T (the rules, on R)
-        finished = Signal()
-        # (open rows: the table's, with W's pending writes applied)
-        wmask, wopen = Const(0, N), Const(0, N)
-        for k in range(L):
-            dec = Signal(N, name=f"w_dec{k}")
-            m.d.comb += dec.eq(Mux(w_wen[k], Const(1, N) << w_idx[k], 0))
-            wmask = wmask | dec
-            wopen = wopen | Mux(w_after[k].open, dec, 0)
-        open_eff = Signal(N)
-        m.d.comb += open_eff.eq((open_v & ~wmask) | wopen)
-        m.d.sync += open_v.eq(open_eff)
-        # Whether a row is open, without an OR over the table in front of T: the entries W
-        # does not write were reduced a cycle earlier (others_open), W's own are 4 bits.
-        others_open = Signal()
-        w_open_any = Cat(w_wen[k] & w_after[k].open for k in range(L)).any()
-        m.d.comb += finished.eq(~others_open & ~w_open_any & Cat(
-            seen_t[s] & count_reached[s] for s in range(S)).all())
-        live = Signal()
-        m.d.comb += live.eq(armed & ~finished)
+    def _r_eos_candidates(self, m, j):
+        """R's EOS arithmetic for lane j: the lag one-hot and ``count - opened - k``."""
+        L, S = self.cfg.lanes, self.cfg.sources
+        a, r, ecnt = self.a[j], self.r[j], self.ecnt[j]
+        psel_a = Signal(L + 1, name=f"a_psel{j}")
+        m.d.comb += psel_a.eq(select([(a.src_oh[s], self.eos.p_sel[s]) for s in range(S)], L + 1))
+        m.d.sync += [r.lag[t].eq(_any(a.psel_in[b] & psel_a[t - b]
+                                      for b in range(max(0, t - L), min(t, L) + 1)))
+                     for t in range(2 * L + 1)]
+        m.d.sync += [r.dec[k].eq(ecnt.select_minus(m, [(Const(1), k)], f"a_ecnt{j}_m{k}"))
+                     for k in range(self.stages.nk)]
 
-        d, eos, first, opener = r_d, r_eos, r_first, lane_sigs("opener")
-        match, full_before, protocol, dup, setb, comp, post = (
-            lane_sigs(n) for n in ("match", "full_before", "protocol", "dup", "setb", "comp", "post"))
-        eos_acc, seen_before = lane_sigs("eos_acc"), lane_sigs("seen_before")
-        bits_before = lane_sigs("bits_before", C)
-        lasts = []
-        all_chunks = (1 << C) - 1
-        # Whether a row is full (all chunks in) after some of the lanes up to j add their
-        # chunk, without ORing the late verdicts into a chunks-wide bitmap first: `base`
-        # (registers only) says the row would be full if every lane on it up to j added its
-        # chunk; then each such lane's chunk must really be in -- stored already, added by
-        # itself, or by another adding lane with the same chunk (pairwise compares).
-        stored_bit = lane_sigs("stored_bit")     # the lane's chunk is in the stored bitmap
-        for j in range(L):
-            ent = r_ent[j]
-            m.d.comb += [opener[j].eq(first[j] & ~ent.open),
-                         stored_bit[j].eq(ent.open & (ent.bitmap & r_oh[j]).any()),
+    # ---------------------------------------------------------------- T
+    def _stage_t(self, m):
+        """T: the rules (reads R, the chunk table's read registers and the EOS tracker;
+        decides the table's write-back and the EOS summary, asks for rows)."""
+        v = self._t_rows(m)
+        self._t_eos(m, v)
+        self._t_write_back(m, v)
+        self._t_summary(m, v)
+        self._t_register(m, v)
+
+    def _t_rows(self, m):
+        """Row rules: opener, duplicate, protocol, completion, per lane (as in lane order)."""
+        L, C, R, tab = self.cfg.lanes, self.cfg.chunks_per_row, self.r, self.table
+        names = ("opener", "match", "full_before", "protocol", "dup", "setb", "comp", "stored_bit")
+        v = {n: [Signal(name=f"{n}{j}") for j in range(L)] for n in names}
+        v["bits_before"] = [Signal(C, name=f"bits_before{j}") for j in range(L)]
+        for j, r in enumerate(R):
+            ent = tab.ent[j]
+            m.d.comb += [v["opener"][j].eq(r.first & ~ent.open),
+                         v["stored_bit"][j].eq(ent.open & (ent.bitmap & r.oh).any()),
                          # the row's expert: the stored one, or its first lane's in this group
-                         match[j].eq(Mux(ent.open, r_exp_eq[j], r_match_new[j]))]
+                         v["match"][j].eq(Mux(ent.open, tab.exp_eq[j], r.match_new))]
+        v["full_if"] = {}                         # (j, lane j adds): full after lanes <= j
+        for j in range(L):
+            self._t_row_lane(m, v, j)
+        return v
+
+    def _t_row_lane(self, m, v, j):
+        """Lane j's row verdicts. Whether its row is full (all chunks in) after some of the
+        lanes up to j add their chunk, without ORing the late verdicts into a chunks-wide
+        bitmap first: ``base`` (registers only) says the row would be full if every lane
+        on it up to j added its chunk; then each such lane's chunk must really be in --
+        stored already, added by itself, or by another adding lane with the same chunk."""
+        R, ent, all_chunks = self.r, self.table.ent[j], (1 << self.cfg.chunks_per_row) - 1
+        r, match, stored_bit = R[j], v["match"], v["stored_bit"]
+
+        def row(i):                               # lane i is a data lane on lane j's row
+            return r.row[i]
 
         def same_chunk(i, k):
-            return r_same_chunk[min(i, k), max(i, k)]
+            return R[max(i, k)].same_chunk[min(i, k)]
+        union = Mux(ent.open, ent.bitmap, 0) | r.oh
+        for i in range(j):
+            union = union | Mux(row(i), R[i].oh, 0)
+        base = Signal(name=f"full_base{j}")
+        m.d.comb += base.eq(union == all_chunks)
+        adds = [row(i) & match[i] for i in range(j)]
+        for own in (0, 1):
+            c = adds + [Const(own)]
+            terms = []
+            for i in range(j + 1):
+                covered = c[i] | stored_bit[i] | _any(c[k] & same_chunk(i, k) for k in range(j + 1) if k != i)
+                terms.append(covered if i == j else (~row(i) | covered))
+            full = v["full_if"][j, own] = Signal(name=f"full{j}_if{own}")
+            m.d.comb += full.eq(base & Cat(*terms).all())
+        # Chunks already in (for the write-back bitmap): the stored bitmap, plus earlier
+        # lanes of the group on this row (a duplicate sets a bit that is already set; a
+        # protocol error none).
+        earlier = 0
+        for i in range(j):
+            earlier = earlier | Mux(adds[i], R[i].oh, 0)
+        # (whether this lane's own chunk is in: the stored bit, or an earlier lane's)
+        own_in = stored_bit[j] | _any(adds[i] & r.same_chunk[i] for i in range(j))
+        d, opener, full_before = r.d, v["opener"][j], v["full_before"][j]
+        protocol, dup = v["protocol"][j], v["dup"][j]
+        m.d.comb += [
+            v["bits_before"][j].eq(Mux(ent.open, ent.bitmap, 0) | earlier),
+            full_before.eq(v["full_if"][j, 0]),
+            protocol.eq(d & ~opener & ~full_before & ~match[j]),
+            dup.eq(d & ~opener & (full_before | (match[j] & own_in))),
+            v["setb"][j].eq(d & ~protocol & ~dup),
+            v["comp"][j].eq(v["setb"][j] & v["full_if"][j, 1]),
+        ]
 
-        full_if = {}                             # (j, lane j adds): full after lanes <= j
-        for j in range(L):
-            ent = r_ent[j]
-            union = Mux(ent.open, ent.bitmap, 0) | r_oh[j]
-            for i in range(j):
-                union = union | Mux(r_row[i, j], r_oh[i], 0)
-            base = Signal(name=f"full_base{j}")
-            m.d.comb += base.eq(union == all_chunks)
-            adds = [r_row[i, j] & match[i] for i in range(j)]
-            for own in (0, 1):
-                c = adds + [Const(own)]
-                terms = []
-                for i in range(j + 1):
-                    covered = c[i] | stored_bit[i] | _any(c[k] & same_chunk(i, k) for k in range(j + 1) if k != i)
-                    terms.append(covered if i == j else (~r_row[i, j] | covered))
-                full_if[j, own] = Signal(name=f"full{j}_if{own}")
-                m.d.comb += full_if[j, own].eq(base & Cat(*terms).all())
-            # Chunks already in (for the write-back bitmap): the stored bitmap, plus earlier
-            # lanes of the group on this row (a duplicate sets a bit that is already set; a
-            # protocol error none).
-            earlier = 0
-            for i in range(j):
-                earlier = earlier | Mux(adds[i], r_oh[i], 0)
-            # (whether this lane's own chunk is in: the stored bit, or an earlier lane's)
-            own_in = stored_bit[j] | _any(adds[i] & r_same_chunk[i, j] for i in range(j))
-            m.d.comb += [
-                bits_before[j].eq(Mux(ent.open, ent.bitmap, 0) | earlier),
-                full_before[j].eq(full_if[j, 0]),
-                protocol[j].eq(d[j] & ~opener[j] & ~full_before[j] & ~match[j]),
-                dup[j].eq(d[j] & ~opener[j] & (full_before[j] | (match[j] & own_in))),
-                setb[j].eq(d[j] & ~protocol[j] & ~dup[j]),
-                comp[j].eq(setb[j] & full_if[j, 1]),
-            ]
-
-        for j in range(L):
-            p = r_pkt[j]
-            # End of stream (it takes effect at the end of the group: rows opened in the
-            # same group still count), and whether an opener comes after its source's
-            # count. ``opened`` counts every opener, post-EOS ones too: the condition is
-            # monotone, so counting them changes no outcome. Per source T keeps the
-            # distance ``dist = count - opened`` (once the EOS is in), so an opener's check
-            # is a small compare from registers: dist <= k, k = the source's earlier
-            # openers in this group.
-            src = p.src
-            m.d.comb += [seen_before[j].eq(eos_seen_rd[src] | r_eos_prior[j]),
-                         eos_acc[j].eq(eos[j] & ~seen_before[j])]
-            # (dist <= k for every k from registers; the k that holds selects)
-            earlier_openers = [opener[i] & r_same_src[i, j] for i in range(j)]
+    def _t_eos(self, m, v):
+        """End-of-stream rules. An EOS takes effect at the end of the group (rows opened in
+        the same group still count). Whether an opener comes after its source's count is a
+        small compare from registers: ``dist <= k``, k = the source's earlier openers in the
+        group. (``opened`` counts every opener, post-EOS ones too: the condition is
+        monotone, so counting them changes no outcome.)"""
+        L, R, eos = self.cfg.lanes, self.r, self.eos
+        seen_rd, le_rd = Array(eos.seen), Array(eos.le)
+        v["seen_before"] = [Signal(name=f"seen_before{j}") for j in range(L)]
+        v["eos_acc"] = [Signal(name=f"eos_acc{j}") for j in range(L)]
+        v["post"] = [Signal(name=f"post{j}") for j in range(L)]
+        for j, r in enumerate(R):
+            src = r.pkt.src
+            m.d.comb += [v["seen_before"][j].eq(seen_rd[src] | r.eos_prior),
+                         v["eos_acc"][j].eq(r.eos & ~v["seen_before"][j])]
+            earlier_openers = [v["opener"][i] & r.same_src[i] for i in range(j)]
             dle_src = Signal(L, name=f"dle_src{j}")
-            m.d.comb += dle_src.eq(dle_rd[src])
-            m.d.comb += post[j].eq(~r_bad_exp[j] & eos_seen_rd[src] & Cat(
+            m.d.comb += dle_src.eq(le_rd[src])
+            m.d.comb += v["post"][j].eq(~r.bad_exp & seen_rd[src] & Cat(
                 exactly(earlier_openers, k) & dle_src[k] for k in range(j + 1)).any())
 
-        # Write-back: the last data lane on each row leaves the row's state in the table
-        # (and in the bypass to R).
-        for k in range(L):
-            last = r_last[k]
-            lasts.append(last)
-            expert_k = Mux(r_ent[k].open, r_ent[k].expert, _onehot_mux(
-                [(first[i] & r_same_idx[i, k], r_pkt[i].expert) for i in range(k)], r_pkt[k].expert))
-            bits_k = Signal(C, name=f"bits_after{k}")
+    def _t_write_back(self, m, v):
+        """The last data lane on each row leaves the row's entry to the chunk table (W)
+        and to the bypass into R."""
+        L, C, R, tab = self.cfg.lanes, self.cfg.chunks_per_row, self.r, self.table
+        m.d.comb += tab.live.eq(self.live)
+        for k, r in enumerate(R):
+            ent, match = tab.ent[k], v["match"][k]
+            expert = Mux(ent.open, ent.expert, onehot_mux(
+                [(R[i].first & r.same_idx[i], R[i].pkt.expert) for i in range(k)], r.pkt.expert))
+            bits = Signal(C, name=f"bits_after{k}")
             # (a duplicate's bit is already set and a protocol error's does not match, so
             # the bitmap needs neither verdict: off the duplicate/completion logic)
-            m.d.comb += bits_k.eq(bits_before[k] | Mux(d[k] & match[k], r_oh[k], 0))
+            m.d.comb += bits.eq(v["bits_before"][k] | Mux(r.d & match, r.oh, 0))
+            after = Signal(self.lay.chunk_entry, name=f"t_after{k}")
             m.d.comb += [
-                t_wen[k].eq(live & last),
-                t_after[k].open.eq(~Mux(match[k], full_if[k, 1], full_if[k, 0])),
-                t_after[k].expert.eq(expert_k),
-                t_after[k].bitmap.eq(bits_k),
-                ct_wr[k].addr.eq(w_idx[k]),
-                ct_wr[k].en.eq(w_wen[k]),
-                ct_wr[k].data.expert.eq(w_after[k].expert),
-                ct_wr[k].data.bitmap.eq(w_after[k].bitmap),
+                after.open.eq(~Mux(match, v["full_if"][k, 1], v["full_if"][k, 0])),
+                after.expert.eq(expert), after.bitmap.eq(bits),
+                tab.after[k].eq(after), tab.last[k].eq(r.last), tab.idx[k].eq(r.idx),
             ]
-        # others_open for the next cycle: the table as it will be then, except the entries
-        # this group writes (those come from W then); both cases of `live`, chosen last.
-        tmask = Const(0, N)
-        for k in range(L):
-            tmask = tmask | Mux(lasts[k], Const(1, N) << r_idx[k], 0)
-        m.d.sync += others_open.eq(Mux(live, (open_eff & ~tmask).any(), open_eff.any()))
-        # At most one lane writes an entry (the last on its row): W applies the writes.
-        m.d.sync += [w_wen[k].eq(t_wen[k]) for k in range(L)]
-        m.d.sync += [w_idx[k].eq(r_idx[k]) for k in range(L)]
-        m.d.sync += [w_after[k].eq(t_after[k]) for k in range(L)]
-        # Each lane's count - opened after the group ahead (its source's p_sel, added to the
-        # lag one-hot: `lag`), minus n for each count n of openers in its own group; and
-        # whether that is <= k (k < L): the sign of the value k + 1 further on.
+
+    def _t_summary(self, m, v):
+        """The group's summary per source for the EOS tracker: the openers' count (one-hot),
+        the EOS lane (at most one per source) and the distance after it for each count."""
+        cfg, L, R, eos = self.cfg, self.cfg.lanes, self.r, self.eos
+        ds = dist_shape(cfg)
         shifted, shifted_le = [], []
-        for j in range(L):
-            psel_t = _select([(r_src_oh[j][s], p_sel[s]) for s in range(S)], L + 1)
+        for j, r in enumerate(R):
+            # count - opened after the group ahead (its source's p_sel, added to the lag
+            # one-hot: `lag`), minus n for each count n of openers in its own group; and
+            # whether that is <= k (k < L): the sign of the value k + 1 further on.
+            psel_t = select([(r.src_oh[s], eos.p_sel[s]) for s in range(cfg.sources)], L + 1)
             lag = [Signal(name=f"t_lag{j}_{u}") for u in range(3 * L + 1)]
-            m.d.comb += [lag[u].eq(_any(r_lag[j][t] & psel_t[u - t]
+            m.d.comb += [lag[u].eq(_any(r.lag[t] & psel_t[u - t]
                                         for t in range(max(0, u - L), min(u, 2 * L) + 1)))
                          for u in range(3 * L + 1)]
-            shifted.append([_select([(lag[u], r_dec[j][u + n]) for u in range(3 * L + 1)], dist[0].shape())
+            shifted.append([select([(lag[u], r.dec[u + n]) for u in range(3 * L + 1)], ds)
                             for n in range(L + 1)])
-            shifted_le.append([[_any(lag[u] & r_dec[j][u + n + k + 1][-1] for u in range(3 * L + 1))
+            shifted_le.append([[_any(lag[u] & r.dec[u + n + k + 1][-1] for u in range(3 * L + 1))
                                 for k in range(L)] for n in range(L + 1)])
-        for s in range(S):
-            # This group's summary per source (see p_*): the openers' count (one-hot), the
-            # EOS lane (at most one per source) and the distance after it for each count.
-            src_openers = [opener[j] & (r_pkt[j].src == s) for j in range(L)]
+        for s in range(cfg.sources):
+            src_openers = [v["opener"][j] & (R[j].pkt.src == s) for j in range(L)]
             sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
             m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
             eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
-            m.d.comb += [eos_sel[j].eq(eos_acc[j] & (r_pkt[j].src == s)) for j in range(L)]
-            m.d.sync += [
-                p_sel[s].eq(Mux(live, Cat(*sel_n), 1)),
-                p_eos[s].eq(live & Cat(*eos_sel).any()),
-                p_cnt[s].eq(_select([(eos_sel[j], r_pkt[j].count) for j in range(L)], p_cnt[s].shape())),
+            m.d.comb += [eos_sel[j].eq(v["eos_acc"][j] & (R[j].pkt.src == s)) for j in range(L)]
+            m.d.comb += [
+                eos.nxt_sel[s].eq(Mux(self.live, Cat(*sel_n), 1)),
+                eos.nxt_eos[s].eq(self.live & Cat(*eos_sel).any()),
+                eos.nxt_cnt[s].eq(select([(eos_sel[j], R[j].pkt.count) for j in range(L)], cfg.count_bits)),
             ]
-            m.d.sync += [p_evec[s][n].eq(_select([(eos_sel[j], shifted[j][n]) for j in range(L)],
-                                                  dist[0].shape())) for n in range(L + 1)]
-            m.d.sync += [p_le[s][n][k].eq(_select([(eos_sel[j], shifted_le[j][n][k]) for j in range(L)], 1))
+            m.d.comb += [eos.nxt_evec[s][n].eq(select([(eos_sel[j], shifted[j][n]) for j in range(L)], ds))
+                         for n in range(L + 1)]
+            m.d.comb += [eos.nxt_le[s][n][k].eq(select([(eos_sel[j], shifted_le[j][n][k]) for j in range(L)], 1))
                          for n in range(L + 1) for k in range(L)]
-        # EOS_MISMATCH (the count below the source's rows at the end of the EOS's group):
-        # checked a cycle later, on the distance after that group.
-        # (dist_t < 0 after an EOS: the sign of the chosen p_evec, registers only)
-        mismatch_hits = Signal(S)
-        m.d.comb += mismatch_hits.eq(Cat(
-            p_eos[s] & Cat(p_sel[s][n] & p_evec[s][n][-1] for n in range(L + 1)).any() for s in range(S)))
 
-        # Reasons found in T, registered for the statistics.
-        reason_hits = {
-            Reason.NOT_ARMED: [r_valid[j] & ~live for j in range(L)],
-            Reason.BAD_SOURCE: [live & r_valid[j] & r_bad_src[j] for j in range(L)],
-            Reason.BAD_CHUNK: [live & r_valid[j] & ~r_bad_src[j] & r_bad_chunk[j] for j in range(L)],
-            Reason.BAD_EXPERT: [live & opener[j] & r_bad_exp[j] for j in range(L)],
-            Reason.POST_EOS: [live & opener[j] & post[j] for j in range(L)],
-            Reason.PROTOCOL: [live & protocol[j] for j in range(L)],
-            Reason.DUPLICATE: [live & dup[j] for j in range(L)],
-            Reason.EOS_DUPLICATE: [live & eos[j] & seen_before[j] for j in range(L)],
+    def _t_register(self, m, v):
+        """T's output registers (and its reasons, for the statistics); the row requests
+        to the allocator, from them."""
+        L, E, live = self.cfg.lanes, self.cfg.experts, self.live
+        R, T = self.r, self.t
+        reasons = {
+            Reason.NOT_ARMED: [r.valid & ~live for r in R],
+            Reason.BAD_SOURCE: [live & r.valid & r.bad_src for r in R],
+            Reason.BAD_CHUNK: [live & r.valid & ~r.bad_src & r.bad_chunk for r in R],
+            Reason.BAD_EXPERT: [live & v["opener"][j] & r.bad_exp for j, r in enumerate(R)],
+            Reason.POST_EOS: [live & v["opener"][j] & v["post"][j] for j in range(L)],
+            Reason.PROTOCOL: [live & x for x in v["protocol"]],
+            Reason.DUPLICATE: [live & x for x in v["dup"]],
+            Reason.EOS_DUPLICATE: [live & r.eos & v["seen_before"][j] for j, r in enumerate(R)],
         }
+        self.t_reasons = Signal(self.stages.reasons, name="t_reasons")
+        m.d.sync += [getattr(self.t_reasons, r.name.lower()).eq(Cat(*hits)) for r, hits in reasons.items()]
+        for j, (r, t) in enumerate(zip(R, T)):
+            m.d.sync += [
+                t.valid.eq(live & (r.d | r.eos)), t.pv.eq(r.valid),
+                t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),
+                t.comp.eq(live & v["comp"][j]), t.post.eq(v["post"][j]), t.bad_exp.eq(r.bad_exp),
+                t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx),
+                # (the expert one-hot, for the allocator: no decoder in front of its counters)
+                t.exp_oh.eq(Cat(r.pkt.expert == e for e in range(E))),
+                # lane i opened lane j's row in this group
+                t.fwd.eq(Cat(v["opener"][i] & r.same_idx[i] for i in range(j))),
+                # lane j's row is the row of lane k of the group ahead (for the row-info read
+                # in AL, whose table that group writes in the same cycle)
+                t.hit.eq(Cat(r.idx == T[k].idx for k in range(L))),
+            ]
+        self.req = Signal(L, name="req")
+        m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T))
+        m.d.comb += [self.alloc.req.eq(self.req)]
+        m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
 
-        # ------------------------------------------------------------ T -> AL (allocation)
-        t_valid = Signal(L)     # lanes with an effect downstream (live)
-        t_pv = Signal(L)        # lanes holding a packet (for the input reservations)
-        t_pkt = [Signal(lay.packet, name=f"t_pkt{j}") for j in range(L)]
-        t_slot = lane_sigs("t_slot", range(WRITE_FIFO_DEPTH))
-        t_idx = lane_sigs("t_idx", range(N))
-        t_opener, t_setb, t_comp, t_post, t_bad_exp = (Signal(L, name=n) for n in
-                                                        ("t_opener", "t_setb", "t_comp", "t_post", "t_bad_exp"))
-        t_fwd = pair_sigs("t_fwd")     # (i, j): lane i opened lane j's row in this group
-        t_hits = {r: Signal(L, name=f"t_{r.name.lower()}") for r in reason_hits}
-        m.d.sync += [
-            t_valid.eq(Cat(live & (d[j] | eos[j]) for j in range(L))), t_pv.eq(r_valid),
-            t_opener.eq(Cat(live & opener[j] for j in range(L))),
-            t_setb.eq(Cat(live & setb[j] for j in range(L))),
-            t_comp.eq(Cat(live & comp[j] for j in range(L))),
-            t_post.eq(Cat(*post)), t_bad_exp.eq(r_bad_exp),
-        ]
-        m.d.sync += [t_pkt[j].eq(r_pkt[j]) for j in range(L)]
-        # (the expert one-hot, for the allocator: no decoder in front of its counters)
-        t_exp_oh = lane_sigs("t_exp_oh", E)
-        m.d.sync += [t_exp_oh[j].eq(Cat(r_pkt[j].expert == e for e in range(E))) for j in range(L)]
-        m.d.sync += [t_slot[j].eq(r_slot[j]) for j in range(L)]
-        m.d.sync += [t_idx[j].eq(r_idx[j]) for j in range(L)]
-        m.d.sync += [t_fwd[i, j].eq(opener[i] & r_same_idx[i, j]) for i, j in pairs]
-        # (j, k): lane j's row is the row lane k of the group ahead is on (for the row-info
-        # read in AL, whose table that group writes in the same cycle)
-        t_hit = {(j, k): Signal(name=f"t_hit{j}_{k}") for j in range(L) for k in range(L)}
-        m.d.sync += [t_hit[j, k].eq(r_idx[j] == t_idx[k]) for j in range(L) for k in range(L)]
-        m.d.sync += [t_hits[r].eq(Cat(*hits)) for r, hits in reason_hits.items()]
+    # ---------------------------------------------------------------- AL
+    def _stage_al(self, m):
+        """AL: the allocator's grants, the region base, the row-info read (or the grant of
+        the group ahead, which writes that table now). Reads T; owns nothing."""
+        T, AL = self.t, self.al
+        for j, (t, al) in enumerate(zip(T, AL)):
+            m.d.sync += [
+                al.valid.eq(t.valid), al.pv.eq(t.pv), al.opener.eq(t.opener), al.setb.eq(t.setb),
+                al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self.req[j] & ~self.alloc.ok[j]),
+                al.pkt.eq(t.pkt), al.slot.eq(t.slot), al.idx.eq(t.idx), al.row.eq(self.alloc.row[j]),
+                # (the expert's region base, looked up here: RI only adds the chunk offset)
+                al.base.eq(Array(self.region_base)[t.pkt.expert]),
+                al.fwd.eq(t.fwd),
+            ]
+            rd = self.rowinfo.read_port(domain="comb")
+            m.d.comb += rd.addr.eq(t.idx)
+            m.d.sync += al.info.eq(onehot_mux(
+                [(t.hit[k] & AL[k].opener, Cat(AL[k].ok, AL[k].row)) for k in range(len(AL))], rd.data))
 
-        req = Signal(L)
-        m.d.comb += req.eq(t_opener & ~t_bad_exp & ~t_post)
-        m.d.comb += [self.alloc_req.eq(req), self.alloc_commit.eq(1)]
-        m.d.comb += [self.alloc_expert[j].eq(t_exp_oh[j]) for j in range(L)]
-
-        # ------------------------------------------------------------ AL -> RI (row info)
-        al_valid = Signal(L)
-        al_pv = Signal(L)
-        al_pkt = [Signal(lay.packet, name=f"al_pkt{j}") for j in range(L)]
-        al_slot = lane_sigs("al_slot", range(WRITE_FIFO_DEPTH))
-        al_idx = lane_sigs("al_idx", range(N))
-        al_opener, al_setb, al_comp, al_ok, al_ovf = (Signal(L, name=n) for n in
-                                                      ("al_opener", "al_setb", "al_comp", "al_ok", "al_ovf"))
-        al_row = lane_sigs("al_row", cfg.row_bits)
-        al_fwd = pair_sigs("al_fwd")
-        m.d.sync += [al_valid.eq(t_valid), al_pv.eq(t_pv), al_opener.eq(t_opener), al_setb.eq(t_setb),
-                     al_comp.eq(t_comp), al_ok.eq(self.alloc_ok), al_ovf.eq(req & ~self.alloc_ok)]
-        m.d.sync += [al_pkt[j].eq(t_pkt[j]) for j in range(L)]
-        m.d.sync += [al_slot[j].eq(t_slot[j]) for j in range(L)]
-        m.d.sync += [al_idx[j].eq(t_idx[j]) for j in range(L)]
-        m.d.sync += [al_row[j].eq(self.alloc_row[j]) for j in range(L)]
-        # (the expert's region base, looked up here: RI only adds the chunk offset)
-        al_base = lane_sigs("al_base", cfg.addr_bits)
-        m.d.sync += [al_base[j].eq(Array(self.region_base)[t_pkt[j].expert]) for j in range(L)]
-        m.d.sync += [al_fwd[key].eq(t_fwd[key]) for key in pairs]
-        # Row-info read for the group in AL (registered for RI), or the row the group
-        # ahead grants now (its openers write the table at the end of this cycle).
-        al_info = [Signal(lay.row_info, name=f"al_info{j}") for j in range(L)]
-        for j in range(L):
-            m.d.comb += ri_rd[j].addr.eq(t_idx[j])
-            m.d.sync += al_info[j].eq(_onehot_mux(
-                [(t_hit[j, k] & al_opener[k], Cat(al_ok[k], al_row[k])) for k in range(L)], ri_rd[j].data))
-
-        # ------------------------------------------------------------ RI -> B
-        b_valid = Signal(L)
-        b_pv = Signal(L)
-        b_group = Signal(GROUP_BITS)
-        b_pre = lane_sigs("b_pre", cfg.addr_bits)     # region base + chunk offset
-        b_rowoff = lane_sigs("b_rowoff", cfg.addr_bits)   # row * row stride
-        b_slot = lane_sigs("b_slot", range(WRITE_FIFO_DEPTH))
-        b_ev_valid = Signal(L)
-        b_ev = [Signal(lay.event, name=f"b_ev{j}") for j in range(L)]
-        b_cr_valid = Signal(L)
-        b_cr = [Signal(lay.credit, name=f"b_cr{j}") for j in range(L)]
-        ri_alloc = []
+    # ---------------------------------------------------------------- RI
+    def _stage_ri(self, m):
+        """RI: the row-info table written by openers and read through AL; events, credits
+        and the address parts for B. Owns the pipeline group counter."""
+        cfg, AL, B = self.cfg, self.al, self.b
         # Address translation in three steps: the region base (AL); the chunk offset and,
         # apart, row * stride (here); their sum (B).
         chunk_shift = cfg.chunk_bytes.bit_length() - 1
         # (row * stride for every row a lane may take -- its own grant, an earlier lane's,
         # the stored one -- and then the choice: the multiply does not wait for the choice)
-        own_off = lane_sigs("own_off", cfg.addr_bits)
-        info_off = lane_sigs("info_off", cfg.addr_bits)
-        m.d.comb += [own_off[j].eq(times_const(al_row[j], cfg.stride_bytes)) for j in range(L)]
-        m.d.comb += [info_off[j].eq(times_const(al_info[j].row, cfg.stride_bytes)) for j in range(L)]
-        for j in range(L):
-            p = al_pkt[j]
-            info = Signal(lay.row_info, name=f"info{j}")
-            own = Cat(al_ok[j], al_row[j])   # row_info layout order: alloc, row
-            m.d.comb += info.eq(Mux(al_opener[j], own, _onehot_mux(
-                [(al_fwd[i, j], Cat(al_ok[i], al_row[i])) for i in range(j)], al_info[j])))
-            row_off = Mux(al_opener[j], own_off[j], _onehot_mux(
-                [(al_fwd[i, j], own_off[i]) for i in range(j)], info_off[j]))
-            ri_alloc.append(info.alloc)
-            m.d.comb += [ri_wr[j].addr.eq(al_idx[j]), ri_wr[j].en.eq(al_opener[j]),
-                         ri_wr[j].data.eq(own)]
+        own_off = [Signal(cfg.addr_bits, name=f"own_off{j}") for j in range(cfg.lanes)]
+        info_off = [Signal(cfg.addr_bits, name=f"info_off{j}") for j in range(cfg.lanes)]
+        m.d.comb += [own_off[j].eq(times_const(al.row, cfg.stride_bytes)) for j, al in enumerate(AL)]
+        m.d.comb += [info_off[j].eq(times_const(al.info.row, cfg.stride_bytes)) for j, al in enumerate(AL)]
+        allocated = []
+        for j, (al, b) in enumerate(zip(AL, B)):
+            p = al.pkt
+            info = Signal(self.lay.row_info, name=f"info{j}")
+            own = Cat(al.ok, al.row)   # row_info layout order: alloc, row
+            m.d.comb += info.eq(Mux(al.opener, own, onehot_mux(
+                [(al.fwd[i], Cat(AL[i].ok, AL[i].row)) for i in range(j)], al.info)))
+            row_off = Mux(al.opener, own_off[j], onehot_mux(
+                [(al.fwd[i], own_off[i]) for i in range(j)], info_off[j]))
+            allocated.append(info.alloc)
+            wr = self.rowinfo.write_port()
+            m.d.comb += [wr.addr.eq(al.idx), wr.en.eq(al.opener), wr.data.eq(own)]
             m.d.sync += [
-                b_valid[j].eq(al_setb[j] & info.alloc),
-                b_pre[j].eq(al_base[j] + (p.chunk << chunk_shift)), b_rowoff[j].eq(row_off),
-                b_slot[j].eq(al_slot[j]),
-                b_ev_valid[j].eq((al_opener[j] & al_ok[j]) | (al_comp[j] & info.alloc)),
-                b_ev[j].complete.eq(al_comp[j]), b_ev[j].expert.eq(p.expert),
-                b_ev[j].row.eq(info.row), b_ev[j].src.eq(p.src), b_ev[j].token.eq(p.token),
-                b_ev[j].slot.eq(p.slot), b_ev[j].group.eq(group),
-                b_cr_valid[j].eq(al_comp[j]),
-                b_cr[j].src.eq(p.src), b_cr[j].tag.eq(p.tag),
+                b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
+                b.pre.eq(al.base + (p.chunk << chunk_shift)), b.rowoff.eq(row_off), b.slot.eq(al.slot),
+                b.ev_valid.eq((al.opener & al.ok) | (al.comp & info.alloc)),
+                b.ev.complete.eq(al.comp), b.ev.expert.eq(p.expert), b.ev.row.eq(info.row),
+                b.ev.src.eq(p.src), b.ev.token.eq(p.token), b.ev.slot.eq(p.slot), b.ev.group.eq(self.group),
+                b.cr_valid.eq(al.comp), b.cr.src.eq(p.src), b.cr.tag.eq(p.tag),
             ]
-        m.d.sync += [group.eq(group + 1), b_group.eq(group), b_pv.eq(al_pv)]
+        self.b_group = Signal(GROUP_BITS, name="b_group")
+        m.d.sync += [self.group.eq(self.group + 1), self.b_group.eq(self.group)]
         # (counted here, so that the input reservations add registers only)
-        b_no_ev = Signal(range(L + 1))
-        b_no_cr = Signal(range(L + 1))
+        self.b_no_ev = Signal(range(cfg.lanes + 1), name="b_no_ev")
+        self.b_no_cr = Signal(range(cfg.lanes + 1), name="b_no_cr")
         m.d.sync += [
-            b_no_ev.eq(_popcount(al_pv[j] & ~((al_opener[j] & al_ok[j]) | (al_comp[j] & ri_alloc[j]))
-                                 for j in range(L))),
-            b_no_cr.eq(_popcount(al_pv[j] & ~al_comp[j] for j in range(L))),
+            self.b_no_ev.eq(popcount(al.pv & ~((al.opener & al.ok) | (al.comp & allocated[j]))
+                                     for j, al in enumerate(AL))),
+            self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
 
-        # ------------------------------------------------------------ B: events out, address, write FIFO
-        m.d.comb += [self.ev_push_valid.eq(b_ev_valid), self.cr_push_valid.eq(b_cr_valid)]
-        m.d.comb += [self.ev_push_data[j].eq(b_ev[j]) for j in range(L)]
-        m.d.comb += [self.cr_push_data[j].eq(b_cr[j]) for j in range(L)]
-        wf_pending = Signal(L)     # writes waiting in the lane's buffer
-        wf_room = []
-        for j in range(L):
-            # The lane's write buffer: a slot per packet, taken at acceptance (the data is
-            # written then and does not travel down the pipeline); B fills in the address
-            # (or marks the slot void: no write); slots leave in order from the head.
-            sl = slot_sigs[j]
-            with m.If(b_pv[j]):
-                m.d.sync += [sl["addr"][b_slot[j]].eq(b_pre[j] + b_rowoff[j]),
-                             sl["group"][b_slot[j]].eq(b_group)]
-            head = sl["rp"]
-            head_ready = Signal(name=f"wf_head_ready{j}")
-            head_void = Signal(name=f"wf_head_void{j}")
-            m.d.comb += [
-                head_ready.eq(sl["ready"].bit_select(head, 1)),
-                head_void.eq(sl["void"].bit_select(head, 1)),
-                wf_pending[j].eq((sl["ready"] & ~sl["void"]).any()),
-                self.wr[j].valid.eq(head_ready & ~head_void),
-                self.wr[j].payload.addr.eq(sl["addr"][head]),
-                self.wr[j].payload.data.eq(sl["data"][head]),
-            ]
-            pop = Signal(name=f"wf_pop{j}")
-            m.d.comb += pop.eq(head_ready & (head_void | self.wr[j].ready))
-            set_mask = Mux(b_pv[j], Const(1, WRITE_FIFO_DEPTH) << b_slot[j], 0)
-            clr_mask = Mux(pop, Const(1, WRITE_FIFO_DEPTH) << head, 0)
-            m.d.sync += [sl["ready"].eq((sl["ready"] & ~clr_mask) | set_mask),
-                         sl["void"].eq(Mux(b_pv[j] & ~b_valid[j], sl["void"] | set_mask,
-                                           sl["void"] & ~set_mask))]
-            with m.If(pop):
-                m.d.sync += head.eq(head + 1)
-            # The tracker's ordering guard sees each lane's oldest waiting write a cycle
-            # late (and B of the cycle before, below): a write can only move on, so this
-            # errs on the safe side. (A void head is older than the writes behind it.)
-            m.d.sync += [self.c_busy[j].eq(wf_pending[j]), self.c_group[j].eq(sl["group"][head])]
-            # Reservation: a slot per accepted packet until it leaves the head.
-            m.d.sync += wf_used[j].eq(wf_used[j] + acc[j] - pop)
-            # (for `room`: as if `room` let a packet in on every lane this cycle)
-            # (both outcomes of the pop compared from registers; the pop only chooses)
-            wf_room.append(Mux(pop, wf_used[j] + room <= WRITE_FIFO_DEPTH, wf_used[j] + room < WRITE_FIFO_DEPTH))
-        m.d.comb += [self.b_busy.eq(b_valid.any()), self.b_group.eq(b_group)]
-        m.d.sync += [self.c_busy[L].eq(b_valid.any()), self.c_group[L].eq(b_group)]
-        m.d.comb += young.eq(Cat(~self.c_busy[j] | ((group - self.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
-                                 for j in range(L)).all())
-        # Events and credits: every packet in flight before B may still push one of each.
-        # A packet reaching B either pushes (the entry moves from reserved to used) or does
-        # not (its reservation returns); a pop frees an entry.
-        # (the queues' pops are counted a cycle late: conservative, and off the tracker's
-        # and the credit port's paths)
-        ev_pop, cr_pop = Signal(), Signal()
-        m.d.sync += [ev_pop.eq(self.ev_pop), cr_pop.eq(self.cr_pop)]
-        # (acceptances too, counted into A: so that no input path reaches these registers)
-        n_acc = Signal(range(L + 1))
-        m.d.sync += n_acc.eq(_popcount(acc))
-        ev_delta = Signal(range(-L, L + 2))
-        cr_delta = Signal(range(-L, L + 2))
-        m.d.comb += [ev_delta.eq(ev_pop + b_no_ev - n_acc), cr_delta.eq(cr_pop + b_no_cr - n_acc)]
-        m.d.sync += [ev_avail.eq(ev_avail + ev_delta), cr_avail.eq(cr_avail + cr_delta)]
-        need = Mux(room, 2 * L, L) + n_acc
-        m.d.sync += room.eq(young & Cat(*wf_room).all()
-                            & (ev_avail + b_no_ev >= need) & (cr_avail + b_no_cr >= need))
+    # ---------------------------------------------------------------- B
+    def _stage_b(self, m):
+        """B: events and credits into their queues; each write completes its slot in its
+        lane's write buffer. Owns the ordering guard's registers (``c_*``)."""
+        L, B, guard = self.cfg.lanes, self.b, self.guard
+        m.d.comb += [self.ev.valid.eq(_lanes(B, "ev_valid")), self.cr.valid.eq(_lanes(B, "cr_valid"))]
+        m.d.comb += [self.ev.data[j].eq(b.ev) for j, b in enumerate(B)]
+        m.d.comb += [self.cr.data[j].eq(b.cr) for j, b in enumerate(B)]
+        m.d.comb += [self.reserve.no_ev.eq(self.b_no_ev), self.reserve.no_cr.eq(self.b_no_cr)]
+        for j, (b, buf) in enumerate(zip(B, self.wbuf)):
+            m.d.comb += [buf.fill.eq(b.pv), buf.fill_write.eq(b.valid), buf.fill_slot.eq(b.slot),
+                         buf.fill_addr.eq(b.pre + b.rowoff), buf.fill_group.eq(self.b_group)]
+            wiring.connect(m, buf.wr, wiring.flipped(self.wr[j]))
+            # The ordering guard sees each lane's oldest waiting write a cycle late (and B
+            # of the cycle before, below): a write can only move on, so this errs on the
+            # safe side. (A void head is older than the writes behind it.)
+            m.d.sync += [guard.c_busy[j].eq(buf.pending), guard.c_group[j].eq(buf.head_group)]
+        b_busy = _lanes(B, "valid").any()
+        m.d.comb += [guard.b_busy.eq(b_busy), guard.b_group.eq(self.b_group)]
+        m.d.sync += [guard.c_busy[L].eq(b_busy), guard.c_group[L].eq(self.b_group)]
 
-        # ------------------------------------------------------------ statistics
-        # Status and FLUSH only, off every loop: each group's increments are counted into
-        # registers as it leaves T's output registers (AL's, for overflow) and added to the
-        # 32-bit counters a cycle later. (START and FLUSH wait for an empty pipeline,
-        # which covers the two cycles.)
+    # ---------------------------------------------------------------- statistics
+    def _statistics(self, m):
+        """Status counters, off every loop: each group's increments are counted into
+        registers as it leaves T's output registers (AL's, for overflow) and added to the
+        32-bit counters a cycle later. (START and FLUSH wait for an empty pipeline, which
+        covers the two cycles.) :meth:`_layer_control` resets them."""
+        cfg, L, T, AL = self.cfg, self.cfg.lanes, self.t, self.al
+        self.inflight = Signal(range(cfg.entries + 1), name="inflight")
+        self.drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
+        self.overflow = [Signal(32, name=f"overflow{e}") for e in range(cfg.experts)]
+        self.src_rows = [Signal(cfg.count_bits, name=f"src_rows{s}") for s in range(cfg.sources)]
+        self.errors = Signal(len(Reason), name="errors")
+
         def counted(counter, bits, name):
             inc = Signal(range(L + 1), name=f"inc_{name}")
-            m.d.sync += [inc.eq(_popcount(bits)), counter.eq(counter + inc)]
+            m.d.sync += [inc.eq(popcount(bits)), counter.eq(counter + inc)]
             return inc
 
-        al_open_net = Signal(range(-L, L + 1))
-        m.d.sync += al_open_net.eq(_popcount(t_opener) - _popcount(t_comp))
-        m.d.sync += inflight.eq(inflight + al_open_net)
-        for s in range(S):
-            counted(src_rows[s], [t_opener[j] & ~t_post[j] & (t_pkt[j].src == s) for j in range(L)],
-                    f"src_rows{s}")
-        for r, hits in [*t_hits.items(), (Reason.EOS_MISMATCH, mismatch_hits),
-                        (Reason.OVERFLOW, al_ovf)]:
-            inc = counted(drops[r], list(hits), f"drops_{r.name.lower()}")
+        al_open_net = Signal(range(-L, L + 1), name="al_open_net")
+        m.d.sync += al_open_net.eq(popcount(_lanes(T, "opener")) - popcount(_lanes(T, "comp")))
+        m.d.sync += self.inflight.eq(self.inflight + al_open_net)
+        for s in range(cfg.sources):
+            counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}")
+        hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
+        for r, bits in [*hits, (Reason.EOS_MISMATCH, list(self.eos.mismatch)),
+                        (Reason.OVERFLOW, [al.ovf for al in AL])]:
+            inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}")
             with m.If(inc != 0):
-                m.d.sync += errors[r].eq(1)
-        for e in range(E):
-            counted(overflow[e], [al_ovf[j] & (al_pkt[j].expert == e) for j in range(L)], f"overflow{e}")
+                m.d.sync += self.errors[r].eq(1)
+        for e in range(cfg.experts):
+            counted(self.overflow[e], [al.ovf & (al.pkt.expert == e) for al in AL], f"overflow{e}")
+        status = self.status
+        m.d.comb += [status.inflight.eq(self.inflight), status.errors.eq(self.errors),
+                     status.eos_seen.eq(self.eos.got_eos)]
+        for s in range(cfg.sources):
+            m.d.comb += [status.src_rows[s].eq(self.src_rows[s]), status.src_eos[s].eq(self.eos.count[s])]
+        m.d.comb += [status.overflow[e].eq(x) for e, x in enumerate(self.overflow)]
+        m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
 
-        # ------------------------------------------------------------ layer control
-        pipe_empty = ~(a_valid | r_valid | t_pv | al_pv | b_pv).any() & Cat(u == 0 for u in wf_used).all()
-        # Nothing of the layer left after T (lanes past a finished layer have no effect).
-        drained = (self.ev_empty & self.tracker_idle
-                   & ~(t_valid | al_valid | b_valid | b_ev_valid | b_cr_valid | wf_pending).any())
-        with m.If(self.start):
-            m.d.sync += start_pending.eq(1)
-        with m.If(self.flush & armed):
-            m.d.sync += flush_pending.eq(1)
-        with m.If(self.clear_errors):
-            m.d.sync += errors.eq(0)
+    # ---------------------------------------------------------------- layer control
+    def _layer_drained(self):
+        """(pipeline empty, nothing of the layer left after T): START and FLUSH wait for
+        both; the end of a layer for the second (lanes past a finished layer have no
+        effect)."""
+        lanes = [_lanes(self.a, "valid"), _lanes(self.r, "valid"), _lanes(self.t, "pv"),
+                 _lanes(self.al, "pv"), _lanes(self.b, "pv")]
+        pipe_empty = ~Cat(*lanes).any() & self.reserve.idle
+        left = [_lanes(self.t, "valid"), _lanes(self.al, "valid"), _lanes(self.b, "valid"),
+                _lanes(self.b, "ev_valid"), _lanes(self.b, "cr_valid"), Cat(buf.pending for buf in self.wbuf)]
+        drained = self.ev.empty & self.tracker.idle & ~Cat(*left).any()
+        return pipe_empty, drained
+
+    def _layer_control(self, m):
+        """START, FLUSH, the watchdog and the end of a layer. Owns the layer's control
+        registers; resets the statistics, the chunk table and the EOS tracker."""
+        csr, trk = self.csr, self.tracker
+        armed, finished = self.armed, self.finished
+        start_go, flush_go, sweep_req = self.start_go, self.flush_go, self.sweep_req
+        pipe_empty, drained = self._layer_drained()
+        with m.If(csr.start):
+            m.d.sync += self.start_pending.eq(1)
+        with m.If(csr.flush & armed):
+            m.d.sync += self.flush_pending.eq(1)
+        with m.If(csr.clear_errors):
+            m.d.sync += self.errors.eq(0)
+        self._watchdog(m)
+        # START and FLUSH wait until the pipeline is empty and drained, decide in one cycle
+        # and act in the next, so that what they reset (the allocator, the tables, the
+        # tracker) is driven from registers. Nothing is accepted meanwhile (block).
+        quiet = pipe_empty & drained & ~(armed & finished) & ~start_go & ~flush_go
+        can_start = self.start_pending & quiet & ~sweep_req & ~csr.start
+        m.d.sync += [start_go.eq(can_start), flush_go.eq(self.flush_pending & quiet & ~can_start)]
+        # (start_go excludes a finished layer, so the end of a layer never preempts it.)
+        m.d.comb += [trk.layer_start.eq(start_go), self.alloc.clear.eq(start_go),
+                     trk.mark_dirty.eq((start_go & armed) | flush_go)]
+        ending = armed & finished & drained
+        m.d.comb += [self.eos.clear.eq(~ending & start_go),
+                     self.table.clear.eq(~ending & (start_go | flush_go))]
+        with m.If(ending):
+            # The layer is complete: hand over to the tracker's end-of-layer sweep.
+            m.d.sync += [armed.eq(0), sweep_req.eq(1), self.flush_pending.eq(0), self.flush_timeout.eq(0)]
+        with m.Elif(start_go):
+            # START: a new layer (a running one is abandoned; the tracker re-clears).
+            m.d.sync += [self.start_pending.eq(csr.start), self.flush_pending.eq(0),
+                         self.flush_timeout.eq(0), armed.eq(1), self.done.eq(0), self.inflight.eq(0)]
+            m.d.sync += [x.eq(0) for x in self.src_rows + self.drops + self.overflow]
+        with m.Elif(flush_go):
+            self._flush(m)
         m.d.comb += self.layer_done.eq(0)
+        with m.If(trk.sweep_done):
+            m.d.sync += [sweep_req.eq(0), self.done.eq(1)]
+            m.d.comb += self.layer_done.eq(1)
+        m.d.comb += [trk.sweep_req.eq(sweep_req), self.status.sweeping.eq(sweep_req),
+                     self.status.armed.eq(armed), self.status.done.eq(self.done)]
 
-        # Watchdog: an armed layer that accepts nothing for `timeout` cycles is flushed.
-        # (compared with timeout - 1, registered: no adder in front of the compare)
-        timeout_m1 = Signal(32)
-        m.d.sync += timeout_m1.eq(self.timeout - 1)
-        with m.If(~armed | finished | block | accepted | (self.timeout == 0)):
+    def _watchdog(self, m):
+        """An armed layer that accepts nothing for ``timeout`` cycles is flushed.
+        (Compared with timeout - 1, registered: no adder in front of the compare.)"""
+        timeout = self.csr.timeout
+        idle_cycles = Signal(32, name="idle_cycles")
+        timeout_m1 = Signal(32, name="timeout_m1")
+        m.d.sync += timeout_m1.eq(timeout - 1)
+        with m.If(~self.armed | self.finished | self.block | self.accepted | (timeout == 0)):
             m.d.sync += idle_cycles.eq(0)
         with m.Else():
             m.d.sync += idle_cycles.eq(idle_cycles + 1)
             with m.If(idle_cycles >= timeout_m1):
-                m.d.sync += [flush_pending.eq(1), flush_timeout.eq(1)]
+                m.d.sync += [self.flush_pending.eq(1), self.flush_timeout.eq(1)]
 
-        # START and FLUSH wait until the pipeline is empty and drained, decide in one cycle
-        # and act in the next, so that what they reset (the allocator, the tables, the
-        # tracker) is driven from registers. Nothing is accepted meanwhile (block).
-        start_go = Signal()
-        flush_go = Signal()
-        quiet = pipe_empty & drained & ~(armed & finished) & ~start_go & ~flush_go
-        can_start = start_pending & quiet & ~sweep_req & ~self.start
-        m.d.sync += [start_go.eq(can_start), flush_go.eq(flush_pending & quiet & ~can_start)]
-        # (start_go excludes a finished layer, so the sweep branch below never preempts it.)
-        m.d.comb += [self.layer_start.eq(start_go), self.alloc_clear.eq(start_go),
-                     self.mark_dirty.eq((start_go & armed) | flush_go)]
-        with m.If(armed & finished & drained):
-            # The layer is complete: hand over to the tracker's end-of-layer sweep.
-            m.d.sync += [armed.eq(0), sweep_req.eq(1), flush_pending.eq(0), flush_timeout.eq(0)]
-        with m.Elif(start_go):
-            # START: a new layer (a running one is abandoned; the tracker re-clears). A layer
-            # that has just finished is swept first (the branch above).
-            m.d.sync += [start_pending.eq(self.start), flush_pending.eq(0), flush_timeout.eq(0),
-                         armed.eq(1), done.eq(0), eos_seen.eq(0), inflight.eq(0)]
-            m.d.sync += [open_v.eq(0), others_open.eq(0)]
-            m.d.sync += [x.eq(0) for x in eos_cnt + opened + dist + src_rows + drops + overflow]
-            m.d.sync += [x.eq(1) for x in p_sel]
-            m.d.sync += [x.eq(x.init) for x in dist_le]
-            m.d.sync += p_eos.eq(0)
-        with m.Elif(flush_go):
-            with m.If(inflight != 0):
-                m.d.sync += [drops[Reason.INCOMPLETE].eq(drops[Reason.INCOMPLETE] + inflight),
-                             errors[Reason.INCOMPLETE].eq(1)]
-            with m.If(flush_timeout):
-                m.d.sync += [drops[Reason.TIMEOUT].eq(drops[Reason.TIMEOUT] + 1),
-                             errors[Reason.TIMEOUT].eq(1)]
-            m.d.sync += [flush_pending.eq(0), flush_timeout.eq(0), armed.eq(0), inflight.eq(0),
-                         sweep_req.eq(1)]
-            m.d.sync += [open_v.eq(0), others_open.eq(0)]
-        with m.If(self.sweep_done):
-            m.d.sync += [sweep_req.eq(0), done.eq(1)]
-            m.d.comb += self.layer_done.eq(1)
-
-        # ------------------------------------------------------------ status
-        m.d.comb += [
-            self.sweep_req.eq(sweep_req), self.armed.eq(armed), self.done.eq(done),
-            self.inflight.eq(inflight), self.eos_seen.eq(eos_seen), self.errors.eq(errors),
-        ]
-        for s in range(S):
-            m.d.comb += [self.src_rows[s].eq(src_rows[s]), self.src_eos[s].eq(eos_cnt[s])]
-        for e in range(E):
-            m.d.comb += self.overflow[e].eq(overflow[e])
-        for r in Reason:
-            m.d.comb += self.drops[r].eq(drops[r])
-        return m
-
+    def _flush(self, m):
+        """FLUSH (or the watchdog): rows in flight are dropped as INCOMPLETE, the layer ends."""
+        incomplete, timeout = self.drops[Reason.INCOMPLETE], self.drops[Reason.TIMEOUT]
+        with m.If(self.inflight != 0):
+            m.d.sync += [incomplete.eq(incomplete + self.inflight), self.errors[Reason.INCOMPLETE].eq(1)]
+        with m.If(self.flush_timeout):
+            m.d.sync += [timeout.eq(timeout + 1), self.errors[Reason.TIMEOUT].eq(1)]
+        m.d.sync += [self.flush_pending.eq(0), self.flush_timeout.eq(0), self.armed.eq(0),
+                     self.inflight.eq(0), self.sweep_req.eq(1)]

@@ -4,14 +4,20 @@ Each sub-command lives next to the code it drives and registers itself here:
 ``rtl`` and ``demo`` (this file), ``synth`` (moehub.synth.cli), ``cosim`` and ``sweep``
 (moehub.cosim.cli), ``calibrate`` (moehub.cosim.calibration).
 A sub-command module provides ``add_parser(subparsers)`` which sets ``func`` on its parser.
+
+Generated files go to the command's ``--out`` folder, else under ``$MOEHUB_BUILD``, else
+under ``./build`` (:mod:`moehub.paths`). Exit codes: 0 success, 1 a failed run, 2 bad
+input (arguments, configuration, an unusable output folder), 3 a missing synthesis tool.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ..config.schema import HUB_CONFIGS, ConfigError, load_hub_config
+from ..paths import ENV, HELP, OutputDirError, build_root, check_dir
 
 #: modules that contribute sub-commands (missing ones are skipped while they are built)
 COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli", "moehub.cosim.calibration")
@@ -37,10 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moehub", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("rtl", help="write the hub's Verilog (and CSR map) under build/rtl/<config>/")
+    r = sub.add_parser("rtl", help="write the hub's Verilog (and CSR map) under "
+                       "rtl/<config>/ in the build folder")
     r.add_argument("--config", action="append", help=f"hub config name or YAML path "
                    f"(repeatable; default: all of {', '.join(HUB_CONFIGS)})")
-    r.add_argument("--out", default=None, help="output folder (default build/rtl/<config>)")
+    r.add_argument("--out", default=None, help=f"output folder (default <build>/rtl/<config>; "
+                   f"<build> is {HELP})")
     r.set_defaults(func=cmd_rtl)
 
     d = sub.add_parser("demo", help="generate the RTL and run a short MoE traffic demo through it "
@@ -62,12 +70,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_outputs(args) -> None:
+    """Fail before any work when an output folder cannot be used: ``--out`` if given, the
+    build folder if ``MOEHUB_BUILD`` is set or there is no ``--out``."""
+    out = getattr(args, "out", None)
+    if out:
+        check_dir(out, "--out")
+    if os.environ.get(ENV) or not out:
+        build_root()
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_outputs(args)
         return int(args.func(args) or 0)
     except ConfigError as e:
         print(f"moehub: configuration error: {e}", file=sys.stderr)
+        return 2
+    except OutputDirError as e:
+        print(f"moehub: output folder: {e}", file=sys.stderr)
         return 2
 
 

@@ -6,13 +6,13 @@ import json
 import time
 
 from ..config.schema import load_hub_config
-from ..rtl.gen import BUILD
+from ..paths import output_dir
 
 
 def run_demo(config: str, seed: int = 1, tokens: int = 16, waves: bool = False) -> int:
     from ..verif.runner import run_hub_cocotb
     cfg = load_hub_config(config)
-    out = BUILD / "demo" / cfg.name
+    out = output_dir("demo", cfg.name)
     out.mkdir(parents=True, exist_ok=True)
     summary = out / "summary.json"
     summary.unlink(missing_ok=True)
@@ -39,6 +39,6 @@ def run_demo(config: str, seed: int = 1, tokens: int = 16, waves: bool = False) 
         print(f"  tile ready: expert {e} tile {t} at cycle {cyc}")
     print(f"  drops: {s['drops'] or 'none'}; RTL and reference model agree on every write, "
           f"flag, count and credit")
-    print(f"  Verilog: {BUILD / 'rtl' / cfg.name / 'moehub.v'}; summary: {summary}; "
+    print(f"  Verilog: {output_dir('rtl', cfg.name) / 'moehub.v'}; summary: {summary}; "
           f"wall time {wall:.1f} s")
     return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from ..paths import HELP
 from . import flow, sram
 
 
@@ -39,7 +40,7 @@ def cmd_synth(args) -> int:
             print(f"moehub synth: {name}: {e}", file=sys.stderr)
             status = 1
             continue
-        out = args.out if (args.out and len(args.config) == 1) else flow.BUILD / flow.load_hub_config(name).name
+        out = flow.out_dir_for(flow.load_hub_config(name), args.out if len(args.config) == 1 else None)
         if args.target == "asic":
             top = sec["modules"]["top"]
             n5 = top["n5"]
@@ -82,7 +83,7 @@ def _changes(args):
 
 def add_parser(sub) -> None:
     s = sub.add_parser("synth", help="synthesise the hub: area, timing, N5 projection, line-rate verdict "
-                       "(build/synth/<config>/report.md)")
+                       "(synth/<config>/report.md in the build folder)")
     s.add_argument("--config", action="append", required=True,
                    help="hub config name or YAML path (repeatable)")
     s.add_argument("--target", choices=flow.TARGETS, default="asic",
@@ -102,11 +103,11 @@ def add_parser(sub) -> None:
                    help="keep the netlist of the last run in the output folder and redo only timing and "
                         "reports (ecp5: re-read the last run's logs)")
     s.add_argument("--fpga-MHz", type=float, default=50.0, help="ECP5 nextpnr target frequency")
-    s.add_argument("--out", default=None, help="output folder (default build/synth/<config>)")
+    s.add_argument("--out", default=None, help=f"output folder (default <build>/synth/<config>; <build> is {HELP})")
     s.set_defaults(func=cmd_synth)
 
     w = sub.add_parser("synth-sweep", help="area and fmax against experts, lanes, tags and GPUs "
-                       "(CSV + PNG under build/synth/sweep/)")
+                       "(CSV + PNG under synth/sweep/ in the build folder)")
     w.add_argument("--base", default="mixtral-8gpu", help="hub config the sweeps vary (default mixtral-8gpu)")
     w.add_argument("--sweep", action="append", choices=("experts", "lanes", "tags", "sources"),
                    help="which sweep (repeatable; default all)")
@@ -116,6 +117,6 @@ def add_parser(sub) -> None:
     w.add_argument("--jobs", type=int, default=2, help="parallel synthesis runs (default 2)")
     w.add_argument("--data-bits", type=int, default=32, help="datapath width of the sweep points (default 32)")
     w.add_argument("--clock-ns", type=float, default=flow.DEFAULT_PERIOD_NS)
-    w.add_argument("--out", default=None, help="output folder (default build/synth/sweep)")
+    w.add_argument("--out", default=None, help=f"output folder (default <build>/synth/sweep; <build> is {HELP})")
     w.add_argument("--plot-only", action="store_true", help="redraw the figures from the CSV files")
     w.set_defaults(func=cmd_sweep)

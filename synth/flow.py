@@ -1,6 +1,7 @@
 """``moehub synth``: generate the hub's Verilog and run the ASIC or FPGA flow.
 
-One output folder per configuration, ``build/synth/<config>/``, holds the resolved
+One output folder per configuration (``--out``, else ``synth/<config>/`` in the build
+folder: ``$MOEHUB_BUILD`` or ``./build``, see :mod:`moehub.paths`) holds the resolved
 configuration, the Verilog, the tool scripts and logs, the netlists and the reports
 (gem5 habit: the statistics sit next to the exact configuration that produced them).
 
@@ -15,10 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..config.schema import HubConfig, load_hub_config
+from ..paths import output_dir
 from . import asic, fo4, report, sram, tools, verilog
 
-REPO = Path(__file__).resolve().parent.parent
-BUILD = REPO / "build" / "synth"
 #: Clock constraint and ABC delay target: about the one-cycle budget at 1.98 GHz expressed at
 #: OSU018 (26 FO4 x 99 ps of logic + 0.36 ns of flop overhead), so that ABC sizes for the
 #: depth the design aims at.
@@ -36,7 +36,8 @@ def synth_config(cfg: HubConfig, data_bits: int | str | None = "chunk") -> HubCo
 
 
 def out_dir_for(cfg: HubConfig, out: Path | str | None = None) -> Path:
-    return Path(out) if out else BUILD / cfg.name
+    """``out``, else ``synth/<config>/`` in the build folder (:mod:`moehub.paths`)."""
+    return output_dir("synth", cfg.name, out=out)
 
 
 def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS,

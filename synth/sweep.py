@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..config.schema import QUEUE_GROUPS, ConfigError, HubConfig, load_hub_config
+from ..paths import output_dir
 from . import flow
 
 #: changes to the base config for all points, so that a point synthesises in about a
@@ -109,7 +110,7 @@ def run_sweeps(base_name: str = "mixtral-8gpu", sweeps=None, jobs: int = 2, data
             raise ConfigError(f"sweep = {s!r}: must be one of {', '.join(SWEEPS)}")
     if jobs < 1:
         raise ConfigError(f"jobs = {jobs}: must be >= 1")
-    out = Path(out) if out else flow.BUILD / "sweep"
+    out = output_dir("synth", "sweep", out=out)
     out.mkdir(parents=True, exist_ok=True)
     todo = points(base, sweeps, data_bits, out, period_ns)
     # big points first so the two workers finish together
@@ -146,7 +147,7 @@ def replot(base_name: str = "mixtral-8gpu", sweeps=None, data_bits: int = 32, ou
     """Redraw the figures from the CSV files of an earlier sweep."""
     from .plots import plot_sweeps
     base = sweep_base(load_hub_config(base_name), base_changes)
-    out = Path(out) if out else flow.BUILD / "sweep"
+    out = output_dir("synth", "sweep", out=out)
     sweeps = [s for s in (sweeps or SWEEPS) if (out / f"{s}.csv").exists()]
     if not sweeps:
         print(f"synth-sweep: no sweep CSV under {out}")

@@ -26,7 +26,7 @@ def test_event_queue_keeps_slot_order_and_never_overflows():
 
     async def producer(ctx):
         for cyc in range(300):
-            free = ctx.get(q.free)
+            free = 8 - (len(sent) - len(got))      # the producer reserves: pushes minus pops
             # (sparse pushes in the first half keep the queue nearly empty: a push into
             # an empty queue, or into one whose only event leaves, becomes the head)
             rate = 0.1 if cyc < 150 else 0.5
@@ -35,12 +35,12 @@ def test_event_queue_keeps_slot_order_and_never_overflows():
             for i, v in enumerate(valid):
                 if v:
                     n = next(counter) & 0xFF
-                    ctx.set(q.push_data[i], {"v": n})
+                    ctx.set(q.push.data[i], {"v": n})
                     sent.append(n)
                     mask |= 1 << i
-            ctx.set(q.push_valid, mask)
+            ctx.set(q.push.valid, mask)
             await ctx.tick()
-        ctx.set(q.push_valid, 0)
+        ctx.set(q.push.valid, 0)
         for _ in range(20):
             await ctx.tick()
 
@@ -51,11 +51,11 @@ def test_event_queue_keeps_slot_order_and_never_overflows():
 
     async def monitor(ctx):
         for _ in range(330):
-            _, _, valid, ready, payload, level = await ctx.tick().sample(
-                q.o.valid, q.o.ready, q.o.payload, q.free)
+            _, _, valid, ready, payload, pop = await ctx.tick().sample(
+                q.o.valid, q.o.ready, q.o.payload, q.push.pop)
+            assert pop == (valid and ready)
             if valid and ready:
                 got.append(payload.v)
-            assert 0 <= level <= 8
 
     _run(q, producer, consumer, monitor)
     assert got == sent[:len(got)] and len(got) > 100
@@ -68,44 +68,41 @@ def test_allocator_same_expert_all_lanes_and_overflow():
     async def bench(ctx):
         for e in range(cfg.experts):
             ctx.set(a.cap[e], 6)
-        ctx.set(a.clear, 1)          # layer start: the capacities are latched
+        ctx.set(a.grant.clear, 1)          # layer start: the capacities are latched
         await ctx.tick()
-        ctx.set(a.clear, 0)
+        ctx.set(a.grant.clear, 0)
         ctx.set(a.cap[1], 100)       # ... so a change now waits for the next layer
         # all four lanes ask for expert 1 in one cycle: rows 0..3 in lane order
-        ctx.set(a.req, 0b1111)
+        ctx.set(a.grant.req, 0b1111)
         for j in range(4):
-            ctx.set(a.req_expert[j], 1 << 1)
-        ctx.set(a.commit, 1)
-        assert [ctx.get(a.row[j]) for j in range(4)] == [0, 1, 2, 3]
-        assert ctx.get(a.ok) == 0b1111
+            ctx.set(a.grant.expert[j], 1 << 1)
+        assert [ctx.get(a.grant.row[j]) for j in range(4)] == [0, 1, 2, 3]
+        assert ctx.get(a.grant.ok) == 0b1111
         await ctx.tick()
         # again: rows 4, 5 fit the capacity of 6, lanes 2 and 3 overflow
-        assert [ctx.get(a.row[j]) for j in range(2)] == [4, 5]
-        assert ctx.get(a.ok) == 0b0011
+        assert [ctx.get(a.grant.row[j]) for j in range(2)] == [4, 5]
+        assert ctx.get(a.grant.ok) == 0b0011
         await ctx.tick()
         assert ctx.get(a.rows[1]) == 6 and ctx.get(a.rows[0]) == 0
         # mixed experts, lane 1 idle
-        ctx.set(a.req, 0b1101)
-        ctx.set(a.req_expert[0], 1 << 0)
-        ctx.set(a.req_expert[2], 1 << 2)
-        ctx.set(a.req_expert[3], 1 << 0)
-        assert (ctx.get(a.row[0]), ctx.get(a.row[2]), ctx.get(a.row[3])) == (0, 0, 1)
+        ctx.set(a.grant.req, 0b1101)
+        ctx.set(a.grant.expert[0], 1 << 0)
+        ctx.set(a.grant.expert[2], 1 << 2)
+        ctx.set(a.grant.expert[3], 1 << 0)
+        assert (ctx.get(a.grant.row[0]), ctx.get(a.grant.row[2]), ctx.get(a.grant.row[3])) == (0, 0, 1)
         await ctx.tick()
-        ctx.set(a.commit, 0)
         assert ctx.get(a.rows[0]) == 2 and ctx.get(a.rows[2]) == 1
-        ctx.set(a.clear, 1)
+        ctx.set(a.grant.clear, 1)
         await ctx.tick()
         assert [ctx.get(a.rows[e]) for e in range(cfg.experts)] == [0, 0, 0]
         # the next layer has expert 1's new capacity
-        ctx.set(a.clear, 0)
-        ctx.set(a.commit, 1)
-        ctx.set(a.req, 0b1111)
+        ctx.set(a.grant.clear, 0)
+        ctx.set(a.grant.req, 0b1111)
         for j in range(4):
-            ctx.set(a.req_expert[j], 1 << 1)
+            ctx.set(a.grant.expert[j], 1 << 1)
         for _ in range(2):
             await ctx.tick()
-        assert ctx.get(a.ok) == 0b1111 and ctx.get(a.rows[1]) == 8
+        assert ctx.get(a.grant.ok) == 0b1111 and ctx.get(a.rows[1]) == 8
 
     _run(a, bench)
 

@@ -29,7 +29,8 @@ from typing import Optional, Sequence
 from ..config.schema import HubConfig
 from ..rtl.csr_map import CTRL_START, CsrMap
 from ..rtl.formats import CtlKind, HubFormats, Reason
-from ..rtl.gen import BUILD, convert
+from ..paths import output_dir
+from ..rtl.gen import convert
 from .model import CtlWrite, HubModel, Packet
 
 CYCLE_BITS = 32
@@ -304,10 +305,10 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
     it did. The player keeps the schedule's order (cycle, lane, then list order) and puts
     the packets that have arrived on lanes 0, 1, ... each cycle, at most one per lane; a
     stalled hub delays later arrivals. ``mode``: "cocotb" or "verilog" (plain testbench)."""
-    out = BUILD / "player" / f"{cfg.name}-{tag}"
+    out = output_dir("player", f"{cfg.name}-{tag}")
     player, reads, schedule = prepare(cfg, packets, out, csr_writes=csr_writes, bp=bp,
                                    log_accepts=log_accepts)
-    hub_v = convert(cfg, out_dir=BUILD / "rtl" / cfg.name)
+    hub_v = convert(cfg)
     log = out / "player.log"
     log.unlink(missing_ok=True)
     t0 = time.time()

@@ -2,22 +2,21 @@
 
 ``cocotb_tools.runner`` is still marked experimental, so every use goes through
 :func:`run_hub_cocotb`. The Verilog is generated for the hub config (or given, e.g. a
-gate-level netlist), built once per (config, tag) under ``build/sim/<config>-<tag>/``,
-and the cocotb module reads its configuration from the environment (``MOEHUB_CONFIG``,
-``MOEHUB_SEED``, ``MOEHUB_SEEDS``).
+gate-level netlist), built once per (config, tag) under ``sim/<config>-<tag>/`` in the
+build folder (``$MOEHUB_BUILD`` or ``./build``: :mod:`moehub.paths`). The cocotb module
+(a testbench of ``moehub.verif`` such as ``tb_hub``, or a dotted module name) is imported
+from the installed package and reads its configuration from the environment
+(``MOEHUB_CONFIG``, ``MOEHUB_SEED``, ``MOEHUB_SEEDS``).
 """
 from __future__ import annotations
 
-import os
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Optional, Sequence
 
 from ..config.schema import load_hub_config
-from ..rtl.gen import BUILD, TOP, convert
-
-VERIF_DIR = Path(__file__).resolve().parent
+from ..paths import ENV, build_root
+from ..rtl.gen import TOP, convert
 
 
 def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
@@ -32,23 +31,25 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     from cocotb_tools.runner import get_runner
 
     cfg = load_hub_config(config)
-    build_dir = BUILD / "sim" / f"{cfg.name}-{tag}"
+    root = build_root()
+    build_dir = root / "sim" / f"{cfg.name}-{tag}"
     if verilog is None:
-        verilog = [convert(cfg, out_dir=BUILD / "rtl" / cfg.name)]
+        verilog = [convert(cfg, out_dir=root / "rtl" / cfg.name)]
     runner = get_runner("icarus")
     runner.build(sources=[str(v) for v in verilog], hdl_toplevel=TOP, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, build_args=list(build_args),
                  always=True, log_file=build_dir / "build.log")
-    # The runner rebuilds PYTHONPATH from sys.path (TOOLCHAIN.md pitfall 3).
-    if str(VERIF_DIR) not in sys.path:
-        sys.path.insert(0, str(VERIF_DIR))
-    env = {"MOEHUB_CONFIG": cfg.name, "MOEHUB_SEED": str(seed), "MOEHUB_SEEDS": str(seeds)}
+    # The simulator's Python imports the test module as part of the installed package
+    # (the runner passes this Python's sys.path on as PYTHONPATH); the simulation runs in
+    # build_dir, so the build folder is handed on as an absolute path.
+    env = {"MOEHUB_CONFIG": cfg.name, "MOEHUB_SEED": str(seed), "MOEHUB_SEEDS": str(seeds),
+           ENV: str(root)}
     env.update(extra_env or {})
     results = build_dir / f"results-{module}-{'-'.join(testcases or ['all'])[:80]}.xml"
     results.unlink(missing_ok=True)
     try:
-        runner.test(test_module=module, hdl_toplevel=TOP, build_dir=build_dir, test_dir=build_dir,
-                    testcase=list(testcases) if testcases else None, extra_env=env, waves=waves,
+        runner.test(test_module=_qualified(module), hdl_toplevel=TOP, build_dir=build_dir,
+                    test_dir=build_dir, testcase=list(testcases) if testcases else None, extra_env=env, waves=waves,
                     results_xml=str(results), timescale=("1ns", "1ps"),
                     log_file=build_dir / f"sim-{module}.log")
     except SystemExit:
@@ -56,6 +57,11 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     if not results.exists():
         raise RuntimeError(f"cocotb produced no results; see {build_dir / f'sim-{module}.log'}")
     return parse_results(results)
+
+
+def _qualified(module: str) -> str:
+    """``tb_hub`` -> ``moehub.verif.tb_hub``: the testbenches are modules of the package."""
+    return module if "." in module else f"{__package__}.{module}"
 
 
 def parse_results(path: Path) -> dict:

@@ -1,0 +1,154 @@
+"""The chunk table: one entry per row in flight (indexed by source and tag), read by every
+lane in the packet manager's R stage and written back by its T stage.
+
+An entry says whether the row is open, its expert and which of its chunks have arrived
+(:attr:`HubLayouts.chunk_entry`). ``open`` lives in a flop vector, so that a layer's end
+clears every row in one cycle; the rest in a multi-port memory (one comb read and one
+write port per lane).
+
+T's write-back is registered (the *W* stage) and written to the table a cycle later, so
+the wide write fan-out is off T's loop. A read therefore has two writes it may not see
+yet: W's (pending) and T's (the group right ahead, being decided now). Each lane's read
+result takes them instead of the stored entry when its row is theirs (the bypass); the
+read result is registered (``r_ent``), with the expert compare T needs made on every
+candidate before the choice.
+"""
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .layouts import HubLayouts
+
+
+def onehot_mux(sel_vals, default):
+    """``default`` unless one of the (select, value) pairs is selected (at most one is)."""
+    out = default
+    for sel, val in sel_vals:
+        out = Mux(sel, val, out)
+    return out
+
+
+class ChunkTable(wiring.Component):
+    """Chunk table with its read registers (R) and pending write-back (W).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+
+    Attributes
+    ----------
+    rd_idx : In(range(entries)).array(lanes)
+        Each lane's entry index, from the A stage (read this cycle, result in R).
+    rd_expert : In(expert_bits).array(lanes)
+        Each lane's packet expert, compared with every candidate entry's.
+    hit, hit2 : In(lanes).array(lanes)
+        Bit k of lane j: lane j's row is the row of lane k one group ahead (in R now, its
+        write-back decided by T this cycle) / two groups ahead (its write-back in W).
+    ent : Out(chunk_entry).array(lanes)
+        R: each lane's entry as the group ahead leaves it.
+    exp_eq : Out(lanes)
+        R: ``ent.expert`` equals the lane's packet expert.
+    live : In(1)
+        T's group has an effect (a layer is armed and not finished).
+    last, idx, after : In(lanes), In(range(entries)).array(lanes), In(chunk_entry).array(lanes)
+        T's write-back: lane k is the last of the group on its row, the row's index and its
+        entry after the group (the write happens when ``live``).
+    rows_open : Out(1)
+        Some row is open (the table with W's writes applied).
+    clear : In(1)
+        Close every row (layer start or flush).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        self.cfg = cfg
+        self.lay = lay = HubLayouts(cfg)
+        L, N = cfg.lanes, cfg.entries
+        super().__init__({
+            "rd_idx": In(range(N)).array(L), "rd_expert": In(cfg.expert_bits).array(L),
+            "hit": In(L).array(L), "hit2": In(L).array(L),
+            "ent": Out(lay.chunk_entry).array(L), "exp_eq": Out(L),
+            "live": In(1), "last": In(L), "idx": In(range(N)).array(L),
+            "after": In(lay.chunk_entry).array(L),
+            "rows_open": Out(1), "clear": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, N, lay = self.cfg.lanes, self.cfg.entries, self.lay
+        self.open_v = Signal(N, name="open_v")
+        m.submodules.chunks = self.mem = Memory(shape=lay.chunk_body, depth=N, init=[])
+        # W: T's write-back, registered.
+        self.w_wen = [Signal(name=f"w_wen{k}") for k in range(L)]
+        self.w_idx = [Signal(range(N), name=f"w_idx{k}") for k in range(L)]
+        self.w_after = [Signal(lay.chunk_entry, name=f"w_after{k}") for k in range(L)]
+        self._read(m)
+        self._write_back(m)
+        return m
+
+    def _read(self, m):
+        """R: every lane's entry -- stored, or W's pending write, or T's -- registered."""
+        L, lay = self.cfg.lanes, self.lay
+        for j in range(L):
+            rd = self.mem.read_port(domain="comb")
+            stored = Signal(lay.chunk_entry, name=f"stored{j}")
+            m.d.comb += [
+                rd.addr.eq(self.rd_idx[j]),
+                stored.open.eq(self.open_v.bit_select(self.rd_idx[j], 1)),
+                stored.expert.eq(rd.data.expert),
+                stored.bitmap.eq(rd.data.bitmap),
+            ]
+            # (T's entries are taken on `last`, a register, not on `live & last`: a group T
+            # finds not live leaves the state unchanged and is followed only by groups that
+            # are not live either -- `finished` holds until START, and START and FLUSH wait
+            # for an empty pipeline -- so what it passes on is never used; that keeps `live`
+            # out of this loop)
+            bypass = ([(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)]
+                      + [(self.hit[j][k] & self.last[k], self.after[k]) for k in range(L)])
+            r_ent = Signal(lay.chunk_entry, name=f"r_ent{j}")
+            r_exp_eq = Signal(name=f"r_exp_eq{j}")
+            expert = self.rd_expert[j]
+            m.d.sync += [
+                r_ent.eq(onehot_mux(bypass, stored)),
+                r_exp_eq.eq(onehot_mux([(sel, ent.expert == expert) for sel, ent in bypass],
+                                       stored.expert == expert)),
+            ]
+            m.d.comb += [self.ent[j].eq(r_ent), self.exp_eq[j].eq(r_exp_eq)]
+
+    def _write_back(self, m):
+        """W: T's write-back registered, then written to the table; the open bits and
+        whether any row is open."""
+        L, N = self.cfg.lanes, self.cfg.entries
+        open_v = self.open_v
+        wmask, wopen = Const(0, N), Const(0, N)
+        for k in range(L):
+            dec = Signal(N, name=f"w_dec{k}")
+            m.d.comb += dec.eq(Mux(self.w_wen[k], Const(1, N) << self.w_idx[k], 0))
+            wmask = wmask | dec
+            wopen = wopen | Mux(self.w_after[k].open, dec, 0)
+        open_eff = Signal(N)
+        m.d.comb += open_eff.eq((open_v & ~wmask) | wopen)
+        m.d.sync += open_v.eq(open_eff)
+        for k in range(L):
+            wr = self.mem.write_port()
+            m.d.comb += [wr.addr.eq(self.w_idx[k]), wr.en.eq(self.w_wen[k]),
+                         wr.data.expert.eq(self.w_after[k].expert),
+                         wr.data.bitmap.eq(self.w_after[k].bitmap)]
+        # Whether a row is open, without an OR over the table in front of T: the entries W
+        # does not write were reduced a cycle earlier (others_open), W's own are few.
+        others_open = Signal()
+        w_open_any = Cat(self.w_wen[k] & self.w_after[k].open for k in range(L)).any()
+        m.d.comb += self.rows_open.eq(others_open | w_open_any)
+        # others_open for the next cycle: the table as it will be then, except the entries
+        # T writes now (those come from W then); both cases of `live`, chosen last.
+        tmask = Const(0, N)
+        for k in range(L):
+            tmask = tmask | Mux(self.last[k], Const(1, N) << self.idx[k], 0)
+        m.d.sync += others_open.eq(Mux(self.live, (open_eff & ~tmask).any(), open_eff.any()))
+        # At most one lane writes an entry (the last on its row).
+        m.d.sync += [self.w_wen[k].eq(self.live & self.last[k]) for k in range(L)]
+        m.d.sync += [self.w_idx[k].eq(self.idx[k]) for k in range(L)]
+        m.d.sync += [self.w_after[k].eq(self.after[k]) for k in range(L)]
+        with m.If(self.clear):
+            m.d.sync += [open_v.eq(0), others_open.eq(0)]

@@ -1,0 +1,139 @@
+"""Per-source end-of-stream state of the packet manager.
+
+A source ends its stream with an EOS packet carrying how many rows it sent to this GPU.
+The layer is finished when every source's EOS is in and its count is reached; a row that
+opens after its source's count is reached is dropped (POST_EOS). Per source this keeps
+whether the EOS arrived (``eos_seen``), its count, the rows opened (``opened``) and, once
+the EOS is in, the distance ``dist = count - opened``.
+
+Timing: the packet manager's T stage decides in one cycle, for every lane, whether an
+opener comes after its source's count -- a compare ``dist <= k`` for ``k`` = the source's
+earlier openers in the group. So these registers run a group behind: the group T
+committed last is summarised in ``p_*`` (how many rows each source opened, as a one-hot
+``p_sel``; its EOS, count and the distance after it for each opener count), and the state
+after it (``seen_t``, ``opened_t``, ``dist_t``) is formed from registers only. T needs only
+whether ``dist_t <= k`` (``k < lanes``), kept as registered compares (``dist_le``, ``p_le``)
+chosen by the one-hots: no subtraction in front of T's compares.
+"""
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .logic import select
+
+
+def dist_shape(cfg: HubConfig):
+    """Shape of ``count - opened - k`` (signed, with room for the lags T folds in)."""
+    return signed(cfg.count_bits + 3)
+
+
+class EosTracker(wiring.Component):
+    """Per-source end-of-stream state, a group behind T (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+
+    Attributes
+    ----------
+    p_sel : Out(lanes + 1).array(sources)
+        One-hot: how many rows the source opened in the group T committed last.
+    opened : Out(count_bits + 1).array(sources)
+        Rows the source opened before that group.
+    seen : Out(sources)
+        The source's EOS is in, that group included.
+    le : Out(lanes).array(sources)
+        Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``).
+    reached : Out(sources)
+        The source's count is reached (``le`` bit 0).
+    mismatch : Out(sources)
+        The EOS that group delivered has a count below the rows already opened.
+    got_eos : Out(sources), count : Out(count_bits).array(sources)
+        Status: EOS received and its count (registers).
+    nxt_sel, nxt_eos, nxt_cnt : In
+        T's summary of its group, per source: the openers' count (one-hot; 1 when not
+        live), an EOS accepted, its count.
+    nxt_evec : In(signed).array(sources, lanes + 1)
+        For an EOS: ``count - opened`` after the group, for each count n of the group's own
+        openers (index n).
+    nxt_le : In(lanes).array(sources, lanes + 1)
+        Bit k of ``nxt_le[s][n]``: ``nxt_evec[s][n] <= k``.
+    clear : In(1)
+        Layer start: no EOS, nothing opened.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        self.cfg = cfg
+        L, S, cb = cfg.lanes, cfg.sources, cfg.count_bits
+        ds = dist_shape(cfg)
+        super().__init__({
+            "p_sel": Out(L + 1).array(S), "opened": Out(cb + 1).array(S),
+            "seen": Out(S), "le": Out(L).array(S), "reached": Out(S), "mismatch": Out(S),
+            "got_eos": Out(S), "count": Out(cb).array(S),
+            "nxt_sel": In(L + 1).array(S), "nxt_eos": In(S), "nxt_cnt": In(cb).array(S),
+            "nxt_evec": In(ds).array(S, L + 1), "nxt_le": In(L).array(S, L + 1),
+            "clear": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        S = self.cfg.sources
+        eos_seen, p_eos = Signal(S, name="eos_seen"), Signal(S, name="p_eos")
+        for s in range(S):
+            self._source(m, s, eos_seen[s], p_eos[s])
+        with m.If(self.clear):
+            m.d.sync += [eos_seen.eq(0), p_eos.eq(0)]
+        return m
+
+    def _source(self, m, s, eos_seen, p_eos):
+        """Source ``s``: the registers, the state after the last group, the compares
+        (``eos_seen`` and ``p_eos`` are its bits of the vectors)."""
+        L, cb = self.cfg.lanes, self.cfg.count_bits
+        ds = dist_shape(self.cfg)
+        eos_cnt = Signal(cb, name=f"eos_cnt{s}")
+        opened = Signal(cb + 1, name=f"opened{s}")
+        dist = Signal(ds, name=f"dist{s}")
+        p_sel = Signal(L + 1, name=f"p_sel{s}", init=1)
+        p_evec = [Signal(ds, name=f"p_evec{s}_{n}") for n in range(L + 1)]
+        p_cnt = Signal(cb, name=f"p_cnt{s}")
+        # (dist_le[i] = dist <= i, i < 2L: so dist_t = dist - n <= k is dist_le[n + k];
+        # after an EOS, p_le[n][k] = p_evec[n] <= k)
+        dist_le = Signal(2 * L, name=f"dist_le{s}", init=(1 << 2 * L) - 1)
+        p_le = [Signal(L, name=f"p_le{s}_{n}") for n in range(L + 1)]
+        seen_t = Signal(name=f"seen_t{s}")
+        opened_t = Signal.like(opened, name=f"opened_t{s}")
+        dist_t = Signal.like(dist, name=f"dist_t{s}")
+        dle_t = Signal(L, name=f"dle_t{s}")
+        n_range = range(L + 1)
+        m.d.comb += [
+            seen_t.eq(eos_seen | p_eos),
+            opened_t.eq(select([(p_sel[n], opened + n) for n in n_range], opened.shape())),
+            dist_t.eq(Mux(p_eos, select([(p_sel[n], p_evec[n]) for n in n_range], ds),
+                          select([(p_sel[n], dist - n) for n in n_range], ds))),
+        ]
+        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(p_sel[n] & p_le[n][k] for n in n_range).any(),
+                                     Cat(p_sel[n] & dist_le[n + k] for n in n_range).any()))
+                     for k in range(L)]
+        m.d.sync += [eos_seen.eq(seen_t), opened.eq(opened_t), dist.eq(dist_t)]
+        with m.If(p_eos):
+            m.d.sync += eos_cnt.eq(p_cnt)
+        # (dist_t <= k for the next cycle: every candidate compared with a constant, then
+        # chosen -- no subtraction in front of the compares)
+        m.d.sync += [dist_le[k].eq(Mux(
+            p_eos, Cat(p_sel[n] & (p_evec[n] <= k) for n in n_range).any(),
+            Cat(p_sel[n] & (dist <= n + k) for n in n_range).any())) for k in range(2 * L)]
+        m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_cnt.eq(self.nxt_cnt[s])]
+        m.d.sync += [p_evec[n].eq(self.nxt_evec[s][n]) for n in n_range]
+        m.d.sync += [p_le[n].eq(self.nxt_le[s][n]) for n in n_range]
+        with m.If(self.clear):
+            m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1),
+                         dist_le.eq(dist_le.init)]
+        m.d.comb += [
+            self.p_sel[s].eq(p_sel), self.opened[s].eq(opened), self.seen[s].eq(seen_t),
+            self.le[s].eq(dle_t), self.reached[s].eq(dle_t[0]),
+            # (the count below the rows at the end of the EOS's group: dist_t < 0, the sign
+            # of the chosen p_evec, registers only)
+            self.mismatch[s].eq(p_eos & Cat(p_sel[n] & p_evec[n][-1] for n in n_range).any()),
+            self.got_eos[s].eq(eos_seen), self.count[s].eq(eos_cnt),
+        ]
