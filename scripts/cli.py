@@ -1,8 +1,8 @@
 """The ``moehub`` command line.
 
 Each sub-command lives next to the code it drives and registers itself here:
-``rtl`` and ``demo`` (this file), ``synth`` (moehub.synth.cli), ``cosim`` and ``sweep``
-(moehub.cosim.cli), ``calibrate`` (moehub.cosim.calibration).
+``rtl`` and ``demo`` (this file), ``synth``, ``synth-sweep`` and ``equiv`` (moehub.synth.cli),
+``cosim`` and ``sweep`` (moehub.cosim.cli), ``calibrate`` (moehub.cosim.calibration).
 A sub-command module provides ``add_parser(subparsers)`` which sets ``func`` on its parser.
 
 Generated files go to the command's ``--out`` folder, else under ``$MOEHUB_BUILD``, else

@@ -1,4 +1,5 @@
-"""``moehub synth`` and ``moehub synth-sweep`` sub-commands (registered by scripts/cli.py)."""
+"""``moehub synth``, ``moehub synth-sweep`` and ``moehub equiv`` sub-commands (registered by
+scripts/cli.py)."""
 from __future__ import annotations
 
 import sys
@@ -66,6 +67,39 @@ def cmd_sweep(args) -> int:
                       period_ns=args.clock_ns, out=args.out, base_changes=_changes(args))
 
 
+def cmd_equiv(args) -> int:
+    """Exit 0 when every config is proved, 1 when one is not, 2 on a bad config or revision,
+    3 when Yosys is missing. Configs and revision are checked before the first (long) proof."""
+    from . import equiv
+    from ..config.schema import load_hub_config
+    from .tools import ToolMissing
+    names = args.config or [equiv.DEFAULT_CONFIG]
+    for name in names:
+        load_hub_config(name)                 # ConfigError -> exit 2 with the known names
+    try:
+        equiv.resolve_ref(args.ref)
+        equiv.yosys_tool()
+    except equiv.EquivError as e:
+        print(f"moehub equiv: {e}", file=sys.stderr)
+        return 2
+    except ToolMissing as e:
+        print(f"moehub equiv: {e}", file=sys.stderr)
+        return 3
+    results = []
+    for name in names:
+        out = None
+        if args.out:
+            out = args.out if len(names) == 1 else f"{args.out}/{load_hub_config(name).name}"
+        try:
+            results.append(equiv.check(name, args.ref, out, match=args.match, echo=len(names) == 1))
+        except RuntimeError as e:
+            print(f"moehub equiv: {name}: {e}", file=sys.stderr)
+            return 1
+    if len(names) > 1:
+        print(equiv.table(results))
+    return 0 if all(r.proved for r in results) else 1
+
+
 def _changes(args):
     changes = None
     if args.set is not None:
@@ -120,3 +154,15 @@ def add_parser(sub) -> None:
     w.add_argument("--out", default=None, help=f"output folder (default <build>/synth/sweep; <build> is {HELP})")
     w.add_argument("--plot-only", action="store_true", help="redraw the figures from the CSV files")
     w.set_defaults(func=cmd_sweep)
+
+    from .equiv import DEFAULT_CONFIG, DEFAULT_REF
+    e = sub.add_parser("equiv", help="prove the working tree's hub RTL cycle-exactly equivalent to a git "
+                       "revision's (Yosys; build/synth/equiv/<config>/)")
+    e.add_argument("config", nargs="*", metavar="CONFIG",
+                   help=f"hub config name or YAML path (default {DEFAULT_CONFIG})")
+    e.add_argument("--ref", default=DEFAULT_REF, help=f"git revision of the gold design (default {DEFAULT_REF})")
+    e.add_argument("--out", default=None, help="output folder (default build/synth/equiv/<config>)")
+    e.add_argument("--match", choices=("all", "state"), default="all",
+                   help="wires joined by name: 'all' shared names (default), 'state' only ports and "
+                        "registers (when a refactor reuses combinational names for other signals)")
+    e.set_defaults(func=cmd_equiv)

