@@ -80,7 +80,7 @@ def _check_types(cls, prefix: str, raw: Mapping[str, Any]) -> dict:
 
 #: Groups of `lanes` packets the event and credit queues must hold: the packet manager's
 #: five pipeline registers before its B stage plus the group it accepts
-#: (moehub.rtl.packet_manager.IN_FLIGHT_GROUPS + 1).
+#: (moehub.rtl.timing.IN_FLIGHT_GROUPS + 1).
 QUEUE_GROUPS = 6
 
 

@@ -1,7 +1,8 @@
 """The hub stage of the co-simulation: one destination GPU's arrivals in, tile-ready out.
 
 The interface is deliberately small so that the hub can be the Python reference model
-(now) or the hub's Verilog driven by cocotb (``moehub cosim --hub rtl``, later):
+(:func:`run_hub_fast`, :func:`run_hub_reference`) or the hub's Verilog played by cocotb
+(:func:`moehub.cosim.hub_rtl.run_hub_rtl`, ``moehub cosim --hub rtl`` or ``--rtl-gpus``):
 
     backend(cfg: HubConfig, arrivals: HubArrivals) -> HubResult
 
@@ -18,9 +19,9 @@ The expansion is a *demand* schedule: a cycle may name more packets than the hub
 lanes. The network model caps each hub's ingress at ``min(link, lanes x chunk x clock)``,
 so such bursts are short; an RTL driver queues them (and reports the difference).
 
-Timing annotation (measured on the RTL; see the task notes): a packet accepted at cycle t
+Timing annotation (the RTL's latencies, asserted in cycles by its tests): a packet accepted at cycle t
 is written at t + WRITE_LATENCY; a tile flag is written FLAG_LATENCY cycles after the last
-chunk of the tile's last row is accepted (both from :mod:`moehub.rtl.hub`); the hub
+chunk of the tile's last row is accepted (both from :mod:`moehub.rtl.timing`); the hub
 handles at most one per-row control event (metadata write on a row's first packet,
 completion on its last) per cycle, so such events queue; the
 end-of-layer sweep writes one control word per cycle (count, last partial tile's flag,
@@ -36,8 +37,9 @@ import numpy as np
 
 from ..config.schema import HubConfig
 from ..rtl.formats import CtlKind
-from ..rtl.hub import FLAG_LATENCY, WRITE_LATENCY
+from ..rtl.timing import FLAG_LATENCY, WRITE_LATENCY
 from ..verif.model import HubModel, Packet
+from ..verif.player import layer_program
 
 FLAG_DELAY = FLAG_LATENCY     #: cycles from the accept of a tile's last chunk to its flag write
 WRITE_DELAY = WRITE_LATENCY   #: cycles from the accept of a packet to its data write
@@ -189,20 +191,11 @@ class _Annotator:
 
 
 def _setup(cfg: HubConfig, caps) -> HubModel:
-    return _configure(HubModel(cfg), cfg, caps)
-
-
-def _configure(model: HubModel, cfg: HubConfig, caps) -> HubModel:
-    base = 0
-    for e in range(cfg.experts):
-        model.region_base[e] = base
-        model.region_cap[e] = cfg.max_rows_per_expert if caps is None else int(caps[e])
-        base += cfg.max_rows_per_expert * cfg.stride_bytes
-    model.flag_base = base
-    model.meta_base = base + 4 * cfg.experts * cfg.tiles_per_expert
-    model.count_base = model.meta_base + cfg.experts * cfg.max_rows_per_expert * cfg.meta_word_bytes
-    model.epoch = 1
-    model.start()
+    """A model hub programmed through its registers as the RTL is, ending with START
+    (the same register writes as :func:`moehub.verif.player.csr_program`)."""
+    model = HubModel(cfg)
+    for name, value, index in layer_program(cfg, caps=caps):
+        model.write(name, value, index)
     return model
 
 
@@ -232,21 +225,12 @@ def run_hub_packets(cfg: HubConfig, packets, region_cap=None) -> HubResult:
     return _result(model, ann, n)
 
 
-class FastHubModel(HubModel):
-    """HubModel used row by row: :meth:`middle` absorbs a row's middle chunks at once.
-
-    The middle chunks of a clean row only set bits of its entry's bitmap (and write data);
-    nothing else in the hub depends on them. Data writes of middle chunks are not recorded
-    (the co-simulation needs timing only).
-    """
-
-    def middle(self, src: int, tag: int) -> None:
-        self.absorb_middle_chunks(src, tag)
-
-
 def run_hub_fast(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:
-    """Row-level fast path: two :meth:`HubModel.packet` calls per row plus :meth:`middle`."""
-    model = _configure(FastHubModel(cfg), cfg, arrivals.region_cap)
+    """Row-level fast path: two :meth:`HubModel.packet` calls per row, plus
+    :meth:`HubModel.absorb_middle_chunks` for the chunks in between (they only set bits of
+    the row's chunk bitmap; their data writes are not recorded: the co-simulation needs
+    timing only)."""
+    model = _setup(cfg, arrivals.region_cap)
     ann = _Annotator()
     cpr = cfg.chunks_per_row
     n = len(arrivals)
@@ -263,7 +247,7 @@ def run_hub_fast(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:
         nf = len(model.tiles_flagged)
         fx = model.packet(pkt, lane=l, cycle=c)
         if r < n and k == 0 and cpr > 2:
-            model.middle(src[r], tag[r])
+            model.absorb_middle_chunks(src[r], tag[r])
         ann.apply(model, fx, pkt, c, nf)
     ann.finish(model, len(model.tiles_flagged))
     packets = n * cpr + len(arrivals.eos)
@@ -276,7 +260,7 @@ BACKENDS: dict[str, HubBackend] = {"model": run_hub_fast, "reference": run_hub_r
 
 
 def register_backend(name: str, backend: HubBackend) -> None:
-    """Make a hub stage selectable as ``moehub cosim --hub <name>`` (e.g. the RTL, issue 5).
-    It must return the same :class:`HubResult` fields; tile-ready cycles are compared
-    against ``model`` by the caller."""
+    """Make a hub stage selectable as ``moehub cosim --hub <name>`` (e.g. the RTL's, see
+    :mod:`moehub.cosim.hub_rtl`). It must return the same :class:`HubResult` fields;
+    tile-ready cycles are compared against ``model`` by the caller."""
     BACKENDS[name] = backend

@@ -47,7 +47,7 @@ class AddressAllocator(wiring.Component):
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
-        L, E = cfg.lanes, cfg.experts
+        E = cfg.experts
         super().__init__({
             "grant": In(allocation_signature(cfg)),
             "cap": In(cfg.cap_bits).array(E),

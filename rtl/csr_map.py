@@ -48,14 +48,35 @@ class Register:
 
 
 class CsrMap:
-    """Register list for one hub configuration."""
+    """Register list for one hub configuration.
 
-    def __init__(self, cfg: HubConfig):
-        if cfg.sources > CSR_DATA_BITS:
+    Parameters
+    ----------
+    cfg : HubConfig
+        The hub configuration.
+    strict : bool
+        Enforce the RTL's limits (default): a hub of more than 32 sources has no CSR map
+        (``ConfigError``). ``strict=False`` builds the map anyway, for the reference model
+        of hubs the RTL does not build (the co-simulation's large systems); EOS_SEEN then
+        spans ``ceil(sources / 32)`` words like any register wider than a word.
+
+    Attributes
+    ----------
+    registers : dict of str to Register
+        The registers in address order.
+    size_words : int
+        Words the map spans (addresses ``0 .. size_words - 1``).
+    addr_bits : int
+        Width of the register bus address.
+    """
+
+    def __init__(self, cfg: HubConfig, *, strict: bool = True):
+        if strict and cfg.sources > CSR_DATA_BITS:
             raise ConfigError(f"hub[{cfg.name}].sources = {cfg.sources}: the EOS_SEEN "
                               f"register supports at most {CSR_DATA_BITS} sources")
         self.cfg = cfg
         aw = (cfg.addr_bits + CSR_DATA_BITS - 1) // CSR_DATA_BITS
+        sw = (cfg.sources + CSR_DATA_BITS - 1) // CSR_DATA_BITS
         regs = [
             ("ID", 1, 1, 32, "ro", "constant 0x4D4F4548 ('MOEH')"),
             ("PARAMS", 1, 1, 32, "ro", "lanes | experts << 8 | sources << 16 | tags << 24"),
@@ -71,7 +92,7 @@ class CsrMap:
             ("COUNT_BASE", 1, aw, cfg.addr_bits, "rw",
              "final row count per expert (4 B each), then the layer-done word"),
             ("INFLIGHT", 1, 1, 32, "ro", "rows open in the row table"),
-            ("EOS_SEEN", 1, 1, cfg.sources, "ro", "bit per source: end-of-stream received"),
+            ("EOS_SEEN", 1, sw, cfg.sources, "ro", "bit per source: end-of-stream received"),
             ("REGION_BASE", cfg.experts, aw, cfg.addr_bits, "rw", "input region base per expert"),
             ("REGION_CAP", cfg.experts, 1, cfg.cap_bits, "rw", "region capacity in rows per expert"),
             ("ROWS", cfg.experts, 1, cfg.cap_bits, "ro", "rows allocated per expert this layer"),
@@ -96,6 +117,24 @@ class CsrMap:
 
     def addr(self, name: str, index: int = 0, word: int = 0) -> int:
         return self.registers[name].addr(index, word)
+
+    def word_writes(self, name: str, value: int, index: int = 0) -> list[tuple[int, int]]:
+        """The bus writes ``(addr, data)`` that write ``value`` to register ``name[index]``:
+        one per word, low word first. ``value`` must fit the register's words."""
+        r = self.registers[name]
+        if not 0 <= value < 1 << (CSR_DATA_BITS * r.words):
+            raise ValueError(f"{name}[{index}] = {value:#x}: does not fit "
+                             f"{r.words} x {CSR_DATA_BITS}-bit word(s)")
+        mask = (1 << CSR_DATA_BITS) - 1
+        return [(r.addr(index, w), value >> (CSR_DATA_BITS * w) & mask) for w in range(r.words)]
+
+    def decode(self, addr: int) -> tuple[Register, int, int] | None:
+        """``(register, index, word)`` at word address ``addr``; None if it is unmapped."""
+        for r in self.registers.values():
+            if r.offset <= addr < r.offset + r.count * r.words:
+                index, word = divmod(addr - r.offset, r.words)
+                return r, index, word
+        return None
 
     def params_word(self) -> int:
         c = self.cfg

@@ -30,7 +30,6 @@ from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_
 from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature
 from .packet_manager import PacketManager
-from .timing import EVENT_LATENCY, FLAG_LATENCY, WRITE_LATENCY  # noqa: F401 (re-exported)
 from .tracker import AvailabilityTracker
 
 #: The packet manager's status members the CSR bank reads under the same name.

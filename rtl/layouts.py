@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig, index_bits
 from .formats import Format, HubFormats
 from .csr_map import CSR_DATA_BITS
-from .timing import GROUP_AGE_LIMIT, GROUP_BITS  # noqa: F401 (re-exported)
+from .timing import GROUP_BITS
 
 
 

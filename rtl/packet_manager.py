@@ -443,7 +443,7 @@ class PacketManager(wiring.Component):
     def _t_write_back(self, m, v):
         """The last data lane on each row leaves the row's entry to the chunk table (W)
         and to the bypass into R."""
-        L, C, R, tab = self.cfg.lanes, self.cfg.chunks_per_row, self.r, self.table
+        C, R, tab = self.cfg.chunks_per_row, self.r, self.table
         m.d.comb += tab.live.eq(self.live)
         for k, r in enumerate(R):
             ent, match = tab.ent[k], v["match"][k]

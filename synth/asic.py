@@ -110,48 +110,78 @@ class ModuleArea:
 
 
 def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -> dict[str, ModuleArea]:
-    """Per-module cells, flops and area; the totals of the hierarchy under ``TOP``."""
+    """Per-module cells, flops and area, each with the modules it instantiates (so that a
+    block split into small components reports as before); ``__total__`` is the hierarchy
+    under ``TOP``."""
     counts = tools.load_yosys_stat_json(stat_json)["modules"]
     rtl = tools.load_yosys_stat_json(stat_rtl)["modules"]
     text = stat_txt.read_text()
     areas = {m: float(a) for m, a in re.findall(r"Chip area for module '\\?(\S+?)':\s*([\d.]+)", text)}
     top_area = re.search(r"Chip area for top module '\\?\S+?':\s*([\d.]+)", text)
-    mods = {}
+    names = {n.lstrip("\\") for n in counts}
+    own, children = {}, {}
     for name, d in counts.items():
         name = name.lstrip("\\")
         by_type = d["num_cells_by_type"]
-        submods = {t for t in by_type if t.lstrip("\\") in {n.lstrip("\\") for n in counts}}
+        children[name] = {t.lstrip("\\"): n for t, n in by_type.items() if t.lstrip("\\") in names}
         macros = {t: n for t, n in by_type.items() if t.startswith("moehub_sram_")}
-        cells = sum(n for t, n in by_type.items() if t not in submods and t not in macros)
+        cells = sum(n for t, n in by_type.items() if t.lstrip("\\") not in names and t not in macros)
         flops = sum(n for t, n in by_type.items() if t in seq)
         mem = rtl.get("\\" + name, rtl.get(name, {})).get("num_memory_bits", 0)
-        mods[name] = ModuleArea(name, cells, flops, areas.get(name, 0.0), macros, mem)
-    # whole hierarchy (one instance of each submodule, as in hub.py)
-    top = mods[TOP]
-    total = ModuleArea(TOP, top.cells, top.flops, float(top_area.group(1)) if top_area else top.area_um2,
-                       dict(top.macros), top.memory_bits)
-    for name, mod in mods.items():
-        if name == TOP:
-            continue
-        total.cells += mod.cells
-        total.flops += mod.flops
-        total.memory_bits += mod.memory_bits
-        for t, n in mod.macros.items():
-            total.macros[t] = total.macros.get(t, 0) + n
-    if not top_area:
-        total.area_um2 = sum(m.area_um2 for m in mods.values())
+        own[name] = ModuleArea(name, cells, flops, areas.get(name, 0.0), macros, mem)
+
+    def inclusive(name: str) -> ModuleArea:
+        mod = own[name]
+        total = ModuleArea(name, mod.cells, mod.flops, mod.area_um2, dict(mod.macros), mod.memory_bits)
+        for child, n in children[name].items():
+            sub = inclusive(child)
+            total.cells += n * sub.cells
+            total.flops += n * sub.flops
+            total.area_um2 += n * sub.area_um2
+            total.memory_bits += n * sub.memory_bits
+            for t, k in sub.macros.items():
+                total.macros[t] = total.macros.get(t, 0) + n * k
+        return total
+    mods = {name: inclusive(name) for name in own}
+    total = ModuleArea(**{**mods[TOP].__dict__, "module": TOP})
+    if top_area:
+        total.area_um2 = float(top_area.group(1))
     mods["__total__"] = total
     return mods
 
 
+def instantiated(netlist: str, mod: str, names: set[str]) -> list[str]:
+    """The modules of ``names`` that ``mod`` instantiates directly."""
+    text = module_text(netlist, mod)
+    return sorted(n for n in names if n != mod and re.search(rf"^\s*\\?{re.escape(n)}\s", text, re.M))
+
+
+def descendants(netlist: str, mod: str, names: set[str]) -> list[str]:
+    """``mod`` and every module it instantiates, directly or not (each once)."""
+    order, todo = [], [mod]
+    while todo:
+        m = todo.pop()
+        if m not in order:
+            order.append(m)
+            todo += instantiated(netlist, m, names)
+    return order
+
+
+def module_text(netlist: str, mod: str) -> str:
+    m = re.search(rf"^module\s+\\?{re.escape(mod)}\s*\(.*?^endmodule\s*$", netlist, re.M | re.S)
+    if not m:
+        raise RuntimeError(f"module {mod} not found in the netlist")
+    return m.group(0)
+
+
 # ------------------------------------------------------------------ OpenSTA
-def split_modules(netlist: str, work: Path, modules: list[str]) -> None:
-    """Write ``netlist_<module>.v`` holding one module's text (OpenSTA reads less per top)."""
+def split_modules(netlist: str, work: Path, modules: list[str], names: set[str]) -> None:
+    """Write ``netlist_<module>.v`` holding one module's text and that of the modules (of
+    ``names``) it instantiates: OpenSTA reads less per top, and a block's paths through its
+    small components are timed whole."""
     for mod in modules:
-        m = re.search(rf"^module\s+\\?{re.escape(mod)}\s*\(.*?^endmodule\s*$", netlist, re.M | re.S)
-        if not m:
-            raise RuntimeError(f"module {mod} not found in the netlist")
-        (work / f"netlist_{mod}.v").write_text(m.group(0) + "\n")
+        texts = [module_text(netlist, m) for m in descendants(netlist, mod, names)]
+        (work / f"netlist_{mod}.v").write_text("\n".join(reversed(texts)) + "\n")
 
 
 def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], period_ns: float) -> str:
@@ -271,9 +301,10 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
     if unknown:
         raise RuntimeError(f"SRAM mapping: unexpected macros {sorted(unknown)}; see {work / 'yosys.log'}")
     mapped = [m for m in macros if sram.macro_name(m) in got]
-    modules = [m for m in areas if m != "__total__"]
-    modules = [TOP] + sorted(m for m in modules if m != TOP)
-    split_modules((work / "netlist.v").read_text(), work, [m for m in modules if m != TOP])
+    # (timed: the hub, and each block of it with the small components inside it)
+    netlist = (work / "netlist.v").read_text()
+    modules = [TOP] + instantiated(netlist, TOP, set(areas) - {"__total__"})
+    split_modules(netlist, work, [m for m in modules if m != TOP], set(areas) - {"__total__"})
     (work / "sta.tcl").write_text(sta_script(lib, Path(files["liberty"].name) if macros else None, modules, period_ns))
     t_sta = tools.run_logged([tools.sta(), "-no_splash", "-exit", "sta.tcl"], work / "sta.log", work)
     timing = parse_sta((work / "sta.log").read_text(), period_ns)

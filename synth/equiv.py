@@ -5,7 +5,7 @@ Why: a refactor of ``rtl/`` that moves registers into stage methods or small
 sub-Components and renames combinational signals must not change one output bit in any
 cycle. Simulation samples behaviours; this check covers all of them.
 
-How (one folder per config, ``flow.BUILD / "equiv" / <config>``):
+How (one folder per config, ``build/synth/equiv/<config>``):
 
 1. *gold* is ``MoEHub(load_hub_config(name))`` at ``ref``: the revision's tree is
    extracted with ``git archive`` into ``gold/src/moehub/`` (the repository root is the
@@ -46,7 +46,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import flow, tools
+from ..paths import output_dir
+from . import tools
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REF = "refactor-base"
@@ -521,12 +522,12 @@ def check(config_name: str, ref: str = DEFAULT_REF, out: Path | str | None = Non
           match: str = "all", induct_seq: int = INDUCT_SEQ, bmc_cycles: int = BMC_CYCLES,
           echo: bool = True) -> Result:
     """Prove the working tree's ``MoEHub`` for ``config_name`` equivalent to the one at
-    ``ref``; files under ``out`` (default ``flow.BUILD / "equiv" / <config>``)."""
+    ``ref``; files under ``out`` (default ``build/synth/equiv/<config>``)."""
     from ..config.schema import load_hub_config
     commit = resolve_ref(ref)
     name = load_hub_config(config_name).name
     config = str(Path(config_name).resolve()) if config_name.endswith((".yaml", ".yml")) else config_name
-    out = Path(out) if out else flow.BUILD / "equiv" / name
+    out = output_dir("synth", "equiv", name, out=out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     export_tree(commit, out / "gold" / "src" / "moehub")

@@ -1,4 +1,4 @@
-"""Co-simulated MoE traffic through the hub's RTL (RTL in the loop, issue 5).
+"""Co-simulated MoE traffic through the hub's RTL (the RTL hub backend in the loop).
 
 Arrival schedules from the NVLink model (Mixtral-like: 1 expert/GPU, top-2; DeepSeek-V3-
 like: 32 experts/GPU, top-8; uniform and skewed routing) are played into the Verilog and

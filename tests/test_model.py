@@ -7,6 +7,7 @@ import random
 import pytest
 
 from moehub.config.schema import load_hub_config
+from moehub.rtl.csr_map import CTRL_START
 from moehub.rtl.formats import CtlKind, Reason, data_addr, flag_addr, meta_addr
 from moehub.verif.model import HubModel, Packet
 from moehub.verif.traffic import LaneFeeder, random_rows
@@ -16,13 +17,15 @@ C = CFG.chunks_per_row
 
 
 def armed(caps=None, tile_log2=2):
+    """A model programmed through its registers, as software programs the hub."""
     m = HubModel(CFG)
     for e in range(CFG.experts):
-        m.region_base[e] = 0x10000 * (e + 1)
-        m.region_cap[e] = CFG.max_rows_per_expert if caps is None else caps[e]
-    m.flag_base, m.meta_base, m.count_base, m.epoch = 0x100000, 0x200000, 0x300000, 7
-    m.tile_rows_log2 = tile_log2
-    m.start()
+        m.write("REGION_BASE", 0x10000 * (e + 1), e)
+        m.write("REGION_CAP", CFG.max_rows_per_expert if caps is None else caps[e], e)
+    for name, value in (("FLAG_BASE", 0x100000), ("META_BASE", 0x200000),
+                        ("COUNT_BASE", 0x300000), ("EPOCH", 7), ("TILE_ROWS_LOG2", tile_log2)):
+        m.write(name, value)
+    m.write("CTRL", CTRL_START)
     return m
 
 

@@ -24,12 +24,57 @@ from cocotb.triggers import RisingEdge, Timer
 
 from ..config.schema import HubConfig
 from ..rtl.csr_map import CsrMap, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, STATUS_DONE
-from ..rtl.formats import CtlKind, HubFormats, PacketKind, Reason, data_addr, flag_addr
-from .model import CtlWrite, HubModel, Packet
+from ..rtl.formats import CtlKind, HubFormats, data_addr, flag_addr
+from .model import CtlWrite, HubModel
 from .traffic import LaneFeeder, Row
 
 
 class HubTB:
+    """cocotb testbench of one hub top (see the module docstring).
+
+    CSR accesses go over the hub's register bus; every bus write is logged and replayed,
+    at its cycle, into the reference model's register interface
+    (:meth:`~moehub.verif.model.HubModel.write_addr`), so the model applies the hub's own
+    register rules (clamps, START latching, CTRL strobes).
+
+    Parameters
+    ----------
+    dut : cocotb handle
+        The hub's Verilog top (``moehub``).
+    cfg : HubConfig
+        The hub configuration it was generated for.
+    seed : int
+        Seed of the back-pressure and of the traffic a test draws from :attr:`rng`.
+    bp : float
+        Probability that a sink (``wr``, ``ctl``, ``credit``) is not ready in a cycle.
+
+    Attributes
+    ----------
+    map : CsrMap
+        The configuration's register map.
+    rng : random.Random
+        The testbench's random source (seeded with ``seed``).
+    cycle : int
+        The current cycle (updated each rising edge by the driver loop).
+    log : list of tuple
+        ``(cycle, order, kind, args)`` of every packet accepted, CSR write, reset and
+        watchdog timeout: what :meth:`replay` feeds the model.
+    accepted : list of tuple
+        ``(cycle, lane, Packet)`` of every packet the hub accepted.
+    wr_out : list of list of tuple
+        ``(cycle, addr, data)`` of every data write, per lane.
+    ctl_out : list of tuple
+        ``(cycle, CtlWrite)`` of every control write.
+    credit_out : list of tuple
+        ``(cycle, src, tag)`` of every credit.
+    layer_done_cycles : list of int
+        Cycles of the ``layer_done`` pulse.
+    feeder : LaneFeeder or None
+        The traffic source driving the lanes (see :meth:`feed`).
+    held : set of str
+        Sinks held not ready (see :meth:`hold`).
+    """
+
     def __init__(self, dut, cfg: HubConfig, seed: int, *, bp: float = 0.0):
         self.dut, self.cfg = dut, cfg
         self.seed = seed
@@ -106,15 +151,23 @@ class HubTB:
 
     # ------------------------------------------------------------------ CSR access
     async def csr_write(self, name: str, value: int, index: int = 0):
-        reg = self.map[name]
-        for w in range(reg.words):
-            await RisingEdge(self.dut.clk)
-            self.dut.csr__addr.value = reg.addr(index, w)
-            self.dut.csr__w_data.value = (value >> (32 * w)) & 0xFFFFFFFF
-            self.dut.csr__w_stb.value = 1
-            self._record_at(self.now(), "csr", name, index, value)
+        """Write register ``name[index]``, a bus write per word (low word first)."""
+        for addr, data in self.map.word_writes(name, value, index):
+            await self.csr_write_raw(addr, data, end=False)
         await RisingEdge(self.dut.clk)
         self.dut.csr__w_stb.value = 0
+
+    async def csr_write_raw(self, addr: int, data: int, end: bool = True):
+        """One register-bus write (the scoreboard replays it into the model's
+        :meth:`~moehub.verif.model.HubModel.write_addr`)."""
+        await RisingEdge(self.dut.clk)
+        self.dut.csr__addr.value = addr
+        self.dut.csr__w_data.value = data
+        self.dut.csr__w_stb.value = 1
+        self._record_at(self.now(), "csr", addr, data)
+        if end:
+            await RisingEdge(self.dut.clk)
+            self.dut.csr__w_stb.value = 0
 
     async def csr_read(self, name: str, index: int = 0) -> int:
         reg = self.map[name]
@@ -311,31 +364,11 @@ class HubTB:
                 pkt, lane, c = args
                 model.packet(pkt, lane, c)
             elif kind == "csr":
-                name, index, value = args
-                self._apply_csr(model, name, index, value)
+                model.write_addr(*args)
             elif kind == "timeout":
                 model.flush(timeout=True)
         model.end()
         return model
-
-    def _apply_csr(self, model: HubModel, name: str, index: int, value: int):
-        cfg = self.cfg
-        if name == "CTRL":
-            if value & CTRL_START:
-                model.start()
-            if value & CTRL_FLUSH:
-                model.flush()
-            if value & CTRL_CLEAR_ERRORS:
-                model.clear_errors()
-        elif name == "REGION_BASE":
-            model.region_base[index] = value
-        elif name == "REGION_CAP":
-            model.region_cap[index] = min(value, cfg.max_rows_per_expert)
-        elif name == "TILE_ROWS_LOG2":
-            lo, hi = cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length() - 1
-            model.tile_rows_log2 = min(max(value, lo), hi)
-        elif name in ("FLAG_BASE", "META_BASE", "COUNT_BASE", "EPOCH", "TIMEOUT"):
-            setattr(model, name.lower(), value)
 
     def note_timeout(self):
         """Tell the scoreboard the watchdog fired here (after every packet logged so far)."""

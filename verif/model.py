@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..config.schema import HubConfig
+from ..rtl.csr_map import (CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, HUB_ID,
+                           STATUS_ARMED, STATUS_DONE, STATUS_ERROR, CsrMap)
 from ..rtl.formats import (CtlKind, PacketKind, Reason, HubFormats, data_addr, meta_addr,
                            flag_addr, count_addr)
 
@@ -87,11 +89,88 @@ class Effects:
 
 
 class HubModel:
-    """Reference behaviour of one hub. See the module docstring and the README."""
+    """Reference behaviour of one hub. See the module docstring and the README.
+
+    Software sees the hub through its registers: :meth:`write` and :meth:`read` (by
+    register name and array index) and :meth:`write_addr` and :meth:`read_addr` (by word
+    address, as on the register bus) follow the RTL's CSR bank (:mod:`moehub.rtl.csr`) bit
+    for bit:
+
+    * a write keeps the register's low ``width`` bits, then TILE_ROWS_LOG2 is clamped to
+      ``[log2(min_tile_rows), log2(max_tile_rows)]`` and REGION_CAP to
+      ``max_rows_per_expert`` (registers wider than a word are written a word at a time,
+      low word first, without clamps);
+    * a write to CTRL acts on its strobe bits: CLEAR_ERRORS clears the sticky errors;
+      START arms a new layer (FLUSH in the same write is then ignored, as the hub's START
+      supersedes a pending flush); FLUSH alone ends the running layer. Other bits are
+      ignored;
+    * writes to read-only or unmapped addresses are ignored; reads of CTRL (write-only)
+      and of unmapped addresses return 0;
+    * read-only registers read the model's state, cut to the register's width (the RTL's
+      counters wrap there). STATUS has ARMED, DONE and ERROR; CLEARING and SWEEPING are
+      states of a few cycles the model has no time for, and read 0;
+    * EPOCH, TILE_ROWS_LOG2, FLAG_BASE, META_BASE, COUNT_BASE and REGION_CAP take effect at
+      START (see :meth:`start`): the hub latches them when the START takes effect, once its
+      pipeline has drained, the model (no pipeline) at the START write, so software leaves
+      them alone until STATUS shows the layer ARMED. REGION_BASE and TIMEOUT act at once
+      (the model has no watchdog: a harness calls ``flush(timeout=True)`` where it fires).
+
+    A name not in the map raises ``KeyError``, an index outside the register's array
+    ``IndexError``, and a value or address the bus cannot carry ``ValueError``.
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        The hub configuration. A configuration the RTL does not build (more than 32
+        sources, see :class:`~moehub.rtl.csr_map.CsrMap`) still gets a register map, with
+        EOS_SEEN spanning several words.
+
+    Attributes
+    ----------
+    cfg : HubConfig
+    fmt : HubFormats
+        Packet and output formats of the configuration.
+    csr_map : CsrMap
+        The register map (addresses, widths, access).
+    epoch, tile_rows_log2, timeout, flag_base, meta_base, count_base : int
+        Register values as written (after the clamps).
+    region_base, region_cap : list of int
+        Per-expert register values as written (after the clamp).
+    layer_epoch, layer_tile_rows_log2, layer_flag_base, layer_meta_base, layer_count_base : int
+        The values latched at the last START, which the running layer uses.
+    layer_region_cap : list of int
+        Per-expert capacities latched at the last START.
+    armed, done : bool
+        A layer is running; the last layer ended and its done word was written.
+    errors : int
+        Sticky error bits, one per :class:`~moehub.rtl.formats.Reason`.
+    rows, overflow, src_rows, src_eos, drop_counts : list of int
+        The counters software reads (ROWS, OVERFLOW, SRC_ROWS, SRC_EOS, DROPS).
+    inflight : int
+        Rows open in the row table (INFLIGHT).
+    eos_seen : list of bool
+        End-of-stream received, per source (EOS_SEEN).
+    writes : list of list of tuple
+        Data writes ``(addr, data)`` per lane, in order.
+    ctl : list of CtlWrite
+        Control writes in order.
+    credits : list of tuple
+        ``(src, tag)`` credits in order.
+    drops : list of tuple
+        ``(reason, packet)`` for every dropped packet or row.
+    tiles_flagged : list of tuple
+        ``(expert, tile)`` of every tile flag of the layer, in order.
+    """
+
+    #: register name -> attribute holding a read-write register's value
+    _RW_ATTR = {"EPOCH": "epoch", "TILE_ROWS_LOG2": "tile_rows_log2", "TIMEOUT": "timeout",
+                "FLAG_BASE": "flag_base", "META_BASE": "meta_base", "COUNT_BASE": "count_base",
+                "REGION_BASE": "region_base", "REGION_CAP": "region_cap"}
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
         self.fmt = HubFormats(cfg)
+        self.csr_map = CsrMap(cfg, strict=False)
         self.reset()
 
     # ------------------------------------------------------------------ control
@@ -264,7 +343,6 @@ class HubModel:
         self._ctl(fx, CtlKind.META, meta_addr(cfg, self.layer_meta_base, x, e.row), m)
 
     def _complete(self, idx: int, e: Entry, pkt: Packet, fx: Effects, cycle):
-        cfg = self.cfg
         fx.credit = (pkt.src, pkt.tag)
         self.credits.append(fx.credit)
         self.inflight -= 1
@@ -343,24 +421,113 @@ class HubModel:
         self.armed = False
         self.done = True
 
-    # ------------------------------------------------------------------ status (CSR view)
+    # ------------------------------------------------------------------ registers (CSR view)
+    def write(self, name: str, value: int, index: int = 0) -> None:
+        """Write ``value`` to register ``name[index]`` as software does: one bus write per
+        word, low word first (see the class docstring for what each register does)."""
+        for addr, data in self.csr_map.word_writes(name, value, index):
+            self.write_addr(addr, data)
+
+    def read(self, name: str, index: int = 0) -> int:
+        """Read register ``name[index]`` (all its words)."""
+        r = self.csr_map[name]
+        return sum(self.read_addr(r.addr(index, w)) << (CSR_DATA_BITS * w) for w in range(r.words))
+
+    def write_addr(self, addr: int, value: int) -> None:
+        """One register-bus write of the 32-bit ``value`` at word address ``addr``."""
+        self._check_bus(addr, value)
+        hit = self.csr_map.decode(addr)
+        if hit is None:
+            return
+        r, index, word = hit
+        if r.name == "CTRL":
+            self._ctrl(value)
+        elif r.access == "rw":
+            lo = word * CSR_DATA_BITS
+            bits = min(r.width, lo + CSR_DATA_BITS) - lo
+            value &= (1 << bits) - 1
+            if r.words == 1:
+                self._set_rw(r.name, index, self._clamp(r.name, value))
+            else:
+                old = self._get_rw(r.name, index)
+                self._set_rw(r.name, index, old & ~(((1 << bits) - 1) << lo) | value << lo)
+
+    def read_addr(self, addr: int) -> int:
+        """One register-bus read at word address ``addr``: the 32-bit word returned."""
+        self._check_bus(addr, 0)
+        hit = self.csr_map.decode(addr)
+        if hit is None:
+            return 0
+        r, index, word = hit
+        if r.access == "wo":
+            return 0
+        if r.access == "rw":
+            value = self._get_rw(r.name, index)
+        else:
+            value = self._ro_value(r.name, index) & ((1 << r.width) - 1)
+        return value >> (CSR_DATA_BITS * word) & ((1 << CSR_DATA_BITS) - 1)
+
+    def _check_bus(self, addr: int, value: int):
+        if not 0 <= addr < 1 << self.csr_map.addr_bits:
+            raise ValueError(f"CSR address {addr:#x} is outside the {self.csr_map.addr_bits}-bit bus")
+        if not 0 <= value < 1 << CSR_DATA_BITS:
+            raise ValueError(f"CSR write data {value:#x} is not a {CSR_DATA_BITS}-bit word")
+
+    def _ctrl(self, value: int):
+        """CTRL strobes. CLEAR_ERRORS acts in its write cycle; START and FLUSH wait for the
+        pipeline to drain, and a START supersedes a FLUSH requested with it."""
+        if value & CTRL_CLEAR_ERRORS:
+            self.clear_errors()
+        if value & CTRL_START:
+            self.start()
+        elif value & CTRL_FLUSH:
+            self.flush()
+
+    def _clamp(self, name: str, value: int) -> int:
+        cfg = self.cfg
+        if name == "TILE_ROWS_LOG2":
+            lo, hi = cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length() - 1
+            return min(max(value, lo), hi)
+        if name == "REGION_CAP":
+            return min(value, cfg.max_rows_per_expert)
+        return value
+
+    def _get_rw(self, name: str, index: int) -> int:
+        v = getattr(self, self._RW_ATTR[name])
+        return v[index] if self.csr_map[name].array else v
+
+    def _set_rw(self, name: str, index: int, value: int):
+        attr = self._RW_ATTR[name]
+        if self.csr_map[name].array:
+            getattr(self, attr)[index] = value
+        else:
+            setattr(self, attr, value)
+
+    def _ro_value(self, name: str, index: int) -> int:
+        """A read-only register's value from the model's state (not yet cut to width)."""
+        if name == "ID":
+            return HUB_ID
+        if name == "PARAMS":
+            return self.csr_map.params_word()
+        if name == "STATUS":
+            return self.status_word()
+        if name == "ERRORS":
+            return self.errors
+        if name == "INFLIGHT":
+            return self.inflight
+        if name == "EOS_SEEN":
+            return sum(1 << s for s, seen in enumerate(self.eos_seen) if seen)
+        counters = {"ROWS": self.rows, "OVERFLOW": self.overflow, "SRC_ROWS": self.src_rows,
+                    "SRC_EOS": self.src_eos, "DROPS": self.drop_counts}
+        return counters[name][index]
+
     def status_word(self) -> int:
-        from ..rtl.csr_map import STATUS_ARMED, STATUS_DONE, STATUS_ERROR
+        """The STATUS register: ARMED, DONE and ERROR (CLEARING and SWEEPING read 0)."""
         return (STATUS_ARMED if self.armed else 0) | (STATUS_DONE if self.done else 0) \
             | (STATUS_ERROR if self.errors else 0)
 
     def csr_values(self) -> dict:
-        """Expected values of the read-only registers, keyed as (name, index)."""
-        cfg = self.cfg
-        v = {("STATUS", 0): self.status_word(), ("ERRORS", 0): self.errors,
-             ("INFLIGHT", 0): self.inflight,
-             ("EOS_SEEN", 0): sum(1 << s for s in range(cfg.sources) if self.eos_seen[s])}
-        for x in range(cfg.experts):
-            v[("ROWS", x)] = self.rows[x]
-            v[("OVERFLOW", x)] = self.overflow[x]
-        for s in range(cfg.sources):
-            v[("SRC_ROWS", s)] = self.src_rows[s]
-            v[("SRC_EOS", s)] = self.src_eos[s]
-        for r in Reason:
-            v[("DROPS", int(r))] = self.drop_counts[r]
-        return v
+        """Expected values of the read-only registers but the constants ID and PARAMS,
+        keyed as (name, index)."""
+        return {(r.name, i): self.read(r.name, i) for r in self.csr_map.registers.values()
+                if r.access == "ro" and r.name not in ("ID", "PARAMS") for i in range(r.count)}

@@ -18,20 +18,17 @@ the cycles the RTL accepted them, which is the equivalence check of RTL and mode
 """
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 from ..config.schema import HubConfig
 from ..rtl.csr_map import CTRL_START, CsrMap
-from ..rtl.formats import CtlKind, HubFormats, Reason
 from ..paths import output_dir
-from ..rtl.gen import convert
-from .model import CtlWrite, HubModel, Packet
+from ..rtl.formats import CtlKind, HubFormats
+from .model import CtlWrite, HubModel
 
 CYCLE_BITS = 32
 PLAYER_TOP = "moehub_player"
@@ -79,31 +76,31 @@ def default_layout(cfg: HubConfig) -> dict:
                 count_base=count_base)
 
 
-def csr_program(cfg: HubConfig, *, caps=None, tile_rows_log2=None, epoch=1, timeout=0,
-                layout=None) -> list:
-    """The CSR writes (word address, value) that configure a layer, ending with START."""
-    cmap = CsrMap(cfg)
+def layer_program(cfg: HubConfig, *, caps=None, tile_rows_log2=None, epoch=1, timeout=0,
+                  layout=None) -> list:
+    """The register writes ``(name, value, index)`` that configure a layer, ending with
+    CTRL.START: region bases and capacities (default ``max_rows_per_expert``), the array
+    bases of ``layout`` (default :func:`default_layout`), EPOCH, TILE_ROWS_LOG2 (default the
+    configuration's tile size) and TIMEOUT. The co-simulation's model hub is programmed
+    with the same list (:meth:`~moehub.verif.model.HubModel.write`)."""
     lay = layout or default_layout(cfg)
     caps = caps if caps is not None else [cfg.max_rows_per_expert] * cfg.experts
-    writes = []
-
-    def reg(name, value, index=0):
-        r = cmap[name]
-        for w in range(r.words):
-            writes.append((r.addr(index, w), (value >> (32 * w)) & 0xFFFFFFFF))
-
+    prog = []
     for e in range(cfg.experts):
-        reg("REGION_BASE", lay["region_base"][e], e)
-        reg("REGION_CAP", int(caps[e]), e)
-    reg("FLAG_BASE", lay["flag_base"])
-    reg("META_BASE", lay["meta_base"])
-    reg("COUNT_BASE", lay["count_base"])
-    reg("EPOCH", epoch)
-    reg("TILE_ROWS_LOG2", tile_rows_log2 if tile_rows_log2 is not None
-        else cfg.tile_rows.bit_length() - 1)
-    reg("TIMEOUT", timeout)
-    reg("CTRL", CTRL_START)
-    return writes
+        prog += [("REGION_BASE", lay["region_base"][e], e), ("REGION_CAP", int(caps[e]), e)]
+    prog += [("FLAG_BASE", lay["flag_base"], 0), ("META_BASE", lay["meta_base"], 0),
+             ("COUNT_BASE", lay["count_base"], 0), ("EPOCH", epoch, 0),
+             ("TILE_ROWS_LOG2", tile_rows_log2 if tile_rows_log2 is not None
+              else cfg.tile_rows.bit_length() - 1, 0),
+             ("TIMEOUT", timeout, 0), ("CTRL", CTRL_START, 0)]
+    return prog
+
+
+def csr_program(cfg: HubConfig, **kw) -> list:
+    """:func:`layer_program` as register-bus writes ``(word address, data)``, in order."""
+    cmap = CsrMap(cfg)
+    return [w for name, value, index in layer_program(cfg, **kw)
+            for w in cmap.word_writes(name, value, index)]
 
 
 def _verilog(cfg: HubConfig, n_packets: int, n_csr: int, bp_permille: int,
@@ -305,6 +302,7 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
     it did. The player keeps the schedule's order (cycle, lane, then list order) and puts
     the packets that have arrived on lanes 0, 1, ... each cycle, at most one per lane; a
     stalled hub delays later arrivals. ``mode``: "cocotb" or "verilog" (plain testbench)."""
+    from ..rtl.gen import convert   # (Amaranth: imported only to build the hub)
     out = output_dir("player", f"{cfg.name}-{tag}")
     player, reads, schedule = prepare(cfg, packets, out, csr_writes=csr_writes, bp=bp,
                                    log_accepts=log_accepts)
@@ -326,11 +324,8 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
                      timescale=("1ns", "1ps"), always=True, waves=waves,
                      log_file=build / "build.log")
         t1 = time.time()
-        verif = str(Path(__file__).resolve().parent)
-        if verif not in sys.path:
-            sys.path.insert(0, verif)
         try:
-            runner.test(test_module="tb_player", hdl_toplevel=PLAYER_TOP, build_dir=build,
+            runner.test(test_module="moehub.verif.tb_player", hdl_toplevel=PLAYER_TOP, build_dir=build,
                         test_dir=out, timescale=("1ns", "1ps"), waves=waves,
                         results_xml=str(build / "results.xml"), log_file=build / "sim.log")
         except SystemExit:
@@ -346,34 +341,12 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
 
 
 def replay_into_model(cfg: HubConfig, res: PlayerResult, csr_writes=None) -> HubModel:
-    """The reference model fed with the RTL's acceptance order and cycles."""
+    """The reference model given the player's CSR writes (default :func:`csr_program`),
+    then fed with the RTL's acceptance order and cycles."""
     model = HubModel(cfg)
-    lay = default_layout(cfg)
-    cmap = CsrMap(cfg)
-    writes = csr_writes if csr_writes is not None else csr_program(cfg)
-    byaddr = {}
-    for r in cmap.registers.values():
-        for i in range(r.count):
-            for w in range(r.words):
-                byaddr[r.addr(i, w)] = (r.name, i, w)
-    vals = {}
-    for a, v in writes:
-        name, i, w = byaddr[a]
-        vals[(name, i)] = vals.get((name, i), 0) | (v << (32 * w))
-    for (name, i), v in vals.items():
-        if name == "REGION_BASE":
-            model.region_base[i] = v
-        elif name == "REGION_CAP":
-            model.region_cap[i] = min(v, cfg.max_rows_per_expert)
-        elif name in ("FLAG_BASE", "META_BASE", "COUNT_BASE", "EPOCH", "TIMEOUT"):
-            setattr(model, name.lower(), v)
-        elif name == "TILE_ROWS_LOG2":
-            lo, hi = cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length() - 1
-            model.tile_rows_log2 = min(max(v, lo), hi)
-    del lay
-    model.start()
-    order = res.accepted
-    for c, j, pkt in order:
+    for addr, data in (csr_writes if csr_writes is not None else csr_program(cfg)):
+        model.write_addr(addr, data)
+    for c, j, pkt in res.accepted:
         model.packet(pkt, j, c)
     model.end()
     return model

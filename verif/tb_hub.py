@@ -17,7 +17,7 @@ from cocotb.triggers import RisingEdge
 from moehub.config.schema import load_hub_config
 from moehub.rtl.csr_map import HUB_ID, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE
 from moehub.rtl.formats import CtlKind, Reason
-from moehub.rtl.hub import FLAG_LATENCY, WRITE_LATENCY
+from moehub.rtl.timing import CREDIT_LATENCY, FLAG_LATENCY, WRITE_LATENCY
 from moehub.verif.hubtb import HubTB
 from moehub.verif.model import Packet
 from moehub.verif.traffic import LaneFeeder, Row, random_rows
@@ -547,7 +547,7 @@ def flag_latency(tb):
             if fx.tile_ready:
                 ready_at[fx.ctl[-1].addr] = c
         elif kind == "csr":
-            tb._apply_csr(model, *args)
+            model.write_addr(*args)
         elif kind == "reset":
             model.reset()
     lat = [cyc - ready_at[c.addr] for cyc, c in tb.ctl_out if c.kind == CtlKind.FLAG and c.addr in ready_at]
@@ -581,7 +581,8 @@ async def test_throughput_same_expert(dut):
 @cocotb.test(**TIMEOUT)
 async def test_latency(dut):
     """Design latencies with nothing queued: packet in -> data write out WRITE_LATENCY
-    cycles; the last chunk of a tile's last row -> the tile's flag FLAG_LATENCY cycles."""
+    cycles; a row's last chunk -> its credit out CREDIT_LATENCY cycles; the last chunk of a
+    tile's last row -> the tile's flag FLAG_LATENCY cycles (see moehub.rtl.timing)."""
     tb = await make_tb(dut, tile_rows=CFG.min_tile_rows)
     rows = [row(k % CFG.sources, 0, token=k) for k in range(CFG.min_tile_rows)]
     tags = {}
@@ -600,5 +601,7 @@ async def test_latency(dut):
     writes = [cyc for cyc, _, _ in tb.wr_out[0]]
     assert writes[-1] - acc == WRITE_LATENCY, f"write latency {writes[-1] - acc}"
     assert flags and flags[-1] - acc == FLAG_LATENCY, f"flag latency {flags[-1] - acc if flags else None}"
+    credits = [cyc for cyc, _, _ in tb.credit_out]
+    assert credits[-1] - acc == CREDIT_LATENCY, f"credit latency {credits[-1] - acc}"
     await tb.send_schedule(wide(eos_all({s: sum(1 for r in rows if r.src == s) for s in range(CFG.sources)})))
     await finish(tb, rows)

@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+from ...rtl.timing import CREDIT_LATENCY
 from ..gpu import WorkItem
 from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals
 from ..layer import Layer, SystemResult
@@ -57,9 +58,10 @@ def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend):
 
 def hub_flow_cap(L: Layer):
     """Rate bound of one (src, dst) flow from the tag window: tags rows in flight per
-    credit round trip (two link latencies plus the hub's flag/credit delay)."""
+    credit round trip (two link latencies plus the hub's credit latency: a row's last
+    chunk in, its credit out)."""
     h = L.hub
-    hub_us = 8 / (h.hub_clock_GHz * 1000.0)
+    hub_us = CREDIT_LATENCY / (h.hub_clock_GHz * 1000.0)
 
     def cap(s, d):
         rtt = 2 * L.latency(s, d) + hub_us
@@ -113,7 +115,7 @@ def hub_schedule(L: Layer, t0: float, order: str = "token"):
                                             pos, hub_ingress=True, flow_cap=hub_flow_cap(L),
                                             issue_rate=rate)
     clk = h.hub_clock_GHz * 1000.0                       # cycles per us
-    ret_us = (8 + 1) / clk                                # completion + credit queue (cycles)
+    ret_us = CREDIT_LATENCY / clk                         # completion + credit queue (cycles)
     first, last, stalls = _enforce_tags(L, first, last, pos, ret_us)
     cpr, lanes = h.chunks_per_row, h.lanes
     arrivals = []
