@@ -60,7 +60,10 @@ output register behind the ordering guard (:meth:`~AvailabilityTracker._ordering
 :meth:`~AvailabilityTracker._clearing` and :meth:`~AvailabilityTracker._sweep` are the
 two sequencers, the latter handing S0 an ``inject`` record. A pipeline register stays one
 named ``Signal`` per field (``t1_row``, ``t2_cnt``, ...; see :class:`_Registers`): the
-formal equivalence check matches registers by name.
+formal equivalence check (``moehub equiv``) matches registers by name. The tracker stays
+one module: S2's counter address and write enable registers take the names of the write
+port they drive (``wp__addr``, ``wp__en``), which a counter-memory sub-Component would
+change.
 """
 from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
