@@ -49,9 +49,24 @@ flush or an abandoned layer they are *dirty*, and the next ``layer_start`` sweep
 memory to zero first (``clearing``: one zero write per counter and cycle, fed through the
 pipeline too; the hub accepts no packets meanwhile) -- the memory has no reset, as an
 SRAM macro would not.
+
+In the code (:class:`AvailabilityTracker`) each stage is a method that owns the registers
+it loads and hands the next stage one :class:`~amaranth.lib.data.StructLayout` record
+(the layouts are in :class:`TrackerLayouts`): :meth:`~AvailabilityTracker._s0_pop` loads
+``t1_*`` from the ``s0_out`` record, :meth:`~AvailabilityTracker._s1_prepare` loads
+``t2_*`` from ``s1_out``, :meth:`~AvailabilityTracker._s2_update` writes the counter and
+offers an ``s2_out`` word, which :meth:`~AvailabilityTracker._output` holds in the ctl
+output register behind the ordering guard (:meth:`~AvailabilityTracker._ordering_guard`);
+:meth:`~AvailabilityTracker._clearing` and :meth:`~AvailabilityTracker._sweep` are the
+two sequencers, the latter handing S0 an ``inject`` record. A pipeline register stays one
+named ``Signal`` per field (``t1_row``, ``t2_cnt``, ...; see :class:`_Registers`): the
+formal equivalence check (``moehub equiv``) matches registers by name. The tracker stays
+one module: S2's counter address and write enable registers take the names of the write
+port they drive (``wp__addr``, ``wp__en``), which a counter-memory sub-Component would
+change.
 """
-from amaranth import Cat, Module, Mux, Signal, Array
-from amaranth.lib import stream, wiring
+from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -62,6 +77,9 @@ from .layouts import GROUP_BITS, HubLayouts, group_not_after
 #: Kinds of the words in the tracker's pipeline: events, the sweep's and the clear's
 #: pseudo-events.
 K_META, K_CPL, K_COUNT, K_LAST, K_DONE, K_CLEAR = range(6)
+
+#: Modes of the tracker: events (RUN), the clearing sweep (CLEAR), the end-of-layer sweep.
+RUN, CLEAR, SWEEP = range(3)
 
 #: Chunk width of the address adds: the carry ripples through at most this many bits in
 #: S1, and S2 links the chunks (synthesis maps any add it is given as a ripple as long as
@@ -80,23 +98,150 @@ def _and_prefix(m, v, name):
     return v
 
 
+class _Registers:
+    """A stage's registers: one named ``Signal`` per field of a record layout.
+
+    Register names (``<prefix>_<field>``, or as ``rename`` says) do not depend on how the
+    records that feed them are built. Fields read as attributes (``t1.row``); :meth:`load`
+    latches a record of the same layout field by field; :meth:`view` reads them all as one
+    record.
+    """
+
+    def __init__(self, layout: data.StructLayout, prefix: str, rename: dict | None = None):
+        rename = rename or {}
+        self.layout = layout
+        self._regs = {name: Signal(field.shape, name=rename.get(name, f"{prefix}_{name}"))
+                      for name, field in layout}
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["_regs"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def load(self, record):
+        """Assignments that latch ``record`` (a view of ``self.layout``)."""
+        return [reg.eq(record[name]) for name, reg in self._regs.items()]
+
+    def view(self) -> data.View:
+        return data.View(self.layout, Cat(*self._regs.values()))
+
+
+class TrackerLayouts:
+    """Geometry and stage records of the tracker of one hub configuration.
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        The hub configuration.
+
+    Attributes
+    ----------
+    depth : int
+        Tile counters: experts x tiles per expert.
+    counter_addr_bits : int
+        Width of a counter address (expert above tile).
+    count_bits : int
+        Width of a tile counter.
+    off_bits : int
+        Width of an output address's offset from its base.
+    chunks : list of (int, int)
+        Bit ranges of the chunks of the output address add (:data:`ADD_CHUNK` bits each).
+    config : StructLayout
+        Registers latched at layer start: ``sh_rel`` (log2 of tile rows over
+        ``min_tile_rows``), ``tile_m1`` (tile rows - 1, also the row mask), ``epoch``,
+        ``flag_base``, ``meta_base``, ``count_base``.
+    inject : StructLayout
+        A word entering S0 (an event, or a pseudo-event of the sweep): ``valid``, ``kind``
+        (``K_*``), ``expert``, ``row`` (a row count in the sweep).
+    s0_out : StructLayout
+        S0 -> S1 (the ``t1_*`` registers): ``valid``, ``oh`` (the kind one-hot), ``row``,
+        the metadata ``src``/``token``/``slot``, ``group`` (ordering guard), ``addr`` (the
+        counter address) and ``off`` (output address - base; computed early for S1's add).
+    s1_out : StructLayout
+        S1 -> S2 (the ``t2_*`` registers): ``valid``; ``we``/``wzero`` (writes its counter,
+        with 0); ``always`` (a word out whatever the count) / ``flag`` (a flag if the tile
+        is full); ``guarded`` and ``group`` (ordering guard); ``addr``; ``cnt`` (the counter
+        read, forwarded) and ``target`` (its value when the tile is full); the prepared
+        word: ``kind``, ``sum``/``g``/``p`` (the address per chunk, generate and propagate:
+        computed early, S2 links the carries) and ``wdata``.
+    s2_out : StructLayout
+        S2 -> the ctl output register (``ctl_valid``, ``ctl``, ``ctl_guarded``,
+        ``ctl_group``): ``valid`` (a word goes out), ``word`` (the ctl payload),
+        ``guarded`` and ``group``.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        self.experts = E = cfg.experts
+        self.expert_bits = index_bits(E)
+        self.tiles = cfg.tiles_per_expert
+        self.tile_bits = max(1, (self.tiles - 1).bit_length())
+        self.depth = E * self.tiles
+        self.counter_addr_bits = aw = max(1, (self.depth - 1).bit_length())
+        self.count_bits = cfg.tile_count_bits
+        self.min_log2 = cfg.min_tile_rows.bit_length() - 1
+        self.max_log2 = cfg.max_tile_rows.bit_length() - 1
+        self.row_log2 = cfg.max_rows_per_expert.bit_length() - 1
+        self.word_bits = 8 * cfg.meta_word_bytes
+        self.meta_shift = cfg.meta_word_bytes.bit_length() - 1
+        self.off_bits = max(aw + 2, self.expert_bits + self.row_log2 + self.meta_shift,
+                            (E << 2).bit_length())
+        self.addr_bits = A = cfg.addr_bits
+        self.chunks = [(lo, min(lo + ADD_CHUNK, A)) for lo in range(0, A, ADD_CHUNK)]
+        n = len(self.chunks)
+        self.config = data.StructLayout({
+            "sh_rel": range(self.max_log2 - self.min_log2 + 1), "tile_m1": self.count_bits,
+            "epoch": 32, "flag_base": A, "meta_base": A, "count_base": A})
+        self.inject = data.StructLayout({
+            "valid": 1, "kind": 3, "expert": self.expert_bits, "row": cfg.cap_bits})
+        self.s0_out = data.StructLayout({
+            "valid": 1, "oh": 6, "row": cfg.cap_bits, "src": cfg.src_bits,
+            "token": cfg.token_bits, "slot": cfg.slot_bits, "group": GROUP_BITS,
+            "addr": aw, "off": self.off_bits})
+        self.s1_out = data.StructLayout({
+            "valid": 1, "we": 1, "wzero": 1, "always": 1, "flag": 1, "guarded": 1,
+            "group": GROUP_BITS, "addr": aw, "cnt": self.count_bits,
+            "target": self.count_bits, "kind": 2, "sum": A, "g": n, "p": n,
+            "wdata": self.word_bits})
+        self.s2_out = data.StructLayout({
+            "valid": 1, "word": HubLayouts(cfg).ctl, "guarded": 1, "group": GROUP_BITS})
+
+
 class AvailabilityTracker(wiring.Component):
-    """Members
-    -------
-    ev : In(stream event)                per-row events in order
-    ctl : Out(stream ctl)                metadata, flags, final counts, done word
-    epoch, tile_rows_log2, flag_base, meta_base, count_base : In   (CSRs)
-    rows : In(cap_bits).array(experts)   rows allocated per expert (from the allocator)
+    """Flag-based data-availability tracker (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        The hub configuration.
+
+    Attributes
+    ----------
+    ev : In(stream.Signature(event))
+        Per-row events, in order: a row's metadata, then its completion.
+    ctl : Out(stream.Signature(ctl))
+        Metadata, flags, final counts and the layer-done word.
+    epoch, tile_rows_log2, flag_base, meta_base, count_base : In
+        CSRs, latched at ``layer_start``.
+    rows : In(cap_bits).array(experts)
+        Rows allocated per expert (from the allocator); read by the sweep.
     layer_start, mark_dirty, sweep_req : In(1)
+        Start a layer (clearing the counters first if dirty); the counters are dirty
+        (flush, abandoned layer); start the end-of-layer sweep once the pipeline is empty.
     sweep_done, clearing, idle : Out(1)
-    b_busy, b_group : In                 writes in the packet manager's B stage (ordering guard)
-    c_busy, c_group : In(lanes + 1), In.array(lanes + 1)   registered, a cycle old: the oldest
-                                         write waiting in each lane's FIFO, and B
+        The sweep's last word has left (a pulse); the clearing sweep runs; no event in
+        the pipeline and no sweep.
+    b_busy, b_group : In(1), In(GROUP_BITS)
+        A write in the packet manager's B stage, and its group (ordering guard).
+    c_busy, c_group : In(lanes + 1), In(GROUP_BITS).array(lanes + 1)
+        Registered, a cycle old: the oldest write waiting in each lane's FIFO, and B, with
+        its group (ordering guard).
     """
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
+        self.tl = TrackerLayouts(cfg)
         E = cfg.experts
         super().__init__({
             "ev": In(stream.Signature(lay.event)),
@@ -113,276 +258,322 @@ class AvailabilityTracker(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg, lay = self.cfg, self.lay
-        E = cfg.experts
-        ebits = index_bits(E)
-        tiles = cfg.tiles_per_expert
-        tile_bits = max(1, (tiles - 1).bit_length())
-        depth = E * tiles
-        aw = max(1, (depth - 1).bit_length())
-        cnt_bits = cfg.tile_count_bits
-        min_log2 = cfg.min_tile_rows.bit_length() - 1
-        max_log2 = cfg.max_tile_rows.bit_length() - 1
-        row_log2 = cfg.max_rows_per_expert.bit_length() - 1
-        word_bits = 8 * cfg.meta_word_bytes
-        shift_m = cfg.meta_word_bytes.bit_length() - 1
-        off_bits = max(aw + 2, ebits + row_log2 + shift_m, (E << 2).bit_length())
-        A = cfg.addr_bits
-        chunks = [(lo, min(lo + ADD_CHUNK, A)) for lo in range(0, A, ADD_CHUNK)]
+        # The stages are built back to front (each needs ``go`` and the later stages'
+        # state); the comb statements must come first (the memory's ``rp.en``), so that
+        # every register keeps its name (see ``_s2_update``).
+        wp, rp = self._counter_memory(m)
+        cfg = _Registers(self.tl.config, "", rename={n: n for n, _ in self.tl.config})
+        t1 = _Registers(self.tl.s0_out, "t1")
+        t2 = _Registers(self.tl.s1_out, "t2")
+        mode = Signal(2, name="mode")         # RUN, CLEAR, SWEEP: owned by the sequencers
+        w_data, s2 = self._s2_update(m, t2, wp)
+        ctl_valid, ctl_free = self._output(m, s2)
+        go = Signal(name="go")                # the whole pipeline advances
+        m.d.comb += go.eq(~t2.valid | ctl_free)
+        self._s1_prepare(m, t1, t2, cfg, rp, w_data, go)
+        clear_addr = self._clearing(m, mode, go)
+        sq = self._sweep(m, mode, go, cfg, t1, t2, ctl_valid)
+        self._s0_pop(m, mode, sq, clear_addr, cfg, rp, t1, go)
+        self._latch_config(m, cfg)
+        m.d.comb += [
+            self.clearing.eq(mode == CLEAR),
+            self.idle.eq((mode == RUN) & ~t1.valid & ~t2.valid),
+        ]
+        return m
 
-        m.submodules.counters = mem = Memory(shape=cnt_bits, depth=depth, init=[])
-        wp = mem.write_port()
+    # ------------------------------------------------------------------ state
+    def _counter_memory(self, m):
+        """The tile counters: a memory without reset, a write port (S2) and a read port
+        transparent to it (address from S0, data to S1). Returns ``(wp, rp)``."""
+        t = self.tl
+        m.submodules.counters = mem = Memory(shape=t.count_bits, depth=t.depth, init=[])
+        wp = mem.write_port()                 # the names wp/rp name the ports' signals
         rp = mem.read_port(transparent_for=(wp,))
         # Always enabled: the port then registers its address (a held stage re-reads its
         # counter), and a flop-built array has no logic between that register and S1.
         m.d.comb += rp.en.eq(1)
+        return wp, rp
 
-        # Registers that shape a layer's outputs are latched at layer start.
-        sh_rel = Signal(range(max_log2 - min_log2 + 1))   # log2(tile rows / min_tile_rows)
-        tile_m1 = Signal(cnt_bits)                          # tile rows - 1 (also the row mask)
-        epoch = Signal(32)
-        flag_base = Signal(A)
-        meta_base = Signal(A)
-        count_base = Signal(A)
-        dirty = Signal(init=1)
-        mode = Signal(2)                          # RUN, CLEAR, SWEEP
-        RUN, CLEAR, SWEEP = 0, 1, 2
-        clear_addr = Signal(aw)
+    def _latch_config(self, m, cfg):
+        """Owns the ``config`` registers: the CSRs that shape a layer's outputs, latched at
+        layer start. Reads ``epoch``, ``tile_rows_log2`` and the bases."""
+        t = self.tl
+        with m.If(self.layer_start):
+            m.d.sync += [cfg.sh_rel.eq(self.tile_rows_log2 - t.min_log2),
+                         cfg.tile_m1.eq((1 << self.tile_rows_log2[:t.max_log2.bit_length()]) - 1),
+                         cfg.epoch.eq(self.epoch),
+                         cfg.flag_base.eq(self.flag_base), cfg.meta_base.eq(self.meta_base),
+                         cfg.count_base.eq(self.count_base)]
 
-        def counter_addr(expert, row):
-            """Counter of (expert, tile of ``row``): the expert above the tile index
-            (tiles per expert is a power of two)."""
-            tile = Signal(tile_bits)
-            m.d.comb += tile.eq((row >> min_log2) >> sh_rel)
-            if E == 1:
-                return tile[:aw]
-            if tiles == 1 << tile_bits:
-                return Cat(tile, expert)[:aw]
-            return (expert * tiles + tile)[:aw]
+    def _counter_addr(self, m, cfg, expert, row):
+        """Counter of (expert, tile of ``row``): the expert above the tile index (tiles per
+        expert is a power of two)."""
+        t = self.tl
+        aw = t.counter_addr_bits
+        tile = Signal(t.tile_bits, name="tile")
+        m.d.comb += tile.eq((row >> t.min_log2) >> cfg.sh_rel)
+        if t.experts == 1:
+            return tile[:aw]
+        if t.tiles == 1 << t.tile_bits:
+            return Cat(tile, expert)[:aw]
+        return (expert * t.tiles + tile)[:aw]
 
-        # ------------------------------------------------ output register (ctl port)
-        ctl_valid = Signal()
-        ctl = Signal(lay.ctl)
-        ctl_guarded = Signal()
-        ctl_group = Signal(GROUP_BITS)
-        # A flag waits while any write of its group or an older one is still in flight: in
-        # B, or at the head of a lane's FIFO (each FIFO leaves in group order). The guard is
-        # a register, computed a cycle ahead for the word the ctl register will hold: the
-        # writes in flight then are among those in flight now (their views here are
-        # conservative), or newer than any flag the tracker holds.
-        def pending_upto(grp):
-            return ((self.b_busy & group_not_after(self.b_group, grp))
-                    | Cat(self.c_busy[j] & group_not_after(self.c_group[j], grp)
-                          for j in range(cfg.lanes + 1)).any())
+    # ------------------------------------------------------------------ S0
+    def _s0_pop(self, m, mode, sq, clear_addr, cfg, rp, t1, go):
+        """S0 (pop): take an event, or the sequencer's pseudo-event, or a clear; address
+        its counter and form its output address's offset from the base.
 
-        blocked = Signal()
-        m.d.comb += [self.ctl.valid.eq(ctl_valid & ~blocked), self.ctl.payload.eq(ctl)]
-        ctl_fire = self.ctl.valid & self.ctl.ready
-        ctl_free = Signal()
-        m.d.comb += ctl_free.eq(~ctl_valid | ctl_fire)
-        ctl_load = Signal()
-        with m.If(ctl_fire & ~ctl_load):
-            m.d.sync += ctl_valid.eq(0)
-
-        # ------------------------------------------------ pipeline registers
-        t1_valid = Signal()                       # S1
-        t1_oh = Signal(6)                         # kind, one-hot (K_*)
-        t1_expert = Signal(ebits)
-        t1_row = Signal(cfg.cap_bits)             # row of an event; row count in the sweep
-        t1_src = Signal(cfg.src_bits)
-        t1_token = Signal(cfg.token_bits)
-        t1_slot = Signal(cfg.slot_bits)
-        t1_group = Signal(GROUP_BITS)
-        t1_addr = Signal(aw)                      # counter address
-        t1_off = Signal(off_bits)                 # output address - base
-
-        t2_valid = Signal()                       # S2
-        t2_we = Signal()                          # writes its counter (completion, LAST, clear)
-        t2_wzero = Signal()                       #   ... with 0 (LAST, clear)
-        t2_always = Signal()                      # META, COUNT, DONE: always a word out
-        t2_flag = Signal()                        # completion, LAST: a flag if the counter is full
-        t2_guarded = Signal()                     # a completion's flag: ordering guard
-        t2_group = Signal(GROUP_BITS)
-        t2_addr = Signal(aw)
-        t2_cnt = Signal(cnt_bits)                 # counter value read (forwarded)
-        t2_target = Signal(cnt_bits)              # value at which the tile is complete
-        t2_kind = Signal(2)                       # the prepared word: kind,
-        t2_sum = Signal(A)                        #   address, chunk by chunk without the
-        t2_g = Signal(len(chunks))                #   carries between chunks (generate and
-        t2_p = Signal(len(chunks))                #   propagate per chunk),
-        t2_wdata = Signal(word_bits)              #   value
-
-        # ------------------------------------------------ S2: update, output
-        full = Signal()
-        w_data = Signal(cnt_bits)
-        m.d.comb += [full.eq(t2_cnt == t2_target),
-                     w_data.eq(Mux(full | t2_wzero, 0, t2_cnt + 1))]
-        # Written every cycle S2 holds a word, also while the pipeline holds: the same
-        # value again (idempotent).
-        m.d.comb += [wp.addr.eq(t2_addr), wp.data.eq(w_data), wp.en.eq(t2_we)]
-        go = Signal()                             # the whole pipeline advances
-        m.d.comb += go.eq(~t2_valid | ctl_free)
-        carry = [Signal(name=f"addr_c{j}") for j in range(len(chunks))]
-        m.d.comb += carry[0].eq(0)
-        for j in range(1, len(chunks)):
-            m.d.comb += carry[j].eq(t2_g[j - 1] | (t2_p[j - 1] & carry[j - 1]))
-        addr = []
-        for j, (lo, hi) in enumerate(chunks):
-            part = t2_sum[lo:hi]
-            run = _and_prefix(m, part, f"addr_run{j}")
-            addr.append(part ^ Cat(carry[j], Mux(carry[j], run, 0))[:hi - lo])
-        m.d.sync += blocked.eq(Mux(ctl_load, t2_guarded & pending_upto(t2_group),
-                                   ctl_guarded & pending_upto(ctl_group)))
-        with m.If(t2_valid & (t2_always | (t2_flag & full)) & ctl_free):
-            m.d.comb += ctl_load.eq(1)
-            m.d.sync += [ctl_valid.eq(1), ctl.kind.eq(t2_kind), ctl.addr.eq(Cat(*addr)),
-                         ctl.data.eq(t2_wdata), ctl_guarded.eq(t2_guarded),
-                         ctl_group.eq(t2_group)]
-
-        # ------------------------------------------------ S1: read (+ forwarding), prepare
-        # The read port is transparent: the counter misses at most the write of S2.
-        fwd = t2_we & (t2_addr == t1_addr)
-        cnt = Signal(cnt_bits)
-        m.d.comb += cnt.eq(Mux(fwd, w_data, rp.data))
-        is_meta, is_cpl, is_count = t1_oh[K_META], t1_oh[K_CPL], t1_oh[K_COUNT]
-        is_last, is_done, is_clear = t1_oh[K_LAST], t1_oh[K_DONE], t1_oh[K_CLEAR]
-        base = Signal(A)
-        m.d.comb += base.eq(Mux(is_meta, meta_base, 0) | Mux(is_cpl | is_last, flag_base, 0)
-                            | Mux(is_count | is_done, count_base, 0))
-        s1_sum = []
-        s1_g = []
-        s1_p = []
-        for j, (lo, hi) in enumerate(chunks):
-            b = base[lo:hi]
-            if lo < off_bits:
-                o = t1_off[lo:min(hi, off_bits)]
-                s = Signal(hi - lo + 1, name=f"addr_s{j}")
-                m.d.comb += s.eq(b + o)
-                s1_sum.append(s[:hi - lo])
-                s1_g.append(s[hi - lo])
-                s1_p.append((b ^ o).all())
-            else:
-                s1_sum.append(b)
-                s1_g.append(0)
-                s1_p.append(b.all())
-        value = Signal(word_bits)
-        m.d.comb += value.eq(Mux(is_meta, Cat(t1_src, t1_token, t1_slot), 0)
-                             | Mux(is_count, t1_row, 0)
-                             | Mux(is_cpl | is_last | is_done, epoch, 0))
-        kind = Signal(2)
-        m.d.comb += kind.eq(Mux(is_meta, CtlKind.META, 0) | Mux(is_cpl | is_last, CtlKind.FLAG, 0)
-                            | Mux(is_count, CtlKind.COUNT, 0) | Mux(is_done, CtlKind.DONE, 0))
-        with m.If(go):
-            m.d.sync += [
-                t2_valid.eq(t1_valid),
-                t2_we.eq(t1_valid & (is_cpl | is_last | is_clear)),
-                t2_wzero.eq(is_last | is_clear),
-                t2_always.eq(is_meta | is_count | is_done),
-                t2_flag.eq(is_cpl | is_last),
-                t2_guarded.eq(is_cpl),
-                t2_group.eq(t1_group), t2_addr.eq(t1_addr),
-                t2_cnt.eq(cnt), t2_target.eq(Mux(is_last, t1_row[:cnt_bits] & tile_m1, tile_m1)),
-                t2_kind.eq(kind), t2_sum.eq(Cat(*s1_sum)), t2_g.eq(Cat(*s1_g)),
-                t2_p.eq(Cat(*s1_p)), t2_wdata.eq(value),
-            ]
-
-        # ------------------------------------------------ S0: pop an event (or a pseudo-event)
-        sq_valid = Signal()                       # sweep sequencer: a word to inject
-        sq_kind = Signal(3)
-        sq_e = Signal(ebits)
-        sq_rows = Signal(cfg.cap_bits)
-        s0_valid = Signal()
-        s0_kind = Signal(3)
-        s0_expert = Signal(ebits)
-        s0_row = Signal(cfg.cap_bits)
+        Owns the S1 registers ``t1_*`` (loads them from an ``s0_out`` record) and the read
+        port's address. Reads the event stream, ``mode``, the sweep's ``inject`` record
+        ``sq``, ``clear_addr``, ``sh_rel`` and ``go``.
+        """
+        t = self.tl
         ev = self.ev.payload
+        pick = Signal(t.inject, name="s0_in")
         m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & go)
         with m.Switch(mode):
             with m.Case(RUN):
-                m.d.comb += [s0_valid.eq(self.ev.valid),
-                             s0_kind.eq(Mux(ev.complete, K_CPL, K_META)),
-                             s0_expert.eq(ev.expert), s0_row.eq(ev.row)]
+                m.d.comb += [pick.valid.eq(self.ev.valid),
+                             pick.kind.eq(Mux(ev.complete, K_CPL, K_META)),
+                             pick.expert.eq(ev.expert), pick.row.eq(ev.row)]
             with m.Case(SWEEP):
-                m.d.comb += [s0_valid.eq(sq_valid), s0_kind.eq(sq_kind), s0_expert.eq(sq_e),
-                             s0_row.eq(sq_rows)]
+                m.d.comb += pick.eq(sq.view())
             with m.Case(CLEAR):
-                m.d.comb += [s0_valid.eq(1), s0_kind.eq(K_CLEAR)]
-        s0_addr = Signal(aw)
-        m.d.comb += [s0_addr.eq(Mux(mode == CLEAR, clear_addr, counter_addr(s0_expert, s0_row))),
-                     rp.addr.eq(Mux(go, s0_addr, t1_addr))]
-        s0_off = Signal(off_bits)
-        meta_index = Cat(ev.row[:row_log2], s0_expert) if E > 1 else ev.row[:row_log2]
-        with m.Switch(s0_kind):
+                m.d.comb += [pick.valid.eq(1), pick.kind.eq(K_CLEAR)]
+        s0 = Signal(t.s0_out, name="s0")
+        m.d.comb += [s0.addr.eq(Mux(mode == CLEAR, clear_addr,
+                                    self._counter_addr(m, cfg, pick.expert, pick.row))),
+                     rp.addr.eq(Mux(go, s0.addr, t1.addr))]
+        row = ev.row[:t.row_log2]
+        meta_index = Cat(row, pick.expert) if t.experts > 1 else row
+        with m.Switch(pick.kind):
             with m.Case(K_META):
-                m.d.comb += s0_off.eq(meta_index << shift_m)
+                m.d.comb += s0.off.eq(meta_index << t.meta_shift)
             with m.Case(K_CPL, K_LAST):
-                m.d.comb += s0_off.eq(s0_addr << 2)
+                m.d.comb += s0.off.eq(s0.addr << 2)
             with m.Case(K_COUNT):
-                m.d.comb += s0_off.eq(s0_expert << 2)
+                m.d.comb += s0.off.eq(pick.expert << 2)
             with m.Case(K_DONE):
-                m.d.comb += s0_off.eq(E << 2)
+                m.d.comb += s0.off.eq(t.experts << 2)
+        m.d.comb += [s0.valid.eq(pick.valid), s0.oh.eq(1 << pick.kind), s0.row.eq(pick.row),
+                     s0.src.eq(ev.src), s0.token.eq(ev.token), s0.slot.eq(ev.slot),
+                     s0.group.eq(ev.group)]
         with m.If(go):
-            m.d.sync += [t1_valid.eq(s0_valid), t1_oh.eq(1 << s0_kind), t1_expert.eq(s0_expert),
-                         t1_row.eq(s0_row), t1_addr.eq(s0_addr), t1_off.eq(s0_off),
-                         t1_src.eq(ev.src), t1_token.eq(ev.token),
-                         t1_slot.eq(ev.slot), t1_group.eq(ev.group)]
+            m.d.sync += t1.load(s0)
 
-        # ------------------------------------------------ layer start: clear if dirty
+    # ------------------------------------------------------------------ S1
+    def _s1_prepare(self, m, t1, t2, cfg, rp, w_data, go):
+        """S1 (read, prepare): read the counter, forwarded from S2's write; prepare the
+        output word (kind, value, and the address added chunk by chunk).
+
+        Owns the S2 registers ``t2_*`` (loads them from an ``s1_out`` record). Reads the
+        S1 registers, the read port, S2's counter write (``t2_we``, ``t2_addr``,
+        ``w_data``), the ``config`` registers and ``go``.
+        """
+        t = self.tl
+        # The read port is transparent: the counter misses at most the write of S2.
+        fwd = t2.we & (t2.addr == t1.addr)
+        cnt = Signal(t.count_bits, name="cnt")
+        m.d.comb += cnt.eq(Mux(fwd, w_data, rp.data))
+        is_meta, is_cpl, is_count = t1.oh[K_META], t1.oh[K_CPL], t1.oh[K_COUNT]
+        is_last, is_done, is_clear = t1.oh[K_LAST], t1.oh[K_DONE], t1.oh[K_CLEAR]
+        base = Signal(t.addr_bits, name="base")
+        m.d.comb += base.eq(Mux(is_meta, cfg.meta_base, 0)
+                            | Mux(is_cpl | is_last, cfg.flag_base, 0)
+                            | Mux(is_count | is_done, cfg.count_base, 0))
+        s_sum, s_g, s_p = self._chunked_add(m, base, t1.off)
+        value = Signal(t.word_bits, name="value")
+        m.d.comb += value.eq(Mux(is_meta, Cat(t1.src, t1.token, t1.slot), 0)
+                             | Mux(is_count, t1.row, 0)
+                             | Mux(is_cpl | is_last | is_done, cfg.epoch, 0))
+        kind = Signal(2, name="kind")
+        m.d.comb += kind.eq(Mux(is_meta, CtlKind.META, 0) | Mux(is_cpl | is_last, CtlKind.FLAG, 0)
+                            | Mux(is_count, CtlKind.COUNT, 0) | Mux(is_done, CtlKind.DONE, 0))
+        s1 = Signal(t.s1_out, name="s1")
+        m.d.comb += [
+            s1.valid.eq(t1.valid),
+            s1.we.eq(t1.valid & (is_cpl | is_last | is_clear)),
+            s1.wzero.eq(is_last | is_clear),
+            s1.always.eq(is_meta | is_count | is_done),
+            s1.flag.eq(is_cpl | is_last),
+            s1.guarded.eq(is_cpl),
+            s1.group.eq(t1.group), s1.addr.eq(t1.addr),
+            s1.cnt.eq(cnt),
+            s1.target.eq(Mux(is_last, t1.row[:t.count_bits] & cfg.tile_m1, cfg.tile_m1)),
+            s1.kind.eq(kind), s1.sum.eq(s_sum), s1.g.eq(s_g), s1.p.eq(s_p),
+            s1.wdata.eq(value),
+        ]
+        with m.If(go):
+            m.d.sync += t2.load(s1)
+
+    def _chunked_add(self, m, base, off):
+        """S1's half of ``base + off``: per chunk, the sum without the carry in, and its
+        generate and propagate. Returns ``(sum, g, p)``."""
+        t = self.tl
+        s_sum, s_g, s_p = [], [], []
+        for j, (lo, hi) in enumerate(t.chunks):
+            b = base[lo:hi]
+            if lo < t.off_bits:
+                o = off[lo:min(hi, t.off_bits)]
+                s = Signal(hi - lo + 1, name=f"addr_s{j}")
+                m.d.comb += s.eq(b + o)
+                s_sum.append(s[:hi - lo])
+                s_g.append(s[hi - lo])
+                s_p.append((b ^ o).all())
+            else:
+                s_sum.append(b)
+                s_g.append(0)
+                s_p.append(b.all())
+        return Cat(*s_sum), Cat(*s_g), Cat(*s_p)
+
+    # ------------------------------------------------------------------ S2
+    def _s2_update(self, m, t2, wp):
+        """S2 (update, output): ``full`` = counter == target; write the counter back (+ 1,
+        or 0 when full); link the address chunks' carries; offer the word (metadata
+        always, a flag when the tile is full) as an ``s2_out`` record.
+
+        Owns the counter memory's write port: written every cycle S2 holds a word, also
+        while the pipeline holds (the same value again: idempotent). Reads the S2
+        registers. Returns ``(w_data, s2)``: the value written (S1 forwards it) and the
+        record.
+        """
+        t = self.tl
+        full = Signal(name="full")
+        w_data = Signal(t.count_bits, name="w_data")
+        m.d.comb += [full.eq(t2.cnt == t2.target),
+                     w_data.eq(Mux(full | t2.wzero, 0, t2.cnt + 1))]
+        # The first statement that names t2_addr and t2_we: their registers take the port's
+        # names (wp__addr, wp__en), as before the stages were split.
+        m.d.comb += [wp.addr.eq(t2.addr), wp.data.eq(w_data), wp.en.eq(t2.we)]
+        s2 = Signal(t.s2_out, name="s2")
+        m.d.comb += [s2.valid.eq(t2.valid & (t2.always | (t2.flag & full))),
+                     s2.word.kind.eq(t2.kind), s2.word.addr.eq(self._resolve_address(m, t2)),
+                     s2.word.data.eq(t2.wdata), s2.guarded.eq(t2.guarded),
+                     s2.group.eq(t2.group)]
+        return w_data, s2
+
+    def _resolve_address(self, m, t2):
+        """S2's half of the address add: the carries between the chunks (from S1's
+        generate and propagate), each added into its chunk through an AND prefix."""
+        chunks = self.tl.chunks
+        carry = [Signal(name=f"addr_c{j}") for j in range(len(chunks))]
+        m.d.comb += carry[0].eq(0)
+        for j in range(1, len(chunks)):
+            m.d.comb += carry[j].eq(t2.g[j - 1] | (t2.p[j - 1] & carry[j - 1]))
+        addr = []
+        for j, (lo, hi) in enumerate(chunks):
+            part = t2.sum[lo:hi]
+            run = _and_prefix(m, part, f"addr_run{j}")
+            addr.append(part ^ Cat(carry[j], Mux(carry[j], run, 0))[:hi - lo])
+        return Cat(*addr)
+
+    # ------------------------------------------------------------------ output register
+    def _output(self, m, s2):
+        """The ctl output register: loaded from S2's record when it is free (empty, or its
+        word leaves this cycle); its word leaves unless the ordering guard blocks it.
+
+        Owns ``ctl_valid``, ``ctl``, ``ctl_guarded``, ``ctl_group`` (and, through the
+        guard, ``blocked``). Reads S2's ``s2_out`` record and the ctl port's ready.
+        Returns ``(ctl_valid, ctl_free)``; the pipeline holds while S2 holds a word and
+        the register is not free.
+        """
+        held = _Registers(self.tl.s2_out, "ctl", rename={"word": "ctl"})
+        ctl_free = Signal(name="ctl_free")
+        ctl_load = Signal(name="ctl_load")
+        blocked = self._ordering_guard(m, ctl_load, s2, held)
+        m.d.comb += [self.ctl.valid.eq(held.valid & ~blocked), self.ctl.payload.eq(held.word)]
+        ctl_fire = self.ctl.valid & self.ctl.ready
+        m.d.comb += [ctl_free.eq(~held.valid | ctl_fire), ctl_load.eq(s2.valid & ctl_free)]
+        with m.If(ctl_fire & ~ctl_load):
+            m.d.sync += held.valid.eq(0)
+        with m.If(ctl_load):
+            m.d.sync += held.load(s2)        # ctl_valid <- 1
+        return held.valid, ctl_free
+
+    def _ordering_guard(self, m, load, nxt, held):
+        """The ordering guard: a flag waits while any write of its group or an older one is
+        still in flight: in B, or at the head of a lane's FIFO (each FIFO leaves in group
+        order).
+
+        Owns ``blocked``, a register computed a cycle ahead for the word the ctl register
+        will hold (``nxt`` if ``load``, else ``held``): the writes in flight then are among
+        those in flight now (their views here are conservative), or newer than any flag
+        the tracker holds. Reads ``b_busy``/``b_group``, ``c_busy``/``c_group`` and the
+        words' ``guarded`` and ``group`` fields.
+        """
+        def pending_upto(grp):
+            return ((self.b_busy & group_not_after(self.b_group, grp))
+                    | Cat(self.c_busy[j] & group_not_after(self.c_group[j], grp)
+                          for j in range(self.cfg.lanes + 1)).any())
+
+        blocked = Signal(name="blocked")
+        m.d.sync += blocked.eq(Mux(load, nxt.guarded & pending_upto(nxt.group),
+                                   held.guarded & pending_upto(held.group)))
+        return blocked
+
+    # ------------------------------------------------------------------ sequencers
+    def _clearing(self, m, mode, go):
+        """The clearing sweep: at a layer start with dirty counters, one zero write per
+        counter and cycle, through the pipeline (forwarding covers the events that follow
+        the last ones).
+
+        Owns ``dirty``, ``clear_addr`` and the mode's changes into and out of CLEAR.
+        Reads ``layer_start``, ``mark_dirty`` and ``go``. Returns ``clear_addr``.
+        """
+        dirty = Signal(init=1, name="dirty")
+        clear_addr = Signal(self.tl.counter_addr_bits, name="clear_addr")
         with m.If(self.mark_dirty):
             m.d.sync += dirty.eq(1)
-        with m.If(self.layer_start):
-            m.d.sync += [sh_rel.eq(self.tile_rows_log2 - min_log2),
-                         tile_m1.eq((1 << self.tile_rows_log2[:max_log2.bit_length()]) - 1),
-                         epoch.eq(self.epoch),
-                         flag_base.eq(self.flag_base), meta_base.eq(self.meta_base),
-                         count_base.eq(self.count_base)]
-            with m.If(dirty | self.mark_dirty):
-                m.d.sync += [mode.eq(CLEAR), clear_addr.eq(0)]
+        with m.If(self.layer_start & (dirty | self.mark_dirty)):
+            m.d.sync += [mode.eq(CLEAR), clear_addr.eq(0)]
         with m.If((mode == CLEAR) & go):
-            # one zero write per counter, through the pipeline (forwarding covers the
-            # events that follow the last ones)
             m.d.sync += clear_addr.eq(clear_addr + 1)
-            with m.If(clear_addr == depth - 1):
+            with m.If(clear_addr == self.tl.depth - 1):
                 m.d.sync += [mode.eq(RUN), dirty.eq(0)]
+        return clear_addr
 
-        # ------------------------------------------------ end-of-layer sweep (sequencer)
-        # sq_*: the word to inject next -- COUNT(e), LAST(e) if e has a partial last tile,
-        # ..., DONE; rows[e] and its partial bit come from registers loaded a word ahead.
+    def _sweep(self, m, mode, go, cfg, t1, t2, ctl_valid):
+        """The end-of-layer sweep sequencer: the word to inject next (an ``inject``
+        record) -- COUNT(e), LAST(e) if e has a partial last tile, ..., DONE; ``rows[e]``
+        and its partial bit come from registers loaded a word ahead.
+
+        Owns ``sq_valid``, ``sq_kind``, ``sq_e``, ``sq_rows``, ``sq_part``, ``ld_e``,
+        the mode's changes into and out of SWEEP, and ``sweep_done``. Reads
+        ``sweep_req``, ``rows``, ``tile_m1``, ``go``, and whether the event stream, the
+        pipeline and the ctl register are empty. Returns the ``inject`` registers.
+        """
+        E, cap_bits, cnt_bits = self.tl.experts, self.cfg.cap_bits, self.tl.count_bits
+        sq = _Registers(self.tl.inject, "sq", rename={"expert": "sq_e", "row": "sq_rows"})
+        sq_part = Signal(name="sq_part")      # rows[sq_e] & (tile rows - 1) != 0
         rows_rd = Array(self.rows)
-        ld_e = Signal(range(E + 1))               # next expert to load
-        sq_part = Signal()                        # rows[sq_e] & (tile rows - 1) != 0
-        ld_rows = Signal(cfg.cap_bits)
+        ld_e = Signal(range(E + 1), name="ld_e")   # next expert to load
+        ld_rows = Signal(cap_bits, name="ld_rows")
         m.d.comb += ld_rows.eq(rows_rd[ld_e])
 
         def load_next():
             with m.If(ld_e == E):
-                m.d.sync += sq_kind.eq(K_DONE)
+                m.d.sync += sq.kind.eq(K_DONE)
             with m.Else():
-                m.d.sync += [sq_kind.eq(K_COUNT), sq_e.eq(ld_e), sq_rows.eq(ld_rows),
-                             sq_part.eq((ld_rows[:cnt_bits] & tile_m1) != 0),
+                m.d.sync += [sq.kind.eq(K_COUNT), sq.expert.eq(ld_e), sq.row.eq(ld_rows),
+                             sq_part.eq((ld_rows[:cnt_bits] & cfg.tile_m1) != 0),
                              ld_e.eq(ld_e + 1)]
 
-        with m.If((mode == RUN) & self.sweep_req & ~t1_valid & ~t2_valid & ~self.ev.valid):
-            m.d.sync += [mode.eq(SWEEP), sq_valid.eq(1), sq_kind.eq(K_COUNT), sq_e.eq(0),
-                         sq_rows.eq(self.rows[0]),
-                         sq_part.eq((self.rows[0][:cnt_bits] & tile_m1) != 0), ld_e.eq(1)]
-        with m.If((mode == SWEEP) & sq_valid & go):
-            with m.Switch(sq_kind):
+        with m.If((mode == RUN) & self.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid):
+            m.d.sync += [mode.eq(SWEEP), sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0),
+                         sq.row.eq(self.rows[0]),
+                         sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0), ld_e.eq(1)]
+        with m.If((mode == SWEEP) & sq.valid & go):
+            with m.Switch(sq.kind):
                 with m.Case(K_COUNT):
                     with m.If(sq_part):
-                        m.d.sync += sq_kind.eq(K_LAST)
+                        m.d.sync += sq.kind.eq(K_LAST)
                     with m.Else():
                         load_next()
                 with m.Case(K_LAST):
                     load_next()
                 with m.Case(K_DONE):
-                    m.d.sync += sq_valid.eq(0)
-        with m.If((mode == SWEEP) & ~sq_valid & ~t1_valid & ~t2_valid & ~ctl_valid):
+                    m.d.sync += sq.valid.eq(0)
+        with m.If((mode == SWEEP) & ~sq.valid & ~t1.valid & ~t2.valid & ~ctl_valid):
             m.d.comb += self.sweep_done.eq(1)
             m.d.sync += mode.eq(RUN)
-
-        m.d.comb += [
-            self.clearing.eq(mode == CLEAR),
-            self.idle.eq((mode == RUN) & ~t1_valid & ~t2_valid),
-        ]
-        return m
+        return sq

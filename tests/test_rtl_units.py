@@ -140,3 +140,87 @@ def test_naf_terms_rebuild_the_constant():
         assert sum(s << k for s, k in terms) == c
         assert all(abs(k1 - k2) > 1 for (_, k1), (_, k2) in zip(terms, terms[1:]))   # non-adjacent
     assert naf(14336) == [(-1, 11), (1, 14)]
+
+
+def test_tracker_metadata_flags_guard_and_sweep():
+    """The tracker alone: after its clearing sweep, metadata words and tile flags in event
+    order (a flag held by the ordering guard while a write of its group is in B), then
+    the end-of-layer sweep: counts, the last partial tile's flag, the layer-done word."""
+    from moehub.rtl.formats import CtlKind
+    from moehub.rtl.tracker import AvailabilityTracker
+    cfg = load_hub_config("tiny")
+    tr = AvailabilityTracker(cfg)
+    rng = random.Random(5)
+    EPOCH, FLAG, META, COUNT, TILE_LOG2, GROUP = 0x55, 0x1000, 0x20000, 0x3000, 2, 5
+    rows = [6, 4, 0]
+    tile_rows, tiles = 1 << TILE_LOG2, cfg.tiles_per_expert
+
+    def flag(e, r):
+        return (CtlKind.FLAG, FLAG + 4 * (e * tiles + (r >> TILE_LOG2)), EPOCH)
+
+    events, want = [], []
+    for e, n in enumerate(rows):
+        for r in range(n):
+            src, token, slot = r % cfg.sources, 7 * r + e, r & 1
+            events.append({"complete": 0, "expert": e, "row": r, "src": src, "token": token,
+                           "slot": slot, "group": 0})
+            data = src | token << cfg.src_bits | slot << (cfg.src_bits + cfg.token_bits)
+            want.append((CtlKind.META,
+                         META + (e * cfg.max_rows_per_expert + r) * cfg.meta_word_bytes, data))
+        for r in range(n):
+            events.append({"complete": 1, "expert": e, "row": r, "src": 0, "token": 0,
+                           "slot": 0, "group": GROUP})
+            if r % tile_rows == tile_rows - 1:
+                want.append(flag(e, r))
+    for e, n in enumerate(rows):
+        want.append((CtlKind.COUNT, COUNT + 4 * e, n))
+        if n % tile_rows:
+            want.append(flag(e, n - 1))
+    want.append((CtlKind.DONE, COUNT + 4 * cfg.experts, EPOCH))
+    got, busy = [], [0]
+
+    async def driver(ctx):
+        for name, v in (("epoch", EPOCH), ("tile_rows_log2", TILE_LOG2), ("flag_base", FLAG),
+                        ("meta_base", META), ("count_base", COUNT)):
+            ctx.set(getattr(tr, name), v)
+        for e, n in enumerate(rows):
+            ctx.set(tr.rows[e], n)
+        ctx.set(tr.layer_start, 1)
+        await ctx.tick()
+        ctx.set(tr.layer_start, 0)
+        await ctx.tick().until(~tr.clearing)
+        for ev in events:
+            guarded = ev["complete"] and (ev["expert"], ev["row"]) == (0, tile_rows - 1)
+            if guarded:                    # a write of the flag's group still in B
+                ctx.set(tr.b_busy, 1)
+                ctx.set(tr.b_group, GROUP)
+            ctx.set(tr.ev.payload, ev)
+            ctx.set(tr.ev.valid, 1)
+            await ctx.tick().until(tr.ev.ready)
+            ctx.set(tr.ev.valid, 0)
+            if guarded:
+                await ctx.tick().repeat(20)
+                ctx.set(tr.b_busy, 0)
+        await ctx.tick().until(tr.idle)
+        await ctx.tick().repeat(10)
+        ctx.set(tr.sweep_req, 1)
+        await ctx.tick()
+        ctx.set(tr.sweep_req, 0)
+        await ctx.tick().until(tr.sweep_done)
+
+    async def monitor(ctx):
+        async for _, _, valid, ready, word, b_busy in ctx.tick().sample(
+                tr.ctl.valid, tr.ctl.ready, tr.ctl.payload, tr.b_busy):
+            if valid and ready:
+                got.append((CtlKind(word.kind), word.addr, word.data))
+                assert not (word.kind == CtlKind.FLAG and busy[-1]), \
+                    "a flag left while a write of its group was in B"
+            busy.append(b_busy)
+            ctx.set(tr.ctl.ready, rng.random() < 0.7)
+
+    sim = Simulator(tr)
+    sim.add_clock(1e-8)
+    sim.add_testbench(driver)
+    sim.add_testbench(monitor, background=True)
+    sim.run()
+    assert got == want and sum(busy) >= 20
