@@ -86,26 +86,11 @@ class MoEHub(wiring.Component):
         wiring.connect(m, tr.ctl, wiring.flipped(self.ctl))
         wiring.connect(m, credits.o, wiring.flipped(self.credit))
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
-        self._tracker(m, pm, tr, csr)
+        wiring.connect(m, pm.tracker, tr.layer)
+        wiring.connect(m, pm.guard, tr.guard)
         self._csr(m, pm, alloc, tr, csr)
         m.d.comb += self.layer_done.eq(pm.layer_done)
         return m
-
-    @staticmethod
-    def _tracker(m, pm, tr, csr):
-        """The tracker's layer handshake and ordering guard (from the packet manager) and
-        its configuration (from the CSRs)."""
-        hs, guard = pm.tracker, pm.guard
-        m.d.comb += [
-            tr.layer_start.eq(hs.layer_start), tr.mark_dirty.eq(hs.mark_dirty),
-            tr.sweep_req.eq(hs.sweep_req), hs.sweep_done.eq(tr.sweep_done),
-            hs.idle.eq(tr.idle), hs.clearing.eq(tr.clearing),
-            tr.b_busy.eq(guard.b_busy), tr.b_group.eq(guard.b_group), tr.c_busy.eq(guard.c_busy),
-            tr.epoch.eq(csr.epoch), tr.tile_rows_log2.eq(csr.tile_rows_log2),
-            tr.flag_base.eq(csr.flag_base), tr.meta_base.eq(csr.meta_base),
-            tr.count_base.eq(csr.count_base),
-        ]
-        m.d.comb += [tr.c_group[j].eq(g) for j, g in enumerate(guard.c_group)]
 
     @staticmethod
     def _csr(m, pm, alloc, tr, csr):
@@ -114,7 +99,10 @@ class MoEHub(wiring.Component):
         m.d.comb += [
             pm.csr.start.eq(csr.start), pm.csr.flush.eq(csr.flush),
             pm.csr.clear_errors.eq(csr.clear_errors), pm.csr.timeout.eq(csr.timeout),
-            csr.status.eq((st.armed * STATUS_ARMED) | (tr.clearing * STATUS_CLEARING)
+            tr.csr.epoch.eq(csr.epoch), tr.csr.tile_rows_log2.eq(csr.tile_rows_log2),
+            tr.csr.flag_base.eq(csr.flag_base), tr.csr.meta_base.eq(csr.meta_base),
+            tr.csr.count_base.eq(csr.count_base),
+            csr.status.eq((st.armed * STATUS_ARMED) | (tr.layer.clearing * STATUS_CLEARING)
                           | (st.sweeping * STATUS_SWEEPING) | (st.done * STATUS_DONE)
                           | ((st.errors != 0) * STATUS_ERROR)),
         ]

@@ -72,6 +72,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, index_bits
 from .formats import CtlKind
+from .interfaces import layer_handshake_signature, ordering_guard_signature, tracker_csr_signature
 from .layouts import GROUP_BITS, HubLayouts, group_not_after
 
 #: Kinds of the words in the tracker's pipeline: events, the sweep's and the clear's
@@ -221,21 +222,20 @@ class AvailabilityTracker(wiring.Component):
         Per-row events, in order: a row's metadata, then its completion.
     ctl : Out(stream.Signature(ctl))
         Metadata, flags, final counts and the layer-done word.
-    epoch, tile_rows_log2, flag_base, meta_base, count_base : In
-        CSRs, latched at ``layer_start``.
+    csr : In(tracker_csr_signature(cfg))
+        Epoch, tile rows and the three bases, latched at ``layer.layer_start``.
     rows : In(cap_bits).array(experts)
         Rows allocated per expert (from the allocator); read by the sweep.
-    layer_start, mark_dirty, sweep_req : In(1)
-        Start a layer (clearing the counters first if dirty); the counters are dirty
-        (flush, abandoned layer); start the end-of-layer sweep once the pipeline is empty.
-    sweep_done, clearing, idle : Out(1)
-        The sweep's last word has left (a pulse); the clearing sweep runs; no event in
-        the pipeline and no sweep.
-    b_busy, b_group : In(1), In(GROUP_BITS)
-        A write in the packet manager's B stage, and its group (ordering guard).
-    c_busy, c_group : In(lanes + 1), In(GROUP_BITS).array(lanes + 1)
-        Registered, a cycle old: the oldest write waiting in each lane's FIFO, and B, with
-        its group (ordering guard).
+    layer : In(layer_handshake_signature())
+        From the packet manager: ``layer_start`` (clearing the counters first if dirty),
+        ``mark_dirty`` (flush, abandoned layer), ``sweep_req`` (the end-of-layer sweep once
+        the pipeline is empty); to it: ``sweep_done`` (the sweep's last word has left, a
+        pulse), ``clearing`` (the clearing sweep runs), ``idle`` (no event in the pipeline
+        and no sweep).
+    guard : In(ordering_guard_signature(cfg))
+        Where the packet manager's data writes are: in B (``b_busy``, ``b_group``) and,
+        registered a cycle old, the oldest waiting in each lane's buffer and B
+        (``c_busy``, ``c_group``).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -246,14 +246,10 @@ class AvailabilityTracker(wiring.Component):
         super().__init__({
             "ev": In(stream.Signature(lay.event)),
             "ctl": Out(stream.Signature(lay.ctl)),
-            "epoch": In(32), "tile_rows_log2": In(8),
-            "flag_base": In(cfg.addr_bits), "meta_base": In(cfg.addr_bits),
-            "count_base": In(cfg.addr_bits),
+            "csr": In(tracker_csr_signature(cfg)),
             "rows": In(cfg.cap_bits).array(E),
-            "layer_start": In(1), "mark_dirty": In(1), "sweep_req": In(1),
-            "sweep_done": Out(1), "clearing": Out(1), "idle": Out(1),
-            "b_busy": In(1), "b_group": In(GROUP_BITS), "c_busy": In(cfg.lanes + 1),
-            "c_group": In(GROUP_BITS).array(cfg.lanes + 1),
+            "layer": In(layer_handshake_signature()),
+            "guard": In(ordering_guard_signature(cfg)),
         })
 
     def elaborate(self, platform):
@@ -276,8 +272,8 @@ class AvailabilityTracker(wiring.Component):
         self._s0_pop(m, mode, sq, clear_addr, cfg, rp, t1, go)
         self._latch_config(m, cfg)
         m.d.comb += [
-            self.clearing.eq(mode == CLEAR),
-            self.idle.eq((mode == RUN) & ~t1.valid & ~t2.valid),
+            self.layer.clearing.eq(mode == CLEAR),
+            self.layer.idle.eq((mode == RUN) & ~t1.valid & ~t2.valid),
         ]
         return m
 
@@ -298,12 +294,12 @@ class AvailabilityTracker(wiring.Component):
         """Owns the ``config`` registers: the CSRs that shape a layer's outputs, latched at
         layer start. Reads ``epoch``, ``tile_rows_log2`` and the bases."""
         t = self.tl
-        with m.If(self.layer_start):
-            m.d.sync += [cfg.sh_rel.eq(self.tile_rows_log2 - t.min_log2),
-                         cfg.tile_m1.eq((1 << self.tile_rows_log2[:t.max_log2.bit_length()]) - 1),
-                         cfg.epoch.eq(self.epoch),
-                         cfg.flag_base.eq(self.flag_base), cfg.meta_base.eq(self.meta_base),
-                         cfg.count_base.eq(self.count_base)]
+        with m.If(self.layer.layer_start):
+            m.d.sync += [cfg.sh_rel.eq(self.csr.tile_rows_log2 - t.min_log2),
+                         cfg.tile_m1.eq((1 << self.csr.tile_rows_log2[:t.max_log2.bit_length()]) - 1),
+                         cfg.epoch.eq(self.csr.epoch),
+                         cfg.flag_base.eq(self.csr.flag_base), cfg.meta_base.eq(self.csr.meta_base),
+                         cfg.count_base.eq(self.csr.count_base)]
 
     def _counter_addr(self, m, cfg, expert, row):
         """Counter of (expert, tile of ``row``): the expert above the tile index (tiles per
@@ -502,8 +498,8 @@ class AvailabilityTracker(wiring.Component):
         words' ``guarded`` and ``group`` fields.
         """
         def pending_upto(grp):
-            return ((self.b_busy & group_not_after(self.b_group, grp))
-                    | Cat(self.c_busy[j] & group_not_after(self.c_group[j], grp)
+            return ((self.guard.b_busy & group_not_after(self.guard.b_group, grp))
+                    | Cat(self.guard.c_busy[j] & group_not_after(self.guard.c_group[j], grp)
                           for j in range(self.cfg.lanes + 1)).any())
 
         blocked = Signal(name="blocked")
@@ -522,9 +518,9 @@ class AvailabilityTracker(wiring.Component):
         """
         dirty = Signal(init=1, name="dirty")
         clear_addr = Signal(self.tl.counter_addr_bits, name="clear_addr")
-        with m.If(self.mark_dirty):
+        with m.If(self.layer.mark_dirty):
             m.d.sync += dirty.eq(1)
-        with m.If(self.layer_start & (dirty | self.mark_dirty)):
+        with m.If(self.layer.layer_start & (dirty | self.layer.mark_dirty)):
             m.d.sync += [mode.eq(CLEAR), clear_addr.eq(0)]
         with m.If((mode == CLEAR) & go):
             m.d.sync += clear_addr.eq(clear_addr + 1)
@@ -558,7 +554,7 @@ class AvailabilityTracker(wiring.Component):
                              sq_part.eq((ld_rows[:cnt_bits] & cfg.tile_m1) != 0),
                              ld_e.eq(ld_e + 1)]
 
-        with m.If((mode == RUN) & self.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid):
+        with m.If((mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid):
             m.d.sync += [mode.eq(SWEEP), sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0),
                          sq.row.eq(self.rows[0]),
                          sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0), ld_e.eq(1)]
@@ -574,6 +570,6 @@ class AvailabilityTracker(wiring.Component):
                 with m.Case(K_DONE):
                     m.d.sync += sq.valid.eq(0)
         with m.If((mode == SWEEP) & ~sq.valid & ~t1.valid & ~t2.valid & ~ctl_valid):
-            m.d.comb += self.sweep_done.eq(1)
+            m.d.comb += self.layer.sweep_done.eq(1)
             m.d.sync += mode.eq(RUN)
         return sq

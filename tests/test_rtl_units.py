@@ -182,35 +182,35 @@ def test_tracker_metadata_flags_guard_and_sweep():
     async def driver(ctx):
         for name, v in (("epoch", EPOCH), ("tile_rows_log2", TILE_LOG2), ("flag_base", FLAG),
                         ("meta_base", META), ("count_base", COUNT)):
-            ctx.set(getattr(tr, name), v)
+            ctx.set(getattr(tr.csr, name), v)
         for e, n in enumerate(rows):
             ctx.set(tr.rows[e], n)
-        ctx.set(tr.layer_start, 1)
+        ctx.set(tr.layer.layer_start, 1)
         await ctx.tick()
-        ctx.set(tr.layer_start, 0)
-        await ctx.tick().until(~tr.clearing)
+        ctx.set(tr.layer.layer_start, 0)
+        await ctx.tick().until(~tr.layer.clearing)
         for ev in events:
             guarded = ev["complete"] and (ev["expert"], ev["row"]) == (0, tile_rows - 1)
             if guarded:                    # a write of the flag's group still in B
-                ctx.set(tr.b_busy, 1)
-                ctx.set(tr.b_group, GROUP)
+                ctx.set(tr.guard.b_busy, 1)
+                ctx.set(tr.guard.b_group, GROUP)
             ctx.set(tr.ev.payload, ev)
             ctx.set(tr.ev.valid, 1)
             await ctx.tick().until(tr.ev.ready)
             ctx.set(tr.ev.valid, 0)
             if guarded:
                 await ctx.tick().repeat(20)
-                ctx.set(tr.b_busy, 0)
-        await ctx.tick().until(tr.idle)
+                ctx.set(tr.guard.b_busy, 0)
+        await ctx.tick().until(tr.layer.idle)
         await ctx.tick().repeat(10)
-        ctx.set(tr.sweep_req, 1)
+        ctx.set(tr.layer.sweep_req, 1)
         await ctx.tick()
-        ctx.set(tr.sweep_req, 0)
-        await ctx.tick().until(tr.sweep_done)
+        ctx.set(tr.layer.sweep_req, 0)
+        await ctx.tick().until(tr.layer.sweep_done)
 
     async def monitor(ctx):
         async for _, _, valid, ready, word, b_busy in ctx.tick().sample(
-                tr.ctl.valid, tr.ctl.ready, tr.ctl.payload, tr.b_busy):
+                tr.ctl.valid, tr.ctl.ready, tr.ctl.payload, tr.guard.b_busy):
             if valid and ready:
                 got.append((CtlKind(word.kind), word.addr, word.data))
                 assert not (word.kind == CtlKind.FLAG and busy[-1]), \
