@@ -425,16 +425,21 @@ def bmc_script(gold_il: Path, gate_il: Path, cycles: int, timeout_s: int) -> str
 
 # ---------------------------------------------------------------------------- log parsing
 
-_UNPROVEN = re.compile(r"Unproven \$equiv \S+: (\S+?)_gold(?: \[(\d+)\])? ")
+_UNPROVEN = re.compile(r"Unproven \$equiv \S+: (\S+?)_gold(?: \[(\d+)\])? (\S+?)_gate")
 
 
 def parse_status(text: str) -> tuple[int, int, list[tuple[str, int]]]:
-    """(cells, proven, unproven (gold wire name, bit)) from an ``equiv_status`` report."""
+    """(cells, proven, unproven (wire name, bit)) from an ``equiv_status`` report. The
+    name is the one both sides share; after ``opt_clean`` a side may show an alias of
+    it (``count (gate y)``)."""
     found = re.search(r"Found (\d+) \$equiv cells", text)
     if not found:
         return 0, 0, []
     counts = re.search(r"Of those cells (\d+) are proven", text)
-    bits = [(_json_name(m.group(1)), int(m.group(2) or 0)) for m in _UNPROVEN.finditer(text)]
+    bits = []
+    for m in _UNPROVEN.finditer(text):
+        gold, gate = _json_name(m.group(1)), _json_name(m.group(3))
+        bits.append((gold if gold == gate else f"{gold} (gate {gate})", int(m.group(2) or 0)))
     return int(found.group(1)), int(counts.group(1)), bits
 
 
