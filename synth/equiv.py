@@ -377,8 +377,8 @@ def proof_script(gold_il: Path, gate_il: Path, gold: Netlist, gate: Netlist, pai
     unpaired ones); ``-short`` cones then stop at shared nets, so a register whose next
     state comes from a 256-word read multiplexer does not import both copies of it. The
     full-cone pass after them only sees what the short cones could not prove. Measured
-    (Yosys CPU, quiet 2-core machine): tiny 29 s -> 9 s, mixtral-8gpu over 15 min (stopped
-    a third of the way through the memory words) -> 50 s."""
+    (Yosys CPU, quiet 2-core machine): tiny 29 s -> 9 s, mixtral-8gpu 278 s -> 50 s (3-4x
+    both on the same machine fully loaded)."""
     return "\n".join([
         _load_pair(gold_il, gate_il, gold.publicise, {**gate.publicise, **_chain(gate.publicise, pairing.renames)}),
         f"equiv_make -blacklist {blacklist_file} gold gate equiv",
