@@ -497,11 +497,7 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
     out.mkdir(parents=True, exist_ok=True)
     tool = yosys_tool()
     t0 = time.monotonic()
-    for src, dst in ((gold_il, out / "gold.il"), (gate_il, out / "gate.il")):
-        if Path(src).resolve() != dst.resolve():
-            dst.write_text(Path(src).read_text())
-    with ThreadPoolExecutor(2) as pool:
-        gold, gate = pool.map(lambda il: prepare(tool, il, out), (out / "gold.il", out / "gate.il"))
+    gold, gate = _prepare_both(tool, gold_il, gate_il, out)
     res = Result(config=config, ref=ref, commit=commit, verdict="not proved", proof="",
                  out=str(out), tool=tool)
     res.runtime_s["prep"] = time.monotonic() - t0
@@ -512,12 +508,8 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
     if ports:
         res.verdict, res.proof, res.differ = "not equivalent", "ports", ports
         return _finish(res, t0)
-    (out / "blacklist.txt").write_text("\n".join(blacklist(gold, gate, pairing, match)) + "\n")
     t1 = time.monotonic()
-    for stale in out.glob("status*.txt"):
-        stale.unlink()
-    _run_yosys(tool, proof_script(Path("gold.prep.il"), Path("gate.prep.il"), gold, gate, pairing,
-                                  Path("blacklist.txt")), "equiv", out)
+    _correspondence(tool, out, gold, gate, pairing, match)
     large = len(gold.flop_bits) > LARGE_FLOP_BITS
     induct_seq = _depth(induct_seq, INDUCT_SEQ, large, "equiv_induct", res)
     bmc_cycles = _depth(bmc_cycles, BMC_CYCLES, large, "bounded check", res)
@@ -530,6 +522,25 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
     elif bmc_cycles:
         _bounded(res, out, bmc_tool(), bmc_cycles, bmc_timeout_s)
     return _finish(res, t0)
+
+
+def _prepare_both(tool: str, gold_il: Path, gate_il: Path, out: Path) -> tuple[Netlist, Netlist]:
+    """``out/gold.il`` and ``out/gate.il`` (copied there if need be), flattened side by side."""
+    for src, dst in ((gold_il, out / "gold.il"), (gate_il, out / "gate.il")):
+        if Path(src).resolve() != dst.resolve():
+            dst.write_text(Path(src).read_text())
+    with ThreadPoolExecutor(2) as pool:
+        gold, gate = pool.map(lambda il: prepare(tool, il, out), (out / "gold.il", out / "gate.il"))
+    return gold, gate
+
+
+def _correspondence(tool: str, out: Path, gold: Netlist, gate: Netlist, pairing: Pairing, match: str) -> None:
+    """Blacklist and :func:`proof_script` run; the status files of an earlier run go first."""
+    (out / "blacklist.txt").write_text("\n".join(blacklist(gold, gate, pairing, match)) + "\n")
+    for stale in out.glob("status*.txt"):
+        stale.unlink()
+    _run_yosys(tool, proof_script(Path("gold.prep.il"), Path("gate.prep.il"), gold, gate, pairing,
+                                  Path("blacklist.txt")), "equiv", out)
 
 
 def _depth(asked: int | None, default: int, large: bool, what: str, res: Result) -> int:
