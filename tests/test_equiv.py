@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.back import rtlil
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -66,7 +66,9 @@ class Table(wiring.Component):
 
 
 class Toy(wiring.Component):
-    """A register and a memory; ``variant`` is "base", "moved" or "gate" (one OR gate more)."""
+    """A register and a memory; ``variant`` is "base", "moved", "gate" (one OR gate more) or
+    "spare0" / "spare1": ``y`` forced to 0 while an extra register that never changes
+    holds 1, its reset value 0 or 1 (equivalent, resp. different in the reset cycle only)."""
     a: In(8)
     en: In(1)
     addr: In(2)
@@ -95,7 +97,12 @@ class Toy(wiring.Component):
             m.d.comb += [wp.addr.eq(self.addr), wp.data.eq(self.a), wp.en.eq(en),
                          rp.addr.eq(self.addr + 1)]
             data = rp.data
-        m.d.comb += [self.y.eq(count ^ 0x5A), self.q.eq(data)]
+        y = count ^ 0x5A
+        if self.variant.startswith("spare"):
+            spare = Signal(init=int(self.variant[-1]))
+            m.d.sync += spare.eq(0)
+            y = Mux(spare, 0, y)
+        m.d.comb += [self.y.eq(y), self.q.eq(data)]
         return m
 
 
@@ -103,7 +110,7 @@ class Toy(wiring.Component):
 def toys(tmp_path_factory):
     d = tmp_path_factory.mktemp("toys")
     paths = {}
-    for variant in ("base", "moved", "gate"):
+    for variant in ("base", "moved", "gate", "spare0", "spare1"):
         paths[variant] = d / f"{variant}.il"
         paths[variant].write_text(rtlil.convert(Toy(variant), name="top"))
     return paths
@@ -140,6 +147,18 @@ def test_changed_reset_value_fails(toys, tmp_path):
     assert changed.read_text() != toys["base"].read_text()
     res = equiv.prove(toys["base"], changed, tmp_path / "out", bmc_cycles=2)
     assert res.verdict == "not equivalent" and "count" in res.differ
+
+
+@needs_yosys
+def test_a_proof_that_needs_history_is_no_induction(toys, tmp_path):
+    """``y`` equals only because the unpaired ``spare`` register never leaves 0, which a
+    proof sees one cycle back; in the reset cycle ``spare`` is its reset value. So such a
+    proof counts as k-induction, and the bounded check decides the reset cycle."""
+    same = equiv.prove(toys["base"], toys["spare0"], tmp_path / "same", bmc_cycles=3)
+    assert same.proof == "k-induction" and not same.proved and same.bmc_cycles == 3, equiv.table([same])
+    assert any("y" in note for note in same.notes)
+    differ = equiv.prove(toys["base"], toys["spare1"], tmp_path / "differ", bmc_cycles=3)
+    assert differ.verdict == "not equivalent" and "y (cycle 1)" in differ.differ, equiv.table([differ])
 
 
 # ---------------------------------------------------------------- pure functions (no Yosys)
