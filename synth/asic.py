@@ -134,8 +134,7 @@ def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -
         macros = {t: n for t, n in by_type.items() if t.startswith("moehub_sram_")}
         cells = sum(n for t, n in by_type.items() if t.lstrip("\\") not in names and t not in macros)
         flops = sum(n for t, n in by_type.items() if t in seq)
-        mem = rtl.get("\\" + name, rtl.get(name, {})).get("num_memory_bits", 0)
-        own[name] = ModuleArea(name, cells, flops, areas.get(name, 0.0), macros, mem)
+        own[name] = ModuleArea(name, cells, flops, areas.get(name, 0.0), macros, rtl_memory_bits(rtl, name))
 
     def inclusive(name: str) -> ModuleArea:
         mod = own[name]
@@ -145,7 +144,6 @@ def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -
             total.cells += n * sub.cells
             total.flops += n * sub.flops
             total.area_um2 += n * sub.area_um2
-            total.memory_bits += n * sub.memory_bits
             for t, k in sub.macros.items():
                 total.macros[t] = total.macros.get(t, 0) + n * k
         return total
@@ -161,6 +159,15 @@ def instantiated(netlist: str, mod: str, names: set[str]) -> list[str]:
     """The modules of ``names`` that ``mod`` instantiates directly."""
     text = module_text(netlist, mod)
     return sorted(n for n in names if n != mod and re.search(rf"^\s*\\?{re.escape(n)}\s", text, re.M))
+
+
+def rtl_memory_bits(rtl: dict, name: str) -> int:
+    """Array bits of ``name`` and the modules it instantiated before mapping (the RTL's
+    hierarchy: small components are flattened into their block later)."""
+    mods = {n.lstrip("\\"): d for n, d in rtl.items()}
+    d = mods.get(name, {})
+    subs = {t.lstrip("\\"): k for t, k in d.get("num_cells_by_type", {}).items() if t.lstrip("\\") in mods}
+    return d.get("num_memory_bits", 0) + sum(k * rtl_memory_bits(rtl, t) for t, k in subs.items())
 
 
 def descendants(netlist: str, mod: str, names: set[str]) -> list[str]:
