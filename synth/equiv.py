@@ -1,5 +1,5 @@
 """``moehub equiv``: prove that the working tree's hub RTL behaves cycle for cycle like the
-hub RTL of a git revision (default: the tag ``refactor-base``, the pre-refactor design).
+hub RTL of a git revision (default: commit 86803b4, tag ``refactor-base``, the pre-refactor design).
 
 Why: a refactor of ``rtl/`` that moves registers into stage methods or small
 sub-Components and renames combinational signals must not change one output bit in any
@@ -53,7 +53,9 @@ from ..paths import output_dir
 from . import tools
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_REF = "refactor-base"
+#: The hub before the packet manager was split by stages (tag ``refactor-base`` where the
+#: clone has tags; the commit itself so that a branch-only clone finds it too).
+DEFAULT_REF = "86803b4d6d34ce499c141f6b3c24a2cecfe2d001"
 #: the config `moehub equiv` checks when none is named
 DEFAULT_CONFIG = "mixtral-8gpu"
 #: ``equiv_induct -seq`` depth for what the register correspondence leaves open
