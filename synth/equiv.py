@@ -13,19 +13,30 @@ How (one folder per config, ``build/synth/equiv/<config>``):
    the same from the installed (working-tree) package.
 2. Yosys ``proc; flatten; memory -nomap; memory_map`` turns each into one flat netlist in
    which every memory word is a flip-flop named like a register (``pm.chunks[3]``).
-3. Register correspondence (:func:`pair_registers`): flip-flops pair by name; a gate
-   register that moved into a submodule (``pm.open_v`` -> ``pm.chunk_table.open_v``) is
-   renamed to the gold name when exactly one unpaired gold register has the same leaf
-   name and width and a path that is a sub-sequence of the gate's (or the reverse).
-   Reset values of paired registers are compared here.
-4. ``equiv_make`` joins the netlists with a ``$equiv`` cell on every wire name both share
-   (ports, registers, combinational signals whose names are stable) and ``equiv_simple``
-   proves each with the others as cut points: signals purely combinationally
-   (``-seq 0``), registers through their flip-flop (``-seq 1``: the same next state
-   whenever the paired registers agree). All proven, with equal reset values, is an
-   induction over the cycles after reset: the **induction** result, a proof for every
-   cycle (registers and memory words without a reset value are assumed to power up
-   alike in both designs).
+3. Register correspondence (:func:`correspond`), bit by bit, in four steps: flip-flops
+   with the same name; a gate register that moved into a submodule (``pm.open_v`` ->
+   ``pm.chunk_table.open_v``) when exactly one unpaired gold register has the same leaf
+   name and width and a path that is a sub-sequence of the gate's (or the reverse)
+   (:func:`pair_registers`); a per-field register that became a field of a per-lane
+   stage record (``pm.a_pkt0`` -> ``pm.a0.pkt``, lane vector ``pm.r_d`` -> ``pm.r{j}.d``,
+   pair bit ``pm.a_same_idx0_1`` -> bit 0 of ``pm.a1.same_idx``) by the rules of
+   :data:`FIELD_RULES`; and registers no name pairs (Amaranth's anonymous ``$signal``)
+   when their next state reads the same paired registers and ports and no other
+   unpaired bit does (:func:`match_by_support`). Reset values of paired bits are
+   compared here. A wrong pairing cannot prove a difference away: it only leaves
+   points unproven.
+4. ``equiv_make`` joins the netlists with a ``$equiv`` cell on every port and every
+   combinational wire name both share (names whose meaning is stable); one ``equiv_add``
+   adds a ``$equiv`` per paired flip-flop bit and rewires every reader of either
+   flip-flop to it, so each register is a cut point. ``equiv_simple`` proves each cell with
+   the others as cut points: signals purely combinationally (``-seq 0``), registers
+   through their flip-flop (``-seq 1``: the same next state whenever the paired
+   registers agree). All proven, with equal reset values, is an induction over the
+   cycles after reset: the **induction** result, a proof for every cycle (registers and
+   memory words without a reset value are assumed to power up alike in both designs).
+   Flip-flops left unpaired are counted in the result; on the hub they are the bits of
+   pairwise record fields no lane writes (bit i >= j of lane j), constants no signal
+   reads.
 5. Whatever is left goes to ``equiv_induct`` and then to a bounded ``sat`` from reset on
    a miter of the outputs. A counterexample means **not equivalent** (the outputs that
    differ and the cycle are reported); without one the result is **not proved**: bounded
@@ -213,6 +224,7 @@ class Netlist:
     registers: dict       # name -> (bits, reset value) of wires whose every signal bit is a flip-flop output
     publicise: dict       # private flip-flop wire name -> public name (stable names only)
     flop_bits: frozenset
+    fanin: dict = dataclasses.field(default_factory=dict)   # signal bit -> bits its driver reads
 
     @property
     def names(self) -> set:
@@ -238,11 +250,45 @@ class Netlist:
             if is_reg:
                 registers[name] = (bits, "".join(init.get(b, b if isinstance(b, str) else "x")
                                                  for b in reversed(bits)))
-        return cls(ports, wires, registers, publicise, q_bits)
+        return cls(ports, wires, registers, publicise, q_bits, _fanin(top["cells"]))
 
     def is_flop_bit(self, name: str, index: int) -> bool:
         bits = self.wires.get(name, ())
         return index < len(bits) and bits[index] in self.flop_bits
+
+
+#: cells whose output bit i reads only bit i of each data input (and the whole select)
+_BITWISE = {"$and", "$or", "$xor", "$xnor", "$not", "$mux", "$pos", "$_AND_", "$_OR_", "$_XOR_", "$_NOT_"}
+
+
+def _fanin(cells: dict) -> dict:
+    """For every bit a cell drives, the bits it reads: a flip-flop's ``Q`` its ``D`` bit (and
+    enables and resets, whole); a bitwise cell's output bit the same bit of each data input
+    and the select; any other cell's output bits all its inputs."""
+    fanin = {}
+    for cell in cells.values():
+        conns, dirs = cell["connections"], cell.get("port_directions", {})
+        ins = {p: b for p, b in conns.items() if dirs.get(p) == "input" and p not in ("CLK", "C")}
+        outs = [b for p, b in conns.items() if dirs.get(p) == "output"]
+        if "Q" in conns:
+            rest = tuple(b for p, bs in ins.items() if p != "D" for b in bs)
+            for i, q in enumerate(conns["Q"]):
+                fanin[q] = (conns["D"][i],) + rest if "D" in conns else rest
+        elif cell["type"] in _BITWISE:
+            select = tuple(ins.get("S", ()))
+            data = [b for p, b in ins.items() if p != "S"]
+            for i, y in enumerate(outs[0]):
+                fanin[y] = tuple(bs[i] for bs in data if i < len(bs)) + select
+        elif cell["type"] == "$pmux":
+            width = len(conns["Y"])
+            for i, y in enumerate(conns["Y"]):
+                fanin[y] = (conns["A"][i],) + tuple(conns["B"][i::width]) + tuple(conns["S"])
+        else:
+            every = tuple(b for bs in ins.values() for b in bs)
+            for bs in outs:
+                for y in bs:
+                    fanin[y] = every
+    return fanin
 
 
 def _reset_bits(netnames: dict) -> dict:
@@ -304,35 +350,244 @@ def _free(net: Netlist, other_names: set, same: set) -> dict:
             if n not in other_names and not covered & set(r[0])}
 
 
+#: Where refactor-base's per-field packet-manager registers live in the per-lane stage
+#: records (``StageLayouts``): gold name pattern -> gate name template. ``[k]`` at the end
+#: of a template is element ``k`` of the field, as wide as the gold register (a bit of a
+#: pairwise field, an entry of an array field); ``{lane}`` is a lane vector, bit (or
+#: slice) ``j`` of the gold register being lane ``j``'s field. The first rule that
+#: resolves to flip-flops of the gate wins; a rule that names no gate wire is skipped, and
+#: a wrong pairing can only leave a point unproven, never prove a difference away.
+FIELD_RULES = (
+    # a pairwise relation of lane i < j: bit i of lane j's record
+    (r"pm\.(a|r|t|al)_(same_idx|same_src|same_exp|same_chunk|row|fwd)(\d+)_(\d+)", r"pm.\1\4.\2[\3]"),
+    # lane j against lane k of the group one (hit) or two (hit2) ahead: bit k of lane j's
+    (r"pm\.(a|t)_(hit2?)_?(\d+)_(\d+)", r"pm.\1\3.\2[\4]"),
+    # an entry of an array field: r_dec{j}_{k} is entry k of lane j's dec
+    (r"pm\.(r)_(dec)(\d+)_(\d+)", r"pm.\1\3.\2[\4]"),
+    # T's drop reasons, a bit per lane
+    (r"pm\.t_(bad_chunk|bad_expert|bad_source|duplicate|eos_duplicate|not_armed|post_eos|protocol)",
+     r"pm.t_reasons.\1"),
+    # a field of lane j (and its sub-fields): {stage}_{field}{j}.sub -> {stage}{j}.{field}.sub
+    (r"pm\.(a|r|t|al|b)_([a-z_]+?)(\d+)((?:\.\w+)*)", r"pm.\1\3.\2\4"),
+    # a lane vector
+    (r"pm\.(a|r|t|al|b)_([a-z_]+)", r"pm.\1{lane}.\2"),
+    # the ordering guard's wires, now a port group
+    (r"((?:\w+\.)?)c_(busy|group__\d+)", r"\1guard__c_\2"),
+)
+
+#: A gate signal: (wire, first bit, bit count), least significant part first in a list.
+Part = tuple[str, int, int]
+
+
+def _field_parts(template: str, width: int, gate: Netlist) -> list[Part] | None:
+    """The gate bits a :data:`FIELD_RULES` template names for a gold register of ``width``
+    bits, or None when the gate has no such register of that width."""
+    element = re.fullmatch(r"(.*)\[(\d+)\]", template)
+    if element:
+        name, k = element.group(1), int(element.group(2))
+        ok = name in gate.registers and (k + 1) * width <= len(gate.wires[name])
+        return [(name, k * width, width)] if ok else None
+    if "{lane}" in template:
+        lanes = []
+        while (name := template.replace("{lane}", str(len(lanes)))) in gate.registers:
+            lanes.append(name)
+        if not lanes or width % len(lanes):
+            return None
+        each = width // len(lanes)
+        ok = all(len(gate.wires[n]) == each for n in lanes)
+        return [(n, 0, each) for n in lanes] if ok else None
+    return [(template, 0, width)] if len(gate.wires.get(template, ())) == width \
+        and template in gate.registers else None
+
+
+def alias_fields(gold: Netlist, gate: Netlist, taken: set, rules=FIELD_RULES) -> dict[str, list[Part]]:
+    """Gold registers (not in ``taken``, unknown to the gate) that :data:`FIELD_RULES` finds
+    as fields of the gate's stage records: gold name -> the gate bits, paired by an
+    ``equiv_add`` after ``equiv_make`` (:func:`_equiv_add_block`)."""
+    found = {}
+    for name, (bits, _) in gold.registers.items():
+        if name in taken or name in gate.names:
+            continue
+        for pattern, template in rules:
+            match = re.fullmatch(pattern, name)
+            parts = match and _field_parts(match.expand(template), len(bits), gate)
+            if parts:
+                found[name] = parts
+                break
+    return found
+
+
+def _part_bits(gate: Netlist, parts: list[Part]) -> tuple[tuple, str]:
+    """Bits and reset value (most significant bit first) of a gate alias."""
+    bits, reset = [], ""
+    for wire, lo, n in parts:
+        bits += gate.wires[wire][lo:lo + n]
+        full = gate.registers[wire][1]
+        reset = full[len(full) - lo - n:len(full) - lo] + reset
+    return tuple(bits), reset
+
+
+def _labels(net: Netlist, regs: dict, names) -> dict:
+    """A name both designs share for each bit of the paired registers ``names`` (the least
+    one where aliases overlap) and of the ports."""
+    labels = {}
+    for name in sorted(names):
+        for i, b in enumerate(regs[name][0]):
+            if isinstance(b, int):
+                labels[b] = min(labels.get(b, (name, i)), (name, i))
+    for name in net.ports:
+        for i, b in enumerate(net.wires.get(name, ())):
+            if isinstance(b, int):
+                labels.setdefault(b, (name, i))
+    return labels
+
+
+def _support(net: Netlist, bit, labels: dict, limit: int = 4096):
+    """The labelled bits (paired registers, ports) a flip-flop bit's next state reads through
+    logic alone; None when an unlabelled flip-flop is among them or the cone is over
+    ``limit`` bits (then no signature)."""
+    seen, stack, found = set(), list(net.fanin.get(bit, ())), set()
+    while stack:
+        b = stack.pop()
+        if not isinstance(b, int) or b in seen:
+            continue
+        seen.add(b)
+        if b in labels:
+            found.add(labels[b])
+        elif b in net.flop_bits or len(seen) > limit:
+            return None
+        else:
+            stack.extend(net.fanin.get(b, ()))
+    return frozenset(found)
+
+
+def match_by_support(gold: Netlist, gate: Netlist, gold_regs: dict, gate_regs: dict,
+                     paired: set) -> dict[str, list[Part]]:
+    """Registers no name pairs (Amaranth's ``$signal`` of an anonymous tuple of signals) by
+    what their next state reads: a gold flip-flop bit and a gate one pair when the paired
+    registers and ports in their input cones are the same set, their reset values agree
+    and no other unpaired bit on either side has that signature. Repeated while it finds
+    more (a pair found makes the next stage's signature known). Returns gold register ->
+    gate parts, for registers all of whose bits paired."""
+    gold_free = _free_bits(gold, gold_regs, paired)
+    gate_free = _free_bits(gate, gate_regs, paired)
+    found_gold, found_gate = {}, {}
+    while True:
+        gold_lab = _labels(gold, gold_regs, paired) | {b: l for b, l in found_gold.items()}
+        gate_lab = _labels(gate, gate_regs, paired) | {b: l for b, l in found_gate.items()}
+        sig_gold = _signatures(gold, gold_free, gold_lab)
+        sig_gate = _signatures(gate, gate_free, gate_lab)
+        new = [(sig_gold[k], sig_gate[k]) for k in sig_gold.keys() & sig_gate.keys()]
+        if not new:
+            break
+        for g, w in new:
+            label = ("~" + gold_free[g][0], gold_free[g][1])
+            found_gold[g], found_gate[w] = label, label
+            del gold_free[g], gate_free[w]
+    return _support_aliases(gold, gate, found_gold, found_gate)
+
+
+def _free_bits(net: Netlist, regs: dict, paired: set) -> dict:
+    """Flip-flop bits no paired register covers: bit -> (a register name holding it, index, reset)."""
+    covered = {b for n in paired for b in regs[n][0]}
+    free = {}
+    for name in sorted(regs):
+        bits, reset = regs[name]
+        for i, b in enumerate(bits):
+            if isinstance(b, int) and b not in covered and b in net.flop_bits:
+                free.setdefault(b, (name, i, reset[len(reset) - 1 - i]))
+    return free
+
+
+def _signatures(net: Netlist, free: dict, labels: dict) -> dict:
+    """Signature -> bit, for the free bits whose signature is known and unique."""
+    count, where = {}, {}
+    for b, (_, _, reset) in free.items():
+        sup = _support(net, b, labels)
+        if sup is not None:
+            key = (sup, reset)
+            count[key] = count.get(key, 0) + 1
+            where[key] = b
+    return {k: where[k] for k, c in count.items() if c == 1}
+
+
+def _support_aliases(gold: Netlist, gate: Netlist, found_gold: dict, found_gate: dict) -> dict:
+    """Gold registers all of whose bits :func:`match_by_support` paired, as gate parts."""
+    gate_at = {label: b for b, label in found_gate.items()}
+    where = {}
+    for name in gate.registers:
+        if "[" in name:
+            continue                          # a memory word: no name equiv_add can parse
+        for i, b in enumerate(gate.wires[name]):
+            where.setdefault(b, (name, i))
+    out = {}
+    for name, (bits, _) in gold.registers.items():
+        labels = [found_gold.get(b) for b in bits]
+        if labels and all(labels):
+            out[name] = [(*where[gate_at[label]], 1) for label in labels]
+    return out
+
+
 @dataclasses.dataclass
 class Pairing:
     """The register correspondence and what it leaves out."""
-    renames: dict                 # gate wire -> gold name
-    paired: set                   # gold register names with a gate partner (after renames)
+    gate_of: dict                 # gold register name -> the gate parts it pairs with
+    paired: set                   # gold register names with a gate partner
     unpaired_gold: list           # register names none of whose bits is paired
     unpaired_gate: list
     reset_differ: list            # paired names whose reset values differ
     bits: dict                    # flip-flop bit counts
 
 
+
 def correspond(gold: Netlist, gate: Netlist) -> Pairing:
+    """Registers pair by name, then moved ones by :func:`pair_registers`, then record fields
+    by :func:`alias_fields`, then the rest by :func:`match_by_support`."""
     renames = pair_registers(gold, gate)
-    gate_regs = {renames.get(n, n): r for n, r in gate.registers.items()}
-    paired = {n for n in set(gold.registers) & set(gate_regs)
-              if len(gold.registers[n][0]) == len(gate_regs[n][0])}
+    gate_of = {n: [(n, 0, len(gate.wires[n]))] for n in set(gold.registers) & set(gate.registers)
+               if len(gold.registers[n][0]) == len(gate.registers[n][0])}
+    gate_of |= {g: [(w, 0, len(gate.wires[w]))] for w, g in renames.items()}
+    kept = dataclasses.replace(gate, registers={n: r for n, r in gate.registers.items() if n not in renames})
+    aliases = alias_fields(gold, kept, set(gate_of))
+    gate_of |= aliases
+    gate_regs = {n: _part_bits(gate, parts) for n, parts in gate_of.items()}
+    by_support = match_by_support(gold, kept, gold.registers, kept.registers | gate_regs, set(gate_of))
+    gate_of |= by_support
+    gate_regs |= {n: _part_bits(gate, parts) for n, parts in by_support.items()}
+    paired = set(gate_of)
     differ = sorted(n for n in paired if gold.registers[n][1] != gate_regs[n][1])
-    unpaired_gold, gold_left = _unpaired(gold, paired)
-    unpaired_gate, gate_left = _unpaired(gate, {n for n in gate.registers if renames.get(n, n) in paired})
+    unpaired_gold, gold_left = _unpaired(gold.registers, gold.flop_bits, paired)
+    unpaired_gate, gate_left = _unpaired(gate.registers, gate.flop_bits, paired, gate_regs)
     bits = {"gold": len(gold.flop_bits), "gate": len(gate.flop_bits), "renamed": len(renames),
+            "aliased": len(aliases), "by_support": len(by_support),
             "unpaired_gold_bits": gold_left, "unpaired_gate_bits": gate_left}
-    return Pairing(renames, paired, unpaired_gold, unpaired_gate, differ, bits)
+    return Pairing(gate_of, paired, unpaired_gold, unpaired_gate, differ, bits)
 
 
-def _unpaired(net: Netlist, paired_names: set) -> tuple[list, int]:
-    """Register names with no paired bit, and the count of flip-flop bits no paired name covers."""
-    covered = {b for n in paired_names for b in net.registers[n][0]}
-    names = sorted(n for n, (bits, _) in net.registers.items() if not covered & set(bits))
-    return names, len(net.flop_bits - covered)
+def bit_pairs(gold: Netlist, gate: Netlist, pairing: Pairing) -> list[tuple[tuple, tuple]]:
+    """One ((gold wire, bit), (gate wire, bit)) per paired flip-flop bit: aliases of a
+    register (several names of one net) give one pair, not several."""
+    pairs, seen_gold, seen_gate = [], set(), set()
+    for name in sorted(pairing.gate_of):
+        gate_bits = [(w, lo + k) for w, lo, n in pairing.gate_of[name] for k in range(n)]
+        for i, (bit, (w, j)) in enumerate(zip(gold.wires[name], gate_bits)):
+            gate_bit = gate.wires[w][j]
+            if isinstance(bit, int) and bit not in seen_gold and gate_bit not in seen_gate:
+                seen_gold.add(bit)
+                seen_gate.add(gate_bit)
+                pairs.append(((name, i), (w, j)))
+    return pairs
+
+
+def _unpaired(registers: dict, flop_bits: frozenset, paired_names: set,
+              paired_regs: dict | None = None) -> tuple[list, int]:
+    """Register names with no paired bit, and the count of flip-flop bits no paired name
+    covers; ``paired_regs`` holds the paired names' bits where they are not in ``registers``
+    (renamed or aliased gate registers)."""
+    paired_regs = paired_regs or registers
+    covered = {b for n in paired_names for b in paired_regs[n][0]}
+    names = sorted(n for n, (bits, _) in registers.items() if not covered & set(bits))
+    return names, len(flop_bits - covered)
 
 
 def blacklist(gold: Netlist, gate: Netlist, pairing: Pairing, match: str) -> list[str]:
@@ -340,11 +595,11 @@ def blacklist(gold: Netlist, gate: Netlist, pairing: Pairing, match: str) -> lis
     (a ``$N`` de-duplication suffix, which shifts when signals move, or a ``$``-prefixed
     part like a memory port's ``$signature__en``), so that equal names cannot mean
     different signals; with ``match="state"`` every name that is no port or register."""
-    keep = set(gold.ports) | pairing.paired
-    shared = (gold.names & gate.names) | set(pairing.renames.values())
+    shared = gold.names & gate.names
+    state = {n for n in shared if n in gold.registers or n in gate.registers} - set(gold.ports)
     if match == "state":
-        return sorted(shared - keep)
-    return sorted(n for n in shared - keep if re.search(r"(^\\?|\.)\$|\$\d+(\.|\[|$)", n))
+        return sorted(shared - set(gold.ports))
+    return sorted(state | {n for n in shared - set(gold.ports) if re.search(r"(^\\?|\.)\$|\$\d+(\.|\[|$)", n)})
 
 
 # ---------------------------------------------------------------------------- Yosys scripts
@@ -362,6 +617,37 @@ def _json_name(ident: str) -> str:
 def _rename_block(module: str, renames: dict[str, str]) -> str:
     lines = [f"cd {module}"] + [f"rename {_id(a)} {_id(b)}" for a, b in sorted(renames.items())]
     return "\n".join(lines + ["cd .."])
+
+
+def _runs(bits: list[tuple[str, int]]) -> list[tuple[str, int, int]]:
+    """Consecutive bits of one wire as (wire, first, count), least significant first."""
+    runs = []
+    for wire, i in bits:
+        if runs and runs[-1][0] == wire and runs[-1][1] + runs[-1][2] == i:
+            runs[-1] = (wire, runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((wire, i, 1))
+    return runs
+
+
+def _sig(bits: list[tuple[str, int]], suffix: str) -> str:
+    """A concatenation for ``equiv_add`` (commas, most significant part first)."""
+    return ",".join(f"{_id(w + suffix)}[{lo + n - 1}:{lo}]" for w, lo, n in reversed(_runs(bits)))
+
+
+def _equiv_add_block(module: str, pairs: list[tuple[tuple, tuple]]) -> str:
+    """The register correspondence as one ``equiv_add`` after ``equiv_make`` (whose
+    ``_gold`` / ``_gate`` suffixes name the signals). ``equiv_add`` rewires every reader
+    of either flip-flop, through any alias of its output, to the ``$equiv`` cell's output:
+    the cut point a register proof needs. (``equiv_make`` rewires only readers that use
+    the paired name's net representative, so a register read through another name, like
+    a port of the stage record it moved into, kept its old driver and could not be
+    proven.)"""
+    if not pairs:
+        return ""
+    gold_bits, gate_bits = zip(*pairs)
+    return "\n".join([f"cd {module}", f"equiv_add {_sig(list(gold_bits), '_gold')} {_sig(list(gate_bits), '_gate')}",
+                      "cd .."])
 
 
 def _load_pair(gold_il: Path, gate_il: Path, gold_renames=None, gate_renames=None) -> str:
@@ -383,9 +669,10 @@ def proof_script(gold_il: Path, gate_il: Path, gold: Netlist, gate: Netlist, pai
     (Yosys CPU, quiet 2-core machine): tiny 29 s -> 9 s, mixtral-8gpu 278 s -> 50 s (3-4x
     both on the same machine fully loaded)."""
     return "\n".join([
-        _load_pair(gold_il, gate_il, gold.publicise, {**gate.publicise, **_chain(gate.publicise, pairing.renames)}),
+        _load_pair(gold_il, gate_il, gold.publicise, gate.publicise),
         f"equiv_make -blacklist {blacklist_file} gold gate equiv",
         "hierarchy -top equiv",
+        _equiv_add_block("equiv", bit_pairs(gold, gate, pairing)),
         "tee -q -o status0.txt equiv_status",
         "equiv_struct -fwd -icells equiv/t:$*ff* equiv/t:$*latch* %u %n",
         "equiv_simple -short -seq 0",
@@ -404,12 +691,6 @@ def induct_script(induct_seq: int = INDUCT_SEQ) -> str:
     ``induct_seq + 1`` times (on mixtral-8gpu, whole, that exceeds WebAssembly's 4 GB)."""
     return "\n".join(["read_rtlil equiv.il", "hierarchy -top equiv", "equiv_remove", "opt_clean",
                       f"equiv_induct -seq {induct_seq}", "tee -q -o status3.txt equiv_status", ""])
-
-
-def _chain(publicise: dict, renames: dict) -> dict:
-    """Renames after publicising: a publicised name that is also renamed ends at the gold name."""
-    return {name: gold for name, gold in renames.items() if name not in publicise.values()} | {
-        private: renames[public] for private, public in publicise.items() if public in renames}
 
 
 def bmc_script(gold_il: Path, gate_il: Path, cycles: int, timeout_s: int) -> str:
@@ -588,7 +869,8 @@ def _judge(res: Result, out: Path, gold: Netlist, pairing: Pairing) -> None:
     res.proven = res.equiv_cells - len(unproven)
     res.unproven = _names(unproven)
     left = set(status[2][2])
-    history = [(n, i) for n, i in status[1][2] if (n, i) not in left and not gold.is_flop_bit(n, i)]
+    history = [(n, i) for n, i in status[1][2]
+               if (n, i) not in left and not gold.is_flop_bit(n.split(" (gate ")[0], i)]
     if history:
         res.notes.append("proven only with the previous cycle's values (no induction from reset): "
                          + ", ".join(_names(history)[:20]))
@@ -670,14 +952,16 @@ def describe(res: Result) -> str:
 
 
 def table(results: list[Result]) -> str:
-    """One line per check, then the differing / unproven names of the failed ones."""
-    head = f"{'config':<18} {'ref':<14} {'verdict':<15} {'proof':<34} {'$equiv proven':>15} {'renamed':>7} " \
-           f"{'unpaired bits':>12} {'time':>7}"
+    """One line per check, then the differing / unproven names of the failed ones.
+    ``moved/field/anon``: registers paired as moved, as stage-record fields, by support."""
+    head = f"{'config':<18} {'ref':<14} {'verdict':<15} {'proof':<34} {'$equiv proven':>15} " \
+           f"{'moved/field/anon':>16} {'unpaired bits':>12} {'time':>7}"
     lines = [head, "-" * len(head)]
     for r in results:
         reg = r.registers
         lines.append(f"{r.config:<18} {r.ref[:14]:<14} {r.verdict:<15} {describe(r):<34} "
-                     f"{r.proven:>7}/{r.equiv_cells:<7} {reg.get('renamed', 0):>7} "
+                     f"{r.proven:>7}/{r.equiv_cells:<7} "
+                     f"{reg.get('renamed', 0):>6}/{reg.get('aliased', 0)}/{reg.get('by_support', 0):<4} "
                      f"{reg.get('unpaired_gold_bits', 0):>5}/{reg.get('unpaired_gate_bits', 0):<6} "
                      f"{r.runtime_s.get('total', 0):>6.0f}s")
     for r in results:
