@@ -33,7 +33,7 @@ STATUS_ERROR = 1 << 4       #: any ERRORS bit is set
 
 @dataclass(frozen=True)
 class BitField:
-    """A named bit field of a one-word register (for the C header and the JSON export)."""
+    """A named bit field of a one-word register (for the C header)."""
     name: str
     lsb: int
     width: int
