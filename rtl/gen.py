@@ -24,6 +24,7 @@ from pathlib import Path
 from amaranth._toolchain.yosys import find_yosys
 from amaranth.back import rtlil
 
+from .. import __version__
 from ..config.schema import HubConfig
 from ..paths import output_dir
 from .hub import MoEHub
@@ -47,7 +48,7 @@ def _stamp(cfg: HubConfig, top: str) -> str:
     for p in sorted(RTL_DIR.glob("*.py")) + [RTL_DIR.parent / "config" / "schema.py"]:
         h.update(p.read_bytes())
     h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode())
-    h.update(repr((top, SIM_PASSES)).encode())
+    h.update(repr((top, SIM_PASSES, __version__)).encode())   # the C header names the version
     return h.hexdigest()
 
 

@@ -9,8 +9,9 @@ The hierarchy is kept so that area and timing can be reported per module; a flat
 copy of the netlist (``netlist_sim.v``, top ``moehub``, RTL port names) is written for
 gate-level simulation.
 
-Timing: every module is linked as its own top in OpenSTA with the clock on ``clk`` and
-ideal (zero-delay) input and output ports, so a module's figure is its worst internal
+Timing: every module is linked as its own top in OpenSTA and constrained by the run's
+``moehub.sdc`` (:func:`sdc`): the clock on ``clk`` and, by default, ideal (zero-delay)
+input and output ports (:data:`IO_PCT`), so a module's figure is its worst internal
 path; the ``moehub`` figure is the whole hub, paths between modules included.
 fmax = 1 / (period - worst slack) (OpenSTA 2.0.17 has no report_clock_min_period).
 """
@@ -198,7 +199,47 @@ def split_modules(netlist: str, work: Path, modules: list[str], names: set[str])
         (work / f"netlist_{mod}.v").write_text("\n".join(reversed(texts)) + "\n")
 
 
-def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], period_ns: float) -> str:
+#: The constraints file of a run (beside the netlist), read by OpenSTA for every timed top.
+SDC_NAME = f"{TOP}.sdc"
+#: Clock port of the hub and of each of its blocks.
+CLOCK_PORT = "clk"
+#: ASSUMPTION: input and output delays as a fraction of the clock period (ORFS's
+#: ``clk_io_pct``). 0: every port of the hub, and of each block timed on its own, is taken
+#: as an ideal register -- an input switches at the clock edge and an output is captured
+#: at the next one; the neighbour's clock-to-output and setup are charged to the
+#: neighbour. This is the flow's timing method (synth/README.md), so module rows are the
+#: module's own worst path; ORFS's templates use 0.2 for a block between unknown logic.
+IO_PCT = 0.0
+
+
+def sdc(period_ns: float, io_pct: float = IO_PCT, header: str = "") -> str:
+    """SDC for the hub (and each block): the clock on :data:`CLOCK_PORT` with the target
+    period, input/output delays of ``io_pct`` x period (ORFS's template, so that the file
+    works in OpenROAD-flow-scripts and other Tcl-based tools as it is). The drivers and
+    loads ABC assumed (:data:`ABC_CONSTR`) are listed but not applied: the timing reported
+    has ideal drivers and no port load."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()] + [
+        "# Units: ns (the OSU018 Liberty's time unit).",
+        f"set clk_name {CLOCK_PORT}", f"set clk_port_name {CLOCK_PORT}",
+        f"set clk_period {period_ns}",
+        "# ASSUMPTION (clk_io_pct): input and output delays as a fraction of the period.",
+        "# 0, the flow's default: every port is an ideal register -- an input switches at the",
+        "# clock edge, an output is captured at the next one; the clock-to-output and setup of",
+        "# the neighbouring registers are the neighbours' own. ORFS's templates use 0.2.",
+        f"set clk_io_pct {io_pct}", "",
+        "set clk_port [get_ports $clk_port_name]",
+        "create_clock -name $clk_name -period $clk_period $clk_port",
+        "set non_clock_inputs [lsearch -inline -all -not -exact [all_inputs] $clk_port]",
+        "set_input_delay [expr {$clk_period * $clk_io_pct}] -clock $clk_name $non_clock_inputs",
+        "set_output_delay [expr {$clk_period * $clk_io_pct}] -clock $clk_name [all_outputs]", "",
+        "# Not applied here (ideal drivers, no port load); ABC sized the ports for:"]
+    drive, load = re.search(r"set_driving_cell (\S+)\nset_load (\S+)", ABC_CONSTR).groups()
+    return "\n".join(lines + [f"#   set_driving_cell -lib_cell {drive} $non_clock_inputs",
+                              f"#   set_load {load} [all_outputs]", ""])
+
+
+def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], sdc_file: str = SDC_NAME) -> str:
+    """One linked top per module, each constrained by the run's SDC file."""
     lines = [f"read_liberty {lib}"]
     if sram_lib:
         lines.append(f"read_liberty {sram_lib}")
@@ -208,9 +249,7 @@ def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], period_ns: 
             # linking consumes the Verilog modules: read per top (a leaf module: only its own text)
             f"read_verilog {'netlist.v' if mod == TOP else f'netlist_{mod}.v'}",
             f"link_design {mod}",
-            f"create_clock -name clk -period {period_ns} [get_ports clk]",
-            "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
-            "set_output_delay 0 -clock clk [all_outputs]",
+            f"read_sdc {sdc_file}",
             "report_checks -path_delay max -digits 4",
             "report_wns -digits 4",
             "report_tns -digits 4",
@@ -224,8 +263,8 @@ class PathTiming:
     period_ns: float
     slack_ns: float
     arrival_ns: float
-    launch_ns: float        # clock-to-output of the launching flop or macro (0 from a port)
-    setup_ns: float         # setup of the capturing flop or macro (0 to a port)
+    launch_ns: float        # clock-to-output of the launching flop or macro (a port: its input delay)
+    setup_ns: float         # setup of the capturing flop or macro (a port: its output delay)
     startpoint: str
     endpoint: str
     start_kind: str
@@ -245,7 +284,8 @@ class PathTiming:
 
     @property
     def logic_ns(self) -> float:
-        """Combinational part: arrival minus the launch clock-to-output."""
+        """Combinational part: arrival minus the launch clock-to-output (from a port: minus
+        its input delay)."""
         return self.arrival_ns - self.launch_ns
 
 
@@ -262,16 +302,20 @@ def parse_sta(text: str, period_ns: float) -> dict[str, PathTiming]:
         arr = re.search(r"^\s*(-?[\d.]+)\s+data arrival time", chunk, re.M)
         if not (sp and ep and slack and arr):
             raise RuntimeError(f"OpenSTA: no timed path found for module {mod}")
-        setup = re.search(r"^\s*(-?[\d.]+)\s+(-?[\d.]+)\s+library setup time", chunk, re.M)
+        setup = re.search(r"^\s*(-?[\d.]+)\s+(-?[\d.]+)\s+(?:library setup time|output external delay)",
+                          chunk, re.M)
         tns = re.search(r"^tns\s+(-?[\d.]+)", chunk, re.M)
         body = chunk[sp.start():arr.start()]
         pins = [(m.group(3), m.group(4), float(m.group(1))) for m in map(_PIN_RE.match, body.splitlines()) if m]
         launch = 0.0
-        if "input port" not in sp.group(2) and len(pins) >= 2:
+        if "input port" in sp.group(2):  # the SDC's input delay is the port's launch
+            ext = re.search(r"^\s*(-?[\d.]+)\s+-?[\d.]+\s+[\^v]\s+input external delay", body, re.M)
+            launch = float(ext.group(1)) if ext else 0.0
+        elif len(pins) >= 2:
             launch = pins[1][2]          # pins[0] is the clock pin of the launching element
         cells = [(p.rsplit("/", 1)[0], c, d) for p, c, d in pins[1:]]
         out[mod] = PathTiming(mod, period_ns, float(slack.group(1)), float(arr.group(1)), launch,
-                              -float(setup.group(1)) if setup else 0.0,
+                              0.0 - float(setup.group(1)) if setup else 0.0,   # never -0.0
                               sp.group(1), ep.group(1), sp.group(2), ep.group(2), cells,
                               float(tns.group(1)) if tns else 0.0)
     return out
@@ -282,11 +326,14 @@ SYNTH_OUTPUTS = ("netlist.v", "netlist_sim.v", "stat.json", "stat.txt", "stat_rt
 
 def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryArray],
         fo4_ns: float, period_ns: float, abc_delay_ps: float | None = None,
-        sta_only: bool = False, abc_effort: str = "normal") -> dict:
+        sta_only: bool = False, abc_effort: str = "normal", io_pct: float = IO_PCT,
+        sdc_header: str = "") -> dict:
     """Synthesize and time ``verilog`` (written by :mod:`moehub.synth.verilog`) in ``work``.
 
     ``sta_only``: keep the netlist of an earlier run in ``work`` and redo only the timing
-    (a new clock constraint, or after an interrupted run).
+    (a new clock constraint, or after an interrupted run). The constraints are written to
+    ``work/moehub.sdc`` (:func:`sdc`; ``sdc_header``: its opening comment), which OpenSTA
+    reads, so that the same file can be taken to another tool.
     """
     lib = tools.osu018_lib()
     if sta_only:
@@ -321,7 +368,8 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
     netlist = (work / "netlist.v").read_text()
     modules = [TOP] + instantiated(netlist, TOP, set(areas) - {"__total__"})
     split_modules(netlist, work, [m for m in modules if m != TOP], set(areas) - {"__total__"})
-    (work / "sta.tcl").write_text(sta_script(lib, Path(files["liberty"].name) if macros else None, modules, period_ns))
+    (work / SDC_NAME).write_text(sdc(period_ns, io_pct, sdc_header))
+    (work / "sta.tcl").write_text(sta_script(lib, Path(files["liberty"].name) if macros else None, modules))
     t_sta = tools.run_logged([tools.sta(), "-no_splash", "-exit", "sta.tcl"], work / "sta.log", work)
     timing = parse_sta((work / "sta.log").read_text(), period_ns)
     qnets, children = register_names((work / "netlist.v").read_text(), seq)

@@ -40,10 +40,22 @@ def out_dir_for(cfg: HubConfig, out: Path | str | None = None) -> Path:
     return output_dir("synth", cfg.name, out=out)
 
 
+def sdc_header(cfg: HubConfig) -> str:
+    """Opening comment of the run's SDC file: what wrote it, for which configuration."""
+    from .. import __version__
+    return (f"{asic.SDC_NAME}: timing constraints of the moehub hub, config '{cfg.name}' "
+            f"(data_bits {cfg.data_bits}).\nWritten by moehub {__version__} (moehub synth); "
+            "OpenSTA reads it after linking\nthe hub and each of its blocks (sta.tcl).")
+
+
 def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS,
              sram_min_bits: int = sram.SRAM_MIN_BITS, sram_min_depth: int = sram.SRAM_MIN_DEPTH,
-             write_report: bool = True, sta_only: bool = False, abc_effort: str = "normal") -> dict:
-    """Run the ASIC flow for an already resolved ``cfg``; return the report's ``asic`` section."""
+             write_report: bool = True, sta_only: bool = False, abc_effort: str = "normal",
+             io_pct: float = asic.IO_PCT) -> dict:
+    """Run the ASIC flow for an already resolved ``cfg``; return the report's ``asic`` section.
+
+    ``io_pct``: input/output delays as a fraction of the period in the run's ``moehub.sdc``
+    (default: ideal ports, :data:`asic.IO_PCT`)."""
     if period_ns <= 0:
         raise ValueError(f"period_ns = {period_ns!r}: must be > 0")
     missing = tools.asic_tools_missing()
@@ -60,7 +72,7 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
     mems = verilog.find_memories(v.read_text())
     macros = sram.select_macros(mems, sram_min_bits, sram_min_depth)
     res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sta_only=sta_only,
-                   abc_effort=abc_effort)
+                   abc_effort=abc_effort, io_pct=io_pct, sdc_header=sdc_header(cfg))
     res["wall_s"] = {"verilog": t_rtl, **res["wall_s"], "total": time.monotonic() - t0}
     if sta_only:
         old = out_dir / "report.json"
@@ -73,6 +85,7 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
                                 {"min_bits": sram_min_bits, "min_depth": sram_min_depth},
                                 res["flop_arrays"], macros)
     section["abc_effort"] = abc_effort
+    section["sdc"] = {"file": asic.SDC_NAME, "clock_port": asic.CLOCK_PORT, "io_pct": io_pct}
     section["gate_level_sim"] = {
         "netlist": "netlist_sim.v", "sram_models": "sram_models.v" if res["macros"] else None,
         "cell_models": str(tools.OSU018_V), "top": verilog.TOP,

@@ -3,6 +3,8 @@
 Figures come from the tool logs parsed in :mod:`moehub.synth.asic` and
 :mod:`moehub.synth.ecp5`; the projection constants and their sources are those of
 :mod:`moehub.synth.project` (FACTS.md). Ranges are written as {low, nominal, high}.
+``metrics.json`` repeats the hub's ASIC figures under OpenROAD-flow-scripts metric names
+(:func:`orfs_metrics`).
 """
 from __future__ import annotations
 
@@ -108,8 +110,53 @@ def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opt
     }
 
 
+#: platform name in ``metrics.json`` (``run__flow__platform``)
+PLATFORM = "osu018"
+
+
+def orfs_metrics(rep: dict) -> dict:
+    """The hub's figures of ``rep["asic"]`` under OpenROAD-flow-scripts metric names
+    (METRICS2.1: ``stage__category__subcategory``, ``__class:`` qualifiers), so that ORFS
+    tooling and dashboards read them; ORFS's units: ns, um^2, Hz. Timing is the whole hub
+    after synthesis (no placement). Macros have no area at OSU018 (their N5 area is
+    projected in report.json), so ``__area__macros`` is 0 and the SRAM is counted in bits."""
+    from .. import __version__
+    a = rep["asic"]
+    top, period = a["modules"]["top"], a["clock_constraint_ns"]
+    clock = a.get("sdc", {}).get("clock_port", "clk")
+    macros = sum(top["sram_macros"].values())
+    return _r({
+        "run__flow__design": TOP, "run__flow__platform": PLATFORM,
+        "run__flow__variant": rep["config"], "run__flow__generator": f"moehub {__version__}",
+        "constraints__clocks__count": 1,
+        "constraints__clocks__details": [f"{clock}: {period:.4f}"],
+        "clock__period": period, "clock__frequency": 1e9 / period,
+        "synth__design__instance__count": top["cells"] + macros,
+        "synth__design__instance__count__stdcell": top["cells"],
+        "synth__design__instance__count__macros": macros,
+        "synth__design__instance__count__class:sequential_cell": top["flops"],
+        "synth__design__instance__area": top["area_um2"],
+        "synth__design__instance__area__stdcell": top["area_um2"],
+        "synth__design__instance__area__macros": 0.0,
+        "synth__design__memory__sram_bits": top["sram_bits"],
+        "timing__setup__ws": top["wns_ns"], "timing__setup__tns": top["tns_ns"],
+        "timing__fmax": top["fmax_MHz"] * 1e6,
+    })
+
+
+def write_metrics(out_dir: Path, rep: dict) -> None:
+    """``metrics.json`` beside report.json while it has an ``asic`` section (removed when
+    a new configuration's report has none, so that it never describes another run)."""
+    path = out_dir / "metrics.json"
+    if "asic" in rep:
+        path.write_text(json.dumps(orfs_metrics(rep), indent=2))
+    elif path.exists():
+        path.unlink()
+
+
 def merge_write(out_dir: Path, cfg, section: str, data: dict, extra: dict | None = None) -> Path:
-    """Add ``section`` (``asic`` or ``ecp5``) to ``out_dir/report.json``; rewrite report.md."""
+    """Add ``section`` (``asic`` or ``ecp5``) to ``out_dir/report.json``; rewrite report.md
+    and metrics.json."""
     path = out_dir / "report.json"
     rep = {}
     if path.exists():
@@ -124,6 +171,7 @@ def merge_write(out_dir: Path, cfg, section: str, data: dict, extra: dict | None
     rep[section] = data
     path.write_text(json.dumps(rep, indent=2))
     (out_dir / "report.md").write_text(markdown(rep))
+    write_metrics(out_dir, rep)
     return path
 
 
@@ -224,7 +272,9 @@ def _asic_md(rep, a):
     out += ["## Caveats", ""] + [f"* {c}" for c in a["caveats"]]
     out += ["", "Sources of the projection constants:", ""]
     out += [f"* {k}: {v}" for k, v in a["projection_sources"].items()]
-    out += ["", f"Wall time: {', '.join(f'{k} {v:.0f} s' for k, v in a['wall_s'].items())}.", ""]
+    out += ["", f"Wall time: {', '.join(f'{k} {v:.0f} s' for k, v in a['wall_s'].items())}.", "",
+            "The hub's figures under OpenROAD-flow-scripts metric names: `metrics.json`"
+            + (f"; constraints: `{a['sdc']['file']}`." if a.get("sdc") else "."), ""]
     return out
 
 
