@@ -20,6 +20,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -535,18 +536,17 @@ def _series(rows: list, system: str, x_key: str, y_key: str):
     return zip(*pts) if pts else ((), ())
 
 
-def _norm_panel(ax, sub: list, x_key: str, ref_label: str) -> None:
-    """Latency / reference per system; the reference's own latency written at each x."""
+def _norm_panel(ax, sub: list, x_key: str, ref_label: str) -> dict:
+    """Latency / reference per system; returns {x: the ideal's own latency} for the
+    tick labels (empty when the reference is the fastest system)."""
     for s in _systems(sub):
         x, y = _series(sub, s, x_key, "vs_ideal")
         ax.plot(x, y, label=s, zorder=4 if s == "hub" else 3, **_style(s))
     ref = "ideal" if ref_label == IDEAL_LABEL else None
-    for x, us in _series(sub, ref, x_key, "layer_us") if ref else ():
-        ax.annotate(_fmt_us(us), (x, 1.0), xytext=(0, -11), textcoords="offset points",
-                    ha="center", fontsize=6.5, color="0.35")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylabel(f"layer latency / {'ideal' if ref else 'fastest'}", fontsize=9)
     ax.set_title(f"latency relative to {ref_label}", fontsize=9)
+    return dict(zip(*_series(sub, ref, x_key, "layer_us"))) if ref else {}
 
 
 def _speedup_panel(ax, sub: list, x_key: str) -> None:
@@ -575,11 +575,15 @@ def speedup_plot(rows: list, x_key: str, path: Path, title: str, xlabel: str,
     for gi, grp in enumerate(groups):
         sub = [r for r in rows if group_key is None or r[group_key] == grp]
         ax1, ax2 = axes[gi]
-        _norm_panel(ax1, sub, x_key, ref_label)
+        ideal_us = _norm_panel(ax1, sub, x_key, ref_label)
         _speedup_panel(ax2, sub, x_key)
+        xs = sorted({r[x_key] for r in sub})
         for ax in (ax1, ax2):
             if logx:
                 ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [f"{x:g}" + (f"\nideal {_fmt_us(ideal_us[x])}"
+                                           if ax is ax1 and x in ideal_us else "") for x in xs])
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
             ax.grid(alpha=0.3)
             ax.set_xlabel(xlabel)
             if grp is not None:
@@ -593,16 +597,24 @@ def speedup_plot(rows: list, x_key: str, path: Path, title: str, xlabel: str,
 
 
 def _grouped_bars(ax, rows: list, models: list, systems: list, key: str) -> None:
-    """One bar per (model, system), colour and hatch per system, value written on it."""
-    w = 0.8 / len(systems)
+    """One bar per (model, system), colour and hatch per system, drawn from 1 (parity,
+    or the ideal) up or down so that differences of a few percent show; value on it."""
+    w = 0.84 / len(systems)
     for i, s in enumerate(systems):
-        vals = [next((r[key] for r in rows if r["model"] == m and r["system"] == s), np.nan)
-                for m in models]
+        vals = np.array([next((r[key] for r in rows if r["model"] == m and r["system"] == s),
+                              np.nan) for m in models])
         x = np.arange(len(models)) + (i - (len(systems) - 1) / 2) * w
-        bars = ax.bar(x, vals, w, color=SYSTEM_COLORS.get(s, "#777"), label=s,
-                      hatch=SYSTEM_HATCH.get(s, ""), edgecolor="white", lw=0.4)
-        ax.bar_label(bars, fmt="%.2f", fontsize=6, rotation=90, padding=2)
-    ax.set_xticks(np.arange(len(models)), models, rotation=25, ha="right", fontsize=8)
+        bars = ax.bar(x, vals - 1.0, w, bottom=1.0, color=SYSTEM_COLORS.get(s, "#777"),
+                      label=s, hatch=SYSTEM_HATCH.get(s, ""), edgecolor="white", lw=0.4)
+        ax.bar_label(bars, labels=[f"{v:.2f}" if np.isfinite(v) else "" for v in vals],
+                     fontsize=6.5, rotation=90, padding=2,
+                     fontweight="bold" if s == "hub" else "normal")
+    ax.axhline(1.0, color="k", lw=0.9)
+    ax.set_xticks(np.arange(len(models)), models, fontsize=8.5)
+    ax.set_xlim(-0.55, len(models) - 0.45)
+    lo, hi = np.nanmin([r[key] for r in rows] + [1.0]), np.nanmax([r[key] for r in rows] + [1.0])
+    pad = 0.12 * (hi - lo) + 0.02
+    ax.set_ylim(lo - pad, hi + pad)
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -613,22 +625,24 @@ def model_bar_plot(rows: list, path: Path, title: str) -> Path:
     models = list(dict.fromkeys(r["model"] for r in rows))
     systems = [s for s in _systems(rows) if s != "ideal"]
     base = [s for s in systems if s != "hub"]
-    fig, axes = plt.subplots(1, 3, figsize=(18, 4.8))
-    _grouped_bars(axes[0], rows, models, systems, "vs_ideal")
-    axes[0].set_ylabel(f"layer latency / {'ideal' if ref_label == IDEAL_LABEL else 'fastest'}")
-    axes[0].set_title(f"relative to {ref_label}", fontsize=9)
+    fig, axes = plt.subplots(3, 1, figsize=(max(9.0, 1.5 * len(models) + 2), 11.5))
+    ref = "ideal" if ref_label == IDEAL_LABEL else "fastest"
+    _grouped_bars(axes[0], [r for r in rows if r["system"] != "ideal"], models, systems,
+                  "vs_ideal")
+    axes[0].set_ylabel(f"layer latency / {ref}")
+    axes[0].set_title(f"MoE layer latency relative to {ref_label} (1 = {ref})", fontsize=9.5)
     for ax, key, lab in ((axes[1], "hub_speedup", "MoE layer"),
                          (axes[2], "e2e_hub_speedup", "end to end")):
-        _grouped_bars(ax, rows, models, base, key)
-        ax.set_ylabel(f"speedup of MoE-Hub, {lab}")
-        ax.set_title(f"baseline / hub, {lab} (above 1: the hub is faster)", fontsize=9)
-    for ax in axes:
-        ax.axhline(1.0, color="k", lw=0.8)
-        top = max(ax.get_ylim()[1], 1.05)
-        ax.set_ylim(0, top * 1.08)
-        ax.legend(fontsize=7, ncol=2, loc="lower right")
+        _grouped_bars(ax, [r for r in rows if r["system"] in base], models, base, key)
+        ax.set_ylabel(f"baseline / hub, {lab}")
+        ax.set_title(f"speedup of MoE-Hub over each baseline, {lab} (above 1: the hub is "
+                     "faster)", fontsize=9.5)
+    handles = [Patch(facecolor=SYSTEM_COLORS.get(s, "#777"), hatch=SYSTEM_HATCH.get(s, ""),
+                     edgecolor="white", label=s) for s in systems]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9,
+               frameon=False, bbox_to_anchor=(0.5, 0.965))
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return _save_both(fig, path)
 
 
