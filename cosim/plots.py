@@ -284,7 +284,8 @@ def _bar_note(name: str, lat: float, hub_us: float, ideal_us: float | None) -> s
     if name == "ideal":
         return f"{_fmt_us(lat)}  bound (hub at {hub_us / lat:.2f}×)"
     sp = lat / hub_us
-    return f"{_fmt_us(lat)}  hub {sp:.2f}× " + ("faster" if sp >= 1 else "(slower)")
+    verdict = "faster" if sp >= 1.005 else "(slower)" if sp <= 0.995 else "(a tie)"
+    return f"{_fmt_us(lat)}  hub {sp:.2f}× {verdict}"
 
 
 def _bar_panel(ax, er) -> None:
@@ -488,7 +489,7 @@ def build_timeline(er, max_gpus: int | None = 3):
     pairs[-1][0].set_xlabel(f"time since the layer started ({US})", fontsize=8)
     pairs[-1][1].set_xlabel(f"the first {_fmt_us(tz)} (all sends and receives)", fontsize=8)
     L = er.layer
-    shown = (f"all {L.G} GPUs" if len(gpus) == L.G
+    shown = ("1 GPU" if L.G == 1 else f"all {L.G} GPUs" if len(gpus) == L.G
              else f"GPUs {', '.join(map(str, gpus))} of {L.G}")
     fig.suptitle(f"{er.model.name} on {er.system.name}: {L.T} tokens/GPU, top-{L.k}, "
                  f"{er.workload.routing} routing, hub send order {er.hub_order}.  "
