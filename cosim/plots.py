@@ -52,6 +52,7 @@ def _style(system: str) -> dict:
 
 
 def _fmt_us(us: float) -> str:
+    """Always µs (the axes are in µs); thousands separated, a decimal below 100."""
     return f"{us:,.0f} {US}" if us >= 100 else f"{us:.1f} {US}"
 
 
@@ -111,6 +112,7 @@ def phase_kind(name: str) -> str:
 
 
 def phase_color(name: str) -> str:
+    """The colour of a phase is its kind's: the same in every system."""
     return KIND_COLORS[phase_kind(name)]
 
 
@@ -195,6 +197,7 @@ def _track_rows(gpus, tracks) -> dict:
 
 
 def _panel_height(n_gpus: int, n_tracks: int) -> float:
+    """Inches for a system panel: tracks keep TRACK_IN whatever the figure holds."""
     return TRACK_IN * (n_gpus * (n_tracks + GPU_GAP) - GPU_GAP + 0.4)
 
 
@@ -235,6 +238,7 @@ def gpu_labels(gpus, rtl=()) -> list:
 
 
 def _label_gpus(ax, gpus, tracks, rows, rtl) -> None:
+    """GPU names left of the full-layer column, the RTL ones in bold red."""
     ys = [np.mean([rows[(g, t)] for t in tracks]) + 0.5 for g in gpus]
     ax.set_yticks(ys, gpu_labels(gpus, rtl), fontsize=8)
     for lab, g in zip(ax.get_yticklabels(), gpus):
@@ -278,7 +282,8 @@ def _system_panels(ax_full, ax_zoom, r, gpus, rtl, hub_us, tmax, tz) -> None:
 _IDLE_LOOK = {IDLE: {"hatch": "xxxx", "edgecolor": "#BBBBBB", "lw": 0}}
 
 
-def _bar_note(name: str, lat: float, hub_us: float, ideal_us: float | None) -> str:
+def _bar_note(name: str, lat: float, hub_us: float) -> str:
+    """The words at a bar's end: its latency and the hub's speedup over it."""
     if name == "hub":
         return f"{_fmt_us(lat)}  MoE-Hub"
     if name == "ideal":
@@ -293,7 +298,6 @@ def _bar_panel(ax, er) -> None:
     the hub's speedup over it written at the bar's end."""
     names = list(er.results)
     hub_us = er.latency("hub")
-    ideal_us = er.latency("ideal") if "ideal" in er.results else None
     labels = []
     for i, name in enumerate(names):
         r, y = er.results[name], len(names) - 1 - i
@@ -304,7 +308,7 @@ def _bar_panel(ax, er) -> None:
                 ax.barh(y, parts[kind], left=left, height=0.68, color=KIND_COLORS[kind],
                         **_IDLE_LOOK.get(kind, {"lw": 0}))
                 left += parts[kind]
-        ax.text(left + 0.01 * hub_us, y, _bar_note(name, r.latency_us, hub_us, ideal_us),
+        ax.text(left + 0.01 * hub_us, y, _bar_note(name, r.latency_us, hub_us),
                 va="center", fontsize=8, fontweight="bold" if name == "hub" else "normal")
         labels.append((y, f"{name} (GPU {c})"))
     ax.axvline(hub_us, color=HUB_END_COLOR, lw=1.4, ls=":")
@@ -392,6 +396,7 @@ def _free_level(taken: list, x: float, width: float) -> float:
 
 
 def _zoom_title(er, gpu: int, rtl) -> str:
+    """The zoom's point in words: how long before its last row the hub's GEMMs start."""
     hub = er.results["hub"]
     t_gemm = first_gemm_starts(er, gpu)["hub"]
     rows_end = max([p.end for p in hub.phases if p.gpu == gpu and p.name == "hub"] or [0.0])
@@ -462,6 +467,7 @@ def _start_window(er) -> float:
 
 
 def _legend(fig, er, rtl, H) -> None:
+    """One legend for the figure: the phase kinds present, the markers and lines."""
     used = {phase_kind(p.name) for r in er.results.values() for p in r.phases}
     h = [Patch(color=KIND_COLORS[k], label=KIND_LABEL[k]) for k in KINDS + (OTHER,) if k in used]
     h.append(Patch(facecolor=KIND_COLORS[IDLE], hatch="xxxx", edgecolor="#BBBBBB",
@@ -528,11 +534,13 @@ def normalise(rows: list, x_key: str, group_key: str | None = None) -> tuple[lis
 
 
 def _systems(rows: list) -> list:
+    """The systems in the rows, in the fixed order (the same in every figure)."""
     return [s for s in SYSTEM_ORDER if any(r["system"] == s for r in rows)] + sorted(
         {r["system"] for r in rows} - set(SYSTEM_ORDER))
 
 
 def _series(rows: list, system: str, x_key: str, y_key: str):
+    """(xs, ys) of one system, sorted by x."""
     pts = sorted((r[x_key], r[y_key]) for r in rows if r["system"] == system)
     return zip(*pts) if pts else ((), ())
 
