@@ -146,7 +146,9 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     each of them is also run in model mode and the two are compared (``extra['rtl']``)."""
     label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
     if rtl_gpus:
-        label += f", GPU {','.join(map(str, rtl_gpus))} hub in RTL"
+        gpus = ",".join(map(str, rtl_gpus))
+        label = f"MoE-Hub (GPU {gpus} hub in RTL, the others the reference model)" \
+            if backend in ("model", "reference") else f"{label[:-1]}, GPU {gpus} in RTL)"
     res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
     run_backend = BACKENDS[backend]
