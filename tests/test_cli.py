@@ -10,6 +10,7 @@ import pytest
 from moehub.config.schema import load_hub_config
 from moehub.cosim import cli as cosim_cli
 from moehub.rtl.csr_map import CsrMap
+from moehub.scripts.args import Parser
 from moehub.scripts.cli import build_parser, main
 from moehub.scripts.demo import token_limit
 
@@ -107,6 +108,9 @@ def test_help_has_no_rest_markup(capsys):
     for text in texts:
         assert "``" not in text and not re.search(r":(mod|func|class|data):`", text), text
     assert "Exit codes: 0 success" in texts[0] and "130 interrupted" in texts[0]
+    doc = Parser(prog="x", description="The ``moehub`` command; see :mod:`moehub.paths` and "
+                 ":func:`~moehub.paths.claim`.").format_help()
+    assert "The moehub command; see moehub.paths and moehub.paths.claim." in doc
 
 
 def _cosim(out, *extra):
