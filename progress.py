@@ -131,6 +131,7 @@ class Stage:
         self.eta, self.heartbeat, self.level = eta, heartbeat, level
         self.done, self.note, self.counters = 0, "", {}
         self.t0 = self._last = None
+        self._t_done = self._t_counters = None    # when done / the counters last changed
         self._stop = threading.Event()
         self._ticker = None
 
@@ -171,14 +172,16 @@ class Stage:
         """Record progress (``done`` of ``total``; a ``note`` such as the current sub-step;
         named ``counters`` whose rate is shown, e.g. ``cycles=``) and redraw if the last
         draw is older than the reporter's interval."""
-        if done is not None:
-            self.done = done
+        now = self.rep.clock()
+        if done is not None and done != self.done:
+            self.done, self._t_done = done, now
         if note is not None:
             self.note = note
-        self.counters.update(counters)
+        if counters:
+            self.counters.update(counters)
+            self._t_counters = now
         if not self.active or self.t0 is None:
             return
-        now = self.rep.clock()
         if force or now - self._last >= self.rep.interval:
             self._last = now
             self.rep._draw(self, self.text())
@@ -189,13 +192,19 @@ class Stage:
     def elapsed(self) -> float:
         return 0.0 if self.t0 is None else self.rep.clock() - self.t0
 
-    def _counts(self, el: float, final: bool = False) -> list:
+    def _since(self, t) -> float:
+        """Seconds from the start to ``t`` (a rate is measured when its value changed,
+        not now: between two reports of a subprocess the rate would only fall)."""
+        return 0.0 if t is None or self.t0 is None else t - self.t0
+
+    def _counts(self, final: bool = False) -> list:
         parts = []
         if self.total:
             pct = "" if final else f" ({100.0 * self.done / self.total:.0f}%)"
             parts.append(f"{self.done:,}/{self.total:,} {self.unit}".rstrip() + pct)
         elif self.done:
             parts.append(f"{self.done:,} {self.unit}".rstrip())
+        el = self._since(self._t_counters)
         for k, v in self.counters.items():
             rate = f" at {v / el:,.0f}/s" if el > 0 and v else ""
             parts.append(f"{v:,} {k}{rate}")
@@ -204,15 +213,25 @@ class Stage:
     def text(self) -> str:
         """``name: 3/10 runs (30%), 12,288 cycles (1,024/s), elapsed 12 s, ETA 28 s: note``."""
         el = self.elapsed()
-        parts = self._counts(el) + [f"elapsed {fmt_duration(el)}"]
-        if self.eta and self.total and 0 < self.done < self.total and el > 0:
-            parts.append(f"ETA {fmt_duration((self.total - self.done) * el / self.done)}")
+        parts = self._counts() + [f"elapsed {fmt_duration(el)}"]
+        eta = self.eta_s()
+        if eta is not None:
+            parts.append(f"ETA {fmt_duration(eta)}")
         return f"{self.name}: " + ", ".join(parts) + (f": {self.note}" if self.note else "")
+
+    def eta_s(self):
+        """Seconds left at the mean rate so far, counting down between updates; None when
+        unknown (no total, nothing done yet, or ``eta=False``)."""
+        t_done = self._since(self._t_done)
+        if not (self.eta and self.total and 0 < self.done < self.total and t_done > 0):
+            return None
+        left = (self.total - self.done) * t_done / self.done
+        return max(0.0, left - (self.elapsed() - t_done))
 
     def summary(self) -> str:
         """The stage's last line: how long it took and what it did."""
         el = self.elapsed()
-        counts = self._counts(el, final=True)
+        counts = self._counts(final=True)
         return f"{self.name}: done in {fmt_duration(el)}" + (f" ({', '.join(counts)})"
                                                              if counts else "")
 

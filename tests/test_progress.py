@@ -44,6 +44,19 @@ def test_eta_appears_when_the_total_is_known():
     assert lines[2] == "sim: done in 10 s (25/100 packets, 5,000 cycles at 500/s)"
 
 
+def test_rate_and_eta_between_two_reports():
+    """A subprocess reports now and then; in between, the rate stays what was measured and
+    the ETA counts down."""
+    rep, clock, out = reporter()
+    with rep.stage("sim", total=100, unit="packets") as st:
+        clock.t = 10.0
+        st.update(25, cycles=5000)
+        clock.t = 14.0
+        st.update()                   # a heartbeat, no news
+    assert out.getvalue().splitlines()[2] == ("sim: 25/100 packets (25%), 5,000 cycles at "
+                                              "500/s, elapsed 14 s, ETA 26 s")
+
+
 def test_no_eta_without_a_total_or_when_asked_not_to():
     rep, clock, out = reporter()
     with rep.stage("yosys") as st:

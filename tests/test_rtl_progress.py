@@ -35,3 +35,4 @@ def test_player_reports_cycles_and_packets():
     assert "RTL hub tiny [progress]: build (Amaranth -> Verilog, Icarus): done in" in text
     assert f"/{len(sched):,} packets" in text and " cycles at " in text
     assert "RTL hub tiny [progress]: simulate: done in" in text
+    assert f"({len(sched):,}/{len(sched):,} packets, {res.cycles:,} cycles at " in text

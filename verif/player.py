@@ -332,10 +332,11 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
                         heartbeat=True) as st, \
             progress.Follower(out / "progress.txt", lambda lines: _show(st, lines)):
         run()
-    t2 = time.time()
-    if not log.exists():
-        raise RuntimeError(f"the player wrote no log ({log})")
-    res = parse_log(cfg, log, reads, schedule, log_accepts)
+        t2 = time.time()
+        if not log.exists():
+            raise RuntimeError(f"the player wrote no log ({log})")
+        res = parse_log(cfg, log, reads, schedule, log_accepts)
+        st.update(len(res.accepted), cycles=res.cycles or 0)      # the final count
     res.wall_s, res.build_s = t2 - t1, t1 - t0
     return res
 
