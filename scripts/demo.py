@@ -61,8 +61,8 @@ def run_demo(config: str, seed: int = DEMO_SEED, tokens: int = DEMO_TOKENS,
 
 
 def _simulate(cfg: HubConfig, config: str, seed: int, tokens: int, waves: bool, tmp):
-    """The cocotb run writing its summary into ``tmp``; with ``waves`` its FST is moved
-    there too (True then)."""
+    """The cocotb run, writing its summary into ``tmp``; with ``waves`` its FST is moved
+    there too. Returns whether ``tmp`` holds a waveform."""
     from ..verif.runner import run_hub_cocotb
     summary = tmp / "summary.json"
     res = run_hub_cocotb(config, ["demo_layer"], module="tb_demo", seed=seed, waves=waves,
