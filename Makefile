@@ -19,7 +19,7 @@ tools:
 	bash scripts/setup_tools.sh
 
 run: tools venv
-	$(VENV)/bin/moehub cosim --rtl-gpus 0
+	$(VENV)/bin/moehub cosim --rtl-gpus 0 --force
 
 test: tools venv
 	$(VENV)/bin/pytest -m "not slow" -q

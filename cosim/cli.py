@@ -5,17 +5,29 @@
     moehub sweep tokens                  # 128 .. 32K tokens per GPU
     moehub sweep gpus                    # 1, 2, 4, 8, 16 GPUs
     moehub sweep models                  # every model in config/model
+
+Results folders are named by everything that changes the result (``--run`` overrides):
+``<model>_<system>[-g<gpus>]_<workload>_t<tokens>`` for ``cosim``, then, for every value
+that differs from the defaults of the named configs (or from the command's), in this
+order: ``_seed<N>``, ``_dispatch-<dtype>``, ``_combine-<dtype>``, ``_hub-expert-order``,
+``_hub-<backend>``, ``_rtl<0+3>`` or ``_rtl-all``, ``_sys-<a+b>`` (a ``--systems``
+subset). ``sweep`` folders: ``sweep-<what>_<model|all>_<system>_<workload>``, then
+``_t<tokens>``, ``_v<values>`` and the same suffixes. An existing folder is replaced only
+with ``--force``; every value is checked before the first simulation.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import json
-import sys
+import pkgutil
 import time
 
-from ..config.cosim_schema import DTYPES, available
-from ..paths import HELP
+from .. import progress
+from ..config.cosim_schema import (DTYPES, available, load_model_config, load_system_config,
+                                   load_workload_config)
+from ..paths import HELP, claim, writing
+from ..scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import BACKENDS, register_backend
 from .systems import SYSTEMS
@@ -49,34 +61,62 @@ def _backend_available(name: str) -> bool:
     return True
 
 
-def _rtl_gpus(spec, gpus: int) -> tuple:
-    """``--rtl-gpus 0,3`` or ``all`` -> the destination GPUs whose hub runs in RTL."""
+def known_backends() -> list:
+    """Every hub backend: the built-in ones and each ``cosim/hub_<name>.py`` that defines
+    ``run_hub_<name>`` (imported to find out: only asked for when listing them)."""
+    from . import __path__ as cosim_path
+    found = [m.name[4:] for m in pkgutil.iter_modules(cosim_path) if m.name.startswith("hub_")]
+    return list(BACKENDS) + sorted(n for n in found if n not in BACKENDS and _backend_available(n))
+
+
+def _hub(value: str) -> str:
+    """argparse type of --hub: an available backend, else the list of all of them."""
+    if _backend_available(value):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: not a hub backend (known: "
+                                     f"{', '.join(known_backends())})")
+
+
+def _rtl_spec(value: str) -> str:
+    """argparse type of --rtl-gpus: 'all' or GPU numbers (the range is checked against the
+    system once it is loaded, by :func:`_rtl_gpus`)."""
+    if value in ("", "all"):
+        return value
+    try:
+        gpus = [int(x) for x in value.split(",")]
+    except ValueError:
+        gpus = [-1]
+    if min(gpus) < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be 'all' or GPU numbers >= 0 "
+                                         "like 0 or 0,3")
+    return value
+
+
+def _rtl_gpus(spec, system) -> tuple:
+    """``--rtl-gpus 0,3`` or ``all`` -> the destination GPUs of ``system`` whose hub runs in
+    RTL; a GPU the system does not have is a usage error naming the range."""
     if not spec:
         return ()
+    gpus = system.gpus
     if spec == "all":
         return tuple(range(gpus))
-    try:
-        out = tuple(sorted({int(x) for x in spec.split(",")}))
-    except ValueError:
-        raise SystemExit(f"moehub cosim: --rtl-gpus {spec!r}: expected 'all' or GPU numbers "
-                         "like 0,3") from None
+    out = tuple(sorted({int(x) for x in spec.split(",")}))
     bad = [g for g in out if not 0 <= g < gpus]
     if bad:
-        raise SystemExit(f"moehub cosim: --rtl-gpus {spec!r}: GPU {bad[0]} does not exist "
-                         f"(0..{gpus - 1})")
+        raise UsageError("--rtl-gpus", spec, f"GPU {bad[0]} does not exist: must be 'all' or "
+                         f"GPU numbers 0..{gpus - 1} ({system.name} with {gpus} GPUs)")
     return out
 
 
-def _dtype_suffix(args) -> str:
-    """Runs with overridden wire datatypes get their own results folder."""
-    return "".join(f"_{f}-{getattr(args, f + '_dtype')}" for f in ("dispatch", "combine")
-                   if getattr(args, f + "_dtype", None))
-
-
-def _run_name(args, model, system, tokens, workload) -> str:
-    sfx = "_hub-expert-order" if getattr(args, "hub_order", "token") == "expert" else ""
-    sfx += _dtype_suffix(args)
-    return args.run or f"{model}_{system}_{workload}_t{tokens}{sfx}"
+def _load(args, tokens=None, gpus=None, model=None, system=None):
+    """The run's configs; an unknown name or a bad key is a configuration error naming
+    its flag (checked before any simulation)."""
+    model, system = model or args.model, system or args.system
+    load_config_flag("--system", load_system_config, system)
+    load_config_flag("--model", load_model_config, model)
+    load_config_flag("--workload", load_workload_config, args.workload)
+    return load_configs(system, model, args.workload, tokens, gpus, args.seed,
+                        **_dtype_overrides(args))
 
 
 def _dtype_overrides(args) -> dict:
@@ -84,78 +124,147 @@ def _dtype_overrides(args) -> dict:
     return dict(dispatch_dtype=args.dispatch_dtype, combine_dtype=args.combine_dtype)
 
 
+def _suffix(args, gpus: int, seed_default: int, dtypes, dtypes_default) -> str:
+    """The name parts of every result-changing value that is not the default (see the
+    module docstring); ``dtypes_default`` None: a given dtype flag always shows."""
+    parts = []
+    if args.seed is not None and args.seed != seed_default:
+        parts.append(f"seed{args.seed}")
+    for i, flag in enumerate(("dispatch", "combine")):
+        given = getattr(args, flag + "_dtype")
+        if given and (dtypes_default is None or dtypes[i] != dtypes_default[i]):
+            parts.append(f"{flag}-{given}")
+    if args.hub_order == "expert":
+        parts.append("hub-expert-order")
+    if args.hub != "model":
+        parts.append(f"hub-{args.hub}")
+    if args.rtl_gpus:
+        rtl = "all" if args.rtl_gpus == "all" else "+".join(map(str, sorted(
+            {int(x) for x in args.rtl_gpus.split(",")})))
+        parts.append("rtl-all" if rtl == "all" or rtl == "+".join(map(str, range(gpus)))
+                     else f"rtl{rtl}")
+    systems = getattr(args, "systems", None)
+    if systems and set(systems) | {"hub"} != set(SYSTEMS):
+        parts.append("sys-" + "+".join(n for n in SYSTEMS if n in systems))
+    return "".join("_" + p for p in parts)
+
+
+def run_name(args, s, m, w) -> str:
+    """The results folder of a ``moehub cosim`` run (``--run`` overrides)."""
+    if args.run:
+        return args.run
+    s0, m0, w0 = load_configs(args.system, args.model, args.workload)
+    system = s.name + (f"-g{s.gpus}" if s.gpus != s0.gpus else "")
+    return (f"{m.name}_{system}_{w.name}_t{w.tokens_per_gpu}"
+            + _suffix(args, s.gpus, w0.seed, (m.dispatch_dtype, m.combine_dtype),
+                      (m0.dispatch_dtype, m0.combine_dtype)))
+
+
 def cmd_cosim(args) -> int:
-    s, m, w = load_configs(args.system, args.model, args.workload, args.tokens, args.gpus,
-                           args.seed, **_dtype_overrides(args))
-    systems = tuple(args.systems.split(",")) if args.systems else SYSTEMS
-    if not _backend_available(args.hub):
-        print(f"moehub cosim: --hub {args.hub} is not available (known: "
-              f"{', '.join(BACKENDS)})", file=sys.stderr)
-        return 2
+    s, m, w = _load(args, args.tokens, args.gpus)
+    rtl = _rtl_gpus(args.rtl_gpus, s)
+    folder = claim(results_dir(args.out) / run_name(args, s, m, w), args.force)
     if args.waves:
         from . import hub_rtl
         hub_rtl.WAVES = True
-    er = run_experiment(s, m, w, systems, hub_backend=args.hub, hub_order=args.hub_order,
-                        rtl_gpus=_rtl_gpus(args.rtl_gpus, s.gpus))
-    run = _run_name(args, m.name, s.name if args.gpus is None else f"{s.name}-g{s.gpus}",
-                    w.tokens_per_gpu, w.name)
-    paths = write_outputs(er, run, args.out,
-                          figure=not args.no_figure)
+    er = run_experiment(s, m, w, args.systems or SYSTEMS, hub_backend=args.hub,
+                        hub_order=args.hub_order, rtl_gpus=rtl)
+    paths = write_outputs(er, folder.name, folder.parent, figure=not args.no_figure,
+                          force=args.force)
     print(table(er))
     for k, p in paths.items():
         print(f"{k:>11}: {p}")
     return 0
 
 
+def _values(args, convert, flag="--values"):
+    try:
+        vals = [convert(v) for v in args.values.split(",")]
+    except ValueError:
+        vals = [0]
+    if not vals or min(vals) < 1:
+        raise UsageError(flag, args.values, "must be comma-separated integers >= 1")
+    return vals
+
+
 def _sweep_points(args):
     if args.what == "tokens":
-        toks = [int(t) for t in args.values.split(",")] if args.values else list(DEFAULT_TOKENS)
+        toks = _values(args, int) if args.values else list(DEFAULT_TOKENS)
         return [dict(model=args.model, system=args.system, tokens=t, gpus=None) for t in toks]
     if args.what == "gpus":
-        gs = [int(g) for g in args.values.split(",")] if args.values else list(DEFAULT_GPUS)
+        gs = _values(args, int) if args.values else list(DEFAULT_GPUS)
         system = args.system if args.system != "h100x8" else "h100x16-ib"
         return [dict(model=args.model, system=system, tokens=args.tokens, gpus=g) for g in gs]
     models = args.values.split(",") if args.values else available("model")
     return [dict(model=m, system=args.system, tokens=args.tokens, gpus=None) for m in models]
 
 
+def sweep_name(args, points) -> str:
+    """The results folder of a ``moehub sweep`` (``--run`` overrides)."""
+    if args.run:
+        return args.run
+    w0 = load_workload_config(args.workload)
+    name = (f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}"
+            f"_{points[0]['system']}_{args.workload}")
+    if args.tokens is not None and args.what != "tokens":
+        name += f"_t{args.tokens}"
+    if args.values:
+        name += "_v" + args.values.replace(",", "+")
+    return name + _suffix(args, -1, w0.seed, None, None)
+
+
 def cmd_sweep(args) -> int:
-    from .plots import model_bar_plot, speedup_plot
-    if not _backend_available(args.hub):
-        print(f"moehub sweep: --hub {args.hub} is not available", file=sys.stderr)
-        return 2
+    points = _sweep_points(args)
+    runs = []
+    for pt in points:          # every configuration checked before the first simulation
+        s, m, w = _load(args, pt["tokens"], pt["gpus"], pt["model"], pt["system"])
+        runs.append((s, m, w, _rtl_gpus(args.rtl_gpus, s)))
+    folder = claim(results_dir(args.out) / sweep_name(args, points), args.force)
     if args.waves:
         from . import hub_rtl
         hub_rtl.WAVES = True
-    points = _sweep_points(args)
-    out = results_dir(args.out)
-    name = args.run or f"sweep-{args.what}_{args.model if args.what != 'models' else 'all'}" \
-        f"_{points[0]['system']}_{args.workload}" \
-        f"{'_hub-expert-order' if args.hub_order == 'expert' else ''}" \
-        f"{_dtype_suffix(args)}"
-    folder = out / name
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
     t_all = time.perf_counter()
-    for i, pt in enumerate(points):
-        s, m, w = load_configs(pt["system"], pt["model"], args.workload, pt["tokens"], pt["gpus"],
-                               args.seed, **_dtype_overrides(args))
-        label = f"{m.name} {s.gpus}x{s.gpu_name} {w.tokens_per_gpu} tok/GPU"
-        print(f"[{i + 1}/{len(points)}] {label} ...", end="", flush=True)
-        er = run_experiment(s, m, w, hub_backend=args.hub, hub_order=args.hub_order,
-                            rtl_gpus=_rtl_gpus(args.rtl_gpus, s.gpus))
-        sub = f"{m.name}_g{s.gpus}_t{w.tokens_per_gpu}"
-        if args.figures:
-            write_outputs(er, sub, folder)
-        hub = er.latency("hub")
-        for sys_name, r in er.results.items():
-            rows.append({"model": m.name, "system_config": s.name, "gpus": s.gpus,
-                         "tokens_per_gpu": w.tokens_per_gpu, "system": sys_name,
-                         "layer_us": r.latency_us, "hub_speedup": r.latency_us / hub,
-                         "e2e_ms": er.e2e[sys_name],
-                         "e2e_hub_speedup": er.e2e[sys_name] / er.e2e["hub"]})
-        sp = "  ".join(f"{n} {er.speedup(n):.2f}x" for n in er.results if n != "hub")
-        print(f" hub {hub:.0f} us; {sp}  ({er.wall_s:.1f} s)", flush=True)
+    with writing(folder, args.force, run=folder.name) as tmp:
+        rows = _run_sweep(args, runs, tmp)
+        fig = _sweep_outputs(args, rows, tmp)
+    print(f"sweep of {len(points)} runs in {time.perf_counter() - t_all:.1f} s")
+    print(f"      table: {folder / 'sweep.csv'}")
+    print(f"     figure: {folder / fig.name}")
+    print(f"        run: {folder / 'run.json'}")
+    return 0
+
+
+def _run_sweep(args, runs, out) -> list:
+    rows = []
+    with progress.stage(f"sweep {args.what}", total=len(runs), unit="runs") as st:
+        for i, (s, m, w, rtl) in enumerate(runs):
+            label = f"{m.name} {s.gpus}x{s.gpu_name} {w.tokens_per_gpu} tok/GPU"
+            st.update(note=label, force=True)
+            er = run_experiment(s, m, w, hub_backend=args.hub, hub_order=args.hub_order,
+                                rtl_gpus=rtl)
+            if args.figures:
+                write_outputs(er, f"{m.name}_g{s.gpus}_t{w.tokens_per_gpu}", out, record=False)
+            rows += _sweep_rows(er)
+            hub = er.latency("hub")
+            sp = "  ".join(f"{n} {er.speedup(n):.2f}x" for n in er.results if n != "hub")
+            print(f"[{i + 1}/{len(runs)}] {label}: hub {hub:.0f} us; {sp}  ({er.wall_s:.1f} s)",
+                  flush=True)
+            st.advance()
+    return rows
+
+
+def _sweep_rows(er) -> list:
+    s, m, w = er.system, er.model, er.workload
+    hub = er.latency("hub")
+    return [{"model": m.name, "system_config": s.name, "gpus": s.gpus,
+             "tokens_per_gpu": w.tokens_per_gpu, "system": sys_name,
+             "layer_us": r.latency_us, "hub_speedup": r.latency_us / hub,
+             "e2e_ms": er.e2e[sys_name], "e2e_hub_speedup": er.e2e[sys_name] / er.e2e["hub"]}
+            for sys_name, r in er.results.items()]
+
+
+def _sweep_outputs(args, rows, folder):
+    from .plots import model_bar_plot, speedup_plot
     with open(folder / "sweep.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))
         wr.writeheader()
@@ -163,19 +272,14 @@ def cmd_sweep(args) -> int:
     (folder / "sweep.json").write_text(json.dumps(rows, indent=1))
     title = f"MoE-Hub vs baselines, workload {args.workload!r}"
     if args.what == "tokens":
-        fig = speedup_plot(rows, "tokens_per_gpu", folder / "speedup_tokens.png",
-                           f"{title}: {args.model} on {args.system}", "tokens per GPU")
-    elif args.what == "gpus":
-        fig = speedup_plot(rows, "gpus", folder / "speedup_gpus.png",
-                           f"{title}: {args.model}, {args.tokens} tokens/GPU "
-                           f"(H100 nodes of 8, InfiniBand NDR between nodes)", "GPUs")
-    else:
-        fig = model_bar_plot(rows, folder / "speedup_models.png",
-                             f"{title}: every model on {args.system}, {args.tokens} tokens/GPU")
-    print(f"sweep of {len(points)} runs in {time.perf_counter() - t_all:.1f} s")
-    print(f"      table: {folder / 'sweep.csv'}")
-    print(f"     figure: {fig}")
-    return 0
+        return speedup_plot(rows, "tokens_per_gpu", folder / "speedup_tokens.png",
+                            f"{title}: {args.model} on {args.system}", "tokens per GPU")
+    if args.what == "gpus":
+        return speedup_plot(rows, "gpus", folder / "speedup_gpus.png",
+                            f"{title}: {args.model}, {args.tokens} tokens/GPU "
+                            f"(H100 nodes of 8, InfiniBand NDR between nodes)", "GPUs")
+    return model_bar_plot(rows, folder / "speedup_models.png",
+                          f"{title}: every model on {args.system}, {args.tokens} tokens/GPU")
 
 
 def _common(p, tokens_default=None):
@@ -185,17 +289,19 @@ def _common(p, tokens_default=None):
                    help=f"model config (config/model: {', '.join(available('model'))})")
     p.add_argument("--workload", default="default",
                    help=f"workload config (config/workload: {', '.join(available('workload'))})")
-    p.add_argument("--tokens", type=int, default=tokens_default,
-                   help="tokens per GPU (overrides the workload)")
-    p.add_argument("--seed", type=int, default=None, help="routing seed (overrides the workload)")
+    p.add_argument("--tokens", type=int_at_least(1), default=tokens_default,
+                   help="tokens per GPU, >= 1 (overrides the workload)")
+    p.add_argument("--seed", type=int_at_least(0), default=None,
+                   help="routing seed, >= 0 (overrides the workload)")
     for flag in ("dispatch", "combine"):
         p.add_argument(f"--{flag}-dtype", type=_dtype, default=None, metavar="|".join(DTYPES),
                        help=f"datatype of {flag} rows on the wire ({' or '.join(DTYPES)}; "
                             "overrides the model and the workload)")
-    p.add_argument("--hub", default="model", help="hub stage: model (reference model, fast "
-                   "path), reference (packet by packet, slow), or any cosim/hub_<name>.py "
-                   "backend such as rtl (the Verilog, slow: use few tokens)")
-    p.add_argument("--rtl-gpus", default="", help="put these destination GPUs' hubs in RTL "
+    p.add_argument("--hub", default="model", type=_hub, help="hub stage: model (reference "
+                   "model, fast path), reference (packet by packet, slow), or any "
+                   "cosim/hub_<name>.py backend such as rtl (the Verilog, slow: use few tokens)")
+    p.add_argument("--rtl-gpus", default="", type=_rtl_spec,
+                   help="put these destination GPUs' hubs in RTL "
                    "(the Verilog under cocotb + Icarus; e.g. 0 or 0,3 or all) and compare each "
                    "with the reference model")
     p.add_argument("--waves", action="store_true", help="with --rtl-gpus or --hub rtl: dump an "
@@ -206,15 +312,19 @@ def _common(p, tokens_default=None):
                         "layout kernel")
     p.add_argument("--out", default=None, help=f"results folder (default <build>/results; "
                    f"<build> is {HELP})")
-    p.add_argument("--run", default=None, help="run name (sub-folder of the results folder)")
+    p.add_argument("--run", default=None, help="run name (sub-folder of the results folder; "
+                   "default: named by every value that changes the result)")
+    p.add_argument("--force", action="store_true", help="replace an existing results folder "
+                   "of the same name (otherwise refused before the run)")
 
 
 def add_parser(subparsers) -> None:
     c = subparsers.add_parser("cosim", help="co-simulate one MoE layer: the hub against the "
                               "software baselines (default Mixtral-8x7B on 8x H100)")
     _common(c)
-    c.add_argument("--gpus", type=int, default=None, help="GPU count (overrides the system)")
-    c.add_argument("--systems", default=None,
+    c.add_argument("--gpus", type=int_at_least(1), default=None,
+                   help="GPU count, >= 1 (overrides the system)")
+    c.add_argument("--systems", default=None, type=name_list(SYSTEMS, "system"),
                    help=f"comma-separated subset of {','.join(SYSTEMS)} (hub always runs)")
     c.add_argument("--no-figure", action="store_true", help="skip the timeline figure")
     c.set_defaults(func=cmd_cosim)

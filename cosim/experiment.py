@@ -3,13 +3,15 @@
 :func:`run_experiment` builds the routing and the :class:`~.layer.Layer` once, runs each
 system of :mod:`.systems` on it and returns an :class:`ExperimentResult`;
 :func:`write_outputs` writes ``results/<run>/`` in the build folder (``--out``,
-``$MOEHUB_BUILD`` or ``./build``: :mod:`moehub.paths`):
+``$MOEHUB_BUILD`` or ``./build``: :mod:`moehub.paths`), whole or not at all (a temporary
+sibling renamed into place, :func:`moehub.paths.writing`):
 
 * ``config.yaml``   the fully resolved configs (system, model, workload, derived hub);
 * ``stats.json``    layer latency per system, phases, speedups, end-to-end estimate, hub stats;
 * ``stats.csv``     one line per system; ``phases.csv`` one line per (system, phase);
 * ``timeline.png``  per-GPU rows (routing, sends, hub, GEMM tiles, combine), one panel
-  per system on one time axis.
+  per system on one time axis;
+* ``run.json``      the command line, versions, git commit, start, wall and CPU time.
 
 End-to-end estimate (per GPU, prefill of ``tokens_per_gpu`` tokens): every layer runs its
 attention block (roofline of projections and causal scores, see :meth:`GpuModel.attention_us`),
@@ -30,8 +32,9 @@ import yaml
 
 from ..config.cosim_schema import (ModelConfig, SystemConfig, WorkloadConfig, effective_dtypes,
                                    load_model_config, load_system_config, load_workload_config)
+from .. import progress
 from ..config.schema import ConfigError, HubConfig
-from ..paths import output_dir
+from ..paths import output_dir, writing
 from .layer import Layer, SystemResult
 from .systems import PHASES, SYSTEMS, run_system
 from .workload import make_routing
@@ -112,11 +115,16 @@ def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadC
     routing = make_routing(model, workload, system.gpus)
     L = Layer(system, model, workload, routing, hub_base)
     results, timings = {}, {}
-    for name in SYSTEMS:
-        if name in systems:
-            t = time.perf_counter()
-            results[name] = run_system(name, L, hub_backend, hub_order, rtl_gpus)
-            timings[name] = time.perf_counter() - t
+    with progress.stage(f"cosim {model.name} on {system.name}, {workload.tokens_per_gpu} "
+                        "tokens/GPU", total=len(systems), unit="systems", eta=False,
+                        heartbeat=True) as st:
+        for name in SYSTEMS:
+            if name in systems:
+                st.update(note=name, force=True)
+                t = time.perf_counter()
+                results[name] = run_system(name, L, hub_backend, hub_order, rtl_gpus)
+                timings[name] = time.perf_counter() - t
+                st.advance()
     e2e = {n: end_to_end(L, r.latency_us) for n, r in results.items()}
     return ExperimentResult(system, model, workload, L, results, e2e,
                             time.perf_counter() - t0, hub_backend, timings, hub_order)
@@ -185,9 +193,19 @@ def resolved_config(er: ExperimentResult) -> dict:
 
 
 def write_outputs(er: ExperimentResult, run: str, out_root: Path | None = None,
-                  figure: bool = True) -> dict:
-    out = results_dir(out_root) / run
-    out.mkdir(parents=True, exist_ok=True)
+                  figure: bool = True, *, force: bool = True, record: bool = True) -> dict:
+    """Write ``<results>/<run>/`` whole (see the module docstring) and return the paths of
+    its files. ``force``: replace an existing folder of that name (the ``moehub`` commands
+    pass ``--force`` and check before they simulate); ``record``: add ``run.json``."""
+    final = results_dir(out_root) / run
+    with writing(final, force, record=record, run=run) as tmp:
+        paths = _write_files(er, tmp, figure)
+        if record:
+            paths["run"] = tmp / "run.json"
+    return {k: final / p.relative_to(tmp) for k, p in paths.items()}
+
+
+def _write_files(er: ExperimentResult, out: Path, figure: bool) -> dict:
     st = stats(er)
     paths = {}
     p = out / "config.yaml"
@@ -218,7 +236,8 @@ def write_outputs(er: ExperimentResult, run: str, out_root: Path | None = None,
     paths["phases_csv"] = p
     if figure:
         from .plots import timeline_figure
-        paths["timeline"] = timeline_figure(er, out / "timeline.png")
+        with progress.stage("timeline figure", heartbeat=True):
+            paths["timeline"] = timeline_figure(er, out / "timeline.png")
     return paths
 
 

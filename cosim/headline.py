@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import progress
 from ..paths import HELP, output_dir
 from .experiment import load_configs, run_experiment, write_outputs
 from .systems import BASELINES
@@ -159,6 +160,7 @@ def cmd_headline(args) -> int:
     out = output_dir("results", "headline", out=args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, ers, t_all = [], {}, time.perf_counter()
+    todo = []
     for sname in systems:
         for model in models:
             for t in tokens:
@@ -166,17 +168,22 @@ def cmd_headline(args) -> int:
                 if s.gpus * t * m.topk > MAX_ROWS:
                     print(f"skip {sname} {model} {t} tok/GPU: {s.gpus * t * m.topk:,} rows "
                           f"> {MAX_ROWS:,}", flush=True)
-                    continue
-                t0 = time.perf_counter()
-                er = run_point(sname, model, t)
-                rows.append(point_row(er))
-                ers[(sname, model, t)] = er
-                r = rows[-1]
-                print(f"{sname} {model} {t} tok/GPU: hub {r['hub_us']:.0f} us, best "
-                      f"{r['best_baseline']} {r['best_us']:.0f} us -> {r['speedup_layer']:.2f}x "
-                      f"layer, {r['speedup_e2e']:.2f}x e2e ({time.perf_counter() - t0:.1f} s)",
-                      flush=True)
-                _write(rows, ers, out, figures=False)      # tables survive an interruption
+                else:
+                    todo.append((sname, model, t))
+    with progress.stage("headline", total=len(todo), unit="points") as st:
+        for sname, model, t in todo:
+            st.update(note=f"{sname} {model} {t} tok/GPU", force=True)
+            t0 = time.perf_counter()
+            er = run_point(sname, model, t)
+            rows.append(point_row(er))
+            ers[(sname, model, t)] = er
+            r = rows[-1]
+            print(f"{sname} {model} {t} tok/GPU: hub {r['hub_us']:.0f} us, best "
+                  f"{r['best_baseline']} {r['best_us']:.0f} us -> {r['speedup_layer']:.2f}x "
+                  f"layer, {r['speedup_e2e']:.2f}x e2e ({time.perf_counter() - t0:.1f} s)",
+                  flush=True)
+            _write(rows, ers, out, figures=False)      # tables survive an interruption
+            st.advance()
     _write(rows, ers, out, figures=not args.no_figure)
     print(table_md(rows))
     print(f"{len(rows)} points in {time.perf_counter() - t_all:.0f} s")

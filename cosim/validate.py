@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from ..config.schema import ConfigError
+from .. import progress
 from ..paths import HELP, output_dir
 from .experiment import load_configs
 from .layer import Layer, SystemResult
@@ -243,12 +244,15 @@ def cmd_validate(args) -> int:
         if unknown:
             raise ConfigError(f"--only {args.only!r}: unknown case {sorted(unknown)[0]!r}")
         cases = [c for c in cases if c.id in want]
+    out = output_dir("results", "validate", out=args.out)    # checked before the cases run
     rows = []
-    for i, c in enumerate(cases):
-        rows.append(run_case(c))
-        print(f"[{i + 1}/{len(cases)}] {c.id}: {rows[-1].model:.1f} vs {c.published} "
-              f"({rows[-1].wall_s:.1f} s)", flush=True)
-    out = output_dir("results", "validate", out=args.out)
+    with progress.stage("validate", total=len(cases), unit="cases") as st:
+        for i, c in enumerate(cases):
+            st.update(note=c.id, force=True)
+            rows.append(run_case(c))
+            print(f"[{i + 1}/{len(cases)}] {c.id}: {rows[-1].model:.1f} vs {c.published} "
+                  f"({rows[-1].wall_s:.1f} s)", flush=True)
+            st.advance()
     out.mkdir(parents=True, exist_ok=True)
     print(report(rows))
     print(f"      table: {write_csv(rows, out / 'validation.csv')}")

@@ -1,13 +1,14 @@
 """The ``moehub`` command line.
 
-Each sub-command lives next to the code it drives and registers itself here:
-``rtl`` and ``demo`` (this file), ``synth``, ``synth-sweep`` and ``equiv`` (moehub.synth.cli),
-``cosim`` and ``sweep`` (moehub.cosim.cli), ``calibrate`` (moehub.cosim.calibration).
-A sub-command module provides ``add_parser(subparsers)`` which sets ``func`` on its parser.
+Each sub-command lives next to the code it drives and registers itself here: ``rtl`` and
+``demo`` (this file), ``synth``, ``synth-sweep`` and ``equiv`` (moehub.synth.cli), ``cosim``
+and ``sweep`` (moehub.cosim.cli), ``calibrate`` (moehub.cosim.calibration). A sub-command
+module provides ``add_parser(subparsers)`` which sets ``func`` on its parser.
 
 Generated files go to the command's ``--out`` folder, else under ``$MOEHUB_BUILD``, else
-under ``./build`` (:mod:`moehub.paths`). Exit codes: 0 success, 1 a failed run, 2 bad
-input (arguments, configuration, an unusable output folder), 3 a missing synthesis tool.
+under ``./build`` (:mod:`moehub.paths`). Progress goes to stderr (:mod:`moehub.progress`,
+``-q``/``-v``), results and tables to stdout. Exit codes (:data:`EXIT_CODES`) are the same
+for every sub-command.
 """
 from __future__ import annotations
 
@@ -15,20 +16,38 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
+from .. import progress, runinfo
 from ..config.schema import HUB_CONFIGS, ConfigError, load_hub_config
 from ..paths import ENV, HELP, OutputDirError, build_root, check_dir
+from .args import Parser, UsageError, int_at_least, load_config_flag
 
 #: modules that contribute sub-commands (missing ones are skipped while they are built)
 COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli", "moehub.cosim.calibration")
 
+EXIT_CODES = {0: "success", 1: "the run failed", 2: "usage or configuration error (a bad "
+              "option value, config or output folder)", 3: "a tool is missing (Yosys, "
+              "OpenSTA, nextpnr)", 130: "interrupted (Ctrl-C)"}
+
+DESCRIPTION = ("moehub: the MoE-Hub co-design kit (hub RTL, verification, synthesis, "
+               "co-simulation).")
+EPILOG = ("Progress goes to stderr (-q: none, -v: more), results to stdout. Outputs go to "
+          f"--out, else {HELP}; results folders hold a run.json and are replaced only with "
+          "--force. Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + ".")
+
 
 def cmd_rtl(args) -> int:
+    """Every config is loaded before the first (slow) conversion, so a typo in the last
+    --config fails at once; with several configs, --out DIR gets a sub-folder each."""
     from ..rtl.gen import convert
     names = args.config or list(HUB_CONFIGS)
-    for name in names:
-        cfg = load_hub_config(name)
-        path = convert(cfg, out_dir=args.out)
+    cfgs = [load_config_flag("--config", load_hub_config, n) for n in names]
+    for i, cfg in enumerate(cfgs):
+        out = args.out if not args.out or len(cfgs) == 1 else os.path.join(args.out, cfg.name)
+        with progress.stage(f"rtl {cfg.name} ({i + 1}/{len(cfgs)}): Amaranth -> Verilog",
+                            heartbeat=True):
+            path = convert(cfg, out_dir=out)
         print(f"{cfg.name}: {path} ({path.stat().st_size // 1024} KiB Verilog; "
               f"CSR map {path.parent / 'csr_map.json'})")
     return 0
@@ -36,29 +55,75 @@ def cmd_rtl(args) -> int:
 
 def cmd_demo(args) -> int:
     from .demo import run_demo
-    return run_demo(args.config, seed=args.seed, tokens=args.tokens, waves=args.waves)
+    return run_demo(args.config, seed=args.seed, tokens=args.tokens, waves=args.waves,
+                    out=args.out, force=args.force)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="moehub", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+class _Version(argparse.Action):
+    """``--version``: computed when asked (it runs git), printed on stdout."""
 
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print moehub's version (and git commit in a checkout) and exit"):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(runinfo.version_string())
+        parser.exit(0)
+
+
+def _verbosity(p, default) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=progress.QUIET,
+                   default=default, help="no progress on stderr (results still on stdout)")
+    g.add_argument("-v", "--verbose", dest="verbosity", action="store_const",
+                   const=progress.VERBOSE, default=default,
+                   help="more progress (sub-steps, log paths) and tracebacks of failures")
+
+
+def _add_local(sub) -> None:
+    from .demo import DEMO_SEED, DEMO_TOKENS, token_limit
+    limits = ", ".join(f"{n} {token_limit(load_hub_config(n))}" for n in HUB_CONFIGS)
     r = sub.add_parser("rtl", help="write the hub's Verilog (and CSR map) under "
                        "rtl/<config>/ in the build folder")
     r.add_argument("--config", action="append", help=f"hub config name or YAML path "
                    f"(repeatable; default: all of {', '.join(HUB_CONFIGS)})")
     r.add_argument("--out", default=None, help=f"output folder (default <build>/rtl/<config>; "
-                   f"<build> is {HELP})")
+                   f"<build> is {HELP}; with several configs DIR/<config>)")
     r.set_defaults(func=cmd_rtl)
 
     d = sub.add_parser("demo", help="generate the RTL and run a short MoE traffic demo through it "
                        "(cocotb + Icarus), checked by the reference model")
-    d.add_argument("--config", default="mixtral-8gpu", help="hub config (default mixtral-8gpu)")
-    d.add_argument("--seed", type=int, default=1)
-    d.add_argument("--tokens", type=int, default=64, help="tokens per source GPU (default 64)")
-    d.add_argument("--waves", action="store_true", help="dump an FST waveform")
+    d.add_argument("--config", default="mixtral-8gpu", help="hub config (default mixtral-8gpu; "
+                   f"known: {', '.join(HUB_CONFIGS)})")
+    d.add_argument("--seed", type=int_at_least(0), default=DEMO_SEED,
+                   help=f"routing seed (default {DEMO_SEED})")
+    d.add_argument("--tokens", type=int_at_least(1), default=DEMO_TOKENS,
+                   help=f"tokens per source GPU (default {DEMO_TOKENS}; at most what the hub "
+                        f"config's token ids and expert regions hold: {limits})")
+    d.add_argument("--waves", action="store_true", help="dump an FST waveform into the results "
+                   "folder (its path is printed)")
+    d.add_argument("--out", default=None, help=f"results folder (default <build>/demo; <build> "
+                   f"is {HELP}); the run goes to a sub-folder named by config, tokens, seed")
+    d.add_argument("--force", action="store_true", help="replace an existing results folder")
     d.set_defaults(func=cmd_demo)
 
+
+def _describe(sub) -> None:
+    """Sub-commands without a description show their one-line help as one."""
+    for action in sub._choices_actions:
+        p = sub.choices.get(action.dest)
+        if p is not None and not p.description:
+            p.description = action.help
+        if p is not None and not p.epilog:
+            p.epilog = EPILOG
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="moehub", description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("--version", action=_Version)
+    _verbosity(p, progress.NORMAL)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_local(sub)
     for mod in COMMAND_MODULES:
         try:
             module = importlib.import_module(mod)
@@ -67,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.add_parser(sub)
+    for sp in sub.choices.values():
+        _verbosity(sp, argparse.SUPPRESS)
+    _describe(sub)
     return p
 
 
@@ -80,17 +148,48 @@ def check_outputs(args) -> None:
         build_root()
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def _fail(code: int, text: str) -> int:
+    print(text, file=sys.stderr)
+    return code
+
+
+def run_command(args) -> int:
+    """Run the parsed command and map its errors to the exit codes, one line each."""
+    from ..synth.tools import ToolMissing
+    cmd = f"moehub {args.command}"
     try:
         check_outputs(args)
         return int(args.func(args) or 0)
+    except UsageError as e:
+        return _fail(2, f"{cmd}: error: {e} (see '{cmd} --help')")
     except ConfigError as e:
-        print(f"moehub: configuration error: {e}", file=sys.stderr)
-        return 2
+        return _fail(2, f"moehub: configuration error: {e}")
     except OutputDirError as e:
-        print(f"moehub: output folder: {e}", file=sys.stderr)
-        return 2
+        return _fail(2, f"moehub: output folder: {e}")
+    except ToolMissing as e:
+        return _fail(3, f"{cmd}: missing tool: {e}")
+    except RuntimeError as e:
+        if args.verbosity >= progress.VERBOSE:
+            traceback.print_exc()
+        return _fail(1, f"{cmd}: failed: {e}")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    runinfo.begin(["moehub", *argv])
+    previous = progress.get()
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as e:              # --help, --version, a usage error
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        progress.configure(args.verbosity)
+        return run_command(args)
+    except KeyboardInterrupt:
+        # subprocess.run kills its child (Icarus, Yosys) before this arrives here
+        return _fail(130, "moehub: interrupted")
+    finally:
+        progress.set_reporter(previous)
 
 
 if __name__ == "__main__":

@@ -1,30 +1,84 @@
 """``moehub demo``: generate the hub's Verilog and push one MoE layer's dispatch traffic
-for one GPU through it (cocotb + Icarus), checked against the reference model."""
+for one GPU through it (cocotb + Icarus), checked against the reference model.
+
+The run goes to ``demo/<config>[_t<tokens>][_seed<seed>]`` in the build folder (or under
+``--out``): every value that changes the result and differs from the default is in the
+name. The folder is written whole (summary.json, run.json, waves.fst with ``--waves``) or
+not at all, and an existing one is replaced only with ``force``.
+"""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
-from ..config.schema import load_hub_config
-from ..paths import output_dir
+from ..config.schema import HubConfig, load_hub_config
+from ..paths import claim, output_dir, writing
+from .args import UsageError, load_config_flag
+
+DEMO_TOKENS = 64
+DEMO_SEED = 1
 
 
-def run_demo(config: str, seed: int = 1, tokens: int = 16, waves: bool = False) -> int:
-    from ..verif.runner import run_hub_cocotb
-    cfg = load_hub_config(config)
-    out = output_dir("demo", cfg.name)
-    out.mkdir(parents=True, exist_ok=True)
-    summary = out / "summary.json"
-    summary.unlink(missing_ok=True)
+def token_limit(cfg: HubConfig) -> int:
+    """Most tokens per source GPU the demo can send through ``cfg``'s hub: token ids must
+    not wrap at ``token_bits`` (two rows would share (source, token, slot) and the checker
+    would confuse them), and an expert's region must hold every row even if each source
+    sends every token to it (a token reaches an expert at most once: distinct top-k
+    experts), i.e. ``sources x tokens <= max_rows_per_expert``."""
+    return min(1 << cfg.token_bits, cfg.max_rows_per_expert // cfg.sources)
+
+
+def check_tokens(cfg: HubConfig, tokens: int) -> None:
+    limit = token_limit(cfg)
+    if not 1 <= tokens <= limit:
+        raise UsageError("--tokens", tokens, f"must be 1..{limit} for hub config '{cfg.name}' "
+                         f"(token ids have {cfg.token_bits} bits; {cfg.sources} sources x "
+                         f"{limit} tokens fill an expert's {cfg.max_rows_per_expert} rows)")
+
+
+def run_name(cfg: HubConfig, tokens: int, seed: int) -> str:
+    return (cfg.name + (f"_t{tokens}" if tokens != DEMO_TOKENS else "")
+            + (f"_seed{seed}" if seed != DEMO_SEED else ""))
+
+
+def run_demo(config: str, seed: int = DEMO_SEED, tokens: int = DEMO_TOKENS,
+             waves: bool = False, *, out=None, force: bool = False) -> int:
+    """Check everything (config, tokens, results folder) before the simulation, run it,
+    and print what the hub did. A failed check of the RTL is an error (exit 1), and leaves
+    no results folder behind."""
+    cfg = load_config_flag("--config", load_hub_config, config)
+    check_tokens(cfg, tokens)
+    if seed < 0:
+        raise UsageError("--seed", seed, "must be an integer >= 0")
+    folder = claim(output_dir("demo", out=out) / run_name(cfg, tokens, seed), force)
     t0 = time.time()
+    with writing(folder, force, config=cfg.name, tokens=tokens, seed=seed) as tmp:
+        fst = _simulate(cfg, config, seed, tokens, waves, tmp)
+    _print(cfg, json.loads((folder / "summary.json").read_text()), folder, time.time() - t0,
+           folder / "waves.fst" if fst else None)
+    return 0
+
+
+def _simulate(cfg: HubConfig, config: str, seed: int, tokens: int, waves: bool, tmp):
+    """The cocotb run, writing its summary into ``tmp``; with ``waves`` its FST is moved
+    there too. Returns whether ``tmp`` holds a waveform."""
+    from ..verif.runner import run_hub_cocotb
+    summary = tmp / "summary.json"
     res = run_hub_cocotb(config, ["demo_layer"], module="tb_demo", seed=seed, waves=waves,
                          tag="demo", extra_env={"MOEHUB_TOKENS": str(tokens),
-                                                "MOEHUB_SUMMARY": str(summary)})
-    wall = time.time() - t0
+                                                "MOEHUB_SUMMARY": str(summary)},
+                         label=f"demo {cfg.name}, {tokens} tokens/GPU")
     if res["failed"] or not summary.exists():
-        print(f"demo FAILED: see {res['results'].parent / 'sim-tb_demo.log'}")
-        return 1
-    s = json.loads(summary.read_text())
+        raise RuntimeError(f"the RTL run or its check against the reference model failed; "
+                           f"see {res['results'].parent / 'sim-tb_demo.log'}")
+    fst = res.get("waves")
+    if waves and fst and fst.exists():
+        shutil.move(str(fst), tmp / "waves.fst")
+    return (tmp / "waves.fst").exists()
+
+
+def _print(cfg: HubConfig, s: dict, folder, wall: float, fst) -> None:
     print(f"MoE-Hub demo: hub config '{cfg.name}' ({cfg.lanes} lanes x {cfg.chunk_bytes} B, "
           f"{cfg.sources} sources, {cfg.experts} local experts, {cfg.chunks_per_row} chunks/row)")
     print(f"  traffic: {s['tokens_per_source']} tokens per source GPU, top-{cfg.topk} routing, "
@@ -39,6 +93,7 @@ def run_demo(config: str, seed: int = 1, tokens: int = 16, waves: bool = False) 
         print(f"  tile ready: expert {e} tile {t} at cycle {cyc}")
     print(f"  drops: {s['drops'] or 'none'}; RTL and reference model agree on every write, "
           f"flag, count and credit")
-    print(f"  Verilog: {output_dir('rtl', cfg.name) / 'moehub.v'}; summary: {summary}; "
-          f"wall time {wall:.1f} s")
-    return 0
+    print(f"  Verilog: {output_dir('rtl', cfg.name) / 'moehub.v'}; results: {folder} "
+          f"(summary.json, run.json); wall time {wall:.1f} s")
+    if fst:
+        print(f"  waveform: {fst} (GTKWave or Surfer)")

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import progress
 from . import sram, tools
 from .verilog import MemoryArray, TOP
 
@@ -327,13 +328,14 @@ SYNTH_OUTPUTS = ("netlist.v", "netlist_sim.v", "stat.json", "stat.txt", "stat_rt
 def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryArray],
         fo4_ns: float, period_ns: float, abc_delay_ps: float | None = None,
         sta_only: bool = False, abc_effort: str = "normal", io_pct: float = IO_PCT,
-        sdc_header: str = "") -> dict:
+        sdc_header: str = "", label: str = "synth") -> dict:
     """Synthesize and time ``verilog`` (written by :mod:`moehub.synth.verilog`) in ``work``.
 
     ``sta_only``: keep the netlist of an earlier run in ``work`` and redo only the timing
     (a new clock constraint, or after an interrupted run). The constraints are written to
     ``work/moehub.sdc`` (:func:`sdc`; ``sdc_header``: its opening comment), which OpenSTA
-    reads, so that the same file can be taken to another tool.
+    reads, so that the same file can be taken to another tool. ``label`` starts the
+    progress lines of the Yosys and OpenSTA steps.
     """
     lib = tools.osu018_lib()
     if sta_only:
@@ -352,8 +354,10 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
         text = verilog.read_text()
         blocks = instantiated(text, TOP, set(re.findall(r"^module\s+\\?(\S+?)\s*\(", text, re.M)))
         (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros), blocks))
-        t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
-                                   work / "yosys.stdout", work)
+        with progress.stage(f"{label}: Yosys (synthesis, ABC mapping)", heartbeat=True) as st, \
+                progress.Follower(work / "yosys.log", lambda lines: _yosys_pass(st, lines)):
+            t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
+                                       work / "yosys.stdout", work)
     seq = sequential_cells(lib.read_text())
     areas = parse_stat(work / "stat.json", work / "stat.txt", work / "stat_rtl.json", seq)
     # memory_libmap maps an array only if its ports fit the 1R1W macro; the others (several
@@ -370,7 +374,9 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
     split_modules(netlist, work, [m for m in modules if m != TOP], set(areas) - {"__total__"})
     (work / SDC_NAME).write_text(sdc(period_ns, io_pct, sdc_header))
     (work / "sta.tcl").write_text(sta_script(lib, Path(files["liberty"].name) if macros else None, modules))
-    t_sta = tools.run_logged([tools.sta(), "-no_splash", "-exit", "sta.tcl"], work / "sta.log", work)
+    with progress.stage(f"{label}: OpenSTA (timing of {len(modules)} modules)", heartbeat=True):
+        t_sta = tools.run_logged([tools.sta(), "-no_splash", "-exit", "sta.tcl"], work / "sta.log",
+                                 work)
     timing = parse_sta((work / "sta.log").read_text(), period_ns)
     qnets, children = register_names((work / "netlist.v").read_text(), seq)
     for mod, t in timing.items():
@@ -379,6 +385,18 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
     return {"areas": areas, "timing": timing, "wall_s": {"yosys": t_yosys, "sta": t_sta},
             "files": files, "macros": mapped,
             "flop_arrays": [m for m in mems if m not in mapped]}
+
+
+_PASS_RE = re.compile(r"^\d+(?:\.\d+)*\. Executing (\S+) pass")
+
+
+def _yosys_pass(stage, lines: list) -> None:
+    """The Yosys pass running now (the last 'N.M. Executing X pass' line of its log)."""
+    for line in reversed(lines):
+        m = _PASS_RE.match(line)
+        if m:
+            stage.update(note=f"{m.group(1)} pass")
+            return
 
 
 # ------------------------------------------------------------------ readable path ends

@@ -1,27 +1,35 @@
 """``moehub synth``, ``moehub synth-sweep`` and ``moehub equiv`` sub-commands (registered by
-scripts/cli.py)."""
+scripts/cli.py). Bad option values are usage errors (exit 2) found before any tool runs;
+each flow step (FO4, RTL, Yosys with ABC, OpenSTA) is reported with its elapsed time
+(:mod:`moehub.progress`)."""
 from __future__ import annotations
 
+import argparse
 import sys
 
+from .. import progress
 from ..paths import HELP
+from ..scripts.args import UsageError, float_above, int_at_least, load_config_flag
 from . import flow, sram
 
 
 def _data_bits(text: str):
+    """argparse type of --data-bits: 'chunk', 'config' or an integer >= 1."""
     if text in ("chunk", "config"):
         return text
     try:
         value = int(text)
     except ValueError:
-        raise SystemExit(f"moehub synth: --data-bits = {text!r}: expected 'chunk', 'config' or an integer")
+        value = 0
     if value < 1:
-        raise SystemExit(f"moehub synth: --data-bits = {value}: must be >= 1")
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 'chunk', 'config' or an integer >= 1")
     return value
 
 
 def cmd_synth(args) -> int:
     from .tools import ToolMissing
+    for name in args.config:        # every config checked before the first (long) run
+        load_config_flag("--config", flow.load_hub_config, name)
     kw = {}
     if args.target == "asic":
         kw = {"period_ns": args.clock_ns, "sram_min_bits": args.sram_min_bits,
@@ -32,8 +40,10 @@ def cmd_synth(args) -> int:
     status = 0
     for name in args.config:
         try:
-            sec = flow.run(name, args.target, out=args.out if len(args.config) == 1 else None,
-                           data_bits=_data_bits(args.data_bits), **kw)
+            with progress.stage(f"synth {name} ({args.target})", heartbeat=True,
+                                level=progress.NORMAL if args.target == "ecp5" else progress.VERBOSE):
+                sec = flow.run(name, args.target, out=args.out if len(args.config) == 1 else None,
+                               data_bits=args.data_bits, **kw)
         except ToolMissing as e:
             print(f"moehub synth: {args.target} flow unavailable: {e}", file=sys.stderr)
             return 3
@@ -112,7 +122,7 @@ def _changes(args):
             try:
                 changes[key] = int(value)
             except ValueError:
-                raise SystemExit(f"moehub synth-sweep: --set {item!r}: expected KEY=INTEGER")
+                raise UsageError("--set", item, "expected KEY=INTEGER or 'none'") from None
     return changes
 
 
@@ -123,13 +133,13 @@ def add_parser(sub) -> None:
                    help="hub config name or YAML path (repeatable)")
     s.add_argument("--target", choices=flow.TARGETS, default="asic",
                    help="asic: Yosys + OSU018 + OpenSTA (default); ecp5: Yosys + nextpnr-ecp5")
-    s.add_argument("--data-bits", default="chunk",
+    s.add_argument("--data-bits", default="chunk", type=_data_bits,
                    help="datapath width: 'chunk' = 8 x chunk_bytes (default), 'config', or a number")
-    s.add_argument("--clock-ns", type=float, default=flow.DEFAULT_PERIOD_NS,
+    s.add_argument("--clock-ns", type=float_above(0), default=flow.DEFAULT_PERIOD_NS,
                    help=f"ASIC clock constraint and ABC delay target (default {flow.DEFAULT_PERIOD_NS} ns)")
-    s.add_argument("--sram-min-bits", type=int, default=sram.SRAM_MIN_BITS,
+    s.add_argument("--sram-min-bits", type=int_at_least(0), default=sram.SRAM_MIN_BITS,
                    help=f"arrays with at least this many bits become SRAM macros (default {sram.SRAM_MIN_BITS})")
-    s.add_argument("--sram-min-depth", type=int, default=sram.SRAM_MIN_DEPTH,
+    s.add_argument("--sram-min-depth", type=int_at_least(0), default=sram.SRAM_MIN_DEPTH,
                    help=f"... and at least this many words (default {sram.SRAM_MIN_DEPTH})")
     s.add_argument("--abc-effort", choices=("normal", "high"), default="normal",
                    help="ASIC: 'high' adds &fraig -x and &dch -f to the ABC script (~10x slower on "
@@ -137,7 +147,7 @@ def add_parser(sub) -> None:
     s.add_argument("--sta-only", action="store_true",
                    help="keep the netlist of the last run in the output folder and redo only timing and "
                         "reports (ecp5: re-read the last run's logs)")
-    s.add_argument("--fpga-MHz", type=float, default=50.0, help="ECP5 nextpnr target frequency")
+    s.add_argument("--fpga-MHz", type=float_above(0), default=50.0, help="ECP5 nextpnr target frequency")
     s.add_argument("--out", default=None, help=f"output folder (default <build>/synth/<config>; <build> is {HELP})")
     s.set_defaults(func=cmd_synth)
 
@@ -149,9 +159,9 @@ def add_parser(sub) -> None:
     w.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="change the base config for every point (repeatable; replaces the default "
                         "chunks_per_row=8 tags_per_source=4; '--set none' keeps the base as is)")
-    w.add_argument("--jobs", type=int, default=2, help="parallel synthesis runs (default 2)")
-    w.add_argument("--data-bits", type=int, default=32, help="datapath width of the sweep points (default 32)")
-    w.add_argument("--clock-ns", type=float, default=flow.DEFAULT_PERIOD_NS)
+    w.add_argument("--jobs", type=int_at_least(1), default=2, help="parallel synthesis runs (default 2)")
+    w.add_argument("--data-bits", type=int_at_least(1), default=32, help="datapath width of the sweep points (default 32)")
+    w.add_argument("--clock-ns", type=float_above(0), default=flow.DEFAULT_PERIOD_NS)
     w.add_argument("--out", default=None, help=f"output folder (default <build>/synth/sweep; <build> is {HELP})")
     w.add_argument("--plot-only", action="store_true", help="redraw the figures from the CSV files")
     w.set_defaults(func=cmd_sweep)
@@ -166,10 +176,10 @@ def add_parser(sub) -> None:
     e.add_argument("--match", choices=("all", "state"), default="all",
                    help="wires joined by name: 'all' shared names (default), 'state' only ports and "
                         "registers (when a refactor reuses combinational names for other signals)")
-    e.add_argument("--induct-seq", type=int, default=None, metavar="N",
+    e.add_argument("--induct-seq", type=int_at_least(0), default=None, metavar="N",
                    help="equiv_induct depth for what the register correspondence leaves unproven "
                         "(default 4, skipped above 20k flip-flop bits; 0 = skip)")
-    e.add_argument("--bmc-cycles", type=int, default=None, metavar="K",
+    e.add_argument("--bmc-cycles", type=int_at_least(0), default=None, metavar="K",
                    help="cycles from reset of the counterexample search when the proof is incomplete "
                         "(default 4, skipped above 20k flip-flop bits: mixtral-8gpu needs 11 GB; 0 = skip)")
     e.set_defaults(func=cmd_equiv)

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from .. import progress
 from ..config.schema import HubConfig, load_hub_config
 from ..paths import output_dir
 from . import asic, fo4, report, sram, tools, verilog
@@ -64,15 +65,18 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     t0 = time.monotonic()
-    fo4_ns = fo4.measure(out_dir / "fo4")
+    label = f"synth {cfg.name}"
+    with progress.stage(f"{label}: FO4 delay of the library (OpenSTA)", heartbeat=True):
+        fo4_ns = fo4.measure(out_dir / "fo4")
     v = out_dir / f"{verilog.TOP}.v"
     if not (sta_only and v.exists()):
-        v = verilog.write_verilog(cfg, out_dir)
+        with progress.stage(f"{label}: RTL (Amaranth -> Verilog)", heartbeat=True):
+            v = verilog.write_verilog(cfg, out_dir)
     t_rtl = time.monotonic() - t0
     mems = verilog.find_memories(v.read_text())
     macros = sram.select_macros(mems, sram_min_bits, sram_min_depth)
     res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sta_only=sta_only,
-                   abc_effort=abc_effort, io_pct=io_pct, sdc_header=sdc_header(cfg))
+                   abc_effort=abc_effort, io_pct=io_pct, sdc_header=sdc_header(cfg), label=label)
     res["wall_s"] = {"verilog": t_rtl, **res["wall_s"], "total": time.monotonic() - t0}
     if sta_only:
         old = out_dir / "report.json"

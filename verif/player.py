@@ -7,6 +7,9 @@ hub: it programs the CSRs, waits until the hub accepts packets (cycle 0 of the s
 offers each lane's packets in order once their arrival cycle has come and holds them while
 the hub back-pressures (a stalled hub delays later arrivals), and logs every control
 write, credit and stall with its cycle. Python is woken once, when the player is done.
+Every :data:`PROGRESS_CYCLES` cycles the player also appends ``<cycle> <packets accepted>``
+to ``progress.txt`` (flushed), which :func:`run_player` follows to report simulated
+cycles per second and an ETA (:mod:`moehub.progress`) while Icarus runs.
 
 The same player runs in two ways:
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from .. import progress
 from ..config.schema import HubConfig
 from ..rtl.csr_map import CTRL_START, CsrMap
 from ..paths import output_dir
@@ -32,6 +36,8 @@ from .model import CtlWrite, HubModel
 
 CYCLE_BITS = 32
 PLAYER_TOP = "moehub_player"
+#: cycles between two progress lines (a power of two; about a second of simulation)
+PROGRESS_CYCLES = 1024
 
 
 @dataclass
@@ -122,7 +128,7 @@ def _verilog(cfg: HubConfig, n_packets: int, n_csr: int, bp_permille: int,
          "  reg rst = 1;",
          "  reg [3:0] state = 0;",
          f"  reg [{CYCLE_BITS - 1}:0] t = 0;   // schedule cycle: 0 = first cycle the hub accepts",
-         "  integer f, wait_cnt = 0, csr_i = 0, rd_i = 0;",
+         "  integer f, pf, wait_cnt = 0, csr_i = 0, rd_i = 0;",
          "  reg [63:0] hash = 0, writes = 0;",
          "  reg stalled = 0; reg [31:0] stall_from = 0;",
          f"  reg [31:0] csr_mem [0:{max(1, 2 * n_csr) - 1}];",
@@ -157,6 +163,7 @@ def _verilog(cfg: HubConfig, n_packets: int, n_csr: int, bp_permille: int,
     v += ["  initial begin",
           "    done = 0;",
           '    f = $fopen("player.log", "w");',
+          '    pf = $fopen("progress.txt", "w");',
           '    $readmemh("csr.hex", csr_mem);']
     if n_packets:
         v.append('    $readmemh("packets.hex", mem);')
@@ -173,6 +180,8 @@ def _verilog(cfg: HubConfig, n_packets: int, n_csr: int, bp_permille: int,
           "      2: begin wait_cnt <= wait_cnt + 1; if (wait_cnt >= 3 && r0) begin state <= 3; t <= 0; end end",
           "      3: begin",
           "        t <= t + 1;",
+          f"        if (t[{PROGRESS_CYCLES.bit_length() - 2}:0] == 0) begin"
+          ' $fwrite(pf, "%0d %0d\\n", t, head); $fflush(pf); end',
           f"        if (!r0 && ({any_v})) begin if (!stalled) begin stalled <= 1; stall_from <= t; end end",
           '        else if (stalled) begin stalled <= 0; $fwrite(f, "S %0d %0d\\n", stall_from, t - 1); end',
           '        if (ldone) begin $fwrite(f, "L %0d\\n", t); state <= 4; end',
@@ -297,47 +306,74 @@ def accept_schedule(arrivals: list, pkts: list, stalls: list, lanes: int) -> lis
 
 def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb",
                csr_writes=None, bp: float = 0.0, tag: str = "player", waves: bool = False,
-               log_accepts: bool = False) -> PlayerResult:
+               log_accepts: bool = False, label: str | None = None) -> PlayerResult:
     """Play ``packets`` ((arrival cycle, lane, Packet)) into the hub's RTL and return what
     it did. The player keeps the schedule's order (cycle, lane, then list order) and puts
     the packets that have arrived on lanes 0, 1, ... each cycle, at most one per lane; a
-    stalled hub delays later arrivals. ``mode``: "cocotb" or "verilog" (plain testbench)."""
+    stalled hub delays later arrivals. ``mode``: "cocotb" or "verilog" (plain testbench).
+    ``label`` names the run in progress lines (default ``RTL hub <config> [<tag>]``)."""
     from ..rtl.gen import convert   # (Amaranth: imported only to build the hub)
+    if mode not in ("cocotb", "verilog"):
+        raise ValueError(f"mode = {mode!r}: must be 'cocotb' or 'verilog'")
+    label = label or f"RTL hub {cfg.name} [{tag}]"
     out = output_dir("player", f"{cfg.name}-{tag}")
     player, reads, schedule = prepare(cfg, packets, out, csr_writes=csr_writes, bp=bp,
-                                   log_accepts=log_accepts)
-    hub_v = convert(cfg)
+                                      log_accepts=log_accepts)
     log = out / "player.log"
     log.unlink(missing_ok=True)
+    (out / "progress.txt").unlink(missing_ok=True)
     t0 = time.time()
-    if mode == "verilog":
-        vvp = out / "plain.vvp"
-        subprocess.run(["iverilog", "-g2012", "-DPLAYER_PLAIN", "-s", "player_tb", "-o", str(vvp),
-                        str(hub_v), str(player)], check=True)
-        t1 = time.time()
-        subprocess.run(["vvp", "-n", str(vvp)], cwd=out, check=True, stdout=subprocess.DEVNULL)
-    elif mode == "cocotb":
-        from cocotb_tools.runner import get_runner
-        runner = get_runner("icarus")
-        build = out / "cocotb"
-        runner.build(sources=[str(hub_v), str(player)], hdl_toplevel=PLAYER_TOP, build_dir=build,
-                     timescale=("1ns", "1ps"), always=True, waves=waves,
-                     log_file=build / "build.log")
-        t1 = time.time()
-        try:
-            runner.test(test_module="moehub.verif.tb_player", hdl_toplevel=PLAYER_TOP, build_dir=build,
-                        test_dir=out, timescale=("1ns", "1ps"), waves=waves,
-                        results_xml=str(build / "results.xml"), log_file=build / "sim.log")
-        except SystemExit:
-            raise RuntimeError(f"player run failed; see {build / 'sim.log'}") from None
-    else:
-        raise ValueError(f"mode = {mode!r}: must be 'cocotb' or 'verilog'")
-    t2 = time.time()
-    if not log.exists():
-        raise RuntimeError(f"the player wrote no log ({log})")
-    res = parse_log(cfg, log, reads, schedule, log_accepts)
+    with progress.stage(f"{label}: build (Amaranth -> Verilog, Icarus)", heartbeat=True):
+        hub_v = convert(cfg)
+        run = _build_verilog(out, hub_v, player) if mode == "verilog" else \
+            _build_cocotb(out, hub_v, player, waves)
+    t1 = time.time()
+    with progress.stage(f"{label}: simulate", total=len(packets), unit="packets",
+                        heartbeat=True) as st, \
+            progress.Follower(out / "progress.txt", lambda lines: _show(st, lines)):
+        run()
+        t2 = time.time()
+        if not log.exists():
+            raise RuntimeError(f"the player wrote no log ({log})")
+        res = parse_log(cfg, log, reads, schedule, log_accepts)
+        st.update(len(res.accepted), cycles=res.cycles or 0)      # the final count
     res.wall_s, res.build_s = t2 - t1, t1 - t0
     return res
+
+
+def _show(stage, lines: list) -> None:
+    """The player's last ``<cycle> <packets accepted>`` line."""
+    cycle, head = (int(x) for x in lines[-1].split()[:2])
+    stage.update(head, cycles=cycle)
+
+
+def _build_verilog(out: Path, hub_v: Path, player: Path):
+    """Compile the plain testbench; returns the function that runs it."""
+    vvp = out / "plain.vvp"
+    subprocess.run(["iverilog", "-g2012", "-DPLAYER_PLAIN", "-s", "player_tb", "-o", str(vvp),
+                    str(hub_v), str(player)], check=True)
+    return lambda: subprocess.run(["vvp", "-n", str(vvp)], cwd=out, check=True,
+                                  stdout=subprocess.DEVNULL)
+
+
+def _build_cocotb(out: Path, hub_v: Path, player: Path, waves: bool):
+    """Build the cocotb simulation (clock in C); returns the function that runs it."""
+    from cocotb_tools.runner import get_runner
+    runner = get_runner("icarus")
+    build = out / "cocotb"
+    runner.build(sources=[str(hub_v), str(player)], hdl_toplevel=PLAYER_TOP, build_dir=build,
+                 timescale=("1ns", "1ps"), always=True, waves=waves,
+                 log_file=build / "build.log")
+    progress.debug(f"RTL player simulation log: {build / 'sim.log'}")
+
+    def run():
+        try:
+            runner.test(test_module="moehub.verif.tb_player", hdl_toplevel=PLAYER_TOP,
+                        build_dir=build, test_dir=out, timescale=("1ns", "1ps"), waves=waves,
+                        results_xml=str(build / "results.xml"), log_file=build / "sim.log")
+        except (SystemExit, RuntimeError):
+            raise RuntimeError(f"player run failed; see {build / 'sim.log'}") from None
+    return run
 
 
 def replay_into_model(cfg: HubConfig, res: PlayerResult, csr_writes=None) -> HubModel:

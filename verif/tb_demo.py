@@ -2,13 +2,16 @@
 
 Routes ``MOEHUB_TOKENS`` tokens per source GPU top-k over all experts, sends the rows that
 land on GPU 0 through the hub's Verilog, checks everything against the reference model,
-and writes a summary JSON (``MOEHUB_SUMMARY``) that scripts/demo.py prints.
+and writes a summary JSON (``MOEHUB_SUMMARY``) that scripts/demo.py prints. Progress for
+``moehub demo``: ``<cycle> <packets accepted> <packets>`` lines appended to
+``MOEHUB_PROGRESS`` (followed by verif/runner.py; the simulator's stdout goes to a log).
 """
 import json
 import os
 import random
 
 import cocotb
+from cocotb.triggers import ClockCycles
 
 from moehub.config.schema import load_hub_config
 from moehub.rtl.formats import CtlKind, Reason
@@ -16,6 +19,18 @@ from moehub.verif.hubtb import HubTB
 from moehub.verif.traffic import LaneFeeder, moe_routing, routed_rows
 
 CFG = load_hub_config(os.environ.get("MOEHUB_CONFIG", "mixtral-8gpu"))
+
+
+async def report_progress(tb, start: int, total: int, every: int = 256):
+    """Append progress lines every ``every`` cycles (runs until the test ends)."""
+    path = os.environ.get("MOEHUB_PROGRESS")
+    if not path:
+        return
+    with open(path, "a") as f:
+        while True:
+            await ClockCycles(tb.dut.clk, every)
+            f.write(f"{tb.now() - start} {len(tb.accepted)} {total}\n")
+            f.flush()
 
 
 @cocotb.test(timeout_time=1, timeout_unit="sec")
@@ -30,6 +45,8 @@ async def demo_layer(dut):
     await tb.configure(tile_rows=CFG.min_tile_rows, epoch=1)
     await tb.start_layer()
     start = tb.now()
+    total = len(rows) * CFG.chunks_per_row + CFG.sources       # data packets + EOS
+    cocotb.start_soon(report_progress(tb, start, total))
     tb.feed(LaneFeeder(CFG, rows, rng, idle=0.1, early_eos=True), credit_delay=20)
     await tb.wait_idle()
     model = await tb.check()
