@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..config.schema import ConfigError
 from .experiment import ExperimentResult, load_configs, run_experiment, stats, table, write_outputs
-from .hub_stage import BACKENDS
+from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
 
 #: columns of :meth:`CosimResult.to_csv` (and of ``stats.csv``)
@@ -118,9 +118,8 @@ def run(model: str = "mixtral-8x7b", system: str = "h100x8", workload: str = "de
 
 def _check(s, systems, hub: str, rtl_gpus, hub_order: str) -> None:
     """The arguments the configs do not check, refused before any work."""
-    from .cli import _backend_available
-    if not _backend_available(hub):
-        raise ConfigError(f"hub = {hub!r}: no such hub stage backend (known: {', '.join(BACKENDS)}, rtl)")
+    if not backend_available(hub):
+        raise ConfigError(f"hub = {hub!r}: no such hub stage backend (known: {', '.join(known_backends())})")
     unknown = [x for x in systems or () if x not in SYSTEMS]
     if unknown:
         raise ConfigError(f"systems = {unknown[0]!r}: unknown (known: {', '.join(SYSTEMS)})")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import pkgutil
 import time
 
 from .. import progress
@@ -29,7 +28,7 @@ from ..config.cosim_schema import (DTYPES, available, load_model_config, load_sy
 from ..paths import HELP, claim, writing
 from ..scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
-from .hub_stage import BACKENDS, register_backend
+from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -44,34 +43,9 @@ def _dtype(value: str) -> str:
     return value
 
 
-def _backend_available(name: str) -> bool:
-    """Backends beyond model/reference live in ``moehub.cosim.hub_<name>`` as
-    ``run_hub_<name>(cfg, arrivals)`` and are registered on first use (e.g. ``rtl``)."""
-    if name in BACKENDS:
-        return True
-    import importlib
-    try:
-        mod = importlib.import_module(f"moehub.cosim.hub_{name}")
-    except ImportError:
-        return False
-    fn = getattr(mod, f"run_hub_{name}", None)
-    if fn is None:
-        return False
-    register_backend(name, fn)
-    return True
-
-
-def known_backends() -> list:
-    """Every hub backend: the built-in ones and each ``cosim/hub_<name>.py`` that defines
-    ``run_hub_<name>`` (imported to find out: only asked for when listing them)."""
-    from . import __path__ as cosim_path
-    found = [m.name[4:] for m in pkgutil.iter_modules(cosim_path) if m.name.startswith("hub_")]
-    return list(BACKENDS) + sorted(n for n in found if n not in BACKENDS and _backend_available(n))
-
-
 def _hub(value: str) -> str:
     """argparse type of --hub: an available backend, else the list of all of them."""
-    if _backend_available(value):
+    if backend_available(value):
         return value
     raise argparse.ArgumentTypeError(f"{value!r}: not a hub backend (known: "
                                      f"{', '.join(known_backends())})")

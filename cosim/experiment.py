@@ -9,8 +9,9 @@ sibling renamed into place, :func:`moehub.paths.writing`):
 * ``config.yaml``   the fully resolved configs (system, model, workload, derived hub);
 * ``stats.json``    layer latency per system, phases, speedups, end-to-end estimate, hub stats;
 * ``stats.csv``     one line per system; ``phases.csv`` one line per (system, phase);
-* ``timeline.png``  per-GPU rows (routing, sends, hub, GEMM tiles, combine), one panel
-  per system on one time axis;
+* ``timeline.png``  (and ``timeline.svg``) the layer time per system split by phase kind,
+  the hub's first tiles, and per-GPU tracks (routing, sends, hub, GEMM tiles, combine),
+  one panel per system on one time axis (:mod:`.plots`);
 * ``run.json``      the command line, versions, git commit, start, wall and CPU time.
 
 End-to-end estimate (per GPU, prefill of ``tokens_per_gpu`` tokens): every layer runs its
@@ -238,6 +239,7 @@ def _write_files(er: ExperimentResult, out: Path, figure: bool) -> dict:
         from .plots import timeline_figure
         with progress.stage("timeline figure", heartbeat=True):
             paths["timeline"] = timeline_figure(er, out / "timeline.png")
+        paths["timeline_svg"] = paths["timeline"].with_suffix(".svg")
     return paths
 
 

@@ -30,6 +30,8 @@ after the end of the last queued per-row event's slot if later.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -264,3 +266,27 @@ def register_backend(name: str, backend: HubBackend) -> None:
     :mod:`moehub.cosim.hub_rtl`). It must return the same :class:`HubResult` fields;
     tile-ready cycles are compared against ``model`` by the caller."""
     BACKENDS[name] = backend
+
+
+def backend_available(name: str) -> bool:
+    """Backends beyond model/reference live in ``moehub.cosim.hub_<name>`` as
+    ``run_hub_<name>(cfg, arrivals)`` and are registered on first use (e.g. ``rtl``)."""
+    if name in BACKENDS:
+        return True
+    try:
+        mod = importlib.import_module(f"moehub.cosim.hub_{name}")
+    except ImportError:
+        return False
+    fn = getattr(mod, f"run_hub_{name}", None)
+    if fn is None:
+        return False
+    register_backend(name, fn)
+    return True
+
+
+def known_backends() -> list:
+    """Every hub backend: the built-in ones and each ``cosim/hub_<name>.py`` that defines
+    ``run_hub_<name>`` (imported to find out: only asked for when listing them)."""
+    import moehub.cosim
+    found = [m.name[4:] for m in pkgutil.iter_modules(moehub.cosim.__path__) if m.name.startswith("hub_")]
+    return list(BACKENDS) + sorted(n for n in found if n not in BACKENDS and backend_available(n))
