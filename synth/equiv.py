@@ -60,6 +60,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .. import progress
 from ..paths import output_dir
 from . import tools
 
@@ -783,7 +784,8 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
     out.mkdir(parents=True, exist_ok=True)
     tool = yosys_tool()
     t0 = time.monotonic()
-    gold, gate = _prepare_both(tool, gold_il, gate_il, out)
+    with progress.stage(f"equiv {config}: flatten both designs (Yosys)", heartbeat=True):
+        gold, gate = _prepare_both(tool, gold_il, gate_il, out)
     res = Result(config=config, ref=ref, commit=commit, verdict="not proved", proof="",
                  out=str(out), tool=tool)
     res.runtime_s["prep"] = time.monotonic() - t0
@@ -795,7 +797,9 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
         res.verdict, res.proof, res.differ = "not equivalent", "ports", ports
         return _finish(res, t0)
     t1 = time.monotonic()
-    _correspondence(tool, out, gold, gate, pairing, match)
+    with progress.stage(f"equiv {config}: prove {len(gold.flop_bits):,} register bits and the "
+                        f"outputs (equiv_simple)", heartbeat=True):
+        _correspondence(tool, out, gold, gate, pairing, match)
     large = len(gold.flop_bits) > LARGE_FLOP_BITS
     induct_seq = _depth(induct_seq, INDUCT_SEQ, large, "equiv_induct", res)
     bmc_cycles = _depth(bmc_cycles, BMC_CYCLES, large, "bounded check", res)
@@ -847,7 +851,8 @@ def _induct(res: Result, out: Path, tool: str, induct_seq: int) -> None:
     status2 = (out / "status2.txt").read_text()
     if induct_seq and parse_status(status2)[2]:
         try:
-            _run_yosys(tool, induct_script(induct_seq), "induct", out)
+            with progress.stage(f"equiv_induct -seq {induct_seq} on what is left", heartbeat=True):
+                _run_yosys(tool, induct_script(induct_seq), "induct", out)
             return
         except RuntimeError as e:
             res.notes.append(f"equiv_induct aborted: {str(e).splitlines()[0]}")
@@ -888,7 +893,8 @@ def _bounded(res: Result, out: Path, tool: str, cycles: int, timeout_s: int) -> 
     """Search a counterexample from reset; without one the result stays 'not proved'."""
     t = time.monotonic()
     try:
-        _run_yosys(tool, bmc_script(Path("gold.prep.il"), Path("gate.prep.il"), cycles, timeout_s), "bmc", out)
+        with progress.stage(f"bounded check of the outputs, {cycles} cycles", heartbeat=True):
+            _run_yosys(tool, bmc_script(Path("gold.prep.il"), Path("gate.prep.il"), cycles, timeout_s), "bmc", out)
     except RuntimeError:
         pass                          # sat -verify fails on a counterexample; the log says which
     res.runtime_s["bmc"] = time.monotonic() - t
@@ -925,7 +931,8 @@ def check(config_name: str, ref: str = DEFAULT_REF, out: Path | str | None = Non
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     export_tree(commit, out / "gold" / "src" / "moehub")
-    with ThreadPoolExecutor(2) as pool:
+    with progress.stage(f"equiv {name}: RTLIL of {ref} and of the working tree", heartbeat=True), \
+            ThreadPoolExecutor(2) as pool:
         jobs = [pool.submit(emit_rtlil, config, out / "gold.il", out / "gold" / "src"),
                 pool.submit(emit_rtlil, config, out / "gate.il")]
         for job in jobs:

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from .. import progress
 from ..config.schema import QUEUE_GROUPS, ConfigError, HubConfig, load_hub_config
 from ..paths import output_dir
 from . import flow
@@ -122,9 +123,11 @@ def run_sweeps(base_name: str = "mixtral-8gpu", sweeps=None, jobs: int = 2, data
         unique.setdefault(key(j), j)
     t0 = time.monotonic()
     done = {}
-    with ProcessPoolExecutor(max_workers=min(jobs, len(unique), os.cpu_count() or 1)) as ex:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(unique), os.cpu_count() or 1)) as ex, \
+            progress.stage("synth-sweep: points synthesised", total=len(unique), heartbeat=True) as st:
         for k, row in zip(unique, ex.map(_run_point, unique.values())):
             done[k] = row
+            st.advance(note=f"{row['param']} = {row['value']}")
             print(f"  {row['param']:>16} = {row['value']:<3}  {row['area_um2'] / 1e6:7.2f} mm2 OSU018  "
                   f"{row['fmax_MHz']:6.1f} MHz  {row['fo4']:6.1f} FO4  ({row['wall_s']:.0f} s)", flush=True)
     rows = [{**done[key(j)], "sweep": j[0], "param": j[1], "value": j[2]} for j in todo]
