@@ -20,7 +20,8 @@ from ..config.schema import HUB_CONFIGS, ConfigError, load_hub_config
 from ..paths import ENV, HELP, OutputDirError, build_root, check_dir
 
 #: modules that contribute sub-commands (missing ones are skipped while they are built)
-COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli", "moehub.cosim.calibration")
+COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli", "moehub.cosim.calibration",
+                   "moehub.verif.formal.cli")
 
 
 def cmd_rtl(args) -> int:

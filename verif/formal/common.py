@@ -90,6 +90,13 @@ REDUCED = {
     # expert), 16-bit addresses
     "trk-small": dict(experts=2, max_rows_per_expert=8, min_tile_rows=2, tile_rows=2,
                       max_tile_rows=4, addr_bits=16),
+    # packet manager: 2 lanes, 2 sources x 2 tags, 2 experts, 2-chunk rows of 1-byte
+    # chunks, 1-bit data and token, regions of 4 rows, 8-bit addresses, queues of 16
+    # (the schema's minimum for 2 lanes: 6 groups of 2)
+    "pm-small": dict(sources=2, experts=2, lanes=2, chunk_bytes=1, row_bytes=2,
+                     tags_per_source=2, max_rows_per_expert=4, tile_rows=2, min_tile_rows=2,
+                     max_tile_rows=4, token_bits=1, topk=2, addr_bits=8, data_bits=1,
+                     event_queue_depth=16, credit_queue_depth=16, timeout_cycles=0),
 }
 
 
