@@ -108,7 +108,7 @@ def test_broken_packet_manager_fails():
     from moehub.verif.formal.packet_manager import PacketManagerHarness
     broken = mutant("moehub.rtl.packet_manager", "b.valid.eq(al.setb & info.alloc)", "b.valid.eq(al.setb)",
                     "PacketManager")
-    r = run_harness("broken-pm", PacketManagerHarness(formal_config("tiny/pm-small"), broken), "bmc", 10)
+    r = run_harness("broken-pm", PacketManagerHarness(formal_config("tiny/pm-small"), broken), "bmc", 12)
     _fails(r, "dropped packet writes")
 
 

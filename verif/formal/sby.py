@@ -84,10 +84,6 @@ def sby_text(mode: str, depth: int, engine: str = "yices", script: tuple[str, ..
 
 _FAILED = re.compile(r"(?:Assert failed in top|Unreached cover statement at|"
                      r"failed assertion|Unreached cover statement in top)[: ]*(.*)")
-_STEP = re.compile(r"(?:BMC failed|Assert failed).*?step (\d+)|failed assertion .*? at step (\d+)|"
-                   r"Status: failed.*|Assert failed in .*")
-
-
 def _parse(workdir: Path) -> tuple[str, list[str], Path | None, int | None]:
     """(status, failed messages, trace, step) from a finished sby work folder."""
     status_file = workdir / "status"
@@ -100,9 +96,12 @@ def _parse(workdir: Path) -> tuple[str, list[str], Path | None, int | None]:
             seen.add(msg)
             failed.append(msg)
     step = None
-    m = re.search(r"(?:Assert|BMC) failed.*?step (\d+)|at step (\d+)", log)
+    m = re.search(r"failed assertion \S+ at \S+ step (\d+)", log)
     if m:
-        step = int(m.group(1) or m.group(2))
+        step = int(m.group(1))
+    elif "BMC failed" in log:      # (without a step in the summary: the last step checked)
+        steps = re.findall(r"Checking assertions in step (\d+)", log.split("BMC failed")[0])
+        step = int(steps[-1]) if steps else None
     traces = sorted(workdir.glob("engine_*/trace*.vcd"))
     trace = traces[0] if traces and status == "FAIL" else None
     return status, failed, trace, step

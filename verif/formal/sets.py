@@ -83,7 +83,7 @@ def _sets() -> list[PropertySet]:
         PropertySet("credit-queue", "credit queue", "tiny (4 slots x 32)", _queue("credit", "tiny"),
                     {"bmc": 10, "cover": 16}, note="as the event queue"),
         PropertySet("tracker", "tracker", "tiny/trk-small", _tracker("tiny/trk-small"),
-                    {"bmc": 20, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
+                    {"bmc": 22, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
                     note="reset, START, clearing (8 counters), a tile's events, flag, sweep"),
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
