@@ -56,9 +56,11 @@ def _details(r) -> None:
     """Why a job did not pass: the properties, the trace, the log."""
     if r.status == "PASS":
         return
-    what = "unreached cover" if r.mode == "cover" else "failed"
+    what = ("unreached cover" if r.mode == "cover" else
+            "not inductive (k-induction did not close)" if r.status == "UNKNOWN" else "failed")
     for f in dict.fromkeys(r.failed):
         print(f"    {what}: {f}")
     if r.trace:
-        print(f"    counterexample{f' (step {r.step})' if r.step is not None else ''}: {r.trace}")
+        kind = "induction trace" if r.status == "UNKNOWN" else "counterexample"
+        print(f"    {kind}{f' (step {r.step})' if r.step is not None else ''}: {r.trace}")
     print(f"    log: {r.log}")

@@ -103,7 +103,7 @@ def _parse(workdir: Path) -> tuple[str, list[str], Path | None, int | None]:
         steps = re.findall(r"Checking assertions in step (\d+)", log.split("BMC failed")[0])
         step = int(steps[-1]) if steps else None
     traces = sorted(workdir.glob("engine_*/trace*.vcd"))
-    trace = traces[0] if traces and status == "FAIL" else None
+    trace = traces[0] if traces and status in ("FAIL", "UNKNOWN") else None
     return status, failed, trace, step
 
 
