@@ -102,7 +102,8 @@ def _parse(workdir: Path) -> tuple[str, list[str], Path | None, int | None]:
     elif "BMC failed" in log:      # (without a step in the summary: the last step checked)
         steps = re.findall(r"Checking assertions in step (\d+)", log.split("BMC failed")[0])
         step = int(steps[-1]) if steps else None
-    traces = sorted(workdir.glob("engine_*/trace*.vcd"))
+    # (trace.vcd: a counterexample; trace_induct.vcd: the induction's; traceN.vcd: covers)
+    traces = sorted(t for t in workdir.glob("engine_*/trace*.vcd") if not t.stem[5:].isdigit())
     trace = traces[0] if traces and status in ("FAIL", "UNKNOWN") else None
     return status, failed, trace, step
 
