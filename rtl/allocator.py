@@ -43,6 +43,10 @@ class AddressAllocator(wiring.Component):
         Region capacities (CSR).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far (CSR status, the final counts).
+    formal_room, formal_cap : Out(cap_bits).array(experts)
+        Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
+        the room left and the capacity latched at the layer start. The proofs state
+        ``rows + room == cap`` with them, the invariant k-induction needs to close.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -52,6 +56,8 @@ class AddressAllocator(wiring.Component):
             "grant": In(allocation_signature(cfg)),
             "cap": In(cfg.cap_bits).array(E),
             "rows": Out(cfg.cap_bits).array(E),
+            "formal_room": Out(cfg.cap_bits).array(E),
+            "formal_cap": Out(cfg.cap_bits).array(E),
         })
 
     def elaborate(self, platform):
@@ -80,6 +86,8 @@ class AddressAllocator(wiring.Component):
         # saturating update needs no adder after the compare: both outcomes are computed
         # in parallel with it.
         cap_l = [Signal(cfg.cap_bits, name=f"cap{e}") for e in range(E)]
+        m.d.comb += [self.formal_room[e].eq(room[e]) for e in range(E)]
+        m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]

@@ -1,0 +1,144 @@
+"""Formal proofs (moehub.verif.formal, ``moehub formal``) with SymbiYosys from PyPI.
+
+Fast: the smoke jobs (every set's shallow proofs and covers, < 30 s together), proofs
+that fail on a deliberately broken allocator and queue (so the properties are not
+vacuous), and the command's exit codes. Slow: every set's full jobs, and broken tracker
+and packet manager. Skipped when yowasp-sby or the solver is missing.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import pytest
+
+from moehub.verif.formal import sby
+from moehub.verif.formal.sets import SETS, jobs, run, run_harness
+
+try:
+    sby.check_tools()
+    _MISSING = None
+except sby.ToolMissing as e:
+    _MISSING = str(e)
+pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"formal tools missing: {_MISSING}")
+
+
+def _id(job):
+    s, mode, depth = job
+    return f"{s.name}-{mode}-{depth}"
+
+
+@pytest.fixture(autouse=True)
+def _build(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+
+
+def _check(result):
+    assert result.status == "PASS", (f"{result.name} {result.mode} {result.depth}: {result.status} "
+                                     f"{result.failed} (log {result.log})")
+
+
+@pytest.mark.parametrize("job", jobs(smoke=True), ids=_id)
+def test_smoke(job):
+    """The fast set: each component's shallow proof or cover passes (covers: reached)."""
+    _check(run(*job))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job", jobs(), ids=_id)
+def test_full(job):
+    """The slow set: every job of every property set passes at its full depth."""
+    _check(run(*job))
+
+
+def mutant(module_name: str, old: str, new: str, cls: str):
+    """Class ``cls`` of a copy of ``module_name`` whose source has ``old`` replaced by
+    ``new`` (exactly once): a deliberately broken component."""
+    mod = importlib.import_module(module_name)
+    src = open(mod.__file__).read()
+    assert src.count(old) == 1, f"{old!r} not found once in {mod.__file__}"
+    copy = types.ModuleType(f"{module_name}_mutant")
+    copy.__package__ = mod.__package__
+    copy.__file__ = mod.__file__
+    exec(compile(src.replace(old, new), mod.__file__, "exec"), copy.__dict__)
+    return getattr(copy, cls)
+
+
+def _fails(result, text):
+    assert result.status == "FAIL", f"{result.name}: {result.status}, expected FAIL"
+    assert result.trace is not None and result.trace.exists()
+    assert any(text in f for f in result.failed), result.failed
+
+
+def test_broken_allocator_fails():
+    """Off by one in the capacity check: a row is granted at the capacity."""
+    from moehub.verif.formal.allocator import AllocatorHarness
+    from moehub.verif.formal.common import formal_config
+    broken = mutant("moehub.rtl.allocator", "(n_ahead < select(", "(n_ahead <= select(", "AddressAllocator")
+    r = run_harness("broken-allocator", AllocatorHarness(formal_config("tiny/alloc-small"), broken), "bmc", 6)
+    _fails(r, "capacity")
+
+
+def test_broken_queue_fails():
+    """After a pop from a queue of one entry the head takes a stale entry."""
+    from amaranth.lib import data
+    from moehub.verif.formal.queue import QueueHarness
+    broken = mutant("moehub.rtl.event_queue", "Mux(level >= 2,", "Mux(level >= 1,", "EventQueue")
+    r = run_harness("broken-queue", QueueHarness(data.StructLayout({"v": 2}), 4, 8, broken), "bmc", 8)
+    _fails(r, "chosen entry")
+
+
+@pytest.mark.slow
+def test_broken_tracker_fails():
+    """A tile flagged one completion early."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.tracker import SCRIPT, TrackerHarness
+    broken = mutant("moehub.rtl.tracker", "full.eq(t2.cnt == t2.target)", "full.eq(t2.cnt + 1 == t2.target)",
+                    "AvailabilityTracker")
+    r = run_harness("broken-tracker", TrackerHarness(formal_config("tiny/trk-small"), broken), "bmc", 18,
+                    script=SCRIPT)
+    _fails(r, "flagged")
+
+
+@pytest.mark.slow
+def test_broken_packet_manager_fails():
+    """A chunk of a dropped row (bad expert, overflow) is written."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.packet_manager import PacketManagerHarness
+    broken = mutant("moehub.rtl.packet_manager", "b.valid.eq(al.setb & info.alloc)", "b.valid.eq(al.setb)",
+                    "PacketManager")
+    r = run_harness("broken-pm", PacketManagerHarness(formal_config("tiny/pm-small"), broken), "bmc", 12)
+    _fails(r, "dropped packet writes")
+
+
+def test_cli(capsys):
+    """The command: a table and exit 0; unknown set 2; bad depth 2; missing tools 3."""
+    from moehub.scripts.cli import main
+    assert main(["formal", "allocator-small", "--mode", "prove"]) == 0
+    out = capsys.readouterr().out
+    assert "allocator-small" in out and "PASS" in out and "1 passed, 0 failed" in out
+    assert main(["formal", "nonesuch"]) == 2
+    assert main(["formal", "--depth", "0"]) == 2
+
+
+def test_cli_tools_missing(monkeypatch, capsys):
+    from moehub.scripts.cli import main
+
+    def missing(engine="yices"):
+        raise sby.ToolMissing("yowasp-sby not found")
+    monkeypatch.setattr(sby, "check_tools", missing)
+    assert main(["formal", "allocator-small"]) == 3
+    assert "yowasp-sby not found" in capsys.readouterr().err
+
+
+def test_cli_failure_exit(monkeypatch, capsys):
+    """A failed proof: exit 1, the failed property and the trace path printed."""
+    from moehub.scripts.cli import main
+    from moehub.verif.formal import allocator, common
+    broken = mutant("moehub.rtl.allocator", "(n_ahead < select(", "(n_ahead <= select(", "AddressAllocator")
+    monkeypatch.setattr(allocator, "AddressAllocator", broken)
+    monkeypatch.setattr(allocator.AllocatorHarness.__init__, "__defaults__", (broken,))
+    assert main(["formal", "allocator-small", "--mode", "bmc", "--depth", "6"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "counterexample" in out and ".vcd" in out and "capacity" in out

@@ -1,0 +1,88 @@
+"""Property harness of the event and credit queues (:class:`moehub.rtl.event_queue.EventQueue`).
+
+Environment: the producer pushes up to ``push_slots`` entries per cycle (any subset of the
+slots, any data) and never more than the room left -- the queue has no ready; the packet
+manager's input reservations keep this rule, which the packet-manager proof checks
+(``shadow level <= depth``); the consumer's ready is free.
+
+Reference state: the level (``lvl``), and one chosen entry -- the one in slot ``cs``
+(``AnyConst``) of the first cycle in which the free bit ``pick`` is set and that slot
+pushes -- with its data and its position in the queue (entries ahead of it).
+
+Properties: ``o.valid`` and ``push.empty`` agree with the level (nothing lost, nothing
+invented); ``push.pop`` is exactly the handshake; the chosen entry leaves when, and only
+when, every entry pushed before it has left, with the data it was pushed with -- since
+it is any entry, every entry leaves in push order (slot order within a cycle) unchanged.
+"""
+from __future__ import annotations
+
+from amaranth import Array, Elaboratable, Module, Shape, Signal, Value
+
+from ...rtl.event_queue import EventQueue
+from .common import Props, any_const, any_seq, count_ones, reset_first
+
+
+class QueueHarness(Elaboratable):
+    """An :class:`EventQueue` of ``layout``, ``slots`` and ``depth`` under its environment."""
+
+    def __init__(self, layout, slots: int, depth: int, dut_cls=EventQueue):
+        self.layout, self.slots, self.depth, self.dut_cls = layout, slots, depth, dut_cls
+        self.messages = {}
+
+    def elaborate(self, platform):
+        m = Module()
+        n, depth = self.slots, self.depth
+        p = Props(m)
+        self.messages = p.messages
+        m.submodules.dut = q = self.dut_cls(self.layout, n, depth)
+        reset_first(m)
+        valid = any_seq(m, n, "push_valid")
+        m.d.comb += q.push.valid.eq(valid)
+        for i in range(n):
+            m.d.comb += q.push.data[i].eq(any_seq(m, q.push.data[i].shape(), f"push_data{i}"))
+        m.d.comb += q.o.ready.eq(any_seq(m, 1, "o_ready"))
+        lvl = Signal(range(depth + 1), name="ref_level")
+        n_push = count_ones(list(valid))
+        pop = q.o.valid & q.o.ready
+        # (the producer's reservation: never more entries than the room)
+        p.assume(lvl + n_push - pop <= depth)
+        m.d.sync += lvl.eq(lvl + n_push - pop)
+        p.check(q.o.valid == (lvl != 0), "o.valid does not say whether entries are held")
+        p.check(q.push.empty == (lvl == 0), "push.empty does not match the level")
+        p.check(q.push.pop == pop, "push.pop is not the output handshake")
+        self._chosen(m, p, q, lvl, pop)
+        p.cover(lvl == depth, "queue full")
+        p.cover((lvl == depth) & pop & (n_push != 0), "push and pop while full")
+        p.cover(valid.all() & (lvl != 0), f"{n} entries pushed in one cycle behind others")
+        return m
+
+    def _chosen(self, m, p, q, lvl, pop):
+        """The chosen entry: when it is pushed, where it is, that it leaves in its turn."""
+        n, depth = self.slots, self.depth
+        cs = any_const(m, range(n), "chosen_slot")
+        p.assume(cs < n)
+        pick = any_seq(m, 1, "pick")
+        state = Signal(2, name="chosen_state")        # 0 not yet, 1 in the queue, 2 gone
+        pos = Signal(range(depth), name="chosen_pos")  # entries ahead of it
+        data = Signal(Shape.cast(self.layout).width, name="chosen_data")
+        valid = q.push.valid
+        rank = count_ones([valid[i] & (cs > i) for i in range(n)])
+        take = (state == 0) & pick & valid.bit_select(cs, 1)
+        with m.If(take):
+            m.d.sync += [state.eq(1), pos.eq(lvl - pop + rank),
+                         data.eq(Array(Value.cast(d) for d in q.push.data)[cs])]
+        at_head = (state == 1) & (pos == 0)
+        p.check(~at_head | q.o.valid, "the chosen entry is lost (its turn, queue empty)")
+        p.check(~at_head | (Value.cast(q.o.payload) == data),
+                "the head is not the chosen entry in its turn (order or data changed)")
+        p.check((state != 1) | (pos < lvl), "the chosen entry is behind the last one")
+        with m.If((state == 1) & pop):
+            with m.If(pos == 0):
+                m.d.sync += state.eq(2)
+            with m.Else():
+                m.d.sync += pos.eq(pos - 1)
+        was_full = Signal(name="chosen_saw_full")
+        with m.If((state == 1) & (lvl == depth)):
+            m.d.sync += was_full.eq(1)
+        p.cover((state == 2) & was_full, "the chosen entry left after waiting in a full queue")
+        p.cover((state == 2) & (lvl == 0), "the chosen entry left and the queue drained")

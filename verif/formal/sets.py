@@ -1,0 +1,143 @@
+"""The property sets: which harness, on which config, in which modes, to which depth.
+
+A set is one harness on one config. ``modes`` gives the depth of each mode the full
+(slow) set runs: ``prove`` where k-induction closes (its depth is k, and the base case is
+a BMC to the same depth), ``bmc`` where it does not (or as well, deeper than k),
+``cover`` always (every cover statement must be reached within the depth). ``smoke``
+gives the few shallow jobs of the fast set. Depths are cycles from reset; the why of
+each is in ``note`` (and in README "Formal proofs").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from amaranth.back import rtlil
+from amaranth.lib import data
+
+from ...paths import output_dir
+from ...rtl.layouts import HubLayouts
+from .common import formal_config
+from .sby import MODES, JobResult, run_job
+
+
+@dataclass(frozen=True)
+class PropertySet:
+    """One harness on one config (see the module docstring)."""
+    name: str
+    component: str
+    config: str
+    build: Callable[[], object]
+    modes: dict
+    smoke: dict = field(default_factory=dict)
+    script: tuple = ()
+    note: str = ""
+
+
+def _alloc(cfg_name):
+    from .allocator import AllocatorHarness
+    return lambda: AllocatorHarness(formal_config(cfg_name))
+
+
+def _queue(kind, cfg_name=None, slots=None, depth=None, bits=None):
+    """An event or credit queue of a config's layout and size, or a reduced one."""
+    from .queue import QueueHarness
+
+    def build():
+        if cfg_name is None:
+            return QueueHarness(data.StructLayout({"v": bits}), slots, depth)
+        cfg = formal_config(cfg_name)
+        lay = HubLayouts(cfg)
+        layout, d = ((lay.event, cfg.event_queue_depth) if kind == "event"
+                     else (lay.credit, cfg.credit_queue_depth))
+        return QueueHarness(layout, cfg.lanes, d)
+    return build
+
+
+def _tracker(cfg_name):
+    from .tracker import TrackerHarness
+    return lambda: TrackerHarness(formal_config(cfg_name))
+
+
+def _pm(cfg_name):
+    from .packet_manager import PacketManagerHarness
+    return lambda: PacketManagerHarness(formal_config(cfg_name))
+
+
+def _sets() -> list[PropertySet]:
+    from .tracker import SCRIPT as TRACKER_SCRIPT
+    return [
+        PropertySet("allocator", "allocator", "tiny", _alloc("tiny"),
+                    {"prove": 3, "bmc": 10, "cover": 8},
+                    note="k-induction closes at k=2 (rows + room == latched capacity)"),
+        PropertySet("allocator-small", "allocator", "tiny/alloc-small", _alloc("tiny/alloc-small"),
+                    {"prove": 3, "cover": 8}, smoke={"prove": 3, "cover": 8},
+                    note="regions of 8 rows: a region fills within the cover depth"),
+        PropertySet("queue-small", "event/credit queue", "4 slots x 8 entries, 2-bit data",
+                    _queue("any", slots=4, depth=8, bits=2), {"bmc": 12, "cover": 12},
+                    smoke={"bmc": 8, "cover": 12},
+                    note="fill (2 cycles), wrap and drain (8) the chosen entry through a full queue"),
+        PropertySet("event-queue", "event queue", "tiny (4 slots x 32)", _queue("event", "tiny"),
+                    {"bmc": 10, "cover": 16}, note="fills (8 cycles) and pops while full"),
+        PropertySet("credit-queue", "credit queue", "tiny (4 slots x 32)", _queue("credit", "tiny"),
+                    {"bmc": 10, "cover": 16}, note="as the event queue"),
+        PropertySet("tracker", "tracker", "tiny/trk-small", _tracker("tiny/trk-small"),
+                    {"bmc": 22, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
+                    note="reset, START, clearing (8 counters), a tile's events, flag, sweep"),
+        PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
+                    {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
+                    note="START (3), the 5 stages to B, the credit, the write (6)"),
+    ]
+
+
+SETS = {s.name: s for s in _sets()}
+
+
+def jobs(names=None, mode="all", depth=None, smoke=False) -> list[tuple[PropertySet, str, int]]:
+    """(set, mode, depth) of each job to run. ``names``: sets or components (all if
+    empty); ``mode``: one of MODES or ``all``; ``depth`` overrides every depth; ``smoke``
+    takes each set's smoke jobs (sets without any are left out)."""
+    chosen = []
+    for n in names or list(SETS):
+        found = [s for s in SETS.values() if n in (s.name, s.component)]
+        if not found:
+            raise KeyError(n)
+        chosen += [s for s in found if s not in chosen]
+    out = []
+    for s in chosen:
+        table = s.smoke if smoke else s.modes
+        for md, d in table.items():
+            if mode in ("all", md):
+                out.append((s, md, depth or d))
+        if mode not in ("all", *table) and not smoke:
+            # (a mode the set does not list, e.g. prove where k-induction does not close:
+            # a shallow try)
+            out.append((s, mode, depth or min(max(table.values()), 8)))
+    return out
+
+
+def run(s: PropertySet, mode: str, depth: int, out: Path | None = None) -> JobResult:
+    """Build the set's harness and run it (:func:`run_harness`)."""
+    return run_harness(s.name, s.build(), mode, depth, script=s.script, out=out)
+
+
+def run_harness(name: str, harness, mode: str, depth: int, script: tuple = (),
+                out: Path | None = None) -> JobResult:
+    """Write ``harness``'s RTLIL and run sby in ``<build>/formal/<name>-<mode>`` (or under
+    ``out``); the failed properties are named by the harness's messages."""
+    if mode not in MODES:
+        raise ValueError(f"mode = {mode!r}: must be one of {', '.join(MODES)}")
+    il = rtlil.convert(harness, name="top", ports=[])
+    workdir = (out or output_dir("formal")) / f"{name}-{mode}"
+    result = run_job(name, il, mode, depth, workdir, script=script)
+    result.failed = list(dict.fromkeys(_describe(f, harness.messages) for f in result.failed))
+    return result
+
+
+def _describe(line: str, messages: dict) -> str:
+    """A failed property's sby line with the harness's message for its source line."""
+    for key, texts in messages.items():
+        if key in line:
+            return f"{key}: {' / '.join(texts)}"
+    return line
