@@ -125,10 +125,10 @@ def bin_definitions(cfg: HubConfig) -> dict[str, tuple[str, list[str]]]:
         "layer_control": ("FLUSH, watchdog TIMEOUT and START x the hub's state then: not armed, "
                           "armed and idle, rows open, packets in flight, end-of-layer sweep",
                           [f"{k}/{s}" for k, ss in CONTROL_STATES.items() for s in ss]),
-        "capacity": ("rows at the layer's end vs the region capacity (within one tile, exactly "
-                     "at it, overflow) for a programmed capacity and the full region; one "
-                     "cycle both granting and refusing an expert's rows; a row index with its "
-                     "top bit set",
+        "capacity": ("a row allocated within one tile below the region's capacity, the row "
+                     "that fills it exactly, a row refused for overflow; for a programmed "
+                     "capacity and for the whole region (max_rows_per_expert); one cycle both "
+                     "granting and refusing an expert's rows; a row index with its top bit set",
                      [f"{k}/{s}" for k in ("programmed", "full") for s in ("near", "at", "overflow")]
                      + ["split", "row_top_bit"]),
         "eos": ("end-of-stream before / between / after its source's rows, count 0, in the "
@@ -214,14 +214,11 @@ def last_tile_fill(n: int, tile_rows: int) -> list[str]:
     return out or ["middle"]
 
 
-def capacity_state(rows: int, cap: int, overflow: int, tile_rows: int) -> Optional[str]:
-    if overflow:
-        return "overflow"
-    if rows == 0:
-        return None          # an empty region says nothing about its capacity
-    if rows == cap:
+def capacity_state(row: int, cap: int, tile_rows: int) -> Optional[str]:
+    """Where an allocated row lies below its region's capacity."""
+    if row == cap - 1:
         return "at"
-    if cap - tile_rows <= rows < cap:
+    if cap - tile_rows <= row < cap - 1:
         return "near"
     return None
 
@@ -516,8 +513,15 @@ class _Replay:
 
     def _row_bins(self, pkt, fx):
         cfg, m = self.cfg, self.model
-        if fx.opened and fx.opened[1] >= cfg.max_rows_per_expert // 2:
-            self.cov.hit("capacity", "row_top_bit")
+        if fx.opened:
+            x, row = fx.opened
+            st = capacity_state(row, m.layer_region_cap[x], m.tile_rows)
+            if st:
+                self.cov.hit("capacity", f"{self._cap_kind(x)}/{st}")
+            if row >= cfg.max_rows_per_expert // 2:
+                self.cov.hit("capacity", "row_top_bit")
+        if fx.drop == Reason.OVERFLOW:
+            self.cov.hit("capacity", f"{self._cap_kind(pkt.expert)}/overflow")
         if fx.tile_ready and fx.completed:
             tr = m.tile_rows
             self.cov.hit("tiles", f"flag/tr{tr}/{tile_position(fx.completed[1], tr)}")
@@ -525,6 +529,10 @@ class _Replay:
             self.row_reason[(pkt.src, pkt.tag)] = fx.drop
         if fx.credit:
             fx.post_eos_row = self.row_reason.pop(fx.credit, None) == Reason.POST_EOS
+
+    def _cap_kind(self, x: int) -> str:
+        full = self.model.layer_region_cap[x] == self.cfg.max_rows_per_expert
+        return "full" if full else "programmed"
 
     def _cycle_bins(self):
         """Bins over one cycle's packets: contention, chunk order, a split grant, an EOS in
@@ -568,11 +576,6 @@ class _Replay:
                 tail = "" if f in ("exact", "empty") else \
                     "/flagged" if (x, n // tr) in flagged else "/unflagged"
                 self.cov.hit("tiles", f"last/{f}{tail}")
-            cap = m.layer_region_cap[x]
-            st = capacity_state(n, cap, m.overflow[x], tr)
-            if st:
-                kind = "full" if cap == cfg.max_rows_per_expert else "programmed"
-                self.cov.hit("capacity", f"{kind}/{st}")
         if not flushed:
             self.cov.hit("eos", f"end/{self._finish_cause()}")
         if self.layer is not None:

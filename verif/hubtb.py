@@ -227,6 +227,12 @@ class HubTB:
         self._schedule.clear()
         self._offered = [None] * self.cfg.lanes
 
+    def stop_sources(self):
+        """:meth:`stop_traffic`, and forget the credits on their way back to the sources
+        (nobody waits for them any more, so :meth:`wait_idle` need not either)."""
+        self.stop_traffic()
+        self._pending_credits = []
+
     def feed(self, feeder: LaneFeeder, credit_delay: int = 0):
         self.feeder = feeder
         self.credit_delay = credit_delay

@@ -605,3 +605,102 @@ async def test_latency(dut):
     assert credits[-1] - acc == CREDIT_LATENCY, f"credit latency {credits[-1] - acc}"
     await tb.send_schedule(wide(eos_all({s: sum(1 for r in rows if r.src == s) for s in range(CFG.sources)})))
     await finish(tb, rows)
+
+
+# ---------------------------------------------------------------------------- random knobs
+# (verif/knobs.py): boundaries hit on purpose, not by luck; see README "Verification".
+from cocotb.triggers import Timer  # noqa: E402
+from moehub.rtl.csr_map import CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, STATUS_ERROR, STATUS_SWEEPING  # noqa: E402
+from moehub.verif.knobs import KnobFeeder, draw_knobs  # noqa: E402
+
+#: packets per knob layer: the fast set runs one small layer; the slow set raises it
+KNOB_PACKETS = int(os.environ.get("MOEHUB_KNOB_PACKETS", "1200"))
+#: watchdog of the knob layers that end by it (long enough that random stalls never fire it)
+KNOB_TIMEOUT = 600
+
+
+def junk(rng, n=4):
+    """Packets for a hub that is not armed: chunk index first/middle/last and an EOS."""
+    C = CFG.chunks_per_row
+    pk = [Packet(src=rng.randrange(CFG.sources), tag=rng.randrange(CFG.tags_per_source),
+                 expert=rng.randrange(CFG.experts), chunk=c) for c in (0, C // 2, C - 1)]
+    return (pk + [Packet.eos(rng.randrange(CFG.sources), rng.randrange(3))])[:n]
+
+
+async def until_offered(tb, feeder, fraction):
+    """Wait until ``fraction`` of the layer's packets were offered (or the feeder is done)."""
+    while feeder.n_offered < fraction * feeder.expected and not feeder.done():
+        await RisingEdge(tb.dut.clk)
+
+
+async def end_knob_layer(tb, k, feeder, rng):
+    """End the layer the way ``k.ending`` says (see moehub.verif.knobs.ENDINGS): by its
+    counts; or, at a random point (or once the sources stop, for a source that never sends
+    its EOS), by FLUSH / START written while packets stream in or on a quiet hub, or by the
+    watchdog."""
+    how = k.ending
+    if how == "eos" or how.startswith("missing_eos"):
+        await tb.wait_idle()
+    else:
+        await until_offered(tb, feeder, rng.uniform(0.2, 0.9))
+    if how.endswith("_traffic"):           # the CTRL write lands while packets stream in
+        await tb.csr_write("CTRL", CTRL_FLUSH if how.startswith("flush") else CTRL_START)
+        for _ in range(rng.randrange(5, 40)):
+            await RisingEdge(tb.dut.clk)
+    if how == "eos":
+        return
+    tb.stop_sources()
+    await tb.wait_idle()
+    if how in ("flush_idle", "missing_eos_flush", "abort_traffic"):
+        await tb.flush()
+    elif how in ("abort_idle", "missing_eos_abort"):
+        await tb.start_layer()
+        await tb.send_schedule(wide(eos_all({})))
+    await tb.wait_done()
+    if how.endswith("watchdog"):
+        tb.note_timeout()
+
+
+async def knob_layer(dut, seed: int, max_packets: int):
+    """One layer drawn by draw_knobs(seed): configured, fed, ended, checked against the model
+    (and, for clean traffic that ended by its counts, the invariants)."""
+    rng = random.Random(seed)
+    k = draw_knobs(CFG, rng, max_packets, full_region=rng.random() < 0.25 and
+                   CFG.max_rows_per_expert * CFG.chunks_per_row <= 2 * max_packets)
+    tb = HubTB(dut, CFG, seed, bp=k.bp)
+    dut._log.info(f"knob layer seed={seed}: {k.describe()}")
+    await tb.start()
+    watchdog = "watchdog" in k.ending
+    await tb.configure(caps=k.caps, tile_rows=k.tile_rows, epoch=seed & 0xFFFF,
+                       timeout=KNOB_TIMEOUT if watchdog else 0)
+    if k.junk_before:
+        await tb.send_schedule(serial(junk(rng)))
+    await tb.start_layer()
+    feeder = KnobFeeder(CFG, k, rng)
+    tb.feed(feeder, credit_delay=k.credit_delay)
+    await end_knob_layer(tb, k, feeder, rng)
+    await tb.wait_idle()
+    model = await tb.check()
+    if k.junk_after and model.done:
+        tb.stop_sources()                   # (a schedule is offered only without a feeder)
+        await tb.send_schedule(serial(junk(rng), lanes=list(range(CFG.lanes))))
+        await tb.wait_idle()
+        await tb.check()
+    tb.stop()
+    return model
+
+
+@cocotb.test(timeout_time=2000, timeout_unit="ms")
+async def test_random_knobs(dut):
+    """Constrained-random layers with boundary knobs (verif/knobs.py): every tile size,
+    capacities at / near / below the rows sent, chunk orders sending the first or last
+    index first or last, every kind of bad input anywhere in the layer, short EOS counts,
+    bursts of rows on one expert, and endings by counts, FLUSH or START (with or without
+    traffic) and the watchdog. The reference model checks everything; the seed and the
+    knobs are logged."""
+    for n in range(SEEDS):
+        seed = SEED * 1000 + 700 + n
+        try:
+            await knob_layer(dut, seed, KNOB_PACKETS)
+        except AssertionError as e:
+            raise AssertionError(f"{e} (knob seed {seed}: MOEHUB_SEED={SEED}, layer {n})") from e
