@@ -233,6 +233,10 @@ class HubTB:
         self.stop_traffic()
         self._pending_credits = []
 
+    def waiting(self) -> int:
+        """Lanes offering a packet the hub has not accepted yet."""
+        return sum(p is not None for p in self._offered)
+
     def feed(self, feeder: LaneFeeder, credit_delay: int = 0):
         self.feeder = feeder
         self.credit_delay = credit_delay
