@@ -232,7 +232,7 @@ def _test_name() -> str:
     """The running cocotb test (its task carries the test's name)."""
     try:
         from cocotb.task import current_task
-        return current_task().get_name()
+        return current_task().get_name().split()[-1]   # ("Test <name>" in cocotb 2.1)
     except Exception:       # outside a test (a harness building a TB by hand)
         return "unknown"
 

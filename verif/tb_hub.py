@@ -788,22 +788,19 @@ async def test_layer_registers_latched_at_start(dut):
     during a layer change nothing in it (flags, metadata, counts, capacity stay the
     layer's) and take effect at the next START; REGION_BASE, changed between layers,
     moves the next layer's data."""
-    tr = CFG.min_tile_rows
-    tb = await make_tb(dut, tile_rows=tr, epoch=5)
-    rows = [row(k % CFG.sources, 0, token=k) for k in range(tr + 1)]
+    tb = await make_tb(dut, tile_rows=CFG.min_tile_rows, epoch=5)
+    rows = [row(k, 0, token=k) for k in range(2)]
     await wait_armed(tb)
-    tb.feed(LaneFeeder(CFG, rows[:tr], random.Random(SEED), send_eos=False))
-    await tb.wait_idle()
-    tb.stop_sources()
+    await tb.send_schedule(wide(chunks(rows[0], 0)))
     for name, value in (("EPOCH", 6), ("TILE_ROWS_LOG2", 31), ("FLAG_BASE", 0x5000_0000),
                         ("META_BASE", 0x5100_0000), ("COUNT_BASE", 0x5200_0000)):
         await tb.csr_write(name, value)
     await tb.csr_write("REGION_CAP", 1, 0)
-    await tb.send_schedule(serial(chunks(rows[tr], 0), lanes=[1]) + wide(eos_all(_counts(rows))))
+    await tb.send_schedule(serial(chunks(rows[1], 0), lanes=[1]) + wide(eos_all(_counts(rows))))
     model = await finish(tb)
-    assert model.rows[0] == tr + 1 and model.overflow[0] == 0, "REGION_CAP acted mid-layer"
+    assert model.rows[0] == 2 and model.overflow[0] == 0, "REGION_CAP acted mid-layer"
     flags = [c for _, c in tb.ctl_out if c.kind == CtlKind.FLAG]
-    assert len(flags) == 2 and all(f.data == 5 and f.addr >> 28 == 7 for f in flags)
+    assert len(flags) == 1 and flags[0].data == 5 and flags[0].addr >> 28 == 7, flags
     await tb.csr_write("REGION_BASE", 0x4000_0000 % (1 << CFG.addr_bits), 0)
     before = [len(w) for w in tb.wr_out]
     await tb.start_layer()
@@ -827,7 +824,7 @@ async def test_status_registers_mid_layer(dut):
     """INFLIGHT, EOS_SEEN, SRC_ROWS, SRC_EOS, ROWS, OVERFLOW, DROPS, ERRORS and STATUS read
     during a layer (rows open, some end-of-streams in, an overflow) equal the model's."""
     caps = [CFG.max_rows_per_expert] * CFG.experts
-    caps[0] = 1
+    caps[0] = 1 + (CFG.experts == 1)        # room for `full` (and `part` on a one-expert hub)
     tb = await make_tb(dut, caps=caps)
     full, part, over = row(0, 0, token=1), row(1, CFG.experts - 1, token=2), row(2, 0, token=3)
     await tb.send_schedule(serial(chunks(full, 0) + chunks(part, 0)[:3] + chunks(over, 0)[:1]
@@ -903,6 +900,7 @@ async def test_watchdog_while_traffic_in_flight(dut):
     n = max(CFG.event_queue_depth, CFG.credit_queue_depth) + 8
     for layer, sink in enumerate(("ctl", "credit", "wr")):
         if layer:
+            await new_flag_base(tb, layer)
             await tb.start_layer()
         await wait_armed(tb)
         rows = [row(0, k % CFG.experts, token=k, seed=10 + layer) for k in range(n)]
@@ -917,10 +915,18 @@ async def test_watchdog_while_traffic_in_flight(dut):
         model = await finish(tb)
         d = model.drop_counts
         assert d[Reason.TIMEOUT] == 1 and model.done, f"{sink}: {d}"
+    await new_flag_base(tb, 3)
     await tb.start_layer()
     r = row(1, 0, token=99)
     await tb.send_schedule(serial(chunks(r, 0)) + wide(eos_all({1: 1})))
     await finish(tb)
+
+
+async def new_flag_base(tb, layer):
+    """Flags of the next layer elsewhere: HubTB.check_ordering pairs flags and writes by
+    address over all layers, so a tile a flush left unflagged would meet an earlier
+    layer's flag of the same tile."""
+    await tb.csr_write("FLAG_BASE", (0x7000_0000 + layer * 0x10_0000) % (1 << CFG.addr_bits))
 
 
 async def until_refused_for(tb, n):
@@ -956,9 +962,7 @@ async def test_watchdog_idle_count_exact(dut):
     await tb.send_schedule(serial(p[2:]) + wide(eos_all({0: 1})))
     model = await finish(tb)
     assert model.done and model.drop_counts[Reason.TIMEOUT] == 0, "fired after TIMEOUT - 1 idle cycles"
-    # (other flag addresses: HubTB.check_ordering pairs flags and writes by address, over
-    # layers, so an unflagged tile would meet the last layer's flag of the same tile)
-    await tb.csr_write("FLAG_BASE", 0x7100_0000 % (1 << CFG.addr_bits))
+    await new_flag_base(tb, 1)
     await tb.start_layer()
     await wait_armed(tb)
     r2 = row(1, 0, token=2)
@@ -979,7 +983,7 @@ async def test_watchdog_off_and_on_an_idle_hub(dut):
     end-of-stream missing) the watchdog ends the layer with TIMEOUT and no INCOMPLETE."""
     tb = await make_tb(dut, timeout=0)
     await tb.send_schedule(serial(chunks(row(0, 0, token=1), 0)[:2]))
-    await idle_cycles(tb, 3000)
+    await idle_cycles(tb, 500)
     assert await tb.csr_read("STATUS") & STATUS_ARMED, "the watchdog fired with TIMEOUT = 0"
     await tb.csr_write("TIMEOUT", 100)
     await tb.wait_done()
@@ -1066,9 +1070,9 @@ async def test_post_eos_row_holds_the_layer_open(dut):
     assert model.done and model.drop_counts[Reason.POST_EOS] == 1 and len(model.credits) == 2
 
 
-#: fill a whole region (max_rows_per_expert rows) when it costs at most this many packets,
-#: or always with MOEHUB_FULL_REGION=1 (the slow set); else a programmed capacity
-FULL_REGION_PACKETS = 8192
+#: fill a whole region (max_rows_per_expert rows) with MOEHUB_FULL_REGION=1 (the slow set's
+#: coverage run; ~4k packets on tiny, 459k on deepseek-v3), else a programmed capacity
+FULL_REGION = os.environ.get("MOEHUB_FULL_REGION") == "1"
 
 
 @cocotb.test(timeout_time=60_000, timeout_unit="ms")
@@ -1077,9 +1081,7 @@ async def test_fill_region_to_capacity(dut):
     the row index's top bit) where affordable, else a programmed capacity: the rows within
     a tile of it, the row that fills it, then one cycle whose four openers get the last
     two rows and two OVERFLOW drops (dense rows, lane order), credits for all."""
-    full = CFG.max_rows_per_expert * CFG.chunks_per_row <= FULL_REGION_PACKETS or \
-        os.environ.get("MOEHUB_FULL_REGION") == "1"
-    cap = CFG.max_rows_per_expert if full else 2 * CFG.min_tile_rows + 2
+    cap = CFG.max_rows_per_expert if FULL_REGION else 6
     caps = [cap] + [CFG.max_rows_per_expert] * (CFG.experts - 1)
     tb = await make_tb(dut, caps=caps, tile_rows=CFG.min_tile_rows)
     ids = [(s, t) for s in range(CFG.sources) for t in range(CFG.tags_per_source)]
@@ -1098,3 +1100,49 @@ async def test_fill_region_to_capacity(dut):
     assert model.rows[0] == cap and model.overflow[0] == 2 and len(model.credits) == cap + 2
     over = [p for r, p in model.drops if r == Reason.OVERFLOW]
     assert len(over) == 2, f"the last group did not split: {over}"
+
+
+def held_rows_schedule(n, expert, held):
+    """Cycles sending ``n`` rows to ``expert``, opened in index order (so row k gets row
+    index k), in batches that fit the tags (a batch completes before its tags are reused);
+    the rows in ``held`` keep a tag of their own and send their last chunk after every
+    other row. Returns (schedule, rows)."""
+    ids = [(s, t) for s in range(CFG.sources) for t in range(CFG.tags_per_source)]
+    own, free = dict(zip(sorted(held), ids)), ids[len(held):]
+    rows, sched, batch, last = [], [], [], []
+    for k in range(n):
+        s, t = own.get(k) or free[sum(1 for j in range(k) if j not in held) % len(free)]
+        rows.append(row(s, expert, token=k % (1 << CFG.token_bits), seed=k))
+        batch.append(chunks(rows[-1], t))
+        if k in held:
+            last.append(batch[-1].pop())
+        if k == n - 1 or (k not in held and sum(1 for p in batch if len(p) == CFG.chunks_per_row) == len(free)):
+            sched += wide([p[c] for c in range(CFG.chunks_per_row) for p in batch if c < len(p)])
+            batch = []
+    return sched + wide(last), rows
+
+
+#: tile sizes whose boundary test runs: every size in the slow set's coverage run (and on
+#: configs where three tiles of the largest size are cheap), else the smallest
+ALL_TILE_SIZES = os.environ.get("MOEHUB_TILE_SIZES") == "all" or \
+    3 * CFG.max_tile_rows * CFG.chunks_per_row <= 4096
+
+
+@cocotb.test(timeout_time=60_000, timeout_unit="ms")
+async def test_tile_flagged_by_its_first_middle_or_last_row(dut):
+    """Per tile size, three tiles whose flag is set by the completion of the tile's first
+    row (held back while the others complete), a middle row, and (in order) its last row:
+    each tile is flagged once, when its last-completing row is in, never before."""
+    sizes = [CFG.min_tile_rows]
+    while ALL_TILE_SIZES and sizes[-1] < CFG.max_tile_rows:
+        sizes.append(sizes[-1] * 2)
+    tb = await make_tb(dut, start=False)
+    for layer, tr in enumerate(sizes):
+        await new_flag_base(tb, layer)
+        await tb.csr_write("TILE_ROWS_LOG2", tr.bit_length() - 1)
+        await tb.start_layer()
+        sched, rows = held_rows_schedule(3 * tr, 0, {0, tr + tr // 2})
+        await tb.send_schedule(sched + wide(eos_all(_counts(rows))))
+        model = await finish(tb)
+        order = [t for x, t in model.tiles_flagged]
+        assert order == [2, 0, 1], f"tile size {tr}: tiles flagged in order {order}"
