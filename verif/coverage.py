@@ -672,7 +672,8 @@ def report(paths: Iterable[Path], out_dir: Optional[Path] = None, configs=None,
     print(body)
     if out_dir is not None and sums:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "report.txt").write_text(body + "\n")
+        name = "report.txt" if not configs else f"report-{'-'.join(sorted(sums))}.txt"
+        (out_dir / name).write_text(body + "\n")
         for name, s in sums.items():
             (out_dir / f"{name}.json").write_text(json.dumps(s, indent=1))
     return sums
