@@ -909,9 +909,9 @@ async def test_watchdog_while_traffic_in_flight(dut):
         await until_refused_for(tb, T + 40)
         assert tb.waiting(), f"{sink}: no packet waiting when the watchdog fired"
         tb.note_timeout()
-        tb.stop_sources()
-        tb.release()
+        tb.release()            # the waiting packets find the layer flushed: NOT_ARMED
         await tb.wait_done()
+        tb.stop_sources()
         model = await finish(tb)
         d = model.drop_counts
         assert d[Reason.TIMEOUT] == 1 and model.done, f"{sink}: {d}"
