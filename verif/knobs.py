@@ -81,9 +81,8 @@ def draw_knobs(cfg: HubConfig, rng: random.Random, max_packets: int = 3000,
     tr = rng.choice(fits if rng.random() < 0.8 else tile_choices(cfg))
     per_x = _rows_per_expert(cfg, rng, n_rows, tr, full_region)
     caps = [_cap(cfg, rng, n, tr, full_region and x == 0) for x, n in enumerate(per_x)]
-    rows = _make_rows(cfg, rng, per_x, bad_expert=rng.random() < 0.5)
-    k = Knobs(tile_rows=tr, rows=rows, caps=caps,
-              eos_delta=[rng.choice([0, 0, 1, 2]) for _ in range(cfg.sources)],
+    rows = _make_rows(cfg, rng, per_x, bad_expert=rng.random() < 0.6)
+    k = Knobs(tile_rows=tr, rows=rows, caps=caps, eos_delta=[0] * cfg.sources,
               eos_at=[0] * cfg.sources)
     _draw_eos(cfg, rng, k)
     _draw_traffic(cfg, rng, k)
@@ -99,8 +98,8 @@ def _rows_per_expert(cfg, rng, n_rows, tr, full_region) -> list[int]:
     for _ in range(n_rows):
         per_x[rng.choices(range(E), weights)[0]] += 1
     for x in range(E):
-        if per_x[x] > tr and rng.random() < 0.5:     # a tile multiple, or one off it
-            per_x[x] = max(1, per_x[x] // tr * tr + rng.choice([-1, 0, 1]))
+        if per_x[x] >= tr // 2 and rng.random() < 0.5:   # a tile multiple, or one off it
+            per_x[x] = max(1, max(1, round(per_x[x] / tr)) * tr + rng.choice([-1, 0, 1]))
     if full_region:
         per_x[0] = cfg.max_rows_per_expert + 1
     return [min(n, cfg.max_rows_per_expert + 2) for n in per_x]
@@ -108,12 +107,13 @@ def _rows_per_expert(cfg, rng, n_rows, tr, full_region) -> list[int]:
 
 def _cap(cfg, rng, n: int, tr: int, full: bool) -> int:
     """A capacity near the rows the expert will get: full region, exactly, short by 1-2
-    (overflow), within a tile above (near), or tiny (overflow early in the layer)."""
+    (overflow late in the layer), half (overflow from the middle on), within a tile above
+    (near), or tiny (overflow from the start)."""
     if full:
         return cfg.max_rows_per_expert
-    choice = rng.choice(["max", "exact", "short", "near", "near", "tiny"])
+    choice = rng.choice(["max", "exact", "short", "half", "near", "near", "tiny"])
     cap = {"max": cfg.max_rows_per_expert, "exact": n, "short": n - rng.choice([1, 2]),
-           "near": n + rng.randrange(1, tr + 1), "tiny": rng.choice([0, 1, 2])}[choice]
+           "half": n // 2, "near": n + rng.randrange(1, tr + 1), "tiny": rng.choice([0, 1, 2])}[choice]
     return max(0, min(cap, cfg.max_rows_per_expert))
 
 
@@ -123,7 +123,8 @@ def _make_rows(cfg, rng, per_x, bad_expert: bool) -> list[Row]:
     experts = [x for x, n in enumerate(per_x) for _ in range(n)]
     if bad_expert:
         top = (1 << cfg.expert_bits) - 1
-        experts += [rng.choice([cfg.experts, top]) for _ in range(rng.randint(1, 3))]
+        n_bad = rng.randint(1, max(3, len(experts) // 8))
+        experts += [rng.choice([cfg.experts, top]) for _ in range(n_bad)]
     rng.shuffle(experts)
     light = {s for s in range(cfg.sources) if rng.random() < 0.3}
     srcs = [s for s in range(cfg.sources) if s not in light] or list(range(cfg.sources))
@@ -138,10 +139,12 @@ def _make_rows(cfg, rng, per_x, bad_expert: bool) -> list[Row]:
 
 
 def _draw_eos(cfg, rng, k: Knobs):
-    """Each source's EOS: after all its rows, or overtaking some (at a random row)."""
+    """Each source's EOS: after all its rows, before them, or overtaking some (at a random
+    row); its count right, short by 1-2, or half its rows (rows past it are POST_EOS from
+    the middle of the source's stream on, or its EOS is an EOS_MISMATCH)."""
     for s in range(cfg.sources):
         n = sum(1 for r in k.rows if r.src == s)
-        k.eos_delta[s] = min(k.eos_delta[s], n)
+        k.eos_delta[s] = min(n, rng.choice([0, 0, 1, 2, n - n // 2]))
         k.eos_at[s] = rng.choice([n, n, 0, rng.randint(0, n)])
 
 
@@ -189,13 +192,21 @@ class KnobFeeder:
         self.expected = max(1, len(k.rows) * (cfg.chunks_per_row + 1))
         self.inject = list(k.injections)
         self.by_tag: dict = {}            # (src, tag) -> _Open, rows still sending
+        self.stuck = 0                    # cycles in a row with nothing to offer
 
     # ---- the LaneFeeder interface
+    #: cycles with nothing to offer after which the sources give up: a layer can end by its
+    #: counts while a source still sends rows past its EOS count; those are NOT_ARMED and
+    #: their tags never come back
+    STUCK = 2000
+
     def offer(self) -> list:
         for lane in range(self.cfg.lanes):
             if self.offered[lane] is None and self.rng.random() >= self.k.idle:
                 self.offered[lane] = self._next()
                 self.n_offered += self.offered[lane] is not None
+        idle = all(p is None for p in self.offered)
+        self.stuck = self.stuck + 1 if idle else 0
         return list(self.offered)
 
     def accepted(self, lane: int):
@@ -209,9 +220,9 @@ class KnobFeeder:
         self.free[src].append(tag)
 
     def done(self) -> bool:
-        return all(not self.todo[s] and not self.open[s] and self.eos_sent[s]
-                   for s in range(self.cfg.sources)) and not self.inject \
-            and all(p is None for p in self.offered)
+        return (all(not self.todo[s] and not self.open[s] and self.eos_sent[s]
+                    for s in range(self.cfg.sources)) and not self.inject
+                or self.stuck >= self.STUCK) and all(p is None for p in self.offered)
 
     # ---- choice of the next packet
     def _next(self) -> Optional[Packet]:

@@ -1136,13 +1136,14 @@ async def test_tile_flagged_by_its_first_middle_or_last_row(dut):
     sizes = [CFG.min_tile_rows]
     while ALL_TILE_SIZES and sizes[-1] < CFG.max_tile_rows:
         sizes.append(sizes[-1] * 2)
+    tiles = 3 if ALL_TILE_SIZES else 1      # (the fast set on a large config: the first row)
     tb = await make_tb(dut, start=False)
     for layer, tr in enumerate(sizes):
         await new_flag_base(tb, layer)
         await tb.csr_write("TILE_ROWS_LOG2", tr.bit_length() - 1)
         await tb.start_layer()
-        sched, rows = held_rows_schedule(3 * tr, 0, {0, tr + tr // 2})
+        sched, rows = held_rows_schedule(tiles * tr, 0, {0, tr + tr // 2} if tiles == 3 else {0})
         await tb.send_schedule(sched + wide(eos_all(_counts(rows))))
         model = await finish(tb)
         order = [t for x, t in model.tiles_flagged]
-        assert order == [2, 0, 1], f"tile size {tr}: tiles flagged in order {order}"
+        assert order == ([2, 0, 1] if tiles == 3 else [0]), f"tile size {tr}: tiles flagged in order {order}"
