@@ -354,19 +354,22 @@ _INTERNAL_CACHE: dict = {}
 
 
 def _find_internal(dut) -> dict:
-    """Handles of :data:`INTERNAL` (Yosys keeps the hierarchy in flattened names such as
-    ``events.level``, which only the simulator's child iteration finds); cached per top."""
+    """Handles of :data:`INTERNAL`, None where the build does not show them. Yosys keeps
+    the hierarchy in flattened, escaped names (``\\events.level``); ``_get`` is cocotb's
+    lookup of an optional signal. Cached per top."""
     if id(dut) not in _INTERNAL_CACHE:
         found = {}
-        try:
-            want = set(INTERNAL.values())
-            for h in dut:
-                name = getattr(h, "_name", "")
-                if name in want:
-                    found[name] = h
-        except Exception:
-            pass
-        _INTERNAL_CACHE[id(dut)] = {k: found.get(v) for k, v in INTERNAL.items()}
+        for key, name in INTERNAL.items():
+            h = None
+            for form in ("\\" + name, name):
+                try:
+                    h = dut._get(form)
+                except Exception:
+                    h = None
+                if h is not None:
+                    break
+            found[key] = h
+        _INTERNAL_CACHE[id(dut)] = found
     return _INTERNAL_CACHE[id(dut)]
 
 
