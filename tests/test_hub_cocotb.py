@@ -53,7 +53,7 @@ def test_hub_random_many_seeds(config, base_seed):
 COVERAGE_RUNS = {
     "tiny": dict(seeds=30, packets=1500, full_region=True),
     "mixtral-8gpu": dict(seeds=20, packets=2500, full_region=False),
-    "deepseek-v3-8gpu": dict(seeds=20, packets=2500, full_region=True),
+    "deepseek-v3-8gpu": dict(seeds=16, packets=2500, full_region=True),
 }
 #: the share of the bins each coverage run must hit
 COVERAGE_GOAL = 95.0

@@ -1102,11 +1102,11 @@ async def test_fill_region_to_capacity(dut):
     assert len(over) == 2, f"the last group did not split: {over}"
 
 
-def held_rows_schedule(n, expert, held):
+def held_rows_schedule(n, expert, held, never=()):
     """Cycles sending ``n`` rows to ``expert``, opened in index order (so row k gets row
     index k), in batches that fit the tags (a batch completes before its tags are reused);
     the rows in ``held`` keep a tag of their own and send their last chunk after every
-    other row. Returns (schedule, rows)."""
+    other row, those also in ``never`` not at all. Returns (schedule, rows)."""
     ids = [(s, t) for s in range(CFG.sources) for t in range(CFG.tags_per_source)]
     own, free = dict(zip(sorted(held), ids)), ids[len(held):]
     rows, sched, batch, last = [], [], [], []
@@ -1115,7 +1115,9 @@ def held_rows_schedule(n, expert, held):
         rows.append(row(s, expert, token=k % (1 << CFG.token_bits), seed=k))
         batch.append(chunks(rows[-1], t))
         if k in held:
-            last.append(batch[-1].pop())
+            p = batch[-1].pop()
+            if k not in never:
+                last.append(p)
         if k == n - 1 or (k not in held and sum(1 for p in batch if len(p) == CFG.chunks_per_row) == len(free)):
             sched += wide([p[c] for c in range(CFG.chunks_per_row) for p in batch if c < len(p)])
             batch = []
@@ -1131,8 +1133,10 @@ ALL_TILE_SIZES = os.environ.get("MOEHUB_TILE_SIZES") == "all" or \
 @cocotb.test(timeout_time=60_000, timeout_unit="ms")
 async def test_tile_flagged_by_its_first_middle_or_last_row(dut):
     """Per tile size, three tiles whose flag is set by the completion of the tile's first
-    row (held back while the others complete), a middle row, and (in order) its last row:
-    each tile is flagged once, when its last-completing row is in, never before."""
+    row (held back while the others complete), a middle row, and (in order) its last row,
+    and a last tile one row short: each tile is flagged once, when its last-completing row
+    is in, never before; the short tile at the end-of-layer sweep, or -- in every other
+    layer, which a FLUSH ends with one of its rows incomplete -- never."""
     sizes = [CFG.min_tile_rows]
     while ALL_TILE_SIZES and sizes[-1] < CFG.max_tile_rows:
         sizes.append(sizes[-1] * 2)
@@ -1142,8 +1146,18 @@ async def test_tile_flagged_by_its_first_middle_or_last_row(dut):
         await new_flag_base(tb, layer)
         await tb.csr_write("TILE_ROWS_LOG2", tr.bit_length() - 1)
         await tb.start_layer()
-        sched, rows = held_rows_schedule(tiles * tr, 0, {0, tr + tr // 2} if tiles == 3 else {0})
-        await tb.send_schedule(sched + wide(eos_all(_counts(rows))))
+        flush = tiles == 3 and layer % 2 == 1
+        n = tiles * tr + (tr - 1 if tiles == 3 else 0)
+        held = {0, tr + tr // 2, n - 1} if tiles == 3 else {0}
+        sched, rows = held_rows_schedule(n, 0, held, never={n - 1} if flush else ())
+        if flush:
+            await tb.send_schedule(sched)
+            await tb.wait_idle()
+            await tb.flush()
+            await tb.wait_done()
+        else:
+            await tb.send_schedule(sched + wide(eos_all(_counts(rows))))
         model = await finish(tb)
+        want = [2, 0, 1] + ([] if flush else [3]) if tiles == 3 else [0]
         order = [t for x, t in model.tiles_flagged]
-        assert order == ([2, 0, 1] if tiles == 3 else [0]), f"tile size {tr}: tiles flagged in order {order}"
+        assert order == want, f"tile size {tr}: tiles flagged in order {order}, expected {want}"
