@@ -21,11 +21,14 @@ tools:
 run: tools venv
 	$(VENV)/bin/moehub cosim --rtl-gpus 0 --force
 
+# test files in parallel on every core (one worker per core, a file per worker at a time);
+# TEST_JOBS=1 runs them one after another
+TEST_JOBS ?= auto
 test: tools venv
-	$(VENV)/bin/pytest -m "not slow" -q
+	$(VENV)/bin/pytest -m "not slow" -q -n $(TEST_JOBS) --dist loadfile
 
 test-slow: tools venv
-	$(VENV)/bin/pytest -m slow -q
+	$(VENV)/bin/pytest -m slow -q -n $(TEST_JOBS) --dist loadfile
 
 clean:
 	rm -rf build

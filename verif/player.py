@@ -329,10 +329,10 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
             _build_cocotb(out, hub_v, player, waves)
     t1 = time.time()
     with progress.stage(f"{label}: simulate", total=len(packets), unit="packets",
-                        heartbeat=True) as st, \
-            progress.Follower(out / "progress.txt", lambda lines: _show(st, lines)):
-        run()
-        t2 = time.time()
+                        heartbeat=True) as st:
+        with progress.Follower(out / "progress.txt", lambda lines: _show(st, lines)):
+            run()
+        t2 = time.time()          # the follower has read its last line: the final count wins
         if not log.exists():
             raise RuntimeError(f"the player wrote no log ({log})")
         res = parse_log(cfg, log, reads, schedule, log_accepts)
