@@ -11,6 +11,7 @@ floor(s R / G), which keeps a node's traffic inside the node when nodes hold who
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,24 @@ class SystemResult:
     def add(self, gpu, track, name, start, end):
         if end > start:
             self.phases.append(Phase(int(gpu), track, name, float(start), float(end)))
+
+
+class LazyCurves(Sequence):
+    """A network's flow curves, simulated on first read (see :meth:`Layer.record_net`)."""
+
+    def __init__(self, net: FluidNetwork):
+        self._net, self._curves = net, None
+
+    def _get(self) -> list:
+        if self._curves is None:
+            self._curves = self._net.run()
+        return self._curves
+
+    def __getitem__(self, i):
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
 
 
 class Layer:
@@ -210,6 +229,14 @@ class Layer:
         self.traffic[net.phase] = net.records(net.own)
         self.nets[net.phase] = (net, curves)
         return curves
+
+    def record_net(self, net) -> None:
+        """Record a network's own flows as this pass's traffic of its phase, as
+        :meth:`run_net` does, but simulate it only when its curves are read: the model
+        needs a control phase (counts, credits, flags) only as the other phases'
+        background, and only checks and figures read its own curves."""
+        self.traffic[net.phase] = net.records(net.own)
+        self.nets[net.phase] = (net, LazyCurves(net))
 
     def flow_order(self, *keys) -> tuple[np.ndarray, np.ndarray]:
         """Rows sorted by (src, dest, *keys, token, slot); returns (order, position in flow)."""

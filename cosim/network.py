@@ -18,7 +18,6 @@ Units: time in microseconds, sizes in bytes, rates in bytes per microsecond
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,6 +119,22 @@ class FluidNetwork:
             self.flows[f].segments.extend(segments)
 
     # ------------------------------------------------------------------ rates
+    def _prepare(self) -> None:
+        """Per-run arrays of the flows' ports (the hot loops below index them)."""
+        self.p0 = np.array([f.p0 for f in self.flows])
+        self.p1 = np.array([f.p1 for f in self.flows])
+        self.p2 = np.array([f.p2 for f in self.flows])
+        self._ports = np.stack([self.p0, self.p1, self.p2], axis=1)
+        self._finite = np.isfinite(self.caps)
+        self._tol = 1e-9 * np.maximum(np.where(self._finite, self.caps, 1.0), 1.0)
+
+    def _count(self, idx: np.ndarray) -> np.ndarray:
+        """Flows among ``idx`` crossing each port (the sink excluded); integers, so the
+        order of the sum does not matter."""
+        cnt = np.bincount(self._ports[idx].ravel(), minlength=len(self.caps))
+        cnt[self.NONE] = 0
+        return cnt
+
     def _fair_rates(self, want: np.ndarray, caps: np.ndarray) -> np.ndarray:
         """Max-min fair rates by progressive filling. ``want``: flows asking for bandwidth;
         ``caps``: per-flow upper bounds (inf = link limited).
@@ -128,27 +143,25 @@ class FluidNetwork:
         flows then freeze. A flow whose own cap lies below the level at which the next port
         would saturate reaches its cap first whatever the others do, so all such flows are
         frozen at their caps in one step (the result is the same max-min allocation as
-        raising them one by one, in far fewer steps)."""
+        raising them one by one, in far fewer steps). The live flows and their per-port
+        counts are kept up to date as flows freeze (integers: exact), so a step costs a
+        handful of array operations; the floating-point steps are unchanged."""
         rate = np.zeros(len(want))
-        live = want.copy()
         rem = self.caps.copy()
         P, none = len(rem), self.NONE
-        p0, p1, p2 = self.p0, self.p1, self.p2
-        finite = np.isfinite(self.caps)
-        tol = 1e-9 * np.maximum(np.where(finite, self.caps, 1.0), 1.0)
+        p0, p1, p2, ports = self.p0, self.p1, self.p2, self._ports
+        finite, tol = self._finite, self._tol
         level = 0.0
+        idx = np.flatnonzero(want)
+        cnt = self._count(idx)
 
-        def use(idx, w=None):
-            return (np.bincount(p0[idx], w, minlength=P) + np.bincount(p1[idx], w, minlength=P)
-                    + np.bincount(p2[idx], w, minlength=P))
-        while True:
-            idx = np.flatnonzero(live)
-            if not idx.size:
-                return rate
-            cnt = use(idx)
-            cnt[none] = 0
+        def use(f, w):
+            return (np.bincount(p0[f], w, minlength=P) + np.bincount(p1[f], w, minlength=P)
+                    + np.bincount(p2[f], w, minlength=P))
+        while idx.size:
             used = cnt > 0
-            s_min = float((rem[used] / cnt[used]).min()) if used.any() else np.inf
+            q = rem[used] / cnt[used]
+            s_min = float(q.min()) if q.size else np.inf
             head = caps[idx] - level
             capped = head <= s_min * (1 + 1e-12)
             if capped.any():                  # freeze at their caps, then look again
@@ -156,7 +169,8 @@ class FluidNetwork:
                 rate[f] = caps[f]
                 rem -= use(f, head[capped])
                 rem[none] = np.inf
-                live[f] = False
+                cnt -= self._count(f)
+                idx = idx[~capped]
                 continue
             if not np.isfinite(s_min):
                 raise ValueError("a flow has no finite bandwidth limit")
@@ -164,40 +178,48 @@ class FluidNetwork:
             rem -= max(s_min, 0.0) * cnt
             rem[none] = np.inf
             sat = finite & (rem <= tol)
-            done = sat[p0[idx]] | sat[p1[idx]] | sat[p2[idx]]
-            rate[idx[done]] = level
-            live[idx[done]] = False
+            done = sat[ports[idx]].any(axis=1)
             if not done.any():
                 raise ValueError("progressive filling made no progress")
+            f = idx[done]
+            rate[f] = level
+            cnt -= self._count(f)
+            idx = idx[~done]
+        return rate
 
     # ------------------------------------------------------------------ simulation
-    def run(self) -> list[FlowCurve]:
-        """Simulate until every injected byte has been sent; one curve per flow."""
-        F = len(self.flows)
-        if F == 0:
-            return []
-        self.p0 = np.array([f.p0 for f in self.flows])
-        self.p1 = np.array([f.p1 for f in self.flows])
-        self.p2 = np.array([f.p2 for f in self.flows])
-        static_cap = np.array([f.cap for f in self.flows], dtype=float)
-        events: list = []   # (time, kind, flow, value)  kind 0 impulse, 1 seg start, 2 seg end
+    def _events(self) -> list:
+        """Every injection boundary ``(time, kind, flow, value)`` in time order (kind 0
+        impulse, 1 segment start, 2 segment end): the order a heap would pop them in."""
+        events = []
         for i, f in enumerate(self.flows):
             for t, b in f.impulses:
                 events.append((t, 0, i, b))
             for t0, t1, r in f.segments:
                 events.append((t0, 1, i, r))
                 events.append((t1, 2, i, r))
-        heapq.heapify(events)
+        events.sort()
+        return events
+
+    def run(self) -> list[FlowCurve]:
+        """Simulate until every injected byte has been sent; one curve per flow."""
+        F = len(self.flows)
+        if F == 0:
+            return []
+        self._prepare()
+        static_cap = np.array([f.cap for f in self.flows], dtype=float)
+        events = self._events()
+        n_ev, k = len(events), 0
         backlog = np.zeros(F)
         inrate = np.zeros(F)
         sent = np.zeros(F)
         rate = np.zeros(F)
-        curves_t: list[list] = [[] for _ in range(F)]
-        curves_b: list[list] = [[] for _ in range(F)]
+        rec_t, rec_i, rec_b = [], [], []       # rate changes: time, flows, bytes sent by then
         t = events[0][0] if events else 0.0
         while True:
-            while events and events[0][0] <= t + 1e-12:
-                _, kind, i, v = heapq.heappop(events)
+            while k < n_ev and events[k][0] <= t + 1e-12:
+                _, kind, i, v = events[k]
+                k += 1
                 if kind == 0:
                     backlog[i] += v
                 elif kind == 1:
@@ -206,25 +228,27 @@ class FluidNetwork:
                     inrate[i] -= v
                     if abs(inrate[i]) < 1e-9:
                         inrate[i] = 0.0
-            active = (backlog > _EPS_B) | (inrate > 0)
-            if not active.any() and not events:
+            queued = backlog > _EPS_B
+            active = queued | (inrate > 0)
+            if k >= n_ev and not active.any():
                 break
-            caps = np.where(backlog > _EPS_B, static_cap, np.minimum(static_cap, inrate))
+            caps = np.where(queued, static_cap, np.minimum(static_cap, inrate))
             new_rate = self._fair_rates(active & (caps > 0), caps)
-            changed = np.nonzero(np.abs(new_rate - rate) > 1e-12)[0]
-            for i in changed:
-                curves_t[i].append(t)
-                curves_b[i].append(sent[i])
+            changed = np.flatnonzero(np.abs(new_rate - rate) > 1e-12)
+            if changed.size:
+                rec_t.append(np.full(changed.size, t))
+                rec_i.append(changed)
+                rec_b.append(sent[changed])
             rate = new_rate
             # next event: an injection boundary or a queue draining
-            t_next = events[0][0] if events else np.inf
+            t_next = events[k][0] if k < n_ev else np.inf
             net = rate - inrate
-            drain = (backlog > _EPS_B) & (net > 1e-12)
+            drain = queued & (net > 1e-12)
             if drain.any():
                 t_next = min(t_next, t + float((backlog[drain] / net[drain]).min()))
             if not np.isfinite(t_next):
                 # nothing will ever change: rates are zero with a backlog (no capacity)
-                if (backlog > _EPS_B).any():
+                if queued.any():
                     raise ValueError("flows with a backlog but no bandwidth")
                 break
             dt = t_next - t
@@ -237,17 +261,24 @@ class FluidNetwork:
                 # no measurable progress: the queue that was about to drain is empty now
                 backlog[drain & (backlog / np.maximum(net, 1e-300) <= 1e-9 * max(1.0, abs(t)))] = 0.0
             t = t_next
-        for i in range(F):
-            curves_t[i].append(t)
-            curves_b[i].append(sent[i])
+        return self._curves(rec_t, rec_i, rec_b, t, sent)
+
+    def _curves(self, rec_t, rec_i, rec_b, t_end: float, sent) -> list[FlowCurve]:
+        """Each flow's breakpoints (the times its rate changed and the bytes it had sent
+        by then, plus the end), its flat tail after the last byte trimmed."""
+        F = len(self.flows)
+        ids = np.concatenate(rec_i + [np.arange(F)])
+        ts = np.concatenate(rec_t + [np.full(F, t_end)])
+        bs = np.concatenate(rec_b + [sent])
+        order = np.argsort(ids, kind="stable")           # by flow, in time order
+        ts, bs = ts[order], bs[order]
+        bounds = np.searchsorted(ids[order], np.arange(F + 1))
         out = []
         for i, f in enumerate(self.flows):
-            ct, cb = np.array(curves_t[i]), np.array(curves_b[i])
-            # trim the flat tail after the last byte, keep the first time the total is reached
-            if len(cb):
-                last = int(np.searchsorted(cb, cb[-1] - 1e-9, side="left"))
-                ct, cb = ct[:last + 1], cb[:last + 1]
-            out.append(FlowCurve(ct, cb, f.latency_us))
+            ct, cb = ts[bounds[i]:bounds[i + 1]], bs[bounds[i]:bounds[i + 1]]
+            # keep the first time the total is reached
+            last = int(np.searchsorted(cb, cb[-1] - 1e-9, side="left"))
+            out.append(FlowCurve(ct[:last + 1], cb[:last + 1], f.latency_us))
         return out
 
 

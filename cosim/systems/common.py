@@ -74,7 +74,7 @@ def control_traffic(L: Layer, phase: str, t: np.ndarray, nbytes: np.ndarray) -> 
         for d in range(L.G):
             if s != d and nbytes[s, d] > 0:
                 net.inject(flows[s][d], float(t[s]), float(nbytes[s, d]))
-    L.run_net(net)
+    L.record_net(net)
 
 
 def receive_tiles(L: Layer, d: int, ready_row: np.ndarray, rows: np.ndarray, tile_rows: int,
