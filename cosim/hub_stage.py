@@ -390,10 +390,16 @@ class VectorHubResult(HubResult):
         return list(zip(a.src[r].tolist(), a.tag[r].tolist(), self._slot[ev.is_last].tolist()))
 
 
+def _same_rows(a: HubArrivals, b: HubArrivals) -> bool:
+    """The same rows in the same order (a cached result may come from an equal schedule)."""
+    return a is b or (len(a) == len(b) and all(
+        np.array_equal(getattr(a, k), getattr(b, k)) for k in ("src", "token", "slot", "expert")))
+
+
 def alloc_rows(result: HubResult, arrivals: HubArrivals) -> tuple:
     """(expert, row) of each arrival row's allocation (row -1: not allocated), from any
     backend's result (the vectorised one keeps them as arrays already)."""
-    if isinstance(result, VectorHubResult) and result._a is arrivals:
+    if isinstance(result, VectorHubResult) and _same_rows(result._a, arrivals):
         return np.asarray(arrivals.expert, dtype=np.int64), result.row_of
     n = len(arrivals)
     expert, row = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)

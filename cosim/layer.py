@@ -164,6 +164,13 @@ class Layer:
             return self.sys.intra_latency_us
         return self.sys.inter_latency_us
 
+    def latency_matrix(self) -> np.ndarray:
+        """:meth:`latency` of every (src, dst) pair, to index with per-row arrays."""
+        if not hasattr(self, "_latency"):
+            G = self.G
+            self._latency = np.array([[self.latency(s, d) for d in range(G)] for s in range(G)])
+        return self._latency
+
     def ports(self) -> list:
         """Port capacities (bytes/us): five per GPU -- scale-up egress/ingress (NVLink or
         PCIe), NIC egress/ingress, local copy -- then one hub packet port per GPU (lanes x
