@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 GBps = 1000.0  #: bytes per microsecond in one GB/s
+_min, _any_row = np.minimum.reduce, np.logical_or.reduce   # (no method wrappers: hot loops)
 _EPS_B = 1e-6  #: bytes treated as zero
 
 
@@ -128,12 +129,6 @@ class FluidNetwork:
         self._finite = np.isfinite(self.caps)
         self._tol = 1e-9 * np.maximum(np.where(self._finite, self.caps, 1.0), 1.0)
 
-    def _count(self, idx: np.ndarray) -> np.ndarray:
-        """Flows among ``idx`` crossing each port; integers, so the order of the sum does
-        not matter. The sink counts too: its remaining capacity stays infinite, so it
-        never sets the fill level nor saturates."""
-        return np.bincount(self._ports[idx].ravel(), minlength=len(self.caps))
-
     def _fair_rates(self, want: np.ndarray, caps: np.ndarray) -> np.ndarray:
         """Max-min fair rates by progressive filling. ``want``: flows asking for bandwidth;
         ``caps``: per-flow upper bounds (inf = link limited).
@@ -151,35 +146,38 @@ class FluidNetwork:
         in the same order, as in the plain algorithm."""
         rate = np.zeros(len(want))
         rem = self.caps.copy()
-        none, ports, tol = self.NONE, self._ports, self._tol
+        none, tol, P = self.NONE, self._tol, len(rem)
         level = 0.0
-        idx = np.flatnonzero(want)
-        cnt = self._count(idx)
+        idx = want.nonzero()[0]             # live flows, their caps and their ports
+        c, pl = caps[idx], self._ports[idx]
+        cnt = np.bincount(pl.ravel(), minlength=P)
         while idx.size:
             used = cnt > 0
-            s_min = float((rem[used] / cnt[used]).min())
-            c = caps[idx]
-            if c.min() - level <= s_min * (1 + 1e-12):   # some flows reach their caps first
+            s_min = float(_min(rem[used] / cnt[used]))
+            thr = s_min * (1 + 1e-12)
+            if _min(c) - level <= thr:     # some flows reach their caps first
                 head = c - level
-                capped = head <= s_min * (1 + 1e-12)
-                f = idx[capped]
-                rate[f] = caps[f]
-                rem -= self._use(f, head[capped])
+                out = head <= thr
+                f = idx[out]
+                rate[f] = c[out]
+                rem -= self._use(f, head[out])
                 rem[none] = np.inf
-                cnt -= self._count(f)
-                idx = idx[~capped]
-                continue
-            if not np.isfinite(s_min):
-                raise ValueError("a flow has no finite bandwidth limit")
-            level += max(s_min, 0.0)
-            rem -= max(s_min, 0.0) * cnt
-            done = (rem <= tol)[ports[idx]].any(axis=1)
-            if not done.any():
-                raise ValueError("progressive filling made no progress")
-            f = idx[done]
-            rate[f] = level
-            cnt -= self._count(f)
-            idx = idx[~done]
+            else:
+                if not np.isfinite(s_min):
+                    raise ValueError("a flow has no finite bandwidth limit")
+                level += max(s_min, 0.0)
+                rem -= max(s_min, 0.0) * cnt
+                out = _any_row((rem <= tol)[pl], axis=1)
+                n_out = np.count_nonzero(out)
+                if n_out == idx.size:       # the last flows freeze: nothing left to update
+                    rate[idx] = level
+                    break
+                if not n_out:
+                    raise ValueError("progressive filling made no progress")
+                rate[idx[out]] = level
+            cnt -= np.bincount(pl[out].ravel(), minlength=P)
+            keep = ~out
+            idx, c, pl = idx[keep], c[keep], pl[keep]
         return rate
 
     def _use(self, f: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -227,9 +225,9 @@ class FluidNetwork:
                 break
             caps = np.where(queued, static_cap, np.minimum(static_cap, inrate))
             new_rate = rates(active & (caps > 0), caps)
-            changed = np.flatnonzero(np.abs(new_rate - rate) > 1e-12)
+            changed = (np.abs(new_rate - rate) > 1e-12).nonzero()[0]
             if changed.size:
-                rec_t.append(np.full(changed.size, t))
+                rec_t.append(t)
                 rec_i.append(changed)
                 rec_b.append(sent[changed])
             rate = new_rate
@@ -260,7 +258,7 @@ class FluidNetwork:
         by then, plus the end), its flat tail after the last byte trimmed."""
         F = len(self.flows)
         ids = np.concatenate(rec_i + [np.arange(F)])
-        ts = np.concatenate(rec_t + [np.full(F, t_end)])
+        ts = np.repeat(np.array(rec_t + [t_end]), [len(i) for i in rec_i] + [F])
         bs = np.concatenate(rec_b + [sent])
         order = np.argsort(ids, kind="stable")           # by flow, in time order
         ts, bs = ts[order], bs[order]
