@@ -246,7 +246,18 @@ class Layer:
         self.nets[net.phase] = (net, LazyCurves(net))
 
     def flow_order(self, *keys) -> tuple[np.ndarray, np.ndarray]:
-        """Rows sorted by (src, dest, *keys, token, slot); returns (order, position in flow)."""
+        """Rows sorted by (src, dest, *keys, token, slot); returns (order, position in flow).
+        Remembered per key arrays: every pass of a system asks again."""
+        cache = self.__dict__.setdefault("_flow_orders", {})
+        hit = cache.get(tuple(map(id, keys)))
+        if hit is None or any(a is not b for a, b in zip(hit[0], keys)):
+            out = self._flow_order(*keys)
+            for a in out:
+                a.setflags(write=False)
+            hit = cache[tuple(map(id, keys))] = (keys, out)
+        return hit[1]
+
+    def _flow_order(self, *keys) -> tuple[np.ndarray, np.ndarray]:
         order = np.lexsort((self.slot, self.tok) + tuple(reversed(keys)) + (self.dest, self.src))
         pair = self.src[order] * self.G + self.dest[order]
         starts = np.r_[0, np.nonzero(np.diff(pair))[0] + 1]
