@@ -21,7 +21,7 @@ from ..config.cosim_schema import ModelConfig, SystemConfig, WorkloadConfig, eff
 from . import dedup
 from .components import Components
 from .gpu import GpuModel
-from .network import GBps, FluidNetwork, flow_wire_bytes
+from .network import GBps, FluidNetwork, RateMemo, flow_wire_bytes
 from .workload import Routing
 
 
@@ -216,6 +216,7 @@ class Layer:
         G = self.G
         net = FluidNetwork(self.ports())
         net.phase = phase
+        net.memo = self.__dict__.setdefault("_rate_memo", RateMemo())
         flows = [[0] * G for _ in range(G)]
         for s in range(G):
             for d in range(G):

@@ -79,6 +79,7 @@ class FluidNetwork:
         self.caps = np.append(np.asarray(port_caps, dtype=float), np.inf)
         self.NONE = len(self.caps) - 1
         self.flows: list[_Flow] = []
+        self.memo: RateMemo | None = None   #: fair rates shared with like networks (else per run)
 
     def add_flow(self, p0: int, p1: int | None, latency_us: float, cap: float = np.inf,
                  p2: int | None = None) -> int:
@@ -215,7 +216,7 @@ class FluidNetwork:
         sent = np.zeros(F)
         rate = np.zeros(F)
         rec_t, rec_i, rec_b = [], [], []       # rate changes: time, flows, bytes sent by then
-        rates = _RateMemo(self, F)
+        rates = (self.memo or RateMemo(32e6)).rates(self)
         t = events[0][0] if events else 0.0
         while True:
             k = _apply_events(events, k, t, backlog, inrate)
@@ -290,23 +291,35 @@ def _apply_events(events: list, k: int, t: float, backlog, inrate) -> int:
     return k
 
 
-class _RateMemo:
-    """:meth:`FluidNetwork._fair_rates` remembered by its inputs (the flows asking and
-    their caps) during one run: a flow's queue that empties and refills, or a rate segment
-    that starts and ends, brings back an earlier state, and 15-45 % of the events of a
-    co-simulated layer need a rate vector computed before. Bounded to about 32 MB."""
+class RateMemo:
+    """:meth:`FluidNetwork._fair_rates` remembered by its inputs. The rates are a function
+    of the network's structure (every flow's ports, the port capacities) and of the flows
+    asking with their caps, so they are kept per structure: within one run a queue that
+    empties and refills brings back an earlier state, and the networks a system builds in
+    each of its passes share their structure and often their first states (a dispatch
+    before the background combine starts). Half or more of a co-simulated layer's events
+    find their rates here. Bounded to ``budget`` bytes of rate vectors (then it only
+    answers what it holds). :meth:`Layer.network` gives each layer one."""
 
-    def __init__(self, net: "FluidNetwork", F: int):
-        self.net, self.memo, self.room = net, {}, max(64, int(32e6 // (16 * F)))
+    def __init__(self, budget: float = 64e6):
+        self.tables: dict = {}
+        self.left = budget
 
-    def __call__(self, want: np.ndarray, caps: np.ndarray) -> np.ndarray:
-        key = want.tobytes() + caps[want].tobytes()
-        rate = self.memo.get(key)
-        if rate is None:
-            rate = self.net._fair_rates(want, caps)
-            if len(self.memo) < self.room:
-                self.memo[key] = rate
-        return rate
+    def rates(self, net: "FluidNetwork"):
+        """The function ``(want, caps) -> rates`` for one run of ``net``."""
+        table = self.tables.setdefault((net._ports.tobytes(), net.caps.tobytes()), {})
+        size = 16 * len(net.flows) + 64
+
+        def rates(want: np.ndarray, caps: np.ndarray) -> np.ndarray:
+            key = want.tobytes() + caps[want].tobytes()
+            rate = table.get(key)
+            if rate is None:
+                rate = net._fair_rates(want, caps)
+                if self.left >= size:
+                    table[key] = rate
+                    self.left -= size
+            return rate
+        return rates
 
 
 def flow_wire_bytes(payload: np.ndarray | float, max_payload: int, header: int):

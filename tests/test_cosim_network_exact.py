@@ -191,3 +191,20 @@ def test_the_comparison_catches_an_engine_that_drifts(monkeypatch):
         plain.__class__ = PlainNetwork
         differ += not curves_equal(net.run(), plain.run())
     assert differ
+
+
+def test_networks_sharing_rates_equal_the_plain_algorithm():
+    """Like networks (a system's passes) share one RateMemo: still bit for bit."""
+    from moehub.cosim.network import RateMemo
+    memo = RateMemo()
+    for seed in range(10):
+        base = random_network(np.random.default_rng(seed))
+        for k in range(3):                  # same structure, the injections shifted a little
+            net = copy.deepcopy(base)
+            for f in net.flows:
+                f.impulses = [(t + 0.5 * k * (i % 2), b) for i, (t, b) in enumerate(f.impulses)]
+            plain = copy.deepcopy(net)
+            plain.__class__ = PlainNetwork
+            net.memo = memo
+            assert curves_equal(net.run(), plain.run()), f"seed {seed} pass {k}"
+    assert any(memo.tables.values())
