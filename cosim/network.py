@@ -297,7 +297,7 @@ class RateMemo:
     asking with their caps, so they are kept per structure: within one run a queue that
     empties and refills brings back an earlier state, and the networks a system builds in
     each of its passes share their structure and often their first states (a dispatch
-    before the background combine starts). Half or more of a co-simulated layer's events
+    before the background combine starts). A third to two thirds of a layer's events
     find their rates here. Bounded to ``budget`` bytes of rate vectors (then it only
     answers what it holds). :meth:`Layer.network` gives each layer one."""
 
