@@ -9,12 +9,16 @@ the hub back-pressures (a stalled hub delays later arrivals), and logs every con
 write, credit and stall with its cycle. Python is woken once, when the player is done.
 Every :data:`PROGRESS_CYCLES` cycles the player also appends ``<cycle> <packets accepted>``
 to ``progress.txt`` (flushed), which :func:`run_player` follows to report simulated
-cycles per second and an ETA (:mod:`moehub.progress`) while Icarus runs.
+cycles per second and an ETA (:mod:`moehub.progress`) while the simulator runs.
 
-The same player runs in two ways:
+The player's Verilog depends on the hub configuration only: it reads the packets from
+``packets.hex`` as it plays them and the CSR writes from ``csr.hex``, and takes their
+counts, the cycle limit, back-pressure and accept logging as plusargs, so one simulator
+build (cached by content, :mod:`moehub.verif.sim`) serves every schedule. It runs on
+Icarus or Verilator (``sim``; default Verilator when installed) in two ways:
 
 * ``mode="cocotb"``: under cocotb with the clock in C (``Clock(impl="gpi")``);
-* ``mode="verilog"``: a plain Icarus testbench with its own clock -- the speed ceiling.
+* ``mode="verilog"``: a plain testbench with its own clock -- the simulator's ceiling.
 
 :func:`replay_into_model` feeds the packets into the reference model in the order and at
 the cycles the RTL accepted them, which is the equivalence check of RTL and model.
@@ -166,6 +170,9 @@ def _decls(cfg: HubConfig, AB: int, EW: int, ring: int) -> list:
 
 
 def _lanes(cfg: HubConfig, PW: int, EW: int, ring: int) -> list:
+    """Per lane: the packet offered (the ring's next entries, once arrived), the write
+    port's ready (a xorshift draw per cycle when back-pressure is on: $urandom differs
+    between simulators) and the write hash."""
     fmts = HubFormats(cfg)
     WW, CW, RW, AW, DB = (fmts.write.width, fmts.ctl.width, fmts.credit.width,
                           cfg.addr_bits, cfg.data_bits)
@@ -220,6 +227,9 @@ PLUSARGS = {"packets": "n_pkts", "csr_words": "n_csr", "max_cycles": "max_cycles
 
 
 def _clocked(cfg: HubConfig, ring: int, n_reads: int) -> list:
+    """The player's state machine and its log; the ring is refilled from packets.hex
+    behind the packets the hub took (file reads instead of a memory sized by the
+    schedule, so the build does not depend on it)."""
     L = cfg.lanes
     any_v = " | ".join(f"v{j}" for j in range(L))
     hsum = " + ".join(f"(wf{j} ? h{j} : 64'd0)" for j in range(L))
