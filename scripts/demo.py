@@ -1,5 +1,6 @@
 """``moehub demo``: generate the hub's Verilog and push one MoE layer's dispatch traffic
-for one GPU through it (cocotb + Icarus), checked against the reference model.
+for one GPU through it (cocotb + Icarus, or Verilator with ``--sim verilator``), checked
+against the reference model.
 
 The run goes to ``demo/<config>[_t<tokens>][_seed<seed>]`` in the build folder (or under
 ``--out``): every value that changes the result and differs from the default is in the
@@ -43,24 +44,28 @@ def run_name(cfg: HubConfig, tokens: int, seed: int) -> str:
 
 
 def run_demo(config: str, seed: int = DEMO_SEED, tokens: int = DEMO_TOKENS,
-             waves: bool = False, *, out=None, force: bool = False) -> int:
-    """Check everything (config, tokens, results folder) before the simulation, run it,
-    and print what the hub did. A failed check of the RTL is an error (exit 1), and leaves
-    no results folder behind."""
+             waves: bool = False, *, out=None, force: bool = False,
+             sim: str | None = None) -> int:
+    """Check everything (config, tokens, simulator, results folder) before the simulation,
+    run it, and print what the hub did. A failed check of the RTL is an error (exit 1),
+    and leaves no results folder behind. ``sim``: "icarus" or "verilator" (default
+    ``$MOEHUB_SIM``, else Icarus: a short demo does not repay Verilator's build)."""
+    from ..verif.sim import check_early
     cfg = load_config_flag("--config", load_hub_config, config)
     check_tokens(cfg, tokens)
     if seed < 0:
         raise UsageError("--seed", seed, "must be an integer >= 0")
+    sim = check_early(sim, prefer="icarus")
     folder = claim(output_dir("demo", out=out) / run_name(cfg, tokens, seed), force)
     t0 = time.time()
     with writing(folder, force, config=cfg.name, tokens=tokens, seed=seed) as tmp:
-        fst = _simulate(cfg, config, seed, tokens, waves, tmp)
+        fst = _simulate(cfg, config, seed, tokens, waves, tmp, sim)
     _print(cfg, json.loads((folder / "summary.json").read_text()), folder, time.time() - t0,
            folder / "waves.fst" if fst else None)
     return 0
 
 
-def _simulate(cfg: HubConfig, config: str, seed: int, tokens: int, waves: bool, tmp):
+def _simulate(cfg: HubConfig, config: str, seed: int, tokens: int, waves: bool, tmp, sim):
     """The cocotb run, writing its summary into ``tmp``; with ``waves`` its FST is moved
     there too. Returns whether ``tmp`` holds a waveform."""
     from ..verif.runner import run_hub_cocotb
@@ -68,7 +73,7 @@ def _simulate(cfg: HubConfig, config: str, seed: int, tokens: int, waves: bool, 
     res = run_hub_cocotb(config, ["demo_layer"], module="tb_demo", seed=seed, waves=waves,
                          tag="demo", extra_env={"MOEHUB_TOKENS": str(tokens),
                                                 "MOEHUB_SUMMARY": str(summary)},
-                         label=f"demo {cfg.name}, {tokens} tokens/GPU")
+                         label=f"demo {cfg.name}, {tokens} tokens/GPU", sim=sim)
     if res["failed"] or not summary.exists():
         raise RuntimeError(f"the RTL run or its check against the reference model failed; "
                            f"see {res['results'].parent / 'sim-tb_demo.log'}")
