@@ -45,3 +45,38 @@ def test_hub_random_many_seeds(sim, config, base_seed):
     """Constrained-random tests over 10 consecutive seeds each (print the seed on failure)."""
     _run(config, ["test_random_clean", "test_random_with_errors"], seed=base_seed, seeds=10,
          tag=f"slow{base_seed}", sim=sim)
+
+
+#: The coverage run of each config (slow set): every cocotb test once (the two seeded random
+#: tests have their many-seeds run above), the knob test over ``seeds`` layers of about
+#: ``packets`` packets, every tile size, and -- where ``full_region`` -- one expert's whole
+#: max_rows_per_expert region filled (tiny 4k packets, deepseek-v3 459k; mixtral's 32768-row
+#: region, 2.1M packets, is out of Icarus' reach: its full-region bins stay open).
+COVERAGE_RUNS = {
+    "tiny": dict(seeds=30, packets=1500, full_region=True),
+    "mixtral-8gpu": dict(seeds=20, packets=2500, full_region=False),
+    "deepseek-v3-8gpu": dict(seeds=20, packets=2500, full_region=True),
+}
+#: the share of the bins each coverage run must hit
+COVERAGE_GOAL = 95.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", HUB_CONFIGS)
+def test_hub_coverage(config):
+    """The coverage run (see COVERAGE_RUNS) hits >= COVERAGE_GOAL % of the functional
+    coverage bins (verif/coverage.py); its report goes to <build>/coverage/."""
+    from moehub.paths import build_root
+    from moehub.verif import coverage
+    from moehub.verif.tb_hub_names import TEST_NAMES
+    run = COVERAGE_RUNS[config]
+    folder = build_root() / "sim" / f"{config}-cov"
+    shutil.rmtree(folder / "coverage", ignore_errors=True)
+    tests = [t for t in TEST_NAMES if t not in ("test_random_clean", "test_random_with_errors")]
+    env = {"MOEHUB_KNOB_PACKETS": str(run["packets"]), "MOEHUB_TILE_SIZES": "all",
+           "MOEHUB_FULL_REGION": "1" if run["full_region"] else "0"}
+    _run(config, tests, seed=3, seeds=run["seeds"], tag="cov", extra_env=env)
+    s = coverage.report([folder], build_root() / "coverage", [config])[config]
+    assert s["percent"] >= COVERAGE_GOAL, \
+        f"{config}: coverage {s['hit']}/{s['bins']} = {s['percent']} % < {COVERAGE_GOAL} % " \
+        f"(missed: {[(g, d['missed']) for g, d in s['groups'].items() if d['missed']]})"

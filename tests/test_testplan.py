@@ -1,5 +1,6 @@
 """The testplan names only tests that exist, and every cocotb test is planned."""
 import ast
+import re
 from pathlib import Path
 
 import yaml
@@ -32,3 +33,58 @@ def test_testplan_refers_to_existing_tests():
             else:
                 raise AssertionError(f"testpoint {tp['name']}: unknown test kind in {t!r}")
     assert set(TEST_NAMES) <= planned_cocotb, f"unplanned cocotb tests: {set(TEST_NAMES) - planned_cocotb}"
+
+
+README = ROOT / "README.md"
+
+
+def _table_names(heading: str) -> set:
+    """Names in the first column of the table under README's ``heading`` (backquoted, comma
+    separated, array suffixes like ``[e]`` dropped)."""
+    text = README.read_text()
+    start = text.index(heading)
+    names, in_table = set(), False
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("|"):
+            in_table = True
+            first = line.split("|")[1]
+            names |= {n.split("[")[0] for n in re.findall(r"`([A-Z_][A-Z0-9_\[\]a-z]*)`", first)}
+        elif in_table:
+            break
+    return names
+
+
+def _rules_required(plan: dict) -> set:
+    reasons = _table_names("### Bad input")
+    registers = _table_names("### CSR map")
+    return {f"reason:{r}" for r in reasons} | {f"csr:{r}" for r in registers} | \
+        {r["id"] for r in plan.get("readme_rules", [])}
+
+
+def test_readme_tables_match_the_code():
+    """The README tables the rules are read from name exactly the hub's drop reasons and
+    registers (so a rule added in the code but not in README fails here, and vice versa)."""
+    from moehub.config.schema import load_hub_config
+    from moehub.rtl.csr_map import CsrMap
+    from moehub.rtl.formats import Reason
+    assert _table_names("### Bad input") == {r.name for r in Reason}
+    assert _table_names("### CSR map") == set(CsrMap(load_hub_config("tiny")).registers)
+
+
+def test_every_readme_rule_has_a_testpoint():
+    """Every row of README's bad-input table, every register of its CSR map and every rule
+    quoted in the testplan's readme_rules (the phrase must still be in README) is named by a
+    testpoint that has at least one cocotb test; no testpoint names an unknown rule."""
+    plan = yaml.safe_load(PLAN.read_text())
+    readme = " ".join(README.read_text().split())
+    for r in plan.get("readme_rules", []):
+        assert " ".join(r["readme"].split()) in readme, f"rule {r['id']}: phrase not in README: {r['readme']!r}"
+    required = _rules_required(plan)
+    covered = {}
+    for tp in plan["testpoints"]:
+        for rule in tp.get("rules", []):
+            assert rule in required, f"testpoint {tp['name']}: unknown rule {rule!r}"
+            if any(t.startswith("cocotb:") for t in tp["tests"]):
+                covered.setdefault(rule, []).append(tp["name"])
+    missing = sorted(required - set(covered))
+    assert not missing, f"README rules without a testpoint naming a cocotb test: {missing}"

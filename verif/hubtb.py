@@ -25,6 +25,7 @@ from cocotb.triggers import RisingEdge, Timer
 from ..config.schema import HubConfig
 from ..rtl.csr_map import CsrMap, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, STATUS_DONE
 from ..rtl.formats import CtlKind, HubFormats, data_addr, flag_addr
+from .coverage import Collector, enabled as coverage_enabled
 from .model import CtlWrite, HubModel
 from .traffic import LaneFeeder, Row
 
@@ -105,6 +106,8 @@ class HubTB:
         self._ready_driven = {"wr": [1] * L, "ctl": 1, "credit": 1}
         self.held: set = set()            # sinks held not ready ("ctl", "credit", "wr")
         self._released = False
+        # functional coverage (verif/coverage.py): sampled every cycle and at every check
+        self.cov: Optional[Collector] = Collector(self) if coverage_enabled() else None
         cocotb.log.info(f"HubTB config={cfg.name} seed={seed} bp={bp}")
 
     # ------------------------------------------------------------------ clock and reset
@@ -224,6 +227,16 @@ class HubTB:
         self._schedule.clear()
         self._offered = [None] * self.cfg.lanes
 
+    def stop_sources(self):
+        """:meth:`stop_traffic`, and forget the credits on their way back to the sources
+        (nobody waits for them any more, so :meth:`wait_idle` need not either)."""
+        self.stop_traffic()
+        self._pending_credits = []
+
+    def waiting(self) -> int:
+        """Lanes offering a packet the hub has not accepted yet."""
+        return sum(p is not None for p in self._offered)
+
     def feed(self, feeder: LaneFeeder, credit_delay: int = 0):
         self.feeder = feeder
         self.credit_delay = credit_delay
@@ -317,6 +330,8 @@ class HubTB:
                     self._pending_credits.append((cyc + self.credit_delay, c["src"], c["tag"]))
             if int(d.layer_done.value):
                 self.layer_done_cycles.append(cyc)
+            if self.cov is not None:
+                self.cov.cycle(cyc)
             # --- credits reach the sources
             if self._pending_credits and self.feeder is not None:
                 keep = []
@@ -392,6 +407,8 @@ class HubTB:
             got = await self.csr_read(name, index)
             assert got == value, f"CSR {name}[{index}] = {got:#x}, model {value:#x} (seed {seed})"
         self.check_ordering(model)
+        if self.cov is not None:
+            self.cov.sample()
         return model
 
     def check_ordering(self, model: HubModel):

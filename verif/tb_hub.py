@@ -605,3 +605,545 @@ async def test_latency(dut):
     assert credits[-1] - acc == CREDIT_LATENCY, f"credit latency {credits[-1] - acc}"
     await tb.send_schedule(wide(eos_all({s: sum(1 for r in rows if r.src == s) for s in range(CFG.sources)})))
     await finish(tb, rows)
+
+
+# ---------------------------------------------------------------------------- random knobs
+# (verif/knobs.py): boundaries hit on purpose, not by luck; see README "Verification".
+from cocotb.triggers import Timer  # noqa: E402
+from moehub.rtl.csr_map import CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, STATUS_ERROR, STATUS_SWEEPING  # noqa: E402
+from moehub.verif.knobs import KnobFeeder, draw_knobs  # noqa: E402
+
+#: packets per knob layer: the fast set runs one small layer; the slow set raises it
+KNOB_PACKETS = int(os.environ.get("MOEHUB_KNOB_PACKETS", "1200"))
+#: watchdog of the knob layers that end by it (long enough that random stalls never fire it)
+KNOB_TIMEOUT = 600
+
+
+def junk(rng, n=4):
+    """Packets for a hub that is not armed: chunk index first/middle/last and an EOS."""
+    C = CFG.chunks_per_row
+    pk = [Packet(src=rng.randrange(CFG.sources), tag=rng.randrange(CFG.tags_per_source),
+                 expert=rng.randrange(CFG.experts), chunk=c) for c in (0, C // 2, C - 1)]
+    return (pk + [Packet.eos(rng.randrange(CFG.sources), rng.randrange(3))])[:n]
+
+
+async def until_offered(tb, feeder, fraction):
+    """Wait until ``fraction`` of the layer's packets were offered (or the feeder is done)."""
+    while feeder.n_offered < fraction * feeder.expected and not feeder.done():
+        await RisingEdge(tb.dut.clk)
+
+
+async def end_knob_layer(tb, k, feeder, rng):
+    """End the layer the way ``k.ending`` says (see moehub.verif.knobs.ENDINGS): by its
+    counts; or, at a random point (or once the sources stop, for a source that never sends
+    its EOS), by FLUSH / START written while packets stream in or on a quiet hub, or by the
+    watchdog."""
+    how = k.ending
+    if how == "eos" or how.startswith("missing_eos"):
+        await tb.wait_idle()
+    else:
+        await until_offered(tb, feeder, rng.uniform(0.2, 0.9))
+    if how.endswith("_traffic"):           # the CTRL write lands while packets stream in
+        await tb.csr_write("CTRL", CTRL_FLUSH if how.startswith("flush") else CTRL_START)
+        for _ in range(rng.randrange(5, 40)):
+            await RisingEdge(tb.dut.clk)
+    if how == "eos":
+        return
+    tb.stop_sources()
+    await tb.wait_idle()
+    if how in ("flush_idle", "missing_eos_flush", "abort_traffic"):
+        await tb.flush()
+    elif how in ("abort_idle", "missing_eos_abort"):
+        await tb.start_layer()
+        await tb.send_schedule(wide(eos_all({})))
+    await tb.wait_done()
+    if how.endswith("watchdog"):
+        tb.note_timeout()
+
+
+async def knob_layer(dut, seed: int, max_packets: int):
+    """One layer drawn by draw_knobs(seed): configured, fed, ended, checked against the model
+    (and, for clean traffic that ended by its counts, the invariants)."""
+    rng = random.Random(seed)
+    k = draw_knobs(CFG, rng, max_packets, full_region=rng.random() < 0.25 and
+                   CFG.max_rows_per_expert * CFG.chunks_per_row <= 2 * max_packets)
+    tb = HubTB(dut, CFG, seed, bp=k.bp)
+    dut._log.info(f"knob layer seed={seed}: {k.describe()}")
+    await tb.start()
+    watchdog = "watchdog" in k.ending
+    await tb.configure(caps=k.caps, tile_rows=k.tile_rows, epoch=seed & 0xFFFF,
+                       timeout=KNOB_TIMEOUT if watchdog else 0)
+    if k.junk_before:
+        await tb.send_schedule(serial(junk(rng)))
+    await tb.start_layer()
+    feeder = KnobFeeder(CFG, k, rng)
+    tb.feed(feeder, credit_delay=k.credit_delay)
+    await end_knob_layer(tb, k, feeder, rng)
+    await tb.wait_idle()
+    model = await tb.check()
+    if k.junk_after and model.done:
+        tb.stop_sources()                   # (a schedule is offered only without a feeder)
+        await tb.send_schedule(serial(junk(rng), lanes=list(range(CFG.lanes))))
+        await tb.wait_idle()
+        await tb.check()
+    tb.stop()
+    return model
+
+
+@cocotb.test(timeout_time=2000, timeout_unit="ms")
+async def test_random_knobs(dut):
+    """Constrained-random layers with boundary knobs (verif/knobs.py): every tile size,
+    capacities at / near / below the rows sent, chunk orders sending the first or last
+    index first or last, every kind of bad input anywhere in the layer, short EOS counts,
+    bursts of rows on one expert, and endings by counts, FLUSH or START (with or without
+    traffic) and the watchdog. The reference model checks everything; the seed and the
+    knobs are logged."""
+    for n in range(SEEDS):
+        seed = SEED * 1000 + 700 + n
+        try:
+            await knob_layer(dut, seed, KNOB_PACKETS)
+        except AssertionError as e:
+            raise AssertionError(f"{e} (knob seed {seed}: MOEHUB_SEED={SEED}, layer {n})") from e
+
+
+# ---------------------------------------------------------------------------- every rule a test
+# Directed tests of the README's CSR semantics, end-of-stream and watchdog rules that no
+# test above checks on its own (verif/testplan.yaml maps each rule to its tests).
+async def wait_armed(tb):
+    """Until STATUS shows the layer ARMED and its counters cleared (a START waits for the
+    pipeline to drain, then the counters may need a clearing sweep)."""
+    while (await tb.csr_read("STATUS")) & (STATUS_ARMED | STATUS_CLEARING) != STATUS_ARMED:
+        pass
+
+
+async def idle_cycles(tb, n):
+    for _ in range(n):
+        await RisingEdge(tb.dut.clk)
+
+
+@cocotb.test(**TIMEOUT)
+async def test_errors_sticky_until_clear(dut):
+    """ERRORS keeps a bit per reason, and STATUS.ERROR, across a START (which resets
+    DROPS) until CTRL.CLEAR_ERRORS, which clears them and nothing else."""
+    tb = await make_tb(dut)
+    C = CFG.chunks_per_row
+    await tb.send_schedule(serial([Packet(src=0, tag=0, chunk=C), Packet(src=CFG.sources, chunk=0)]))
+    await tb.send_schedule(wide(eos_all({})))
+    await finish(tb)
+    want = (1 << Reason.BAD_CHUNK) | (1 << Reason.BAD_SOURCE)
+    assert await tb.csr_read("ERRORS") == want and await tb.csr_read("STATUS") & STATUS_ERROR
+    await tb.start_layer()
+    await wait_armed(tb)
+    assert await tb.csr_read("DROPS", Reason.BAD_CHUNK) == 0, "DROPS not reset at START"
+    assert await tb.csr_read("ERRORS") == want, "ERRORS must stay until CLEAR_ERRORS"
+    r = row(1, 0, token=3)
+    await tb.send_schedule(serial(chunks(r, 0)[:2]))
+    await tb.clear_errors()
+    assert await tb.csr_read("ERRORS") == 0 and not await tb.csr_read("STATUS") & STATUS_ERROR
+    assert await tb.csr_read("INFLIGHT") == 1, "CLEAR_ERRORS touched the layer"
+    await tb.send_schedule(serial(chunks(r, 0)[2:]) + wide(eos_all({1: 1})))
+    await finish(tb)
+
+
+@cocotb.test(**TIMEOUT)
+async def test_status_clearing_sweeping_and_the_sweep(dut):
+    """STATUS.CLEARING while the counters are swept after a FLUSH; STATUS.SWEEPING (not
+    ARMED, not DONE) while the end-of-layer sweep waits for the control port; a packet in
+    the sweep is NOT_ARMED, a FLUSH in the sweep is ignored, a START in the sweep waits for
+    it (its done word still goes out) and then arms the next layer."""
+    tb = await make_tb(dut)
+    await tb.send_schedule(serial(chunks(row(0, 0), 0)[:2]))
+    await tb.wait_idle()
+    await tb.flush()
+    await tb.wait_done()
+    await tb.start_layer()                               # dirty counters: clearing sweep
+    seen = 0
+    while (st := await tb.csr_read("STATUS")) & (STATUS_ARMED | STATUS_CLEARING) != STATUS_ARMED:
+        seen |= st
+    assert seen & STATUS_CLEARING, "STATUS.CLEARING never seen after a flushed layer"
+    r = row(1, CFG.experts - 1, token=1)
+    await tb.send_schedule(serial(chunks(r, 0)))
+    await tb.wait_idle()
+    tb.hold("ctl")                          # (a layer ends once its events have drained)
+    await tb.send_schedule(wide(eos_all({1: 1})))
+    await idle_cycles(tb, 20)
+    st = await tb.csr_read("STATUS")
+    assert st & STATUS_SWEEPING and not st & (STATUS_ARMED | STATUS_DONE), f"STATUS {st:#x} in the sweep"
+    await tb.send_schedule(serial([chunks(row(2, 0, token=9), 0)[0]]))    # NOT_ARMED
+    await tb.flush()                                                     # ignored
+    await tb.start_layer()                                               # waits for the sweep
+    assert not await tb.csr_read("STATUS") & STATUS_ARMED
+    tb.release()
+    await wait_armed(tb)
+    await tb.send_schedule(wide(eos_all({})))
+    model = await finish(tb)
+    assert [r for r, _ in model.drops] == [Reason.NOT_ARMED]
+    dones = [c for _, c in tb.ctl_out if c.kind == CtlKind.DONE]
+    assert len(dones) == 3 == len(tb.layer_done_cycles), "a done word was lost"
+
+
+@cocotb.test(**TIMEOUT)
+async def test_layer_registers_latched_at_start(dut):
+    """EPOCH, TILE_ROWS_LOG2, FLAG_BASE, META_BASE, COUNT_BASE and REGION_CAP written
+    during a layer change nothing in it (flags, metadata, counts, capacity stay the
+    layer's) and take effect at the next START; REGION_BASE, changed between layers,
+    moves the next layer's data."""
+    tb = await make_tb(dut, tile_rows=CFG.min_tile_rows, epoch=5)
+    rows = [row(k, 0, token=k) for k in range(2)]
+    await wait_armed(tb)
+    await tb.send_schedule(wide(chunks(rows[0], 0)))
+    for name, value in (("EPOCH", 6), ("TILE_ROWS_LOG2", 31), ("FLAG_BASE", 0x5000_0000),
+                        ("META_BASE", 0x5100_0000), ("COUNT_BASE", 0x5200_0000)):
+        await tb.csr_write(name, value)
+    await tb.csr_write("REGION_CAP", 1, 0)
+    await tb.send_schedule(serial(chunks(rows[1], 0), lanes=[1]) + wide(eos_all(_counts(rows))))
+    model = await finish(tb)
+    assert model.rows[0] == 2 and model.overflow[0] == 0, "REGION_CAP acted mid-layer"
+    flags = [c for _, c in tb.ctl_out if c.kind == CtlKind.FLAG]
+    assert len(flags) == 1 and flags[0].data == 5 and flags[0].addr >> 28 == 7, flags
+    await tb.csr_write("REGION_BASE", 0x4000_0000 % (1 << CFG.addr_bits), 0)
+    before = [len(w) for w in tb.wr_out]
+    await tb.start_layer()
+    r2 = [row(0, 0, token=40 + k) for k in range(2)]
+    await tb.send_schedule(serial(chunks(r2[0], 0) + chunks(r2[1], 1)) + wide(eos_all({0: 2})))
+    model = await finish(tb)
+    assert model.layer_epoch == 6 and model.rows[0] == 1 and model.overflow[0] == 1
+    new = [a for j, w in enumerate(tb.wr_out) for _, a, _ in w[before[j]:]]
+    assert new and all(a >> 28 == 4 for a in new), "REGION_BASE did not move the next layer"
+
+
+def _counts(rows):
+    out = {}
+    for r in rows:
+        out[r.src] = out.get(r.src, 0) + 1
+    return out
+
+
+@cocotb.test(**TIMEOUT)
+async def test_status_registers_mid_layer(dut):
+    """INFLIGHT, EOS_SEEN, SRC_ROWS, SRC_EOS, ROWS, OVERFLOW, DROPS, ERRORS and STATUS read
+    during a layer (rows open, some end-of-streams in, an overflow) equal the model's."""
+    caps = [CFG.max_rows_per_expert] * CFG.experts
+    caps[0] = 1 + (CFG.experts == 1)        # room for `full` (and `part` on a one-expert hub)
+    tb = await make_tb(dut, caps=caps)
+    full, part, over = row(0, 0, token=1), row(1, CFG.experts - 1, token=2), row(2, 0, token=3)
+    await tb.send_schedule(serial(chunks(full, 0) + chunks(part, 0)[:3] + chunks(over, 0)[:1]
+                                  + [Packet.eos(0, 1), Packet.eos(2, 1)]))
+    await tb.wait_idle()
+    model = await tb.check()
+    assert model.inflight == 2 and model.eos_seen == [True, False, True] + [False] * (CFG.sources - 3)
+    assert await tb.csr_read("INFLIGHT") == 2 and await tb.csr_read("OVERFLOW", 0) == 1
+    rest = [Packet.eos(s, int(s == 1)) for s in range(1, CFG.sources) if s != 2]
+    await tb.send_schedule(serial(chunks(part, 0)[3:] + chunks(over, 0)[1:]) + wide(rest))
+    model = await finish(tb)
+    assert model.done and model.drop_counts[Reason.EOS_DUPLICATE] == 0
+
+
+@cocotb.test(**TIMEOUT)
+async def test_reset_restores_defaults(dut):
+    """Reset after a layer with errors: every register reads its reset value (the
+    register model's), the hub is disarmed, and a packet is NOT_ARMED."""
+    tb = await make_tb(dut, tile_rows=CFG.max_tile_rows, epoch=77, timeout=1234)
+    await tb.send_schedule(serial([Packet(src=0, tag=0, chunk=CFG.chunks_per_row)] + chunks(row(0, 0), 1)[:2]))
+    await tb.wait_idle()
+    await tb.reset()
+    from moehub.verif.model import HubModel
+    fresh = HubModel(CFG)
+    for reg in tb.map.registers.values():
+        if reg.access == "wo":
+            continue
+        for i in range(reg.count):
+            got, want = await tb.csr_read(reg.name, i), fresh.read(reg.name, i)
+            assert got == want, f"{reg.name}[{i}] = {got:#x} after reset, default {want:#x}"
+    await tb.send_schedule(serial(chunks(row(1, 0), 0)[:1]))
+    model = await finish(tb)
+    assert model.drop_counts[Reason.NOT_ARMED] == 1
+
+
+@cocotb.test(**TIMEOUT)
+async def test_ctrl_strobes_and_read_only_registers(dut):
+    """FLUSH with no layer armed and CTRL bits other than the three strobes do nothing;
+    START and FLUSH in one write arm a layer (START wins); CTRL reads 0; writes to read-only
+    registers are ignored."""
+    tb = await make_tb(dut, start=False)
+    await tb.flush()
+    await tb.csr_write("CTRL", 0xFFFF_FFF8)
+    await idle_cycles(tb, 10)
+    assert await tb.csr_read("STATUS") == 0 and not tb.ctl_out, "FLUSH or junk CTRL bits acted"
+    await tb.csr_write("CTRL", CTRL_START | CTRL_FLUSH)
+    await wait_armed(tb)
+    assert await tb.csr_read("CTRL") == 0
+    for name in ("ID", "STATUS", "ROWS", "INFLIGHT", "DROPS"):
+        before = await tb.csr_read(name)
+        await tb.csr_write_raw(tb.map[name].addr(0, 0), 0x5A5A_5A5A)
+        assert await tb.csr_read(name) == before, f"read-only {name} was written"
+    await tb.send_schedule(serial(chunks(row(0, 0), 0)[:2]))
+    await tb.wait_idle()
+    await tb.csr_write("CTRL", CTRL_START | CTRL_FLUSH)   # a layer armed: START abandons it
+    await wait_armed(tb)
+    assert await tb.csr_read("INFLIGHT") == 0 and not [c for _, c in tb.ctl_out if c.kind == CtlKind.DONE]
+    r = row(2, 0, token=4)
+    await tb.send_schedule(serial(chunks(r, 1)) + wide(eos_all({2: 1})))
+    model = await finish(tb)
+    assert model.drop_counts[Reason.INCOMPLETE] == 0 and model.rows[0] == 1
+
+
+@cocotb.test(**TIMEOUT)
+async def test_watchdog_while_traffic_in_flight(dut):
+    """The watchdog counts cycles in which nothing is accepted, also while the hub holds
+    its input back: with the control port, then the credit port, then the write ports held,
+    packets wait on the lanes, events / credits / writes wait inside, and after TIMEOUT
+    such cycles the layer is flushed (TIMEOUT, rows in flight INCOMPLETE) once the port
+    lets go; the next layer is exact."""
+    T = 200
+    tb = await make_tb(dut, tile_rows=CFG.min_tile_rows, timeout=T)
+    n = max(CFG.event_queue_depth, CFG.credit_queue_depth) + 8
+    for layer, sink in enumerate(("ctl", "credit", "wr")):
+        if layer:
+            await new_flag_base(tb, layer)
+            await tb.start_layer()
+        await wait_armed(tb)
+        rows = [row(0, k % CFG.experts, token=k, seed=10 + layer) for k in range(n)]
+        tb.hold(sink)
+        tb.offer(wide([p for r in rows for p in chunks(r, 0)]))
+        await until_refused_for(tb, T + 40)
+        assert tb.waiting(), f"{sink}: no packet waiting when the watchdog fired"
+        tb.note_timeout()
+        tb.release()            # the waiting packets find the layer flushed: NOT_ARMED
+        await tb.wait_done()
+        tb.stop_sources()
+        model = await finish(tb)
+        d = model.drop_counts
+        assert d[Reason.TIMEOUT] == 1 and model.done, f"{sink}: {d}"
+    await new_flag_base(tb, 3)
+    await tb.start_layer()
+    r = row(1, 0, token=99)
+    await tb.send_schedule(serial(chunks(r, 0)) + wide(eos_all({1: 1})))
+    await finish(tb)
+
+
+async def new_flag_base(tb, layer):
+    """Flags of the next layer elsewhere: HubTB.check_ordering pairs flags and writes by
+    address over all layers, so a tile a flush left unflagged would meet an earlier
+    layer's flag of the same tile."""
+    await tb.csr_write("FLAG_BASE", (0x7000_0000 + layer * 0x10_0000) % (1 << CFG.addr_bits))
+
+
+async def until_refused_for(tb, n):
+    """Until nothing has been accepted for ``n`` cycles."""
+    quiet, last = 0, len(tb.accepted)
+    while quiet < n:
+        await RisingEdge(tb.dut.clk)
+        quiet = quiet + 1 if len(tb.accepted) == last else 0
+        last = len(tb.accepted)
+
+
+async def gap_then_chunk(tb, first, gap, then):
+    """``first``, exactly ``gap`` idle cycles, then ``then`` (offered, not awaited); returns
+    the cycle ``first`` was accepted in."""
+    before = len(tb.accepted)
+    tb.offer([[first]] + [[None]] * gap + [[then]])
+    while len(tb.accepted) == before:
+        await RisingEdge(tb.dut.clk)
+    return tb.accepted[before][0]
+
+
+@cocotb.test(**TIMEOUT)
+async def test_watchdog_idle_count_exact(dut):
+    """TIMEOUT is a count of idle cycles: TIMEOUT - 1 cycles without an accepted packet do
+    not fire the watchdog (the layer completes normally), TIMEOUT cycles do: the packet
+    after them finds the layer flushed (NOT_ARMED)."""
+    T = 48
+    tb = await make_tb(dut, timeout=T)
+    await wait_armed(tb)
+    r = row(0, 0, token=1)
+    p = chunks(r, 0)
+    await gap_then_chunk(tb, p[0], T - 1, p[1])
+    await tb.send_schedule(serial(p[2:]) + wide(eos_all({0: 1})))
+    model = await finish(tb)
+    assert model.done and model.drop_counts[Reason.TIMEOUT] == 0, "fired after TIMEOUT - 1 idle cycles"
+    await new_flag_base(tb, 1)
+    await tb.start_layer()
+    await wait_armed(tb)
+    r2 = row(1, 0, token=2)
+    p = chunks(r2, 0)
+    a = await gap_then_chunk(tb, p[0], T, p[1])
+    while tb.now() < a + T:
+        await RisingEdge(dut.clk)
+    tb.note_timeout()                       # the T-th idle cycle; the next packet is after it
+    await tb.wait_done()
+    model = await finish(tb)
+    assert model.drop_counts[Reason.INCOMPLETE] == 1 and model.drops[-1][0] == Reason.NOT_ARMED
+
+
+@cocotb.test(**TIMEOUT)
+async def test_watchdog_off_and_on_an_idle_hub(dut):
+    """TIMEOUT = 0 turns the watchdog off (a stuck layer stays armed); a TIMEOUT written
+    during the layer acts at once; and on an armed hub with no row in flight (a source's
+    end-of-stream missing) the watchdog ends the layer with TIMEOUT and no INCOMPLETE."""
+    tb = await make_tb(dut, timeout=0)
+    await tb.send_schedule(serial(chunks(row(0, 0, token=1), 0)[:2]))
+    await idle_cycles(tb, 500)
+    assert await tb.csr_read("STATUS") & STATUS_ARMED, "the watchdog fired with TIMEOUT = 0"
+    await tb.csr_write("TIMEOUT", 100)
+    await tb.wait_done()
+    tb.note_timeout()
+    model = await finish(tb)
+    assert model.drop_counts[Reason.INCOMPLETE] == 1 and model.drop_counts[Reason.TIMEOUT] == 1
+    await tb.start_layer()
+    rows = [row(s, s % CFG.experts, token=5) for s in range(CFG.sources)]
+    pk = [p for r in rows for p in chunks(r, 0)]
+    eos = [Packet.eos(s, 1) for s in range(1, CFG.sources)]   # source 0's EOS never comes
+    await tb.send_schedule(serial(pk, lanes=list(range(CFG.lanes))) + wide(eos))
+    await tb.wait_done()
+    tb.note_timeout()
+    model = await finish(tb)
+    d = model.drop_counts
+    assert (d[Reason.TIMEOUT], d[Reason.INCOMPLETE]) == (1, 0) and model.rows[0] >= 1
+
+
+@cocotb.test(**TIMEOUT)
+async def test_flush_and_start_while_traffic_in_flight(dut):
+    """CTRL.FLUSH written while rows stream in (packets accepted in the cycles before it):
+    the input stops, the rows in flight are dropped INCOMPLETE, the layer ends, packets
+    after it are NOT_ARMED; then a START written while rows stream in abandons the layer
+    and the packets after it open rows in the new one."""
+    tb = await make_tb(dut)
+    rng = random.Random(SEED)
+    for ctrl in (CTRL_FLUSH, CTRL_START):
+        tb.feed(LaneFeeder(CFG, random_rows(CFG, rng, 30), rng))
+        start = len(tb.accepted)
+        while len(tb.accepted) < start + 40:
+            await RisingEdge(dut.clk)
+        await tb.csr_write("CTRL", ctrl)
+        wrote = max(c for c, _, k, _ in tb.log if k == "csr")
+        assert tb.accepted[-1][0] > wrote - 8, "no packet in flight at the CTRL write"
+        await idle_cycles(tb, 30)
+        tb.stop_sources()
+        await tb.wait_idle()
+        if ctrl == CTRL_FLUSH:
+            await tb.wait_done()
+            model = await tb.check()
+            assert model.drop_counts[Reason.INCOMPLETE] >= 1 and model.done
+            await tb.start_layer()
+    await tb.flush()
+    await tb.wait_done()
+    await finish(tb)
+
+
+@cocotb.test(**TIMEOUT)
+async def test_flush_while_clearing(dut):
+    """A FLUSH once STATUS shows the next layer ARMED while its counters are still being
+    cleared (after a flushed layer) waits for the clearing and ends that layer cleanly."""
+    tb = await make_tb(dut)
+    await tb.send_schedule(serial(chunks(row(0, 0), 0)[:3]))
+    await tb.wait_idle()
+    await tb.flush()
+    await tb.wait_done()
+    await tb.start_layer()
+    while not (st := await tb.csr_read("STATUS")) & STATUS_ARMED:
+        pass
+    await tb.flush()
+    await tb.wait_done()
+    model = await finish(tb)
+    assert st & STATUS_CLEARING, f"STATUS {st:#x}: the clearing had ended"
+    assert model.done and sum(1 for _, c in tb.ctl_out if c.kind == CtlKind.DONE) == 2
+
+
+@cocotb.test(**TIMEOUT)
+async def test_post_eos_row_holds_the_layer_open(dut):
+    """A row opened past its source's EOS count (POST_EOS, not counted toward the source)
+    keeps the layer open while it is in flight, although every count is reached; its
+    completion ends the layer."""
+    tb = await make_tb(dut)
+    a, j = row(0, 0, token=1), row(0, 0, token=2)
+    pa, pj = chunks(a, 0), chunks(j, 1)
+    await tb.send_schedule(wide(eos_all({0: 1})))
+    await tb.send_schedule(serial(pa[:1] + pj[:1] + pa[1:]))
+    await tb.wait_idle()
+    st = await tb.csr_read("STATUS")
+    assert st & STATUS_ARMED and not st & STATUS_DONE, f"STATUS {st:#x}: the layer did not wait"
+    model = await tb.check()
+    assert model.inflight == 1 and model.src_rows[0] == 1
+    await tb.send_schedule(serial(pj[1:]))
+    model = await finish(tb)
+    assert model.done and model.drop_counts[Reason.POST_EOS] == 1 and len(model.credits) == 2
+
+
+#: fill a whole region (max_rows_per_expert rows) with MOEHUB_FULL_REGION=1 (the slow set's
+#: coverage run; ~4k packets on tiny, 459k on deepseek-v3), else a programmed capacity
+FULL_REGION = os.environ.get("MOEHUB_FULL_REGION") == "1"
+
+
+@cocotb.test(timeout_time=60_000, timeout_unit="ms")
+async def test_fill_region_to_capacity(dut):
+    """One expert's region filled to its last row -- the whole region (max_rows_per_expert,
+    the row index's top bit) where affordable, else a programmed capacity: the rows within
+    a tile of it, the row that fills it, then one cycle whose four openers get the last
+    two rows and two OVERFLOW drops (dense rows, lane order), credits for all."""
+    cap = CFG.max_rows_per_expert if FULL_REGION else 6
+    caps = [cap] + [CFG.max_rows_per_expert] * (CFG.experts - 1)
+    tb = await make_tb(dut, caps=caps, tile_rows=CFG.min_tile_rows)
+    ids = [(s, t) for s in range(CFG.sources) for t in range(CFG.tags_per_source)]
+    sent = {}
+    k = 0
+    while k < cap + 2:
+        batch = ids[:min(len(ids), cap - 2 - k)] if k < cap - 2 else ids[:4]
+        rows = [row(s, 0, token=(k + i) % (1 << CFG.token_bits), seed=k + i) for i, (s, _) in enumerate(batch)]
+        pk = [chunks(r, t) for r, (_, t) in zip(rows, batch)]
+        await tb.send_schedule(wide([p[c] for c in range(CFG.chunks_per_row) for p in pk]))
+        for s, _ in batch:
+            sent[s] = sent.get(s, 0) + 1
+        k += len(batch)
+    await tb.send_schedule(wide(eos_all(sent)))
+    model = await finish(tb)
+    assert model.rows[0] == cap and model.overflow[0] == 2 and len(model.credits) == cap + 2
+    over = [p for r, p in model.drops if r == Reason.OVERFLOW]
+    assert len(over) == 2, f"the last group did not split: {over}"
+
+
+def held_rows_schedule(n, expert, held):
+    """Cycles sending ``n`` rows to ``expert``, opened in index order (so row k gets row
+    index k), in batches that fit the tags (a batch completes before its tags are reused);
+    the rows in ``held`` keep a tag of their own and send their last chunk after every
+    other row. Returns (schedule, rows)."""
+    ids = [(s, t) for s in range(CFG.sources) for t in range(CFG.tags_per_source)]
+    own, free = dict(zip(sorted(held), ids)), ids[len(held):]
+    rows, sched, batch, last = [], [], [], []
+    for k in range(n):
+        s, t = own.get(k) or free[sum(1 for j in range(k) if j not in held) % len(free)]
+        rows.append(row(s, expert, token=k % (1 << CFG.token_bits), seed=k))
+        batch.append(chunks(rows[-1], t))
+        if k in held:
+            last.append(batch[-1].pop())
+        if k == n - 1 or (k not in held and sum(1 for p in batch if len(p) == CFG.chunks_per_row) == len(free)):
+            sched += wide([p[c] for c in range(CFG.chunks_per_row) for p in batch if c < len(p)])
+            batch = []
+    return sched + wide(last), rows
+
+
+#: tile sizes whose boundary test runs: every size in the slow set's coverage run (and on
+#: configs where three tiles of the largest size are cheap), else the smallest
+ALL_TILE_SIZES = os.environ.get("MOEHUB_TILE_SIZES") == "all" or \
+    3 * CFG.max_tile_rows * CFG.chunks_per_row <= 4096
+
+
+@cocotb.test(timeout_time=60_000, timeout_unit="ms")
+async def test_tile_flagged_by_its_first_middle_or_last_row(dut):
+    """Per tile size, three tiles whose flag is set by the completion of the tile's first
+    row (held back while the others complete), a middle row, and (in order) its last row:
+    each tile is flagged once, when its last-completing row is in, never before."""
+    sizes = [CFG.min_tile_rows]
+    while ALL_TILE_SIZES and sizes[-1] < CFG.max_tile_rows:
+        sizes.append(sizes[-1] * 2)
+    tiles = 3 if ALL_TILE_SIZES else 1      # (the fast set on a large config: the first row)
+    tb = await make_tb(dut, start=False)
+    for layer, tr in enumerate(sizes):
+        await new_flag_base(tb, layer)
+        await tb.csr_write("TILE_ROWS_LOG2", tr.bit_length() - 1)
+        await tb.start_layer()
+        sched, rows = held_rows_schedule(tiles * tr, 0, {0, tr + tr // 2} if tiles == 3 else {0})
+        await tb.send_schedule(sched + wide(eos_all(_counts(rows))))
+        model = await finish(tb)
+        order = [t for x, t in model.tiles_flagged]
+        assert order == ([2, 0, 1] if tiles == 3 else [0]), f"tile size {tr}: tiles flagged in order {order}"
