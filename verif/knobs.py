@@ -42,8 +42,11 @@ class Knobs:
     eos_delta: list                  # per source: EOS count = rows sent - delta
     eos_at: list                     # per source: EOS sent after this many rows started
     no_eos: set = field(default_factory=set)   # sources that never send EOS
+    anchor: int = 0                  # sends its EOS (count right) after every other row
     orders: tuple = ORDERS           # chunk orders drawn from, per row
     p_start: float = 0.3             # a source opens a new row rather than continuing one
+    max_open: int = 1                # rows a source keeps open at once (1: openers spread
+                                     # over the layer; all tags: they bunch at its start)
     p_error: float = 0.0             # per chunk: a duplicate / wrong-expert copy before it
     injections: list = field(default_factory=list)   # (fraction of the layer, kind)
     ending: str = "eos"
@@ -59,7 +62,7 @@ class Knobs:
             per_x[r.expert] = per_x.get(r.expert, 0) + 1
         return (f"tile_rows={self.tile_rows} rows={len(self.rows)} per_expert={dict(sorted(per_x.items()))} "
                 f"caps={self.caps} eos_delta={self.eos_delta} no_eos={sorted(self.no_eos)} "
-                f"orders={self.orders} p_start={self.p_start} p_error={self.p_error} "
+                f"orders={self.orders} p_start={self.p_start} max_open={self.max_open} p_error={self.p_error} "
                 f"injections={len(self.injections)} ending={self.ending} bp={self.bp} idle={self.idle}")
 
 
@@ -81,7 +84,7 @@ def draw_knobs(cfg: HubConfig, rng: random.Random, max_packets: int = 3000,
     tr = rng.choice(fits if rng.random() < 0.8 else tile_choices(cfg))
     per_x = _rows_per_expert(cfg, rng, n_rows, tr, full_region)
     caps = [_cap(cfg, rng, n, tr, full_region and x == 0) for x, n in enumerate(per_x)]
-    rows = _make_rows(cfg, rng, per_x, bad_expert=rng.random() < 0.6)
+    rows = _make_rows(cfg, rng, per_x, bad_expert=rng.random() < 0.8)
     k = Knobs(tile_rows=tr, rows=rows, caps=caps, eos_delta=[0] * cfg.sources,
               eos_at=[0] * cfg.sources)
     _draw_eos(cfg, rng, k)
@@ -107,13 +110,14 @@ def _rows_per_expert(cfg, rng, n_rows, tr, full_region) -> list[int]:
 
 def _cap(cfg, rng, n: int, tr: int, full: bool) -> int:
     """A capacity near the rows the expert will get: full region, exactly, short by 1-2
-    (overflow late in the layer), half (overflow from the middle on), within a tile above
-    (near), or tiny (overflow from the start)."""
+    (overflow at the end of its rows), a part of them (overflow from a random point of the
+    layer on), within a tile above (near), or tiny (overflow from the start)."""
     if full:
         return cfg.max_rows_per_expert
-    choice = rng.choice(["max", "exact", "short", "half", "near", "near", "tiny"])
+    choice = rng.choice(["max", "exact", "short", "part", "part", "near", "near", "tiny"])
     cap = {"max": cfg.max_rows_per_expert, "exact": n, "short": n - rng.choice([1, 2]),
-           "half": n // 2, "near": n + rng.randrange(1, tr + 1), "tiny": rng.choice([0, 1, 2])}[choice]
+           "part": int(n * rng.uniform(0.2, 0.9)), "near": n + rng.randrange(1, tr + 1),
+           "tiny": rng.choice([0, 1, 2])}[choice]
     return max(0, min(cap, cfg.max_rows_per_expert))
 
 
@@ -123,7 +127,7 @@ def _make_rows(cfg, rng, per_x, bad_expert: bool) -> list[Row]:
     experts = [x for x, n in enumerate(per_x) for _ in range(n)]
     if bad_expert:
         top = (1 << cfg.expert_bits) - 1
-        n_bad = rng.randint(1, max(3, len(experts) // 8))
+        n_bad = rng.randint(1, max(4, len(experts) // 6))
         experts += [rng.choice([cfg.experts, top]) for _ in range(n_bad)]
     rng.shuffle(experts)
     light = {s for s in range(cfg.sources) if rng.random() < 0.3}
@@ -146,11 +150,16 @@ def _draw_eos(cfg, rng, k: Knobs):
         n = sum(1 for r in k.rows if r.src == s)
         k.eos_delta[s] = min(n, rng.choice([0, 0, 1, 2, n - n // 2]))
         k.eos_at[s] = rng.choice([n, n, 0, rng.randint(0, n)])
+    # One source keeps the layer open until every row is out: else a layer whose counts
+    # are all reached early ends early, and the rest of its rows are NOT_ARMED.
+    k.anchor = rng.randrange(cfg.sources)
+    k.eos_delta[k.anchor] = 0
 
 
 def _draw_traffic(cfg, rng, k: Knobs):
     k.orders = rng.choice([ORDERS, ("in_order",), ("reverse",), ("edges_first", "middle_first")])
     k.p_start = rng.choice([0.3, 0.9])
+    k.max_open = rng.choice([1, 2, cfg.tags_per_source])
     k.p_error = rng.choice([0.0, 0.02, 0.1])
     n_inj = rng.choice([0, 4, 12])
     k.injections = sorted((rng.random(), rng.choice(INJECT)) for _ in range(n_inj))
@@ -243,10 +252,12 @@ class KnobFeeder:
 
     def _from_source(self, s: int) -> Optional[Packet]:
         k, rng = self.k, self.rng
+        if s == k.anchor and not self.eos_sent[s]:
+            return self._anchor_next(s)
         if not self.eos_sent[s] and self.started[s] >= k.eos_at[s] and rng.random() < 0.5:
             self.eos_sent[s] = True
             return Packet.eos(s, self.total[s] - k.eos_delta[s])
-        if self.todo[s] and self.free[s] and (not self.open[s] or rng.random() < k.p_start):
+        if self._may_start(s):
             self._start(s)
         if not self.open[s]:
             if not self.todo[s] and not self.eos_sent[s]:
@@ -254,6 +265,23 @@ class KnobFeeder:
                 return Packet.eos(s, self.total[s] - k.eos_delta[s])
             return None
         return self._chunk(rng.choice(self.open[s]), s)
+
+    def _anchor_next(self, s: int) -> Optional[Packet]:
+        """The anchor's rows, then its EOS once no other source has a row left to send."""
+        if self._may_start(s):
+            self._start(s)
+        if self.open[s]:
+            return self._chunk(self.rng.choice(self.open[s]), s)
+        others = any(self.todo[x] or self.open[x] for x in range(self.cfg.sources) if x != s)
+        if self.todo[s] or others:
+            return None
+        self.eos_sent[s] = True
+        return Packet.eos(s, self.total[s])
+
+    def _may_start(self, s: int) -> bool:
+        k = self.k
+        return bool(self.todo[s] and self.free[s] and len(self.open[s]) < k.max_open
+                    and (not self.open[s] or self.rng.random() < k.p_start))
 
     def _start(self, s: int):
         row = self.todo[s].pop(0)
@@ -264,16 +292,17 @@ class KnobFeeder:
         self.started[s] += 1
 
     def _chunk(self, o: _Open, s: int) -> Packet:
-        """The row's next chunk, or (p_error, once its opener was accepted, never at its last
-        chunk) a duplicate of a chunk it sent or a copy of its next chunk naming another
-        expert. (Not before the opener is in: a lane freed later may carry a newer packet
-        on a lower lane in the same group, which would then open the row.)"""
+        """The row's next chunk, or (p_error, once its opener was accepted, before its last
+        chunk) a duplicate of a chunk it sent or a copy of a chunk still to come naming
+        another expert (the first or last index half of the time). (Not before the opener is
+        in: a lane freed later may carry a newer packet on a lower lane in the same group,
+        which would then open the row.)"""
         r = o.row
         if o.opened and len(o.chunks) >= 2 and self.rng.random() < self.k.p_error:
-            if o.sent and self.rng.random() < 0.5:
-                c, x = self.rng.choice(o.sent), r.expert
+            if self.rng.random() < 0.5:
+                c, x = self._edge_biased(o.sent), r.expert
             else:
-                c, x = o.chunks[0], (r.expert + 1) % (1 << self.cfg.expert_bits)
+                c, x = self._edge_biased(o.chunks), (r.expert + 1) % (1 << self.cfg.expert_bits)
             return Packet(src=r.src, tag=o.tag, expert=x, token=r.token, slot=r.slot, chunk=c,
                           data=r.data[c])
         c = o.chunks.pop(0)
@@ -283,6 +312,11 @@ class KnobFeeder:
             self.by_tag.pop((s, o.tag), None)
         return Packet(src=r.src, tag=o.tag, expert=r.expert, token=r.token, slot=r.slot, chunk=c,
                       data=r.data[c])
+
+    def _edge_biased(self, chunks: list) -> int:
+        """One of ``chunks``, the first or last index of the row half of the time when there."""
+        edges = [c for c in chunks if c in (0, self.cfg.chunks_per_row - 1)]
+        return self.rng.choice(edges if edges and self.rng.random() < 0.5 else chunks)
 
     def _bad(self, kind: str) -> Optional[Packet]:
         """A packet-level bad input (dropped, touches nothing): chunk index first/middle/last;
