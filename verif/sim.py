@@ -40,6 +40,8 @@ NAMES = {"icarus": "Icarus", "verilator": "Verilator"}
 TIMESCALE = ("1ns", "1ps")
 #: builds kept per simulator in sim/builds/ (least recently used ones are removed)
 KEEP_BUILDS = 12
+#: part of every build's cache key: raise it when the way a build is made changes
+BUILD_RECIPE = 1
 
 #: Verilator arguments: only the ports public (the .vlt file), so the C++ model keeps
 #: its internal nets private and optimisable (~3x faster); Yosys netlists warn by the
@@ -191,7 +193,8 @@ def _key(sim: str, sources: Sequence[Path], top: str, args: Sequence[str], waves
     version = VERILATOR_PIN if sim == "verilator" else ""
     flags = (VERILATOR_ARGS, sorted(VERILATOR_MAKE.items()), _vlt(sources, top)) \
         if sim == "verilator" else ()
-    h.update(repr((sim, version, top, list(args), waves, flags, TIMESCALE, _cocotb())).encode())
+    h.update(repr((BUILD_RECIPE, sim, version, top, list(args), waves, flags, TIMESCALE,
+                   _cocotb())).encode())
     return h.hexdigest()[:16]
 
 
