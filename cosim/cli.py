@@ -287,7 +287,7 @@ def _common(p, tokens_default=None):
                    "or all) and compare each with the reference model")
     add_sim_argument(p, "verilator", "the RTL hubs (--rtl-gpus, --hub rtl)")
     p.add_argument("--waves", action="store_true", help="with --rtl-gpus or --hub rtl: dump an "
-                   "FST waveform of each RTL hub (<build>/player/<hub>-cosim-gpu<N>/)")
+                   "FST waveform (VCD on Verilator) of each RTL hub (<build>/player/<hub>-cosim-gpu<N>/)")
     p.add_argument("--hub-order", default="token", choices=("token", "expert"),
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "

@@ -4,7 +4,8 @@ same control writes, credits, data writes, stalls, accept cycles, status registe
 cycle count -- with back-pressure on, so both simulators also draw the same
 back-pressure. (The tiny cocotb regression on Verilator is in test_hub_cocotb.py; the
 whole regression on both simulators is in the slow set.) The tiny player's Verilator
-build takes about 25 s on 2 idle cores and is cached by content under build/sim/builds/."""
+build takes about 45 s on 2 loaded cores (25 s of CPU) and is cached by content under
+build/sim/builds/."""
 
 from conftest import needs
 from moehub.config.schema import load_hub_config

@@ -260,13 +260,13 @@ def _compile(sim: str, sources: list, top: str, out: Path, waves: bool, build_ar
         vlt = out / f"{top}.vlt"
         vlt.write_text(_vlt(sources, top))
         srcs.append(vlt)
-        args = list(VERILATOR_ARGS) + (["--trace-fst"] if waves else []) + args
+        args = list(VERILATOR_ARGS) + args
     try:
         with environment(sim):
             get_runner(sim).build(sources=[str(s) for s in srcs], hdl_toplevel=top,
                                   build_dir=out, timescale=TIMESCALE, waves=waves,
                                   build_args=args, always=True, log_file=out / "build.log")
-    except (subprocess.CalledProcessError, SystemExit) as e:
+    except (subprocess.CalledProcessError, SystemExit, RuntimeError) as e:
         raise RuntimeError(f"{NAMES[sim]} build failed ({e}); see {out / 'build.log'}") from None
     if sim == "verilator":
         _keep_only(out, {top, "build.log", f"{top}.vlt"})
@@ -304,16 +304,17 @@ def test(sim: str, build_dir: Path, top: str, module: str, run_dir: Path, *,
          testcases: Optional[Sequence[str]] = None, extra_env: Optional[dict] = None,
          plusargs: Sequence[str] = (), waves: bool = False, results: Path,
          log: Path) -> Optional[Path]:
-    """Run cocotb ``module`` on a build, in ``run_dir``; returns the waveform path (FST)
-    when ``waves``. A failing test does not raise: ``results`` says which failed."""
+    """Run cocotb ``module`` on a build, in ``run_dir``; returns the waveform path when
+    ``waves`` (FST from Icarus; VCD from Verilator, whose FST writer needs the liblz4
+    headers). A failing test does not raise: ``results`` says which failed."""
     from cocotb_tools.runner import get_runner
     run_dir.mkdir(parents=True, exist_ok=True)
-    fst = run_dir / f"{top}.fst"
+    wave = run_dir / f"{top}.{'fst' if sim == 'icarus' else 'vcd'}"
     plus, targs = list(plusargs), []
     if waves and sim == "icarus":
-        plus.append(f"+dumpfile_path={fst}")
+        plus.append(f"+dumpfile_path={wave}")
     elif waves:
-        targs = ["--trace-file", str(fst)]
+        targs = ["--trace-file", str(wave)]
     runner = get_runner(sim)
     try:
         with environment(sim):
@@ -325,7 +326,7 @@ def test(sim: str, build_dir: Path, top: str, module: str, run_dir: Path, *,
                         log_file=log)
     except (SystemExit, RuntimeError):
         pass   # the runner exits (or raises) when a test fails; the results file says which
-    return fst if waves else None
+    return wave if waves else None
 
 
 def parse_results(path: Path) -> dict:
