@@ -7,6 +7,8 @@ whole regression on both simulators is in the slow set.) The tiny player's Veril
 build takes about 45 s on 2 loaded cores (25 s of CPU) and is cached by content under
 build/sim/builds/."""
 
+import pytest
+
 from conftest import needs
 from moehub.config.schema import load_hub_config
 from moehub.verif.player import run_player
@@ -33,3 +35,16 @@ def test_player_on_verilator_equals_icarus():
     ico, vl = (_observed(runs[s]) for s in ("icarus", "verilator"))
     for key in ico:
         assert vl[key] == ico[key], f"{key} differs between Verilator and Icarus"
+
+
+@pytest.mark.slow
+def test_waveforms_on_verilator():
+    """--waves on Verilator: a VCD from the player and from a cocotb test (the wheel's FST
+    writer would need the lz4 headers)."""
+    from moehub.verif.runner import run_hub_cocotb
+    cfg = load_hub_config("tiny")
+    res = run_player(cfg, demand_schedule(cfg, 5, seed=3), waves=True, sim="verilator",
+                     tag="waves-verilator")
+    assert res.waves.suffix == ".vcd" and res.waves.read_text().startswith("$")
+    out = run_hub_cocotb("tiny", ["test_single_row"], waves=True, sim="verilator", tag="waves")
+    assert out["passed"] == 1 and out["waves"].suffix == ".vcd" and out["waves"].stat().st_size
