@@ -30,7 +30,7 @@ from ..scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
-from ..verif.sim import add_argument as add_sim_argument, check_early as check_sim
+from ..verif.sim import add_argument as add_sim_argument, choose as choose_sim
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 DEFAULT_GPUS = (1, 2, 4, 8, 16)
@@ -142,7 +142,7 @@ def _rtl_options(args, rtl) -> None:
     hub_rtl.WAVES = bool(args.waves)
     hub_rtl.SIM = args.sim
     if rtl or args.hub == "rtl":
-        hub_rtl.SIM = check_sim(args.sim, prefer="verilator")
+        hub_rtl.SIM = choose_sim(args.sim, prefer="verilator")
 
 
 def cmd_cosim(args) -> int:
@@ -287,7 +287,7 @@ def _common(p, tokens_default=None):
                    "or all) and compare each with the reference model")
     add_sim_argument(p, "verilator", "the RTL hubs (--rtl-gpus, --hub rtl)")
     p.add_argument("--waves", action="store_true", help="with --rtl-gpus or --hub rtl: dump an "
-                   "FST waveform of each RTL hub (<build>/player/<hub>-cosim-gpu<N>/)")
+                   "FST waveform (VCD on Verilator) of each RTL hub (<build>/player/<hub>-cosim-gpu<N>/)")
     p.add_argument("--hub-order", default="token", choices=("token", "expert"),
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "

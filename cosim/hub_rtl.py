@@ -54,7 +54,7 @@ def result_from_player(cfg: HubConfig, res: PlayerResult) -> HubResult:
                      packets=len(res.accepted))
 
 
-#: dump a waveform (FST, for GTKWave or Surfer) of every RTL run (``moehub cosim --waves``)
+#: dump a waveform (FST; VCD on Verilator; GTKWave or Surfer) of every RTL run (``moehub cosim --waves``)
 WAVES = False
 #: the simulator of every RTL run ("icarus", "verilator"; ``moehub cosim --sim``); None:
 #: ``$MOEHUB_SIM``, else Verilator when installed (:func:`moehub.verif.sim.choose`)
@@ -71,8 +71,8 @@ def run_hub_rtl(cfg: HubConfig, arrivals: HubArrivals, *, mode: str = "cocotb",
     out = result_from_player(cfg, res)
     out.player = res          # wall time, stalls, simulator: for reports and benchmarks
     if waves:
-        fst = res.waves if res.waves and res.waves.exists() else None
-        print(f"waveform: {fst or '(none written)'}")
+        wave = res.waves if res.waves and res.waves.exists() else None
+        print(f"waveform: {wave or '(none written)'}")
     return out
 
 

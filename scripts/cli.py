@@ -101,8 +101,8 @@ def _add_local(sub) -> None:
     d.add_argument("--tokens", type=int_at_least(1), default=DEMO_TOKENS,
                    help=f"tokens per source GPU (default {DEMO_TOKENS}; at most what the hub "
                         f"config's token ids and expert regions hold: {limits})")
-    d.add_argument("--waves", action="store_true", help="dump an FST waveform into the results "
-                   "folder (its path is printed)")
+    d.add_argument("--waves", action="store_true", help="dump a waveform (FST; VCD on "
+                   "Verilator) into the results folder (its path is printed)")
     d.add_argument("--out", default=None, help=f"results folder (default <build>/demo; <build> "
                    f"is {HELP}); the run goes to a sub-folder named by config, tokens, seed")
     d.add_argument("--force", action="store_true", help="replace an existing results folder")

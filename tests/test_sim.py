@@ -158,14 +158,17 @@ def test_builds_are_cached_by_content(tmp_path, monkeypatch):
     assert not [p for p in d1.parent.iterdir() if ".tmp" in p.name]   # no half-written build
 
 
-def test_failed_build_leaves_no_cache_entry(tmp_path, monkeypatch):
+def test_failed_build_leaves_no_cache_entry_but_its_log(tmp_path, monkeypatch):
     monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path / "build"))
 
-    def broken(*a):
+    def broken(s, sources, top, out, *a):
+        (out / "build.log").write_text("syntax error\n")
         raise RuntimeError("Icarus build failed")
     monkeypatch.setattr(sim, "_compile", broken)
     src = tmp_path / "a.v"
     src.write_text("module m; endmodule\n")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="Icarus build of m failed; see .*-failed.log"):
         sim.build("icarus", [src], "m")
-    assert list((tmp_path / "build" / "sim" / "builds").iterdir()) == []
+    left = list((tmp_path / "build" / "sim" / "builds").iterdir())
+    assert len(left) == 1 and left[0].name.endswith("-failed.log")
+    assert left[0].read_text() == "syntax error\n"

@@ -4,7 +4,9 @@ same control writes, credits, data writes, stalls, accept cycles, status registe
 cycle count -- with back-pressure on, so both simulators also draw the same
 back-pressure. (The tiny cocotb regression on Verilator is in test_hub_cocotb.py; the
 whole regression on both simulators is in the slow set.) The tiny player's Verilator
-build takes about 25 s on 2 idle cores and is cached by content under build/sim/builds/."""
+build takes about 45 s on 2 loaded cores (25 s of CPU) and is cached by content under
+build/sim/builds/."""
+
 import pytest
 
 from conftest import needs
@@ -33,3 +35,16 @@ def test_player_on_verilator_equals_icarus():
     ico, vl = (_observed(runs[s]) for s in ("icarus", "verilator"))
     for key in ico:
         assert vl[key] == ico[key], f"{key} differs between Verilator and Icarus"
+
+
+@pytest.mark.slow
+def test_waveforms_on_verilator():
+    """--waves on Verilator: a VCD from the player and from a cocotb test (the wheel's FST
+    writer would need the lz4 headers)."""
+    from moehub.verif.runner import run_hub_cocotb
+    cfg = load_hub_config("tiny")
+    res = run_player(cfg, demand_schedule(cfg, 5, seed=3), waves=True, sim="verilator",
+                     tag="waves-verilator")
+    assert res.waves.suffix == ".vcd" and res.waves.read_text().startswith("$")
+    out = run_hub_cocotb("tiny", ["test_single_row"], waves=True, sim="verilator", tag="waves")
+    assert out["passed"] == 1 and out["waves"].suffix == ".vcd" and out["waves"].stat().st_size

@@ -58,7 +58,7 @@ class PlayerResult:
     wall_s: float = 0.0               #: simulator wall time
     build_s: float = 0.0
     sim: str = ""                     #: the simulator that ran it ("icarus", "verilator")
-    waves: Path | None = None         #: the waveform (FST) when asked for
+    waves: Path | None = None         #: the waveform (FST; VCD from Verilator) when asked for
 
     def tile_ready(self, cfg: HubConfig, flag_base: int) -> dict:
         """(expert, tile) -> cycle of its flag write."""
@@ -422,13 +422,13 @@ def run_player(cfg: HubConfig, packets: Sequence[tuple], *, mode: str = "cocotb"
     with progress.stage(f"{label}: simulate", total=len(packets), unit="packets",
                         heartbeat=True) as st:
         with progress.Follower(out / "progress.txt", lambda lines: _show(st, lines)):
-            fst = run()
+            wave = run()
         t2 = time.time()     # (the follower's last read is done: the final count is last)
         if not log.exists():
             raise RuntimeError(f"the player wrote no log ({log})")
         res = parse_log(cfg, log, reads, schedule, log_accepts)
         st.update(len(res.accepted), cycles=res.cycles or 0)      # the final count
-    res.wall_s, res.build_s, res.sim, res.waves = t2 - t1, t1 - t0, sim, fst
+    res.wall_s, res.build_s, res.sim, res.waves = t2 - t1, t1 - t0, sim, wave
     return res
 
 
@@ -463,12 +463,12 @@ def _cocotb(sim: str, out: Path, sources: list, plus: list, waves: bool):
     def run():
         results = logs / "results.xml"
         results.unlink(missing_ok=True)
-        fst = simulators.test(sim, build, PLAYER_TOP, "moehub.verif.tb_player", out,
+        wave = simulators.test(sim, build, PLAYER_TOP, "moehub.verif.tb_player", out,
                               plusargs=plus, waves=waves, results=results,
                               log=logs / "sim.log")
         if not results.exists() or simulators.parse_results(results)["failed"]:
             raise RuntimeError(f"player run failed; see {logs / 'sim.log'}")
-        return fst
+        return wave
     return run
 
 

@@ -40,7 +40,7 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     Icarus, the reference: :func:`moehub.verif.sim.choose`).
 
     Returns ``{"passed": n, "failed": n, "failures": [names], "results": path,
-    "waves": the FST path or None, "sim": the simulator}``.
+    "waves": the waveform path (FST; VCD from Verilator) or None, "sim": the simulator}``.
     """
     sim = simulators.choose(sim, prefer="icarus")
     cfg = load_hub_config(config)
@@ -67,13 +67,13 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     progress.debug(f"{label}: simulation log {log}")
     with progress.stage(f"{label}: simulate", unit="packets", heartbeat=True) as st, \
             progress.Follower(prog, lambda lines: _show(st, lines)):
-        fst = simulators.test(sim, build, TOP, _qualified(module), run_dir,
+        wave = simulators.test(sim, build, TOP, _qualified(module), run_dir,
                               testcases=testcases, extra_env=env, waves=waves,
                               results=results, log=log)
     if not results.exists():
         raise RuntimeError(f"cocotb produced no results; see {log}")
     out = parse_results(results)
-    out["waves"], out["sim"] = fst, sim
+    out["waves"], out["sim"] = wave, sim
     return out
 
 

