@@ -180,7 +180,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
             from ..hub_rtl import compare, run_hub_rtl
             hr = run_hub_rtl(h, arr, tag=f"cosim-gpu{d}")
             cmp = compare(h, arr, BACKENDS["model"](h, arr), hr)
-            rtl_checks.append({"gpu": d, "rows": len(arr), "cycles": hr.player.cycles,
+            rtl_checks.append({"gpu": d, "sim": hr.player.sim, "rows": len(arr), "cycles": hr.player.cycles,
                                "sim_s": hr.player.wall_s,
                                "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
                                **dataclasses.asdict(cmp)})
