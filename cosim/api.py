@@ -102,7 +102,7 @@ def run(model: str = "mixtral-8x7b", system: str = "h100x8", workload: str = "de
     hub : str
         Hub stage backend: ``model`` (fast), ``reference`` (packet by packet) or ``rtl``.
     rtl_gpus : tuple of int
-        Destination GPUs whose hub runs as RTL under cocotb + Icarus (slow).
+        Destination GPUs whose hub runs as RTL (cocotb + Verilator, or Icarus; ``MOEHUB_SIM``).
     hub_order : str
         ``token`` (rows sent right after routing) or ``expert`` (after a layout kernel).
     dispatch_dtype, combine_dtype : str, optional

@@ -30,6 +30,7 @@ from ..scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
+from ..verif.sim import add_argument as add_sim_argument, choose as choose_sim
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 DEFAULT_GPUS = (1, 2, 4, 8, 16)
@@ -134,13 +135,21 @@ def run_name(args, s, m, w) -> str:
                       (m0.dispatch_dtype, m0.combine_dtype)))
 
 
+def _rtl_options(args, rtl) -> None:
+    """--waves and --sim for the RTL hubs; the simulator is checked now, before the model
+    systems run (a missing Verilator named at once, not after the first minute)."""
+    from . import hub_rtl
+    hub_rtl.WAVES = bool(args.waves)
+    hub_rtl.SIM = args.sim
+    if rtl or args.hub == "rtl":
+        hub_rtl.SIM = choose_sim(args.sim, prefer="verilator")
+
+
 def cmd_cosim(args) -> int:
     s, m, w = _load(args, args.tokens, args.gpus)
     rtl = _rtl_gpus(args.rtl_gpus, s)
     folder = claim(results_dir(args.out) / run_name(args, s, m, w), args.force)
-    if args.waves:
-        from . import hub_rtl
-        hub_rtl.WAVES = True
+    _rtl_options(args, rtl)
     er = run_experiment(s, m, w, args.systems or SYSTEMS, hub_backend=args.hub,
                         hub_order=args.hub_order, rtl_gpus=rtl)
     paths = write_outputs(er, folder.name, folder.parent, figure=not args.no_figure,
@@ -194,9 +203,7 @@ def cmd_sweep(args) -> int:
         s, m, w = _load(args, pt["tokens"], pt["gpus"], pt["model"], pt["system"])
         runs.append((s, m, w, _rtl_gpus(args.rtl_gpus, s)))
     folder = claim(results_dir(args.out) / sweep_name(args, points), args.force)
-    if args.waves:
-        from . import hub_rtl
-        hub_rtl.WAVES = True
+    _rtl_options(args, any(r for *_, r in runs))
     t_all = time.perf_counter()
     with writing(folder, args.force, run=folder.name) as tmp:
         rows = _run_sweep(args, runs, tmp)
@@ -276,10 +283,11 @@ def _common(p, tokens_default=None):
                    "cosim/hub_<name>.py backend such as rtl (the Verilog, slow: use few tokens)")
     p.add_argument("--rtl-gpus", default="", type=_rtl_spec,
                    help="put these destination GPUs' hubs in RTL "
-                   "(the Verilog under cocotb + Icarus; e.g. 0 or 0,3 or all) and compare each "
-                   "with the reference model")
+                   "(the Verilog under cocotb + Verilator or Icarus, see --sim; e.g. 0 or 0,3 "
+                   "or all) and compare each with the reference model")
+    add_sim_argument(p, "verilator", "the RTL hubs (--rtl-gpus, --hub rtl)")
     p.add_argument("--waves", action="store_true", help="with --rtl-gpus or --hub rtl: dump an "
-                   "FST waveform of each RTL hub (<build>/player/<hub>-cosim-gpu<N>/cocotb/)")
+                   "FST waveform (VCD on Verilator) of each RTL hub (<build>/player/<hub>-cosim-gpu<N>/)")
     p.add_argument("--hub-order", default="token", choices=("token", "expert"),
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "

@@ -37,6 +37,9 @@ from .. import progress
 from ..config.schema import ConfigError, HubConfig
 from ..paths import output_dir, writing
 from .layer import Layer, SystemResult
+
+#: how the table names a simulator
+SIM_NAMES = {"icarus": "Icarus", "verilator": "Verilator"}
 from .systems import PHASES, SYSTEMS, run_system
 from .workload import make_routing
 
@@ -260,7 +263,7 @@ def table(er: ExperimentResult) -> str:
                  f"simulated in {er.wall_s:.1f} s")
     for c in ex.get("rtl", []):
         lines.append(
-            f"GPU {c['gpu']} hub in RTL (cocotb + Icarus): {c['rows']:,} rows, {c['cycles']:,} cycles "
+            f"GPU {c['gpu']} hub in RTL (cocotb + {SIM_NAMES.get(c.get('sim'), c.get('sim'))}): {c['rows']:,} rows, {c['cycles']:,} cycles "
             f"in {c['sim_s']:.1f} s ({c['cycles_per_s']:,.0f} cycles/s); vs reference model: "
             f"outputs {'identical' if c['functional_equal'] else 'DIFFER'}, allocation "
             f"{'same' if c['alloc_equal'] else 'DIFFERS'}, tile-ready max |diff| "

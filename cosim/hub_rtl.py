@@ -2,8 +2,9 @@
 
 ``run_hub_rtl(cfg, arrivals)`` is a hub backend like ``run_hub_fast`` (see
 :mod:`moehub.cosim.hub_stage`): it expands the row-level schedule into packets, plays
-them into the hub's Verilog with :mod:`moehub.verif.player` (cocotb + Icarus, clock in
-C, Python woken once; a stalled hub delays later arrivals), and turns the cycle-stamped
+them into the hub's Verilog with :mod:`moehub.verif.player` (cocotb + Verilator when
+installed, else Icarus; ``SIM`` or ``$MOEHUB_SIM`` chooses; clock in C, Python woken once;
+a stalled hub delays later arrivals), and turns the cycle-stamped
 control writes and credits into a :class:`HubResult`. Tile-ready times come from the
 RTL's own flag writes; allocations from its metadata writes.
 
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.schema import HubConfig
-from ..paths import output_dir
 from ..rtl.formats import CtlKind
 from ..verif.player import (PlayerResult, csr_program, default_layout, model_write_hash,
                             replay_into_model, run_player)
@@ -54,21 +54,25 @@ def result_from_player(cfg: HubConfig, res: PlayerResult) -> HubResult:
                      packets=len(res.accepted))
 
 
-#: dump a waveform (FST, for GTKWave or Surfer) of every RTL run (``moehub cosim --waves``)
+#: dump a waveform (FST; VCD on Verilator; GTKWave or Surfer) of every RTL run (``moehub cosim --waves``)
 WAVES = False
+#: the simulator of every RTL run ("icarus", "verilator"; ``moehub cosim --sim``); None:
+#: ``$MOEHUB_SIM``, else Verilator when installed (:func:`moehub.verif.sim.choose`)
+SIM = None
 
 
 def run_hub_rtl(cfg: HubConfig, arrivals: HubArrivals, *, mode: str = "cocotb",
-                tag: str = "cosim", waves: bool | None = None) -> HubResult:
+                tag: str = "cosim", waves: bool | None = None,
+                sim: str | None = None) -> HubResult:
     waves = WAVES if waves is None else waves
     packets = list(arrivals.packets())
     res = run_player(cfg, packets, mode=mode, csr_writes=_csr(cfg, arrivals), tag=tag,
-                     waves=waves)
+                     waves=waves, sim=sim or SIM)
     out = result_from_player(cfg, res)
-    out.player = res          # wall time, stalls: for reports and benchmarks
+    out.player = res          # wall time, stalls, simulator: for reports and benchmarks
     if waves:
-        fst = sorted(output_dir("player").glob(f"{cfg.name}-{tag}/cocotb/*.fst"))
-        print(f"waveform: {fst[0] if fst else '(none written)'}")
+        wave = res.waves if res.waves and res.waves.exists() else None
+        print(f"waveform: {wave or '(none written)'}")
     return out
 
 

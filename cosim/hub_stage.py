@@ -10,10 +10,11 @@ The interface is deliberately small so that the hub can be the Python reference 
 lane of each row's first and last packet) so that millions of packets stay cheap;
 :meth:`HubArrivals.packets` expands it into the full list of ``(cycle, lane, Packet)`` in
 hub order (accept cycle, then lane, then row, then chunk). Middle chunks are placed
-strictly between their row's first and last packet in that order, so the row-level fast
-path (:func:`run_hub_fast`) and packet-by-packet :func:`run_hub_reference` see the same
-sequence of row openings and completions and produce identical allocations, flags,
-tile-ready cycles, counts and credits (tested in tests/test_cosim_hub.py).
+strictly between their row's first and last packet in that order, so the vectorised
+fast path (:func:`run_hub_fast`: numpy over rows, no per-row Python) and packet-by-packet
+:func:`run_hub_reference` (the oracle) see the same sequence of row openings and
+completions and produce identical allocations, flags, tile-ready cycles, counts and
+credits (tests/test_hub_stage_equal.py, on random schedules).
 
 The expansion is a *demand* schedule: a cycle may name more packets than the hub has
 lanes. The network model caps each hub's ingress at ``min(link, lanes x chunk x clock)``,
@@ -30,6 +31,7 @@ after the end of the last queued per-row event's slot if later.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
@@ -71,27 +73,6 @@ class HubArrivals:
 
     def __len__(self) -> int:
         return len(self.src)
-
-    def _event_order(self):
-        """Row openings and completions (and EOS) in hub order: keys (cycle, lane, id, chunk)."""
-        n = len(self)
-        cpr = self.cfg.chunks_per_row
-        ids = np.arange(n)
-        if cpr == 1:
-            cyc, lane, rid, chunk = self.first_cycle, self.first_lane, ids, np.zeros(n, int)
-        else:
-            cyc = np.concatenate([self.first_cycle, self.last_cycle])
-            lane = np.concatenate([self.first_lane, self.last_lane])
-            rid = np.concatenate([ids, ids])
-            chunk = np.concatenate([np.zeros(n, int), np.full(n, cpr - 1)])
-        if self.eos:
-            e = np.array(self.eos, dtype=np.int64).reshape(-1, 4)
-            cyc = np.concatenate([cyc, e[:, 0]])
-            lane = np.concatenate([lane, e[:, 1]])
-            rid = np.concatenate([rid, n + np.arange(len(e))])
-            chunk = np.concatenate([chunk, np.zeros(len(e), int)])
-        order = np.lexsort((chunk, rid, lane, cyc))
-        return cyc[order], lane[order], rid[order], chunk[order]
 
     def packets(self) -> Iterator[tuple]:
         """Every packet, ``(cycle, lane, Packet)``, in hub order (for the RTL and tests)."""
@@ -228,32 +209,206 @@ def run_hub_packets(cfg: HubConfig, packets, region_cap=None) -> HubResult:
 
 
 def run_hub_fast(cfg: HubConfig, arrivals: HubArrivals) -> HubResult:
-    """Row-level fast path: two :meth:`HubModel.packet` calls per row, plus
-    :meth:`HubModel.absorb_middle_chunks` for the chunks in between (they only set bits of
-    the row's chunk bitmap; their data writes are not recorded: the co-simulation needs
-    timing only)."""
-    model = _setup(cfg, arrivals.region_cap)
-    ann = _Annotator()
-    cpr = cfg.chunks_per_row
+    """The hub stage vectorised over rows (numpy, no per-row Python): identical outputs to
+    :func:`run_hub_reference` (tests/test_hub_stage_equal.py), at millions of rows per
+    second. It covers every schedule on which the hub drops nothing but region overflows
+    (what the co-simulation produces); any other schedule -- a field out of range, a row
+    whose last packet precedes its first, a tag reused before its row completed, a
+    missing, repeated or wrong end-of-stream count -- is replayed by the reference
+    (:func:`why_not_vectorised` says why; :data:`FALLBACKS` counts them)."""
+    why = _unclean_fields(cfg, arrivals)
+    ev = None if why else _Events(cfg, arrivals)
+    why = why or ev.unclean
+    if why:
+        FALLBACKS[why] = FALLBACKS.get(why, 0) + 1
+        return run_hub_reference(cfg, arrivals)
+    return _vector_result(cfg, arrivals, ev)
+
+
+#: reason -> times :func:`run_hub_fast` handed a schedule to the reference (benchmarks, tests)
+FALLBACKS: dict = {}
+
+
+def why_not_vectorised(cfg: HubConfig, arrivals: HubArrivals) -> str | None:
+    """Why :func:`run_hub_fast` would replay this schedule with the reference (None: it
+    runs vectorised)."""
+    return _unclean_fields(cfg, arrivals) or _Events(cfg, arrivals).unclean
+
+
+@functools.lru_cache(maxsize=64)
+def _layer_registers(cfg: HubConfig, caps: tuple | None) -> tuple:
+    """(tile_rows_log2, region caps) a layer latches at START, from the same register
+    writes as the reference (so clamps and register widths apply alike); cached: the
+    stage runs once per destination GPU with the same config."""
+    m = _setup(cfg, None if caps is None else list(caps))
+    region = np.array(m.layer_region_cap, dtype=np.int64)
+    region.setflags(write=False)
+    return m.layer_tile_rows_log2, region
+
+
+def _unclean_fields(cfg: HubConfig, a: HubArrivals) -> str | None:
+    """A field the hub would drop (or the reference reject), or end-of-stream words that
+    do not close the layer exactly once per source: the vectorised path assumes neither."""
+    fields = [("src", a.src, cfg.sources), ("tag", a.tag, cfg.tags_per_source),
+              ("expert", a.expert, cfg.experts), ("token", a.token, 1 << cfg.token_bits),
+              ("slot", a.slot, 1 << cfg.slot_bits), ("first_lane", a.first_lane, cfg.lanes),
+              ("last_lane", a.last_lane, cfg.lanes)]
+    for name, v, hi in fields:
+        if len(v) and (int(np.min(v)) < 0 or int(np.max(v)) >= hi):
+            return f"{name} outside 0..{hi - 1}"
+    e = np.array(a.eos, dtype=np.int64).reshape(-1, 4)
+    if sorted(e[:, 2].tolist()) != list(range(cfg.sources)):
+        return "not exactly one end-of-stream per source"
+    rows = np.bincount(np.asarray(a.src, dtype=np.int64), minlength=cfg.sources)
+    if (e[:, 3] != rows[e[:, 2]]).any():
+        return "an end-of-stream count differs from the source's rows"
+    return None
+
+
+class _Events:
+    """Every row's first and last packet in hub order (cycle, lane, row, chunk): event
+    ``2 r`` is row r's first packet, ``2 r + 1`` its last (a row has at least two chunks),
+    so a stable sort on (cycle, lane) alone gives the hub's order. Middle chunks are left
+    out: on a clean schedule they only set bits of an open row's bitmap."""
+
+    def __init__(self, cfg: HubConfig, a: HubArrivals):
+        n, lanes = len(a), cfg.lanes
+        fc, fl = np.asarray(a.first_cycle, np.int64), np.asarray(a.first_lane, np.int64)
+        lc, ll = np.asarray(a.last_cycle, np.int64), np.asarray(a.last_lane, np.int64)
+        key = np.empty(2 * n, dtype=np.int64)
+        key[0::2] = fc * lanes + fl
+        key[1::2] = lc * lanes + ll
+        self.order = np.argsort(key, kind="stable")
+        self.cycle = key[self.order] // lanes          #: cycle of each event, in hub order
+        self.row = self.order >> 1                     #: its row
+        self.is_last = (self.order & 1).astype(bool)   #: it completes its row
+        self.opened = self.row[~self.is_last]          #: rows in the order they open
+        pos = np.empty(2 * n, dtype=np.int64)
+        pos[self.order] = np.arange(2 * n)
+        self.pos_last = pos[1::2]                      #: each row's completion, hub order
+        self.unclean = self._check(cfg, a, fc, lc, key)
+
+    def _check(self, cfg: HubConfig, a: HubArrivals, fc, lc, key) -> str | None:
+        """A row whose last packet precedes its first, or a (source, tag) entry reopened
+        in or before the cycle its previous row completed, is a drop on the hub."""
+        if (key[1::2] < key[0::2]).any():
+            return "a row's last packet precedes its first"
+        tags = np.asarray(a.src, np.int64) * cfg.tags_per_source + a.tag
+        seq = self.opened[np.argsort(tags[self.opened], kind="stable")]
+        same = tags[seq[1:]] == tags[seq[:-1]]
+        if (same & (fc[seq[1:]] <= lc[seq[:-1]])).any():
+            return "a tag reused in or before the cycle its previous row completed"
+        return None
+
+
+def _control_slots(cycles: np.ndarray) -> np.ndarray:
+    """The cycle each per-row control event (metadata write, completion) gets: one per
+    cycle, in hub order, none before it arrives -- s_i = max(c_i, s_{i-1} + 1), i.e.
+    s_i = i + max(0, max_{j<=i}(c_j - j))."""
+    i = np.arange(len(cycles), dtype=np.int64)
+    if not len(i):
+        return i
+    return i + np.maximum(np.maximum.accumulate(cycles - i), 0)
+
+
+def _vector_result(cfg: HubConfig, a: HubArrivals, ev: _Events) -> "VectorHubResult":
+    """Allocation (rank in opening order per expert, overflows past the region cap),
+    control-event slots, credits, tile flags and the end-of-layer sweep, all as arrays."""
+    n, E = len(a), cfg.experts
+    log2t, cap = _layer_registers(cfg, None if a.region_cap is None
+                                  else tuple(int(c) for c in a.region_cap))
+    x = np.asarray(a.expert, dtype=np.int64)[ev.opened]
+    by_x = np.argsort(x, kind="stable")                 # opening order within each expert
+    cnt = np.bincount(x, minlength=E)
+    rank_g = np.arange(n) - np.repeat(np.cumsum(cnt) - cnt, cnt)   # rank, grouped order
+    row = np.empty(n, dtype=np.int64)
+    row[ev.opened[by_x]] = rank_g
+    ok = row < cap[a.expert] if n else np.zeros(0, bool)
+    row[~ok] = -1
+    has_ctl = ev.is_last | ok[ev.row]
+    slot = np.full(2 * n, -1, dtype=np.int64)
+    slot[has_ctl] = _control_slots(ev.cycle[has_ctl])
+    rows = np.minimum(cnt, cap)
+    tiles = _tile_flags(cfg, ev, slot, ev.opened[by_x], rank_g, cnt, rows, log2t)
+    last = max(int(ev.cycle[-1]) if n else -(1 << 62), max(int(e[0]) for e in a.eos))
+    ctl_free = int(slot[has_ctl][-1]) + 1 if has_ctl.any() else 0
+    done = _sweep_flags(tiles, rows, log2t, max(last, ctl_free) + SWEEP_DELAY)
+    return VectorHubResult(a, ev, row, slot, tile_ready=tiles, counts=rows.tolist(),
+                           done_cycle=done, drops=int(n - ok.sum()),
+                           packets=n * cfg.chunks_per_row + len(a.eos))
+
+
+def _tile_flags(cfg, ev: _Events, slot, grouped, rank_g, cnt, rows, log2t) -> dict:
+    """Full tiles: flagged at the completion of their last row to complete (FLAG_DELAY
+    after its control slot), in that order. ``grouped``: rows by expert, then rank."""
+    T = 1 << log2t
+    full = rows >> log2t
+    keep = rank_g < np.repeat(full << log2t, cnt)
+    last = ev.pos_last[grouped[keep]].reshape(-1, T).max(axis=1) if keep.any() \
+        else np.zeros(0, np.int64)
+    xs = np.repeat(np.arange(cfg.experts), full)
+    ts = np.arange(len(xs)) - np.repeat(np.cumsum(full) - full, full)
+    o = np.argsort(last, kind="stable")
+    cyc = slot[last[o]] + FLAG_DELAY
+    return dict(zip(zip(xs[o].tolist(), ts[o].tolist()), cyc.tolist()))
+
+
+def _sweep_flags(tiles: dict, rows, log2t, start: int) -> int:
+    """End-of-layer sweep from ``start``, one word a cycle: per expert its count and, if
+    its last tile is partial, that tile's flag; then the done word (returns its cycle)."""
+    i = 0
+    for x, r in enumerate(rows.tolist()):
+        i += 1                                          # the count word
+        if r & ((1 << log2t) - 1):
+            tiles[(x, r >> log2t)] = start + i
+            i += 1
+    return start + i
+
+
+class VectorHubResult(HubResult):
+    """A :class:`HubResult` whose per-row outputs stay arrays until read: ``alloc`` and
+    ``credits`` are built on first access (a dict of a million tuples costs more than the
+    whole vectorised stage); :attr:`row_of` is the array the co-simulation reads."""
+
+    def __init__(self, a: HubArrivals, ev: _Events, row, slot, **fields):
+        for k, v in fields.items():
+            setattr(self, k, v)
+        self.row_of = row                 #: per arrival row: its row in its expert, -1 dropped
+        self._a, self._ev, self._slot = a, ev, slot
+
+    @functools.cached_property
+    def alloc(self) -> dict:
+        a, r = self._a, self._ev.opened
+        r = r[self.row_of[r] >= 0]
+        keys = zip(a.src[r].tolist(), a.token[r].tolist(), a.slot[r].tolist())
+        return dict(zip(keys, zip(a.expert[r].tolist(), self.row_of[r].tolist())))
+
+    @functools.cached_property
+    def credits(self) -> list:
+        a, ev = self._a, self._ev
+        r = ev.row[ev.is_last]
+        return list(zip(a.src[r].tolist(), a.tag[r].tolist(), self._slot[ev.is_last].tolist()))
+
+
+def _same_rows(a: HubArrivals, b: HubArrivals) -> bool:
+    """The same rows in the same order (a cached result may come from an equal schedule)."""
+    return a is b or (len(a) == len(b) and all(
+        np.array_equal(getattr(a, k), getattr(b, k)) for k in ("src", "token", "slot", "expert")))
+
+
+def alloc_rows(result: HubResult, arrivals: HubArrivals) -> tuple:
+    """(expert, row) of each arrival row's allocation (row -1: not allocated), from any
+    backend's result (the vectorised one keeps them as arrays already)."""
+    if isinstance(result, VectorHubResult) and _same_rows(result._a, arrivals):
+        return np.asarray(arrivals.expert, dtype=np.int64), result.row_of
     n = len(arrivals)
-    cyc, lane, rid, chunk = arrivals._event_order()
-    src, tag, exp = arrivals.src.tolist(), arrivals.tag.tolist(), arrivals.expert.tolist()
-    tok, slot = arrivals.token.tolist(), arrivals.slot.tolist()
-    for c, l, r, k in zip(cyc.tolist(), lane.tolist(), rid.tolist(), chunk.tolist()):
-        if r >= n:
-            _, _, s, cnt = arrivals.eos[r - n]
-            pkt = Packet.eos(int(s), int(cnt))
-        else:
-            pkt = Packet(src=src[r], tag=tag[r], expert=exp[r], token=tok[r], slot=slot[r],
-                         chunk=k)
-        nf = len(model.tiles_flagged)
-        fx = model.packet(pkt, lane=l, cycle=c)
-        if r < n and k == 0 and cpr > 2:
-            model.absorb_middle_chunks(src[r], tag[r])
-        ann.apply(model, fx, pkt, c, nf)
-    ann.finish(model, len(model.tiles_flagged))
-    packets = n * cpr + len(arrivals.eos)
-    return _result(model, ann, packets)
+    expert, row = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    keys = zip(arrivals.src.tolist(), arrivals.token.tolist(), arrivals.slot.tolist())
+    for i, k in enumerate(keys):
+        hit = result.alloc.get(k)
+        if hit is not None:
+            expert[i], row[i] = hit
+    return expert, row
 
 
 #: a hub backend: (cfg, arrivals) -> HubResult

@@ -11,6 +11,7 @@ floor(s R / G), which keeps a node's traffic inside the node when nodes hold who
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..config.cosim_schema import ModelConfig, SystemConfig, WorkloadConfig, eff
 from . import dedup
 from .components import Components
 from .gpu import GpuModel
-from .network import GBps, FluidNetwork, flow_wire_bytes
+from .network import GBps, FluidNetwork, RateMemo, flow_wire_bytes
 from .workload import Routing
 
 
@@ -56,6 +57,24 @@ class SystemResult:
     def add(self, gpu, track, name, start, end):
         if end > start:
             self.phases.append(Phase(int(gpu), track, name, float(start), float(end)))
+
+
+class LazyCurves(Sequence):
+    """A network's flow curves, simulated on first read (see :meth:`Layer.record_net`)."""
+
+    def __init__(self, net: FluidNetwork):
+        self._net, self._curves = net, None
+
+    def _get(self) -> list:
+        if self._curves is None:
+            self._curves = self._net.run()
+        return self._curves
+
+    def __getitem__(self, i):
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
 
 
 class Layer:
@@ -145,6 +164,13 @@ class Layer:
             return self.sys.intra_latency_us
         return self.sys.inter_latency_us
 
+    def latency_matrix(self) -> np.ndarray:
+        """:meth:`latency` of every (src, dst) pair, to index with per-row arrays."""
+        if not hasattr(self, "_latency"):
+            G = self.G
+            self._latency = np.array([[self.latency(s, d) for d in range(G)] for s in range(G)])
+        return self._latency
+
     def ports(self) -> list:
         """Port capacities (bytes/us): five per GPU -- scale-up egress/ingress (NVLink or
         PCIe), NIC egress/ingress, local copy -- then one hub packet port per GPU (lanes x
@@ -190,6 +216,7 @@ class Layer:
         G = self.G
         net = FluidNetwork(self.ports())
         net.phase = phase
+        net.memo = self.__dict__.setdefault("_rate_memo", RateMemo())
         flows = [[0] * G for _ in range(G)]
         for s in range(G):
             for d in range(G):
@@ -211,8 +238,27 @@ class Layer:
         self.nets[net.phase] = (net, curves)
         return curves
 
+    def record_net(self, net) -> None:
+        """Record a network's own flows as this pass's traffic of its phase, as
+        :meth:`run_net` does, but simulate it only when its curves are read: the model
+        needs a control phase (counts, credits, flags) only as the other phases'
+        background, and only checks and figures read its own curves."""
+        self.traffic[net.phase] = net.records(net.own)
+        self.nets[net.phase] = (net, LazyCurves(net))
+
     def flow_order(self, *keys) -> tuple[np.ndarray, np.ndarray]:
-        """Rows sorted by (src, dest, *keys, token, slot); returns (order, position in flow)."""
+        """Rows sorted by (src, dest, *keys, token, slot); returns (order, position in flow).
+        Remembered per key arrays: every pass of a system asks again."""
+        cache = self.__dict__.setdefault("_flow_orders", {})
+        hit = cache.get(tuple(map(id, keys)))
+        if hit is None or any(a is not b for a, b in zip(hit[0], keys)):
+            out = self._flow_order(*keys)
+            for a in out:
+                a.setflags(write=False)
+            hit = cache[tuple(map(id, keys))] = (keys, out)
+        return hit[1]
+
+    def _flow_order(self, *keys) -> tuple[np.ndarray, np.ndarray]:
         order = np.lexsort((self.slot, self.tok) + tuple(reversed(keys)) + (self.dest, self.src))
         pair = self.src[order] * self.G + self.dest[order]
         starts = np.r_[0, np.nonzero(np.diff(pair))[0] + 1]

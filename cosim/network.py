@@ -18,12 +18,12 @@ Units: time in microseconds, sizes in bytes, rates in bytes per microsecond
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
 GBps = 1000.0  #: bytes per microsecond in one GB/s
+_min, _any_row = np.minimum.reduce, np.logical_or.reduce   # (no method wrappers: hot loops)
 _EPS_B = 1e-6  #: bytes treated as zero
 
 
@@ -79,6 +79,7 @@ class FluidNetwork:
         self.caps = np.append(np.asarray(port_caps, dtype=float), np.inf)
         self.NONE = len(self.caps) - 1
         self.flows: list[_Flow] = []
+        self.memo: RateMemo | None = None   #: fair rates shared with like networks (else per run)
 
     def add_flow(self, p0: int, p1: int | None, latency_us: float, cap: float = np.inf,
                  p2: int | None = None) -> int:
@@ -120,6 +121,15 @@ class FluidNetwork:
             self.flows[f].segments.extend(segments)
 
     # ------------------------------------------------------------------ rates
+    def _prepare(self) -> None:
+        """Per-run arrays of the flows' ports (the hot loops below index them)."""
+        self.p0 = np.array([f.p0 for f in self.flows])
+        self.p1 = np.array([f.p1 for f in self.flows])
+        self.p2 = np.array([f.p2 for f in self.flows])
+        self._ports = np.stack([self.p0, self.p1, self.p2], axis=1)
+        self._finite = np.isfinite(self.caps)
+        self._tol = 1e-9 * np.maximum(np.where(self._finite, self.caps, 1.0), 1.0)
+
     def _fair_rates(self, want: np.ndarray, caps: np.ndarray) -> np.ndarray:
         """Max-min fair rates by progressive filling. ``want``: flows asking for bandwidth;
         ``caps``: per-flow upper bounds (inf = link limited).
@@ -128,127 +138,188 @@ class FluidNetwork:
         flows then freeze. A flow whose own cap lies below the level at which the next port
         would saturate reaches its cap first whatever the others do, so all such flows are
         frozen at their caps in one step (the result is the same max-min allocation as
-        raising them one by one, in far fewer steps)."""
-        rate = np.zeros(len(want))
-        live = want.copy()
-        rem = self.caps.copy()
-        P, none = len(rem), self.NONE
-        p0, p1, p2 = self.p0, self.p1, self.p2
-        finite = np.isfinite(self.caps)
-        tol = 1e-9 * np.maximum(np.where(finite, self.caps, 1.0), 1.0)
-        level = 0.0
+        raising them one by one, in far fewer steps).
 
-        def use(idx, w=None):
-            return (np.bincount(p0[idx], w, minlength=P) + np.bincount(p1[idx], w, minlength=P)
-                    + np.bincount(p2[idx], w, minlength=P))
-        while True:
-            idx = np.flatnonzero(live)
-            if not idx.size:
-                return rate
-            cnt = use(idx)
-            cnt[none] = 0
+        Written for few array operations per step (the co-simulation calls it at every
+        event): the live flows and their per-port counts are kept as flows freeze
+        (integers: exact), and a step tests the lowest cap before it builds the capped
+        set; the floating-point operations on rates, levels and capacities are the same,
+        in the same order, as in the plain algorithm."""
+        rate = np.zeros(len(want))
+        rem = self.caps.copy()
+        none, tol, P = self.NONE, self._tol, len(rem)
+        level = 0.0
+        idx = want.nonzero()[0]             # live flows, their caps and their ports
+        c, pl = caps[idx], self._ports[idx]
+        cnt = np.bincount(pl.ravel(), minlength=P)
+        while idx.size:
             used = cnt > 0
-            s_min = float((rem[used] / cnt[used]).min()) if used.any() else np.inf
-            head = caps[idx] - level
-            capped = head <= s_min * (1 + 1e-12)
-            if capped.any():                  # freeze at their caps, then look again
-                f = idx[capped]
-                rate[f] = caps[f]
-                rem -= use(f, head[capped])
+            s_min = float(_min(rem[used] / cnt[used]))
+            thr = s_min * (1 + 1e-12)
+            if _min(c) - level <= thr:     # some flows reach their caps first
+                head = c - level
+                out = head <= thr
+                f = idx[out]
+                rate[f] = c[out]
+                rem -= self._use(f, head[out])
                 rem[none] = np.inf
-                live[f] = False
-                continue
-            if not np.isfinite(s_min):
-                raise ValueError("a flow has no finite bandwidth limit")
-            level += max(s_min, 0.0)
-            rem -= max(s_min, 0.0) * cnt
-            rem[none] = np.inf
-            sat = finite & (rem <= tol)
-            done = sat[p0[idx]] | sat[p1[idx]] | sat[p2[idx]]
-            rate[idx[done]] = level
-            live[idx[done]] = False
-            if not done.any():
-                raise ValueError("progressive filling made no progress")
+            else:
+                if not np.isfinite(s_min):
+                    raise ValueError("a flow has no finite bandwidth limit")
+                level += max(s_min, 0.0)
+                rem -= max(s_min, 0.0) * cnt
+                out = _any_row((rem <= tol)[pl], axis=1)
+                n_out = np.count_nonzero(out)
+                if n_out == idx.size:       # the last flows freeze: nothing left to update
+                    rate[idx] = level
+                    break
+                if not n_out:
+                    raise ValueError("progressive filling made no progress")
+                rate[idx[out]] = level
+            cnt -= np.bincount(pl[out].ravel(), minlength=P)
+            keep = ~out
+            idx, c, pl = idx[keep], c[keep], pl[keep]
+        return rate
+
+    def _use(self, f: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """Capacity taken at each port by flows ``f`` at rates ``w`` (summed in flow
+        order per port role, as the rates are frozen)."""
+        P = len(self.caps)
+        return (np.bincount(self.p0[f], w, minlength=P) + np.bincount(self.p1[f], w, minlength=P)
+                + np.bincount(self.p2[f], w, minlength=P))
 
     # ------------------------------------------------------------------ simulation
-    def run(self) -> list[FlowCurve]:
-        """Simulate until every injected byte has been sent; one curve per flow."""
-        F = len(self.flows)
-        if F == 0:
-            return []
-        self.p0 = np.array([f.p0 for f in self.flows])
-        self.p1 = np.array([f.p1 for f in self.flows])
-        self.p2 = np.array([f.p2 for f in self.flows])
-        static_cap = np.array([f.cap for f in self.flows], dtype=float)
-        events: list = []   # (time, kind, flow, value)  kind 0 impulse, 1 seg start, 2 seg end
+    def _events(self) -> list:
+        """Every injection boundary ``(time, kind, flow, value)`` in time order (kind 0
+        impulse, 1 segment start, 2 segment end): the order a heap would pop them in."""
+        events = []
         for i, f in enumerate(self.flows):
             for t, b in f.impulses:
                 events.append((t, 0, i, b))
             for t0, t1, r in f.segments:
                 events.append((t0, 1, i, r))
                 events.append((t1, 2, i, r))
-        heapq.heapify(events)
+        events.sort()
+        return events
+
+    def run(self) -> list[FlowCurve]:
+        """Simulate until every injected byte has been sent; one curve per flow."""
+        F = len(self.flows)
+        if F == 0:
+            return []
+        self._prepare()
+        static_cap = np.array([f.cap for f in self.flows], dtype=float)
+        events = self._events()
+        n_ev, k = len(events), 0
         backlog = np.zeros(F)
         inrate = np.zeros(F)
         sent = np.zeros(F)
         rate = np.zeros(F)
-        curves_t: list[list] = [[] for _ in range(F)]
-        curves_b: list[list] = [[] for _ in range(F)]
+        rec_t, rec_i, rec_b = [], [], []       # rate changes: time, flows, bytes sent by then
+        rates = (self.memo or RateMemo(32e6)).rates(self)
         t = events[0][0] if events else 0.0
         while True:
-            while events and events[0][0] <= t + 1e-12:
-                _, kind, i, v = heapq.heappop(events)
-                if kind == 0:
-                    backlog[i] += v
-                elif kind == 1:
-                    inrate[i] += v
-                else:
-                    inrate[i] -= v
-                    if abs(inrate[i]) < 1e-9:
-                        inrate[i] = 0.0
-            active = (backlog > _EPS_B) | (inrate > 0)
-            if not active.any() and not events:
+            k = _apply_events(events, k, t, backlog, inrate)
+            queued = backlog > _EPS_B
+            active = queued | (inrate > 0)
+            if k >= n_ev and not np.count_nonzero(active):
                 break
-            caps = np.where(backlog > _EPS_B, static_cap, np.minimum(static_cap, inrate))
-            new_rate = self._fair_rates(active & (caps > 0), caps)
-            changed = np.nonzero(np.abs(new_rate - rate) > 1e-12)[0]
-            for i in changed:
-                curves_t[i].append(t)
-                curves_b[i].append(sent[i])
+            caps = np.where(queued, static_cap, np.minimum(static_cap, inrate))
+            new_rate = rates(active & (caps > 0), caps)
+            changed = (np.abs(new_rate - rate) > 1e-12).nonzero()[0]
+            if changed.size:
+                rec_t.append(t)
+                rec_i.append(changed)
+                rec_b.append(sent[changed])
             rate = new_rate
             # next event: an injection boundary or a queue draining
-            t_next = events[0][0] if events else np.inf
+            t_next = events[k][0] if k < n_ev else np.inf
             net = rate - inrate
-            drain = (backlog > _EPS_B) & (net > 1e-12)
-            if drain.any():
+            drain = queued & (net > 1e-12)
+            if np.count_nonzero(drain):
                 t_next = min(t_next, t + float((backlog[drain] / net[drain]).min()))
             if not np.isfinite(t_next):
                 # nothing will ever change: rates are zero with a backlog (no capacity)
-                if (backlog > _EPS_B).any():
+                if np.count_nonzero(queued):
                     raise ValueError("flows with a backlog but no bandwidth")
                 break
             dt = t_next - t
             sent += rate * dt
-            backlog += (inrate - rate) * dt
+            backlog -= net * dt                  # (inrate - rate) * dt, exactly
             # round-off: a queue within a few ulps of its flow's bytes is empty
-            tol = np.maximum(_EPS_B, 1e-12 * (sent + backlog))
-            backlog[backlog < tol] = 0.0
+            backlog[backlog < np.maximum(_EPS_B, 1e-12 * (sent + backlog))] = 0.0
             if dt <= 1e-9 * max(1.0, abs(t)):
                 # no measurable progress: the queue that was about to drain is empty now
                 backlog[drain & (backlog / np.maximum(net, 1e-300) <= 1e-9 * max(1.0, abs(t)))] = 0.0
             t = t_next
-        for i in range(F):
-            curves_t[i].append(t)
-            curves_b[i].append(sent[i])
+        return self._curves(rec_t, rec_i, rec_b, t, sent)
+
+    def _curves(self, rec_t, rec_i, rec_b, t_end: float, sent) -> list[FlowCurve]:
+        """Each flow's breakpoints (the times its rate changed and the bytes it had sent
+        by then, plus the end), its flat tail after the last byte trimmed."""
+        F = len(self.flows)
+        ids = np.concatenate(rec_i + [np.arange(F)])
+        ts = np.repeat(np.array(rec_t + [t_end]), [len(i) for i in rec_i] + [F])
+        bs = np.concatenate(rec_b + [sent])
+        order = np.argsort(ids, kind="stable")           # by flow, in time order
+        ts, bs = ts[order], bs[order]
+        bounds = np.searchsorted(ids[order], np.arange(F + 1))
         out = []
         for i, f in enumerate(self.flows):
-            ct, cb = np.array(curves_t[i]), np.array(curves_b[i])
-            # trim the flat tail after the last byte, keep the first time the total is reached
-            if len(cb):
-                last = int(np.searchsorted(cb, cb[-1] - 1e-9, side="left"))
-                ct, cb = ct[:last + 1], cb[:last + 1]
-            out.append(FlowCurve(ct, cb, f.latency_us))
+            ct, cb = ts[bounds[i]:bounds[i + 1]], bs[bounds[i]:bounds[i + 1]]
+            # keep the first time the total is reached
+            last = int(np.searchsorted(cb, cb[-1] - 1e-9, side="left"))
+            out.append(FlowCurve(ct[:last + 1], cb[:last + 1], f.latency_us))
         return out
+
+
+def _apply_events(events: list, k: int, t: float, backlog, inrate) -> int:
+    """Apply the injection boundaries due at ``t`` (from index ``k``, in order); returns
+    the index of the first one still ahead."""
+    n = len(events)
+    while k < n and events[k][0] <= t + 1e-12:
+        _, kind, i, v = events[k]
+        k += 1
+        if kind == 0:
+            backlog[i] += v
+        elif kind == 1:
+            inrate[i] += v
+        else:
+            inrate[i] -= v
+            if abs(inrate[i]) < 1e-9:
+                inrate[i] = 0.0
+    return k
+
+
+class RateMemo:
+    """:meth:`FluidNetwork._fair_rates` remembered by its inputs. The rates are a function
+    of the network's structure (every flow's ports, the port capacities) and of the flows
+    asking with their caps, so they are kept per structure: within one run a queue that
+    empties and refills brings back an earlier state, and the networks a system builds in
+    each of its passes share their structure and often their first states (a dispatch
+    before the background combine starts). A third to two thirds of a layer's events
+    find their rates here. Bounded to ``budget`` bytes of rate vectors (then it only
+    answers what it holds). :meth:`Layer.network` gives each layer one."""
+
+    def __init__(self, budget: float = 64e6):
+        self.tables: dict = {}
+        self.left = budget
+
+    def rates(self, net: "FluidNetwork"):
+        """The function ``(want, caps) -> rates`` for one run of ``net``."""
+        table = self.tables.setdefault((net._ports.tobytes(), net.caps.tobytes()), {})
+        size = 16 * len(net.flows) + 64
+
+        def rates(want: np.ndarray, caps: np.ndarray) -> np.ndarray:
+            key = want.tobytes() + caps[want].tobytes()
+            rate = table.get(key)
+            if rate is None:
+                rate = net._fair_rates(want, caps)
+                if self.left >= size:
+                    table[key] = rate
+                    self.left -= size
+            return rate
+        return rates
 
 
 def flow_wire_bytes(payload: np.ndarray | float, max_payload: int, header: int):

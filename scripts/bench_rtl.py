@@ -2,8 +2,8 @@
 
 The same arrival schedule (one destination GPU of a co-simulated layer) is run through
 
-* ``verilog``  -- the Verilog player as a plain Icarus testbench with its own clock: the
-                  ceiling of Icarus on this design;
+* ``verilog``  -- the Verilog player as a plain testbench with its own clock: the
+                  ceiling of the simulator (``--sim icarus|verilator``) on this design;
 * ``rtl``      -- the same player under cocotb, clock in C, Python woken once (RTL mode);
 * ``model``    -- the reference model's row-level fast path (model mode);
 * ``reference``-- the reference model packet by packet,
@@ -11,7 +11,7 @@ The same arrival schedule (one destination GPU of a co-simulated layer) is run t
 and a table of simulated hub cycles per wall second and rows per second is printed.
 The RTL runs are also checked against the model (outputs identical, tile-ready times).
 
-    .venv/bin/python scripts/bench_rtl.py [--model mixtral-8x7b] [--tokens 1024] [--gpu 0]
+    .venv/bin/python scripts/bench_rtl.py [--model mixtral-8x7b] [--tokens 1024] [--gpu 0] [--sim icarus]
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from moehub.cosim.hub_stage import run_hub_fast, run_hub_reference
 from moehub.cosim.layer import Layer
 from moehub.cosim.systems import hub_schedule
 from moehub.cosim.workload import make_routing
+from moehub.verif.sim import NAMES, SIMULATORS, choose
 
 
 def main(argv=None) -> int:
@@ -34,7 +35,12 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=1024, help="tokens per GPU (default 1024)")
     ap.add_argument("--gpu", type=int, default=0, help="destination GPU whose hub is timed")
     ap.add_argument("--skip-reference", action="store_true", help="skip the slow packet-by-packet model")
+    ap.add_argument("--sim", choices=SIMULATORS, default=None,
+                    help="simulator of the RTL runs (default $MOEHUB_SIM, else Verilator when "
+                         "installed, else Icarus)")
     args = ap.parse_args(argv)
+    sim = choose(args.sim, prefer="verilator")
+    name = NAMES[sim]
 
     s, m, w = load_configs(args.system, args.model, args.workload, args.tokens)
     L = Layer(s, m, w, make_routing(m, w, s.gpus), None)
@@ -54,10 +60,10 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         run_hub_reference(cfg, arr)
         table.append(("reference (model, packet by packet)", time.perf_counter() - t, cycles, ""))
-    for mode, label in (("verilog", "plain Verilog testbench (Icarus ceiling)"),
-                        ("cocotb", "RTL mode: cocotb + Icarus, clock in C")):
+    for mode, label in (("verilog", f"plain Verilog testbench ({name} ceiling)"),
+                        ("cocotb", f"RTL mode: cocotb + {name}, clock in C")):
         t = time.perf_counter()
-        r = run_hub_rtl(cfg, arr, mode=mode, tag=f"bench-{mode}")
+        r = run_hub_rtl(cfg, arr, mode=mode, tag=f"bench-{mode}", sim=sim)
         total = time.perf_counter() - t
         c = compare(cfg, arr, model, r)
         note = (f"outputs {'identical' if c.functional_equal else 'DIFFER'}, tile-ready max diff "

@@ -57,7 +57,7 @@ def cmd_rtl(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
     return run_demo(args.config, seed=args.seed, tokens=args.tokens, waves=args.waves,
-                    out=args.out, force=args.force)
+                    out=args.out, force=args.force, sim=args.sim)
 
 
 class _Version(argparse.Action):
@@ -93,7 +93,7 @@ def _add_local(sub) -> None:
     r.set_defaults(func=cmd_rtl)
 
     d = sub.add_parser("demo", help="generate the RTL and run a short MoE traffic demo through it "
-                       "(cocotb + Icarus), checked by the reference model")
+                       "(cocotb + Icarus or Verilator), checked by the reference model")
     d.add_argument("--config", default="mixtral-8gpu", help="hub config (default mixtral-8gpu; "
                    f"known: {', '.join(HUB_CONFIGS)})")
     d.add_argument("--seed", type=int_at_least(0), default=DEMO_SEED,
@@ -101,11 +101,13 @@ def _add_local(sub) -> None:
     d.add_argument("--tokens", type=int_at_least(1), default=DEMO_TOKENS,
                    help=f"tokens per source GPU (default {DEMO_TOKENS}; at most what the hub "
                         f"config's token ids and expert regions hold: {limits})")
-    d.add_argument("--waves", action="store_true", help="dump an FST waveform into the results "
-                   "folder (its path is printed)")
+    d.add_argument("--waves", action="store_true", help="dump a waveform (FST; VCD on "
+                   "Verilator) into the results folder (its path is printed)")
     d.add_argument("--out", default=None, help=f"results folder (default <build>/demo; <build> "
                    f"is {HELP}); the run goes to a sub-folder named by config, tokens, seed")
     d.add_argument("--force", action="store_true", help="replace an existing results folder")
+    from ..verif.sim import add_argument as add_sim_argument
+    add_sim_argument(d, "icarus", "the demo's cocotb run")
     d.set_defaults(func=cmd_demo)
 
 

@@ -1,4 +1,4 @@
-"""The hub stage: the row-level fast path equals packet-by-packet HubModel, and every
+"""The hub stage: the vectorised fast path equals packet-by-packet HubModel, and every
 routed row reaches its expert exactly once."""
 import numpy as np
 import pytest

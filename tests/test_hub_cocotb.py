@@ -1,17 +1,15 @@
-"""pytest wrappers that build the hub's Verilog and run the cocotb regression on Icarus.
+"""pytest wrappers that build the hub's Verilog and run the cocotb regression.
 
-The fast set runs every cocotb test of verif/tb_hub.py once on tiny and the default config
-(deepseek-v3 in the slow set); the slow set (``-m slow``) also repeats the constrained-random
-tests over many seeds.
+Icarus is the reference: the fast set runs every cocotb test of verif/tb_hub.py once on
+tiny and the default config (deepseek-v3 in the slow set). Verilator runs the same
+regression: on tiny in the fast set (a smoke test, skipped when Verilator is not
+installed), on every config in the slow set. The slow set (``-m slow``) also repeats the
+constrained-random tests over many seeds, on both simulators.
 """
-import shutil
-
 import pytest
 
+from conftest import on
 from moehub.config.schema import HUB_CONFIGS
-
-pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None,
-                                reason="Icarus Verilog (iverilog) is not installed: run scripts/setup_tools.sh")
 
 
 def _run(config, testcases=None, **kw):
@@ -22,27 +20,33 @@ def _run(config, testcases=None, **kw):
     return res
 
 
-#: The fast set runs the regression on tiny and the default config; deepseek-v3 (the
-#: default's shape with more experts, ~50 s) joins them in the slow set.
-REGRESSION_CONFIGS = [pytest.param(c, marks=pytest.mark.slow) if c == "deepseek-v3-8gpu" else c
-                      for c in HUB_CONFIGS]
+#: The fast set runs every test of the regression on tiny on both simulators (Icarus, the
+#: reference, and Verilator) and on the default config on Verilator (a ~45 s build, then
+#: seconds; on Icarus the default config's regression takes about 4 minutes since the
+#: directed CSR/watchdog/capacity tests joined it). The slow set adds the default config
+#: on Icarus and deepseek-v3 on both.
+FAST_RUNS = {("icarus", "tiny"), ("verilator", "tiny"), ("verilator", "mixtral-8gpu")}
+REGRESSION_RUNS = [on(s, c, slow=(s, c) not in FAST_RUNS) for s in ("icarus", "verilator")
+                   for c in HUB_CONFIGS]
 
 
-@pytest.mark.parametrize("config", REGRESSION_CONFIGS)
-def test_hub_regression(config):
+@pytest.mark.parametrize("sim, config", REGRESSION_RUNS)
+def test_hub_regression(sim, config):
     """Every directed, random (one seed) and performance test on one config."""
-    res = _run(config, seed=1)
+    res = _run(config, seed=1, sim=sim)
+    assert res["sim"] == sim
     from moehub.verif.tb_hub_names import TEST_NAMES
     assert res["passed"] == len(TEST_NAMES), f"expected {len(TEST_NAMES)} tests, {res['passed']} passed"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", HUB_CONFIGS)
+@pytest.mark.parametrize("sim, config", [on(s, c) for s in ("icarus", "verilator")
+                                         for c in HUB_CONFIGS])
 @pytest.mark.parametrize("base_seed", [11, 23, 37])
-def test_hub_random_many_seeds(config, base_seed):
+def test_hub_random_many_seeds(sim, config, base_seed):
     """Constrained-random tests over 10 consecutive seeds each (print the seed on failure)."""
     _run(config, ["test_random_clean", "test_random_with_errors"], seed=base_seed, seeds=10,
-         tag=f"slow{base_seed}")
+         tag=f"slow{base_seed}", sim=sim)
 
 
 #: The coverage run of each config (slow set): every cocotb test once (the two seeded random

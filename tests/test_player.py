@@ -1,18 +1,16 @@
 """RTL in the loop: the Verilog player replays a schedule into the hub; the reference
 model fed the RTL's accept order reproduces every output (equivalence), in both the
-plain-Verilog and the cocotb (clock in C) modes."""
+plain-Verilog and the cocotb (clock in C) modes, on Icarus (fast set) and Verilator (slow
+set; the fast set's Verilator smoke test is in test_sim_verilator.py)."""
 import random
-import shutil
 
 import pytest
 
+from conftest import on
 from moehub.config.schema import load_hub_config
 from moehub.verif.player import (accept_schedule, model_write_hash, replay_into_model,
                                  run_player)
 from moehub.verif.traffic import LaneFeeder, random_rows
-
-pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None,
-                                reason="Icarus Verilog (iverilog) is not installed: run scripts/setup_tools.sh")
 
 
 def demand_schedule(cfg, n_rows, seed, burst=1):
@@ -45,21 +43,24 @@ def check_equivalent(cfg, res):
     return m
 
 
+@pytest.mark.parametrize("sim", [on("icarus"), on("verilator", slow=True)])
 @pytest.mark.parametrize("mode", ["verilog", "cocotb"])
-def test_player_equivalence(mode):
+def test_player_equivalence(mode, sim):
     cfg = load_hub_config("tiny")
     sched = demand_schedule(cfg, 40, seed=3, burst=2)
-    res = run_player(cfg, sched, mode=mode, tag=f"test-{mode}")
+    res = run_player(cfg, sched, mode=mode, tag=f"test-{mode}-{sim}", sim=sim)
     m = check_equivalent(cfg, res)
-    assert sum(m.rows) == 40 and res.cycles > 0
+    assert sum(m.rows) == 40 and res.cycles > 0 and res.sim == sim
 
 
-def test_player_backpressure_delays_arrivals():
+@pytest.mark.parametrize("sim", [on("icarus"), on("verilator", slow=True)])
+def test_player_backpressure_delays_arrivals(sim):
     """With back-pressure on the write ports the hub stalls; the stall log reconstructs the
     accept cycles exactly (checked against the player's own accept log)."""
     cfg = load_hub_config("tiny")
     sched = demand_schedule(cfg, 30, seed=4)
-    res = run_player(cfg, sched, mode="verilog", bp=0.4, tag="test-bp", log_accepts=True)
+    res = run_player(cfg, sched, mode="verilog", bp=0.4, tag=f"test-bp-{sim}", log_accepts=True,
+                     sim=sim)
     assert res.stalls, "back-pressure should stall the hub"
     check_equivalent(cfg, res)
     arrivals = sorted(sched, key=lambda x: (x[0], x[1]))

@@ -74,7 +74,7 @@ def control_traffic(L: Layer, phase: str, t: np.ndarray, nbytes: np.ndarray) -> 
         for d in range(L.G):
             if s != d and nbytes[s, d] > 0:
                 net.inject(flows[s][d], float(t[s]), float(nbytes[s, d]))
-    L.run_net(net)
+    L.record_net(net)
 
 
 def receive_tiles(L: Layer, d: int, ready_row: np.ndarray, rows: np.ndarray, tile_rows: int,
@@ -190,27 +190,65 @@ def hbm_share(L: Layer, d: int, phases=("dispatch", "combine")):
     links write in or read out (the ``phases``' networks of this pass, their background
     flows included) also crosses its HBM (CALIBRATION.md sec 7: no isolated measurement;
     the mechanism is bytes, the ceiling the calibrated achievable HBM bandwidth)."""
-    ports = {5 * d + 0, 5 * d + 1, 5 * d + 2, 5 * d + 3}
+    ports = np.array([5 * d + 0, 5 * d + 1, 5 * d + 2, 5 * d + 3])
     times, deltas = [], []
     for ph in phases:
         if ph not in L.nets:
             continue
-        net, curves = L.nets[ph]
-        for f, c in zip(net.flows, curves):
-            if len(c.t) < 2 or not ({f.p0, f.p1} & ports):
-                continue
-            dt, db = np.diff(c.t), np.diff(c.b)
-            ok = dt > 1e-12
-            r = db[ok] / dt[ok]
-            lat = c.latency_us if f.p1 in ports else 0.0      # writes land a latency later
-            times += [c.t[:-1][ok] + lat, c.t[1:][ok] + lat]
-            deltas += [r, -r]
-    if not times:
+        seg = _link_segments(*L.nets[ph])
+        rd = np.isin(seg.p1, ports)                       # writes land a latency later
+        mine = (np.isin(seg.p0, ports) | rd)[seg.flow]
+        lat = np.where(rd, seg.lat, 0.0)[seg.flow[mine]]
+        t, r = _per_flow_pairs(seg.flow[mine], seg.t0[mine] + lat, seg.t1[mine] + lat,
+                               seg.rate[mine])
+        times.append(t)
+        deltas.append(r)
+    if not sum(len(t) for t in times):
         return lambda t: 1.0
     t = np.concatenate(times)
     order = np.argsort(t, kind="stable")
     load = np.cumsum(np.concatenate(deltas)[order]) / 1000.0          # GB/s after each time
     return HbmShare(L.comp, t[order], load)
+
+
+class _Segments:
+    """Every flow's constant-rate pieces (start, end, bytes/us) of one network run, with
+    the flow's ports and latency; computed once per network and shared by all GPUs."""
+
+    def __init__(self, net, curves):
+        n = np.array([len(c.t) for c in curves], dtype=np.int64)
+        flow = np.repeat(np.arange(len(curves)), n)
+        t = np.concatenate([c.t for c in curves] or [np.zeros(0)])
+        b = np.concatenate([c.b for c in curves] or [np.zeros(0)])
+        same = flow[1:] == flow[:-1]                     # consecutive points of one flow
+        dt, db = (t[1:] - t[:-1])[same], (b[1:] - b[:-1])[same]
+        ok = dt > 1e-12
+        self.flow = flow[1:][same][ok]
+        self.t0, self.t1 = t[:-1][same][ok], t[1:][same][ok]
+        self.rate = db[ok] / dt[ok]
+        self.p0 = np.array([f.p0 for f in net.flows])
+        self.p1 = np.array([f.p1 for f in net.flows])
+        self.lat = np.array([c.latency_us for c in curves])
+
+
+def _link_segments(net, curves) -> _Segments:
+    if getattr(net, "_segments", None) is None:
+        net._segments = _Segments(net, curves)
+    return net._segments
+
+
+def _per_flow_pairs(flow, t0, t1, r):
+    """[starts of flow a, ends of flow a, starts of flow b, ...] and the matching rate
+    steps (+r at a start, -r at an end): the order a loop over flows builds, which the
+    stable sort and the running sum of the load depend on."""
+    n = np.bincount(flow, minlength=int(flow.max()) + 1 if len(flow) else 0)
+    first = np.cumsum(n) - n                              # a flow's first piece
+    i = np.arange(len(flow)) - first[flow]                # piece index within its flow
+    at = 2 * first[flow] + i
+    t, d = np.empty(2 * len(flow)), np.empty(2 * len(flow))
+    t[at], t[at + n[flow]] = t0, t1
+    d[at], d[at + n[flow]] = r, -r
+    return t, d
 
 
 class HbmShare:

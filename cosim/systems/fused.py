@@ -38,7 +38,7 @@ def run(L: Layer) -> SystemResult:
     sms = L.comp.sms_for("fused")
     first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
                                             issue_rate=L.send_rate(sms, L.disp_bytes))
-    lat = np.array([L.latency(s, d) for s, d in zip(L.src, L.dest)])
+    lat = L.latency_matrix()[L.src, L.dest]
     counter = last + lat                       # the block counter's atomic lands after the row
     ready_row = counter + sw.flag_poll_us
     share = C.reserved_share(L, sms, np.inf)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...rtl.timing import CREDIT_LATENCY
 from ..gpu import WorkItem
-from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals
+from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals, alloc_rows
 from ..layer import Layer, SystemResult
 from . import common as C
 
@@ -26,16 +26,20 @@ PHASES = ["gate", "dispatch", "hub", "expert GEMM", "combine", "reduce"]  # + "l
 LABEL = "MoE-Hub (hub reference model)"
 
 
-def _tile_owners(L: Layer, arr: HubArrivals, hr):
-    """Per tile of the hub's allocation: rows per source, and the cycle its last row's
-    last chunk was written (accept + write latency)."""
-    cyc = {(int(s), int(t), int(k)): int(c) for s, t, k, c in
-           zip(arr.src, arr.token, arr.slot, arr.last_cycle)}
-    owners, landed = {}, {}
-    for (s, tok, slot), (e, r) in hr.alloc.items():
-        key = (e, r // L.tile_rows)
-        owners.setdefault(key, np.zeros(L.G, dtype=np.int64))[s] += 1
-        landed[key] = max(landed.get(key, 0), cyc[(s, tok, slot)] + WRITE_DELAY)
+def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):
+    """Per tile of the hub's allocation (for ``keys``, the flagged tiles): rows per source,
+    and the cycle its last row's last chunk was written (accept + write latency). Arrays
+    over the rows: a dict per row would cost more than the hub stage itself."""
+    expert, row = alloc_rows(hr, arr)
+    ok = row >= 0
+    per = int(row.max()) // L.tile_rows + 1 if ok.any() else 1
+    tile = (expert * per + row // L.tile_rows)[ok]
+    n = (int(expert.max()) + 1) * per if ok.any() else 0
+    rows = np.bincount(tile * L.G + arr.src[ok], minlength=n * L.G).reshape(n, L.G)
+    last = np.zeros(n, dtype=np.int64)
+    np.maximum.at(last, tile, np.asarray(arr.last_cycle, np.int64)[ok] + WRITE_DELAY)
+    owners = {(e, t): rows[e * per + t] for e, t in keys}
+    landed = {(e, t): int(last[e * per + t]) for e, t in keys}
     return owners, landed
 
 
@@ -176,7 +180,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
             from ..hub_rtl import compare, run_hub_rtl
             hr = run_hub_rtl(h, arr, tag=f"cosim-gpu{d}")
             cmp = compare(h, arr, BACKENDS["model"](h, arr), hr)
-            rtl_checks.append({"gpu": d, "rows": len(arr), "cycles": hr.player.cycles,
+            rtl_checks.append({"gpu": d, "sim": hr.player.sim, "rows": len(arr), "cycles": hr.player.cycles,
                                "sim_s": hr.player.wall_s,
                                "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
                                **dataclasses.asdict(cmp)})
@@ -185,9 +189,9 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
         hub_stats["drops"] += hr.drops
         hub_stats["packets"] += hr.packets
         hub_stats["rows"] += len(arr)
-        hub_stats["rows_allocated"] += len(hr.alloc)
         # tile items from the hub's allocation and flags
-        owners_e, landed = _tile_owners(L, arr, hr)
+        owners_e, landed = _tile_owners(L, arr, hr, hr.tile_ready)
+        hub_stats["rows_allocated"] += int((alloc_rows(hr, arr)[1] >= 0).sum())
         items = []
         for key, cyc in hr.tile_ready.items():
             e, tile = key

@@ -1,0 +1,74 @@
+"""Speed work changed no number: layers recorded before it (tests/data/cosim_reference.json,
+from main at 6fa3f25, before the vectorised hub stage and the faster network) come out the
+same -- every system's layer time and per-GPU end times exactly, and the whole statistics
+(``stats.json`` less its wall times) byte for byte, by digest.
+
+Floating-point results can differ in the last bits under another numpy build or CPU; the
+recording names its numpy version and machine, and elsewhere the test compares within
+1e-9 (relative) and skips the digest. Record again (only when a model change is meant):
+
+    PYTHONPATH=<dir holding moehub -> old checkout> python tests/test_cosim_regression.py --record
+"""
+import hashlib
+import json
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DATA = Path(__file__).parent / "data" / "cosim_reference.json"
+CASES = {  # name: (system, model, workload, tokens, run_experiment keywords)
+    "default": ("h100x8", "mixtral-8x7b", "default", 4096, {}),
+    "deepseek-v3-256": ("h100x8", "deepseek-v3", "default", 256, {}),
+    "ib16-skewed": ("h100x16-ib", "mixtral-8x7b", "skewed-mmlu", 512, {}),
+    "pcie-expert-order": ("a100x4-pcie", "phi-3.5-moe", "default", 512, {"hub_order": "expert"}),
+}
+
+
+def measure(name: str) -> dict:
+    from moehub.cosim.experiment import load_configs, run_experiment, stats
+    system, model, workload, tokens, kw = CASES[name]
+    st = stats(run_experiment(*load_configs(system, model, workload, tokens), **kw))
+    st.pop("wall_s")
+    st.pop("wall_s_per_system")
+    text = json.dumps(st, indent=1, default=float)
+    return {"layer_us": {k: v["layer_us"] for k, v in st["systems"].items()},
+            "gpu_end_us": {k: v["gpu_end_us"] for k, v in st["systems"].items()},
+            "hub": {k: v for k, v in st["hub"].items() if isinstance(v, (int, float))},
+            "stats_sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def same_build(ref: dict) -> bool:
+    return ref["numpy"] == np.__version__ and ref["machine"] == platform.machine()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_layer_is_unchanged_by_the_speed_work(name):
+    ref = json.loads(DATA.read_text())
+    want, got = ref["cases"][name], measure(name)
+    exact = same_build(ref)
+    for key in ("layer_us", "gpu_end_us", "hub"):
+        for k, v in want[key].items():
+            g = got[key][k]
+            if exact:
+                assert g == v, f"{name}: {key}[{k}] = {g}, recorded {v}"
+            else:
+                assert np.allclose(g, v, rtol=1e-9, atol=0), f"{name}: {key}[{k}] = {g}, recorded {v}"
+    if exact:
+        assert got["stats_sha256"] == want["stats_sha256"], \
+            f"{name}: stats.json differs from the recording (layer times agree)"
+
+
+def record() -> None:
+    out = {"recorded_from": "main 6fa3f25, before the hub stage was vectorised",
+           "numpy": np.__version__, "machine": platform.machine(),
+           "cases": {name: measure(name) for name in CASES}}
+    DATA.parent.mkdir(exist_ok=True)
+    DATA.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {DATA}")
+
+
+if __name__ == "__main__" and "--record" in sys.argv:
+    record()
