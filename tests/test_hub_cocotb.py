@@ -6,9 +6,11 @@ regression: on tiny in the fast set (a smoke test, skipped when Verilator is not
 installed), on every config in the slow set. The slow set (``-m slow``) also repeats the
 constrained-random tests over many seeds, on both simulators.
 """
+import shutil
+
 import pytest
 
-from conftest import on
+from conftest import needs, on
 from moehub.config.schema import HUB_CONFIGS
 
 
@@ -53,7 +55,9 @@ def test_hub_random_many_seeds(sim, config, base_seed):
 #: tests have their many-seeds run above), the knob test over ``seeds`` layers of about
 #: ``packets`` packets, every tile size, and -- where ``full_region`` -- one expert's whole
 #: max_rows_per_expert region filled (tiny 4k packets, deepseek-v3 459k; mixtral's 32768-row
-#: region, 2.1M packets, is out of Icarus' reach: its full-region bins stay open).
+#: region, 2.1M packets, is out of Icarus' reach: its full-region bins stay open). Measured
+#: on the shared 2-core machine: tiny ~2 min, mixtral-8gpu ~9 min, deepseek-v3 ~24 min (10 of
+#: them filling the region).
 COVERAGE_RUNS = {
     "tiny": dict(seeds=30, packets=1500, full_region=True),
     "mixtral-8gpu": dict(seeds=20, packets=2500, full_region=False),
@@ -64,10 +68,12 @@ COVERAGE_GOAL = 95.0
 
 
 @pytest.mark.slow
+@needs("icarus")
 @pytest.mark.parametrize("config", HUB_CONFIGS)
 def test_hub_coverage(config):
     """The coverage run (see COVERAGE_RUNS) hits >= COVERAGE_GOAL % of the functional
-    coverage bins (verif/coverage.py); its report goes to <build>/coverage/."""
+    coverage bins (verif/coverage.py); its report goes to <build>/coverage/. On Icarus: the
+    queue and watchdog bins read hub-internal signals a ports-only Verilator build hides."""
     from moehub.paths import build_root
     from moehub.verif import coverage
     from moehub.verif.tb_hub_names import TEST_NAMES
@@ -77,7 +83,7 @@ def test_hub_coverage(config):
     tests = [t for t in TEST_NAMES if t not in ("test_random_clean", "test_random_with_errors")]
     env = {"MOEHUB_KNOB_PACKETS": str(run["packets"]), "MOEHUB_TILE_SIZES": "all",
            "MOEHUB_FULL_REGION": "1" if run["full_region"] else "0"}
-    _run(config, tests, seed=3, seeds=run["seeds"], tag="cov", extra_env=env)
+    _run(config, tests, seed=3, seeds=run["seeds"], tag="cov", extra_env=env, sim="icarus")
     s = coverage.report([folder], build_root() / "coverage", [config])[config]
     assert s["percent"] >= COVERAGE_GOAL, \
         f"{config}: coverage {s['hit']}/{s['bins']} = {s['percent']} % < {COVERAGE_GOAL} % " \

@@ -621,8 +621,9 @@ def coverage_files(paths: Iterable[Path]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_file():
             out.append(p)
-        elif (p / "sim").is_dir():
-            out += sorted(p.glob("sim/*/coverage/*.json"))
+        elif (p / "sim").is_dir() or any(p.glob("test-*/sim")):
+            # (pytest-xdist workers each have a build folder of their own: test-<worker>/)
+            out += sorted(p.glob("sim/*/coverage/*.json")) + sorted(p.glob("test-*/sim/*/coverage/*.json"))
         elif (p / "coverage").is_dir():
             out += sorted((p / "coverage").glob("*.json"))
         else:
@@ -696,7 +697,8 @@ def main(argv: Optional[list] = None) -> int:
                     help="exit 1 when a config's total is below this percentage")
     a = ap.parse_args(argv)
     paths = a.paths or [build_root()]
-    out = (paths[0] if (paths[0] / "sim").is_dir() else build_root()) / "coverage"
+    is_build = (paths[0] / "sim").is_dir() or any(paths[0].glob("test-*/sim"))
+    out = (paths[0] if is_build else build_root()) / "coverage"
     sums = report(paths, out, a.config, a.missed)
     if not sums:
         return 1
