@@ -7,11 +7,15 @@ clears every row in one cycle; the rest in a multi-port memory (one comb read an
 write port per lane).
 
 T's write-back is registered (the *W* stage) and written to the table a cycle later, so
-the wide write fan-out is off T's loop. A read therefore has two writes it may not see
-yet: W's (pending) and T's (the group right ahead, being decided now). Each lane's read
-result takes them instead of the stored entry when its row is theirs (the bypass); the
-read result is registered (``r_ent``), with the expert compare T needs made on every
-candidate before the choice.
+the wide write fan-out is off T's loop. The table itself is read a cycle before the A
+stage, with the address of the packet on the input lane, and the stored entry is
+registered (``q_ent``, with its expert compare ``q_exp_eq``): the entries-to-one read mux
+then ends in a register, and R's bypass starts from one. That read misses three writes:
+W2's (the write-back W wrote in the read's own cycle, kept a cycle longer), W's (pending)
+and T's (the group right ahead, being decided now). Each lane's result takes the newest of
+them instead of the stored entry when its row is theirs (the bypass); the result is
+registered (``r_ent``), with the expert compare T needs made on every candidate before the
+choice.
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -40,12 +44,16 @@ class ChunkTable(wiring.Component):
     Attributes
     ----------
     rd_idx : In(range(entries)).array(lanes)
-        Each lane's entry index, from the A stage (read this cycle, result in R).
+        Each lane's entry index, of the packet on the input lane (read this cycle, the
+        stored entry registered; with the bypass, the result is in R two cycles later).
     rd_expert : In(expert_bits).array(lanes)
-        Each lane's packet expert, compared with every candidate entry's.
-    hit, hit2 : In(lanes).array(lanes)
-        Bit k of lane j: lane j's row is the row of lane k one group ahead (in R now, its
-        write-back decided by T this cycle) / two groups ahead (its write-back in W).
+        Each input lane's packet expert, compared with the stored entry's as it is read.
+    expert : In(expert_bits).array(lanes)
+        Each lane's packet expert in the A stage, compared with every bypass candidate's.
+    hit, hit2, hit3 : In(lanes).array(lanes)
+        From the A stage, bit k of lane j: lane j's row is the row of lane k one group
+        ahead (in R now, its write-back decided by T this cycle) / two groups ahead (its
+        write-back in W) / three groups ahead (its write-back in W2).
     ent : Out(chunk_entry).array(lanes)
         R: each lane's entry as the group ahead leaves it.
     exp_eq : Out(lanes)
@@ -67,7 +75,8 @@ class ChunkTable(wiring.Component):
         L, N = cfg.lanes, cfg.entries
         super().__init__({
             "rd_idx": In(range(N)).array(L), "rd_expert": In(cfg.expert_bits).array(L),
-            "hit": In(L).array(L), "hit2": In(L).array(L),
+            "expert": In(cfg.expert_bits).array(L),
+            "hit": In(L).array(L), "hit2": In(L).array(L), "hit3": In(L).array(L),
             "ent": Out(lay.chunk_entry).array(L), "exp_eq": Out(L),
             "live": In(1), "last": In(L), "idx": In(range(N)).array(L),
             "after": In(lay.chunk_entry).array(L),
@@ -83,36 +92,44 @@ class ChunkTable(wiring.Component):
         self.w_wen = [Signal(name=f"w_wen{k}") for k in range(L)]
         self.w_idx = [Signal(range(N), name=f"w_idx{k}") for k in range(L)]
         self.w_after = [Signal(lay.chunk_entry, name=f"w_after{k}") for k in range(L)]
+        # W2: W's write-back a cycle later (written to the table as the read that misses it
+        # was made).
+        self.w2_wen = [Signal(name=f"w2_wen{k}") for k in range(L)]
+        self.w2_after = [Signal(lay.chunk_entry, name=f"w2_after{k}") for k in range(L)]
+        m.d.sync += [self.w2_wen[k].eq(self.w_wen[k]) for k in range(L)]
+        m.d.sync += [self.w2_after[k].eq(self.w_after[k]) for k in range(L)]
         self._read(m)
         self._write_back(m)
         return m
 
     def _read(self, m):
-        """R: every lane's entry -- stored, or W's pending write, or T's -- registered."""
+        """Every lane's entry: the stored one, read a cycle ahead and registered (``q_*``);
+        then the newest of W2's, W's and T's writes to its row instead, registered (R)."""
         L, lay = self.cfg.lanes, self.lay
         for j in range(L):
             rd = self.mem.read_port(domain="comb")
-            stored = Signal(lay.chunk_entry, name=f"stored{j}")
-            m.d.comb += [
-                rd.addr.eq(self.rd_idx[j]),
-                stored.open.eq(self.open_v.bit_select(self.rd_idx[j], 1)),
-                stored.expert.eq(rd.data.expert),
-                stored.bitmap.eq(rd.data.bitmap),
+            q_ent = Signal(lay.chunk_entry, name=f"q_ent{j}")
+            q_exp_eq = Signal(name=f"q_exp_eq{j}")
+            m.d.comb += rd.addr.eq(self.rd_idx[j])
+            m.d.sync += [
+                q_ent.open.eq(self.open_v.bit_select(self.rd_idx[j], 1)),
+                q_ent.expert.eq(rd.data.expert), q_ent.bitmap.eq(rd.data.bitmap),
+                q_exp_eq.eq(rd.data.expert == self.rd_expert[j]),
             ]
             # (T's entries are taken on `last`, a register, not on `live & last`: a group T
             # finds not live leaves the state unchanged and is followed only by groups that
             # are not live either -- `finished` holds until START, and START and FLUSH wait
             # for an empty pipeline -- so what it passes on is never used; that keeps `live`
             # out of this loop)
-            bypass = ([(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)]
+            bypass = ([(self.hit3[j][k] & self.w2_wen[k], self.w2_after[k]) for k in range(L)]
+                      + [(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)]
                       + [(self.hit[j][k] & self.last[k], self.after[k]) for k in range(L)])
             r_ent = Signal(lay.chunk_entry, name=f"r_ent{j}")
             r_exp_eq = Signal(name=f"r_exp_eq{j}")
-            expert = self.rd_expert[j]
+            expert = self.expert[j]
             m.d.sync += [
-                r_ent.eq(onehot_mux(bypass, stored)),
-                r_exp_eq.eq(onehot_mux([(sel, ent.expert == expert) for sel, ent in bypass],
-                                       stored.expert == expert)),
+                r_ent.eq(onehot_mux(bypass, q_ent)),
+                r_exp_eq.eq(onehot_mux([(sel, ent.expert == expert) for sel, ent in bypass], q_exp_eq)),
             ]
             m.d.comb += [self.ent[j].eq(r_ent), self.exp_eq[j].eq(r_exp_eq)]
 

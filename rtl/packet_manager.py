@@ -119,7 +119,7 @@ class StageLayouts:
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
-            "hit": L, "hit2": L, "psel_in": L + 1, "src_oh": cfg.sources})
+            "hit": L, "hit2": L, "hit3": L, "psel_in": L + 1, "src_oh": cfg.sources})
         #: R: what of T's rules depends on the packets alone (data / EOS lane, first and last
         #: lane on its row, the expert of a row opened in the group), and the EOS arithmetic.
         #: (The table entries read are the chunk table's registers.)
@@ -273,12 +273,16 @@ class PacketManager(wiring.Component):
             q, a, buf = self.i[j].payload, self.a[j], self.wbuf[j]
             m.d.comb += [buf.load.eq(self.i[j].valid & self.reserve.room), buf.data.eq(q.data),
                          buf.take.eq(self.acc[j])]
+            # (the chunk table is read with the input's index: its result is registered by A)
+            idx = Signal(range(cfg.entries), name=f"in_idx{j}")
+            m.d.comb += [idx.eq(q.src * Tg + q.tag), self.table.rd_idx[j].eq(idx),
+                         self.table.rd_expert[j].eq(q.expert)]
             m.d.sync += [
                 a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
                 a.bad_src.eq((q.src >= S) | (~q.kind & (q.tag >= Tg))),
                 a.bad_chunk.eq(~q.kind & (q.chunk >= C)),
                 a.bad_exp.eq(q.expert >= E),
-                a.idx.eq(q.src * Tg + q.tag),
+                a.idx.eq(idx),
                 a.oh.eq(Const(1, C) << q.chunk),
             ]
             for i in range(j):
@@ -288,9 +292,10 @@ class PacketManager(wiring.Component):
                              a.same_exp[i].eq(qi.expert == q.expert),
                              a.same_chunk[i].eq(qi.chunk == q.chunk)]
             for k in range(L):
-                ahead, ahead2 = self.a[k].pkt, self.r[k].pkt
+                ahead, ahead2, ahead3 = self.a[k].pkt, self.r[k].pkt, self.t[k].pkt
                 m.d.sync += [a.hit[k].eq((q.src == ahead.src) & (q.tag == ahead.tag)),
-                             a.hit2[k].eq((q.src == ahead2.src) & (q.tag == ahead2.tag))]
+                             a.hit2[k].eq((q.src == ahead2.src) & (q.tag == ahead2.tag)),
+                             a.hit3[k].eq((q.src == ahead3.src) & (q.tag == ahead3.tag))]
             # For an end-of-stream: count - opened - k for every small k (R's `dec`), with
             # `opened` up to the group four ahead of it (the register when the EOS comes
             # in), and the openers of the two groups between folded in later by one-hots.
@@ -317,8 +322,8 @@ class PacketManager(wiring.Component):
             return a_d[i] & A[j].same_idx[i]
         a_first = [a_d[j] & ~_any(a_row(i, j) for i in range(j)) for j in range(L)]
         for j, (a, r) in enumerate(zip(A, R)):
-            m.d.comb += [tab.rd_idx[j].eq(a.idx), tab.rd_expert[j].eq(a.pkt.expert),
-                         tab.hit[j].eq(a.hit), tab.hit2[j].eq(a.hit2)]
+            m.d.comb += [tab.expert[j].eq(a.pkt.expert),
+                         tab.hit[j].eq(a.hit), tab.hit2[j].eq(a.hit2), tab.hit3[j].eq(a.hit3)]
             m.d.sync += [
                 r.valid.eq(a.valid), r.pkt.eq(a.pkt), r.slot.eq(a.slot), r.idx.eq(a.idx),
                 r.bad_src.eq(a.bad_src), r.bad_chunk.eq(a.bad_chunk), r.bad_exp.eq(a.bad_exp),
