@@ -24,6 +24,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .layouts import HubLayouts
+from .logic import newest_of
 
 
 def onehot_mux(sel_vals, default):
@@ -121,15 +122,17 @@ class ChunkTable(wiring.Component):
             # are not live either -- `finished` holds until START, and START and FLUSH wait
             # for an empty pipeline -- so what it passes on is never used; that keeps `live`
             # out of this loop)
-            bypass = ([(self.hit3[j][k] & self.w2_wen[k], self.w2_after[k]) for k in range(L)]
-                      + [(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)]
-                      + [(self.hit[j][k] & self.last[k], self.after[k]) for k in range(L)])
+            # (newest first; in each group at most one lane writes the row: the last on it)
+            bypass = [[(self.hit[j][k] & self.last[k], self.after[k]) for k in range(L)],
+                      [(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)],
+                      [(self.hit3[j][k] & self.w2_wen[k], self.w2_after[k]) for k in range(L)]]
             r_ent = Signal(lay.chunk_entry, name=f"r_ent{j}")
             r_exp_eq = Signal(name=f"r_exp_eq{j}")
             expert = self.expert[j]
             m.d.sync += [
-                r_ent.eq(onehot_mux(bypass, q_ent)),
-                r_exp_eq.eq(onehot_mux([(sel, ent.expert == expert) for sel, ent in bypass], q_exp_eq)),
+                r_ent.eq(newest_of(bypass, q_ent, lay.chunk_entry)),
+                r_exp_eq.eq(newest_of([[(sel, ent.expert == expert) for sel, ent in g] for g in bypass],
+                                      q_exp_eq, 1)),
             ]
             m.d.comb += [self.ent[j].eq(r_ent), self.exp_eq[j].eq(r_exp_eq)]
 

@@ -13,6 +13,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .interfaces import queue_push_signature
+from .logic import count_onehot, select
 
 
 class EventQueue(wiring.Component):
@@ -46,6 +47,23 @@ class EventQueue(wiring.Component):
             "o": Out(stream.Signature(layout)),
         })
 
+    def _compact(self, m, store, wp, rank, aw):
+        """Slot i goes to entry wp + (number of valid slots before i): compaction keeps
+        order. Written per entry: entry k takes the slot whose rank r (a one-hot) has
+        wp = k - r, a decode of the write pointer register -- AND-OR selects only, no
+        subtraction or compare after the ranks."""
+        n = self.push_slots
+        at = [Signal(name=f"wp_is{x}") for x in range(1 << aw)]
+        m.d.comb += [at[x].eq(wp == x) for x in range(1 << aw)]
+        for k in range(self.depth):
+            take = [Signal(name=f"take{k}_{i}") for i in range(n)]
+            for i in range(n):
+                m.d.comb += take[i].eq(self.push.valid[i] & Cat(
+                    rank[i][r] & at[(k - r) % (1 << aw)] for r in range(i + 1)).any())
+            data = select([(take[i], self.push.data[i].as_value()) for i in range(n)], self.layout)
+            with m.If(Cat(*take).any()):
+                m.d.sync += store[k].eq(data)
+
     def elaborate(self, platform):
         m = Module()
         n, depth = self.push_slots, self.depth
@@ -68,38 +86,22 @@ class EventQueue(wiring.Component):
         ]
         do_pop = self.o.valid & self.o.ready
         m.d.comb += self.push.pop.eq(do_pop)
-        first_push = 0
-        for i in reversed(range(n)):
-            first_push = Mux(self.push.valid[i], self.push.data[i].as_value(), first_push)
+        # (how many slots push, and how many before each slot, as one-hots: counted by
+        # halves, no adder chain; an 8-slot queue would otherwise rank by a chain of adds)
+        valid = [self.push.valid[i] for i in range(n)]
+        n_push = count_onehot(valid)
+        rank = [count_onehot(valid[:i]) for i in range(n)]
+        first_push = select([(valid[i] & rank[i][0], self.push.data[i].as_value()) for i in range(n)],
+                            self.layout)
         m.d.sync += head.eq(Mux(do_pop, Mux(level >= 2, store[rp1].as_value(), first_push),
                                 Mux(level >= 1, head.as_value(), first_push)))
-
-        # Slot i goes to wp + (number of valid slots before i): compaction keeps order.
-        # Written per entry rather than per slot: entry k is (k - wp) places past the write
-        # pointer (from registers only) and takes the slot whose rank among the valid slots
-        # is that distance -- a compare of small numbers and an AND-OR select.
-        rank = []
-        pushed = 0
-        for i in range(n):
-            r = Signal(range(n), name=f"rank{i}")
-            m.d.comb += r.eq(pushed)
-            rank.append(r)
-            pushed = pushed + self.push.valid[i]
-        n_push = Signal(range(n + 1))
-        m.d.comb += n_push.eq(pushed)
-        for k in range(depth):
-            dist = Signal(aw, name=f"dist{k}")
-            m.d.comb += dist.eq(k - wp)
-            take = [Signal(name=f"take{k}_{i}") for i in range(n)]
-            for i in range(n):
-                m.d.comb += take[i].eq(self.push.valid[i] & (dist == rank[i]))
-            data = 0
-            for i in range(n):
-                data = data | Mux(take[i], self.push.data[i].as_value(), 0)
-            with m.If(Cat(*take).any()):
-                m.d.sync += store[k].eq(data)
-
-        m.d.sync += [wp.eq(wp + n_push), level.eq(level + n_push - do_pop)]
+        self._compact(m, store, wp, rank, aw)
+        # (every sum formed from registers, the counts only choose; the pop last)
+        m.d.sync += [
+            wp.eq(select([(n_push[c], wp + c) for c in range(n + 1)], aw)),
+            level.eq(Mux(do_pop, select([(n_push[c], level + c - 1) for c in range(n + 1)], level.shape()),
+                         select([(n_push[c], level + c) for c in range(n + 1)], level.shape()))),
+        ]
         with m.If(do_pop):
             m.d.sync += [rp.eq(rp1), rp1.eq(rp1 + 1)]
         return m

@@ -2,15 +2,34 @@
 the hub's timing budget is a few gate levels per decision)."""
 from itertools import combinations
 
-from amaranth import Cat, Const, Mux, Signal, signed
+from amaranth import Cat, Const, Mux, Shape, Signal, signed
 
 
 def popcount(bits):
-    """Number of set bits (an adder tree)."""
-    total = 0
-    for b in bits:
-        total = total + b
-    return total
+    """Number of set bits, as a balanced adder tree (log2(n) small adds deep; a running
+    sum would chain n - 1 adds, each waiting for the last)."""
+    bits = list(bits)
+    if not bits:
+        return Const(0)
+    while len(bits) > 1:
+        pairs = [bits[i] + bits[i + 1] for i in range(0, len(bits) - 1, 2)]
+        bits = pairs + bits[len(bits) - len(bits) % 2:]
+    return bits[0]
+
+
+def count_onehot(bits):
+    """``[exactly(bits, 0), ..., exactly(bits, n)]``: how many of ``bits`` are set, as a
+    one-hot, built by halves (the count of a half is a one-hot; two halves combine by an
+    AND-OR over the ways to split a count), so it is log2(n) AND-OR levels deep and needs
+    no adder or compare."""
+    bits = list(bits)
+    if not bits:
+        return [Const(1)]
+    if len(bits) == 1:
+        return [~bits[0], bits[0]]
+    lo, hi = count_onehot(bits[:len(bits) // 2]), count_onehot(bits[len(bits) // 2:])
+    return [Cat(*(lo[x] & hi[r - x] for x in range(max(0, r - len(hi) + 1), min(r, len(lo) - 1) + 1))).any()
+            for r in range(len(bits) + 1)]
 
 
 def exactly(bits, n):
@@ -21,7 +40,7 @@ def exactly(bits, n):
     if n < 0 or n > len(bits):
         return Const(0)
     if len(bits) > 6:                       # the sum of products would grow too large
-        return popcount(bits) == n
+        return count_onehot(bits)[n]
     terms = []
     for ones in combinations(range(len(bits)), n):
         terms.append(Cat(*(bits[i] if i in ones else ~bits[i] for i in range(len(bits)))).all()
@@ -30,12 +49,23 @@ def exactly(bits, n):
 
 
 def select(sel_vals, shape):
-    """AND-OR select: the value whose select is set (at most one is), else 0."""
-    out = Const(0, shape)
+    """AND-OR select: the value whose select is set (at most one is), else 0. (``shape``
+    may be a layout: the result is then its bits, a plain value.)"""
+    out = Const(0, Shape.cast(shape))
     for sel, val in sel_vals:
         out = out | Mux(sel, val, 0)
     return out
 
+
+def newest_of(groups, default, shape):
+    """The value of the first group (newest first) with a select set, else ``default``.
+    Within a group at most one select is set, so a group is an AND-OR; the groups are
+    chosen by one mux each, in order: a late value (the newest group's) passes one AND-OR
+    and one mux, not a chain of one mux per candidate."""
+    out = default
+    for group in reversed(groups):
+        out = Mux(Cat(*(sel for sel, _ in group)).any(), select(group, shape), out)
+    return out
 
 
 class SplitDifference:

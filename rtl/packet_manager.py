@@ -78,7 +78,7 @@ from .formats import Reason
 from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
                          layer_status_signature, ordering_guard_signature, queue_push_signature)
 from .layouts import HubLayouts
-from .logic import SplitDifference, exactly, popcount, select, times_const
+from .logic import SplitDifference, exactly, newest_of, popcount, select, times_const
 from .reservations import InputReservations
 from .timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
 from .write_buffer import LaneWriteBuffer
@@ -102,8 +102,8 @@ class StageLayouts:
     """The record each stage hands the next, one per lane.
 
     Pairwise fields (``same_*``, ``row``, ``fwd``) hold in bit ``i`` of lane ``j``'s record
-    the relation of lane ``i < j`` to lane ``j``; ``hit`` and ``hit2`` in bit ``k`` that of
-    lane ``k`` of the group one or two ahead. Adding a field is local: declare it here,
+    the relation of lane ``i < j`` to lane ``j``; ``hit``, ``hit2`` and ``hit3`` in bit ``k``
+    that of lane ``k`` of the group one, two or three ahead (same row). Adding a field is local: declare it here,
     drive it in the stage that forms it, read it in the next.
     """
 
@@ -131,7 +131,7 @@ class StageLayouts:
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "fwd": L, "exp_oh": cfg.experts, "hit": L})
+            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
@@ -209,6 +209,10 @@ class PacketManager(wiring.Component):
         self.a, self.r, self.t, self.al, self.b = (
             [Signal(getattr(st, s), name=f"{s}{j}") for j in range(L)] for s in ("a", "r", "t", "al", "b"))
         self.group = Signal(GROUP_BITS, name="group")
+        # The row-info entry each lane of T reads, and RI's writes of the cycle before.
+        self.q_info = [Signal(self.lay.row_info, name=f"q_info{j}") for j in range(L)]
+        self.ri_wen = [Signal(name=f"ri_wen{j}") for j in range(L)]
+        self.ri_data = [Signal(self.lay.row_info, name=f"ri_data{j}") for j in range(L)]
         self._layer_state(m)
         self._accept(m)
         self._stage_a(m)
@@ -472,17 +476,22 @@ class PacketManager(wiring.Component):
         ds = dist_shape(cfg)
         shifted, shifted_le = [], []
         for j, r in enumerate(R):
-            # count - opened after the group ahead (its source's p_sel, added to the lag
-            # one-hot: `lag`), minus n for each count n of openers in its own group; and
-            # whether that is <= k (k < L): the sign of the value k + 1 further on.
+            # count - opened after the group ahead (its source's p_sel, b of them, added to
+            # the lag one-hot), minus n for each count n of openers in its own group; and
+            # whether that is <= k (k < L): the sign of the value k + 1 further on. The lag
+            # one-hot's candidates are chosen first, from R's registers alone (ahead[v]:
+            # dec[t + v] for the lag t), so that p_sel, the late one-hot, only picks among
+            # them: a dec of (lag + b + n) is ahead[b + n].
             psel_t = select([(r.src_oh[s], eos.p_sel[s]) for s in range(cfg.sources)], L + 1)
-            lag = [Signal(name=f"t_lag{j}_{u}") for u in range(3 * L + 1)]
-            m.d.comb += [lag[u].eq(_any(r.lag[t] & psel_t[u - t]
-                                        for t in range(max(0, u - L), min(u, 2 * L) + 1)))
-                         for u in range(3 * L + 1)]
-            shifted.append([select([(lag[u], r.dec[u + n]) for u in range(3 * L + 1)], ds)
+            ahead = [Signal(ds, name=f"t_ahead{j}_{v}") for v in range(2 * L + 1)]
+            ahead_le = [None] + [Signal(name=f"t_ahead_le{j}_{v}") for v in range(1, 3 * L + 1)]
+            m.d.comb += [ahead[v].eq(select([(r.lag[t], r.dec[t + v]) for t in range(2 * L + 1)], ds))
+                         for v in range(2 * L + 1)]
+            m.d.comb += [ahead_le[v].eq(_any(r.lag[t] & r.dec[t + v][-1] for t in range(2 * L + 1)))
+                         for v in range(1, 3 * L + 1)]
+            shifted.append([select([(psel_t[b], ahead[b + n]) for b in range(L + 1)], ds)
                             for n in range(L + 1)])
-            shifted_le.append([[_any(lag[u] & r.dec[u + n + k + 1][-1] for u in range(3 * L + 1))
+            shifted_le.append([[_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1))
                                 for k in range(L)] for n in range(L + 1)])
         for s in range(cfg.sources):
             src_openers = [v["opener"][j] & (R[j].pkt.src == s) for j in range(L)]
@@ -530,7 +539,15 @@ class PacketManager(wiring.Component):
                 # lane j's row is the row of lane k of the group ahead (for the row-info read
                 # in AL, whose table that group writes in the same cycle)
                 t.hit.eq(Cat(r.idx == T[k].idx for k in range(L))),
+                # ... of lane k of the group two ahead (in AL now: it writes the table as the
+                # entry is read, below)
+                t.hit2.eq(Cat(r.idx == self.al[k].idx for k in range(L))),
             ]
+            # (the row-info entry, read with R's index and registered: AL's bypass then
+            # starts from a register, not behind the entries-to-one read mux)
+            rd = self.rowinfo.read_port(domain="comb")
+            m.d.comb += rd.addr.eq(r.idx)
+            m.d.sync += self.q_info[j].eq(rd.data)
         self.req = Signal(L, name="req")
         m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T))
         m.d.comb += [self.alloc.req.eq(self.req)]
@@ -538,8 +555,8 @@ class PacketManager(wiring.Component):
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):
-        """AL: the allocator's grants, the region base, the row-info read (or the grant of
-        the group ahead, which writes that table now). Reads T; owns nothing."""
+        """AL: the allocator's grants, the region base, the row-info entry (read a stage
+        early, or the grant of a group ahead that wrote it since). Reads T; owns nothing."""
         T, AL = self.t, self.al
         for j, (t, al) in enumerate(zip(T, AL)):
             m.d.sync += [
@@ -550,10 +567,12 @@ class PacketManager(wiring.Component):
                 al.base.eq(Array(self.region_base)[t.pkt.expert]),
                 al.fwd.eq(t.fwd),
             ]
-            rd = self.rowinfo.read_port(domain="comb")
-            m.d.comb += rd.addr.eq(t.idx)
-            m.d.sync += al.info.eq(onehot_mux(
-                [(t.hit[k] & AL[k].opener, Cat(AL[k].ok, AL[k].row)) for k in range(len(AL))], rd.data))
+            # (newest first: the group right ahead writes the table now, the one before it
+            # wrote it as the entry was read; at most one lane of a group opens the row)
+            m.d.sync += al.info.eq(newest_of(
+                [[(t.hit[k] & AL[k].opener, Cat(AL[k].ok, AL[k].row)) for k in range(len(AL))],
+                 [(t.hit2[k] & self.ri_wen[k], self.ri_data[k]) for k in range(len(AL))]],
+                self.q_info[j], self.lay.row_info))
 
     # ---------------------------------------------------------------- RI
     def _stage_ri(self, m):
@@ -581,6 +600,8 @@ class PacketManager(wiring.Component):
             allocated.append(info.alloc)
             wr = self.rowinfo.write_port()
             m.d.comb += [wr.addr.eq(al.idx), wr.en.eq(al.opener), wr.data.eq(own)]
+            # (kept a cycle: the row-info read of the group two behind misses this write)
+            m.d.sync += [self.ri_wen[j].eq(al.opener), self.ri_data[j].eq(own)]
             m.d.sync += [
                 b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
                 b.pre.eq(al.base + (p.chunk << chunk_shift)), b.rowoff.eq(row_off), b.slot.eq(al.slot),
