@@ -110,6 +110,7 @@ class HubConfig:
     data_bits: int               #: chunk data width carried through the RTL (narrow in simulation)
     hub_clock_GHz: float         #: clock the hub is evaluated at
     description: str = ""
+    link_GBps: float = 450.0     #: payload bandwidth per direction the hub must absorb (its GPU's NVLink; NVLink4 by default)
     row_stride_bytes: int = 0    #: distance between rows in a region; 0 means row_bytes
     event_queue_depth: int = 32  #: control-event queue (metadata, completions) entries
     credit_queue_depth: int = 32 #: credit-return queue entries
@@ -230,6 +231,7 @@ class HubConfig:
         _require(self.timeout_cycles >= 0, f"{p}.timeout_cycles", self.timeout_cycles,
                  "must be >= 0 (0 disables the watchdog)")
         _require(self.hub_clock_GHz > 0, f"{p}.hub_clock_GHz", self.hub_clock_GHz, "must be > 0")
+        _require(self.link_GBps > 0, f"{p}.link_GBps", self.link_GBps, "must be > 0")
         # The largest address the hub can form must fit addr_bits.
         need = (self.max_rows_per_expert * self.stride_bytes).bit_length()
         _require(need <= self.addr_bits, f"{p}.addr_bits", self.addr_bits,

@@ -13,11 +13,12 @@ later request for that expert in the cycle is refused too.
 Timing: the counters' loop is ``rows += min(requests, room)``, ``room -= min(requests,
 room)``; since ``rows + room`` is the latched capacity, every outcome (for 0..lanes
 requests, fitting or not) is formed from the registers in parallel, and the request count
-only selects one. A grant (``row``, ``ok``) is an AND-OR by the one-hot expert plus a
-small add and compare, feed-forward from registers. The requests come from registers of
-the packet manager's pipeline.
+only selects one. A grant (``row``, ``ok``) is likewise an AND-OR of candidates formed
+from the registers (each expert's counter plus 0..lane, its room compared with 0..lane),
+chosen by the one-hot expert and the one-hot count of the requests ahead: nothing but
+selects after the requests, which come from registers of the packet manager's pipeline.
 """
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -60,6 +61,24 @@ class AddressAllocator(wiring.Component):
             "formal_cap": Out(cfg.cap_bits).array(E),
         })
 
+    def _grant(self, m, j, counters, room):
+        """Lane j's grant: ``rows[e] + ahead`` and ``ahead < room[e]``, with ``ahead`` the
+        requests for its expert on lanes before it. Every candidate -- each expert's
+        counter plus each possible ``ahead``, each expert's room compared with it -- is
+        formed from the registers; the requests (a one-hot ``ahead`` count, the one-hot
+        expert) then only select, so no adder or compare waits for them."""
+        cfg, E, g = self.cfg, self.cfg.experts, self.grant
+        oh = g.expert[j]
+        same = [g.req[i] & (g.expert[i] & oh).any() for i in range(j)]
+        ahead = [Signal(name=f"ahead{j}_is{a}") for a in range(j + 1)]
+        m.d.comb += [ahead[a].eq(exactly(same, a)) for a in range(j + 1)]
+        pick = [[oh[e] & ahead[a] for a in range(j + 1)] for e in range(E)]
+        m.d.comb += [
+            g.row[j].eq(select([(pick[e][a], counters[e] + a) for e in range(E) for a in range(j + 1)],
+                               cfg.cap_bits)),
+            g.ok[j].eq(g.req[j] & Cat(pick[e][a] & (room[e] > a) for e in range(E) for a in range(j + 1)).any()),
+        ]
+
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
@@ -70,17 +89,7 @@ class AddressAllocator(wiring.Component):
             m.d.comb += self.rows[e].eq(counters[e])
 
         for j in range(L):
-            ahead = 0
-            for i in range(j):
-                ahead = ahead + (self.grant.req[i] & (self.grant.expert[i] & self.grant.expert[j]).any())
-            n_ahead = Signal(range(L), name=f"ahead{j}")
-            oh = self.grant.expert[j]
-            m.d.comb += [
-                n_ahead.eq(ahead),
-                self.grant.row[j].eq(select([(oh[e], counters[e]) for e in range(E)], cfg.cap_bits) + n_ahead),
-                self.grant.ok[j].eq(self.grant.req[j] & (n_ahead < select([(oh[e], room[e]) for e in range(E)],
-                                                              cfg.cap_bits))),
-            ]
+            self._grant(m, j, counters, room)
 
         # rows + room stays equal to the capacity latched at the layer start, so the
         # saturating update needs no adder after the compare: both outcomes are computed

@@ -14,6 +14,12 @@ committed last is summarised in ``p_*`` (how many rows each source opened, as a 
 after it (``seen_t``, ``opened_t``, ``dist_t``) is formed from registers only. T needs only
 whether ``dist_t <= k`` (``k < lanes``), kept as registered compares (``dist_le``, ``p_le``)
 chosen by the one-hots: no subtraction in front of T's compares.
+
+The wide values of an EOS (its count, the distances ``p_evec``) are registered per *lane*
+(``lane_cnt``, ``lane_evec``), with a one-hot per source naming the lane of its EOS
+(``p_lane``), and chosen here a cycle later, off T's loop: T's EOS verdict then drives a few
+bits per source, not every bit of every source's distances. Likewise an EOS mismatch is
+found per lane (at most one EOS per lane, against a count per source).
 """
 from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
@@ -47,16 +53,18 @@ class EosTracker(wiring.Component):
         Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``).
     reached : Out(sources)
         The source's count is reached (``le`` bit 0).
-    mismatch : Out(sources)
-        The EOS that group delivered has a count below the rows already opened.
+    mismatch : Out(lanes)
+        The EOS on lane j of that group has a count below its source's rows opened.
     got_eos : Out(sources), count : Out(count_bits).array(sources)
         Status: EOS received and its count (registers).
-    nxt_sel, nxt_eos, nxt_cnt : In
+    nxt_sel, nxt_eos, nxt_lane : In
         T's summary of its group, per source: the openers' count (one-hot; 1 when not
-        live), an EOS accepted, its count.
-    nxt_evec : In(signed).array(sources, lanes + 1)
-        For an EOS: ``count - opened`` after the group, for each count n of the group's own
-        openers (index n).
+        live), an EOS accepted, the lane it came on (one-hot).
+    nxt_cnt : In(count_bits).array(lanes)
+        Each lane's EOS count (used for the source whose EOS it is).
+    nxt_evec : In(signed).array(lanes, lanes + 1)
+        For an EOS on lane j: ``count - opened`` after the group, for each count n of the
+        group's own openers of its source (index n).
     nxt_le : In(lanes).array(sources, lanes + 1)
         Bit k of ``nxt_le[s][n]``: ``nxt_evec[s][n] <= k``.
     clear : In(1)
@@ -69,19 +77,26 @@ class EosTracker(wiring.Component):
         ds = dist_shape(cfg)
         super().__init__({
             "p_sel": Out(L + 1).array(S), "opened": Out(cb + 1).array(S),
-            "seen": Out(S), "le": Out(L).array(S), "reached": Out(S), "mismatch": Out(S),
+            "seen": Out(S), "le": Out(L).array(S), "reached": Out(S), "mismatch": Out(L),
             "got_eos": Out(S), "count": Out(cb).array(S),
-            "nxt_sel": In(L + 1).array(S), "nxt_eos": In(S), "nxt_cnt": In(cb).array(S),
-            "nxt_evec": In(ds).array(S, L + 1), "nxt_le": In(L).array(S, L + 1),
+            "nxt_sel": In(L + 1).array(S), "nxt_eos": In(S), "nxt_lane": In(L).array(S),
+            "nxt_cnt": In(cb).array(L), "nxt_evec": In(ds).array(L, L + 1), "nxt_le": In(L).array(S, L + 1),
             "clear": In(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        S = self.cfg.sources
+        S, L, cb = self.cfg.sources, self.cfg.lanes, self.cfg.count_bits
+        ds = dist_shape(self.cfg)
         eos_seen, p_eos = Signal(S, name="eos_seen"), Signal(S, name="p_eos")
+        self.lane_cnt = [Signal(cb, name=f"lane_cnt{j}") for j in range(L)]
+        self.lane_evec = [[Signal(ds, name=f"lane_evec{j}_{n}") for n in range(L + 1)] for j in range(L)]
+        m.d.sync += [self.lane_cnt[j].eq(self.nxt_cnt[j]) for j in range(L)]
+        m.d.sync += [self.lane_evec[j][n].eq(self.nxt_evec[j][n]) for j in range(L) for n in range(L + 1)]
+        self.p_lanes = []
         for s in range(S):
             self._source(m, s, eos_seen[s], p_eos[s])
+        self._mismatch(m)
         with m.If(self.clear):
             m.d.sync += [eos_seen.eq(0), p_eos.eq(0)]
         return m
@@ -95,8 +110,14 @@ class EosTracker(wiring.Component):
         opened = Signal(cb + 1, name=f"opened{s}")
         dist = Signal(ds, name=f"dist{s}")
         p_sel = Signal(L + 1, name=f"p_sel{s}", init=1)
+        p_lane = Signal(L, name=f"p_lane{s}")
+        self.p_lanes.append((p_sel, p_lane, p_eos))
+        # (the EOS's values, chosen from its lane's registers)
         p_evec = [Signal(ds, name=f"p_evec{s}_{n}") for n in range(L + 1)]
         p_cnt = Signal(cb, name=f"p_cnt{s}")
+        m.d.comb += [p_evec[n].eq(select([(p_lane[j], self.lane_evec[j][n]) for j in range(L)], ds))
+                     for n in range(L + 1)]
+        m.d.comb += p_cnt.eq(select([(p_lane[j], self.lane_cnt[j]) for j in range(L)], cb))
         # (dist_le[i] = dist <= i, i < 2L: so dist_t = dist - n <= k is dist_le[n + k];
         # after an EOS, p_le[n][k] = p_evec[n] <= k)
         dist_le = Signal(2 * L, name=f"dist_le{s}", init=(1 << 2 * L) - 1)
@@ -123,8 +144,7 @@ class EosTracker(wiring.Component):
         m.d.sync += [dist_le[k].eq(Mux(
             p_eos, Cat(p_sel[n] & (p_evec[n] <= k) for n in n_range).any(),
             Cat(p_sel[n] & (dist <= n + k) for n in n_range).any())) for k in range(2 * L)]
-        m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_cnt.eq(self.nxt_cnt[s])]
-        m.d.sync += [p_evec[n].eq(self.nxt_evec[s][n]) for n in n_range]
+        m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_lane.eq(self.nxt_lane[s])]
         m.d.sync += [p_le[n].eq(self.nxt_le[s][n]) for n in n_range]
         with m.If(self.clear):
             m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1),
@@ -132,8 +152,14 @@ class EosTracker(wiring.Component):
         m.d.comb += [
             self.p_sel[s].eq(p_sel), self.opened[s].eq(opened), self.seen[s].eq(seen_t),
             self.le[s].eq(dle_t), self.reached[s].eq(dle_t[0]),
-            # (the count below the rows at the end of the EOS's group: dist_t < 0, the sign
-            # of the chosen p_evec, registers only)
-            self.mismatch[s].eq(p_eos & Cat(p_sel[n] & p_evec[n][-1] for n in n_range).any()),
             self.got_eos[s].eq(eos_seen), self.count[s].eq(eos_cnt),
         ]
+
+    def _mismatch(self, m):
+        """Per lane: its EOS's count is below the rows at the end of the EOS's group
+        (``dist_t < 0``, the sign of the distance its source's openers choose; registers
+        only). ``p_lane`` is the EOS's lane, so a lane has at most one source."""
+        L = self.cfg.lanes
+        for j in range(L):
+            sel = select([(p_eos & p_lane[j], p_sel) for p_sel, p_lane, p_eos in self.p_lanes], L + 1)
+            m.d.comb += self.mismatch[j].eq(Cat(sel[n] & self.lane_evec[j][n][-1] for n in range(L + 1)).any())

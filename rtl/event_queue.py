@@ -47,19 +47,17 @@ class EventQueue(wiring.Component):
             "o": Out(stream.Signature(layout)),
         })
 
-    def _compact(self, m, store, wp, rank, aw):
+    def _compact(self, m, store, at, rank):
         """Slot i goes to entry wp + (number of valid slots before i): compaction keeps
         order. Written per entry: entry k takes the slot whose rank r (a one-hot) has
-        wp = k - r, a decode of the write pointer register -- AND-OR selects only, no
-        subtraction or compare after the ranks."""
+        wp = k - r, a bit of the write pointer ``at`` (a one-hot register) -- AND-OR selects
+        only, no subtraction, compare or decoder after the ranks."""
         n = self.push_slots
-        at = [Signal(name=f"wp_is{x}") for x in range(1 << aw)]
-        m.d.comb += [at[x].eq(wp == x) for x in range(1 << aw)]
         for k in range(self.depth):
             take = [Signal(name=f"take{k}_{i}") for i in range(n)]
             for i in range(n):
                 m.d.comb += take[i].eq(self.push.valid[i] & Cat(
-                    rank[i][r] & at[(k - r) % (1 << aw)] for r in range(i + 1)).any())
+                    rank[i][r] & at[(k - r) % len(at)] for r in range(i + 1)).any())
             data = select([(take[i], self.push.data[i].as_value()) for i in range(n)], self.layout)
             with m.If(Cat(*take).any()):
                 m.d.sync += store[k].eq(data)
@@ -69,7 +67,6 @@ class EventQueue(wiring.Component):
         n, depth = self.push_slots, self.depth
         aw = max(1, (depth - 1).bit_length())
         store = Array(Signal(self.layout, name=f"q{k}") for k in range(depth))
-        wp = Signal(aw)
         rp = Signal(aw)
         level = Signal(range(depth + 1))
 
@@ -95,10 +92,12 @@ class EventQueue(wiring.Component):
                             self.layout)
         m.d.sync += head.eq(Mux(do_pop, Mux(level >= 2, store[rp1].as_value(), first_push),
                                 Mux(level >= 1, head.as_value(), first_push)))
-        self._compact(m, store, wp, rank, aw)
+        # (the write pointer: a one-hot register, rotated by the count pushed)
+        at = Signal(1 << aw, init=1, name="wp_oh")
+        m.d.sync += at.eq(select([(n_push[c], at.rotate_left(c)) for c in range(n + 1)], len(at)))
+        self._compact(m, store, at, rank)
         # (every sum formed from registers, the counts only choose; the pop last)
         m.d.sync += [
-            wp.eq(select([(n_push[c], wp + c) for c in range(n + 1)], aw)),
             level.eq(Mux(do_pop, select([(n_push[c], level + c - 1) for c in range(n + 1)], level.shape()),
                          select([(n_push[c], level + c) for c in range(n + 1)], level.shape()))),
         ]

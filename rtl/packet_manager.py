@@ -14,10 +14,14 @@ W), :class:`~moehub.rtl.eos_tracker.EosTracker` (per-source end of stream),
 
 * **A** -- input registers, with everything that depends on the packets alone decoded on
   the way in: range checks, the table index, the chunk's one-hot bit, and the lane-pair
-  comparisons (same row, same source, same expert; same row as the groups ahead).
-* **R** -- chunk-table read for every lane. The group ahead (in T) writes the table at
-  the end of this cycle, so a lane on a row that group touches takes T's result instead
-  (bypass); that is the only path from T back into R.
+  comparisons (same row, same source, same expert; same row as the groups ahead). The
+  chunk table is read on the way in too, with the input's index, and its entry registered
+  (the table's ``q_*``): the entries-to-one read mux ends in a register.
+* **R** -- each lane's chunk-table entry as the groups ahead leave it: the entry read on
+  the way into A, or the newest write-back that read missed -- of the group right ahead
+  (in T, written at the end of this cycle), or of the two before it (W, and W2 for the
+  write made as the entry was read). The bypass from T is the only path from T back
+  into R.
 * **T** -- every rule of the hub, applied to the lanes *as if in lane order* (lane 0
   first), written as parallel prefix logic rather than a chain of lanes: the first chunk
   of a row (any index, any lane) opens it; duplicate, protocol and end-of-stream rules;
@@ -27,8 +31,9 @@ W), :class:`~moehub.rtl.eos_tracker.EosTracker` (per-source end of stream),
   T's loop, and not a stage of the packet's path.)
 * **AL** -- the :class:`AddressAllocator` grants rows to the rows T opened (lane order;
   overflow refused); each lane's expert region base is looked up, and its row-info entry
-  read (the group ahead, in RI, writes the table in this cycle: a lane on a row that
-  group opens takes the grant from it instead).
+  taken: read a stage early (with R's index, registered in ``q_info``), or the grant of
+  the group ahead (in RI, writing the table in this cycle) or of the one before it (its
+  write, kept a cycle in ``ri_*``, came as the entry was read) where they opened the row.
 * **RI** -- row-info table (granted row, allocated or dropped) per (source, tag): openers
   write it, later chunks take what AL read, or the grant of their opener in the same
   group. Per-row events (metadata write, completion), credits, and the two parts of the
@@ -493,6 +498,9 @@ class PacketManager(wiring.Component):
                             for n in range(L + 1)])
             shifted_le.append([[_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1))
                                 for k in range(L)] for n in range(L + 1)])
+        # (each lane's EOS values go to the EOS tracker as they are; it picks a source's)
+        m.d.comb += [eos.nxt_cnt[j].eq(R[j].pkt.count) for j in range(L)]
+        m.d.comb += [eos.nxt_evec[j][n].eq(shifted[j][n]) for j in range(L) for n in range(L + 1)]
         for s in range(cfg.sources):
             src_openers = [v["opener"][j] & (R[j].pkt.src == s) for j in range(L)]
             sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
@@ -502,10 +510,8 @@ class PacketManager(wiring.Component):
             m.d.comb += [
                 eos.nxt_sel[s].eq(Mux(self.live, Cat(*sel_n), 1)),
                 eos.nxt_eos[s].eq(self.live & Cat(*eos_sel).any()),
-                eos.nxt_cnt[s].eq(select([(eos_sel[j], R[j].pkt.count) for j in range(L)], cfg.count_bits)),
+                eos.nxt_lane[s].eq(Cat(*eos_sel)),
             ]
-            m.d.comb += [eos.nxt_evec[s][n].eq(select([(eos_sel[j], shifted[j][n]) for j in range(L)], ds))
-                         for n in range(L + 1)]
             m.d.comb += [eos.nxt_le[s][n][k].eq(select([(eos_sel[j], shifted_le[j][n][k]) for j in range(L)], 1))
                          for n in range(L + 1) for k in range(L)]
 
@@ -714,16 +720,19 @@ class PacketManager(wiring.Component):
         quiet = pipe_empty & drained & ~(armed & finished) & ~start_go & ~flush_go
         can_start = self.start_pending & quiet & ~sweep_req & ~csr.start
         m.d.sync += [start_go.eq(can_start), flush_go.eq(self.flush_pending & quiet & ~can_start)]
-        # (start_go excludes a finished layer, so the end of a layer never preempts it.)
+        # The end of a layer is decided in the same way (``end_go``, a register: the
+        # statistics and the tables it leaves alone need not wait for ``finished``). The
+        # three are exclusive: START and FLUSH are decided only when the layer is not
+        # finished, the end only when it is, and none in the cycle one of them acts.
+        end_go = Signal(name="end_go")
+        m.d.sync += end_go.eq(armed & finished & drained & ~end_go)
         m.d.comb += [trk.layer_start.eq(start_go), self.alloc.clear.eq(start_go),
                      trk.mark_dirty.eq((start_go & armed) | flush_go)]
-        ending = armed & finished & drained
-        m.d.comb += [self.eos.clear.eq(~ending & start_go),
-                     self.table.clear.eq(~ending & (start_go | flush_go))]
-        with m.If(ending):
+        m.d.comb += [self.eos.clear.eq(start_go), self.table.clear.eq(start_go | flush_go)]
+        with m.If(end_go):
             # The layer is complete: hand over to the tracker's end-of-layer sweep.
             m.d.sync += [armed.eq(0), sweep_req.eq(1), self.flush_pending.eq(0), self.flush_timeout.eq(0)]
-        with m.Elif(start_go):
+        with m.If(start_go):
             # START: a new layer (a running one is abandoned; the tracker re-clears).
             m.d.sync += [self.start_pending.eq(csr.start), self.flush_pending.eq(0),
                          self.flush_timeout.eq(0), armed.eq(1), self.done.eq(0), self.inflight.eq(0)]

@@ -59,7 +59,9 @@ class InputReservations(wiring.Component):
         m.d.comb += self.idle.eq(Cat(u == 0 for u in wf_used).all())
         wf_room = []
         for j, used in enumerate(wf_used):
-            m.d.sync += used.eq(used + self.acc[j] - self.pop[j])
+            # (the three outcomes formed from the register; acceptance and pop only choose)
+            m.d.sync += used.eq(Mux(self.acc[j], Mux(self.pop[j], used, used + 1),
+                                    Mux(self.pop[j], used - 1, used)))
             # (both outcomes of the pop compared from registers; the pop only chooses)
             wf_room.append(Mux(self.pop[j], used + room <= D, used + room < D))
         # Queue entries neither used nor reserved by a packet in flight (before B). A packet

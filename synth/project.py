@@ -134,8 +134,10 @@ def project(area_um2: float, sram_bits: int, logic_ns: float, fo4_ns: float) -> 
     }
 
 
-def line_rate(lanes: int, chunk_bytes: int, fo4s: float) -> dict:
-    """Line-rate verdicts against NVLink4's 450 GB/s per direction (FACTS.md).
+def line_rate(lanes: int, chunk_bytes: int, fo4s: float, target_GBps: float = NVLINK4_GBPS) -> dict:
+    """Line-rate verdicts against the link's payload bandwidth per direction,
+    ``target_GBps`` (default NVLink4's 450 GB/s, FACTS.md; a hub config names its link in
+    ``link_GBps``).
 
     1. At the projected N5 fmax of the unpipelined RTL: lanes x chunk bytes x fmax.
     2. At the H100 clock (1.98 GHz): the bandwidth there, and whether the stage depth
@@ -147,21 +149,21 @@ def line_rate(lanes: int, chunk_bytes: int, fo4s: float) -> dict:
     f = fmax_n5_GHz(fo4s)
     bw = Range(lanes * chunk_bytes * f.low, lanes * chunk_bytes * f.nominal,
                lanes * chunk_bytes * f.high)         # low = pessimistic
-    need_GHz = NVLINK4_GBPS / (lanes * chunk_bytes)
+    need_GHz = target_GBps / (lanes * chunk_bytes)
     budget = fo4_budget(H100_CLOCK_GHZ)
     bw_h100 = lanes * chunk_bytes * H100_CLOCK_GHZ
     return {
-        "target_GBps": NVLINK4_GBPS,
+        "target_GBps": target_GBps,
         "needed_clock_GHz": need_GHz,
         "at_projected_fmax": {
-            "GBps": bw, "pass": bw.nominal >= NVLINK4_GBPS,
-            "margin_pct": 100 * (bw.nominal / NVLINK4_GBPS - 1),
-            "pass_pessimistic": bw.low >= NVLINK4_GBPS,
+            "GBps": bw, "pass": bw.nominal >= target_GBps,
+            "margin_pct": 100 * (bw.nominal / target_GBps - 1),
+            "pass_pessimistic": bw.low >= target_GBps,
         },
         "at_h100_clock": {
             "clock_GHz": H100_CLOCK_GHZ, "GBps": bw_h100,
-            "bandwidth_pass": bw_h100 >= NVLINK4_GBPS,
-            "bandwidth_margin_pct": 100 * (bw_h100 / NVLINK4_GBPS - 1),
+            "bandwidth_pass": bw_h100 >= target_GBps,
+            "bandwidth_margin_pct": 100 * (bw_h100 / target_GBps - 1),
             "stage_fo4": fo4s, "budget_fo4": budget, "rule_fo4": STAGE_RULE_FO4,
             "timing": ("PASS" if fo4s <= budget.nominal else
                        "MARGINAL" if fo4s <= STAGE_RULE_FO4 else "FAIL"),
@@ -169,6 +171,6 @@ def line_rate(lanes: int, chunk_bytes: int, fo4s: float) -> dict:
             "fo4_margin": budget.nominal - fo4s,
             "rule_margin": STAGE_RULE_FO4 - fo4s,
             "stages_needed": max(1, -(-fo4s // STAGE_RULE_FO4)),
-            "pass": bw_h100 >= NVLINK4_GBPS and fo4s <= STAGE_RULE_FO4,
+            "pass": bw_h100 >= target_GBps and fo4s <= STAGE_RULE_FO4,
         },
     }

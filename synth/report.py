@@ -103,7 +103,7 @@ def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opt
                  "flop_arrays": [{"module": m.module, "array": m.name, "depth": m.depth, "width": m.width,
                                   "bits": m.bits, "why": why(m)} for m in flop_arrays]},
         "modules": modules,
-        "line_rate": _r(project.line_rate(cfg.lanes, cfg.chunk_bytes, top["fo4"])),
+        "line_rate": _r(project.line_rate(cfg.lanes, cfg.chunk_bytes, top["fo4"], cfg.link_GBps)),
         "projection_sources": project.SOURCES,
         "caveats": CAVEATS,
         "wall_s": {k: round(v, 1) for k, v in res["wall_s"].items()},
@@ -254,8 +254,10 @@ def _asic_md(rep, a):
     out += ["", f"Optimistic bound (Stillmaker & Baas, delay ÷ 24): {n5['fmax_stillmaker_GHz']:.2f} GHz for the hub.", ""]
     pf, h = lr["at_projected_fmax"], lr["at_h100_clock"]
     verdict = lambda ok: "**PASS**" if ok else "**FAIL**"
-    out += ["## Line-rate verdict (NVLink4: 450 GB/s per direction)", "",
-            f"* Needed: lanes × chunk bytes × clock ≥ 450 GB/s, i.e. a clock of at least "
+    target = lr["target_GBps"]
+    link = "NVLink4" if target == project.NVLINK4_GBPS else "the config's link, `link_GBps`"
+    out += [f"## Line-rate verdict ({link}: {target:.0f} GB/s per direction)", "",
+            f"* Needed: lanes × chunk bytes × clock ≥ {target:.0f} GB/s, i.e. a clock of at least "
             f"{lr['needed_clock_GHz']:.3f} GHz for {rep['hub']['lanes']} × {rep['hub']['chunk_bytes']} B.",
             f"* At the projected N5 fmax of this RTL ({_f(n5['fmax_n5_GHz'])} GHz): "
             f"{_f(pf['GBps'], '.0f')} GB/s → {verdict(pf['pass'])} (margin {pf['margin_pct']:+.0f} %).",
