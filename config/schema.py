@@ -283,4 +283,4 @@ def load_hub_config(name_or_path: str) -> HubConfig:
     return load_config("hub", HubConfig, name_or_path)
 
 
-HUB_CONFIGS = ("tiny", "mixtral-8gpu", "deepseek-v3-8gpu")
+HUB_CONFIGS = ("tiny", "mixtral-8gpu", "deepseek-v3-8gpu", "b200-nvlink5", "nvl72")

@@ -3,8 +3,11 @@ lane in the packet manager's R stage and written back by its T stage.
 
 An entry says whether the row is open, its expert and which of its chunks have arrived
 (:attr:`HubLayouts.chunk_entry`). ``open`` lives in a flop vector, so that a layer's end
-clears every row in one cycle; the rest in a multi-port memory (one comb read and one
-write port per lane).
+clears every row in one cycle; the rest in an array of flops (``chunks<e>``, read by every
+lane, written by W). W's writes are chosen by one-hot decodes of their indices made a cycle
+ahead, in T's cycle, and registered (``w_dec``): an entry's next value is then an AND-OR
+of the lanes' write-backs behind a register, not behind an index compare and a chain of
+one mux per write port, as a multi-port memory would map.
 
 T's write-back is registered (the *W* stage) and written to the table a cycle later, so
 the wide write fan-out is off T's loop. The table itself is read a cycle before the A
@@ -17,14 +20,13 @@ them instead of the stored entry when its row is theirs (the bypass); the result
 registered (``r_ent``), with the expert compare T needs made on every candidate before the
 choice.
 """
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .layouts import HubLayouts
-from .logic import newest_of
+from .logic import newest_of, select
 
 
 def onehot_mux(sel_vals, default):
@@ -88,9 +90,12 @@ class ChunkTable(wiring.Component):
         m = Module()
         L, N, lay = self.cfg.lanes, self.cfg.entries, self.lay
         self.open_v = Signal(N, name="open_v")
-        m.submodules.chunks = self.mem = Memory(shape=lay.chunk_body, depth=N, init=[])
-        # W: T's write-back, registered.
+        self.body = Array(Signal(lay.chunk_body, name=f"chunks{e}", reset_less=True) for e in range(N))
+        # W: T's write-back, registered (with the one-hot of its index, and whether T's
+        # group was live: w_wen = w_live & the lane was the last on its row).
         self.w_wen = [Signal(name=f"w_wen{k}") for k in range(L)]
+        self.w_dec = [Signal(N, name=f"w_dec{k}") for k in range(L)]
+        self.w_live = Signal(name="w_live")
         self.w_idx = [Signal(range(N), name=f"w_idx{k}") for k in range(L)]
         self.w_after = [Signal(lay.chunk_entry, name=f"w_after{k}") for k in range(L)]
         # W2: W's write-back a cycle later (written to the table as the read that misses it
@@ -108,14 +113,14 @@ class ChunkTable(wiring.Component):
         then the newest of W2's, W's and T's writes to its row instead, registered (R)."""
         L, lay = self.cfg.lanes, self.lay
         for j in range(L):
-            rd = self.mem.read_port(domain="comb")
+            rd = Signal(lay.chunk_body, name=f"rd{j}")
             q_ent = Signal(lay.chunk_entry, name=f"q_ent{j}")
             q_exp_eq = Signal(name=f"q_exp_eq{j}")
-            m.d.comb += rd.addr.eq(self.rd_idx[j])
+            m.d.comb += rd.eq(self.body[self.rd_idx[j]])
             m.d.sync += [
                 q_ent.open.eq(self.open_v.bit_select(self.rd_idx[j], 1)),
-                q_ent.expert.eq(rd.data.expert), q_ent.bitmap.eq(rd.data.bitmap),
-                q_exp_eq.eq(rd.data.expert == self.rd_expert[j]),
+                q_ent.expert.eq(rd.expert), q_ent.bitmap.eq(rd.bitmap),
+                q_exp_eq.eq(rd.expert == self.rd_expert[j]),
             ]
             # (T's entries are taken on `last`, a register, not on `live & last`: a group T
             # finds not live leaves the state unchanged and is followed only by groups that
@@ -141,20 +146,19 @@ class ChunkTable(wiring.Component):
         whether any row is open."""
         L, N = self.cfg.lanes, self.cfg.entries
         open_v = self.open_v
+        # (what W writes, by the registered one-hots: wmask = the entries written)
         wmask, wopen = Const(0, N), Const(0, N)
         for k in range(L):
-            dec = Signal(N, name=f"w_dec{k}")
-            m.d.comb += dec.eq(Mux(self.w_wen[k], Const(1, N) << self.w_idx[k], 0))
-            wmask = wmask | dec
-            wopen = wopen | Mux(self.w_after[k].open, dec, 0)
+            wmask = wmask | self.w_dec[k]
+            wopen = wopen | Mux(self.w_after[k].open, self.w_dec[k], 0)
+        wmask, wopen = Mux(self.w_live, wmask, 0), Mux(self.w_live, wopen, 0)
         open_eff = Signal(N)
         m.d.comb += open_eff.eq((open_v & ~wmask) | wopen)
         m.d.sync += open_v.eq(open_eff)
-        for k in range(L):
-            wr = self.mem.write_port()
-            m.d.comb += [wr.addr.eq(self.w_idx[k]), wr.en.eq(self.w_wen[k]),
-                         wr.data.expert.eq(self.w_after[k].expert),
-                         wr.data.bitmap.eq(self.w_after[k].bitmap)]
+        for e in range(N):
+            hits = [(self.w_dec[k][e], self.w_after[k].as_value()[1:]) for k in range(L)]
+            with m.If(self.w_live & Cat(sel for sel, _ in hits).any()):
+                m.d.sync += self.body[e].eq(select(hits, self.lay.chunk_body))
         # Whether a row is open, without an OR over the table in front of T: the entries W
         # does not write were reduced a cycle earlier (others_open), W's own are few.
         others_open = Signal()
@@ -162,12 +166,16 @@ class ChunkTable(wiring.Component):
         m.d.comb += self.rows_open.eq(others_open | w_open_any)
         # others_open for the next cycle: the table as it will be then, except the entries
         # T writes now (those come from W then); both cases of `live`, chosen last.
+        t_dec = [Signal(N, name=f"t_dec{k}") for k in range(L)]
+        m.d.comb += [t_dec[k].eq(Mux(self.last[k], Const(1, N) << self.idx[k], 0)) for k in range(L)]
         tmask = Const(0, N)
         for k in range(L):
-            tmask = tmask | Mux(self.last[k], Const(1, N) << self.idx[k], 0)
+            tmask = tmask | t_dec[k]
         m.d.sync += others_open.eq(Mux(self.live, (open_eff & ~tmask).any(), open_eff.any()))
         # At most one lane writes an entry (the last on its row).
         m.d.sync += [self.w_wen[k].eq(self.live & self.last[k]) for k in range(L)]
+        m.d.sync += [self.w_dec[k].eq(t_dec[k]) for k in range(L)]
+        m.d.sync += self.w_live.eq(self.live)
         m.d.sync += [self.w_idx[k].eq(self.idx[k]) for k in range(L)]
         m.d.sync += [self.w_after[k].eq(self.after[k]) for k in range(L)]
         with m.If(self.clear):

@@ -72,6 +72,10 @@ PARAMS_FIELDS = (
 )
 
 
+#: the most sources a hub's CSR map describes (PARAMS holds the count in a byte)
+MAX_SOURCES = 255
+
+
 @dataclass(frozen=True)
 class Register:
     name: str
@@ -97,10 +101,11 @@ class CsrMap:
     cfg : HubConfig
         The hub configuration.
     strict : bool
-        Enforce the RTL's limits (default): a hub of more than 32 sources has no CSR map
-        (``ConfigError``). ``strict=False`` builds the map anyway, for the reference model
-        of hubs the RTL does not build (the co-simulation's large systems); EOS_SEEN then
-        spans ``ceil(sources / 32)`` words like any register wider than a word.
+        Enforce the RTL's limits (default): a hub of more than 255 sources has no CSR map
+        (``ConfigError``: PARAMS holds the count in a byte). ``strict=False`` builds the map
+        anyway, for the reference model of hubs the RTL does not build (the
+        co-simulation's large systems). Above 32 sources EOS_SEEN spans
+        ``ceil(sources / 32)`` words like any register wider than a word.
 
     Attributes
     ----------
@@ -113,9 +118,9 @@ class CsrMap:
     """
 
     def __init__(self, cfg: HubConfig, *, strict: bool = True):
-        if strict and cfg.sources > CSR_DATA_BITS:
-            raise ConfigError(f"hub[{cfg.name}].sources = {cfg.sources}: the EOS_SEEN "
-                              f"register supports at most {CSR_DATA_BITS} sources")
+        if strict and cfg.sources > MAX_SOURCES:
+            raise ConfigError(f"hub[{cfg.name}].sources = {cfg.sources}: PARAMS holds the "
+                              f"source count in a byte (at most {MAX_SOURCES} sources)")
         self.cfg = cfg
         aw = (cfg.addr_bits + CSR_DATA_BITS - 1) // CSR_DATA_BITS
         sw = (cfg.sources + CSR_DATA_BITS - 1) // CSR_DATA_BITS
@@ -274,7 +279,8 @@ def _c_register(cmap: CsrMap, r: Register) -> list[str]:
            _define(f"{r.name}_OFFSET", 4 * r.offset, "byte offset" + (" of element 0" if r.array else ""), True),
            _define(f"{r.name}_WORDS", r.words),
            _define(f"{r.name}_WIDTH", r.width, "meaningful bits"),
-           _define(f"{r.name}_MASK", (1 << r.width) - 1, hexa=True),
+           *([_define(f"{r.name}_MASK", (1 << r.width) - 1, hexa=True)] if r.width <= 64 else
+             [f"/* (no {C_PREFIX}{r.name}_MASK: {r.width} bits are wider than a C integer) */"]),
            _define(f"{r.name}_ACCESS", f"{C_PREFIX}ACCESS_{r.access.upper()}"),
            _define(f"{r.name}_RESET", cmap.reset_value(r.name), "value after reset", True)]
     if r.array:

@@ -13,7 +13,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .interfaces import queue_push_signature
-from .logic import count_onehot, select
+from .logic import select
 
 
 class EventQueue(wiring.Component):
@@ -83,11 +83,10 @@ class EventQueue(wiring.Component):
         ]
         do_pop = self.o.valid & self.o.ready
         m.d.comb += self.push.pop.eq(do_pop)
-        # (how many slots push, and how many before each slot, as one-hots: counted by
-        # halves, no adder chain; an 8-slot queue would otherwise rank by a chain of adds)
+        # (how many slots push, and how many before each slot: one-hots from the producer)
         valid = [self.push.valid[i] for i in range(n)]
-        n_push = count_onehot(valid)
-        rank = [count_onehot(valid[:i]) for i in range(n)]
+        n_push = self.push.count
+        rank = self.push.rank
         first_push = select([(valid[i] & rank[i][0], self.push.data[i].as_value()) for i in range(n)],
                             self.layout)
         m.d.sync += head.eq(Mux(do_pop, Mux(level >= 2, store[rp1].as_value(), first_push),

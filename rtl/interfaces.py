@@ -6,6 +6,7 @@ that side declares ``Out(sig)`` and the other ``In(sig)``, and :mod:`moehub.rtl.
 them with :func:`amaranth.lib.wiring.connect`. A member added here is added to both ends
 at once.
 """
+from amaranth import Cat, Const
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,18 +37,32 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
 def queue_push_signature(layout, slots: int) -> wiring.Signature:
     """Up to ``slots`` entries pushed per cycle into an :class:`EventQueue`, in slot order.
 
-    The producer reserves room itself (it counts ``pop``), so there is no ready.
+    The producer reserves room itself (it counts ``pop``), so there is no ready. It also
+    counts the valid slots, as one-hots (:func:`push_ranks`), so that it can form them a
+    stage ahead, from registers: the queue's compaction then only selects.
 
     Members
     -------
     valid : Out(slots)                    bit i: slot i carries an entry this cycle
     data : Out(layout).array(slots)
+    rank : Out(slots).array(slots)        bit r of slot i: r valid slots come before slot i
+    count : Out(slots + 1)                bit c: c slots are valid (a one-hot: bit 0 when none)
     pop : In(1)                           an entry left the queue this cycle
     empty : In(1)                         the queue holds nothing
     """
     return wiring.Signature({
-        "valid": Out(slots), "data": Out(layout).array(slots), "pop": In(1), "empty": In(1),
+        "valid": Out(slots), "data": Out(layout).array(slots),
+        "rank": Out(slots).array(slots), "count": Out(slots + 1), "pop": In(1), "empty": In(1),
     })
+
+
+def push_ranks(valid):
+    """``(rank, count)`` of :func:`queue_push_signature` for the valid bits ``valid``: per
+    slot, how many valid slots come before it, and how many are valid, as one-hots."""
+    from .logic import count_onehot
+    valid = list(valid)
+    rank = [Cat(*count_onehot(valid[:i]), Const(0, len(valid) - i - 1)) for i in range(len(valid))]
+    return rank, Cat(*count_onehot(valid))
 
 
 def ordering_guard_signature(cfg: HubConfig) -> wiring.Signature:

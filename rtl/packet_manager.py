@@ -10,7 +10,7 @@ record per lane (a ``data.StructLayout`` of :class:`StageLayouts`), and the stat
 stages keep lives in small components:
 :class:`~moehub.rtl.chunk_table.ChunkTable` (rows in flight, with R's read registers and
 W), :class:`~moehub.rtl.eos_tracker.EosTracker` (per-source end of stream),
-:class:`~moehub.rtl.write_buffer.LaneWriteBuffer` (per lane) and the row-info memory (RI).
+:class:`~moehub.rtl.write_buffer.LaneWriteBuffer` (per lane) and the row-info table (RI).
 
 * **A** -- input registers, with everything that depends on the packets alone decoded on
   the way in: range checks, the table index, the chunk's one-hot bit, and the lane-pair
@@ -73,7 +73,6 @@ end-of-layer sweep.
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
@@ -81,7 +80,8 @@ from .chunk_table import ChunkTable, onehot_mux
 from .eos_tracker import EosTracker, dist_shape
 from .formats import Reason
 from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
-                         layer_status_signature, ordering_guard_signature, queue_push_signature)
+                         layer_status_signature, ordering_guard_signature, push_ranks,
+                         queue_push_signature)
 from .layouts import HubLayouts
 from .logic import SplitDifference, exactly, newest_of, popcount, select, times_const
 from .reservations import InputReservations
@@ -144,8 +144,8 @@ class StageLayouts:
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
             "valid": 1, "pv": 1, "pre": cfg.addr_bits, "rowoff": cfg.addr_bits,
-            "slot": range(WRITE_FIFO_DEPTH), "ev_valid": 1, "ev": lay.event,
-            "cr_valid": 1, "cr": lay.credit})
+            "slot": range(WRITE_FIFO_DEPTH), "ev_valid": 1, "ev": lay.event, "ev_rank": L,
+            "cr_valid": 1, "cr": lay.credit, "cr_rank": L})
         #: T's reasons, per lane (bit j).
         self.reasons = data.StructLayout({r.name.lower(): L for r in T_REASONS})
 
@@ -209,7 +209,12 @@ class PacketManager(wiring.Component):
         self.wbuf = [LaneWriteBuffer(cfg, j) for j in range(L)]
         for j, buf in enumerate(self.wbuf):
             m.submodules[f"wbuf{j}"] = buf
-        m.submodules.rowinfo = self.rowinfo = Memory(shape=self.lay.row_info, depth=cfg.entries, init=[])
+        # The row-info table, flops (``rowinfo<e>``): written by one-hot decodes of AL's
+        # indices registered a stage ahead (``al_dec``), so an entry's next value is an
+        # AND-OR behind registers, not an index compare and a mux per write port.
+        self.rowinfo = Array(Signal(self.lay.row_info, name=f"rowinfo{e}", reset_less=True)
+                             for e in range(cfg.entries))
+        self.al_dec = [Signal(cfg.entries, name=f"al_dec{j}") for j in range(L)]
         # Stage registers, one record per lane.
         self.a, self.r, self.t, self.al, self.b = (
             [Signal(getattr(st, s), name=f"{s}{j}") for j in range(L)] for s in ("a", "r", "t", "al", "b"))
@@ -551,9 +556,7 @@ class PacketManager(wiring.Component):
             ]
             # (the row-info entry, read with R's index and registered: AL's bypass then
             # starts from a register, not behind the entries-to-one read mux)
-            rd = self.rowinfo.read_port(domain="comb")
-            m.d.comb += rd.addr.eq(r.idx)
-            m.d.sync += self.q_info[j].eq(rd.data)
+            m.d.sync += self.q_info[j].eq(self.rowinfo[r.idx])
         self.req = Signal(L, name="req")
         m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T))
         m.d.comb += [self.alloc.req.eq(self.req)]
@@ -572,6 +575,7 @@ class PacketManager(wiring.Component):
                 # (the expert's region base, looked up here: RI only adds the chunk offset)
                 al.base.eq(Array(self.region_base)[t.pkt.expert]),
                 al.fwd.eq(t.fwd),
+                self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
             # (newest first: the group right ahead writes the table now, the one before it
             # wrote it as the entry was read; at most one lane of a group opens the row)
@@ -594,7 +598,7 @@ class PacketManager(wiring.Component):
         info_off = [Signal(cfg.addr_bits, name=f"info_off{j}") for j in range(cfg.lanes)]
         m.d.comb += [own_off[j].eq(times_const(al.row, cfg.stride_bytes)) for j, al in enumerate(AL)]
         m.d.comb += [info_off[j].eq(times_const(al.info.row, cfg.stride_bytes)) for j, al in enumerate(AL)]
-        allocated = []
+        allocated, ev_valid = [], []
         for j, (al, b) in enumerate(zip(AL, B)):
             p = al.pkt
             info = Signal(self.lay.row_info, name=f"info{j}")
@@ -604,18 +608,29 @@ class PacketManager(wiring.Component):
             row_off = Mux(al.opener, own_off[j], onehot_mux(
                 [(al.fwd[i], own_off[i]) for i in range(j)], info_off[j]))
             allocated.append(info.alloc)
-            wr = self.rowinfo.write_port()
-            m.d.comb += [wr.addr.eq(al.idx), wr.en.eq(al.opener), wr.data.eq(own)]
             # (kept a cycle: the row-info read of the group two behind misses this write)
             m.d.sync += [self.ri_wen[j].eq(al.opener), self.ri_data[j].eq(own)]
+            ev_v = Signal(name=f"ri_ev_valid{j}")
+            m.d.comb += ev_v.eq((al.opener & al.ok) | (al.comp & info.alloc))
+            ev_valid.append(ev_v)
             m.d.sync += [
                 b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
                 b.pre.eq(al.base + (p.chunk << chunk_shift)), b.rowoff.eq(row_off), b.slot.eq(al.slot),
-                b.ev_valid.eq((al.opener & al.ok) | (al.comp & info.alloc)),
+                b.ev_valid.eq(ev_v),
                 b.ev.complete.eq(al.comp), b.ev.expert.eq(p.expert), b.ev.row.eq(info.row),
                 b.ev.src.eq(p.src), b.ev.token.eq(p.token), b.ev.slot.eq(p.slot), b.ev.group.eq(self.group),
                 b.cr_valid.eq(al.comp), b.cr.src.eq(p.src), b.cr.tag.eq(p.tag),
             ]
+        self._row_info_write(m)
+        # (the queues' one-hot ranks of this group's events and credits, registered with them)
+        # (init 1: no entry, a one-hot from reset on -- the queues rotate their write pointer by it)
+        self.b_ev_count = Signal(cfg.lanes + 1, name="b_ev_count", init=1)
+        self.b_cr_count = Signal(cfg.lanes + 1, name="b_cr_count", init=1)
+        for valid, field, count in ((ev_valid, "ev_rank", self.b_ev_count),
+                                    (_lanes(AL, "comp"), "cr_rank", self.b_cr_count)):
+            rank, n = push_ranks(valid)
+            m.d.sync += [getattr(b, field).eq(rank[j]) for j, b in enumerate(B)]
+            m.d.sync += count.eq(n)
         self.b_group = Signal(GROUP_BITS, name="b_group")
         m.d.sync += [self.group.eq(self.group + 1), self.b_group.eq(self.group)]
         # (counted here, so that the input reservations add registers only)
@@ -627,6 +642,15 @@ class PacketManager(wiring.Component):
             self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
 
+    def _row_info_write(self, m):
+        """RI's openers write their grant into the row-info table (at most one lane opens
+        a row in a group); the one-hot of each lane's index was registered by AL."""
+        AL = self.al
+        for e in range(self.cfg.entries):
+            hits = [(self.al_dec[j][e] & al.opener, Cat(al.ok, al.row)) for j, al in enumerate(AL)]
+            with m.If(Cat(sel for sel, _ in hits).any()):
+                m.d.sync += self.rowinfo[e].eq(select(hits, self.lay.row_info))
+
     # ---------------------------------------------------------------- B
     def _stage_b(self, m):
         """B: events and credits into their queues; each write completes its slot in its
@@ -635,6 +659,9 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.ev.valid.eq(_lanes(B, "ev_valid")), self.cr.valid.eq(_lanes(B, "cr_valid"))]
         m.d.comb += [self.ev.data[j].eq(b.ev) for j, b in enumerate(B)]
         m.d.comb += [self.cr.data[j].eq(b.cr) for j, b in enumerate(B)]
+        m.d.comb += [self.ev.rank[j].eq(b.ev_rank) for j, b in enumerate(B)]
+        m.d.comb += [self.cr.rank[j].eq(b.cr_rank) for j, b in enumerate(B)]
+        m.d.comb += [self.ev.count.eq(self.b_ev_count), self.cr.count.eq(self.b_cr_count)]
         m.d.comb += [self.reserve.no_ev.eq(self.b_no_ev), self.reserve.no_cr.eq(self.b_no_cr)]
         for j, (b, buf) in enumerate(zip(B, self.wbuf)):
             m.d.comb += [buf.fill.eq(b.pv), buf.fill_write.eq(b.valid), buf.fill_slot.eq(b.slot),
@@ -669,6 +696,10 @@ class PacketManager(wiring.Component):
         al_open_net = Signal(range(-L, L + 1), name="al_open_net")
         m.d.sync += al_open_net.eq(popcount(_lanes(T, "opener")) - popcount(_lanes(T, "comp")))
         m.d.sync += self.inflight.eq(self.inflight + al_open_net)
+        # (INCOMPLETE as a FLUSH would leave it next cycle: FLUSH acts only a cycle after a
+        # quiet one, in which neither count changed but by this update)
+        self.incomplete_next = Signal(32, name="incomplete_next")
+        m.d.sync += self.incomplete_next.eq(self.drops[Reason.INCOMPLETE] + self.inflight + al_open_net)
         for s in range(cfg.sources):
             counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}")
         hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
@@ -764,7 +795,7 @@ class PacketManager(wiring.Component):
         """FLUSH (or the watchdog): rows in flight are dropped as INCOMPLETE, the layer ends."""
         incomplete, timeout = self.drops[Reason.INCOMPLETE], self.drops[Reason.TIMEOUT]
         with m.If(self.inflight != 0):
-            m.d.sync += [incomplete.eq(incomplete + self.inflight), self.errors[Reason.INCOMPLETE].eq(1)]
+            m.d.sync += [incomplete.eq(self.incomplete_next), self.errors[Reason.INCOMPLETE].eq(1)]
         with m.If(self.flush_timeout):
             m.d.sync += [timeout.eq(timeout + 1), self.errors[Reason.TIMEOUT].eq(1)]
         m.d.sync += [self.flush_pending.eq(0), self.flush_timeout.eq(0), self.armed.eq(0),

@@ -361,8 +361,9 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
     seq = sequential_cells(lib.read_text())
     areas = parse_stat(work / "stat.json", work / "stat.txt", work / "stat_rtl.json", seq)
     # memory_libmap maps an array only if its ports fit the 1R1W macro; the others (several
-    # read or write ports, or asynchronous reads, e.g. the row table read by every lane in
-    # the same cycle) are built from flops by memory_map, as they must be.
+    # read or write ports, or asynchronous reads) are built from flops by memory_map, as
+    # they must be. (The packet manager's row tables, read and written by every lane in the
+    # same cycle, are registers in the RTL itself.)
     got = set(areas["__total__"].macros)
     unknown = got - {sram.macro_name(m) for m in macros}
     if unknown:

@@ -57,7 +57,7 @@ def expected_registers(cfg) -> dict[str, int]:
     for r in cmap.registers.values():
         n = r.name
         exp.update({f"{n}_INDEX": r.offset, f"{n}_OFFSET": 4 * r.offset, f"{n}_WORDS": r.words,
-                    f"{n}_WIDTH": r.width, f"{n}_MASK": (1 << r.width) - 1,
+                    f"{n}_WIDTH": r.width, **({f"{n}_MASK": (1 << r.width) - 1} if r.width <= 64 else {}),
                     f"{n}_RESET": 0 if r.access == "wo" else model.read(n)})
         exp[f"{n}_ACCESS == {access[r.access]}"] = 1
         if r.array:

@@ -33,11 +33,13 @@ def test_event_queue_keeps_slot_order_and_never_overflows():
             valid = [rng.random() < rate for _ in range(4)] if free >= 4 else [False] * 4
             mask = 0
             for i, v in enumerate(valid):
+                ctx.set(q.push.rank[i], 1 << sum(valid[:i]))      # (the producer's one-hots)
                 if v:
                     n = next(counter) & 0xFF
                     ctx.set(q.push.data[i], {"v": n})
                     sent.append(n)
                     mask |= 1 << i
+            ctx.set(q.push.count, 1 << sum(valid))
             ctx.set(q.push.valid, mask)
             await ctx.tick()
         ctx.set(q.push.valid, 0)

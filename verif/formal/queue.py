@@ -19,6 +19,7 @@ from __future__ import annotations
 from amaranth import Array, Elaboratable, Module, Shape, Signal, Value
 
 from ...rtl.event_queue import EventQueue
+from ...rtl.interfaces import push_ranks
 from .common import Props, any_const, any_seq, count_ones, reset_first
 
 
@@ -37,7 +38,9 @@ class QueueHarness(Elaboratable):
         m.submodules.dut = q = self.dut_cls(self.layout, n, depth)
         reset_first(m)
         valid = any_seq(m, n, "push_valid")
-        m.d.comb += q.push.valid.eq(valid)
+        rank, count = push_ranks(list(valid))
+        m.d.comb += [q.push.valid.eq(valid), q.push.count.eq(count)]
+        m.d.comb += [q.push.rank[i].eq(rank[i]) for i in range(n)]
         for i in range(n):
             m.d.comb += q.push.data[i].eq(any_seq(m, q.push.data[i].shape(), f"push_data{i}"))
         m.d.comb += q.o.ready.eq(any_seq(m, 1, "o_ready"))
