@@ -10,15 +10,13 @@ of the lanes' write-backs behind a register, not behind an index compare and a c
 one mux per write port, as a multi-port memory would map.
 
 T's write-back is registered (the *W* stage) and written to the table a cycle later, so
-the wide write fan-out is off T's loop. The table itself is read a cycle before the A
-stage, with the address of the packet on the input lane, and the stored entry is
-registered (``q_ent``, with its expert compare ``q_exp_eq``): the entries-to-one read mux
-then ends in a register, and R's bypass starts from one. That read misses three writes:
-W2's (the write-back W wrote in the read's own cycle, kept a cycle longer), W's (pending)
-and T's (the group right ahead, being decided now). Each lane's result takes the newest of
-them instead of the stored entry when its row is theirs (the bypass); the result is
-registered (``r_ent``), with the expert compare T needs made on every candidate before the
-choice.
+the wide write fan-out is off T's loop. The table is read in the A stage, by an AND-OR of
+the entries with a one-hot of each lane's index decoded on the way in and registered
+(``q_sel``): no index bit then fans out to every entry's read mux. That read has two
+writes it may not see yet: W's (pending) and T's (the group right ahead, being decided
+now). Each lane's result takes the newer of them instead of the stored entry when its row
+is theirs (the bypass); the result is registered (``r_ent``), with the expert compare T
+needs made on every candidate before the choice.
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -47,16 +45,14 @@ class ChunkTable(wiring.Component):
     Attributes
     ----------
     rd_idx : In(range(entries)).array(lanes)
-        Each lane's entry index, of the packet on the input lane (read this cycle, the
-        stored entry registered; with the bypass, the result is in R two cycles later).
-    rd_expert : In(expert_bits).array(lanes)
-        Each input lane's packet expert, compared with the stored entry's as it is read.
+        Each lane's entry index, of the packet on the input lane (decoded to a one-hot and
+        registered; the entry is read in A, the result is in R a cycle later).
     expert : In(expert_bits).array(lanes)
-        Each lane's packet expert in the A stage, compared with every bypass candidate's.
-    hit, hit2, hit3 : In(lanes).array(lanes)
+        Each lane's packet expert in the A stage, compared with every candidate entry's.
+    hit, hit2 : In(lanes).array(lanes)
         From the A stage, bit k of lane j: lane j's row is the row of lane k one group
         ahead (in R now, its write-back decided by T this cycle) / two groups ahead (its
-        write-back in W) / three groups ahead (its write-back in W2).
+        write-back in W).
     ent : Out(chunk_entry).array(lanes)
         R: each lane's entry as the group ahead leaves it.
     exp_eq : Out(lanes)
@@ -77,9 +73,8 @@ class ChunkTable(wiring.Component):
         self.lay = lay = HubLayouts(cfg)
         L, N = cfg.lanes, cfg.entries
         super().__init__({
-            "rd_idx": In(range(N)).array(L), "rd_expert": In(cfg.expert_bits).array(L),
-            "expert": In(cfg.expert_bits).array(L),
-            "hit": In(L).array(L), "hit2": In(L).array(L), "hit3": In(L).array(L),
+            "rd_idx": In(range(N)).array(L), "expert": In(cfg.expert_bits).array(L),
+            "hit": In(L).array(L), "hit2": In(L).array(L),
             "ent": Out(lay.chunk_entry).array(L), "exp_eq": Out(L),
             "live": In(1), "last": In(L), "idx": In(range(N)).array(L),
             "after": In(lay.chunk_entry).array(L),
@@ -98,29 +93,23 @@ class ChunkTable(wiring.Component):
         self.w_live = Signal(name="w_live")
         self.w_idx = [Signal(range(N), name=f"w_idx{k}") for k in range(L)]
         self.w_after = [Signal(lay.chunk_entry, name=f"w_after{k}") for k in range(L)]
-        # W2: W's write-back a cycle later (written to the table as the read that misses it
-        # was made).
-        self.w2_wen = [Signal(name=f"w2_wen{k}") for k in range(L)]
-        self.w2_after = [Signal(lay.chunk_entry, name=f"w2_after{k}") for k in range(L)]
-        m.d.sync += [self.w2_wen[k].eq(self.w_wen[k]) for k in range(L)]
-        m.d.sync += [self.w2_after[k].eq(self.w_after[k]) for k in range(L)]
         self._read(m)
         self._write_back(m)
         return m
 
     def _read(self, m):
-        """Every lane's entry: the stored one, read a cycle ahead and registered (``q_*``);
-        then the newest of W2's, W's and T's writes to its row instead, registered (R)."""
-        L, lay = self.cfg.lanes, self.lay
+        """Every lane's entry: the stored one, read by its registered one-hot (A); then the
+        newer of W's and T's writes to its row instead, registered (R)."""
+        L, N, lay = self.cfg.lanes, self.cfg.entries, self.lay
         for j in range(L):
+            q_sel = Signal(N, name=f"q_sel{j}")
+            m.d.sync += q_sel.eq(Const(1, N) << self.rd_idx[j])
             rd = Signal(lay.chunk_body, name=f"rd{j}")
-            q_ent = Signal(lay.chunk_entry, name=f"q_ent{j}")
-            q_exp_eq = Signal(name=f"q_exp_eq{j}")
-            m.d.comb += rd.eq(self.body[self.rd_idx[j]])
-            m.d.sync += [
-                q_ent.open.eq(self.open_v.bit_select(self.rd_idx[j], 1)),
-                q_ent.expert.eq(rd.expert), q_ent.bitmap.eq(rd.bitmap),
-                q_exp_eq.eq(rd.expert == self.rd_expert[j]),
+            stored = Signal(lay.chunk_entry, name=f"stored{j}")
+            m.d.comb += [
+                rd.eq(select([(q_sel[e], self.body[e]) for e in range(N)], lay.chunk_body)),
+                stored.open.eq((q_sel & self.open_v).any()),
+                stored.expert.eq(rd.expert), stored.bitmap.eq(rd.bitmap),
             ]
             # (T's entries are taken on `last`, a register, not on `live & last`: a group T
             # finds not live leaves the state unchanged and is followed only by groups that
@@ -129,15 +118,14 @@ class ChunkTable(wiring.Component):
             # out of this loop)
             # (newest first; in each group at most one lane writes the row: the last on it)
             bypass = [[(self.hit[j][k] & self.last[k], self.after[k]) for k in range(L)],
-                      [(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)],
-                      [(self.hit3[j][k] & self.w2_wen[k], self.w2_after[k]) for k in range(L)]]
+                      [(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)]]
             r_ent = Signal(lay.chunk_entry, name=f"r_ent{j}")
             r_exp_eq = Signal(name=f"r_exp_eq{j}")
             expert = self.expert[j]
             m.d.sync += [
-                r_ent.eq(newest_of(bypass, q_ent, lay.chunk_entry)),
+                r_ent.eq(newest_of(bypass, stored, lay.chunk_entry)),
                 r_exp_eq.eq(newest_of([[(sel, ent.expert == expert) for sel, ent in g] for g in bypass],
-                                      q_exp_eq, 1)),
+                                      stored.expert == expert, 1)),
             ]
             m.d.comb += [self.ent[j].eq(r_ent), self.exp_eq[j].eq(r_exp_eq)]
 

@@ -14,13 +14,12 @@ W), :class:`~moehub.rtl.eos_tracker.EosTracker` (per-source end of stream),
 
 * **A** -- input registers, with everything that depends on the packets alone decoded on
   the way in: range checks, the table index, the chunk's one-hot bit, and the lane-pair
-  comparisons (same row, same source, same expert; same row as the groups ahead). The
-  chunk table is read on the way in too, with the input's index, and its entry registered
-  (the table's ``q_*``): the entries-to-one read mux ends in a register.
-* **R** -- each lane's chunk-table entry as the groups ahead leave it: the entry read on
-  the way into A, or the newest write-back that read missed -- of the group right ahead
-  (in T, written at the end of this cycle), or of the two before it (W, and W2 for the
-  write made as the entry was read). The bypass from T is the only path from T back
+  comparisons (same row, same source, same expert; same row as the groups ahead); the
+  chunk table's read select, a one-hot of the index (the table's ``q_sel``).
+* **R** -- each lane's chunk-table entry as the groups ahead leave it: read in A by an
+  AND-OR with the one-hot (no index bit fans out to every entry), or the newer write-back
+  that read misses -- of the group right ahead (in T, written at the end of this cycle)
+  or of the one before it (W, pending). The bypass from T is the only path from T back
   into R.
 * **T** -- every rule of the hub, applied to the lanes *as if in lane order* (lane 0
   first), written as parallel prefix logic rather than a chain of lanes: the first chunk
@@ -31,7 +30,7 @@ W), :class:`~moehub.rtl.eos_tracker.EosTracker` (per-source end of stream),
   T's loop, and not a stage of the packet's path.)
 * **AL** -- the :class:`AddressAllocator` grants rows to the rows T opened (lane order;
   overflow refused); each lane's expert region base is looked up, and its row-info entry
-  taken: read a stage early (with R's index, registered in ``q_info``), or the grant of
+  taken: read a stage early (with R's one-hot index, registered in ``q_info``), or the grant of
   the group ahead (in RI, writing the table in this cycle) or of the one before it (its
   write, kept a cycle in ``ri_*``, came as the entry was read) where they opened the row.
 * **RI** -- row-info table (granted row, allocated or dropped) per (source, tag): openers
@@ -71,7 +70,7 @@ until it completes, or until the watchdog flushes it); every later group is drop
 NOT_ARMED, and once the pipeline has drained the packet manager asks the tracker for the
 end-of-layer sweep.
 """
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -107,8 +106,8 @@ class StageLayouts:
     """The record each stage hands the next, one per lane.
 
     Pairwise fields (``same_*``, ``row``, ``fwd``) hold in bit ``i`` of lane ``j``'s record
-    the relation of lane ``i < j`` to lane ``j``; ``hit``, ``hit2`` and ``hit3`` in bit ``k``
-    that of lane ``k`` of the group one, two or three ahead (same row). Adding a field is local: declare it here,
+    the relation of lane ``i < j`` to lane ``j``; ``hit`` and ``hit2`` in bit ``k`` that of
+    lane ``k`` of the group one or two ahead (same row). Adding a field is local: declare it here,
     drive it in the stage that forms it, read it in the next.
     """
 
@@ -124,7 +123,7 @@ class StageLayouts:
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
-            "hit": L, "hit2": L, "hit3": L, "psel_in": L + 1, "src_oh": cfg.sources})
+            "hit": L, "hit2": L, "psel_in": L + 1, "src_oh": cfg.sources})
         #: R: what of T's rules depends on the packets alone (data / EOS lane, first and last
         #: lane on its row, the expert of a row opened in the group), and the EOS arithmetic.
         #: (The table entries read are the chunk table's registers.)
@@ -287,10 +286,9 @@ class PacketManager(wiring.Component):
             q, a, buf = self.i[j].payload, self.a[j], self.wbuf[j]
             m.d.comb += [buf.load.eq(self.i[j].valid & self.reserve.room), buf.data.eq(q.data),
                          buf.take.eq(self.acc[j])]
-            # (the chunk table is read with the input's index: its result is registered by A)
+            # (the chunk table's one-hot read select is decoded from the input's index)
             idx = Signal(range(cfg.entries), name=f"in_idx{j}")
-            m.d.comb += [idx.eq(q.src * Tg + q.tag), self.table.rd_idx[j].eq(idx),
-                         self.table.rd_expert[j].eq(q.expert)]
+            m.d.comb += [idx.eq(q.src * Tg + q.tag), self.table.rd_idx[j].eq(idx)]
             m.d.sync += [
                 a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
                 a.bad_src.eq((q.src >= S) | (~q.kind & (q.tag >= Tg))),
@@ -306,10 +304,9 @@ class PacketManager(wiring.Component):
                              a.same_exp[i].eq(qi.expert == q.expert),
                              a.same_chunk[i].eq(qi.chunk == q.chunk)]
             for k in range(L):
-                ahead, ahead2, ahead3 = self.a[k].pkt, self.r[k].pkt, self.t[k].pkt
+                ahead, ahead2 = self.a[k].pkt, self.r[k].pkt
                 m.d.sync += [a.hit[k].eq((q.src == ahead.src) & (q.tag == ahead.tag)),
-                             a.hit2[k].eq((q.src == ahead2.src) & (q.tag == ahead2.tag)),
-                             a.hit3[k].eq((q.src == ahead3.src) & (q.tag == ahead3.tag))]
+                             a.hit2[k].eq((q.src == ahead2.src) & (q.tag == ahead2.tag))]
             # For an end-of-stream: count - opened - k for every small k (R's `dec`), with
             # `opened` up to the group four ahead of it (the register when the EOS comes
             # in), and the openers of the two groups between folded in later by one-hots.
@@ -335,9 +332,12 @@ class PacketManager(wiring.Component):
         def a_row(i, j):                    # lane i is a data lane on lane j's row
             return a_d[i] & A[j].same_idx[i]
         a_first = [a_d[j] & ~_any(a_row(i, j) for i in range(j)) for j in range(L)]
+        # (R's index as a one-hot: the row-info table is read with it, in R)
+        self.r_sel = [Signal(self.cfg.entries, name=f"r_sel{j}") for j in range(L)]
+        m.d.sync += [self.r_sel[j].eq(Const(1, self.cfg.entries) << a.idx) for j, a in enumerate(A)]
         for j, (a, r) in enumerate(zip(A, R)):
             m.d.comb += [tab.expert[j].eq(a.pkt.expert),
-                         tab.hit[j].eq(a.hit), tab.hit2[j].eq(a.hit2), tab.hit3[j].eq(a.hit3)]
+                         tab.hit[j].eq(a.hit), tab.hit2[j].eq(a.hit2)]
             m.d.sync += [
                 r.valid.eq(a.valid), r.pkt.eq(a.pkt), r.slot.eq(a.slot), r.idx.eq(a.idx),
                 r.bad_src.eq(a.bad_src), r.bad_chunk.eq(a.bad_chunk), r.bad_exp.eq(a.bad_exp),
@@ -554,9 +554,10 @@ class PacketManager(wiring.Component):
                 # entry is read, below)
                 t.hit2.eq(Cat(r.idx == self.al[k].idx for k in range(L))),
             ]
-            # (the row-info entry, read with R's index and registered: AL's bypass then
-            # starts from a register, not behind the entries-to-one read mux)
-            m.d.sync += self.q_info[j].eq(self.rowinfo[r.idx])
+            # (the row-info entry, read with R's one-hot index and registered: AL's bypass
+            # then starts from a register, not behind the entries-to-one read)
+            m.d.sync += self.q_info[j].eq(select([(self.r_sel[j][e], self.rowinfo[e])
+                                                  for e in range(self.cfg.entries)], self.lay.row_info))
         self.req = Signal(L, name="req")
         m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T))
         m.d.comb += [self.alloc.req.eq(self.req)]
@@ -696,10 +697,7 @@ class PacketManager(wiring.Component):
         al_open_net = Signal(range(-L, L + 1), name="al_open_net")
         m.d.sync += al_open_net.eq(popcount(_lanes(T, "opener")) - popcount(_lanes(T, "comp")))
         m.d.sync += self.inflight.eq(self.inflight + al_open_net)
-        # (INCOMPLETE as a FLUSH would leave it next cycle: FLUSH acts only a cycle after a
-        # quiet one, in which neither count changed but by this update)
-        self.incomplete_next = Signal(32, name="incomplete_next")
-        m.d.sync += self.incomplete_next.eq(self.drops[Reason.INCOMPLETE] + self.inflight + al_open_net)
+        self._incomplete_next(m, al_open_net)
         for s in range(cfg.sources):
             counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}")
         hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
@@ -717,6 +715,18 @@ class PacketManager(wiring.Component):
             m.d.comb += [status.src_rows[s].eq(self.src_rows[s]), status.src_eos[s].eq(self.eos.count[s])]
         m.d.comb += [status.overflow[e].eq(x) for e, x in enumerate(self.overflow)]
         m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
+
+    def _incomplete_next(self, m, al_open_net):
+        """``incomplete_next``: INCOMPLETE as a FLUSH would leave it next cycle (FLUSH acts
+        only a cycle after a quiet one, in which neither count changed but by this update).
+        The low bits add the rows in flight; the high bits are chosen among +1, 0 and -1
+        by their carry (carry select: no 32-bit carry chain behind the three-way add)."""
+        inc, w = self.drops[Reason.INCOMPLETE], len(self.inflight) + 1
+        lo = Signal(signed(w + 2), name="incomplete_lo")
+        m.d.comb += lo.eq(inc[:w] + self.inflight + al_open_net)
+        hi = inc[w:]
+        self.incomplete_next = Signal(32, name="incomplete_next")
+        m.d.sync += self.incomplete_next.eq(Cat(lo[:w], Mux(lo >= (1 << w), hi + 1, Mux(lo < 0, hi - 1, hi))))
 
     # ---------------------------------------------------------------- layer control
     def _layer_drained(self):
