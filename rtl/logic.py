@@ -57,6 +57,18 @@ def select(sel_vals, shape):
     return out
 
 
+def add_narrow(wide, narrow):
+    """``wide + narrow`` (unsigned, ``len(wide)`` bits, wrapping) for a ``narrow`` of few
+    bits: the low bits add, and the high bits are ``hi`` or ``hi + 1`` by their carry
+    (carry select: the increment is formed beside the add, not behind it)."""
+    w = len(narrow) + 1
+    if w >= len(wide):
+        return (wide + narrow)[:len(wide)]
+    lo = wide[:w] + narrow
+    hi = wide[w:]
+    return Cat(lo[:w], Mux(lo[w], hi + 1, hi)[:len(hi)])
+
+
 def newest_of(groups, default, shape):
     """The value of the first group (newest first) with a select set, else ``default``.
     Within a group at most one select is set, so a group is an AND-OR; the groups are

@@ -70,7 +70,7 @@ until it completes, or until the watchdog flushes it); every later group is drop
 NOT_ARMED, and once the pipeline has drained the packet manager asks the tracker for the
 end-of-layer sweep.
 """
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -82,7 +82,7 @@ from .interfaces import (allocation_signature, layer_csr_signature, layer_handsh
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
 from .layouts import HubLayouts
-from .logic import SplitDifference, exactly, newest_of, popcount, select, times_const
+from .logic import SplitDifference, add_narrow, exactly, newest_of, popcount, select, times_const
 from .reservations import InputReservations
 from .timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
 from .write_buffer import LaneWriteBuffer
@@ -697,7 +697,6 @@ class PacketManager(wiring.Component):
         al_open_net = Signal(range(-L, L + 1), name="al_open_net")
         m.d.sync += al_open_net.eq(popcount(_lanes(T, "opener")) - popcount(_lanes(T, "comp")))
         m.d.sync += self.inflight.eq(self.inflight + al_open_net)
-        self._incomplete_next(m, al_open_net)
         for s in range(cfg.sources):
             counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}")
         hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
@@ -715,18 +714,6 @@ class PacketManager(wiring.Component):
             m.d.comb += [status.src_rows[s].eq(self.src_rows[s]), status.src_eos[s].eq(self.eos.count[s])]
         m.d.comb += [status.overflow[e].eq(x) for e, x in enumerate(self.overflow)]
         m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
-
-    def _incomplete_next(self, m, al_open_net):
-        """``incomplete_next``: INCOMPLETE as a FLUSH would leave it next cycle (FLUSH acts
-        only a cycle after a quiet one, in which neither count changed but by this update).
-        The low bits add the rows in flight; the high bits are chosen among +1, 0 and -1
-        by their carry (carry select: no 32-bit carry chain behind the three-way add)."""
-        inc, w = self.drops[Reason.INCOMPLETE], len(self.inflight) + 1
-        lo = Signal(signed(w + 2), name="incomplete_lo")
-        m.d.comb += lo.eq(inc[:w] + self.inflight + al_open_net)
-        hi = inc[w:]
-        self.incomplete_next = Signal(32, name="incomplete_next")
-        m.d.sync += self.incomplete_next.eq(Cat(lo[:w], Mux(lo >= (1 << w), hi + 1, Mux(lo < 0, hi - 1, hi))))
 
     # ---------------------------------------------------------------- layer control
     def _layer_drained(self):
@@ -805,7 +792,10 @@ class PacketManager(wiring.Component):
         """FLUSH (or the watchdog): rows in flight are dropped as INCOMPLETE, the layer ends."""
         incomplete, timeout = self.drops[Reason.INCOMPLETE], self.drops[Reason.TIMEOUT]
         with m.If(self.inflight != 0):
-            m.d.sync += [incomplete.eq(self.incomplete_next), self.errors[Reason.INCOMPLETE].eq(1)]
+            # (the rows in flight are few bits: the high bits of the 32-bit count are chosen
+            # by the low part's carry, +1 formed from the register alongside)
+            m.d.sync += [incomplete.eq(add_narrow(incomplete, self.inflight)),
+                         self.errors[Reason.INCOMPLETE].eq(1)]
         with m.If(self.flush_timeout):
             m.d.sync += [timeout.eq(timeout + 1), self.errors[Reason.TIMEOUT].eq(1)]
         m.d.sync += [self.flush_pending.eq(0), self.flush_timeout.eq(0), self.armed.eq(0),
