@@ -89,7 +89,9 @@ class EventQueue(wiring.Component):
         rank = self.push.rank
         first_push = select([(valid[i] & rank[i][0], self.push.data[i].as_value()) for i in range(n)],
                             self.layout)
-        m.d.sync += head.eq(Mux(do_pop, Mux(level >= 2, store[rp1].as_value(), first_push),
+        # (chosen by the consumer's ready itself: an empty queue's two candidates are both
+        # the first push, so the pop's AND with `valid` is not needed here)
+        m.d.sync += head.eq(Mux(self.o.ready, Mux(level >= 2, store[rp1].as_value(), first_push),
                                 Mux(level >= 1, head.as_value(), first_push)))
         # (the write pointer: a one-hot register, rotated by the count pushed)
         at = Signal(1 << aw, init=1, name="wp_oh")
