@@ -63,20 +63,24 @@ class AddressAllocator(wiring.Component):
 
     def _grant(self, m, j, counters, room):
         """Lane j's grant: ``rows[e] + ahead`` and ``ahead < room[e]``, with ``ahead`` the
-        requests for its expert on lanes before it. Every candidate -- each expert's
-        counter plus each possible ``ahead``, each expert's room compared with it -- is
-        formed from the registers; the requests (a one-hot ``ahead`` count, the one-hot
-        expert) then only select, so no adder or compare waits for them."""
+        requests for its expert on lanes before it. For every possible ``ahead`` (a), the
+        candidate -- its expert's counter plus a, whether its expert's room exceeds a -- is
+        chosen by the one-hot expert from the registers alone; the requests (a one-hot
+        ``ahead`` count) then only pick among a few candidates, so no adder, compare or
+        experts-wide OR waits for them."""
         cfg, E, g = self.cfg, self.cfg.experts, self.grant
         oh = g.expert[j]
         same = [g.req[i] & (g.expert[i] & oh).any() for i in range(j)]
         ahead = [Signal(name=f"ahead{j}_is{a}") for a in range(j + 1)]
         m.d.comb += [ahead[a].eq(exactly(same, a)) for a in range(j + 1)]
-        pick = [[oh[e] & ahead[a] for a in range(j + 1)] for e in range(E)]
+        row_if = [Signal(cfg.cap_bits, name=f"row{j}_if{a}") for a in range(j + 1)]
+        fits_if = [Signal(name=f"fits{j}_if{a}") for a in range(j + 1)]
+        m.d.comb += [row_if[a].eq(select([(oh[e], counters[e] + a) for e in range(E)], cfg.cap_bits))
+                     for a in range(j + 1)]
+        m.d.comb += [fits_if[a].eq(Cat(oh[e] & (room[e] > a) for e in range(E)).any()) for a in range(j + 1)]
         m.d.comb += [
-            g.row[j].eq(select([(pick[e][a], counters[e] + a) for e in range(E) for a in range(j + 1)],
-                               cfg.cap_bits)),
-            g.ok[j].eq(g.req[j] & Cat(pick[e][a] & (room[e] > a) for e in range(E) for a in range(j + 1)).any()),
+            g.row[j].eq(select([(ahead[a], row_if[a]) for a in range(j + 1)], cfg.cap_bits)),
+            g.ok[j].eq(g.req[j] & Cat(ahead[a] & fits_if[a] for a in range(j + 1)).any()),
         ]
 
     def elaborate(self, platform):
