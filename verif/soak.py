@@ -120,7 +120,8 @@ def layer_row_limit(cfg: HubConfig) -> int:
 
 def draw_knobs(cfg: HubConfig, rng: np.random.Generator, index: int, rows_left: int) -> LayerKnobs:
     limit = layer_row_limit(cfg)
-    fill = rng.random() < 0.1
+    # a region-filling layer only while the rows left cover it (short soaks stay short)
+    fill = rng.random() < 0.1 and rows_left >= cfg.max_rows_per_expert + 2
     rows = cfg.max_rows_per_expert + 2 if fill else int(rng.integers(limit // 4, limit + 1))
     k = LayerKnobs(
         index=index, rows=max(1, min(rows, rows_left) if not fill else rows),
