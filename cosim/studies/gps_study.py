@@ -185,7 +185,7 @@ class Realized:
         self.prev[key] = new
         return new, copies
 
-    def batch(self, routing) -> dict:
+    def batch(self, routing, t2e: bool = True) -> dict:
         """Every strategy on one batch -> {(strategy, accuracy): (LayerTime, error rate of
         its prediction against this batch)}."""
         c, out = self.c, {}
@@ -205,7 +205,7 @@ class Realized:
                                      err_hub)
         out[("hub-both", None)] = (self.layer(P.hub_flows(A, pl, c.window), copies=cp), err_hub)
         self.est = R.ema(self.est, load)
-        for a in c.st.accuracies:
+        for a in (c.st.accuracies if t2e else ()):
             out[("token-to-expert", a)] = self.t2e(routing, a)
         return out
 
@@ -257,6 +257,27 @@ def run_cell(cell: Cell) -> list:
             rows.append(_row(cell, strat, mode, a, [g[0] for g in got], [g[1] for g in got]))
     _mark_best(rows)
     return rows
+
+
+def duplication(cell: Cell) -> dict:
+    """What greedy duplication does on the cell: on the population shares (the plan
+    dist-only would make with a perfect estimate) and on each batch's exact counts."""
+    pl = cell.plan(cell.p)
+    load = cell.p * cell.N
+    before = [r.load() for r in cell.routings[1:]]
+    after = [P.static_flows(r.experts, cell.plan(r.load() / r.load().sum())).sum(axis=(0, 1))
+             for r in cell.routings[1:]]
+    gpu0 = P.home_placement(load, cell.G).gpu_load()
+    return {**cell.label, "replicas": int(pl.extra().sum()), "iterations": pl.iterations,
+            "planned_before": float(gpu0.max() / gpu0.mean()),
+            "planned_after": float(pl.gpu_load().max() / pl.gpu_load().mean()),
+            "batch_before": float(np.mean([_gpu_ratio(b, cell) for b in before])),
+            "batch_after": float(np.mean([a.max() / a.mean() for a in after]))}
+
+
+def _gpu_ratio(expert_load: np.ndarray, cell: Cell) -> float:
+    g = np.bincount(cell.home, weights=expert_load, minlength=cell.G)
+    return float(g.max() / g.mean())
 
 
 def _row(cell: Cell, strategy: str, mode: str, accuracy, lts: list, errs: list) -> dict:
