@@ -169,13 +169,16 @@ def write_figures(st: Settings, tables: dict, out: Path) -> dict:
     from . import gps_plots as plots
     mid = st.tokens[len(st.tokens) // 2]
     skew = 1.39 if 1.39 in st.skews else st.skews[len(st.skews) // 2]
+    points = {s.name: (mid, skew) for s in st.systems}
+    if tables["_paper_rows"]:
+        points[tables["_paper_rows"][0]["system"]] = (PAPER_TOKENS, rep.PAPER_POINTS["MMLU"][0])
     title = (f"MoE-GPS guideline map: {st.model.name}, dist-only error {st.epsilon:.0%}, "
              f"{st.batches} batches/cell, seed {st.seed}")
     with progress.stage("study gps: figures"):
         return {"guideline_map": plots.guideline_map(tables["guideline"], out / "guideline_map.png", title),
                 "t2e_accuracy_fig": plots.t2e_accuracy(tables["t2e_accuracy"], tables["cells"]
-                                                   + tables["_paper_rows"],
-                                                   out / "t2e_accuracy.png", mid, skew),
+                                                       + tables["_paper_rows"],
+                                                       out / "t2e_accuracy.png", points),
                 "drift_fig": plots.drift_figure(tables["drift"], out / "drift.png")}
 
 

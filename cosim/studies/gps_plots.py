@@ -60,11 +60,11 @@ def guideline_map(g: list, path: Path, title: str) -> Path:
     return _save_both(fig, path)
 
 
-def t2e_accuracy(curve: list, rows: list, path: Path, tokens: int, skew: float) -> Path:
-    """Layer time vs Token-to-Expert accuracy at one (tokens, skew) per system."""
-    systems = list(dict.fromkeys(r["system"] for r in curve))
-    fig, axes = plt.subplots(1, len(systems), squeeze=False, figsize=(5.5 * len(systems), 4.2))
-    for j, system in enumerate(systems):
+def t2e_accuracy(curve: list, rows: list, path: Path, points: dict) -> Path:
+    """Layer time vs Token-to-Expert accuracy, one panel per system at its (tokens, skew)
+    of ``points``."""
+    fig, axes = plt.subplots(1, len(points), squeeze=False, figsize=(5.5 * len(points), 4.2))
+    for j, (system, (tokens, skew)) in enumerate(points.items()):
         ax = axes[0][j]
         for mode, ls in (("typical", "--"), ("realized", "-")):
             pts = sorted((r for r in curve if r["system"] == system and r["mode"] == mode

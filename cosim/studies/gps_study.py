@@ -120,9 +120,6 @@ class Cell:
         f = (self.N / self.G) * np.asarray(shares)[None, :, None] * placement.weights()[None]
         return np.repeat(f, self.G, axis=0)
 
-    def src_rows(self, routing):
-        src = np.repeat(np.arange(self.G), self.T * self.k)
-        return src, routing.experts.reshape(-1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------- scalar
@@ -210,26 +207,38 @@ class Realized:
         return out
 
     def t2e(self, routing, a: float) -> tuple:
-        """Token-to-Expert at accuracy ``a``: plan on the predicted rows, pre-send every
-        row to its predicted replica, send the wrongly predicted rows' real rows after
-        the gate."""
+        """Token-to-Expert at accuracy ``a``: plan on the predicted rows (adopted as
+        :meth:`adopt` says), then :func:`t2e_flows`."""
         c = self.c
-        A = routing.experts
-        pred = R.predict_rows(A, a, c.p, c.rng)
-        src, act = c.src_rows(routing)
+        pred = R.predict_rows(routing.experts, a, c.p, c.rng)
         pexp = pred.reshape(-1).astype(np.int64)
         pl, cp = self.adopt(("t2e", a), np.bincount(pexp, minlength=c.E) / len(pexp))
-        w = pl.weights()
-        d_pred = P.static_rows(src, pexp, w)
-        ok = pexp == act
-        pre = P.flows_of(src[ok], act[ok], d_pred[ok], c.G, c.E)
-        post = P.flows_of(src[~ok], act[~ok], P.static_rows(src[~ok], act[~ok], w), c.G, c.E)
-        wasted = np.zeros((c.G, c.G))
-        np.add.at(wasted, (src[~ok], d_pred[~ok]), 1.0)
+        pre, post, wasted = t2e_flows(routing.experts, pred, pl)
         tp = c.st.predictor.time_us(c.cost.gpu, c.T, a)
         err = R.error_rate(np.bincount(pexp, minlength=c.E), routing.load())
         return (self.layer(pre + post, pre=pre, wasted=wasted, copies=cp, predictor_us=tp,
                            split=True), err)
+
+
+def t2e_flows(experts: np.ndarray, pred: np.ndarray, placement: P.Placement) -> tuple:
+    """(pre, post, wasted) of Token-to-Expert: every row is pre-sent during attention to
+    the replica the plan gives its *predicted* expert; a right prediction's row is then
+    where it belongs (``pre[s, e, g]``); a wrong one was sent for nothing
+    (``wasted[s, d]`` rows) and the real row goes after the gate to the actual expert's
+    replica by the static split (``post[s, e, g]``)."""
+    G, T, k = experts.shape
+    E = placement.experts
+    src = np.repeat(np.arange(G), T * k)
+    act = experts.reshape(-1).astype(np.int64)
+    pexp = pred.reshape(-1).astype(np.int64)
+    w = placement.weights()
+    d_pred = P.static_rows(src, pexp, w)
+    ok = pexp == act
+    pre = P.flows_of(src[ok], act[ok], d_pred[ok], G, E)
+    post = P.flows_of(src[~ok], act[~ok], P.static_rows(src[~ok], act[~ok], w), G, E)
+    wasted = np.zeros((G, G))
+    np.add.at(wasted, (src[~ok], d_pred[~ok]), 1.0)
+    return pre, post, wasted
 
 
 def run_cell(cell: Cell) -> list:

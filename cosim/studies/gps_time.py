@@ -172,5 +172,5 @@ class CostModel:
         ph["reduce"] = self.gpu.reduce_us(self.T)
         per_gpu = rows_eg.sum(axis=0)
         total = float(traffic.sum())
-        return LayerTime(ph, float(per_gpu.max() / max(per_gpu.mean(), 1e-12)),
+        return LayerTime(ph, float(per_gpu.max() / max(total / G, 1e-12)),
                          float((total - np.trace(traffic)) / max(total, 1e-12)), len(copies))
