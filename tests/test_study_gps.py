@@ -35,9 +35,11 @@ def test_greedy_hand_case_balances_by_copying_the_hot_expert():
     assert pl.held[0].all() and pl.extra().sum() == 3 and pl.iterations == 3
 
 
-def test_greedy_without_a_free_slot_moves_nothing():
+def test_greedy_without_a_free_slot_or_within_one_row_moves_nothing():
     pl = P.greedy_duplicate(np.array([10.0, 2]), 2, max_extra=0)
     assert pl.iterations == 0 and pl.gpu_load().tolist() == [10, 2]
+    assert P.greedy_duplicate(np.array([3.0, 2.0]), 2).iterations == 0     # balanced
+    assert P.greedy_duplicate(np.array([3.0, 1.8]), 2).iterations == 1
 
 
 @pytest.mark.parametrize("seed", range(6))
