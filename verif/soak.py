@@ -571,7 +571,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000, help="data rows per config (default 10^6)")
     ap.add_argument("--seed", type=int, default=1, help="the soak's seed (default 1)")
     simulators.add_argument(ap, "verilator", "the soak")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     a = ap.parse_args(argv)
+    progress.configure(progress.QUIET if a.quiet else progress.NORMAL)
     if a.rows < 1 or a.seed < 0:
         ap.error(f"--rows {a.rows} / --seed {a.seed}: rows must be >= 1 and the seed >= 0")
     for name in a.config or list(HUB_CONFIGS):
