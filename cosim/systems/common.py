@@ -179,14 +179,15 @@ def two_hop(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, row
     ``(a0, a1)``, or over ``relay_window(r, a0, a1)`` when the relay does work between
     the hops (a reduction). Returns (curves, flows, end of every GPU's inbound traffic).
     DeepEP's node-deduplicated dispatch and combine and the hierarchical dispatches of
-    the X-MoE study use it."""
+    the X-MoE study use it. ``rate`` may be one per source (an array)."""
     G = L.G
+    rates = np.broadcast_to(np.asarray(rate, dtype=float), (G,))
 
     def build():
         net, flows = L.network(phase, hub_ingress=hub_ingress, flow_cap=flow_cap)
         for s in range(G):
             total = first[s].sum() * row_wire
-            t1 = t0[s] + total / rate
+            t1 = t0[s] + total / rates[s]
             for d in range(G):
                 net.inject_rate(flows[s][d], t0[s], t1, first[s, d] * row_wire)
         return net, flows

@@ -83,7 +83,7 @@ def run(L: Layer) -> SystemResult:
         res.add(d, "control", "unpermute", gemm_end[d], unperm_end[d])
         res.combine_log.append((d, "all", unperm_end[d] + g.launch, gemm_end[d]))
     # combine: the mirror image (forwarders gather and reduce, then one RDMA copy per node)
-    c_first, c_fwd = _combine_routes(L, first, fwd)
+    c_first, c_fwd = combine_routes(L, first, fwd)
     tc = unperm_end + comp.launch_us
     curves, flows, crecv = transfer(L, tc, c_first, c_fwd, L.comb_wire_sw, "combine",
                                     lambda s, r: not L.inter_node(s, r))
@@ -95,7 +95,7 @@ def run(L: Layer) -> SystemResult:
     return res
 
 
-def _combine_routes(L: Layer, first: np.ndarray, fwd: np.ndarray):
+def combine_routes(L: Layer, first: np.ndarray, fwd: np.ndarray):
     """Combine hops, the dispatch reversed: inside a node each GPU sends its reduced rows
     straight to the owner, or to the owner's local-rank relay in its own node (the
     forwarding hop reversed); each relay sends one RDMA copy per token to the owner."""
