@@ -10,11 +10,12 @@ forwards inside its node (the diagonal: copies r keeps for its own experts, no l
 * ``plain`` (:func:`plain_routes`): one row per (token, expert), straight to its GPU: the
   bulk all-to-all of DeepSpeed / Megatron and the hub of protocol v1.
 * ``pilot`` (:func:`pilot_routes`): X-MoE's RBD. One *pilot* copy per (token,
-  destination node), to the GPU of the token's lowest expert in that node; that GPU makes
-  a *replica* per other expert of the token in its node (X-MoE ``RBDispatcher``: a global
-  all-to-all of pilots, ``s1_to_s2_gather``, a local all-to-all of replicas). The
-  source's own node too. ASSUMPTION: the pilot goes to the lowest expert id (X-MoE sorts
-  rows by expert before its first all-to-all).
+  destination node), to the GPU of one of the token's experts in that node; that GPU
+  makes a *replica* per other expert of the token in its node (X-MoE ``RBDispatcher``: a
+  global all-to-all of pilots, ``s1_to_s2_gather``, a local all-to-all of replicas). The
+  source's own node too. X-MoE's ``map_dup_tokens`` takes the first of the group in a
+  permuted order; here the first in the router's top-k (score) order, which is as
+  unrelated to the GPU (ASSUMPTION: same spread of pilots over a node's GPUs).
 * ``relay`` (:func:`relay_routes`): the hub's hierarchical dispatch (this study's
   design). Inside the source's node rows go straight to their hubs; for a remote node
   one copy per (token, node) goes to the hub of the GPU with the source's *local rank*
@@ -39,9 +40,11 @@ SCHEMES = ("plain", "pilot", "relay")
 
 
 def _grouped(dest: np.ndarray, gpus_per_node: int):
-    """A token's destinations sorted by GPU, their nodes, and the mask of the first
-    destination of each (token, node) group."""
-    ds = np.sort(dest, axis=-1)
+    """A token's destinations grouped by node, in the router's top-k order inside a
+    node (stable), their nodes, and the mask of the first destination of each (token,
+    node) group: the token's highest-scored expert there."""
+    order = np.argsort(dest // gpus_per_node, axis=-1, kind="stable")
+    ds = np.take_along_axis(dest, order, axis=-1)
     node = ds // gpus_per_node
     start = np.ones(ds.shape, dtype=bool)
     start[..., 1:] = node[..., 1:] != node[..., :-1]
@@ -54,8 +57,9 @@ def plain_routes(dest: np.ndarray, G: int, gpus_per_node: int):
 
 
 def pilot_routes(dest: np.ndarray, G: int, gpus_per_node: int):
-    """X-MoE RBD: a pilot per (token, node) to the lowest destination GPU there, which
-    makes one replica per other (token, expert) of that node (its own: local copies)."""
+    """X-MoE RBD: a pilot per (token, node) to the GPU of the token's first expert there
+    (top-k order), which makes one replica per other (token, expert) of that node (its
+    own: local copies)."""
     n = dedup._node_size(G, gpus_per_node)
     ds, _, start = _grouped(dest, n)
     k = ds.shape[-1]
