@@ -74,9 +74,10 @@ def memory_sweep_figure(rows: list, path: Path) -> Path:
             ax.set_ylabel("peak GiB per GPU (log)")
             ax.set_title(f"{model}: peak vs {xlabel}", fontsize=9)
             ax.grid(alpha=0.3, which="both")
-    axes[0][1].legend(fontsize=6, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=4)
     fig.suptitle("MoE-layer activation memory per GPU against tokens and top-k", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return _save_both(fig, path)
 
 

@@ -22,8 +22,8 @@ from .xmoe_systems import HubPhase, RbdSoftware
 
 #: the versions whose layer time the study models, and the system each runs
 TIME_VERSIONS = ("sw", "sw_rbd", "hub", "hub_rbd")
-#: the memory sweeps: tokens per GPU and top-k
-SWEEP_TOKENS = (1024, 2048, 4096, 8192)
+#: the memory sweeps: tokens per GPU (multiples of the study's tokens) and top-k
+SWEEP_TOKENS = (0.25, 0.5, 1, 2)
 SWEEP_TOPK = (1, 2, 4, 6, 8, 12, 16)
 #: the phases that make a version's dispatch (from the gate's end to the rows landing)
 DISPATCH_PHASES = {"sw": ("all-to-all dispatch",),
@@ -43,6 +43,7 @@ def layer_time(L: Layer, version: str) -> dict:
     """One pass of ``version`` over the layer: its latency and the span of its dispatch."""
     L.begin_run()
     res = version_module(version).run(L)
+    res.nets = L.nets
     ps = phase_stats(res, L.G)
     return {"layer_us": res.latency_us, "dispatch_us": _span(ps, DISPATCH_PHASES[version]),
             "global_a2a_us": _span(ps, GLOBAL_A2A.get(version, ())), "result": res}
@@ -73,12 +74,12 @@ def memory_rows(model: str, system: str, workload: str, tokens: int, seed=None,
 
 
 def memory_sweep(models, system: str, workload: str, tokens: int, seed=None) -> list:
-    """Memory against tokens per GPU (at each model's top-k) and against top-k (at
-    ``tokens``), every model; one routing sampled per point."""
+    """Memory against tokens per GPU (a quarter to twice ``tokens``, at each model's
+    top-k) and against top-k (at ``tokens``), every model; one routing per point."""
     points = []
     for model in models:
         _, m, _ = load_configs(system, model, workload, tokens)
-        for t in sorted(set(SWEEP_TOKENS) | {tokens}):
+        for t in sorted({max(1, int(tokens * f)) for f in SWEEP_TOKENS}):
             points.append((model, t, None, "tokens"))
         for k in SWEEP_TOPK:
             if k <= m.experts:
