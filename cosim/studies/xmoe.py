@@ -31,8 +31,9 @@ from __future__ import annotations
 from ... import progress
 from ...config.cosim_schema import (available, load_model_config, load_system_config,
                                     load_workload_config)
-from ...paths import HELP, claim, writing
+from ...paths import claim, writing
 from ...scripts.args import UsageError, int_at_least, load_config_flag, name_list
+from ..cli import add_results_options
 from ..experiment import results_dir
 from . import xmoe_report as R
 from . import xmoe_run as X
@@ -193,10 +194,5 @@ def add_parser(studies) -> None:
     p.add_argument("--seed", type=int_at_least(0), default=None,
                    help="routing seed, >= 0 (overrides the workload)")
     p.add_argument("--no-figure", action="store_true", help="skip the figures")
-    p.add_argument("--out", default=None, help=f"results folder (default <build>/results; "
-                   f"<build> is {HELP})")
-    p.add_argument("--run", default=None, help="run name (default: study-xmoe and every "
-                   "non-default value)")
-    p.add_argument("--force", action="store_true", help="replace an existing results folder "
-                   "of the same name (otherwise refused before the run)")
+    add_results_options(p, "study-xmoe and every non-default value")
     p.set_defaults(func=cmd_xmoe)
