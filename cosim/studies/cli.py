@@ -1,6 +1,7 @@
 """``moehub study <name>``: one sub-command per study module (see :mod:`moehub.cosim.studies`)."""
 from __future__ import annotations
 
+import argparse
 import importlib
 
 #: the study modules; a missing one is skipped (it is being built)
@@ -19,3 +20,6 @@ def add_parser(sub) -> None:
                 continue
             raise
         module.add_parser(studies)
+    from ...scripts.cli import _verbosity        # -q / -v after the study's name too
+    for sp in studies.choices.values():
+        _verbosity(sp, argparse.SUPPRESS)

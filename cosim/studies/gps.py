@@ -253,6 +253,4 @@ def add_parser(studies) -> None:
                    f"<build> is {HELP}); the study goes to a sub-folder study-gps[...]")
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
     p.add_argument("--no-figure", action="store_true", help="skip the figures")
-    from ...scripts.cli import _verbosity        # -q / -v after the study's name too
-    _verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=cmd_gps)
