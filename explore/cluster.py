@@ -16,6 +16,7 @@ a temporary folder on the worker (the figures come back either way).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 
 import yaml
@@ -65,6 +66,24 @@ def check(scheduler: str | None, cluster: str, options: dict) -> None:
         jobqueue_class(cluster)
 
 
+def _worker_plugin():
+    """A plugin that, when a worker closes (the run ends or is interrupted), kills the tool
+    processes its task started (Yosys, OpenSTA): they would otherwise run on, orphaned."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class KillTools(WorkerPlugin):
+        name = "moehub-explore-kill-tools"
+
+        def teardown(self, worker):
+            import psutil
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    child.kill()
+                except psutil.Error:
+                    pass
+    return KillTools()
+
+
 def local_workers(workers: int | None, points: int) -> int:
     """Worker processes of the local cluster: ``workers``, else one per core; never more
     than there are points to run."""
@@ -94,9 +113,13 @@ def client(points: int, scheduler: str | None = None, cluster: str = "local",
         with jq:
             jq.scale(workers or min(points, 4))
             with Client(jq) as c:
+                c.register_plugin(_worker_plugin())
                 yield c
         return
     n = local_workers(workers, points)
+    # the nanny's "still alive after 4 s, killing" at the end is routine on a busy machine
+    logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
     with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                       dashboard_address=None) as lc, Client(lc) as c:
+        c.register_plugin(_worker_plugin())
         yield c

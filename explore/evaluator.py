@@ -22,7 +22,7 @@ The **cache**: one JSON file per point, ``<build>/explore/points/<key>.json``, w
 key hashes the point's resolved configurations (:func:`moehub.explore.space.config_dicts`),
 the evaluator, and the versions of everything that makes the figures: moehub, Amaranth,
 Yosys, OpenSTA and a digest of the sources that synthesize and co-simulate (rtl, synth,
-cosim, config, verif and this package's evaluation). A file is written whole (renamed into
+cosim, config, verif and this module). A file is written whole (renamed into
 place), so an interrupted run leaves complete points only, and the next run skips them.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ EVALUATOR_VERSION = 1
 
 #: sources whose content is hashed into every key (relative to the package folder)
 SOURCE_DIRS = ("rtl", "synth", "cosim", "config", "verif")
-SOURCE_FILES = ("explore/space.py", "explore/evaluator.py")
+SOURCE_FILES = ("explore/evaluator.py",)
 
 
 def _tool_version(cmd: list[str]) -> str | None:

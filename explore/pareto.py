@@ -4,7 +4,9 @@ Objectives: N5 area (smaller is better), the hub's layer speedup over the best s
 baseline (larger), receive memory (smaller). A point is on the front when no other point
 of the same workload is at least as good in all three and better in one; points whose
 deepest stage does not fit a 1.98 GHz cycle (timing FAIL) are not candidates. Points of
-different workloads are never compared (their speedups are of different layers).
+different workloads (model, system, workload, tokens per GPU) are never compared; experts
+per GPU and GPUs are design axes, compared within a workload (each speedup is over the
+best baseline of the point's own layer).
 """
 from __future__ import annotations
 
@@ -76,7 +78,8 @@ def figure(rows: list, path: Path, title: str) -> Path:
     fig, axes = plt.subplots(nrows, cols, figsize=(6.4 * cols, 4.6 * nrows), squeeze=False)
     mem = [r["receive_bytes"] / 2**20 for r in rows if r.get("receive_bytes")]
     lo, hi = (min(mem), max(mem)) if mem else (1.0, 2.0)
-    norm = LogNorm(lo, hi) if hi > 4 * lo else Normalize(lo, hi if hi > lo else lo + 1)
+    norm = (LogNorm(lo, hi) if hi > 4 * lo else Normalize(lo, hi) if hi > lo
+            else Normalize(0.95 * lo, 1.05 * lo))
     sc = None
     for ax, (wl, group) in zip(axes.flat, groups.items()):
         ok = [r for r in group if feasible(r)]
@@ -95,9 +98,10 @@ def figure(rows: list, path: Path, title: str) -> Path:
         if bad:
             ax.scatter([r["n5_mm2"] for r in bad], [r["speedup"] for r in bad], marker="x",
                        color="0.55", zorder=3, label="deepest stage > 26 FO4 (timing FAIL)")
-        for r in group:
-            ax.annotate(r["label"], (r["n5_mm2"], r["speedup"]), fontsize=6.5,
-                        xytext=(4, 3), textcoords="offset points", color="0.25")
+        for i, r in enumerate(sorted(group, key=lambda r: (r["n5_mm2"], r["speedup"]))):
+            ax.annotate(r["label"], (r["n5_mm2"], r["speedup"]), fontsize=6.5,   # neighbours
+                        xytext=(4, 4 if i % 2 else -10), textcoords="offset points",  # alternate
+                        color="0.25")
         ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
         ax.set_title(wl, fontsize=9)
         ax.set_xlabel("hub area at N5 (mm², reduced rows and datapath)")

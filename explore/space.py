@@ -94,9 +94,11 @@ class Point:
 
     @property
     def workload_label(self) -> str:
-        """The workload the point runs (points are compared within one workload)."""
+        """The workload the point runs: model, system, workload and tokens per GPU. Points
+        are compared within one workload; experts per GPU and GPUs (sources) are design
+        axes, compared within it (a speedup is over the best baseline on the same layer)."""
         s, m, w = self.system, self.model, self.workload
-        return f"{m.name} E{m.experts} on {s.name} x{s.gpus}, {w.name} {w.tokens_per_gpu} tok/GPU"
+        return f"{m.name} on {s.name}, {w.name} {w.tokens_per_gpu} tok/GPU"
 
 
 def _short(v) -> str:
