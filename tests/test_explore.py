@@ -66,11 +66,11 @@ def test_grid_expands_every_combination_in_axis_order():
 
 
 def test_experts_and_sources_reach_the_layer_and_lanes_grow_the_queues():
-    spec = small_spec(experts=[2], lanes=[8])
+    spec = small_spec(experts=[4], lanes=[8])
     spec.add_axis("sources", [4])
     p = space.points(spec)[0]
-    assert p.model.experts == 8 and p.system.gpus == 4
-    assert (p.hub.experts, p.hub.sources) == (2, 4)
+    assert p.model.experts == 16 and p.system.gpus == 4     # Mixtral's 8 experts, 16 here
+    assert (p.hub.experts, p.hub.sources) == (4, 4)
     assert p.hub.event_queue_depth >= 48 and p.synth.credit_queue_depth >= 48
 
 
