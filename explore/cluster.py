@@ -120,6 +120,6 @@ def client(points: int, scheduler: str | None = None, cluster: str = "local",
     # the nanny's "still alive after 4 s, killing" at the end is routine on a busy machine
     logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
     with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as lc, Client(lc) as c:
+                      dashboard_address=":0") as lc, Client(lc) as c:
         c.register_plugin(_worker_plugin())
         yield c

@@ -102,6 +102,7 @@ def figure(rows: list, path: Path, title: str) -> Path:
             ax.annotate(r["label"], (r["n5_mm2"], r["speedup"]), fontsize=6.5,   # neighbours
                         xytext=(4, 4 if i % 2 else -10), textcoords="offset points",  # alternate
                         color="0.25")
+        ax.margins(0.15, 0.1)               # room for the labels
         ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
         ax.set_title(wl, fontsize=9)
         ax.set_xlabel("hub area at N5 (mm², reduced rows and datapath)")

@@ -295,3 +295,27 @@ def test_four_point_exploration_with_real_synthesis(tmp_path, monkeypatch):
     assert res.pareto
     again = explore.run(small_spec(lanes=[1, 2], tags=[2, 3]), workers=2, force=True)
     assert again.evaluated == 0 and again.cached == 4
+
+
+def test_missing_synthesis_tool_is_exit_3_before_any_point(tmp_path, monkeypatch, capsys):
+    from moehub.synth import tools
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+    monkeypatch.setattr(tools, "asic_tools_missing", lambda: "yosys not found (test)")
+    assert main(["explore", "--hub", "tiny", "--tokens", "16", "--axis", "sources=2"]) == 3
+    assert "yosys not found (test)" in capsys.readouterr().err
+    assert not list((tmp_path / "explore" / "points").glob("*"))
+
+
+def test_points_run_on_a_given_scheduler(tmp_path, monkeypatch, capsys):
+    """--scheduler: the points go to a running scheduler (here a local one of 1 worker)."""
+    from distributed import LocalCluster
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as lc:
+        assert main(["explore", "--hub", "tiny", "--tokens", "16", "--axis", "sources=2",
+                     "--axis", "lanes=1,2", "--scheduler", lc.scheduler_address,
+                     "--evaluator", "test_explore:fast_evaluator"]) == 0
+        pids = {n.process.pid for n in lc.workers.values()}
+    assert "2 points (2 evaluated, 0 cached)" in capsys.readouterr().out
+    recs = [json.loads(f.read_text()) for f in (tmp_path / "explore" / "points").glob("*.json")]
+    assert len(recs) == 2 and {r["pid"] for r in recs} == pids     # run by its worker
