@@ -29,35 +29,23 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x - 1).bit_length())
 
 
-def local_experts(system: SystemConfig, model: ModelConfig) -> tuple[int, int]:
-    """(experts per GPU, replicas of each expert) of ``model`` placed on ``system``'s GPUs."""
-    G, E = system.gpus, model.experts
-    if G <= E:
-        if E % G:
-            raise ConfigError(f"system.gpus = {G}: {E} experts of {model.name} do not divide "
-                              f"evenly over {G} GPUs")
-        return E // G, 1
-    if G % E:
-        raise ConfigError(f"system.gpus = {G}: not a multiple of the {E} experts of "
-                          f"{model.name} (needed to replicate experts)")
-    return 1, G // E
+def derive_hub(base: HubConfig, model: ModelConfig, gpus: int, tokens: int,
+               dispatch_row_bytes: int, rows_bound: int | None = None) -> HubConfig:
+    """The hub config of every destination GPU of a layer: ``sources`` = GPUs, ``experts``
+    = experts per GPU, a row in whole chunks (FP8 scales padded), and a static region per
+    expert of a power-of-two capacity >= ``rows_bound`` rows (default GPUs x tokens: a
+    source sends a token to an expert at most once, so no row can overflow).
 
-
-def layer_hub(system: SystemConfig, model: ModelConfig, workload: WorkloadConfig,
-              base: HubConfig | None = None) -> HubConfig:
-    """The hub config of every destination GPU of a layer: ``base`` (default the model's
-    ``hub_config``) with sources = GPUs, experts = experts per GPU, a row = the dispatch
-    row in whole chunks (FP8 scales padded), the model's top-k, region capacity a power of
-    two >= GPUs x tokens (no drops possible) and token ids wide enough. Its lanes, chunk
-    bytes, tags per source, tile rows and clock are ``base``'s."""
-    G, T = system.gpus, workload.tokens_per_gpu
-    base = base or load_hub_config(model.hub_config)
-    max_rows = max(_pow2_at_least(G * T), base.max_tile_rows, base.tile_rows)
+    One rule for the co-simulation (:class:`Layer`) and the memory study, which sizes the
+    regions it reserves (:mod:`moehub.cosim.studies.xmoe_memory`)."""
+    G, T = gpus, tokens
+    E_local = model.experts // G if G <= model.experts else 1
+    bound = G * T if rows_bound is None else rows_bound
+    max_rows = max(_pow2_at_least(bound), base.max_tile_rows, base.tile_rows)
     token_bits = max(base.token_bits, int(T - 1).bit_length())
-    disp_bytes = effective_row_bytes(model, workload)[0]
-    hub_row = -(-disp_bytes // base.chunk_bytes) * base.chunk_bytes
-    return base.replace(sources=G, experts=local_experts(system, model)[0], row_bytes=hub_row,
-                        topk=model.topk, max_rows_per_expert=max_rows, token_bits=token_bits,
+    hub_row = -(-dispatch_row_bytes // base.chunk_bytes) * base.chunk_bytes
+    return base.replace(sources=G, experts=E_local, row_bytes=hub_row, topk=model.topk,
+                        max_rows_per_expert=max_rows, token_bits=token_bits,
                         name=f"{base.name}@{model.name}x{G}")
 
 
@@ -119,7 +107,16 @@ class Layer:
                               f"{G} GPUs x {T} tokens x top-{k}")
         self.G, self.E, self.k, self.T = G, E, k, T
         self.nodes = -(-G // system.gpus_per_node)
-        self.E_local, self.replicas = local_experts(system, model)
+        if G <= E:
+            if E % G:
+                raise ConfigError(f"system.gpus = {G}: {E} experts of {model.name} do not divide "
+                                  f"evenly over {G} GPUs")
+            self.E_local, self.replicas = E // G, 1
+        else:
+            if G % E:
+                raise ConfigError(f"system.gpus = {G}: not a multiple of the {E} experts of "
+                                  f"{model.name} (needed to replicate experts)")
+            self.E_local, self.replicas = 1, G // E
         # one entry per routed row, sources in order, tokens in order, slots in order
         src = np.repeat(np.arange(G), T * k)
         tok = np.tile(np.repeat(np.arange(T), k), G)
@@ -138,7 +135,9 @@ class Layer:
         self.comp = Components(system)
         # wire bytes per row: dispatch and combine datatypes may differ (FP8 + scales / BF16)
         self.disp_bytes, self.comb_bytes = effective_row_bytes(model, workload)
-        self.hub = layer_hub(system, model, workload, hub_base)
+        # hub config of every destination GPU: a row is whole chunks (FP8 scales padded)
+        base = hub_base or load_hub_config(model.hub_config)
+        self.hub = derive_hub(base, model, G, T, self.disp_bytes)
         self.tile_rows = self.hub.tile_rows
         self.gpu = GpuModel(system, model, self.tile_rows)
         sw = system.software

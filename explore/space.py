@@ -6,7 +6,7 @@ sources) on a workload (model, system, workload, tokens per GPU). It resolves to
 
 * the **co-simulated hub**: the base hub config (``--hub``, else the model's
   ``hub_config``) with the hub axes applied, then the layer's derivation
-  (:func:`moehub.cosim.layer.layer_hub`: sources = GPUs, experts = experts per GPU, rows of
+  (:func:`moehub.cosim.layer.derive_hub`: sources = GPUs, experts = experts per GPU, rows of
   the dispatch datatype, region capacity a power of two >= GPUs x tokens). This is the hub
   the co-simulation runs and whose receive memory is reported;
 * the **synthesized hub**: the same config with the synthesis sweep's reduction
@@ -232,8 +232,9 @@ def load_spec_file(path: str | Path, spec: Spec | None = None) -> Spec:
 def resolve(values: dict, spec: Spec) -> Point:
     """The configurations of one point (``values``: swept axis -> value); a
     :class:`ConfigError` when the schema refuses the combination."""
+    from ..config.cosim_schema import effective_row_bytes
     from ..cosim.experiment import load_configs
-    from ..cosim.layer import layer_hub
+    from ..cosim.layer import derive_hub
     from ..synth.flow import DEFAULT_PERIOD_NS
     from ..synth.sweep import queue_depths
     v = {**spec.fixed, **values}
@@ -243,7 +244,11 @@ def resolve(values: dict, spec: Spec) -> Point:
     base = load_hub_config(v["hub"] or m.hub_config)
     changes = {field_: v[key] for key, (field_, _) in HUB_AXES.items() if v.get(key) is not None}
     hub_base = base.replace(**changes, **queue_depths(base, changes.get("lanes", base.lanes)))
-    hub = layer_hub(s, m, w, hub_base)
+    G, E = s.gpus, m.experts
+    if E % G if G <= E else G % E:        # the layer's placement rule (cosim/layer.py)
+        raise ConfigError(f"system.gpus = {G}: the {E} experts of {m.name} neither divide "
+                          f"evenly over {G} GPUs nor replicate onto them")
+    hub = derive_hub(hub_base, m, G, w.tokens_per_gpu, effective_row_bytes(m, w)[0])
     chunks = min(hub.chunks_per_row, spec.synth_chunks)
     synth = hub.replace(row_bytes=chunks * hub.chunk_bytes, row_stride_bytes=0,
                         data_bits=min(spec.data_bits, 8 * hub.chunk_bytes),

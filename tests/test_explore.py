@@ -94,7 +94,7 @@ def test_grid_file_and_command_line_axes(tmp_path):
     (["--axis", "chunk_bytes=24"], ["chunk_bytes=24", "chunk_bytes = 24", "power of two"]),
     (["--axis", "tile_rows=32"], ["tile_rows = 32", "min_tile_rows"]),
     (["--axis", "lanes=2,32"], ["point lanes=32", "lanes = 32", "at most 16"]),
-    (["--axis", "sources=3"], ["point sources=3", "do not divide"]),
+    (["--axis", "sources=3"], ["point sources=3", "system.gpus = 3", "divide"]),
     (["--axis", "model=nope"], ["model", "'nope'", "not found", "mixtral-8x7b"]),
     (["--axis", "lanes=1,2,4", "--axis", "tags=2,3", "--max-points", "5"], ["6 points", "--max-points 5"]),
     (["--cluster", "local", "--cluster-opt", "queue=x"], ["--cluster-opt", "slurm|pbs"]),
