@@ -535,14 +535,6 @@ def repo_files(root: Path) -> list[str]:
                       and "__pycache__" not in p.parts and ".git" not in p.parts)
 
 
-def git_status(root: Path) -> str:
-    try:
-        return subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
-                              text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 def make_tree(root: Path, dest: Path, package: str = "moehub") -> Path:
     """A copy of ``root``'s files in ``dest/<package>``; returns it (``dest`` goes on
     PYTHONPATH)."""
