@@ -86,7 +86,8 @@ def test_operators_on_the_snippet(project):
         assert ast.dump(ast.parse(m.source)) != ast.dump(tree), m
     by = {(m.operator, m.original, m.mutant) for m in ms}
     assert ("cmp", "self.a < 8", "(self.a <= 8)") in by
-    assert ("cond", "self.a == 3", "1") in by and ("cond", "self.a == 3", "0") in by
+    assert ("cond", "m.If(self.a == 3)", "m.If(1)") in by and ("cond", "m.If(self.a == 3)", "m.If(0)") in by
+    assert ("const", "self.a < 8", "self.a < 9") in by
     assert ("mux", "Mux(self.small, n, ~n)", "Mux(self.small, ~n, n)") in by
     assert ("invert", "~n", "n") in by
     assert ("eq", "m.d.sync += n.eq(n + 1)", "pass") in by
@@ -169,7 +170,7 @@ def test_first_failure_names_the_cocotb_test(tmp_path):
     junit.write_text(
         '<testsuites><testsuite><testcase classname="tests.test_rtl_units" name="test_ok"/>'
         '<testcase classname="tests.test_hub_cocotb" name="test_hub_regression[icarus-tiny]">'
-        "<failure message=\"AssertionError: tiny: failing cocotb tests ['test_latency'] (log)\"/>"
+        "<failure message=\"AssertionError: tiny: failing cocotb tests ['test_latency', 'test_random_knobs'] (log)\"/>"
         "</testcase></testsuite></testsuites>")
     assert mutate.first_failure(junit) == "test_hub_cocotb::test_hub_regression[icarus-tiny] (test_latency)"
 

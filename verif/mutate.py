@@ -136,7 +136,8 @@ TINY_NETLIST_TESTS = ("tests/test_hub_cocotb.py::test_hub_regression[icarus-tiny
                       "tests/test_player.py")
 
 #: converts tiny (as ``moehub rtl``) in $MOEHUB_BUILD and prints the Verilog's hash
-ELABORATE = ("import hashlib\n"
+ELABORATE = ("import hashlib, moehub\n"
+             "print('PACKAGE', moehub.__file__)\n"
              "from moehub.config.schema import load_hub_config\n"
              "from moehub.rtl.gen import convert\n"
              "v = convert(load_hub_config('tiny'))\n"
@@ -399,8 +400,14 @@ def mutants_of(path: Path, rel: str) -> list[Mutant]:
             text = f"({text})"
         mutated = _splice(src, starts, target, text)
         _check(src, starts, parent, target, new, mutated, f"{rel}:{target.lineno}: {op}")
-        orig_text = src[starts[target.lineno - 1] + target.col_offset:
-                        starts[target.end_lineno - 1] + target.end_col_offset].decode()
+        shown = target
+        if op in ("const", "cond"):         # a bare number says little: show its expression
+            shown = parent[id(target)]
+        a = starts[shown.lineno - 1] + shown.col_offset
+        b = starts[shown.end_lineno - 1] + shown.end_col_offset
+        orig_text = src[a:b].decode()
+        if shown is not target:
+            text = mutated[a:b + len(mutated) - len(src)].decode()
         found.append(((target.lineno, target.col_offset, _OP_ORDER[op], variant),
                       Mutant("", rel, target.lineno, op, _short(before or orig_text),
                              _short(after or text), mutated)))
@@ -577,7 +584,9 @@ def first_failure(junit: Path) -> str:
             msg = (bad.get("message") or "") + (bad.text or "")
             m = re.search(r"failing cocotb tests \[([^\]]*)\]", msg)
             if m:
-                name += f" ({m.group(1).strip().replace(chr(39), '')})"
+                # (after the first failure cocotb reports every test it did not run as
+                # failed too: the first name is the one that failed)
+                name += f" ({m.group(1).split(',')[0].strip().strip(chr(39))})"
             return name
     return ""
 
@@ -595,7 +604,7 @@ class Campaign:
                  shared: Optional[set] = None, package: str = "moehub", jobs: int = 1,
                  timeout: Optional[float] = None, env: Optional[dict] = None,
                  echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)):
-        self.root, self.out = Path(root), Path(out)
+        self.root, self.out = Path(root).absolute(), Path(out).absolute()
         self.suite, self.elaborate = list(suite), elaborate
         self.netlist_tests = set(netlist_tests)
         self.shared = testbench_files(self.root) if shared is None else set(shared)
@@ -667,6 +676,9 @@ class Campaign:
             if rc != 0:
                 lines = [x for x in text.strip().splitlines() if x.strip()]
                 return Result(m.id, "stillborn", detail=_short(lines[-1] if lines else f"exit {rc}", 160))
+            pkg = re.search(r"^PACKAGE (.+)$", text, re.M)
+            if pkg and tree.absolute() not in Path(pkg.group(1)).absolute().parents:
+                raise RuntimeError(f"the mutant ran {pkg.group(1)}, not the copy in {tree}")
             h = re.search(r"^NETLIST (\w+)", text, re.M)
             if h:
                 if m.id == "baseline":
