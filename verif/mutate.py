@@ -122,6 +122,7 @@ WEIGHTS = {"rtl/packet_manager.py": 4.0, "rtl/allocator.py": 6.0, "rtl/tracker.p
 #: The kill suite: pytest node ids run with -x in this order (cheap first).
 KILL_SUITE = (
     "tests/test_rtl_units.py",
+    "tests/test_rtl_gen.py",
     "tests/test_register_model.py",
     "tests/test_formats_csr.py",
     "tests/test_timing.py",
