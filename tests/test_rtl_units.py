@@ -133,6 +133,25 @@ def test_split_difference_matches_subtraction():
     sim.run()
 
 
+def test_split_difference_checks_its_arguments():
+    """The low part is 1 .. width - 1 bits (0 would leave no low part to subtract k from,
+    width no high part); k must fit the low part. (Found by mutation testing: the bound
+    check's ``0 <`` could become ``0 <=`` unnoticed.)"""
+    import pytest
+    from amaranth import Module, Signal
+    from moehub.rtl.logic import SplitDifference
+    m = Module()
+    m._MustUse__silence = True          # (built only for its checks, never elaborated)
+    a, b = Signal(10), Signal(10)
+    for lo in (0, 12, 13):
+        with pytest.raises(ValueError, match="lo_bits"):
+            SplitDifference(m, a, b, 12, lo, f"bad{lo}")
+    for lo in (1, 11):
+        d = SplitDifference(m, a, b, 12, lo, f"ok{lo}")
+        with pytest.raises(ValueError, match="k = "):
+            d.select_minus(m, [(Signal(), 1 << lo)], f"ok{lo}_k")
+
+
 def test_naf_terms_rebuild_the_constant():
     from moehub.rtl.logic import naf
     for c in [1, 2, 3, 7, 256, 8192, 14336, 12345, (1 << 20) - 1]:

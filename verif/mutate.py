@@ -54,7 +54,7 @@ unmutated build; identical Verilog would simulate identically.) Then:
    constant changes the scoreboard rather than the netlist.
 2. *the kill suite* (:data:`KILL_SUITE`), ``pytest -x`` in the copy, cheapest first: the
    Amaranth-simulator unit tests and everything else of the fast set that reads rtl/
-   without a simulator (units, register model vs the CSR bank, formats/CSR map, timing
+   without a simulator (units, the Verilog stamp, register model vs the CSR bank, formats/CSR map, timing
    constants, the C header, the README tables of the testplan), then the cocotb
    regression on tiny (Icarus, every test of ``tb_hub``, stopped at its first failing
    test by ``COCOTB_MAX_FAILURES=1``), the formal smoke jobs, and the RTL-in-the-loop
