@@ -69,8 +69,8 @@ unmutated build; identical Verilog would simulate identically.) Then:
 
 The report goes to ``<build>/mutation/report.md`` and ``report.json``: per mutant the id,
 file:line, operator, original -> mutant, result, killing test and seconds, and the
-mutation score killed / (killed + survived) (timeouts are listed apart; a hang is a
-kill). ``--sample N --seed S`` draws N mutants over the files (at least one per file,
+mutation score killed / (killed + survived), where a timeout (a hang) counts as killed
+and is listed apart; stillborn mutants are not scored. ``--sample N --seed S`` draws N mutants over the files (at least one per file,
 the rest in proportion to the file's mutants times its weight, :data:`WEIGHTS`: the packet
 manager, allocator and tracker first).
 """
@@ -738,9 +738,9 @@ class Campaign:
 # ------------------------------------------------------------------------ report
 def score(results: Sequence[Result]) -> dict:
     count = {k: sum(r.result == k for r in results) for k in ("killed", "survived", "stillborn", "timeout")}
-    judged = count["killed"] + count["survived"]
+    dead = count["killed"] + count["timeout"]          # a hang is a kill
     count["total"] = len(results)
-    count["score"] = round(count["killed"] / judged, 4) if judged else None
+    count["score"] = round(dead / (dead + count["survived"]), 4) if dead + count["survived"] else None
     return count
 
 
@@ -757,9 +757,11 @@ def write_report(out: Path, mutants: Sequence[Mutant], results: Sequence[Result]
     data = {"meta": meta, "score": s, "files": files, "mutants": rows}
     (out / "report.json").write_text(json.dumps(data, indent=1) + "\n")
     pct = f"{100 * s['score']:.1f} %" if s["score"] is not None else "n/a"
-    lines = [f"# Mutation report", "",
-             f"Mutation score: **{s['killed']} / {s['killed'] + s['survived']} = {pct}** "
-             f"(killed / (killed + survived)); {s['stillborn']} stillborn, {s['timeout']} timeout, "
+    dead = s["killed"] + s["timeout"]
+    lines = ["# Mutation report", "",
+             f"Mutation score: **{dead} / {dead + s['survived']} = {pct}** (killed / (killed + "
+             f"survived), a timeout counted as killed): {s['killed']} killed, {s['timeout']} "
+             f"timeout, {s['survived']} survived; {s['stillborn']} stillborn (not scored); "
              f"{s['total']} mutants over {len(files)} files.", "",
              "Run: " + ", ".join(f"{k} {v}" for k, v in meta.items()), "",
              "| id | file:line | operator | original | mutant | result | killing test | s |",
@@ -851,9 +853,11 @@ def run_command(args) -> int:
     wall = time.monotonic() - t0
     js, md = report(dict(zip((m.id for m in mutants), results)), final=True)
     s = score(results)
-    print(f"mutation score {s['killed']}/{s['killed'] + s['survived']}"
-          f"{' = %.1f %%' % (100 * s['score']) if s['score'] is not None else ''}; "
-          f"stillborn {s['stillborn']}, timeout {s['timeout']}; {len(results)} mutants in {wall / 60:.1f} min")
+    dead = s["killed"] + s["timeout"]
+    print(f"mutation score {dead}/{dead + s['survived']}"
+          f"{' = %.1f %%' % (100 * s['score']) if s['score'] is not None else ''} (timeouts count as "
+          f"killed); killed {s['killed']}, timeout {s['timeout']}, survived {s['survived']}, "
+          f"stillborn {s['stillborn']}; {len(results)} mutants in {wall / 60:.1f} min")
     print(f"report: {md}\n        {js}")
     after = {f: hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files}
     if after != before:     # (the tool writes only in its copy: this would be a bug, or an edit)
