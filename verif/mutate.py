@@ -70,9 +70,10 @@ unmutated build; identical Verilog would simulate identically.) Then:
 The report goes to ``<build>/mutation/report.md`` and ``report.json``: per mutant the id,
 file:line, operator, original -> mutant, result, killing test and seconds, and the
 mutation score killed / (killed + survived), where a timeout (a hang) counts as killed
-and is listed apart; stillborn mutants are not scored. ``--sample N --seed S`` draws N mutants over the files (at least one per file,
-the rest in proportion to the file's mutants times its weight, :data:`WEIGHTS`: the packet
-manager, allocator and tracker first).
+and is listed apart; stillborn mutants are not scored. ``--sample N --seed S`` draws N
+mutants over the files (at least one per file, the rest in proportion to the file's
+weight, :data:`WEIGHTS`, times the square root of its mutant count: the packet manager,
+allocator and tracker first).
 """
 from __future__ import annotations
 
