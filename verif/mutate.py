@@ -57,7 +57,9 @@ unmutated build; identical Verilog would simulate identically.) Then:
    without a simulator (units, the Verilog stamp, register model vs the CSR bank, formats/CSR map, timing
    constants, the C header, the README tables of the testplan), then the cocotb
    regression on tiny (Icarus, every test of ``tb_hub``, stopped at its first failing
-   test by ``COCOTB_MAX_FAILURES=1``), the formal smoke jobs, and the RTL-in-the-loop
+   test by ``COCOTB_MAX_FAILURES=1``, each test's limit of simulated time cut to 5 %
+   by ``MOEHUB_TIMEOUT_SCALE=0.05`` so that a hung hub fails in 100k cycles, still 30x
+   the longest test), the formal smoke jobs, and the RTL-in-the-loop
    player on tiny. Left out: the Verilator runs of the fast set (the same cocotb
    regression on tiny, and on mixtral-8gpu, a 1-2 minute C++ build per mutant), the
    formal tests that plant their own bug by text replacement (a mutant of that text makes
@@ -629,7 +631,7 @@ class Campaign:
             env.pop(k, None)
         env.update({"PYTHONPATH": str(tree.parent), "PYTHONDONTWRITEBYTECODE": "1",
                     "MOEHUB_BUILD": str(build), "MOEHUB_SIM": "icarus",
-                    "COCOTB_MAX_FAILURES": "1"})
+                    "COCOTB_MAX_FAILURES": "1", "MOEHUB_TIMEOUT_SCALE": "0.05"})
         env.update(self.extra_env)
         return env
 
