@@ -45,7 +45,8 @@ the Verilog text, simulator and flags, so a mutant's differing Verilog cannot hi
 unmutated build; identical Verilog would simulate identically.) Then:
 
 1. *elaboration*: the mutant is converted to Verilog for ``tiny`` (as ``moehub rtl``);
-   an exception there is **stillborn** (reported apart, not in the score). The Verilog's
+   an exception there, or no end within :data:`ELABORATION_TIMEOUT` (a generate loop
+   that never ends), is **stillborn** (reported apart, not in the score). The Verilog's
    hash is compared with the unmutated one's: when equal (the mutant changes nothing that
    tiny's netlist shows: code for other configs, or an equivalent rewrite), the tests
    that only simulate tiny's netlist (:data:`TINY_NETLIST_TESTS`) cannot kill it and are
@@ -146,6 +147,9 @@ ELABORATE = ("import hashlib, moehub\n"
              "from moehub.rtl.gen import convert\n"
              "v = convert(load_hub_config('tiny'))\n"
              "print('NETLIST', hashlib.sha256(v.read_bytes()).hexdigest())\n")
+
+#: seconds the elaboration may take (tiny converts in 8-20 s); past it: stillborn
+ELABORATION_TIMEOUT = 180.0
 
 CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
             ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
@@ -674,9 +678,10 @@ class Campaign:
         py = sys.executable
         netlist = ""
         if self.elaborate:
-            rc, text = _run([py, "-c", self.elaborate], tree, env, timeout, log)
-            if rc is None:
-                return Result(m.id, "timeout", "elaboration", detail="elaboration hung")
+            limit = min(timeout, ELABORATION_TIMEOUT)
+            rc, text = _run([py, "-c", self.elaborate], tree, env, limit, log)
+            if rc is None:          # (e.g. a generate loop that never ends: nothing to test)
+                return Result(m.id, "stillborn", detail=f"elaboration hung (> {limit:.0f} s)")
             if rc != 0:
                 lines = [x for x in text.strip().splitlines() if x.strip()]
                 return Result(m.id, "stillborn", detail=_short(lines[-1] if lines else f"exit {rc}", 160))
