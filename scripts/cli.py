@@ -26,7 +26,7 @@ from .args import Parser, UsageError, int_at_least, load_config_flag
 #: modules that contribute sub-commands (missing ones are skipped while they are built)
 COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli", "moehub.cosim.calibration",
                    "moehub.verif.formal.cli", "moehub.cosim.studies.cli", "moehub.explore.cli",
-                   "moehub.verif.mutate")
+                   "moehub.verif.mutate", "moehub.verif.soak")
 
 EXIT_CODES = {0: "success", 1: "the run failed", 2: "usage or configuration error (a bad "
               "option value, config or output folder)", 3: "a tool is missing (Yosys, "

@@ -34,12 +34,11 @@ built once per configuration and simulator (cached by content, :mod:`.sim`). A m
 raises :class:`SoakMismatch` naming the configuration, seed and layer, and keeps that
 layer's files (``packets.hex``, ``csr.hex``, ``player.log``) for the replay.
 
-``python -m moehub.verif.soak --config tiny --rows 1000000 --seed 1`` (or the slow test
+``moehub soak --config tiny --rows 1000000 --seed 1`` (or the slow test
 ``tests/test_soak.py``) runs it.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -51,6 +50,7 @@ import numpy as np
 from .. import progress
 from ..config.schema import HUB_CONFIGS, HubConfig, load_hub_config
 from ..paths import output_dir
+from ..scripts.args import int_at_least, load_config_flag
 from ..rtl.formats import HubFormats, PacketKind, Reason
 from . import sim as simulators
 from .model import HubModel, Packet
@@ -564,26 +564,42 @@ def _tally(rep: SoakReport, cfg, plan: LayerPlan, res, model: HubModel, dt: floa
     rep.endings[k.ending] = rep.endings.get(k.ending, 0) + 1
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m moehub.verif.soak", description=__doc__.split("\n\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--config", action="append", help=f"hub config (repeatable; default all of "
                     f"{', '.join(HUB_CONFIGS)})")
-    ap.add_argument("--rows", type=int, default=1_000_000, help="data rows per config (default 10^6)")
-    ap.add_argument("--seed", type=int, default=1, help="the soak's seed (default 1)")
+    ap.add_argument("--rows", type=int_at_least(1), default=1_000_000,
+                    help="data rows per config, >= 1 (default 10^6)")
+    ap.add_argument("--seed", type=int_at_least(0), default=1, help="the soak's seed (default 1)")
     simulators.add_argument(ap, "verilator", "the soak")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    a = ap.parse_args(argv)
-    progress.configure(progress.QUIET if a.quiet else progress.NORMAL)
-    if a.rows < 1 or a.seed < 0:
-        ap.error(f"--rows {a.rows} / --seed {a.seed}: rows must be >= 1 and the seed >= 0")
-    for name in a.config or list(HUB_CONFIGS):
+
+
+def run_command(a) -> int:
+    """Every config is loaded before the first layer, so a typo fails at once; exit 1 at
+    the first layer that differs from the model."""
+    cfgs = [load_config_flag("--config", load_hub_config, n) for n in a.config or HUB_CONFIGS]
+    for cfg in cfgs:
         try:
-            rep = run_soak(name, a.rows, a.seed, sim=a.sim)
+            rep = run_soak(cfg, a.rows, a.seed, sim=a.sim)
         except SoakMismatch as e:
-            print(f"FAILED: {e}", file=sys.stderr)
+            print(f"moehub soak: FAILED: {e}", file=sys.stderr)
             return 1
         print(rep.table())
     return 0
+
+
+def add_parser(subparsers) -> None:
+    """``moehub soak`` (registered by scripts/cli.py)."""
+    p = subparsers.add_parser("soak", help="random layers with error injection through the RTL "
+                              "(Verilator), each checked against the reference model",
+                              description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=run_command)
+
+
+def main(argv=None) -> int:
+    """``python -m moehub.verif.soak``: the same as ``moehub soak``."""
+    from ..scripts.cli import main as moehub
+    return moehub(["soak", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
