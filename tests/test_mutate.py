@@ -158,7 +158,7 @@ def test_a_hang_is_a_timeout(project, tmp_path):
     (project / "test_snippet.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
     m = mutate.mutants_of(project / "snippet.py", "snippet.py")[0]
     camp = mutate.Campaign(project, tmp_path / "out", suite=["test_snippet.py"], elaborate="",
-                           netlist_tests=(), shared=set(), package="snip", timeout=8,
+                           netlist_tests=(), shared=set(), package="snip", timeout=3,
                            echo=lambda s: None)
     camp.prepare()
     (r,) = camp.run([m])
