@@ -128,7 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     _verbosity(p, progress.NORMAL)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_local(sub)
-    for mod in COMMAND_MODULES:
+    add_command_modules(sub, COMMAND_MODULES)
+    _describe(sub)
+    return p
+
+
+def add_command_modules(sub, modules) -> None:
+    """Each module's ``add_parser(sub)`` (a module not there yet is skipped), then -q/-v
+    after every sub-command's name too."""
+    for mod in modules:
         try:
             module = importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -138,8 +146,6 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_parser(sub)
     for sp in sub.choices.values():
         _verbosity(sp, argparse.SUPPRESS)
-    _describe(sub)
-    return p
 
 
 def check_outputs(args) -> None:
