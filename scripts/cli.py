@@ -25,7 +25,8 @@ from .args import Parser, UsageError, int_at_least, load_config_flag
 
 #: modules that contribute sub-commands (missing ones are skipped while they are built)
 COMMAND_MODULES = ("moehub.synth.cli", "moehub.cosim.cli", "moehub.cosim.calibration",
-                   "moehub.verif.formal.cli", "moehub.cosim.studies.cli")
+                   "moehub.verif.formal.cli", "moehub.cosim.studies.cli", "moehub.explore.cli",
+                   "moehub.verif.mutate", "moehub.verif.soak")
 
 EXIT_CODES = {0: "success", 1: "the run failed", 2: "usage or configuration error (a bad "
               "option value, config or output folder)", 3: "a tool is missing (Yosys, "
@@ -127,7 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     _verbosity(p, progress.NORMAL)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_local(sub)
-    for mod in COMMAND_MODULES:
+    add_command_modules(sub, COMMAND_MODULES)
+    _describe(sub)
+    return p
+
+
+def add_command_modules(sub, modules) -> None:
+    """Each module's ``add_parser(sub)`` (a module not there yet is skipped), then -q/-v
+    after every sub-command's name too."""
+    for mod in modules:
         try:
             module = importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -137,8 +146,6 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_parser(sub)
     for sp in sub.choices.values():
         _verbosity(sp, argparse.SUPPRESS)
-    _describe(sub)
-    return p
 
 
 def check_outputs(args) -> None:

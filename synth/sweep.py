@@ -45,13 +45,19 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (int(x) - 1).bit_length())
 
 
+def queue_depths(base: HubConfig, lanes: int) -> dict:
+    """Event and credit queue depths for ``lanes``: ``base``'s, grown to the schema's
+    minimum (:data:`QUEUE_GROUPS` groups of ``lanes`` packets, a power of two)."""
+    need = _pow2_at_least(QUEUE_GROUPS * lanes)
+    return {"event_queue_depth": max(base.event_queue_depth, need),
+            "credit_queue_depth": max(base.credit_queue_depth, need)}
+
+
 def point_config(base: HubConfig, key: str, value: int, data_bits: int) -> HubConfig:
     """``base`` with ``key = value``; queue depths grow with the lanes as the schema requires."""
     changes = {key: value, "data_bits": data_bits,
                "name": f"{base.name}-{key}{value}"}
-    lanes = value if key == "lanes" else base.lanes
-    changes["event_queue_depth"] = max(base.event_queue_depth, _pow2_at_least(QUEUE_GROUPS * lanes))
-    changes["credit_queue_depth"] = max(base.credit_queue_depth, _pow2_at_least(QUEUE_GROUPS * lanes))
+    changes.update(queue_depths(base, value if key == "lanes" else base.lanes))
     return base.replace(**changes)
 
 
@@ -59,12 +65,19 @@ def _run_point(args):
     sweep, key, value, cfg, out_dir, period_ns = args
     t0 = time.monotonic()
     sec = flow.run_asic(cfg, out_dir, period_ns=period_ns, write_report=False)
+    return {"sweep": sweep, "param": key, "value": value, **point_metrics(sec),
+            "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def point_metrics(sec: dict) -> dict:
+    """The whole hub's figures from an ASIC report section (:func:`flow.run_asic`): cells,
+    flops, area per block, critical path and FO4, N5 area and fmax with their ranges."""
     m = sec["modules"]
     top = m["top"]
     area = lambda k: m[k]["area_um2"] if k in m else 0.0
     n5 = top["n5"]
     return {
-        "sweep": sweep, "param": key, "value": value, "cells": top["cells"], "flops": top["flops"],
+        "cells": top["cells"], "flops": top["flops"],
         "area_um2": top["area_um2"], "gate_equivalents": round(top["gate_equivalents"]),
         "sram_bits": top["sram_bits"], "array_bits": top["array_bits"],
         "pm_area_um2": area("pm"), "alloc_area_um2": area("alloc"), "tracker_area_um2": area("tracker"),
@@ -74,7 +87,6 @@ def _run_point(args):
         "n5_mm2_high": n5["total_mm2"]["high"], "n5_fmax_GHz": n5["fmax_n5_GHz"]["nominal"],
         "n5_fmax_GHz_low": n5["fmax_n5_GHz"]["low"], "n5_fmax_GHz_high": n5["fmax_n5_GHz"]["high"],
         "path_from": top["path"]["from"], "path_to": top["path"]["to"],
-        "wall_s": round(time.monotonic() - t0, 1),
     }
 
 

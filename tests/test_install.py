@@ -84,3 +84,17 @@ def test_non_editable_install_writes_under_the_working_directory(tmp_path):
     finally:      # about 300 MB: do not keep it among pytest's last three temp folders
         shutil.rmtree(venv, ignore_errors=True)
         shutil.rmtree(src, ignore_errors=True)
+
+
+def test_every_package_folder_is_in_pyproject():
+    """A folder of the source with an ``__init__.py`` that pyproject's package list lacks
+    would be missing from a non-editable install (editable installs hide it)."""
+    import tomllib
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    skip = {".venv", "build", ".git", "tests"}
+    found = {"moehub"} | {
+        "moehub." + ".".join(p.parent.relative_to(REPO).parts)
+        for p in REPO.rglob("__init__.py")
+        if p.parent != REPO and not skip & set(p.relative_to(REPO).parts)
+        and not any(part.endswith(".egg-info") for part in p.parts)}
+    assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"

@@ -176,6 +176,25 @@ def test_counts_and_newest_of():
     sim.run()
 
 
+def test_split_difference_checks_its_arguments():
+    """The low part is 1 .. width - 1 bits (0 would leave no low part to subtract k from,
+    width no high part); k must fit the low part. (Found by mutation testing: the bound
+    check's ``0 <`` could become ``0 <=`` unnoticed.)"""
+    import pytest
+    from amaranth import Module, Signal
+    from moehub.rtl.logic import SplitDifference
+    m = Module()
+    m._MustUse__silence = True          # (built only for its checks, never elaborated)
+    a, b = Signal(10), Signal(10)
+    for lo in (0, 12, 13):
+        with pytest.raises(ValueError, match="lo_bits"):
+            SplitDifference(m, a, b, 12, lo, f"bad{lo}")
+    for lo in (1, 11):
+        d = SplitDifference(m, a, b, 12, lo, f"ok{lo}")
+        with pytest.raises(ValueError, match="k = "):
+            d.select_minus(m, [(Signal(), 1 << lo)], f"ok{lo}_k")
+
+
 def test_naf_terms_rebuild_the_constant():
     from moehub.rtl.logic import naf
     for c in [1, 2, 3, 7, 256, 8192, 14336, 12345, (1 << 20) - 1]:
@@ -267,3 +286,47 @@ def test_tracker_metadata_flags_guard_and_sweep():
     sim.add_testbench(monitor, background=True)
     sim.run()
     assert got == want and sum(busy) >= 20
+
+
+def test_eos_tracker_counts_openers_up_to_every_lane():
+    """The EOS tracker alone: ``p_sel`` is the one-hot of the rows each source opened in
+    the group before (0 .. lanes: every lane may open a row of one source, when it has
+    the tags), ``opened`` the rows before that group; an EOS shows in ``seen`` a cycle
+    later and in ``got_eos``/``count`` two; ``clear`` forgets all of it. (Found by mutation
+    testing: a p_sel port one bit short, unreachable on tiny, whose 3 tags per source never
+    fill 4 lanes.)"""
+    from moehub.rtl.eos_tracker import EosTracker
+    cfg = load_hub_config("mixtral-8gpu")
+    L, S = cfg.lanes, 3                      # (the first three sources are watched)
+    eos = EosTracker(cfg)
+    rng = random.Random(7)
+
+    async def bench(ctx):
+        opened = [0] * S
+        for cyc in range(40):
+            n = [L if cyc % 5 == s else rng.randrange(L + 1) for s in range(S)]
+            for s in range(S):
+                ctx.set(eos.nxt_sel[s], 1 << n[s])
+            await ctx.tick()
+            for s in range(S):
+                assert ctx.get(eos.p_sel[s]) == 1 << n[s], (cyc, s)
+                assert ctx.get(eos.opened[s]) == opened[s], (cyc, s)
+                opened[s] += n[s]
+        for s in range(S):
+            ctx.set(eos.nxt_sel[s], 1)
+        ctx.set(eos.nxt_eos, 0b010)
+        ctx.set(eos.nxt_cnt[1], 77)
+        await ctx.tick()
+        ctx.set(eos.nxt_eos, 0)
+        assert ctx.get(eos.seen) & 0b111 == 0b010 and ctx.get(eos.got_eos) & 0b111 == 0
+        await ctx.tick()
+        assert ctx.get(eos.got_eos) & 0b111 == 0b010 and ctx.get(eos.count[1]) == 77
+        assert [ctx.get(eos.opened[s]) for s in range(S)] == opened
+        ctx.set(eos.clear, 1)
+        await ctx.tick()
+        ctx.set(eos.clear, 0)
+        assert ctx.get(eos.seen) == 0 and ctx.get(eos.got_eos) == 0 and ctx.get(eos.count[1]) == 0
+        assert [ctx.get(eos.opened[s]) for s in range(S)] == [0] * S
+        assert [ctx.get(eos.p_sel[s]) for s in range(S)] == [1] * S
+
+    _run(eos, bench)

@@ -48,3 +48,13 @@ def test_waveforms_on_verilator():
     assert res.waves.suffix == ".vcd" and res.waves.read_text().startswith("$")
     out = run_hub_cocotb("tiny", ["test_single_row"], waves=True, sim="verilator", tag="waves")
     assert out["passed"] == 1 and out["waves"].suffix == ".vcd" and out["waves"].stat().st_size
+
+
+def test_short_soak_on_verilator():
+    """A short soak (verif/soak.py, the slow set runs a million rows per config): random
+    layers with every kind of bad input through the RTL, each equal to the model. (Cocotb
+    mode: the player build above serves it.)"""
+    from moehub.verif import soak
+    rep = soak.run_soak("tiny", 1500, 4, sim="verilator", mode="cocotb")
+    assert rep.rows >= 1500 and rep.layers >= 3, rep
+    assert len(rep.drops) >= 6, rep.drops

@@ -1,7 +1,6 @@
 """``moehub study <name>``: one sub-command per study module (see :mod:`moehub.cosim.studies`)."""
 from __future__ import annotations
 
-import importlib
 
 #: the study modules; a missing one is skipped (it is being built)
 STUDY_MODULES = ("moehub.cosim.studies.xmoe", "moehub.cosim.studies.gps")
@@ -11,11 +10,5 @@ def add_parser(sub) -> None:
     p = sub.add_parser("study", help="studies beyond one layer: X-MoE memory and dispatch "
                        "(xmoe), MoE-GPS duplication and prediction (gps)")
     studies = p.add_subparsers(dest="study", required=True, metavar="STUDY")
-    for mod in STUDY_MODULES:
-        try:
-            module = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name and mod.startswith(e.name):
-                continue
-            raise
-        module.add_parser(studies)
+    from ...scripts.cli import add_command_modules
+    add_command_modules(studies, STUDY_MODULES)

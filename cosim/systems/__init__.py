@@ -37,7 +37,10 @@ __all__ = ["SYSTEMS", "BASELINES", "LABELS", "PHASES", "run_system", "run_hub", 
            "hub_flow_cap"]
 
 
-def _run_once(name: str, L: Layer, hub_backend: str, hub_order: str, rtl_gpus: tuple):
+def _run_once(name: str, L: Layer, hub_backend: str, hub_order: str, rtl_gpus: tuple,
+              module=None):
+    if module is not None:
+        return module.run(L)
     if name == "hub":
         return hub.run_hub(L, hub_backend, hub_order, rtl_gpus)
     return MODULES[name].run(L)
@@ -67,14 +70,16 @@ def _settled(res, prev) -> bool:
 
 
 def run_system(name: str, L: Layer, hub_backend: str = "model",
-               hub_order: str = "token", rtl_gpus: tuple = ()) -> SystemResult:
+               hub_order: str = "token", rtl_gpus: tuple = (), module=None) -> SystemResult:
     """Run one system to a fixed point of its phases' shared network (see the module
-    docstring). RTL hubs run once, in the last pass, on the settled background traffic."""
+    docstring). RTL hubs run once, in the last pass, on the settled background traffic.
+    ``module``: any object with ``run(L) -> SystemResult`` instead of the registered
+    system ``name`` (a study's variant of a system, run with the same passes)."""
     background, last, prev, res = {}, {}, None, None
     backend = "model" if rtl_gpus else hub_backend
     for n in range(1, MAX_PASSES + 1):
         L.begin_run(background)
-        res = _run_once(name, L, backend, hub_order, ())
+        res = _run_once(name, L, backend, hub_order, (), module)
         background, last = _mix(L.traffic, last), dict(L.traffic)
         if _settled(res, prev):
             break

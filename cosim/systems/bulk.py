@@ -32,14 +32,17 @@ def collective_cap(L: Layer, nbytes: np.ndarray):
     return cap
 
 
-def alltoall(L: Layer, res: SystemResult, t: float, nbytes: np.ndarray, phase: str, track: str,
-             name: str):
-    """An all-to-all-v started by every GPU at ``t``; returns (curves, flows)."""
-    t1 = t + L.comp.collective_latency_us("alltoall", L.G, L.nodes)
-    curves, flows = L.bulk_flows(np.full(L.G, t1), nbytes, phase, collective_cap(L, nbytes))
+def alltoall(L: Layer, res: SystemResult, t, nbytes: np.ndarray, phase: str, track: str,
+             name: str, peers: int | None = None, nodes: int | None = None):
+    """An all-to-all-v started by every GPU at ``t`` (one time, or one per GPU when the
+    collectives of sub-groups start apart); ``peers`` / ``nodes``: the group whose
+    latency it pays (default every GPU of the layer). Returns (curves, flows)."""
+    t = np.broadcast_to(np.asarray(t, dtype=float), (L.G,))
+    t1 = t + L.comp.collective_latency_us("alltoall", peers or L.G, nodes or L.nodes)
+    curves, flows = L.bulk_flows(t1, nbytes, phase, collective_cap(L, nbytes))
     for s in range(L.G):
-        end = max([curves[flows[s][d]].end for d in range(L.G) if nbytes[s, d]] or [t1])
-        res.add(s, track, name, t, end)
+        end = max([curves[flows[s][d]].end for d in range(L.G) if nbytes[s, d]] or [t1[s]])
+        res.add(s, track, name, t[s], end)
     return curves, flows
 
 

@@ -170,6 +170,46 @@ def reduce(L: Layer, res: SystemResult, recv_done, shared_end, poll=True, name="
     return end
 
 
+def two_hop(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, row_wire: float,
+            phase: str, feeds, rate: float, flow_cap=None, hub_ingress: bool = False,
+            relay_window=None):
+    """Two-hop transfer: first-hop rows (``first[s, d]``) issued from t0[s] at ``rate``
+    (bytes/us); each relay GPU r sends its second-hop rows (``second[r, d]``) while the
+    first-hop rows that feed it (``feeds(s, r)``) land, over that arrival window
+    ``(a0, a1)``, or over ``relay_window(r, a0, a1)`` when the relay does work between
+    the hops (a reduction). Returns (curves, flows, end of every GPU's inbound traffic).
+    DeepEP's node-deduplicated dispatch and combine and the hierarchical dispatches of
+    the X-MoE study use it. ``rate`` may be one per source (an array)."""
+    G = L.G
+    rates = np.broadcast_to(np.asarray(rate, dtype=float), (G,))
+
+    def build():
+        net, flows = L.network(phase, hub_ingress=hub_ingress, flow_cap=flow_cap)
+        for s in range(G):
+            total = first[s].sum() * row_wire
+            t1 = t0[s] + total / rates[s]
+            for d in range(G):
+                net.inject_rate(flows[s][d], t0[s], t1, first[s, d] * row_wire)
+        return net, flows
+    net, flows = build()
+    if second.any():
+        probe = net.run()
+        net, flows = build()
+        for r in range(G):
+            ins = [probe[flows[s][r]] for s in range(G) if s != r and feeds(s, r) and first[s, r]]
+            a0 = min([float(c.t[0]) + c.latency_us for c in ins] or [t0[r]])
+            a1 = max([c.end for c in ins] or [t0[r]])
+            if relay_window is not None:
+                a0, a1 = relay_window(r, a0, a1)
+            for d in range(G):
+                net.inject_rate(flows[r][d], a0, a1, second[r, d] * row_wire)
+    curves = L.run_net(net)
+    both = first + second
+    ends = np.array([max([curves[flows[s][d]].end for s in range(G) if both[s, d]] or [t0.min()])
+                     for d in range(G)])
+    return curves, flows, ends
+
+
 def send_phase(L: Layer, res: SystemResult, s: int, t0: float, curves, flows, name="dispatch",
                counts=None, track="send") -> float:
     """GPU s's transfer phase: from t0 until its last byte has landed (0 if none)."""

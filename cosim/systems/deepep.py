@@ -41,35 +41,10 @@ def _routes(L: Layer, rows_gpu: np.ndarray, rows_node: np.ndarray, fwd: np.ndarr
 
 def transfer(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, row_wire: float,
              phase: str, feeds):
-    """Two-hop transfer: first-hop rows issued from t0[s] at the kernel's send rate; each
-    relay GPU r sends its second-hop rows while the first-hop rows that feed it
-    (``feeds(s, r)``) land. Returns (curves, flows, end of every GPU's inbound traffic)."""
-    G = L.G
-    rate = L.send_rate(L.comp.sms_for("deepep"), row_wire)
-
-    def build():
-        net, flows = L.network(phase, flow_cap=L.put_cap(row_wire))
-        for s in range(G):
-            total = first[s].sum() * row_wire
-            t1 = t0[s] + total / rate
-            for d in range(G):
-                net.inject_rate(flows[s][d], t0[s], t1, first[s, d] * row_wire)
-        return net, flows
-    net, flows = build()
-    if second.any():
-        probe = net.run()
-        net, flows = build()
-        for r in range(G):
-            ins = [probe[flows[s][r]] for s in range(G) if s != r and feeds(s, r) and first[s, r]]
-            a0 = min([float(c.t[0]) + c.latency_us for c in ins] or [t0[r]])
-            a1 = max([c.end for c in ins] or [t0[r]])
-            for d in range(G):
-                net.inject_rate(flows[r][d], a0, a1, second[r, d] * row_wire)
-    curves = L.run_net(net)
-    both = first + second
-    ends = np.array([max([curves[flows[s][d]].end for s in range(G) if both[s, d]] or [t0.min()])
-                     for d in range(G)])
-    return curves, flows, ends
+    """DeepEP's two-hop transfer (:func:`.common.two_hop`): rows issued at the rate of
+    the kernel's SMs, each flow bounded by the calibrated put efficiency."""
+    return C.two_hop(L, t0, first, second, row_wire, phase, feeds,
+                     L.send_rate(L.comp.sms_for("deepep"), row_wire), L.put_cap(row_wire))
 
 
 def run(L: Layer) -> SystemResult:
@@ -108,7 +83,7 @@ def run(L: Layer) -> SystemResult:
         res.add(d, "control", "unpermute", gemm_end[d], unperm_end[d])
         res.combine_log.append((d, "all", unperm_end[d] + g.launch, gemm_end[d]))
     # combine: the mirror image (forwarders gather and reduce, then one RDMA copy per node)
-    c_first, c_fwd = _combine_routes(L, first, fwd)
+    c_first, c_fwd = combine_routes(L, first, fwd)
     tc = unperm_end + comp.launch_us
     curves, flows, crecv = transfer(L, tc, c_first, c_fwd, L.comb_wire_sw, "combine",
                                     lambda s, r: not L.inter_node(s, r))
@@ -120,7 +95,7 @@ def run(L: Layer) -> SystemResult:
     return res
 
 
-def _combine_routes(L: Layer, first: np.ndarray, fwd: np.ndarray):
+def combine_routes(L: Layer, first: np.ndarray, fwd: np.ndarray):
     """Combine hops, the dispatch reversed: inside a node each GPU sends its reduced rows
     straight to the owner, or to the owner's local-rank relay in its own node (the
     forwarding hop reversed); each relay sends one RDMA copy per token to the owner."""
