@@ -51,8 +51,9 @@ WRITE_DELAY = WRITE_LATENCY   #: cycles from the accept of a packet to its data 
 #: last per-row event's slot, when events were still queued -- to the sweep's first write
 #: (the packet manager waits for its pipeline and the event queue to drain, then the
 #: tracker enters its sweep and feeds it through its pipeline: measured on the RTL with
-#: moehub.cosim.hub_rtl.compare)
-SWEEP_DELAY = 13
+#: moehub.cosim.hub_rtl.compare; one cycle more since the end of a layer is decided a cycle
+#: ahead, like START and FLUSH)
+SWEEP_DELAY = 14
 
 
 @dataclass

@@ -51,7 +51,7 @@ BAD = [  # argv, the flag and value the message must name, more words it must co
     (["demo", "--config", "tiny", "--tokens", "300"], "--tokens", "'300'", "1..85"),
     (["demo", "--config", "tiny", "--tokens", "86"], "--tokens", "'86'", "1..85"),
     (["demo", "--seed", "-1"], "--seed", "'-1'", ">= 0"),
-    (["demo", "--config", "nosuch"], "--config", "'nosuch'", "deepseek-v3-8gpu, mixtral-8gpu, tiny"),
+    (["demo", "--config", "nosuch"], "--config", "'nosuch'", "b200-nvlink5, deepseek-v3-8gpu, mixtral-8gpu, nvl72, tiny"),
     (["cosim", "--rtl-gpus", "99"], "--rtl-gpus", "'99'", "0..7"),
     (["cosim", "--rtl-gpus", "0,x"], "--rtl-gpus", "'0,x'", "'all'"),
     (["cosim", "--gpus", "16", "--rtl-gpus", "16"], "--rtl-gpus", "'16'", "0..15"),

@@ -239,13 +239,17 @@ def test_configuration_latched_at_start():
 
 
 def test_model_of_a_hub_too_wide_for_the_rtl():
-    """The co-simulation's large systems (more than 32 sources) have a model with EOS_SEEN
-    spanning two words; the RTL's map refuses them."""
+    """Above 32 sources EOS_SEEN spans more than one word, in the RTL's map and the model's;
+    above 255 sources (PARAMS holds the count in a byte) only the co-simulation's model has
+    a map, and the RTL's refuses the config."""
     from moehub.config.schema import ConfigError
-    cfg = load_hub_config("tiny").replace(sources=40)
-    with pytest.raises(ConfigError):
-        CsrMap(cfg)
-    m = HubModel(cfg)
-    assert m.csr_map["EOS_SEEN"].words == 2
+    from moehub.rtl.csr_map import MAX_SOURCES
+    wide = load_hub_config("tiny").replace(sources=40)
+    assert CsrMap(wide)["EOS_SEEN"].words == 2
+    m = HubModel(wide)
     m.eos_seen[35] = True
     assert m.read("EOS_SEEN") == 1 << 35 and m.read_addr(m.csr_map.addr("EOS_SEEN", 0, 1)) == 1 << 3
+    too_wide = load_hub_config("tiny").replace(sources=MAX_SOURCES + 1)
+    with pytest.raises(ConfigError, match="sources"):
+        CsrMap(too_wide)
+    assert HubModel(too_wide).csr_map["EOS_SEEN"].words == (MAX_SOURCES + 32) // 32

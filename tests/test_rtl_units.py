@@ -315,9 +315,11 @@ def test_eos_tracker_counts_openers_up_to_every_lane():
         for s in range(S):
             ctx.set(eos.nxt_sel[s], 1)
         ctx.set(eos.nxt_eos, 0b010)
-        ctx.set(eos.nxt_cnt[1], 77)
+        ctx.set(eos.nxt_lane[1], 1 << (L - 1))  # (source 1's EOS came on the last lane,
+        ctx.set(eos.nxt_cnt[L - 1], 77)         # whose count register carries it)
         await ctx.tick()
         ctx.set(eos.nxt_eos, 0)
+        ctx.set(eos.nxt_cnt[L - 1], 0)
         assert ctx.get(eos.seen) & 0b111 == 0b010 and ctx.get(eos.got_eos) & 0b111 == 0
         await ctx.tick()
         assert ctx.get(eos.got_eos) & 0b111 == 0b010 and ctx.get(eos.count[1]) == 77
