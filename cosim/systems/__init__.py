@@ -38,11 +38,11 @@ __all__ = ["SYSTEMS", "BASELINES", "LABELS", "PHASES", "run_system", "run_hub", 
 
 
 def _run_once(name: str, L: Layer, hub_backend: str, hub_order: str, rtl_gpus: tuple,
-              module=None):
+              module=None, hub_features=frozenset()):
     if module is not None:
         return module.run(L)
     if name == "hub":
-        return hub.run_hub(L, hub_backend, hub_order, rtl_gpus)
+        return hub.run_hub(L, hub_backend, hub_order, rtl_gpus, hub_features)
     return MODULES[name].run(L)
 
 
@@ -70,16 +70,18 @@ def _settled(res, prev) -> bool:
 
 
 def run_system(name: str, L: Layer, hub_backend: str = "model",
-               hub_order: str = "token", rtl_gpus: tuple = (), module=None) -> SystemResult:
+               hub_order: str = "token", rtl_gpus: tuple = (), module=None,
+               hub_features=frozenset()) -> SystemResult:
     """Run one system to a fixed point of its phases' shared network (see the module
     docstring). RTL hubs run once, in the last pass, on the settled background traffic.
     ``module``: any object with ``run(L) -> SystemResult`` instead of the registered
-    system ``name`` (a study's variant of a system, run with the same passes)."""
+    system ``name`` (a study's variant of a system, run with the same passes);
+    ``hub_features``: the hub's protocol-v2 features (:mod:`.hub_v2`)."""
     background, last, prev, res = {}, {}, None, None
     backend = "model" if rtl_gpus else hub_backend
     for n in range(1, MAX_PASSES + 1):
         L.begin_run(background)
-        res = _run_once(name, L, backend, hub_order, (), module)
+        res = _run_once(name, L, backend, hub_order, (), module, hub_features)
         background, last = _mix(L.traffic, last), dict(L.traffic)
         if _settled(res, prev):
             break
@@ -88,7 +90,7 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     res.extra["converged"] = _settled(res, prev)
     if rtl_gpus or hub_backend != backend:
         L.begin_run(background)
-        res = _run_once(name, L, hub_backend, hub_order, rtl_gpus)
+        res = _run_once(name, L, hub_backend, hub_order, rtl_gpus, None, hub_features)
         res.extra["passes"] = n + 1
     res.nets = L.nets
     return res

@@ -23,11 +23,12 @@ def shared_item(L: Layer, t_gate: float) -> list:
 
 
 def run_queue(L: Layer, res: SystemResult, d: int, items: list, start: float, share_at,
-              complete_at=None, hbm_at=None):
+              complete_at=None, hbm_at=None, gpu=None):
     """Run GPU d's GEMM queue; add its passes to the timeline and its item starts to the
-    causality record. Returns (batches, end of routed GEMMs, end of shared expert)."""
+    causality record. Returns (batches, end of routed GEMMs, end of shared expert).
+    ``gpu``: a cost model other than the layer's (e.g. a gathering GEMM)."""
     hbm_at = hbm_share(L, d) if hbm_at is None else hbm_at
-    batches = ExpertQueue(L.gpu, start, share_at, complete_at, hbm_at).run(items)
+    batches = ExpertQueue(gpu or L.gpu, start, share_at, complete_at, hbm_at).run(items)
     for b in batches:
         routed = [it for it in b.items if it.expert >= 0]
         res.add(d, "gemm", "expert GEMM" if routed else "shared expert", b.start, b.end)

@@ -43,7 +43,7 @@ def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):
     return owners, landed
 
 
-def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend):
+def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend, cfg=None):
     """The hub's result for these arrivals: the passes of :func:`..systems.run_system`
     often hand a hub the same schedule again (its traffic settled before the combine's
     did), and a hub's outputs depend on its arrivals alone."""
@@ -53,10 +53,15 @@ def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend):
               arr.first_lane, arr.last_cycle, arr.last_lane):
         key.update(np.ascontiguousarray(a).tobytes())
     key.update(repr(arr.eos).encode())
+    if cfg is not None:                  # a protocol-v2 hub: its config, targets, counts
+        key.update(repr(cfg).encode() + repr(arr.counts).encode())
+        for a in (arr.tgt_row, arr.tgt_expert, arr.tgt_slot):
+            if a is not None:
+                key.update(np.ascontiguousarray(a).tobytes())
     cache = L.__dict__.setdefault("_hub_cache", {})
     k = (backend, d, key.hexdigest())
     if k not in cache:
-        cache[k] = run_backend(L.hub, arr)
+        cache[k] = run_backend(L.hub if cfg is None else cfg, arr)
     return cache[k]
 
 
@@ -73,13 +78,14 @@ def hub_flow_cap(L: Layer):
     return cap
 
 
-def _enforce_tags(L: Layer, first, last, position, ret_us):
+def _enforce_tags(L: Layer, first, last, position, ret_us, groups=None):
     """A source reuses tag (i mod tags) of a flow only after row i - tags's credit is back:
     row i's first packet leaves no earlier than that credit arrives; a late credit pauses
-    the flow (all later rows shift). Returns (first, last, stall count)."""
+    the flow (all later rows shift). Returns (first, last, stall count). ``groups``: the
+    rows of each (src, dst) flow (default the layer's routed rows)."""
     tags = L.hub.tags_per_source
     stalls = 0
-    for (s, d), idx in L.pair_groups():
+    for (s, d), idx in (L.pair_groups() if groups is None else groups):
         if len(idx) <= tags:
             continue
         idx = idx[np.argsort(position[idx])]
@@ -142,12 +148,19 @@ def hub_schedule(L: Layer, t0: float, order: str = "token"):
 
 
 def run_hub(L: Layer, backend: str = "model", order: str = "token",
-            rtl_gpus: tuple = ()) -> SystemResult:
+            rtl_gpus: tuple = (), features=frozenset()) -> SystemResult:
     """MoE-Hub. ``order="token"``: the routing kernel sends each row as soon as the token is
     routed (the paper's design). ``order="expert"``: a local layout kernel (no exchange)
     first groups each destination's rows by expert, so experts fill one after another.
     ``rtl_gpus``: destination GPUs whose hub is the Verilog (the others use ``backend``);
-    each of them is also run in model mode and the two are compared (``extra['rtl']``)."""
+    each of them is also run in model mode and the two are compared (``extra['rtl']``).
+    ``features``: protocol v2 (issue 14), any of "multicast", "early_counts", "paged"
+    (:mod:`.hub_v2`); none: protocol v1, this function."""
+    if features:
+        if rtl_gpus:
+            raise ValueError("protocol-v2 hub features run with the model hub only (no --rtl-gpus)")
+        from .hub_v2 import run_hub as run_hub_v2
+        return run_hub_v2(L, features, backend, order)
     label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
     if rtl_gpus:
         gpus = ",".join(map(str, rtl_gpus))
