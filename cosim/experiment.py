@@ -62,6 +62,7 @@ class ExperimentResult:
     hub_backend: str = "model"
     timings: dict = field(default_factory=dict)
     hub_order: str = "token"
+    hub_features: frozenset = frozenset()
 
     def latency(self, name: str) -> float:
         return self.results[name].latency_us
@@ -109,7 +110,9 @@ def end_to_end(L: Layer, moe_layer_us: float) -> float:
 def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadConfig,
                    systems=SYSTEMS, hub_backend: str = "model",
                    hub_base: HubConfig | None = None, hub_order: str = "token",
-                   rtl_gpus: tuple = ()) -> ExperimentResult:
+                   rtl_gpus: tuple = (), hub_features=frozenset()) -> ExperimentResult:
+    """Every system of ``systems`` on one layer (the hub always). ``hub_features``: the
+    hub's protocol-v2 features (:mod:`.systems.hub_v2`; none: protocol v1)."""
     for name in systems:
         if name not in SYSTEMS:
             raise ConfigError(f"systems = {name!r}: unknown (known: {', '.join(SYSTEMS)})")
@@ -126,12 +129,14 @@ def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadC
             if name in systems:
                 st.update(note=name, force=True)
                 t = time.perf_counter()
-                results[name] = run_system(name, L, hub_backend, hub_order, rtl_gpus)
+                results[name] = run_system(name, L, hub_backend, hub_order, rtl_gpus,
+                                           hub_features=frozenset(hub_features))
                 timings[name] = time.perf_counter() - t
                 st.advance()
     e2e = {n: end_to_end(L, r.latency_us) for n, r in results.items()}
     return ExperimentResult(system, model, workload, L, results, e2e,
-                            time.perf_counter() - t0, hub_backend, timings, hub_order)
+                            time.perf_counter() - t0, hub_backend, timings, hub_order,
+                            frozenset(hub_features))
 
 
 # ---------------------------------------------------------------------------- stats
@@ -172,6 +177,7 @@ def stats(er: ExperimentResult) -> dict:
         "systems": {},
         "wall_s": er.wall_s,
         "wall_s_per_system": er.timings,
+        "receive_memory": receive_memory(er),
     }
     for name, r in er.results.items():
         out["systems"][name] = {
@@ -185,6 +191,19 @@ def stats(er: ExperimentResult) -> dict:
             "phases": phase_stats(r, L.G),
             "gpu_end_us": [float(x) for x in r.gpu_end],
         }
+    return out
+
+
+def receive_memory(er: ExperimentResult) -> dict:
+    """Receive-buffer memory per GPU of every system run (:mod:`.memory`; the GPU with the
+    most), the hub's for its features, the static and paged hub and the capacity-padded
+    layout besides."""
+    from .memory import capacity_padded, hub_memory, system_memory
+    L = er.layer
+    out = {n: system_memory(L, n, er.hub_features) for n in er.results}
+    out["hub (static regions, v1)"] = hub_memory(L)
+    out["hub (paged)"] = hub_memory(L, er.hub_features | {"paged"})
+    out["capacity-padded (C=1.25)"] = capacity_padded(L)
     return out
 
 
