@@ -74,9 +74,9 @@ class GpuModel:
         self.peak = self.comp.peak_TFLOPs(self.dtype) * 1e6    # flop/us
         self.fixed = system.software.gemm_fixed_us
         self._eff: dict = {}
-        #: GEMM1's efficiency relative to a contiguous A operand: below 1 when the kernel
-        #: gathers its A rows by index (the hub's multicast arena, protocol v2)
-        self.gather_eff = 1.0
+        #: extra time per computed row when the kernel gathers its A rows by index (the
+        #: hub's multicast arena, protocol v2; :func:`..systems.hub_v2.gather_row_us`)
+        self.gather_row_us = 0.0
 
     # ------------------------------------------------------------------ basics
     def steady_eff(self, n: float, k: float) -> float:
@@ -136,8 +136,8 @@ class GpuModel:
         """Compute time of one (padded) row through a SwiGLU expert on the whole GPU:
         GEMM1 (N = 2 ffn, K = hidden) + GEMM2 (N = hidden, K = ffn)."""
         H = self.model.hidden
-        return (4.0 * H * ffn / self.steady_eff(2 * ffn, H) / self.gather_eff
-                + 2.0 * H * ffn / self.steady_eff(H, ffn)) / self.peak
+        return (4.0 * H * ffn / self.steady_eff(2 * ffn, H)
+                + 2.0 * H * ffn / self.steady_eff(H, ffn)) / self.peak + self.gather_row_us
 
     def _expert_rows(self, items: list, layout: str) -> dict:
         """expert -> (real rows, computed rows, weight share, ffn) of a pass."""

@@ -113,8 +113,8 @@ def point(system: str, model: str, workload: str, tokens: int | None, features,
         ex = res.extra
         notes = []
         if "multicast" in f:
-            notes.append(f"max {ex.get('max_targets')} targets/row, GEMM1 gather eff "
-                         f"{ex.get('gather_eff', 1.0):.2f}")
+            notes.append(f"max {ex.get('max_targets')} targets/row, gather "
+                         f"{1e3 * ex.get('gather_row_us', 0.0):.1f} ns/row")
         if "early_counts" in f and ex.get("early_final_us"):
             notes.append(f"experts final {np.mean(ex['early_final_us']):.0f} us before done")
         if "paged" in f and ex.get("pages"):

@@ -14,8 +14,10 @@ reference model (:class:`~moehub.verif.model.HubModel`) and the vectorised hub s
   writes one index entry per target; each target's tile counter counts the row when it
   completes; one credit per wire row. Across nodes the hub sends one copy per destination
   *GPU* over the NIC (no per-node copy and NVLink forward as DeepEP does). The expert
-  GEMM gathers its tile's rows by index: GEMM1 runs at :data:`GATHER_EFF` of a
-  contiguous A operand (GEMM2 reads GEMM1's own output, contiguous).
+  GEMM reads its tile's rows by index (:func:`gather_row_us`): either GEMM1 gathers its A
+  rows itself (at :data:`GATHER_EFF` of a contiguous A operand) or the kernel first copies
+  the tile's rows together (read + write at the calibrated copy rate, as DeepEP's permute);
+  the cheaper of the two per row (GEMM2 reads GEMM1's own output, contiguous).
 * **early_counts**: right after routing each source sends one header-sized count packet
   per expert of each destination (its rows for that expert, 0 included); the routing
   kernel counts its rows per expert as it routes (ASSUMPTION: fused into the routing
@@ -49,6 +51,16 @@ FEATURES = ("multicast", "early_counts", "paged")
 #: torch._grouped_mm's whole MoE forward (VeOmni PR #460, H100, CALIBRATION.md sec 4),
 #: whose contiguous path also pays a permute copy: consistent with ~0.83 for the GEMM.
 GATHER_EFF = 469.0 / 564.0
+
+
+def gather_row_us(L: Layer, row_bytes: int) -> float:
+    """Extra GEMM time per row of a multicast arena: the cheaper of a gathering GEMM1
+    (its time x (1 / GATHER_EFF - 1)) and a gather copy of the row (read and write its
+    ``row_bytes`` at the calibrated copy rate, :meth:`GpuModel.copy_us`)."""
+    g, m = L.gpu, L.model
+    H, f = m.hidden, m.expert_ffn
+    gemm1 = 4.0 * H * f / g.steady_eff(2 * f, H) / g.peak
+    return min(gemm1 * (1.0 / GATHER_EFF - 1.0), g.copy_us(2.0 * row_bytes))
 
 
 def check_features(features) -> frozenset:
@@ -242,12 +254,12 @@ def run_hub(L: Layer, features, backend: str = "model", order: str = "token") ->
     if cfg.multicast:                    # the expert GEMM gathers its A rows from the arena
         import copy
         gpu = copy.copy(g)
-        gpu.gather_eff = GATHER_EFF
+        gpu.gather_row_us = gather_row_us(L, cfg.stride_bytes)
     batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
     sms = L.comp.sms_for("hub")
     st = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0, "rows_allocated": 0,
           "features": sorted(features), "wire_rows": int(len(w)),
-          "max_targets": cfg.max_targets, "pages": [], "gather_eff": gpu.gather_eff,
+          "max_targets": cfg.max_targets, "pages": [], "gather_row_us": gpu.gather_row_us,
           "early_final_us": []}
     for d in range(G):
         arr = arrivals[d]
