@@ -74,8 +74,10 @@ class GpuModel:
         self.peak = self.comp.peak_TFLOPs(self.dtype) * 1e6    # flop/us
         self.fixed = system.software.gemm_fixed_us
         self._eff: dict = {}
-        #: extra time per computed row when the kernel gathers its A rows by index (the
-        #: hub's multicast arena, protocol v2; :func:`..systems.hub_v2.gather_row_us`)
+        #: time per real row a pass spends gathering its A rows by index before its GEMMs
+        #: (the hub's multicast arena, protocol v2; :func:`..systems.hub_v2.gather_row_us`);
+        #: added to the pass, not to the row's compute (so it does not change the rows a
+        #: pass needs to be compute bound)
         self.gather_row_us = 0.0
 
     # ------------------------------------------------------------------ basics
@@ -137,7 +139,7 @@ class GpuModel:
         GEMM1 (N = 2 ffn, K = hidden) + GEMM2 (N = hidden, K = ffn)."""
         H = self.model.hidden
         return (4.0 * H * ffn / self.steady_eff(2 * ffn, H)
-                + 2.0 * H * ffn / self.steady_eff(H, ffn)) / self.peak + self.gather_row_us
+                + 2.0 * H * ffn / self.steady_eff(H, ffn)) / self.peak
 
     def _expert_rows(self, items: list, layout: str) -> dict:
         """expert -> (real rows, computed rows, weight share, ffn) of a pass."""
@@ -168,9 +170,14 @@ class GpuModel:
             mem = (3.0 * H * f * m.weight_bytes * w + r * (2 * H + 3 * f) * m.act_bytes) \
                 / (self.hbm * hbm_share)
             parts.append((comp, mem))
+        if self.gather_row_us:         # the pass first gathers its rows (a serial step)
+            gather = self.gather_row_us * sum(r for r, _, _, _ in
+                                              self._expert_rows(items, layout).values())
+        else:
+            gather = 0.0
         if layout == "loop":
-            return sum(self.fixed + max(c, b) + 3 * self.launch for c, b in parts)
-        return self.fixed + max(sum(c for c, _ in parts), sum(b for _, b in parts))
+            return sum(self.fixed + max(c, b) + 3 * self.launch for c, b in parts) + gather
+        return self.fixed + max(sum(c for c, _ in parts), sum(b for _, b in parts)) + gather
 
     def dense_ffn_us(self, tokens: int, ffn: int) -> float:
         """A dense SwiGLU FFN over ``tokens`` rows (one fused launch, as before)."""

@@ -92,6 +92,14 @@ def test_multicast_allocates_every_routed_row_and_gathers(ds8, runs):
     copy = 2.0 * ds8.hub.stride_bytes / g.copy_bw
     assert r.extra["gather_row_us"] == pytest.approx(min(gemm1 * (1 / V2.GATHER_EFF - 1), copy))
     assert 0 < r.extra["gather_row_us"] < gemm1
+    # a pass pays it per real row, on top of its GEMMs
+    import copy as cp
+    from moehub.cosim.gpu import WorkItem
+    gg = cp.copy(g)
+    gg.gather_row_us = r.extra["gather_row_us"]
+    items = [WorkItem(0.0, 0, 100, 128, f)]
+    assert gg.expert_batch_us(items, 1.0) - g.expert_batch_us(items, 1.0) == \
+        pytest.approx(100 * r.extra["gather_row_us"])
 
 
 def test_early_counts_make_experts_known_before_the_done_word(runs):
