@@ -54,6 +54,7 @@ class ExpertCounts(wiring.Component):
 
     def __init__(self, cfg: HubConfig):
         if not cfg.count_packets:
+            self._MustUse__silence = True       # (refused: never elaborated)
             raise ValueError(f"hub[{cfg.name}]: per-expert counts need count_packets")
         self.cfg = cfg
         E, S = cfg.experts, cfg.sources

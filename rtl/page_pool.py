@@ -54,6 +54,7 @@ class PagePool(wiring.Component):
 
     def __init__(self, cfg: HubConfig):
         if not cfg.paged:
+            self._MustUse__silence = True       # (refused: never elaborated)
             raise ValueError(f"hub[{cfg.name}]: a page pool needs pool_pages > 0")
         self.cfg = cfg
         P = cfg.pool_pages
