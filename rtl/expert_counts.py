@@ -14,7 +14,7 @@ final bit; per (source, expert) a bit ``seen`` that refuses a repeated count pac
 one a cycle, lowest first (``final_valid``/``final_ready``): final words share the
 tracker's one control port with the flags.
 """
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -48,8 +48,13 @@ class ExpertCounts(wiring.Component):
     final_valid, final_expert : Out ; final_ready : In(1)
         An expert became final: the tracker writes its count and last partial flag.
     dup, over : Out(1)
-        Pulses (a cycle after the packet): a repeated count packet (COUNT_DUPLICATE); the
-        last count of an expert below its rows already allocated (COUNT_MISMATCH).
+        Pulses: a repeated count packet (COUNT_DUPLICATE, two cycles after it); the last
+        count of an expert below its rows already allocated (COUNT_MISMATCH, four cycles
+        after it).
+
+    Latency: a count packet reaches ``met``/``short`` three cycles after it is presented
+    (registered, checked, added), a completion one cycle after; an expert ready is handed
+    over a cycle after it is ready.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -76,49 +81,79 @@ class ExpertCounts(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c, E, S = self.cfg, self.cfg.experts, self.cfg.sources
-        seen = [Signal(E, name=f"seen{s}") for s in range(S)]
         total = [Signal(self.total_bits(), name=f"total{x}") for x in range(E)]
         announced = [Signal(range(S + 1), name=f"announced{x}") for x in range(E)]
         completed = [Signal(c.cap_bits, name=f"completed{x}") for x in range(E)]
-        final = Signal(E, name="final_r")
         all_in = Signal(E, name="all_in")
         m.d.comb += [all_in[x].eq(announced[x] == S) for x in range(E)]
-        # ---- a count packet: refused if repeated, else added to its expert's total
-        repeat = Signal()
-        m.d.comb += repeat.eq(Cat(seen[s].bit_select(self.cnt_expert, 1) & (self.cnt_src == s)
-                                  for s in range(S)).any())
-        take = self.cnt_valid & ~repeat
-        dup, over = Signal(name="dup_r"), Signal(name="over_r")
-        m.d.sync += [dup.eq(self.cnt_valid & repeat), over.eq(0)]
+        add, last_in = self._count_packets(m, total, announced)
+        self._compares(m, total, completed, all_in, last_in)
         for x in range(E):
-            mine = take & (self.cnt_expert == x)
-            with m.If(mine):
-                m.d.sync += [total[x].eq(total[x] + self.cnt_count), announced[x].eq(announced[x] + 1)]
-                # (the last count: its total against the rows already in)
-                with m.If((announced[x] == S - 1) & (self.rows[x] > total[x] + self.cnt_count)):
-                    m.d.sync += over.eq(1)
-            for s in range(S):
-                with m.If(mine & (self.cnt_src == s)):
-                    m.d.sync += seen[s][x].eq(1)
             with m.If(self.done_valid & (self.done_expert == x)):
                 m.d.sync += completed[x].eq(completed[x] + 1)
-        m.d.comb += [self.dup.eq(dup), self.over.eq(over)]
-        # ---- met / short / ready, from registers
+        with m.If(self.clear):
+            m.d.sync += [t.eq(0) for t in total] + [a.eq(0) for a in announced] \
+                + [k.eq(0) for k in completed] + [add.eq(0)]
+        return m
+
+    def _count_packets(self, m, total, announced):
+        """Count packets in three stages: registered (I), refused if repeated (seen, D),
+        added to the expert's total (A). A repeat is decided and recorded in the same stage,
+        so back-to-back packets of one (source, expert) see each other. Returns the
+        registered one-hot of the packet adding in A and the experts whose last count came."""
+        c, E, S = self.cfg, self.cfg.experts, self.cfg.sources
+        # (I) the packet registered, its source and expert as one-hots
+        i_valid, i_cnt = Signal(name="i_valid"), Signal(c.count_bits, name="i_cnt")
+        src_oh = Signal(S, name="i_src_oh")
+        exp_oh = Signal(E, name="i_exp_oh")
+        m.d.sync += [i_valid.eq(self.cnt_valid), i_cnt.eq(self.cnt_count)]
+        m.d.sync += [src_oh[s].eq(self.cnt_src == s) for s in range(S)]
+        m.d.sync += [exp_oh[x].eq(self.cnt_expert == x) for x in range(E)]
+        # (D) seen: a bit per (source, expert), the packet's chosen by the one-hots
+        seen = [Signal(E, name=f"seen{s}") for s in range(S)]
+        repeat = Signal(name="repeat")
+        m.d.comb += repeat.eq(Cat(src_oh[s] & (seen[s] & exp_oh).any() for s in range(S)).any())
+        add = Signal(E, name="add")                 # (A) one-hot: the expert this count adds to
+        a_cnt = Signal(c.count_bits, name="a_cnt")
+        dup = Signal(name="dup_r")
+        m.d.sync += [add.eq(Mux(i_valid & ~repeat, exp_oh, 0)), a_cnt.eq(i_cnt),
+                     dup.eq(i_valid & repeat)]
+        for s in range(S):
+            with m.If(i_valid & ~repeat & src_oh[s]):
+                m.d.sync += seen[s].eq(seen[s] | exp_oh)
+        m.d.comb += self.dup.eq(dup)
+        last_in = Signal(E, name="last_in")         # the expert's last count was added (A)
+        for x in range(E):
+            with m.If(add[x]):
+                m.d.sync += [total[x].eq(total[x] + a_cnt), announced[x].eq(announced[x] + 1)]
+        m.d.sync += [last_in[x].eq(add[x] & (announced[x] == S - 1)) for x in range(E)]
+        with m.If(self.clear):
+            m.d.sync += [s_.eq(0) for s_ in seen] + [i_valid.eq(0), last_in.eq(0)]
+        return add, last_in
+
+    def _compares(self, m, total, completed, all_in, last_in):
+        """met, short, the mismatch of a last count, and the final hand-off -- each compare
+        from registers; ``ready`` is registered, then masked by ``final`` (which the
+        hand-off sets), so an expert is handed over once."""
+        E = self.cfg.experts
         m.d.comb += [self.met[x].eq(all_in[x] & (self.rows[x] >= total[x])) for x in range(E)]
         m.d.comb += [self.short[x].eq(all_in[x] & (self.rows[x] < total[x])) for x in range(E)]
+        over = Signal(name="over_r")
+        m.d.sync += over.eq(Cat(last_in[x] & (self.rows[x] > total[x]) for x in range(E)).any())
+        m.d.comb += self.over.eq(over)
         ready = Signal(E, name="ready")
-        m.d.comb += [ready[x].eq(all_in[x] & ~final[x] & (completed[x] == total[x])
-                                 & (self.rows[x] == total[x])) for x in range(E)]
-        # ---- hand the lowest ready expert to the tracker
-        with m.If(ready.any()):
+        m.d.sync += [ready[x].eq(all_in[x] & (completed[x] == total[x]) & (self.rows[x] == total[x]))
+                     for x in range(E)]
+        final = Signal(E, name="final_r")
+        cand = Signal(E, name="cand")
+        m.d.comb += cand.eq(ready & ~final)
+        with m.If(cand.any()):
             m.d.comb += self.final_valid.eq(1)
             for x in reversed(range(E)):
-                with m.If(ready[x]):
+                with m.If(cand[x]):
                     m.d.comb += self.final_expert.eq(x)
         with m.If(self.final_valid & self.final_ready):
             m.d.sync += final.eq(final | (1 << self.final_expert))
         m.d.comb += self.final.eq(final)
         with m.If(self.clear):
-            m.d.sync += [s_.eq(0) for s_ in seen] + [t.eq(0) for t in total] \
-                + [a.eq(0) for a in announced] + [k.eq(0) for k in completed] + [final.eq(0)]
-        return m
+            m.d.sync += [final.eq(0), ready.eq(0), over.eq(0)]
