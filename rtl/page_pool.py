@@ -61,7 +61,7 @@ class PagePool(wiring.Component):
         P = cfg.pool_pages
         super().__init__({
             "avail": Out(1), "page": Out(cfg.page_bits), "take": In(1),
-            "ret": In(1), "ret_page": In(16), "bad": Out(1), "free": Out(range(P + 1)),
+            "ret": In(1), "ret_page": In(16), "bad": Out(1), "free": Out(range(P + 1), init=P),
         })
 
     def elaborate(self, platform):

@@ -40,6 +40,7 @@ def test_page_pool_hands_out_and_takes_back_pages_as_the_model(pages, seed):
             bad[0] += pulse
 
     async def bench(ctx):
+        assert ctx.get(pool.free) == pages          # (from reset on: found by the formal harness)
         for layer in range(10):
             for _ in range(rng.randrange(pages + 3)):                 # a layer's takes
                 if rng.random() < 0.3:
