@@ -491,17 +491,24 @@ class PacketManager(wiring.Component):
             # one-hot's candidates are chosen first, from R's registers alone (ahead[v]:
             # dec[t + v] for the lag t), so that p_sel, the late one-hot, only picks among
             # them: a dec of (lag + b + n) is ahead[b + n].
-            psel_t = select([(r.src_oh[s], eos.p_sel[s]) for s in range(cfg.sources)], L + 1)
+            # (named signals, here and below: an unnamed expression is walked whole by every
+            # statement that reads it, and nvl72's 72-source select is read by thousands)
+            psel_t = Signal(L + 1, name=f"t_psel{j}")
+            m.d.comb += psel_t.eq(select([(r.src_oh[s], eos.p_sel[s]) for s in range(cfg.sources)], L + 1))
             ahead = [Signal(ds, name=f"t_ahead{j}_{v}") for v in range(2 * L + 1)]
             ahead_le = [None] + [Signal(name=f"t_ahead_le{j}_{v}") for v in range(1, 3 * L + 1)]
             m.d.comb += [ahead[v].eq(select([(r.lag[t], r.dec[t + v]) for t in range(2 * L + 1)], ds))
                          for v in range(2 * L + 1)]
             m.d.comb += [ahead_le[v].eq(_any(r.lag[t] & r.dec[t + v][-1] for t in range(2 * L + 1)))
                          for v in range(1, 3 * L + 1)]
-            shifted.append([select([(psel_t[b], ahead[b + n]) for b in range(L + 1)], ds)
-                            for n in range(L + 1)])
-            shifted_le.append([[_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1))
-                                for k in range(L)] for n in range(L + 1)])
+            sh = [Signal(ds, name=f"t_shifted{j}_{n}") for n in range(L + 1)]
+            sh_le = [Signal(L, name=f"t_shifted_le{j}_{n}") for n in range(L + 1)]
+            m.d.comb += [sh[n].eq(select([(psel_t[b], ahead[b + n]) for b in range(L + 1)], ds))
+                         for n in range(L + 1)]
+            m.d.comb += [sh_le[n][k].eq(_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1)))
+                         for n in range(L + 1) for k in range(L)]
+            shifted.append(sh)
+            shifted_le.append(sh_le)
         # (each lane's EOS values go to the EOS tracker as they are; it picks a source's)
         m.d.comb += [eos.nxt_cnt[j].eq(R[j].pkt.count) for j in range(L)]
         m.d.comb += [eos.nxt_evec[j][n].eq(shifted[j][n]) for j in range(L) for n in range(L + 1)]
