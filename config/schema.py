@@ -115,6 +115,10 @@ class HubConfig:
     event_queue_depth: int = 32  #: control-event queue (metadata, completions) entries
     credit_queue_depth: int = 32 #: credit-return queue entries
     timeout_cycles: int = 1 << 20  #: default watchdog: idle cycles before a forced flush (0 = off)
+    # ---- protocol v2 (issue 14); the defaults are protocol v1 ----
+    max_targets: int = 1         #: experts of this GPU one row may name (multicast; 1 = one row per (token, expert))
+    count_packets: bool = False  #: per-(source, expert) count packets: an expert completes the moment its counts are met
+    pool_pages: int = 0          #: pages of the receive pool (paged mode, one page = one tile of rows); 0 = static regions
 
     # ---- derived quantities (one place, used by RTL, model and tests) ----
     @cached_property
@@ -174,9 +178,35 @@ class HubConfig:
         return field_bits(self.max_tile_rows)
 
     @cached_property
+    def multicast(self) -> bool:
+        """Rows name a set of experts (protocol v2): the data lands once, in the pool."""
+        return self.max_targets > 1
+
+    @cached_property
+    def paged(self) -> bool:
+        return self.pool_pages > 0
+
+    @cached_property
+    def pool_rows(self) -> int:
+        """Rows the pool addresses: the paged pool at the largest tile, or (multicast,
+        static) one arena as large as all the static regions together."""
+        return self.pool_pages * self.max_tile_rows if self.paged else self.experts * self.max_rows_per_expert
+
+    @cached_property
+    def loc_bits(self) -> int:
+        """Width of a row's place in the pool (multicast metadata words point there)."""
+        return index_bits(self.pool_rows)
+
+    @cached_property
+    def page_bits(self) -> int:
+        return index_bits(max(self.pool_pages, 1))
+
+    @cached_property
     def meta_word_bytes(self) -> int:
-        """Bytes of one metadata entry ({slot, token, source} packed, source in the low bits)."""
-        return 4 if self.src_bits + self.token_bits + self.slot_bits <= 32 else 8
+        """Bytes of one metadata entry ({slot, token, source} packed, source in the low bits;
+        with multicast the row's place in the pool above them)."""
+        bits = self.src_bits + self.token_bits + self.slot_bits + (self.loc_bits if self.multicast else 0)
+        return 4 if bits <= 32 else 8 if bits <= 64 else 16
 
     @cached_property
     def line_rate_GBps(self) -> float:
@@ -232,6 +262,11 @@ class HubConfig:
         _require(self.row_bytes >= 2 * self.chunk_bytes, f"{p}.row_bytes", self.row_bytes,
                  f"must be at least two chunks (2 x {self.chunk_bytes}): a packet then never "
                  "both opens and completes a row")
+        _require(1 <= self.max_targets <= min(self.experts, self.topk), f"{p}.max_targets",
+                 self.max_targets, f"must be in 1..min(experts, topk) = {min(self.experts, self.topk)}")
+        _require(self.pool_pages >= 0, f"{p}.pool_pages", self.pool_pages, "must be >= 0 (0 = static regions)")
+        _require(self.pool_pages < 1 << 16, f"{p}.pool_pages", self.pool_pages,
+                 "a tile flag names its page in 16 bits: at most 65535 pages")
         # The packet manager accepts a group only when the queues have room for one event
         # and one credit per packet in flight: QUEUE_GROUPS groups of `lanes` packets.
         q = QUEUE_GROUPS * self.lanes

@@ -12,8 +12,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from ..config.schema import HubConfig, ConfigError
-from .formats import HubFormats, Reason
+from ..config.schema import HubConfig, ConfigError, field_bits
+from .formats import HubFormats, config_reasons
 
 CSR_DATA_BITS = 32
 HUB_ID = 0x4D4F4548  # "MOEH"
@@ -129,7 +129,7 @@ class CsrMap:
             ("PARAMS", 1, 1, 32, "ro", "lanes | experts << 8 | sources << 16 | tags << 24"),
             ("CTRL", 1, 1, 3, "wo", "bit0 START, bit1 FLUSH, bit2 CLEAR_ERRORS (strobes)"),
             ("STATUS", 1, 1, 5, "ro", "bit0 ARMED, bit1 CLEARING, bit2 SWEEPING, bit3 DONE, bit4 ERROR"),
-            ("ERRORS", 1, 1, len(Reason), "ro", "sticky bit per Reason; cleared by CTRL.CLEAR_ERRORS"),
+            ("ERRORS", 1, 1, len(config_reasons(cfg)), "ro", "sticky bit per Reason; cleared by CTRL.CLEAR_ERRORS"),
             ("EPOCH", 1, 1, 32, "rw", "value written into tile flags and the done word"),
             ("TILE_ROWS_LOG2", 1, 1, 8, "rw", "log2(rows per tile); takes effect at START"),
             ("TIMEOUT", 1, 1, 32, "rw", "watchdog: idle cycles of an armed layer before a flush (0 = off)"),
@@ -147,8 +147,17 @@ class CsrMap:
             ("SRC_ROWS", cfg.sources, 1, cfg.count_bits, "ro",
              "rows opened per source (compare with SRC_EOS)"),
             ("SRC_EOS", cfg.sources, 1, cfg.count_bits, "ro", "end-of-stream row count per source"),
-            ("DROPS", len(Reason), 1, 32, "ro", "counter per Reason (see formats.Reason)"),
+            ("DROPS", len(config_reasons(cfg)), 1, 32, "ro", "counter per Reason (see formats.Reason)"),
         ]
+        if cfg.multicast or cfg.paged:      # protocol v2's pool (after v1's registers)
+            regs += [
+                ("POOL_BASE", 1, aw, cfg.addr_bits, "rw",
+                 "the pool: multicast rows' data (arena) and, paged, every page (a tile of rows)"),
+                ("POOL_CAP", 1, 1, field_bits(cfg.pool_rows), "rw",
+                 "rows of the static multicast arena (unused when paged); takes effect at START"),
+                ("PAGE_FREE", 1, 1, 16, "wo", "write a page number to hand the page back (paged)"),
+                ("POOL_FREE", 1, 1, 32, "ro", "pages free: returned plus never handed out (paged)"),
+            ]
         self.registers: dict[str, Register] = {}
         off = 0
         arrays = {"REGION_BASE", "REGION_CAP", "ROWS", "OVERFLOW", "SRC_ROWS", "SRC_EOS", "DROPS"}
@@ -194,7 +203,7 @@ class CsrMap:
         """Named bit fields of register ``name``; empty for a register that holds one value
         (its ``width`` low bits), so software needs no field table for those."""
         if name == "ERRORS":
-            return tuple(BitField(r.name, int(r), 1, f"sticky: {r.name} seen") for r in Reason)
+            return tuple(BitField(r.name, int(r), 1, f"sticky: {r.name} seen") for r in config_reasons(self.cfg))
         return {"CTRL": CTRL_FIELDS, "STATUS": STATUS_FIELDS, "PARAMS": PARAMS_FIELDS}.get(name, ())
 
     def reset_value(self, name: str) -> int:
@@ -213,13 +222,13 @@ class CsrMap:
         (after it is cut to the register's width), as the CSR bank does."""
         c = self.cfg
         return {"TILE_ROWS_LOG2": (c.min_tile_rows.bit_length() - 1, c.max_tile_rows.bit_length() - 1),
-                "REGION_CAP": (0, c.max_rows_per_expert)}
+                "REGION_CAP": (0, c.max_rows_per_expert), "POOL_CAP": (0, c.pool_rows)}
 
     def to_json(self) -> str:
         return json.dumps({
             "config": self.cfg.name, "word_bytes": 4, "size_words": self.size_words,
             "registers": [r.__dict__ for r in self.registers.values()],
-            "reasons": {r.name: int(r) for r in Reason},
+            "reasons": {r.name: int(r) for r in config_reasons(self.cfg)},
         }, indent=2)
 
     def to_c_header(self) -> str:
@@ -305,11 +314,11 @@ def _c_fields(prefix: str, fields) -> list[str]:
     return out
 
 
-def _c_reasons() -> list[str]:
+def _c_reasons(cfg: HubConfig) -> list[str]:
     """Drop/error reasons: the index into DROPS and the bit of ERRORS."""
     out = ["", "/* ---- reasons: index into DROPS[], bit number in ERRORS ---- */"]
-    out += [_define(f"REASON_{r.name}", int(r)) for r in Reason]
-    return out + [_define("REASON_COUNT", len(Reason))]
+    out += [_define(f"REASON_{r.name}", int(r)) for r in config_reasons(cfg)]
+    return out + [_define("REASON_COUNT", len(config_reasons(cfg)))]
 
 
 def _c_outputs(cfg: HubConfig) -> list[str]:
@@ -366,7 +375,7 @@ def c_header(cmap: CsrMap) -> str:
     lines = _c_preamble(cmap) + _c_config(cmap.cfg)
     for r in cmap.registers.values():
         lines += _c_register(cmap, r)
-    lines += _c_reasons() + _c_outputs(cmap.cfg) + ["", "#endif /* MOEHUB_CSR_H */"]
+    lines += _c_reasons(cmap.cfg) + _c_outputs(cmap.cfg) + ["", "#endif /* MOEHUB_CSR_H */"]
     names = [ln.split()[1].split("(")[0] for ln in lines if ln.startswith("#define ")]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

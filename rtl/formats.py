@@ -15,6 +15,7 @@ from ..config.schema import HubConfig
 class PacketKind(enum.IntEnum):
     DATA = 0   #: one chunk of one row
     EOS = 1    #: end of stream: the source sent ``count`` rows to this GPU
+    COUNT = 2  #: (protocol v2, ``count_packets``) the source sends ``count`` rows to ``expert``
 
 
 class CtlKind(enum.IntEnum):
@@ -43,6 +44,23 @@ class Reason(enum.IntEnum):
     EOS_MISMATCH = 9   #: end-of-stream count smaller than the rows already received (event)
     EOS_DUPLICATE = 10 #: a second end-of-stream from the same source (event, ignored)
     TIMEOUT = 11       #: the watchdog flushed the layer (event)
+    # ---- protocol v2 (issue 14): reachable only in configs with the feature ----
+    COUNT_MISMATCH = 12   #: an expert's rows exceed its announced counts (row dropped), or fall short at the end (event)
+    COUNT_DUPLICATE = 13  #: a second count packet from one source for one expert (event, ignored)
+    PAGE_BAD = 14         #: a page returned that is not handed out (twice, or never; CSR write ignored)
+
+
+#: Reasons only protocol v2's features reach (numbered last, so a v1 hub's DROPS and
+#: ERRORS stop before them).
+V2_REASONS = (Reason.COUNT_MISMATCH, Reason.COUNT_DUPLICATE, Reason.PAGE_BAD)
+
+
+def config_reasons(cfg: HubConfig) -> tuple:
+    """The reasons a hub of ``cfg`` counts (its DROPS array, its ERRORS bits): all of them
+    with a protocol v2 feature, else all but :data:`V2_REASONS`."""
+    if cfg.multicast or cfg.count_packets or cfg.paged:
+        return tuple(Reason)
+    return tuple(r for r in Reason if r not in V2_REASONS)
 
 
 #: Reasons that drop a row (the row's credit is still returned when its chunks are in).
@@ -90,24 +108,37 @@ class HubFormats:
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
-        self.packet = Format("packet", [
-            Field("kind", 1), Field("src", cfg.src_bits), Field("tag", cfg.tag_bits),
-            Field("expert", cfg.expert_bits), Field("token", cfg.token_bits),
-            Field("slot", cfg.slot_bits), Field("chunk", cfg.chunk_bits),
-            Field("count", cfg.count_bits), Field("data", cfg.data_bits),
-        ])
+        kind = Field("kind", 2 if cfg.count_packets else 1)
+        tail = [Field("chunk", cfg.chunk_bits), Field("count", cfg.count_bits), Field("data", cfg.data_bits)]
+        if not cfg.multicast:
+            self.packet = Format("packet", [
+                kind, Field("src", cfg.src_bits), Field("tag", cfg.tag_bits),
+                Field("expert", cfg.expert_bits), Field("token", cfg.token_bits),
+                Field("slot", cfg.slot_bits), *tail])
+        else:   # (up to max_targets (valid, expert, slot) entries; a count packet uses expert0)
+            self.packet = Format("packet", [
+                kind, Field("src", cfg.src_bits), Field("tag", cfg.tag_bits),
+                *[Field(f"{k}{i}", w) for i in range(cfg.max_targets)
+                  for k, w in (("valid", 1), ("expert", cfg.expert_bits), ("slot", cfg.slot_bits))],
+                Field("token", cfg.token_bits), *tail])
         self.write = Format("write", [Field("addr", cfg.addr_bits), Field("data", cfg.data_bits)])
         self.ctl = Format("ctl", [Field("kind", 2), Field("addr", cfg.addr_bits),
                                   Field("data", 8 * cfg.meta_word_bytes)])
         self.credit = Format("credit", [Field("src", cfg.src_bits), Field("tag", cfg.tag_bits)])
         self.meta_word = Format("meta_word", [Field("src", cfg.src_bits),
                                               Field("token", cfg.token_bits),
-                                              Field("slot", cfg.slot_bits)])
+                                              Field("slot", cfg.slot_bits)]
+                                + ([Field("loc", cfg.loc_bits)] if cfg.multicast else []))
+        #: a tile flag: the layer's epoch; paged without multicast, the tile's page above
+        #: 16 bits of epoch (the GEMM finds the tile's rows there)
+        self.flag_word = Format("flag_word", [Field("epoch", 32)] if not (cfg.paged and not cfg.multicast)
+                                else [Field("epoch", 16), Field("page", 16)])
 
 
 # ---- addresses the hub forms (one definition, used by model and tests) ----
 
 def data_addr(cfg: HubConfig, region_base: int, row: int, chunk: int) -> int:
+    """Chunk ``chunk`` of row ``row`` of a region (or of the pool, ``row`` its place there)."""
     return (region_base + row * cfg.stride_bytes + chunk * cfg.chunk_bytes) % (1 << cfg.addr_bits)
 
 

@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
-from .formats import Reason
+from .formats import Reason, config_reasons
 from .timing import GROUP_BITS
 
 
@@ -143,10 +143,10 @@ def layer_status_signature(cfg: HubConfig) -> wiring.Signature:
     eos_seen : Out(sources)               end-of-stream received, per source
     src_rows, src_eos : Out(count_bits).array(sources)   rows received; EOS count
     overflow : Out(32).array(experts)     rows dropped for a full region, per expert
-    drops : Out(32).array(len(Reason))    drops by reason
-    errors : Out(len(Reason))             sticky: a reason occurred (until CLEAR_ERRORS)
+    drops : Out(32).array(nr)            drops by reason (nr = len(config_reasons(cfg)))
+    errors : Out(nr)                      sticky: a reason occurred (until CLEAR_ERRORS)
     """
-    S, nr = cfg.sources, len(Reason)
+    S, nr = cfg.sources, len(config_reasons(cfg))
     return wiring.Signature({
         "armed": Out(1), "done": Out(1), "sweeping": Out(1), "inflight": Out(32),
         "eos_seen": Out(S),

@@ -77,7 +77,7 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig
 from .chunk_table import ChunkTable, onehot_mux
 from .eos_tracker import EosTracker, dist_shape
-from .formats import Reason
+from .formats import Reason, config_reasons
 from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
@@ -703,10 +703,10 @@ class PacketManager(wiring.Component):
         covers the two cycles.) :meth:`_layer_control` resets them."""
         cfg, L, T, AL = self.cfg, self.cfg.lanes, self.t, self.al
         self.inflight = Signal(range(cfg.entries + 1), name="inflight")
-        self.drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in Reason]
+        self.drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in config_reasons(cfg)]
         self.overflow = [Signal(32, name=f"overflow{e}") for e in range(cfg.experts)]
         self.src_rows = [Signal(cfg.count_bits, name=f"src_rows{s}") for s in range(cfg.sources)]
-        self.errors = Signal(len(Reason), name="errors")
+        self.errors = Signal(len(config_reasons(cfg)), name="errors")
 
         def counted(counter, bits, name, count=popcount):
             inc = Signal(range(L + 1), name=f"inc_{name}")

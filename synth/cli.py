@@ -10,6 +10,7 @@ import sys
 from .. import progress
 from ..paths import HELP
 from ..scripts.args import UsageError, float_above, int_at_least, load_config_flag
+from ..config.schema import ConfigError
 from . import flow, sram
 
 
@@ -111,6 +112,32 @@ def cmd_equiv(args) -> int:
     return 0 if all(r.proved for r in results) else 1
 
 
+def cmd_synth_unit(args) -> int:
+    from . import units
+    from .tools import ToolMissing
+    cfg = load_config_flag("--config", flow.load_hub_config, args.config)
+    changes = _changes(args) or {}
+    for key, value in changes.items():
+        if key not in ("max_targets", "pool_pages", "count_packets"):
+            raise UsageError("--set", f"{key}={value}", "a unit takes max_targets, pool_pages or count_packets")
+    if "count_packets" in changes:
+        changes["count_packets"] = bool(changes["count_packets"])
+    try:
+        cfg = flow.synth_config(cfg.replace(**changes))
+        units.build(args.unit, cfg)._MustUse__silence = True      # (refused early: exit 2)
+    except (ValueError, ConfigError) as e:
+        raise UsageError("--set", " ".join(args.set or []) or "(none)", str(e)) from None
+    try:
+        r = units.run_unit(args.unit, cfg, args.out, args.clock_ns)
+    except ToolMissing as e:
+        print(f"moehub synth-unit: ASIC flow unavailable: {e}", file=sys.stderr)
+        return 3
+    print(f"{r['unit']} ({r['config']}): {r['gate_equivalents']:.0f} GE, {r['flops']} flops, "
+          f"{r['sram_bits']} SRAM bits -> N5 {r['n5_mm2']:.5f} mm2; {r['fo4']:.1f} FO4 "
+          f"({r['path']}), N5 fmax {r['n5_fmax_GHz']:.2f} GHz; {r['out']}")
+    return 0
+
+
 def _changes(args):
     changes = None
     if args.set is not None:
@@ -150,6 +177,17 @@ def add_parser(sub) -> None:
     s.add_argument("--fpga-MHz", type=float_above(0), default=50.0, help="ECP5 nextpnr target frequency")
     s.add_argument("--out", default=None, help=f"output folder (default <build>/synth/<config>; <build> is {HELP})")
     s.set_defaults(func=cmd_synth)
+
+    u = sub.add_parser("synth-unit", help="synthesise one RTL unit on its own (protocol v2's page_pool, "
+                       "expert_counts): area, deepest path, N5 projection")
+    from .units import UNITS
+    u.add_argument("unit", choices=sorted(UNITS))
+    u.add_argument("--config", default="deepseek-v3-8gpu", help="hub config name or YAML path (default deepseek-v3-8gpu)")
+    u.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="protocol v2 keys of the config: pool_pages=N, count_packets=1, max_targets=N (repeatable)")
+    u.add_argument("--clock-ns", type=float_above(0), default=flow.DEFAULT_PERIOD_NS)
+    u.add_argument("--out", default=None, help=f"output folder (default <build>/synth/unit-<unit>-<config>; <build> is {HELP})")
+    u.set_defaults(func=cmd_synth_unit)
 
     w = sub.add_parser("synth-sweep", help="area and fmax against experts, lanes, tags and GPUs "
                        "(CSV + PNG under synth/sweep/ in the build folder)")

@@ -50,10 +50,12 @@ def _flatten_names(il_text: str) -> str:
                   il_text, flags=re.M)
 
 
-def write_verilog(cfg: HubConfig, out_dir: Path) -> Path:
-    """Write ``<out_dir>/moehub.il`` and ``<out_dir>/moehub.v``; return the Verilog path."""
+def write_verilog(cfg: HubConfig, out_dir: Path, design=None) -> Path:
+    """Write ``<out_dir>/moehub.il`` and ``<out_dir>/moehub.v``; return the Verilog path.
+    ``design``: another component to synthesise in the hub's place (a unit on its own,
+    :mod:`moehub.synth.units`), under the same top name."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    il = _flatten_names(rtlil.convert(MoEHub(cfg), name=TOP))
+    il = _flatten_names(rtlil.convert(MoEHub(cfg) if design is None else design, name=TOP))
     il_path = out_dir / f"{TOP}.il"
     il_path.write_text(il)
     v_path = out_dir / f"{TOP}.v"

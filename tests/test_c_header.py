@@ -18,7 +18,7 @@ import pytest
 from moehub.config.schema import available, load_hub_config
 from moehub.rtl import csr_map as cm
 from moehub.rtl.csr_map import CsrMap
-from moehub.rtl.formats import HubFormats, Reason, count_addr, flag_addr, meta_addr
+from moehub.rtl.formats import HubFormats, Reason, config_reasons, count_addr, flag_addr, meta_addr
 from moehub.verif.model import HubModel
 
 CC = shutil.which("gcc") or shutil.which("cc")
@@ -74,10 +74,10 @@ def expected_fields(cfg) -> dict[str, int]:
         exp.update(_bit(f"CTRL_{name}", getattr(cm, f"CTRL_{name}")))
     for name in ("ARMED", "CLEARING", "SWEEPING", "DONE", "ERROR"):
         exp.update(_bit(f"STATUS_{name}", getattr(cm, f"STATUS_{name}")))
-    for r in Reason:
+    for r in config_reasons(cfg):
         exp.update(_bit(f"ERRORS_{r.name}", 1 << int(r)))
         exp[f"REASON_{r.name}"] = int(r)
-    exp["REASON_COUNT"] = len(Reason)
+    exp["REASON_COUNT"] = len(config_reasons(cfg))
     params = {"LANES": cfg.lanes, "EXPERTS": cfg.experts, "SOURCES": cfg.sources,
               "TAGS": cfg.tags_per_source}
     for name, value in params.items():

@@ -48,15 +48,28 @@ class Packet:
     chunk: int = 0
     count: int = 0
     data: int = 0
+    #: protocol v2 multicast (``max_targets > 1``): the experts of this GPU the row goes
+    #: to, each with its top-k slot, as ``((expert, slot), ...)``; ``expert``/``slot`` unused
+    targets: tuple = ()
 
     @classmethod
     def eos(cls, src: int, count: int) -> "Packet":
         return cls(kind=PacketKind.EOS, src=src, count=count)
 
+    @classmethod
+    def counts(cls, src: int, expert: int, count: int) -> "Packet":
+        """Protocol v2 count packet: ``src`` sends ``count`` rows to ``expert`` this layer."""
+        return cls(kind=PacketKind.COUNT, src=src, expert=expert, count=count)
+
     def fields(self) -> dict:
-        return dict(kind=int(self.kind), src=self.src, tag=self.tag, expert=self.expert,
-                    token=self.token, slot=self.slot, chunk=self.chunk, count=self.count,
-                    data=self.data)
+        f = dict(kind=int(self.kind), src=self.src, tag=self.tag, expert=self.expert,
+                 token=self.token, slot=self.slot, chunk=self.chunk, count=self.count,
+                 data=self.data)
+        for i, (x, sl) in enumerate(self.targets):        # (the multicast format's entries)
+            f.update({f"valid{i}": 1, f"expert{i}": x, f"slot{i}": sl})
+        if self.kind == PacketKind.COUNT:
+            f.update(valid0=1, expert0=self.expert)
+        return f
 
 
 @dataclass
@@ -67,6 +80,10 @@ class Entry:
     row: int = 0
     bitmap: int = 0
     closed_cycle: Optional[int] = None  # the cycle its row completed (same-cycle rule)
+    dests: tuple = ()                   # the ((expert, slot), ...) its first chunk named
+    rows: tuple = ()                    # its row in each target expert (v2: one per target)
+    loc: int = 0                        # where its data lands: region row, or place in the pool
+    page: int = -1                      # (paged, unicast) the page of its tile
 
 
 @dataclass(frozen=True)
@@ -165,7 +182,8 @@ class HubModel:
     #: register name -> attribute holding a read-write register's value
     _RW_ATTR = {"EPOCH": "epoch", "TILE_ROWS_LOG2": "tile_rows_log2", "TIMEOUT": "timeout",
                 "FLAG_BASE": "flag_base", "META_BASE": "meta_base", "COUNT_BASE": "count_base",
-                "REGION_BASE": "region_base", "REGION_CAP": "region_cap"}
+                "REGION_BASE": "region_base", "REGION_CAP": "region_cap",
+                "POOL_BASE": "pool_base", "POOL_CAP": "pool_cap"}
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
@@ -184,12 +202,17 @@ class HubModel:
         self.region_base = [0] * cfg.experts
         self.region_cap = [0] * cfg.experts
         self.layer_region_cap = [0] * cfg.experts
+        self.pool_base = self.pool_cap = 0
+        # the page pool (paged mode) lives across layers: pages never handed out are taken
+        # in order (``fresh``), returned pages first, oldest first; ``in_use`` guards returns
+        self.fresh, self.returned, self.in_use = 0, [], set()
         self.errors = 0
         self.armed = False
         self.done = False
         self._cycle = None
         self._finish_pending = False
         self.layer_tile_rows_log2 = self.tile_rows_log2
+        self.layer_pool_cap = 0
         self.layer_epoch, self.layer_flag_base, self.layer_meta_base, self.layer_count_base = 0, 0, 0, 0
         self._clear_layer()
         self._clear_outputs()
@@ -205,8 +228,19 @@ class HubModel:
         self._eos_pending: dict = {}              # EOS of this cycle, applied at its end
         self.drop_counts = [0] * len(Reason)
         self.tile_count: dict[tuple, int] = {}
+        self.last_page: dict[tuple, int] = {}    # (expert, tile) -> its page (paged unicast)
         self.inflight = 0
         self.tiles_flagged: list[tuple] = []
+        # protocol v2: count packets (per source and expert), rows completed, experts whose
+        # final count is written; the current page of each expert (or of the arena)
+        S, E = cfg.sources, cfg.experts
+        self.count_seen = [[False] * E for _ in range(S)]
+        self.expected = [0] * E
+        self.count_sources = [0] * E
+        self.completed = [0] * E
+        self.final = [False] * E
+        self.cur_page = [-1] * (1 if cfg.multicast else E)
+        self.pool_rows = 0                      # rows placed in the pool (multicast)
 
     def _clear_outputs(self):
         """Forget the output history (at reset; a new layer keeps it)."""
@@ -226,6 +260,7 @@ class HubModel:
         self.layer_flag_base, self.layer_meta_base = self.flag_base, self.meta_base
         self.layer_count_base = self.count_base
         self.layer_region_cap = list(self.region_cap)
+        self.layer_pool_cap = self.pool_cap
         self.armed = True
         self.done = False
         self._check_finished([])  # a layer nobody sends to still ends once every EOS is in
@@ -258,6 +293,8 @@ class HubModel:
             self._eos(pkt)
             self._check_finished(fx.ctl)
             return fx
+        if pkt.kind == PacketKind.COUNT:
+            return self._count_packet(pkt, fx)
         if pkt.chunk >= cfg.chunks_per_row:
             return self._drop(fx, pkt, Reason.BAD_CHUNK)
 
@@ -269,14 +306,15 @@ class HubModel:
             return self._drop(fx, pkt, Reason.DUPLICATE)  # same-cycle rule
         if e.state == FREE:
             self._open(e, pkt, fx)
-        elif e.expert != pkt.expert:
+        elif e.dests != self._dests(pkt):
             return self._drop(fx, pkt, Reason.PROTOCOL)
         elif e.bitmap >> pkt.chunk & 1:
             return self._drop(fx, pkt, Reason.DUPLICATE)
 
         e.bitmap |= 1 << pkt.chunk
         if e.state == ALLOC:
-            fx.write = (data_addr(cfg, self.region_base[e.expert], e.row, pkt.chunk), pkt.data)
+            base = self.pool_base if cfg.multicast or cfg.paged else self.region_base[e.expert]
+            fx.write = (data_addr(cfg, base, e.loc, pkt.chunk), pkt.data)
             self.writes[lane].append(fx.write)
         if e.bitmap == (1 << cfg.chunks_per_row) - 1:
             self._complete(idx, e, pkt, fx, cycle)
@@ -316,31 +354,155 @@ class HubModel:
                 self._count(Reason.EOS_MISMATCH)
         self._eos_pending = {}
 
+    def _dests(self, pkt: Packet) -> tuple:
+        """The ((expert, slot), ...) a data packet names: its target set with multicast,
+        else its one expert."""
+        return tuple(pkt.targets) if self.cfg.multicast else ((pkt.expert, pkt.slot),)
+
+    def _bad_dests(self, dests: tuple) -> bool:
+        """Empty, too many, an expert out of range or named twice: BAD_EXPERT."""
+        xs = [x for x, _ in dests]
+        return not xs or len(xs) > self.cfg.max_targets or len(set(xs)) < len(xs) \
+            or any(not 0 <= x < self.cfg.experts for x in xs)
+
     def _open(self, e: Entry, pkt: Packet, fx: Effects):
-        cfg, s, x = self.cfg, pkt.src, pkt.expert
-        e.expert, e.bitmap, e.closed_cycle = x, 0, None
+        """The first chunk of a row: check it, then allocate its row in every target expert
+        (and, multicast or paged, its place in the pool) and write each target's metadata."""
+        cfg, s = self.cfg, pkt.src
+        dests = self._dests(pkt)
+        e.dests, e.bitmap, e.closed_cycle = dests, 0, None
+        e.expert = dests[0][0] if dests else pkt.expert
         self.inflight += 1
-        reason = None
-        if x >= cfg.experts:
-            reason = Reason.BAD_EXPERT
-        elif self.eos_seen[s] and self.src_rows[s] >= self.src_eos[s]:
-            reason = Reason.POST_EOS
-        elif self.rows[x] >= self.layer_region_cap[x]:
-            reason = Reason.OVERFLOW
-            self.overflow[x] += 1
+        reason = self._open_verdict(s, dests)
         if reason != Reason.POST_EOS:
             self.src_rows[s] += 1
         if reason is not None:
+            if reason == Reason.OVERFLOW:
+                for x, _ in dests:
+                    self.overflow[x] += 1
             e.state = DROP
             self._count(reason)
             self.drops.append((reason, pkt))
             fx.drop = reason
             return
-        e.state, e.row = ALLOC, self.rows[x]
-        self.rows[x] += 1
-        fx.opened = (x, e.row)
-        m = self.fmt.meta_word.pack(src=s, token=pkt.token, slot=pkt.slot)
-        self._ctl(fx, CtlKind.META, meta_addr(cfg, self.layer_meta_base, x, e.row), m)
+        e.state = ALLOC
+        e.rows = tuple(self.rows[x] for x, _ in dests)
+        e.row = e.rows[0]
+        e.loc, e.page = self._place(dests[0][0], e.row)
+        for (x, slot), row in zip(dests, e.rows):
+            self.rows[x] += 1
+            fields = dict(src=s, token=pkt.token, slot=slot)
+            if cfg.multicast:
+                fields["loc"] = e.loc
+            self._ctl(fx, CtlKind.META, meta_addr(cfg, self.layer_meta_base, x, row),
+                      self.fmt.meta_word.pack(**fields))
+        fx.opened = (e.expert, e.row)
+
+    def _open_verdict(self, s: int, dests: tuple) -> Optional[Reason]:
+        """Why a new row is dropped (None: it is allocated), first reason first."""
+        if self._bad_dests(dests):
+            return Reason.BAD_EXPERT
+        if self.eos_seen[s] and self.src_rows[s] >= self.src_eos[s]:
+            return Reason.POST_EOS
+        if any(self._counts_met(x) for x, _ in dests):
+            return Reason.COUNT_MISMATCH
+        if any(self.rows[x] >= self.layer_region_cap[x] for x, _ in dests) or not self._room(dests[0][0]):
+            return Reason.OVERFLOW
+        return None
+
+    def _counts_met(self, x: int) -> bool:
+        """Every source's count for expert x is in and that many rows are allocated."""
+        return self.count_sources[x] == self.cfg.sources and self.rows[x] >= self.expected[x]
+
+    # ------------------------------------------------------------------ the pool
+    def _stream(self, x: int) -> tuple:
+        """(stream, its rows so far): the pool fills one stream per expert (paged unicast)
+        or one arena for all rows (multicast)."""
+        return (0, self.pool_rows) if self.cfg.multicast else (x, self.rows[x])
+
+    def _room(self, x: int) -> bool:
+        """The pool can place one more row of expert x: the static arena is below its
+        capacity, or (paged) the stream's page has room or a page is free."""
+        cfg = self.cfg
+        if cfg.paged:
+            return self._stream(x)[1] % self.tile_rows != 0 or self.pages_free() > 0
+        return not cfg.multicast or self.pool_rows < self.layer_pool_cap
+
+    def _place(self, x: int, row: int) -> tuple:
+        """(loc, page) of a new row: its row in expert x's region (static unicast), or its
+        place in the pool -- the next arena row (multicast), in its stream's page (paged)."""
+        cfg = self.cfg
+        if not (cfg.multicast or cfg.paged):
+            return row, -1
+        stream, n = self._stream(x)
+        if cfg.multicast:
+            self.pool_rows += 1
+        if not cfg.paged:
+            return n, -1
+        T = self.tile_rows
+        if n % T == 0:
+            self.cur_page[stream] = self._take_page()
+        page = self.cur_page[stream]
+        return page * T + n % T, page
+
+    def pages_free(self) -> int:
+        return len(self.returned) + self.cfg.pool_pages - self.fresh
+
+    def _take_page(self) -> int:
+        if self.returned:
+            p = self.returned.pop(0)
+        else:
+            p, self.fresh = self.fresh, self.fresh + 1
+        self.in_use.add(p)
+        return p
+
+    def return_page(self, page: int) -> None:
+        """Software hands a page back (PAGE_FREE): one not handed out is PAGE_BAD, ignored."""
+        if page not in self.in_use:
+            self._count(Reason.PAGE_BAD)
+            return
+        self.in_use.discard(page)
+        self.returned.append(page)
+
+    # ------------------------------------------------------------------ counts (v2)
+    def _count_packet(self, pkt: Packet, fx: Effects) -> Effects:
+        """A source's row count for one expert: once every source's is in, the expert is
+        complete the moment that many rows are; more rows are COUNT_MISMATCH."""
+        s, x = pkt.src, pkt.expert
+        if not self.cfg.count_packets:
+            return self._drop(fx, pkt, Reason.PROTOCOL)
+        if not 0 <= x < self.cfg.experts:
+            return self._drop(fx, pkt, Reason.BAD_EXPERT)
+        if self.count_seen[s][x]:
+            self._count(Reason.COUNT_DUPLICATE)
+            return fx
+        self.count_seen[s][x] = True
+        self.expected[x] += pkt.count
+        self.count_sources[x] += 1
+        if self.count_sources[x] == self.cfg.sources and self.rows[x] > self.expected[x]:
+            self._count(Reason.COUNT_MISMATCH)
+        self._final_if_complete(fx, x)
+        self._check_finished(fx.ctl)
+        return fx
+
+    def _final_if_complete(self, fx: Effects, x: int):
+        """Expert x's counts are in and met, every row of it complete: its final count and
+        its last partial tile's flag now, not at the end-of-layer sweep."""
+        if self.final[x] or self.count_sources[x] < self.cfg.sources \
+                or not self.completed[x] == self.rows[x] == self.expected[x]:
+            return
+        self.final[x] = True
+        self._final_words(fx, x)
+
+    def _final_words(self, fx: Effects, x: int):
+        """Expert x's final count and, if its last tile is partial and complete, its flag."""
+        cfg = self.cfg
+        self._ctl(fx, CtlKind.COUNT, count_addr(cfg, self.layer_count_base, x), self.rows[x])
+        mask = self.tile_rows - 1
+        if self.rows[x] & mask:
+            tile = self.rows[x] >> self.layer_tile_rows_log2
+            if self.tile_count.get((x, tile), 0) == self.rows[x] & mask:
+                self._flag(fx, x, tile, self.last_page.get((x, tile), -1))
 
     def _complete(self, idx: int, e: Entry, pkt: Packet, fx: Effects, cycle):
         fx.credit = (pkt.src, pkt.tag)
@@ -348,13 +510,18 @@ class HubModel:
         self.inflight -= 1
         if e.state == ALLOC:
             fx.completed = (e.expert, e.row)
-            tile = e.row >> self.layer_tile_rows_log2
-            key = (e.expert, tile)
-            n = self.tile_count.get(key, 0) + 1
-            if n == self.tile_rows:
-                n = 0
-                self._flag(fx, e.expert, tile)
-            self.tile_count[key] = n
+            for (x, _), row in zip(e.dests, e.rows):
+                tile = row >> self.layer_tile_rows_log2
+                key = (x, tile)
+                n = self.tile_count.get(key, 0) + 1
+                self.last_page[key] = e.page
+                if n == self.tile_rows:
+                    n = 0
+                    self._flag(fx, x, tile, e.page)
+                self.tile_count[key] = n
+                self.completed[x] += 1
+                if self.cfg.count_packets:
+                    self._final_if_complete(fx, x)
         self.table[idx] = Entry(closed_cycle=cycle)
 
     def _ctl(self, fx: Effects, kind: CtlKind, addr: int, data: int):
@@ -362,9 +529,13 @@ class HubModel:
         fx.ctl.append(w)
         self.ctl.append(w)
 
-    def _flag(self, fx: Effects, expert: int, tile: int):
+    def _flag(self, fx: Effects, expert: int, tile: int, page: int = -1):
+        """A tile's flag: the epoch, and (paged unicast) the page holding the tile."""
+        fields = {"epoch": self.layer_epoch}
+        if "page" in self.fmt.flag_word.widths:
+            fields = {"epoch": self.layer_epoch & 0xFFFF, "page": max(page, 0)}
         self._ctl(fx, CtlKind.FLAG, flag_addr(self.cfg, self.layer_flag_base, expert, tile),
-                  self.layer_epoch)
+                  self.fmt.flag_word.pack(**fields))
         self.tiles_flagged.append((expert, tile))
         fx.tile_ready = (expert, tile)
 
@@ -408,13 +579,12 @@ class HubModel:
         """End of layer: final counts, the last partial tile of each expert, the done word."""
         cfg = self.cfg
         fx = Effects()
-        mask = self.tile_rows - 1
         for x in range(cfg.experts):
-            self._ctl(fx, CtlKind.COUNT, count_addr(cfg, self.layer_count_base, x), self.rows[x])
-            if self.rows[x] & mask:
-                tile = self.rows[x] >> self.layer_tile_rows_log2
-                if self.tile_count.get((x, tile), 0) == self.rows[x] & mask:
-                    self._flag(fx, x, tile)
+            if self.final[x]:
+                continue                    # (written the moment its counts were met)
+            if self.count_sources[x] == cfg.sources and self.rows[x] < self.expected[x]:
+                self._count(Reason.COUNT_MISMATCH)      # rows announced that never came
+            self._final_words(fx, x)
         self._ctl(fx, CtlKind.DONE, count_addr(cfg, self.layer_count_base, cfg.experts),
                   self.layer_epoch)
         out.extend(fx.ctl)
@@ -442,6 +612,8 @@ class HubModel:
         r, index, word = hit
         if r.name == "CTRL":
             self._ctrl(value)
+        elif r.name == "PAGE_FREE":
+            self.return_page(value & 0xFFFF)
         elif r.access == "rw":
             lo = word * CSR_DATA_BITS
             bits = min(r.width, lo + CSR_DATA_BITS) - lo
@@ -490,6 +662,8 @@ class HubModel:
             return min(max(value, lo), hi)
         if name == "REGION_CAP":
             return min(value, cfg.max_rows_per_expert)
+        if name == "POOL_CAP":
+            return min(value, cfg.pool_rows)
         return value
 
     def _get_rw(self, name: str, index: int) -> int:
@@ -515,6 +689,8 @@ class HubModel:
             return self.errors
         if name == "INFLIGHT":
             return self.inflight
+        if name == "POOL_FREE":
+            return self.pages_free()
         if name == "EOS_SEEN":
             return sum(1 << s for s, seen in enumerate(self.eos_seen) if seen)
         counters = {"ROWS": self.rows, "OVERFLOW": self.overflow, "SRC_ROWS": self.src_rows,

@@ -65,6 +65,11 @@ def _pm(cfg_name):
     return lambda: PacketManagerHarness(formal_config(cfg_name))
 
 
+def _page_pool(pages):
+    from .page_pool import PagePoolHarness
+    return lambda: PagePoolHarness(formal_config("tiny").replace(pool_pages=pages))
+
+
 def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
     return [
@@ -85,6 +90,10 @@ def _sets() -> list[PropertySet]:
         PropertySet("tracker", "tracker", "tiny/trk-small", _tracker("tiny/trk-small"),
                     {"bmc": 22, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
                     note="reset, START, clearing (8 counters), a tile's events, flag, sweep"),
+        PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
+                    {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
+                    note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
+                         "(~8 cycles); k-induction would need the FIFO's contents as invariants"),
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
                     note="START (3), the 5 stages to B, the credit, the write (6)"),

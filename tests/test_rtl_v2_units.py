@@ -1,0 +1,176 @@
+"""Protocol v2's RTL units (issue 14) against the reference model's rules, in the Amaranth
+simulator: the page pool (paged mode)."""
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from moehub.config.schema import load_hub_config
+from moehub.rtl.formats import Reason
+from moehub.rtl.page_pool import PagePool
+from moehub.verif.model import HubModel
+
+TINY = load_hub_config("tiny")
+
+
+def _run(dut, bench, monitor=None):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    if monitor is not None:
+        sim.add_testbench(monitor, background=True)
+    sim.run()
+
+
+@pytest.mark.parametrize("pages, seed", [(1, 0), (5, 1), (8, 2), (13, 3), (3, 4), (16, 5)])
+def test_page_pool_hands_out_and_takes_back_pages_as_the_model(pages, seed):
+    """Layers of takes (one per cycle at most, random gaps, until the pool runs dry) and,
+    between them, returns as software writes them -- good ones, twice, never handed out,
+    out of range: every page taken, every refusal (PAGE_BAD) and POOL_FREE equal the
+    model's pool (``HubModel._take_page`` / ``return_page``), cycle by cycle."""
+    cfg = TINY.replace(pool_pages=pages)
+    pool = PagePool(cfg)
+    model = HubModel(cfg)
+    rng = random.Random(seed)
+
+    bad = [0]
+
+    async def monitor(ctx):
+        async for _, _, pulse in ctx.tick().sample(pool.bad):
+            bad[0] += pulse
+
+    async def bench(ctx):
+        assert ctx.get(pool.free) == pages          # (from reset on: found by the formal harness)
+        for layer in range(10):
+            for _ in range(rng.randrange(pages + 3)):                 # a layer's takes
+                if rng.random() < 0.3:
+                    await ctx.tick()
+                avail = ctx.get(pool.avail)
+                assert avail == (model.pages_free() > 0), (seed, layer)
+                if not avail:
+                    break
+                assert ctx.get(pool.page) == model._take_page(), (seed, layer)
+                ctx.set(pool.take, 1)
+                await ctx.tick()
+                ctx.set(pool.take, 0)
+            await ctx.tick().repeat(2)
+            assert ctx.get(pool.free) == model.pages_free(), (seed, layer)
+            for _ in range(rng.randrange(pages + 2)):                 # returns between layers,
+                p = rng.choice(sorted(model.in_use) + [rng.randrange(pages + 2), 0xFFFF]) \
+                    if rng.random() < 0.8 else rng.randrange(pages)   # back to back
+                model.return_page(p)
+                ctx.set(pool.ret, 1)
+                ctx.set(pool.ret_page, p)
+                await ctx.tick()
+            ctx.set(pool.ret, 0)
+            await ctx.tick().repeat(5)                                # (through the stages)
+            assert ctx.get(pool.free) == model.pages_free(), (seed, layer)
+            assert bad[0] == model.drop_counts[Reason.PAGE_BAD], (seed, layer)
+        assert bad[0] > 0, seed
+
+    _run(pool, bench, monitor)
+
+
+def test_page_pool_and_expert_counts_need_their_feature():
+    from moehub.rtl.expert_counts import ExpertCounts
+    for unit, key in ((PagePool, "pool_pages"), (ExpertCounts, "count_packets")):
+        with pytest.raises(ValueError, match=key):
+            unit(TINY)
+
+
+def _bits(v: int, n: int) -> list:
+    return [bool(v >> i & 1) for i in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_expert_counts_follow_the_model(seed):
+    """A random layer on the reference model (count packets, some repeated or wrong, rows
+    to random experts, some past their counts) and its events on the unit: after each
+    event has passed the unit's stages its ``met``/``short`` equal the model's, its pulses
+    add up to the model's COUNT_DUPLICATE / COUNT_MISMATCH events, and the experts it hands
+    over as final (one a cycle) are the model's final experts."""
+    from moehub.rtl.expert_counts import ExpertCounts
+    from moehub.verif.model import Packet
+    from moehub.rtl.csr_map import CTRL_START
+    cfg = TINY.replace(count_packets=True)
+    E, S, C = cfg.experts, cfg.sources, cfg.chunks_per_row
+    unit = ExpertCounts(cfg)
+    model = HubModel(cfg)
+    for x in range(E):
+        model.write("REGION_CAP", cfg.max_rows_per_expert, x)
+    model.write("TILE_ROWS_LOG2", 1)
+    model.write("CTRL", CTRL_START)
+    rng = random.Random(seed)
+    plan = {(s, x): rng.randrange(4) for s in range(S) for x in range(E)}
+    events = [("cnt", s, x, n + (rng.random() < 0.1) * rng.choice([-1, 1])) for (s, x), n in plan.items()]
+    events += [("cnt", s, x, 1) for s, x in rng.sample(sorted(plan), 3)]            # repeats
+    events += [("row", s, x, 0) for (s, x), n in plan.items() for _ in range(n + (rng.random() < 0.1))]
+    ordered = events + [("close", 0, 0, 0)] * sum(e[0] == "row" for e in events)
+    rng.shuffle(ordered)          # (whichever count of a pair comes second is the repeat)
+    handed, open_rows = [], []
+
+    async def close(ctx):
+        s, t, x, alloc = open_rows.pop(rng.randrange(len(open_rows)))
+        for k in range(1, C):
+            model.packet(Packet(src=s, tag=t, expert=x, chunk=k))
+        if alloc:
+            ctx.set(unit.done_valid, 1)
+            ctx.set(unit.done_expert, x)
+        await ctx.tick()
+        ctx.set(unit.done_valid, 0)
+
+    async def bench(ctx):
+        ctx.set(unit.final_ready, 1)
+        for kind, s, x, n in ordered:
+            if kind == "cnt":
+                model.packet(Packet.counts(s, x, max(n, 0)))
+                ctx.set(unit.cnt_valid, 1)
+                ctx.set(unit.cnt_src, s)
+                ctx.set(unit.cnt_expert, x)
+                ctx.set(unit.cnt_count, max(n, 0))
+                await ctx.tick()
+                ctx.set(unit.cnt_valid, 0)
+            elif kind == "row":                          # a row opens; it completes later
+                busy = {t for s2, t, _, _ in open_rows if s2 == s}
+                if len(busy) == cfg.tags_per_source:
+                    await close(ctx)
+                    busy = {t for s2, t, _, _ in open_rows if s2 == s}
+                tag = min(set(range(cfg.tags_per_source)) - busy)
+                met = _bits(ctx.get(unit.met), E)[x]
+                fx = model.packet(Packet(src=s, tag=tag, expert=x, chunk=0))
+                assert met == (fx.drop == Reason.COUNT_MISMATCH), (seed, s, x)
+                open_rows.append((s, tag, x, fx.drop is None))
+                for k in range(E):
+                    ctx.set(unit.rows[k], model.rows[k])
+                await ctx.tick()
+            elif open_rows:
+                await close(ctx)
+            await ctx.tick().repeat(E + 4)             # (through the unit's stages)
+            assert pulses["dup"] == model.drop_counts[Reason.COUNT_DUPLICATE], seed
+            assert pulses["over"] == model.drop_counts[Reason.COUNT_MISMATCH] - dropped_rows(), seed
+            assert _bits(ctx.get(unit.final), E) == model.final, seed
+            assert _bits(ctx.get(unit.met), E) == [model._counts_met(k) for k in range(E)], seed
+            short = [model.count_sources[k] == S and model.rows[k] < model.expected[k] for k in range(E)]
+            assert _bits(ctx.get(unit.short), E) == short, seed
+        while open_rows:
+            await close(ctx)
+        await ctx.tick().repeat(E + 4)
+        assert _bits(ctx.get(unit.final), E) == model.final, seed
+        assert sorted(handed) == [k for k in range(E) if model.final[k]] and len(set(handed)) == len(handed)
+        assert any(model.final), seed
+
+    pulses = {"dup": 0, "over": 0}
+
+    def dropped_rows():
+        """COUNT_MISMATCH of rows refused (the allocator's, not this unit's pulse)."""
+        return sum(1 for r, _ in model.drops if r == Reason.COUNT_MISMATCH)
+
+    async def monitor(ctx):
+        async for _, _, valid, x, dup, over in ctx.tick().sample(
+                unit.final_valid, unit.final_expert, unit.dup, unit.over):
+            if valid:
+                handed.append(x)
+            pulses["dup"] += dup
+            pulses["over"] += over
+
+    _run(unit, bench, monitor)
