@@ -32,6 +32,15 @@ def count_onehot(bits):
             for r in range(len(bits) + 1)]
 
 
+def count_binary(bits):
+    """Number of set bits, as :func:`popcount`, but formed from :func:`count_onehot`'s
+    AND-OR levels and encoded by an OR per result bit: shallower than the adder tree where
+    the bits arrive late (the count of 8 lanes behind a select)."""
+    oh = count_onehot(bits)
+    width = max(1, (len(oh) - 1).bit_length())
+    return Cat(*(Cat(*(oh[r] for r in range(len(oh)) if r >> b & 1)).any() for b in range(width)))
+
+
 def exactly(bits, n):
     """1 when exactly ``n`` of ``bits`` are set, as a two-level AND-OR of the bits (not an
     adder tree followed by a compare): used where a small count selects among outcomes

@@ -82,7 +82,7 @@ from .interfaces import (allocation_signature, layer_csr_signature, layer_handsh
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
 from .layouts import HubLayouts
-from .logic import SplitDifference, add_narrow, exactly, newest_of, popcount, select, times_const
+from .logic import SplitDifference, add_narrow, count_binary, exactly, newest_of, popcount, select, times_const
 from .reservations import InputReservations
 from .timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
 from .write_buffer import LaneWriteBuffer
@@ -259,10 +259,11 @@ class PacketManager(wiring.Component):
         m.d.comb += ready.eq(res.room & ~self.block)
         for j in range(L):
             m.d.comb += self.i[j].ready.eq(ready)
+        valid = Cat(self.i[j].valid for j in range(L))
         self.acc = Signal(L, name="acc")
-        m.d.comb += self.acc.eq(Cat(self.i[j].valid for j in range(L)) & Cat(*(ready for _ in range(L))))
+        m.d.comb += self.acc.eq(valid & Cat(*(ready for _ in range(L))))
         self.accepted = Signal(name="accepted")
-        m.d.comb += self.accepted.eq(self.acc.any())
+        m.d.comb += self.accepted.eq(ready & valid.any())      # (ready last)
         # A write still waiting in a lane's buffer also holds the input back once it is
         # GROUP_AGE_LIMIT groups old, so that the group ids the tracker's ordering guard
         # compares (modulo 2**GROUP_BITS) stay within half the id space.
@@ -270,7 +271,7 @@ class PacketManager(wiring.Component):
         young = Signal(name="young")
         m.d.comb += young.eq(Cat(~guard.c_busy[j] | ((self.group - guard.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
                                  for j in range(L)).all())
-        m.d.comb += [res.acc.eq(self.acc), res.young.eq(young),
+        m.d.comb += [res.acc.eq(self.acc), res.valid.eq(valid), res.ready.eq(ready), res.young.eq(young),
                      res.ev_popped.eq(self.ev.pop), res.cr_popped.eq(self.cr.pop)]
         m.d.comb += [res.pop[j].eq(self.wbuf[j].pop) for j in range(L)]
 
@@ -447,12 +448,10 @@ class PacketManager(wiring.Component):
         L, R, eos = self.cfg.lanes, self.r, self.eos
         seen_rd, le_rd = Array(eos.seen), Array(eos.le)
         v["seen_before"] = [Signal(name=f"seen_before{j}") for j in range(L)]
-        v["eos_acc"] = [Signal(name=f"eos_acc{j}") for j in range(L)]
         v["post"] = [Signal(name=f"post{j}") for j in range(L)]
         for j, r in enumerate(R):
             src = r.pkt.src
-            m.d.comb += [v["seen_before"][j].eq(seen_rd[src] | r.eos_prior),
-                         v["eos_acc"][j].eq(r.eos & ~v["seen_before"][j])]
+            m.d.comb += v["seen_before"][j].eq(seen_rd[src] | r.eos_prior)
             earlier_openers = [v["opener"][i] & r.same_src[i] for i in range(j)]
             dle_src = Signal(L, name=f"dle_src{j}")
             m.d.comb += dle_src.eq(le_rd[src])
@@ -492,17 +491,24 @@ class PacketManager(wiring.Component):
             # one-hot's candidates are chosen first, from R's registers alone (ahead[v]:
             # dec[t + v] for the lag t), so that p_sel, the late one-hot, only picks among
             # them: a dec of (lag + b + n) is ahead[b + n].
-            psel_t = select([(r.src_oh[s], eos.p_sel[s]) for s in range(cfg.sources)], L + 1)
+            # (named signals, here and below: an unnamed expression is walked whole by every
+            # statement that reads it, and nvl72's 72-source select is read by thousands)
+            psel_t = Signal(L + 1, name=f"t_psel{j}")
+            m.d.comb += psel_t.eq(select([(r.src_oh[s], eos.p_sel[s]) for s in range(cfg.sources)], L + 1))
             ahead = [Signal(ds, name=f"t_ahead{j}_{v}") for v in range(2 * L + 1)]
             ahead_le = [None] + [Signal(name=f"t_ahead_le{j}_{v}") for v in range(1, 3 * L + 1)]
             m.d.comb += [ahead[v].eq(select([(r.lag[t], r.dec[t + v]) for t in range(2 * L + 1)], ds))
                          for v in range(2 * L + 1)]
             m.d.comb += [ahead_le[v].eq(_any(r.lag[t] & r.dec[t + v][-1] for t in range(2 * L + 1)))
                          for v in range(1, 3 * L + 1)]
-            shifted.append([select([(psel_t[b], ahead[b + n]) for b in range(L + 1)], ds)
-                            for n in range(L + 1)])
-            shifted_le.append([[_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1))
-                                for k in range(L)] for n in range(L + 1)])
+            sh = [Signal(ds, name=f"t_shifted{j}_{n}") for n in range(L + 1)]
+            sh_le = [Signal(L, name=f"t_shifted_le{j}_{n}") for n in range(L + 1)]
+            m.d.comb += [sh[n].eq(select([(psel_t[b], ahead[b + n]) for b in range(L + 1)], ds))
+                         for n in range(L + 1)]
+            m.d.comb += [sh_le[n][k].eq(_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1)))
+                         for n in range(L + 1) for k in range(L)]
+            shifted.append(sh)
+            shifted_le.append(sh_le)
         # (each lane's EOS values go to the EOS tracker as they are; it picks a source's)
         m.d.comb += [eos.nxt_cnt[j].eq(R[j].pkt.count) for j in range(L)]
         m.d.comb += [eos.nxt_evec[j][n].eq(shifted[j][n]) for j in range(L) for n in range(L + 1)]
@@ -510,15 +516,21 @@ class PacketManager(wiring.Component):
             src_openers = [v["opener"][j] & (R[j].pkt.src == s) for j in range(L)]
             sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
             m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
+            # (lane j's EOS is accepted for source s: an EOS of s, none ahead of it in the
+            # group, and s's EOS not seen before -- an accepted EOS with the source known, so
+            # seen is s's own bit, not read through the lane's source; and it gates last)
+            eos_new = [R[j].eos & ~R[j].eos_prior & (R[j].pkt.src == s) for j in range(L)]
+            not_seen = ~eos.seen[s]
             eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
-            m.d.comb += [eos_sel[j].eq(v["eos_acc"][j] & (R[j].pkt.src == s)) for j in range(L)]
+            m.d.comb += [eos_sel[j].eq(eos_new[j] & not_seen) for j in range(L)]
             m.d.comb += [
                 eos.nxt_sel[s].eq(Mux(self.live, Cat(*sel_n), 1)),
-                eos.nxt_eos[s].eq(self.live & Cat(*eos_sel).any()),
+                eos.nxt_eos[s].eq(self.live & not_seen & Cat(*eos_new).any()),
                 eos.nxt_lane[s].eq(Cat(*eos_sel)),
             ]
-            m.d.comb += [eos.nxt_le[s][n][k].eq(select([(eos_sel[j], shifted_le[j][n][k]) for j in range(L)], 1))
-                         for n in range(L + 1) for k in range(L)]
+            m.d.comb += [eos.nxt_le[s][n][k].eq(
+                not_seen & select([(eos_new[j], shifted_le[j][n][k]) for j in range(L)], 1))
+                for n in range(L + 1) for k in range(L)]
 
     def _t_register(self, m, v):
         """T's output registers (and its reasons, for the statistics); the row requests
@@ -635,11 +647,18 @@ class PacketManager(wiring.Component):
         self.b_group = Signal(GROUP_BITS, name="b_group")
         m.d.sync += [self.group.eq(self.group + 1), self.b_group.eq(self.group)]
         # (counted here, so that the input reservations add registers only)
+        # (each lane's row-info grant bit for the count as a flat priority select of the
+        # forwarding lanes -- the newest forwarding lane wins, as in onehot_mux -- not the
+        # chain of muxes; the count as one-hot levels, not an adder tree)
+        alloc_flat = []
+        for j, al in enumerate(AL):
+            fwd_ok = _any(al.fwd[i] & ~_any(al.fwd[i2] for i2 in range(i + 1, j)) & AL[i].ok for i in range(j))
+            alloc_flat.append(Mux(al.opener, al.ok, Mux(_any(al.fwd[i] for i in range(j)), fwd_ok, al.info.alloc)))
         self.b_no_ev = Signal(range(cfg.lanes + 1), name="b_no_ev")
         self.b_no_cr = Signal(range(cfg.lanes + 1), name="b_no_cr")
         m.d.sync += [
-            self.b_no_ev.eq(popcount(al.pv & ~((al.opener & al.ok) | (al.comp & allocated[j]))
-                                     for j, al in enumerate(AL))),
+            self.b_no_ev.eq(count_binary(al.pv & ~((al.opener & al.ok) | (al.comp & alloc_flat[j]))
+                                         for j, al in enumerate(AL))),
             self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
 
@@ -689,9 +708,9 @@ class PacketManager(wiring.Component):
         self.src_rows = [Signal(cfg.count_bits, name=f"src_rows{s}") for s in range(cfg.sources)]
         self.errors = Signal(len(config_reasons(cfg)), name="errors")
 
-        def counted(counter, bits, name):
+        def counted(counter, bits, name, count=popcount):
             inc = Signal(range(L + 1), name=f"inc_{name}")
-            m.d.sync += [inc.eq(popcount(bits)), counter.eq(counter + inc)]
+            m.d.sync += [inc.eq(count(bits)), counter.eq(counter + inc)]
             return inc
 
         al_open_net = Signal(range(-L, L + 1), name="al_open_net")
@@ -702,7 +721,9 @@ class PacketManager(wiring.Component):
         hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
         for r, bits in [*hits, (Reason.EOS_MISMATCH, list(self.eos.mismatch)),
                         (Reason.OVERFLOW, [al.ovf for al in AL])]:
-            inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}")
+            # (the mismatches come late, behind the EOS tracker's per-lane select)
+            inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}",
+                          count_binary if r == Reason.EOS_MISMATCH else popcount)
             with m.If(inc != 0):
                 m.d.sync += self.errors[r].eq(1)
         for e in range(cfg.experts):

@@ -26,7 +26,10 @@ class InputReservations(wiring.Component):
     Attributes
     ----------
     acc : In(lanes)
-        Lanes accepted this cycle.
+        Lanes accepted this cycle (``valid & ready``).
+    valid, ready : In(lanes), In(1)
+        The input lanes' valid bits and the handshake's ready: ``acc`` apart, so that the
+        count of accepted lanes is the count of valid lanes gated by ``ready`` last.
     pop : In(lanes)
         A slot left lane j's write buffer this cycle.
     ev_popped, cr_popped : In(1)
@@ -45,7 +48,7 @@ class InputReservations(wiring.Component):
         self.cfg = cfg
         L = cfg.lanes
         super().__init__({
-            "acc": In(L), "pop": In(L), "ev_popped": In(1), "cr_popped": In(1),
+            "acc": In(L), "valid": In(L), "ready": In(1), "pop": In(L), "ev_popped": In(1), "cr_popped": In(1),
             "no_ev": In(range(L + 1)), "no_cr": In(range(L + 1)), "young": In(1),
             "room": Out(1), "idle": Out(1),
         })
@@ -73,7 +76,10 @@ class InputReservations(wiring.Component):
         cr_avail = Signal(range(cfg.credit_queue_depth + 1), init=cfg.credit_queue_depth, name="cr_avail")
         ev_pop, cr_pop = Signal(name="ev_pop"), Signal(name="cr_pop")
         n_acc = Signal(range(L + 1), name="n_acc")
-        m.d.sync += [ev_pop.eq(self.ev_popped), cr_pop.eq(self.cr_popped), n_acc.eq(popcount(self.acc))]
+        # (popcount(valid & ready) = ready ? popcount(valid) : 0: the valid lanes are counted
+        # while the late ready is still on its way -- it only gates the count)
+        m.d.sync += [ev_pop.eq(self.ev_popped), cr_pop.eq(self.cr_popped),
+                     n_acc.eq(Mux(self.ready, popcount(self.valid), 0))]
         ev_delta = Signal(range(-L, L + 2))
         cr_delta = Signal(range(-L, L + 2))
         m.d.comb += [ev_delta.eq(ev_pop + self.no_ev - n_acc), cr_delta.eq(cr_pop + self.no_cr - n_acc)]

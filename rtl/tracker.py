@@ -262,6 +262,9 @@ class AvailabilityTracker(wiring.Component):
         t1 = _Registers(self.tl.s0_out, "t1")
         t2 = _Registers(self.tl.s1_out, "t2")
         mode = Signal(2, name="mode")         # RUN, CLEAR, SWEEP: owned by the sequencers
+        # (mode == CLEAR as a register of its own, set wherever mode is: the packet
+        # manager's input handshake reads it, with no decode of mode in front)
+        self.mode_clear = Signal(name="mode_clear")
         w_data, s2 = self._s2_update(m, t2, wp)
         ctl_valid, ctl_free = self._output(m, s2)
         go = Signal(name="go")                # the whole pipeline advances
@@ -272,7 +275,7 @@ class AvailabilityTracker(wiring.Component):
         self._s0_pop(m, mode, sq, clear_addr, cfg, rp, t1, go)
         self._latch_config(m, cfg)
         m.d.comb += [
-            self.layer.clearing.eq(mode == CLEAR),
+            self.layer.clearing.eq(self.mode_clear),
             self.layer.idle.eq((mode == RUN) & ~t1.valid & ~t2.valid),
         ]
         return m
@@ -508,6 +511,10 @@ class AvailabilityTracker(wiring.Component):
         return blocked
 
     # ------------------------------------------------------------------ sequencers
+    def _set_mode(self, m, mode, value):
+        """``mode <= value``, and its CLEAR bit (``mode_clear``) with it."""
+        m.d.sync += [mode.eq(value), self.mode_clear.eq(value == CLEAR)]
+
     def _clearing(self, m, mode, go):
         """The clearing sweep: at a layer start with dirty counters, one zero write per
         counter and cycle, through the pipeline (forwarding covers the events that follow
@@ -521,11 +528,13 @@ class AvailabilityTracker(wiring.Component):
         with m.If(self.layer.mark_dirty):
             m.d.sync += dirty.eq(1)
         with m.If(self.layer.layer_start & (dirty | self.layer.mark_dirty)):
-            m.d.sync += [mode.eq(CLEAR), clear_addr.eq(0)]
+            self._set_mode(m, mode, CLEAR)
+            m.d.sync += clear_addr.eq(0)
         with m.If((mode == CLEAR) & go):
             m.d.sync += clear_addr.eq(clear_addr + 1)
             with m.If(clear_addr == self.tl.depth - 1):
-                m.d.sync += [mode.eq(RUN), dirty.eq(0)]
+                self._set_mode(m, mode, RUN)
+                m.d.sync += dirty.eq(0)
         return clear_addr
 
     def _sweep(self, m, mode, go, cfg, t1, t2, ctl_valid):
@@ -555,7 +564,8 @@ class AvailabilityTracker(wiring.Component):
                              ld_e.eq(ld_e + 1)]
 
         with m.If((mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid):
-            m.d.sync += [mode.eq(SWEEP), sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0),
+            self._set_mode(m, mode, SWEEP)
+            m.d.sync += [sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0),
                          sq.row.eq(self.rows[0]),
                          sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0), ld_e.eq(1)]
         with m.If((mode == SWEEP) & sq.valid & go):
@@ -571,5 +581,5 @@ class AvailabilityTracker(wiring.Component):
                     m.d.sync += sq.valid.eq(0)
         with m.If((mode == SWEEP) & ~sq.valid & ~t1.valid & ~t2.valid & ~ctl_valid):
             m.d.comb += self.layer.sweep_done.eq(1)
-            m.d.sync += mode.eq(RUN)
+            self._set_mode(m, mode, RUN)
         return sq
