@@ -49,6 +49,9 @@ class HubLayouts:
             "expert": index_bits(cfg.experts), "row": cfg.row_bits,
             "src": cfg.src_bits, "token": cfg.token_bits, "slot": cfg.slot_bits,
             "group": GROUP_BITS,               # pipeline group of the row's last write (ordering guard)
+            # protocol v2 (count_packets): a count packet the packet manager applied (not
+            # a row's event), its count (its source and expert in ``src``/``expert``)
+            **({"cnt": 1, "count": cfg.count_bits} if cfg.count_packets else {}),
         })
 
 

@@ -77,7 +77,8 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig
 from .chunk_table import ChunkTable, onehot_mux
 from .eos_tracker import EosTracker, dist_shape
-from .formats import Reason, config_reasons
+from .count_gate import CountGate
+from .formats import PacketKind, Reason, config_reasons
 from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
@@ -95,6 +96,22 @@ T_REASONS = (Reason.NOT_ARMED, Reason.BAD_SOURCE, Reason.BAD_CHUNK, Reason.BAD_E
 def _any(bits):
     bits = list(bits)
     return Cat(*bits).any() if bits else Const(0)
+
+
+def _kinds(cfg, kind):
+    """``(data, eos, count)`` of a packet's kind field. Without count packets the kind is
+    one bit (data 0, EOS 1), decoded as before; with them, EOS 1 and COUNT 2, anything
+    else a chunk (as the model reads it)."""
+    if not cfg.count_packets:
+        return ~kind, kind, None
+    eos, cnt = kind == PacketKind.EOS, kind == PacketKind.COUNT
+    return ~(eos | cnt), eos, cnt
+
+
+def _or(a, b):
+    """``a | b``; ``a`` when ``b`` is None (a v2 term a v1 hub does not have: its
+    netlist stays as it was)."""
+    return a if b is None else a | b
 
 
 def _lanes(recs, field):
@@ -120,6 +137,9 @@ class StageLayouts:
         self.nk = 5 * L + 1
         carried = {"valid": 1, "pkt": lay.packet, "slot": range(WRITE_FIFO_DEPTH), "idx": range(N)}
         checks = {"bad_src": 1, "bad_chunk": 1, "bad_exp": 1, "oh": C}
+        #: (count_packets) a count packet: in R and T (then checked: live, expert in
+        #: range), in AL (it adds to its expert's total: an event for the tracker)
+        cnt = {"cnt": 1} if cfg.count_packets else {}
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
@@ -131,15 +151,15 @@ class StageLayouts:
             **carried, **checks, "same_idx": L, "same_src": L, "same_chunk": L, "row": L,
             "d": 1, "eos": 1, "first": 1, "last": 1, "match_new": 1, "eos_prior": 1,
             "dec": data.ArrayLayout(dist_shape(cfg), self.nk), "lag": 2 * L + 1,
-            "src_oh": cfg.sources})
+            "src_oh": cfg.sources, **cnt})
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L})
+            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L, **cnt})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
-            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info})
+            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **cnt})
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
             "valid": 1, "pv": 1, "pre": cfg.addr_bits, "rowoff": cfg.addr_bits,
@@ -178,6 +198,9 @@ class PacketManager(wiring.Component):
         For the CSRs.
     layer_done : Out(1)
         One-cycle pulse when the tracker has written the layer-done word.
+    alloc_rows, alloc_room : In(cap_bits).array(experts) ; sweep_short : In(1)
+        Only with ``count_packets``: the allocator's counters (rows handed out, room
+        left) for the count gate; the tracker's COUNT_MISMATCH pulses of the sweep.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -197,6 +220,11 @@ class PacketManager(wiring.Component):
             "guard": Out(ordering_guard_signature(cfg)),
             "status": Out(layer_status_signature(cfg)),
             "layer_done": Out(1),
+            # (count_packets) the allocator's counters, for the count gate; the tracker's
+            # pulse: an expert short of its announced rows at the sweep (COUNT_MISMATCH)
+            **({"alloc_rows": In(cfg.cap_bits).array(cfg.experts),
+                "alloc_room": In(cfg.cap_bits).array(cfg.experts),
+                "sweep_short": In(1)} if cfg.count_packets else {}),
         })
 
     def elaborate(self, platform):
@@ -290,10 +318,11 @@ class PacketManager(wiring.Component):
             # (the chunk table's one-hot read select is decoded from the input's index)
             idx = Signal(range(cfg.entries), name=f"in_idx{j}")
             m.d.comb += [idx.eq(q.src * Tg + q.tag), self.table.rd_idx[j].eq(idx)]
+            is_data = _kinds(cfg, q.kind)[0]
             m.d.sync += [
                 a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
-                a.bad_src.eq((q.src >= S) | (~q.kind & (q.tag >= Tg))),
-                a.bad_chunk.eq(~q.kind & (q.chunk >= C)),
+                a.bad_src.eq((q.src >= S) | (is_data & (q.tag >= Tg))),
+                a.bad_chunk.eq(is_data & (q.chunk >= C)),
                 a.bad_exp.eq(q.expert >= E),
                 a.idx.eq(idx),
                 a.oh.eq(Const(1, C) << q.chunk),
@@ -327,8 +356,11 @@ class PacketManager(wiring.Component):
         """R: the chunk table read (the table's registers, with the bypass from T and W)
         and what of T's rules depends on the packets alone. Reads A; owns nothing."""
         L, A, R, tab = self.cfg.lanes, self.a, self.r, self.table
-        a_d = [a.valid & ~a.pkt.kind & ~a.bad_src & ~a.bad_chunk for a in A]
-        a_eos = [a.valid & a.pkt.kind & ~a.bad_src for a in A]
+        kinds = [_kinds(self.cfg, a.pkt.kind) for a in A]
+        a_d = [a.valid & k[0] & ~a.bad_src & ~a.bad_chunk for a, k in zip(A, kinds)]
+        a_eos = [a.valid & k[1] & ~a.bad_src for a, k in zip(A, kinds)]
+        if self.cfg.count_packets:
+            m.d.sync += [r.cnt.eq(a.valid & k[2] & ~a.bad_src) for a, r, k in zip(A, R, kinds)]
 
         def a_row(i, j):                    # lane i is a data lane on lane j's row
             return a_d[i] & A[j].same_idx[i]
@@ -541,7 +573,7 @@ class PacketManager(wiring.Component):
             Reason.NOT_ARMED: [r.valid & ~live for r in R],
             Reason.BAD_SOURCE: [live & r.valid & r.bad_src for r in R],
             Reason.BAD_CHUNK: [live & r.valid & ~r.bad_src & r.bad_chunk for r in R],
-            Reason.BAD_EXPERT: [live & v["opener"][j] & r.bad_exp for j, r in enumerate(R)],
+            Reason.BAD_EXPERT: [live & _or(v["opener"][j], self._r_cnt(r)) & r.bad_exp for j, r in enumerate(R)],
             Reason.POST_EOS: [live & v["opener"][j] & v["post"][j] for j in range(L)],
             Reason.PROTOCOL: [live & x for x in v["protocol"]],
             Reason.DUPLICATE: [live & x for x in v["dup"]],
@@ -551,7 +583,7 @@ class PacketManager(wiring.Component):
         m.d.sync += [getattr(self.t_reasons, r.name.lower()).eq(Cat(*hits)) for r, hits in reasons.items()]
         for j, (r, t) in enumerate(zip(R, T)):
             m.d.sync += [
-                t.valid.eq(live & (r.d | r.eos)), t.pv.eq(r.valid),
+                t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),
                 t.comp.eq(live & v["comp"][j]), t.post.eq(v["post"][j]), t.bad_exp.eq(r.bad_exp),
                 t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx),
@@ -570,10 +602,31 @@ class PacketManager(wiring.Component):
             # then starts from a register, not behind the entries-to-one read)
             m.d.sync += self.q_info[j].eq(select([(self.r_sel[j][e], self.rowinfo[e])
                                                   for e in range(self.cfg.entries)], self.lay.row_info))
+            if self.cfg.count_packets:
+                m.d.sync += t.cnt.eq(live & r.cnt & ~r.bad_exp)
         self.req = Signal(L, name="req")
-        m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T))
+        cand = Cat(t.opener & ~t.bad_exp & ~t.post for t in T)
+        m.d.comb += self.req.eq(cand if not self.cfg.count_packets else cand & ~self._count_gate(m, cand))
         m.d.comb += [self.alloc.req.eq(self.req)]
         m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
+
+    def _r_cnt(self, r):
+        """R's count-packet bit (None without count packets)."""
+        return r.cnt if self.cfg.count_packets else None
+
+    def _count_gate(self, m, cand):
+        """(count_packets) The count packets in T, in the allocator's cycle: which rows
+        their counts refuse (COUNT_MISMATCH), which counts add (:class:`CountGate`).
+        Returns the refused lanes."""
+        T, gate = self.t, CountGate(self.cfg)
+        m.submodules.counts = self.gate = gate
+        m.d.comb += [gate.cnt.eq(_lanes(T, "cnt")), gate.cand.eq(cand), gate.clear.eq(self.start_go)]
+        for j, t in enumerate(T):
+            m.d.comb += [gate.src[j].eq(t.pkt.src), gate.exp_oh[j].eq(t.exp_oh),
+                         gate.count[j].eq(t.pkt.count)]
+        for x in range(self.cfg.experts):
+            m.d.comb += [gate.rows[x].eq(self.alloc_rows[x]), gate.room[x].eq(self.alloc_room[x])]
+        return gate.met
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):
@@ -590,6 +643,8 @@ class PacketManager(wiring.Component):
                 al.fwd.eq(t.fwd),
                 self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
+            if self.cfg.count_packets:
+                m.d.sync += al.cnt.eq(self.gate.add[j])
             # (newest first: the group right ahead writes the table now, the one before it
             # wrote it as the entry was read; at most one lane of a group opens the row)
             m.d.sync += al.info.eq(newest_of(
@@ -624,7 +679,9 @@ class PacketManager(wiring.Component):
             # (kept a cycle: the row-info read of the group two behind misses this write)
             m.d.sync += [self.ri_wen[j].eq(al.opener), self.ri_data[j].eq(own)]
             ev_v = Signal(name=f"ri_ev_valid{j}")
-            m.d.comb += ev_v.eq((al.opener & al.ok) | (al.comp & info.alloc))
+            m.d.comb += ev_v.eq(_or((al.opener & al.ok) | (al.comp & info.alloc), self._al_cnt(al)))
+            if self.cfg.count_packets:
+                m.d.sync += [b.ev.cnt.eq(al.cnt), b.ev.count.eq(p.count)]
             ev_valid.append(ev_v)
             m.d.sync += [
                 b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
@@ -657,10 +714,15 @@ class PacketManager(wiring.Component):
         self.b_no_ev = Signal(range(cfg.lanes + 1), name="b_no_ev")
         self.b_no_cr = Signal(range(cfg.lanes + 1), name="b_no_cr")
         m.d.sync += [
-            self.b_no_ev.eq(count_binary(al.pv & ~((al.opener & al.ok) | (al.comp & alloc_flat[j]))
+            self.b_no_ev.eq(count_binary(al.pv & ~_or((al.opener & al.ok) | (al.comp & alloc_flat[j]),
+                                                      self._al_cnt(al))
                                          for j, al in enumerate(AL))),
             self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
+
+    def _al_cnt(self, al):
+        """AL's count packet that adds (an event for the tracker; None without count packets)."""
+        return al.cnt if self.cfg.count_packets else None
 
     def _row_info_write(self, m):
         """RI's openers write their grant into the row-info table (at most one lane opens
@@ -720,7 +782,7 @@ class PacketManager(wiring.Component):
             counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}")
         hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
         for r, bits in [*hits, (Reason.EOS_MISMATCH, list(self.eos.mismatch)),
-                        (Reason.OVERFLOW, [al.ovf for al in AL])]:
+                        (Reason.OVERFLOW, [al.ovf for al in AL]), *self._count_reasons()]:
             # (the mismatches come late, behind the EOS tracker's per-lane select)
             inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}",
                           count_binary if r == Reason.EOS_MISMATCH else popcount)
@@ -735,6 +797,18 @@ class PacketManager(wiring.Component):
             m.d.comb += [status.src_rows[s].eq(self.src_rows[s]), status.src_eos[s].eq(self.eos.count[s])]
         m.d.comb += [status.overflow[e].eq(x) for e, x in enumerate(self.overflow)]
         m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
+
+    def _count_reasons(self):
+        """(count_packets) The count gate's verdicts of the group in T (rows refused and
+        counts below the rows already in: COUNT_MISMATCH; repeats: COUNT_DUPLICATE), and
+        the sweep's experts short of their counts; none without count packets."""
+        if not self.cfg.count_packets:
+            return []
+        g, L = self.gate, self.cfg.lanes
+        # (a lane is a row or a count packet, never both; the sweep pulses only once the
+        # layer is over, when no lane is live: at most ``lanes`` bits are set at once)
+        return [(Reason.COUNT_MISMATCH, [g.met[j] | g.over[j] for j in range(L)] + [self.sweep_short]),
+                (Reason.COUNT_DUPLICATE, [g.dup[j] for j in range(L)])]
 
     # ---------------------------------------------------------------- layer control
     def _layer_drained(self):

@@ -71,6 +71,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, index_bits
+from .final_counts import FinalCounts
 from .formats import CtlKind
 from .interfaces import layer_handshake_signature, ordering_guard_signature, tracker_csr_signature
 from .layouts import GROUP_BITS, HubLayouts, group_not_after
@@ -236,6 +237,17 @@ class AvailabilityTracker(wiring.Component):
         Where the packet manager's data writes are: in B (``b_busy``, ``b_group``) and,
         registered a cycle old, the oldest waiting in each lane's buffer and B
         (``c_busy``, ``c_group``).
+    sweep_short : Out(1)
+        Only with ``count_packets``: a pulse per expert the sweep finds short of its
+        announced rows (COUNT_MISMATCH, counted by the packet manager).
+
+    With ``count_packets`` the tracker also writes an expert's final words early: count
+    events (a count packet the packet manager applied) pass through S0 as bubbles;
+    :class:`~moehub.rtl.final_counts.FinalCounts` follows the stream, and the event that
+    makes an expert final is followed at once by COUNT(e) and, for a partial last tile,
+    LAST(e) -- injected into S0 before the next event is taken, so they leave the ctl
+    port where the model writes them. LAST is then guarded (the tile's data writes may
+    still be in flight) by the group of that event; the sweep skips final experts.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -250,6 +262,8 @@ class AvailabilityTracker(wiring.Component):
             "rows": In(cfg.cap_bits).array(E),
             "layer": In(layer_handshake_signature()),
             "guard": In(ordering_guard_signature(cfg)),
+            # (count_packets) an expert short of its announced rows at the sweep
+            **({"sweep_short": Out(1)} if cfg.count_packets else {}),
         })
 
     def elaborate(self, platform):
@@ -271,12 +285,16 @@ class AvailabilityTracker(wiring.Component):
         m.d.comb += go.eq(~t2.valid | ctl_free)
         self._s1_prepare(m, t1, t2, cfg, rp, w_data, go)
         clear_addr = self._clearing(m, mode, go)
+        self.fin = self._final_sequencer(m, mode, go, cfg) if self.cfg.count_packets else None
         sq = self._sweep(m, mode, go, cfg, t1, t2, ctl_valid)
         self._s0_pop(m, mode, sq, clear_addr, cfg, rp, t1, go)
         self._latch_config(m, cfg)
+        idle = (mode == RUN) & ~t1.valid & ~t2.valid
+        if self.fin is not None:
+            idle = idle & ~self.fin.valid
         m.d.comb += [
             self.layer.clearing.eq(self.mode_clear),
-            self.layer.idle.eq((mode == RUN) & ~t1.valid & ~t2.valid),
+            self.layer.idle.eq(idle),
         ]
         return m
 
@@ -357,8 +375,28 @@ class AvailabilityTracker(wiring.Component):
         m.d.comb += [s0.valid.eq(pick.valid), s0.oh.eq(1 << pick.kind), s0.row.eq(pick.row),
                      s0.src.eq(ev.src), s0.token.eq(ev.token), s0.slot.eq(ev.slot),
                      s0.group.eq(ev.group)]
+        if self.fin is not None:
+            self._s0_final(m, mode, pick, s0, go, sq)
         with m.If(go):
             m.d.sync += t1.load(s0)
+
+    def _s0_final(self, m, mode, pick, s0, go, sq):
+        """(count_packets) S0 in RUN mode: the final sequencer's word first (no event is
+        taken meanwhile); a count event is taken as a bubble; every event taken goes to
+        :class:`FinalCounts`, whose ``fire`` loads the sequencer. (These comb statements
+        come after S0's own: they override it.)"""
+        fin, fc, ev = self.fin, self.fc, self.ev.payload
+        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & go & ~fin.valid)
+        with m.If(mode == RUN):
+            with m.If(fin.valid):
+                m.d.comb += [pick.eq(fin.view()), s0.group.eq(self.fin_group)]
+            with m.Elif(ev.cnt):
+                m.d.comb += pick.valid.eq(0)
+        with m.If(mode == SWEEP):
+            m.d.comb += pick.valid.eq(self._sweep_skip(m, mode, go, sq, sq.valid))
+        m.d.comb += [fc.pop.eq(self.ev.valid & self.ev.ready), fc.expert.eq(ev.expert),
+                     fc.meta.eq(~ev.complete & ~ev.cnt), fc.cpl.eq(ev.complete), fc.cnt.eq(ev.cnt),
+                     fc.count.eq(ev.count)]
 
     # ------------------------------------------------------------------ S1
     def _s1_prepare(self, m, t1, t2, cfg, rp, w_data, go):
@@ -395,7 +433,7 @@ class AvailabilityTracker(wiring.Component):
             s1.wzero.eq(is_last | is_clear),
             s1.always.eq(is_meta | is_count | is_done),
             s1.flag.eq(is_cpl | is_last),
-            s1.guarded.eq(is_cpl),
+            s1.guarded.eq(is_cpl | is_last if self.cfg.count_packets else is_cpl),
             s1.group.eq(t1.group), s1.addr.eq(t1.addr),
             s1.cnt.eq(cnt),
             s1.target.eq(Mux(is_last, t1.row[:t.count_bits] & cfg.tile_m1, cfg.tile_m1)),
@@ -537,6 +575,42 @@ class AvailabilityTracker(wiring.Component):
                 m.d.sync += dirty.eq(0)
         return clear_addr
 
+    def _final_sequencer(self, m, mode, go, cfg):
+        """(count_packets) The early final words: when the event taken makes an expert
+        final (``fc.fire``), COUNT(e) and, if its last tile is partial, LAST(e), one per
+        cycle, ahead of the next event. Owns ``fin_*`` (an ``inject`` record: ``fin_valid``
+        busy, ``fin_kind``, ``fin_e``, ``fin_rows``), ``fin_part`` and ``fin_group`` (the
+        group of the event that fired: LAST waits for its data writes). Returns the record."""
+        m.submodules.final_counts = fc = self.fc = FinalCounts(self.cfg)
+        fin = _Registers(self.tl.inject, "fin", rename={"expert": "fin_e", "row": "fin_rows"})
+        part = Signal(name="fin_part")
+        self.fin_group = Signal(GROUP_BITS, name="fin_group")
+        rows_x = fc.rows_x
+        m.d.comb += [fc.clear.eq(self.layer.layer_start)] + [fc.rows[x].eq(self.rows[x])
+                                                           for x in range(self.tl.experts)]
+        with m.If(fc.fire):
+            m.d.sync += [fin.valid.eq(1), fin.kind.eq(K_COUNT), fin.expert.eq(fc.expert),
+                         fin.row.eq(rows_x), self.fin_group.eq(self.ev.payload.group),
+                         part.eq((rows_x[:self.tl.count_bits] & cfg.tile_m1) != 0)]
+        with m.Elif((mode == RUN) & fin.valid & go):
+            with m.If((fin.kind == K_COUNT) & part):
+                m.d.sync += fin.kind.eq(K_LAST)
+            with m.Else():
+                m.d.sync += fin.valid.eq(0)
+        with m.If(self.layer.layer_start):
+            m.d.sync += fin.valid.eq(0)
+        return fin
+
+    def _sweep_skip(self, m, mode, go, sq, pick_valid):
+        """(count_packets) The sweep passes over final experts (their words are out) and
+        pulses ``sweep_short`` for each other expert short of its announced rows. Returns
+        the sweep's inject valid."""
+        final, short = self.fc.final.bit_select(sq.expert, 1), self.fc.short.bit_select(sq.expert, 1)
+        on_expert = (sq.kind == K_COUNT) | (sq.kind == K_LAST)
+        m.d.comb += self.sweep_short.eq((mode == SWEEP) & sq.valid & go & (sq.kind == K_COUNT)
+                                        & ~final & short)
+        return pick_valid & ~(on_expert & final)
+
     def _sweep(self, m, mode, go, cfg, t1, t2, ctl_valid):
         """The end-of-layer sweep sequencer: the word to inject next (an ``inject``
         record) -- COUNT(e), LAST(e) if e has a partial last tile, ..., DONE; ``rows[e]``
@@ -563,7 +637,10 @@ class AvailabilityTracker(wiring.Component):
                              sq_part.eq((ld_rows[:cnt_bits] & cfg.tile_m1) != 0),
                              ld_e.eq(ld_e + 1)]
 
-        with m.If((mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid):
+        begin = (mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid
+        if self.fin is not None:
+            begin = begin & ~self.fin.valid
+        with m.If(begin):
             self._set_mode(m, mode, SWEEP)
             m.d.sync += [sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0),
                          sq.row.eq(self.rows[0]),

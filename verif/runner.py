@@ -58,7 +58,10 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     run_dir.mkdir(parents=True, exist_ok=True)
     prog = run_dir / f"progress-{module}.txt"
     prog.unlink(missing_ok=True)
-    env = {"MOEHUB_CONFIG": cfg.name, "MOEHUB_SEED": str(seed), "MOEHUB_SEEDS": str(seeds),
+    # (a config given as a file -- e.g. tiny with a v2 feature -- reaches the testbench as
+    # that file: its name alone would load the shipped config of that name)
+    given = str(Path(config).resolve()) if Path(config).suffix in (".yaml", ".yml") else cfg.name
+    env = {"MOEHUB_CONFIG": given, "MOEHUB_SEED": str(seed), "MOEHUB_SEEDS": str(seeds),
            ENV: str(root), "MOEHUB_PROGRESS": str(prog), simulators.ENV_SIM: sim}
     env.update(extra_env or {})
     results = run_dir / f"results-{module}-{'-'.join(testcases or ['all'])[:80]}.xml"
