@@ -27,7 +27,8 @@ class CountFeeder(LaneFeeder):
         one now (else its rows go first; once its rows are all started, its counts go).
     count_errors : float
         Per count packet, the probability of each error: its count off by one, a repeat
-        of it, a count packet for an expert out of range.
+        of it, a count packet for an expert out of range (and, when > 0, one repeat for
+        sure).
     (others as :class:`LaneFeeder`)
     """
 
@@ -37,6 +38,10 @@ class CountFeeder(LaneFeeder):
         self.p_count = p_count
         sent = Counter((r.src, r.expert) for r in rows)
         self.pending = [self._announcements(s, sent, count_errors) for s in range(cfg.sources)]
+        if count_errors:        # (at least one error: a repeat, always a COUNT_DUPLICATE)
+            s = rng.randrange(cfg.sources)
+            self.pending[s].insert(rng.randrange(len(self.pending[s]) + 1),
+                                   Packet.counts(s, rng.randrange(cfg.experts), 1))
 
     def _announcements(self, s: int, sent: Counter, errors: float) -> list:
         """Source s's count packets, in random order (with the errors asked for)."""
