@@ -13,13 +13,14 @@ from __future__ import annotations
 import random
 
 import cocotb
+from cocotb.triggers import RisingEdge
 
 from moehub.rtl.formats import CtlKind, Reason, count_addr
 from moehub.verif.count_traffic import CountFeeder
 from moehub.verif.hubtb import HubTB
 from moehub.verif.model import Packet
 from moehub.verif.tb_hub import (CFG, SEED, SEEDS, TIMEOUT, chunks, eos_all, finish, limit, make_tb,
-                                 row, serial)
+                                 row, serial, wait_armed, wide)
 from moehub.verif.traffic import random_rows
 
 assert CFG.count_packets, f"{CFG.name}: these tests need a hub with count_packets"
@@ -197,6 +198,29 @@ async def test_bad_count_packets(dut):
     assert await drops(tb, Reason.BAD_SOURCE) == 1
     assert await drops(tb, Reason.BAD_EXPERT) == len(bad) - 1
     assert early(tb, model) == [0]
+
+
+@cocotb.test(**TIMEOUT)
+async def test_early_flag_waits_for_its_writes(dut):
+    """The data-write ports held: an expert's row completes and its counts are met, so its
+    final count may leave, but its last partial tile's flag waits until the row's data
+    writes are out (the ordering guard covers the early flag too)."""
+    tb = await make_tb(dut)
+    await wait_armed(tb)
+    r = row(0, 1, token=3)
+    tb.hold("wr")
+    # (few cycles: the input stops once a held write is GROUP_AGE_LIMIT groups old)
+    tb.offer([[cnt(0, 1, 1), cnt(1, 1, 0), cnt(2, 1, 0)]] + wide(chunks(r, tag=0)))
+    for _ in range(200):
+        await RisingEdge(dut.clk)
+    kinds = [w.kind for _, w in tb.ctl_out]
+    assert CtlKind.COUNT in kinds and CtlKind.FLAG not in kinds, kinds
+    tb.release()
+    await tb.send_schedule(IDLE + [eos_all({0: 1})])
+    model = await finish(tb, [r])
+    assert early(tb, model) == [1]
+    flag = next(c for c, w in tb.ctl_out if w.kind == CtlKind.FLAG)
+    assert flag > max(c for w in tb.wr_out for c, _, _ in w)
 
 
 # ---------------------------------------------------------------------------- random
