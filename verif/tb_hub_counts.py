@@ -201,6 +201,24 @@ async def test_bad_count_packets(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_count_and_overflow_in_one_cycle(dut):
+    """Expert 0's region holds 1 row, its counts say 2. In one cycle: a row (granted), a
+    row (OVERFLOW), the last count, a row: the rows held are 1 (a refused request holds
+    none), below the total, so the last row is an OVERFLOW too, not a COUNT_MISMATCH; at
+    the sweep the expert is short (COUNT_MISMATCH)."""
+    tb = await make_tb(dut, caps=[1] + [CFG.max_rows_per_expert] * (E - 1))
+    a, b, c = row(0, 0, token=1), row(0, 0, token=2), row(1, 0, token=3)
+    ca, cb, cc = chunks(a, tag=0), chunks(b, tag=1), chunks(c, tag=0)
+    sched = serial([cnt(0, 0, 2), cnt(1, 0, 0)]) + [[ca[0], cb[0], cnt(2, 0, 0), cc[0]]]
+    sched += serial(ca[1:] + cb[1:] + cc[1:], lanes=[0, 1, 2, 3])
+    await tb.send_schedule(sched + IDLE + [eos_all({0: 2, 1: 1})])
+    model = await finish(tb)
+    assert await drops(tb, Reason.OVERFLOW) == 2 and await tb.csr_read("OVERFLOW", 0) == 2
+    assert await drops(tb, Reason.COUNT_MISMATCH) == 1
+    assert early(tb, model) == [] and await tb.csr_read("ROWS", 0) == 1
+
+
+@cocotb.test(**TIMEOUT)
 async def test_early_flag_waits_for_its_writes(dut):
     """The data-write ports held: an expert's row completes and its counts are met, so its
     final count may leave, but its last partial tile's flag waits until the row's data
