@@ -64,6 +64,15 @@ sticky ``errors``; nothing else changes and no other row is touched:
 * FLUSH (CSR) or the watchdog (TIMEOUT idle cycles): rows in flight are dropped as
   INCOMPLETE (their tiles are never flagged), the tables are cleared, and the layer ends.
 
+With ``count_packets`` (protocol v2), a count packet (kind 2: a source's row count for one
+expert) takes any lane and no row, credit or data write: it passes A, R and T as a packet
+(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range), and in T's output
+registers the :class:`~moehub.rtl.count_gate.CountGate` applies it in the allocator's
+cycle -- a repeat is COUNT_DUPLICATE, a last count below the rows already in is
+COUNT_MISMATCH, and a row of an expert whose counts are met is refused (COUNT_MISMATCH,
+like POST_EOS: its credit returns) -- and an applied count goes on as an event, in lane
+order, so that the tracker sees it where the model does.
+
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
 and no row is open (a row opened past its source's count, dropped, holds the layer open
 until it completes, or until the watchdog flushes it); every later group is dropped as
