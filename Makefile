@@ -31,7 +31,7 @@ run: tools venv
 # TEST_JOBS=1 runs them one after another
 TEST_JOBS ?= auto
 test: tools venv
-	$(VENV)/bin/pytest -m "not slow" -q -n $(TEST_JOBS) --dist loadfile
+	$(VENV)/bin/pytest -m "not slow" -q -n $(TEST_JOBS) --dist loadfile --durations=25
 
 test-slow: tools venv
 	$(VENV)/bin/pytest -m slow -q -n $(TEST_JOBS) --dist loadfile
