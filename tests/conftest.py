@@ -37,8 +37,8 @@ def needs(simulator: str):
     return pytest.mark.skipif(why is not None, reason=why or "")
 
 
-def on(simulator: str, *values, slow: bool = False):
+def on(simulator: str, *values, slow: bool = False, kill: bool = False):
     """A ``pytest.param`` for one simulator, skipped when it is missing; ``slow``: in the
-    slow set only."""
-    marks = [needs(simulator)] + ([pytest.mark.slow] if slow else [])
+    slow set only; ``kill``: in the mutation kill suite (verif/mutate.py) even when slow."""
+    marks = [needs(simulator)] + ([pytest.mark.slow] if slow else []) + ([pytest.mark.mutation] if kill else [])
     return pytest.param(simulator, *values, marks=marks, id="-".join(map(str, (simulator, *values))))

@@ -165,6 +165,18 @@ def test_a_hang_is_a_timeout(project, tmp_path):
     assert r.result == "timeout" and r.seconds < 30
 
 
+def test_kill_suite_selects_every_node():
+    """Every node of the kill suite survives its marker selection: the Icarus regression on
+    tiny is in the slow set, kept by its ``mutation`` mark."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "-m", mutate.KILL_MARKERS, *mutate.KILL_SUITE],
+                         cwd=mutate.REPO, capture_output=True, text=True).stdout
+    for node in mutate.KILL_SUITE:
+        assert node in out, f"{node} not selected by -m {mutate.KILL_MARKERS!r}"
+
+
 def test_first_failure_names_the_cocotb_test(tmp_path):
     junit = tmp_path / "j.xml"
     junit.write_text(

@@ -136,6 +136,9 @@ KILL_SUITE = (
     "tests/test_formal.py::test_smoke",
     "tests/test_player.py",
 )
+#: the kill suite's marker selection: the fast set, plus slow tests marked ``mutation``
+#: (tiny's cocotb regression on Icarus, slow since Verilator runs it in the fast set)
+KILL_MARKERS = "not slow or mutation"
 #: tests of the suite that only simulate tiny's netlist (skipped when it is unchanged)
 TINY_NETLIST_TESTS = ("tests/test_hub_cocotb.py::test_hub_regression[icarus-tiny]",
                       "tests/test_player.py")
@@ -701,7 +704,7 @@ class Campaign:
             suite = [t for t in suite if t not in self.netlist_tests]
         junit = build / "junit.xml"
         left = max(10.0, timeout - (time.monotonic() - t0))
-        cmd = [py, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+        cmd = [py, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", KILL_MARKERS,
                f"--junitxml={junit}", *suite]
         rc, text = _run(cmd, tree, env, left, log)
         if rc is None:
