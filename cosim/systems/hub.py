@@ -112,6 +112,27 @@ def _enforce_tags(L: Layer, first, last, position, ret_us, groups=None):
     return first, last, stalls
 
 
+def row_cycles(src, pos, first, last, clk: float, cpr: int, lanes: int):
+    """Hub cycles and lanes of each row's first and last chunk ``(fc, fl, lc, ll)``: arrival
+    times (us) to cycles at ``clk`` cycles/us; a source's rows start on lane ``src + pos x
+    chunks per row`` (lanes taken in turn); a row whose chunks wrap past its first lane within
+    one cycle ends a cycle later."""
+    fc = np.ceil(first * clk - 1e-9).astype(np.int64)
+    lc = np.ceil(last * clk - 1e-9).astype(np.int64)
+    fl = (src + pos * cpr) % lanes
+    ll = (fl + cpr - 1) % lanes
+    lc = np.maximum(lc, fc)
+    return fc, fl, lc + ((cpr > 1) & (lc == fc) & (ll <= fl)), ll
+
+
+def eos_cycle(L: Layer, last_cycles, t0: float, s: int, d: int, clk: float) -> int:
+    """Source ``s``'s end-of-stream at hub ``d``: the cycle after its last row's last chunk,
+    or (no rows) its first packet's latency after ``t0``."""
+    if len(last_cycles):
+        return int(last_cycles.max()) + 1
+    return int(np.ceil((t0 + L.latency(s, d)) * clk))
+
+
 def hub_schedule(L: Layer, t0: float, order: str = "token"):
     """Dispatch of every row to its destination hub, from t0 (all sources): returns the
     per-destination :class:`HubArrivals`, the network curves and flows, and the stall count
@@ -131,17 +152,11 @@ def hub_schedule(L: Layer, t0: float, order: str = "token"):
     arrivals = []
     for d in range(G):
         rows = np.nonzero(L.dest == d)[0]
-        fc = np.ceil(first[rows] * clk - 1e-9).astype(np.int64)
-        lc = np.ceil(last[rows] * clk - 1e-9).astype(np.int64)
-        fl = (L.src[rows] + pos[rows] * cpr) % lanes
-        ll = (fl + cpr - 1) % lanes
-        lc = np.maximum(lc, fc)
-        lc = lc + ((cpr > 1) & (lc == fc) & (ll <= fl))
+        fc, fl, lc, ll = row_cycles(L.src[rows], pos[rows], first[rows], last[rows], clk, cpr, lanes)
         eos = []
         for s in range(G):
             m = L.src[rows] == s
-            cyc = int(lc[m].max()) + 1 if m.any() else int(np.ceil((t0 + L.latency(s, d)) * clk))
-            eos.append((cyc, s % lanes, s, int(m.sum())))
+            eos.append((eos_cycle(L, lc[m], t0, s, d, clk), s % lanes, s, int(m.sum())))
         arrivals.append(HubArrivals(h, L.src[rows], pos[rows] % h.tags_per_source, L.lexp[rows],
                                     L.tok[rows], L.slot[rows], fc, fl, lc, ll, eos))
     return arrivals, curves, flows, stalls

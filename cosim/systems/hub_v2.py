@@ -148,7 +148,7 @@ def schedule(L: Layer, t0: float, features: frozenset, cfg, order: str = "token"
     """The v2 dispatch: wire rows over the layer's network (hub ingress, tag window),
     then per destination the :class:`HubArrivals` with targets and count packets.
     Returns (arrivals, wire rows, curves, flows, tag stalls, count send time)."""
-    from .hub import _enforce_tags, hub_flow_cap
+    from .hub import _enforce_tags, eos_cycle, hub_flow_cap, row_cycles
     G = L.G
     w = wire_rows(L, cfg.multicast, order)
     pos, groups = _flow_positions(L, w)
@@ -177,16 +177,11 @@ def schedule(L: Layer, t0: float, features: frozenset, cfg, order: str = "token"
     arrivals = []
     for d in range(G):
         rows = np.nonzero(w.dest == d)[0]
-        fc = np.ceil(first[rows] * clk - 1e-9).astype(np.int64)
-        lc = np.ceil(last[rows] * clk - 1e-9).astype(np.int64)
-        fl = (w.src[rows] + pos[rows] * cpr) % lanes
-        ll = (fl + cpr - 1) % lanes
-        lc = np.maximum(lc, fc)
-        lc = lc + ((cpr > 1) & (lc == fc) & (ll <= fl))
+        fc, fl, lc, ll = row_cycles(w.src[rows], pos[rows], first[rows], last[rows], clk, cpr, lanes)
         counts, eos = [], []
         for s in range(G):
             m = w.src[rows] == s
-            cyc = int(lc[m].max()) + 1 if m.any() else int(np.ceil((t0 + L.latency(s, d)) * clk))
+            cyc = eos_cycle(L, lc[m], t0, s, d, clk)
             if cfg.count_packets:
                 cc = int(np.ceil((t_cnt + L.latency(s, d)) * clk))
                 counts += [(cc, s % lanes, s, x, int(per_x[s, d, x])) for x in range(L.E_local)]
