@@ -133,6 +133,19 @@ def eos_cycle(L: Layer, last_cycles, t0: float, s: int, d: int, clk: float) -> i
     return int(np.ceil((t0 + L.latency(s, d)) * clk))
 
 
+def rtl_hub(cfg, arr: HubArrivals, d: int, checks: list):
+    """GPU ``d``'s hub in RTL: its result, and (appended to ``checks``) its comparison
+    with the reference model (:func:`..hub_rtl.compare`) and the simulator's speed."""
+    from ..hub_rtl import compare, run_hub_rtl
+    hr = run_hub_rtl(cfg, arr, tag=f"cosim-gpu{d}")
+    cmp = compare(cfg, arr, BACKENDS["model"](cfg, arr), hr)
+    checks.append({"gpu": d, "sim": hr.player.sim, "rows": len(arr), "cycles": hr.player.cycles,
+                   "sim_s": hr.player.wall_s,
+                   "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
+                   **dataclasses.asdict(cmp)})
+    return hr
+
+
 def hub_schedule(L: Layer, t0: float, order: str = "token"):
     """Dispatch of every row to its destination hub, from t0 (all sources): returns the
     per-destination :class:`HubArrivals`, the network curves and flows, and the stall count
@@ -162,6 +175,16 @@ def hub_schedule(L: Layer, t0: float, order: str = "token"):
     return arrivals, curves, flows, stalls
 
 
+def hub_label(backend: str, rtl_gpus: tuple) -> str:
+    """The hub system's name in tables: its hub stage, and the GPUs whose hub is RTL."""
+    label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
+    if rtl_gpus:
+        gpus = ",".join(map(str, rtl_gpus))
+        label = f"MoE-Hub (GPU {gpus} hub in RTL, the others the reference model)" \
+            if backend in ("model", "reference") else f"{label[:-1]}, GPU {gpus} in RTL)"
+    return label
+
+
 def run_hub(L: Layer, backend: str = "model", order: str = "token",
             rtl_gpus: tuple = (), features=frozenset()) -> SystemResult:
     """MoE-Hub. ``order="token"``: the routing kernel sends each row as soon as the token is
@@ -172,16 +195,10 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     ``features``: protocol v2 (issue 14), any of "multicast", "early_counts", "paged"
     (:mod:`.hub_v2`); none: protocol v1, this function."""
     if features:
-        if rtl_gpus:
-            raise ValueError("protocol-v2 hub features run with the model hub only (no --rtl-gpus)")
         from .hub_v2 import run_hub as run_hub_v2
-        return run_hub_v2(L, features, backend, order)
-    label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
-    if rtl_gpus:
-        gpus = ",".join(map(str, rtl_gpus))
-        label = f"MoE-Hub (GPU {gpus} hub in RTL, the others the reference model)" \
-            if backend in ("model", "reference") else f"{label[:-1]}, GPU {gpus} in RTL)"
-    res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
+        return run_hub_v2(L, features, backend, order, rtl_gpus)
+    res = SystemResult("hub", hub_label(backend, rtl_gpus)
+                       + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
     run_backend = BACKENDS[backend]
     rtl_checks = []
@@ -205,13 +222,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     for d in range(G):
         arr = arrivals[d]
         if d in rtl_gpus:
-            from ..hub_rtl import compare, run_hub_rtl
-            hr = run_hub_rtl(h, arr, tag=f"cosim-gpu{d}")
-            cmp = compare(h, arr, BACKENDS["model"](h, arr), hr)
-            rtl_checks.append({"gpu": d, "sim": hr.player.sim, "rows": len(arr), "cycles": hr.player.cycles,
-                               "sim_s": hr.player.wall_s,
-                               "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
-                               **dataclasses.asdict(cmp)})
+            hr = rtl_hub(h, arr, d, rtl_checks)
         else:
             hr = _cached(L, backend, d, arr, run_backend)
         hub_stats["drops"] += hr.drops
