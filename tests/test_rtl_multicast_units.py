@@ -1,0 +1,305 @@
+"""Protocol v2's multicast units (issue 14) against the reference model, in the Amaranth
+simulator: the target decode (A stage) and the multicast allocator (T stage).
+
+The bench drives :class:`~moehub.verif.model.HubModel` itself with the same rows: each
+cycle's opening rows go to the model in lane order (one ``cycle``), and the RTL must agree
+on every verdict (BAD_EXPERT from the decode, OVERFLOW from the allocator), on every
+granted row's (expert, row) per target -- the model's ``Entry.rows``, hence its metadata
+words' addresses -- and its place in the arena (``Entry.loc``), and, after each cycle, on
+ROWS and the arena's fill.
+"""
+import random
+
+import pytest
+from amaranth import Cat, Elaboratable, Module, Signal
+from amaranth.sim import Simulator
+
+from moehub.config.schema import load_hub_config
+from moehub.rtl.csr_map import CTRL_START
+from moehub.rtl.formats import HubFormats, Reason
+from moehub.rtl.multicast_allocator import MulticastAllocator
+from moehub.rtl.target_decode import TargetDecode
+from moehub.verif.model import ALLOC, HubModel, Packet
+
+TINY = load_hub_config("tiny")
+#: 3 experts, a row names up to all 3 (as tests/test_model_v2.py); 4 lanes
+MC3 = TINY.replace(topk=3, max_targets=3)
+#: 5 experts (3-bit fields: 5, 6, 7 out of range), up to 4 targets, 4 lanes
+MC4 = TINY.replace(experts=5, topk=4, max_targets=4)
+#: 8 experts, 2 targets, 4 lanes (sparser sets: more rows per cycle fit)
+MC2 = TINY.replace(experts=8, topk=2, max_targets=2)
+
+
+class DecodeAlloc(Elaboratable):
+    """A decode per lane in front of the allocator, as the packet manager chains them (the
+    decode in A, the allocator in T; registers between them do not change the function):
+    a lane requests when it opens a row and its target set is good."""
+
+    def __init__(self, cfg, alloc_cls=MulticastAllocator, decode_cls=TargetDecode):
+        self.cfg = cfg
+        self.dec = [decode_cls(cfg) for _ in range(cfg.lanes)]
+        self.alloc = alloc_cls(cfg)
+        self.opens = Signal(cfg.lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.alloc.grant
+        m.submodules.alloc = self.alloc
+        for j, d in enumerate(self.dec):
+            m.submodules[f"dec{j}"] = d
+            m.d.comb += [g.tv[j].eq(d.tv)] + [g.oh[j][t].eq(d.oh[t]) for t in range(self.cfg.max_targets)]
+        m.d.comb += g.req.eq(self.opens & ~Cat(d.bad for d in self.dec))
+        return m
+
+
+def _run(dut, bench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def _place(targets, T, rng):
+    """A target tuple as the packet's entries: [(valid, expert)] * T, the targets in order
+    at random positions (gaps between them), junk in the entries not valid."""
+    pos = sorted(rng.sample(range(T), len(targets))) if rng else list(range(len(targets)))
+    entries = [(0, rng.randrange(8) if rng else 0) for _ in range(T)]
+    for p, (x, _) in zip(pos, targets):
+        entries[p] = (1, x)
+    return entries
+
+
+class Bench:
+    """The model and the unit side by side, a layer at a time."""
+
+    def __init__(self, cfg, dut, ctx, caps, pool_cap):
+        self.cfg, self.dut, self.ctx = cfg, dut, ctx
+        self.cycle = 0
+        self.log = []                  # per cycle, per lane: (ok, rows, loc) or None / "bad"
+        self.start(caps, pool_cap)
+
+    def start(self, caps, pool_cap):
+        cfg, m = self.cfg, HubModel(self.cfg)
+        for x, c in enumerate(caps):
+            m.write("REGION_CAP", c, x)
+        m.write("POOL_CAP", pool_cap)
+        m.write("CTRL", CTRL_START)
+        self.model = m
+        return m
+
+    async def clear(self):
+        ctx, a = self.ctx, self.dut.alloc
+        for x in range(self.cfg.experts):
+            ctx.set(a.cap[x], self.model.layer_region_cap[x])
+        ctx.set(a.pool_cap, self.model.layer_pool_cap)
+        ctx.set(a.grant.clear, 1)
+        await ctx.tick()
+        ctx.set(a.grant.clear, 0)
+
+    async def cycle_of(self, rows, rng=None):
+        """One cycle: ``rows[j]`` is lane j's opening row -- a tuple of (expert, slot), or
+        None (no row) -- checked against the model; then the rows are completed (in the
+        model only, a later cycle: their table entries are free again)."""
+        cfg, ctx, dut, m = self.cfg, self.ctx, self.dut, self.model
+        T, S, Tg = cfg.max_targets, cfg.sources, cfg.tags_per_source
+        self.cycle += 1
+        ctx.set(dut.opens, sum(1 << j for j, r in enumerate(rows) if r is not None))
+        entries = []
+        for j, r in enumerate(rows):
+            ent = _place(r or (), T, rng)
+            entries.append([p for p, (v, _) in enumerate(ent) if v])
+            for t, (v, x) in enumerate(ent):
+                ctx.set(dut.dec[j].valid[t], v)
+                ctx.set(dut.dec[j].expert[t], x)
+        g = dut.alloc.grant
+        ok = ctx.get(g.ok)
+        out = []
+        for j, r in enumerate(rows):
+            if r is None:
+                out.append(None)
+                assert not ok >> j & 1
+                continue
+            src, tag = divmod(j, Tg)           # (distinct entries: lanes <= sources x tags)
+            fx = m.packet(Packet(src=src, tag=tag, chunk=0, token=j, targets=tuple(r)), j, self.cycle)
+            bad = ctx.get(dut.dec[j].bad)
+            assert bad == (fx.drop == Reason.BAD_EXPERT), (self.cycle, j, r)
+            granted = bool(ok >> j & 1)
+            assert granted == (fx.drop is None), (self.cycle, j, r, fx.drop)
+            if not granted:
+                out.append("bad" if bad else "overflow")
+                continue
+            e = m.table[src * Tg + tag]
+            assert e.state == ALLOC
+            got_rows = tuple(ctx.get(g.row[j][t]) for t in entries[j])
+            got_loc = ctx.get(g.loc[j])
+            assert got_rows == e.rows and got_loc == e.loc, (self.cycle, j, r, got_rows, e.rows, got_loc, e.loc)
+            # (the model's META word names that row and loc)
+            out.append((got_rows, got_loc))
+        await ctx.tick()
+        ctx.set(dut.opens, 0)
+        for x in range(cfg.experts):
+            assert ctx.get(dut.alloc.rows[x]) == m.rows[x], (self.cycle, x)
+        assert ctx.get(dut.alloc.pool_rows) == m.pool_rows, self.cycle
+        self.cycle += 1                         # complete every row opened, in the model
+        for j, r in enumerate(rows):
+            if r is not None:
+                src, tag = divmod(j, Tg)
+                for c in range(1, cfg.chunks_per_row):
+                    m.packet(Packet(src=src, tag=tag, chunk=c, token=j, targets=tuple(r)), 0, self.cycle)
+        m.end()
+        assert m.inflight == 0
+        self.log.append(out)
+        return out
+
+
+def _random_set(cfg, rng):
+    """A target set, mostly good: 1..max_targets distinct experts in range, skewed to low
+    experts (contention); sometimes empty, out of range or with an expert twice."""
+    T, E = cfg.max_targets, cfg.experts
+    k = rng.random()
+    n = rng.randint(1, T)
+    xs = rng.sample(range(E), n) if rng.random() < 0.5 else \
+        sorted(set(min(int(rng.expovariate(0.7)), E - 1) for _ in range(n)))
+    if k < 0.04:
+        xs = []
+    elif k < 0.08:
+        xs = xs[:T - 1] + [rng.randrange(E, 1 << cfg.expert_bits)]
+    elif k < 0.12 and T > 1:
+        xs = xs[:T - 1] + [xs[0]]
+    return tuple((x, rng.randrange(cfg.topk)) for x in xs)
+
+
+@pytest.mark.parametrize("cfg, seed", [(MC3, 0), (MC3, 1), (MC4, 2), (MC4, 3), (MC2, 4)],
+                         ids=["mc3-0", "mc3-1", "mc4-2", "mc4-3", "mc2-4"])
+def test_multicast_allocation_follows_the_model(cfg, seed):
+    """Random layers: each cycle 0..lanes rows open (target sets skewed to a few experts,
+    some bad), with small random capacities and arenas so regions and the arena fill
+    mid-cycle; the decode's BAD_EXPERT and the allocator's grants, rows per target, arena
+    places and counters equal the model's, cycle by cycle."""
+    rng = random.Random(seed)
+    dut = DecodeAlloc(cfg)
+    L, E = cfg.lanes, cfg.experts
+    seen = {"ok": 0, "overflow": 0, "bad": 0, "mixed": 0}
+
+    async def bench(ctx):
+        b = None
+        for layer in range(6):
+            caps = [rng.choice([0, 1, 2, 3, 5, 8, 30]) for _ in range(E)]
+            pool_cap = rng.choice([2, 5, 9, 40, cfg.pool_rows])
+            if b is None:
+                b = Bench(cfg, dut, ctx, caps, pool_cap)
+            else:
+                b.start(caps, pool_cap)
+            await b.clear()
+            for _ in range(25):
+                rows = [_random_set(cfg, rng) if rng.random() < 0.85 else None for _ in range(L)]
+                out = await b.cycle_of(rows, rng)
+                kinds = {o if isinstance(o, str) else "ok" for o in out if o is not None}
+                for k in kinds:
+                    seen[k] += 1
+                seen["mixed"] += {"ok", "overflow"} <= kinds
+    _run(dut, bench)
+    assert all(seen.values()), seen
+
+
+def _directed(cfg, caps, pool_cap, cycles):
+    """Run ``cycles`` (lists of per-lane target sets; experts only, slot 0) on a fresh
+    layer; returns the per-cycle outcomes (checked against the model on the way)."""
+    dut = DecodeAlloc(cfg)
+    res = []
+
+    async def bench(ctx):
+        b = Bench(cfg, dut, ctx, caps, pool_cap)
+        await b.clear()
+        for rows in cycles:
+            res.append(await b.cycle_of([None if r is None else tuple((x, 0) for x in r) for r in rows]))
+    _run(dut, bench)
+    return res
+
+
+def test_all_lanes_naming_the_same_full_target_set():
+    """Every lane names every expert (max_targets of them): each expert's rows 0..3 in lane
+    order, the arena rows 0..3; the next cycle continues from 4."""
+    big = [30] * 3
+    res = _directed(MC3, big, 64, [[(0, 1, 2)] * 4, [(2, 1, 0)] * 4])
+    assert res[0] == [((j, j, j), j) for j in range(4)]
+    assert res[1] == [((4 + j,) * 3, 4 + j) for j in range(4)]
+    res = _directed(MC4, [30] * 5, 64, [[(4, 3, 2, 1)] * 4])      # max_targets = 4 on every lane
+    assert res[0] == [((j,) * 4, j) for j in range(4)]
+
+
+def test_a_full_target_refuses_the_whole_row_and_later_rows_rank_as_if_it_were_absent():
+    """Expert 1 has no room: rows naming it are refused and take no row of their other
+    targets, and no arena row; the rows after them rank as if they were absent."""
+    res = _directed(MC3, [8, 0, 8], 64, [[(0, 1), (0,), (1, 2), (2, 0)]])
+    assert res[0] == ["overflow", ((0,), 0), "overflow", ((0, 1), 1)]
+    # one row of room left in expert 0: lane 0 takes it, lane 1 (also 0) is refused, lane 2
+    # (expert 2 only) is granted with the next arena row, lane 3 (0 again) refused
+    res = _directed(MC3, [1, 4, 4], 64, [[(0, 2), (1, 0), (2,), (0,)]])
+    assert res[0] == [((0, 0), 0), "overflow", ((1,), 1), "overflow"]
+
+
+def test_the_arena_fills_mid_cycle():
+    """Two arena rows: lanes 0 and 1 are granted, 2 and 3 refused (OVERFLOW of each target);
+    a bad row ahead takes no arena row."""
+    res = _directed(MC3, [30] * 3, 2, [[(0,), (1, 2), (0, 1), (2,)]])
+    assert res[0] == [((0,), 0), ((0, 0), 1), "overflow", "overflow"]
+    res = _directed(MC3, [30] * 3, 2, [[(), (1, 1), (0, 3), (2,)], [(0,), (1,), (2,), None]])
+    assert res[0] == ["bad", "bad", "bad", ((0,), 0)]
+    assert res[1] == [((0,), 1), "overflow", "overflow", None]
+
+
+def test_bad_target_sets_request_nothing():
+    """Empty, an expert out of range, an expert twice: BAD_EXPERT, and the lanes after
+    rank as if the bad rows were absent."""
+    res = _directed(MC4, [30] * 5, 64, [[(), (0, 5), (3, 1, 3), (7,)], [(0, 0), (1,), (6, 1), (1, 2)]])
+    assert res[0] == ["bad"] * 4
+    assert res[1] == ["bad", ((0,), 0), "bad", ((1, 0), 1)]
+
+
+def test_target_decode_follows_the_model_on_every_small_packet():
+    """Every valid pattern and every expert value of a 3-entry, 2-bit packet (gaps between
+    valid entries too): BAD_EXPERT is the model's ``_bad_dests`` of the valid entries in
+    order, each valid entry's one-hot names its expert, ``mask`` is their union. A set of
+    more than max_targets cannot be carried: the packet format packs the first ones only."""
+    cfg = MC3
+    T, E = cfg.max_targets, cfg.experts
+    dec, model = TargetDecode(cfg), HubModel(cfg)
+    fmt = HubFormats(cfg)
+    too_many = Packet(targets=((0, 0), (1, 0), (2, 0), (0, 1))).fields()
+    assert model._bad_dests(tuple(Packet(targets=((0, 0),) * 4).targets)) and \
+        sum(fmt.packet.unpack(fmt.packet.pack(**too_many))[f"valid{i}"] for i in range(T)) == T
+
+    async def bench(ctx):
+        n = 0
+        for valid in range(1 << T):
+            for code in range(1 << (2 * T)):
+                xs = [code >> (2 * i) & 3 for i in range(T)]
+                for i in range(T):
+                    ctx.set(dec.valid[i], valid >> i & 1)
+                    ctx.set(dec.expert[i], xs[i])
+                dests = tuple((xs[i], 0) for i in range(T) if valid >> i & 1)
+                assert ctx.get(dec.bad) == model._bad_dests(dests), (valid, xs)
+                assert ctx.get(dec.tv) == valid
+                ohs = [ctx.get(dec.oh[i]) for i in range(T)]
+                for i in range(T):
+                    want = 1 << xs[i] if valid >> i & 1 and xs[i] < E else 0
+                    assert ohs[i] == want, (valid, xs, i)
+                mask = 0
+                for o in ohs:
+                    mask |= o
+                assert ctx.get(dec.mask) == mask
+                n += 1
+        assert n == (1 << T) * (1 << 2 * T)
+
+    sim = Simulator(dec)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_units_need_multicast():
+    for unit in (TargetDecode, MulticastAllocator):
+        with pytest.raises(ValueError, match="max_targets"):
+            unit(TINY)
+    with pytest.raises(ValueError, match="pool_pages"):
+        MulticastAllocator(MC3.replace(pool_pages=4))
