@@ -63,6 +63,18 @@ from ..config.schema import HubConfig, field_bits
 from .logic import exactly, select
 
 
+def late_count(bits) -> list:
+    """How many of ``bits`` are set, as a one-hot (``[exactly 0, ..., exactly n]``), for
+    bits that arrive one after another (the verdicts of lanes 0, 1, ...): a shift by each
+    bit in turn, one mux level per bit, so the last bit passes one mux, not an adder or
+    a sum of products."""
+    oh = [Const(1)]
+    for b in bits:
+        oh = [Mux(b, oh[n - 1] if n else Const(0), oh[n] if n < len(oh) else Const(0))
+              for n in range(len(oh) + 1)]
+    return oh
+
+
 def pool_count_bits(cfg: HubConfig) -> int:
     """Width of the arena's counter and capacity (0 .. pool_rows)."""
     return field_bits(cfg.pool_rows)
@@ -113,25 +125,33 @@ class MulticastAllocator(wiring.Component):
     pool_rows : Out(pool_count_bits)
         Arena rows handed out so far.
     formal_room, formal_cap : Out(cap_bits).array(experts)
+    formal_room_gt : Out(lanes).array(experts)
     formal_pool_room, formal_pool_cap : Out(pool_count_bits)
-        Formal-only (unconnected in a hub: synthesis drops them): the room left and the
-        capacities latched at the layer start (``rows + room == cap``).
+    formal_pool_gt : Out(lanes)
+        Only with ``formal=True`` (the property harness, verif/formal): the room left, the
+        capacities latched at the layer start (``rows + room == cap``) and the registered
+        ``room > a`` bits -- the invariants k-induction needs. (Without them the unit has
+        no latched capacity at all: synthesis measures what the hub would carry.)
     """
 
-    def __init__(self, cfg: HubConfig):
+    def __init__(self, cfg: HubConfig, formal: bool = False):
         if not cfg.multicast or cfg.paged:
             self._MustUse__silence = True       # (refused: never elaborated)
             raise ValueError(f"hub[{cfg.name}]: a multicast allocator needs max_targets > 1 "
                              "and a static arena (pool_pages = 0)")
-        self.cfg = cfg
-        E, pb = cfg.experts, pool_count_bits(cfg)
-        super().__init__({
+        self.cfg, self.formal = cfg, formal
+        E, L, pb = cfg.experts, cfg.lanes, pool_count_bits(cfg)
+        ports = {
             "grant": In(multicast_allocation_signature(cfg)),
             "cap": In(cfg.cap_bits).array(E), "pool_cap": In(pb),
             "rows": Out(cfg.cap_bits).array(E), "pool_rows": Out(pb),
-            "formal_room": Out(cfg.cap_bits).array(E), "formal_cap": Out(cfg.cap_bits).array(E),
-            "formal_pool_room": Out(pb), "formal_pool_cap": Out(pb),
-        })
+        }
+        if formal:
+            ports.update({
+                "formal_room": Out(cfg.cap_bits).array(E), "formal_cap": Out(cfg.cap_bits).array(E),
+                "formal_room_gt": Out(L).array(E),
+                "formal_pool_room": Out(pb), "formal_pool_cap": Out(pb), "formal_pool_gt": Out(L)})
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -139,44 +159,84 @@ class MulticastAllocator(wiring.Component):
         L, T, E, cb, pb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits, pool_count_bits(cfg)
         counters = [Signal(cb, name=f"rows{e}") for e in range(E)]
         room = [Signal(cb, name=f"room{e}") for e in range(E)]
-        cap_l = [Signal(cb, name=f"cap{e}") for e in range(E)]
-        pool, pool_room, pool_cap_l = Signal(pb, name="pool"), Signal(pb, name="pool_room"), Signal(pb, name="pool_cap_l")
-        m.d.comb += [self.rows[e].eq(counters[e]) for e in range(E)]
-        m.d.comb += [self.formal_room[e].eq(room[e]) for e in range(E)]
-        m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
-        m.d.comb += [self.pool_rows.eq(pool), self.formal_pool_room.eq(pool_room),
-                     self.formal_pool_cap.eq(pool_cap_l)]
+        pool, pool_room = Signal(pb, name="pool"), Signal(pb, name="pool_room")
+        m.d.comb += [self.rows[e].eq(counters[e]) for e in range(E)] + [self.pool_rows.eq(pool)]
 
-        # ---- from the registers: room > a per expert, the arena's room > a
-        room_gt = [[Signal(name=f"room{e}_gt{a}") for a in range(L)] for e in range(E)]
-        m.d.comb += [room_gt[e][a].eq(room[e] > a) for e in range(E) for a in range(L)]
-        pool_gt = [Signal(name=f"pool_gt{a}") for a in range(L)]
-        m.d.comb += [pool_gt[a].eq(pool_room > a) for a in range(L)]
+        # ---- registers beside the counters: room > a per expert, the arena's room > a
+        # (a = 0..lanes-1; formed for the next cycle with the counters' update, so the
+        # grant starts from flops, not from a compare)
+        room_gt = [Signal(L, name=f"room{e}_gt") for e in range(E)]
+        pool_gt = Signal(L, name="pool_gt")
         # the experts each lane's row names
         mask = [Signal(E, name=f"mask{j}") for j in range(L)]
         m.d.comb += [mask[j][e].eq(Cat(g.oh[j][t][e] for t in range(T)).any())
                      for j in range(L) for e in range(E)]
 
         ok = [Signal(name=f"ok{j}") for j in range(L)]
+        self._counts = {}
         for j in range(L):
             self._lane(m, j, ok, mask, room_gt, pool_gt, counters, pool)
         m.d.comb += g.ok.eq(Cat(*ok))
 
         # ---- the counters: every outcome formed from the registers, chosen by the one-hot
         # count of the grants naming the expert (each row names an expert at most once)
+        if self.formal:
+            cap_l = [Signal(cb, name=f"cap{e}") for e in range(E)]
+            pool_cap_l = Signal(pb, name="pool_cap_l")
+            m.d.comb += [self.formal_room[e].eq(room[e]) for e in range(E)]
+            m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
+            m.d.comb += [self.formal_room_gt[e].eq(room_gt[e]) for e in range(E)]
+            m.d.comb += [self.formal_pool_room.eq(pool_room), self.formal_pool_cap.eq(pool_cap_l),
+                         self.formal_pool_gt.eq(pool_gt)]
+            with m.If(g.clear):
+                m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)] + [pool_cap_l.eq(self.pool_cap)]
         with m.If(g.clear):
-            m.d.sync += [c.eq(0) for c in counters] + [r.eq(c) for r, c in zip(room, self.cap)] \
-                + [c.eq(x) for c, x in zip(cap_l, self.cap)]
-            m.d.sync += [pool.eq(0), pool_room.eq(self.pool_cap), pool_cap_l.eq(self.pool_cap)]
+            m.d.sync += [c.eq(0) for c in counters] + [r.eq(c) for r, c in zip(room, self.cap)]
+            m.d.sync += [room_gt[e][a].eq(self.cap[e] > a) for e in range(E) for a in range(L)]
+            m.d.sync += [pool.eq(0), pool_room.eq(self.pool_cap)]
+            m.d.sync += [pool_gt[a].eq(self.pool_cap > a) for a in range(L)]
         with m.Else():
             for e in range(E):
-                is_n = [exactly([ok[j] & mask[j][e] for j in range(L)], n) for n in range(L + 1)]
-                m.d.sync += [counters[e].eq(select([(is_n[n], counters[e] + n) for n in range(L + 1)], cb)),
-                             room[e].eq(select([(is_n[n], room[e] - n) for n in range(L + 1)], cb))]
-            is_n = [exactly(ok, n) for n in range(L + 1)]
+                is_n = late_count([ok[j] & mask[j][e] for j in range(L)])
+                m.d.sync += [
+                    counters[e].eq(select([(is_n[n], counters[e] + n) for n in range(L + 1)], cb)),
+                    room[e].eq(select([(is_n[n], room[e] - n) for n in range(L + 1)], cb)),
+                    room_gt[e].eq(select([(is_n[n], Cat(room[e] > a + n for a in range(L)))
+                                          for n in range(L + 1)], L)),
+                ]
+            is_n = late_count(ok)
             m.d.sync += [pool.eq(select([(is_n[n], pool + n) for n in range(L + 1)], pb)),
-                         pool_room.eq(select([(is_n[n], pool_room - n) for n in range(L + 1)], pb))]
+                         pool_room.eq(select([(is_n[n], pool_room - n) for n in range(L + 1)], pb)),
+                         pool_gt.eq(select([(is_n[n], Cat(pool_room > a + n for a in range(L)))
+                                            for n in range(L + 1)], L))]
         return m
+
+    def _fits(self, m, j, p, ahead, mask, room_gt, same):
+        """Every expert lane j's row names has room for it, if the lanes ``ahead`` (and no
+        other lanes before j) are granted: per expert, the count of those lanes naming it
+        (from the requests alone, a one-hot) picks one of its registered ``room > a`` bits;
+        an AND over the experts. (No select by the targets' one-hots on the path, and no
+        cost per target: the counts depend on the set of lanes, shared by every lane
+        after them.)"""
+        E = self.cfg.experts
+        terms = []
+        for e in range(E):
+            n = self._ahead_count(m, tuple(ahead), e, mask)
+            terms.append(~mask[j][e] | Cat(*(n[a] & room_gt[e][a] for a in range(len(ahead) + 1))).any())
+        ok = Signal(name=f"fits{j}_p{p}")
+        m.d.comb += ok.eq(Cat(*terms).all())
+        return ok
+
+    def _ahead_count(self, m, lanes, e, mask):
+        """The lanes of ``lanes`` naming expert e, as a one-hot count (shared by the
+        patterns of every later lane)."""
+        key = (lanes, e)
+        if key not in self._counts:
+            bits = [mask[i][e] for i in lanes]
+            oh = [Signal(name=f"n{''.join(map(str, lanes))}_{e}_is{a}") for a in range(len(lanes) + 1)]
+            m.d.comb += [oh[a].eq(exactly(bits, a)) for a in range(len(lanes) + 1)]
+            self._counts[key] = oh
+        return self._counts[key]
 
     def _lane(self, m, j, ok, mask, room_gt, pool_gt, counters, pool):
         """Lane j's verdict (a candidate per pattern of the verdicts ahead, then one mux per
@@ -186,21 +246,12 @@ class MulticastAllocator(wiring.Component):
         # lane i < j names target t's expert
         same = [[Signal(name=f"same{j}_{t}_{i}") for i in range(j)] for t in range(T)]
         m.d.comb += [same[t][i].eq((g.oh[j][t] & mask[i]).any()) for t in range(T) for i in range(j)]
-        # target t's expert has room for a + 1 rows (a = 0..j), from the registers
-        fits_if = [[Signal(name=f"fits{j}_{t}_if{a}") for a in range(j + 1)] for t in range(T)]
-        m.d.comb += [fits_if[t][a].eq(Cat(g.oh[j][t][e] & room_gt[e][a] for e in range(E)).any())
-                     for t in range(T) for a in range(j + 1)]
         # the verdict for each pattern of verdicts ahead (bit i of p: lane i granted)
         cand = []
         for p in range(1 << j):
             ahead = [i for i in range(j) if p >> i & 1]
-            fit_t = []
-            for t in range(T):
-                counted = [same[t][i] for i in ahead]
-                fit_t.append(~g.tv[j][t] | Cat(*(exactly(counted, a) & fits_if[t][a]
-                                                  for a in range(len(ahead) + 1))).any())
             c = Signal(name=f"cand{j}_p{p}")
-            m.d.comb += c.eq(g.req[j] & pool_gt[len(ahead)] & Cat(*fit_t).all())
+            m.d.comb += c.eq(g.req[j] & pool_gt[len(ahead)] & self._fits(m, j, p, ahead, mask, room_gt, same))
             cand.append(c)
         # the verdicts ahead select: ok[j-1] at the root (it comes last), ok[0] at the leaves
         level = cand
@@ -212,7 +263,41 @@ class MulticastAllocator(wiring.Component):
         for t in range(T):
             base = Signal(cb, name=f"base{j}_{t}")
             m.d.comb += base.eq(select([(g.oh[j][t][e], counters[e]) for e in range(E)], cb))
-            n_ahead = [exactly([ok[i] & same[t][i] for i in range(j)], a) for a in range(j + 1)]
+            n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], base + a) for a in range(j + 1)], cb))
-        before = [exactly(ok[:j], a) for a in range(j + 1)]
+        before = late_count(ok[:j])
         m.d.comb += g.loc[j].eq(select([(before[a], pool + a) for a in range(j + 1)], len(pool)))
+
+
+class MulticastAllocatorByTargets(MulticastAllocator):
+    """The same grants, the verdict formed per *target* instead of per expert (the first
+    version, kept for the synthesis comparison of ``moehub synth-unit``): each target's
+    "room of its expert > a" is chosen from the experts' registered bits by the target's
+    one-hot (an experts-wide AND-OR), the count of granted lanes ahead naming its expert
+    (the lane-pair relations ``same``) picks one, and an AND over the targets -- so the
+    path has the one-hot select before the count, and the cost grows with
+    ``max_targets``."""
+
+    def _fits(self, m, j, p, ahead, mask, room_gt, same):
+        g, T, E = self.grant, self.cfg.max_targets, self.cfg.experts
+        fit_t = []
+        for t in range(T):
+            fits_if = self._fits_if(m, j, t, room_gt)
+            counted = [same[t][i] for i in ahead]
+            fit_t.append(~g.tv[j][t] | Cat(*(exactly(counted, a) & fits_if[a]
+                                              for a in range(len(ahead) + 1))).any())
+        ok = Signal(name=f"fits{j}_p{p}")
+        m.d.comb += ok.eq(Cat(*fit_t).all())
+        return ok
+
+    def _fits_if(self, m, j, t, room_gt):
+        """Target t of lane j: its expert has room for a + 1 rows (a = 0..j), from the
+        registers."""
+        key = ("fits_if", j, t)
+        if key not in self._counts:
+            g, E = self.grant, self.cfg.experts
+            f = [Signal(name=f"fits{j}_{t}_if{a}") for a in range(j + 1)]
+            m.d.comb += [f[a].eq(Cat(g.oh[j][t][e] & room_gt[e][a] for e in range(E)).any())
+                         for a in range(j + 1)]
+            self._counts[key] = f
+        return self._counts[key]

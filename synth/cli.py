@@ -198,7 +198,7 @@ def add_parser(sub) -> None:
     s.set_defaults(func=cmd_synth)
 
     u = sub.add_parser("synth-unit", help="synthesise one RTL unit on its own (protocol v2's page_pool, "
-                       "expert_counts): area, deepest path, N5 projection")
+                       "expert_counts, target_decode, multicast_allocator): area, deepest path, N5 projection")
     from .units import UNITS
     u.add_argument("unit", choices=sorted(UNITS))
     u.add_argument("--config", default="deepseek-v3-8gpu", help="hub config name or YAML path (default deepseek-v3-8gpu)")

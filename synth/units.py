@@ -1,6 +1,7 @@
 """``moehub synth-unit``: one RTL unit synthesised on its own, with the hub's ASIC flow.
 
-Protocol v2's units (issue 14: the page pool, the per-expert counts) exist, verified
+Protocol v2's units (issue 14: the page pool, the per-expert counts, the multicast target
+decode and allocator) exist, verified
 against the reference model, before they join the hub's pipeline; their area and deepest
 path are measured here with exactly the hub's flow (Yosys + ABC on OSU 0.18 µm, OpenSTA,
 the FO4 normalisation and the N5 projection of :mod:`moehub.synth.project`), the unit
@@ -20,7 +21,12 @@ from .flow import DEFAULT_PERIOD_NS, sdc_header
 
 #: unit name -> (module, class); each takes the hub config
 UNITS = {"page_pool": ("moehub.rtl.page_pool", "PagePool"),
-         "expert_counts": ("moehub.rtl.expert_counts", "ExpertCounts")}
+         "expert_counts": ("moehub.rtl.expert_counts", "ExpertCounts"),
+         # multicast rows (max_targets > 1): the A stage's target decode, the T stage's grant
+         "target_decode": ("moehub.rtl.target_decode", "TargetDecode"),
+         "multicast_allocator": ("moehub.rtl.multicast_allocator", "MulticastAllocator"),
+         # (the verdict per target instead of per expert: the measured alternative)
+         "multicast_allocator_by_targets": ("moehub.rtl.multicast_allocator", "MulticastAllocatorByTargets")}
 
 
 def build(unit: str, cfg: HubConfig):

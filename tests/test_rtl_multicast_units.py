@@ -17,7 +17,7 @@ from amaranth.sim import Simulator
 from moehub.config.schema import load_hub_config
 from moehub.rtl.csr_map import CTRL_START
 from moehub.rtl.formats import HubFormats, Reason
-from moehub.rtl.multicast_allocator import MulticastAllocator
+from moehub.rtl.multicast_allocator import MulticastAllocator, MulticastAllocatorByTargets
 from moehub.rtl.target_decode import TargetDecode
 from moehub.verif.model import ALLOC, HubModel, Packet
 
@@ -169,15 +169,17 @@ def _random_set(cfg, rng):
     return tuple((x, rng.randrange(cfg.topk)) for x in xs)
 
 
-@pytest.mark.parametrize("cfg, seed", [(MC3, 0), (MC3, 1), (MC4, 2), (MC4, 3), (MC2, 4)],
-                         ids=["mc3-0", "mc3-1", "mc4-2", "mc4-3", "mc2-4"])
-def test_multicast_allocation_follows_the_model(cfg, seed):
+@pytest.mark.parametrize("cfg, seed, cls", [(MC3, 0, MulticastAllocator), (MC3, 1, MulticastAllocatorByTargets),
+                                            (MC4, 2, MulticastAllocator), (MC4, 3, MulticastAllocatorByTargets),
+                                            (MC2, 4, MulticastAllocator)],
+                         ids=["mc3-0", "mc3-1-by-targets", "mc4-2", "mc4-3-by-targets", "mc2-4"])
+def test_multicast_allocation_follows_the_model(cfg, seed, cls):
     """Random layers: each cycle 0..lanes rows open (target sets skewed to a few experts,
     some bad), with small random capacities and arenas so regions and the arena fill
     mid-cycle; the decode's BAD_EXPERT and the allocator's grants, rows per target, arena
-    places and counters equal the model's, cycle by cycle."""
+    places and counters equal the model's, cycle by cycle (both forms of the verdict)."""
     rng = random.Random(seed)
-    dut = DecodeAlloc(cfg)
+    dut = DecodeAlloc(cfg, cls)
     L, E = cfg.lanes, cfg.experts
     seen = {"ok": 0, "overflow": 0, "bad": 0, "mixed": 0}
 
@@ -237,6 +239,10 @@ def test_a_full_target_refuses_the_whole_row_and_later_rows_rank_as_if_it_were_a
     # (expert 2 only) is granted with the next arena row, lane 3 (0 again) refused
     res = _directed(MC3, [1, 4, 4], 64, [[(0, 2), (1, 0), (2,), (0,)]])
     assert res[0] == [((0, 0), 0), "overflow", ((1,), 1), "overflow"]
+    # the refused row ahead would have taken expert 0's last row: the next row gets it
+    # (and expert 2's for lane 3)
+    res = _directed(MC3, [1, 0, 1], 64, [[(0, 1), (0,), (2, 1), (2,)]])
+    assert res[0] == ["overflow", ((0,), 0), "overflow", ((0,), 1)]
 
 
 def test_the_arena_fills_mid_cycle():

@@ -70,6 +70,16 @@ def _page_pool(pages):
     return lambda: PagePoolHarness(formal_config("tiny").replace(pool_pages=pages))
 
 
+def _mcast_alloc(cfg_name, **changes):
+    from .multicast_allocator import MulticastAllocatorHarness
+    return lambda: MulticastAllocatorHarness(formal_config(cfg_name).replace(**changes))
+
+
+#: the multicast allocator's reduced config: alloc-small (4 lanes, 3 experts, regions of 8
+#: rows, so a 24-row arena) with rows naming up to all 3 experts
+MCAST = dict(topk=3, max_targets=3)
+
+
 def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
     return [
@@ -90,6 +100,11 @@ def _sets() -> list[PropertySet]:
         PropertySet("tracker", "tracker", "tiny/trk-small", _tracker("tiny/trk-small"),
                     {"bmc": 22, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
                     note="reset, START, clearing (8 counters), a tile's events, flag, sweep"),
+        PropertySet("mcast-allocator", "multicast allocator", "tiny/alloc-small, max_targets 3",
+                    _mcast_alloc("tiny/alloc-small", **MCAST), {"prove": 3, "cover": 8},
+                    smoke={"prove": 2, "cover": 8},
+                    note="protocol v2: k-induction closes (rows + room == latched capacity, "
+                         "room > a registered, the same for the arena); regions of 8 rows fill within the cover depth"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "

@@ -1,0 +1,158 @@
+"""Property harness of protocol v2's multicast allocator
+(:class:`moehub.rtl.multicast_allocator.MulticastAllocator`).
+
+Environment (what the target decode and the packet manager guarantee in the hub): a row
+requests only with a good target set -- at least one target, each valid target's expert a
+one-hot, no expert named twice, an entry not valid all zero; ``clear`` (layer start)
+comes with no request; capacities are at most ``max_rows_per_expert`` and the arena's at
+most ``pool_rows`` (the CSR bank clamps), and may change at any time (they take effect at
+the next ``clear``).
+
+Reference state, for one chosen expert ``ce`` (``AnyConst``: the proof holds for every
+expert): its rows granted since the last clear (``cnt``), its capacity latched then
+(``cap_s``), a "seen" bit for one chosen row ``cr``; for the arena: the rows handed out
+(``pcnt``), its capacity latched (``pcap_s``), a "seen" bit for one chosen place ``cl``.
+
+Properties (lane ``j``'s *ahead(x)* = the lanes ``i < j`` *granted* a row naming ``x``;
+its *before* = the lanes ``i < j`` granted):
+
+* a grant goes only to a request; it is exactly "every target ``x`` has
+  ``room[x] > ahead(x)``, and ``pcnt + before < pcap_s``": never beyond a capacity, never
+  refused while every target and the arena have room (``room`` is the unit's, proven equal
+  to ``cap_s - cnt`` for the chosen expert, hence for all);
+* a granted row's target naming ``ce`` gets ``cnt + ahead(ce)``: dense from 0, unique
+  (the chosen row at most once a layer, never to two lanes of a cycle), below ``cap_s``;
+  its arena place is ``pcnt + before``, unique, below ``pcap_s``;
+* a refused row takes nothing: ``rows[ce]`` counts the granted rows naming ``ce`` only,
+  the arena the granted rows only;
+* the invariants that let k-induction close: ``room == cap_s - cnt``, the registered
+  ``room > a`` bits, the latched capacities, the same for the arena.
+"""
+from __future__ import annotations
+
+from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
+
+from ...rtl.multicast_allocator import MulticastAllocator, pool_count_bits
+from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
+
+
+class MulticastAllocatorHarness(Elaboratable):
+    """The allocator under its environment, with the properties of the module docstring.
+    ``dut_cls`` lets a test put a broken allocator in its place."""
+
+    def __init__(self, cfg, dut_cls=MulticastAllocator):
+        self.cfg, self.dut_cls = cfg, dut_cls
+        self.messages = {}
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        L, T, E, cb, pb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits, pool_count_bits(cfg)
+        p = Props(m)
+        self.messages = p.messages
+        m.submodules.dut = dut = self.dut_cls(cfg, formal=True)
+        reset_first(m)
+        g = dut.grant
+        req, clear = any_seq(m, L, "req"), any_seq(m, 1, "clear")
+        m.d.comb += [g.req.eq(req), g.clear.eq(clear)]
+        for j in range(L):
+            m.d.comb += g.tv[j].eq(any_seq(m, T, f"tv{j}"))
+            for t in range(T):
+                m.d.comb += g.oh[j][t].eq(any_seq(m, E, f"oh{j}_{t}"))
+                p.assume(Mux(g.tv[j][t], one_hot(g.oh[j][t]), g.oh[j][t] == 0))
+                for u in range(t):
+                    p.assume(~req[j] | ((g.oh[j][t] & g.oh[j][u]) == 0))
+            p.assume(~req[j] | g.tv[j].any())
+        for e in range(E):
+            m.d.comb += dut.cap[e].eq(any_seq(m, cb, f"cap_in{e}"))
+            p.assume(dut.cap[e] <= cfg.max_rows_per_expert)
+        m.d.comb += dut.pool_cap.eq(any_seq(m, pb, "pool_cap_in"))
+        p.assume(dut.pool_cap <= cfg.pool_rows)
+        p.assume(~(clear & req.any()))
+        self._properties(m, p, dut)
+        return m
+
+    def _properties(self, m, p, dut):
+        cfg = self.cfg
+        L, T, E, cb, pb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits, pool_count_bits(cfg)
+        g = dut.grant
+        ce = any_const(m, range(E), "chosen_expert")
+        p.assume(ce < E)
+        cr = any_const(m, cfg.row_bits, "chosen_row")
+        cl = any_const(m, cfg.loc_bits, "chosen_loc")
+        cnt, cap_s, seen = Signal(cb, name="ref_cnt"), Signal(cb, name="ref_cap"), Signal(name="ref_seen")
+        pcnt, pcap_s, pseen = Signal(pb, name="ref_pcnt"), Signal(pb, name="ref_pcap"), Signal(name="ref_pseen")
+        mask = [Signal(E, name=f"ref_mask{j}") for j in range(L)]
+        for j in range(L):
+            m.d.comb += mask[j].eq(Cat(Cat(g.oh[j][t][e] for t in range(T)).any() for e in range(E)))
+        names = [g.req[j] & mask[j].bit_select(ce, 1) for j in range(L)]      # lane j's row names ce
+        granted = [g.ok[j] & names[j] for j in range(L)]
+        room, room_gt = Array(dut.formal_room), Array(dut.formal_room_gt)
+        for j in range(L):
+            before = count_ones(g.ok[:j])
+            p.check(~g.ok[j] | g.req[j], "grant without a request")
+            # exact verdict: every target has room for the granted rows ahead naming it,
+            # and the arena for the granted rows ahead
+            fits = []
+            for t in range(T):
+                x = Signal(range(E), name=f"ref_x{j}_{t}")
+                for e in range(E):
+                    with m.If(g.oh[j][t][e]):
+                        m.d.comb += x.eq(e)
+                ahead = count_ones([g.ok[i] & mask[i].bit_select(x, 1) for i in range(j)])
+                fits.append(~g.tv[j][t] | (room[x] > ahead))
+            want = g.req[j] & Cat(*fits).all() & (pcnt + before < pcap_s)
+            p.check(g.ok[j] == want,
+                    "grant is not exactly 'every target has room for the grants ahead, and the arena'")
+            ahead_ce = count_ones(granted[:j])
+            for t in range(T):
+                hit = g.ok[j] & g.tv[j][t] & g.oh[j][t].bit_select(ce, 1)
+                p.check(~hit | (g.row[j][t] == cnt + ahead_ce),
+                        "granted row is not rows + granted rows ahead naming the expert (dense, lane order)")
+                p.check(~hit | (g.row[j][t] < cap_s), "row granted beyond the capacity")
+                p.check(~(hit & (g.row[j][t] == cr) & seen), "chosen row granted twice in a layer")
+                for i in range(j):
+                    for u in range(T):
+                        hit_i = g.ok[i] & g.tv[i][u] & g.oh[i][u].bit_select(ce, 1)
+                        p.check(~(hit & hit_i & (g.row[i][u] == g.row[j][t])),
+                                "same row of an expert granted to two lanes in one cycle")
+            p.check(~g.ok[j] | (g.loc[j] == pcnt + before), "arena place is not pool + granted rows ahead")
+            p.check(~g.ok[j] | (g.loc[j] < pcap_s), "arena place beyond the arena")
+            p.check(~(g.ok[j] & (g.loc[j] == cl) & pseen), "chosen arena place granted twice in a layer")
+        # counters exact: a refused row takes nothing
+        p.check(Array(dut.rows)[ce] == cnt, "rows[e] differs from the granted rows naming it")
+        p.check(dut.pool_rows == pcnt, "arena rows differ from the granted rows")
+        p.check(cnt <= cap_s, "rows beyond the latched capacity")
+        p.check(pcnt <= pcap_s, "arena rows beyond the latched arena")
+        p.check(cap_s <= cfg.max_rows_per_expert, "latched capacity beyond the largest region")
+        p.check(seen == (cr < cnt), "chosen row seen but not below rows (or the reverse)")
+        p.check(pseen == (cl < pcnt), "chosen place seen but not below the arena rows (or the reverse)")
+        p.check(Array(dut.formal_cap)[ce] == cap_s, "latched capacity differs from the CSR at clear")
+        p.check(room[ce] == cap_s - cnt, "room != capacity - rows")
+        p.check(room_gt[ce] == Cat(room[ce] > a for a in range(L)), "registered room > a bits stale")
+        p.check(dut.formal_pool_cap == pcap_s, "latched arena differs from the CSR at clear")
+        p.check(dut.formal_pool_room == pcap_s - pcnt, "arena room != capacity - rows")
+        p.check(dut.formal_pool_gt == Cat(dut.formal_pool_room > a for a in range(L)),
+                "registered arena room > a bits stale")
+        with m.If(g.clear):
+            m.d.sync += [cnt.eq(0), cap_s.eq(Array(dut.cap)[ce]), seen.eq(0),
+                         pcnt.eq(0), pcap_s.eq(dut.pool_cap), pseen.eq(0)]
+        with m.Else():
+            m.d.sync += [cnt.eq(cnt + count_ones(granted)), pcnt.eq(pcnt + count_ones(g.ok))]
+            with m.If(Cat(g.ok[j] & g.tv[j][t] & g.oh[j][t].bit_select(ce, 1) & (g.row[j][t] == cr)
+                          for j in range(L) for t in range(T)).any()):
+                m.d.sync += seen.eq(1)
+            with m.If(Cat(g.ok[j] & (g.loc[j] == cl) for j in range(L)).any()):
+                m.d.sync += pseen.eq(1)
+        self._covers(p, g, names, granted, cnt, cap_s, pcnt, pcap_s)
+
+    def _covers(self, p, g, names, granted, cnt, cap_s, pcnt, pcap_s):
+        """The interesting states are reachable."""
+        L, T = self.cfg.lanes, self.cfg.max_targets
+        p.cover(Cat(*granted).all(), "all lanes granted a row of the chosen expert in one cycle")
+        p.cover(Cat(g.ok[j] & g.tv[j].all() for j in range(L)).all(),
+                "every lane granted a row naming max_targets experts")
+        p.cover(names[0] & ~g.ok[0] & granted[L - 1] & (cnt == 0),
+                "a refused row ahead leaves the chosen expert's next row to a later lane")
+        p.cover((cnt == cap_s) & (cap_s != 0) & names[0] & ~g.ok[0], "overflow of a full region")
+        p.cover((pcnt == pcap_s) & (pcap_s != 0) & g.req[0] & ~g.ok[0], "overflow of a full arena")
