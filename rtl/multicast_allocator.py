@@ -26,36 +26,47 @@ refused too, so counting *requests* ahead is exact; here a row refused because t
 the verdicts of the lanes before it, a chain across the lanes.
 
 Timing, in the allocator's style -- everything formed from registers and selected by
-one-hots:
+one-hots. The loop that sets the cycle is room -> verdicts -> room; it is kept to
+registers, one AND-OR, an AND over the experts, a mux per lane and the counters' select:
 
-* per lane ``j`` and target ``t``, from the registers alone: "room of its expert > a" for
-  every ``a = 0..j`` (``room > a`` per expert, chosen by the target's one-hot) and its
-  expert's counter (chosen by the one-hot; the ``+ a`` beside the ok chain);
-* per lane ``j``, for every pattern ``g`` of verdicts of the lanes before it (``2**j``
-  patterns), the verdict if those were the verdicts (``cand``): per target the count of
-  granted lanes ahead naming its expert -- a one-hot over ``j`` bits, the lane-pair
-  relations ``same`` ANDed with the constant ``g`` -- picks a "room > a", an AND over the
-  targets, and the arena's "room > |g|" (``|g|`` a constant);
+* per expert, registered beside its counters: ``room > a`` for ``a = 0..lanes-1`` (and
+  the arena's), formed for the next cycle with the update, so no compare is on the loop;
+* pre-ranked (:class:`MulticastPrerank`, the packet manager's R -> T registers): per lane
+  the experts its row names (``mask``) and, for every set of lanes but the last, how many
+  of them name each expert (a one-hot) -- functions of the packets alone, formed a stage
+  before the requests are known (a pattern of verdicts only contains requesting lanes);
+* per lane ``j``, for every pattern ``p`` of verdicts of the lanes before it (``2**j``
+  patterns), the verdict if those were the verdicts (``cand``): per expert the
+  pre-ranked count of the lanes of ``p`` naming it picks one of its ``room > a`` bits (an
+  AND-OR of at most ``lanes`` terms), an AND over the experts the row names, and the
+  arena's ``room > |p|`` (``|p|`` a constant). Per expert, not per target: no select by
+  the targets' one-hots on the loop, and the cost does not grow with ``max_targets``;
 * the verdicts then ripple through one 2:1 mux per lane: ``ok[j]`` is the ``cand`` of
   lane ``j`` chosen by ``ok[j-1]``, ..., ``ok[0]`` (the latest select at the root);
-* granted rows and ``loc`` pick among their ``+ a`` candidates by the one-hot count of
-  the verdicts ahead; the counters' updates (``rows += n``, ``room -= n`` for the
-  ``n = 0..lanes`` grants naming the expert; the arena's likewise) are formed from the
-  registers for every ``n`` and selected by the one-hot count of the final verdicts.
-  Grants always fit, so no saturation is needed.
+* the counters' updates (``rows += n``, ``room -= n``, ``room > a`` for the ``n = 0..lanes``
+  grants naming the expert; the arena's likewise) are formed from the registers for every
+  ``n`` and selected by a one-hot count of the verdicts that shifts once per lane
+  (:func:`late_count`: the last verdict passes one mux). Grants always fit: no saturation;
+* off the loop, granted rows and ``loc`` pick among their ``+ a`` candidates (the
+  expert's counter chosen by the target's one-hot, plus ``a``) by the one-hot count of the
+  granted lanes ahead naming the expert (the lane-pair relations ``same``).
 
 Fan-in of the grant, honestly: ``ok[lanes-1]`` depends on every lane's request and
-target one-hots (``lanes x max_targets x experts`` bits), every expert's room (through
-the one-hots) and the arena's room: the whole cycle's requests, as the model's sequential
-rule implies. Its depth is the lane-pair relations (an AND-OR over the experts), a
-one-hot count over at most ``lanes - 1`` bits, a ``lanes``-way AND-OR, an AND over the
-targets, then ``lanes - 1`` muxes; the candidates cost ``2**lanes - 1`` per target.
+target set (``lanes x experts`` mask bits, pre-ranked), every expert's ``room > a`` bits
+and the arena's: the whole cycle's requests, as the model's sequential rule implies. Its
+depth from the registers: an AND-OR of ``<= lanes`` terms, an AND of ``experts`` terms,
+``lanes - 1`` muxes; the candidates cost ``2**lanes - 1`` ANDs of ``experts`` terms.
+Without the pre-rank (:class:`MulticastAllocatorSameCycle`) the masks and counts are
+formed in the cycle from the one-hots; with the verdict per target
+(:class:`MulticastAllocatorByTargets`, the first version) each target's room is chosen by
+its one-hot, an ``experts``-wide AND-OR, before the count: both kept for the synthesis
+comparison (README, "Protocol v2").
 
 Paged multicast (``pool_pages`` > 0: the arena takes a page per tile of its rows) is
 not covered here: the arena counter's room would become "room in the current page, or a
 page free", the page pool's ``avail`` with one take per cycle.
 """
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -78,6 +89,40 @@ def late_count(bits) -> list:
 def pool_count_bits(cfg: HubConfig) -> int:
     """Width of the arena's counter and capacity (0 .. pool_rows)."""
     return field_bits(cfg.pool_rows)
+
+
+def prerank_sets(lanes: int) -> list:
+    """The sets of lanes whose counts a pre-rank forms: every non-empty subset of the
+    lanes but the last (the lanes that may be granted ahead of a later lane), as sorted
+    tuples, smallest first."""
+    from itertools import combinations
+    return [c for n in range(1, lanes) for c in combinations(range(lanes - 1), n)]
+
+
+def prerank_bits(cfg: HubConfig) -> int:
+    """Width of the pre-rank's counts: per set of :func:`prerank_sets` and per expert, a
+    one-hot of ``len(set) + 1`` bits."""
+    return sum(cfg.experts * (len(c) + 1) for c in prerank_sets(cfg.lanes))
+
+
+def prerank_index(cfg: HubConfig, lanes: tuple, e: int, a: int) -> int:
+    """Bit of the pre-rank's counts: ``a`` of the lanes of ``lanes`` name expert ``e``."""
+    off = 0
+    for c in prerank_sets(cfg.lanes):
+        if c == tuple(lanes):
+            return off + e * (len(c) + 1) + a
+        off += cfg.experts * (len(c) + 1)
+    raise KeyError(lanes)
+
+
+def prerank_counts(cfg: HubConfig, masks) -> Value:
+    """The pre-rank's counts of ``masks`` (per lane, the experts its row names): for every
+    set of lanes, how many of them name each expert, one-hot (see :func:`prerank_index`)."""
+    bits = []
+    for c in prerank_sets(cfg.lanes):
+        for e in range(cfg.experts):
+            bits += [exactly([masks[i][e] for i in c], a) for a in range(len(c) + 1)]
+    return Cat(*bits)
 
 
 def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
@@ -134,6 +179,9 @@ class MulticastAllocator(wiring.Component):
         no latched capacity at all: synthesis measures what the hub would carry.)
     """
 
+    #: the requests' counts come pre-ranked, registered a stage ahead (:class:`MulticastPrerank`)
+    PRERANK = True
+
     def __init__(self, cfg: HubConfig, formal: bool = False):
         if not cfg.multicast or cfg.paged:
             self._MustUse__silence = True       # (refused: never elaborated)
@@ -146,6 +194,8 @@ class MulticastAllocator(wiring.Component):
             "cap": In(cfg.cap_bits).array(E), "pool_cap": In(pb),
             "rows": Out(cfg.cap_bits).array(E), "pool_rows": Out(pb),
         }
+        if self.PRERANK:
+            ports.update({"pre_mask": In(E).array(L), "pre_counts": In(prerank_bits(cfg))})
         if formal:
             ports.update({
                 "formal_room": Out(cfg.cap_bits).array(E), "formal_cap": Out(cfg.cap_bits).array(E),
@@ -167,10 +217,13 @@ class MulticastAllocator(wiring.Component):
         # grant starts from flops, not from a compare)
         room_gt = [Signal(L, name=f"room{e}_gt") for e in range(E)]
         pool_gt = Signal(L, name="pool_gt")
-        # the experts each lane's row names
+        # the experts each lane's row names (pre-ranked: registered a stage ahead)
         mask = [Signal(E, name=f"mask{j}") for j in range(L)]
-        m.d.comb += [mask[j][e].eq(Cat(g.oh[j][t][e] for t in range(T)).any())
-                     for j in range(L) for e in range(E)]
+        if self.PRERANK:
+            m.d.comb += [mask[j].eq(self.pre_mask[j]) for j in range(L)]
+        else:
+            m.d.comb += [mask[j][e].eq(Cat(g.oh[j][t][e] for t in range(T)).any())
+                         for j in range(L) for e in range(E)]
 
         ok = [Signal(name=f"ok{j}") for j in range(L)]
         self._counts = {}
@@ -230,6 +283,8 @@ class MulticastAllocator(wiring.Component):
     def _ahead_count(self, m, lanes, e, mask):
         """The lanes of ``lanes`` naming expert e, as a one-hot count (shared by the
         patterns of every later lane)."""
+        if self.PRERANK and lanes:
+            return [self.pre_counts[prerank_index(self.cfg, lanes, e, a)] for a in range(len(lanes) + 1)]
         key = (lanes, e)
         if key not in self._counts:
             bits = [mask[i][e] for i in lanes]
@@ -269,6 +324,52 @@ class MulticastAllocator(wiring.Component):
         m.d.comb += g.loc[j].eq(select([(before[a], pool + a) for a in range(j + 1)], len(pool)))
 
 
+class MulticastAllocatorSameCycle(MulticastAllocator):
+    """The same grants with the requests' masks and counts formed in the allocator's own
+    cycle, from the one-hots (no pre-rank stage; kept for the synthesis comparison)."""
+    PRERANK = False
+
+
+class MulticastPrerank(wiring.Component):
+    """The pre-rank stage of the multicast requests (the packet manager's R -> T
+    registers): the target one-hots (:class:`~moehub.rtl.target_decode.TargetDecode`'s,
+    registered in A) registered once more for the allocator, with what depends on them
+    alone -- per lane the experts its row names (``mask``), and for every set of lanes the
+    count of them naming each expert (:func:`prerank_counts`). These do not depend on
+    which lanes open a row (a pattern of verdicts only ever contains requesting lanes), so
+    they are formed a stage before the requests are known, and the allocator's grant starts
+    from registers.
+
+    Attributes
+    ----------
+    tv, oh : In
+        The one-hots of the stage ahead (as the allocator's ``grant.tv`` / ``grant.oh``).
+    q_tv, q_oh, q_mask, q_counts : Out
+        The same registered, and the masks and counts, for ``grant.tv``, ``grant.oh``,
+        ``pre_mask``, ``pre_counts``.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
+        self.cfg = cfg
+        super().__init__({
+            "tv": In(T).array(L), "oh": In(E).array(L, T),
+            "q_tv": Out(T).array(L), "q_oh": Out(E).array(L, T),
+            "q_mask": Out(E).array(L), "q_counts": Out(prerank_bits(cfg)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
+        masks = [Cat(Cat(self.oh[j][t][e] for t in range(T)).any() for e in range(E)) for j in range(L)]
+        m.d.sync += [self.q_tv[j].eq(self.tv[j]) for j in range(L)]
+        m.d.sync += [self.q_oh[j][t].eq(self.oh[j][t]) for j in range(L) for t in range(T)]
+        m.d.sync += [self.q_mask[j].eq(masks[j]) for j in range(L)]
+        m.d.sync += self.q_counts.eq(prerank_counts(cfg, masks))
+        return m
+
+
 class MulticastAllocatorByTargets(MulticastAllocator):
     """The same grants, the verdict formed per *target* instead of per expert (the first
     version, kept for the synthesis comparison of ``moehub synth-unit``): each target's
@@ -277,6 +378,7 @@ class MulticastAllocatorByTargets(MulticastAllocator):
     (the lane-pair relations ``same``) picks one, and an AND over the targets -- so the
     path has the one-hot select before the count, and the cost grows with
     ``max_targets``."""
+    PRERANK = False
 
     def _fits(self, m, j, p, ahead, mask, room_gt, same):
         g, T, E = self.grant, self.cfg.max_targets, self.cfg.experts

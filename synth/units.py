@@ -24,8 +24,10 @@ UNITS = {"page_pool": ("moehub.rtl.page_pool", "PagePool"),
          "expert_counts": ("moehub.rtl.expert_counts", "ExpertCounts"),
          # multicast rows (max_targets > 1): the A stage's target decode, the T stage's grant
          "target_decode": ("moehub.rtl.target_decode", "TargetDecode"),
+         "multicast_prerank": ("moehub.rtl.multicast_allocator", "MulticastPrerank"),
          "multicast_allocator": ("moehub.rtl.multicast_allocator", "MulticastAllocator"),
-         # (the verdict per target instead of per expert: the measured alternative)
+         # (the measured alternatives: no pre-rank stage; and the verdict per target)
+         "multicast_allocator_same_cycle": ("moehub.rtl.multicast_allocator", "MulticastAllocatorSameCycle"),
          "multicast_allocator_by_targets": ("moehub.rtl.multicast_allocator", "MulticastAllocatorByTargets")}
 
 

@@ -1,7 +1,9 @@
 """Property harness of protocol v2's multicast allocator
 (:class:`moehub.rtl.multicast_allocator.MulticastAllocator`).
 
-Environment (what the target decode and the packet manager guarantee in the hub): a row
+Environment (what the target decode, the pre-rank stage and the packet manager guarantee
+in the hub; the pre-rank's masks and counts are those of the one-hots, formed here
+combinationally as :class:`MulticastPrerank` registers them a stage ahead): a row
 requests only with a good target set -- at least one target, each valid target's expert a
 one-hot, no expert named twice, an entry not valid all zero; ``clear`` (layer start)
 comes with no request; capacities are at most ``max_rows_per_expert`` and the arena's at
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
 
-from ...rtl.multicast_allocator import MulticastAllocator, pool_count_bits
+from ...rtl.multicast_allocator import MulticastAllocator, pool_count_bits, prerank_counts
 from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
 
 
@@ -69,6 +71,12 @@ class MulticastAllocatorHarness(Elaboratable):
         m.d.comb += dut.pool_cap.eq(any_seq(m, pb, "pool_cap_in"))
         p.assume(dut.pool_cap <= cfg.pool_rows)
         p.assume(~(clear & req.any()))
+        if dut.PRERANK:
+            # the pre-rank stage's registers hold the masks and counts of these one-hots
+            # (MulticastPrerank registers exactly prerank_counts of its inputs)
+            masks = [Cat(Cat(g.oh[j][t][e] for t in range(T)).any() for e in range(E)) for j in range(L)]
+            m.d.comb += [dut.pre_mask[j].eq(masks[j]) for j in range(L)]
+            m.d.comb += dut.pre_counts.eq(prerank_counts(cfg, masks))
         self._properties(m, p, dut)
         return m
 
