@@ -74,6 +74,11 @@ from ..config.schema import HubConfig, field_bits
 from .logic import exactly, select
 
 
+def one_hot(v) -> Value:
+    """Exactly one bit of ``v`` is set."""
+    return (v != 0) & ((v & (v - 1)) == 0)
+
+
 def late_count(bits) -> list:
     """How many of ``bits`` are set, as a one-hot (``[exactly 0, ..., exactly n]``), for
     bits that arrive one after another (the verdicts of lanes 0, 1, ...): a shift by each
@@ -173,9 +178,11 @@ class MulticastAllocator(wiring.Component):
     formal_room_gt : Out(lanes).array(experts)
     formal_pool_room, formal_pool_cap : Out(pool_count_bits)
     formal_pool_gt : Out(lanes)
+    formal_lag_onehot : Out(1)
         Only with ``formal=True`` (the property harness, verif/formal): the room left, the
         capacities latched at the layer start (``rows + room == cap``) and the registered
-        ``room > a`` bits -- the invariants k-induction needs. (Without them the unit has
+        ``room > a`` bits, and that the lagged grant counts are one-hots -- the invariants
+        k-induction needs. (Without them the unit has
         no latched capacity at all: synthesis measures what the hub would carry.)
     """
 
@@ -200,23 +207,14 @@ class MulticastAllocator(wiring.Component):
             ports.update({
                 "formal_room": Out(cfg.cap_bits).array(E), "formal_cap": Out(cfg.cap_bits).array(E),
                 "formal_room_gt": Out(L).array(E),
-                "formal_pool_room": Out(pb), "formal_pool_cap": Out(pb), "formal_pool_gt": Out(L)})
+                "formal_pool_room": Out(pb), "formal_pool_cap": Out(pb), "formal_pool_gt": Out(L),
+                "formal_lag_onehot": Out(1)})
         super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         cfg, g = self.cfg, self.grant
         L, T, E, cb, pb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits, pool_count_bits(cfg)
-        counters = [Signal(cb, name=f"rows{e}") for e in range(E)]
-        room = [Signal(cb, name=f"room{e}") for e in range(E)]
-        pool, pool_room = Signal(pb, name="pool"), Signal(pb, name="pool_room")
-        m.d.comb += [self.rows[e].eq(counters[e]) for e in range(E)] + [self.pool_rows.eq(pool)]
-
-        # ---- registers beside the counters: room > a per expert, the arena's room > a
-        # (a = 0..lanes-1; formed for the next cycle with the counters' update, so the
-        # grant starts from flops, not from a compare)
-        room_gt = [Signal(L, name=f"room{e}_gt") for e in range(E)]
-        pool_gt = Signal(L, name="pool_gt")
         # the experts each lane's row names (pre-ranked: registered a stage ahead)
         mask = [Signal(E, name=f"mask{j}") for j in range(L)]
         if self.PRERANK:
@@ -224,45 +222,68 @@ class MulticastAllocator(wiring.Component):
         else:
             m.d.comb += [mask[j][e].eq(Cat(g.oh[j][t][e] for t in range(T)).any())
                          for j in range(L) for e in range(E)]
-
         ok = [Signal(name=f"ok{j}") for j in range(L)]
+        experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)])
+                   for e in range(E)]
+        arena = self._counter(m, "pool", pb, self.pool_cap, ok, None)
+        counters = [x["now"] for x in experts]
+        room_gt = [x["gt"] for x in experts]
+        m.d.comb += [self.rows[e].eq(counters[e]) for e in range(E)] + [self.pool_rows.eq(arena["now"])]
+
         self._counts = {}
         for j in range(L):
-            self._lane(m, j, ok, mask, room_gt, pool_gt, counters, pool)
+            self._lane(m, j, ok, mask, room_gt, arena["gt"], counters, arena["now"])
         m.d.comb += g.ok.eq(Cat(*ok))
 
-        # ---- the counters: every outcome formed from the registers, chosen by the one-hot
-        # count of the grants naming the expert (each row names an expert at most once)
         if self.formal:
-            cap_l = [Signal(cb, name=f"cap{e}") for e in range(E)]
-            pool_cap_l = Signal(pb, name="pool_cap_l")
-            m.d.comb += [self.formal_room[e].eq(room[e]) for e in range(E)]
-            m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
+            m.d.comb += [self.formal_room[e].eq(experts[e]["room"]) for e in range(E)]
+            m.d.comb += [self.formal_cap[e].eq(experts[e]["cap"]) for e in range(E)]
             m.d.comb += [self.formal_room_gt[e].eq(room_gt[e]) for e in range(E)]
-            m.d.comb += [self.formal_pool_room.eq(pool_room), self.formal_pool_cap.eq(pool_cap_l),
-                         self.formal_pool_gt.eq(pool_gt)]
-            with m.If(g.clear):
-                m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)] + [pool_cap_l.eq(self.pool_cap)]
-        with m.If(g.clear):
-            m.d.sync += [c.eq(0) for c in counters] + [r.eq(c) for r, c in zip(room, self.cap)]
-            m.d.sync += [room_gt[e][a].eq(self.cap[e] > a) for e in range(E) for a in range(L)]
-            m.d.sync += [pool.eq(0), pool_room.eq(self.pool_cap)]
-            m.d.sync += [pool_gt[a].eq(self.pool_cap > a) for a in range(L)]
-        with m.Else():
-            for e in range(E):
-                is_n = late_count([ok[j] & mask[j][e] for j in range(L)])
-                m.d.sync += [
-                    counters[e].eq(select([(is_n[n], counters[e] + n) for n in range(L + 1)], cb)),
-                    room[e].eq(select([(is_n[n], room[e] - n) for n in range(L + 1)], cb)),
-                    room_gt[e].eq(select([(is_n[n], Cat(room[e] > a + n for a in range(L)))
-                                          for n in range(L + 1)], L)),
-                ]
-            is_n = late_count(ok)
-            m.d.sync += [pool.eq(select([(is_n[n], pool + n) for n in range(L + 1)], pb)),
-                         pool_room.eq(select([(is_n[n], pool_room - n) for n in range(L + 1)], pb)),
-                         pool_gt.eq(select([(is_n[n], Cat(pool_room > a + n for a in range(L)))
-                                            for n in range(L + 1)], L))]
+            m.d.comb += [self.formal_pool_room.eq(arena["room"]), self.formal_pool_cap.eq(arena["cap"]),
+                         self.formal_pool_gt.eq(arena["gt"])]
+            lasts = [x["last"] for x in experts + [arena]]
+            m.d.comb += self.formal_lag_onehot.eq(Cat(one_hot(v) for v in lasts).all())
         return m
+
+    def _counter(self, m, name, width, cap_in, ok, names):
+        """One expert's rows (or, ``names`` None, the arena's): registers and their update.
+
+        The rows and the room are registered a cycle late (``cnt``, ``room``: before the
+        last cycle's grants, whose count ``last`` is registered as a one-hot), so that the
+        verdicts fan out to a few flops, not to the counters' selects: their values now
+        (``now``, ``room`` in the result) are a select by ``last``, from registers. What the
+        grant reads, ``room > a`` (``gt``, a = 0..lanes-1), is registered exact; its next
+        value is a chain of muxes over the verdicts -- lane 0 at the leaves, the last lane
+        (the latest verdict) at the root -- among ``room now > a + d`` formed from the
+        registers for every ``d`` grants naming it this cycle."""
+        g, L = self.grant, self.cfg.lanes
+        cnt = Signal(width, name=f"{name}_rows")
+        room = Signal(width, name=f"{name}_room")
+        gt = Signal(L, name=f"{name}_gt")
+        last = Signal(L + 1, init=1, name=f"{name}_last")
+        now, room_now = Signal(width, name=f"{name}_now"), Signal(width, name=f"{name}_room_now")
+        m.d.comb += [now.eq(select([(last[p], cnt + p) for p in range(L + 1)], width)),
+                     room_now.eq(select([(last[p], room - p) for p in range(L + 1)], width))]
+        above = [Signal(name=f"{name}_above{c}") for c in range(2 * L)]      # room now > c
+        m.d.comb += [above[c].eq(select([(last[p], room > c + p) for p in range(L + 1)], 1))
+                     for c in range(2 * L)]
+        nxt = [Cat(above[a + d] for a in range(L)) for d in range(L + 1)]     # d grants this cycle
+        for k in range(L):
+            nxt = [Mux(ok[k], nxt[d + 1] if names is None else Mux(names[k], nxt[d + 1], nxt[d]), nxt[d])
+                   for d in range(len(nxt) - 1)]
+        bits = ok if names is None else [ok[k] & names[k] for k in range(L)]
+        out = {"now": now, "room": room_now, "gt": gt, "last": last}
+        if self.formal:
+            cap_l = Signal(width, name=f"{name}_cap")
+            with m.If(g.clear):
+                m.d.sync += cap_l.eq(cap_in)
+            out["cap"] = cap_l
+        with m.If(g.clear):
+            m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1),
+                         gt.eq(Cat(cap_in > a for a in range(L)))]
+        with m.Else():
+            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(nxt[0]), last.eq(Cat(*late_count(bits)))]
+        return out
 
     def _fits(self, m, j, p, ahead, mask, room_gt, same):
         """Every expert lane j's row names has room for it, if the lanes ``ahead`` (and no

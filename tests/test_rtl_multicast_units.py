@@ -322,3 +322,35 @@ def test_units_need_multicast():
             unit(TINY)
     with pytest.raises(ValueError, match="pool_pages"):
         MulticastAllocator(MC3.replace(pool_pages=4))
+
+
+def _formal_tools():
+    from moehub.verif.formal import sby
+    try:
+        sby.check_tools()
+        return None
+    except sby.ToolMissing as e:
+        return str(e)
+
+
+@pytest.mark.skipif(_formal_tools() is not None, reason="formal tools missing")
+def test_broken_multicast_allocator_fails_its_proof(tmp_path, monkeypatch):
+    """The formal harness (``moehub formal mcast-allocator``) is not vacuous: with the
+    arena's room checked one row too late, a short BMC finds a grant beyond the arena."""
+    import importlib
+    import types
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.multicast_allocator import MulticastAllocatorHarness
+    from moehub.verif.formal.sets import MCAST, run_harness
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+    mod = importlib.import_module("moehub.rtl.multicast_allocator")
+    src = open(mod.__file__).read()
+    old, new = "pool_gt[len(ahead)]", "pool_gt[max(len(ahead) - 1, 0)]"
+    assert src.count(old) == 1
+    copy = types.ModuleType("moehub.rtl.multicast_allocator_mutant")
+    copy.__package__ = mod.__package__
+    exec(compile(src.replace(old, new), mod.__file__, "exec"), copy.__dict__)
+    cfg = formal_config("tiny/alloc-small").replace(**MCAST)
+    r = run_harness("broken-mcast", MulticastAllocatorHarness(cfg, copy.MulticastAllocator), "bmc", 4)
+    assert r.status == "FAIL", r.status
+    assert any("arena" in f for f in r.failed), r.failed

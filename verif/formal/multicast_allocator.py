@@ -28,7 +28,8 @@ its *before* = the lanes ``i < j`` granted):
 * a refused row takes nothing: ``rows[ce]`` counts the granted rows naming ``ce`` only,
   the arena the granted rows only;
 * the invariants that let k-induction close: ``room == cap_s - cnt``, the registered
-  ``room > a`` bits, the latched capacities, the same for the arena.
+  ``room > a`` bits, the latched capacities, the same for the arena, and the lagged
+  grant counts (the counters are registered a cycle late) one-hots.
 """
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ class MulticastAllocatorHarness(Elaboratable):
         p.check(Array(dut.formal_cap)[ce] == cap_s, "latched capacity differs from the CSR at clear")
         p.check(room[ce] == cap_s - cnt, "room != capacity - rows")
         p.check(room_gt[ce] == Cat(room[ce] > a for a in range(L)), "registered room > a bits stale")
+        p.check(dut.formal_lag_onehot, "a lagged grant count is not a one-hot")
         p.check(dut.formal_pool_cap == pcap_s, "latched arena differs from the CSR at clear")
         p.check(dut.formal_pool_room == pcap_s - pcnt, "arena room != capacity - rows")
         p.check(dut.formal_pool_gt == Cat(dut.formal_pool_room > a for a in range(L)),

@@ -102,9 +102,10 @@ def _sets() -> list[PropertySet]:
                     note="reset, START, clearing (8 counters), a tile's events, flag, sweep"),
         PropertySet("mcast-allocator", "multicast allocator", "tiny/alloc-small, max_targets 3",
                     _mcast_alloc("tiny/alloc-small", **MCAST), {"prove": 3, "cover": 8},
-                    smoke={"prove": 2, "cover": 8},
-                    note="protocol v2: k-induction closes (rows + room == latched capacity, "
-                         "room > a registered, the same for the arena); regions of 8 rows fill within the cover depth"),
+                    smoke={"cover": 8},
+                    note="protocol v2: k-induction closes at k=2 (rows + room == latched capacity, room > a "
+                         "registered, lagged counts one-hot; the same for the arena); regions of 8 rows fill within "
+                         "the cover depth"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
