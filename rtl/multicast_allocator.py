@@ -27,10 +27,11 @@ the verdicts of the lanes before it, a chain across the lanes.
 
 Timing, in the allocator's style -- everything formed from registers and selected by
 one-hots. The loop that sets the cycle is room -> verdicts -> room; it is kept to
-registers, one AND-OR, an AND over the experts, a mux per lane and the counters' select:
+registers, one AND-OR, an AND over the experts, a mux per lane, the verdicts' fan-out to
+every expert and a mux:
 
-* per expert, registered beside its counters: ``room > a`` for ``a = 0..lanes-1`` (and
-  the arena's), formed for the next cycle with the update, so no compare is on the loop;
+* per expert, registered: ``room > a`` for ``a = 0..lanes-1`` (and the arena's), formed
+  for the next cycle with the update, so no compare is on the loop;
 * pre-ranked (:class:`MulticastPrerank`, the packet manager's R -> T registers): per lane
   the experts its row names (``mask``) and, for every set of lanes but the last, how many
   of them name each expert (a one-hot) -- functions of the packets alone, formed a stage
@@ -43,10 +44,13 @@ registers, one AND-OR, an AND over the experts, a mux per lane and the counters'
   the targets' one-hots on the loop, and the cost does not grow with ``max_targets``;
 * the verdicts then ripple through one 2:1 mux per lane: ``ok[j]`` is the ``cand`` of
   lane ``j`` chosen by ``ok[j-1]``, ..., ``ok[0]`` (the latest select at the root);
-* the counters' updates (``rows += n``, ``room -= n``, ``room > a`` for the ``n = 0..lanes``
-  grants naming the expert; the arena's likewise) are formed from the registers for every
-  ``n`` and selected by a one-hot count of the verdicts that shifts once per lane
-  (:func:`late_count`: the last verdict passes one mux). Grants always fit: no saturation;
+* they update each expert's ``room > a`` bits by a chain of muxes -- lane 0
+  at the leaves, the last lane (the latest verdict) at the root -- among ``room now > a +
+  d`` formed from the registers for every ``d`` grants naming it; the rows and the room
+  themselves are registered a cycle late (before the last cycle's grants; the verdicts and
+  masks are registered, and the next cycle counts them), so the last verdict fans out to
+  the ``room > a`` chains' roots and one flop, not to the counters' selects, and ``rows``
+  (ROWS) is a select by that count, from registers. Grants always fit: no saturation;
 * off the loop, granted rows and ``loc`` pick among their ``+ a`` candidates (the
   expert's counter chosen by the target's one-hot, plus ``a``) by the one-hot count of the
   granted lanes ahead naming the expert (the lane-pair relations ``same``).
@@ -181,8 +185,8 @@ class MulticastAllocator(wiring.Component):
     formal_lag_onehot : Out(1)
         Only with ``formal=True`` (the property harness, verif/formal): the room left, the
         capacities latched at the layer start (``rows + room == cap``) and the registered
-        ``room > a`` bits, and that the lagged grant counts are one-hots -- the invariants
-        k-induction needs. (Without them the unit has
+        ``room > a`` bits, and that the lagged grant counts are one-hots (they are, by
+        construction; kept as a check) -- the invariants k-induction needs. (Without them the unit has
         no latched capacity at all: synthesis measures what the hub would carry.)
     """
 
@@ -223,9 +227,17 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += [mask[j][e].eq(Cat(g.oh[j][t][e] for t in range(T)).any())
                          for j in range(L) for e in range(E)]
         ok = [Signal(name=f"ok{j}") for j in range(L)]
-        experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)])
-                   for e in range(E)]
-        arena = self._counter(m, "pool", pb, self.pool_cap, ok, None)
+        # the last cycle's verdicts and masks, registered: the counters catch up from them
+        ok_r = Signal(L, name="ok_r")
+        mask_r = [Signal(E, name=f"mask{j}_r") for j in range(L)]
+        with m.If(g.clear):
+            m.d.sync += ok_r.eq(0)
+        with m.Else():
+            m.d.sync += ok_r.eq(Cat(*ok))
+        m.d.sync += [mask_r[j].eq(mask[j]) for j in range(L)]
+        experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)],
+                                 [ok_r[j] & mask_r[j][e] for j in range(L)]) for e in range(E)]
+        arena = self._counter(m, "pool", pb, self.pool_cap, ok, None, list(ok_r))
         counters = [x["now"] for x in experts]
         room_gt = [x["gt"] for x in experts]
         m.d.comb += [self.rows[e].eq(counters[e]) for e in range(E)] + [self.pool_rows.eq(arena["now"])]
@@ -245,13 +257,14 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += self.formal_lag_onehot.eq(Cat(one_hot(v) for v in lasts).all())
         return m
 
-    def _counter(self, m, name, width, cap_in, ok, names):
+    def _counter(self, m, name, width, cap_in, ok, names, last_bits):
         """One expert's rows (or, ``names`` None, the arena's): registers and their update.
 
         The rows and the room are registered a cycle late (``cnt``, ``room``: before the
-        last cycle's grants, whose count ``last`` is registered as a one-hot), so that the
-        verdicts fan out to a few flops, not to the counters' selects: their values now
-        (``now``, ``room`` in the result) are a select by ``last``, from registers. What the
+        last cycle's grants, ``last_bits``: the last cycle's verdicts and masks, registered
+        in the caller, whose count ``last`` is a one-hot of them), so that the verdicts fan
+        out to one flop each, not to the counters' selects: their values now (``now``,
+        ``room`` in the result) are a select by ``last``, from registers. What the
         grant reads, ``room > a`` (``gt``, a = 0..lanes-1), is registered exact; its next
         value is a chain of muxes over the verdicts -- lane 0 at the leaves, the last lane
         (the latest verdict) at the root -- among ``room now > a + d`` formed from the
@@ -260,7 +273,8 @@ class MulticastAllocator(wiring.Component):
         cnt = Signal(width, name=f"{name}_rows")
         room = Signal(width, name=f"{name}_room")
         gt = Signal(L, name=f"{name}_gt")
-        last = Signal(L + 1, init=1, name=f"{name}_last")
+        last = Signal(L + 1, name=f"{name}_last")
+        m.d.comb += [last[n].eq(exactly(last_bits, n)) for n in range(L + 1)]
         now, room_now = Signal(width, name=f"{name}_now"), Signal(width, name=f"{name}_room_now")
         m.d.comb += [now.eq(select([(last[p], cnt + p) for p in range(L + 1)], width)),
                      room_now.eq(select([(last[p], room - p) for p in range(L + 1)], width))]
@@ -271,7 +285,6 @@ class MulticastAllocator(wiring.Component):
         for k in range(L):
             nxt = [Mux(ok[k], nxt[d + 1] if names is None else Mux(names[k], nxt[d + 1], nxt[d]), nxt[d])
                    for d in range(len(nxt) - 1)]
-        bits = ok if names is None else [ok[k] & names[k] for k in range(L)]
         out = {"now": now, "room": room_now, "gt": gt, "last": last}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
@@ -279,10 +292,9 @@ class MulticastAllocator(wiring.Component):
                 m.d.sync += cap_l.eq(cap_in)
             out["cap"] = cap_l
         with m.If(g.clear):
-            m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1),
-                         gt.eq(Cat(cap_in > a for a in range(L)))]
+            m.d.sync += [cnt.eq(0), room.eq(cap_in), gt.eq(Cat(cap_in > a for a in range(L)))]
         with m.Else():
-            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(nxt[0]), last.eq(Cat(*late_count(bits)))]
+            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(nxt[0])]
         return out
 
     def _fits(self, m, j, p, ahead, mask, room_gt, same):
