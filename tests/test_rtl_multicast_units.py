@@ -108,13 +108,10 @@ class Bench:
         await ctx.tick()
         ctx.set(a.grant.clear, 0)
 
-    async def cycle_of(self, rows, rng=None):
-        """One cycle: ``rows[j]`` is lane j's opening row -- a tuple of (expert, slot), or
-        None (no row) -- checked against the model; then the rows are completed (in the
-        model only, a later cycle: their table entries are free again)."""
-        cfg, ctx, dut, m = self.cfg, self.ctx, self.dut, self.model
-        T, S, Tg = cfg.max_targets, cfg.sources, cfg.tags_per_source
-        self.cycle += 1
+    def _present(self, rows, rng):
+        """Drive the decode with the rows' target sets (registered at the next tick, a
+        stage ahead of their requests); returns per lane the entries that are valid."""
+        ctx, dut, T = self.ctx, self.dut, self.cfg.max_targets
         entries = []
         for j, r in enumerate(rows):
             ent = _place(r or (), T, rng)
@@ -122,7 +119,28 @@ class Bench:
             for t, (v, x) in enumerate(ent):
                 ctx.set(dut.dec[j].valid[t], v)
                 ctx.set(dut.dec[j].expert[t], x)
-        await ctx.tick()                        # (the targets a stage ahead of the requests)
+        return entries
+
+    async def stream(self, cycles, rng=None):
+        """Back-to-back cycles: ``cycles[c][j]`` is lane j's opening row in cycle c -- a
+        tuple of (expert, slot), or None (no row) -- while the targets of cycle c + 1 enter
+        the pre-rank registers; each cycle checked against the model, then its rows
+        completed (in the model only, between two cycles: their table entries are free
+        again). Returns the outcomes per cycle."""
+        ctx = self.ctx
+        entries = self._present(cycles[0], rng)
+        await ctx.tick()
+        outs = []
+        for c, rows in enumerate(cycles):
+            nxt = self._present(cycles[c + 1] if c + 1 < len(cycles) else [None] * len(rows), rng)
+            outs.append(await self._cycle(rows, entries))
+            entries = nxt
+        return outs
+
+    async def _cycle(self, rows, entries):
+        cfg, ctx, dut, m = self.cfg, self.ctx, self.dut, self.model
+        Tg = cfg.tags_per_source
+        self.cycle += 1
         ctx.set(dut.opens, sum(1 << j for j, r in enumerate(rows) if r is not None))
         g = dut.alloc.grant
         ok = ctx.get(g.ok)
@@ -187,9 +205,9 @@ def _random_set(cfg, rng):
                                             (MC2, 4, MulticastAllocator)],
                          ids=["mc3-0", "mc3-1-by-targets", "mc4-2", "mc4-3-same-cycle", "mc2-4"])
 def test_multicast_allocation_follows_the_model(cfg, seed, cls):
-    """Random layers: each cycle 0..lanes rows open (target sets skewed to a few experts,
-    some bad), with small random capacities and arenas so regions and the arena fill
-    mid-cycle; the decode's BAD_EXPERT and the allocator's grants, rows per target, arena
+    """Random layers: back-to-back cycles of 0..lanes opening rows (target sets skewed to a
+    few experts, some bad; now and then a cycle without any), with small random
+    capacities and arenas so regions and the arena fill mid-cycle; the decode's BAD_EXPERT and the allocator's grants, rows per target, arena
     places and counters equal the model's, cycle by cycle (every form of the verdict)."""
     rng = random.Random(seed)
     dut = DecodeAlloc(cfg, cls)
@@ -206,9 +224,9 @@ def test_multicast_allocation_follows_the_model(cfg, seed, cls):
             else:
                 b.start(caps, pool_cap)
             await b.clear()
-            for _ in range(25):
-                rows = [_random_set(cfg, rng) if rng.random() < 0.85 else None for _ in range(L)]
-                out = await b.cycle_of(rows, rng)
+            cycles = [[_random_set(cfg, rng) if rng.random() < 0.85 else None for _ in range(L)]
+                      if rng.random() < 0.9 else [None] * L for _ in range(25)]
+            for out in await b.stream(cycles, rng):
                 kinds = {o if isinstance(o, str) else "ok" for o in out if o is not None}
                 for k in kinds:
                     seen[k] += 1
@@ -226,8 +244,8 @@ def _directed(cfg, caps, pool_cap, cycles):
     async def bench(ctx):
         b = Bench(cfg, dut, ctx, caps, pool_cap)
         await b.clear()
-        for rows in cycles:
-            res.append(await b.cycle_of([None if r is None else tuple((x, 0) for x in r) for r in rows]))
+        res.extend(await b.stream([[None if r is None else tuple((x, 0) for x in r) for r in rows]
+                                   for rows in cycles]))
     _run(dut, bench)
     return res
 
