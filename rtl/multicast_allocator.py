@@ -27,8 +27,8 @@ the verdicts of the lanes before it, a chain across the lanes.
 
 Timing, in the allocator's style -- everything formed from registers and selected by
 one-hots. The loop that sets the cycle is room -> verdicts -> room; it is kept to
-registers, one AND-OR, an AND over the experts, a mux per lane, the verdicts' fan-out to
-every expert and a mux:
+registers, one AND-OR, an AND over the experts, a mux per lane, the last verdict's
+fan-out to every expert and a mux:
 
 * per expert, registered: ``room > a`` for ``a = 0..lanes-1`` (and the arena's), formed
   for the next cycle with the update, so no compare is on the loop;
@@ -44,13 +44,14 @@ every expert and a mux:
   the targets' one-hots on the loop, and the cost does not grow with ``max_targets``;
 * the verdicts then ripple through one 2:1 mux per lane: ``ok[j]`` is the ``cand`` of
   lane ``j`` chosen by ``ok[j-1]``, ..., ``ok[0]`` (the latest select at the root);
-* they update each expert's ``room > a`` bits by a chain of muxes -- lane 0
-  at the leaves, the last lane (the latest verdict) at the root -- among ``room now > a +
-  d`` formed from the registers for every ``d`` grants naming it; the rows and the room
-  themselves are registered a cycle late (before the last cycle's grants; the verdicts and
-  masks are registered, and the next cycle counts them), so the last verdict fans out to
-  the ``room > a`` chains' roots and one flop, not to the counters' selects, and ``rows``
-  (ROWS) is a select by that count, from registers. Grants always fit: no saturation;
+* they update each expert's ``room > a`` bits by a chain of muxes -- lane 0 at the leaves,
+  the last lane (the latest verdict) at the root -- among ``room now > a + d`` formed from
+  the registers for every ``d`` grants naming it this cycle; the rows and the room
+  themselves are registered a cycle late (before the last cycle's grants, whose count is
+  registered as a one-hot that shifts once per lane, :func:`late_count`: the last verdict
+  passes one mux), so the verdicts fan out to a few flops per expert, not to the
+  counters' 13-bit selects; ``rows`` (ROWS) is a select by that one-hot, from registers.
+  Grants always fit: no saturation;
 * off the loop, granted rows and ``loc`` pick among their ``+ a`` candidates (the
   expert's counter chosen by the target's one-hot, plus ``a``) by the one-hot count of the
   granted lanes ahead naming the expert (the lane-pair relations ``same``).
@@ -75,7 +76,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, field_bits
-from .logic import add_narrow, exactly, select
+from .logic import exactly, select
 
 
 def one_hot(v) -> Value:
@@ -185,8 +186,8 @@ class MulticastAllocator(wiring.Component):
     formal_lag_onehot : Out(1)
         Only with ``formal=True`` (the property harness, verif/formal): the room left, the
         capacities latched at the layer start (``rows + room == cap``) and the registered
-        ``room > a`` bits, and that the lagged grant counts are one-hots (they are, by
-        construction; kept as a check) -- the invariants k-induction needs. (Without them the unit has
+        ``room > a`` bits, and that the lagged grant counts are one-hots -- the invariants
+        k-induction needs. (Without them the unit has
         no latched capacity at all: synthesis measures what the hub would carry.)
     """
 
@@ -227,24 +228,16 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += [mask[j][e].eq(Cat(g.oh[j][t][e] for t in range(T)).any())
                          for j in range(L) for e in range(E)]
         ok = [Signal(name=f"ok{j}") for j in range(L)]
-        # the last cycle's verdicts and masks, registered: the counters catch up from them
-        ok_r = Signal(L, name="ok_r")
-        mask_r = [Signal(E, name=f"mask{j}_r") for j in range(L)]
-        with m.If(g.clear):
-            m.d.sync += ok_r.eq(0)
-        with m.Else():
-            m.d.sync += ok_r.eq(Cat(*ok))
-        m.d.sync += [mask_r[j].eq(mask[j]) for j in range(L)]
-        experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)],
-                                 [ok_r[j] & mask_r[j][e] for j in range(L)]) for e in range(E)]
-        arena = self._counter(m, "pool", pb, self.pool_cap, ok, None, list(ok_r))
+        experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)])
+                   for e in range(E)]
+        arena = self._counter(m, "pool", pb, self.pool_cap, ok, None)
         counters = [x["now"] for x in experts]
         room_gt = [x["gt"] for x in experts]
         m.d.comb += [self.rows[e].eq(counters[e]) for e in range(E)] + [self.pool_rows.eq(arena["now"])]
 
         self._counts = {}
         for j in range(L):
-            self._lane(m, j, ok, mask, room_gt, arena, experts)
+            self._lane(m, j, ok, mask, room_gt, arena["gt"], counters, arena["now"])
         m.d.comb += g.ok.eq(Cat(*ok))
 
         if self.formal:
@@ -257,14 +250,13 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += self.formal_lag_onehot.eq(Cat(one_hot(v) for v in lasts).all())
         return m
 
-    def _counter(self, m, name, width, cap_in, ok, names, last_bits):
+    def _counter(self, m, name, width, cap_in, ok, names):
         """One expert's rows (or, ``names`` None, the arena's): registers and their update.
 
         The rows and the room are registered a cycle late (``cnt``, ``room``: before the
-        last cycle's grants, ``last_bits``: the last cycle's verdicts and masks, registered
-        in the caller, whose count ``last`` is a one-hot of them), so that the verdicts fan
-        out to one flop each, not to the counters' selects: their values now (``now``,
-        ``room`` in the result) are a select by ``last``, from registers. What the
+        last cycle's grants, whose count ``last`` is registered as a one-hot), so that the
+        verdicts fan out to a few flops, not to the counters' selects: their values now
+        (``now``, ``room`` in the result) are a select by ``last``, from registers. What the
         grant reads, ``room > a`` (``gt``, a = 0..lanes-1), is registered exact; its next
         value is a chain of muxes over the verdicts -- lane 0 at the leaves, the last lane
         (the latest verdict) at the root -- among ``room now > a + d`` formed from the
@@ -273,8 +265,7 @@ class MulticastAllocator(wiring.Component):
         cnt = Signal(width, name=f"{name}_rows")
         room = Signal(width, name=f"{name}_room")
         gt = Signal(L, name=f"{name}_gt")
-        last = Signal(L + 1, name=f"{name}_last")
-        m.d.comb += [last[n].eq(exactly(last_bits, n)) for n in range(L + 1)]
+        last = Signal(L + 1, init=1, name=f"{name}_last")
         now, room_now = Signal(width, name=f"{name}_now"), Signal(width, name=f"{name}_room_now")
         m.d.comb += [now.eq(select([(last[p], cnt + p) for p in range(L + 1)], width)),
                      room_now.eq(select([(last[p], room - p) for p in range(L + 1)], width))]
@@ -285,16 +276,18 @@ class MulticastAllocator(wiring.Component):
         for k in range(L):
             nxt = [Mux(ok[k], nxt[d + 1] if names is None else Mux(names[k], nxt[d + 1], nxt[d]), nxt[d])
                    for d in range(len(nxt) - 1)]
-        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt}
+        bits = ok if names is None else [ok[k] & names[k] for k in range(L)]
+        out = {"now": now, "room": room_now, "gt": gt, "last": last}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
             with m.If(g.clear):
                 m.d.sync += cap_l.eq(cap_in)
             out["cap"] = cap_l
         with m.If(g.clear):
-            m.d.sync += [cnt.eq(0), room.eq(cap_in), gt.eq(Cat(cap_in > a for a in range(L)))]
+            m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1),
+                         gt.eq(Cat(cap_in > a for a in range(L)))]
         with m.Else():
-            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(nxt[0])]
+            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(nxt[0]), last.eq(Cat(*late_count(bits)))]
         return out
 
     def _fits(self, m, j, p, ahead, mask, room_gt, same):
@@ -326,7 +319,7 @@ class MulticastAllocator(wiring.Component):
             self._counts[key] = oh
         return self._counts[key]
 
-    def _lane(self, m, j, ok, mask, room_gt, arena, experts):
+    def _lane(self, m, j, ok, mask, room_gt, pool_gt, counters, pool):
         """Lane j's verdict (a candidate per pattern of the verdicts ahead, then one mux per
         lane ahead), its targets' rows and its arena row."""
         cfg, g = self.cfg, self.grant
@@ -339,41 +332,22 @@ class MulticastAllocator(wiring.Component):
         for p in range(1 << j):
             ahead = [i for i in range(j) if p >> i & 1]
             c = Signal(name=f"cand{j}_p{p}")
-            m.d.comb += c.eq(g.req[j] & arena["gt"][len(ahead)] & self._fits(m, j, p, ahead, mask, room_gt, same))
+            m.d.comb += c.eq(g.req[j] & pool_gt[len(ahead)] & self._fits(m, j, p, ahead, mask, room_gt, same))
             cand.append(c)
         # the verdicts ahead select: ok[j-1] at the root (it comes last), ok[0] at the leaves
         level = cand
         for i in range(j):
             level = [Mux(ok[i], level[2 * k + 1], level[2 * k]) for k in range(len(level) // 2)]
         m.d.comb += ok[j].eq(level[0])
-        # rows: the expert's lagged counter and its last cycle's grants (both chosen by the
-        # one-hot, from registers) plus a = the granted rows ahead naming it: a candidate
-        # per a (a narrow add beside the verdicts), picked by the one-hot count of the
-        # verdicts ahead
-        L = cfg.lanes
+        # rows: the expert's counter (chosen by the one-hot from the registers) + the granted
+        # rows ahead naming it, a one-hot count of the verdicts ahead
         for t in range(T):
-            oh = g.oh[j][t]
             base = Signal(cb, name=f"base{j}_{t}")
-            lastp = Signal(L + 1, name=f"last{j}_{t}")
-            m.d.comb += [base.eq(select([(oh[e], experts[e]["cnt"]) for e in range(E)], cb)),
-                         lastp.eq(select([(oh[e], experts[e]["last"]) for e in range(E)], L + 1))]
+            m.d.comb += base.eq(select([(g.oh[j][t][e], counters[e]) for e in range(E)], cb))
             n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
-            m.d.comb += g.row[j][t].eq(select([(n_ahead[a], self._plus(m, base, lastp, a, f"row{j}_{t}"))
-                                               for a in range(j + 1)], cb))
+            m.d.comb += g.row[j][t].eq(select([(n_ahead[a], base + a) for a in range(j + 1)], cb))
         before = late_count(ok[:j])
-        m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
-                                        for a in range(j + 1)], len(arena["cnt"])))
-
-    @staticmethod
-    def _plus(m, base, last, a, name):
-        """``base + p + a`` for the one-hot ``last`` (p = 0..lanes): the small offset
-        encoded from the one-hot, then a narrow add (:func:`add_narrow`)."""
-        n = len(last) - 1 + a
-        off = Signal(range(n + 1), name=f"{name}_off{a}")
-        m.d.comb += off.eq(select([(last[p], p + a) for p in range(len(last))], len(off)))
-        v = Signal(len(base), name=f"{name}_if{a}")
-        m.d.comb += v.eq(add_narrow(base, off))
-        return v
+        m.d.comb += g.loc[j].eq(select([(before[a], pool + a) for a in range(j + 1)], len(pool)))
 
 
 class MulticastAllocatorSameCycle(MulticastAllocator):
