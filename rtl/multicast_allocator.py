@@ -52,9 +52,10 @@ fan-out to every expert and a mux:
   passes one mux), so the verdicts fan out to a few flops per expert, not to the
   counters' 13-bit selects; ``rows`` (ROWS) is a select by that one-hot, from registers.
   Grants always fit: no saturation;
-* off the loop, granted rows and ``loc`` pick among their ``+ a`` candidates (the
-  expert's counter chosen by the target's one-hot, plus ``a``) by the one-hot count of the
-  granted lanes ahead naming the expert (the lane-pair relations ``same``).
+* off the loop, granted rows and ``loc`` pick among their ``+ p + a`` candidates (the
+  expert's lagged counter and its last cycle's grants ``p``, registers chosen by the
+  target's one-hot, plus ``a``: a narrow add each) by the one-hot count of the granted
+  lanes ahead naming the expert (the lane-pair relations ``same``).
 
 Fan-in of the grant, honestly: ``ok[lanes-1]`` depends on every lane's request and
 target set (``lanes x experts`` mask bits, pre-ranked), every expert's ``room > a`` bits
@@ -76,7 +77,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, field_bits
-from .logic import exactly, select
+from .logic import add_narrow, exactly, select
 
 
 def one_hot(v) -> Value:
@@ -237,7 +238,7 @@ class MulticastAllocator(wiring.Component):
 
         self._counts = {}
         for j in range(L):
-            self._lane(m, j, ok, mask, room_gt, arena["gt"], counters, arena["now"])
+            self._lane(m, j, ok, mask, room_gt, arena, experts)
         m.d.comb += g.ok.eq(Cat(*ok))
 
         if self.formal:
@@ -277,7 +278,7 @@ class MulticastAllocator(wiring.Component):
             nxt = [Mux(ok[k], nxt[d + 1] if names is None else Mux(names[k], nxt[d + 1], nxt[d]), nxt[d])
                    for d in range(len(nxt) - 1)]
         bits = ok if names is None else [ok[k] & names[k] for k in range(L)]
-        out = {"now": now, "room": room_now, "gt": gt, "last": last}
+        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
             with m.If(g.clear):
@@ -319,7 +320,7 @@ class MulticastAllocator(wiring.Component):
             self._counts[key] = oh
         return self._counts[key]
 
-    def _lane(self, m, j, ok, mask, room_gt, pool_gt, counters, pool):
+    def _lane(self, m, j, ok, mask, room_gt, arena, experts):
         """Lane j's verdict (a candidate per pattern of the verdicts ahead, then one mux per
         lane ahead), its targets' rows and its arena row."""
         cfg, g = self.cfg, self.grant
@@ -332,22 +333,40 @@ class MulticastAllocator(wiring.Component):
         for p in range(1 << j):
             ahead = [i for i in range(j) if p >> i & 1]
             c = Signal(name=f"cand{j}_p{p}")
-            m.d.comb += c.eq(g.req[j] & pool_gt[len(ahead)] & self._fits(m, j, p, ahead, mask, room_gt, same))
+            m.d.comb += c.eq(g.req[j] & arena["gt"][len(ahead)] & self._fits(m, j, p, ahead, mask, room_gt, same))
             cand.append(c)
         # the verdicts ahead select: ok[j-1] at the root (it comes last), ok[0] at the leaves
         level = cand
         for i in range(j):
             level = [Mux(ok[i], level[2 * k + 1], level[2 * k]) for k in range(len(level) // 2)]
         m.d.comb += ok[j].eq(level[0])
-        # rows: the expert's counter (chosen by the one-hot from the registers) + the granted
-        # rows ahead naming it, a one-hot count of the verdicts ahead
+        # rows: the expert's lagged counter and its last cycle's grants (both registers,
+        # chosen by the target's one-hot) plus a = the granted rows ahead naming it: a
+        # candidate per a (a narrow add beside the verdicts), picked by the one-hot count of
+        # the verdicts ahead
+        L = cfg.lanes
         for t in range(T):
+            oh = g.oh[j][t]
             base = Signal(cb, name=f"base{j}_{t}")
-            m.d.comb += base.eq(select([(g.oh[j][t][e], counters[e]) for e in range(E)], cb))
+            lastp = Signal(L + 1, name=f"last{j}_{t}")
+            m.d.comb += [base.eq(select([(oh[e], experts[e]["cnt"]) for e in range(E)], cb)),
+                         lastp.eq(select([(oh[e], experts[e]["last"]) for e in range(E)], L + 1))]
             n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
-            m.d.comb += g.row[j][t].eq(select([(n_ahead[a], base + a) for a in range(j + 1)], cb))
+            m.d.comb += g.row[j][t].eq(select([(n_ahead[a], self._plus(m, base, lastp, a, f"row{j}_{t}"))
+                                               for a in range(j + 1)], cb))
         before = late_count(ok[:j])
-        m.d.comb += g.loc[j].eq(select([(before[a], pool + a) for a in range(j + 1)], len(pool)))
+        m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
+                                        for a in range(j + 1)], len(arena["cnt"])))
+
+    @staticmethod
+    def _plus(m, base, last, a, name):
+        """``base + p + a`` for the one-hot ``last`` (p = 0..lanes): the small offset
+        encoded from the one-hot, then a narrow add (:func:`add_narrow`)."""
+        off = Signal(range(len(last) + a), name=f"{name}_off{a}")
+        m.d.comb += off.eq(select([(last[p], p + a) for p in range(len(last))], len(off)))
+        v = Signal(len(base), name=f"{name}_if{a}")
+        m.d.comb += v.eq(add_narrow(base, off))
+        return v
 
 
 class MulticastAllocatorSameCycle(MulticastAllocator):

@@ -363,7 +363,7 @@ def test_broken_multicast_allocator_fails_its_proof(tmp_path, monkeypatch):
     monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
     mod = importlib.import_module("moehub.rtl.multicast_allocator")
     src = open(mod.__file__).read()
-    old, new = "pool_gt[len(ahead)]", "pool_gt[max(len(ahead) - 1, 0)]"
+    old, new = 'arena["gt"][len(ahead)]', 'arena["gt"][max(len(ahead) - 1, 0)]'
     assert src.count(old) == 1
     copy = types.ModuleType("moehub.rtl.multicast_allocator_mutant")
     copy.__package__ = mod.__package__
