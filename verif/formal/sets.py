@@ -103,7 +103,7 @@ def _sets() -> list[PropertySet]:
         PropertySet("mcast-allocator", "multicast allocator", "tiny/alloc-small, max_targets 3",
                     _mcast_alloc("tiny/alloc-small", **MCAST), {"prove": 3, "cover": 8},
                     smoke={"cover": 8},
-                    note="protocol v2: k-induction closes at k=2 (rows + room == latched capacity, room > a "
+                    note="protocol v2: k-induction closes at k=3 (rows + room == latched capacity, room > a "
                          "registered, lagged counts one-hot; the same for the arena); regions of 8 rows fill within "
                          "the cover depth"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
