@@ -216,7 +216,7 @@ def test_multicast_allocation_follows_the_model(cfg, seed, cls):
 
     async def bench(ctx):
         b = None
-        for layer in range(6):
+        for layer in range(4):
             caps = [rng.choice([0, 1, 2, 3, 5, 8, 30]) for _ in range(E)]
             pool_cap = rng.choice([2, 5, 9, 40, cfg.pool_rows])
             if b is None:
@@ -235,17 +235,23 @@ def test_multicast_allocation_follows_the_model(cfg, seed, cls):
     assert all(seen.values()), seen
 
 
-def _directed(cfg, caps, pool_cap, cycles):
-    """Run ``cycles`` (lists of per-lane target sets; experts only, slot 0) on a fresh
-    layer; returns the per-cycle outcomes (checked against the model on the way)."""
+def _directed(cfg, *layers):
+    """Run layers of ``(caps, pool_cap, cycles)`` (cycles: lists of per-lane target sets,
+    experts only, slot 0) one after another on one allocator, each from its START;
+    returns each layer's per-cycle outcomes (checked against the model on the way)."""
     dut = DecodeAlloc(cfg)
     res = []
 
     async def bench(ctx):
-        b = Bench(cfg, dut, ctx, caps, pool_cap)
-        await b.clear()
-        res.extend(await b.stream([[None if r is None else tuple((x, 0) for x in r) for r in rows]
-                                   for rows in cycles]))
+        b = None
+        for caps, pool_cap, cycles in layers:
+            if b is None:
+                b = Bench(cfg, dut, ctx, caps, pool_cap)
+            else:
+                b.start(caps, pool_cap)
+            await b.clear()
+            res.append(await b.stream([[None if r is None else tuple((x, 0) for x in r) for r in rows]
+                                       for rows in cycles]))
     _run(dut, bench)
     return res
 
@@ -253,43 +259,44 @@ def _directed(cfg, caps, pool_cap, cycles):
 def test_all_lanes_naming_the_same_full_target_set():
     """Every lane names every expert (max_targets of them): each expert's rows 0..3 in lane
     order, the arena rows 0..3; the next cycle continues from 4."""
-    big = [30] * 3
-    res = _directed(MC3, big, 64, [[(0, 1, 2)] * 4, [(2, 1, 0)] * 4])
+    [res] = _directed(MC3, ([30] * 3, 64, [[(0, 1, 2)] * 4, [(2, 1, 0)] * 4]))
     assert res[0] == [((j, j, j), j) for j in range(4)]
     assert res[1] == [((4 + j,) * 3, 4 + j) for j in range(4)]
-    res = _directed(MC4, [30] * 5, 64, [[(4, 3, 2, 1)] * 4])      # max_targets = 4 on every lane
+    [res] = _directed(MC4, ([30] * 5, 64, [[(4, 3, 2, 1)] * 4]))      # max_targets = 4 on every lane
     assert res[0] == [((j,) * 4, j) for j in range(4)]
 
 
 def test_a_full_target_refuses_the_whole_row_and_later_rows_rank_as_if_it_were_absent():
     """Expert 1 has no room: rows naming it are refused and take no row of their other
     targets, and no arena row; the rows after them rank as if they were absent."""
-    res = _directed(MC3, [8, 0, 8], 64, [[(0, 1), (0,), (1, 2), (2, 0)]])
-    assert res[0] == ["overflow", ((0,), 0), "overflow", ((0, 1), 1)]
-    # one row of room left in expert 0: lane 0 takes it, lane 1 (also 0) is refused, lane 2
-    # (expert 2 only) is granted with the next arena row, lane 3 (0 again) refused
-    res = _directed(MC3, [1, 4, 4], 64, [[(0, 2), (1, 0), (2,), (0,)]])
-    assert res[0] == [((0, 0), 0), "overflow", ((1,), 1), "overflow"]
-    # the refused row ahead would have taken expert 0's last row: the next row gets it
-    # (and expert 2's for lane 3)
-    res = _directed(MC3, [1, 0, 1], 64, [[(0, 1), (0,), (2, 1), (2,)]])
-    assert res[0] == ["overflow", ((0,), 0), "overflow", ((0,), 1)]
+    r1, r2, r3 = _directed(
+        MC3,
+        ([8, 0, 8], 64, [[(0, 1), (0,), (1, 2), (2, 0)]]),
+        # one row of room left in expert 0: lane 0 takes it, lane 1 (also 0) is refused,
+        # lane 2 (expert 2 only) is granted with the next arena row, lane 3 (0 again) refused
+        ([1, 4, 4], 64, [[(0, 2), (1, 0), (2,), (0,)]]),
+        # the refused row ahead would have taken expert 0's last row: the next row gets it
+        # (and expert 2's for lane 3)
+        ([1, 0, 1], 64, [[(0, 1), (0,), (2, 1), (2,)]]))
+    assert r1[0] == ["overflow", ((0,), 0), "overflow", ((0, 1), 1)]
+    assert r2[0] == [((0, 0), 0), "overflow", ((1,), 1), "overflow"]
+    assert r3[0] == ["overflow", ((0,), 0), "overflow", ((0,), 1)]
 
 
 def test_the_arena_fills_mid_cycle():
     """Two arena rows: lanes 0 and 1 are granted, 2 and 3 refused (OVERFLOW of each target);
     a bad row ahead takes no arena row."""
-    res = _directed(MC3, [30] * 3, 2, [[(0,), (1, 2), (0, 1), (2,)]])
-    assert res[0] == [((0,), 0), ((0, 0), 1), "overflow", "overflow"]
-    res = _directed(MC3, [30] * 3, 2, [[(), (1, 1), (0, 3), (2,)], [(0,), (1,), (2,), None]])
-    assert res[0] == ["bad", "bad", "bad", ((0,), 0)]
-    assert res[1] == [((0,), 1), "overflow", "overflow", None]
+    r1, r2 = _directed(MC3, ([30] * 3, 2, [[(0,), (1, 2), (0, 1), (2,)]]),
+                       ([30] * 3, 2, [[(), (1, 1), (0, 3), (2,)], [(0,), (1,), (2,), None]]))
+    assert r1[0] == [((0,), 0), ((0, 0), 1), "overflow", "overflow"]
+    assert r2[0] == ["bad", "bad", "bad", ((0,), 0)]
+    assert r2[1] == [((0,), 1), "overflow", "overflow", None]
 
 
 def test_bad_target_sets_request_nothing():
     """Empty, an expert out of range, an expert twice: BAD_EXPERT, and the lanes after
     rank as if the bad rows were absent."""
-    res = _directed(MC4, [30] * 5, 64, [[(), (0, 5), (3, 1, 3), (7,)], [(0, 0), (1,), (6, 1), (1, 2)]])
+    [res] = _directed(MC4, ([30] * 5, 64, [[(), (0, 5), (3, 1, 3), (7,)], [(0, 0), (1,), (6, 1), (1, 2)]]))
     assert res[0] == ["bad"] * 4
     assert res[1] == ["bad", ((0,), 0), "bad", ((1, 0), 1)]
 
