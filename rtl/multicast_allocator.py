@@ -188,8 +188,8 @@ class MulticastAllocator(wiring.Component):
         Only with ``formal=True`` (the property harness, verif/formal): the room left, the
         capacities latched at the layer start (``rows + room == cap``) and the registered
         ``room > a`` bits, and that the lagged grant counts are one-hots -- the invariants
-        k-induction needs. (Without them the unit has
-        no latched capacity at all: synthesis measures what the hub would carry.)
+        k-induction needs. (Without them the unit has no latched capacity at all:
+        synthesis measures what the hub would carry.)
     """
 
     #: the requests' counts come pre-ranked, registered a stage ahead (:class:`MulticastPrerank`)
