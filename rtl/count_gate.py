@@ -1,40 +1,42 @@
-"""The allocator's view of per-expert count packets (protocol v2, ``count_packets``).
+"""Count packets ahead of the allocator (protocol v2, ``count_packets``): which count
+packets add, whether an expert's counts are all in at a lane, and each group's sum.
 
-Why a unit of its own, beside :class:`~moehub.rtl.expert_counts.ExpertCounts`: the
-allocator must refuse a row of an expert whose announced counts are met
-(COUNT_MISMATCH, :meth:`moehub.verif.model.HubModel._open_verdict`) exactly as the model
-does, packet by packet in (cycle, lane) order -- also when the count packet that completes
-the expert's counts sits on an earlier lane of the *same* group as the row, or in the
-group right ahead. So the gate works in the allocator's cycle, on the packet manager's T
-registers: per lane it adds the counts of the earlier lanes of the group to the state
-registers (seen bits, totals, sources announced), and the next group sees them updated.
-(ExpertCounts takes three cycles from a count packet to ``met``.)
+Why here, two stages ahead of the allocator: which count packets add (a repeat of a
+(source, expert) seen in an earlier group or on an earlier lane is COUNT_DUPLICATE and is
+ignored), whether every source's count of an expert is in, and the counts' sums depend on
+the count packets alone -- not on the rows, the allocator's counters or the layer's other
+rules. So they are formed on the way into R, from the A registers (the source one-hot and
+the lane-pair compares decoded on the way into A) and a seen bit per (source, expert), and
+each group's sum per expert on the way into T. The allocator's cycle then only compares
+registers with its counters (:class:`~moehub.rtl.count_limit.CountLimit`): the first
+version did all of it there, 50.6 FO4 deep (exp_oh through the sums and compares into the
+allocator's room).
 
-Per lane ``j``, with ``x`` its expert and the state as the lanes before ``j`` leave it:
+Per lane ``j`` (registered, in R's cycle):
 
-* a count packet is a *repeat* (COUNT_DUPLICATE, ignored) if its (source, expert) was seen
-  in an earlier group or on an earlier lane; else it *adds*;
-* a count packet that adds the last source's count is an *over* (COUNT_MISMATCH, counted)
-  when the rows already allocated exceed the expert's total;
-* a row opener is *met* (refused, COUNT_MISMATCH) when every source's count is in and the
-  rows allocated reach the total.
+* ``add``: a count packet (source and expert in range) that is not a repeat;
+* ``full``: every source's count of lane j's expert is in once the lanes up to j (lane j's
+  own count included) are taken -- for a row, its expert's total is final; for a count
+  packet that adds, it is the last one.
 
-Rows allocated before lane ``j`` are the allocator's counter plus the grants ahead in the
-group: ``min(requests ahead, room)`` -- a refused request (overflow) holds no row. Counting
-candidates (openers, met or not) as the requests ahead is exact: once a lane of ``x`` is
-met every later lane of ``x`` is met too (the total is final once all sources are in).
+Per expert (registered, in T's cycle): ``dtot``, the sum of the counts that add in the
+group now in T.
+
+The state is not gated by ``live`` (the packet manager gates what it reports): a count
+packet the layer does not take (NOT_ARMED: before START, or after the layer finished)
+comes only where no later packet of the layer is taken either, and START, which waits for
+an empty pipeline, clears the state.
 """
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, field_bits
-from .logic import popcount, select
+from .logic import tree_sum
 
 
 class CountGate(wiring.Component):
-    """Count packets and the COUNT_MISMATCH refusal of rows, in lane order (see the module
-    docstring).
+    """Count packets' repeats, completeness and per-group sums (see the module docstring).
 
     Parameters
     ----------
@@ -44,19 +46,18 @@ class CountGate(wiring.Component):
     Attributes
     ----------
     cnt : In(lanes)
-        Lane j holds a count packet of a live layer, source and expert in range.
-    cand : In(lanes)
-        Lane j opens a row that may be allocated (expert in range, not post-EOS).
-    src : In(range(sources)).array(lanes) ; exp_oh : In(experts).array(lanes) ;
+        A registers: lane j holds a count packet, source and expert in range.
+    src_oh : In(sources).array(lanes) ; expert : In(range(experts)).array(lanes) ;
     count : In(count_bits).array(lanes)
-        The lanes' source, expert (one-hot) and count field.
-    rows, room : In(cap_bits).array(experts)
-        The allocator's counters (rows handed out, room left).
+        A registers: the lane's source (one-hot), expert and count field.
+    same_src, same_exp : In(lanes).array(lanes)
+        A registers: bit i of lane j, lane i < j has the same source / expert.
     clear : In(1)
-        Layer start.
-    met, add, dup, over : Out(lanes)
-        Per lane: refuse the row (COUNT_MISMATCH); the count packet adds; it is a repeat;
-        it is the last count and the rows already exceed the total.
+        Layer start (the pipeline is empty).
+    add, full : Out(lanes)
+        R timing (registers): see the module docstring.
+    dtot : Out(total_bits).array(experts)
+        T timing (registers): per expert, the counts that add in the group.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -66,80 +67,56 @@ class CountGate(wiring.Component):
         self.cfg = cfg
         L, E, S = cfg.lanes, cfg.experts, cfg.sources
         super().__init__({
-            "cnt": In(L), "cand": In(L), "src": In(range(S)).array(L),
-            "exp_oh": In(E).array(L), "count": In(cfg.count_bits).array(L),
-            "rows": In(cfg.cap_bits).array(E), "room": In(cfg.cap_bits).array(E),
-            "clear": In(1),
-            "met": Out(L), "add": Out(L), "dup": Out(L), "over": Out(L),
+            "cnt": In(L), "src_oh": In(S).array(L), "expert": In(range(E)).array(L),
+            "count": In(cfg.count_bits).array(L),
+            "same_src": In(L).array(L), "same_exp": In(L).array(L), "clear": In(1),
+            "add": Out(L), "full": Out(L), "dtot": Out(total_bits(cfg)).array(E),
         })
-
-    def total_bits(self) -> int:
-        return total_bits(self.cfg)
 
     def elaborate(self, platform):
         m = Module()
-        c, L, E, S = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.sources
-        total = [Signal(self.total_bits(), name=f"cg_total{x}") for x in range(E)]
-        announced = [Signal(range(S + 1), name=f"cg_announced{x}") for x in range(E)]
+        L, E, S = self.cfg.lanes, self.cfg.experts, self.cfg.sources
         seen = [Signal(E, name=f"cg_seen{s}") for s in range(S)]
-        self._repeats(m, seen)
-        for j in range(L):
-            self._lane(m, j, total, announced)
-        self._update(m, total, announced, seen)
+        oh = [Signal(E, name=f"cg_oh{j}") for j in range(L)]
+        m.d.comb += [oh[j].eq(Cat(self.expert[j] == x for x in range(E))) for j in range(L)]
+        # (seen[s] at lane j's expert, for every source: read once, used by both verdicts)
+        seen_at = [[Signal(name=f"cg_seen{j}_{s}") for s in range(S)] for j in range(L)]
+        m.d.comb += [seen_at[j][s].eq((seen[s] & oh[j]).any()) for j in range(L) for s in range(S)]
+        adds = [self._lane(m, j, seen_at[j]) for j in range(L)]
+        self._sums(m, oh, adds)
+        for s in range(S):
+            # (every count packet of s marks its expert: a repeat's bit is set already)
+            new = [Mux(self.cnt[j] & self.src_oh[j][s], oh[j], 0) for j in range(L)]
+            m.d.sync += seen[s].eq(_or_all(seen[s], new))
+        with m.If(self.clear):
+            m.d.sync += [s_.eq(0) for s_ in seen]
         return m
 
-    def _same_exp(self, i, j):
-        return (self.exp_oh[i] & self.exp_oh[j]).any()
+    def _lane(self, m, j, seen_at):
+        """Lane j's ``add`` and ``full`` (registered); returns ``add`` before its register."""
+        S = self.cfg.sources
+        cnt, src_oh, same_exp = self.cnt, self.src_oh, self.same_exp[j]
+        repeat_in_group = Cat(Const(0), *(cnt[i] & self.same_src[j][i] & same_exp[i] for i in range(j))).any()
+        repeat_seen = Cat(src_oh[j][s] & seen_at[s] for s in range(S)).any()
+        # (a source's count of lane j's expert is in: seen, or a count packet of that
+        # source on an earlier lane of the expert, or lane j's own)
+        has = [Cat(seen_at[s], cnt[j] & src_oh[j][s],
+                   *(cnt[i] & src_oh[i][s] & same_exp[i] for i in range(j))).any() for s in range(S)]
+        add = Signal(name=f"cg_add{j}")
+        m.d.comb += add.eq(cnt[j] & ~repeat_seen & ~repeat_in_group)
+        m.d.sync += [self.add[j].eq(add), self.full[j].eq(Cat(*has).all())]
+        return add
 
-    def _repeats(self, m, seen):
-        """A count packet repeats one of an earlier group (seen) or an earlier lane."""
-        for j in range(self.cfg.lanes):
-            earlier = [self.cnt[i] & (self.src[i] == self.src[j]) & self._same_exp(i, j)
-                       for i in range(j)]
-            in_seen = select([(self.src[j] == s, (seen[s] & self.exp_oh[j]).any())
-                              for s in range(self.cfg.sources)], 1)
-            m.d.comb += [self.dup[j].eq(self.cnt[j] & (in_seen | Cat(*earlier).any())),
-                         self.add[j].eq(self.cnt[j] & ~self.dup[j])]
-
-    def _lane(self, m, j, total, announced):
-        """Lane j's met (a row) and over (a count packet), from the state plus the counts
-        and grants of the earlier lanes on its expert."""
-        cfg, E, S = self.cfg, self.cfg.experts, self.cfg.sources
-        oh = self.exp_oh[j]
-        same = [self._same_exp(i, j) for i in range(j)]
-        n_before = popcount([self.add[i] & same[i] for i in range(j)])
-        sum_before = Signal(self.total_bits() + 2, name=f"cg_sum{j}")
-        m.d.comb += sum_before.eq(sum(Mux(self.add[i] & same[i], self.count[i], 0) for i in range(j))
-                                  if j else 0)
-        ann = select([(oh[x], announced[x]) for x in range(E)], range(S + 1))
-        tot = select([(oh[x], total[x]) for x in range(E)], self.total_bits())
-        rows = select([(oh[x], self.rows[x]) for x in range(E)], cfg.cap_bits)
-        room = select([(oh[x], self.room[x]) for x in range(E)], cfg.cap_bits)
-        ahead = popcount([self.cand[i] & same[i] for i in range(j)])
-        held = Signal(cfg.cap_bits + 2, name=f"cg_held{j}")      # rows allocated before j
-        m.d.comb += held.eq(rows + Mux(ahead < room, ahead, room))
-        ann_j = Signal(range(S + 2 + cfg.lanes), name=f"cg_ann{j}")
-        m.d.comb += ann_j.eq(ann + n_before)
-        tot_j = Signal(self.total_bits() + 2, name=f"cg_tot{j}")
-        m.d.comb += tot_j.eq(tot + sum_before)
-        m.d.comb += [
-            self.met[j].eq(self.cand[j] & (ann_j == S) & (held >= tot_j)),
-            self.over[j].eq(self.add[j] & (ann_j + 1 == S) & (held > tot_j + self.count[j])),
-        ]
-
-    def _update(self, m, total, announced, seen):
-        """The group's count packets into the state (cleared at layer start)."""
-        L, E, S = self.cfg.lanes, self.cfg.experts, self.cfg.sources
+    def _sums(self, m, oh, adds):
+        """Per expert, the counts of the lanes that add (the adding lanes' expert one-hot
+        and count registered in R's cycle, their sums in T's)."""
+        L, E, tb = self.cfg.lanes, self.cfg.experts, total_bits(self.cfg)
+        add_oh = [Signal(E, name=f"cg_add_oh{j}") for j in range(L)]
+        count = [Signal(self.cfg.count_bits, name=f"cg_count{j}") for j in range(L)]
+        m.d.sync += [add_oh[j].eq(Mux(adds[j], oh[j], 0)) for j in range(L)]
+        m.d.sync += [count[j].eq(self.count[j]) for j in range(L)]
         for x in range(E):
-            adds = [self.add[j] & self.exp_oh[j][x] for j in range(L)]
-            m.d.sync += [total[x].eq(total[x] + sum(Mux(a, self.count[j], 0) for j, a in enumerate(adds))),
-                         announced[x].eq(announced[x] + popcount(adds))]
-        for s in range(S):
-            new = [Mux(self.add[j] & (self.src[j] == s), self.exp_oh[j], 0) for j in range(L)]
-            m.d.sync += seen[s].eq(seen[s] | _or_all(new))
-        with m.If(self.clear):
-            m.d.sync += [t.eq(0) for t in total] + [a.eq(0) for a in announced] \
-                + [s_.eq(0) for s_ in seen]
+            m.d.sync += self.dtot[x].eq(tree_sum([Mux(add_oh[j][x], count[j], 0) for j in range(L)], tb))
 
 
 def total_bits(cfg: HubConfig) -> int:
@@ -147,9 +124,8 @@ def total_bits(cfg: HubConfig) -> int:
     return field_bits(cfg.sources * ((1 << cfg.count_bits) - 1))
 
 
-def _or_all(vals):
-    """Bitwise OR of a list of values."""
-    acc = 0
+def _or_all(acc, vals):
+    """``acc`` ORed with every value of ``vals``."""
     for v in vals:
         acc = acc | v
     return acc

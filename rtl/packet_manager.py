@@ -147,8 +147,12 @@ class StageLayouts:
         carried = {"valid": 1, "pkt": lay.packet, "slot": range(WRITE_FIFO_DEPTH), "idx": range(N)}
         checks = {"bad_src": 1, "bad_chunk": 1, "bad_exp": 1, "oh": C}
         #: (count_packets) a count packet: in R and T (then checked: live, expert in
-        #: range), in AL (it adds to its expert's total: an event for the tracker)
+        #: range); in T also the count gate's verdicts (it adds, it repeats; the lane's
+        #: expert has every count in); in AL whether it adds (an event for the tracker) and
+        #: the count limit's verdicts (a row refused, a completing count below the rows)
         cnt = {"cnt": 1} if cfg.count_packets else {}
+        t_cnt = {"cnt": 1, "cadd": 1, "cdup": 1, "cfull": 1} if cfg.count_packets else {}
+        al_cnt = {"cnt": 1, "met": 1, "over": 1} if cfg.count_packets else {}
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
@@ -164,11 +168,11 @@ class StageLayouts:
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L, **cnt})
+            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L, **t_cnt})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
-            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **cnt})
+            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **al_cnt})
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
             "valid": 1, "pv": 1, "pre": cfg.addr_bits, "rowoff": cfg.addr_bits,
@@ -207,9 +211,8 @@ class PacketManager(wiring.Component):
         For the CSRs.
     layer_done : Out(1)
         One-cycle pulse when the tracker has written the layer-done word.
-    alloc_rows, alloc_room : In(cap_bits).array(experts) ; sweep_short : In(1)
-        Only with ``count_packets``: the allocator's counters (rows handed out, room
-        left) for the count gate; the tracker's COUNT_MISMATCH pulses of the sweep.
+    sweep_short : In(1)
+        Only with ``count_packets``: the tracker's COUNT_MISMATCH pulses of the sweep.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -229,11 +232,9 @@ class PacketManager(wiring.Component):
             "guard": Out(ordering_guard_signature(cfg)),
             "status": Out(layer_status_signature(cfg)),
             "layer_done": Out(1),
-            # (count_packets) the allocator's counters, for the count gate; the tracker's
-            # pulse: an expert short of its announced rows at the sweep (COUNT_MISMATCH)
-            **({"alloc_rows": In(cfg.cap_bits).array(cfg.experts),
-                "alloc_room": In(cfg.cap_bits).array(cfg.experts),
-                "sweep_short": In(1)} if cfg.count_packets else {}),
+            # (count_packets) the tracker's pulse: an expert short of its announced rows at
+            # the sweep (COUNT_MISMATCH)
+            **({"sweep_short": In(1)} if cfg.count_packets else {}),
         })
 
     def elaborate(self, platform):
@@ -370,6 +371,7 @@ class PacketManager(wiring.Component):
         a_eos = [a.valid & k[1] & ~a.bad_src for a, k in zip(A, kinds)]
         if self.cfg.count_packets:
             m.d.sync += [r.cnt.eq(a.valid & k[2] & ~a.bad_src) for a, r, k in zip(A, R, kinds)]
+            self._count_gate(m, [a.valid & k[2] & ~a.bad_src & ~a.bad_exp for a, k in zip(A, kinds)])
 
         def a_row(i, j):                    # lane i is a data lane on lane j's row
             return a_d[i] & A[j].same_idx[i]
@@ -612,30 +614,32 @@ class PacketManager(wiring.Component):
             m.d.sync += self.q_info[j].eq(select([(self.r_sel[j][e], self.rowinfo[e])
                                                   for e in range(self.cfg.entries)], self.lay.row_info))
             if self.cfg.count_packets:
-                m.d.sync += t.cnt.eq(live & r.cnt & ~r.bad_exp)
+                add = self.gate.add[j]
+                m.d.sync += [t.cnt.eq(live & r.cnt & ~r.bad_exp), t.cadd.eq(live & add),
+                             t.cdup.eq(live & r.cnt & ~r.bad_exp & ~add), t.cfull.eq(self.gate.full[j])]
         self.req = Signal(L, name="req")
-        cand = Cat(t.opener & ~t.bad_exp & ~t.post for t in T)
-        m.d.comb += self.req.eq(cand if not self.cfg.count_packets else cand & ~self._count_gate(m, cand))
+        m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T))
         m.d.comb += [self.alloc.req.eq(self.req)]
         m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
+        if self.cfg.count_packets:
+            # (the count limit in the allocator: every input a register)
+            m.d.comb += [self.alloc.full.eq(_lanes(T, "cfull")), self.alloc.add.eq(_lanes(T, "cadd"))]
+            m.d.comb += [self.alloc.dtot[x].eq(self.gate.dtot[x]) for x in range(self.cfg.experts)]
 
     def _r_cnt(self, r):
         """R's count-packet bit (None without count packets)."""
         return r.cnt if self.cfg.count_packets else None
 
-    def _count_gate(self, m, cand):
-        """(count_packets) The count packets in T, in the allocator's cycle: which rows
-        their counts refuse (COUNT_MISMATCH), which counts add (:class:`CountGate`).
-        Returns the refused lanes."""
-        T, gate = self.t, CountGate(self.cfg)
+    def _count_gate(self, m, cnt):
+        """(count_packets) The :class:`CountGate` on the way into R: which count packets
+        add, whether a lane's expert has every count in, the group's sums (for T)."""
+        A, gate = self.a, CountGate(self.cfg)
         m.submodules.counts = self.gate = gate
-        m.d.comb += [gate.cnt.eq(_lanes(T, "cnt")), gate.cand.eq(cand), gate.clear.eq(self.start_go)]
-        for j, t in enumerate(T):
-            m.d.comb += [gate.src[j].eq(t.pkt.src), gate.exp_oh[j].eq(t.exp_oh),
-                         gate.count[j].eq(t.pkt.count)]
-        for x in range(self.cfg.experts):
-            m.d.comb += [gate.rows[x].eq(self.alloc_rows[x]), gate.room[x].eq(self.alloc_room[x])]
-        return gate.met
+        m.d.comb += [gate.cnt.eq(Cat(*cnt)), gate.clear.eq(self.start_go)]
+        for j, a in enumerate(A):
+            m.d.comb += [gate.src_oh[j].eq(a.src_oh), gate.expert[j].eq(a.pkt.expert),
+                         gate.count[j].eq(a.pkt.count), gate.same_src[j].eq(a.same_src),
+                         gate.same_exp[j].eq(a.same_exp)]
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):
@@ -645,7 +649,7 @@ class PacketManager(wiring.Component):
         for j, (t, al) in enumerate(zip(T, AL)):
             m.d.sync += [
                 al.valid.eq(t.valid), al.pv.eq(t.pv), al.opener.eq(t.opener), al.setb.eq(t.setb),
-                al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self.req[j] & ~self.alloc.ok[j]),
+                al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self._ovf(j)),
                 al.pkt.eq(t.pkt), al.slot.eq(t.slot), al.idx.eq(t.idx), al.row.eq(self.alloc.row[j]),
                 # (the expert's region base, looked up here: RI only adds the chunk offset)
                 al.base.eq(Array(self.region_base)[t.pkt.expert]),
@@ -653,13 +657,18 @@ class PacketManager(wiring.Component):
                 self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
             if self.cfg.count_packets:
-                m.d.sync += al.cnt.eq(self.gate.add[j])
+                m.d.sync += [al.cnt.eq(t.cadd), al.met.eq(self.alloc.met[j]), al.over.eq(self.alloc.over[j])]
             # (newest first: the group right ahead writes the table now, the one before it
             # wrote it as the entry was read; at most one lane of a group opens the row)
             m.d.sync += al.info.eq(newest_of(
                 [[(t.hit[k] & AL[k].opener, Cat(AL[k].ok, AL[k].row)) for k in range(len(AL))],
                  [(t.hit2[k] & self.ri_wen[k], self.ri_data[k]) for k in range(len(AL))]],
                 self.q_info[j], self.lay.row_info))
+
+    def _ovf(self, j):
+        """Lane j's request refused for room (not for counts: COUNT_MISMATCH)."""
+        ovf = self.req[j] & ~self.alloc.ok[j]
+        return ovf if not self.cfg.count_packets else ovf & ~self.alloc.met[j]
 
     # ---------------------------------------------------------------- RI
     def _stage_ri(self, m):
@@ -808,16 +817,16 @@ class PacketManager(wiring.Component):
         m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
 
     def _count_reasons(self):
-        """(count_packets) The count gate's verdicts of the group in T (rows refused and
-        counts below the rows already in: COUNT_MISMATCH; repeats: COUNT_DUPLICATE), and
-        the sweep's experts short of their counts; none without count packets."""
+        """(count_packets) The count verdicts: of the group in AL (rows refused for counts
+        and completing counts below the rows already in: COUNT_MISMATCH), of the group in
+        T (repeats: COUNT_DUPLICATE), and the sweep's experts short of their counts; none
+        without count packets."""
         if not self.cfg.count_packets:
             return []
-        g, L = self.gate, self.cfg.lanes
         # (a lane is a row or a count packet, never both; the sweep pulses only once the
         # layer is over, when no lane is live: at most ``lanes`` bits are set at once)
-        return [(Reason.COUNT_MISMATCH, [g.met[j] | g.over[j] for j in range(L)] + [self.sweep_short]),
-                (Reason.COUNT_DUPLICATE, [g.dup[j] for j in range(L)])]
+        return [(Reason.COUNT_MISMATCH, [al.met | al.over for al in self.al] + [self.sweep_short]),
+                (Reason.COUNT_DUPLICATE, [t.cdup for t in self.t])]
 
     # ---------------------------------------------------------------- layer control
     def _layer_drained(self):

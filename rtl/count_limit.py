@@ -1,0 +1,124 @@
+"""The count packets' limit on the allocator's grants (protocol v2, ``count_packets``).
+
+A row of an expert whose counts are met is refused (COUNT_MISMATCH,
+:meth:`moehub.verif.model.HubModel._open_verdict`) in (cycle, lane) order, also when the
+count that completes the expert sits on an earlier lane of the row's own group. Why a
+register of "rows left under the count" beside the allocator's room: the refusal is then,
+like an overflow, a compare of the lane's place among its expert's requests with a value
+formed from registers -- not the announced counts summed, selected and compared with the
+counters behind the requests (the first version: 50.6 FO4).
+
+Per expert ``x``, registers: ``left = total - rows`` (the total of the counts applied in
+the groups before, the allocator's rows) and ``spare = cap - total``; from the count gate,
+``dtot``, the counts the group in the allocator's cycle adds (registered). Then
+``lam = left + dtot`` (the rows left once the group's counts are in) and, the lanes of
+``x`` in lane order, ``a`` the requests ahead of a lane:
+
+* a lane whose expert is not ``full`` at it (a count still missing) is never refused for
+  counts; the first ``n1`` requests of ``x`` are such, the others are ``full`` (the total
+  is final from the completing count on: later counts of ``x`` are repeats);
+* a ``full`` lane is refused for counts when ``a >= lam`` and the region could hold every
+  announced row, ``room >= lam`` (``spare >= dtot``); else a region too small refuses it
+  as an overflow first (the model's order).
+
+So ``x`` gets ``min(requests, room, max(n1, lam))`` rows: the count allows ``n`` when
+``n1 >= n`` or ``lam >= n`` (``allow``, a thermometer the allocator ANDs with its own). A
+count packet that completes ``x`` is an ``over`` (COUNT_MISMATCH, counted) when the rows
+already held exceed the total: ``min(c, room) > lam`` with ``c`` the requests ahead of it.
+``left`` follows the grants (``left + dtot - grants``), ``spare`` the counts.
+"""
+from amaranth import Cat, Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .count_gate import total_bits
+from .logic import add3, at_least, select
+
+
+class CountLimit(wiring.Component):
+    """Per-expert rows left under the count (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        ``count_packets`` is set.
+
+    Attributes
+    ----------
+    expert : In(experts).array(lanes) ; req, full, add : In(lanes)
+        The allocator's requests (one-hot expert), and from the count gate per lane: its
+        expert's counts are all in at it; its count packet adds.
+    ahead : In(lanes).array(lanes)
+        Per lane, the requests ahead of it for its expert, one-hot (bit a: a of them).
+    dtot : In(total_bits).array(experts)
+        The counts the group adds, per expert.
+    room, cap : In(cap_bits).array(experts)
+        The allocator's room left; the capacities (latched at ``clear``).
+    grants : In(lanes + 1).array(experts)
+        The rows the allocator grants each expert this cycle, one-hot.
+    clear : In(1)
+        Layer start.
+    allow : Out(lanes).array(experts)
+        Bit n - 1: the counts allow ``n`` grants to the expert this cycle.
+    met, over : Out(lanes)
+        A request refused for counts (COUNT_MISMATCH); a completing count below the rows
+        already held (COUNT_MISMATCH).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.count_packets:
+            self._MustUse__silence = True
+            raise ValueError(f"hub[{cfg.name}]: the count limit needs count_packets")
+        self.cfg = cfg
+        L, E = cfg.lanes, cfg.experts
+        super().__init__({
+            "expert": In(E).array(L), "req": In(L), "full": In(L), "add": In(L),
+            "ahead": In(L).array(L), "dtot": In(total_bits(cfg)).array(E),
+            "room": In(cfg.cap_bits).array(E), "cap": In(cfg.cap_bits).array(E),
+            "grants": In(L + 1).array(E), "clear": In(1),
+            "allow": Out(L).array(E), "met": Out(L), "over": Out(L),
+        })
+
+    def width(self) -> int:
+        """``left``, ``spare`` and ``lam``: signed, a total and a capacity apart."""
+        return total_bits(self.cfg) + 2
+
+    def elaborate(self, platform):
+        m = Module()
+        L, E, w = self.cfg.lanes, self.cfg.experts, self.width()
+        left = [Signal(signed(w), name=f"cl_left{x}") for x in range(E)]
+        spare = [Signal(signed(w), name=f"cl_spare{x}") for x in range(E)]
+        # lam - n = left + dtot - n, n = 0..L, each one carry-save sum of two registers: its
+        # sign says lam >= n, and it is left's next value when the grants are n
+        lam_m = [[add3(m, left[x], self.dtot[x], -n, w, f"cl_lam{x}_m{n}") for n in range(L + 1)]
+                 for x in range(E)]
+        lam_ge = [[~v[-1] for v in lam_m[x]] for x in range(E)]
+        spare_d = [Signal(signed(w), name=f"cl_spare_d{x}") for x in range(E)]
+        m.d.comb += [spare_d[x].eq(spare[x] - self.dtot[x]) for x in range(E)]
+        fits = [~spare_d[x][-1] for x in range(E)]                         # room >= lam
+        fits_gt = [~spare_d[x][-1] & (spare_d[x] != 0) for x in range(E)]  # room > lam
+        for x in range(E):
+            n1 = [self.req[j] & self.expert[j][x] & ~self.full[j] for j in range(L)]
+            m.d.comb += self.allow[x].eq(Cat(at_least(n1, n) | lam_ge[x][n] for n in range(1, L + 1)))
+        for j in range(L):
+            self._verdicts(m, j, lam_ge, fits, fits_gt)
+        with m.If(self.clear):
+            m.d.sync += [v.eq(0) for v in left] + [s.eq(c) for s, c in zip(spare, self.cap)]
+        with m.Else():
+            for x in range(E):
+                m.d.sync += [spare[x].eq(spare_d[x]),
+                             left[x].eq(select([(self.grants[x][n], lam_m[x][n]) for n in range(L + 1)], w))]
+        return m
+
+    def _verdicts(self, m, j, lam_ge, fits, fits_gt):
+        """Lane j: a request refused for counts (``a >= lam``, ``room >= lam``); a
+        completing count packet below the rows held (``c > lam``, ``room > lam``)."""
+        E, oh, ahead = self.cfg.experts, self.expert[j], self.ahead[j]
+        at_or_over = Cat(ahead[a] & Cat(oh[x] & fits[x] & ~lam_ge[x][a + 1] for x in range(E)).any()
+                         for a in range(j + 1)).any()
+        below = Cat(ahead[a] & Cat(oh[x] & fits_gt[x] & ~lam_ge[x][a] for x in range(E)).any()
+                    for a in range(j + 1)).any()
+        m.d.comb += [self.met[j].eq(self.req[j] & self.full[j] & at_or_over),
+                     self.over[j].eq(self.add[j] & self.full[j] & below)]
+
