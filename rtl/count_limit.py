@@ -81,34 +81,31 @@ class CountLimit(wiring.Component):
         })
 
     def width(self) -> int:
-        """``left``, ``spare`` and ``lam``: signed, a total and a capacity apart."""
+        """``lam`` and ``spare``: signed, a total and a capacity apart."""
         return total_bits(self.cfg) + 2
 
     def elaborate(self, platform):
         m = Module()
         L, E, w = self.cfg.lanes, self.cfg.experts, self.width()
-        left = [Signal(signed(w), name=f"cl_left{x}") for x in range(E)]
+        lam = [Signal(signed(w), name=f"cl_lam{x}") for x in range(E)]
         spare = [Signal(signed(w), name=f"cl_spare{x}") for x in range(E)]
-        # lam - n = left + dtot - n, n = 0..L, each one carry-save sum of two registers: its
-        # sign says lam >= n, and it is left's next value when the grants are n
-        lam_m = [[add3(m, left[x], self.dtot[x], -n, w, f"cl_lam{x}_m{n}") for n in range(L + 1)]
-                 for x in range(E)]
-        lam_ge = [[~v[-1] for v in lam_m[x]] for x in range(E)]
-        spare_d = [Signal(signed(w), name=f"cl_spare_d{x}") for x in range(E)]
-        m.d.comb += [spare_d[x].eq(spare[x] - self.dtot[x]) for x in range(E)]
-        fits = [~spare_d[x][-1] for x in range(E)]                         # room >= lam
-        fits_gt = [~spare_d[x][-1] & (spare_d[x] != 0) for x in range(E)]  # room > lam
+        lam_ge = [[lam[x] >= n for n in range(L + 1)] for x in range(E)]
+        fits = [~spare[x][-1] for x in range(E)]                      # room >= lam
+        fits_gt = [~spare[x][-1] & (spare[x] != 0) for x in range(E)]  # room > lam
         for x in range(E):
             n1 = [self.req[j] & self.expert[j][x] & ~self.full[j] for j in range(L)]
             m.d.comb += self.allow[x].eq(Cat(at_least(n1, n) | lam_ge[x][n] for n in range(1, L + 1)))
         for j in range(L):
             self._verdicts(m, j, lam_ge, fits, fits_gt)
         with m.If(self.clear):
-            m.d.sync += [v.eq(0) for v in left] + [s.eq(c) for s, c in zip(spare, self.cap)]
+            m.d.sync += [v.eq(0) for v in lam] + [s.eq(c) for s, c in zip(spare, self.cap)]
         with m.Else():
             for x in range(E):
-                m.d.sync += [spare[x].eq(spare_d[x]),
-                             left[x].eq(select([(self.grants[x][n], lam_m[x][n]) for n in range(L + 1)], w))]
+                # lam + dtot - n for every n = 0..L, each one carry-save sum of two
+                # registers (the group behind's counts, the register); the grants choose
+                nxt = [add3(m, lam[x], self.dtot[x], -n, w, f"cl_lam{x}_m{n}") for n in range(L + 1)]
+                m.d.sync += [spare[x].eq(spare[x] - self.dtot[x]),
+                             lam[x].eq(select([(self.grants[x][n], nxt[n]) for n in range(L + 1)], w))]
         return m
 
     def _verdicts(self, m, j, lam_ge, fits, fits_gt):

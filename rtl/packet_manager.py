@@ -360,6 +360,8 @@ class PacketManager(wiring.Component):
             # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
             m.d.sync += [a.psel_in.eq(Array(self.eos.p_sel)[q.src]),
                          a.src_oh.eq(Cat(q.src == s for s in range(S)))]
+        if cfg.count_packets:
+            self._count_gate(m)
 
     # ---------------------------------------------------------------- R
     def _stage_r(self, m):
@@ -371,7 +373,6 @@ class PacketManager(wiring.Component):
         a_eos = [a.valid & k[1] & ~a.bad_src for a, k in zip(A, kinds)]
         if self.cfg.count_packets:
             m.d.sync += [r.cnt.eq(a.valid & k[2] & ~a.bad_src) for a, r, k in zip(A, R, kinds)]
-            self._count_gate(m, [a.valid & k[2] & ~a.bad_src & ~a.bad_exp for a, k in zip(A, kinds)])
 
         def a_row(i, j):                    # lane i is a data lane on lane j's row
             return a_d[i] & A[j].same_idx[i]
@@ -630,16 +631,19 @@ class PacketManager(wiring.Component):
         """R's count-packet bit (None without count packets)."""
         return r.cnt if self.cfg.count_packets else None
 
-    def _count_gate(self, m, cnt):
-        """(count_packets) The :class:`CountGate` on the way into R: which count packets
-        add, whether a lane's expert has every count in, the group's sums (for T)."""
-        A, gate = self.a, CountGate(self.cfg)
+    def _count_gate(self, m):
+        """(count_packets) The :class:`CountGate` on the way into A and R: which count
+        packets add, whether a lane's expert has every count in (both on to T), the
+        group's sums (for the allocator's count limit, while the group is in T)."""
+        cfg, gate = self.cfg, CountGate(self.cfg)
         m.submodules.counts = self.gate = gate
-        m.d.comb += [gate.cnt.eq(Cat(*cnt)), gate.clear.eq(self.start_go)]
-        for j, a in enumerate(A):
-            m.d.comb += [gate.src_oh[j].eq(a.src_oh), gate.expert[j].eq(a.pkt.expert),
-                         gate.count[j].eq(a.pkt.count), gate.same_src[j].eq(a.same_src),
-                         gate.same_exp[j].eq(a.same_exp)]
+        m.d.comb += gate.clear.eq(self.start_go)
+        for j in range(cfg.lanes):
+            q = self.i[j].payload
+            m.d.comb += [gate.cnt[j].eq(self.i[j].valid & _kinds(cfg, q.kind)[2] & (q.src < cfg.sources)
+                                        & (q.expert < cfg.experts)),
+                         gate.src[j].eq(q.src), gate.expert[j].eq(q.expert), gate.count[j].eq(q.count),
+                         gate.valid[j].eq(self.a[j].valid)]
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):
