@@ -47,12 +47,10 @@ class CountGate(wiring.Component):
     Attributes
     ----------
     cnt : In(lanes)
-        Input lanes: a count packet, source and expert in range (valid; accepted or not).
+        Input lanes: an accepted count packet, source and expert in range.
     src : In(range(sources)).array(lanes) ; expert : In(range(experts)).array(lanes) ;
     count : In(count_bits).array(lanes)
         Input lanes: the packet's source, expert and count field.
-    valid : In(lanes)
-        A registers: the lanes of the group in A (the accepted ones).
     clear : In(1)
         Layer start (the pipeline is empty).
     add, full : Out(lanes)
@@ -69,7 +67,7 @@ class CountGate(wiring.Component):
         L, E, S = cfg.lanes, cfg.experts, cfg.sources
         super().__init__({
             "cnt": In(L), "src": In(range(S)).array(L), "expert": In(range(E)).array(L),
-            "count": In(cfg.count_bits).array(L), "valid": In(L), "clear": In(1),
+            "count": In(cfg.count_bits).array(L), "clear": In(1),
             "add": Out(L), "full": Out(L), "dtot": Out(total_bits(cfg)).array(E),
         })
 
@@ -83,13 +81,13 @@ class CountGate(wiring.Component):
         m.d.comb += [i_src[j].eq(Cat(self.src[j] == s for s in range(S))) for j in range(L)]
         m.d.comb += [i_exp[j].eq(Cat(self.expert[j] == x for x in range(E))) for j in range(L)]
         a = {n: [Signal(w, name=f"cg_a_{n}{j}") for j in range(L)]
-             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("full", 1),
+             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("add_oh", E), ("full", 1),
                           ("count", self.cfg.count_bits))}
         m.d.sync += [a["src"][j].eq(i_src[j]) for j in range(L)] + [a["exp"][j].eq(i_exp[j]) for j in range(L)]
         m.d.sync += [a["cnt"][j].eq(self.cnt[j]) for j in range(L)] + [a["count"][j].eq(self.count[j])
                                                                        for j in range(L)]
-        # (a count packet of the group in A: taken, not yet in the seen bits)
-        a_cnt = [self.valid[j] & a["cnt"][j] for j in range(L)]
+        # (a count packet of the group in A: not yet in the seen bits)
+        a_cnt = a["cnt"]
         for j in range(L):
             self._lane(m, j, seen, i_src, i_exp, a, a_cnt)
         self._sums(m, a)
@@ -115,15 +113,16 @@ class CountGate(wiring.Component):
                 *(cnt[i] & i_src[i][s] & (i_exp[i] & oh).any() for i in range(j))).any())
         repeat = Cat(i_src[j][s] & prior[s] for s in range(S)).any()
         full = Cat(prior[s] | (cnt[j] & i_src[j][s]) for s in range(S)).all()
-        m.d.sync += [a["add"][j].eq(cnt[j] & ~repeat), a["full"][j].eq(full)]
-        m.d.sync += [self.add[j].eq(self.valid[j] & a["add"][j]), self.full[j].eq(a["full"][j])]
+        add = Signal(name=f"cg_add{j}")
+        m.d.comb += add.eq(cnt[j] & ~repeat)
+        m.d.sync += [a["add"][j].eq(add), a["add_oh"][j].eq(Mux(add, oh, 0)), a["full"][j].eq(full)]
+        m.d.sync += [self.add[j].eq(a["add"][j]), self.full[j].eq(a["full"][j])]
 
     def _sums(self, m, a):
         """Per expert, the counts of the lanes of the group in A that add (into R)."""
         L, E, tb = self.cfg.lanes, self.cfg.experts, total_bits(self.cfg)
-        adds = [self.valid[j] & a["add"][j] for j in range(L)]
         for x in range(E):
-            m.d.sync += self.dtot[x].eq(tree_sum([Mux(adds[j] & a["exp"][j][x], a["count"][j], 0)
+            m.d.sync += self.dtot[x].eq(tree_sum([Mux(a["add_oh"][j][x], a["count"][j], 0)
                                                   for j in range(L)], tb))
 
 

@@ -151,7 +151,7 @@ class StageLayouts:
         #: expert has every count in); in AL whether it adds (an event for the tracker) and
         #: the count limit's verdicts (a row refused, a completing count below the rows)
         cnt = {"cnt": 1} if cfg.count_packets else {}
-        t_cnt = {"cnt": 1, "cadd": 1, "cdup": 1, "cfull": 1} if cfg.count_packets else {}
+        t_cnt = {"cnt": 1, "cadd": 1, "cdup": 1, "cfull": 1, "cand": 1} if cfg.count_packets else {}
         al_cnt = {"cnt": 1, "met": 1, "over": 1} if cfg.count_packets else {}
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
@@ -617,9 +617,13 @@ class PacketManager(wiring.Component):
             if self.cfg.count_packets:
                 add = self.gate.add[j]
                 m.d.sync += [t.cnt.eq(live & r.cnt & ~r.bad_exp), t.cadd.eq(live & add),
-                             t.cdup.eq(live & r.cnt & ~r.bad_exp & ~add), t.cfull.eq(self.gate.full[j])]
+                             t.cdup.eq(live & r.cnt & ~r.bad_exp & ~add), t.cfull.eq(self.gate.full[j]),
+                             # (the request itself a register: the count limit's thresholds
+                             # and the grants behind it start from flops)
+                             t.cand.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j])]
         self.req = Signal(L, name="req")
-        m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T))
+        m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T) if not self.cfg.count_packets
+                                else _lanes(T, "cand"))
         m.d.comb += [self.alloc.req.eq(self.req)]
         m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
         if self.cfg.count_packets:
@@ -640,10 +644,9 @@ class PacketManager(wiring.Component):
         m.d.comb += gate.clear.eq(self.start_go)
         for j in range(cfg.lanes):
             q = self.i[j].payload
-            m.d.comb += [gate.cnt[j].eq(self.i[j].valid & _kinds(cfg, q.kind)[2] & (q.src < cfg.sources)
-                                        & (q.expert < cfg.experts)),
-                         gate.src[j].eq(q.src), gate.expert[j].eq(q.expert), gate.count[j].eq(q.count),
-                         gate.valid[j].eq(self.a[j].valid)]
+            m.d.comb += [gate.cnt[j].eq(_kinds(cfg, q.kind)[2] & (q.src < cfg.sources)
+                                        & (q.expert < cfg.experts) & self.acc[j]),
+                         gate.src[j].eq(q.src), gate.expert[j].eq(q.expert), gate.count[j].eq(q.count)]
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):
