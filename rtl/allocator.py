@@ -25,7 +25,7 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig
 from .interfaces import allocation_signature
 from .count_limit import CountLimit
-from .logic import at_least, exactly, select
+from .logic import exactly, select
 
 
 class AddressAllocator(wiring.Component):
@@ -102,17 +102,17 @@ class AddressAllocator(wiring.Component):
                      g.met.eq(lim.met), g.over.eq(lim.over)]
         m.d.comb += [lim.expert[j].eq(g.expert[j]) for j in range(L)]
         m.d.comb += [lim.ahead[j].eq(aheads[j]) for j in range(L)]
-        m.d.comb += [lim.dtot[e].eq(g.dtot[e]) for e in range(E)]
+        m.d.comb += [lim.dtot[e].eq(g.dtot[e]) for e in range(E)] + [lim.free[e].eq(g.free[e]) for e in range(E)]
         m.d.comb += [lim.room[e].eq(room[e]) for e in range(E)] + [lim.cap[e].eq(self.cap[e]) for e in range(E)]
         return lim
 
     def _update_counted(self, m, e, counters, room):
         """(count_packets) Expert e's counters after ``min(requests, room, the counts'
         allowance)`` grants: ``grants >= n`` is an AND of three thermometers (requests,
-        room, counts), the one-hot grants select among outcomes formed in parallel."""
+        room, counts; the requests' one registered in T), the one-hot grants select among
+        outcomes formed in parallel."""
         L, g = self.cfg.lanes, self.grant
-        reqs = [g.req[j] & g.expert[j][e] for j in range(L)]
-        ge = [Const(1)] + [self._fits(at_least(reqs, n) & (room[e] >= n), e, n) for n in range(1, L + 1)]
+        ge = [Const(1)] + [self._fits(g.nge[e][n - 1] & (room[e] >= n), e, n) for n in range(1, L + 1)]
         is_n = Signal(L + 1, name=f"grants{e}")
         m.d.comb += is_n.eq(Cat(ge[n] & (~ge[n + 1] if n < L else 1) for n in range(L + 1)))
         m.d.comb += self.limit.grants[e].eq(is_n)

@@ -33,7 +33,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .count_gate import total_bits
-from .logic import add3, at_least, select
+from .logic import add3, select
 
 
 class CountLimit(wiring.Component):
@@ -74,7 +74,7 @@ class CountLimit(wiring.Component):
         L, E = cfg.lanes, cfg.experts
         super().__init__({
             "expert": In(E).array(L), "req": In(L), "full": In(L), "add": In(L),
-            "ahead": In(L).array(L), "dtot": In(total_bits(cfg)).array(E),
+            "ahead": In(L).array(L), "dtot": In(total_bits(cfg)).array(E), "free": In(L).array(E),
             "room": In(cfg.cap_bits).array(E), "cap": In(cfg.cap_bits).array(E),
             "grants": In(L + 1).array(E), "clear": In(1),
             "allow": Out(L).array(E), "met": Out(L), "over": Out(L),
@@ -92,9 +92,7 @@ class CountLimit(wiring.Component):
         lam_ge = [[lam[x] >= n for n in range(L + 1)] for x in range(E)]
         fits = [~spare[x][-1] for x in range(E)]                      # room >= lam
         fits_gt = [~spare[x][-1] & (spare[x] != 0) for x in range(E)]  # room > lam
-        for x in range(E):
-            n1 = [self.req[j] & self.expert[j][x] & ~self.full[j] for j in range(L)]
-            m.d.comb += self.allow[x].eq(Cat(at_least(n1, n) | lam_ge[x][n] for n in range(1, L + 1)))
+        m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
         for j in range(L):
             self._verdicts(m, j, lam_ge, fits, fits_gt)
         with m.If(self.clear):

@@ -92,7 +92,8 @@ from .interfaces import (allocation_signature, layer_csr_signature, layer_handsh
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
 from .layouts import HubLayouts
-from .logic import SplitDifference, add_narrow, count_binary, exactly, newest_of, popcount, select, times_const
+from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount, select,
+                    times_const)
 from .reservations import InputReservations
 from .timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
 from .write_buffer import LaneWriteBuffer
@@ -627,9 +628,26 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.alloc.req.eq(self.req)]
         m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
         if self.cfg.count_packets:
-            # (the count limit in the allocator: every input a register)
-            m.d.comb += [self.alloc.full.eq(_lanes(T, "cfull")), self.alloc.add.eq(_lanes(T, "cadd"))]
-            m.d.comb += [self.alloc.dtot[x].eq(self.gate.dtot[x]) for x in range(self.cfg.experts)]
+            self._t_thresholds(m, v)
+
+    def _t_thresholds(self, m, v):
+        """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),
+        and how many of them come before the expert's counts are all in, as registered
+        thermometers: the allocator's grants (``min(requests, room, the counts'
+        allowance)``) then start from flops, not from a count of the requests. Wires the
+        count gate's and T's count fields to the allocator."""
+        cfg, L, E, R, T, live = self.cfg, self.cfg.lanes, self.cfg.experts, self.r, self.t, self.live
+        cand = [live & v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
+        for x in range(E):
+            reqs = [cand[j] & (r.pkt.expert == x) for j, r in enumerate(R)]
+            free = [q & ~self.gate.full[j] for j, q in enumerate(reqs)]
+            nge, fge = Signal(L, name=f"t_nge{x}"), Signal(L, name=f"t_free{x}")
+            m.d.sync += [nge.eq(Cat(at_least(reqs, n) for n in range(1, L + 1))),
+                         fge.eq(Cat(at_least(free, n) for n in range(1, L + 1)))]
+            m.d.comb += [self.alloc.nge[x].eq(nge), self.alloc.free[x].eq(fge),
+                         self.alloc.dtot[x].eq(self.gate.dtot[x])]
+        # (the count limit in the allocator: every input a register)
+        m.d.comb += [self.alloc.full.eq(_lanes(T, "cfull")), self.alloc.add.eq(_lanes(T, "cadd"))]
 
     def _r_cnt(self, r):
         """R's count-packet bit (None without count packets)."""

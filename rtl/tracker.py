@@ -607,7 +607,9 @@ class AvailabilityTracker(wiring.Component):
         the sweep's inject valid."""
         final, short = self.fc.final.bit_select(sq.expert, 1), self.fc.short.bit_select(sq.expert, 1)
         on_expert = (sq.kind == K_COUNT) | (sq.kind == K_LAST)
-        m.d.comb += self.sweep_short.eq((mode == SWEEP) & sq.valid & go & (sq.kind == K_COUNT)
+        # (registered: the packet manager counts the pulse a cycle later, off the sweep's
+        # path; the layer ends only after the words behind it are out)
+        m.d.sync += self.sweep_short.eq((mode == SWEEP) & sq.valid & go & (sq.kind == K_COUNT)
                                         & ~final & short)
         return pick_valid & ~(on_expert & final)
 
