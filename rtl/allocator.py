@@ -17,6 +17,13 @@ only selects one. A grant (``row``, ``ok``) is likewise an AND-OR of candidates 
 from the registers (each expert's counter plus 0..lane, its room compared with 0..lane),
 chosen by the one-hot expert and the one-hot count of the requests ahead: nothing but
 selects after the requests, which come from registers of the packet manager's pipeline.
+
+With ``count_packets`` a :class:`~moehub.rtl.count_limit.CountLimit` beside the counters
+keeps each expert's rows left under its announced count, and its allowance (a thermometer
+from registers) joins the room in both places: a lane fits when its place is below the
+room and allowed; an expert gets ``n`` rows when at least ``n`` ask (a thermometer the
+packet manager registers in T), ``n`` fit the room and the counts allow ``n``. A request
+refused for counts is ``met`` (COUNT_MISMATCH), not an overflow.
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring

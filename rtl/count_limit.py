@@ -4,28 +4,29 @@ A row of an expert whose counts are met is refused (COUNT_MISMATCH,
 :meth:`moehub.verif.model.HubModel._open_verdict`) in (cycle, lane) order, also when the
 count that completes the expert sits on an earlier lane of the row's own group. Why a
 register of "rows left under the count" beside the allocator's room: the refusal is then,
-like an overflow, a compare of the lane's place among its expert's requests with a value
-formed from registers -- not the announced counts summed, selected and compared with the
-counters behind the requests (the first version: 50.6 FO4).
+like an overflow, a compare of the lane's place among its expert's requests with a
+register -- not the announced counts summed, selected and compared with the counters
+behind the requests (the first version: 50.6 FO4 deep).
 
-Per expert ``x``, registers: ``left = total - rows`` (the total of the counts applied in
-the groups before, the allocator's rows) and ``spare = cap - total``; from the count gate,
-``dtot``, the counts the group in the allocator's cycle adds (registered). Then
-``lam = left + dtot`` (the rows left once the group's counts are in) and, the lanes of
-``x`` in lane order, ``a`` the requests ahead of a lane:
+Per expert ``x``, registers: ``lam = total - rows`` and ``spare = cap - total``, where the
+total already holds the counts of the group now in the allocator's cycle: the count gate
+sums a group's counts on its way into R (``dtot``, registered), and they are added here
+while the group is in T, in the same cycle as the grants of the group ahead are taken off
+(``lam + dtot - grants``: the sums for every grant count formed in parallel, the grants
+choose). So, the lanes of ``x`` in lane order, ``a`` the requests ahead of a lane:
 
 * a lane whose expert is not ``full`` at it (a count still missing) is never refused for
-  counts; the first ``n1`` requests of ``x`` are such, the others are ``full`` (the total
-  is final from the completing count on: later counts of ``x`` are repeats);
+  counts; the first ``n1`` requests of ``x`` are such (``free``, registered in T), the
+  others are ``full`` (the total is final from the completing count on: later counts of
+  ``x`` are repeats);
 * a ``full`` lane is refused for counts when ``a >= lam`` and the region could hold every
-  announced row, ``room >= lam`` (``spare >= dtot``); else a region too small refuses it
-  as an overflow first (the model's order).
+  announced row, ``room >= lam`` (``spare >= 0``); else a region too small refuses it as an
+  overflow first (the model's order).
 
-So ``x`` gets ``min(requests, room, max(n1, lam))`` rows: the count allows ``n`` when
+So ``x`` gets ``min(requests, room, max(n1, lam))`` rows: the counts allow ``n`` when
 ``n1 >= n`` or ``lam >= n`` (``allow``, a thermometer the allocator ANDs with its own). A
 count packet that completes ``x`` is an ``over`` (COUNT_MISMATCH, counted) when the rows
 already held exceed the total: ``min(c, room) > lam`` with ``c`` the requests ahead of it.
-``left`` follows the grants (``left + dtot - grants``), ``spare`` the counts.
 """
 from amaranth import Cat, Module, Signal, signed
 from amaranth.lib import wiring
@@ -52,7 +53,9 @@ class CountLimit(wiring.Component):
     ahead : In(lanes).array(lanes)
         Per lane, the requests ahead of it for its expert, one-hot (bit a: a of them).
     dtot : In(total_bits).array(experts)
-        The counts the group adds, per expert.
+        The counts the group behind (in T) adds, per expert.
+    free : In(lanes).array(experts)
+        Bit n - 1: at least n requests for the expert before its counts are all in.
     room, cap : In(cap_bits).array(experts)
         The allocator's room left; the capacities (latched at ``clear``).
     grants : In(lanes + 1).array(experts)

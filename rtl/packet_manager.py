@@ -66,11 +66,14 @@ sticky ``errors``; nothing else changes and no other row is touched:
 
 With ``count_packets`` (protocol v2), a count packet (kind 2: a source's row count for one
 expert) takes any lane and no row, credit or data write: it passes A, R and T as a packet
-(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range), and in T's output
-registers the :class:`~moehub.rtl.count_gate.CountGate` applies it in the allocator's
-cycle -- a repeat is COUNT_DUPLICATE, a last count below the rows already in is
-COUNT_MISMATCH, and a row of an expert whose counts are met is refused (COUNT_MISMATCH,
-like POST_EOS: its credit returns) -- and an applied count goes on as an event, in lane
+(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range). The
+:class:`~moehub.rtl.count_gate.CountGate` decides on the way into A whether it adds (a
+repeat is COUNT_DUPLICATE) and whether a lane's expert has every count in, and sums the
+group's counts on the way into R; the allocator's
+:class:`~moehub.rtl.count_limit.CountLimit` takes the sums in while the group is in T and
+refuses, in the allocator's cycle and in lane order, a row of an expert whose counts are
+met (COUNT_MISMATCH, like POST_EOS: its credit returns), and counts a last count below
+the rows already in (COUNT_MISMATCH). An applied count goes on as an event, in lane
 order, so that the tracker sees it where the model does.
 
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
