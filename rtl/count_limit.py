@@ -28,7 +28,7 @@ So ``x`` gets ``min(requests, room, max(n1, lam))`` rows: the counts allow ``n``
 count packet that completes ``x`` is an ``over`` (COUNT_MISMATCH, counted) when the rows
 already held exceed the total: ``min(c, room) > lam`` with ``c`` the requests ahead of it.
 """
-from amaranth import Cat, Module, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -98,15 +98,13 @@ class CountLimit(wiring.Component):
         m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
         for j in range(L):
             self._verdicts(m, j, lam_ge, fits, fits_gt)
-        with m.If(self.clear):
-            m.d.sync += [v.eq(0) for v in lam] + [s.eq(c) for s, c in zip(spare, self.cap)]
-        with m.Else():
-            for x in range(E):
-                # lam + dtot - n for every n = 0..L, each one carry-save sum of two
-                # registers (the group behind's counts, the register); the grants choose
-                nxt = [add3(m, lam[x], self.dtot[x], -n, w, f"cl_lam{x}_m{n}") for n in range(L + 1)]
-                m.d.sync += [spare[x].eq(spare[x] - self.dtot[x]),
-                             lam[x].eq(select([(self.grants[x][n], nxt[n]) for n in range(L + 1)], w))]
+        for x in range(E):
+            # lam + dtot - n for every n = 0..L, each one carry-save sum of two registers
+            # (the group behind's counts, the register); the grants choose (none at the
+            # layer start: lam is 0 then; the clear steers the select, not the sums)
+            nxt = [add3(m, lam[x], self.dtot[x], -n, w, f"cl_lam{x}_m{n}") for n in range(L + 1)]
+            m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
+                         lam[x].eq(select([(self.grants[x][n] & ~self.clear, nxt[n]) for n in range(L + 1)], w))]
         return m
 
     def _verdicts(self, m, j, lam_ge, fits, fits_gt):
