@@ -54,9 +54,7 @@ class AddressAllocator(wiring.Component):
         Rows allocated so far (CSR status, the final counts).
     formal_room, formal_cap : Out(cap_bits).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
-        the room left and the capacity latched at the layer start. (With
-        ``count_packets`` the hub's count gate reads the room, the grants a row ahead of
-        it may still get.) The proofs state
+        the room left and the capacity latched at the layer start. The proofs state
         ``rows + room == cap`` with them, the invariant k-induction needs to close.
     """
 
