@@ -17,13 +17,21 @@ only selects one. A grant (``row``, ``ok``) is likewise an AND-OR of candidates 
 from the registers (each expert's counter plus 0..lane, its room compared with 0..lane),
 chosen by the one-hot expert and the one-hot count of the requests ahead: nothing but
 selects after the requests, which come from registers of the packet manager's pipeline.
+
+With ``count_packets`` a :class:`~moehub.rtl.count_limit.CountLimit` beside the counters
+keeps each expert's rows left under its announced count, and its allowance (a thermometer
+from registers) joins the room in both places: a lane fits when its place is below the
+room and allowed; an expert gets ``n`` rows when at least ``n`` ask (a thermometer the
+packet manager registers in T), ``n`` fit the room and the counts allow ``n``. A request
+refused for counts is ``met`` (COUNT_MISMATCH), not an overflow.
 """
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .interfaces import allocation_signature
+from .count_limit import CountLimit
 from .logic import exactly, select
 
 
@@ -46,9 +54,7 @@ class AddressAllocator(wiring.Component):
         Rows allocated so far (CSR status, the final counts).
     formal_room, formal_cap : Out(cap_bits).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
-        the room left and the capacity latched at the layer start. (With
-        ``count_packets`` the hub's count gate reads the room, the grants a row ahead of
-        it may still get.) The proofs state
+        the room left and the capacity latched at the layer start. The proofs state
         ``rows + room == cap`` with them, the invariant k-induction needs to close.
     """
 
@@ -79,11 +85,44 @@ class AddressAllocator(wiring.Component):
         fits_if = [Signal(name=f"fits{j}_if{a}") for a in range(j + 1)]
         m.d.comb += [row_if[a].eq(select([(oh[e], counters[e] + a) for e in range(E)], cfg.cap_bits))
                      for a in range(j + 1)]
-        m.d.comb += [fits_if[a].eq(Cat(oh[e] & (room[e] > a) for e in range(E)).any()) for a in range(j + 1)]
+        m.d.comb += [fits_if[a].eq(Cat(self._fits(oh[e] & (room[e] > a), e, a + 1) for e in range(E)).any())
+                     for a in range(j + 1)]
         m.d.comb += [
             g.row[j].eq(select([(ahead[a], row_if[a]) for a in range(j + 1)], cfg.cap_bits)),
             g.ok[j].eq(g.req[j] & Cat(ahead[a] & fits_if[a] for a in range(j + 1)).any()),
         ]
+        return Cat(*ahead)
+
+    def _fits(self, fits, e, n):
+        """``fits`` and (count_packets) the counts allow ``n`` grants to expert ``e`` this
+        cycle."""
+        return fits if self.limit is None else fits & self.limit.allow[e][n - 1]
+
+    def _count_limit(self, m, room, aheads):
+        """(count_packets) The :class:`CountLimit` beside the counters: wired to the grants
+        and the room; returns it."""
+        g, L, E = self.grant, self.cfg.lanes, self.cfg.experts
+        m.submodules.limit = lim = self.limit
+        m.d.comb += [lim.req.eq(g.req), lim.full.eq(g.full), lim.add.eq(g.add), lim.clear.eq(g.clear),
+                     g.met.eq(lim.met), g.over.eq(lim.over)]
+        m.d.comb += [lim.expert[j].eq(g.expert[j]) for j in range(L)]
+        m.d.comb += [lim.ahead[j].eq(aheads[j]) for j in range(L)]
+        m.d.comb += [lim.dtot[e].eq(g.dtot[e]) for e in range(E)] + [lim.free[e].eq(g.free[e]) for e in range(E)]
+        m.d.comb += [lim.room[e].eq(room[e]) for e in range(E)] + [lim.cap[e].eq(self.cap[e]) for e in range(E)]
+        return lim
+
+    def _update_counted(self, m, e, counters, room):
+        """(count_packets) Expert e's counters after ``min(requests, room, the counts'
+        allowance)`` grants: ``grants >= n`` is an AND of three thermometers (requests,
+        room, counts; the requests' one registered in T), the one-hot grants select among
+        outcomes formed in parallel."""
+        L, g = self.cfg.lanes, self.grant
+        ge = [Const(1)] + [self._fits(g.nge[e][n - 1] & (room[e] >= n), e, n) for n in range(1, L + 1)]
+        is_n = Signal(L + 1, name=f"grants{e}")
+        m.d.comb += is_n.eq(Cat(ge[n] & (~ge[n + 1] if n < L else 1) for n in range(L + 1)))
+        m.d.comb += self.limit.grants[e].eq(is_n)
+        m.d.sync += [counters[e].eq(select([(is_n[n], counters[e] + n) for n in range(L + 1)], self.cfg.cap_bits)),
+                     room[e].eq(select([(is_n[n], room[e] - n) for n in range(L + 1)], self.cfg.cap_bits))]
 
     def elaborate(self, platform):
         m = Module()
@@ -94,8 +133,8 @@ class AddressAllocator(wiring.Component):
         for e in range(E):
             m.d.comb += self.rows[e].eq(counters[e])
 
-        for j in range(L):
-            self._grant(m, j, counters, room)
+        self.limit = CountLimit(cfg) if cfg.count_packets else None
+        aheads = [self._grant(m, j, counters, room) for j in range(L)]
 
         # rows + room stays equal to the capacity latched at the layer start, so the
         # saturating update needs no adder after the compare: both outcomes are computed
@@ -103,12 +142,16 @@ class AddressAllocator(wiring.Component):
         cap_l = [Signal(cfg.cap_bits, name=f"cap{e}") for e in range(E)]
         m.d.comb += [self.formal_room[e].eq(room[e]) for e in range(E)]
         m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
+        if self.limit is not None:
+            self._count_limit(m, room, aheads)
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Else():
-            for e in range(E):
+            for e in range(E if self.limit is not None else 0):
+                self._update_counted(m, e, counters, room)
+            for e in range(E if self.limit is None else 0):
                 reqs = [self.grant.req[j] & self.grant.expert[j][e] for j in range(L)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.

@@ -1,40 +1,43 @@
-"""The allocator's view of per-expert count packets (protocol v2, ``count_packets``).
+"""Count packets ahead of the allocator (protocol v2, ``count_packets``): which count
+packets add, whether an expert's counts are all in at a lane, and each group's sum.
 
-Why a unit of its own, beside :class:`~moehub.rtl.expert_counts.ExpertCounts`: the
-allocator must refuse a row of an expert whose announced counts are met
-(COUNT_MISMATCH, :meth:`moehub.verif.model.HubModel._open_verdict`) exactly as the model
-does, packet by packet in (cycle, lane) order -- also when the count packet that completes
-the expert's counts sits on an earlier lane of the *same* group as the row, or in the
-group right ahead. So the gate works in the allocator's cycle, on the packet manager's T
-registers: per lane it adds the counts of the earlier lanes of the group to the state
-registers (seen bits, totals, sources announced), and the next group sees them updated.
-(ExpertCounts takes three cycles from a count packet to ``met``.)
+Why here, three stages ahead of the allocator: which count packets add (a repeat of a
+(source, expert) seen in an earlier group or on an earlier lane is COUNT_DUPLICATE and is
+ignored), whether every source's count of an expert is in, and the counts' sums depend on
+the count packets alone -- not on the rows, the allocator's counters or the layer's other
+rules. So the verdicts are formed on the way into A, from the input lanes, a seen bit per
+(source, expert) and the group in A (not yet in the seen bits), and each group's sum per
+expert on the way into R: while the group is in T, the allocator's
+:class:`~moehub.rtl.count_limit.CountLimit` adds it to its "rows left under the count",
+ready as a register when the group's rows ask for grants. (The first version did all of it
+in the allocator's cycle: 50.6 FO4, exp_oh through the sums and compares into the room;
+with the sums a stage later than here, 30.2 FO4, the sum into the grants.)
 
-Per lane ``j``, with ``x`` its expert and the state as the lanes before ``j`` leave it:
+Per lane ``j`` (registered twice, A then R):
 
-* a count packet is a *repeat* (COUNT_DUPLICATE, ignored) if its (source, expert) was seen
-  in an earlier group or on an earlier lane; else it *adds*;
-* a count packet that adds the last source's count is an *over* (COUNT_MISMATCH, counted)
-  when the rows already allocated exceed the expert's total;
-* a row opener is *met* (refused, COUNT_MISMATCH) when every source's count is in and the
-  rows allocated reach the total.
+* ``add``: a count packet (source and expert in range) that is not a repeat;
+* ``full``: every source's count of lane j's expert is in once the lanes up to j (lane j's
+  own count included) are taken -- for a row, its expert's total is final; for a count
+  packet that adds, it is the last one.
 
-Rows allocated before lane ``j`` are the allocator's counter plus the grants ahead in the
-group: ``min(requests ahead, room)`` -- a refused request (overflow) holds no row. Counting
-candidates (openers, met or not) as the requests ahead is exact: once a lane of ``x`` is
-met every later lane of ``x`` is met too (the total is final once all sources are in).
+Per expert (registered, in R's cycle): ``dtot``, the sum of the counts that add in the
+group now in R.
+
+The state is not gated by ``live`` (the packet manager gates what it reports): a count
+packet the layer does not take (NOT_ARMED: before START, or after the layer finished)
+comes only where no later packet of the layer is taken either, and START, which waits for
+an empty pipeline, clears the state.
 """
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, field_bits
-from .logic import popcount, select
+from .logic import tree_sum
 
 
 class CountGate(wiring.Component):
-    """Count packets and the COUNT_MISMATCH refusal of rows, in lane order (see the module
-    docstring).
+    """Count packets' repeats, completeness and per-group sums (see the module docstring).
 
     Parameters
     ----------
@@ -44,19 +47,16 @@ class CountGate(wiring.Component):
     Attributes
     ----------
     cnt : In(lanes)
-        Lane j holds a count packet of a live layer, source and expert in range.
-    cand : In(lanes)
-        Lane j opens a row that may be allocated (expert in range, not post-EOS).
-    src : In(range(sources)).array(lanes) ; exp_oh : In(experts).array(lanes) ;
+        Input lanes: an accepted count packet, source and expert in range.
+    src : In(range(sources)).array(lanes) ; expert : In(range(experts)).array(lanes) ;
     count : In(count_bits).array(lanes)
-        The lanes' source, expert (one-hot) and count field.
-    rows, room : In(cap_bits).array(experts)
-        The allocator's counters (rows handed out, room left).
+        Input lanes: the packet's source, expert and count field.
     clear : In(1)
-        Layer start.
-    met, add, dup, over : Out(lanes)
-        Per lane: refuse the row (COUNT_MISMATCH); the count packet adds; it is a repeat;
-        it is the last count and the rows already exceed the total.
+        Layer start (the pipeline is empty).
+    add, full : Out(lanes)
+        R timing (registers): see the module docstring.
+    dtot : Out(total_bits).array(experts)
+        R timing (registers): per expert, the counts that add in the group in R.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -66,80 +66,64 @@ class CountGate(wiring.Component):
         self.cfg = cfg
         L, E, S = cfg.lanes, cfg.experts, cfg.sources
         super().__init__({
-            "cnt": In(L), "cand": In(L), "src": In(range(S)).array(L),
-            "exp_oh": In(E).array(L), "count": In(cfg.count_bits).array(L),
-            "rows": In(cfg.cap_bits).array(E), "room": In(cfg.cap_bits).array(E),
-            "clear": In(1),
-            "met": Out(L), "add": Out(L), "dup": Out(L), "over": Out(L),
+            "cnt": In(L), "src": In(range(S)).array(L), "expert": In(range(E)).array(L),
+            "count": In(cfg.count_bits).array(L), "clear": In(1),
+            "add": Out(L), "full": Out(L), "dtot": Out(total_bits(cfg)).array(E),
         })
-
-    def total_bits(self) -> int:
-        return total_bits(self.cfg)
 
     def elaborate(self, platform):
         m = Module()
-        c, L, E, S = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.sources
-        total = [Signal(self.total_bits(), name=f"cg_total{x}") for x in range(E)]
-        announced = [Signal(range(S + 1), name=f"cg_announced{x}") for x in range(E)]
+        L, E, S = self.cfg.lanes, self.cfg.experts, self.cfg.sources
         seen = [Signal(E, name=f"cg_seen{s}") for s in range(S)]
-        self._repeats(m, seen)
+        # the input lanes decoded, and the same registered (A)
+        i_src = [Signal(S, name=f"cg_i_src{j}") for j in range(L)]
+        i_exp = [Signal(E, name=f"cg_i_exp{j}") for j in range(L)]
+        m.d.comb += [i_src[j].eq(Cat(self.src[j] == s for s in range(S))) for j in range(L)]
+        m.d.comb += [i_exp[j].eq(Cat(self.expert[j] == x for x in range(E))) for j in range(L)]
+        a = {n: [Signal(w, name=f"cg_a_{n}{j}") for j in range(L)]
+             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("add_oh", E), ("full", 1),
+                          ("count", self.cfg.count_bits))}
+        m.d.sync += [a["src"][j].eq(i_src[j]) for j in range(L)] + [a["exp"][j].eq(i_exp[j]) for j in range(L)]
+        m.d.sync += [a["cnt"][j].eq(self.cnt[j]) for j in range(L)] + [a["count"][j].eq(self.count[j])
+                                                                       for j in range(L)]
+        # (a count packet of the group in A: not yet in the seen bits)
+        a_cnt = a["cnt"]
         for j in range(L):
-            self._lane(m, j, total, announced)
-        self._update(m, total, announced, seen)
+            self._lane(m, j, seen, i_src, i_exp, a, a_cnt)
+        self._sums(m, a)
+        for s in range(S):
+            # (every count packet of s marks its expert: a repeat's bit is set already)
+            new = [Mux(a_cnt[j] & a["src"][j][s], a["exp"][j], 0) for j in range(L)]
+            m.d.sync += seen[s].eq(_or_all(seen[s], new))
+        with m.If(self.clear):
+            m.d.sync += [s_.eq(0) for s_ in seen]
         return m
 
-    def _same_exp(self, i, j):
-        return (self.exp_oh[i] & self.exp_oh[j]).any()
-
-    def _repeats(self, m, seen):
-        """A count packet repeats one of an earlier group (seen) or an earlier lane."""
-        for j in range(self.cfg.lanes):
-            earlier = [self.cnt[i] & (self.src[i] == self.src[j]) & self._same_exp(i, j)
-                       for i in range(j)]
-            in_seen = select([(self.src[j] == s, (seen[s] & self.exp_oh[j]).any())
-                              for s in range(self.cfg.sources)], 1)
-            m.d.comb += [self.dup[j].eq(self.cnt[j] & (in_seen | Cat(*earlier).any())),
-                         self.add[j].eq(self.cnt[j] & ~self.dup[j])]
-
-    def _lane(self, m, j, total, announced):
-        """Lane j's met (a row) and over (a count packet), from the state plus the counts
-        and grants of the earlier lanes on its expert."""
-        cfg, E, S = self.cfg, self.cfg.experts, self.cfg.sources
-        oh = self.exp_oh[j]
-        same = [self._same_exp(i, j) for i in range(j)]
-        n_before = popcount([self.add[i] & same[i] for i in range(j)])
-        sum_before = Signal(self.total_bits() + 2, name=f"cg_sum{j}")
-        m.d.comb += sum_before.eq(sum(Mux(self.add[i] & same[i], self.count[i], 0) for i in range(j))
-                                  if j else 0)
-        ann = select([(oh[x], announced[x]) for x in range(E)], range(S + 1))
-        tot = select([(oh[x], total[x]) for x in range(E)], self.total_bits())
-        rows = select([(oh[x], self.rows[x]) for x in range(E)], cfg.cap_bits)
-        room = select([(oh[x], self.room[x]) for x in range(E)], cfg.cap_bits)
-        ahead = popcount([self.cand[i] & same[i] for i in range(j)])
-        held = Signal(cfg.cap_bits + 2, name=f"cg_held{j}")      # rows allocated before j
-        m.d.comb += held.eq(rows + Mux(ahead < room, ahead, room))
-        ann_j = Signal(range(S + 2 + cfg.lanes), name=f"cg_ann{j}")
-        m.d.comb += ann_j.eq(ann + n_before)
-        tot_j = Signal(self.total_bits() + 2, name=f"cg_tot{j}")
-        m.d.comb += tot_j.eq(tot + sum_before)
-        m.d.comb += [
-            self.met[j].eq(self.cand[j] & (ann_j == S) & (held >= tot_j)),
-            self.over[j].eq(self.add[j] & (ann_j + 1 == S) & (held > tot_j + self.count[j])),
-        ]
-
-    def _update(self, m, total, announced, seen):
-        """The group's count packets into the state (cleared at layer start)."""
-        L, E, S = self.cfg.lanes, self.cfg.experts, self.cfg.sources
-        for x in range(E):
-            adds = [self.add[j] & self.exp_oh[j][x] for j in range(L)]
-            m.d.sync += [total[x].eq(total[x] + sum(Mux(a, self.count[j], 0) for j, a in enumerate(adds))),
-                         announced[x].eq(announced[x] + popcount(adds))]
+    def _lane(self, m, j, seen, i_src, i_exp, a, a_cnt):
+        """Input lane j's ``add`` and ``full`` into A (and on into R)."""
+        L, S = self.cfg.lanes, self.cfg.sources
+        cnt, oh = self.cnt, i_exp[j]
+        # prior[s]: source s's count of lane j's expert came before lane j -- the seen
+        # bit, the group in A, an earlier input lane
+        prior = [Signal(name=f"cg_prior{j}_{s}") for s in range(S)]
         for s in range(S):
-            new = [Mux(self.add[j] & (self.src[j] == s), self.exp_oh[j], 0) for j in range(L)]
-            m.d.sync += seen[s].eq(seen[s] | _or_all(new))
-        with m.If(self.clear):
-            m.d.sync += [t.eq(0) for t in total] + [a.eq(0) for a in announced] \
-                + [s_.eq(0) for s_ in seen]
+            m.d.comb += prior[s].eq(Cat(
+                (seen[s] & oh).any(),
+                *(a_cnt[k] & a["src"][k][s] & (a["exp"][k] & oh).any() for k in range(L)),
+                *(cnt[i] & i_src[i][s] & (i_exp[i] & oh).any() for i in range(j))).any())
+        repeat = Cat(i_src[j][s] & prior[s] for s in range(S)).any()
+        full = Cat(prior[s] | (cnt[j] & i_src[j][s]) for s in range(S)).all()
+        add = Signal(name=f"cg_add{j}")
+        m.d.comb += add.eq(cnt[j] & ~repeat)
+        m.d.sync += [a["add"][j].eq(add), a["add_oh"][j].eq(Mux(add, oh, 0)), a["full"][j].eq(full)]
+        m.d.sync += [self.add[j].eq(a["add"][j]), self.full[j].eq(a["full"][j])]
+
+    def _sums(self, m, a):
+        """Per expert, the counts of the lanes of the group in A that add (into R)."""
+        L, E, tb = self.cfg.lanes, self.cfg.experts, total_bits(self.cfg)
+        for x in range(E):
+            m.d.sync += self.dtot[x].eq(tree_sum([Mux(a["add_oh"][j][x], a["count"][j], 0)
+                                                  for j in range(L)], tb))
 
 
 def total_bits(cfg: HubConfig) -> int:
@@ -147,9 +131,8 @@ def total_bits(cfg: HubConfig) -> int:
     return field_bits(cfg.sources * ((1 << cfg.count_bits) - 1))
 
 
-def _or_all(vals):
-    """Bitwise OR of a list of values."""
-    acc = 0
+def _or_all(acc, vals):
+    """``acc`` ORed with every value of ``vals``."""
     for v in vals:
         acc = acc | v
     return acc

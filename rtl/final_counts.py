@@ -9,13 +9,24 @@ every allocated row, and every count packet the packet manager applied), so the 
 is updated event by event as the tracker pops them, and the expert an event makes final is
 known at its pop: the tracker then injects the final words behind it.
 
-Per expert: the announced total, the sources announced, the rows allocated (metadata
-events) and completed (completion events), a final bit. An expert is final when every
-source's count is in and ``completed == rows == total``; the count packets the packet
-manager passes on are already checked (no repeat, expert in range), so there is no seen
-bit here.
+An expert is final when every source's count is in and ``completed == rows == total``; the
+count packets the packet manager passes on are already checked (no repeat, expert in
+range), so there is no seen bit here. Why the state is kept as differences: the check runs
+between the event queue's head and the tracker's final-word registers, so it must be a few
+gates deep (the first version selected the counters and compared them, behind the
+expert's decode: 28.6 FO4). Per expert: ``pend = rows - completed`` (rows in flight),
+``ngap = rows - total`` and the sources announced, so that
+
+* a completion makes it final when ``announced == sources``, ``pend == 1`` and ``ngap == 0``;
+* a count packet of ``c`` rows when ``announced == sources - 1``, ``pend == 0`` and
+  ``ngap == c``;
+
+each a compare of a register with a constant (``ready_cpl``, ``ready_cnt``, formed beside
+the decode) or, for ``ngap == c``, of every expert's register with the event's count; the
+event's expert then only selects. ``rows`` and ``total`` stay for the final count word and
+the sweep's ``short``.
 """
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -64,41 +75,57 @@ class FinalCounts(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        c, E, S = self.cfg, self.cfg.experts, self.cfg.sources
+        c, E = self.cfg, self.cfg.experts
         tb = total_bits(c)
-        total = [Signal(tb, name=f"fc_total{x}") for x in range(E)]
-        ann = [Signal(range(S + 1), name=f"fc_announced{x}") for x in range(E)]
-        meta = [Signal(c.cap_bits, name=f"fc_rows{x}") for x in range(E)]
-        done = [Signal(c.cap_bits, name=f"fc_done{x}") for x in range(E)]
+        st = {
+            "total": [Signal(tb, name=f"fc_total{x}") for x in range(E)],
+            "ann": [Signal(range(c.sources + 1), name=f"fc_announced{x}") for x in range(E)],
+            "meta": [Signal(c.cap_bits, name=f"fc_rows{x}") for x in range(E)],
+            "pend": [Signal(c.cap_bits, name=f"fc_pend{x}") for x in range(E)],
+            "ngap": [Signal(signed(tb + 2), name=f"fc_ngap{x}") for x in range(E)],
+        }
         final = Signal(E, name="fc_final")
-        self._fire(m, total, ann, meta, done, final)
-        for x in range(E):
-            with m.If(self.pop & (self.expert == x)):
-                with m.If(self.meta):
-                    m.d.sync += meta[x].eq(meta[x] + 1)
-                with m.If(self.cpl):
-                    m.d.sync += done[x].eq(done[x] + 1)
-                with m.If(self.cnt):
-                    m.d.sync += [total[x].eq(total[x] + self.count), ann[x].eq(ann[x] + 1)]
-                with m.If(self.fire):
-                    m.d.sync += final[x].eq(1)
+        self._fire(m, st, final)
+        self._update(m, st, final)
         m.d.comb += self.final.eq(final)
-        m.d.comb += [self.short[x].eq((ann[x] == S) & (self.rows[x] < total[x])) for x in range(E)]
-        with m.If(self.clear):
-            m.d.sync += [v.eq(0) for v in total + ann + meta + done] + [final.eq(0)]
+        m.d.comb += [self.short[x].eq((st["ann"][x] == c.sources) & (self.rows[x] < st["total"][x]))
+                     for x in range(E)]
         return m
 
-    def _fire(self, m, total, ann, meta, done, final):
-        """The popped event's expert is final after it: a completion that brings the
-        completed rows to rows == total with every count in, or the last count packet
-        whose total equals the rows, all complete."""
+    def _update(self, m, st, final):
+        """The popped event into its expert's state (cleared at layer start)."""
+        for x in range(self.cfg.experts):
+            with m.If(self.pop & (self.expert == x)):
+                with m.If(self.meta):
+                    m.d.sync += [st["meta"][x].eq(st["meta"][x] + 1), st["pend"][x].eq(st["pend"][x] + 1),
+                                 st["ngap"][x].eq(st["ngap"][x] + 1)]
+                with m.If(self.cpl):
+                    m.d.sync += st["pend"][x].eq(st["pend"][x] - 1)
+                with m.If(self.cnt):
+                    m.d.sync += [st["total"][x].eq(st["total"][x] + self.count),
+                                 st["ann"][x].eq(st["ann"][x] + 1),
+                                 st["ngap"][x].eq(st["ngap"][x] - self.count)]
+                with m.If(self.fire):
+                    m.d.sync += final[x].eq(1)
+        with m.If(self.clear):
+            m.d.sync += [v.eq(0) for vs in st.values() for v in vs] + [final.eq(0)]
+
+    def _fire(self, m, st, final):
+        """The popped event's expert is final after it: a completion of its last row, all
+        counts in and met, or its last count packet bringing the total to its rows, every
+        row complete (see the module docstring)."""
         c, E, S = self.cfg, self.cfg.experts, self.cfg.sources
-        oh = [self.expert == x for x in range(E)]
-        tot = select([(oh[x], total[x]) for x in range(E)], len(total[0]))
-        an = select([(oh[x], ann[x]) for x in range(E)], range(S + 1))
-        rows = select([(oh[x], meta[x]) for x in range(E)], c.cap_bits)
-        cpl = select([(oh[x], done[x]) for x in range(E)], c.cap_bits)
-        fin = select([(oh[x], final[x]) for x in range(E)], 1)
-        by_cpl = self.cpl & (an == S) & (cpl + 1 == rows) & (rows == tot)
-        by_cnt = self.cnt & (an + 1 == S) & (cpl == rows) & (rows == tot + self.count)
-        m.d.comb += [self.rows_x.eq(rows), self.fire.eq(self.pop & ~fin & (by_cpl | by_cnt))]
+        ready_cpl = Signal(E, name="fc_ready_cpl")
+        ready_cnt = Signal(E, name="fc_ready_cnt")
+        m.d.comb += [
+            ready_cpl.eq(Cat(~final[x] & (st["ann"][x] == S) & (st["pend"][x] == 1) & (st["ngap"][x] == 0)
+                             for x in range(E))),
+            ready_cnt.eq(Cat(~final[x] & (st["ann"][x] == S - 1) & (st["pend"][x] == 0)
+                             & (st["ngap"][x] == self.count) for x in range(E))),
+        ]
+        oh = Signal(E, name="fc_oh")
+        m.d.comb += oh.eq(Cat(self.expert == x for x in range(E)))
+        m.d.comb += [
+            self.rows_x.eq(select([(oh[x], st["meta"][x]) for x in range(E)], c.cap_bits)),
+            self.fire.eq(self.pop & (((oh & ready_cpl).any() & self.cpl) | ((oh & ready_cnt).any() & self.cnt))),
+        ]

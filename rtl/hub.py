@@ -89,10 +89,7 @@ class MoEHub(wiring.Component):
         wiring.connect(m, pm.tracker, tr.layer)
         wiring.connect(m, pm.guard, tr.guard)
         if cfg.count_packets:
-            # (the allocator's room, its formal-only port, feeds the count gate here)
             m.d.comb += [pm.sweep_short.eq(tr.sweep_short)]
-            m.d.comb += [pm.alloc_rows[e].eq(alloc.rows[e]) for e in range(cfg.experts)]
-            m.d.comb += [pm.alloc_room[e].eq(alloc.formal_room[e]) for e in range(cfg.experts)]
         self._csr(m, pm, alloc, tr, csr)
         m.d.comb += self.layer_done.eq(pm.layer_done)
         return m

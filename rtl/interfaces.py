@@ -26,11 +26,26 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
     row : In(row_bits).array(lanes)       granted row (valid when ``ok``)
     ok : In(lanes)                        the row fits the expert's region (else: overflow)
     clear : Out(1)                        layer start: zero the counters, latch the capacities
+
+    With ``count_packets`` (:class:`~moehub.rtl.count_limit.CountLimit`, in the allocator):
+
+    full, add : Out(lanes)                the lane's expert has every count in; its count adds
+    nge, free : Out(lanes).array(experts) bit n - 1: at least n requests for the expert; at
+                                          least n of them before its counts are all in
+    dtot : Out(total_bits).array(experts) the counts the group adds, per expert
+    met, over : In(lanes)                 a request refused for counts (``ok`` is 0); a
+                                          completing count below the rows held
     """
     L = cfg.lanes
+    counts = {}
+    if cfg.count_packets:
+        from .count_gate import total_bits
+        counts = {"full": Out(L), "add": Out(L), "dtot": Out(total_bits(cfg)).array(cfg.experts),
+                  "nge": Out(L).array(cfg.experts), "free": Out(L).array(cfg.experts),
+                  "met": In(L), "over": In(L)}
     return wiring.Signature({
         "req": Out(L), "expert": Out(cfg.experts).array(L),
-        "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": Out(1),
+        "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": Out(1), **counts,
     })
 
 

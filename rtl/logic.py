@@ -2,7 +2,7 @@
 the hub's timing budget is a few gate levels per decision)."""
 from itertools import combinations
 
-from amaranth import Cat, Const, Mux, Shape, Signal, signed
+from amaranth import Cat, Const, Mux, Shape, Signal, Value, signed
 
 
 def popcount(bits):
@@ -175,3 +175,45 @@ def times_const(x, c: int):
         term = x << k
         acc = term if acc is None else (acc + term if sign > 0 else acc - term)
     return acc
+
+
+def at_least(bits, n):
+    """1 when at least ``n`` of ``bits`` are set: an OR of the ANDs of every ``n`` of them
+    (for a few bits; else from :func:`count_onehot`), no adder or compare."""
+    bits = list(bits)
+    if n <= 0:
+        return Const(1)
+    if n > len(bits):
+        return Const(0)
+    if len(bits) > 6:
+        return Cat(*count_onehot(bits)[n:]).any()
+    return Cat(*(Cat(*(bits[i] for i in ones)).all() for ones in combinations(range(len(bits)), n))).any()
+
+
+def tree_sum(vals, width: int):
+    """Sum of ``vals`` (unsigned, ``width`` bits) as a balanced tree of two-input adds."""
+    vals = [v for v in vals]
+    if not vals:
+        return Const(0, width)
+    while len(vals) > 1:
+        vals = [(vals[i] + vals[i + 1])[:width] for i in range(0, len(vals) - 1, 2)] \
+            + vals[len(vals) - len(vals) % 2:]
+    return vals[0]
+
+
+def add3(m, a, b, c, width: int, name: str):
+    """``a + b + c`` in ``width`` bits (two's complement, wrapping; each operand an
+    Amaranth value, signed ones sign-extended, or an int) as one carry-save level (a full
+    adder per bit; with a constant ``c`` an XOR and an AND or OR per bit) and one add: a
+    sum of two registers and a constant costs one adder's depth, not two. Returns a signed
+    ``width``-bit signal ``name`` (driven in ``m.d.comb``)."""
+    def ext(v):
+        v = Const(v, signed(width)) if isinstance(v, int) else Value.cast(v)
+        return v.as_signed() if v.shape().signed else v
+    x, y, z = (Signal(width, name=f"{name}_{n}") for n in "xyz")
+    k = Signal(width, name=f"{name}_k")
+    out = Signal(signed(width), name=name)
+    m.d.comb += [x.eq(ext(a)), y.eq(ext(b)), z.eq(ext(c)),
+                 k.eq((x & y) | (x & z) | (y & z)),
+                 out.eq(((x ^ y ^ z) + Cat(Const(0, 1), k[:width - 1]))[:width])]
+    return out

@@ -66,11 +66,14 @@ sticky ``errors``; nothing else changes and no other row is touched:
 
 With ``count_packets`` (protocol v2), a count packet (kind 2: a source's row count for one
 expert) takes any lane and no row, credit or data write: it passes A, R and T as a packet
-(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range), and in T's output
-registers the :class:`~moehub.rtl.count_gate.CountGate` applies it in the allocator's
-cycle -- a repeat is COUNT_DUPLICATE, a last count below the rows already in is
-COUNT_MISMATCH, and a row of an expert whose counts are met is refused (COUNT_MISMATCH,
-like POST_EOS: its credit returns) -- and an applied count goes on as an event, in lane
+(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range). The
+:class:`~moehub.rtl.count_gate.CountGate` decides on the way into A whether it adds (a
+repeat is COUNT_DUPLICATE) and whether a lane's expert has every count in, and sums the
+group's counts on the way into R; the allocator's
+:class:`~moehub.rtl.count_limit.CountLimit` takes the sums in while the group is in T and
+refuses, in the allocator's cycle and in lane order, a row of an expert whose counts are
+met (COUNT_MISMATCH, like POST_EOS: its credit returns), and counts a last count below
+the rows already in (COUNT_MISMATCH). An applied count goes on as an event, in lane
 order, so that the tracker sees it where the model does.
 
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
@@ -92,7 +95,8 @@ from .interfaces import (allocation_signature, layer_csr_signature, layer_handsh
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
 from .layouts import HubLayouts
-from .logic import SplitDifference, add_narrow, count_binary, exactly, newest_of, popcount, select, times_const
+from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount, select,
+                    times_const)
 from .reservations import InputReservations
 from .timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
 from .write_buffer import LaneWriteBuffer
@@ -147,8 +151,12 @@ class StageLayouts:
         carried = {"valid": 1, "pkt": lay.packet, "slot": range(WRITE_FIFO_DEPTH), "idx": range(N)}
         checks = {"bad_src": 1, "bad_chunk": 1, "bad_exp": 1, "oh": C}
         #: (count_packets) a count packet: in R and T (then checked: live, expert in
-        #: range), in AL (it adds to its expert's total: an event for the tracker)
+        #: range); in T also the count gate's verdicts (it adds, it repeats; the lane's
+        #: expert has every count in); in AL whether it adds (an event for the tracker) and
+        #: the count limit's verdicts (a row refused, a completing count below the rows)
         cnt = {"cnt": 1} if cfg.count_packets else {}
+        t_cnt = {"cnt": 1, "cadd": 1, "cdup": 1, "cfull": 1, "cand": 1} if cfg.count_packets else {}
+        al_cnt = {"cnt": 1, "met": 1, "over": 1} if cfg.count_packets else {}
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
@@ -164,11 +172,11 @@ class StageLayouts:
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L, **cnt})
+            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L, **t_cnt})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
-            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **cnt})
+            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **al_cnt})
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
             "valid": 1, "pv": 1, "pre": cfg.addr_bits, "rowoff": cfg.addr_bits,
@@ -207,9 +215,8 @@ class PacketManager(wiring.Component):
         For the CSRs.
     layer_done : Out(1)
         One-cycle pulse when the tracker has written the layer-done word.
-    alloc_rows, alloc_room : In(cap_bits).array(experts) ; sweep_short : In(1)
-        Only with ``count_packets``: the allocator's counters (rows handed out, room
-        left) for the count gate; the tracker's COUNT_MISMATCH pulses of the sweep.
+    sweep_short : In(1)
+        Only with ``count_packets``: the tracker's COUNT_MISMATCH pulses of the sweep.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -229,11 +236,9 @@ class PacketManager(wiring.Component):
             "guard": Out(ordering_guard_signature(cfg)),
             "status": Out(layer_status_signature(cfg)),
             "layer_done": Out(1),
-            # (count_packets) the allocator's counters, for the count gate; the tracker's
-            # pulse: an expert short of its announced rows at the sweep (COUNT_MISMATCH)
-            **({"alloc_rows": In(cfg.cap_bits).array(cfg.experts),
-                "alloc_room": In(cfg.cap_bits).array(cfg.experts),
-                "sweep_short": In(1)} if cfg.count_packets else {}),
+            # (count_packets) the tracker's pulse: an expert short of its announced rows at
+            # the sweep (COUNT_MISMATCH)
+            **({"sweep_short": In(1)} if cfg.count_packets else {}),
         })
 
     def elaborate(self, platform):
@@ -359,6 +364,8 @@ class PacketManager(wiring.Component):
             # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
             m.d.sync += [a.psel_in.eq(Array(self.eos.p_sel)[q.src]),
                          a.src_oh.eq(Cat(q.src == s for s in range(S)))]
+        if cfg.count_packets:
+            self._count_gate(m)
 
     # ---------------------------------------------------------------- R
     def _stage_r(self, m):
@@ -612,30 +619,55 @@ class PacketManager(wiring.Component):
             m.d.sync += self.q_info[j].eq(select([(self.r_sel[j][e], self.rowinfo[e])
                                                   for e in range(self.cfg.entries)], self.lay.row_info))
             if self.cfg.count_packets:
-                m.d.sync += t.cnt.eq(live & r.cnt & ~r.bad_exp)
+                add = self.gate.add[j]
+                m.d.sync += [t.cnt.eq(live & r.cnt & ~r.bad_exp), t.cadd.eq(live & add),
+                             t.cdup.eq(live & r.cnt & ~r.bad_exp & ~add), t.cfull.eq(self.gate.full[j]),
+                             # (the request itself a register: the count limit's thresholds
+                             # and the grants behind it start from flops)
+                             t.cand.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j])]
         self.req = Signal(L, name="req")
-        cand = Cat(t.opener & ~t.bad_exp & ~t.post for t in T)
-        m.d.comb += self.req.eq(cand if not self.cfg.count_packets else cand & ~self._count_gate(m, cand))
+        m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T) if not self.cfg.count_packets
+                                else _lanes(T, "cand"))
         m.d.comb += [self.alloc.req.eq(self.req)]
         m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
+        if self.cfg.count_packets:
+            self._t_thresholds(m, v)
+
+    def _t_thresholds(self, m, v):
+        """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),
+        and how many of them come before the expert's counts are all in, as registered
+        thermometers: the allocator's grants (``min(requests, room, the counts'
+        allowance)``) then start from flops, not from a count of the requests. Wires the
+        count gate's and T's count fields to the allocator."""
+        cfg, L, E, R, T, live = self.cfg, self.cfg.lanes, self.cfg.experts, self.r, self.t, self.live
+        cand = [live & v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
+        for x in range(E):
+            reqs = [cand[j] & (r.pkt.expert == x) for j, r in enumerate(R)]
+            free = [q & ~self.gate.full[j] for j, q in enumerate(reqs)]
+            nge, fge = Signal(L, name=f"t_nge{x}"), Signal(L, name=f"t_free{x}")
+            m.d.sync += [nge.eq(Cat(at_least(reqs, n) for n in range(1, L + 1))),
+                         fge.eq(Cat(at_least(free, n) for n in range(1, L + 1)))]
+            m.d.comb += [self.alloc.nge[x].eq(nge), self.alloc.free[x].eq(fge),
+                         self.alloc.dtot[x].eq(self.gate.dtot[x])]
+        # (the count limit in the allocator: every input a register)
+        m.d.comb += [self.alloc.full.eq(_lanes(T, "cfull")), self.alloc.add.eq(_lanes(T, "cadd"))]
 
     def _r_cnt(self, r):
         """R's count-packet bit (None without count packets)."""
         return r.cnt if self.cfg.count_packets else None
 
-    def _count_gate(self, m, cand):
-        """(count_packets) The count packets in T, in the allocator's cycle: which rows
-        their counts refuse (COUNT_MISMATCH), which counts add (:class:`CountGate`).
-        Returns the refused lanes."""
-        T, gate = self.t, CountGate(self.cfg)
+    def _count_gate(self, m):
+        """(count_packets) The :class:`CountGate` on the way into A and R: which count
+        packets add, whether a lane's expert has every count in (both on to T), the
+        group's sums (for the allocator's count limit, while the group is in T)."""
+        cfg, gate = self.cfg, CountGate(self.cfg)
         m.submodules.counts = self.gate = gate
-        m.d.comb += [gate.cnt.eq(_lanes(T, "cnt")), gate.cand.eq(cand), gate.clear.eq(self.start_go)]
-        for j, t in enumerate(T):
-            m.d.comb += [gate.src[j].eq(t.pkt.src), gate.exp_oh[j].eq(t.exp_oh),
-                         gate.count[j].eq(t.pkt.count)]
-        for x in range(self.cfg.experts):
-            m.d.comb += [gate.rows[x].eq(self.alloc_rows[x]), gate.room[x].eq(self.alloc_room[x])]
-        return gate.met
+        m.d.comb += gate.clear.eq(self.start_go)
+        for j in range(cfg.lanes):
+            q = self.i[j].payload
+            m.d.comb += [gate.cnt[j].eq(_kinds(cfg, q.kind)[2] & (q.src < cfg.sources)
+                                        & (q.expert < cfg.experts) & self.acc[j]),
+                         gate.src[j].eq(q.src), gate.expert[j].eq(q.expert), gate.count[j].eq(q.count)]
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):
@@ -645,7 +677,7 @@ class PacketManager(wiring.Component):
         for j, (t, al) in enumerate(zip(T, AL)):
             m.d.sync += [
                 al.valid.eq(t.valid), al.pv.eq(t.pv), al.opener.eq(t.opener), al.setb.eq(t.setb),
-                al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self.req[j] & ~self.alloc.ok[j]),
+                al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self._ovf(j)),
                 al.pkt.eq(t.pkt), al.slot.eq(t.slot), al.idx.eq(t.idx), al.row.eq(self.alloc.row[j]),
                 # (the expert's region base, looked up here: RI only adds the chunk offset)
                 al.base.eq(Array(self.region_base)[t.pkt.expert]),
@@ -653,13 +685,18 @@ class PacketManager(wiring.Component):
                 self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
             if self.cfg.count_packets:
-                m.d.sync += al.cnt.eq(self.gate.add[j])
+                m.d.sync += [al.cnt.eq(t.cadd), al.met.eq(self.alloc.met[j]), al.over.eq(self.alloc.over[j])]
             # (newest first: the group right ahead writes the table now, the one before it
             # wrote it as the entry was read; at most one lane of a group opens the row)
             m.d.sync += al.info.eq(newest_of(
                 [[(t.hit[k] & AL[k].opener, Cat(AL[k].ok, AL[k].row)) for k in range(len(AL))],
                  [(t.hit2[k] & self.ri_wen[k], self.ri_data[k]) for k in range(len(AL))]],
                 self.q_info[j], self.lay.row_info))
+
+    def _ovf(self, j):
+        """Lane j's request refused for room (not for counts: COUNT_MISMATCH)."""
+        ovf = self.req[j] & ~self.alloc.ok[j]
+        return ovf if not self.cfg.count_packets else ovf & ~self.alloc.met[j]
 
     # ---------------------------------------------------------------- RI
     def _stage_ri(self, m):
@@ -808,16 +845,16 @@ class PacketManager(wiring.Component):
         m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
 
     def _count_reasons(self):
-        """(count_packets) The count gate's verdicts of the group in T (rows refused and
-        counts below the rows already in: COUNT_MISMATCH; repeats: COUNT_DUPLICATE), and
-        the sweep's experts short of their counts; none without count packets."""
+        """(count_packets) The count verdicts: of the group in AL (rows refused for counts
+        and completing counts below the rows already in: COUNT_MISMATCH), of the group in
+        T (repeats: COUNT_DUPLICATE), and the sweep's experts short of their counts; none
+        without count packets."""
         if not self.cfg.count_packets:
             return []
-        g, L = self.gate, self.cfg.lanes
         # (a lane is a row or a count packet, never both; the sweep pulses only once the
         # layer is over, when no lane is live: at most ``lanes`` bits are set at once)
-        return [(Reason.COUNT_MISMATCH, [g.met[j] | g.over[j] for j in range(L)] + [self.sweep_short]),
-                (Reason.COUNT_DUPLICATE, [g.dup[j] for j in range(L)])]
+        return [(Reason.COUNT_MISMATCH, [al.met | al.over for al in self.al] + [self.sweep_short]),
+                (Reason.COUNT_DUPLICATE, [t.cdup for t in self.t])]
 
     # ---------------------------------------------------------------- layer control
     def _layer_drained(self):

@@ -607,7 +607,9 @@ class AvailabilityTracker(wiring.Component):
         the sweep's inject valid."""
         final, short = self.fc.final.bit_select(sq.expert, 1), self.fc.short.bit_select(sq.expert, 1)
         on_expert = (sq.kind == K_COUNT) | (sq.kind == K_LAST)
-        m.d.comb += self.sweep_short.eq((mode == SWEEP) & sq.valid & go & (sq.kind == K_COUNT)
+        # (registered: the packet manager counts the pulse a cycle later, off the sweep's
+        # path; the layer ends only after the words behind it are out)
+        m.d.sync += self.sweep_short.eq((mode == SWEEP) & sq.valid & go & (sq.kind == K_COUNT)
                                         & ~final & short)
         return pick_valid & ~(on_expert & final)
 
@@ -640,11 +642,18 @@ class AvailabilityTracker(wiring.Component):
         begin = (mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid
         if self.fin is not None:
             begin = begin & ~self.fin.valid
+        first = [sq.row.eq(self.rows[0]), sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0)]
         with m.If(begin):
             self._set_mode(m, mode, SWEEP)
-            m.d.sync += [sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0),
-                         sq.row.eq(self.rows[0]),
-                         sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0), ld_e.eq(1)]
+            m.d.sync += [sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0), ld_e.eq(1)]
+            if self.fin is None:
+                m.d.sync += first
+        if self.fin is not None:
+            # (count_packets: the first expert's rows loaded in every RUN cycle, not only
+            # at ``begin``: its longer condition -- the final sequencer idle too -- then
+            # only steers the one-bit registers; sq_rows is read in SWEEP mode alone)
+            with m.If(mode == RUN):
+                m.d.sync += first
         with m.If((mode == SWEEP) & sq.valid & go):
             with m.Switch(sq.kind):
                 with m.Case(K_COUNT):
