@@ -72,7 +72,7 @@ class AddressAllocator(wiring.Component):
         experts-wide OR waits for them."""
         cfg, E, g = self.cfg, self.cfg.experts, self.grant
         oh = g.expert[j]
-        same = [g.req[i] & (g.expert[i] & oh).any() for i in range(j)]
+        same = [g.req[i] & g.same[j][i] for i in range(j)]
         ahead = [Signal(name=f"ahead{j}_is{a}") for a in range(j + 1)]
         m.d.comb += [ahead[a].eq(exactly(same, a)) for a in range(j + 1)]
         row_if = [Signal(cfg.cap_bits, name=f"row{j}_if{a}") for a in range(j + 1)]

@@ -23,13 +23,17 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
     -------
     req : Out(lanes)                      lane j asks for a row (its expert is in range)
     expert : Out(experts).array(lanes)    the expert, one-hot
+    same : Out(lanes).array(lanes)        bit i of ``same[j]`` (i < j): lanes i and j name the
+                                          same expert (decoded a stage earlier, from the packets
+                                          alone: the grant's count of the requests ahead then
+                                          needs no experts-wide compare)
     row : In(row_bits).array(lanes)       granted row (valid when ``ok``)
     ok : In(lanes)                        the row fits the expert's region (else: overflow)
     clear : Out(1)                        layer start: zero the counters, latch the capacities
     """
     L = cfg.lanes
     return wiring.Signature({
-        "req": Out(L), "expert": Out(cfg.experts).array(L),
+        "req": Out(L), "expert": Out(cfg.experts).array(L), "same": Out(L).array(L),
         "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": Out(1),
     })
 

@@ -96,7 +96,10 @@ class SplitDifference:
 
     * first stage (``m.d.sync`` when ``registered``): the low ``lo_bits`` of ``a - b`` and
       their borrow; the high bits of ``a`` and ``b`` as they are (and ``a``'s lowest high
-      segment minus 2);
+      segment minus 2). ``b`` may be given as ``(select, value)`` pairs (exactly one select
+      set, a one-hot decoded beside ``a``): the low difference and its borrow are then
+      formed for every candidate, side by side, and chosen after -- no subtraction waits
+      for the choice;
     * second stage: each high segment (at most ``seg_bits`` wide) minus every borrow it
       may get (0..2 for the first, 0..1 for the others), side by side with no carry between
       segments; :meth:`select_minus` forms the low part minus ``k`` (narrow), and the
@@ -112,7 +115,14 @@ class SplitDifference:
         dom = m.d.sync if registered else m.d.comb
         self.lo = Signal(w, name=f"{name}_lo")
         self.borrow = Signal(name=f"{name}_borrow")
-        dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w])]
+        if isinstance(b, (list, tuple)):
+            choices = b
+            b = Signal(max(len(v) for _, v in choices), name=f"{name}_bsel")
+            m.d.comb += b.eq(select(choices, len(b)))
+            dom += [self.lo.eq(select([(sel, (a[:w] - v[:w])[:w]) for sel, v in choices], w)),
+                    self.borrow.eq(Cat(*(sel & (a[:w] < v[:w]) for sel, v in choices)).any())]
+        else:
+            dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w])]
         # High segments [start, stop): each minus every borrow it may get. A borrow into a
         # segment is 0, 1 or 2 (the low part subtracts both b and k), and so is the borrow
         # out of it (2 only for a - b - 2 below -2**sw): both as one-hots of three.

@@ -157,14 +157,14 @@ class StageLayouts:
         #: lane on its row, the expert of a row opened in the group), and the EOS arithmetic.
         #: (The table entries read are the chunk table's registers.)
         self.r = data.StructLayout({
-            **carried, **checks, "same_idx": L, "same_src": L, "same_chunk": L, "row": L,
+            **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L, "row": L,
             "d": 1, "eos": 1, "first": 1, "last": 1, "match_new": 1, "eos_prior": 1,
             "dec": data.ArrayLayout(dist_shape(cfg), self.nk), "lag": 2 * L + 1,
             "src_oh": cfg.sources, **cnt})
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L, **cnt})
+            "req": 1, "fwd": L, "exp_oh": cfg.experts, "same_exp": L, "hit": L, "hit2": L, **cnt})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
@@ -349,16 +349,19 @@ class PacketManager(wiring.Component):
             # For an end-of-stream: count - opened - k for every small k (R's `dec`), with
             # `opened` up to the group four ahead of it (the register when the EOS comes
             # in), and the openers of the two groups between folded in later by one-hots.
-            # On the way into A, count - opened in its low bits (SplitDifference, behind the
-            # source mux); in R, the high bits and every k (from registers only), and the sum
+            # On the way into A, count - opened in its low bits (SplitDifference: the low
+            # difference for every source side by side, then chosen by the input's source
+            # one-hot, so the source select does not sit in front of the subtraction); in R, the high bits and every k (from registers only), and the sum
             # of the openers of the groups three and two ahead (p_sel then and now) as a
             # one-hot (`lag`). T adds the openers of the group right ahead and picks.
-            self.ecnt.append(SplitDifference(m, q.count, Array(self.eos.opened)[q.src],
+            src_in = Signal(S, name=f"in_src_oh{j}")
+            m.d.comb += src_in.eq(Cat(q.src == s for s in range(S)))
+            self.ecnt.append(SplitDifference(m, q.count, [(src_in[s], self.eos.opened[s]) for s in range(S)],
                                              dist_shape(cfg).width, (self.stages.nk - 1).bit_length(),
                                              f"a_ecnt{j}"))
             # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
             m.d.sync += [a.psel_in.eq(Array(self.eos.p_sel)[q.src]),
-                         a.src_oh.eq(Cat(q.src == s for s in range(S)))]
+                         a.src_oh.eq(src_in)]
 
     # ---------------------------------------------------------------- R
     def _stage_r(self, m):
@@ -383,7 +386,7 @@ class PacketManager(wiring.Component):
             m.d.sync += [
                 r.valid.eq(a.valid), r.pkt.eq(a.pkt), r.slot.eq(a.slot), r.idx.eq(a.idx),
                 r.bad_src.eq(a.bad_src), r.bad_chunk.eq(a.bad_chunk), r.bad_exp.eq(a.bad_exp),
-                r.oh.eq(a.oh), r.same_idx.eq(a.same_idx), r.same_src.eq(a.same_src),
+                r.oh.eq(a.oh), r.same_idx.eq(a.same_idx), r.same_src.eq(a.same_src), r.same_exp.eq(a.same_exp),
                 r.same_chunk.eq(a.same_chunk), r.src_oh.eq(a.src_oh),
                 r.row.eq(Cat(a_row(i, j) for i in range(j))),
                 r.d.eq(a_d[j]), r.eos.eq(a_eos[j]), r.first.eq(a_first[j]),
@@ -597,7 +600,9 @@ class PacketManager(wiring.Component):
                 t.comp.eq(live & v["comp"][j]), t.post.eq(v["post"][j]), t.bad_exp.eq(r.bad_exp),
                 t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx),
                 # (the expert one-hot, for the allocator: no decoder in front of its counters)
-                t.exp_oh.eq(Cat(r.pkt.expert == e for e in range(E))),
+                t.exp_oh.eq(Cat(r.pkt.expert == e for e in range(E))), t.same_exp.eq(r.same_exp),
+                # (the row request, formed here: the allocator's counts start at a register)
+                t.req.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]),
                 # lane i opened lane j's row in this group
                 t.fwd.eq(Cat(v["opener"][i] & r.same_idx[i] for i in range(j))),
                 # lane j's row is the row of lane k of the group ahead (for the row-info read
@@ -614,10 +619,11 @@ class PacketManager(wiring.Component):
             if self.cfg.count_packets:
                 m.d.sync += t.cnt.eq(live & r.cnt & ~r.bad_exp)
         self.req = Signal(L, name="req")
-        cand = Cat(t.opener & ~t.bad_exp & ~t.post for t in T)
+        cand = _lanes(T, "req")
         m.d.comb += self.req.eq(cand if not self.cfg.count_packets else cand & ~self._count_gate(m, cand))
         m.d.comb += [self.alloc.req.eq(self.req)]
         m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
+        m.d.comb += [self.alloc.same[j].eq(t.same_exp[:j]) for j, t in enumerate(T)]
 
     def _r_cnt(self, r):
         """R's count-packet bit (None without count packets)."""

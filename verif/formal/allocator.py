@@ -49,6 +49,9 @@ class AllocatorHarness(Elaboratable):
         for j in range(L):
             m.d.comb += g.expert[j].eq(any_seq(m, E, f"expert{j}"))
             p.assume(~req[j] | one_hot(g.expert[j]))
+        # (the pairwise same-expert bits, as the packet manager decodes them a stage ahead)
+        for j in range(L):
+            m.d.comb += g.same[j].eq(Cat(*((g.expert[i] & g.expert[j]).any() for i in range(j))))
         for e in range(E):
             m.d.comb += dut.cap[e].eq(any_seq(m, cb, f"cap_in{e}"))
             p.assume(dut.cap[e] <= cfg.max_rows_per_expert)
