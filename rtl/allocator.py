@@ -109,7 +109,10 @@ class AddressAllocator(wiring.Component):
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Else():
             for e in range(E):
-                reqs = [self.grant.req[j] & self.grant.expert[j][e] for j in range(L)]
+                # (the expert one-hot is zero without a request: the counts start at the
+                # packet manager's registers; the count gate clears only ``req``)
+                reqs = [self.grant.expert[j][e] & self.grant.req[j] if cfg.count_packets
+                        else self.grant.expert[j][e] for j in range(L)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)

@@ -22,7 +22,9 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
     Members
     -------
     req : Out(lanes)                      lane j asks for a row (its expert is in range)
-    expert : Out(experts).array(lanes)    the expert, one-hot
+    expert : Out(experts).array(lanes)    the expert, one-hot; zero on a lane that does not ask
+                                          for a row (``count_packets``: before the count gate,
+                                          which clears ``req`` only)
     same : Out(lanes).array(lanes)        bit i of ``same[j]`` (i < j): lanes i and j name the
                                           same expert (decoded a stage earlier, from the packets
                                           alone: the grant's count of the requests ahead then

@@ -164,7 +164,8 @@ class StageLayouts:
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "req": 1, "fwd": L, "exp_oh": cfg.experts, "same_exp": L, "hit": L, "hit2": L, **cnt})
+            "req": 1, "req_oh": cfg.experts, "fwd": L, "exp_oh": cfg.experts, "same_exp": L,
+            "hit": L, "hit2": L, **cnt})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
@@ -594,15 +595,20 @@ class PacketManager(wiring.Component):
         self.t_reasons = Signal(self.stages.reasons, name="t_reasons")
         m.d.sync += [getattr(self.t_reasons, r.name.lower()).eq(Cat(*hits)) for r, hits in reasons.items()]
         for j, (r, t) in enumerate(zip(R, T)):
+            req = Signal(name=f"t_req{j}")
+            exp_oh = Signal(E, name=f"t_exp_oh{j}")
+            m.d.comb += [req.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]),
+                         exp_oh.eq(Cat(r.pkt.expert == e for e in range(E)))]
             m.d.sync += [
                 t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),
                 t.comp.eq(live & v["comp"][j]), t.post.eq(v["post"][j]), t.bad_exp.eq(r.bad_exp),
                 t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx),
                 # (the expert one-hot, for the allocator: no decoder in front of its counters)
-                t.exp_oh.eq(Cat(r.pkt.expert == e for e in range(E))), t.same_exp.eq(r.same_exp),
-                # (the row request, formed here: the allocator's counts start at a register)
-                t.req.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]),
+                t.exp_oh.eq(exp_oh), t.same_exp.eq(r.same_exp),
+                # (the row request, formed here, and its expert as a one-hot that is zero
+                # without a request: the allocator's per-expert counts start at registers)
+                t.req.eq(req), t.req_oh.eq(Mux(req, exp_oh, 0)),
                 # lane i opened lane j's row in this group
                 t.fwd.eq(Cat(v["opener"][i] & r.same_idx[i] for i in range(j))),
                 # lane j's row is the row of lane k of the group ahead (for the row-info read
@@ -622,7 +628,7 @@ class PacketManager(wiring.Component):
         cand = _lanes(T, "req")
         m.d.comb += self.req.eq(cand if not self.cfg.count_packets else cand & ~self._count_gate(m, cand))
         m.d.comb += [self.alloc.req.eq(self.req)]
-        m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
+        m.d.comb += [self.alloc.expert[j].eq(t.req_oh) for j, t in enumerate(T)]
         m.d.comb += [self.alloc.same[j].eq(t.same_exp[:j]) for j, t in enumerate(T)]
 
     def _r_cnt(self, r):

@@ -95,6 +95,7 @@ def test_allocator_same_expert_all_lanes_and_overflow():
         # mixed experts, lane 1 idle
         ctx.set(a.grant.req, 0b1101)
         ctx.set(a.grant.expert[0], 1 << 0)
+        ctx.set(a.grant.expert[1], 0)            # (no request: no expert)
         ctx.set(a.grant.expert[2], 1 << 2)
         ctx.set(a.grant.expert[3], 1 << 0)
         assert (ctx.get(a.grant.row[0]), ctx.get(a.grant.row[2]), ctx.get(a.grant.row[3])) == (0, 0, 1)
