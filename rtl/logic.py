@@ -102,8 +102,9 @@ class SplitDifference:
       for the choice;
     * second stage: each high segment (at most ``seg_bits`` wide) minus every borrow it
       may get (0..2 for the first, 0..1 for the others), side by side with no carry between
-      segments; :meth:`select_minus` forms the low part minus ``k`` (narrow), and the
-      borrows then only steer muxes along the segments.
+      segments, and each segment's borrow-in for every borrow into the high part;
+      :meth:`select_minus` forms the low part minus ``k`` (narrow), and its borrow then
+      picks every segment's value by one AND-OR (no chain of muxes along the segments).
     """
 
     def __init__(self, m, a, b, width: int, lo_bits: int, name: str, registered: bool = True,
@@ -142,6 +143,16 @@ class SplitDifference:
                 (d1[:sw], Cat(d1[sw], ~d1[sw], Const(0))),
                 (d2[:sw], Cat(~d2[-1], d2[-1] & (d2 >= -(1 << sw)), d2 < -(1 << sw))),
             ])
+        # Per segment, for each borrow i (0..2) into the high part, the borrow into the
+        # segment (a one-hot of three): formed from the registers alone, so that
+        # :meth:`select_minus` picks every segment's value by one AND-OR after the low part.
+        self.seg_borrow_in = []
+        b_in = [Const(1 << i, 3) for i in range(3)]
+        for n, seg in enumerate(self.segs):
+            self.seg_borrow_in.append(b_in)
+            nxt = [Signal(3, name=f"{name}_bin{n + 1}_{i}") for i in range(3)]
+            m.d.comb += [nxt[i].eq(select([(b_in[i][x], seg[x][1]) for x in range(3)], 3)) for i in range(3)]
+            b_in = nxt
 
     def select_minus(self, m, choices, name: str):
         """``a - b - k`` for the ``(select, k)`` pair whose select is set (exactly one is;
@@ -154,9 +165,11 @@ class SplitDifference:
         b2 = Cat(sel & (self.lo < k) for sel, k in choices).any()
         c = Cat(~self.borrow & ~b2, self.borrow ^ b2, self.borrow & b2)   # borrow into the high part
         parts = [lo]
-        for seg in self.segs:
-            parts.append(select([(c[i], seg[i][0]) for i in range(3)], len(seg[0][0])))
-            c = select([(c[i], seg[i][1]) for i in range(3)], 3)
+        for seg, b_in in zip(self.segs, self.seg_borrow_in):
+            # (each segment's value straight from the borrow into the high part: its own
+            # borrow-in for each of those, from registers, is ANDed in -- no chain)
+            parts.append(select([(c[i] & b_in[i][x], seg[x][0]) for i in range(3) for x in range(3)],
+                                len(seg[0][0])))
         v = Signal(signed(self.width), name=name)
         m.d.comb += v.eq(Cat(*parts))
         return v
