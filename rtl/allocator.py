@@ -18,7 +18,7 @@ from the registers (each expert's counter plus 0..lane, its room compared with 0
 chosen by the one-hot expert and the one-hot count of the requests ahead: nothing but
 selects after the requests, which come from registers of the packet manager's pipeline.
 """
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,12 +44,13 @@ class AddressAllocator(wiring.Component):
         Region capacities (CSR).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far (CSR status, the final counts).
-    formal_room, formal_cap : Out(cap_bits).array(experts)
+    formal_room, formal_cap : Out(cap_bits).array(experts) ; formal_room_ge : Out(lanes + 1).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. (With
         ``count_packets`` the hub's count gate reads the room, the grants a row ahead of
         it may still get.) The proofs state
-        ``rows + room == cap`` with them, the invariant k-induction needs to close.
+        ``rows + room == cap`` with them, the invariant k-induction needs to close; and
+        that the registered compares ``room_ge`` (bit n: ``room >= n``) agree with the room.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -61,9 +62,10 @@ class AddressAllocator(wiring.Component):
             "rows": Out(cfg.cap_bits).array(E),
             "formal_room": Out(cfg.cap_bits).array(E),
             "formal_cap": Out(cfg.cap_bits).array(E),
+            "formal_room_ge": Out(cfg.lanes + 1).array(E),
         })
 
-    def _grant(self, m, j, counters, room):
+    def _grant(self, m, j, counters, room_ge):
         """Lane j's grant: ``rows[e] + ahead`` and ``ahead < room[e]``, with ``ahead`` the
         requests for its expert on lanes before it. For every possible ``ahead`` (a), the
         candidate -- its expert's counter plus a, whether its expert's room exceeds a -- is
@@ -79,7 +81,8 @@ class AddressAllocator(wiring.Component):
         fits_if = [Signal(name=f"fits{j}_if{a}") for a in range(j + 1)]
         m.d.comb += [row_if[a].eq(select([(oh[e], counters[e] + a) for e in range(E)], cfg.cap_bits))
                      for a in range(j + 1)]
-        m.d.comb += [fits_if[a].eq(Cat(oh[e] & (room[e] > a) for e in range(E)).any()) for a in range(j + 1)]
+        # (room[e] > a: the registered compare of room >= a + 1)
+        m.d.comb += [fits_if[a].eq(Cat(oh[e] & room_ge[e][a + 1] for e in range(E)).any()) for a in range(j + 1)]
         m.d.comb += [
             g.row[j].eq(select([(ahead[a], row_if[a]) for a in range(j + 1)], cfg.cap_bits)),
             g.ok[j].eq(g.req[j] & Cat(ahead[a] & fits_if[a] for a in range(j + 1)).any()),
@@ -91,11 +94,16 @@ class AddressAllocator(wiring.Component):
         L, E = cfg.lanes, cfg.experts
         counters = [Signal(cfg.cap_bits, name=f"rows{e}") for e in range(E)]
         room = [Signal(cfg.cap_bits, name=f"room{e}") for e in range(E)]
+        # (bit n: room >= n, n = 0..lanes -- the compares the grants and the update read,
+        # registered: updated with the room, from compares of the room register with
+        # 0..2 x lanes formed beside the request count)
+        room_ge = [Signal(L + 1, name=f"room_ge{e}", init=1) for e in range(E)]
         for e in range(E):
             m.d.comb += self.rows[e].eq(counters[e])
+            m.d.comb += self.formal_room_ge[e].eq(room_ge[e])
 
         for j in range(L):
-            self._grant(m, j, counters, room)
+            self._grant(m, j, counters, room_ge)
 
         # rows + room stays equal to the capacity latched at the layer start, so the
         # saturating update needs no adder after the compare: both outcomes are computed
@@ -106,6 +114,7 @@ class AddressAllocator(wiring.Component):
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
+            m.d.sync += [r.eq(Cat(c >= n for n in range(L + 1))) for r, c in zip(room_ge, self.cap)]
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Else():
             for e in range(E):
@@ -117,7 +126,11 @@ class AddressAllocator(wiring.Component):
                 # the request count, which then only selects one.
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)
                 is_n = [exactly(reqs, n) for n in range(L + 1)]
-                fits = [room[e] >= n for n in range(L + 1)]
+                fits = [room_ge[e][n] for n in range(L + 1)]
+                ge = [room[e] >= x for x in range(2 * L + 1)]
+                # (room - n >= k is room >= n + k where n fits, and 0 >= k where it does not)
+                m.d.sync += room_ge[e].eq(Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any()
+                                                          for k in range(1, L + 1))))
                 m.d.sync += [
                     counters[e].eq(select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
                                            for n in range(L + 1)], cfg.cap_bits)),

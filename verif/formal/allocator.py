@@ -91,6 +91,8 @@ class AllocatorHarness(Elaboratable):
         p.check(seen == (cr < cnt), "chosen row seen but not below rows (or the reverse)")
         p.check(Array(dut.formal_cap)[ce] == cap_s, "latched capacity differs from the CSR at clear")
         p.check(Array(dut.formal_room)[ce] == cap_s - cnt, "room != capacity - rows")
+        p.check(Array(dut.formal_room_ge)[ce] == Cat(*(cap_s - cnt >= n for n in range(L + 1))),
+                "registered room compares differ from the room")
         with m.If(g.clear):
             m.d.sync += [cnt.eq(0), cap_s.eq(Array(dut.cap)[ce]), seen.eq(0)]
         with m.Else():
