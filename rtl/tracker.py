@@ -640,11 +640,15 @@ class AvailabilityTracker(wiring.Component):
         begin = (mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid
         if self.fin is not None:
             begin = begin & ~self.fin.valid
+        # (the first word's rows and partial bit follow expert 0's counter while the mode is
+        # RUN -- they are read only in SWEEP -- so that ``begin``, which waits for the event
+        # queue and the pipeline to empty, is not in front of their load)
+        with m.If(mode == RUN):
+            m.d.sync += [sq.row.eq(self.rows[0]),
+                         sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0)]
         with m.If(begin):
             self._set_mode(m, mode, SWEEP)
-            m.d.sync += [sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0),
-                         sq.row.eq(self.rows[0]),
-                         sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0), ld_e.eq(1)]
+            m.d.sync += [sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0), ld_e.eq(1)]
         with m.If((mode == SWEEP) & sq.valid & go):
             with m.Switch(sq.kind):
                 with m.Case(K_COUNT):
