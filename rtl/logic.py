@@ -137,11 +137,15 @@ class SplitDifference:
             d0 = Signal(signed(sw + 1), name=f"{name}_s{n}_m0")
             d1 = Signal(sw + 1, name=f"{name}_s{n}_m1")     # a + ~b = 2**sw + a - b - 1
             d2 = Signal(signed(sw + 3), name=f"{name}_s{n}_m2")
-            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s + ~b_s), d2.eq(a_m2 - b_s)]
+            bo2 = Signal(name=f"{name}_s{n}_bo2")
+            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s + ~b_s), d2.eq(a_m2 - b_s),
+                         bo2.eq((a_s == 0) & (b_s == (1 << sw) - 1))]
             self.segs.append([
                 (d0[:sw], Cat(~d0[sw], d0[sw], Const(0))),
                 (d1[:sw], Cat(d1[sw], ~d1[sw], Const(0))),
-                (d2[:sw], Cat(~d2[-1], d2[-1] & (d2 >= -(1 << sw)), d2 < -(1 << sw))),
+                # (a - b - 2 < -2**sw only for a = 0, b = 2**sw - 1: equalities of the
+                # registers, not a compare behind the subtraction)
+                (d2[:sw], Cat(~d2[-1], d2[-1] & ~bo2, bo2)),
             ])
         # Per segment, for each borrow i (0..2) into the high part, the borrow into the
         # segment (a one-hot of three): formed from the registers alone, so that
