@@ -528,7 +528,7 @@ class PacketManager(wiring.Component):
         the EOS lane (at most one per source) and the distance after it for each count."""
         cfg, L, R, eos = self.cfg, self.cfg.lanes, self.r, self.eos
         ds = dist_shape(cfg)
-        shifted, shifted_le = [], []
+        shifted, ahead_les = [], []
         for j, r in enumerate(R):
             # count - opened after the group ahead (its source's p_sel, b of them, added to
             # the lag one-hot), minus n for each count n of openers in its own group; and
@@ -547,13 +547,10 @@ class PacketManager(wiring.Component):
             m.d.comb += [ahead_le[v].eq(_any(r.lag[t] & r.dec[t + v][-1] for t in range(2 * L + 1)))
                          for v in range(1, 3 * L + 1)]
             sh = [Signal(ds, name=f"t_shifted{j}_{n}") for n in range(L + 1)]
-            sh_le = [Signal(L, name=f"t_shifted_le{j}_{n}") for n in range(L + 1)]
             m.d.comb += [sh[n].eq(select([(psel_t[b], ahead[b + n]) for b in range(L + 1)], ds))
                          for n in range(L + 1)]
-            m.d.comb += [sh_le[n][k].eq(_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1)))
-                         for n in range(L + 1) for k in range(L)]
             shifted.append(sh)
-            shifted_le.append(sh_le)
+            ahead_les.append(ahead_le)
         # (each lane's EOS values go to the EOS tracker as they are; it picks a source's)
         m.d.comb += [eos.nxt_cnt[j].eq(R[j].pkt.count) for j in range(L)]
         m.d.comb += [eos.nxt_evec[j][n].eq(shifted[j][n]) for j in range(L) for n in range(L + 1)]
@@ -573,8 +570,15 @@ class PacketManager(wiring.Component):
                 eos.nxt_eos[s].eq(self.live & not_seen & Cat(*eos_new).any()),
                 eos.nxt_lane[s].eq(Cat(*eos_sel)),
             ]
+            # (whether the EOS's distance after n openers is <= k: the sign k + 1 further on,
+            # shifted by the openers b of the group ahead. The EOS lane of s is chosen first,
+            # from R's registers; then s's own p_sel -- the lane's source is s -- picks b:
+            # the late one-hot passes one AND-OR, with no 72-source select in front of it)
+            pick_le = [None] + [Signal(name=f"eos_le{s}_{v}") for v in range(1, 3 * L + 1)]
+            m.d.comb += [pick_le[v].eq(_any(eos_new[j] & ahead_les[j][v] for j in range(L)))
+                         for v in range(1, 3 * L + 1)]
             m.d.comb += [eos.nxt_le[s][n][k].eq(
-                not_seen & select([(eos_new[j], shifted_le[j][n][k]) for j in range(L)], 1))
+                not_seen & _any(eos.p_sel[s][b] & pick_le[b + n + k + 1] for b in range(L + 1)))
                 for n in range(L + 1) for k in range(L)]
 
     def _t_register(self, m, v):
