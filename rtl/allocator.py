@@ -14,9 +14,15 @@ Timing: the counters' loop is ``rows += min(requests, room)``, ``room -= min(req
 room)``; since ``rows + room`` is the latched capacity, every outcome (for 0..lanes
 requests, fitting or not) is formed from the registers in parallel, and the request count
 only selects one. A grant (``row``, ``ok``) is likewise an AND-OR of candidates formed
-from the registers (each expert's counter plus 0..lane, its room compared with 0..lane),
+from the registers (each expert's counter plus 0..lane, whether its room exceeds 0..lane),
 chosen by the one-hot expert and the one-hot count of the requests ahead: nothing but
 selects after the requests, which come from registers of the packet manager's pipeline.
+Those registers are shaped for it: each lane's request (``req``), its expert as a one-hot
+that is zero without a request (the per-expert counts need no AND with ``req``), and the
+pairwise same-expert bits (``same``, decoded in A), so the requests ahead are one AND per
+lane pair. The room's compares with 0..lanes are registered too (``room_ge``, updated
+beside the count from compares of the room register): no compare follows a register on
+the grant or the update.
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
