@@ -14,9 +14,16 @@ Timing: the counters' loop is ``rows += min(requests, room)``, ``room -= min(req
 room)``; since ``rows + room`` is the latched capacity, every outcome (for 0..lanes
 requests, fitting or not) is formed from the registers in parallel, and the request count
 only selects one. A grant (``row``, ``ok``) is likewise an AND-OR of candidates formed
-from the registers (each expert's counter plus 0..lane, its room compared with 0..lane),
+from the registers (each expert's counter plus 0..lane, whether its room exceeds 0..lane),
 chosen by the one-hot expert and the one-hot count of the requests ahead: nothing but
 selects after the requests, which come from registers of the packet manager's pipeline.
+
+Those registers are shaped for it: each lane's request (``req``), its expert as a one-hot
+that is zero without a request (the per-expert counts need no AND with ``req``), and the
+pairwise same-expert bits (``same``, decoded in A), so the requests ahead are one AND per
+lane pair. The room's compares with 0..lanes are registered too (``room_ge``, updated
+beside the count from compares of the room register): no compare follows a register on
+the grant or the update (without count packets).
 
 With ``count_packets`` a :class:`~moehub.rtl.count_limit.CountLimit` beside the counters
 keeps each expert's rows left under its announced count, and its allowance (a thermometer
@@ -52,10 +59,11 @@ class AddressAllocator(wiring.Component):
         Region capacities (CSR).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far (CSR status, the final counts).
-    formal_room, formal_cap : Out(cap_bits).array(experts)
+    formal_room, formal_cap : Out(cap_bits).array(experts) ; formal_room_ge : Out(lanes + 1).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. The proofs state
-        ``rows + room == cap`` with them, the invariant k-induction needs to close.
+        ``rows + room == cap`` with them, the invariant k-induction needs to close; and
+        that the registered compares ``room_ge`` (bit n: ``room >= n``) agree with the room.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -67,9 +75,10 @@ class AddressAllocator(wiring.Component):
             "rows": Out(cfg.cap_bits).array(E),
             "formal_room": Out(cfg.cap_bits).array(E),
             "formal_cap": Out(cfg.cap_bits).array(E),
+            "formal_room_ge": Out(cfg.lanes + 1).array(E),
         })
 
-    def _grant(self, m, j, counters, room):
+    def _grant(self, m, j, counters, room, room_ge):
         """Lane j's grant: ``rows[e] + ahead`` and ``ahead < room[e]``, with ``ahead`` the
         requests for its expert on lanes before it. For every possible ``ahead`` (a), the
         candidate -- its expert's counter plus a, whether its expert's room exceeds a -- is
@@ -78,15 +87,21 @@ class AddressAllocator(wiring.Component):
         experts-wide OR waits for them."""
         cfg, E, g = self.cfg, self.cfg.experts, self.grant
         oh = g.expert[j]
-        same = [g.req[i] & (g.expert[i] & oh).any() for i in range(j)]
+        same = [g.req[i] & g.same[j][i] for i in range(j)]
         ahead = [Signal(name=f"ahead{j}_is{a}") for a in range(j + 1)]
         m.d.comb += [ahead[a].eq(exactly(same, a)) for a in range(j + 1)]
         row_if = [Signal(cfg.cap_bits, name=f"row{j}_if{a}") for a in range(j + 1)]
         fits_if = [Signal(name=f"fits{j}_if{a}") for a in range(j + 1)]
         m.d.comb += [row_if[a].eq(select([(oh[e], counters[e] + a) for e in range(E)], cfg.cap_bits))
                      for a in range(j + 1)]
-        m.d.comb += [fits_if[a].eq(Cat(self._fits(oh[e] & (room[e] > a), e, a + 1) for e in range(E)).any())
-                     for a in range(j + 1)]
+        # (room[e] > a: the registered compare of room >= a + 1; with count packets the
+        # room itself, beside the counts' allowance)
+        if self.limit is None:
+            m.d.comb += [fits_if[a].eq(Cat(oh[e] & room_ge[e][a + 1] for e in range(E)).any())
+                         for a in range(j + 1)]
+        else:
+            m.d.comb += [fits_if[a].eq(Cat(self._fits(oh[e] & (room[e] > a), e, a + 1) for e in range(E)).any())
+                         for a in range(j + 1)]
         m.d.comb += [
             g.row[j].eq(select([(ahead[a], row_if[a]) for a in range(j + 1)], cfg.cap_bits)),
             g.ok[j].eq(g.req[j] & Cat(ahead[a] & fits_if[a] for a in range(j + 1)).any()),
@@ -130,11 +145,16 @@ class AddressAllocator(wiring.Component):
         L, E = cfg.lanes, cfg.experts
         counters = [Signal(cfg.cap_bits, name=f"rows{e}") for e in range(E)]
         room = [Signal(cfg.cap_bits, name=f"room{e}") for e in range(E)]
+        # (bit n: room >= n, n = 0..lanes -- the compares the grants and the update read,
+        # registered: updated with the room, from compares of the room register with
+        # 0..2 x lanes formed beside the request count)
+        room_ge = [Signal(L + 1, name=f"room_ge{e}", init=1) for e in range(E)]
         for e in range(E):
             m.d.comb += self.rows[e].eq(counters[e])
+            m.d.comb += self.formal_room_ge[e].eq(room_ge[e])
 
         self.limit = CountLimit(cfg) if cfg.count_packets else None
-        aheads = [self._grant(m, j, counters, room) for j in range(L)]
+        aheads = [self._grant(m, j, counters, room, room_ge) for j in range(L)]
 
         # rows + room stays equal to the capacity latched at the layer start, so the
         # saturating update needs no adder after the compare: both outcomes are computed
@@ -147,17 +167,24 @@ class AddressAllocator(wiring.Component):
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
+            m.d.sync += [r.eq(Cat(c >= n for n in range(L + 1))) for r, c in zip(room_ge, self.cap)]
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Else():
             for e in range(E if self.limit is not None else 0):
                 self._update_counted(m, e, counters, room)
             for e in range(E if self.limit is None else 0):
-                reqs = [self.grant.req[j] & self.grant.expert[j][e] for j in range(L)]
+                # (the expert one-hot is zero without a request: the counts start at the
+                # packet manager's registers)
+                reqs = [self.grant.expert[j][e] for j in range(L)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)
                 is_n = [exactly(reqs, n) for n in range(L + 1)]
-                fits = [room[e] >= n for n in range(L + 1)]
+                fits = [room_ge[e][n] for n in range(L + 1)]
+                ge = [room[e] >= x for x in range(2 * L + 1)]
+                # (room - n >= k is room >= n + k where n fits, and 0 >= k where it does not)
+                m.d.sync += room_ge[e].eq(Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any()
+                                                          for k in range(1, L + 1))))
                 m.d.sync += [
                     counters[e].eq(select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
                                            for n in range(L + 1)], cfg.cap_bits)),

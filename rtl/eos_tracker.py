@@ -18,7 +18,9 @@ chosen by the one-hots: no subtraction in front of T's compares.
 The wide values of an EOS (its count, the distances ``p_evec``) are registered per *lane*
 (``lane_cnt``, ``lane_evec``), with a one-hot per source naming the lane of its EOS
 (``p_lane``), and chosen here a cycle later, off T's loop: T's EOS verdict then drives a few
-bits per source, not every bit of every source's distances. Likewise an EOS mismatch is
+bits per source, not every bit of every source's distances. The compares the next
+distances need (``<= k``, k < 2 x lanes) are formed once per lane from those registers
+(``lane_le``) and chosen by ``p_lane`` like the values: no compare behind the choice. Likewise an EOS mismatch is
 found per lane (at most one EOS per lane, against a count per source).
 """
 from amaranth import Cat, Module, Mux, Signal, signed
@@ -93,6 +95,11 @@ class EosTracker(wiring.Component):
         self.lane_evec = [[Signal(ds, name=f"lane_evec{j}_{n}") for n in range(L + 1)] for j in range(L)]
         m.d.sync += [self.lane_cnt[j].eq(self.nxt_cnt[j]) for j in range(L)]
         m.d.sync += [self.lane_evec[j][n].eq(self.nxt_evec[j][n]) for j in range(L) for n in range(L + 1)]
+        # (each lane's distances compared with 0..2L-1 from its registers, once per lane: a
+        # source's compares after its EOS are then chosen by p_lane, not formed behind it)
+        self.lane_le = [[Signal(2 * L, name=f"lane_le{j}_{n}") for n in range(L + 1)] for j in range(L)]
+        m.d.comb += [self.lane_le[j][n].eq(Cat(*(self.lane_evec[j][n] <= k for k in range(2 * L))))
+                     for j in range(L) for n in range(L + 1)]
         self.p_lanes = []
         for s in range(S):
             self._source(m, s, eos_seen[s], p_eos[s])
@@ -142,7 +149,7 @@ class EosTracker(wiring.Component):
         # (dist_t <= k for the next cycle: every candidate compared with a constant, then
         # chosen -- no subtraction in front of the compares)
         m.d.sync += [dist_le[k].eq(Mux(
-            p_eos, Cat(p_sel[n] & (p_evec[n] <= k) for n in n_range).any(),
+            p_eos, Cat(p_sel[n] & p_lane[j] & self.lane_le[j][n][k] for n in n_range for j in range(L)).any(),
             Cat(p_sel[n] & (dist <= n + k) for n in n_range).any())) for k in range(2 * L)]
         m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_lane.eq(self.nxt_lane[s])]
         m.d.sync += [p_le[n].eq(self.nxt_le[s][n]) for n in n_range]

@@ -22,7 +22,13 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
     Members
     -------
     req : Out(lanes)                      lane j asks for a row (its expert is in range)
-    expert : Out(experts).array(lanes)    the expert, one-hot
+    expert : Out(experts).array(lanes)    the expert, one-hot; zero on a lane that does not ask
+                                          for a row (``count_packets``: before the count gate,
+                                          which clears ``req`` only)
+    same : Out(lanes).array(lanes)        bit i of ``same[j]`` (i < j): lanes i and j name the
+                                          same expert (decoded a stage earlier, from the packets
+                                          alone: the grant's count of the requests ahead then
+                                          needs no experts-wide compare)
     row : In(row_bits).array(lanes)       granted row (valid when ``ok``)
     ok : In(lanes)                        the row fits the expert's region (else: overflow)
     clear : Out(1)                        layer start: zero the counters, latch the capacities
@@ -44,7 +50,7 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
                   "nge": Out(L).array(cfg.experts), "free": Out(L).array(cfg.experts),
                   "met": In(L), "over": In(L)}
     return wiring.Signature({
-        "req": Out(L), "expert": Out(cfg.experts).array(L),
+        "req": Out(L), "expert": Out(cfg.experts).array(L), "same": Out(L).array(L),
         "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": Out(1), **counts,
     })
 

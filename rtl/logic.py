@@ -96,11 +96,15 @@ class SplitDifference:
 
     * first stage (``m.d.sync`` when ``registered``): the low ``lo_bits`` of ``a - b`` and
       their borrow; the high bits of ``a`` and ``b`` as they are (and ``a``'s lowest high
-      segment minus 2);
+      segment minus 2). ``b`` may be given as ``(select, value)`` pairs (exactly one select
+      set, a one-hot decoded beside ``a``): the low difference and its borrow are then
+      formed for every candidate, side by side, and chosen after -- no subtraction waits
+      for the choice;
     * second stage: each high segment (at most ``seg_bits`` wide) minus every borrow it
       may get (0..2 for the first, 0..1 for the others), side by side with no carry between
-      segments; :meth:`select_minus` forms the low part minus ``k`` (narrow), and the
-      borrows then only steer muxes along the segments.
+      segments, and each segment's borrow-in for every borrow into the high part;
+      :meth:`select_minus` forms the low part minus ``k`` (narrow), and its borrow then
+      picks every segment's value by one AND-OR (no chain of muxes along the segments).
     """
 
     def __init__(self, m, a, b, width: int, lo_bits: int, name: str, registered: bool = True,
@@ -112,7 +116,14 @@ class SplitDifference:
         dom = m.d.sync if registered else m.d.comb
         self.lo = Signal(w, name=f"{name}_lo")
         self.borrow = Signal(name=f"{name}_borrow")
-        dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w])]
+        if isinstance(b, (list, tuple)):
+            choices = b
+            b = Signal(max(len(v) for _, v in choices), name=f"{name}_bsel")
+            m.d.comb += b.eq(select(choices, len(b)))
+            dom += [self.lo.eq(select([(sel, (a[:w] - v[:w])[:w]) for sel, v in choices], w)),
+                    self.borrow.eq(Cat(*(sel & (a[:w] < v[:w]) for sel, v in choices)).any())]
+        else:
+            dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w])]
         # High segments [start, stop): each minus every borrow it may get. A borrow into a
         # segment is 0, 1 or 2 (the low part subtracts both b and k), and so is the borrow
         # out of it (2 only for a - b - 2 below -2**sw): both as one-hots of three.
@@ -126,12 +137,26 @@ class SplitDifference:
             d0 = Signal(signed(sw + 1), name=f"{name}_s{n}_m0")
             d1 = Signal(sw + 1, name=f"{name}_s{n}_m1")     # a + ~b = 2**sw + a - b - 1
             d2 = Signal(signed(sw + 3), name=f"{name}_s{n}_m2")
-            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s + ~b_s), d2.eq(a_m2 - b_s)]
+            bo2 = Signal(name=f"{name}_s{n}_bo2")
+            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s + ~b_s), d2.eq(a_m2 - b_s),
+                         bo2.eq((a_s == 0) & (b_s == (1 << sw) - 1))]
             self.segs.append([
                 (d0[:sw], Cat(~d0[sw], d0[sw], Const(0))),
                 (d1[:sw], Cat(d1[sw], ~d1[sw], Const(0))),
-                (d2[:sw], Cat(~d2[-1], d2[-1] & (d2 >= -(1 << sw)), d2 < -(1 << sw))),
+                # (a - b - 2 < -2**sw only for a = 0, b = 2**sw - 1: equalities of the
+                # registers, not a compare behind the subtraction)
+                (d2[:sw], Cat(~d2[-1], d2[-1] & ~bo2, bo2)),
             ])
+        # Per segment, for each borrow i (0..2) into the high part, the borrow into the
+        # segment (a one-hot of three): formed from the registers alone, so that
+        # :meth:`select_minus` picks every segment's value by one AND-OR after the low part.
+        self.seg_borrow_in = []
+        b_in = [Const(1 << i, 3) for i in range(3)]
+        for n, seg in enumerate(self.segs):
+            self.seg_borrow_in.append(b_in)
+            nxt = [Signal(3, name=f"{name}_bin{n + 1}_{i}") for i in range(3)]
+            m.d.comb += [nxt[i].eq(select([(b_in[i][x], seg[x][1]) for x in range(3)], 3)) for i in range(3)]
+            b_in = nxt
 
     def select_minus(self, m, choices, name: str):
         """``a - b - k`` for the ``(select, k)`` pair whose select is set (exactly one is;
@@ -144,9 +169,11 @@ class SplitDifference:
         b2 = Cat(sel & (self.lo < k) for sel, k in choices).any()
         c = Cat(~self.borrow & ~b2, self.borrow ^ b2, self.borrow & b2)   # borrow into the high part
         parts = [lo]
-        for seg in self.segs:
-            parts.append(select([(c[i], seg[i][0]) for i in range(3)], len(seg[0][0])))
-            c = select([(c[i], seg[i][1]) for i in range(3)], 3)
+        for seg, b_in in zip(self.segs, self.seg_borrow_in):
+            # (each segment's value straight from the borrow into the high part: its own
+            # borrow-in for each of those, from registers, is ANDed in -- no chain)
+            parts.append(select([(c[i] & b_in[i][x], seg[x][0]) for i in range(3) for x in range(3)],
+                                len(seg[0][0])))
         v = Signal(signed(self.width), name=name)
         m.d.comb += v.eq(Cat(*parts))
         return v

@@ -165,14 +165,15 @@ class StageLayouts:
         #: lane on its row, the expert of a row opened in the group), and the EOS arithmetic.
         #: (The table entries read are the chunk table's registers.)
         self.r = data.StructLayout({
-            **carried, **checks, "same_idx": L, "same_src": L, "same_chunk": L, "row": L,
+            **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L, "row": L,
             "d": 1, "eos": 1, "first": 1, "last": 1, "match_new": 1, "eos_prior": 1,
             "dec": data.ArrayLayout(dist_shape(cfg), self.nk), "lag": 2 * L + 1,
             "src_oh": cfg.sources, **cnt})
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "fwd": L, "exp_oh": cfg.experts, "hit": L, "hit2": L, **t_cnt})
+            "req": 1, "req_oh": cfg.experts, "fwd": L, "exp_oh": cfg.experts, "same_exp": L,
+            "hit": L, "hit2": L, **t_cnt})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
@@ -354,16 +355,19 @@ class PacketManager(wiring.Component):
             # For an end-of-stream: count - opened - k for every small k (R's `dec`), with
             # `opened` up to the group four ahead of it (the register when the EOS comes
             # in), and the openers of the two groups between folded in later by one-hots.
-            # On the way into A, count - opened in its low bits (SplitDifference, behind the
-            # source mux); in R, the high bits and every k (from registers only), and the sum
+            # On the way into A, count - opened in its low bits (SplitDifference: the low
+            # difference for every source side by side, then chosen by the input's source
+            # one-hot, so the source select does not sit in front of the subtraction); in R, the high bits and every k (from registers only), and the sum
             # of the openers of the groups three and two ahead (p_sel then and now) as a
             # one-hot (`lag`). T adds the openers of the group right ahead and picks.
-            self.ecnt.append(SplitDifference(m, q.count, Array(self.eos.opened)[q.src],
+            src_in = Signal(S, name=f"in_src_oh{j}")
+            m.d.comb += src_in.eq(Cat(q.src == s for s in range(S)))
+            self.ecnt.append(SplitDifference(m, q.count, [(src_in[s], self.eos.opened[s]) for s in range(S)],
                                              dist_shape(cfg).width, (self.stages.nk - 1).bit_length(),
                                              f"a_ecnt{j}"))
             # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
             m.d.sync += [a.psel_in.eq(Array(self.eos.p_sel)[q.src]),
-                         a.src_oh.eq(Cat(q.src == s for s in range(S)))]
+                         a.src_oh.eq(src_in)]
         if cfg.count_packets:
             self._count_gate(m)
 
@@ -390,7 +394,7 @@ class PacketManager(wiring.Component):
             m.d.sync += [
                 r.valid.eq(a.valid), r.pkt.eq(a.pkt), r.slot.eq(a.slot), r.idx.eq(a.idx),
                 r.bad_src.eq(a.bad_src), r.bad_chunk.eq(a.bad_chunk), r.bad_exp.eq(a.bad_exp),
-                r.oh.eq(a.oh), r.same_idx.eq(a.same_idx), r.same_src.eq(a.same_src),
+                r.oh.eq(a.oh), r.same_idx.eq(a.same_idx), r.same_src.eq(a.same_src), r.same_exp.eq(a.same_exp),
                 r.same_chunk.eq(a.same_chunk), r.src_oh.eq(a.src_oh),
                 r.row.eq(Cat(a_row(i, j) for i in range(j))),
                 r.d.eq(a_d[j]), r.eos.eq(a_eos[j]), r.first.eq(a_first[j]),
@@ -531,7 +535,7 @@ class PacketManager(wiring.Component):
         the EOS lane (at most one per source) and the distance after it for each count."""
         cfg, L, R, eos = self.cfg, self.cfg.lanes, self.r, self.eos
         ds = dist_shape(cfg)
-        shifted, shifted_le = [], []
+        shifted, ahead_les = [], []
         for j, r in enumerate(R):
             # count - opened after the group ahead (its source's p_sel, b of them, added to
             # the lag one-hot), minus n for each count n of openers in its own group; and
@@ -550,13 +554,10 @@ class PacketManager(wiring.Component):
             m.d.comb += [ahead_le[v].eq(_any(r.lag[t] & r.dec[t + v][-1] for t in range(2 * L + 1)))
                          for v in range(1, 3 * L + 1)]
             sh = [Signal(ds, name=f"t_shifted{j}_{n}") for n in range(L + 1)]
-            sh_le = [Signal(L, name=f"t_shifted_le{j}_{n}") for n in range(L + 1)]
             m.d.comb += [sh[n].eq(select([(psel_t[b], ahead[b + n]) for b in range(L + 1)], ds))
                          for n in range(L + 1)]
-            m.d.comb += [sh_le[n][k].eq(_any(psel_t[b] & ahead_le[b + n + k + 1] for b in range(L + 1)))
-                         for n in range(L + 1) for k in range(L)]
             shifted.append(sh)
-            shifted_le.append(sh_le)
+            ahead_les.append(ahead_le)
         # (each lane's EOS values go to the EOS tracker as they are; it picks a source's)
         m.d.comb += [eos.nxt_cnt[j].eq(R[j].pkt.count) for j in range(L)]
         m.d.comb += [eos.nxt_evec[j][n].eq(shifted[j][n]) for j in range(L) for n in range(L + 1)]
@@ -576,8 +577,15 @@ class PacketManager(wiring.Component):
                 eos.nxt_eos[s].eq(self.live & not_seen & Cat(*eos_new).any()),
                 eos.nxt_lane[s].eq(Cat(*eos_sel)),
             ]
+            # (whether the EOS's distance after n openers is <= k: the sign k + 1 further on,
+            # shifted by the openers b of the group ahead. The EOS lane of s is chosen first,
+            # from R's registers; then s's own p_sel -- the lane's source is s -- picks b:
+            # the late one-hot passes one AND-OR, with no 72-source select in front of it)
+            pick_le = [None] + [Signal(name=f"eos_le{s}_{v}") for v in range(1, 3 * L + 1)]
+            m.d.comb += [pick_le[v].eq(_any(eos_new[j] & ahead_les[j][v] for j in range(L)))
+                         for v in range(1, 3 * L + 1)]
             m.d.comb += [eos.nxt_le[s][n][k].eq(
-                not_seen & select([(eos_new[j], shifted_le[j][n][k]) for j in range(L)], 1))
+                not_seen & _any(eos.p_sel[s][b] & pick_le[b + n + k + 1] for b in range(L + 1)))
                 for n in range(L + 1) for k in range(L)]
 
     def _t_register(self, m, v):
@@ -598,13 +606,20 @@ class PacketManager(wiring.Component):
         self.t_reasons = Signal(self.stages.reasons, name="t_reasons")
         m.d.sync += [getattr(self.t_reasons, r.name.lower()).eq(Cat(*hits)) for r, hits in reasons.items()]
         for j, (r, t) in enumerate(zip(R, T)):
+            req = Signal(name=f"t_req{j}")
+            exp_oh = Signal(E, name=f"t_exp_oh{j}")
+            m.d.comb += [req.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]),
+                         exp_oh.eq(Cat(r.pkt.expert == e for e in range(E)))]
             m.d.sync += [
                 t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),
                 t.comp.eq(live & v["comp"][j]), t.post.eq(v["post"][j]), t.bad_exp.eq(r.bad_exp),
                 t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx),
                 # (the expert one-hot, for the allocator: no decoder in front of its counters)
-                t.exp_oh.eq(Cat(r.pkt.expert == e for e in range(E))),
+                t.exp_oh.eq(exp_oh), t.same_exp.eq(r.same_exp),
+                # (the row request, formed here, and its expert as a one-hot that is zero
+                # without a request: the allocator's per-expert counts start at registers)
+                t.req.eq(req), t.req_oh.eq(Mux(req, exp_oh, 0)),
                 # lane i opened lane j's row in this group
                 t.fwd.eq(Cat(v["opener"][i] & r.same_idx[i] for i in range(j))),
                 # lane j's row is the row of lane k of the group ahead (for the row-info read
@@ -626,11 +641,15 @@ class PacketManager(wiring.Component):
                              # and the grants behind it start from flops)
                              t.cand.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j])]
         self.req = Signal(L, name="req")
-        m.d.comb += self.req.eq(Cat(t.opener & ~t.bad_exp & ~t.post for t in T) if not self.cfg.count_packets
-                                else _lanes(T, "cand"))
+        # (the row requests and their experts: registers of T -- without count packets the
+        # expert one-hot is zero without a request; with them the count limit reads the
+        # request ``cand`` and the raw one-hot)
+        counted = self.cfg.count_packets
+        m.d.comb += self.req.eq(_lanes(T, "cand") if counted else _lanes(T, "req"))
         m.d.comb += [self.alloc.req.eq(self.req)]
-        m.d.comb += [self.alloc.expert[j].eq(t.exp_oh) for j, t in enumerate(T)]
-        if self.cfg.count_packets:
+        m.d.comb += [self.alloc.expert[j].eq(t.exp_oh if counted else t.req_oh) for j, t in enumerate(T)]
+        m.d.comb += [self.alloc.same[j].eq(t.same_exp[:j]) for j, t in enumerate(T)]
+        if counted:
             self._t_thresholds(m, v)
 
     def _t_thresholds(self, m, v):

@@ -642,18 +642,15 @@ class AvailabilityTracker(wiring.Component):
         begin = (mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid
         if self.fin is not None:
             begin = begin & ~self.fin.valid
-        first = [sq.row.eq(self.rows[0]), sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0)]
+        # (the first word's rows and partial bit follow expert 0's counter while the mode is
+        # RUN -- they are read only in SWEEP -- so that ``begin``, which waits for the event
+        # queue and the pipeline to empty, is not in front of their load)
+        with m.If(mode == RUN):
+            m.d.sync += [sq.row.eq(self.rows[0]),
+                         sq_part.eq((self.rows[0][:cnt_bits] & cfg.tile_m1) != 0)]
         with m.If(begin):
             self._set_mode(m, mode, SWEEP)
             m.d.sync += [sq.valid.eq(1), sq.kind.eq(K_COUNT), sq.expert.eq(0), ld_e.eq(1)]
-            if self.fin is None:
-                m.d.sync += first
-        if self.fin is not None:
-            # (count_packets: the first expert's rows loaded in every RUN cycle, not only
-            # at ``begin``: its longer condition -- the final sequencer idle too -- then
-            # only steers the one-bit registers; sq_rows is read in SWEEP mode alone)
-            with m.If(mode == RUN):
-                m.d.sync += first
         with m.If((mode == SWEEP) & sq.valid & go):
             with m.Switch(sq.kind):
                 with m.Case(K_COUNT):

@@ -75,7 +75,7 @@ def test_broken_allocator_fails():
     """Off by one in the capacity check: a row is granted at the capacity."""
     from moehub.verif.formal.allocator import AllocatorHarness
     from moehub.verif.formal.common import formal_config
-    broken = mutant("moehub.rtl.allocator", "(room[e] > a)", "(room[e] >= a)", "AddressAllocator")
+    broken = mutant("moehub.rtl.allocator", "room_ge[e][a + 1]", "room_ge[e][a]", "AddressAllocator")
     r = run_harness("broken-allocator", AllocatorHarness(formal_config("tiny/alloc-small"), broken), "bmc", 6)
     _fails(r, "capacity")
 
@@ -136,7 +136,7 @@ def test_cli_failure_exit(monkeypatch, capsys):
     """A failed proof: exit 1, the failed property and the trace path printed."""
     from moehub.scripts.cli import main
     from moehub.verif.formal import allocator, common
-    broken = mutant("moehub.rtl.allocator", "(room[e] > a)", "(room[e] >= a)", "AddressAllocator")
+    broken = mutant("moehub.rtl.allocator", "room_ge[e][a + 1]", "room_ge[e][a]", "AddressAllocator")
     monkeypatch.setattr(allocator, "AddressAllocator", broken)
     monkeypatch.setattr(allocator.AllocatorHarness.__init__, "__defaults__", (broken,))
     assert main(["formal", "allocator-small", "--mode", "bmc", "--depth", "6"]) == 1

@@ -64,8 +64,14 @@ def test_event_queue_keeps_slot_order_and_never_overflows():
 
 
 def test_allocator_same_expert_all_lanes_and_overflow():
+    from amaranth import Cat, Module
     cfg = load_hub_config("tiny")
     a = AddressAllocator(cfg)
+    top = Module()
+    top.submodules.a = a
+    # (the pairwise same-expert bits, as the packet manager decodes them a stage ahead)
+    for j in range(cfg.lanes):
+        top.d.comb += a.grant.same[j].eq(Cat(*((a.grant.expert[i] & a.grant.expert[j]).any() for i in range(j))))
 
     async def bench(ctx):
         for e in range(cfg.experts):
@@ -89,6 +95,7 @@ def test_allocator_same_expert_all_lanes_and_overflow():
         # mixed experts, lane 1 idle
         ctx.set(a.grant.req, 0b1101)
         ctx.set(a.grant.expert[0], 1 << 0)
+        ctx.set(a.grant.expert[1], 0)            # (no request: no expert)
         ctx.set(a.grant.expert[2], 1 << 2)
         ctx.set(a.grant.expert[3], 1 << 0)
         assert (ctx.get(a.grant.row[0]), ctx.get(a.grant.row[2]), ctx.get(a.grant.row[3])) == (0, 0, 1)
@@ -106,7 +113,7 @@ def test_allocator_same_expert_all_lanes_and_overflow():
             await ctx.tick()
         assert ctx.get(a.grant.ok) == 0b1111 and ctx.get(a.rows[1]) == 8
 
-    _run(a, bench)
+    _run(top, bench)
 
 
 def test_split_difference_matches_subtraction():
@@ -129,6 +136,38 @@ def test_split_difference_matches_subtraction():
                 ctx.set(sel, 1 << i)
                 want = ((va - vb - k + 4096) % 8192) - 4096     # 13-bit two's complement
                 assert ctx.get(out) == want, (va, vb, k, ctx.get(out))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_split_difference_with_b_choices_matches_subtraction():
+    """``b`` as (one-hot select, value) pairs: the low difference is formed per candidate
+    and chosen after; the result equals that of the chosen ``b``."""
+    from amaranth import Module, Signal
+    from moehub.rtl.logic import SplitDifference
+    m = Module()
+    a, bsel, sel = Signal(10), Signal(3), Signal(3)
+    bs = [Signal(11, name=f"b{i}") for i in range(3)]
+    ks = [0, 5, 31]
+    diff = SplitDifference(m, a, [(bsel[i], bs[i]) for i in range(3)], 13, 5, "d", registered=False, seg_bits=3)
+    out = diff.select_minus(m, [(sel[i], k) for i, k in enumerate(ks)], "d_out")
+    rng = random.Random(7)
+    cases = [(rng.randrange(1024), [rng.randrange(2048) for _ in range(3)]) for _ in range(150)]
+    cases += [(0, [0, 2047, 31]), (31, [32, 0, 1]), (1023, [0, 1, 2])]
+
+    async def bench(ctx):
+        for va, vbs in cases:
+            ctx.set(a, va)
+            for b, vb in zip(bs, vbs):
+                ctx.set(b, vb)
+            for ib in range(3):
+                ctx.set(bsel, 1 << ib)
+                for i, k in enumerate(ks):
+                    ctx.set(sel, 1 << i)
+                    want = ((va - vbs[ib] - k + 4096) % 8192) - 4096
+                    assert ctx.get(out) == want, (va, vbs[ib], k, ctx.get(out))
 
     sim = Simulator(m)
     sim.add_testbench(bench)

@@ -1,7 +1,9 @@
 """Property harness of the address allocator (:class:`moehub.rtl.allocator.AddressAllocator`).
 
 Environment (what the packet manager and the CSR bank guarantee in the hub): a request
-names a one-hot expert; ``clear`` (layer start) comes with no request (START waits for an
+names a one-hot expert, and a lane without one names none (the packet manager registers the
+expert one-hot gated by the request; with count packets the allocator gates it itself, so
+the assumption only narrows the environment there); ``clear`` (layer start) comes with no request (START waits for an
 empty pipeline); capacities are at most ``max_rows_per_expert`` (the CSR bank clamps) and
 may change at any time (they take effect at the next ``clear``).
 
@@ -21,7 +23,7 @@ Properties (for ``ce``; lane ``j``'s *ahead* = the lanes ``i < j`` asking for ``
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Elaboratable, Module, Signal
+from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
 
 from ...rtl.allocator import AddressAllocator
 from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
@@ -48,7 +50,10 @@ class AllocatorHarness(Elaboratable):
         m.d.comb += [g.req.eq(req), g.clear.eq(clear)]
         for j in range(L):
             m.d.comb += g.expert[j].eq(any_seq(m, E, f"expert{j}"))
-            p.assume(~req[j] | one_hot(g.expert[j]))
+            p.assume(Mux(req[j], one_hot(g.expert[j]), g.expert[j] == 0))
+        # (the pairwise same-expert bits, as the packet manager decodes them a stage ahead)
+        for j in range(L):
+            m.d.comb += g.same[j].eq(Cat(*((g.expert[i] & g.expert[j]).any() for i in range(j))))
         for e in range(E):
             m.d.comb += dut.cap[e].eq(any_seq(m, cb, f"cap_in{e}"))
             p.assume(dut.cap[e] <= cfg.max_rows_per_expert)
@@ -86,6 +91,8 @@ class AllocatorHarness(Elaboratable):
         p.check(seen == (cr < cnt), "chosen row seen but not below rows (or the reverse)")
         p.check(Array(dut.formal_cap)[ce] == cap_s, "latched capacity differs from the CSR at clear")
         p.check(Array(dut.formal_room)[ce] == cap_s - cnt, "room != capacity - rows")
+        p.check(Array(dut.formal_room_ge)[ce] == Cat(*(cap_s - cnt >= n for n in range(L + 1))),
+                "registered room compares differ from the room")
         with m.If(g.clear):
             m.d.sync += [cnt.eq(0), cap_s.eq(Array(dut.cap)[ce]), seen.eq(0)]
         with m.Else():
