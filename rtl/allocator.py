@@ -44,6 +44,10 @@ class AddressAllocator(wiring.Component):
         Region capacities (CSR).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far (CSR status, the final counts).
+    veto : In(lanes)
+        Only when paged: lanes whose grant the page gate refused (the pool had no page for
+        the tile the row starts); with it every later lane of the same expert in the
+        cycle, so the counters add the grants that stand.
     formal_room, formal_cap : Out(cap_bits).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. (With
@@ -61,6 +65,9 @@ class AddressAllocator(wiring.Component):
             "rows": Out(cfg.cap_bits).array(E),
             "formal_room": Out(cfg.cap_bits).array(E),
             "formal_cap": Out(cfg.cap_bits).array(E),
+            # (paged) grants refused for want of a page (:class:`~moehub.rtl.paging.PageGate`):
+            # not counted
+            **({"veto": In(cfg.lanes)} if cfg.paged else {}),
         })
 
     def _grant(self, m, j, counters, room):
@@ -110,6 +117,8 @@ class AddressAllocator(wiring.Component):
         with m.Else():
             for e in range(E):
                 reqs = [self.grant.req[j] & self.grant.expert[j][e] for j in range(L)]
+                if cfg.paged:       # (a vetoed grant and every later one of its expert)
+                    reqs = [r & ~self.veto[j] for j, r in enumerate(reqs)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)
