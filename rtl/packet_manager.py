@@ -73,6 +73,14 @@ COUNT_MISMATCH, and a row of an expert whose counts are met is refused (COUNT_MI
 like POST_EOS: its credit returns) -- and an applied count goes on as an event, in lane
 order, so that the tracker sees it where the model does.
 
+With paged regions (protocol v2, ``pool_pages``; :mod:`moehub.rtl.paging`), the page gate
+between T's requests and the allocator refuses a grant the pool has no page for (OVERFLOW,
+like a full region) and gives each granted row its page: AL registers it, the row-info
+table keeps it beside the row, the data lands at ``POOL_BASE + (page << log2(tile rows) |
+row mod tile rows) * stride`` (the tile size one-hot from the gate), the row's events
+carry it to the tracker (a flag names its page); the pool's PAGE_BAD pulses are counted
+here.
+
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
 and no row is open (a row opened past its source's count, dropped, holds the layer open
 until it completes, or until the watchdog flushes it); every later group is dropped as

@@ -31,6 +31,17 @@ IDLE = [[None] * L] * 24            # cycles with nothing offered (the pipeline 
 PAIRS = [(s, t) for t in range(CFG.tags_per_source) for s in range(S)]   # (src, tag) in turn
 
 
+POOL_BASE = 0x2000_0000
+
+
+async def make_paged_tb(dut, **configure) -> HubTB:
+    """tb_hub's make_tb with the pool at POOL_BASE (not 0: a base left out shows)."""
+    tb = await make_tb(dut, start=False, **configure)
+    await tb.csr_write("POOL_BASE", POOL_BASE)
+    await tb.start_layer()
+    return tb
+
+
 def flags(tb: HubTB, model, since: int = 0) -> dict:
     """{(expert, tile): page} of every tile flag written from cycle ``since`` on (the last
     layer's)."""
@@ -42,6 +53,19 @@ def flags(tb: HubTB, model, since: int = 0) -> dict:
         f = tb.fmt.flag_word.unpack(w.data)
         assert f["epoch"] == model.layer_epoch & 0xFFFF
         out[(x, t)] = f["page"]
+    return out
+
+
+def pages_written(tb: HubTB, model, since: int = 0) -> dict:
+    """{page: rows-in-page written} of the data writes from cycle ``since`` on: a page is
+    ``tile rows x stride`` bytes at ``POOL_BASE + page x that`` (model-independent)."""
+    size = model.tile_rows * CFG.stride_bytes
+    out = {}
+    for lane in tb.wr_out:
+        for cyc, a, _ in lane:
+            if cyc >= since:
+                page, off = divmod(a - model.pool_base, size)
+                out.setdefault(page, set()).add(off // CFG.stride_bytes)
     return out
 
 
@@ -79,7 +103,7 @@ async def test_pages_taken_at_tile_boundaries(dut):
     in expert 0's page. Then one cycle opens four rows of expert 0 (rows 2-5): two tiles
     start in the cycle, pages 3 and 4. Every flag names its tile's page, the partial last
     tiles' (at the sweep) too."""
-    tb = await make_tb(dut, tile_rows=2)
+    tb = await make_paged_tb(dut, tile_rows=2)
     a, b, c, d = row(0, 0, token=1), row(1, 1, token=1), row(2, 2, token=1), row(0, 0, token=2)
     e, f, g, h = (row(s, 0, token=10 + s) for s in (0, 1, 2, 1))
     sched = first_chunks_together([(a, (0, 0)), (b, (1, 0)), (c, (2, 0)), (d, (0, 1))]) + IDLE
@@ -87,6 +111,8 @@ async def test_pages_taken_at_tile_boundaries(dut):
     await tb.send_schedule(sched + IDLE + [eos_all({0: 3, 1: 3, 2: 2})])
     model = await finish(tb)
     assert flags(tb, model) == {(0, 0): 0, (1, 0): 1, (2, 0): 2, (0, 1): 3, (0, 2): 4}
+    # the data: two rows in expert 0's pages, one in experts 1's and 2's
+    assert pages_written(tb, model) == {0: {0, 1}, 1: {0}, 2: {0}, 3: {0, 1}, 4: {0, 1}}
     assert await tb.csr_read("POOL_FREE") == P - 5
     assert await tb.csr_read("ROWS", 0) == 6
 
@@ -98,7 +124,7 @@ async def test_pool_exhausted(dut):
     OVERFLOW), and two more of expert 0 (row 12 needs a page: OVERFLOW, and the next one
     with it). Each refused row's chunks are absorbed and its credit returns; nothing else
     changes; POOL_FREE reads 0."""
-    tb = await make_tb(dut, tile_rows=2)
+    tb = await make_paged_tb(dut, tile_rows=2)
     first = [row(*PAIRS[k % len(PAIRS)][:1], 0, token=k) for k in range(11)]
     sched = []
     for k, r in enumerate(first):
@@ -123,7 +149,7 @@ async def test_page_free_and_reuse(dut):
     (PAGE_BAD), 5 (never taken: PAGE_BAD) and 40 (no such page: PAGE_BAD): three
     PAGE_BAD, POOL_FREE 5. Layer 2 takes the returned pages first, oldest first (1, then
     0), then the next fresh one (3)."""
-    tb = await make_tb(dut, tile_rows=4)
+    tb = await make_paged_tb(dut, tile_rows=4)
     rows = [row(0, 0, token=k) for k in range(5)] + [row(1, 1, token=k) for k in range(2)]
     sched = []
     for k, r in enumerate(rows):
@@ -157,7 +183,7 @@ async def test_pages_across_layers_until_empty(dut):
     fresh pages where the last stopped, until the pool is empty (the last two layers'
     rows are all OVERFLOW); then every page handed back in some order, and the next layer
     runs on the returned pages in that order."""
-    tb = await make_tb(dut, tile_rows=4)
+    tb = await make_paged_tb(dut, tile_rows=4)
     for layer in range(4):
         if layer:
             await tb.csr_write("EPOCH", layer + 1)
@@ -193,6 +219,7 @@ async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool):
     tb = HubTB(dut, CFG, seed, bp=rng.choice([0, 0.2, 0.4]))
     await tb.start()
     await tb.configure(epoch=seed & 0xFFFF)
+    await tb.csr_write("POOL_BASE", rng.randrange(1 << 12) * 0x1_0000)
     overflowed = 0
     for layer in range(layers):
         tile = rng.choice([2, 4, 8])
