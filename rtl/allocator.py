@@ -44,10 +44,11 @@ class AddressAllocator(wiring.Component):
         Region capacities (CSR).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far (CSR status, the final counts).
-    veto : In(lanes)
-        Only when paged: lanes whose grant the page gate refused (the pool had no page for
-        the tile the row starts); with it every later lane of the same expert in the
-        cycle, so the counters add the grants that stand.
+    stop : In(lanes).array(experts)
+        Only when paged: per expert, one-hot, the page gate refused a grant (the pool had
+        no page for the tile its row starts; every later one of the expert in the cycle
+        with it) with ``a`` grants of the expert ahead of it (bit ``a``): the counters add
+        ``a`` instead of the requests.
     formal_room, formal_cap : Out(cap_bits).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. (With
@@ -65,9 +66,9 @@ class AddressAllocator(wiring.Component):
             "rows": Out(cfg.cap_bits).array(E),
             "formal_room": Out(cfg.cap_bits).array(E),
             "formal_cap": Out(cfg.cap_bits).array(E),
-            # (paged) grants refused for want of a page (:class:`~moehub.rtl.paging.PageGate`):
-            # not counted
-            **({"veto": In(cfg.lanes)} if cfg.paged else {}),
+            # (paged) per expert, the grants that stand when the page gate refused one
+            # (:class:`~moehub.rtl.paging.PageGate`), one-hot
+            **({"stop": In(cfg.lanes).array(E)} if cfg.paged else {}),
         })
 
     def _grant(self, m, j, counters, room):
@@ -117,17 +118,20 @@ class AddressAllocator(wiring.Component):
         with m.Else():
             for e in range(E):
                 reqs = [self.grant.req[j] & self.grant.expert[j][e] for j in range(L)]
-                if cfg.paged:       # (a vetoed grant and every later one of its expert)
-                    reqs = [r & ~self.veto[j] for j, r in enumerate(reqs)]
                 # Every outcome n = 0..lanes is formed from the registers in parallel with
                 # the request count, which then only selects one.
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)
                 is_n = [exactly(reqs, n) for n in range(L + 1)]
                 fits = [room[e] >= n for n in range(L + 1)]
-                m.d.sync += [
-                    counters[e].eq(select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
-                                           for n in range(L + 1)], cfg.cap_bits)),
-                    room[e].eq(select([(is_n[n], Mux(fits[n], room[e] - n, 0)) for n in range(L + 1)],
-                                      cfg.cap_bits)),
-                ]
+                nxt_rows = select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
+                                   for n in range(L + 1)], cfg.cap_bits)
+                nxt_room = select([(is_n[n], Mux(fits[n], room[e] - n, 0)) for n in range(L + 1)],
+                                  cfg.cap_bits)
+                if cfg.paged:       # (a page refused: the grants ahead of it stand, from registers)
+                    stop = self.stop[e]
+                    nxt_rows = Mux(stop.any(), select([(stop[a], counters[e] + a) for a in range(L)],
+                                                      cfg.cap_bits), nxt_rows)
+                    nxt_room = Mux(stop.any(), select([(stop[a], room[e] - a) for a in range(L)],
+                                                      cfg.cap_bits), nxt_room)
+                m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
         return m

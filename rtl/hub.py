@@ -114,12 +114,14 @@ class MoEHub(wiring.Component):
         m.submodules.pages = pg = PageGate(cfg)
         g, a = pm.alloc, alloc.grant
         m.d.comb += [a.req.eq(g.req), a.clear.eq(g.clear), pg.req.eq(g.req), pg.clear.eq(g.clear),
-                     pg.ok.eq(a.ok), g.ok.eq(pg.grant_ok), alloc.veto.eq(pg.veto),
+                     pg.ok.eq(a.ok), g.ok.eq(pg.grant_ok),
                      pg.tile_rows_log2.eq(csr.tile_rows_log2)]
         for j in range(L):
             m.d.comb += [a.expert[j].eq(g.expert[j]), pg.expert[j].eq(g.expert[j]),
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
-        m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]) for e in range(cfg.experts)]
+        for e in range(cfg.experts):
+            m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
+                         pg.rows[e].eq(alloc.rows[e]), pg.room[e].eq(alloc.formal_room[e])]
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
                      pm.page_bad.eq(pg.bad), pg.ret.eq(csr.page_free_w), pg.ret_page.eq(csr.page_free),
                      csr.pool_free.eq(pg.free)]

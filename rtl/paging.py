@@ -131,12 +131,20 @@ class PageGate(wiring.Component):
         The packet manager's row requests (lane order; the expert one-hot).
     row : In(row_bits).array(lanes), ok : In(lanes)
         The allocator's grants (room in the region).
+    rows, room : In(cap_bits).array(experts)
+        The allocator's counters (registers): whether a lane's row starts a tile and fits
+        is formed from them for every count of requests ahead, as the allocator forms its
+        grants, so the pool's verdict does not wait for the grant's row.
     clear : In(1)
         Layer start: latch the tile size.
     tile_rows_log2 : In(8)
         The CSR (clamped by the bank), latched at ``clear``.
     veto : Out(lanes)
-        Grants refused for want of a page (the allocator does not count them).
+        Grants refused for want of a page.
+    stop : Out(lanes).array(experts)
+        Per expert, one-hot: its first refused lane had ``a`` grants of the expert ahead of
+        it in the cycle (bit ``a``), which are all that stand; the allocator adds ``a`` to
+        its counters instead of its requests (none set: no refusal).
     grant_ok : Out(lanes)
         ``ok`` and not vetoed: the packet manager's grant.
     page : Out(page_bits).array(lanes)
@@ -156,6 +164,8 @@ class PageGate(wiring.Component):
         super().__init__({
             "req": In(L), "expert": In(E).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
+            "rows": In(cfg.cap_bits).array(E), "room": In(cfg.cap_bits).array(E),
+            "stop": Out(L).array(E),
             "tile_rows_log2": In(8),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
@@ -183,17 +193,30 @@ class PageGate(wiring.Component):
         # ---- lane order: which grants start a tile, which of those the pool serves
         req, oh = self.req, self.expert
         same = [[req[i] & (oh[i] & oh[j]).any() for i in range(j)] for j in range(L)]
+        ahead = [[Signal(name=f"page_ahead{j}_is{a}") for a in range(j + 1)] for j in range(L)]
+        m.d.comb += [ahead[j][a].eq(exactly(same[j], a)) for j in range(L) for a in range(j + 1)]
+        # (expert e's row rows[e] + a fits its region and starts a tile: from registers)
+        starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
+        m.d.comb += [starts[e][a].eq((self.room[e] > a) & (((self.rows[e] + a)[:cfg.row_bits] & tile_m1) == 0))
+                     for e in range(E) for a in range(L)]
         needs = [Signal(name=f"page_needs{j}") for j in range(L)]
-        m.d.comb += [needs[j].eq(req[j] & self.ok[j] & ((self.row[j] & tile_m1) == 0)) for j in range(L)]
+        for j in range(L):
+            starts_if = [Cat(oh[j][e] & starts[e][a] for e in range(E)).any() for a in range(j + 1)]
+            m.d.comb += needs[j].eq(req[j] & Cat(ahead[j][a] & starts_if[a] for a in range(j + 1)).any())
         served = [Signal(name=f"page_served{j}") for j in range(L)]     # takes a page
         short = [Signal(name=f"page_short{j}") for j in range(L)]       # needs one, none left
         for j in range(L):
             fits = Cat(exactly(needs[:j], n) & pool.avail[n] for n in range(j + 1)).any()
             m.d.comb += [served[j].eq(needs[j] & fits), short[j].eq(needs[j] & ~fits)]
+        first = []
         for j in range(L):
             later = Cat(short[i] & same[j][i] for i in range(j)).any() if j else Const(0)
+            first.append(short[j] & ~later)
             m.d.comb += [self.veto[j].eq(req[j] & (short[j] | later)),
                          self.grant_ok[j].eq(self.ok[j] & ~self.veto[j])]
+        for e in range(E):
+            m.d.comb += self.stop[e].eq(Cat(
+                Cat(first[j] & oh[j][e] & ahead[j][a] for j in range(a, L)).any() for a in range(L)))
         m.d.comb += pool.take.eq(Cat(*count_onehot(served)))
         # ---- each granted row's page: the page it took; else the newest page an earlier
         # lane took for its expert in this cycle; else its expert's current page
