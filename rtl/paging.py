@@ -14,10 +14,17 @@ Two units, between the packet manager's T stage and the allocator:
   that starts a tile (its row in the expert is a multiple of the layer's tile rows) takes
   the next page of the pool; when the pool has none left for it, the row is refused
   (``OVERFLOW``, like a full region) and so is every later row of its expert in the cycle
-  (they would start the same tile). The gate vetoes those grants (the allocator does not
-  count them), gives each granted row its page (the page it took, or its expert's current
+  (they would start the same tile). The gate vetoes those grants (the allocator then adds
+  to its counters the expert's grants ahead of the first refusal, ``stop``), gives each
+  granted row its page (the page it took, or its expert's current
   page, or the page an earlier lane of the cycle took for the expert) and keeps each
   expert's current page (the sweep's flag of a partial last tile names it).
+
+Timing: whether a lane's row starts a tile and fits its region is formed, as the
+allocator forms its grants, for every count of requests ahead of it from the allocator's
+registers (``rows``, ``room``) and chosen by that count, so the pool's verdict does not
+wait for the grant's row; a refusal overrides the allocator's counters with candidates
+also formed from its registers (``stop``), not through its count of the requests.
 
 Why several takes a cycle rather than the one-take pool with a prefetched page per expert:
 the reference model (``HubModel._place``) takes a page at the moment a row starts a tile,
