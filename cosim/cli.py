@@ -30,6 +30,7 @@ from ..scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
+from .systems.hub_v2 import FEATURES, RTL_FEATURES, check_features
 from ..verif.sim import add_argument as add_sim_argument, choose as choose_sim
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -83,6 +84,17 @@ def _rtl_gpus(spec, system) -> tuple:
     return out
 
 
+def _hub_features(args, rtl) -> frozenset:
+    """--hub-features as a set; with RTL hubs (--rtl-gpus, --hub rtl) only those the RTL
+    has, else a usage error naming them (before any simulation)."""
+    features = frozenset(args.hub_features or ())
+    try:
+        check_features(features, rtl=bool(rtl) or args.hub == "rtl")
+    except ValueError as e:
+        raise UsageError("--hub-features", ",".join(sorted(features)), str(e)) from None
+    return features
+
+
 def _load(args, tokens=None, gpus=None, model=None, system=None):
     """The run's configs; an unknown name or a bad key is a configuration error naming
     its flag (checked before any simulation)."""
@@ -111,6 +123,9 @@ def _suffix(args, gpus: int, seed_default: int, dtypes, dtypes_default) -> str:
             parts.append(f"{flag}-{given}")
     if args.hub_order == "expert":
         parts.append("hub-expert-order")
+    features = getattr(args, "hub_features", None)
+    if features:
+        parts.append("v2-" + "+".join(f for f in FEATURES if f in features))
     if args.hub != "model":
         parts.append(f"hub-{args.hub}")
     if args.rtl_gpus:
@@ -148,10 +163,11 @@ def _rtl_options(args, rtl) -> None:
 def cmd_cosim(args) -> int:
     s, m, w = _load(args, args.tokens, args.gpus)
     rtl = _rtl_gpus(args.rtl_gpus, s)
+    features = _hub_features(args, rtl)
     folder = claim(results_dir(args.out) / run_name(args, s, m, w), args.force)
     _rtl_options(args, rtl)
     er = run_experiment(s, m, w, args.systems or SYSTEMS, hub_backend=args.hub,
-                        hub_order=args.hub_order, rtl_gpus=rtl)
+                        hub_order=args.hub_order, rtl_gpus=rtl, hub_features=features)
     paths = write_outputs(er, folder.name, folder.parent, figure=not args.no_figure,
                           force=args.force)
     print(table(er))
@@ -316,6 +332,10 @@ def add_parser(subparsers) -> None:
     c.add_argument("--systems", default=None, type=name_list(SYSTEMS, "system"),
                    help=f"comma-separated subset of {','.join(SYSTEMS)} (hub always runs)")
     c.add_argument("--no-figure", action="store_true", help="skip the timeline figure")
+    c.add_argument("--hub-features", default=None, type=name_list(FEATURES, "hub feature"),
+                   help=f"hub protocol v2: comma-separated subset of {','.join(FEATURES)} "
+                   f"(default none: protocol v1; with RTL hubs only {','.join(sorted(RTL_FEATURES))}; "
+                   "`moehub study v2` runs every combination)")
     c.set_defaults(func=cmd_cosim)
 
     s = subparsers.add_parser("sweep", help="sweep tokens per GPU, GPU count or models; "

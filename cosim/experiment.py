@@ -268,13 +268,14 @@ def _write_files(er: ExperimentResult, out: Path, figure: bool) -> dict:
 def table(er: ExperimentResult) -> str:
     """The per-system table printed by ``moehub cosim``."""
     L = er.layer
+    w = max([52] + [len(r.label) for r in er.results.values()])
     lines = [f"{er.model.name} on {er.system.name} ({L.G} GPUs, {L.E_local if L.replicas == 1 else 1} "
              f"expert(s)/GPU{'' if L.replicas == 1 else f', {L.replicas} replicas'}), "
              f"{L.T} tokens/GPU, top-{L.k}, {er.workload.routing} routing "
              f"(skewness {L.routing.skewness():.2f}), seed {er.workload.seed}",
-             f"{'system':<52} {'layer us':>10} {'hub speedup':>12} {'e2e ms':>9} {'e2e speedup':>12}"]
+             f"{'system':<{w}} {'layer us':>10} {'hub speedup':>12} {'e2e ms':>9} {'e2e speedup':>12}"]
     for name, r in er.results.items():
-        lines.append(f"{r.label:<52} {r.latency_us:>10.1f} {er.speedup(name):>11.2f}x "
+        lines.append(f"{r.label:<{w}} {r.latency_us:>10.1f} {er.speedup(name):>11.2f}x "
                      f"{er.e2e[name]:>9.2f} {er.e2e[name] / er.e2e['hub']:>11.2f}x")
     ex = er.results["hub"].extra
     lines.append(f"hub: {ex.get('packets', 0):,} packets, {ex.get('rows', 0):,} rows, "

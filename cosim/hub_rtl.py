@@ -34,7 +34,7 @@ def result_from_player(cfg: HubConfig, res: PlayerResult) -> HubResult:
     lay = default_layout(cfg)
     fmt_src = (1 << cfg.src_bits) - 1
     fmt_tok = (1 << cfg.token_bits) - 1
-    alloc, counts, done = {}, [0] * cfg.experts, -1
+    alloc, counts, count_cycle, done = {}, [0] * cfg.experts, {}, -1
     for cyc, w in res.ctl:
         if w.kind == CtlKind.META:
             idx = (w.addr - lay["meta_base"]) // cfg.meta_word_bytes
@@ -44,13 +44,15 @@ def result_from_player(cfg: HubConfig, res: PlayerResult) -> HubResult:
             slot = w.data >> (cfg.src_bits + cfg.token_bits)
             alloc[(src, tok, slot)] = (e, row)
         elif w.kind == CtlKind.COUNT:
-            counts[(w.addr - lay["count_base"]) // 4] = w.data
+            e = (w.addr - lay["count_base"]) // 4
+            counts[e] = w.data
+            count_cycle[e] = cyc
         elif w.kind == CtlKind.DONE:
             done = cyc
     drops = sum(v for (name, _), v in res.csr.items() if name == "DROPS")
     return HubResult(tile_ready=res.tile_ready(cfg, lay["flag_base"]), counts=counts,
                      credits=[(s, t, c) for c, s, t in res.credits], alloc=alloc,
-                     done_cycle=done, drops=drops,
+                     done_cycle=done, drops=drops, count_cycle=count_cycle,
                      packets=len(res.accepted))
 
 

@@ -29,8 +29,13 @@ def _data_bits(text: str):
 
 def cmd_synth(args) -> int:
     from .tools import ToolMissing
+    changes = _hub_changes(args)
     for name in args.config:        # every config checked before the first (long) run
-        load_config_flag("--config", flow.load_hub_config, name)
+        cfg = load_config_flag("--config", flow.load_hub_config, name)
+        try:
+            flow.with_changes(cfg, changes)
+        except (ValueError, ConfigError) as e:
+            raise UsageError("--set", " ".join(args.set or []), f"{name}: {e}") from None
     kw = {}
     if args.target == "asic":
         kw = {"period_ns": args.clock_ns, "sram_min_bits": args.sram_min_bits,
@@ -44,7 +49,7 @@ def cmd_synth(args) -> int:
             with progress.stage(f"synth {name} ({args.target})", heartbeat=True,
                                 level=progress.NORMAL if args.target == "ecp5" else progress.VERBOSE):
                 sec = flow.run(name, args.target, out=args.out if len(args.config) == 1 else None,
-                               data_bits=args.data_bits, **kw)
+                               data_bits=args.data_bits, changes=changes, **kw)
         except ToolMissing as e:
             print(f"moehub synth: {args.target} flow unavailable: {e}", file=sys.stderr)
             return 3
@@ -52,7 +57,8 @@ def cmd_synth(args) -> int:
             print(f"moehub synth: {name}: {e}", file=sys.stderr)
             status = 1
             continue
-        out = flow.out_dir_for(flow.load_hub_config(name), args.out if len(args.config) == 1 else None)
+        out = flow.out_dir_for(flow.with_changes(flow.load_hub_config(name), changes),
+                               args.out if len(args.config) == 1 else None)
         if args.target == "asic":
             top = sec["modules"]["top"]
             n5 = top["n5"]
@@ -112,16 +118,26 @@ def cmd_equiv(args) -> int:
     return 0 if all(r.proved for r in results) else 1
 
 
+#: the hub config keys ``moehub synth --set`` and ``synth-unit --set`` change: protocol v2's
+V2_KEYS = ("max_targets", "pool_pages", "count_packets")
+
+
+def _hub_changes(args) -> dict:
+    """--set KEY=VALUE of a protocol-v2 key (count_packets as 0/1)."""
+    changes = _changes(args) or {}
+    for key, value in changes.items():
+        if key not in V2_KEYS:
+            raise UsageError("--set", f"{key}={value}", f"takes {', '.join(V2_KEYS)}")
+    if "count_packets" in changes:
+        changes["count_packets"] = bool(changes["count_packets"])
+    return changes
+
+
 def cmd_synth_unit(args) -> int:
     from . import units
     from .tools import ToolMissing
     cfg = load_config_flag("--config", flow.load_hub_config, args.config)
-    changes = _changes(args) or {}
-    for key, value in changes.items():
-        if key not in ("max_targets", "pool_pages", "count_packets"):
-            raise UsageError("--set", f"{key}={value}", "a unit takes max_targets, pool_pages or count_packets")
-    if "count_packets" in changes:
-        changes["count_packets"] = bool(changes["count_packets"])
+    changes = _hub_changes(args)
     try:
         cfg = flow.synth_config(cfg.replace(**changes))
         units.build(args.unit, cfg)._MustUse__silence = True      # (refused early: exit 2)
@@ -175,6 +191,9 @@ def add_parser(sub) -> None:
                    help="keep the netlist of the last run in the output folder and redo only timing and "
                         "reports (ecp5: re-read the last run's logs)")
     s.add_argument("--fpga-MHz", type=float_above(0), default=50.0, help="ECP5 nextpnr target frequency")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help=f"change a protocol-v2 key of every config ({', '.join(V2_KEYS)}; "
+                   "count_packets 0 or 1): the hub with that feature, in <build>/synth/<config>_<key>-<value>")
     s.add_argument("--out", default=None, help=f"output folder (default <build>/synth/<config>; <build> is {HELP})")
     s.set_defaults(func=cmd_synth)
 

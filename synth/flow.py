@@ -99,12 +99,22 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
     return section
 
 
+def with_changes(cfg: HubConfig, changes: dict | None) -> HubConfig:
+    """``cfg`` with ``changes`` (key -> value) applied and validated, named after them
+    (``deepseek-v3-8gpu_count_packets-1``: its own output folder); none: ``cfg``."""
+    if not changes:
+        return cfg
+    suffix = "_".join(f"{k}-{int(v)}" for k, v in sorted(changes.items()))
+    return cfg.replace(**changes, name=f"{cfg.name}_{suffix}")
+
+
 def run(config: str, target: str = "asic", out: Path | str | None = None,
-        data_bits: int | str | None = "chunk", **kw) -> dict:
-    """Load ``config`` (name or YAML path), resolve it for synthesis and run ``target``."""
+        data_bits: int | str | None = "chunk", changes: dict | None = None, **kw) -> dict:
+    """Load ``config`` (name or YAML path), apply ``changes`` (:func:`with_changes`),
+    resolve it for synthesis and run ``target``."""
     if target not in TARGETS:
         raise ValueError(f"target = {target!r}: must be one of {', '.join(TARGETS)}")
-    cfg = synth_config(load_hub_config(config), data_bits)
+    cfg = synth_config(with_changes(load_hub_config(config), changes), data_bits)
     out_dir = out_dir_for(cfg, out)
     if target == "asic":
         return run_asic(cfg, out_dir, **kw)

@@ -22,6 +22,8 @@ from moehub.cosim.layer import Layer
 from moehub.cosim.systems import hub_schedule
 from moehub.cosim.workload import make_routing
 
+from cosim_helpers import random_row_cycles
+
 
 def outputs(r) -> dict:
     """Every output of a hub stage, in order (dict insertion order included: the hub
@@ -78,12 +80,7 @@ def random_arrivals(cfg, rng, n_per_src: int, skew: float = 0.0, gap: int = 2,
         n = int(rng.integers(0, n_per_src + 1))
         for i in range(n):
             g = i % tags
-            t = max(t + int(rng.integers(0, gap + 1)), free[g])
-            fl, ll = int(rng.integers(0, lanes)), int(rng.integers(0, lanes))
-            lc = t + int(rng.integers(0, span + 1))
-            if lc == t and ll < fl:
-                fl, ll = ll, fl
-            free[g] = lc + reuse + int(rng.integers(0, 3))
+            t, fl, lc, ll, free[g] = random_row_cycles(rng, t, free[g], lanes, gap, span, reuse)
             for k, v in zip(cols, (s, g, int(rng.choice(E, p=w / w.sum())), i // cfg.topk,
                                    i % cfg.topk, t, fl, lc, ll)):
                 cols[k].append(v)

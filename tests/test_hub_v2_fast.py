@@ -11,6 +11,8 @@ from moehub.cosim import hub_stage as H
 from moehub.cosim.hub_stage import (FLAG_DELAY, SWEEP_DELAY, HubArrivals, run_hub_fast,
                                     run_hub_reference, target_alloc, why_not_vectorised)
 
+from cosim_helpers import random_row_cycles
+
 
 def tiny(**kw):
     """3 sources, 3 experts, top-3, tiles of 4 rows, 16-chunk rows, 4 lanes (config/hub/tiny)."""
@@ -154,12 +156,7 @@ def random_v2(cfg, rng, n_per_src, multicast, counts, gap=2, span=3):
         sent = np.zeros(E, int)
         for i in range(n):
             g = i % tags
-            t = max(t + int(rng.integers(0, gap + 1)), free[g])
-            fl, ll = int(rng.integers(0, lanes)), int(rng.integers(0, lanes))
-            lc = t + int(rng.integers(0, span + 1))
-            if lc == t and ll < fl:
-                fl, ll = ll, fl
-            free[g] = lc + 1 + int(rng.integers(0, 3))
+            t, fl, lc, ll, free[g] = random_row_cycles(rng, t, free[g], lanes, gap, span)
             f = int(rng.integers(1, cfg.max_targets + 1)) if multicast else 1
             xs = rng.choice(E, size=f, replace=False)
             tg.append(tuple((int(x), j) for j, x in enumerate(xs)))

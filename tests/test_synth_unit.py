@@ -149,3 +149,23 @@ def test_sweep_points_respect_schema():
     assert cfg.lanes == 8 and cfg.event_queue_depth >= 48 and cfg.credit_queue_depth >= 48
     jobs = sweep.points(base, ["experts"], 16, __import__("pathlib").Path("/tmp/x"), 5.0)
     assert [j[2] for j in jobs] == sorted({1, 4, 8, 16, 32, base.experts})
+
+
+def test_synth_set_names_the_feature_and_refuses_bad_keys(capsys):
+    """``moehub synth --set``: a protocol-v2 key makes its own config (and output folder);
+    any other key, a bad value or a value the schema refuses is a usage error (exit 2)
+    naming --set and the value, before any synthesis."""
+    from moehub.config.schema import load_hub_config
+    from moehub.scripts.cli import main
+    from moehub.synth import flow
+    cfg = flow.with_changes(load_hub_config("deepseek-v3-8gpu"), {"count_packets": True, "pool_pages": 64})
+    assert cfg.name == "deepseek-v3-8gpu_count_packets-1_pool_pages-64"
+    assert cfg.count_packets and cfg.pool_pages == 64
+    assert flow.out_dir_for(cfg).name == cfg.name
+    assert flow.with_changes(cfg, {}) is cfg
+    for item, why in (("tile_rows=8", "takes max_targets, pool_pages, count_packets"),
+                      ("pool_pages=x", "expected KEY=INTEGER"),
+                      ("pool_pages=-1", "must be >= 0")):
+        assert main(["synth", "--config", "tiny", "--set", item]) == 2
+        err = capsys.readouterr().err
+        assert f"argument --set: '{item}'" in err and why in err, err

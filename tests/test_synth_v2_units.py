@@ -29,3 +29,4 @@ def test_page_pool_keeps_returned_pages_in_sram(tmp_path):
     cfg = load_hub_config("tiny").replace(pool_pages=512)
     r = run_unit("page_pool", cfg, tmp_path / "u")
     assert r["sram_bits"] == (512 - 1) * cfg.page_bits and r["flops"] >= 512   # (one entry in its output register)
+

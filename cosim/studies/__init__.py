@@ -11,3 +11,21 @@ sub-command) and writes its tables and figures under ``<build>/results/study-<na
 * :mod:`.v2` -- hub protocol v2 (issue 14): multicast rows, per-expert count packets and
   the page pool, each switchable, against today's hub and the software systems.
 """
+
+
+def publish(args, name: str, compute, write, report) -> int:
+    """The common ending of a study command: claim ``<out or results>/name`` (refused if it
+    holds another run unless ``--force``), compute, write the files into a scratch folder
+    that replaces the results folder only when all are written (``paths.writing``), print
+    the report and the files. ``compute()`` gives the results; ``write(res, folder,
+    figures)`` the paths written; ``report(res)`` the text printed."""
+    from ...paths import claim, writing
+    from ..experiment import results_dir
+    folder = claim(results_dir(args.out) / name, args.force)
+    res = compute()
+    with writing(folder, args.force, run=folder.name) as tmp:
+        names = [p.name for p in write(res, tmp, not args.no_figure)]
+    print(report(res))
+    for n in names + ["run.json"]:
+        print(f"  {folder / n}")
+    return 0

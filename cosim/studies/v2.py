@@ -25,16 +25,16 @@ import numpy as np
 
 from ... import progress
 from ...config.cosim_schema import available, load_system_config, load_workload_config
-from ...paths import claim, writing
 from ...scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from ..cli import add_results_options
-from ..experiment import load_configs, results_dir
+from ..experiment import load_configs
 from ..layer import Layer
 from ..memory import capacity_padded, system_memory
 from ..systems import BASELINES, run_system
 from ..systems import deepep as deepep_mod
 from ..systems.hub_v2 import FEATURES, wire_rows
 from ..workload import make_routing
+from . import publish
 
 DEFAULT_MODELS = ("deepseek-v3", "mixtral-8x7b")
 DEFAULT_SYSTEMS = ("h100x8", "h100x16-ib")
@@ -254,14 +254,7 @@ def write(rows: list, folder, figures: bool) -> list:
 
 def cmd_v2(args) -> int:
     check(args)
-    folder = claim(results_dir(args.out) / run_name(args), args.force)
-    rows = compute(args)
-    with writing(folder, args.force, run=folder.name) as tmp:
-        names = [p.name for p in write(rows, tmp, not args.no_figure)]
-    print(table(rows))
-    for n in names + ["run.json"]:
-        print(f"  {folder / n}")
-    return 0
+    return publish(args, run_name(args), lambda: compute(args), write, table)
 
 
 def add_parser(studies) -> None:

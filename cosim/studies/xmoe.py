@@ -31,10 +31,9 @@ from __future__ import annotations
 from ... import progress
 from ...config.cosim_schema import (available, load_model_config, load_system_config,
                                     load_workload_config)
-from ...paths import claim, writing
 from ...scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from ..cli import add_results_options
-from ..experiment import results_dir
+from . import publish
 from . import xmoe_report as R
 from . import xmoe_run as X
 
@@ -159,14 +158,7 @@ def write(res: dict, folder, figures: bool) -> list:
 
 def cmd_xmoe(args) -> int:
     info = check(args)
-    folder = claim(results_dir(args.out) / run_name(args), args.force)
-    res = compute(args, info["time_model"])
-    with writing(folder, args.force, run=folder.name) as tmp:
-        names = [p.name for p in write(res, tmp, not args.no_figure)]
-    print(tables(res))
-    for n in names + ["run.json"]:
-        print(f"  {folder / n}")
-    return 0
+    return publish(args, run_name(args), lambda: compute(args, info["time_model"]), write, tables)
 
 
 def add_parser(studies) -> None:

@@ -112,6 +112,40 @@ def _enforce_tags(L: Layer, first, last, position, ret_us, groups=None):
     return first, last, stalls
 
 
+def row_cycles(src, pos, first, last, clk: float, cpr: int, lanes: int):
+    """Hub cycles and lanes of each row's first and last chunk ``(fc, fl, lc, ll)``: arrival
+    times (us) to cycles at ``clk`` cycles/us; a source's rows start on lane ``src + pos x
+    chunks per row`` (lanes taken in turn); a row whose chunks wrap past its first lane within
+    one cycle ends a cycle later."""
+    fc = np.ceil(first * clk - 1e-9).astype(np.int64)
+    lc = np.ceil(last * clk - 1e-9).astype(np.int64)
+    fl = (src + pos * cpr) % lanes
+    ll = (fl + cpr - 1) % lanes
+    lc = np.maximum(lc, fc)
+    return fc, fl, lc + ((cpr > 1) & (lc == fc) & (ll <= fl)), ll
+
+
+def eos_cycle(L: Layer, last_cycles, t0: float, s: int, d: int, clk: float) -> int:
+    """Source ``s``'s end-of-stream at hub ``d``: the cycle after its last row's last chunk,
+    or (no rows) its first packet's latency after ``t0``."""
+    if len(last_cycles):
+        return int(last_cycles.max()) + 1
+    return int(np.ceil((t0 + L.latency(s, d)) * clk))
+
+
+def rtl_hub(cfg, arr: HubArrivals, d: int, checks: list):
+    """GPU ``d``'s hub in RTL: its result, and (appended to ``checks``) its comparison
+    with the reference model (:func:`..hub_rtl.compare`) and the simulator's speed."""
+    from ..hub_rtl import compare, run_hub_rtl
+    hr = run_hub_rtl(cfg, arr, tag=f"cosim-gpu{d}")
+    cmp = compare(cfg, arr, BACKENDS["model"](cfg, arr), hr)
+    checks.append({"gpu": d, "sim": hr.player.sim, "rows": len(arr), "cycles": hr.player.cycles,
+                   "sim_s": hr.player.wall_s,
+                   "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
+                   **dataclasses.asdict(cmp)})
+    return hr
+
+
 def hub_schedule(L: Layer, t0: float, order: str = "token"):
     """Dispatch of every row to its destination hub, from t0 (all sources): returns the
     per-destination :class:`HubArrivals`, the network curves and flows, and the stall count
@@ -131,20 +165,24 @@ def hub_schedule(L: Layer, t0: float, order: str = "token"):
     arrivals = []
     for d in range(G):
         rows = np.nonzero(L.dest == d)[0]
-        fc = np.ceil(first[rows] * clk - 1e-9).astype(np.int64)
-        lc = np.ceil(last[rows] * clk - 1e-9).astype(np.int64)
-        fl = (L.src[rows] + pos[rows] * cpr) % lanes
-        ll = (fl + cpr - 1) % lanes
-        lc = np.maximum(lc, fc)
-        lc = lc + ((cpr > 1) & (lc == fc) & (ll <= fl))
+        fc, fl, lc, ll = row_cycles(L.src[rows], pos[rows], first[rows], last[rows], clk, cpr, lanes)
         eos = []
         for s in range(G):
             m = L.src[rows] == s
-            cyc = int(lc[m].max()) + 1 if m.any() else int(np.ceil((t0 + L.latency(s, d)) * clk))
-            eos.append((cyc, s % lanes, s, int(m.sum())))
+            eos.append((eos_cycle(L, lc[m], t0, s, d, clk), s % lanes, s, int(m.sum())))
         arrivals.append(HubArrivals(h, L.src[rows], pos[rows] % h.tags_per_source, L.lexp[rows],
                                     L.tok[rows], L.slot[rows], fc, fl, lc, ll, eos))
     return arrivals, curves, flows, stalls
+
+
+def hub_label(backend: str, rtl_gpus: tuple) -> str:
+    """The hub system's name in tables: its hub stage, and the GPUs whose hub is RTL."""
+    label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
+    if rtl_gpus:
+        gpus = ",".join(map(str, rtl_gpus))
+        label = f"MoE-Hub (GPU {gpus} hub in RTL, the others the reference model)" \
+            if backend in ("model", "reference") else f"{label[:-1]}, GPU {gpus} in RTL)"
+    return label
 
 
 def run_hub(L: Layer, backend: str = "model", order: str = "token",
@@ -157,16 +195,10 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     ``features``: protocol v2 (issue 14), any of "multicast", "early_counts", "paged"
     (:mod:`.hub_v2`); none: protocol v1, this function."""
     if features:
-        if rtl_gpus:
-            raise ValueError("protocol-v2 hub features run with the model hub only (no --rtl-gpus)")
         from .hub_v2 import run_hub as run_hub_v2
-        return run_hub_v2(L, features, backend, order)
-    label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
-    if rtl_gpus:
-        gpus = ",".join(map(str, rtl_gpus))
-        label = f"MoE-Hub (GPU {gpus} hub in RTL, the others the reference model)" \
-            if backend in ("model", "reference") else f"{label[:-1]}, GPU {gpus} in RTL)"
-    res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
+        return run_hub_v2(L, features, backend, order, rtl_gpus)
+    res = SystemResult("hub", hub_label(backend, rtl_gpus)
+                       + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
     run_backend = BACKENDS[backend]
     rtl_checks = []
@@ -190,13 +222,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     for d in range(G):
         arr = arrivals[d]
         if d in rtl_gpus:
-            from ..hub_rtl import compare, run_hub_rtl
-            hr = run_hub_rtl(h, arr, tag=f"cosim-gpu{d}")
-            cmp = compare(h, arr, BACKENDS["model"](h, arr), hr)
-            rtl_checks.append({"gpu": d, "sim": hr.player.sim, "rows": len(arr), "cycles": hr.player.cycles,
-                               "sim_s": hr.player.wall_s,
-                               "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
-                               **dataclasses.asdict(cmp)})
+            hr = rtl_hub(h, arr, d, rtl_checks)
         else:
             hr = _cached(L, backend, d, arr, run_backend)
         hub_stats["drops"] += hr.drops

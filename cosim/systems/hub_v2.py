@@ -41,6 +41,9 @@ from ..layer import Layer, SystemResult
 from . import common as C
 
 FEATURES = ("multicast", "early_counts", "paged")
+#: the features the hub's RTL has (``--rtl-gpus``, ``--hub rtl``): count packets
+#: (``count_packets``, README "Count packets in the hub RTL")
+RTL_FEATURES = frozenset({"early_counts"})
 #: GEMM1 efficiency of a gathering A load relative to a contiguous (TMA) one. ASSUMPTION,
 #: from the nearest public measurement: on Hopper a GEMM that gathers A rows by index
 #: cannot load them as TMA tiles and uses per-row pointer loads; TileOPs PR #1567 (H200,
@@ -63,11 +66,16 @@ def gather_row_us(L: Layer, row_bytes: int) -> float:
     return min(gemm1 * (1.0 / GATHER_EFF - 1.0), g.copy_us(2.0 * row_bytes))
 
 
-def check_features(features) -> frozenset:
+def check_features(features, rtl: bool = False) -> frozenset:
+    """The features as a set; unknown ones, or (``rtl``) ones the RTL lacks, refused."""
     f = frozenset(features or ())
     bad = sorted(f - set(FEATURES))
     if bad:
         raise ValueError(f"hub features {bad}: unknown (known: {', '.join(FEATURES)})")
+    missing = sorted(f - RTL_FEATURES) if rtl else []
+    if missing:
+        raise ValueError(f"hub features {missing}: not in the hub RTL yet (an RTL hub runs "
+                         f"{', '.join(sorted(RTL_FEATURES)) or 'none of them'}); use the model hub")
     return f
 
 
@@ -148,7 +156,7 @@ def schedule(L: Layer, t0: float, features: frozenset, cfg, order: str = "token"
     """The v2 dispatch: wire rows over the layer's network (hub ingress, tag window),
     then per destination the :class:`HubArrivals` with targets and count packets.
     Returns (arrivals, wire rows, curves, flows, tag stalls, count send time)."""
-    from .hub import _enforce_tags, hub_flow_cap
+    from .hub import _enforce_tags, eos_cycle, hub_flow_cap, row_cycles
     G = L.G
     w = wire_rows(L, cfg.multicast, order)
     pos, groups = _flow_positions(L, w)
@@ -177,16 +185,11 @@ def schedule(L: Layer, t0: float, features: frozenset, cfg, order: str = "token"
     arrivals = []
     for d in range(G):
         rows = np.nonzero(w.dest == d)[0]
-        fc = np.ceil(first[rows] * clk - 1e-9).astype(np.int64)
-        lc = np.ceil(last[rows] * clk - 1e-9).astype(np.int64)
-        fl = (w.src[rows] + pos[rows] * cpr) % lanes
-        ll = (fl + cpr - 1) % lanes
-        lc = np.maximum(lc, fc)
-        lc = lc + ((cpr > 1) & (lc == fc) & (ll <= fl))
+        fc, fl, lc, ll = row_cycles(w.src[rows], pos[rows], first[rows], last[rows], clk, cpr, lanes)
         counts, eos = [], []
         for s in range(G):
             m = w.src[rows] == s
-            cyc = int(lc[m].max()) + 1 if m.any() else int(np.ceil((t0 + L.latency(s, d)) * clk))
+            cyc = eos_cycle(L, lc[m], t0, s, d, clk)
             if cfg.count_packets:
                 cc = int(np.ceil((t_cnt + L.latency(s, d)) * clk))
                 counts += [(cc, s % lanes, s, x, int(per_x[s, d, x])) for x in range(L.E_local)]
@@ -225,13 +228,16 @@ def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):
             {(e, t): int(last[e * per + t]) for e, t in keys}, int(ok.sum()))
 
 
-def run_hub(L: Layer, features, backend: str = "model", order: str = "token") -> SystemResult:
+def run_hub(L: Layer, features, backend: str = "model", order: str = "token",
+            rtl_gpus: tuple = ()) -> SystemResult:
     """The hub with protocol-v2 ``features`` (see the module docstring); the phases,
-    costs and GEMM queue of :func:`.hub.run_hub` otherwise."""
-    from .hub import LABEL, _cached
-    features = check_features(features)
+    costs and GEMM queue of :func:`.hub.run_hub` otherwise. ``rtl_gpus`` (or ``backend``
+    "rtl"): hubs in RTL, compared with the model as in :func:`.hub.run_hub`; only the
+    features the RTL has (:data:`RTL_FEATURES`)."""
+    from .hub import _cached, hub_label, rtl_hub
+    features = check_features(features, rtl=bool(rtl_gpus) or backend == "rtl")
     cfg = hub_config_v2(L, features)
-    label = (LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)") \
+    label = hub_label(backend, rtl_gpus) \
         + f", protocol v2: {'+'.join(f for f in FEATURES if f in features)}"
     res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G = L.gpu, L.sys.software, L.G
@@ -261,9 +267,11 @@ def run_hub(L: Layer, features, backend: str = "model", order: str = "token") ->
           "features": sorted(features), "wire_rows": int(len(w)),
           "max_targets": cfg.max_targets, "pages": [], "gather_row_us": gpu.gather_row_us,
           "early_final_us": []}
+    rtl_checks = []
     for d in range(G):
         arr = arrivals[d]
-        hr = _cached(L, backend, d, arr, run_backend, cfg)
+        hr = rtl_hub(cfg, arr, d, rtl_checks) if d in rtl_gpus \
+            else _cached(L, backend, d, arr, run_backend, cfg)
         st["drops"] += hr.drops
         st["packets"] += hr.packets
         st["rows"] += len(arr)
@@ -295,4 +303,6 @@ def run_hub(L: Layer, features, backend: str = "model", order: str = "token") ->
     recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
     res.gpu_end = C.reduce(L, res, recv, shared_end)
     res.extra.update(st)
+    if rtl_checks:
+        res.extra["rtl"] = rtl_checks
     return res
