@@ -233,7 +233,18 @@ async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool):
         tb.feed(feeder, credit_delay=rng.randrange(0, 8))
         await tb.wait_idle()
         model = await tb.check()
-        assert model.done, f"layer {layer} did not finish (seed {seed})"
+        if errors and not model.done:
+            # (LaneFeeder's bad chunk naming another expert can overtake its row's first
+            # chunk when a lane refilled after back-pressure sits ahead of an older packet in
+            # the same cycle: it then opens the row with the wrong expert and the row never
+            # completes -- hub and model agree; software ends such a layer with FLUSH)
+            await tb.flush()
+            await tb.wait_idle()
+            model = await tb.check()
+        assert model.done, (f"layer {layer} did not finish (seed {seed}): inflight {model.inflight}, "
+                            f"EOS seen {model.eos_seen}, rows {model.src_rows} of {model.src_eos}; open "
+                            f"{[(i, e.state, bin(e.bitmap), e.dests) for i, e in enumerate(model.table) if e.state]}; "
+                            f"{[(c, l, p) for c, l, p in tb.accepted if p.kind == 0][-12:]}")
         overflowed += model.drop_counts[Reason.OVERFLOW]
         used = sorted(model.in_use)
         back = rng.sample(used, rng.randrange(len(used) + 1))
