@@ -47,8 +47,11 @@ class AddressAllocator(wiring.Component):
     stop : In(lanes).array(experts)
         Only when paged: per expert, one-hot, the page gate refused a grant (the pool had
         no page for the tile its row starts; every later one of the expert in the cycle
-        with it) with ``a`` grants of the expert ahead of it (bit ``a``): the counters add
-        ``a`` instead of the requests.
+        with it) with ``a`` grants of the expert ahead of it (bit ``a``): the counters, which
+        add the requests in that cycle, are set in the next to their value before it plus
+        ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
+        gate refuses its requests of that cycle, as the model does: the pool is still
+        empty).
     formal_room, formal_cap : Out(cap_bits).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. (With
@@ -111,6 +114,13 @@ class AddressAllocator(wiring.Component):
         cap_l = [Signal(cfg.cap_bits, name=f"cap{e}") for e in range(E)]
         m.d.comb += [self.formal_room[e].eq(room[e]) for e in range(E)]
         m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
+        held = []
+        if cfg.paged:       # (a refusal of the page gate, and the counters before it)
+            for e in range(E):
+                held.append((Signal(L, name=f"stop_r{e}"), Signal(cfg.cap_bits, name=f"rows_r{e}"),
+                             Signal(cfg.cap_bits, name=f"room_r{e}")))
+                m.d.sync += [held[e][0].eq(self.stop[e]), held[e][1].eq(counters[e]),
+                             held[e][2].eq(room[e])]
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
@@ -127,11 +137,14 @@ class AddressAllocator(wiring.Component):
                                    for n in range(L + 1)], cfg.cap_bits)
                 nxt_room = select([(is_n[n], Mux(fits[n], room[e] - n, 0)) for n in range(L + 1)],
                                   cfg.cap_bits)
-                if cfg.paged:       # (a page refused: the grants ahead of it stand, from registers)
-                    stop = self.stop[e]
-                    nxt_rows = Mux(stop.any(), select([(stop[a], counters[e] + a) for a in range(L)],
-                                                      cfg.cap_bits), nxt_rows)
-                    nxt_room = Mux(stop.any(), select([(stop[a], room[e] - a) for a in range(L)],
-                                                      cfg.cap_bits), nxt_room)
+                if cfg.paged:
+                    # (a page refused: the counters add every request now, and are set a
+                    # cycle later, from registers, to the grants that stood -- the page gate
+                    # refuses the expert's requests of that cycle: the pool is still empty)
+                    stop_r, rows_r, room_r = held[e]
+                    nxt_rows = Mux(stop_r.any(), select([(stop_r[a], rows_r + a) for a in range(L)],
+                                                        cfg.cap_bits), nxt_rows)
+                    nxt_room = Mux(stop_r.any(), select([(stop_r[a], room_r - a) for a in range(L)],
+                                                        cfg.cap_bits), nxt_room)
                 m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
         return m

@@ -93,15 +93,27 @@ class PageSupply(PagePool):
         fresh = Signal(range(P + 1), name="fresh")          # pages 0 .. fresh-1 handed out once
         nfree = Signal(range(P + 1), name="nfree", init=P)  # count + P - fresh, as a register
         in_use = Signal(P, name="in_use")
-        # ---- the next L pages, from registers: the ring's first entries, then fresh ones
+        # The state follows the takes a cycle late (``pend``: the takes of the cycle before,
+        # a one-hot register), so that no take reaches it in its own cycle: this cycle's
+        # pages are the ones past the pending takes.
+        pend = Signal(L + 1, name="pend", init=1)
+        m.d.sync += pend.eq(self.take)
+        # ---- the pages in order, from registers: the ring's entries, then fresh ones
+        seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
+        for n in range(2 * L):
+            fresh_n = (fresh - count + n)[:pb]
+            if n < P:
+                idx = Signal(range(P), name=f"ring_idx{n}")
+                wrap = head + n
+                m.d.comb += idx.eq(Mux(wrap >= P, wrap - P, wrap) if n else head)
+                m.d.comb += seq[n].eq(Mux(count > n, ring[idx], fresh_n))
+            else:
+                m.d.comb += seq[n].eq(fresh_n)
         for i in range(L):
-            idx = Signal(range(P), name=f"ring_idx{i}")
-            wrap = head + i
-            m.d.comb += idx.eq(Mux(wrap >= P, wrap - P, wrap) if i else head)
-            m.d.comb += [self.page[i].eq(Mux(count > i, ring[idx], (fresh - count + i)[:pb])),
-                         self.avail[i].eq(nfree > i)]
+            m.d.comb += [self.page[i].eq(select([(pend[n], seq[n + i]) for n in range(L + 1)], pb)),
+                         self.avail[i].eq(Cat(pend[n] & (nfree > n + i) for n in range(L + 1)).any())]
         # ---- k pages taken (k one-hot): min(k, count) from the ring, the rest fresh
-        k = self.take
+        k = pend
         nxt_head, nxt_count, nxt_fresh, nxt_free = [], [], [], []
         for n in range(L + 1):
             from_ring = Mux(count >= n, n, count)
@@ -119,8 +131,8 @@ class PageSupply(PagePool):
             m.d.sync += [ring[tail].eq(good_page), tail.eq(Mux(tail == P - 1, 0, tail + 1))]
         # ---- in_use: set by the takes, cleared by a good return (never a page taken now)
         taken = Signal(P, name="taken_bits")
-        took = [Cat(k[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happens
-        m.d.comb += taken.eq(Cat(*(Cat(took[i] & (self.page[i] == p) for i in range(L)).any()
+        took = [Cat(k[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happened
+        m.d.comb += taken.eq(Cat(*(Cat(took[i] & (seq[i] == p) for i in range(L)).any()
                                    for p in range(P))))
         cleared = Signal(P, name="cleared_bits")
         m.d.comb += cleared.eq(Mux(good, Const(1, P) << good_page, 0))
@@ -206,10 +218,16 @@ class PageGate(wiring.Component):
         starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
         m.d.comb += [starts[e][a].eq((self.room[e] > a) & (((self.rows[e] + a)[:cfg.row_bits] & tile_m1) == 0))
                      for e in range(E) for a in range(L)]
+        # (an expert refused a page last cycle: the allocator's counters for it are a cycle
+        # wrong, and the pool is still empty, so its rows are refused now)
+        refused = Signal(E, name="page_refused")
+        held = [Signal(name=f"page_held{j}") for j in range(L)]
+        m.d.comb += [held[j].eq(Cat(oh[j][e] & refused[e] for e in range(E)).any()) for j in range(L)]
         needs = [Signal(name=f"page_needs{j}") for j in range(L)]
         for j in range(L):
             starts_if = [Cat(oh[j][e] & starts[e][a] for e in range(E)).any() for a in range(j + 1)]
-            m.d.comb += needs[j].eq(req[j] & Cat(ahead[j][a] & starts_if[a] for a in range(j + 1)).any())
+            m.d.comb += needs[j].eq(req[j] & ~held[j]
+                                    & Cat(ahead[j][a] & starts_if[a] for a in range(j + 1)).any())
         served = [Signal(name=f"page_served{j}") for j in range(L)]     # takes a page
         short = [Signal(name=f"page_short{j}") for j in range(L)]       # needs one, none left
         for j in range(L):
@@ -219,11 +237,12 @@ class PageGate(wiring.Component):
         for j in range(L):
             later = Cat(short[i] & same[j][i] for i in range(j)).any() if j else Const(0)
             first.append(short[j] & ~later)
-            m.d.comb += [self.veto[j].eq(req[j] & (short[j] | later)),
+            m.d.comb += [self.veto[j].eq(req[j] & (short[j] | later | held[j])),
                          self.grant_ok[j].eq(self.ok[j] & ~self.veto[j])]
         for e in range(E):
             m.d.comb += self.stop[e].eq(Cat(
                 Cat(first[j] & oh[j][e] & ahead[j][a] for j in range(a, L)).any() for a in range(L)))
+        m.d.sync += refused.eq(Cat(self.stop[e].any() for e in range(E)))
         m.d.comb += pool.take.eq(Cat(*count_onehot(served)))
         # ---- each granted row's page: the page it took; else the newest page an earlier
         # lane took for its expert in this cycle; else its expert's current page
