@@ -23,8 +23,13 @@ Two units, between the packet manager's T stage and the allocator:
 Timing: whether a lane's row starts a tile and fits its region is formed, as the
 allocator forms its grants, for every count of requests ahead of it from the allocator's
 registers (``rows``, ``room``) and chosen by that count, so the pool's verdict does not
-wait for the grant's row; a refusal overrides the allocator's counters with candidates
-also formed from its registers (``stop``), not through its count of the requests.
+wait for the grant's row. No verdict reaches a counter in its own cycle: the pool's state
+follows its takes a cycle late (this cycle's pages are read past the takes still pending,
+from registers), and after a refusal the allocator's counters, which added every request
+of the cycle, are set in the next cycle, from registers, to the grants that stood
+(``stop``); meanwhile the gate refuses that expert's requests (``page_refused``), as the
+model does -- the pool, which served every page it had before the refusal, is still
+empty.
 
 Why several takes a cycle rather than the one-take pool with a prefetched page per expert:
 the reference model (``HubModel._place``) takes a page at the moment a row starts a tile,
