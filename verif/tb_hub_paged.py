@@ -122,8 +122,9 @@ async def test_pool_exhausted(dut):
     """Tiles of 2 rows, 6 pages: 11 rows of expert 0 take all six. Then one cycle opens
     a row of expert 0 (row 11: in its page, granted), a row of expert 1 (needs a page:
     OVERFLOW), and two more of expert 0 (row 12 needs a page: OVERFLOW, and the next one
-    with it). Each refused row's chunks are absorbed and its credit returns; nothing else
-    changes; POOL_FREE reads 0."""
+    with it); in the very next cycle another row of expert 0 (refused: the pool is still
+    empty -- the allocator's counters are corrected meanwhile). Each refused row's chunks
+    are absorbed and its credit returns; nothing else changes; POOL_FREE reads 0."""
     tb = await make_paged_tb(dut, tile_rows=2)
     first = [row(*PAIRS[k % len(PAIRS)][:1], 0, token=k) for k in range(11)]
     sched = []
@@ -132,14 +133,16 @@ async def test_pool_exhausted(dut):
     sched += IDLE
     last = [(row(0, 0, token=50), (0, 0)), (row(1, 1, token=50), (1, 0)),
             (row(2, 0, token=50), (2, 0)), (row(0, 0, token=51), (0, 1))]
-    sched += first_chunks_together(last)
-    await tb.send_schedule(sched + IDLE + [eos_all({0: 6, 1: 5, 2: 4})])
+    nxt = chunks(row(2, 0, token=51), tag=1)     # (opened in the very next cycle)
+    together = first_chunks_together(last)
+    sched += together[:1] + [[nxt[0]]] + together[1:] + wide(nxt[1:])
+    await tb.send_schedule(sched + IDLE + [eos_all({0: 6, 1: 5, 2: 5})])
     model = await finish(tb)
-    assert await drops(tb, Reason.OVERFLOW) == 3
-    assert await tb.csr_read("OVERFLOW", 0) == 2 and await tb.csr_read("OVERFLOW", 1) == 1
+    assert await drops(tb, Reason.OVERFLOW) == 4
+    assert await tb.csr_read("OVERFLOW", 0) == 3 and await tb.csr_read("OVERFLOW", 1) == 1
     assert await tb.csr_read("ROWS", 0) == 12 and await tb.csr_read("ROWS", 1) == 0
     assert await tb.csr_read("POOL_FREE") == 0
-    assert len(tb.credit_out) == 15
+    assert len(tb.credit_out) == 16
     assert sorted(set(flags(tb, model).values())) == list(range(P))
 
 
