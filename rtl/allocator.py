@@ -59,6 +59,14 @@ class AddressAllocator(wiring.Component):
         Region capacities (CSR).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far (CSR status, the final counts).
+    stop : In(lanes).array(experts)
+        Only when paged: per expert, one-hot, the page gate refused a grant (the pool had
+        no page for the tile its row starts; every later one of the expert in the cycle
+        with it) with ``a`` grants of the expert ahead of it (bit ``a``): the counters, which
+        add the requests in that cycle, are set in the next to their value before it plus
+        ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
+        gate refuses its requests of that cycle, as the model does: the pool is still
+        empty).
     formal_room, formal_cap : Out(cap_bits).array(experts) ; formal_room_ge : Out(lanes + 1).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. The proofs state
@@ -76,6 +84,9 @@ class AddressAllocator(wiring.Component):
             "formal_room": Out(cfg.cap_bits).array(E),
             "formal_cap": Out(cfg.cap_bits).array(E),
             "formal_room_ge": Out(cfg.lanes + 1).array(E),
+            # (paged) per expert, the grants that stand when the page gate refused one
+            # (:class:`~moehub.rtl.paging.PageGate`), one-hot
+            **({"stop": In(cfg.lanes).array(E)} if cfg.paged else {}),
         })
 
     def _grant(self, m, j, counters, room, room_ge):
@@ -164,6 +175,13 @@ class AddressAllocator(wiring.Component):
         m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
         if self.limit is not None:
             self._count_limit(m, room, aheads)
+        held = []
+        if cfg.paged:       # (a refusal of the page gate, and the counters before it)
+            for e in range(E):
+                held.append((Signal(L, name=f"stop_r{e}"), Signal(cfg.cap_bits, name=f"rows_r{e}"),
+                             Signal(cfg.cap_bits, name=f"room_r{e}")))
+                m.d.sync += [held[e][0].eq(self.stop[e]), held[e][1].eq(counters[e]),
+                             held[e][2].eq(room[e])]
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
@@ -183,12 +201,24 @@ class AddressAllocator(wiring.Component):
                 fits = [room_ge[e][n] for n in range(L + 1)]
                 ge = [room[e] >= x for x in range(2 * L + 1)]
                 # (room - n >= k is room >= n + k where n fits, and 0 >= k where it does not)
-                m.d.sync += room_ge[e].eq(Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any()
-                                                          for k in range(1, L + 1))))
-                m.d.sync += [
-                    counters[e].eq(select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
-                                           for n in range(L + 1)], cfg.cap_bits)),
-                    room[e].eq(select([(is_n[n], Mux(fits[n], room[e] - n, 0)) for n in range(L + 1)],
-                                      cfg.cap_bits)),
-                ]
+                nxt_ge = Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any()
+                                         for k in range(1, L + 1)))
+                nxt_rows = select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
+                                   for n in range(L + 1)], cfg.cap_bits)
+                nxt_room = select([(is_n[n], Mux(fits[n], room[e] - n, 0)) for n in range(L + 1)],
+                                  cfg.cap_bits)
+                if cfg.paged:
+                    # (a page refused: the counters add every request now, and are set a
+                    # cycle later, from registers, to the grants that stood -- the page gate
+                    # refuses the expert's requests of that cycle: the pool is still empty;
+                    # room_ge with them, from compares of the held room register)
+                    stop_r, rows_r, room_r = held[e]
+                    nxt_rows = Mux(stop_r.any(), select([(stop_r[a], rows_r + a) for a in range(L)],
+                                                        cfg.cap_bits), nxt_rows)
+                    nxt_room = Mux(stop_r.any(), select([(stop_r[a], room_r - a) for a in range(L)],
+                                                        cfg.cap_bits), nxt_room)
+                    held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & (room_r >= a + k) for a in range(L))).any()
+                                              for k in range(1, L + 1)))
+                    nxt_ge = Mux(stop_r.any(), held_ge, nxt_ge)
+                m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room), room_ge[e].eq(nxt_ge)]
         return m

@@ -5,7 +5,8 @@ Read-write registers are stored here and exported as signals named after the reg
 names; CTRL bits are one-cycle strobes. Software-visible rules:
 
 * TILE_ROWS_LOG2 writes are clamped to [log2(min_tile_rows), log2(max_tile_rows)];
-* REGION_CAP writes are clamped to max_rows_per_expert;
+* REGION_CAP writes are clamped to max_rows_per_expert; POOL_CAP (protocol v2) to the
+  rows the pool addresses;
 * reads of unmapped or write-only addresses return 0; writes to read-only ones are ignored.
 """
 from amaranth import Module, Mux, Signal
@@ -36,7 +37,8 @@ class CsrBank(wiring.Component):
     <register> : Out(width) or In(width), ``.array(count)`` for arrays
         One port per register of :class:`~moehub.rtl.csr_map.CsrMap` except ID, PARAMS and
         CTRL, named in lower case: read-write registers drive an output, read-only ones
-        are read from an input.
+        are read from an input; a write-only one (PAGE_FREE) drives the word written and
+        ``<register>_w``, a strobe in the cycle of the write.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -46,6 +48,10 @@ class CsrBank(wiring.Component):
                    "start": Out(1), "flush": Out(1), "clear_errors": Out(1)}
         for r in self.map.registers.values():
             if r.name in _CONSTANT or r.name == "CTRL":
+                continue
+            if r.access == "wo":        # (PAGE_FREE) the word written, and a strobe
+                members[r.name.lower()] = Out(r.width)
+                members[r.name.lower() + "_w"] = Out(1)
                 continue
             port = (Out if r.access == "rw" else In)(r.width)
             members[r.name.lower()] = port.array(r.count) if r.array else port
@@ -77,6 +83,8 @@ class CsrBank(wiring.Component):
                 return Mux(value < lo_log2, lo_log2, Mux(value > hi_log2, hi_log2, value))
             if name == "REGION_CAP":
                 return Mux(value > cfg.max_rows_per_expert, cfg.max_rows_per_expert, value)
+            if name == "POOL_CAP":
+                return Mux(value > cfg.pool_rows, cfg.pool_rows, value)
             return value
 
         ctrl_hit = bus.w_stb & (bus.addr == cmap.addr("CTRL"))
@@ -85,6 +93,10 @@ class CsrBank(wiring.Component):
             self.flush.eq(ctrl_hit & ((wd & CTRL_FLUSH) != 0)),
             self.clear_errors.eq(ctrl_hit & ((wd & CTRL_CLEAR_ERRORS) != 0)),
         ]
+        for r in cmap.registers.values():
+            if r.access == "wo" and r.name != "CTRL":
+                m.d.comb += [getattr(self, r.name.lower()).eq(wd[:r.width]),
+                             getattr(self, r.name.lower() + "_w").eq(bus.w_stb & (bus.addr == r.addr()))]
         with m.If(bus.w_stb):
             with m.Switch(bus.addr):
                 for name, elems in store.items():

@@ -23,13 +23,14 @@ from amaranth import Module, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config.schema import HubConfig
+from ..config.schema import ConfigError, HubConfig
 from .allocator import AddressAllocator
 from .csr import CsrBank
 from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
 from .event_queue import EventQueue
-from .layouts import HubLayouts, csr_bus_signature
+from .layouts import HubLayouts, csr_bus_signature, paged
 from .packet_manager import PacketManager
+from .paging import PageGate
 from .tracker import AvailabilityTracker
 
 #: The packet manager's status members the CSR bank reads under the same name.
@@ -54,6 +55,10 @@ class MoEHub(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
+        if paged(cfg) and cfg.count_packets:
+            # (the count gate predicts the grants of a cycle from the allocator's room; the
+            # page gate's refusals are not in that prediction yet)
+            raise ConfigError(f"hub[{cfg.name}]: paged regions with count packets are not in the RTL yet")
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
         self.csr_map = CsrMap(cfg)
@@ -81,7 +86,10 @@ class MoEHub(wiring.Component):
             wiring.connect(m, pm.wr[j], wiring.flipped(self.wr[j]))
         wiring.connect(m, pm.ev, events.push)
         wiring.connect(m, pm.cr, credits.push)
-        wiring.connect(m, pm.alloc, alloc.grant)
+        if paged(cfg):
+            self._pages(m, pm, alloc, tr, csr)
+        else:
+            wiring.connect(m, pm.alloc, alloc.grant)
         wiring.connect(m, events.o, tr.ev)
         wiring.connect(m, tr.ctl, wiring.flipped(self.ctl))
         wiring.connect(m, credits.o, wiring.flipped(self.credit))
@@ -93,6 +101,27 @@ class MoEHub(wiring.Component):
         self._csr(m, pm, alloc, tr, csr)
         m.d.comb += self.layer_done.eq(pm.layer_done)
         return m
+
+    def _pages(self, m, pm, alloc, tr, csr):
+        """(paged) The page gate between the packet manager's requests and the allocator:
+        it refuses grants the pool has no page for, gives each granted row its page and
+        keeps each expert's page (:mod:`moehub.rtl.paging`); PAGE_FREE, POOL_FREE,
+        POOL_BASE."""
+        cfg, L = self.cfg, self.cfg.lanes
+        m.submodules.pages = pg = PageGate(cfg)
+        g, a = pm.alloc, alloc.grant
+        m.d.comb += [a.req.eq(g.req), a.clear.eq(g.clear), pg.req.eq(g.req), pg.clear.eq(g.clear),
+                     pg.ok.eq(a.ok), g.ok.eq(pg.grant_ok),
+                     pg.tile_rows_log2.eq(csr.tile_rows_log2)]
+        for j in range(L):
+            m.d.comb += [a.expert[j].eq(g.expert[j]), pg.expert[j].eq(g.expert[j]),
+                         g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
+        for e in range(cfg.experts):
+            m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
+                         pg.rows[e].eq(alloc.rows[e]), pg.room[e].eq(alloc.formal_room[e])]
+        m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
+                     pm.page_bad.eq(pg.bad), pg.ret.eq(csr.page_free_w), pg.ret_page.eq(csr.page_free),
+                     csr.pool_free.eq(pg.free)]
 
     @staticmethod
     def _csr(m, pm, alloc, tr, csr):

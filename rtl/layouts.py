@@ -14,6 +14,11 @@ from .timing import GROUP_BITS
 
 
 
+def paged(cfg: HubConfig) -> bool:
+    """Paged regions in the pipeline (protocol v2: ``pool_pages > 0``, unicast rows)."""
+    return cfg.paged and not cfg.multicast
+
+
 def group_not_after(a, b):
     """Amaranth expression: group id ``a`` is the same as or older than ``b`` (mod 2**GROUP_BITS)."""
     return (b - a)[:GROUP_BITS] < (1 << (GROUP_BITS - 1))
@@ -42,7 +47,9 @@ class HubLayouts:
         #: The row-info table's entry: the row the allocator granted, and whether it did
         #: (``alloc``; else the row is being dropped). Written once per row, a few stages
         #: after the chunk table opened it.
-        self.row_info = data.StructLayout({"alloc": 1, "row": cfg.row_bits})
+        #: (paged: also the page of its tile)
+        self.row_info = data.StructLayout({"alloc": 1, "row": cfg.row_bits,
+                                           **({"page": cfg.page_bits} if paged(cfg) else {})})
         #: A per-row control event for the availability tracker (in row order).
         self.event = data.StructLayout({
             "complete": 1,                     # 0: metadata write of a new row; 1: row completed
@@ -52,6 +59,8 @@ class HubLayouts:
             # protocol v2 (count_packets): a count packet the packet manager applied (not
             # a row's event), its count (its source and expert in ``src``/``expert``)
             **({"cnt": 1, "count": cfg.count_bits} if cfg.count_packets else {}),
+            # protocol v2 (paged unicast): the page of the row's tile (its flag names it)
+            **({"page": cfg.page_bits} if paged(cfg) else {}),
         })
 
 

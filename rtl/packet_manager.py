@@ -76,6 +76,14 @@ met (COUNT_MISMATCH, like POST_EOS: its credit returns), and counts a last count
 the rows already in (COUNT_MISMATCH). An applied count goes on as an event, in lane
 order, so that the tracker sees it where the model does.
 
+With paged regions (protocol v2, ``pool_pages``; :mod:`moehub.rtl.paging`), the page gate
+between T's requests and the allocator refuses a grant the pool has no page for (OVERFLOW,
+like a full region) and gives each granted row its page: AL registers it, the row-info
+table keeps it beside the row, the data lands at ``POOL_BASE + (page << log2(tile rows) |
+row mod tile rows) * stride`` (the tile size one-hot from the gate), the row's events
+carry it to the tracker (a flag names its page); the pool's PAGE_BAD pulses are counted
+here.
+
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
 and no row is open (a row opened past its source's count, dropped, holds the layer open
 until it completes, or until the watchdog flushes it); every later group is dropped as
@@ -90,11 +98,12 @@ from ..config.schema import HubConfig
 from .chunk_table import ChunkTable, onehot_mux
 from .eos_tracker import EosTracker, dist_shape
 from .count_gate import CountGate
+from .paging import tile_sizes
 from .formats import PacketKind, Reason, config_reasons
 from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
-from .layouts import HubLayouts
+from .layouts import HubLayouts, paged
 from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount, select,
                     times_const)
 from .reservations import InputReservations
@@ -177,7 +186,8 @@ class StageLayouts:
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
-            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **al_cnt})
+            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **al_cnt,
+            **({"page": cfg.page_bits} if paged(cfg) else {})})
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
             "valid": 1, "pv": 1, "pre": cfg.addr_bits, "rowoff": cfg.addr_bits,
@@ -240,6 +250,10 @@ class PacketManager(wiring.Component):
             # (count_packets) the tracker's pulse: an expert short of its announced rows at
             # the sweep (COUNT_MISMATCH)
             **({"sweep_short": In(1)} if cfg.count_packets else {}),
+            # (paged) each granted row's page (the page gate's), the layer's tile size
+            # (one-hot over paging.tile_sizes), POOL_BASE, the pool's PAGE_BAD pulse
+            **({"alloc_page": In(cfg.page_bits).array(L), "tile_sh": In(len(tile_sizes(cfg))),
+                "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if paged(cfg) else {}),
         })
 
     def elaborate(self, platform):
@@ -699,16 +713,18 @@ class PacketManager(wiring.Component):
                 al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self._ovf(j)),
                 al.pkt.eq(t.pkt), al.slot.eq(t.slot), al.idx.eq(t.idx), al.row.eq(self.alloc.row[j]),
                 # (the expert's region base, looked up here: RI only adds the chunk offset)
-                al.base.eq(Array(self.region_base)[t.pkt.expert]),
+                al.base.eq(self.pool_base if paged(self.cfg) else Array(self.region_base)[t.pkt.expert]),
                 al.fwd.eq(t.fwd),
                 self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
             if self.cfg.count_packets:
                 m.d.sync += [al.cnt.eq(t.cadd), al.met.eq(self.alloc.met[j]), al.over.eq(self.alloc.over[j])]
+            if paged(self.cfg):
+                m.d.sync += al.page.eq(self.alloc_page[j])
             # (newest first: the group right ahead writes the table now, the one before it
             # wrote it as the entry was read; at most one lane of a group opens the row)
             m.d.sync += al.info.eq(newest_of(
-                [[(t.hit[k] & AL[k].opener, Cat(AL[k].ok, AL[k].row)) for k in range(len(AL))],
+                [[(t.hit[k] & AL[k].opener, self._grant_info(AL[k])) for k in range(len(AL))],
                  [(t.hit2[k] & self.ri_wen[k], self.ri_data[k]) for k in range(len(AL))]],
                 self.q_info[j], self.lay.row_info))
 
@@ -729,15 +745,15 @@ class PacketManager(wiring.Component):
         # the stored one -- and then the choice: the multiply does not wait for the choice)
         own_off = [Signal(cfg.addr_bits, name=f"own_off{j}") for j in range(cfg.lanes)]
         info_off = [Signal(cfg.addr_bits, name=f"info_off{j}") for j in range(cfg.lanes)]
-        m.d.comb += [own_off[j].eq(times_const(al.row, cfg.stride_bytes)) for j, al in enumerate(AL)]
-        m.d.comb += [info_off[j].eq(times_const(al.info.row, cfg.stride_bytes)) for j, al in enumerate(AL)]
+        m.d.comb += [own_off[j].eq(times_const(self._place(al), cfg.stride_bytes)) for j, al in enumerate(AL)]
+        m.d.comb += [info_off[j].eq(times_const(self._place(al.info), cfg.stride_bytes)) for j, al in enumerate(AL)]
         allocated, ev_valid = [], []
         for j, (al, b) in enumerate(zip(AL, B)):
             p = al.pkt
             info = Signal(self.lay.row_info, name=f"info{j}")
-            own = Cat(al.ok, al.row)   # row_info layout order: alloc, row
+            own = self._grant_info(al)   # row_info layout order: alloc, row (, page)
             m.d.comb += info.eq(Mux(al.opener, own, onehot_mux(
-                [(al.fwd[i], Cat(AL[i].ok, AL[i].row)) for i in range(j)], al.info)))
+                [(al.fwd[i], self._grant_info(AL[i])) for i in range(j)], al.info)))
             row_off = Mux(al.opener, own_off[j], onehot_mux(
                 [(al.fwd[i], own_off[i]) for i in range(j)], info_off[j]))
             allocated.append(info.alloc)
@@ -747,6 +763,8 @@ class PacketManager(wiring.Component):
             m.d.comb += ev_v.eq(_or((al.opener & al.ok) | (al.comp & info.alloc), self._al_cnt(al)))
             if self.cfg.count_packets:
                 m.d.sync += [b.ev.cnt.eq(al.cnt), b.ev.count.eq(p.count)]
+            if paged(cfg):
+                m.d.sync += b.ev.page.eq(info.page)
             ev_valid.append(ev_v)
             m.d.sync += [
                 b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
@@ -785,6 +803,19 @@ class PacketManager(wiring.Component):
             self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
 
+    def _grant_info(self, al):
+        """An AL record's grant as a row-info entry: alloc, row (, page when paged)."""
+        return Cat(al.ok, al.row, al.page) if paged(self.cfg) else Cat(al.ok, al.row)
+
+    def _place(self, rec):
+        """Where a row's data lands, in rows from the base: its row in the expert's region,
+        or (paged) ``page << log2(tile rows) | row mod tile rows`` in the pool."""
+        if not paged(self.cfg):
+            return rec.row
+        cfg = self.cfg
+        return select([(self.tile_sh[k], Cat(rec.row[:s], rec.page)) for k, s in enumerate(tile_sizes(cfg))],
+                      cfg.row_bits + cfg.page_bits)
+
     def _al_cnt(self, al):
         """AL's count packet that adds (an event for the tracker; None without count packets)."""
         return al.cnt if self.cfg.count_packets else None
@@ -794,7 +825,7 @@ class PacketManager(wiring.Component):
         a row in a group); the one-hot of each lane's index was registered by AL."""
         AL = self.al
         for e in range(self.cfg.entries):
-            hits = [(self.al_dec[j][e] & al.opener, Cat(al.ok, al.row)) for j, al in enumerate(AL)]
+            hits = [(self.al_dec[j][e] & al.opener, self._grant_info(al)) for j, al in enumerate(AL)]
             with m.If(Cat(sel for sel, _ in hits).any()):
                 m.d.sync += self.rowinfo[e].eq(select(hits, self.lay.row_info))
 
@@ -847,7 +878,8 @@ class PacketManager(wiring.Component):
             counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}")
         hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
         for r, bits in [*hits, (Reason.EOS_MISMATCH, list(self.eos.mismatch)),
-                        (Reason.OVERFLOW, [al.ovf for al in AL]), *self._count_reasons()]:
+                        (Reason.OVERFLOW, [al.ovf for al in AL]), *self._count_reasons(),
+                        *([(Reason.PAGE_BAD, [self.page_bad])] if paged(cfg) else [])]:
             # (the mismatches come late, behind the EOS tracker's per-lane select)
             inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}",
                           count_binary if r == Reason.EOS_MISMATCH else popcount)

@@ -74,7 +74,7 @@ from ..config.schema import HubConfig, index_bits
 from .final_counts import FinalCounts
 from .formats import CtlKind
 from .interfaces import layer_handshake_signature, ordering_guard_signature, tracker_csr_signature
-from .layouts import GROUP_BITS, HubLayouts, group_not_after
+from .layouts import GROUP_BITS, HubLayouts, group_not_after, paged
 
 #: Kinds of the words in the tracker's pipeline: events, the sweep's and the clear's
 #: pseudo-events.
@@ -199,7 +199,9 @@ class TrackerLayouts:
         self.s0_out = data.StructLayout({
             "valid": 1, "oh": 6, "row": cfg.cap_bits, "src": cfg.src_bits,
             "token": cfg.token_bits, "slot": cfg.slot_bits, "group": GROUP_BITS,
-            "addr": aw, "off": self.off_bits})
+            "addr": aw, "off": self.off_bits,
+            # (paged) the page a flag names: the completion's, or the expert's current one
+            **({"page": cfg.page_bits} if paged(cfg) else {})})
         self.s1_out = data.StructLayout({
             "valid": 1, "we": 1, "wzero": 1, "always": 1, "flag": 1, "guarded": 1,
             "group": GROUP_BITS, "addr": aw, "cnt": self.count_bits,
@@ -264,6 +266,8 @@ class AvailabilityTracker(wiring.Component):
             "guard": In(ordering_guard_signature(cfg)),
             # (count_packets) an expert short of its announced rows at the sweep
             **({"sweep_short": Out(1)} if cfg.count_packets else {}),
+            # (paged) each expert's current page: a partial last tile's flag names it
+            **({"cur_page": In(cfg.page_bits).array(E)} if paged(cfg) else {}),
         })
 
     def elaborate(self, platform):
@@ -375,6 +379,8 @@ class AvailabilityTracker(wiring.Component):
         m.d.comb += [s0.valid.eq(pick.valid), s0.oh.eq(1 << pick.kind), s0.row.eq(pick.row),
                      s0.src.eq(ev.src), s0.token.eq(ev.token), s0.slot.eq(ev.slot),
                      s0.group.eq(ev.group)]
+        if paged(self.cfg):     # (a completion's page; a last tile's: its expert's page)
+            m.d.comb += s0.page.eq(Mux(pick.kind == K_CPL, ev.page, Array(self.cur_page)[pick.expert]))
         if self.fin is not None:
             self._s0_final(m, mode, pick, s0, go, sq)
         with m.If(go):
@@ -422,7 +428,7 @@ class AvailabilityTracker(wiring.Component):
         value = Signal(t.word_bits, name="value")
         m.d.comb += value.eq(Mux(is_meta, Cat(t1.src, t1.token, t1.slot), 0)
                              | Mux(is_count, t1.row, 0)
-                             | Mux(is_cpl | is_last | is_done, cfg.epoch, 0))
+                             | Mux(is_cpl | is_last | is_done, self._flag_value(t1, cfg, is_done), 0))
         kind = Signal(2, name="kind")
         m.d.comb += kind.eq(Mux(is_meta, CtlKind.META, 0) | Mux(is_cpl | is_last, CtlKind.FLAG, 0)
                             | Mux(is_count, CtlKind.COUNT, 0) | Mux(is_done, CtlKind.DONE, 0))
@@ -442,6 +448,13 @@ class AvailabilityTracker(wiring.Component):
         ]
         with m.If(go):
             m.d.sync += t2.load(s1)
+
+    def _flag_value(self, t1, cfg, is_done):
+        """A flag's (and the done word's) value: the epoch; paged, a flag's is the epoch's
+        low 16 bits and its page above (formats.flag_word)."""
+        if not paged(self.cfg):
+            return cfg.epoch
+        return Mux(is_done, cfg.epoch, Cat(cfg.epoch[:16], t1.page))
 
     def _chunked_add(self, m, base, off):
         """S1's half of ``base + off``: per chunk, the sum without the carry in, and its

@@ -429,7 +429,10 @@ class HubTB:
                 if fa not in flags:
                     continue
                 for c in range(cfg.chunks_per_row):
-                    a = data_addr(cfg, model.region_base[x], r, c)
+                    if cfg.paged and not cfg.multicast:     # (in its tile's page)
+                        a = data_addr(cfg, model.pool_base, model.row_loc[(x, r)], c)
+                    else:
+                        a = data_addr(cfg, model.region_base[x], r, c)
                     assert last_write.get(a, -1) < flags[fa], \
                         f"flag of expert {x} tile {tile} at cycle {flags[fa]} before its row {r} " \
                         f"chunk {c} write at {last_write.get(a)} (seed {self.seed})"

@@ -229,6 +229,7 @@ class HubModel:
         self.drop_counts = [0] * len(Reason)
         self.tile_count: dict[tuple, int] = {}
         self.last_page: dict[tuple, int] = {}    # (expert, tile) -> its page (paged unicast)
+        self.row_loc: dict[tuple, int] = {}      # (expert, row) -> its place in the pool (paged unicast)
         self.inflight = 0
         self.tiles_flagged: list[tuple] = []
         # protocol v2: count packets (per source and expert), rows completed, experts whose
@@ -389,6 +390,8 @@ class HubModel:
         e.rows = tuple(self.rows[x] for x, _ in dests)
         e.row = e.rows[0]
         e.loc, e.page = self._place(dests[0][0], e.row)
+        if cfg.paged and not cfg.multicast:
+            self.row_loc[(e.expert, e.row)] = e.loc
         for (x, slot), row in zip(dests, e.rows):
             self.rows[x] += 1
             fields = dict(src=s, token=pkt.token, slot=slot)

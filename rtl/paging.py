@@ -1,0 +1,266 @@
+"""Paged regions in the hub pipeline (protocol v2, issue 14; ``pool_pages > 0``, unicast).
+
+Two units, between the packet manager's T stage and the allocator:
+
+* :class:`PageSupply` -- the page pool of :class:`~moehub.rtl.page_pool.PagePool` (returned
+  pages first, oldest first, then pages never handed out, in order; returns checked
+  against ``in_use`` in the same four register stages, reused from it), but able to hand
+  out up to ``lanes`` pages in one cycle: the returned pages wait in a ring of registers
+  whose first ``lanes`` entries are read at once (the i-th take gets the ring's i-th
+  page, or, past the ring's count, the fresh page ``fresh + i - count``). Every candidate
+  is formed from registers; the takes of a cycle (a one-hot count) only select the next
+  state.
+* :class:`PageGate` -- the rows the allocator grants in one cycle, in lane order: a row
+  that starts a tile (its row in the expert is a multiple of the layer's tile rows) takes
+  the next page of the pool; when the pool has none left for it, the row is refused
+  (``OVERFLOW``, like a full region) and so is every later row of its expert in the cycle
+  (they would start the same tile). The gate vetoes those grants (the allocator then adds
+  to its counters the expert's grants ahead of the first refusal, ``stop``), gives each
+  granted row its page (the page it took, or its expert's current
+  page, or the page an earlier lane of the cycle took for the expert) and keeps each
+  expert's current page (the sweep's flag of a partial last tile names it).
+
+Timing: whether a lane's row starts a tile and fits its region is formed, as the
+allocator forms its grants, for every count of requests ahead of it from the allocator's
+registers (``rows``, ``room``) and chosen by that count, so the pool's verdict does not
+wait for the grant's row. No verdict reaches a counter in its own cycle: the pool's state
+follows its takes a cycle late (this cycle's pages are read past the takes still pending,
+from registers), and after a refusal the allocator's counters, which added every request
+of the cycle, are set in the next cycle, from registers, to the grants that stood
+(``stop``); meanwhile the gate refuses that expert's requests (``page_refused``), as the
+model does -- the pool, which served every page it had before the refusal, is still
+empty.
+
+Why several takes a cycle rather than the one-take pool with a prefetched page per expert:
+the reference model (``HubModel._place``) takes a page at the moment a row starts a tile,
+in packet order, and refuses the row when the pool is empty then; a prefetch (or a
+one-a-cycle refill) would make which page an expert gets, and when the pool counts as
+empty, depend on cycle timing, so the RTL would no longer match a cycle-free model, and
+pages held in prefetch slots would be invisible to software (neither free nor named by a
+flag). Several experts do start tiles in the same cycle (the start of a layer), so the
+pool serves them all. The cost is the ring of ``pool_pages`` registers with ``lanes`` read
+ports (a mux of ``pool_pages`` entries per port); a large pool would bank the ring in
+``lanes`` memories (entry i in bank i mod lanes, so the first ``lanes`` entries are one
+read per bank) -- not done here.
+
+A page handed back (``PAGE_FREE``) joins the ring four cycles after its write (the return
+check), the model at the write: software hands pages back between layers (while no row
+starts a tile) and then both agree.
+"""
+from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .logic import count_onehot, exactly, select
+from .page_pool import PagePool
+
+
+def tile_sizes(cfg: HubConfig) -> list:
+    """log2 of every tile size a layer may use (TILE_ROWS_LOG2 is clamped to these)."""
+    return list(range(cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length()))
+
+
+class PageSupply(PagePool):
+    """The page pool, up to ``lanes`` takes a cycle (see the module docstring).
+
+    Attributes
+    ----------
+    avail : Out(lanes)
+        Bit i: more than i pages are free (the i-th take of this cycle gets one).
+    page : Out(page_bits).array(lanes)
+        The page the i-th take of this cycle gets.
+    take : In(lanes + 1)
+        How many pages are taken this cycle, a one-hot (bit 0: none); at most the pages
+        free.
+    ret, ret_page, bad, free
+        As :class:`~moehub.rtl.page_pool.PagePool`'s (PAGE_FREE, PAGE_BAD, POOL_FREE).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.paged:
+            self._MustUse__silence = True
+            raise ValueError(f"hub[{cfg.name}]: a page supply needs pool_pages > 0")
+        self.cfg = cfg
+        L, P = cfg.lanes, cfg.pool_pages
+        wiring.Component.__init__(self, {
+            "avail": Out(L), "page": Out(cfg.page_bits).array(L), "take": In(L + 1),
+            "ret": In(1), "ret_page": In(16), "bad": Out(1), "free": Out(range(P + 1), init=P),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, L, P, pb = self.cfg, self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
+        ring = Array(Signal(pb, name=f"ring{p}") for p in range(P))
+        head = Signal(range(P), name="head")
+        tail = Signal(range(P), name="tail")
+        count = Signal(range(P + 1), name="ring_count")     # returned pages waiting
+        fresh = Signal(range(P + 1), name="fresh")          # pages 0 .. fresh-1 handed out once
+        nfree = Signal(range(P + 1), name="nfree", init=P)  # count + P - fresh, as a register
+        in_use = Signal(P, name="in_use")
+        # The state follows the takes a cycle late (``pend``: the takes of the cycle before,
+        # a one-hot register), so that no take reaches it in its own cycle: this cycle's
+        # pages are the ones past the pending takes.
+        pend = Signal(L + 1, name="pend", init=1)
+        m.d.sync += pend.eq(self.take)
+        # ---- the pages in order, from registers: the ring's entries, then fresh ones
+        seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
+        for n in range(2 * L):
+            fresh_n = (fresh - count + n)[:pb]
+            if n < P:
+                idx = Signal(range(P), name=f"ring_idx{n}")
+                wrap = head + n
+                m.d.comb += idx.eq(Mux(wrap >= P, wrap - P, wrap) if n else head)
+                m.d.comb += seq[n].eq(Mux(count > n, ring[idx], fresh_n))
+            else:
+                m.d.comb += seq[n].eq(fresh_n)
+        for i in range(L):
+            m.d.comb += [self.page[i].eq(select([(pend[n], seq[n + i]) for n in range(L + 1)], pb)),
+                         self.avail[i].eq(Cat(pend[n] & (nfree > n + i) for n in range(L + 1)).any())]
+        # ---- k pages taken (k one-hot): min(k, count) from the ring, the rest fresh
+        k = pend
+        nxt_head, nxt_count, nxt_fresh, nxt_free = [], [], [], []
+        for n in range(L + 1):
+            from_ring = Mux(count >= n, n, count)
+            h = head + from_ring
+            nxt_head.append((k[n], Mux(h >= P, h - P, h)))
+            nxt_count.append((k[n], count - from_ring))
+            nxt_fresh.append((k[n], fresh + (n - from_ring)))
+            nxt_free.append((k[n], nfree - n))
+        good, good_page = self._returns(m, in_use)
+        m.d.sync += [head.eq(select(nxt_head, len(head))),
+                     fresh.eq(select(nxt_fresh, len(fresh))),
+                     count.eq(select(nxt_count, len(count)) + good),
+                     nfree.eq(select(nxt_free, len(nfree)) + good)]
+        with m.If(good):
+            m.d.sync += [ring[tail].eq(good_page), tail.eq(Mux(tail == P - 1, 0, tail + 1))]
+        # ---- in_use: set by the takes, cleared by a good return (never a page taken now)
+        taken = Signal(P, name="taken_bits")
+        took = [Cat(k[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happened
+        m.d.comb += taken.eq(Cat(*(Cat(took[i] & (seq[i] == p) for i in range(L)).any()
+                                   for p in range(P))))
+        cleared = Signal(P, name="cleared_bits")
+        m.d.comb += cleared.eq(Mux(good, Const(1, P) << good_page, 0))
+        m.d.sync += in_use.eq((in_use | taken) & ~cleared)
+        m.d.comb += self.free.eq(nfree)
+        return m
+
+
+class PageGate(wiring.Component):
+    """Pages for the rows the allocator grants (see the module docstring).
+
+    Attributes
+    ----------
+    req : In(lanes), expert : In(experts).array(lanes)
+        The packet manager's row requests (lane order; the expert one-hot).
+    row : In(row_bits).array(lanes), ok : In(lanes)
+        The allocator's grants (room in the region).
+    rows, room : In(cap_bits).array(experts)
+        The allocator's counters (registers): whether a lane's row starts a tile and fits
+        is formed from them for every count of requests ahead, as the allocator forms its
+        grants, so the pool's verdict does not wait for the grant's row.
+    clear : In(1)
+        Layer start: latch the tile size.
+    tile_rows_log2 : In(8)
+        The CSR (clamped by the bank), latched at ``clear``.
+    veto : Out(lanes)
+        Grants refused for want of a page.
+    stop : Out(lanes).array(experts)
+        Per expert, one-hot: its first refused lane had ``a`` grants of the expert ahead of
+        it in the cycle (bit ``a``), which are all that stand; the allocator adds ``a`` to
+        its counters instead of its requests (none set: no refusal).
+    grant_ok : Out(lanes)
+        ``ok`` and not vetoed: the packet manager's grant.
+    page : Out(page_bits).array(lanes)
+        The page of each granted row.
+    cur_page : Out(page_bits).array(experts)
+        Each expert's page (of its last tile): the flag of a partial last tile names it.
+    tile_sh : Out(len(tile_sizes))
+        The layer's tile size, one-hot over :func:`tile_sizes` (the packet manager places
+        a row at ``page << log2(tile) | row mod tile``).
+    ret, ret_page, bad, free
+        PAGE_FREE, PAGE_BAD, POOL_FREE (the pool's).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        self.cfg = cfg
+        L, E, pb = cfg.lanes, cfg.experts, cfg.page_bits
+        super().__init__({
+            "req": In(L), "expert": In(E).array(L),
+            "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
+            "rows": In(cfg.cap_bits).array(E), "room": In(cfg.cap_bits).array(E),
+            "stop": Out(L).array(E),
+            "tile_rows_log2": In(8),
+            "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
+            "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
+            "ret": In(1), "ret_page": In(16), "bad": Out(1),
+            "free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, L, E, pb = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.page_bits
+        m.submodules.pool = pool = PageSupply(cfg)
+        m.d.comb += [pool.ret.eq(self.ret), pool.ret_page.eq(self.ret_page),
+                     self.bad.eq(pool.bad), self.free.eq(pool.free)]
+        # ---- the layer's tile size, latched at its start
+        sizes = tile_sizes(cfg)
+        tile_m1 = Signal(cfg.row_bits, name="page_tile_m1")
+        sh = Signal(len(sizes), name="page_tile_sh", init=1 << sizes.index(cfg.tile_rows.bit_length() - 1))
+        with m.If(self.clear):
+            m.d.sync += [sh.eq(Cat(self.tile_rows_log2 == s for s in sizes)),
+                         tile_m1.eq(select([(self.tile_rows_log2 == s, (1 << s) - 1) for s in sizes],
+                                           cfg.row_bits))]
+        m.d.comb += self.tile_sh.eq(sh)
+        cur = [Signal(pb, name=f"cur_page{e}") for e in range(E)]
+        m.d.comb += [self.cur_page[e].eq(cur[e]) for e in range(E)]
+        # ---- lane order: which grants start a tile, which of those the pool serves
+        req, oh = self.req, self.expert
+        same = [[req[i] & (oh[i] & oh[j]).any() for i in range(j)] for j in range(L)]
+        ahead = [[Signal(name=f"page_ahead{j}_is{a}") for a in range(j + 1)] for j in range(L)]
+        m.d.comb += [ahead[j][a].eq(exactly(same[j], a)) for j in range(L) for a in range(j + 1)]
+        # (expert e's row rows[e] + a fits its region and starts a tile: from registers)
+        starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
+        m.d.comb += [starts[e][a].eq((self.room[e] > a) & (((self.rows[e] + a)[:cfg.row_bits] & tile_m1) == 0))
+                     for e in range(E) for a in range(L)]
+        # (an expert refused a page last cycle: the allocator's counters for it are a cycle
+        # wrong, and the pool is still empty, so its rows are refused now)
+        refused = Signal(E, name="page_refused")
+        held = [Signal(name=f"page_held{j}") for j in range(L)]
+        m.d.comb += [held[j].eq(Cat(oh[j][e] & refused[e] for e in range(E)).any()) for j in range(L)]
+        needs = [Signal(name=f"page_needs{j}") for j in range(L)]
+        for j in range(L):
+            starts_if = [Cat(oh[j][e] & starts[e][a] for e in range(E)).any() for a in range(j + 1)]
+            m.d.comb += needs[j].eq(req[j] & ~held[j]
+                                    & Cat(ahead[j][a] & starts_if[a] for a in range(j + 1)).any())
+        served = [Signal(name=f"page_served{j}") for j in range(L)]     # takes a page
+        short = [Signal(name=f"page_short{j}") for j in range(L)]       # needs one, none left
+        for j in range(L):
+            fits = Cat(exactly(needs[:j], n) & pool.avail[n] for n in range(j + 1)).any()
+            m.d.comb += [served[j].eq(needs[j] & fits), short[j].eq(needs[j] & ~fits)]
+        first = []
+        for j in range(L):
+            later = Cat(short[i] & same[j][i] for i in range(j)).any() if j else Const(0)
+            first.append(short[j] & ~later)
+            m.d.comb += [self.veto[j].eq(req[j] & (short[j] | later | held[j])),
+                         self.grant_ok[j].eq(self.ok[j] & ~self.veto[j])]
+        for e in range(E):
+            m.d.comb += self.stop[e].eq(Cat(
+                Cat(first[j] & oh[j][e] & ahead[j][a] for j in range(a, L)).any() for a in range(L)))
+        m.d.sync += refused.eq(Cat(self.stop[e].any() for e in range(E)))
+        m.d.comb += pool.take.eq(Cat(*count_onehot(served)))
+        # ---- each granted row's page: the page it took; else the newest page an earlier
+        # lane took for its expert in this cycle; else its expert's current page
+        new = [Signal(pb, name=f"page_new{j}") for j in range(L)]
+        for j in range(L):
+            m.d.comb += new[j].eq(select([(exactly(needs[:j], n), pool.page[n]) for n in range(j + 1)], pb))
+        for j in range(L):
+            mine = select([(oh[j][e], cur[e]) for e in range(E)], pb)
+            for i in range(j):                         # oldest first: the newest wins
+                mine = Mux(served[i] & same[j][i], new[i], mine)
+            m.d.comb += self.page[j].eq(Mux(served[j], new[j], mine))
+        for e in range(E):
+            for j in range(L):                         # the last lane's take wins
+                with m.If(served[j] & oh[j][e]):
+                    m.d.sync += cur[e].eq(new[j])
+        return m
