@@ -50,7 +50,11 @@ def result_from_player(cfg: HubConfig, res: PlayerResult) -> HubResult:
         elif w.kind == CtlKind.DONE:
             done = cyc
     drops = sum(v for (name, _), v in res.csr.items() if name == "DROPS")
-    return HubResult(tile_ready=res.tile_ready(cfg, lay["flag_base"]), counts=counts,
+    tiles = res.tile_ready(cfg, lay["flag_base"])
+    return HubResult(tile_ready=tiles, counts=counts,
+                     # (paged, one layer from a fresh pool: every page taken starts a tile,
+                     # and every started tile is flagged, full or at the sweep)
+                     pages=len(tiles) if cfg.paged else 0,
                      credits=[(s, t, c) for c, s, t in res.credits], alloc=alloc,
                      done_cycle=done, drops=drops, count_cycle=count_cycle,
                      packets=len(res.accepted))

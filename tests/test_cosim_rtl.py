@@ -77,6 +77,9 @@ def test_hub_features_the_rtl_lacks_are_refused_up_front(tmp_path, capsys):
                      "--no-figure", "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
         assert "--hub-features" in err and "['multicast']: not in the hub RTL" in err, err
+    assert main(["cosim", "--tokens", "4", "--rtl-gpus", "0", "--hub-features", "early_counts,paged",
+                 "--no-figure", "--out", str(tmp_path)]) == 2
+    assert "early_counts and paged together: not in the hub RTL" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())              # nothing written
 
 
@@ -92,15 +95,16 @@ def test_cosim_command_with_hub_features(tmp_path, capsys):
 
 @pytest.mark.slow
 @needs("icarus")
-def test_count_packets_through_the_rtl_in_the_loop(tmp_path, capsys):
-    """The main job with count packets (``--hub-features early_counts``) and GPU 0's hub in
-    RTL: the co-simulation's count packets go through the Verilog, whose control writes,
-    credits and data writes equal the reference model's (a ~60 s build and ~20 s of
-    Icarus: slow set)."""
+@pytest.mark.parametrize("feature", ["early_counts", "paged"])
+def test_v2_features_through_the_rtl_in_the_loop(tmp_path, capsys, feature):
+    """The main job with a protocol-v2 feature (count packets; paged regions) and GPU 0's
+    hub in RTL: the co-simulation's v2 traffic goes through the Verilog, whose control
+    writes, credits and data writes equal the reference model's (a ~60 s build and ~20 s
+    of Icarus each: slow set)."""
     from moehub.scripts.cli import main
-    assert main(["cosim", "--tokens", "4", "--rtl-gpus", "0", "--hub-features", "early_counts",
+    assert main(["cosim", "--tokens", "4", "--rtl-gpus", "0", "--hub-features", feature,
                  "--sim", "icarus", "--systems", "bulk", "--no-figure", "--out", str(tmp_path),
                  "--run", "rtl"]) == 0
     out = capsys.readouterr().out
-    assert "GPU 0 hub in RTL (cocotb + Icarus)" in out and "protocol v2: early_counts" in out
+    assert "GPU 0 hub in RTL (cocotb + Icarus)" in out and f"protocol v2: {feature}" in out
     assert "outputs identical" in out and "allocation same" in out
