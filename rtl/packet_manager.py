@@ -182,7 +182,11 @@ class StageLayouts:
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
             "req": 1, "req_oh": cfg.experts, "fwd": L, "exp_oh": cfg.experts, "same_exp": L,
-            "hit": L, "hit2": L, **t_cnt})
+            "hit": L, "hit2": L, **t_cnt,
+            # (paged) bit a: a requests of the lane's expert ahead of it in the group, zero
+            # without a request (the page gate's lane order starts at a register, not at a
+            # count of T's verdicts)
+            **({"ahead": L} if paged(cfg) else {})})
         #: AL: the grant, the region base, the row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
@@ -250,9 +254,11 @@ class PacketManager(wiring.Component):
             # (count_packets) the tracker's pulse: an expert short of its announced rows at
             # the sweep (COUNT_MISMATCH)
             **({"sweep_short": In(1)} if cfg.count_packets else {}),
-            # (paged) each granted row's page (the page gate's), the layer's tile size
-            # (one-hot over paging.tile_sizes), POOL_BASE, the pool's PAGE_BAD pulse
-            **({"alloc_page": In(cfg.page_bits).array(L), "tile_sh": In(len(tile_sizes(cfg))),
+            # (paged) for the page gate, bit a of lane j: a requests of its expert ahead of
+            # it in the group (a register of T); each granted row's page (the gate's), the
+            # layer's tile size (one-hot over paging.tile_sizes), POOL_BASE, PAGE_BAD's pulse
+            **({"alloc_ahead": Out(L).array(L),
+                "alloc_page": In(cfg.page_bits).array(L), "tile_sh": In(len(tile_sizes(cfg))),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if paged(cfg) else {}),
         })
 
@@ -619,11 +625,12 @@ class PacketManager(wiring.Component):
         }
         self.t_reasons = Signal(self.stages.reasons, name="t_reasons")
         m.d.sync += [getattr(self.t_reasons, r.name.lower()).eq(Cat(*hits)) for r, hits in reasons.items()]
+        reqs = [Signal(name=f"t_req{j}") for j in range(L)]
+        m.d.comb += [reqs[j].eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]) for j, r in enumerate(R)]
         for j, (r, t) in enumerate(zip(R, T)):
-            req = Signal(name=f"t_req{j}")
+            req = reqs[j]
             exp_oh = Signal(E, name=f"t_exp_oh{j}")
-            m.d.comb += [req.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]),
-                         exp_oh.eq(Cat(r.pkt.expert == e for e in range(E)))]
+            m.d.comb += exp_oh.eq(Cat(r.pkt.expert == e for e in range(E)))
             m.d.sync += [
                 t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),
@@ -647,6 +654,9 @@ class PacketManager(wiring.Component):
             # then starts from a register, not behind the entries-to-one read)
             m.d.sync += self.q_info[j].eq(select([(self.r_sel[j][e], self.rowinfo[e])
                                                   for e in range(self.cfg.entries)], self.lay.row_info))
+            if paged(self.cfg):
+                m.d.sync += t.ahead.eq(Mux(req, Cat(exactly([reqs[i] & r.same_exp[i] for i in range(j)], a)
+                                                    for a in range(L)), 0))
             if self.cfg.count_packets:
                 add = self.gate.add[j]
                 m.d.sync += [t.cnt.eq(live & r.cnt & ~r.bad_exp), t.cadd.eq(live & add),
@@ -663,6 +673,8 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.alloc.req.eq(self.req)]
         m.d.comb += [self.alloc.expert[j].eq(t.exp_oh if counted else t.req_oh) for j, t in enumerate(T)]
         m.d.comb += [self.alloc.same[j].eq(t.same_exp[:j]) for j, t in enumerate(T)]
+        if paged(self.cfg):
+            m.d.comb += [self.alloc_ahead[j].eq(t.ahead) for j, t in enumerate(T)]
         if counted:
             self._t_thresholds(m, v)
 

@@ -153,6 +153,11 @@ class PageGate(wiring.Component):
     ----------
     req : In(lanes), expert : In(experts).array(lanes)
         The packet manager's row requests (lane order; the expert one-hot).
+    same, ahead : In(lanes).array(lanes)
+        Bit i of ``same[j]`` (i < j): lanes i and j name the same expert; bit a of
+        ``ahead[j]``: ``a`` requests of lane j's expert ahead of it (one-hot; zero when lane
+        j asks for no row). Both are registers of T (the lane order then starts at flops,
+        not at a count of requests).
     row : In(row_bits).array(lanes), ok : In(lanes)
         The allocator's grants (room in the region).
     rows, room : In(cap_bits).array(experts)
@@ -186,7 +191,7 @@ class PageGate(wiring.Component):
         self.cfg = cfg
         L, E, pb = cfg.lanes, cfg.experts, cfg.page_bits
         super().__init__({
-            "req": In(L), "expert": In(E).array(L),
+            "req": In(L), "expert": In(E).array(L), "same": In(L).array(L), "ahead": In(L).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
             "rows": In(cfg.cap_bits).array(E), "room": In(cfg.cap_bits).array(E),
             "stop": Out(L).array(E),
@@ -216,9 +221,8 @@ class PageGate(wiring.Component):
         m.d.comb += [self.cur_page[e].eq(cur[e]) for e in range(E)]
         # ---- lane order: which grants start a tile, which of those the pool serves
         req, oh = self.req, self.expert
-        same = [[req[i] & (oh[i] & oh[j]).any() for i in range(j)] for j in range(L)]
-        ahead = [[Signal(name=f"page_ahead{j}_is{a}") for a in range(j + 1)] for j in range(L)]
-        m.d.comb += [ahead[j][a].eq(exactly(same[j], a)) for j in range(L) for a in range(j + 1)]
+        same = [[req[i] & req[j] & self.same[j][i] for i in range(j)] for j in range(L)]
+        ahead = [[self.ahead[j][a] for a in range(j + 1)] for j in range(L)]
         # (expert e's row rows[e] + a fits its region and starts a tile: from registers)
         starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
         m.d.comb += [starts[e][a].eq((self.room[e] > a) & (((self.rows[e] + a)[:cfg.row_bits] & tile_m1) == 0))

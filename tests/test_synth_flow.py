@@ -129,10 +129,12 @@ def test_gate_level_netlist_compiles(tiny_report):
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog (iverilog) not installed")
 def test_gate_level_smoke(tiny_report):
     """cocotb tests of the hub on the synthesized OSU018 netlist (cell models, SRAM macro
-    model): synthesis preserved behaviour, checked by the same scoreboard as the RTL."""
+    model): synthesis preserved behaviour, checked by the same scoreboard as the RTL.
+    (Slow set: 23 s on Icarus; the fast set compiles the netlist, test above.)"""
     from moehub.verif.runner import run_hub_cocotb
     cfg, out, rep = tiny_report
     gl = rep["asic"]["gate_level_sim"]
