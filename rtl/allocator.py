@@ -68,10 +68,11 @@ class AddressAllocator(wiring.Component):
         gate refuses its requests of that cycle, as the model does: the pool is still
         empty).
     formal_room, formal_cap : Out(cap_bits).array(experts) ; formal_room_ge : Out(lanes + 1).array(experts)
-        Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
+        For the proofs (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. The proofs state
         ``rows + room == cap`` with them, the invariant k-induction needs to close; and
         that the registered compares ``room_ge`` (bit n: ``room >= n``) agree with the room.
+        (Paged, the page gate reads ``room_ge``: whether a row fits, from registers.)
     """
 
     def __init__(self, cfg: HubConfig):

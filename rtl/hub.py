@@ -119,7 +119,7 @@ class MoEHub(wiring.Component):
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
             m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
-                         pg.rows[e].eq(alloc.rows[e]), pg.room[e].eq(alloc.formal_room[e])]
+                         pg.rows[e].eq(alloc.rows[e]), pg.room_ge[e].eq(alloc.formal_room_ge[e])]
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
                      pm.page_bad.eq(pg.bad), pg.ret.eq(csr.page_free_w), pg.ret_page.eq(csr.page_free),
                      csr.pool_free.eq(pg.free)]

@@ -56,6 +56,12 @@ from .logic import count_onehot, exactly, select
 from .page_pool import PagePool
 
 
+def masked_equal(value, const: int, mask):
+    """``value & mask == const & mask`` (``const`` may be negative: two's complement), bit
+    by bit: one AND of XNORs with constants, no adder or compare chain."""
+    return Cat(~mask[b] | (value[b] if const >> b & 1 else ~value[b]) for b in range(len(mask))).all()
+
+
 def tile_sizes(cfg: HubConfig) -> list:
     """log2 of every tile size a layer may use (TILE_ROWS_LOG2 is clamped to these)."""
     return list(range(cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length()))
@@ -103,31 +109,46 @@ class PageSupply(PagePool):
         # pages are the ones past the pending takes.
         pend = Signal(L + 1, name="pend", init=1)
         m.d.sync += pend.eq(self.take)
-        # ---- the pages in order, from registers: the ring's entries, then fresh ones
+        # A good return joins the ring at its tail at the end of its cycle, unseen by that
+        # cycle's takes, which are pending now: they took from the ring as it was without
+        # it (``count - ret_r``) and then fresh pages. If they went past the old ring pages,
+        # the returned page (``ret_page_r``) is the first of this cycle's, ahead of the fresh
+        # ones (never a fresh page twice, never the return lost).
+        good, good_page = self._returns(m, in_use)
+        ret_r, ret_page_r = Signal(name="ret_joined"), Signal(pb, name="ret_joined_page")
+        m.d.sync += [ret_r.eq(good), ret_page_r.eq(good_page)]
+        # ---- the pages in order, from registers: the ring's entries, then fresh ones, as
+        # this cycle's takes see them (``seq``) and as the pending takes saw them (``seen``)
         seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
+        seen = [Signal(pb, name=f"seen_page{n}") for n in range(L)]
         for n in range(2 * L):
-            fresh_n = (fresh - count + n)[:pb]
+            entry = None
             if n < P:
                 idx = Signal(range(P), name=f"ring_idx{n}")
                 wrap = head + n
                 m.d.comb += idx.eq(Mux(wrap >= P, wrap - P, wrap) if n else head)
-                m.d.comb += seq[n].eq(Mux(count > n, ring[idx], fresh_n))
-            else:
-                m.d.comb += seq[n].eq(fresh_n)
+                entry = ring[idx]
+            fresh_n = (fresh - count + n)[:pb]
+            m.d.comb += seq[n].eq(Mux(count > n, entry, fresh_n) if entry is not None else fresh_n)
+            if n < L:
+                old_gt = Mux(ret_r, count > n + 1, count > n)
+                old_fresh = (fresh - count + ret_r + n)[:pb]
+                m.d.comb += seen[n].eq(Mux(old_gt, entry, old_fresh) if entry is not None else old_fresh)
         for i in range(L):
-            m.d.comb += [self.page[i].eq(select([(pend[n], seq[n + i]) for n in range(L + 1)], pb)),
-                         self.avail[i].eq(Cat(pend[n] & (nfree > n + i) for n in range(L + 1)).any())]
-        # ---- k pages taken (k one-hot): min(k, count) from the ring, the rest fresh
+            m.d.comb += [
+                self.page[i].eq(select([(pend[n], Mux(ret_r & (count <= n), ret_page_r, seq[n]) if i == 0
+                                         else seq[n + i]) for n in range(L + 1)], pb)),
+                self.avail[i].eq(Cat(pend[n] & (nfree > n + i) for n in range(L + 1)).any())]
+        # ---- k pages taken (k one-hot): min(k, the ring they saw) from the ring, the rest fresh
         k = pend
         nxt_head, nxt_count, nxt_fresh, nxt_free = [], [], [], []
         for n in range(L + 1):
-            from_ring = Mux(count >= n, n, count)
+            from_ring = Mux(count >= n + ret_r, n, count - ret_r)
             h = head + from_ring
             nxt_head.append((k[n], Mux(h >= P, h - P, h)))
             nxt_count.append((k[n], count - from_ring))
             nxt_fresh.append((k[n], fresh + (n - from_ring)))
             nxt_free.append((k[n], nfree - n))
-        good, good_page = self._returns(m, in_use)
         m.d.sync += [head.eq(select(nxt_head, len(head))),
                      fresh.eq(select(nxt_fresh, len(fresh))),
                      count.eq(select(nxt_count, len(count)) + good),
@@ -137,7 +158,7 @@ class PageSupply(PagePool):
         # ---- in_use: set by the takes, cleared by a good return (never a page taken now)
         taken = Signal(P, name="taken_bits")
         took = [Cat(k[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happened
-        m.d.comb += taken.eq(Cat(*(Cat(took[i] & (seq[i] == p) for i in range(L)).any()
+        m.d.comb += taken.eq(Cat(*(Cat(took[i] & (seen[i] == p) for i in range(L)).any()
                                    for p in range(P))))
         cleared = Signal(P, name="cleared_bits")
         m.d.comb += cleared.eq(Mux(good, Const(1, P) << good_page, 0))
@@ -160,10 +181,12 @@ class PageGate(wiring.Component):
         not at a count of requests).
     row : In(row_bits).array(lanes), ok : In(lanes)
         The allocator's grants (room in the region).
-    rows, room : In(cap_bits).array(experts)
-        The allocator's counters (registers): whether a lane's row starts a tile and fits
-        is formed from them for every count of requests ahead, as the allocator forms its
-        grants, so the pool's verdict does not wait for the grant's row.
+    rows : In(cap_bits).array(experts) ; room_ge : In(lanes + 1).array(experts)
+        The allocator's counters and its registered room compares (bit n: room >= n):
+        whether a lane's row starts a tile and fits is formed from them for every count of
+        requests ahead, as the allocator forms its grants, so the pool's verdict does not
+        wait for the grant's row. (Row ``rows + a`` starts a tile when the low bits of
+        ``rows`` equal those of ``-a``: a masked compare with a constant, no adder.)
     clear : In(1)
         Layer start: latch the tile size.
     tile_rows_log2 : In(8)
@@ -193,7 +216,7 @@ class PageGate(wiring.Component):
         super().__init__({
             "req": In(L), "expert": In(E).array(L), "same": In(L).array(L), "ahead": In(L).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
-            "rows": In(cfg.cap_bits).array(E), "room": In(cfg.cap_bits).array(E),
+            "rows": In(cfg.cap_bits).array(E), "room_ge": In(L + 1).array(E),
             "stop": Out(L).array(E),
             "tile_rows_log2": In(8),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
@@ -225,7 +248,7 @@ class PageGate(wiring.Component):
         ahead = [[self.ahead[j][a] for a in range(j + 1)] for j in range(L)]
         # (expert e's row rows[e] + a fits its region and starts a tile: from registers)
         starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
-        m.d.comb += [starts[e][a].eq((self.room[e] > a) & (((self.rows[e] + a)[:cfg.row_bits] & tile_m1) == 0))
+        m.d.comb += [starts[e][a].eq(self.room_ge[e][a + 1] & masked_equal(self.rows[e], -a, tile_m1))
                      for e in range(E) for a in range(L)]
         # (an expert refused a page last cycle: the allocator's counters for it are a cycle
         # wrong, and the pool is still empty, so its rows are refused now)

@@ -1,5 +1,5 @@
 """Protocol v2's RTL units (issue 14) against the reference model's rules, in the Amaranth
-simulator: the page pool (paged mode)."""
+simulator: the page pool (paged mode) and the hub's page supply (several takes a cycle)."""
 import random
 
 import pytest
@@ -8,6 +8,7 @@ from amaranth.sim import Simulator
 from moehub.config.schema import load_hub_config
 from moehub.rtl.formats import Reason
 from moehub.rtl.page_pool import PagePool
+from moehub.rtl.paging import PageSupply
 from moehub.verif.model import HubModel
 
 TINY = load_hub_config("tiny")
@@ -69,6 +70,49 @@ def test_page_pool_hands_out_and_takes_back_pages_as_the_model(pages, seed):
         assert bad[0] > 0, seed
 
     _run(pool, bench, monitor)
+
+
+#: cycles from a PAGE_FREE write to the cycle whose takes can get the page (the return
+#: check's stages, the ring's write, the registered order)
+RETURN_CYCLES = 4
+
+
+@pytest.mark.parametrize("pages, seed", [(1, 0), (3, 1), (6, 2), (8, 3), (13, 4), (16, 5), (7, 6), (11, 7)])
+def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
+    """Up to ``lanes`` takes a cycle, with returns of pages in use (and out of range) in the
+    same cycles: the i-th take of a cycle gets the model's next page, ``avail`` says how
+    many the model has, cycle by cycle. (The hub returns pages between layers; the order's
+    shift with a return landing among the takes is checked here.)"""
+    cfg = TINY.replace(pool_pages=pages)
+    sup, model, rng, L = PageSupply(cfg), HubModel(cfg), random.Random(seed), cfg.lanes
+    returned = [0]
+
+    async def bench(ctx):
+        due, pending, fresh = {}, set(), {}       # cycle -> pages whose return lands then
+        for c in range(600):
+            for p in due.pop(c, []):
+                model.return_page(p)
+                pending.discard(p)
+            free = model.pages_free()
+            assert ctx.get(sup.avail) == sum(1 << i for i in range(L) if free > i), (seed, c)
+            k = rng.randrange(min(free, L) + 1) if rng.random() < 0.8 else 0
+            took = [model._take_page() for _ in range(k)]
+            assert [ctx.get(sup.page[i]) for i in range(k)] == took, (seed, c)
+            ctx.set(sup.take, 1 << k)
+            fresh[c] = set(took)      # (the return check reads in_use two cycles after a take)
+            choices = sorted(model.in_use - pending - fresh.get(c - 1, set()) - fresh[c])
+            ret = rng.random() < 0.3 and bool(choices)
+            p = (rng.choice(choices) if rng.random() < 0.9 else pages + rng.randrange(3)) if ret else 0
+            ctx.set(sup.ret, ret)
+            ctx.set(sup.ret_page, p)
+            if ret:
+                due.setdefault(c + RETURN_CYCLES, []).append(p)
+                pending.add(p)
+                returned[0] += p < pages
+            await ctx.tick()
+
+    _run(sup, bench)
+    assert returned[0] > 0 or pages == 1, seed
 
 
 def test_page_pool_and_expert_counts_need_their_feature():
