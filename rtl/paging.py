@@ -45,7 +45,12 @@ read per bank) -- not done here.
 
 A page handed back (``PAGE_FREE``) joins the ring four cycles after its write (the return
 check), the model at the write: software hands pages back between layers (while no row
-starts a tile) and then both agree.
+starts a tile) and then both agree. One that joins while rows take pages is still handed
+out once and never lost: the takes pending when it joins saw the ring without it, so they
+are charged to the ring as they saw it, and if they went past it the returned page is the
+next one handed out, ahead of the fresh ones (``tests/test_rtl_v2_units.py``: several takes
+a cycle and returns in the same cycles, against the model's pool; the first version handed
+a fresh page out twice and lost the returned one).
 """
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
