@@ -27,9 +27,10 @@ def _layer(model, tokens, workload, seed=1):
 
 
 #: every layer here runs in the slow set (DeepSeek-V3's hub on Verilator: 112 s of the fast
-#: set's 8 min 40 s idle, with its build; Mixtral's 24-token layers: 79 s each on Icarus);
-#: the fast set keeps the RTL in the loop through the main job's own path,
-#: test_cosim_command_with_an_rtl_hub_matches_the_model (4 tokens, the default config)
+#: set's 8 min 40 s idle, with its build; Mixtral's 24-token layers: 79 s each on Icarus),
+#: and so does the main job's own path below (94 s: the default config's Verilog and its
+#: Icarus run); the fast set drives the RTL with the same player on tiny
+#: (tests/test_player.py) and checks the co-simulation's RTL options up front (below)
 FAST_RTL: set = set()
 
 
@@ -56,6 +57,7 @@ def test_cosim_traffic_through_rtl(model, tokens, workload, sim):
         assert c.tile_ready_max_diff == 0 and c.done_diff == 0, c
 
 
+@pytest.mark.slow
 @needs("icarus")
 def test_cosim_command_with_an_rtl_hub_matches_the_model(tmp_path, capsys):
     """The main job's path (``moehub cosim --rtl-gpus 0``, run to its fixed point first
