@@ -23,7 +23,7 @@ from amaranth import Module, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config.schema import ConfigError, HubConfig
+from ..config.schema import HubConfig
 from .allocator import AddressAllocator
 from .csr import CsrBank
 from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
@@ -55,10 +55,6 @@ class MoEHub(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if paged(cfg) and cfg.count_packets:
-            # (the count gate predicts the grants of a cycle from the allocator's room; the
-            # page gate's refusals are not in that prediction yet)
-            raise ConfigError(f"hub[{cfg.name}]: paged regions with count packets are not in the RTL yet")
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
         self.csr_map = CsrMap(cfg)
@@ -120,9 +116,22 @@ class MoEHub(wiring.Component):
         for e in range(cfg.experts):
             m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
                          pg.rows[e].eq(alloc.rows[e]), pg.room[e].eq(alloc.formal_room[e])]
+        if cfg.count_packets:
+            self._paged_counts(m, g, a, pg, alloc)
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
                      pm.page_bad.eq(pg.bad), pg.ret.eq(csr.page_free_w), pg.ret_page.eq(csr.page_free),
                      csr.pool_free.eq(pg.free)]
+
+    def _paged_counts(self, m, g, a, pg, alloc):
+        """(paged, count_packets) The count members of the requests, past the page gate to
+        the allocator's count limit; the limit's allowance to the gate (a row refused for
+        counts takes no page) and the gate's first refused lanes to the limit."""
+        cfg = self.cfg
+        m.d.comb += [a.full.eq(g.full), a.add.eq(g.add), g.met.eq(a.met), g.over.eq(a.over),
+                     alloc.first.eq(pg.first)]
+        for e in range(cfg.experts):
+            m.d.comb += [a.dtot[e].eq(g.dtot[e]), a.nge[e].eq(g.nge[e]), a.free[e].eq(g.free[e]),
+                         pg.allow[e].eq(alloc.allow[e])]
 
     @staticmethod
     def _csr(m, pm, alloc, tr, csr):
