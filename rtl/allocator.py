@@ -36,7 +36,7 @@ With both (paged regions and count packets) the allowance goes out to the page g
 (``allow``: a row refused for counts takes no page), and after a page refusal the counted
 counters are set a cycle later to the grants that stood, as the uncounted ones are; the
 count limit corrects its own registers and verdicts around the refusal
-(:mod:`moehub.rtl.count_limit`), with the gate's first refused lanes (``first``).
+(:mod:`moehub.rtl.count_limit`), with the lanes the gate found no page for (``short``).
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -73,10 +73,10 @@ class AddressAllocator(wiring.Component):
         ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
         gate refuses its requests of that cycle, as the model does: the pool is still
         empty).
-    allow : Out(lanes).array(experts) ; first : In(lanes)
+    allow : Out(lanes).array(experts) ; short : In(lanes)
         Only when paged with count packets: the count limit's allowance (bit n - 1: the
-        counts allow n grants to the expert), for the page gate; the gate's first refused
-        lane of each expert in the cycle, for the count limit's verdicts.
+        counts allow n grants to the expert), for the page gate; the lanes the gate found
+        no page for in the cycle, for the count limit's verdicts.
     formal_room, formal_cap : Out(cap_bits).array(experts) ; formal_room_ge : Out(lanes + 1).array(experts)
         Formal-only (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. The proofs state
@@ -97,7 +97,7 @@ class AddressAllocator(wiring.Component):
             # (paged) per expert, the grants that stand when the page gate refused one
             # (:class:`~moehub.rtl.paging.PageGate`), one-hot
             **({"stop": In(cfg.lanes).array(E)} if cfg.paged else {}),
-            **({"allow": Out(cfg.lanes).array(E), "first": In(cfg.lanes)}
+            **({"allow": Out(cfg.lanes).array(E), "short": In(cfg.lanes)}
                if cfg.paged and cfg.count_packets else {}),
         })
 
@@ -148,7 +148,7 @@ class AddressAllocator(wiring.Component):
         m.d.comb += [lim.dtot[e].eq(g.dtot[e]) for e in range(E)] + [lim.free[e].eq(g.free[e]) for e in range(E)]
         m.d.comb += [lim.room[e].eq(room[e]) for e in range(E)] + [lim.cap[e].eq(self.cap[e]) for e in range(E)]
         if held:
-            m.d.comb += [lim.first.eq(self.first)] + [lim.same[j].eq(g.same[j]) for j in range(L)]
+            m.d.comb += [lim.short.eq(self.short)] + [lim.same[j].eq(g.same[j]) for j in range(L)]
             m.d.comb += [lim.held[e].eq(held[e][0]) for e in range(E)]
             m.d.comb += [self.allow[e].eq(lim.allow[e]) for e in range(E)]
         return lim

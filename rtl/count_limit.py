@@ -35,8 +35,8 @@ The rows then held are not what the requests ahead say, in two cycles:
 
 * in the refusal's cycle, a lane behind the refused one sees ``g`` rows held, not its
   requests ahead: refused for counts when ``g >= lam``, an ``over`` when ``g > lam`` --
-  lane ``i``'s own verdict, the refused lane's (``first``, from the gate), which the late
-  ``first`` only selects;
+  the refused lane's own verdicts, which the gate's late ``short`` (the lanes it found no
+  page for) only selects;
 * the grants this added to ``lam`` are the allocator's (``n``, which counted the refused
   ones), so ``lam`` is ``n - g`` low in the next cycle. The gate refuses that cycle's rows
   of the expert (the pool is still empty): none is held, so a row is refused for counts
@@ -82,9 +82,10 @@ class CountLimit(wiring.Component):
     held : In(lanes).array(experts)
         (paged) Per expert, the page gate's refusal of the cycle before (its ``stop``,
         registered in the allocator): bit ``g``, ``g`` of its grants stood.
-    first : In(lanes) ; same : In(lanes).array(lanes)
-        (paged) The lanes the page gate refused first for their expert in this cycle (late);
-        bit i of ``same[j]`` (i < j): lanes i and j name the same expert.
+    short : In(lanes) ; same : In(lanes).array(lanes)
+        (paged) The lanes the page gate found no page for in this cycle (late; the first
+        of each expert is refused, and every later lane of it); bit i of ``same[j]``
+        (i < j): lanes i and j name the same expert.
     allow : Out(lanes).array(experts)
         Bit n - 1: the counts allow ``n`` grants to the expert this cycle.
     met, over : Out(lanes)
@@ -98,7 +99,7 @@ class CountLimit(wiring.Component):
             raise ValueError(f"hub[{cfg.name}]: the count limit needs count_packets")
         self.cfg = cfg
         L, E = cfg.lanes, cfg.experts
-        paged = {"held": In(L).array(E), "first": In(L), "same": In(L).array(L)} if cfg.paged else {}
+        paged = {"held": In(L).array(E), "short": In(L), "same": In(L).array(L)} if cfg.paged else {}
         super().__init__({
             **paged,
             "expert": In(E).array(L), "req": In(L), "full": In(L), "add": In(L),
@@ -191,9 +192,12 @@ class CountLimit(wiring.Component):
         """(paged) Lane j behind its expert's first lane refused a page in this cycle
         (lane i): only the ``g`` grants ahead of lane i stand, so lane j's verdicts are
         lane i's -- clear them where lane i's are clear (a >= lam at lane j follows from
-        g >= lam). The late ``first`` passes two gates. Returns (met cut, over cut)."""
+        g >= lam). Any lane ahead that found no page will do, not only the first: the
+        verdicts grow with the requests ahead, so a later one's are clear only if the
+        first's are -- and the gate's ``short`` is a gate earlier than its first refused
+        lane; it passes two gates here. Returns (met cut, over cut)."""
         if not self.cfg.paged or j == 0:
             return Const(0), Const(0)
-        behind = [self.first[i] & self.same[j][i] for i in range(j)]
+        behind = [self.short[i] & self.same[j][i] for i in range(j)]
         return (Cat(behind[i] & ~verdicts[i][0] for i in range(j)).any(),
                 Cat(behind[i] & ~verdicts[i][1] for i in range(j)).any())

@@ -125,10 +125,10 @@ class MoEHub(wiring.Component):
     def _paged_counts(self, m, g, a, pg, alloc):
         """(paged, count_packets) The count members of the requests, past the page gate to
         the allocator's count limit; the limit's allowance to the gate (a row refused for
-        counts takes no page) and the gate's first refused lanes to the limit."""
+        counts takes no page) and the lanes the gate found no page for to the limit."""
         cfg = self.cfg
         m.d.comb += [a.full.eq(g.full), a.add.eq(g.add), g.met.eq(a.met), g.over.eq(a.over),
-                     alloc.first.eq(pg.first)]
+                     alloc.short.eq(pg.short)]
         for e in range(cfg.experts):
             m.d.comb += [a.dtot[e].eq(g.dtot[e]), a.nge[e].eq(g.nge[e]), a.free[e].eq(g.free[e]),
                          pg.allow[e].eq(alloc.allow[e])]

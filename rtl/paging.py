@@ -47,8 +47,8 @@ With count packets too (``count_packets``), a row the counts refuse (COUNT_MISMA
 model's verdict before OVERFLOW) takes no page: whether a lane's row starts a tile takes,
 beside its place and its room, whether the counts allow that many grants (the count
 limit's ``allow``, a thermometer from registers, per count of requests ahead). The gate
-tells the count limit its first refused lane of each expert (``first``): the lanes behind
-it see only the grants ahead of it (:mod:`moehub.rtl.count_limit`).
+tells the count limit the lanes it found no page for (``short``): the lanes behind its
+expert's first one see only the grants ahead of that one (:mod:`moehub.rtl.count_limit`).
 
 A page handed back (``PAGE_FREE``) joins the ring four cycles after its write (the return
 check), the model at the write: software hands pages back between layers (while no row
@@ -184,8 +184,8 @@ class PageGate(wiring.Component):
         Per expert, one-hot: its first refused lane had ``a`` grants of the expert ahead of
         it in the cycle (bit ``a``), which are all that stand; the allocator adds ``a`` to
         its counters instead of its requests (none set: no refusal).
-    first : Out(lanes)
-        (count_packets) Lane j is the first of its expert refused a page in this cycle.
+    short : Out(lanes)
+        (count_packets) Lane j's row starts a tile and the pool has no page left for it.
     grant_ok : Out(lanes)
         ``ok`` and not vetoed: the packet manager's grant.
     page : Out(page_bits).array(lanes)
@@ -212,7 +212,7 @@ class PageGate(wiring.Component):
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
             "ret": In(1), "ret_page": In(16), "bad": Out(1),
             "free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages),
-            **({"allow": In(L).array(E), "first": Out(L)} if cfg.count_packets else {}),
+            **({"allow": In(L).array(E), "short": Out(L)} if cfg.count_packets else {}),
         })
 
     def elaborate(self, platform):
@@ -261,12 +261,12 @@ class PageGate(wiring.Component):
         for j in range(L):
             fits = Cat(exactly(needs[:j], n) & pool.avail[n] for n in range(j + 1)).any()
             m.d.comb += [served[j].eq(needs[j] & fits), short[j].eq(needs[j] & ~fits)]
+        if cfg.count_packets:
+            m.d.comb += [self.short[j].eq(short[j]) for j in range(L)]
         first = []
         for j in range(L):
             later = Cat(short[i] & same[j][i] for i in range(j)).any() if j else Const(0)
             first.append(short[j] & ~later)
-            if self.cfg.count_packets:
-                m.d.comb += self.first[j].eq(first[j])
             m.d.comb += [self.veto[j].eq(req[j] & (short[j] | later | held[j])),
                          self.grant_ok[j].eq(self.ok[j] & ~self.veto[j])]
         for e in range(E):
