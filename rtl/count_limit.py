@@ -121,7 +121,8 @@ class CountLimit(wiring.Component):
         lam_ge = [[lam[x] >= n for n in range(L + 1)] for x in range(E)]
         fits = [~spare[x][-1] for x in range(E)]                      # room >= lam
         fits_gt = [~spare[x][-1] & (spare[x] != 0) for x in range(E)]  # room > lam
-        m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
+        if not self.cfg.paged:
+            m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
         # (per expert and rows held a: a >= lam, a > lam; after a page refusal, from lam's
         # correction, :meth:`_after_refusal`)
         reach = [[~lam_ge[x][a + 1] for a in range(L)] for x in range(E)]
@@ -146,7 +147,26 @@ class CountLimit(wiring.Component):
                          for k in range(1, L + 1)]
             m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
                          lam[x].eq(select(take, w))]
+            if fix is not None:
+                self._allow_registered(m, x, lam[x], fix[x])
         return m
+
+    def _allow_registered(self, m, x, lam, fix):
+        """(paged) ``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with
+        ``lam``. The page gate's tile-start test takes ``allow`` at the head of its
+        lane-order chain, where a compare of ``lam`` (ahead of it: 32.5 FO4) would not fit.
+        ``lam + dtot - n >= k`` (the grants n) and ``lam + dtot + d >= k`` (a refusal's d
+        given back) are the signs of ``lam + dtot - s`` for ``s`` from ``1 - lanes`` to
+        ``2 lanes``, each one carry-save sum of two registers, chosen as ``lam`` is; 0 at
+        the layer start."""
+        L, w = self.cfg.lanes, self.width()
+        refused, back = fix
+        pos = {s: ~add3(m, lam, self.dtot[x], -s, w, f"cl_lam{x}_s{s + L}")[-1] for s in range(1 - L, 2 * L + 1)}
+        ge = Signal(L, name=f"cl_lam_ge{x}")            # bit n - 1: lam >= n
+        nxt = Cat(Cat(*(self.grants[x][n] & ~refused & pos[n + k] for n in range(L + 1)),
+                      *(back[d] & pos[k - d] for d in range(1, L + 1))).any() for k in range(1, L + 1))
+        m.d.sync += ge.eq(Mux(self.clear, 0, nxt))
+        m.d.comb += self.allow[x].eq(self.free[x] | ge)
 
     def _after_refusal(self, m, lam, reach, exceed):
         """(paged) The cycle after the page gate refused expert x's rows: ``lam`` is low by
