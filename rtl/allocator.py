@@ -31,6 +31,12 @@ from registers) joins the room in both places: a lane fits when its place is bel
 room and allowed; an expert gets ``n`` rows when at least ``n`` ask (a thermometer the
 packet manager registers in T), ``n`` fit the room and the counts allow ``n``. A request
 refused for counts is ``met`` (COUNT_MISMATCH), not an overflow.
+
+With both (paged regions and count packets) the allowance goes out to the page gate too
+(``allow``: a row refused for counts takes no page), and after a page refusal the counted
+counters are set a cycle later to the grants that stood, as the uncounted ones are; the
+count limit corrects its own registers and verdicts around the refusal
+(:mod:`moehub.rtl.count_limit`), with the lanes the gate found no page for (``short``).
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -67,6 +73,10 @@ class AddressAllocator(wiring.Component):
         ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
         gate refuses its requests of that cycle, as the model does: the pool is still
         empty).
+    allow : Out(lanes).array(experts) ; short : In(lanes)
+        Only when paged with count packets: the count limit's allowance (bit n - 1: the
+        counts allow n grants to the expert), for the page gate; the lanes the gate found
+        no page for in the cycle, for the count limit's verdicts.
     formal_room, formal_cap : Out(cap_bits).array(experts) ; formal_room_ge : Out(lanes + 1).array(experts)
         For the proofs (verif/formal; left unconnected in the hub, so synthesis drops them):
         the room left and the capacity latched at the layer start. The proofs state
@@ -88,6 +98,8 @@ class AddressAllocator(wiring.Component):
             # (paged) per expert, the grants that stand when the page gate refused one
             # (:class:`~moehub.rtl.paging.PageGate`), one-hot
             **({"stop": In(cfg.lanes).array(E)} if cfg.paged else {}),
+            **({"allow": Out(cfg.lanes).array(E), "short": In(cfg.lanes)}
+               if cfg.paged and cfg.count_packets else {}),
         })
 
     def _grant(self, m, j, counters, room, room_ge):
@@ -125,9 +137,9 @@ class AddressAllocator(wiring.Component):
         cycle."""
         return fits if self.limit is None else fits & self.limit.allow[e][n - 1]
 
-    def _count_limit(self, m, room, aheads):
+    def _count_limit(self, m, room, aheads, held):
         """(count_packets) The :class:`CountLimit` beside the counters: wired to the grants
-        and the room; returns it."""
+        and the room (and, paged, to the page gate's refusals); returns it."""
         g, L, E = self.grant, self.cfg.lanes, self.cfg.experts
         m.submodules.limit = lim = self.limit
         m.d.comb += [lim.req.eq(g.req), lim.full.eq(g.full), lim.add.eq(g.add), lim.clear.eq(g.clear),
@@ -136,20 +148,38 @@ class AddressAllocator(wiring.Component):
         m.d.comb += [lim.ahead[j].eq(aheads[j]) for j in range(L)]
         m.d.comb += [lim.dtot[e].eq(g.dtot[e]) for e in range(E)] + [lim.free[e].eq(g.free[e]) for e in range(E)]
         m.d.comb += [lim.room[e].eq(room[e]) for e in range(E)] + [lim.cap[e].eq(self.cap[e]) for e in range(E)]
+        if held:
+            m.d.comb += [lim.short.eq(self.short)] + [lim.same[j].eq(g.same[j]) for j in range(L)]
+            m.d.comb += [lim.held[e].eq(held[e][0]) for e in range(E)]
+            m.d.comb += [self.allow[e].eq(lim.allow[e]) for e in range(E)]
         return lim
 
-    def _update_counted(self, m, e, counters, room):
+    def _update_counted(self, m, e, counters, room, held):
         """(count_packets) Expert e's counters after ``min(requests, room, the counts'
         allowance)`` grants: ``grants >= n`` is an AND of three thermometers (requests,
         room, counts; the requests' one registered in T), the one-hot grants select among
-        outcomes formed in parallel."""
-        L, g = self.cfg.lanes, self.grant
+        outcomes formed in parallel (paged: a cycle after a page refusal, the grants that
+        stood, :meth:`_after_refusal`)."""
+        L, g, bits = self.cfg.lanes, self.grant, self.cfg.cap_bits
         ge = [Const(1)] + [self._fits(g.nge[e][n - 1] & (room[e] >= n), e, n) for n in range(1, L + 1)]
         is_n = Signal(L + 1, name=f"grants{e}")
         m.d.comb += is_n.eq(Cat(ge[n] & (~ge[n + 1] if n < L else 1) for n in range(L + 1)))
         m.d.comb += self.limit.grants[e].eq(is_n)
-        m.d.sync += [counters[e].eq(select([(is_n[n], counters[e] + n) for n in range(L + 1)], self.cfg.cap_bits)),
-                     room[e].eq(select([(is_n[n], room[e] - n) for n in range(L + 1)], self.cfg.cap_bits))]
+        nxt_rows = select([(is_n[n], counters[e] + n) for n in range(L + 1)], bits)
+        nxt_room = select([(is_n[n], room[e] - n) for n in range(L + 1)], bits)
+        if held:
+            nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
+        m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
+
+    def _after_refusal(self, held_e, nxt_rows, nxt_room):
+        """(paged) A page refused in the cycle before: the counters, which added every
+        request then, are set from registers to the grants that stood (the counters of
+        that cycle plus ``a``, ``stop`` registered); the page gate refuses the expert's
+        requests of this cycle (the pool is still empty). Returns (rows, room) next."""
+        L, bits = self.cfg.lanes, self.cfg.cap_bits
+        stop_r, rows_r, room_r = held_e
+        return (Mux(stop_r.any(), select([(stop_r[a], rows_r + a) for a in range(L)], bits), nxt_rows),
+                Mux(stop_r.any(), select([(stop_r[a], room_r - a) for a in range(L)], bits), nxt_room))
 
     def elaborate(self, platform):
         m = Module()
@@ -174,8 +204,6 @@ class AddressAllocator(wiring.Component):
         cap_l = [Signal(cfg.cap_bits, name=f"cap{e}") for e in range(E)]
         m.d.comb += [self.formal_room[e].eq(room[e]) for e in range(E)]
         m.d.comb += [self.formal_cap[e].eq(cap_l[e]) for e in range(E)]
-        if self.limit is not None:
-            self._count_limit(m, room, aheads)
         held = []
         if cfg.paged:       # (a refusal of the page gate, and the counters before it)
             for e in range(E):
@@ -183,6 +211,8 @@ class AddressAllocator(wiring.Component):
                              Signal(cfg.cap_bits, name=f"room_r{e}")))
                 m.d.sync += [held[e][0].eq(self.stop[e]), held[e][1].eq(counters[e]),
                              held[e][2].eq(room[e])]
+        if self.limit is not None:
+            self._count_limit(m, room, aheads, held)
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
@@ -190,7 +220,7 @@ class AddressAllocator(wiring.Component):
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
         with m.Else():
             for e in range(E if self.limit is not None else 0):
-                self._update_counted(m, e, counters, room)
+                self._update_counted(m, e, counters, room, held)
             for e in range(E if self.limit is None else 0):
                 # (the expert one-hot is zero without a request: the counts start at the
                 # packet manager's registers)
@@ -214,10 +244,7 @@ class AddressAllocator(wiring.Component):
                     # refuses the expert's requests of that cycle: the pool is still empty;
                     # room_ge with them, from compares of the held room register)
                     stop_r, rows_r, room_r = held[e]
-                    nxt_rows = Mux(stop_r.any(), select([(stop_r[a], rows_r + a) for a in range(L)],
-                                                        cfg.cap_bits), nxt_rows)
-                    nxt_room = Mux(stop_r.any(), select([(stop_r[a], room_r - a) for a in range(L)],
-                                                        cfg.cap_bits), nxt_room)
+                    nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
                     held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & (room_r >= a + k) for a in range(L))).any()
                                               for k in range(1, L + 1)))
                     nxt_ge = Mux(stop_r.any(), held_ge, nxt_ge)

@@ -27,8 +27,25 @@ So ``x`` gets ``min(requests, room, max(n1, lam))`` rows: the counts allow ``n``
 ``n1 >= n`` or ``lam >= n`` (``allow``, a thermometer the allocator ANDs with its own). A
 count packet that completes ``x`` is an ``over`` (COUNT_MISMATCH, counted) when the rows
 already held exceed the total: ``min(c, room) > lam`` with ``c`` the requests ahead of it.
+
+With paged regions (:mod:`moehub.rtl.paging`) the page gate may refuse a grant the counts
+allowed (no page for the tile it starts; OVERFLOW) and every later request of its expert
+in the cycle; its first refused lane had ``g`` requests of the expert ahead, all granted.
+The rows then held are not what the requests ahead say, in two cycles:
+
+* in the refusal's cycle, a lane behind the refused one sees ``g`` rows held, not its
+  requests ahead: refused for counts when ``g >= lam``, an ``over`` when ``g > lam`` --
+  the refused lane's own verdicts, which the gate's late ``short`` (the lanes it found no
+  page for) only selects;
+* the grants this added to ``lam`` are the allocator's (``n``, which counted the refused
+  ones), so ``lam`` is ``n - g`` low in the next cycle. The gate refuses that cycle's rows
+  of the expert (the pool is still empty): none is held, so a row is refused for counts
+  when ``lam + n - g <= 0``, an ``over`` when ``< 0`` -- compares of ``lam`` with
+  constants, the difference chosen by registers (``held``: the gate's refusal, and
+  ``n``, registered here); and ``lam`` takes ``lam + dtot + (n - g)`` then, as the
+  allocator its counters, so it is right again from the cycle after.
 """
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -62,6 +79,13 @@ class CountLimit(wiring.Component):
         The rows the allocator grants each expert this cycle, one-hot.
     clear : In(1)
         Layer start.
+    held : In(lanes).array(experts)
+        (paged) Per expert, the page gate's refusal of the cycle before (its ``stop``,
+        registered in the allocator): bit ``g``, ``g`` of its grants stood.
+    short : In(lanes) ; same : In(lanes).array(lanes)
+        (paged) The lanes the page gate found no page for in this cycle (late; the first
+        of each expert is refused, and every later lane of it); bit i of ``same[j]``
+        (i < j): lanes i and j name the same expert.
     allow : Out(lanes).array(experts)
         Bit n - 1: the counts allow ``n`` grants to the expert this cycle.
     met, over : Out(lanes)
@@ -75,7 +99,9 @@ class CountLimit(wiring.Component):
             raise ValueError(f"hub[{cfg.name}]: the count limit needs count_packets")
         self.cfg = cfg
         L, E = cfg.lanes, cfg.experts
+        paged = {"held": In(L).array(E), "short": In(L), "same": In(L).array(L)} if cfg.paged else {}
         super().__init__({
+            **paged,
             "expert": In(E).array(L), "req": In(L), "full": In(L), "add": In(L),
             "ahead": In(L).array(L), "dtot": In(total_bits(cfg)).array(E), "free": In(L).array(E),
             "room": In(cfg.cap_bits).array(E), "cap": In(cfg.cap_bits).array(E),
@@ -95,26 +121,103 @@ class CountLimit(wiring.Component):
         lam_ge = [[lam[x] >= n for n in range(L + 1)] for x in range(E)]
         fits = [~spare[x][-1] for x in range(E)]                      # room >= lam
         fits_gt = [~spare[x][-1] & (spare[x] != 0) for x in range(E)]  # room > lam
-        m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
-        for j in range(L):
-            self._verdicts(m, j, lam_ge, fits, fits_gt)
+        if not self.cfg.paged:
+            m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
+        # (per expert and rows held a: a >= lam, a > lam; after a page refusal, from lam's
+        # correction, :meth:`_after_refusal`)
+        reach = [[~lam_ge[x][a + 1] for a in range(L)] for x in range(E)]
+        exceed = [[~lam_ge[x][a] for a in range(L)] for x in range(E)]
+        fix = self._after_refusal(m, lam, reach, exceed) if self.cfg.paged else None
+        verdicts = [self._verdicts(m, j, reach, exceed, fits, fits_gt) for j in range(L)]
+        for j, (at_or_over, below) in enumerate(verdicts):
+            cut_met, cut_over = self._cut(j, verdicts)
+            m.d.comb += [self.met[j].eq(self.req[j] & self.full[j] & at_or_over & ~cut_met),
+                         self.over[j].eq(self.add[j] & self.full[j] & below & ~cut_over)]
         for x in range(E):
             # lam + dtot - n for every n = 0..L, each one carry-save sum of two registers
             # (the group behind's counts, the register); the grants choose (none at the
             # layer start: lam is 0 then; the clear steers the select, not the sums)
             nxt = [add3(m, lam[x], self.dtot[x], -n, w, f"cl_lam{x}_m{n}") for n in range(L + 1)]
+            take = [(self.grants[x][n] & ~self.clear, nxt[n]) for n in range(L + 1)]
+            if fix is not None:
+                # (the cycle after a page refusal: the grants refused then given back)
+                refused, back = fix[x]
+                take = [(sel & ~refused, v) for sel, v in take]
+                take += [(back[k] & ~self.clear, add3(m, lam[x], self.dtot[x], k, w, f"cl_lam{x}_p{k}"))
+                         for k in range(1, L + 1)]
             m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
-                         lam[x].eq(select([(self.grants[x][n] & ~self.clear, nxt[n]) for n in range(L + 1)], w))]
+                         lam[x].eq(select(take, w))]
+            if fix is not None:
+                self._allow_registered(m, x, lam[x], fix[x])
         return m
 
-    def _verdicts(self, m, j, lam_ge, fits, fits_gt):
-        """Lane j: a request refused for counts (``a >= lam``, ``room >= lam``); a
-        completing count packet below the rows held (``c > lam``, ``room > lam``)."""
-        E, oh, ahead = self.cfg.experts, self.expert[j], self.ahead[j]
-        at_or_over = Cat(ahead[a] & Cat(oh[x] & fits[x] & ~lam_ge[x][a + 1] for x in range(E)).any()
-                         for a in range(j + 1)).any()
-        below = Cat(ahead[a] & Cat(oh[x] & fits_gt[x] & ~lam_ge[x][a] for x in range(E)).any()
-                    for a in range(j + 1)).any()
-        m.d.comb += [self.met[j].eq(self.req[j] & self.full[j] & at_or_over),
-                     self.over[j].eq(self.add[j] & self.full[j] & below)]
+    def _allow_registered(self, m, x, lam, fix):
+        """(paged) ``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with
+        ``lam``. The page gate's tile-start test takes ``allow`` at the head of its
+        lane-order chain, where a compare of ``lam`` (ahead of it: 32.5 FO4) would not fit.
+        ``lam + dtot - n >= k`` (the grants n) and ``lam + dtot + d >= k`` (a refusal's d
+        given back) are the signs of ``lam + dtot - s`` for ``s`` from ``1 - lanes`` to
+        ``2 lanes``, each one carry-save sum of two registers, chosen as ``lam`` is; 0 at
+        the layer start."""
+        L, w = self.cfg.lanes, self.width()
+        refused, back = fix
+        pos = {s: ~add3(m, lam, self.dtot[x], -s, w, f"cl_lam{x}_s{s + L}")[-1] for s in range(1 - L, 2 * L + 1)}
+        ge = Signal(L, name=f"cl_lam_ge{x}")            # bit n - 1: lam >= n
+        nxt = Cat(Cat(*(self.grants[x][n] & ~refused & pos[n + k] for n in range(L + 1)),
+                      *(back[d] & pos[k - d] for d in range(1, L + 1))).any() for k in range(1, L + 1))
+        m.d.sync += ge.eq(Mux(self.clear, 0, nxt))
+        m.d.comb += self.allow[x].eq(self.free[x] | ge)
 
+    def _after_refusal(self, m, lam, reach, exceed):
+        """(paged) The cycle after the page gate refused expert x's rows: ``lam`` is low by
+        the refused grants, ``k = n - g`` (``n`` the allocator's grants, registered here;
+        ``g`` the grants that stood, ``held``); no row of x is held in this cycle, so its
+        verdicts are ``lam + k <= 0`` and ``< 0`` for every lane (``reach`` and ``exceed``,
+        per rows held, are replaced in place). Returns, per expert, (refused, k one-hot
+        from 1)."""
+        L, E = self.cfg.lanes, self.cfg.experts
+        out = []
+        for x in range(E):
+            grants_r = Signal(L + 1, name=f"cl_grants_r{x}")
+            m.d.sync += grants_r.eq(self.grants[x])
+            held = self.held[x]
+            # (the first refused lane needed its grant: n > g, so k is 1..L)
+            back = [None] + [Signal(name=f"cl_back{x}_{k}") for k in range(1, L + 1)]
+            m.d.comb += [back[k].eq(Cat(held[g] & grants_r[g + k] for g in range(L + 1 - k)).any())
+                         for k in range(1, L + 1)]
+            refused = Signal(name=f"cl_refused{x}")
+            at_zero, below_zero = Signal(name=f"cl_held_met{x}"), Signal(name=f"cl_held_over{x}")
+            m.d.comb += [refused.eq(held.any()),
+                         at_zero.eq(Cat(back[k] & (lam[x] <= -k) for k in range(1, L + 1)).any()),
+                         below_zero.eq(Cat(back[k] & (lam[x] < -k) for k in range(1, L + 1)).any())]
+            reach[x] = [Mux(refused, at_zero, v) for v in reach[x]]
+            exceed[x] = [Mux(refused, below_zero, v) for v in exceed[x]]
+            out.append((refused, back))
+        return out
+
+    def _verdicts(self, m, j, reach, exceed, fits, fits_gt):
+        """Lane j, for its expert and its requests ahead ``a``: a request there is refused
+        for counts (``a >= lam``, ``room >= lam``); a completing count packet there is
+        below the rows held (``a > lam``, ``room > lam``). Returns both (signals)."""
+        E, oh, ahead = self.cfg.experts, self.expert[j], self.ahead[j]
+        at_or_over, below = Signal(name=f"cl_reach{j}"), Signal(name=f"cl_exceed{j}")
+        m.d.comb += [
+            at_or_over.eq(Cat(ahead[a] & Cat(oh[x] & fits[x] & reach[x][a] for x in range(E)).any()
+                              for a in range(j + 1)).any()),
+            below.eq(Cat(ahead[a] & Cat(oh[x] & fits_gt[x] & exceed[x][a] for x in range(E)).any()
+                         for a in range(j + 1)).any())]
+        return at_or_over, below
+
+    def _cut(self, j, verdicts):
+        """(paged) Lane j behind its expert's first lane refused a page in this cycle
+        (lane i): only the ``g`` grants ahead of lane i stand, so lane j's verdicts are
+        lane i's -- clear them where lane i's are clear (a >= lam at lane j follows from
+        g >= lam). Any lane ahead that found no page will do, not only the first: the
+        verdicts grow with the requests ahead, so a later one's are clear only if the
+        first's are -- and the gate's ``short`` is a gate earlier than its first refused
+        lane; it passes two gates here. Returns (met cut, over cut)."""
+        if not self.cfg.paged or j == 0:
+            return Const(0), Const(0)
+        behind = [self.short[i] & self.same[j][i] for i in range(j)]
+        return (Cat(behind[i] & ~verdicts[i][0] for i in range(j)).any(),
+                Cat(behind[i] & ~verdicts[i][1] for i in range(j)).any())

@@ -19,11 +19,11 @@ payloads flatten low field first, see :mod:`moehub.rtl.formats`):
 * ``csr``: register bus (addr, r_stb, w_stb, w_data -> r_data next cycle);
 * ``layer_done``: one-cycle pulse when the layer-done word has been written.
 """
-from amaranth import Module, Value
+from amaranth import Cat, Module, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config.schema import ConfigError, HubConfig
+from ..config.schema import HubConfig
 from .allocator import AddressAllocator
 from .csr import CsrBank
 from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
@@ -55,10 +55,6 @@ class MoEHub(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if paged(cfg) and cfg.count_packets:
-            # (the count gate predicts the grants of a cycle from the allocator's room; the
-            # page gate's refusals are not in that prediction yet)
-            raise ConfigError(f"hub[{cfg.name}]: paged regions with count packets are not in the RTL yet")
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
         self.csr_map = CsrMap(cfg)
@@ -119,10 +115,31 @@ class MoEHub(wiring.Component):
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
             m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
-                         pg.rows[e].eq(alloc.rows[e]), pg.room_ge[e].eq(alloc.formal_room_ge[e])]
+                         pg.rows[e].eq(alloc.rows[e]), pg.room_ge[e].eq(self._room_ge(alloc, e))]
+        if cfg.count_packets:
+            self._paged_counts(m, g, a, pg, alloc)
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
                      pm.page_bad.eq(pg.bad), pg.ret.eq(csr.page_free_w), pg.ret_page.eq(csr.page_free),
                      csr.pool_free.eq(pg.free)]
+
+    def _paged_counts(self, m, g, a, pg, alloc):
+        """(paged, count_packets) The count members of the requests, past the page gate to
+        the allocator's count limit; the limit's allowance to the gate (a row refused for
+        counts takes no page) and the lanes the gate found no page for to the limit."""
+        cfg = self.cfg
+        m.d.comb += [a.full.eq(g.full), a.add.eq(g.add), g.met.eq(a.met), g.over.eq(a.over),
+                     alloc.short.eq(pg.short)]
+        for e in range(cfg.experts):
+            m.d.comb += [a.dtot[e].eq(g.dtot[e]), a.nge[e].eq(g.nge[e]), a.free[e].eq(g.free[e]),
+                         pg.allow[e].eq(alloc.allow[e])]
+
+    def _room_ge(self, alloc, e):
+        """(paged) Expert e's room compares for the page gate (bit n: room >= n): the
+        allocator's registered ``room_ge``, or -- with count packets, whose counters keep no
+        ``room_ge`` -- compares of its room register."""
+        if not self.cfg.count_packets:
+            return alloc.formal_room_ge[e]
+        return Cat(alloc.formal_room[e] >= n for n in range(self.cfg.lanes + 1))
 
     @staticmethod
     def _csr(m, pm, alloc, tr, csr):

@@ -43,6 +43,13 @@ ports (a mux of ``pool_pages`` entries per port); a large pool would bank the ri
 ``lanes`` memories (entry i in bank i mod lanes, so the first ``lanes`` entries are one
 read per bank) -- not done here.
 
+With count packets too (``count_packets``), a row the counts refuse (COUNT_MISMATCH, the
+model's verdict before OVERFLOW) takes no page: whether a lane's row starts a tile takes,
+beside its place and its room, whether the counts allow that many grants (the count
+limit's ``allow``, a thermometer from registers, per count of requests ahead). The gate
+tells the count limit the lanes it found no page for (``short``): the lanes behind its
+expert's first one see only the grants ahead of that one (:mod:`moehub.rtl.count_limit`).
+
 A page handed back (``PAGE_FREE``) joins the ring four cycles after its write (the return
 check), the model at the write: software hands pages back between layers (while no row
 starts a tile) and then both agree. One that joins while rows take pages is still handed
@@ -187,11 +194,15 @@ class PageGate(wiring.Component):
     row : In(row_bits).array(lanes), ok : In(lanes)
         The allocator's grants (room in the region).
     rows : In(cap_bits).array(experts) ; room_ge : In(lanes + 1).array(experts)
-        The allocator's counters and its registered room compares (bit n: room >= n):
-        whether a lane's row starts a tile and fits is formed from them for every count of
-        requests ahead, as the allocator forms its grants, so the pool's verdict does not
-        wait for the grant's row. (Row ``rows + a`` starts a tile when the low bits of
-        ``rows`` equal those of ``-a``: a masked compare with a constant, no adder.)
+        The allocator's counters and its room compares (bit n: room >= n; registered
+        without count packets): whether a lane's row starts a tile and fits is formed from
+        them for every count of requests ahead, as the allocator forms its grants, so the
+        pool's verdict does not wait for the grant's row. (Row ``rows + a`` starts a tile
+        when the low bits of ``rows`` equal those of ``-a``: a masked compare with a
+        constant, no adder.)
+    allow : In(lanes).array(experts)
+        (count_packets) Bit ``a``: the counts allow ``a + 1`` grants to the expert (from
+        registers); a row they refuse starts no tile.
     clear : In(1)
         Layer start: latch the tile size.
     tile_rows_log2 : In(8)
@@ -202,6 +213,8 @@ class PageGate(wiring.Component):
         Per expert, one-hot: its first refused lane had ``a`` grants of the expert ahead of
         it in the cycle (bit ``a``), which are all that stand; the allocator adds ``a`` to
         its counters instead of its requests (none set: no refusal).
+    short : Out(lanes)
+        (count_packets) Lane j's row starts a tile and the pool has no page left for it.
     grant_ok : Out(lanes)
         ``ok`` and not vetoed: the packet manager's grant.
     page : Out(page_bits).array(lanes)
@@ -228,6 +241,7 @@ class PageGate(wiring.Component):
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
             "ret": In(1), "ret_page": In(16), "bad": Out(1),
             "free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages),
+            **({"allow": In(L).array(E), "short": Out(L)} if cfg.count_packets else {}),
         })
 
     def elaborate(self, platform):
@@ -255,6 +269,12 @@ class PageGate(wiring.Component):
         starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
         m.d.comb += [starts[e][a].eq(self.room_ge[e][a + 1] & masked_equal(self.rows[e], -a, tile_m1))
                      for e in range(E) for a in range(L)]
+        if cfg.count_packets:       # (and the counts allow a + 1 grants: a row they refuse takes no page)
+            for e in range(E):
+                for a in range(L):
+                    allowed = Signal(name=f"page_starts{e}_if{a}_counted")
+                    m.d.comb += allowed.eq(starts[e][a] & self.allow[e][a])
+                    starts[e][a] = allowed
         # (an expert refused a page last cycle: the allocator's counters for it are a cycle
         # wrong, and the pool is still empty, so its rows are refused now)
         refused = Signal(E, name="page_refused")
@@ -270,6 +290,8 @@ class PageGate(wiring.Component):
         for j in range(L):
             fits = Cat(exactly(needs[:j], n) & pool.avail[n] for n in range(j + 1)).any()
             m.d.comb += [served[j].eq(needs[j] & fits), short[j].eq(needs[j] & ~fits)]
+        if cfg.count_packets:
+            m.d.comb += [self.short[j].eq(short[j]) for j in range(L)]
         first = []
         for j in range(L):
             later = Cat(short[i] & same[j][i] for i in range(j)).any() if j else Const(0)

@@ -214,10 +214,19 @@ async def test_pages_across_layers_until_empty(dut):
 
 
 # ---------------------------------------------------------------------------- random
-async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool):
+def lane_feeder(rng: random.Random, rows, errors: bool) -> LaneFeeder:
+    """The random tests' feeder of ``rows`` (idle lanes, early EOS, v1's bad input with
+    ``errors``)."""
+    return LaneFeeder(CFG, rows, rng, idle=rng.choice([0, 0.3]), early_eos=rng.random() < 0.5,
+                      errors=0.15 if errors else 0.0)
+
+
+async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool, feeder=lane_feeder):
     """``layers`` layers of random rows on one hub (random tile sizes; between layers a
     random part of the pages in use handed back in random order, sometimes a bad return)
-    against the model (print the seed on failure: every assertion message carries it)."""
+    against the model (print the seed on failure: every assertion message carries it).
+    ``feeder(rng, rows, errors)`` makes each layer's traffic (tb_hub_paged_counts adds count
+    packets)."""
     rng = random.Random(seed)
     tb = HubTB(dut, CFG, seed, bp=rng.choice([0, 0.2, 0.4]))
     await tb.start()
@@ -231,9 +240,7 @@ async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool):
         await tb.start_layer()
         n_rows = rng.randrange(6, 4 * tile + 8)
         rows = random_rows(CFG, rng, n_rows, skew=rng.choice([0, 0.5]))
-        feeder = LaneFeeder(CFG, rows, rng, idle=rng.choice([0, 0.3]), early_eos=rng.random() < 0.5,
-                            errors=0.15 if errors else 0.0)
-        tb.feed(feeder, credit_delay=rng.randrange(0, 8))
+        tb.feed(feeder(rng, rows, errors), credit_delay=rng.randrange(0, 8))
         await tb.wait_idle()
         model = await tb.check()
         if errors and not model.done:

@@ -43,7 +43,7 @@ from . import common as C
 FEATURES = ("multicast", "early_counts", "paged")
 #: the features the hub's RTL has (``--rtl-gpus``, ``--hub rtl``): count packets
 #: (``count_packets``, README "Count packets in the hub RTL") and paged regions (README
-#: "Paged regions in the hub RTL"), not both at once yet
+#: "Paged regions in the hub RTL"), also both at once
 RTL_FEATURES = frozenset({"early_counts", "paged"})
 #: GEMM1 efficiency of a gathering A load relative to a contiguous (TMA) one. ASSUMPTION,
 #: from the nearest public measurement: on Hopper a GEMM that gathers A rows by index
@@ -77,9 +77,6 @@ def check_features(features, rtl: bool = False) -> frozenset:
     if missing:
         raise ValueError(f"hub features {missing}: not in the hub RTL yet (an RTL hub runs "
                          f"{', '.join(sorted(RTL_FEATURES)) or 'none of them'}); use the model hub")
-    if rtl and {"early_counts", "paged"} <= f:
-        raise ValueError("hub features early_counts and paged together: not in the hub RTL yet "
-                         "(one at a time); use the model hub")
     return f
 
 
