@@ -5,8 +5,8 @@ cycle count -- with back-pressure on, so both simulators also draw the same
 back-pressure. (The tiny cocotb regression on Verilator is in test_hub_cocotb.py; the
 whole regression on both simulators is in the slow set.) The tiny player's Verilator
 build takes about 45 s on 2 loaded cores (25 s of CPU) and is cached by content under
-build/sim/builds/. The equivalence run (49 s of the fast set idle) is in the slow set; the
-fast set meets Verilator through tiny's regression and the short soak below."""
+build/sim/builds/. Every test here is in the slow set (the equivalence run was 49 s of the
+fast set idle, the soak 56 s); the fast set meets Verilator through tiny's regression."""
 
 import pytest
 
@@ -52,10 +52,12 @@ def test_waveforms_on_verilator():
     assert out["passed"] == 1 and out["waves"].suffix == ".vcd" and out["waves"].stat().st_size
 
 
+@pytest.mark.slow
 def test_short_soak_on_verilator():
     """A short soak (verif/soak.py, the slow set runs a million rows per config): random
     layers with every kind of bad input through the RTL, each equal to the model. (Cocotb
-    mode: the player build above serves it.)"""
+    mode: the player build above serves it. Slow set: 56 s of the fast set with its build;
+    the fast set's soak runs on Icarus, tests/test_soak.py.)"""
     from moehub.verif import soak
     rep = soak.run_soak("tiny", 1500, 4, sim="verilator", mode="cocotb")
     assert rep.rows >= 1500 and rep.layers >= 3, rep

@@ -1,6 +1,8 @@
 """The soak (verif/soak.py): its traffic is what it claims (fast, no simulator), and the
 million-row soak on every default config (slow set, Verilator; seeds recorded in the
-README). The fast set's short soak through the RTL is in test_sim_verilator.py."""
+README). A short soak through tiny's RTL is in test_sim_verilator.py (slow set: its
+Verilator build; the fast set's random layers with bad input through the RTL are tiny's
+cocotb regression's)."""
 import numpy as np
 import pytest
 
