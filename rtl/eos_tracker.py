@@ -13,7 +13,8 @@ committed last is summarised in ``p_*`` (how many rows each source opened, as a 
 ``p_sel``; its EOS, count and the distance after it for each opener count), and the state
 after it (``seen_t``, ``opened_t``, ``dist_t``) is formed from registers only. T needs only
 whether ``dist_t <= k`` (``k < lanes``), kept as registered compares (``dist_le``, ``p_le``)
-chosen by the one-hots: no subtraction in front of T's compares.
+chosen by the one-hots: no subtraction in front of T's compares. ``dist - n <= k`` is
+``dist <= n + k``, so each is a vector over ``i = n + k < 2 x lanes``, not one per (n, k).
 
 The wide values of an EOS (its count, the distances ``p_evec``) are registered per *lane*
 (``lane_cnt``, ``lane_evec``), with a one-hot per source naming the lane of its EOS
@@ -67,8 +68,9 @@ class EosTracker(wiring.Component):
     nxt_evec : In(signed).array(lanes, lanes + 1)
         For an EOS on lane j: ``count - opened`` after the group, for each count n of the
         group's own openers of its source (index n).
-    nxt_le : In(lanes).array(sources, lanes + 1)
-        Bit k of ``nxt_le[s][n]``: ``nxt_evec[s][n] <= k``.
+    nxt_le : In(2 * lanes).array(sources)
+        Bit i of ``nxt_le[s]``: the distance after the group ahead of the EOS's, ``<= i``
+        (so ``nxt_evec[j][n] <= k`` is bit ``n + k``, for the EOS's lane j).
     clear : In(1)
         Layer start: no EOS, nothing opened.
     """
@@ -82,7 +84,7 @@ class EosTracker(wiring.Component):
             "seen": Out(S), "le": Out(L).array(S), "reached": Out(S), "mismatch": Out(L),
             "got_eos": Out(S), "count": Out(cb).array(S),
             "nxt_sel": In(L + 1).array(S), "nxt_eos": In(S), "nxt_lane": In(L).array(S),
-            "nxt_cnt": In(cb).array(L), "nxt_evec": In(ds).array(L, L + 1), "nxt_le": In(L).array(S, L + 1),
+            "nxt_cnt": In(cb).array(L), "nxt_evec": In(ds).array(L, L + 1), "nxt_le": In(2 * L).array(S),
             "clear": In(1),
         })
 
@@ -126,9 +128,9 @@ class EosTracker(wiring.Component):
                      for n in range(L + 1)]
         m.d.comb += p_cnt.eq(select([(p_lane[j], self.lane_cnt[j]) for j in range(L)], cb))
         # (dist_le[i] = dist <= i, i < 2L: so dist_t = dist - n <= k is dist_le[n + k];
-        # after an EOS, p_le[n][k] = p_evec[n] <= k)
+        # after an EOS, p_evec[n] <= k is p_le[n + k])
         dist_le = Signal(2 * L, name=f"dist_le{s}", init=(1 << 2 * L) - 1)
-        p_le = [Signal(L, name=f"p_le{s}_{n}") for n in range(L + 1)]
+        p_le = Signal(2 * L, name=f"p_le{s}")
         seen_t = Signal(name=f"seen_t{s}")
         opened_t = Signal.like(opened, name=f"opened_t{s}")
         dist_t = Signal.like(dist, name=f"dist_t{s}")
@@ -140,7 +142,7 @@ class EosTracker(wiring.Component):
             dist_t.eq(Mux(p_eos, select([(p_sel[n], p_evec[n]) for n in n_range], ds),
                           select([(p_sel[n], dist - n) for n in n_range], ds))),
         ]
-        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(p_sel[n] & p_le[n][k] for n in n_range).any(),
+        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(p_sel[n] & p_le[n + k] for n in n_range).any(),
                                      Cat(p_sel[n] & dist_le[n + k] for n in n_range).any()))
                      for k in range(L)]
         m.d.sync += [eos_seen.eq(seen_t), opened.eq(opened_t), dist.eq(dist_t)]
@@ -152,7 +154,7 @@ class EosTracker(wiring.Component):
             p_eos, Cat(p_sel[n] & p_lane[j] & self.lane_le[j][n][k] for n in n_range for j in range(L)).any(),
             Cat(p_sel[n] & (dist <= n + k) for n in n_range).any())) for k in range(2 * L)]
         m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_lane.eq(self.nxt_lane[s])]
-        m.d.sync += [p_le[n].eq(self.nxt_le[s][n]) for n in n_range]
+        m.d.sync += p_le.eq(self.nxt_le[s])
         with m.If(self.clear):
             m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1),
                          dist_le.eq(dist_le.init)]

@@ -582,13 +582,13 @@ class PacketManager(wiring.Component):
         m.d.comb += [eos.nxt_cnt[j].eq(R[j].pkt.count) for j in range(L)]
         m.d.comb += [eos.nxt_evec[j][n].eq(shifted[j][n]) for j in range(L) for n in range(L + 1)]
         for s in range(cfg.sources):
-            src_openers = [v["opener"][j] & (R[j].pkt.src == s) for j in range(L)]
+            src_openers = [v["opener"][j] & R[j].src_oh[s] for j in range(L)]
             sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
             m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
             # (lane j's EOS is accepted for source s: an EOS of s, none ahead of it in the
             # group, and s's EOS not seen before -- an accepted EOS with the source known, so
             # seen is s's own bit, not read through the lane's source; and it gates last)
-            eos_new = [R[j].eos & ~R[j].eos_prior & (R[j].pkt.src == s) for j in range(L)]
+            eos_new = [R[j].eos & ~R[j].eos_prior & R[j].src_oh[s] for j in range(L)]
             not_seen = ~eos.seen[s]
             eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
             m.d.comb += [eos_sel[j].eq(eos_new[j] & not_seen) for j in range(L)]
@@ -597,16 +597,17 @@ class PacketManager(wiring.Component):
                 eos.nxt_eos[s].eq(self.live & not_seen & Cat(*eos_new).any()),
                 eos.nxt_lane[s].eq(Cat(*eos_sel)),
             ]
-            # (whether the EOS's distance after n openers is <= k: the sign k + 1 further on,
-            # shifted by the openers b of the group ahead. The EOS lane of s is chosen first,
+            # (whether the EOS's distance after the group ahead is <= i -- after n openers of
+            # its own group, <= k is i = n + k: the sign i + 1 further on, shifted by the
+            # openers b of the group ahead. The EOS lane of s is chosen first,
             # from R's registers; then s's own p_sel -- the lane's source is s -- picks b:
             # the late one-hot passes one AND-OR, with no 72-source select in front of it)
             pick_le = [None] + [Signal(name=f"eos_le{s}_{v}") for v in range(1, 3 * L + 1)]
             m.d.comb += [pick_le[v].eq(_any(eos_new[j] & ahead_les[j][v] for j in range(L)))
                          for v in range(1, 3 * L + 1)]
-            m.d.comb += [eos.nxt_le[s][n][k].eq(
-                not_seen & _any(eos.p_sel[s][b] & pick_le[b + n + k + 1] for b in range(L + 1)))
-                for n in range(L + 1) for k in range(L)]
+            m.d.comb += [eos.nxt_le[s][i].eq(
+                not_seen & _any(eos.p_sel[s][b] & pick_le[b + i + 1] for b in range(L + 1)))
+                for i in range(2 * L)]
 
     def _t_register(self, m, v):
         """T's output registers (and its reasons, for the statistics); the row requests
