@@ -45,7 +45,13 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig
 from .interfaces import allocation_signature
 from .count_limit import CountLimit
-from .logic import exactly, select
+from .logic import exactly, masked_equal, select
+
+
+def _tile_at_init(cfg: HubConfig) -> int:
+    """(paged) ``tile_at`` with no rows and the default tile: the rows ``a`` that are a
+    multiple of ``tile_rows``."""
+    return sum(1 << a for a in range(cfg.lanes) if a % cfg.tile_rows == 0)
 
 
 class AddressAllocator(wiring.Component):
@@ -73,6 +79,12 @@ class AddressAllocator(wiring.Component):
         ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
         gate refuses its requests of that cycle, as the model does: the pool is still
         empty).
+    tile_m1 : In(row_bits) ; tile_at : Out(lanes).array(experts)
+        Only when paged: the layer's tile rows minus one (the page gate's register, or the
+        value it latches at ``clear``); bit ``a`` of ``tile_at[e]``: row ``rows[e] + a``
+        starts a tile -- a register, updated beside the counters from compares of the
+        counter register (``rows + n + a`` for every outcome n, chosen as the counters
+        are), so the page gate's verdict starts at flops, not at a compare of the counter.
     allow : Out(lanes).array(experts) ; short : In(lanes)
         Only when paged with count packets: the count limit's allowance (bit n - 1: the
         counts allow n grants to the expert), for the page gate; the lanes the gate found
@@ -97,7 +109,8 @@ class AddressAllocator(wiring.Component):
             "formal_room_ge": Out(cfg.lanes + 1).array(E),
             # (paged) per expert, the grants that stand when the page gate refused one
             # (:class:`~moehub.rtl.paging.PageGate`), one-hot
-            **({"stop": In(cfg.lanes).array(E)} if cfg.paged else {}),
+            **({"stop": In(cfg.lanes).array(E), "tile_m1": In(cfg.row_bits),
+                "tile_at": Out(cfg.lanes, init=_tile_at_init(cfg)).array(E)} if cfg.paged else {}),
             **({"allow": Out(cfg.lanes).array(E), "short": In(cfg.lanes)}
                if cfg.paged and cfg.count_packets else {}),
         })
@@ -169,7 +182,24 @@ class AddressAllocator(wiring.Component):
         nxt_room = select([(is_n[n], room[e] - n) for n in range(L + 1)], bits)
         if held:
             nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
+            self._tile_at_next(m, e, counters, [(is_n[n], n) for n in range(L + 1)], held[e])
         m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
+
+    def _tile_at_next(self, m, e, counters, outcomes, held_e):
+        """(paged) ``tile_at[e]`` after this cycle: for each outcome ``(cond, n)`` (the
+        counter becomes ``rows + n``), whether ``rows + n + a`` starts a tile, compared from
+        the counter register and chosen like the counter; after a page refusal, from the
+        held counter plus the grants that stood. (An outcome that saturates the counter
+        leaves no room, so the gate needs no tile verdict there: not listed.)"""
+        L, tm1 = self.cfg.lanes, self.tile_m1
+        starts = [Signal(name=f"tile_at{e}_if{x}") for x in range(2 * L)]
+        m.d.comb += [starts[x].eq(masked_equal(counters[e], -x, tm1)) for x in range(2 * L)]
+        nxt = Cat(*(Cat(*(c & starts[n + a] for c, n in outcomes if n + a < 2 * L)).any()
+                    for a in range(L)))
+        stop_r, rows_r, _ = held_e
+        held_at = Cat(*(Cat(*(stop_r[b] & masked_equal(rows_r, -(a + b), tm1) for b in range(L))).any()
+                        for a in range(L)))
+        m.d.sync += self.tile_at[e].eq(Mux(stop_r.any(), held_at, nxt))
 
     def _after_refusal(self, held_e, nxt_rows, nxt_room):
         """(paged) A page refused in the cycle before: the counters, which added every
@@ -218,6 +248,9 @@ class AddressAllocator(wiring.Component):
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
             m.d.sync += [r.eq(Cat(c >= n for n in range(L + 1))) for r, c in zip(room_ge, self.cap)]
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
+            if cfg.paged:       # (row a starts a tile: a multiple of the new tile rows)
+                m.d.sync += [t.eq(Cat(*(masked_equal(Const(0, cfg.row_bits), -a, self.tile_m1)
+                                        for a in range(L)))) for t in self.tile_at]
         with m.Else():
             for e in range(E if self.limit is not None else 0):
                 self._update_counted(m, e, counters, room, held)
@@ -248,5 +281,6 @@ class AddressAllocator(wiring.Component):
                     held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & (room_r >= a + k) for a in range(L))).any()
                                               for k in range(1, L + 1)))
                     nxt_ge = Mux(stop_r.any(), held_ge, nxt_ge)
+                    self._tile_at_next(m, e, counters, [(is_n[n] & fits[n], n) for n in range(L + 1)], held[e])
                 m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room), room_ge[e].eq(nxt_ge)]
         return m

@@ -108,14 +108,14 @@ class MoEHub(wiring.Component):
         g, a = pm.alloc, alloc.grant
         m.d.comb += [a.req.eq(g.req), a.clear.eq(g.clear), pg.req.eq(g.req), pg.clear.eq(g.clear),
                      pg.ok.eq(a.ok), g.ok.eq(pg.grant_ok),
-                     pg.tile_rows_log2.eq(csr.tile_rows_log2)]
+                     pg.tile_rows_log2.eq(csr.tile_rows_log2), alloc.tile_m1.eq(pg.tile_m1)]
         for j in range(L):
             m.d.comb += [a.expert[j].eq(g.expert[j]), a.same[j].eq(g.same[j]), pg.expert[j].eq(g.expert[j]),
                          pg.same[j].eq(g.same[j]), pg.ahead[j].eq(pm.alloc_ahead[j]),
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
             m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
-                         pg.rows[e].eq(alloc.rows[e]), pg.room_ge[e].eq(self._room_ge(alloc, e))]
+                         pg.tile_at[e].eq(alloc.tile_at[e]), pg.room_ge[e].eq(self._room_ge(alloc, e))]
         if cfg.count_packets:
             self._paged_counts(m, g, a, pg, alloc)
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),

@@ -57,6 +57,12 @@ def exactly(bits, n):
     return Cat(*terms).any() if terms else Const(0)
 
 
+def masked_equal(value, const: int, mask):
+    """``value & mask == const & mask`` (``const`` may be negative: two's complement), bit
+    by bit: one AND of XNORs with constants, no adder or compare chain."""
+    return Cat(~mask[b] | (value[b] if const >> b & 1 else ~value[b]) for b in range(len(mask))).all()
+
+
 def select(sel_vals, shape):
     """AND-OR select: the value whose select is set (at most one is), else 0. (``shape``
     may be a layout: the result is then its bits, a plain value.)"""

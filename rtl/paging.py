@@ -68,12 +68,6 @@ from .logic import count_onehot, exactly, select
 from .page_pool import PagePool
 
 
-def masked_equal(value, const: int, mask):
-    """``value & mask == const & mask`` (``const`` may be negative: two's complement), bit
-    by bit: one AND of XNORs with constants, no adder or compare chain."""
-    return Cat(~mask[b] | (value[b] if const >> b & 1 else ~value[b]) for b in range(len(mask))).all()
-
-
 def tile_sizes(cfg: HubConfig) -> list:
     """log2 of every tile size a layer may use (TILE_ROWS_LOG2 is clamped to these)."""
     return list(range(cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length()))
@@ -193,13 +187,13 @@ class PageGate(wiring.Component):
         not at a count of requests).
     row : In(row_bits).array(lanes), ok : In(lanes)
         The allocator's grants (room in the region).
-    rows : In(cap_bits).array(experts) ; room_ge : In(lanes + 1).array(experts)
-        The allocator's counters and its room compares (bit n: room >= n; registered
-        without count packets): whether a lane's row starts a tile and fits is formed from
-        them for every count of requests ahead, as the allocator forms its grants, so the
-        pool's verdict does not wait for the grant's row. (Row ``rows + a`` starts a tile
-        when the low bits of ``rows`` equal those of ``-a``: a masked compare with a
-        constant, no adder.)
+    tile_at : In(lanes).array(experts) ; room_ge : In(lanes + 1).array(experts)
+        The allocator's tile starts (bit a: row ``rows + a`` starts a tile) and its room
+        compares (bit n: room >= n; registered without count packets): whether a lane's row
+        starts a tile and fits is formed from them for every count of requests ahead, as
+        the allocator forms its grants, so the pool's verdict does not wait for the grant's
+        row, nor for a compare of the counter (``tile_at`` is a register of the allocator,
+        updated with the counters).
     allow : In(lanes).array(experts)
         (count_packets) Bit ``a``: the counts allow ``a + 1`` grants to the expert (from
         registers); a row they refuse starts no tile.
@@ -207,6 +201,9 @@ class PageGate(wiring.Component):
         Layer start: latch the tile size.
     tile_rows_log2 : In(8)
         The CSR (clamped by the bank), latched at ``clear``.
+    tile_m1 : Out(row_bits)
+        The layer's tile rows minus one, for the allocator's ``tile_at``: the register, or
+        at ``clear`` the value it latches.
     veto : Out(lanes)
         Grants refused for want of a page.
     stop : Out(lanes).array(experts)
@@ -234,9 +231,9 @@ class PageGate(wiring.Component):
         super().__init__({
             "req": In(L), "expert": In(E).array(L), "same": In(L).array(L), "ahead": In(L).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
-            "rows": In(cfg.cap_bits).array(E), "room_ge": In(L + 1).array(E),
+            "tile_at": In(L).array(E), "room_ge": In(L + 1).array(E),
             "stop": Out(L).array(E),
-            "tile_rows_log2": In(8),
+            "tile_rows_log2": In(8), "tile_m1": Out(cfg.row_bits),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
             "ret": In(1), "ret_page": In(16), "bad": Out(1),
@@ -254,10 +251,11 @@ class PageGate(wiring.Component):
         sizes = tile_sizes(cfg)
         tile_m1 = Signal(cfg.row_bits, name="page_tile_m1")
         sh = Signal(len(sizes), name="page_tile_sh", init=1 << sizes.index(cfg.tile_rows.bit_length() - 1))
+        loaded = Signal(cfg.row_bits, name="page_tile_m1_load")
+        m.d.comb += loaded.eq(select([(self.tile_rows_log2 == s, (1 << s) - 1) for s in sizes], cfg.row_bits))
         with m.If(self.clear):
-            m.d.sync += [sh.eq(Cat(self.tile_rows_log2 == s for s in sizes)),
-                         tile_m1.eq(select([(self.tile_rows_log2 == s, (1 << s) - 1) for s in sizes],
-                                           cfg.row_bits))]
+            m.d.sync += [sh.eq(Cat(self.tile_rows_log2 == s for s in sizes)), tile_m1.eq(loaded)]
+        m.d.comb += self.tile_m1.eq(Mux(self.clear, loaded, tile_m1))
         m.d.comb += self.tile_sh.eq(sh)
         cur = [Signal(pb, name=f"cur_page{e}") for e in range(E)]
         m.d.comb += [self.cur_page[e].eq(cur[e]) for e in range(E)]
@@ -267,7 +265,7 @@ class PageGate(wiring.Component):
         ahead = [[self.ahead[j][a] for a in range(j + 1)] for j in range(L)]
         # (expert e's row rows[e] + a fits its region and starts a tile: from registers)
         starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
-        m.d.comb += [starts[e][a].eq(self.room_ge[e][a + 1] & masked_equal(self.rows[e], -a, tile_m1))
+        m.d.comb += [starts[e][a].eq(self.room_ge[e][a + 1] & self.tile_at[e][a])
                      for e in range(E) for a in range(L)]
         if cfg.count_packets:       # (and the counts allow a + 1 grants: a row they refuse takes no page)
             for e in range(E):
