@@ -59,7 +59,7 @@ next one handed out, ahead of the fresh ones (``tests/test_rtl_v2_units.py``: se
 a cycle and returns in the same cycles, against the model's pool; the first version handed
 a fresh page out twice and lost the returned one).
 """
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -103,11 +103,15 @@ class PageSupply(PagePool):
     def elaborate(self, platform):
         m = Module()
         cfg, L, P, pb = self.cfg, self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
-        ring = Array(Signal(pb, name=f"ring{p}") for p in range(P))
-        head = Signal(range(P), name="head")
-        tail = Signal(range(P), name="tail")
+        ring = [Signal(pb, name=f"ring{p}") for p in range(P)]
+        # (the ring's head and tail as one-hots: its n-th entry is an AND-OR of the entries
+        # with the head rotated by n -- wiring, no index adder, wrap or decoder)
+        head = Signal(P, name="head_oh", init=1)
+        tail = Signal(P, name="tail_oh", init=1)
         count = Signal(range(P + 1), name="ring_count")     # returned pages waiting
-        fresh = Signal(range(P + 1), name="fresh")          # pages 0 .. fresh-1 handed out once
+        # (pages fbase + count .. P - 1 were never handed out: fbase = fresh - count, so the
+        # n-th page in order past the ring is fbase + n, from a register)
+        fbase = Signal(range(P + 1), name="fresh_base")
         nfree = Signal(range(P + 1), name="nfree", init=P)  # count + P - fresh, as a register
         in_use = Signal(P, name="in_use")
         # The state follows the takes a cycle late (``pend``: the takes of the cycle before,
@@ -123,47 +127,33 @@ class PageSupply(PagePool):
         good, good_page = self._returns(m, in_use)
         ret_r, ret_page_r = Signal(name="ret_joined"), Signal(pb, name="ret_joined_page")
         m.d.sync += [ret_r.eq(good), ret_page_r.eq(good_page)]
-        # ---- the pages in order, from registers: the ring's entries, then fresh ones, as
-        # this cycle's takes see them (``seq``) and as the pending takes saw them (``seen``)
-        seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
-        seen = [Signal(pb, name=f"seen_page{n}") for n in range(L)]
-        for n in range(2 * L):
-            entry = None
-            if n < P:
-                idx = Signal(range(P), name=f"ring_idx{n}")
-                wrap = head + n
-                m.d.comb += idx.eq(Mux(wrap >= P, wrap - P, wrap) if n else head)
-                entry = ring[idx]
-            fresh_n = (fresh - count + n)[:pb]
-            m.d.comb += seq[n].eq(Mux(count > n, entry, fresh_n) if entry is not None else fresh_n)
-            if n < L:
-                old_gt = Mux(ret_r, count > n + 1, count > n)
-                old_fresh = (fresh - count + ret_r + n)[:pb]
-                m.d.comb += seen[n].eq(Mux(old_gt, entry, old_fresh) if entry is not None else old_fresh)
+        seq, seen = self._order(m, ring, head, count, fbase, ret_r)
         for i in range(L):
             m.d.comb += [
                 self.page[i].eq(select([(pend[n], Mux(ret_r & (count <= n), ret_page_r, seq[n]) if i == 0
                                          else seq[n + i]) for n in range(L + 1)], pb)),
                 self.avail[i].eq(Cat(pend[n] & (nfree > n + i) for n in range(L + 1)).any())]
-        # ---- k pages taken (k one-hot): min(k, the ring they saw) from the ring, the rest fresh
-        k = pend
-        nxt_head, nxt_count, nxt_fresh, nxt_free = [], [], [], []
-        for n in range(L + 1):
-            from_ring = Mux(count >= n + ret_r, n, count - ret_r)
-            h = head + from_ring
-            nxt_head.append((k[n], Mux(h >= P, h - P, h)))
-            nxt_count.append((k[n], count - from_ring))
-            nxt_fresh.append((k[n], fresh + (n - from_ring)))
-            nxt_free.append((k[n], nfree - n))
-        m.d.sync += [head.eq(select(nxt_head, len(head))),
-                     fresh.eq(select(nxt_fresh, len(fresh))),
+        # ---- n pages taken (pend[n]): from the ring while the ring they saw lasts
+        # (count - ret_r), the rest fresh. Ring exhausted: the head moves to where that ring
+        # ended (the tail, less the return), ``ret_r`` pages stay.
+        nxt_head, nxt_count = [(pend[0], head)], [(pend[0], count)]
+        ended = Mux(ret_r, _rotate(tail, -1), tail)
+        for n in range(1, L + 1):
+            lasts = Mux(ret_r, count >= n + 1, count >= n)
+            nxt_head.append((pend[n], Mux(lasts, _rotate(head, n), ended)))
+            nxt_count.append((pend[n], Mux(lasts, count - n, ret_r)))
+        m.d.sync += [head.eq(select(nxt_head, P)),
                      count.eq(select(nxt_count, len(count)) + good),
-                     nfree.eq(select(nxt_free, len(nfree)) + good)]
+                     fbase.eq(select([(pend[n], fbase + n) for n in range(L + 1)], len(fbase)) - good),
+                     nfree.eq(select([(pend[n], nfree - n) for n in range(L + 1)], len(nfree)) + good)]
         with m.If(good):
-            m.d.sync += [ring[tail].eq(good_page), tail.eq(Mux(tail == P - 1, 0, tail + 1))]
+            m.d.sync += tail.eq(_rotate(tail, 1))
+        for p in range(P):
+            with m.If(good & tail[p]):
+                m.d.sync += ring[p].eq(good_page)
         # ---- in_use: set by the takes, cleared by a good return (never a page taken now)
         taken = Signal(P, name="taken_bits")
-        took = [Cat(k[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happened
+        took = [Cat(pend[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happened
         m.d.comb += taken.eq(Cat(*(Cat(took[i] & (seen[i] == p) for i in range(L)).any()
                                    for p in range(P))))
         cleared = Signal(P, name="cleared_bits")
@@ -171,6 +161,33 @@ class PageSupply(PagePool):
         m.d.sync += in_use.eq((in_use | taken) & ~cleared)
         m.d.comb += self.free.eq(nfree)
         return m
+
+    def _order(self, m, ring, head, count, fbase, ret_r):
+        """The pages in order, from registers: the ring's entries (oldest first), then
+        fresh ones -- as this cycle's takes see them (``seq``, 2 x lanes of them) and as the
+        pending takes saw them (``seen``: without the return that joined since)."""
+        L, P, pb = self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
+        seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
+        seen = [Signal(pb, name=f"seen_page{n}") for n in range(L)]
+        for n in range(2 * L):
+            entry = None
+            if n < P:
+                entry = Signal(pb, name=f"ring_entry{n}")
+                m.d.comb += entry.eq(select([(head[p], ring[(p + n) % P]) for p in range(P)], pb))
+            fresh_n = (fbase + n)[:pb]
+            m.d.comb += seq[n].eq(Mux(count > n, entry, fresh_n) if entry is not None else fresh_n)
+            if n < L:
+                old_gt = Mux(ret_r, count > n + 1, count > n)
+                old_fresh = (fbase + ret_r + n)[:pb]
+                m.d.comb += seen[n].eq(Mux(old_gt, entry, old_fresh) if entry is not None else old_fresh)
+        return seq, seen
+
+
+def _rotate(onehot, n: int):
+    """A one-hot ring position moved on by ``n`` (mod its width): wiring only."""
+    w = len(onehot)
+    n %= w
+    return Cat(onehot[w - n:], onehot[:w - n]) if n else onehot
 
 
 class PageGate(wiring.Component):
