@@ -517,17 +517,19 @@ class PacketManager(wiring.Component):
         small compare from registers: ``dist <= k``, k = the source's earlier openers in the
         group. (``opened`` counts every opener, post-EOS ones too: the condition is
         monotone, so counting them changes no outcome.)"""
-        L, R, eos = self.cfg.lanes, self.r, self.eos
-        seen_rd, le_rd = Array(eos.seen), Array(eos.le)
+        L, S, R, eos = self.cfg.lanes, self.cfg.sources, self.r, self.eos
         v["seen_before"] = [Signal(name=f"seen_before{j}") for j in range(L)]
         v["post"] = [Signal(name=f"post{j}") for j in range(L)]
         for j, r in enumerate(R):
-            src = r.pkt.src
-            m.d.comb += v["seen_before"][j].eq(seen_rd[src] | r.eos_prior)
+            # (the source's state chosen by R's source one-hot, an AND-OR: no decoder of
+            # the source number in front of T's verdicts; a bad source chooses nothing)
+            seen_src = Signal(name=f"seen_src{j}")
+            m.d.comb += seen_src.eq((r.src_oh & eos.seen).any())
+            m.d.comb += v["seen_before"][j].eq(seen_src | r.eos_prior)
             earlier_openers = [v["opener"][i] & r.same_src[i] for i in range(j)]
             dle_src = Signal(L, name=f"dle_src{j}")
-            m.d.comb += dle_src.eq(le_rd[src])
-            m.d.comb += v["post"][j].eq(~r.bad_exp & seen_rd[src] & Cat(
+            m.d.comb += dle_src.eq(select([(r.src_oh[s], eos.le[s]) for s in range(S)], L))
+            m.d.comb += v["post"][j].eq(~r.bad_exp & seen_src & Cat(
                 exactly(earlier_openers, k) & dle_src[k] for k in range(j + 1)).any())
 
     def _t_write_back(self, m, v):
