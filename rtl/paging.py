@@ -9,7 +9,9 @@ Two units, between the packet manager's T stage and the allocator:
   whose first ``lanes`` entries are read at once (the i-th take gets the ring's i-th
   page, or, past the ring's count, the fresh page ``fresh + i - count``). Every candidate
   is formed from registers; the takes of a cycle (a one-hot count) only select the next
-  state.
+  state. The ring's head and tail are one-hots (its i-th entry is an AND-OR with the head
+  rotated by i: no index adder, wrap-around or decoder) and ``fresh - count`` is a
+  register, so a candidate is a compare of the count with a constant and one AND-OR.
 * :class:`PageGate` -- the rows the allocator grants in one cycle, in lane order: a row
   that starts a tile (its row in the expert is a multiple of the layer's tile rows) takes
   the next page of the pool; when the pool has none left for it, the row is refused
@@ -22,8 +24,10 @@ Two units, between the packet manager's T stage and the allocator:
 
 Timing: whether a lane's row starts a tile and fits its region is formed, as the
 allocator forms its grants, for every count of requests ahead of it from the allocator's
-registers (``rows``, ``room``) and chosen by that count, so the pool's verdict does not
-wait for the grant's row. No verdict reaches a counter in its own cycle: the pool's state
+registers (``tile_at``: row ``rows + a`` starts a tile, kept beside the counters;
+``room_ge``) and chosen by that count, so the pool's verdict does not wait for the grant's
+row. (tiny-paged: 25.7 FO4 with the tile test a compare of the counter and the ring read
+through an index adder, 20.6 with both registered/one-hot.) No verdict reaches a counter in its own cycle: the pool's state
 follows its takes a cycle late (this cycle's pages are read past the takes still pending,
 from registers), and after a refusal the allocator's counters, which added every request
 of the cycle, are set in the next cycle, from registers, to the grants that stood
