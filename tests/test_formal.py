@@ -80,6 +80,18 @@ def test_broken_allocator_fails():
     _fails(r, "capacity")
 
 
+def test_broken_paged_allocator_fails():
+    """(paged) After a page refusal the tile starts are taken one row off the grants that
+    stood."""
+    from moehub.verif.formal.allocator import AllocatorHarness
+    from moehub.verif.formal.common import formal_config
+    broken = mutant("moehub.rtl.allocator", "masked_equal(rows_r, -(a + b), tm1)",
+                    "masked_equal(rows_r, -(a + b + 1), tm1)", "AddressAllocator")
+    cfg = formal_config("tiny/alloc-small").replace(pool_pages=8)
+    r = run_harness("broken-paged-allocator", AllocatorHarness(cfg, broken), "bmc", 6)
+    _fails(r, "tile start")
+
+
 def test_broken_queue_fails():
     """After a pop from a queue of one entry the head takes a stale entry."""
     from amaranth.lib import data

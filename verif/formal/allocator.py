@@ -20,12 +20,26 @@ Properties (for ``ce``; lane ``j``'s *ahead* = the lanes ``i < j`` asking for ``
 * the chosen row is granted at most once per layer (unique);
 * the counters are exact: ``rows[ce] == cnt``, and (formal ports) ``room == cap_s - cnt``,
   ``cap == cap_s``: the invariant that lets k-induction close.
+
+Paged configs (``pool_pages > 0``, protocol v2) add the page gate's side: ``stop`` (the gate
+refused a grant of ``ce`` with ``a`` of its grants ahead: one-hot, ``a`` below the lanes
+asking for ``ce`` and granted, never with ``clear`` nor in the cycle after a refusal of the
+same expert, when the gate holds its requests) and the layer's tile rows (``tile_m1``: one of
+the supported tile sizes, changing only with ``clear``). The reference counter follows the
+allocator's own semantics: every grant counts, and a cycle after a refusal the counter is
+the one of the refusal's cycle plus ``a`` (the grants that stood; rows beyond are handed out
+again, so the chosen row's "seen" bit follows the counter). Then, besides the above:
+
+* ``tile_at[ce]`` bit ``a`` is exactly "row ``cnt + a`` starts a tile" wherever that row
+  is in the region (``cnt + a < cap_s``; the page gate reads it only there).
 """
 from __future__ import annotations
 
 from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
 
 from ...rtl.allocator import AddressAllocator
+from ...rtl.paging import tile_sizes
+from ...rtl.logic import select
 from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
 
 
@@ -58,8 +72,44 @@ class AllocatorHarness(Elaboratable):
             m.d.comb += dut.cap[e].eq(any_seq(m, cb, f"cap_in{e}"))
             p.assume(dut.cap[e] <= cfg.max_rows_per_expert)
         p.assume(~(clear & req.any()))
+        self.tile_m1 = self._tile_rows(m, p, dut, clear) if cfg.paged else None
         self._properties(m, p, dut)
         return m
+
+    def _tile_rows(self, m, p, dut, clear):
+        """(paged) The layer's tile rows minus one, as the page gate gives it: a supported
+        tile size, any at ``clear``, held between."""
+        cfg = self.cfg
+        held = Signal(cfg.row_bits, name="tile_m1_held", init=cfg.tile_rows - 1)
+        pick = any_seq(m, cfg.row_bits, "tile_m1_pick")
+        p.assume(Cat(*(pick == (1 << s) - 1 for s in tile_sizes(cfg))).any())
+        p.check(Cat(*(held == (1 << s) - 1 for s in tile_sizes(cfg))).any(), "tile rows not a supported size")
+        m.d.comb += dut.tile_m1.eq(Mux(clear, pick, held))
+        m.d.sync += held.eq(dut.tile_m1)
+        return held             # (the layer's, in every cycle but a clear's own)
+
+    def _refusals(self, m, p, dut, asks, granted, ce):
+        """(paged) The page gate's refusals (see the module docstring): free for every
+        expert but ``ce`` as long as they are well formed; returns ce's one-hot ``stop``
+        and whether one was registered last cycle."""
+        L, E = self.cfg.lanes, self.cfg.experts
+        g = dut.grant
+        for e in range(E):
+            stop = any_seq(m, L, f"stop{e}")
+            m.d.comb += dut.stop[e].eq(stop)
+            prev = Signal(name=f"stop_prev{e}")
+            m.d.sync += prev.eq(stop.any())
+            mine = [g.req[j] & g.expert[j][e] for j in range(L)]
+            ok_mine = [mine[j] & g.ok[j] for j in range(L)]
+            p.assume((stop == 0) | (one_hot(stop) & ~g.clear & ~prev))
+            # (a grants ahead of the refused lane: a lane of e with a of e's lanes before it,
+            # all granted)
+            for a in range(L):
+                p.assume(~stop[a] | (count_ones(ok_mine) > a))
+        stop_ce = Array(dut.stop)[ce]
+        prev_ce = Signal(name="stop_prev_ce")
+        m.d.sync += prev_ce.eq(stop_ce.any())
+        return stop_ce, prev_ce
 
     def _properties(self, m, p, dut):
         """Reference state for the chosen expert and row; asserts and covers."""
@@ -93,8 +143,18 @@ class AllocatorHarness(Elaboratable):
         p.check(Array(dut.formal_room)[ce] == cap_s - cnt, "room != capacity - rows")
         p.check(Array(dut.formal_room_ge)[ce] == Cat(*(cap_s - cnt >= n for n in range(L + 1))),
                 "registered room compares differ from the room")
+        if cfg.paged:
+            for a in range(L):
+                p.check(~(cnt + a < cap_s) | (Array(dut.tile_at)[ce][a] == ((cnt + a) & self.tile_m1 == 0)),
+                        "registered tile start differs from the counter's")
+            stop_ce, prev_ce = self._refusals(m, p, dut, asks, granted, ce)
+            stood = Signal(cb, name="ref_stood")       # the counter the refusal leaves
+            m.d.sync += stood.eq(cnt + select([(stop_ce[a], a) for a in range(L)], cb))
         with m.If(g.clear):
             m.d.sync += [cnt.eq(0), cap_s.eq(Array(dut.cap)[ce]), seen.eq(0)]
+        if cfg.paged:
+            with m.Elif(prev_ce):
+                m.d.sync += [cnt.eq(stood), seen.eq(cr < stood)]
         with m.Else():
             m.d.sync += cnt.eq(cnt + count_ones(granted))
             with m.If(Cat(granted[j] & (g.row[j] == cr) for j in range(L)).any()):

@@ -35,9 +35,9 @@ class PropertySet:
     note: str = ""
 
 
-def _alloc(cfg_name):
+def _alloc(cfg_name, **changes):
     from .allocator import AllocatorHarness
-    return lambda: AllocatorHarness(formal_config(cfg_name))
+    return lambda: AllocatorHarness(formal_config(cfg_name).replace(**changes))
 
 
 def _queue(kind, cfg_name=None, slots=None, depth=None, bits=None):
@@ -89,6 +89,10 @@ def _sets() -> list[PropertySet]:
         PropertySet("allocator-small", "allocator", "tiny/alloc-small", _alloc("tiny/alloc-small"),
                     {"prove": 3, "cover": 8}, smoke={"prove": 3, "cover": 8},
                     note="regions of 8 rows: a region fills within the cover depth"),
+        PropertySet("allocator-paged", "allocator", "tiny/alloc-small, 8 pages", _alloc("tiny/alloc-small", pool_pages=8),
+                    {"prove": 3, "cover": 8}, smoke={"prove": 3},
+                    note="protocol v2: the page gate's refusals (counters set a cycle later to the grants "
+                         "that stood) and the registered tile starts, every tile size"),
         PropertySet("queue-small", "event/credit queue", "4 slots x 8 entries, 2-bit data",
                     _queue("any", slots=4, depth=8, bits=2), {"bmc": 12, "cover": 12},
                     smoke={"bmc": 8, "cover": 12},
