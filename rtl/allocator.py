@@ -23,7 +23,7 @@ that is zero without a request (the per-expert counts need no AND with ``req``),
 pairwise same-expert bits (``same``, decoded in A), so the requests ahead are one AND per
 lane pair. The room's compares with 0..lanes are registered too (``room_ge``, updated
 beside the count from compares of the room register): no compare follows a register on
-the grant or the update (without count packets).
+the grant or the update (with count packets too).
 
 With ``count_packets`` a :class:`~moehub.rtl.count_limit.CountLimit` beside the counters
 keeps each expert's rows left under its announced count, and its allowance (a thermometer
@@ -131,14 +131,10 @@ class AddressAllocator(wiring.Component):
         fits_if = [Signal(name=f"fits{j}_if{a}") for a in range(j + 1)]
         m.d.comb += [row_if[a].eq(select([(oh[e], counters[e] + a) for e in range(E)], cfg.cap_bits))
                      for a in range(j + 1)]
-        # (room[e] > a: the registered compare of room >= a + 1; with count packets the
-        # room itself, beside the counts' allowance)
-        if self.limit is None:
-            m.d.comb += [fits_if[a].eq(Cat(oh[e] & room_ge[e][a + 1] for e in range(E)).any())
-                         for a in range(j + 1)]
-        else:
-            m.d.comb += [fits_if[a].eq(Cat(self._fits(oh[e] & (room[e] > a), e, a + 1) for e in range(E)).any())
-                         for a in range(j + 1)]
+        # (room[e] > a: the registered compare of room >= a + 1; with count packets beside
+        # the counts' allowance)
+        m.d.comb += [fits_if[a].eq(Cat(self._fits(oh[e] & room_ge[e][a + 1], e, a + 1) for e in range(E)).any())
+                     for a in range(j + 1)]
         m.d.comb += [
             g.row[j].eq(select([(ahead[a], row_if[a]) for a in range(j + 1)], cfg.cap_bits)),
             g.ok[j].eq(g.req[j] & Cat(ahead[a] & fits_if[a] for a in range(j + 1)).any()),
@@ -167,14 +163,14 @@ class AddressAllocator(wiring.Component):
             m.d.comb += [self.allow[e].eq(lim.allow[e]) for e in range(E)]
         return lim
 
-    def _update_counted(self, m, e, counters, room, held):
+    def _update_counted(self, m, e, counters, room, room_ge, held):
         """(count_packets) Expert e's counters after ``min(requests, room, the counts'
         allowance)`` grants: ``grants >= n`` is an AND of three thermometers (requests,
         room, counts; the requests' one registered in T), the one-hot grants select among
         outcomes formed in parallel (paged: a cycle after a page refusal, the grants that
         stood, :meth:`_after_refusal`)."""
         L, g, bits = self.cfg.lanes, self.grant, self.cfg.cap_bits
-        ge = [Const(1)] + [self._fits(g.nge[e][n - 1] & (room[e] >= n), e, n) for n in range(1, L + 1)]
+        ge = [Const(1)] + [self._fits(g.nge[e][n - 1] & room_ge[e][n], e, n) for n in range(1, L + 1)]
         is_n = Signal(L + 1, name=f"grants{e}")
         m.d.comb += is_n.eq(Cat(ge[n] & (~ge[n + 1] if n < L else 1) for n in range(L + 1)))
         m.d.comb += self.limit.grants[e].eq(is_n)
@@ -183,7 +179,23 @@ class AddressAllocator(wiring.Component):
         if held:
             nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
             self._tile_at_next(m, e, counters, [(is_n[n], n) for n in range(L + 1)], held[e])
-        m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
+        m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room),
+                     room_ge[e].eq(self._room_ge_next(room[e], is_n, held[e] if held else None))]
+
+    def _room_ge_next(self, room, is_n, held_e):
+        """``room_ge`` after ``n`` grants (``is_n`` one-hot): room - n >= k is room >= n + k
+        where n fits, and 0 >= k where it does not (room >= n + k is false then too) -- from
+        compares of the room register, chosen like the room; (paged) a cycle after a page
+        refusal, from the held room and the grants that stood."""
+        L = self.cfg.lanes
+        ge = [room >= x for x in range(2 * L + 1)]
+        nxt = Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any() for k in range(1, L + 1)))
+        if held_e is None:
+            return nxt
+        stop_r, _, room_r = held_e
+        held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & (room_r >= a + k) for a in range(L))).any()
+                                  for k in range(1, L + 1)))
+        return Mux(stop_r.any(), held_ge, nxt)
 
     def _tile_at_next(self, m, e, counters, outcomes, held_e):
         """(paged) ``tile_at[e]`` after this cycle: for each outcome ``(cond, n)`` (the
@@ -253,7 +265,7 @@ class AddressAllocator(wiring.Component):
                                         for a in range(L)))) for t in self.tile_at]
         with m.Else():
             for e in range(E if self.limit is not None else 0):
-                self._update_counted(m, e, counters, room, held)
+                self._update_counted(m, e, counters, room, room_ge, held)
             for e in range(E if self.limit is None else 0):
                 # (the expert one-hot is zero without a request: the counts start at the
                 # packet manager's registers)
@@ -263,10 +275,6 @@ class AddressAllocator(wiring.Component):
                 # (an AND-OR of the outcomes: the counts are exclusive, no chain of muxes)
                 is_n = [exactly(reqs, n) for n in range(L + 1)]
                 fits = [room_ge[e][n] for n in range(L + 1)]
-                ge = [room[e] >= x for x in range(2 * L + 1)]
-                # (room - n >= k is room >= n + k where n fits, and 0 >= k where it does not)
-                nxt_ge = Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any()
-                                         for k in range(1, L + 1)))
                 nxt_rows = select([(is_n[n], Mux(fits[n], counters[e] + n, cap_l[e]))
                                    for n in range(L + 1)], cfg.cap_bits)
                 nxt_room = select([(is_n[n], Mux(fits[n], room[e] - n, 0)) for n in range(L + 1)],
@@ -276,11 +284,8 @@ class AddressAllocator(wiring.Component):
                     # cycle later, from registers, to the grants that stood -- the page gate
                     # refuses the expert's requests of that cycle: the pool is still empty;
                     # room_ge with them, from compares of the held room register)
-                    stop_r, rows_r, room_r = held[e]
                     nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
-                    held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & (room_r >= a + k) for a in range(L))).any()
-                                              for k in range(1, L + 1)))
-                    nxt_ge = Mux(stop_r.any(), held_ge, nxt_ge)
                     self._tile_at_next(m, e, counters, [(is_n[n] & fits[n], n) for n in range(L + 1)], held[e])
-                m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room), room_ge[e].eq(nxt_ge)]
+                m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room),
+                             room_ge[e].eq(self._room_ge_next(room[e], is_n, held[e] if held else None))]
         return m

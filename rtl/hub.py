@@ -115,7 +115,7 @@ class MoEHub(wiring.Component):
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
             m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
-                         pg.tile_at[e].eq(alloc.tile_at[e]), pg.room_ge[e].eq(self._room_ge(alloc, e))]
+                         pg.tile_at[e].eq(alloc.tile_at[e]), pg.room_ge[e].eq(alloc.formal_room_ge[e])]
         if cfg.count_packets:
             self._paged_counts(m, g, a, pg, alloc)
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
@@ -132,14 +132,6 @@ class MoEHub(wiring.Component):
         for e in range(cfg.experts):
             m.d.comb += [a.dtot[e].eq(g.dtot[e]), a.nge[e].eq(g.nge[e]), a.free[e].eq(g.free[e]),
                          pg.allow[e].eq(alloc.allow[e])]
-
-    def _room_ge(self, alloc, e):
-        """(paged) Expert e's room compares for the page gate (bit n: room >= n): the
-        allocator's registered ``room_ge``, or -- with count packets, whose counters keep no
-        ``room_ge`` -- compares of its room register."""
-        if not self.cfg.count_packets:
-            return alloc.formal_room_ge[e]
-        return Cat(alloc.formal_room[e] >= n for n in range(self.cfg.lanes + 1))
 
     @staticmethod
     def _csr(m, pm, alloc, tr, csr):
