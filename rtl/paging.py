@@ -9,9 +9,10 @@ Two units, between the packet manager's T stage and the allocator:
   whose first ``lanes`` entries are read at once (the i-th take gets the ring's i-th
   page, or, past the ring's count, the fresh page ``fresh + i - count``). Every candidate
   is formed from registers; the takes of a cycle (a one-hot count) only select the next
-  state. The ring's head and tail are one-hots (its i-th entry is an AND-OR with the head
-  rotated by i: no index adder, wrap-around or decoder) and ``fresh - count`` is a
-  register, so a candidate is a compare of the count with a constant and one AND-OR.
+  state. The ring (:mod:`moehub.rtl.page_ring`: registers with a one-hot head for small
+  pools, banked memories read a cycle ahead for large ones) gives its first entries from
+  registers and ``fresh - count`` is a register, so a candidate is a compare of the count
+  with a constant and one select.
 * :class:`PageGate` -- the rows the allocator grants in one cycle, in lane order: a row
   that starts a tile (its row in the expert is a multiple of the layer's tile rows) takes
   the next page of the pool; when the pool has none left for it, the row is refused
@@ -42,10 +43,9 @@ one-a-cycle refill) would make which page an expert gets, and when the pool coun
 empty, depend on cycle timing, so the RTL would no longer match a cycle-free model, and
 pages held in prefetch slots would be invisible to software (neither free nor named by a
 flag). Several experts do start tiles in the same cycle (the start of a layer), so the
-pool serves them all. The cost is the ring of ``pool_pages`` registers with ``lanes`` read
-ports (a mux of ``pool_pages`` entries per port); a large pool would bank the ring in
-``lanes`` memories (entry i in bank i mod lanes, so the first ``lanes`` entries are one
-read per bank) -- not done here.
+pool serves them all. The cost is the ring's ``2 x lanes`` read ports: ``pool_pages``-way
+selects in registers for a small pool, one read per bank of a banked ring for a large one
+(:mod:`moehub.rtl.page_ring`).
 
 With count packets too (``count_packets``), a row the counts refuse (COUNT_MISMATCH, the
 model's verdict before OVERFLOW) takes no page: whether a lane's row starts a tile takes,
@@ -70,6 +70,7 @@ from amaranth.lib.wiring import In, Out
 from ..config.schema import HubConfig
 from .logic import count_onehot, exactly, select
 from .page_pool import PagePool
+from .page_ring import page_ring
 
 
 def tile_sizes(cfg: HubConfig) -> list:
@@ -107,11 +108,6 @@ class PageSupply(PagePool):
     def elaborate(self, platform):
         m = Module()
         cfg, L, P, pb = self.cfg, self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
-        ring = [Signal(pb, name=f"ring{p}") for p in range(P)]
-        # (the ring's head and tail as one-hots: its n-th entry is an AND-OR of the entries
-        # with the head rotated by n -- wiring, no index adder, wrap or decoder)
-        head = Signal(P, name="head_oh", init=1)
-        tail = Signal(P, name="tail_oh", init=1)
         count = Signal(range(P + 1), name="ring_count")     # returned pages waiting
         # (pages fbase + count .. P - 1 were never handed out: fbase = fresh - count, so the
         # n-th page in order past the ring is fbase + n, from a register)
@@ -131,30 +127,22 @@ class PageSupply(PagePool):
         good, good_page = self._returns(m, in_use)
         ret_r, ret_page_r = Signal(name="ret_joined"), Signal(pb, name="ret_joined_page")
         m.d.sync += [ret_r.eq(good), ret_page_r.eq(good_page)]
-        seq, seen = self._order(m, ring, head, count, fbase, ret_r)
+        m.submodules.ring = ring = page_ring(cfg)
+        m.d.comb += [ring.pend.eq(pend), ring.count.eq(count), ring.ret_r.eq(ret_r),
+                     ring.good.eq(good), ring.good_page.eq(good_page)]
+        seq, seen = self._order(m, ring.entry, count, fbase, ret_r)
         for i in range(L):
             m.d.comb += [
                 self.page[i].eq(select([(pend[n], Mux(ret_r & (count <= n), ret_page_r, seq[n]) if i == 0
                                          else seq[n + i]) for n in range(L + 1)], pb)),
                 self.avail[i].eq(Cat(pend[n] & (nfree > n + i) for n in range(L + 1)).any())]
         # ---- n pages taken (pend[n]): from the ring while the ring they saw lasts
-        # (count - ret_r), the rest fresh. Ring exhausted: the head moves to where that ring
-        # ended (the tail, less the return), ``ret_r`` pages stay.
-        nxt_head, nxt_count = [(pend[0], head)], [(pend[0], count)]
-        ended = Mux(ret_r, _rotate(tail, -1), tail)
-        for n in range(1, L + 1):
-            lasts = Mux(ret_r, count >= n + 1, count >= n)
-            nxt_head.append((pend[n], Mux(lasts, _rotate(head, n), ended)))
-            nxt_count.append((pend[n], Mux(lasts, count - n, ret_r)))
-        m.d.sync += [head.eq(select(nxt_head, P)),
-                     count.eq(select(nxt_count, len(count)) + good),
+        # (count - ret_r), the rest fresh (the ring moves its head itself)
+        nxt_count = [(pend[0], count)] + [(pend[n], Mux(Mux(ret_r, count >= n + 1, count >= n), count - n, ret_r))
+                                          for n in range(1, L + 1)]
+        m.d.sync += [count.eq(select(nxt_count, len(count)) + good),
                      fbase.eq(select([(pend[n], fbase + n) for n in range(L + 1)], len(fbase)) - good),
                      nfree.eq(select([(pend[n], nfree - n) for n in range(L + 1)], len(nfree)) + good)]
-        with m.If(good):
-            m.d.sync += tail.eq(_rotate(tail, 1))
-        for p in range(P):
-            with m.If(good & tail[p]):
-                m.d.sync += ring[p].eq(good_page)
         # ---- in_use: set by the takes, cleared by a good return (never a page taken now)
         taken = Signal(P, name="taken_bits")
         took = [Cat(pend[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happened
@@ -166,7 +154,7 @@ class PageSupply(PagePool):
         m.d.comb += self.free.eq(nfree)
         return m
 
-    def _order(self, m, ring, head, count, fbase, ret_r):
+    def _order(self, m, entries, count, fbase, ret_r):
         """The pages in order, from registers: the ring's entries (oldest first), then
         fresh ones -- as this cycle's takes see them (``seq``, 2 x lanes of them) and as the
         pending takes saw them (``seen``: without the return that joined since)."""
@@ -174,10 +162,7 @@ class PageSupply(PagePool):
         seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
         seen = [Signal(pb, name=f"seen_page{n}") for n in range(L)]
         for n in range(2 * L):
-            entry = None
-            if n < P:
-                entry = Signal(pb, name=f"ring_entry{n}")
-                m.d.comb += entry.eq(select([(head[p], ring[(p + n) % P]) for p in range(P)], pb))
+            entry = entries[n] if n < P else None
             fresh_n = (fbase + n)[:pb]
             m.d.comb += seq[n].eq(Mux(count > n, entry, fresh_n) if entry is not None else fresh_n)
             if n < L:
@@ -185,13 +170,6 @@ class PageSupply(PagePool):
                 old_fresh = (fbase + ret_r + n)[:pb]
                 m.d.comb += seen[n].eq(Mux(old_gt, entry, old_fresh) if entry is not None else old_fresh)
         return seq, seen
-
-
-def _rotate(onehot, n: int):
-    """A one-hot ring position moved on by ``n`` (mod its width): wiring only."""
-    w = len(onehot)
-    n %= w
-    return Cat(onehot[w - n:], onehot[:w - n]) if n else onehot
 
 
 class PageGate(wiring.Component):

@@ -77,7 +77,9 @@ def test_page_pool_hands_out_and_takes_back_pages_as_the_model(pages, seed):
 RETURN_CYCLES = 4
 
 
-@pytest.mark.parametrize("pages, seed", [(1, 0), (3, 1), (6, 2), (8, 3), (13, 4), (16, 5), (7, 6), (11, 7)])
+@pytest.mark.parametrize("pages, seed", [(1, 0), (3, 1), (6, 2), (8, 3), (13, 4), (16, 5), (7, 6), (11, 7),
+                                         # (the banked ring, rtl/page_ring.py: a pool of 32 or more)
+                                         (32, 8), (37, 9), (64, 10)])
 def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
     """Up to ``lanes`` takes a cycle, with returns of pages in use (and out of range) in the
     same cycles: the i-th take of a cycle gets the model's next page, ``avail`` says how

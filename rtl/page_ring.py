@@ -1,0 +1,142 @@
+"""The ring of returned pages of the page supply (protocol v2, paged regions, issue 14).
+
+:class:`~moehub.rtl.paging.PageSupply` hands out returned pages first, oldest first, up to
+``lanes`` a cycle; they wait in a ring (a page is in it at most once, so it holds at most
+``pool_pages``). The supply reads the ring's first ``2 x lanes`` entries every cycle (its
+takes see the pages past the takes still pending) and tells the ring how many it took.
+Two implementations of one interface, chosen by the pool's size (:func:`page_ring`):
+
+* :class:`RegisterRing` -- ``pool_pages`` registers, head and tail as one-hots: the n-th
+  entry is an AND-OR of the entries with the head rotated by n (wiring: no index adder,
+  wrap-around or decoder). Its read ports are ``pool_pages``-way AND-ORs, ``2 x lanes``
+  of them, so its cost grows as pool x lanes: right for small pools.
+* :class:`BankedRing` -- ``B`` memories (``B`` = the power of two >= ``2 x lanes``), ring
+  position q in bank ``q mod B`` at row ``q / B``, so the first ``2 x lanes`` entries are
+  one read per bank. The reads are synchronous: issued a cycle ahead with the next head
+  (from registers and the pending takes, off the takes' path), transparent for the
+  cycle's write (a return landing in the window); the banks' outputs are rotated by the
+  head's low bits (a one-hot register). A bank of ``pool / B`` words at or above the
+  synthesis threshold maps to an SRAM macro; read ports stay ``2 x lanes`` B-way selects.
+
+Head update, both (``n`` pages taken by the pending takes, ``ret_r``: a return joined the
+ring a cycle ago, after those takes saw it): while the ring they saw lasts (``count -
+ret_r >= n``) the head moves on by n, else to where that ring ended (the tail, less the
+return).
+"""
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .logic import select
+
+#: pools of at least this many pages keep their ring in banks (memories)
+BANKED_MIN_PAGES = 32
+
+
+def page_ring(cfg: HubConfig):
+    """The ring for ``cfg``'s pool (see the module docstring)."""
+    return BankedRing(cfg) if cfg.pool_pages >= BANKED_MIN_PAGES else RegisterRing(cfg)
+
+
+def _rotate(onehot, n: int):
+    """A one-hot ring position moved on by ``n`` (mod its width): wiring only."""
+    w = len(onehot)
+    n %= w
+    return Cat(onehot[w - n:], onehot[:w - n]) if n else onehot
+
+
+class PageRing(wiring.Component):
+    """The interface of both rings.
+
+    Attributes
+    ----------
+    entry : Out(page_bits).array(min(2 x lanes, pool_pages))
+        The ring's n-th entry from its head (meaningful for n < ``count``), from registers.
+    pend : In(lanes + 1)
+        The pages the pending takes took, one-hot (the supply's register).
+    count : In(range(pool_pages + 1))
+        Returned pages waiting (the supply's register, the joined return included).
+    ret_r : In(1)
+        A return joined the ring in the cycle before (the pending takes did not see it).
+    good, good_page : In
+        A return joins the ring at its tail at the end of this cycle.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        self.cfg = cfg
+        L, P, pb = cfg.lanes, cfg.pool_pages, cfg.page_bits
+        super().__init__({
+            "entry": Out(pb).array(min(2 * L, P)), "pend": In(L + 1), "count": In(range(P + 1)),
+            "ret_r": In(1), "good": In(1), "good_page": In(pb),
+        })
+
+    def _lasts(self, n):
+        """The ring the pending takes saw holds at least ``n`` pages."""
+        return Mux(self.ret_r, self.count >= n + 1, self.count >= n)
+
+    def _next_head(self, head, moved, ended):
+        """The head after the pending takes: ``moved(n)`` while the ring lasts, else
+        ``ended``; selected by ``pend``."""
+        L = self.cfg.lanes
+        return select([(self.pend[0], head)] + [(self.pend[n], Mux(self._lasts(n), moved(n), ended))
+                                                 for n in range(1, L + 1)], len(head))
+
+
+class RegisterRing(PageRing):
+    """``pool_pages`` registers, one-hot head and tail (see the module docstring)."""
+
+    def elaborate(self, platform):
+        m = Module()
+        P, pb = self.cfg.pool_pages, self.cfg.page_bits
+        ring = [Signal(pb, name=f"ring{p}") for p in range(P)]
+        head = Signal(P, name="head_oh", init=1)
+        tail = Signal(P, name="tail_oh", init=1)
+        for n in range(len(self.entry)):
+            m.d.comb += self.entry[n].eq(select([(head[p], ring[(p + n) % P]) for p in range(P)], pb))
+        ended = Mux(self.ret_r, _rotate(tail, -1), tail)
+        m.d.sync += head.eq(self._next_head(head, lambda n: _rotate(head, n), ended))
+        with m.If(self.good):
+            m.d.sync += tail.eq(_rotate(tail, 1))
+        for p in range(P):
+            with m.If(self.good & tail[p]):
+                m.d.sync += ring[p].eq(self.good_page)
+        return m
+
+
+class BankedRing(PageRing):
+    """The ring in ``B`` memories, read a cycle ahead (see the module docstring)."""
+
+    def banks(self) -> int:
+        return 1 << (2 * self.cfg.lanes - 1).bit_length()
+
+    def elaborate(self, platform):
+        m = Module()
+        P, pb, B = self.cfg.pool_pages, self.cfg.page_bits, self.banks()
+        lb = B.bit_length() - 1
+        rows = -(-P // B)
+        qb = lb + max(1, (rows - 1).bit_length())          # ring position bits
+        cap = B << (qb - lb)                               # positions: a power of two >= P
+        assert cap >= P
+        head, tail = Signal(qb, name="ring_head"), Signal(qb, name="ring_tail")
+        head_lo = Signal(B, name="ring_head_lo_oh", init=1)   # head mod B, one-hot
+        nxt = Signal(qb, name="ring_head_next")
+        m.d.comb += nxt.eq(self._next_head(head, lambda n: head + n, tail - self.ret_r))
+        m.d.sync += [head.eq(nxt), head_lo.eq(1 << nxt[:lb])]
+        with m.If(self.good):
+            m.d.sync += tail.eq(tail + 1)
+        out = []
+        for b in range(B):
+            m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=cap >> lb, init=[])
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=(wp,))
+            m.d.comb += [wp.addr.eq(tail[lb:]), wp.data.eq(self.good_page),
+                         wp.en.eq(self.good & (tail[:lb] == b)),
+                         # (the row of the window's entry in bank b: past the head's bank,
+                         # the next row)
+                         rp.addr.eq(nxt[lb:] + (b < nxt[:lb]))]
+            out.append(rp.data)
+        for n in range(len(self.entry)):
+            m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
+        return m
