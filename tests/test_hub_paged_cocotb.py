@@ -26,3 +26,16 @@ def test_hub_paged_random_many_seeds(base_seed):
     assertion message and in the log)."""
     feature_tb.run("tiny-paged", ["test_random_paged", "test_random_paged_with_errors"],
                    module="tb_hub_paged", seed=base_seed, seeds=20, tag=f"paged-slow{base_seed}")
+
+
+@pytest.mark.slow
+@needs("icarus")
+def test_hub_paged_banked_ring():
+    """The paged tests that take any pool (tile boundaries, pages freed and reused, both
+    random tests over 5 seeds; the others script a 6-page pool's exhaustion) on a pool of
+    36 pages: the ring in banked memories (rtl/page_ring.py), read a cycle ahead, in the
+    hub."""
+    feature_tb.run("tiny-paged-banked", ["test_pages_taken_at_tile_boundaries", "test_page_free_and_reuse"],
+                   module="tb_hub_paged", tag="paged-banked")
+    feature_tb.run("tiny-paged-banked", ["test_random_paged", "test_random_paged_with_errors"],
+                   module="tb_hub_paged", seed=5, seeds=5, tag="paged-banked-random")
