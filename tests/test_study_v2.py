@@ -4,6 +4,7 @@ allocation, per-expert completion, the gathering GEMM's cost, receive-memory for
 (DeepEP's documented buffer sizes, the hub's regions and pages) and the command line.
 Small layers only (DeepSeek-V3 at 16 tokens/GPU: 1024 routed rows)."""
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -183,3 +184,24 @@ def test_study_command_writes_the_table(tmp_path, capsys):
     assert (folder / "ablation.md").exists() and (folder / "run.json").exists()
     assert main(args) == 2                      # refused without --force
     assert main(["study", "v2", "--hub-features", "telepathy"]) == 2
+
+
+def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path, monkeypatch):
+    """A hub row's area and deepest stage come from the report of its own hub (the v2 keys
+    in the folder name, every field but the datapath width equal); a report of another hub,
+    none, or a multicast hub (no RTL) give the reason instead."""
+    from dataclasses import asdict
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+    paged = V2.hub_config_v2(ds8, frozenset({"paged"}))
+    assert "not synthesised" in study.synthesis(paged)["synthesis"]
+    folder = tmp_path / "synth" / f"{paged.name}_pool_pages-{paged.pool_pages}"
+    folder.mkdir(parents=True)
+    top = {"gate_equivalents": 900e3, "fo4": 21.5, "n5": {"total_mm2": {"nominal": 0.05}}}
+    hub = asdict(paged.replace(data_bits=1024))
+    (folder / "report.json").write_text(json.dumps({"hub": hub, "asic": {"modules": {"top": top}}}))
+    got = study.synthesis(paged)
+    assert (got["gate_equivalents"], got["deepest_fo4"], got["area_mm2_n5"]) == (900e3, 21.5, 0.05)
+    hub["lanes"] += 1
+    (folder / "report.json").write_text(json.dumps({"hub": hub, "asic": {"modules": {"top": top}}}))
+    assert "another hub (lanes)" in study.synthesis(paged)["synthesis"]
+    assert "no multicast RTL" in study.synthesis(V2.hub_config_v2(ds8, frozenset({"multicast"})))["synthesis"]

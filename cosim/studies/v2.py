@@ -10,8 +10,10 @@ baselines (DeepEP normal and low-latency, Comet, the fused kernel, the bulk all-
 on the same layer (same routing, network, GEMM model). Per row: layer time, speedup over
 today's hub and over the best software system, NVLink and inter-node bytes of the
 dispatch (wire bytes: payload and packet headers), receive-buffer memory per GPU
-(:mod:`..memory`). Area and deepest stage of the v2 RTL come from synthesis, later: not
-in this table.
+(:mod:`..memory`). Hub rows take the area (N5 mm², gate equivalents) and deepest stage
+(FO4) of the layer's own hub -- the hub config with the row's protocol-v2 keys -- from its
+synthesis report when one was run (``moehub synth --config <hub> [--set count_packets=1]
+[--set pool_pages=N]``, :func:`synthesis`; multicast has no hub RTL yet).
 
 Writes ``<build>/results/study-v2[_<non-default values>]/``: ``ablation.csv``,
 ``ablation.md``, ``ablation.png`` (+ ``.svg``) and ``run.json``; refused if present
@@ -32,7 +34,7 @@ from ..layer import Layer
 from ..memory import capacity_padded, system_memory
 from ..systems import BASELINES, run_system
 from ..systems import deepep as deepep_mod
-from ..systems.hub_v2 import FEATURES, wire_rows
+from ..systems.hub_v2 import FEATURES, hub_config_v2, wire_rows
 from ..workload import make_routing
 from . import publish
 
@@ -42,7 +44,36 @@ DEFAULT_SYSTEMS = ("h100x8", "h100x16-ib")
 MAX_ROWS = 600_000
 COLUMNS = ["system_config", "model", "tokens_per_gpu", "row", "system", "kind", "layer_us",
            "speedup_vs_hub_today", "speedup_vs_best_sw", "nvlink_GB", "internode_GB",
-           "recv_MiB_per_gpu", "wire_rows", "notes"]
+           "recv_MiB_per_gpu", "wire_rows", "area_mm2_n5", "gate_equivalents", "deepest_fo4",
+           "synthesis", "notes"]
+#: hub config fields a synthesis report must share with the layer's hub (synthesis sets its
+#: own datapath width; names and descriptions differ)
+_SYNTH_IGNORED = {"name", "description", "data_bits"}
+
+
+def synthesis(cfg) -> dict:
+    """Area and deepest stage of hub ``cfg`` from ``<build>/synth/<name>[_<v2 keys>]/report.json``
+    (the folder ``moehub synth --config <name> --set KEY=VALUE`` writes), when that report
+    is of this very hub (every config field but the datapath width equal); else the reason
+    it is missing."""
+    import json
+    from ...paths import output_dir
+    from ...synth.flow import with_changes
+    if cfg.multicast:
+        return {"synthesis": "no multicast RTL yet"}
+    changes = {k: getattr(cfg, k) for k in ("count_packets", "pool_pages") if getattr(cfg, k)}
+    name = with_changes(cfg, changes).name if changes else cfg.name
+    path = output_dir("synth") / name / "report.json"
+    if not path.exists():
+        return {"synthesis": f"not synthesised ({name})"}
+    rep = json.loads(path.read_text())
+    differ = [k for k, v in rep.get("hub", {}).items()
+              if k not in _SYNTH_IGNORED and getattr(cfg, k, v) != v]
+    if differ or "asic" not in rep:
+        return {"synthesis": f"{name}: report of another hub ({', '.join(differ) or 'no asic section'})"}
+    top = rep["asic"]["modules"]["top"]
+    return {"area_mm2_n5": top["n5"]["total_mm2"]["nominal"], "gate_equivalents": top["gate_equivalents"],
+            "deepest_fo4": top["fo4"], "synthesis": name}
 
 
 def variants(features) -> list:
@@ -67,7 +98,6 @@ def link_bytes(L: Layer, counts: np.ndarray, row_wire: float) -> tuple:
 def _wire(L: Layer, name: str, features=frozenset()) -> tuple:
     """(wire rows matrix, wire bytes per row) of a system's dispatch."""
     if name == "hub":
-        from ..systems.hub_v2 import hub_config_v2
         mc = hub_config_v2(L, features).multicast if features else False
         return wire_rows(L, mc).counts, L.row_wire_hub
     if name == "deepep":
@@ -108,6 +138,7 @@ def point(system: str, model: str, workload: str, tokens: int | None, features,
                 "speedup_vs_best_sw": base[best].latency_us / res.latency_us,
                 "nvlink_GB": nvl / 1e9, "internode_GB": nic / 1e9,
                 "recv_MiB_per_gpu": mem["bytes"] / 2 ** 20, "wire_rows": int(counts.sum()),
+                **_no_synthesis(), **(synthesis(hub_config_v2(L, f)) if sysname == "hub" else {}),
                 "notes": notes}
     for name, (f, res) in hubs.items():
         ex = res.extra
@@ -127,8 +158,14 @@ def point(system: str, model: str, workload: str, tokens: int | None, features,
                  "system": "capacity-padded", "kind": "memory only", "layer_us": float("nan"),
                  "speedup_vs_hub_today": float("nan"), "speedup_vs_best_sw": float("nan"),
                  "nvlink_GB": float("nan"), "internode_GB": float("nan"),
-                 "recv_MiB_per_gpu": cp["bytes"] / 2 ** 20, "wire_rows": 0, "notes": ""})
+                 "recv_MiB_per_gpu": cp["bytes"] / 2 ** 20, "wire_rows": 0, **_no_synthesis(),
+                 "notes": ""})
     return rows
+
+
+def _no_synthesis() -> dict:
+    return {"area_mm2_n5": float("nan"), "gate_equivalents": float("nan"), "deepest_fo4": float("nan"),
+            "synthesis": ""}
 
 
 def check(args) -> None:
@@ -181,8 +218,8 @@ def table(rows: list) -> str:
     for key in dict.fromkeys((r["system_config"], r["model"], r["tokens_per_gpu"]) for r in rows):
         out.append(f"### {key[1]} on {key[0]}, {key[2]} tokens/GPU\n")
         out.append("| row | layer µs | vs hub today | vs best SW | NVLink GB | inter-node GB "
-                   "| recv MiB/GPU | notes |")
-        out.append("|---|---|---|---|---|---|---|---|")
+                   "| recv MiB/GPU | area N5 mm² (GE) | deepest FO4 | notes |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             if (r["system_config"], r["model"], r["tokens_per_gpu"]) != key:
                 continue
@@ -191,9 +228,16 @@ def table(rows: list) -> str:
                        f"{_f(r['speedup_vs_hub_today'], '.3f')} | "
                        f"{_f(r['speedup_vs_best_sw'], '.3f')} | {_f(r['nvlink_GB'], '.3f')} | "
                        f"{_f(r['internode_GB'], '.3f')} | {_f(r['recv_MiB_per_gpu'], '.1f')} | "
-                       f"{r['notes']} |")
+                       f"{_area(r)} | {_f(r['deepest_fo4'], '.1f')} | {r['notes']} |")
         out.append("")
     return "\n".join(out)
+
+
+def _area(r) -> str:
+    """The area cell: N5 mm² and gate equivalents, or why there is none (hub rows)."""
+    if r["area_mm2_n5"] == r["area_mm2_n5"]:
+        return f"{r['area_mm2_n5']:.3f} ({r['gate_equivalents'] / 1e3:.0f}k)"
+    return r["synthesis"] or "—"
 
 
 def _short(r) -> str:
