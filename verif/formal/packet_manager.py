@@ -5,7 +5,8 @@ Environment (the hub around it, abstracted):
 * the event and credit queues are their level counters (pushes in, a pop when the
   consumer's free ready meets a non-empty queue): exactly what the packet manager sees of
   them, ``pop`` and ``empty`` -- the queue proof shows the real queue behaves so;
-* the allocator is free: any answer, a grant only to a request;
+* the allocator is free: any answer, a grant only to a request (paged, protocol v2: and the
+  page gate -- any page for a grant, any tile size, pool base and PAGE_BAD pulses);
 * the tracker: never clearing, idle when the event queue is empty (it is proven apart);
 * one START at most (free otherwise), no FLUSH, watchdog off; region bases 0;
 * the lanes are free: any packet, any field out of range, duplicates, protocol errors,
@@ -104,6 +105,16 @@ class PacketManagerHarness(Elaboratable):
         m.d.comb += pm.alloc.ok.eq(ok)
         m.d.comb += [pm.alloc.row[j].eq(any_seq(m, self.cfg.row_bits, f"alloc_row{j}")) for j in range(L)]
         p.assume((ok & ~pm.alloc.req) == 0)
+        if self.cfg.paged:
+            # (paged: the page gate between the packet manager and the allocator is free too
+            # -- any page for a grant (its refusals are the allocator's free ``ok``), any
+            # supported tile size, any pool base, PAGE_BAD pulses)
+            from ...rtl.paging import tile_sizes
+            m.d.comb += [pm.alloc_page[j].eq(any_seq(m, self.cfg.page_bits, f"alloc_page{j}")) for j in range(L)]
+            sh = any_seq(m, len(tile_sizes(self.cfg)), "tile_sh")
+            p.assume((sh != 0) & ((sh & (sh - 1)) == 0))
+            m.d.comb += [pm.tile_sh.eq(sh), pm.pool_base.eq(any_seq(m, self.cfg.addr_bits, "pool_base")),
+                         pm.page_bad.eq(any_seq(m, 1, "page_bad"))]
 
     def _lanes(self, m, p, pm):
         """Free packets; the chosen row's source behaves (see the module docstring)."""

@@ -60,9 +60,9 @@ def _tracker(cfg_name):
     return lambda: TrackerHarness(formal_config(cfg_name))
 
 
-def _pm(cfg_name):
+def _pm(cfg_name, **changes):
     from .packet_manager import PacketManagerHarness
-    return lambda: PacketManagerHarness(formal_config(cfg_name))
+    return lambda: PacketManagerHarness(formal_config(cfg_name).replace(**changes))
 
 
 def _page_pool(pages):
@@ -117,6 +117,10 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
                     note="START (3), the 5 stages to B, the credit, the write (6)"),
+        PropertySet("packet-manager-paged", "packet manager", "tiny/pm-small, 8 pages",
+                    _pm("tiny/pm-small", pool_pages=8), {"bmc": 16}, smoke={"bmc": 6},
+                    note="protocol v2: the properties above with pages (a row placed in its page), "
+                         "the page gate free"),
     ]
 
 
