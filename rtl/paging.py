@@ -130,7 +130,7 @@ class PageSupply(PagePool):
         m.submodules.ring = ring = page_ring(cfg)
         m.d.comb += [ring.pend.eq(pend), ring.count.eq(count), ring.ret_r.eq(ret_r),
                      ring.good.eq(good), ring.good_page.eq(good_page)]
-        seq, seen = self._order(m, ring.entry, count, fbase, ret_r)
+        seq = self._order(m, ring.entry, count, fbase)
         for i in range(L):
             m.d.comb += [
                 self.page[i].eq(select([(pend[n], Mux(ret_r & (count <= n), ret_page_r, seq[n]) if i == 0
@@ -143,10 +143,14 @@ class PageSupply(PagePool):
         m.d.sync += [count.eq(select(nxt_count, len(count)) + good),
                      fbase.eq(select([(pend[n], fbase + n) for n in range(L + 1)], len(fbase)) - good),
                      nfree.eq(select([(pend[n], nfree - n) for n in range(L + 1)], len(nfree)) + good)]
-        # ---- in_use: set by the takes, cleared by a good return (never a page taken now)
+        # ---- in_use: set by the takes, cleared by a good return (never a page taken now).
+        # The pages the pending takes got are registered as handed out (``given``), so the
+        # set bits decode flops, not the ring's read.
+        given = [Signal(pb, name=f"given_page{i}") for i in range(L)]
+        m.d.sync += [given[i].eq(self.page[i]) for i in range(L)]
         taken = Signal(P, name="taken_bits")
         took = [Cat(pend[n] for n in range(i + 1, L + 1)).any() for i in range(L)]  # take i happened
-        m.d.comb += taken.eq(Cat(*(Cat(took[i] & (seen[i] == p) for i in range(L)).any()
+        m.d.comb += taken.eq(Cat(*(Cat(took[i] & (given[i] == p) for i in range(L)).any()
                                    for p in range(P))))
         cleared = Signal(P, name="cleared_bits")
         m.d.comb += cleared.eq(Mux(good, Const(1, P) << good_page, 0))
@@ -154,22 +158,15 @@ class PageSupply(PagePool):
         m.d.comb += self.free.eq(nfree)
         return m
 
-    def _order(self, m, entries, count, fbase, ret_r):
-        """The pages in order, from registers: the ring's entries (oldest first), then
-        fresh ones -- as this cycle's takes see them (``seq``, 2 x lanes of them) and as the
-        pending takes saw them (``seen``: without the return that joined since)."""
+    def _order(self, m, entries, count, fbase):
+        """The pages in order as this cycle's takes see them, from registers: the ring's
+        entries (oldest first), then fresh ones (``2 x lanes`` of them)."""
         L, P, pb = self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
         seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
-        seen = [Signal(pb, name=f"seen_page{n}") for n in range(L)]
         for n in range(2 * L):
-            entry = entries[n] if n < P else None
             fresh_n = (fbase + n)[:pb]
-            m.d.comb += seq[n].eq(Mux(count > n, entry, fresh_n) if entry is not None else fresh_n)
-            if n < L:
-                old_gt = Mux(ret_r, count > n + 1, count > n)
-                old_fresh = (fbase + ret_r + n)[:pb]
-                m.d.comb += seen[n].eq(Mux(old_gt, entry, old_fresh) if entry is not None else old_fresh)
-        return seq, seen
+            m.d.comb += seq[n].eq(Mux(count > n, entries[n], fresh_n) if n < P else fresh_n)
+        return seq
 
 
 class PageGate(wiring.Component):
