@@ -194,13 +194,14 @@ def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path,
     monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
     paged = V2.hub_config_v2(ds8, frozenset({"paged"}))
     assert "not synthesised" in study.synthesis(paged)["synthesis"]
-    folder = tmp_path / "synth" / f"{paged.name}_pool_pages-{paged.pool_pages}"
+    folder = tmp_path / "synth" / f"{paged.name.split('@')[0]}_pool_pages-{paged.pool_pages}"
     folder.mkdir(parents=True)
     top = {"gate_equivalents": 900e3, "fo4": 21.5, "n5": {"total_mm2": {"nominal": 0.05}}}
-    hub = asdict(paged.replace(data_bits=1024))
+    hub = asdict(paged.replace(data_bits=1024, row_bytes=2 * paged.row_bytes))
     (folder / "report.json").write_text(json.dumps({"hub": hub, "asic": {"modules": {"top": top}}}))
     got = study.synthesis(paged)
     assert (got["gate_equivalents"], got["deepest_fo4"], got["area_mm2_n5"]) == (900e3, 21.5, 0.05)
+    assert f"row_bytes {2 * paged.row_bytes}" in got["synthesis"]       # (sized to the layer: listed)
     hub["lanes"] += 1
     (folder / "report.json").write_text(json.dumps({"hub": hub, "asic": {"modules": {"top": top}}}))
     assert "another hub (lanes)" in study.synthesis(paged)["synthesis"]

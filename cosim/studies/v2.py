@@ -11,9 +11,11 @@ on the same layer (same routing, network, GEMM model). Per row: layer time, spee
 today's hub and over the best software system, NVLink and inter-node bytes of the
 dispatch (wire bytes: payload and packet headers), receive-buffer memory per GPU
 (:mod:`..memory`). Hub rows take the area (N5 mm², gate equivalents) and deepest stage
-(FO4) of the layer's own hub -- the hub config with the row's protocol-v2 keys -- from its
-synthesis report when one was run (``moehub synth --config <hub> [--set count_packets=1]
-[--set pool_pages=N]``, :func:`synthesis`; multicast has no hub RTL yet).
+(FO4) of the hub config the layer's hub derives from, with the row's protocol-v2 keys, from
+its synthesis report when one was run (``moehub synth --config <hub> [--set
+count_packets=1] [--set pool_pages=N]``, :func:`synthesis`: the sizes the co-simulation
+fits to the layer, row bytes and region rows, are the config's, and listed; multicast has
+no hub RTL yet).
 
 Writes ``<build>/results/study-v2[_<non-default values>]/``: ``ablation.csv``,
 ``ablation.md``, ``ablation.png`` (+ ``.svg``) and ``run.json``; refused if present
@@ -46,34 +48,42 @@ COLUMNS = ["system_config", "model", "tokens_per_gpu", "row", "system", "kind", 
            "speedup_vs_hub_today", "speedup_vs_best_sw", "nvlink_GB", "internode_GB",
            "recv_MiB_per_gpu", "wire_rows", "area_mm2_n5", "gate_equivalents", "deepest_fo4",
            "synthesis", "notes"]
-#: hub config fields a synthesis report must share with the layer's hub (synthesis sets its
-#: own datapath width; names and descriptions differ)
-_SYNTH_IGNORED = {"name", "description", "data_bits"}
+#: hub config fields a synthesis report need not share with the layer's hub: names, the
+#: datapath width (synthesis sets its own) and what the co-simulation sizes to the layer
+#: (:func:`..layer.derive_hub`: row bytes, region rows, token bits, top-k), which the
+#: row's ``synthesis`` cell lists where they differ
+_SYNTH_IGNORED = ("name", "description", "data_bits")
+_SYNTH_SIZED = ("row_bytes", "max_rows_per_expert", "token_bits", "topk")
 
 
 def synthesis(cfg) -> dict:
-    """Area and deepest stage of hub ``cfg`` from ``<build>/synth/<name>[_<v2 keys>]/report.json``
+    """Area and deepest stage of the hub config ``cfg`` comes from (its name before ``@``),
+    with ``cfg``'s protocol-v2 keys, from ``<build>/synth/<name>[_<v2 keys>]/report.json``
     (the folder ``moehub synth --config <name> --set KEY=VALUE`` writes), when that report
-    is of this very hub (every config field but the datapath width equal); else the reason
-    it is missing."""
+    shares every field with ``cfg`` but the datapath width and the layer-sized ones (listed
+    in ``synthesis`` where they differ); else the reason it is missing."""
     import json
     from ...paths import output_dir
     from ...synth.flow import with_changes
     if cfg.multicast:
         return {"synthesis": "no multicast RTL yet"}
     changes = {k: getattr(cfg, k) for k in ("count_packets", "pool_pages") if getattr(cfg, k)}
-    name = with_changes(cfg, changes).name if changes else cfg.name
+    base = cfg.replace(name=cfg.name.split("@")[0])
+    name = with_changes(base, changes).name if changes else base.name
     path = output_dir("synth") / name / "report.json"
     if not path.exists():
         return {"synthesis": f"not synthesised ({name})"}
     rep = json.loads(path.read_text())
-    differ = [k for k, v in rep.get("hub", {}).items()
-              if k not in _SYNTH_IGNORED and getattr(cfg, k, v) != v]
+    hub = rep.get("hub", {})
+    differ = [k for k, v in hub.items()
+              if k not in _SYNTH_IGNORED + _SYNTH_SIZED and getattr(cfg, k, v) != v]
     if differ or "asic" not in rep:
         return {"synthesis": f"{name}: report of another hub ({', '.join(differ) or 'no asic section'})"}
+    sized = [f"{k} {hub[k]}" for k in _SYNTH_SIZED if k in hub and hub[k] != getattr(cfg, k)]
     top = rep["asic"]["modules"]["top"]
     return {"area_mm2_n5": top["n5"]["total_mm2"]["nominal"], "gate_equivalents": top["gate_equivalents"],
-            "deepest_fo4": top["fo4"], "synthesis": name}
+            "deepest_fo4": top["fo4"],
+            "synthesis": name + (f" (synthesised with {', '.join(sized)})" if sized else "")}
 
 
 def variants(features) -> list:
