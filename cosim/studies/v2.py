@@ -238,7 +238,7 @@ def table(rows: list) -> str:
                        f"{_f(r['speedup_vs_hub_today'], '.3f')} | "
                        f"{_f(r['speedup_vs_best_sw'], '.3f')} | {_f(r['nvlink_GB'], '.3f')} | "
                        f"{_f(r['internode_GB'], '.3f')} | {_f(r['recv_MiB_per_gpu'], '.1f')} | "
-                       f"{_area(r)} | {_f(r['deepest_fo4'], '.1f')} | {r['notes']} |")
+                       f"{_area(r)} | {_f(r['deepest_fo4'], '.1f')} | {_notes(r)} |")
         out.append("")
     return "\n".join(out)
 
@@ -248,6 +248,12 @@ def _area(r) -> str:
     if r["area_mm2_n5"] == r["area_mm2_n5"]:
         return f"{r['area_mm2_n5']:.3f} ({r['gate_equivalents'] / 1e3:.0f}k)"
     return r["synthesis"] or "—"
+
+
+def _notes(r) -> str:
+    """The notes cell; a synthesised hub row names its synthesis."""
+    synth = f"synthesis: {r['synthesis']}" if r["area_mm2_n5"] == r["area_mm2_n5"] else ""
+    return "; ".join(x for x in (r["notes"], synth) if x)
 
 
 def _short(r) -> str:
