@@ -126,17 +126,42 @@ class BankedRing(PageRing):
         m.d.sync += [head.eq(nxt), head_lo.eq(1 << nxt[:lb])]
         with m.If(self.good):
             m.d.sync += tail.eq(tail + 1)
+        rows_next = self._read_rows(m, head, tail, lb)
         out = []
         for b in range(B):
             m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=cap >> lb, init=[])
             wp = mem.write_port()
             rp = mem.read_port(transparent_for=(wp,))
             m.d.comb += [wp.addr.eq(tail[lb:]), wp.data.eq(self.good_page),
-                         wp.en.eq(self.good & (tail[:lb] == b)),
-                         # (the row of the window's entry in bank b: past the head's bank,
-                         # the next row)
-                         rp.addr.eq(nxt[lb:] + (b < nxt[:lb]))]
+                         wp.en.eq(self.good & (tail[:lb] == b)), rp.addr.eq(rows_next[b])]
             out.append(rp.data)
         for n in range(len(self.entry)):
             m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
         return m
+
+    def _read_rows(self, m, head, tail, lb):
+        """Each bank's read row for the next head: the window's entry in bank b is at row
+        ``h / B``, or the next one past the head's bank (``b < h mod B``). Every candidate
+        head (``head + n``, the tail, the tail less one) gives its rows from registers --
+        the head's and tail's high bits plus 0, 1 or 2, chosen by their low bits and
+        constants -- and the pending takes and the count's compares only select among
+        them: no adder behind the compares."""
+        L, B = self.cfg.lanes, self.banks()
+        hi, th = head[lb:], tail[lb:]
+        rb = len(hi)
+        plus = {d: Signal(rb, name=f"ring_head_hi_p{d}") for d in range(3)}
+        tplus = {d: Signal(rb, name=f"ring_tail_hi_p{d}".replace("-", "m")) for d in (-1, 0, 1)}
+        m.d.comb += [plus[d].eq(hi + d) for d in plus] + [tplus[d].eq(th + d) for d in tplus]
+
+        def rows(lo, base, b, n):
+            """Bank b's row for position ``base * B + lo + n`` (n >= -1): a select on lo."""
+            return select([(lo == v, base[(v + n) // B + (b < (v + n) % B)]) for v in range(B)], rb)
+        cand = {n: [rows(head[:lb], plus, b, n) for b in range(B)] for n in range(L + 1)}
+        ended = [Mux(self.ret_r, rows(tail[:lb], tplus, b, -1), rows(tail[:lb], tplus, b, 0)) for b in range(B)]
+        out = [Signal(rb, name=f"ring_read_row{b}") for b in range(B)]
+        for b in range(B):
+            m.d.comb += out[b].eq(select(
+                [(self.pend[0], cand[0][b])]
+                + [(self.pend[n] & self._lasts(n), cand[n][b]) for n in range(1, L + 1)]
+                + [(self.pend[n] & ~self._lasts(n), ended[b]) for n in range(1, L + 1)], rb))
+        return out
