@@ -202,6 +202,10 @@ def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path,
     got = study.synthesis(paged)
     assert (got["gate_equivalents"], got["deepest_fo4"], got["area_mm2_n5"]) == (900e3, 21.5, 0.05)
     assert f"row_bytes {2 * paged.row_bytes}" in got["synthesis"]       # (sized to the layer: listed)
+    # (scripts/sta_paths.py --json found a deeper family than the report's worst-slack path)
+    (folder / "deepest_paths.json").write_text(json.dumps({"families": [{"fo4": 30.5, "from": "a", "to": "b"}]}))
+    got = study.synthesis(paged)
+    assert got["deepest_fo4"] == 30.5 and "sta_paths: a -> b" in got["synthesis"]
     hub["lanes"] += 1
     (folder / "report.json").write_text(json.dumps({"hub": hub, "asic": {"modules": {"top": top}}}))
     assert "another hub (lanes)" in study.synthesis(paged)["synthesis"]

@@ -81,9 +81,15 @@ def synthesis(cfg) -> dict:
         return {"synthesis": f"{name}: report of another hub ({', '.join(differ) or 'no asic section'})"}
     sized = [f"{k} {hub[k]}" for k in _SYNTH_SIZED if k in hub and hub[k] != getattr(cfg, k)]
     top = rep["asic"]["modules"]["top"]
+    fo4, how = top["fo4"], "report"
+    deepest = path.parent / "deepest_paths.json"          # (scripts/sta_paths.py --json)
+    if deepest.exists():
+        fams = json.loads(deepest.read_text()).get("families") or [{"fo4": 0.0}]
+        if fams[0]["fo4"] > fo4:
+            fo4, how = fams[0]["fo4"], f"sta_paths: {fams[0]['from']} -> {fams[0]['to']}"
     return {"area_mm2_n5": top["n5"]["total_mm2"]["nominal"], "gate_equivalents": top["gate_equivalents"],
-            "deepest_fo4": top["fo4"],
-            "synthesis": name + (f" (synthesised with {', '.join(sized)})" if sized else "")}
+            "deepest_fo4": fo4,
+            "synthesis": name + (f" (synthesised with {', '.join(sized)})" if sized else "") + f"; FO4 {how}"}
 
 
 def variants(features) -> list:
