@@ -113,6 +113,9 @@ class PageSupply(PagePool):
         # n-th page in order past the ring is fbase + n, from a register)
         fbase = Signal(range(P + 1), name="fresh_base")
         nfree = Signal(range(P + 1), name="nfree", init=P)  # count + P - fresh, as a register
+        # (bit x: nfree > x, x < 2 x lanes -- registered beside nfree, so the takes' verdicts
+        # start at flops, not at compares of a pool-sized counter)
+        free_gt = Signal(2 * L, name="nfree_gt", init=sum(1 << x for x in range(2 * L) if P > x))
         in_use = Signal(P, name="in_use")
         # The state follows the takes a cycle late (``pend``: the takes of the cycle before,
         # a one-hot register), so that no take reaches it in its own cycle: this cycle's
@@ -135,7 +138,7 @@ class PageSupply(PagePool):
             m.d.comb += [
                 self.page[i].eq(select([(pend[n], Mux(ret_r & (count <= n), ret_page_r, seq[n]) if i == 0
                                          else seq[n + i]) for n in range(L + 1)], pb)),
-                self.avail[i].eq(Cat(pend[n] & (nfree > n + i) for n in range(L + 1)).any())]
+                self.avail[i].eq(Cat(pend[n] & free_gt[n + i] for n in range(L + 1)).any())]
         # ---- n pages taken (pend[n]): from the ring while the ring they saw lasts
         # (count - ret_r), the rest fresh (the ring moves its head itself)
         nxt_count = [(pend[0], count)] + [(pend[n], Mux(Mux(ret_r, count >= n + 1, count >= n), count - n, ret_r))
@@ -143,6 +146,10 @@ class PageSupply(PagePool):
         m.d.sync += [count.eq(select(nxt_count, len(count)) + good),
                      fbase.eq(select([(pend[n], fbase + n) for n in range(L + 1)], len(fbase)) - good),
                      nfree.eq(select([(pend[n], nfree - n) for n in range(L + 1)], len(nfree)) + good)]
+        # (nfree - n + good > x is nfree > x + n - good: compares of the register, chosen)
+        gt = {y: (nfree > y) if y >= 0 else Const(1) for y in range(-1, 3 * L)}
+        m.d.sync += free_gt.eq(Cat(*(Cat(*(pend[n] & Mux(good, gt[x + n - 1], gt[x + n]) for n in range(L + 1))).any()
+                                      for x in range(2 * L))))
         # ---- in_use: set by the takes, cleared by a good return (never a page taken now).
         # The pages the pending takes got are registered as handed out (``given``), so the
         # set bits decode flops, not the ring's read.
