@@ -7,9 +7,10 @@ names; CTRL bits are one-cycle strobes. Software-visible rules:
 * TILE_ROWS_LOG2 writes are clamped to [log2(min_tile_rows), log2(max_tile_rows)];
 * REGION_CAP writes are clamped to max_rows_per_expert; POOL_CAP (protocol v2) to the
   rows the pool addresses;
-* reads of unmapped or write-only addresses return 0; writes to read-only ones are ignored.
+* reads of unmapped or write-only addresses return 0; writes to read-only ones are ignored;
+* read data is valid two cycles after ``r_stb`` (two registered steps, see ``CsrBank._read``).
 """
-from amaranth import Module, Mux, Signal
+from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,6 +20,8 @@ from .layouts import csr_bus_signature
 
 #: read-only registers whose value is a constant of the configuration
 _CONSTANT = ("ID", "PARAMS")
+#: a read picks its word within an aligned block of 2**READ_BLOCK_BITS words, then the block
+READ_BLOCK_BITS = 4
 
 
 class CsrBank(wiring.Component):
@@ -111,22 +114,53 @@ class CsrBank(wiring.Component):
                                 else:
                                     m.d.sync += sig[lo:hi].eq(wd[:hi - lo])
 
-        rdata = Signal(CSR_DATA_BITS)
-        with m.If(bus.r_stb):
-            with m.Switch(bus.addr):
-                with m.Case(cmap.addr("ID")):
-                    m.d.sync += rdata.eq(HUB_ID)
-                with m.Case(cmap.addr("PARAMS")):
-                    m.d.sync += rdata.eq(cmap.params_word())
-                for r in cmap.registers.values():
-                    if r.name in _CONSTANT or r.access == "wo":
-                        continue
-                    for i in range(r.count):
-                        value = store[r.name][i] if r.access == "rw" else self._element(r, i)
-                        for w in range(r.words):
-                            with m.Case(r.addr(i, w)):
-                                m.d.sync += rdata.eq(value[w * CSR_DATA_BITS:(w + 1) * CSR_DATA_BITS])
-                with m.Default():
-                    m.d.sync += rdata.eq(0)
-        m.d.comb += bus.r_data.eq(rdata)
+        self._read(m, self._readable(cmap, store))
         return m
+
+    @staticmethod
+    def _readable(cmap, store):
+        """Word address -> the 32-bit word software reads there (unmapped and write-only
+        words are absent: they read 0)."""
+        words = {cmap.addr("ID"): HUB_ID, cmap.addr("PARAMS"): cmap.params_word()}
+        for r in cmap.registers.values():
+            if r.name in _CONSTANT or r.access == "wo":
+                continue
+            for i in range(r.count):
+                value = store[r.name][i] if r.access == "rw" else None
+                for w in range(r.words):
+                    words[r.addr(i, w)] = (r, i, w, value)
+        return words
+
+    def _read(self, m, words):
+        """Reads in two registered steps (``r_data`` is valid two cycles after ``r_stb``):
+        first every aligned block of ``2**READ_BLOCK_BITS`` words picks its word by the low
+        address bits, then the block is picked by the high bits. One step would decode the
+        whole map and OR a word per address behind the bus's address (nvl72: 200 words,
+        23 FO4); each step now decodes a handful of bits."""
+        bus, lo_bits = self.bus, min(READ_BLOCK_BITS, len(self.bus.addr))
+        n_blocks = 1 << (len(bus.addr) - lo_bits)
+        blocks = [Signal(CSR_DATA_BITS, name=f"rd_block{g}") for g in range(n_blocks)]
+        hi, pending, rdata = Signal(len(bus.addr) - lo_bits, name="rd_hi"), Signal(name="rd_pending"), \
+            Signal(CSR_DATA_BITS, name="rdata")
+        m.d.sync += pending.eq(bus.r_stb)
+        with m.If(bus.r_stb):
+            m.d.sync += hi.eq(bus.addr[lo_bits:])
+            for g, block in enumerate(blocks):
+                with m.Switch(bus.addr[:lo_bits]):
+                    for k in range(1 << lo_bits):
+                        word = words.get((g << lo_bits) | k)
+                        if word is not None:
+                            with m.Case(k):
+                                m.d.sync += block.eq(self._word(word))
+                    with m.Default():
+                        m.d.sync += block.eq(0)
+        with m.If(pending):
+            m.d.sync += rdata.eq(Array(blocks)[hi] if n_blocks > 1 else blocks[0])
+        m.d.comb += bus.r_data.eq(rdata)
+
+    def _word(self, word):
+        if isinstance(word, int):
+            return word
+        r, i, w, value = word
+        value = value if value is not None else self._element(r, i)
+        return value[w * CSR_DATA_BITS:(w + 1) * CSR_DATA_BITS]

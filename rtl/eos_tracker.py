@@ -61,8 +61,9 @@ class EosTracker(wiring.Component):
     got_eos : Out(sources), count : Out(count_bits).array(sources)
         Status: EOS received and its count (registers).
     nxt_sel, nxt_eos, nxt_lane : In
-        T's summary of its group, per source: the openers' count (one-hot; 1 when not
-        live), an EOS accepted, the lane it came on (one-hot).
+        T's summary of its group, per source: the openers' count (one-hot; 1 when no
+        layer is armed -- a finished layer's openers still count: the count stays
+        reached), an EOS accepted, the lane it came on (one-hot).
     nxt_cnt : In(count_bits).array(lanes)
         Each lane's EOS count (used for the source whose EOS it is).
     nxt_evec : In(signed).array(lanes, lanes + 1)

@@ -16,7 +16,7 @@ payloads flatten low field first, see :mod:`moehub.rtl.formats`):
 * ``wr``: ``lanes`` data-write streams (addr, data);
 * ``ctl``: ordered control writes (kind, addr, data);
 * ``credit``: (src, tag) of completed rows, returned to their sources;
-* ``csr``: register bus (addr, r_stb, w_stb, w_data -> r_data next cycle);
+* ``csr``: register bus (addr, r_stb, w_stb, w_data; r_data two cycles after r_stb);
 * ``layer_done``: one-cycle pulse when the layer-done word has been written.
 """
 from amaranth import Cat, Module, Value

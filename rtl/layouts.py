@@ -65,8 +65,8 @@ class HubLayouts:
 
 
 def csr_bus_signature(addr_bits: int) -> wiring.Signature:
-    """A simple register bus: a write takes one cycle; read data is valid the cycle
-    after ``r_stb``."""
+    """A simple register bus: a write takes one cycle; read data is valid two cycles
+    after ``r_stb`` (and held until the next read's)."""
     return wiring.Signature({
         "addr": Out(addr_bits), "r_stb": Out(1), "w_stb": Out(1),
         "w_data": Out(CSR_DATA_BITS), "r_data": In(CSR_DATA_BITS),

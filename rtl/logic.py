@@ -102,13 +102,15 @@ class SplitDifference:
 
     * first stage (``m.d.sync`` when ``registered``): the low ``lo_bits`` of ``a - b`` and
       their borrow; the high bits of ``a`` and ``b`` as they are (and ``a``'s lowest high
-      segment minus 2). ``b`` may be given as ``(select, value)`` pairs (exactly one select
+      segment minus 2), and each high segment's borrow out for every borrow into it (a
+      compare of the segments). ``b`` may be given as ``(select, value)`` pairs (exactly one select
       set, a one-hot decoded beside ``a``): the low difference and its borrow are then
       formed for every candidate, side by side, and chosen after -- no subtraction waits
       for the choice;
     * second stage: each high segment (at most ``seg_bits`` wide) minus every borrow it
       may get (0..2 for the first, 0..1 for the others), side by side with no carry between
-      segments, and each segment's borrow-in for every borrow into the high part;
+      segments, and each segment's borrow-in for every borrow into the high part (a chain
+      of small selects from the registered borrows);
       :meth:`select_minus` forms the low part minus ``k`` (narrow), and its borrow then
       picks every segment's value by one AND-OR (no chain of muxes along the segments).
     """
@@ -140,18 +142,23 @@ class SplitDifference:
             a_s, b_s = Signal(sw, name=f"{name}_a{n}"), Signal(sw, name=f"{name}_b{n}")
             a_m2 = Signal(signed(sw + 2), name=f"{name}_a{n}_m2")
             dom += [a_s.eq(a[lo_b:hi_b]), b_s.eq(b[lo_b:hi_b]), a_m2.eq(a[lo_b:hi_b] - 2)]
-            d0 = Signal(signed(sw + 1), name=f"{name}_s{n}_m0")
-            d1 = Signal(sw + 1, name=f"{name}_s{n}_m1")     # a + ~b = 2**sw + a - b - 1
-            d2 = Signal(signed(sw + 3), name=f"{name}_s{n}_m2")
+            # The segment's borrow out for each borrow in x: a - b - x < 0 (and, for x = 2,
+            # < -2**sw: only a = 0, b = 2**sw - 1), compared in the first stage, so that
+            # the chain of borrows along the segments starts at registers, not behind the
+            # segments' subtractions.
+            a_hi, b_hi = a[lo_b:hi_b], b[lo_b:hi_b]
+            neg = [Signal(name=f"{name}_s{n}_neg{x}") for x in range(3)]
             bo2 = Signal(name=f"{name}_s{n}_bo2")
-            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s + ~b_s), d2.eq(a_m2 - b_s),
-                         bo2.eq((a_s == 0) & (b_s == (1 << sw) - 1))]
+            dom += [neg[0].eq(a_hi < b_hi), neg[1].eq(a_hi <= b_hi), neg[2].eq(a_hi <= b_hi + 1),
+                    bo2.eq((a_hi == 0) & (b_hi == (1 << sw) - 1))]
+            d0 = Signal(sw, name=f"{name}_s{n}_m0")
+            d1 = Signal(sw, name=f"{name}_s{n}_m1")
+            d2 = Signal(sw, name=f"{name}_s{n}_m2")
+            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s - b_s - 1), d2.eq(a_m2 - b_s)]
             self.segs.append([
-                (d0[:sw], Cat(~d0[sw], d0[sw], Const(0))),
-                (d1[:sw], Cat(d1[sw], ~d1[sw], Const(0))),
-                # (a - b - 2 < -2**sw only for a = 0, b = 2**sw - 1: equalities of the
-                # registers, not a compare behind the subtraction)
-                (d2[:sw], Cat(~d2[-1], d2[-1] & ~bo2, bo2)),
+                (d0, Cat(~neg[0], neg[0], Const(0))),
+                (d1, Cat(~neg[1], neg[1], Const(0))),
+                (d2, Cat(~neg[2], neg[2] & ~bo2, bo2)),
             ])
         # Per segment, for each borrow i (0..2) into the high part, the borrow into the
         # segment (a one-hot of three): formed from the registers alone, so that

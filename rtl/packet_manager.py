@@ -594,9 +594,15 @@ class PacketManager(wiring.Component):
             not_seen = ~eos.seen[s]
             eos_sel = [Signal(name=f"eos_sel{s}_{j}") for j in range(L)]
             m.d.comb += [eos_sel[j].eq(eos_new[j] & not_seen) for j in range(L)]
+            # (gated by ``armed``, not ``live``: a finished layer has every EOS in, so
+            # ``not_seen`` is 0 already, and openers counted past it keep every source's
+            # count reached -- the condition is monotone -- so the layer stays finished
+            # until START clears the tracker. That keeps the tracker's 72 x (lanes + 1)
+            # selects off ``finished``'s fan-out, whose AND over the sources starts at
+            # these very registers.)
             m.d.comb += [
-                eos.nxt_sel[s].eq(Mux(self.live, Cat(*sel_n), 1)),
-                eos.nxt_eos[s].eq(self.live & not_seen & Cat(*eos_new).any()),
+                eos.nxt_sel[s].eq(Mux(self.armed, Cat(*sel_n), 1)),
+                eos.nxt_eos[s].eq(self.armed & not_seen & Cat(*eos_new).any()),
                 eos.nxt_lane[s].eq(Cat(*eos_sel)),
             ]
             # (whether the EOS's distance after the group ahead is <= i -- after n openers of
@@ -767,10 +773,12 @@ class PacketManager(wiring.Component):
             p = al.pkt
             info = Signal(self.lay.row_info, name=f"info{j}")
             own = self._grant_info(al)   # row_info layout order: alloc, row (, page)
-            m.d.comb += info.eq(Mux(al.opener, own, onehot_mux(
-                [(al.fwd[i], self._grant_info(AL[i])) for i in range(j)], al.info)))
-            row_off = Mux(al.opener, own_off[j], onehot_mux(
-                [(al.fwd[i], own_off[i]) for i in range(j)], info_off[j]))
+            m.d.comb += info.eq(Mux(al.opener, own, newest_of(
+                [[(al.fwd[i], self._grant_info(AL[i])) for i in range(j)]], al.info, self.lay.row_info)))
+            # (an earlier lane's offset by one AND-OR -- at most one lane opens the row --
+            # not a chain of a mux per lane behind the multiply)
+            row_off = Mux(al.opener, own_off[j], newest_of(
+                [[(al.fwd[i], own_off[i]) for i in range(j)]], info_off[j], cfg.addr_bits))
             allocated.append(info.alloc)
             # (kept a cycle: the row-info read of the group two behind misses this write)
             m.d.sync += [self.ri_wen[j].eq(al.opener), self.ri_data[j].eq(own)]
@@ -890,14 +898,20 @@ class PacketManager(wiring.Component):
         m.d.sync += al_open_net.eq(popcount(_lanes(T, "opener")) - popcount(_lanes(T, "comp")))
         m.d.sync += self.inflight.eq(self.inflight + al_open_net)
         for s in range(cfg.sources):
-            counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}")
+            # (an AND-OR count, not an adder tree: the lanes' bits come behind the decode
+            # of T's source numbers, 72 compares deep in fan-out on nvl72)
+            counted(self.src_rows[s], [t.opener & ~t.post & (t.pkt.src == s) for t in T], f"src_rows{s}",
+                    count_binary)
         hits = [(r, list(getattr(self.t_reasons, r.name.lower()))) for r in T_REASONS]
-        for r, bits in [*hits, (Reason.EOS_MISMATCH, list(self.eos.mismatch)),
+        # (the mismatches come late, behind the EOS tracker's per-lane select of the
+        # sources: registered before they are counted -- START and FLUSH wait for B to
+        # empty, which the EOS's lane leaves after this register is written)
+        mismatch = Signal(L, name="eos_mismatch_q")
+        m.d.sync += mismatch.eq(self.eos.mismatch)
+        for r, bits in [*hits, (Reason.EOS_MISMATCH, list(mismatch)),
                         (Reason.OVERFLOW, [al.ovf for al in AL]), *self._count_reasons(),
                         *([(Reason.PAGE_BAD, [self.page_bad])] if paged(cfg) else [])]:
-            # (the mismatches come late, behind the EOS tracker's per-lane select)
-            inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}",
-                          count_binary if r == Reason.EOS_MISMATCH else popcount)
+            inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}")
             with m.If(inc != 0):
                 m.d.sync += self.errors[r].eq(1)
         for e in range(cfg.experts):
@@ -988,11 +1002,14 @@ class PacketManager(wiring.Component):
         idle_cycles = Signal(32, name="idle_cycles")
         timeout_m1 = Signal(32, name="timeout_m1")
         m.d.sync += timeout_m1.eq(timeout - 1)
-        with m.If(~self.armed | self.finished | self.block | self.accepted | (timeout == 0)):
+        # (a finished layer is not flushed: ``finished`` gates the flush alone, not the
+        # 32-bit counter -- a finished layer stays finished while armed, and the counter
+        # restarts when the layer ends -- so its fan-out stays small)
+        with m.If(~self.armed | self.block | self.accepted | (timeout == 0)):
             m.d.sync += idle_cycles.eq(0)
         with m.Else():
             m.d.sync += idle_cycles.eq(idle_cycles + 1)
-            with m.If(idle_cycles >= timeout_m1):
+            with m.If((idle_cycles >= timeout_m1) & ~self.finished):
                 m.d.sync += [self.flush_pending.eq(1), self.flush_timeout.eq(1)]
 
     def _flush(self, m):

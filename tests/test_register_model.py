@@ -104,6 +104,7 @@ def test_model_registers_match_csr_bank(name):
         ctx.set(bus.r_stb, 1)
         await ctx.tick()
         ctx.set(bus.r_stb, 0)
+        await ctx.tick()                       # (read data: two cycles after r_stb)
         got, want = ctx.get(bus.r_data), model.read_addr(addr)
         assert got == want, f"read {addr:#x} ({cmap.decode(addr)}): RTL {got:#x}, model {want:#x}"
         checked["reads"] += 1

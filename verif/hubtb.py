@@ -185,6 +185,8 @@ class HubTB:
         self.dut.csr__r_stb.value = 1
         await RisingEdge(self.dut.clk)
         self.dut.csr__r_stb.value = 0
+        # (r_data is valid two cycles after r_stb; read a cycle after that, as it holds)
+        await RisingEdge(self.dut.clk)
         await RisingEdge(self.dut.clk)
         return self.dut.csr__r_data.value.to_unsigned()
 
