@@ -81,9 +81,11 @@ class CountGate(wiring.Component):
         m.d.comb += [i_src[j].eq(Cat(self.src[j] == s for s in range(S))) for j in range(L)]
         m.d.comb += [i_exp[j].eq(Cat(self.expert[j] == x for x in range(E))) for j in range(L)]
         a = {n: [Signal(w, name=f"cg_a_{n}{j}") for j in range(L)]
-             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("add_oh", E), ("full", 1),
-                          ("count", self.cfg.count_bits))}
+             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("full", 1),
+                          ("count", self.cfg.count_bits), ("src_b", range(S)), ("exp_b", range(E)))}
         m.d.sync += [a["src"][j].eq(i_src[j]) for j in range(L)] + [a["exp"][j].eq(i_exp[j]) for j in range(L)]
+        m.d.sync += [a["src_b"][j].eq(self.src[j]) for j in range(L)] + \
+            [a["exp_b"][j].eq(self.expert[j]) for j in range(L)]
         m.d.sync += [a["cnt"][j].eq(self.cnt[j]) for j in range(L)] + [a["count"][j].eq(self.count[j])
                                                                        for j in range(L)]
         # (a count packet of the group in A: not yet in the seen bits)
@@ -111,18 +113,27 @@ class CountGate(wiring.Component):
                 (seen[s] & oh).any(),
                 *(a_cnt[k] & a["src"][k][s] & (a["exp"][k] & oh).any() for k in range(L)),
                 *(cnt[i] & i_src[i][s] & (i_exp[i] & oh).any() for i in range(j))).any())
-        repeat = Cat(i_src[j][s] & prior[s] for s in range(S)).any()
+        # (a repeat: the seen bit of lane j's (source, expert), or the same pair on a count
+        # of the group in A or on an earlier lane -- compared as numbers, not through the
+        # per-source ``prior`` that ``full`` needs: the decoders' fan-out stays off it)
+        same = [a_cnt[k] & (a["src_b"][k] == self.src[j]) & (a["exp_b"][k] == self.expert[j])
+                for k in range(L)]
+        same += [cnt[i] & (self.src[i] == self.src[j]) & (self.expert[i] == self.expert[j]) for i in range(j)]
+        seen_hit = Cat(i_src[j][s] & (seen[s] & oh).any() for s in range(S)).any()
+        repeat = seen_hit | Cat(*same).any()
         full = Cat(prior[s] | (cnt[j] & i_src[j][s]) for s in range(S)).all()
         add = Signal(name=f"cg_add{j}")
         m.d.comb += add.eq(cnt[j] & ~repeat)
-        m.d.sync += [a["add"][j].eq(add), a["add_oh"][j].eq(Mux(add, oh, 0)), a["full"][j].eq(full)]
+        m.d.sync += [a["add"][j].eq(add), a["full"][j].eq(full)]
         m.d.sync += [self.add[j].eq(a["add"][j]), self.full[j].eq(a["full"][j])]
 
     def _sums(self, m, a):
         """Per expert, the counts of the lanes of the group in A that add (into R)."""
         L, E, tb = self.cfg.lanes, self.cfg.experts, total_bits(self.cfg)
         for x in range(E):
-            m.d.sync += self.dtot[x].eq(tree_sum([Mux(a["add_oh"][j][x], a["count"][j], 0)
+            # (the lane's verdict and its expert as registers, ANDed here: ``add`` is the
+            # deep end of A's logic and would fan out to every expert before the register)
+            m.d.sync += self.dtot[x].eq(tree_sum([Mux(a["add"][j] & a["exp"][j][x], a["count"][j], 0)
                                                   for j in range(L)], tb))
 
 

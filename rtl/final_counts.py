@@ -26,7 +26,7 @@ the decode) or, for ``ngap == c``, of every expert's register with the event's c
 event's expert then only selects. ``rows`` and ``total`` stay for the final count word and
 the sweep's ``short``.
 """
-from amaranth import Cat, Module, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -58,6 +58,9 @@ class FinalCounts(wiring.Component):
         Rows of ``expert`` as the stream has them (its final count when it fires).
     final, short : Out(experts)
         Final words written (or being written); counts all in and rows below the total.
+    stall : Out(1)
+        The event offered (``cnt``, ``expert``) must not be popped this cycle: a count
+        event of the same expert was popped last cycle (combinational, from the offer).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -71,6 +74,7 @@ class FinalCounts(wiring.Component):
             "expert": In(range(E)), "count": In(cfg.count_bits), "clear": In(1),
             "rows": In(cfg.cap_bits).array(E),
             "fire": Out(1), "rows_x": Out(cfg.cap_bits), "final": Out(E), "short": Out(E),
+            "stall": Out(1),
         })
 
     def elaborate(self, platform):
@@ -85,47 +89,78 @@ class FinalCounts(wiring.Component):
             "ngap": [Signal(signed(tb + 2), name=f"fc_ngap{x}") for x in range(E)],
         }
         final = Signal(E, name="fc_final")
-        self._fire(m, st, final)
-        self._update(m, st, final)
+        q = self._held_event(m)
+        self._fire(m, st, final, q)
+        self._update(m, st, q)
         m.d.comb += self.final.eq(final)
         m.d.comb += [self.short[x].eq((st["ann"][x] == c.sources) & (self.rows[x] < st["total"][x]))
                      for x in range(E)]
+        with m.If(self.fire):
+            m.d.sync += final.eq(final | self.oh)
+        with m.If(self.clear):
+            m.d.sync += [v.eq(0) for vs in st.values() for v in vs] + [final.eq(0), q["valid"].eq(0)]
         return m
 
-    def _update(self, m, st, final):
-        """The popped event into its expert's state (cleared at layer start)."""
+    def _held_event(self, m):
+        """The event popped last cycle, registered (``fc_q_*``): it is added to its expert's
+        state this cycle, from registers -- not behind the event queue's head and the pop."""
+        E = self.cfg.experts
+        self.oh = Signal(E, name="fc_oh")
+        m.d.comb += self.oh.eq(Cat(self.expert == x for x in range(E)))
+        q = {"valid": Signal(name="fc_q_valid"), "meta": Signal(name="fc_q_meta"),
+             "cpl": Signal(name="fc_q_cpl"), "cnt": Signal(name="fc_q_cnt"),
+             "oh": Signal(E, name="fc_q_oh"), "count": Signal(self.cfg.count_bits, name="fc_q_count")}
+        m.d.sync += q["valid"].eq(self.pop)
+        with m.If(self.pop):
+            m.d.sync += [q["meta"].eq(self.meta), q["cpl"].eq(self.cpl), q["cnt"].eq(self.cnt),
+                         q["oh"].eq(self.oh), q["count"].eq(self.count)]
+        # (a count event right behind a count event of its expert waits a cycle: its check
+        # would need the first one's subtraction; count packets are one per source and
+        # expert, so this costs a bubble at most that often)
+        m.d.comb += self.stall.eq(q["valid"] & q["cnt"] & self.cnt & (q["oh"] & self.oh).any())
+        return q
+
+    def _update(self, m, st, q):
+        """The held event into its expert's state."""
         for x in range(self.cfg.experts):
-            with m.If(self.pop & (self.expert == x)):
-                with m.If(self.meta):
+            with m.If(q["valid"] & q["oh"][x]):
+                with m.If(q["meta"]):
                     m.d.sync += [st["meta"][x].eq(st["meta"][x] + 1), st["pend"][x].eq(st["pend"][x] + 1),
                                  st["ngap"][x].eq(st["ngap"][x] + 1)]
-                with m.If(self.cpl):
+                with m.If(q["cpl"]):
                     m.d.sync += st["pend"][x].eq(st["pend"][x] - 1)
-                with m.If(self.cnt):
-                    m.d.sync += [st["total"][x].eq(st["total"][x] + self.count),
+                with m.If(q["cnt"]):
+                    m.d.sync += [st["total"][x].eq(st["total"][x] + q["count"]),
                                  st["ann"][x].eq(st["ann"][x] + 1),
-                                 st["ngap"][x].eq(st["ngap"][x] - self.count)]
-                with m.If(self.fire):
-                    m.d.sync += final[x].eq(1)
-        with m.If(self.clear):
-            m.d.sync += [v.eq(0) for vs in st.values() for v in vs] + [final.eq(0)]
+                                 st["ngap"][x].eq(st["ngap"][x] - q["count"])]
 
-    def _fire(self, m, st, final):
+    def _fire(self, m, st, final, q):
         """The popped event's expert is final after it: a completion of its last row, all
         counts in and met, or its last count packet bringing the total to its rows, every
-        row complete (see the module docstring)."""
+        row complete (see the module docstring). The state compared is the registers with
+        the held event added, as compares of the registers with constants (or with the
+        held count) chosen by the held event's kind -- no adder in front of them."""
         c, E, S = self.cfg, self.cfg.experts, self.cfg.sources
         ready_cpl = Signal(E, name="fc_ready_cpl")
         ready_cnt = Signal(E, name="fc_ready_cnt")
+        rows = [Signal(c.cap_bits, name=f"fc_rows_now{x}") for x in range(E)]
+        for x in range(E):
+            ann, pend, ngap, meta = st["ann"][x], st["pend"][x], st["ngap"][x], st["meta"][x]
+            h = q["valid"] & q["oh"][x]
+            hm, hc, hn = h & q["meta"], h & q["cpl"], h & q["cnt"]
+            ann_is = (lambda k: Mux(hn, ann == k - 1, ann == k) if k >= 1 else (ann == k) & ~hn)
+            pend_is_1 = Mux(hm, pend == 0, Mux(hc, pend == 2, pend == 1))
+            pend_is_0 = ~hm & Mux(hc, pend == 1, pend == 0)
+            ngap_is_0 = Mux(hm, ngap == -1, Mux(hn, ngap == q["count"], ngap == 0))
+            # (a count event behind a count of its expert stalls, so hn needs no case here)
+            ngap_is_c = Mux(hm, ngap + 1 == self.count, ngap == self.count)
+            m.d.comb += [
+                ready_cpl[x].eq(~final[x] & ann_is(S) & pend_is_1 & ngap_is_0),
+                ready_cnt[x].eq(~final[x] & ann_is(S - 1) & pend_is_0 & ngap_is_c),
+                rows[x].eq(Mux(hm, meta + 1, meta)),
+            ]
+        oh = self.oh
         m.d.comb += [
-            ready_cpl.eq(Cat(~final[x] & (st["ann"][x] == S) & (st["pend"][x] == 1) & (st["ngap"][x] == 0)
-                             for x in range(E))),
-            ready_cnt.eq(Cat(~final[x] & (st["ann"][x] == S - 1) & (st["pend"][x] == 0)
-                             & (st["ngap"][x] == self.count) for x in range(E))),
-        ]
-        oh = Signal(E, name="fc_oh")
-        m.d.comb += oh.eq(Cat(self.expert == x for x in range(E)))
-        m.d.comb += [
-            self.rows_x.eq(select([(oh[x], st["meta"][x]) for x in range(E)], c.cap_bits)),
+            self.rows_x.eq(select([(oh[x], rows[x]) for x in range(E)], c.cap_bits)),
             self.fire.eq(self.pop & (((oh & ready_cpl).any() & self.cpl) | ((oh & ready_cnt).any() & self.cnt))),
         ]

@@ -392,7 +392,7 @@ class AvailabilityTracker(wiring.Component):
         :class:`FinalCounts`, whose ``fire`` loads the sequencer. (These comb statements
         come after S0's own: they override it.)"""
         fin, fc, ev = self.fin, self.fc, self.ev.payload
-        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & go & ~fin.valid)
+        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & go & ~fin.valid & ~fc.stall)
         with m.If(mode == RUN):
             with m.If(fin.valid):
                 m.d.comb += [pick.eq(fin.view()), s0.group.eq(self.fin_group)]
