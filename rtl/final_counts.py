@@ -152,8 +152,9 @@ class FinalCounts(wiring.Component):
             pend_is_1 = Mux(hm, pend == 0, Mux(hc, pend == 2, pend == 1))
             pend_is_0 = ~hm & Mux(hc, pend == 1, pend == 0)
             ngap_is_0 = Mux(hm, ngap == -1, Mux(hn, ngap == q["count"], ngap == 0))
-            # (a count event behind a count of its expert stalls, so hn needs no case here)
-            ngap_is_c = Mux(hm, ngap + 1 == self.count, ngap == self.count)
+            # (a count event behind a count of its expert stalls, so hn needs no case here;
+            # behind a metadata event of its expert a row is in flight: pend_is_0 is 0)
+            ngap_is_c = ngap == self.count
             m.d.comb += [
                 ready_cpl[x].eq(~final[x] & ann_is(S) & pend_is_1 & ngap_is_0),
                 ready_cnt[x].eq(~final[x] & ann_is(S - 1) & pend_is_0 & ngap_is_c),

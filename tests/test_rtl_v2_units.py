@@ -220,3 +220,80 @@ def test_expert_counts_follow_the_model(seed):
             pulses["over"] += over
 
     _run(unit, bench, monitor)
+
+
+def _final_stream(rng, E, S):
+    """A layer's events in the tracker's order: per expert, one count event per source and
+    rows (about the counts' sum, sometimes one more or fewer), each a metadata event and
+    later its completion; interleaved at random, many back to back on one expert."""
+    per = []
+    for x in range(E):
+        counts = [rng.randrange(4) for _ in range(S)]
+        rows = max(0, sum(counts) + rng.choice([0, 0, 0, -1, 1]))
+        per.append([("cnt", c) for c in counts] + [("meta", 0)] * rows + [("cpl", 0)] * rows)
+    stream, opened = [], [0] * E
+    left = [list(p) for p in per]
+    for p in left:
+        rng.shuffle(p)
+    while any(left):
+        x = rng.choice([k for k in range(E) if left[k]])
+        for _ in range(rng.randrange(1, 4)):              # runs of one expert
+            if not left[x]:
+                break
+            i = next(i for i, (k, _) in enumerate(left[x]) if k != "cpl" or opened[x] > 0)
+            kind, c = left[x].pop(i)
+            opened[x] += (kind == "meta") - (kind == "cpl")
+            stream.append((kind, x, c))
+    return stream
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_final_counts_fire_as_the_stream_says(seed):
+    """FinalCounts against the rule it implements: an expert is final after the event that
+    brings every source's count in and its completed rows to its rows and to their total --
+    fired at that event, once, with its rows; checked for every event of random layers
+    with runs of events on one expert (each event held a cycle and added from registers:
+    the next event's checks see it; a count behind a count of its expert stalls once)."""
+    from moehub.rtl.final_counts import FinalCounts
+    cfg = TINY.replace(count_packets=True)
+    E, S = cfg.experts, cfg.sources
+    dut = FinalCounts(cfg)
+    rng = random.Random(seed)
+    seen = {"fires": 0, "stalls": 0}
+
+    async def bench(ctx):
+        for layer in range(3):
+            ctx.set(dut.clear, 1)
+            await ctx.tick()
+            ctx.set(dut.clear, 0)
+            st = [dict(rows=0, done=0, total=0, ann=0, final=False) for _ in range(E)]
+            for kind, x, c in _final_stream(rng, E, S):
+                ctx.set(dut.meta, kind == "meta")
+                ctx.set(dut.cpl, kind == "cpl")
+                ctx.set(dut.cnt, kind == "cnt")
+                ctx.set(dut.expert, x)
+                ctx.set(dut.count, c)
+                while ctx.get(dut.stall):
+                    assert kind == "cnt", (seed, kind, x)
+                    seen["stalls"] += 1
+                    await ctx.tick()
+                e = st[x]
+                e["rows"] += kind == "meta"
+                e["done"] += kind == "cpl"
+                e["total"] += c if kind == "cnt" else 0
+                e["ann"] += kind == "cnt"
+                fire = (not e["final"] and e["ann"] == S and e["done"] == e["rows"] == e["total"])
+                e["final"] |= fire
+                ctx.set(dut.pop, 1)
+                assert ctx.get(dut.fire) == fire, (seed, layer, kind, x, e)
+                if fire:
+                    assert ctx.get(dut.rows_x) == e["rows"], (seed, x, e)
+                    seen["fires"] += 1
+                await ctx.tick()
+                ctx.set(dut.pop, 0)
+                if rng.random() < 0.3:
+                    await ctx.tick()
+            assert _bits(ctx.get(dut.final), E) == [e["final"] for e in st], seed
+
+    _run(dut, bench)
+    assert seen["fires"] > 0 and seen["stalls"] > 0, seen
