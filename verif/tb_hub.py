@@ -942,22 +942,24 @@ async def test_watchdog_while_traffic_in_flight(dut):
 
 @cocotb.test(**TIMEOUT)
 async def test_finished_layer_waits_for_its_writes(dut):
-    """A layer finished by its counts whose writes are held past TIMEOUT is not flushed:
-    it ends when the writes drain (nothing TIMEOUT or INCOMPLETE). Packets accepted
+    """A layer finished by its counts whose control words (metadata, tile flag) are held
+    past TIMEOUT is not flushed: it ends when they drain (nothing TIMEOUT or INCOMPLETE;
+    the control port, not the write ports: a row of the large configs does not fit the
+    write buffers). Packets accepted
     between finishing and ending -- chunks of a row past its source's count, a repeated
     EOS -- are NOT_ARMED, and the layer stays finished (the EOS tracker goes on counting
     a finished layer's openers: its counts stay reached)."""
     T = 60
     tb = await make_tb(dut, timeout=T)
     r = row(0, 0, token=1)
-    tb.hold("wr")
+    tb.hold("ctl")
     await tb.send_schedule(wide(chunks(r, 0)) + wide(eos_all({0: 1})))
     await idle_cycles(tb, 2 * T)                # finished, not drained: no flush
     stray = row(0, 1, token=2)
     tb.offer(wide(chunks(stray, 1)[:CFG.lanes]) + [[Packet.eos(0, 1)]])
     await idle_cycles(tb, 2 * T)
     assert tb.waiting() == 0, "the finished layer held its input back"
-    assert not (await tb.csr_read("STATUS")) & STATUS_DONE, "the layer ended with its writes held"
+    assert not (await tb.csr_read("STATUS")) & STATUS_DONE, "the layer ended with its words held"
     tb.release()
     await tb.wait_done()
     model = await finish(tb)
