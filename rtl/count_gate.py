@@ -81,13 +81,12 @@ class CountGate(wiring.Component):
         m.d.comb += [i_src[j].eq(Cat(self.src[j] == s for s in range(S))) for j in range(L)]
         m.d.comb += [i_exp[j].eq(Cat(self.expert[j] == x for x in range(E))) for j in range(L)]
         a = {n: [Signal(w, name=f"cg_a_{n}{j}") for j in range(L)]
-             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("full", 1),
+             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("cnt_oh", E), ("full", 1),
                           ("count", self.cfg.count_bits), ("src_b", range(S)), ("exp_b", range(E)))}
         m.d.sync += [a["src"][j].eq(i_src[j]) for j in range(L)] + [a["exp"][j].eq(i_exp[j]) for j in range(L)]
         m.d.sync += [a["src_b"][j].eq(self.src[j]) for j in range(L)] + \
             [a["exp_b"][j].eq(self.expert[j]) for j in range(L)]
-        m.d.sync += [a["cnt"][j].eq(self.cnt[j]) for j in range(L)] + [a["count"][j].eq(self.count[j])
-                                                                       for j in range(L)]
+        m.d.sync += [a["cnt"][j].eq(self.cnt[j]) for j in range(L)]
         # (a count packet of the group in A: not yet in the seen bits)
         a_cnt = a["cnt"]
         for j in range(L):
@@ -124,16 +123,18 @@ class CountGate(wiring.Component):
         full = Cat(prior[s] | (cnt[j] & i_src[j][s]) for s in range(S)).all()
         add = Signal(name=f"cg_add{j}")
         m.d.comb += add.eq(cnt[j] & ~repeat)
-        m.d.sync += [a["add"][j].eq(add), a["full"][j].eq(full)]
+        # (for the sums: the count zeroed unless it adds -- the late verdict fans out to
+        # the count's bits, not to every expert's -- and the expert one-hot of the lane's
+        # count packet, from the early valid)
+        m.d.sync += [a["add"][j].eq(add), a["count"][j].eq(Mux(add, self.count[j], 0)),
+                     a["cnt_oh"][j].eq(Mux(cnt[j], oh, 0)), a["full"][j].eq(full)]
         m.d.sync += [self.add[j].eq(a["add"][j]), self.full[j].eq(a["full"][j])]
 
     def _sums(self, m, a):
         """Per expert, the counts of the lanes of the group in A that add (into R)."""
         L, E, tb = self.cfg.lanes, self.cfg.experts, total_bits(self.cfg)
         for x in range(E):
-            # (the lane's verdict and its expert as registers, ANDed here: ``add`` is the
-            # deep end of A's logic and would fan out to every expert before the register)
-            m.d.sync += self.dtot[x].eq(tree_sum([Mux(a["add"][j] & a["exp"][j][x], a["count"][j], 0)
+            m.d.sync += self.dtot[x].eq(tree_sum([Mux(a["cnt_oh"][j][x], a["count"][j], 0)
                                                   for j in range(L)], tb))
 
 

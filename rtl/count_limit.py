@@ -51,7 +51,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .count_gate import total_bits
-from .logic import add3, select
+from .logic import OffsetSums, select
 
 
 class CountLimit(wiring.Component):
@@ -134,34 +134,36 @@ class CountLimit(wiring.Component):
             m.d.comb += [self.met[j].eq(self.req[j] & self.full[j] & at_or_over & ~cut_met),
                          self.over[j].eq(self.add[j] & self.full[j] & below & ~cut_over)]
         for x in range(E):
-            # lam + dtot - n for every n = 0..L, each one carry-save sum of two registers
-            # (the group behind's counts, the register); the grants choose (none at the
-            # layer start: lam is 0 then; the clear steers the select, not the sums)
-            nxt = [add3(m, lam[x], self.dtot[x], -n, w, f"cl_lam{x}_m{n}") for n in range(L + 1)]
-            take = [(self.grants[x][n] & ~self.clear, nxt[n]) for n in range(L + 1)]
+            # lam + dtot - n for every n = 0..L (and, paged, + k for the grants given back,
+            # and the signs _allow_registered needs), from the two registers (the group
+            # behind's counts, the register) as carry selects sharing their wide adders;
+            # the grants choose (none at the layer start: lam is 0 then; the clear steers
+            # the select, not the sums)
+            offsets = range(-2 * L, L + 1) if fix is not None else range(-L, 1)
+            sums = OffsetSums(m, lam[x], self.dtot[x], offsets, w, f"cl_lam{x}")
+            take = [(self.grants[x][n] & ~self.clear, -n) for n in range(L + 1)]
             if fix is not None:
                 # (the cycle after a page refusal: the grants refused then given back)
                 refused, back = fix[x]
-                take = [(sel & ~refused, v) for sel, v in take]
-                take += [(back[k] & ~self.clear, add3(m, lam[x], self.dtot[x], k, w, f"cl_lam{x}_p{k}"))
-                         for k in range(1, L + 1)]
+                take = [(sel & ~refused, k) for sel, k in take]
+                take += [(back[k] & ~self.clear, k) for k in range(1, L + 1)]
             m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
-                         lam[x].eq(select(take, w))]
+                         lam[x].eq(sums.pick(m, take, f"cl_lam{x}_next"))]
             if fix is not None:
-                self._allow_registered(m, x, lam[x], fix[x])
+                self._allow_registered(m, x, sums, fix[x])
         return m
 
-    def _allow_registered(self, m, x, lam, fix):
+    def _allow_registered(self, m, x, sums, fix):
         """(paged) ``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with
         ``lam``. The page gate's tile-start test takes ``allow`` at the head of its
         lane-order chain, where a compare of ``lam`` (ahead of it: 32.5 FO4) would not fit.
         ``lam + dtot - n >= k`` (the grants n) and ``lam + dtot + d >= k`` (a refusal's d
         given back) are the signs of ``lam + dtot - s`` for ``s`` from ``1 - lanes`` to
-        ``2 lanes``, each one carry-save sum of two registers, chosen as ``lam`` is; 0 at
-        the layer start."""
-        L, w = self.cfg.lanes, self.width()
+        ``2 lanes``, from the carry selects of ``lam``'s own update (``sums``), chosen as
+        ``lam`` is; 0 at the layer start."""
+        L = self.cfg.lanes
         refused, back = fix
-        pos = {s: ~add3(m, lam, self.dtot[x], -s, w, f"cl_lam{x}_s{s + L}")[-1] for s in range(1 - L, 2 * L + 1)}
+        pos = {s: ~sums.sign(m, -s, f"cl_lam{x}_s{s + L}") for s in range(1 - L, 2 * L + 1)}
         ge = Signal(L, name=f"cl_lam_ge{x}")            # bit n - 1: lam >= n
         nxt = Cat(Cat(*(self.grants[x][n] & ~refused & pos[n + k] for n in range(L + 1)),
                       *(back[d] & pos[k - d] for d in range(1, L + 1))).any() for k in range(1, L + 1))

@@ -109,11 +109,17 @@ class FinalCounts(wiring.Component):
         m.d.comb += self.oh.eq(Cat(self.expert == x for x in range(E)))
         q = {"valid": Signal(name="fc_q_valid"), "meta": Signal(name="fc_q_meta"),
              "cpl": Signal(name="fc_q_cpl"), "cnt": Signal(name="fc_q_cnt"),
-             "oh": Signal(E, name="fc_q_oh"), "count": Signal(self.cfg.count_bits, name="fc_q_count")}
+             "oh": Signal(E, name="fc_q_oh"),
+             # (the count held per expert: each expert's adders and compares read their own
+             # register, not one shared across every expert's)
+             "count": [Signal(self.cfg.count_bits, name=f"fc_q_count{x}") for x in range(E)]}
         m.d.sync += q["valid"].eq(self.pop)
         with m.If(self.pop):
             m.d.sync += [q["meta"].eq(self.meta), q["cpl"].eq(self.cpl), q["cnt"].eq(self.cnt),
-                         q["oh"].eq(self.oh), q["count"].eq(self.count)]
+                         q["oh"].eq(self.oh)]
+        for x in range(E):
+            with m.If(self.pop & self.oh[x]):
+                m.d.sync += q["count"][x].eq(self.count)
         # (a count event right behind a count event of its expert waits a cycle: its check
         # would need the first one's subtraction; count packets are one per source and
         # expert, so this costs a bubble at most that often)
@@ -130,9 +136,9 @@ class FinalCounts(wiring.Component):
                 with m.If(q["cpl"]):
                     m.d.sync += st["pend"][x].eq(st["pend"][x] - 1)
                 with m.If(q["cnt"]):
-                    m.d.sync += [st["total"][x].eq(st["total"][x] + q["count"]),
+                    m.d.sync += [st["total"][x].eq(st["total"][x] + q["count"][x]),
                                  st["ann"][x].eq(st["ann"][x] + 1),
-                                 st["ngap"][x].eq(st["ngap"][x] - q["count"])]
+                                 st["ngap"][x].eq(st["ngap"][x] - q["count"][x])]
 
     def _fire(self, m, st, final, q):
         """The popped event's expert is final after it: a completion of its last row, all
@@ -151,7 +157,7 @@ class FinalCounts(wiring.Component):
             ann_is = (lambda k: Mux(hn, ann == k - 1, ann == k) if k >= 1 else (ann == k) & ~hn)
             pend_is_1 = Mux(hm, pend == 0, Mux(hc, pend == 2, pend == 1))
             pend_is_0 = ~hm & Mux(hc, pend == 1, pend == 0)
-            ngap_is_0 = Mux(hm, ngap == -1, Mux(hn, ngap == q["count"], ngap == 0))
+            ngap_is_0 = Mux(hm, ngap == -1, Mux(hn, ngap == q["count"][x], ngap == 0))
             # (a count event behind a count of its expert stalls, so hn needs no case here;
             # behind a metadata event of its expert a row is in flight: pend_is_0 is 0)
             ngap_is_c = ngap == self.count

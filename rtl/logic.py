@@ -102,15 +102,13 @@ class SplitDifference:
 
     * first stage (``m.d.sync`` when ``registered``): the low ``lo_bits`` of ``a - b`` and
       their borrow; the high bits of ``a`` and ``b`` as they are (and ``a``'s lowest high
-      segment minus 2), and each high segment's borrow out for every borrow into it (a
-      compare of the segments). ``b`` may be given as ``(select, value)`` pairs (exactly one select
+      segment minus 2). ``b`` may be given as ``(select, value)`` pairs (exactly one select
       set, a one-hot decoded beside ``a``): the low difference and its borrow are then
       formed for every candidate, side by side, and chosen after -- no subtraction waits
       for the choice;
     * second stage: each high segment (at most ``seg_bits`` wide) minus every borrow it
       may get (0..2 for the first, 0..1 for the others), side by side with no carry between
-      segments, and each segment's borrow-in for every borrow into the high part (a chain
-      of small selects from the registered borrows);
+      segments, and each segment's borrow-in for every borrow into the high part;
       :meth:`select_minus` forms the low part minus ``k`` (narrow), and its borrow then
       picks every segment's value by one AND-OR (no chain of muxes along the segments).
     """
@@ -142,23 +140,18 @@ class SplitDifference:
             a_s, b_s = Signal(sw, name=f"{name}_a{n}"), Signal(sw, name=f"{name}_b{n}")
             a_m2 = Signal(signed(sw + 2), name=f"{name}_a{n}_m2")
             dom += [a_s.eq(a[lo_b:hi_b]), b_s.eq(b[lo_b:hi_b]), a_m2.eq(a[lo_b:hi_b] - 2)]
-            # The segment's borrow out for each borrow in x: a - b - x < 0 (and, for x = 2,
-            # < -2**sw: only a = 0, b = 2**sw - 1), compared in the first stage, so that
-            # the chain of borrows along the segments starts at registers, not behind the
-            # segments' subtractions.
-            a_hi, b_hi = a[lo_b:hi_b], b[lo_b:hi_b]
-            neg = [Signal(name=f"{name}_s{n}_neg{x}") for x in range(3)]
+            d0 = Signal(signed(sw + 1), name=f"{name}_s{n}_m0")
+            d1 = Signal(sw + 1, name=f"{name}_s{n}_m1")     # a + ~b = 2**sw + a - b - 1
+            d2 = Signal(signed(sw + 3), name=f"{name}_s{n}_m2")
             bo2 = Signal(name=f"{name}_s{n}_bo2")
-            dom += [neg[0].eq(a_hi < b_hi), neg[1].eq(a_hi <= b_hi), neg[2].eq(a_hi <= b_hi + 1),
-                    bo2.eq((a_hi == 0) & (b_hi == (1 << sw) - 1))]
-            d0 = Signal(sw, name=f"{name}_s{n}_m0")
-            d1 = Signal(sw, name=f"{name}_s{n}_m1")
-            d2 = Signal(sw, name=f"{name}_s{n}_m2")
-            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s - b_s - 1), d2.eq(a_m2 - b_s)]
+            m.d.comb += [d0.eq(a_s - b_s), d1.eq(a_s + ~b_s), d2.eq(a_m2 - b_s),
+                         bo2.eq((a_s == 0) & (b_s == (1 << sw) - 1))]
             self.segs.append([
-                (d0, Cat(~neg[0], neg[0], Const(0))),
-                (d1, Cat(~neg[1], neg[1], Const(0))),
-                (d2, Cat(~neg[2], neg[2] & ~bo2, bo2)),
+                (d0[:sw], Cat(~d0[sw], d0[sw], Const(0))),
+                (d1[:sw], Cat(d1[sw], ~d1[sw], Const(0))),
+                # (a - b - 2 < -2**sw only for a = 0, b = 2**sw - 1: equalities of the
+                # registers, not a compare behind the subtraction)
+                (d2[:sw], Cat(~d2[-1], d2[-1] & ~bo2, bo2)),
             ])
         # Per segment, for each borrow i (0..2) into the high part, the borrow into the
         # segment (a one-hot of three): formed from the registers alone, so that
@@ -231,29 +224,93 @@ def at_least(bits, n):
 
 
 def tree_sum(vals, width: int):
-    """Sum of ``vals`` (unsigned, ``width`` bits) as a balanced tree of two-input adds."""
-    vals = [v for v in vals]
+    """Sum of ``vals`` (unsigned, ``width`` bits, wrapping) as carry-save levels (three
+    values to two: a full adder per bit, no carry chain) and one add at the end: a sum of
+    four values costs two full adders and one adder's depth, not two adders'."""
+    vals = [Value.cast(v) for v in vals]
     if not vals:
         return Const(0, width)
-    while len(vals) > 1:
-        vals = [(vals[i] + vals[i + 1])[:width] for i in range(0, len(vals) - 1, 2)] \
-            + vals[len(vals) - len(vals) % 2:]
-    return vals[0]
+    while len(vals) > 2:
+        a, b, c = (v[:width] for v in vals[:3])
+        vals = vals[3:] + [(a ^ b ^ c)[:width], Cat(Const(0, 1), ((a & b) | (a & c) | (b & c))[:width - 1])]
+    return vals[0][:width] if len(vals) == 1 else (vals[0] + vals[1])[:width]
 
 
-def add3(m, a, b, c, width: int, name: str):
-    """``a + b + c`` in ``width`` bits (two's complement, wrapping; each operand an
-    Amaranth value, signed ones sign-extended, or an int) as one carry-save level (a full
-    adder per bit; with a constant ``c`` an XOR and an AND or OR per bit) and one add: a
-    sum of two registers and a constant costs one adder's depth, not two. Returns a signed
-    ``width``-bit signal ``name`` (driven in ``m.d.comb``)."""
-    def ext(v):
-        v = Const(v, signed(width)) if isinstance(v, int) else Value.cast(v)
-        return v.as_signed() if v.shape().signed else v
-    x, y, z = (Signal(width, name=f"{name}_{n}") for n in "xyz")
-    k = Signal(width, name=f"{name}_k")
-    out = Signal(signed(width), name=name)
-    m.d.comb += [x.eq(ext(a)), y.eq(ext(b)), z.eq(ext(c)),
-                 k.eq((x & y) | (x & z) | (y & z)),
-                 out.eq(((x ^ y ^ z) + Cat(Const(0, 1), k[:width - 1]))[:width])]
-    return out
+class OffsetSums:
+    """``a + b + k`` (``width`` bits, two's complement, wrapping) for a set of small
+    constants ``k``, as a carry select: the low ``lo_bits`` of ``a + b`` once (a narrow add)
+    and, per ``k``, its carry into the high part (a few compares of that narrow sum with
+    constants); the high part ``a_hi + b_hi + c`` once for every carry ``c`` any ``k`` can
+    give. So the sums share their wide adders -- one per carry, two-input, from the
+    operands -- instead of one carry-save level and one adder per ``k``, and a choice among
+    them (:meth:`pick`, by late one-hots) is an AND-OR behind the wide adders, whose
+    inputs are registers: the choice's selects meet the carries first, off the adders.
+
+    Parameters
+    ----------
+    m : Module
+    a, b : Value
+        The operands (signed ones sign-extended to ``width``).
+    offsets : iterable of int
+        The constants ``k``; ``lo_bits`` is chosen so that every carry is small.
+    width : int
+    name : str
+    """
+
+    def __init__(self, m, a, b, offsets, width: int, name: str):
+        self.offsets = sorted(set(offsets))
+        kmin, kmax = self.offsets[0], self.offsets[-1]
+        lo = max(1, max(-kmin, kmax).bit_length())
+        if lo >= width:
+            raise ValueError(f"offsets {kmin}..{kmax} need {lo} low bits of {width}")
+        self.width, self.lo = width, lo
+
+        def ext(v):
+            v = Value.cast(v)
+            return v.as_signed() if v.shape().signed else v
+        x, y = Signal(width, name=f"{name}_a"), Signal(width, name=f"{name}_b")
+        low = Signal(lo + 1, name=f"{name}_low")
+        m.d.comb += [x.eq(ext(a)), y.eq(ext(b)), low.eq(x[:lo] + y[:lo])]
+        # (per k: low + k in [kmin, 2 x (2**lo - 1) + kmax]; its carry c = floor(/ 2**lo))
+        self.carries = list(range((kmin) >> lo, ((2 << lo) - 2 + kmax >> lo) + 1))
+        self.low, self.carry = {}, {}
+        for k in self.offsets:
+            lk = Signal(lo, name=f"{name}_lo{_tag(k)}")
+            m.d.comb += lk.eq((low + k)[:lo])
+            self.low[k] = lk
+            for c in self.carries:
+                hit = Signal(name=f"{name}_c{_tag(k)}_{_tag(c)}")
+                m.d.comb += hit.eq((low + k >= c << lo) & (low + k < (c + 1) << lo))
+                self.carry[k, c] = hit
+        hw = width - lo
+        self.high = {}
+        for c in self.carries:
+            h = Signal(hw, name=f"{name}_hi{_tag(c)}")
+            m.d.comb += h.eq((x[lo:] + y[lo:] + Const(c % (1 << hw), hw))[:hw])
+            self.high[c] = h
+
+    def value(self, m, k: int, name: str):
+        """``a + b + k`` alone (a signed ``width``-bit signal)."""
+        return self.pick(m, [(Const(1), k)], name)
+
+    def sign(self, m, k: int, name: str):
+        """The sign bit of ``a + b + k``: the carry's choice of the high parts' top bits."""
+        s = Signal(name=name)
+        m.d.comb += s.eq(Cat(self.carry[k, c] & self.high[c][-1] for c in self.carries).any())
+        return s
+
+    def pick(self, m, choices, name: str):
+        """``a + b + k`` for the ``(select, k)`` whose select is set (at most one; 0 if
+        none), a signed ``width``-bit signal: the low bits chosen among the ``k``'s, the
+        high part among the carries, each carry's select the OR of the selects whose
+        ``k`` gives it (late selects meet the fast carries, then one AND-OR)."""
+        lo, out = self.lo, Signal(signed(self.width), name=name)
+        by_carry = {c: Cat(sel & self.carry[k, c] for sel, k in choices).any() for c in self.carries}
+        m.d.comb += out.eq(Cat(select([(sel, self.low[k]) for sel, k in choices], lo),
+                               select([(by_carry[c], self.high[c]) for c in self.carries], self.width - lo)))
+        return out
+
+
+def _tag(k: int) -> str:
+    """A signal-name tag of a small signed constant (``m3`` for -3)."""
+    return f"m{-k}" if k < 0 else str(k)
