@@ -175,11 +175,15 @@ class SplitDifference:
         b2 = Cat(sel & (self.lo < k) for sel, k in choices).any()
         c = Cat(~self.borrow & ~b2, self.borrow ^ b2, self.borrow & b2)   # borrow into the high part
         parts = [lo]
-        for seg, b_in in zip(self.segs, self.seg_borrow_in):
+        for n, (seg, b_in) in enumerate(zip(self.segs, self.seg_borrow_in)):
             # (each segment's value straight from the borrow into the high part: its own
-            # borrow-in for each of those, from registers, is ANDed in -- no chain)
-            parts.append(select([(c[i] & b_in[i][x], seg[x][0]) for i in range(3) for x in range(3)],
-                                len(seg[0][0])))
+            # borrow-in for each of those, from registers, is ANDed in -- no chain. The
+            # segment's borrow-in x is chosen first, a select of three per k, and then
+            # picks among the segment's three values: the borrow-ins, the late end of the
+            # segments' chain, drive one gate per k, not one per k and value bit)
+            bx = [Signal(name=f"{name}_s{n}_bin{x}") for x in range(3)]
+            m.d.comb += [bx[x].eq(Cat(c[i] & b_in[i][x] for i in range(3)).any()) for x in range(3)]
+            parts.append(select([(bx[x], seg[x][0]) for x in range(3)], len(seg[0][0])))
         v = Signal(signed(self.width), name=name)
         m.d.comb += v.eq(Cat(*parts))
         return v
