@@ -643,13 +643,18 @@ class AvailabilityTracker(wiring.Component):
         ld_e = Signal(range(E + 1), name="ld_e")   # next expert to load
         ld_rows = Signal(cap_bits, name="ld_rows")
         m.d.comb += ld_rows.eq(rows_rd[ld_e])
+        # (each expert's partial-tile bit, registered from its counter: the sweep runs
+        # after the layer's last grant, so the bit is its counter's; the load picks one
+        # bit instead of comparing the picked counter behind the expert's select)
+        parts = Signal(E, name="sq_parts")
+        m.d.sync += parts.eq(Cat((r[:cnt_bits] & cfg.tile_m1) != 0 for r in self.rows))
 
         def load_next():
             with m.If(ld_e == E):
                 m.d.sync += sq.kind.eq(K_DONE)
             with m.Else():
                 m.d.sync += [sq.kind.eq(K_COUNT), sq.expert.eq(ld_e), sq.row.eq(ld_rows),
-                             sq_part.eq((ld_rows[:cnt_bits] & cfg.tile_m1) != 0),
+                             sq_part.eq(parts.bit_select(ld_e, 1)),
                              ld_e.eq(ld_e + 1)]
 
         begin = (mode == RUN) & self.layer.sweep_req & ~t1.valid & ~t2.valid & ~self.ev.valid
