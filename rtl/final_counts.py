@@ -98,47 +98,47 @@ class FinalCounts(wiring.Component):
         with m.If(self.fire):
             m.d.sync += final.eq(final | self.oh)
         with m.If(self.clear):
-            m.d.sync += [v.eq(0) for vs in st.values() for v in vs] + [final.eq(0), q["valid"].eq(0)]
+            m.d.sync += [v.eq(0) for vs in st.values() for v in vs] + [final.eq(0)]
+            m.d.sync += [v.eq(0) for k in ("meta", "cpl", "cnt") for v in q[k]]
         return m
 
     def _held_event(self, m):
-        """The event popped last cycle, registered (``fc_q_*``): it is added to its expert's
-        state this cycle, from registers -- not behind the event queue's head and the pop."""
+        """The event popped last cycle, registered per expert (``fc_q_*{x}``: a metadata
+        event, a completion, a count of expert x, and the count): it is added to its
+        expert's state this cycle from that expert's own registers -- not behind the event
+        queue's head and the pop, nor through registers shared by every expert's adders."""
         E = self.cfg.experts
         self.oh = Signal(E, name="fc_oh")
         m.d.comb += self.oh.eq(Cat(self.expert == x for x in range(E)))
-        q = {"valid": Signal(name="fc_q_valid"), "meta": Signal(name="fc_q_meta"),
-             "cpl": Signal(name="fc_q_cpl"), "cnt": Signal(name="fc_q_cnt"),
-             "oh": Signal(E, name="fc_q_oh"),
-             # (the count held per expert: each expert's adders and compares read their own
-             # register, not one shared across every expert's)
-             "count": [Signal(self.cfg.count_bits, name=f"fc_q_count{x}") for x in range(E)]}
-        m.d.sync += q["valid"].eq(self.pop)
-        with m.If(self.pop):
-            m.d.sync += [q["meta"].eq(self.meta), q["cpl"].eq(self.cpl), q["cnt"].eq(self.cnt),
-                         q["oh"].eq(self.oh)]
+        q = {k: [Signal(name=f"fc_q_{k}{x}") for x in range(E)] for k in ("meta", "cpl", "cnt")}
+        q["count"] = [Signal(self.cfg.count_bits, name=f"fc_q_count{x}") for x in range(E)]
         for x in range(E):
-            with m.If(self.pop & self.oh[x]):
+            hit = self.pop & self.oh[x]
+            m.d.sync += [q["meta"][x].eq(hit & self.meta), q["cpl"][x].eq(hit & self.cpl),
+                         q["cnt"][x].eq(hit & self.cnt)]
+            # (the count is taken from the queue's head whenever it is a count of x, popped
+            # or not: it is read only the cycle after a pop of it, and a count of x that
+            # follows at the head is not popped that cycle -- the stall below)
+            with m.If(self.cnt & self.oh[x]):
                 m.d.sync += q["count"][x].eq(self.count)
         # (a count event right behind a count event of its expert waits a cycle: its check
         # would need the first one's subtraction; count packets are one per source and
         # expert, so this costs a bubble at most that often)
-        m.d.comb += self.stall.eq(q["valid"] & q["cnt"] & self.cnt & (q["oh"] & self.oh).any())
+        m.d.comb += self.stall.eq(self.cnt & Cat(q["cnt"][x] & self.oh[x] for x in range(E)).any())
         return q
 
     def _update(self, m, st, q):
         """The held event into its expert's state."""
         for x in range(self.cfg.experts):
-            with m.If(q["valid"] & q["oh"][x]):
-                with m.If(q["meta"]):
-                    m.d.sync += [st["meta"][x].eq(st["meta"][x] + 1), st["pend"][x].eq(st["pend"][x] + 1),
-                                 st["ngap"][x].eq(st["ngap"][x] + 1)]
-                with m.If(q["cpl"]):
-                    m.d.sync += st["pend"][x].eq(st["pend"][x] - 1)
-                with m.If(q["cnt"]):
-                    m.d.sync += [st["total"][x].eq(st["total"][x] + q["count"][x]),
-                                 st["ann"][x].eq(st["ann"][x] + 1),
-                                 st["ngap"][x].eq(st["ngap"][x] - q["count"][x])]
+            with m.If(q["meta"][x]):
+                m.d.sync += [st["meta"][x].eq(st["meta"][x] + 1), st["pend"][x].eq(st["pend"][x] + 1),
+                             st["ngap"][x].eq(st["ngap"][x] + 1)]
+            with m.If(q["cpl"][x]):
+                m.d.sync += st["pend"][x].eq(st["pend"][x] - 1)
+            with m.If(q["cnt"][x]):
+                m.d.sync += [st["total"][x].eq(st["total"][x] + q["count"][x]),
+                             st["ann"][x].eq(st["ann"][x] + 1),
+                             st["ngap"][x].eq(st["ngap"][x] - q["count"][x])]
 
     def _fire(self, m, st, final, q):
         """The popped event's expert is final after it: a completion of its last row, all
@@ -152,8 +152,7 @@ class FinalCounts(wiring.Component):
         rows = [Signal(c.cap_bits, name=f"fc_rows_now{x}") for x in range(E)]
         for x in range(E):
             ann, pend, ngap, meta = st["ann"][x], st["pend"][x], st["ngap"][x], st["meta"][x]
-            h = q["valid"] & q["oh"][x]
-            hm, hc, hn = h & q["meta"], h & q["cpl"], h & q["cnt"]
+            hm, hc, hn = q["meta"][x], q["cpl"][x], q["cnt"][x]
             ann_is = (lambda k: Mux(hn, ann == k - 1, ann == k) if k >= 1 else (ann == k) & ~hn)
             pend_is_1 = Mux(hm, pend == 0, Mux(hc, pend == 2, pend == 1))
             pend_is_0 = ~hm & Mux(hc, pend == 1, pend == 0)

@@ -288,9 +288,16 @@ class OffsetSums:
                 self.carry[k, c] = hit
         hw = width - lo
         self.high = {}
+        xh, yh = x[lo:], y[lo:]
         for c in self.carries:
             h = Signal(hw, name=f"{name}_hi{_tag(c)}")
-            m.d.comb += h.eq((x[lo:] + y[lo:] + Const(c % (1 << hw), hw))[:hw])
+            if c == 0:
+                m.d.comb += h.eq((xh + yh)[:hw])
+            elif c == 1:            # (a carry in: both shifted with a 1 below, one adder)
+                m.d.comb += h.eq((Cat(Const(1, 1), xh) + Cat(Const(1, 1), yh))[1:hw + 1])
+            else:                   # (a carry-save level with the constant, one adder)
+                k = Const(c % (1 << hw), hw)
+                m.d.comb += h.eq(((xh ^ yh ^ k) + Cat(Const(0, 1), ((xh & yh) | (xh & k) | (yh & k))[:hw - 1]))[:hw])
             self.high[c] = h
 
     def value(self, m, k: int, name: str):
