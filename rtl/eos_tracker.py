@@ -54,8 +54,14 @@ class EosTracker(wiring.Component):
         The source's EOS is in, that group included.
     le : Out(lanes).array(sources)
         Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``).
-    reached : Out(sources)
-        The source's count is reached (``le`` bit 0).
+    done : Out(sources)
+        The source's EOS is in and its count reached (``seen`` and ``le`` bit 0), for
+        the layer's ``finished`` alone: formed from a copy of ``p_sel`` (``p_sel_fin``)
+        that drives nothing else, so that the AND over the sources does not start
+        behind ``p_sel``'s fan-out to T, A and the next state. (The copy's reset value
+        is ``p_sel``'s inverted, bit by bit, so that synthesis does not merge the two:
+        after reset no EOS is seen, so ``done`` is 0 whatever the copy holds, and a cycle
+        later the copy is ``p_sel`` again.)
     mismatch : Out(lanes)
         The EOS on lane j of that group has a count below its source's rows opened.
     got_eos : Out(sources), count : Out(count_bits).array(sources)
@@ -82,7 +88,7 @@ class EosTracker(wiring.Component):
         ds = dist_shape(cfg)
         super().__init__({
             "p_sel": Out(L + 1).array(S), "opened": Out(cb + 1).array(S),
-            "seen": Out(S), "le": Out(L).array(S), "reached": Out(S), "mismatch": Out(L),
+            "seen": Out(S), "le": Out(L).array(S), "done": Out(S), "mismatch": Out(L),
             "got_eos": Out(S), "count": Out(cb).array(S),
             "nxt_sel": In(L + 1).array(S), "nxt_eos": In(S), "nxt_lane": In(L).array(S),
             "nxt_cnt": In(cb).array(L), "nxt_evec": In(ds).array(L, L + 1), "nxt_le": In(2 * L).array(S),
@@ -156,12 +162,18 @@ class EosTracker(wiring.Component):
             Cat(p_sel[n] & (dist <= n + k) for n in n_range).any())) for k in range(2 * L)]
         m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_lane.eq(self.nxt_lane[s])]
         m.d.sync += p_le.eq(self.nxt_le[s])
+        p_sel_fin = Signal(L + 1, name=f"p_sel_fin{s}", init=~p_sel.init & ((1 << L + 1) - 1))
+        m.d.sync += p_sel_fin.eq(self.nxt_sel[s])
         with m.If(self.clear):
-            m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1),
+            m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1), p_sel_fin.eq(1),
                          dist_le.eq(dist_le.init)]
+        done = Signal(name=f"done{s}")
+        m.d.comb += done.eq(seen_t & Mux(p_eos, Cat(p_sel_fin[n] & p_le[n] for n in n_range).any(),
+                                         Cat(p_sel_fin[n] & dist_le[n] for n in n_range).any()))
+        m.d.comb += self.done[s].eq(done)
         m.d.comb += [
             self.p_sel[s].eq(p_sel), self.opened[s].eq(opened), self.seen[s].eq(seen_t),
-            self.le[s].eq(dle_t), self.reached[s].eq(dle_t[0]),
+            self.le[s].eq(dle_t),
             self.got_eos[s].eq(eos_seen), self.count[s].eq(eos_cnt),
         ]
 

@@ -307,8 +307,7 @@ class PacketManager(wiring.Component):
         self.finished, self.live = Signal(name="finished"), Signal(name="live")
         eos = self.eos
         m.d.comb += [
-            self.finished.eq(~self.table.rows_open & Cat(
-                eos.seen[s] & eos.reached[s] for s in range(self.cfg.sources)).all()),
+            self.finished.eq(~self.table.rows_open & eos.done.all()),
             self.live.eq(self.armed & ~self.finished),
         ]
 
