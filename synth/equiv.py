@@ -1,5 +1,5 @@
 """``moehub equiv``: prove that the working tree's hub RTL behaves cycle for cycle like the
-hub RTL of a git revision (default: commit 9eb05b4, after the last deliberate change of the hub's behaviour).
+hub RTL of a git revision (default: commit 26ddd24, after the last deliberate change of the hub's behaviour).
 
 Why: a refactor of ``rtl/`` that moves registers into stage methods or small
 sub-Components and renames combinational signals must not change one output bit in any
@@ -65,14 +65,16 @@ from ..paths import output_dir
 from . import tools
 
 REPO = Path(__file__).resolve().parent.parent
-#: The hub refactors are proven against: 9eb05b4, after CSR reads became two registered
+#: The hub refactors are proven against: 26ddd24, after CSR reads became two registered
 #: steps, the EOS tracker's updates were gated by ``armed`` and the sweep's partial-tile
 #: bit registered (deliberate changes, proven equal to 945a566 except at exactly those
-#: points: README, "Refactoring under an equivalence proof"). Every timing refactor from
+#: points: README, "Refactoring under an equivalence proof"), and ``finished`` took a copy
+#: of ``p_sel`` (equal to 9eb05b4 by k-induction: a new register pairs with none). Every
+#: timing refactor from
 #: 86803b4 (tag ``refactor-base``, the packet manager before it was split by stages) up to
 #: 945a566 was proven equal to 86803b4. (The commit itself, so that a branch-only clone
 #: finds it.)
-DEFAULT_REF = "9eb05b423c8250307a6db687acb5bf427c4962fe"
+DEFAULT_REF = "26ddd24b1bf4950340ebd5dee75c2df2faa5ad6b"
 #: the config `moehub equiv` checks when none is named
 DEFAULT_CONFIG = "mixtral-8gpu"
 #: ``equiv_induct -seq`` depth for what the register correspondence leaves open
