@@ -70,10 +70,9 @@ REPO = Path(__file__).resolve().parent.parent
 #: bit registered (deliberate changes, proven equal to 945a566 except at exactly those
 #: points: README, "Refactoring under an equivalence proof"), and ``finished`` took a copy
 #: of ``p_sel`` (equal to 9eb05b4 by k-induction: a new register pairs with none). Every
-#: timing refactor from
-#: 86803b4 (tag ``refactor-base``, the packet manager before it was split by stages) up to
-#: 945a566 was proven equal to 86803b4. (The commit itself, so that a branch-only clone
-#: finds it.)
+#: timing refactor from 86803b4 (tag ``refactor-base``, the packet manager before it was
+#: split by stages) up to 945a566 was proven equal to 86803b4. (The commit itself, so
+#: that a branch-only clone finds it.)
 DEFAULT_REF = "26ddd24b1bf4950340ebd5dee75c2df2faa5ad6b"
 #: the config `moehub equiv` checks when none is named
 DEFAULT_CONFIG = "mixtral-8gpu"
