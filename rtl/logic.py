@@ -291,13 +291,7 @@ class OffsetSums:
         xh, yh = x[lo:], y[lo:]
         for c in self.carries:
             h = Signal(hw, name=f"{name}_hi{_tag(c)}")
-            if c == 0:
-                m.d.comb += h.eq((xh + yh)[:hw])
-            elif c == 1:            # (a carry in: both shifted with a 1 below, one adder)
-                m.d.comb += h.eq((Cat(Const(1, 1), xh) + Cat(Const(1, 1), yh))[1:hw + 1])
-            else:                   # (a carry-save level with the constant, one adder)
-                k = Const(c % (1 << hw), hw)
-                m.d.comb += h.eq(((xh ^ yh ^ k) + Cat(Const(0, 1), ((xh & yh) | (xh & k) | (yh & k))[:hw - 1]))[:hw])
+            m.d.comb += h.eq(_sum_plus(xh, yh, c, hw))
             self.high[c] = h
 
     def value(self, m, k: int, name: str):
@@ -320,6 +314,18 @@ class OffsetSums:
         m.d.comb += out.eq(Cat(select([(sel, self.low[k]) for sel, k in choices], lo),
                                select([(by_carry[c], self.high[c]) for c in self.carries], self.width - lo)))
         return out
+
+
+def _sum_plus(x, y, c: int, width: int):
+    """``x + y + c`` in ``width`` bits with one adder: ``c`` = 1 as a carry in (both
+    operands shifted with a 1 below), any other ``c`` != 0 by a carry-save level with
+    the constant."""
+    if c == 0:
+        return (x + y)[:width]
+    if c == 1:
+        return (Cat(Const(1, 1), x) + Cat(Const(1, 1), y))[1:width + 1]
+    k = Const(c % (1 << width), width)
+    return ((x ^ y ^ k) + Cat(Const(0, 1), ((x & y) | (x & k) | (y & k))[:width - 1]))[:width]
 
 
 def _tag(k: int) -> str:
