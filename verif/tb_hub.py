@@ -941,7 +941,7 @@ async def test_watchdog_while_traffic_in_flight(dut):
 
 
 @cocotb.test(**TIMEOUT)
-async def test_finished_layer_waits_for_its_writes(dut):
+async def test_finished_layer_is_not_flushed_while_it_drains(dut):
     """A layer finished by its counts whose control words (metadata, tile flag) are held
     past TIMEOUT is not flushed: it ends when they drain (nothing TIMEOUT or INCOMPLETE;
     the control port, not the write ports: a row of the large configs does not fit the
