@@ -41,7 +41,7 @@ def result_from_player(cfg: HubConfig, res: PlayerResult) -> HubResult:
             e, row = divmod(idx, cfg.max_rows_per_expert)
             src = w.data & fmt_src
             tok = (w.data >> cfg.src_bits) & fmt_tok
-            slot = w.data >> (cfg.src_bits + cfg.token_bits)
+            slot = (w.data >> (cfg.src_bits + cfg.token_bits)) & ((1 << cfg.slot_bits) - 1)
             alloc[(src, tok, slot)] = (e, row)
         elif w.kind == CtlKind.COUNT:
             e = (w.addr - lay["count_base"]) // 4

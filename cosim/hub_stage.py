@@ -253,11 +253,6 @@ def _setup(cfg: HubConfig, caps) -> HubModel:
     (the same register writes as :func:`moehub.verif.player.csr_program`)."""
     model = HubModel(cfg)
     for name, value, index in layer_program(cfg, caps=caps):
-        if name == "CTRL" and (cfg.multicast or cfg.paged):
-            # protocol v2's pool: the arena (multicast) holds every row the layer can
-            # bring, one per (source, token): sources x 2^token_bits, at most pool_rows
-            model.write("POOL_BASE", 0)
-            model.write("POOL_CAP", min(cfg.pool_rows, cfg.sources << cfg.token_bits))
         model.write(name, value, index)
     return model
 

@@ -47,8 +47,9 @@ class ChunkTable(wiring.Component):
     rd_idx : In(range(entries)).array(lanes)
         Each lane's entry index, of the packet on the input lane (decoded to a one-hot and
         registered; the entry is read in A, the result is in R a cycle later).
-    expert : In(expert_bits).array(lanes)
-        Each lane's packet expert in the A stage, compared with every candidate entry's.
+    expert : In(dest_bits).array(lanes)
+        Each lane's packet expert in the A stage, compared with every candidate entry's
+        (multicast: its target set, ``HubLayouts.dest_bits``).
     hit, hit2 : In(lanes).array(lanes)
         From the A stage, bit k of lane j: lane j's row is the row of lane k one group
         ahead (in R now, its write-back decided by T this cycle) / two groups ahead (its
@@ -73,7 +74,7 @@ class ChunkTable(wiring.Component):
         self.lay = lay = HubLayouts(cfg)
         L, N = cfg.lanes, cfg.entries
         super().__init__({
-            "rd_idx": In(range(N)).array(L), "expert": In(cfg.expert_bits).array(L),
+            "rd_idx": In(range(N)).array(L), "expert": In(lay.dest_bits).array(L),
             "hit": In(L).array(L), "hit2": In(L).array(L),
             "ent": Out(lay.chunk_entry).array(L), "exp_eq": Out(L),
             "live": In(1), "last": In(L), "idx": In(range(N)).array(L),

@@ -18,6 +18,13 @@ payloads flatten low field first, see :mod:`moehub.rtl.formats`):
 * ``credit``: (src, tag) of completed rows, returned to their sources;
 * ``csr``: register bus (addr, r_stb, w_stb, w_data; r_data two cycles after r_stb);
 * ``layer_done``: one-cycle pulse when the layer-done word has been written.
+
+With multicast rows (protocol v2, ``max_targets`` > 1) the allocator is the
+:class:`~moehub.rtl.multicast_allocator.MulticastAllocator` (a row per target, one place
+in the arena at ``POOL_BASE``, ``POOL_CAP`` rows) and an
+:class:`~moehub.rtl.event_expander.EventExpander` hands the tracker the event queue's row
+events one target a cycle. Multicast with count packets or pages is not in the RTL yet
+(the reference model and the co-simulation have it): such a config is refused here.
 """
 from amaranth import Cat, Module, Value
 from amaranth.lib import stream, wiring
@@ -27,8 +34,10 @@ from ..config.schema import HubConfig
 from .allocator import AddressAllocator
 from .csr import CsrBank
 from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
+from .event_expander import EventExpander
 from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature, paged
+from .multicast_allocator import MulticastAllocator
 from .packet_manager import PacketManager
 from .paging import PageGate
 from .tracker import AvailabilityTracker
@@ -55,6 +64,12 @@ class MoEHub(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
+        if cfg.multicast and (cfg.count_packets or cfg.paged):
+            self._MustUse__silence = True       # (refused: never elaborated)
+            raise ValueError(f"hub[{cfg.name}]: max_targets = {cfg.max_targets} (multicast) with "
+                             f"count_packets = {cfg.count_packets}, pool_pages = {cfg.pool_pages}: "
+                             "multicast rows with count packets or pages are not in the hub RTL yet "
+                             "(the reference model and the co-simulation have them)")
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
         self.csr_map = CsrMap(cfg)
@@ -71,7 +86,7 @@ class MoEHub(wiring.Component):
         m = Module()
         cfg, L = self.cfg, self.cfg.lanes
         m.submodules.pm = pm = PacketManager(cfg)
-        m.submodules.alloc = alloc = AddressAllocator(cfg)
+        m.submodules.alloc = alloc = MulticastAllocator(cfg) if cfg.multicast else AddressAllocator(cfg)
         m.submodules.events = events = EventQueue(self.lay.event, L, cfg.event_queue_depth)
         m.submodules.credits = credits = EventQueue(self.lay.credit, L, cfg.credit_queue_depth)
         m.submodules.tracker = tr = AvailabilityTracker(cfg)
@@ -86,7 +101,10 @@ class MoEHub(wiring.Component):
             self._pages(m, pm, alloc, tr, csr)
         else:
             wiring.connect(m, pm.alloc, alloc.grant)
-        wiring.connect(m, events.o, tr.ev)
+        if cfg.multicast:
+            self._multicast(m, pm, alloc, events, tr, csr)
+        else:
+            wiring.connect(m, events.o, tr.ev)
         wiring.connect(m, tr.ctl, wiring.flipped(self.ctl))
         wiring.connect(m, credits.o, wiring.flipped(self.credit))
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
@@ -121,6 +139,18 @@ class MoEHub(wiring.Component):
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
                      pm.page_bad.eq(pg.bad), pg.ret.eq(csr.page_free_w), pg.ret_page.eq(csr.page_free),
                      csr.pool_free.eq(pg.free)]
+
+    def _multicast(self, m, pm, alloc, events, tr, csr):
+        """(multicast) The requests' pre-rank to the allocator; the arena (POOL_BASE,
+        POOL_CAP); PAGE_FREE's writes to the packet manager (PAGE_BAD: a static arena hands
+        out no page); the event expander between the event queue and the tracker."""
+        L = self.cfg.lanes
+        m.submodules.expand = ex = EventExpander(self.cfg)
+        wiring.connect(m, events.o, ex.i)
+        wiring.connect(m, ex.o, tr.ev)
+        m.d.comb += [alloc.pre_counts.eq(pm.alloc_pre_counts), alloc.pool_cap.eq(csr.pool_cap),
+                     pm.pool_base.eq(csr.pool_base), pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
+        m.d.comb += [alloc.pre_mask[j].eq(pm.alloc_pre_mask[j]) for j in range(L)]
 
     def _paged_counts(self, m, g, a, pg, alloc):
         """(paged, count_packets) The count members of the requests, past the page gate to

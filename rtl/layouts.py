@@ -41,17 +41,25 @@ class HubLayouts:
         #: table stage sees it: whether a row is open, its expert and the bitmap of chunks
         #: that have arrived. ``open`` lives in a flop vector (cleared in one cycle), the
         #: rest (``chunk_body``) in a multi-port memory.
-        self.chunk_body = data.StructLayout({"expert": cfg.expert_bits, "bitmap": cfg.chunks_per_row})
+        #: (multicast: ``expert`` holds the row's target set -- per entry its valid bit and
+        #: its expert, 0 when not valid -- what a later chunk must repeat, else PROTOCOL)
+        self.dest_bits = cfg.max_targets * (1 + cfg.expert_bits) if cfg.multicast else cfg.expert_bits
+        self.chunk_body = data.StructLayout({"expert": self.dest_bits, "bitmap": cfg.chunks_per_row})
         self.chunk_entry = data.StructLayout({"open": 1,
                                               **{k: v.shape for k, v in self.chunk_body}})
         #: The row-info table's entry: the row the allocator granted, and whether it did
         #: (``alloc``; else the row is being dropped). Written once per row, a few stages
         #: after the chunk table opened it.
         #: (paged: also the page of its tile)
-        self.row_info = data.StructLayout({"alloc": 1, "row": cfg.row_bits,
-                                           **({"page": cfg.page_bits} if paged(cfg) else {})})
+        #: (multicast: a row per target and the row's place in the arena, ``loc``)
+        if cfg.multicast:
+            self.row_info = data.StructLayout({"alloc": 1, "row": data.ArrayLayout(cfg.row_bits, cfg.max_targets),
+                                               "loc": cfg.loc_bits})
+        else:
+            self.row_info = data.StructLayout({"alloc": 1, "row": cfg.row_bits,
+                                               **({"page": cfg.page_bits} if paged(cfg) else {})})
         #: A per-row control event for the availability tracker (in row order).
-        self.event = data.StructLayout({
+        self.event = self.tracker_event = data.StructLayout({
             "complete": 1,                     # 0: metadata write of a new row; 1: row completed
             "expert": index_bits(cfg.experts), "row": cfg.row_bits,
             "src": cfg.src_bits, "token": cfg.token_bits, "slot": cfg.slot_bits,
@@ -61,7 +69,19 @@ class HubLayouts:
             **({"cnt": 1, "count": cfg.count_bits} if cfg.count_packets else {}),
             # protocol v2 (paged unicast): the page of the row's tile (its flag names it)
             **({"page": cfg.page_bits} if paged(cfg) else {}),
+            # protocol v2 (multicast): the row's place in the arena (its metadata word names it)
+            **({"loc": cfg.loc_bits} if cfg.multicast else {}),
         })
+        if cfg.multicast:
+            #: (multicast) the event queue holds one event per row event, with every target:
+            #: per target entry its valid bit, expert, slot and row (the
+            #: :class:`~moehub.rtl.event_expander.EventExpander` hands the tracker one
+            #: ``tracker_event`` per target, in entry order)
+            T = cfg.max_targets
+            self.event = data.StructLayout({
+                "complete": 1, "tv": T, "expert": data.ArrayLayout(index_bits(cfg.experts), T),
+                "row": data.ArrayLayout(cfg.row_bits, T), "slot": data.ArrayLayout(cfg.slot_bits, T),
+                "loc": cfg.loc_bits, "src": cfg.src_bits, "token": cfg.token_bits, "group": GROUP_BITS})
 
 
 def csr_bus_signature(addr_bits: int) -> wiring.Signature:

@@ -104,6 +104,8 @@ from .interfaces import (allocation_signature, layer_csr_signature, layer_handsh
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
 from .layouts import HubLayouts, paged
+from .multicast_allocator import MulticastPrerank, multicast_allocation_signature, prerank_bits
+from .target_decode import TargetDecode
 from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount, select,
                     times_const)
 from .reservations import InputReservations
@@ -181,16 +183,21 @@ class StageLayouts:
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "req": 1, "req_oh": cfg.experts, "fwd": L, "exp_oh": cfg.experts, "same_exp": L,
+            "req": 1, "fwd": L, "same_exp": L,
+            # (unicast) the expert one-hot, and the same zero without a request
+            **({} if cfg.multicast else {"req_oh": cfg.experts, "exp_oh": cfg.experts}),
             "hit": L, "hit2": L, **t_cnt,
             # (paged) bit a: a requests of the lane's expert ahead of it in the group, zero
             # without a request (the page gate's lane order starts at a register, not at a
             # count of T's verdicts)
             **({"ahead": L} if paged(cfg) else {})})
-        #: AL: the grant, the region base, the row-info entry read.
+        #: AL: the grant, the region base, the row-info entry read. (multicast: a row per
+        #: target, the row's place in the arena, and the experts it names, for OVERFLOW)
+        mc = {"row": data.ArrayLayout(cfg.row_bits, cfg.max_targets), "loc": cfg.loc_bits,
+              "xmask": cfg.experts} if cfg.multicast else {"row": cfg.row_bits}
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
-            "row": cfg.row_bits, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **al_cnt,
+            **mc, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **al_cnt,
             **({"page": cfg.page_bits} if paged(cfg) else {})})
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
@@ -244,7 +251,7 @@ class PacketManager(wiring.Component):
             "wr": Out(stream.Signature(lay.write)).array(L),
             "ev": Out(queue_push_signature(lay.event, L)),
             "cr": Out(queue_push_signature(lay.credit, L)),
-            "alloc": Out(allocation_signature(cfg)),
+            "alloc": Out(multicast_allocation_signature(cfg) if cfg.multicast else allocation_signature(cfg)),
             "region_base": In(cfg.addr_bits).array(cfg.experts),
             "csr": In(layer_csr_signature()),
             "tracker": Out(layer_handshake_signature()),
@@ -260,6 +267,12 @@ class PacketManager(wiring.Component):
             **({"alloc_ahead": Out(L).array(L),
                 "alloc_page": In(cfg.page_bits).array(L), "tile_sh": In(len(tile_sizes(cfg))),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if paged(cfg) else {}),
+            # (multicast) the requests' pre-rank for the allocator (registers of T: the
+            # experts each lane's row names, the counts of every set of lanes naming each
+            # expert); POOL_BASE (the arena); PAGE_FREE's write (a static arena hands out no
+            # page, so every return is PAGE_BAD)
+            **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_counts": Out(prerank_bits(cfg)),
+                "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if cfg.multicast else {}),
         })
 
     def elaborate(self, platform):
@@ -357,7 +370,7 @@ class PacketManager(wiring.Component):
                 a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
                 a.bad_src.eq((q.src >= S) | (is_data & (q.tag >= Tg))),
                 a.bad_chunk.eq(is_data & (q.chunk >= C)),
-                a.bad_exp.eq(q.expert >= E),
+                a.bad_exp.eq(self._bad_dests(m, q, f"tdec_in{j}")),
                 a.idx.eq(idx),
                 a.oh.eq(Const(1, C) << q.chunk),
             ]
@@ -365,7 +378,7 @@ class PacketManager(wiring.Component):
                 qi = self.i[i].payload
                 m.d.sync += [a.same_idx[i].eq((qi.src == q.src) & (qi.tag == q.tag)),
                              a.same_src[i].eq(qi.src == q.src),
-                             a.same_exp[i].eq(qi.expert == q.expert),
+                             a.same_exp[i].eq(self._dest_key(qi) == self._dest_key(q)),
                              a.same_chunk[i].eq(qi.chunk == q.chunk)]
             for k in range(L):
                 ahead, ahead2 = self.a[k].pkt, self.r[k].pkt
@@ -390,6 +403,31 @@ class PacketManager(wiring.Component):
         if cfg.count_packets:
             self._count_gate(m)
 
+    def _dest_key(self, pkt):
+        """What a row's later chunks must repeat (else PROTOCOL): its expert, or
+        (multicast) its target set -- per entry the valid bit and the expert, 0 when not
+        valid (``HubLayouts.dest_bits``)."""
+        if not self.cfg.multicast:
+            return pkt.expert
+        return Cat(*(Cat(v, Mux(v, x, 0)) for v, x in self._targets(pkt)))
+
+    def _targets(self, pkt):
+        """(multicast) The packet's target entries, ``(valid, expert)`` each."""
+        return [(getattr(pkt, f"valid{t}"), getattr(pkt, f"expert{t}")) for t in range(self.cfg.max_targets)]
+
+    def _bad_dests(self, m, pkt, name):
+        """BAD_EXPERT of a packet's destination: its expert out of range, or (multicast)
+        a bad target set (:class:`TargetDecode`, a submodule ``name``)."""
+        if not self.cfg.multicast:
+            return pkt.expert >= self.cfg.experts
+        return self._decode(m, pkt, name).bad
+
+    def _decode(self, m, pkt, name):
+        """(multicast) A :class:`TargetDecode` of ``pkt``'s targets, as submodule ``name``."""
+        m.submodules[name] = dec = TargetDecode(self.cfg)
+        dec.connect_packet(m, pkt)
+        return dec
+
     # ---------------------------------------------------------------- R
     def _stage_r(self, m):
         """R: the chunk table read (the table's registers, with the bypass from T and W)
@@ -408,7 +446,7 @@ class PacketManager(wiring.Component):
         self.r_sel = [Signal(self.cfg.entries, name=f"r_sel{j}") for j in range(L)]
         m.d.sync += [self.r_sel[j].eq(Const(1, self.cfg.entries) << a.idx) for j, a in enumerate(A)]
         for j, (a, r) in enumerate(zip(A, R)):
-            m.d.comb += [tab.expert[j].eq(a.pkt.expert),
+            m.d.comb += [tab.expert[j].eq(self._dest_key(a.pkt)),
                          tab.hit[j].eq(a.hit), tab.hit2[j].eq(a.hit2)]
             m.d.sync += [
                 r.valid.eq(a.valid), r.pkt.eq(a.pkt), r.slot.eq(a.slot), r.idx.eq(a.idx),
@@ -539,7 +577,7 @@ class PacketManager(wiring.Component):
         for k, r in enumerate(R):
             ent, match = tab.ent[k], v["match"][k]
             expert = Mux(ent.open, ent.expert, onehot_mux(
-                [(R[i].first & r.same_idx[i], R[i].pkt.expert) for i in range(k)], r.pkt.expert))
+                [(R[i].first & r.same_idx[i], self._dest_key(R[i].pkt)) for i in range(k)], self._dest_key(r.pkt)))
             bits = Signal(C, name=f"bits_after{k}")
             # (a duplicate's bit is already set and a protocol error's does not match, so
             # the bitmap needs neither verdict: off the duplicate/completion logic)
@@ -637,18 +675,22 @@ class PacketManager(wiring.Component):
         m.d.comb += [reqs[j].eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]) for j, r in enumerate(R)]
         for j, (r, t) in enumerate(zip(R, T)):
             req = reqs[j]
-            exp_oh = Signal(E, name=f"t_exp_oh{j}")
-            m.d.comb += exp_oh.eq(Cat(r.pkt.expert == e for e in range(E)))
+            if not self.cfg.multicast:
+                exp_oh = Signal(E, name=f"t_exp_oh{j}")
+                m.d.comb += exp_oh.eq(Cat(r.pkt.expert == e for e in range(E)))
+                m.d.sync += [
+                    # (the expert one-hot, for the allocator: no decoder in front of its counters)
+                    t.exp_oh.eq(exp_oh),
+                    # (the row request's expert as a one-hot that is zero without a request:
+                    # the allocator's per-expert counts start at registers)
+                    t.req_oh.eq(Mux(req, exp_oh, 0))]
             m.d.sync += [
                 t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),
                 t.comp.eq(live & v["comp"][j]), t.post.eq(v["post"][j]), t.bad_exp.eq(r.bad_exp),
-                t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx),
-                # (the expert one-hot, for the allocator: no decoder in front of its counters)
-                t.exp_oh.eq(exp_oh), t.same_exp.eq(r.same_exp),
-                # (the row request, formed here, and its expert as a one-hot that is zero
-                # without a request: the allocator's per-expert counts start at registers)
-                t.req.eq(req), t.req_oh.eq(Mux(req, exp_oh, 0)),
+                t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx), t.same_exp.eq(r.same_exp),
+                # (the row request, formed here: the allocator starts at registers)
+                t.req.eq(req),
                 # lane i opened lane j's row in this group
                 t.fwd.eq(Cat(v["opener"][i] & r.same_idx[i] for i in range(j))),
                 # lane j's row is the row of lane k of the group ahead (for the row-info read
@@ -673,6 +715,9 @@ class PacketManager(wiring.Component):
                              # and the grants behind it start from flops)
                              t.cand.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j])]
         self.req = Signal(L, name="req")
+        if self.cfg.multicast:
+            self._t_multicast(m)
+            return
         # (the row requests and their experts: registers of T -- without count packets the
         # expert one-hot is zero without a request; with them the count limit reads the
         # request ``cand`` and the raw one-hot)
@@ -685,6 +730,25 @@ class PacketManager(wiring.Component):
             m.d.comb += [self.alloc_ahead[j].eq(t.ahead) for j, t in enumerate(T)]
         if counted:
             self._t_thresholds(m, v)
+
+    def _t_multicast(self, m):
+        """(multicast) The row requests to the :class:`MulticastAllocator`: T's registers,
+        and R -> T registers of the :class:`MulticastPrerank` -- each lane's target
+        one-hots, the experts its row names and, for every set of lanes, how many of them
+        name each expert -- formed from R's packets alone (decoded again there, a few gate
+        levels), so that the allocator's chained verdicts start from flops."""
+        cfg, L, T = self.cfg, self.cfg.lanes, self.cfg.max_targets
+        m.submodules.prerank = pre = MulticastPrerank(cfg)
+        for j, r in enumerate(self.r):
+            dec = self._decode(m, r.pkt, f"tdec_r{j}")
+            m.d.comb += [pre.tv[j].eq(dec.tv)] + [pre.oh[j][t].eq(dec.oh[t]) for t in range(T)]
+        g = self.alloc
+        m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req),
+                     self.alloc_pre_counts.eq(pre.q_counts)]
+        for j in range(L):
+            m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j])]
+            m.d.comb += [g.oh[j][t].eq(pre.q_oh[j][t]) for t in range(T)]
+        self.t_mask = pre.q_mask
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),
@@ -731,12 +795,17 @@ class PacketManager(wiring.Component):
             m.d.sync += [
                 al.valid.eq(t.valid), al.pv.eq(t.pv), al.opener.eq(t.opener), al.setb.eq(t.setb),
                 al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self._ovf(j)),
-                al.pkt.eq(t.pkt), al.slot.eq(t.slot), al.idx.eq(t.idx), al.row.eq(self.alloc.row[j]),
+                al.pkt.eq(t.pkt), al.slot.eq(t.slot), al.idx.eq(t.idx),
                 # (the expert's region base, looked up here: RI only adds the chunk offset)
-                al.base.eq(self.pool_base if paged(self.cfg) else Array(self.region_base)[t.pkt.expert]),
+                al.base.eq(self._base(t)),
                 al.fwd.eq(t.fwd),
                 self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
+            if self.cfg.multicast:
+                m.d.sync += [al.row.eq(Cat(*self.alloc.row[j])), al.loc.eq(self.alloc.loc[j]),
+                             al.xmask.eq(self.t_mask[j])]
+            else:
+                m.d.sync += al.row.eq(self.alloc.row[j])
             if self.cfg.count_packets:
                 m.d.sync += [al.cnt.eq(t.cadd), al.met.eq(self.alloc.met[j]), al.over.eq(self.alloc.over[j])]
             if paged(self.cfg):
@@ -747,6 +816,12 @@ class PacketManager(wiring.Component):
                 [[(t.hit[k] & AL[k].opener, self._grant_info(AL[k])) for k in range(len(AL))],
                  [(t.hit2[k] & self.ri_wen[k], self.ri_data[k]) for k in range(len(AL))]],
                 self.q_info[j], self.lay.row_info))
+
+    def _base(self, t):
+        """Where a lane's rows are: its expert's region, or the pool (paged, multicast)."""
+        if paged(self.cfg) or self.cfg.multicast:
+            return self.pool_base
+        return Array(self.region_base)[t.pkt.expert]
 
     def _ovf(self, j):
         """Lane j's request refused for room (not for counts: COUNT_MISMATCH)."""
@@ -787,13 +862,13 @@ class PacketManager(wiring.Component):
                 m.d.sync += [b.ev.cnt.eq(al.cnt), b.ev.count.eq(p.count)]
             if paged(cfg):
                 m.d.sync += b.ev.page.eq(info.page)
+            m.d.sync += self._event_targets(b.ev, p, info)
             ev_valid.append(ev_v)
             m.d.sync += [
                 b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
                 b.pre.eq(al.base + (p.chunk << chunk_shift)), b.rowoff.eq(row_off), b.slot.eq(al.slot),
-                b.ev_valid.eq(ev_v),
-                b.ev.complete.eq(al.comp), b.ev.expert.eq(p.expert), b.ev.row.eq(info.row),
-                b.ev.src.eq(p.src), b.ev.token.eq(p.token), b.ev.slot.eq(p.slot), b.ev.group.eq(self.group),
+                b.ev_valid.eq(ev_v), b.ev.complete.eq(al.comp), b.ev.row.eq(info.row),
+                b.ev.src.eq(p.src), b.ev.token.eq(p.token), b.ev.group.eq(self.group),
                 b.cr_valid.eq(al.comp), b.cr.src.eq(p.src), b.cr.tag.eq(p.tag),
             ]
         self._row_info_write(m)
@@ -825,13 +900,28 @@ class PacketManager(wiring.Component):
             self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
 
+    def _event_targets(self, ev, p, info):
+        """An event's destination: the packet's expert and slot, or (multicast) every
+        target entry's valid bit, expert and slot, and the row's place in the arena."""
+        if not self.cfg.multicast:
+            return [ev.expert.eq(p.expert), ev.slot.eq(p.slot)]
+        T = self.cfg.max_targets
+        return [ev.tv.eq(Cat(v for v, _ in self._targets(p))), ev.loc.eq(info.loc),
+                *(ev.expert[t].eq(x) for t, (_, x) in enumerate(self._targets(p))),
+                *(ev.slot[t].eq(getattr(p, f"slot{t}")) for t in range(T))]
+
     def _grant_info(self, al):
         """An AL record's grant as a row-info entry: alloc, row (, page when paged)."""
+        if self.cfg.multicast:
+            return Cat(al.ok, al.row, al.loc)
         return Cat(al.ok, al.row, al.page) if paged(self.cfg) else Cat(al.ok, al.row)
 
     def _place(self, rec):
         """Where a row's data lands, in rows from the base: its row in the expert's region,
-        or (paged) ``page << log2(tile rows) | row mod tile rows`` in the pool."""
+        or (paged) ``page << log2(tile rows) | row mod tile rows`` in the pool, or
+        (multicast) its place in the arena."""
+        if self.cfg.multicast:
+            return rec.loc
         if not paged(self.cfg):
             return rec.row
         cfg = self.cfg
@@ -909,12 +999,12 @@ class PacketManager(wiring.Component):
         m.d.sync += mismatch.eq(self.eos.mismatch)
         for r, bits in [*hits, (Reason.EOS_MISMATCH, list(mismatch)),
                         (Reason.OVERFLOW, [al.ovf for al in AL]), *self._count_reasons(),
-                        *([(Reason.PAGE_BAD, [self.page_bad])] if paged(cfg) else [])]:
+                        *([(Reason.PAGE_BAD, [self.page_bad])] if paged(cfg) or cfg.multicast else [])]:
             inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}")
             with m.If(inc != 0):
                 m.d.sync += self.errors[r].eq(1)
         for e in range(cfg.experts):
-            counted(self.overflow[e], [al.ovf & (al.pkt.expert == e) for al in AL], f"overflow{e}")
+            counted(self.overflow[e], [al.ovf & self._names(al, e) for al in AL], f"overflow{e}")
         status = self.status
         m.d.comb += [status.inflight.eq(self.inflight), status.errors.eq(self.errors),
                      status.eos_seen.eq(self.eos.got_eos)]
@@ -922,6 +1012,10 @@ class PacketManager(wiring.Component):
             m.d.comb += [status.src_rows[s].eq(self.src_rows[s]), status.src_eos[s].eq(self.eos.count[s])]
         m.d.comb += [status.overflow[e].eq(x) for e, x in enumerate(self.overflow)]
         m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
+
+    def _names(self, al, e):
+        """AL's row names expert e (its expert, or one of its targets)."""
+        return al.xmask[e] if self.cfg.multicast else al.pkt.expert == e
 
     def _count_reasons(self):
         """(count_packets) The count verdicts: of the group in AL (rows refused for counts

@@ -201,7 +201,9 @@ class TrackerLayouts:
             "token": cfg.token_bits, "slot": cfg.slot_bits, "group": GROUP_BITS,
             "addr": aw, "off": self.off_bits,
             # (paged) the page a flag names: the completion's, or the expert's current one
-            **({"page": cfg.page_bits} if paged(cfg) else {})})
+            **({"page": cfg.page_bits} if paged(cfg) else {}),
+            # (multicast) the row's place in the arena, the metadata word's last field
+            **({"loc": cfg.loc_bits} if cfg.multicast else {})})
         self.s1_out = data.StructLayout({
             "valid": 1, "we": 1, "wzero": 1, "always": 1, "flag": 1, "guarded": 1,
             "group": GROUP_BITS, "addr": aw, "cnt": self.count_bits,
@@ -258,7 +260,7 @@ class AvailabilityTracker(wiring.Component):
         self.tl = TrackerLayouts(cfg)
         E = cfg.experts
         super().__init__({
-            "ev": In(stream.Signature(lay.event)),
+            "ev": In(stream.Signature(lay.tracker_event)),
             "ctl": Out(stream.Signature(lay.ctl)),
             "csr": In(tracker_csr_signature(cfg)),
             "rows": In(cfg.cap_bits).array(E),
@@ -381,6 +383,8 @@ class AvailabilityTracker(wiring.Component):
                      s0.group.eq(ev.group)]
         if paged(self.cfg):     # (a completion's page; a last tile's: its expert's page)
             m.d.comb += s0.page.eq(Mux(pick.kind == K_CPL, ev.page, Array(self.cur_page)[pick.expert]))
+        if self.cfg.multicast:
+            m.d.comb += s0.loc.eq(ev.loc)
         if self.fin is not None:
             self._s0_final(m, mode, pick, s0, go, sq)
         with m.If(go):
@@ -405,6 +409,11 @@ class AvailabilityTracker(wiring.Component):
                      fc.count.eq(ev.count)]
 
     # ------------------------------------------------------------------ S1
+    def _meta_loc(self, t1):
+        """The metadata word's fields after the slot: (multicast) the row's place in the
+        arena; none for unicast rows."""
+        return [t1.loc] if self.cfg.multicast else []
+
     def _s1_prepare(self, m, t1, t2, cfg, rp, w_data, go):
         """S1 (read, prepare): read the counter, forwarded from S2's write; prepare the
         output word (kind, value, and the address added chunk by chunk).
@@ -426,7 +435,7 @@ class AvailabilityTracker(wiring.Component):
                             | Mux(is_count | is_done, cfg.count_base, 0))
         s_sum, s_g, s_p = self._chunked_add(m, base, t1.off)
         value = Signal(t.word_bits, name="value")
-        m.d.comb += value.eq(Mux(is_meta, Cat(t1.src, t1.token, t1.slot), 0)
+        m.d.comb += value.eq(Mux(is_meta, Cat(t1.src, t1.token, t1.slot, *self._meta_loc(t1)), 0)
                              | Mux(is_count, t1.row, 0)
                              | Mux(is_cpl | is_last | is_done, self._flag_value(t1, cfg, is_done), 0))
         kind = Signal(2, name="kind")

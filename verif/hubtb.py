@@ -431,7 +431,7 @@ class HubTB:
                 if fa not in flags:
                     continue
                 for c in range(cfg.chunks_per_row):
-                    if cfg.paged and not cfg.multicast:     # (in its tile's page)
+                    if cfg.paged or cfg.multicast:     # (in its tile's page, in the arena)
                         a = data_addr(cfg, model.pool_base, model.row_loc[(x, r)], c)
                     else:
                         a = data_addr(cfg, model.region_base[x], r, c)

@@ -229,7 +229,7 @@ class HubModel:
         self.drop_counts = [0] * len(Reason)
         self.tile_count: dict[tuple, int] = {}
         self.last_page: dict[tuple, int] = {}    # (expert, tile) -> its page (paged unicast)
-        self.row_loc: dict[tuple, int] = {}      # (expert, row) -> its place in the pool (paged unicast)
+        self.row_loc: dict[tuple, int] = {}      # (expert, row) -> its place in the pool (paged, multicast)
         self.inflight = 0
         self.tiles_flagged: list[tuple] = []
         # protocol v2: count packets (per source and expert), rows completed, experts whose
@@ -307,7 +307,7 @@ class HubModel:
             return self._drop(fx, pkt, Reason.DUPLICATE)  # same-cycle rule
         if e.state == FREE:
             self._open(e, pkt, fx)
-        elif e.dests != self._dests(pkt):
+        elif self._experts(e.dests) != self._experts(self._dests(pkt)):
             return self._drop(fx, pkt, Reason.PROTOCOL)
         elif e.bitmap >> pkt.chunk & 1:
             return self._drop(fx, pkt, Reason.DUPLICATE)
@@ -360,6 +360,12 @@ class HubModel:
         else its one expert."""
         return tuple(pkt.targets) if self.cfg.multicast else ((pkt.expert, pkt.slot),)
 
+    @staticmethod
+    def _experts(dests: tuple) -> tuple:
+        """What a row's later chunks must repeat (else PROTOCOL): its experts, in order (a
+        slot is read from the first chunk only, as the metadata is written then)."""
+        return tuple(x for x, _ in dests)
+
     def _bad_dests(self, dests: tuple) -> bool:
         """Empty, too many, an expert out of range or named twice: BAD_EXPERT."""
         xs = [x for x, _ in dests]
@@ -390,9 +396,9 @@ class HubModel:
         e.rows = tuple(self.rows[x] for x, _ in dests)
         e.row = e.rows[0]
         e.loc, e.page = self._place(dests[0][0], e.row)
-        if cfg.paged and not cfg.multicast:
-            self.row_loc[(e.expert, e.row)] = e.loc
         for (x, slot), row in zip(dests, e.rows):
+            if cfg.paged or cfg.multicast:
+                self.row_loc[(x, row)] = e.loc
             self.rows[x] += 1
             fields = dict(src=s, token=pkt.token, slot=slot)
             if cfg.multicast:

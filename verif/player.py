@@ -94,8 +94,8 @@ def layer_program(cfg: HubConfig, *, caps=None, tile_rows_log2=None, epoch=1, ti
     """The register writes ``(name, value, index)`` that configure a layer, ending with
     CTRL.START: region bases and capacities (default ``max_rows_per_expert``), the array
     bases of ``layout`` (default :func:`default_layout`), EPOCH, TILE_ROWS_LOG2 (default the
-    configuration's tile size) and TIMEOUT. The co-simulation's model hub is programmed
-    with the same list (:meth:`~moehub.verif.model.HubModel.write`)."""
+    configuration's tile size), TIMEOUT and (protocol v2's pool) POOL_BASE and POOL_CAP. The
+    co-simulation's model hub is programmed with the same list (:meth:`~moehub.verif.model.HubModel.write`)."""
     lay = layout or default_layout(cfg)
     caps = caps if caps is not None else [cfg.max_rows_per_expert] * cfg.experts
     prog = []
@@ -105,8 +105,12 @@ def layer_program(cfg: HubConfig, *, caps=None, tile_rows_log2=None, epoch=1, ti
              ("COUNT_BASE", lay["count_base"], 0), ("EPOCH", epoch, 0),
              ("TILE_ROWS_LOG2", tile_rows_log2 if tile_rows_log2 is not None
               else cfg.tile_rows.bit_length() - 1, 0),
-             ("TIMEOUT", timeout, 0), ("CTRL", CTRL_START, 0)]
-    return prog
+             ("TIMEOUT", timeout, 0)]
+    if cfg.multicast or cfg.paged:
+        # protocol v2's pool at 0: the arena (multicast) holds every row the layer can
+        # bring, one per (source, token): sources x 2^token_bits, at most pool_rows
+        prog += [("POOL_BASE", 0, 0), ("POOL_CAP", min(cfg.pool_rows, cfg.sources << cfg.token_bits), 0)]
+    return prog + [("CTRL", CTRL_START, 0)]
 
 
 def csr_program(cfg: HubConfig, **kw) -> list:

@@ -17,12 +17,30 @@ from .model import Packet
 
 @dataclass
 class Row:
-    """One token row sent by ``src`` to local expert ``expert`` (top-k slot ``slot``)."""
+    """One token row sent by ``src`` to local expert ``expert`` (top-k slot ``slot``), or
+    (protocol v2 multicast) to every ``(expert, slot)`` of ``targets``."""
     src: int
     expert: int
     token: int
     slot: int
     data: list  # one value per chunk
+    targets: tuple = ()
+
+    def dest(self):
+        """What each chunk names: the expert, or (multicast) the target set."""
+        return self.targets if self.targets else self.expert
+
+    @staticmethod
+    def other_dest(dest, experts: int):
+        """A destination other than ``dest`` (a chunk naming it is a PROTOCOL error): the
+        next expert, or a target set without its last target (or with its one target's
+        expert moved on)."""
+        if not isinstance(dest, tuple):
+            return (dest + 1) % max(2, experts)
+        if len(dest) > 1:
+            return dest[:-1]
+        (x, slot), = dest
+        return (((x + 1) % max(2, experts), slot),)
 
 
 def random_rows(cfg: HubConfig, rng: random.Random, n_rows: int, experts=None,
@@ -159,7 +177,7 @@ class LaneFeeder:
             if can_start and (not src.active or self.rng.random() < 0.3):
                 row = src.rows.pop(0)
                 tag = src.free_tags.pop(self.rng.randrange(len(src.free_tags)))
-                chunks = [(c, row.expert) for c in range(self.cfg.chunks_per_row)]
+                chunks = [(c, row.dest()) for c in range(self.cfg.chunks_per_row)]
                 if self.shuffle_chunks:
                     self.rng.shuffle(chunks)
                 for _ in range(2):
@@ -167,19 +185,22 @@ class LaneFeeder:
                         # a duplicate, or a chunk naming another expert: after the row's
                         # first chunk (which decides its expert) and before its last
                         c = self.rng.choice(chunks[:-1])[0]
-                        other = (row.expert + 1) % max(2, self.cfg.experts)
-                        bad = (c, row.expert) if self.rng.random() < 0.5 else (c, other)
+                        other = Row.other_dest(row.dest(), self.cfg.experts)
+                        bad = (c, row.dest()) if self.rng.random() < 0.5 else (c, other)
                         chunks.insert(self.rng.randrange(1, len(chunks)), bad)
                 src.active.append(_Active(row, tag, chunks))
                 src.started += 1
                 self.sent_rows.append((row, tag))
             if src.active:
                 act = self.rng.choice(src.active)
-                c, expert = act.chunks.pop(0)
+                c, dest = act.chunks.pop(0)
                 if not act.chunks:
                     src.active.remove(act)
                 r = act.row
-                return Packet(src=r.src, tag=act.tag, expert=expert, token=r.token,
+                if isinstance(dest, tuple):
+                    return Packet(src=r.src, tag=act.tag, targets=dest, token=r.token,
+                                  chunk=c, data=r.data[c])
+                return Packet(src=r.src, tag=act.tag, expert=dest, token=r.token,
                               slot=r.slot, chunk=c, data=r.data[c])
         if self.extra:
             return self.extra.pop(0)

@@ -43,8 +43,11 @@ from . import common as C
 FEATURES = ("multicast", "early_counts", "paged")
 #: the features the hub's RTL has (``--rtl-gpus``, ``--hub rtl``): count packets
 #: (``count_packets``, README "Count packets in the hub RTL") and paged regions (README
-#: "Paged regions in the hub RTL"), also both at once
-RTL_FEATURES = frozenset({"early_counts", "paged"})
+#: "Paged regions in the hub RTL"), also both at once; multicast rows (README "Multicast
+#: rows in the hub RTL") alone (:data:`RTL_ALONE`)
+RTL_FEATURES = frozenset({"early_counts", "paged", "multicast"})
+#: features the RTL has only without the others
+RTL_ALONE = frozenset({"multicast"})
 #: GEMM1 efficiency of a gathering A load relative to a contiguous (TMA) one. ASSUMPTION,
 #: from the nearest public measurement: on Hopper a GEMM that gathers A rows by index
 #: cannot load them as TMA tiles and uses per-row pointer loads; TileOPs PR #1567 (H200,
@@ -77,6 +80,10 @@ def check_features(features, rtl: bool = False) -> frozenset:
     if missing:
         raise ValueError(f"hub features {missing}: not in the hub RTL yet (an RTL hub runs "
                          f"{', '.join(sorted(RTL_FEATURES)) or 'none of them'}); use the model hub")
+    alone = sorted(f & RTL_ALONE) if rtl and len(f) > 1 else []
+    if alone:
+        raise ValueError(f"hub features {sorted(f)}: {alone} with others is not in the hub RTL yet "
+                         "(an RTL hub runs it alone); use the model hub")
     return f
 
 
