@@ -327,3 +327,41 @@ async def test_random_multicast_with_errors(dut):
         seed = SEED * 1000 + 500 + k
         cocotb.log.info(f"test_random_multicast_with_errors seed {seed}")
         await random_mc_layers(dut, seed, layers=3, errors=True)
+
+
+# ---------------------------------------------------------------------------- performance
+def expected_rate(n_targets: int) -> float:
+    """Packets a cycle the hub can take with rows of ``n_targets`` targets: every lane,
+    unless the tracker -- one event a cycle, two per target of a row (its metadata, its
+    completion) -- is slower: ``chunks_per_row / (2 n)`` packets a cycle."""
+    return min(float(L), CFG.chunks_per_row / (2.0 * n_targets))
+
+
+@cocotb.test(**limit(100))
+async def test_throughput_by_fan_out(dut):
+    """Saturating traffic of rows to 1, 2 and 3 experts (all lanes busy, no back-pressure):
+    the data packets a cycle are at least 0.95 of :func:`expected_rate` -- every lane while
+    the fan-out's events fit the tracker's one a cycle, the tracker's rate beyond -- and
+    each row's data is written once whatever its fan-out (the write ports carry one chunk
+    per packet)."""
+    for n in (1, 2, 3):
+        tb = await make_mc_tb(dut, seed=SEED + n, tile_rows=CFG.min_tile_rows)
+        rng = random.Random(SEED * 10 + n)
+        rows = []
+        for k in range(48):
+            xs = rng.sample(range(E), n)
+            rows.append(mrow(k % S, [(x, rng.randrange(CFG.topk)) for x in xs], token=k // S, seed=k))
+        tb.feed(LaneFeeder(CFG, rows, rng, idle=0.0, shuffle_chunks=False))
+        await tb.wait_idle()
+        model = await tb.check()
+        check_multicast(tb, model, rows)
+        data = [c for c, _, p in tb.accepted if p.kind == 0]
+        cycles = data[-1] - data[0] + 1
+        rate = len(data) / cycles
+        want = expected_rate(n)
+        dut._log.info(f"PERF config={CFG.name} targets={n} packets={len(data)} cycles={cycles} "
+                      f"rate={rate:.3f}/cycle ({rate / L:.3f} x lanes; bound {want:.2f}) "
+                      f"writes={sum(len(w) for w in tb.wr_out)} meta={n * len(rows)}")
+        assert rate >= 0.95 * want, f"{n} targets: {rate:.3f} packets/cycle < 0.95 x {want:.2f} (seed {SEED})"
+        assert sum(len(w) for w in tb.wr_out) == len(rows) * CFG.chunks_per_row
+        tb.stop()
