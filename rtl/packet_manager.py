@@ -84,6 +84,16 @@ row mod tile rows) * stride`` (the tile size one-hot from the gate), the row's e
 carry it to the tracker (a flag names its page); the pool's PAGE_BAD pulses are counted
 here.
 
+With multicast rows (protocol v2, ``max_targets`` > 1) a row names up to ``max_targets``
+experts: A decodes the target set (:class:`TargetDecode`: BAD_EXPERT for an empty set,
+an expert out of range or named twice) and the chunk table keeps it (a later chunk naming
+other experts is PROTOCOL); the :class:`MulticastPrerank` registers beside T hand the
+:class:`~moehub.rtl.multicast_allocator.MulticastAllocator` each lane's targets, and AL
+keeps a row per target and the row's place in the arena (``loc``); the data lands once at
+``POOL_BASE + loc * stride``; a row event (metadata, completion) carries every target, and
+the hub's :class:`~moehub.rtl.event_expander.EventExpander` hands them to the tracker one
+a cycle. A refused row (OVERFLOW) is counted for each of its targets.
+
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
 and no row is open (a row opened past its source's count, dropped, holds the layer open
 until it completes, or until the watchdog flushes it); every later group is dropped as
@@ -183,9 +193,11 @@ class StageLayouts:
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            "req": 1, "fwd": L, "same_exp": L,
-            # (unicast) the expert one-hot, and the same zero without a request
-            **({} if cfg.multicast else {"req_oh": cfg.experts, "exp_oh": cfg.experts}),
+            # (unicast: the request's expert one-hot, zero without a request; the expert
+            # one-hot)
+            **({"req": 1, "fwd": L} if cfg.multicast else
+               {"req": 1, "req_oh": cfg.experts, "fwd": L, "exp_oh": cfg.experts}),
+            "same_exp": L,
             "hit": L, "hit2": L, **t_cnt,
             # (paged) bit a: a requests of the lane's expert ahead of it in the group, zero
             # without a request (the page gate's lane order starts at a register, not at a
@@ -239,6 +251,9 @@ class PacketManager(wiring.Component):
         One-cycle pulse when the tracker has written the layer-done word.
     sweep_short : In(1)
         Only with ``count_packets``: the tracker's COUNT_MISMATCH pulses of the sweep.
+    alloc_pre_mask, alloc_pre_counts, pool_base, page_bad
+        Only with multicast: the requests' pre-rank for the allocator, POOL_BASE and
+        PAGE_FREE's write pulse (a static arena hands out no page: PAGE_BAD).
     """
 
     def __init__(self, cfg: HubConfig):

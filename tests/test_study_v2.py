@@ -209,4 +209,7 @@ def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path,
     hub["lanes"] += 1
     (folder / "report.json").write_text(json.dumps({"hub": hub, "asic": {"modules": {"top": top}}}))
     assert "another hub (lanes)" in study.synthesis(paged)["synthesis"]
-    assert "no multicast RTL" in study.synthesis(V2.hub_config_v2(ds8, frozenset({"multicast"})))["synthesis"]
+    mc = V2.hub_config_v2(ds8, frozenset({"multicast"}))
+    assert f"not synthesised ({mc.name.split('@')[0]}_max_targets-{mc.max_targets})" in study.synthesis(mc)["synthesis"]
+    assert "no RTL yet for multicast with" in study.synthesis(
+        V2.hub_config_v2(ds8, frozenset({"multicast", "paged"})))["synthesis"]

@@ -13,9 +13,9 @@ dispatch (wire bytes: payload and packet headers), receive-buffer memory per GPU
 (:mod:`..memory`). Hub rows take the area (N5 mm², gate equivalents) and deepest stage
 (FO4) of the hub config the layer's hub derives from, with the row's protocol-v2 keys, from
 its synthesis report when one was run (``moehub synth --config <hub> [--set
-count_packets=1] [--set pool_pages=N]``, :func:`synthesis`: the sizes the co-simulation
-fits to the layer, row bytes and region rows, are the config's, and listed; multicast has
-no hub RTL yet).
+count_packets=1] [--set pool_pages=N] [--set max_targets=N]``, :func:`synthesis`: the
+sizes the co-simulation fits to the layer, row bytes and region rows, are the config's,
+and listed; multicast with the other features has no hub RTL yet).
 
 Writes ``<build>/results/study-v2[_<non-default values>]/``: ``ablation.csv``,
 ``ablation.md``, ``ablation.png`` (+ ``.svg``) and ``run.json``; refused if present
@@ -65,9 +65,10 @@ def synthesis(cfg) -> dict:
     import json
     from ...paths import output_dir
     from ...synth.flow import with_changes
-    if cfg.multicast:
-        return {"synthesis": "no multicast RTL yet"}
-    changes = {k: getattr(cfg, k) for k in ("count_packets", "pool_pages") if getattr(cfg, k)}
+    if cfg.multicast and (cfg.count_packets or cfg.paged):
+        return {"synthesis": "no RTL yet for multicast with count packets or pages"}
+    changes = {k: getattr(cfg, k) for k in ("count_packets", "pool_pages", "max_targets")
+               if getattr(cfg, k) and (k != "max_targets" or cfg.multicast)}
     base = cfg.replace(name=cfg.name.split("@")[0])
     name = with_changes(base, changes).name if changes else base.name
     path = output_dir("synth") / name / "report.json"
