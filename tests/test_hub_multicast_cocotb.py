@@ -2,8 +2,8 @@
 ``tests/data/tiny-multicast.yaml`` (tiny with rows to up to 3 experts) against the
 reference model.
 
-Fast set: every directed test and the random ones on one seed, on Icarus. Slow set: both
-random tests over many seeds.
+Fast set: every test, the random ones on one seed, on Icarus. Slow set: both random tests
+over many seeds.
 """
 import pytest
 
@@ -13,15 +13,12 @@ from conftest import needs
 
 @needs("icarus")
 def test_hub_multicast():
-    """Every directed multicast test (the random ones: below)."""
-    feature_tb.run_directed("tiny-multicast", "tb_hub_multicast", "multicast")
-
-
-@needs("icarus")
-def test_hub_multicast_random():
-    """Both random multicast tests on one seed (three layers each)."""
-    feature_tb.run("tiny-multicast", ["test_random_multicast", "test_random_multicast_with_errors"],
-                   module="tb_hub_multicast", seed=3, tag="multicast-random")
+    """Every multicast test, the random ones on one seed (three layers each), in one
+    simulator run."""
+    from moehub.verif.tb_hub_names import cocotb_tests
+    names = cocotb_tests(feature_tb.VERIF / "tb_hub_multicast.py")
+    res = feature_tb.run("tiny-multicast", names, module="tb_hub_multicast", seed=3, tag="multicast")
+    assert res["passed"] == len(names), f"expected {len(names)} tests, {res['passed']} passed"
 
 
 @pytest.mark.slow
