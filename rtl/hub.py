@@ -20,8 +20,9 @@ payloads flatten low field first, see :mod:`moehub.rtl.formats`):
 * ``layer_done``: one-cycle pulse when the layer-done word has been written.
 
 With multicast rows (protocol v2, ``max_targets`` > 1) the allocator is the
-:class:`~moehub.rtl.multicast_allocator.MulticastAllocator` (a row per target, one place
-in the arena at ``POOL_BASE``, ``POOL_CAP`` rows) and an
+:class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` (a row per target, one
+place in the arena at ``POOL_BASE``, ``POOL_CAP`` rows; the experts tight on room back to
+the packet manager's input admission) and an
 :class:`~moehub.rtl.event_expander.EventExpander` hands the tracker the event queue's row
 events one target a cycle. Multicast with count packets or pages is not in the RTL yet
 (the reference model and the co-simulation have it): such a config is refused here.
@@ -37,7 +38,7 @@ from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_
 from .event_expander import EventExpander
 from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature, paged
-from .multicast_allocator import MulticastAllocator
+from .multicast_allocator import MulticastAllocatorAdmitted
 from .packet_manager import PacketManager
 from .paging import PageGate
 from .tracker import AvailabilityTracker
@@ -86,7 +87,7 @@ class MoEHub(wiring.Component):
         m = Module()
         cfg, L = self.cfg, self.cfg.lanes
         m.submodules.pm = pm = PacketManager(cfg)
-        m.submodules.alloc = alloc = MulticastAllocator(cfg) if cfg.multicast else AddressAllocator(cfg)
+        m.submodules.alloc = alloc = MulticastAllocatorAdmitted(cfg) if cfg.multicast else AddressAllocator(cfg)
         m.submodules.events = events = EventQueue(self.lay.event, L, cfg.event_queue_depth)
         m.submodules.credits = credits = EventQueue(self.lay.credit, L, cfg.credit_queue_depth)
         m.submodules.tracker = tr = AvailabilityTracker(cfg)
@@ -141,14 +142,16 @@ class MoEHub(wiring.Component):
                      csr.pool_free.eq(pg.free)]
 
     def _multicast(self, m, pm, alloc, events, tr, csr):
-        """(multicast) The requests' pre-rank to the allocator; the arena (POOL_BASE,
+        """(multicast) The requests' pre-rank to the allocator, its tight experts to the
+        packet manager's admission; the arena (POOL_BASE,
         POOL_CAP); PAGE_FREE's writes to the packet manager (PAGE_BAD: a static arena hands
         out no page); the event expander between the event queue and the tracker."""
         L = self.cfg.lanes
         m.submodules.expand = ex = EventExpander(self.cfg)
         wiring.connect(m, events.o, ex.i)
         wiring.connect(m, ex.o, tr.ev)
-        m.d.comb += [alloc.pre_counts.eq(pm.alloc_pre_counts), alloc.pool_cap.eq(csr.pool_cap),
+        m.d.comb += [pm.alloc_tight.eq(alloc.tight), pm.pool_tight.eq(alloc.pool_tight),
+                     alloc.pre_counts.eq(pm.alloc_pre_counts), alloc.pool_cap.eq(csr.pool_cap),
                      pm.pool_base.eq(csr.pool_base), pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
         m.d.comb += [alloc.pre_mask[j].eq(pm.alloc_pre_mask[j]) for j in range(L)]
 

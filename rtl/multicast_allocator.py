@@ -209,6 +209,7 @@ class MulticastAllocator(wiring.Component):
         }
         if self.PRERANK:
             ports.update({"pre_mask": In(E).array(L), "pre_counts": In(prerank_bits(cfg))})
+        ports.update(self._extra_ports(cfg))
         if formal:
             ports.update({
                 "formal_room": Out(cfg.cap_bits).array(E), "formal_cap": Out(cfg.cap_bits).array(E),
@@ -216,6 +217,10 @@ class MulticastAllocator(wiring.Component):
                 "formal_pool_room": Out(pb), "formal_pool_cap": Out(pb), "formal_pool_gt": Out(L),
                 "formal_lag_onehot": Out(1)})
         super().__init__(ports)
+
+    def _extra_ports(self, cfg: HubConfig) -> dict:
+        """Ports a variant adds (none here)."""
+        return {}
 
     def elaborate(self, platform):
         m = Module()
@@ -323,11 +328,17 @@ class MulticastAllocator(wiring.Component):
     def _lane(self, m, j, ok, mask, room_gt, arena, experts):
         """Lane j's verdict (a candidate per pattern of the verdicts ahead, then one mux per
         lane ahead), its targets' rows and its arena row."""
-        cfg, g = self.cfg, self.grant
-        T, E, cb = cfg.max_targets, cfg.experts, cfg.cap_bits
+        g, T = self.grant, self.cfg.max_targets
         # lane i < j names target t's expert
         same = [[Signal(name=f"same{j}_{t}_{i}") for i in range(j)] for t in range(T)]
         m.d.comb += [same[t][i].eq((g.oh[j][t] & mask[i]).any()) for t in range(T) for i in range(j)]
+        self._verdict(m, j, ok, mask, room_gt, arena, same)
+        self._rows(m, j, ok, arena, experts, same)
+
+    def _verdict(self, m, j, ok, mask, room_gt, arena, same):
+        """Lane j's verdict: a candidate per pattern of the verdicts ahead, then one mux per
+        lane ahead."""
+        g = self.grant
         # the verdict for each pattern of verdicts ahead (bit i of p: lane i granted)
         cand = []
         for p in range(1 << j):
@@ -340,6 +351,11 @@ class MulticastAllocator(wiring.Component):
         for i in range(j):
             level = [Mux(ok[i], level[2 * k + 1], level[2 * k]) for k in range(len(level) // 2)]
         m.d.comb += ok[j].eq(level[0])
+
+    def _rows(self, m, j, ok, arena, experts, same):
+        """Lane j's targets' rows and its arena row, from its verdict and those ahead."""
+        cfg, g = self.cfg, self.grant
+        T, E, cb = cfg.max_targets, cfg.experts, cfg.cap_bits
         # rows: the expert's lagged counter and its last cycle's grants (both registers,
         # chosen by the target's one-hot) plus a = the granted rows ahead naming it: a
         # candidate per a (a narrow add beside the verdicts), picked by the one-hot count of
@@ -448,3 +464,71 @@ class MulticastAllocatorByTargets(MulticastAllocator):
                          for a in range(j + 1)]
             self._counts[key] = f
         return self._counts[key]
+
+
+#: groups whose rows may be granted between the packet manager's admission of a group and
+#: its grant, plus that group: the admission's ``room > a`` bit is registered a cycle late
+#: (1), three groups are ahead of an admitted one (in A, R and T) and it takes up to
+#: ``lanes`` rows itself (1) -- see :class:`MulticastAllocatorAdmitted`
+ADMISSION_GROUPS = 5
+
+
+class MulticastAllocatorAdmitted(MulticastAllocator):
+    """The grants of :class:`MulticastAllocator` without the chain of verdicts, exact under
+    the packet manager's *admission* rule (issue 16's 1.98 GHz budget: the chain is 26.8
+    FO4 at 4 lanes x 32 experts).
+
+    Each lane's verdict counts the *requests* ahead of it that name each expert, as the
+    unicast allocator does -- ``room > a`` for ``a`` = those requests, an AND over the
+    experts its row names, and the arena's -- so no verdict waits for another. That equals
+    the model's rule (a refused row takes nothing, later rows rank as if it were absent)
+    whenever no row refused in a cycle has a row after it that needs the room it would have
+    taken. The packet manager makes sure of it: an expert (or the arena) with room below
+    ``ADMISSION_GROUPS x lanes`` rows is *tight* (``tight``, ``pool_tight``: registered
+    here), and the input admits, per group, lanes in order up to the second data packet
+    that names a tight expert (any data packet, while the arena is tight). A packet naming
+    only roomy experts then always finds room, whatever was granted since it was admitted
+    (at most ``lanes`` rows an expert a group, ``ADMISSION_GROUPS - 1`` groups); so at most
+    one lane of a group can be refused, and every lane ahead of it is granted: counting
+    requests ahead is counting grants ahead. Granted rows and places still count *grants*
+    ahead (as :class:`MulticastAllocator`), so rows stay dense after a refusal.
+
+    Attributes (beyond :class:`MulticastAllocator`'s)
+    ----------
+    tight : Out(experts)
+        The expert's room is below ``ADMISSION_GROUPS x lanes`` rows (registered, a cycle
+        late: from the room before the last cycle's grants).
+    pool_tight : Out(1)
+        The same for the arena.
+    """
+
+    def _extra_ports(self, cfg: HubConfig) -> dict:
+        return {"tight": Out(cfg.experts), "pool_tight": Out(1)}
+
+    def _verdict(self, m, j, ok, mask, room_gt, arena, same):
+        """Lane j's verdict from the requests ahead (registers), not the verdicts ahead."""
+        g, E = self.grant, self.cfg.experts
+        terms = []
+        for e in range(E):
+            n = [exactly([g.req[i] & mask[i][e] for i in range(j)], a) for a in range(j + 1)]
+            terms.append(~mask[j][e] | Cat(*(n[a] & room_gt[e][a] for a in range(j + 1))).any())
+        n_req = [exactly([g.req[i] for i in range(j)], a) for a in range(j + 1)]
+        fits = Signal(name=f"fits{j}")
+        m.d.comb += fits.eq(Cat(*terms).all() & Cat(*(n_req[a] & arena["gt"][a] for a in range(j + 1))).any())
+        m.d.comb += ok[j].eq(g.req[j] & fits)
+
+    def _counter(self, m, name, width, cap_in, ok, names):
+        """As :meth:`MulticastAllocator._counter`, and whether the room is tight for the
+        admission (registered from the room before the last cycle's grants)."""
+        out = super()._counter(m, name, width, cap_in, ok, names)
+        k = ADMISSION_GROUPS * self.cfg.lanes
+        roomy = Signal(name=f"{name}_roomy")
+        with m.If(self.grant.clear):
+            m.d.sync += roomy.eq(cap_in >= k)
+        with m.Else():
+            m.d.sync += roomy.eq(out["room"] >= k)
+        if names is None:
+            m.d.comb += self.pool_tight.eq(~roomy)
+        else:
+            m.d.comb += self.tight[int(name[1:])].eq(~roomy)
+        return out

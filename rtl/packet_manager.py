@@ -287,7 +287,8 @@ class PacketManager(wiring.Component):
             # expert); POOL_BASE (the arena); PAGE_FREE's write (a static arena hands out no
             # page, so every return is PAGE_BAD)
             **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_counts": Out(prerank_bits(cfg)),
-                "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if cfg.multicast else {}),
+                "pool_base": In(cfg.addr_bits), "page_bad": In(1),
+                "alloc_tight": In(cfg.experts), "pool_tight": In(1)} if cfg.multicast else {}),
         })
 
     def elaborate(self, platform):
@@ -347,11 +348,12 @@ class PacketManager(wiring.Component):
         m.d.comb += self.block.eq(self.start_pending | self.flush_pending | self.tracker.clearing)
         ready = Signal(name="ready")
         m.d.comb += ready.eq(res.room & ~self.block)
+        admit = self._admission(m)
         for j in range(L):
-            m.d.comb += self.i[j].ready.eq(ready)
+            m.d.comb += self.i[j].ready.eq(ready & admit[j])
         valid = Cat(self.i[j].valid for j in range(L))
         self.acc = Signal(L, name="acc")
-        m.d.comb += self.acc.eq(valid & Cat(*(ready for _ in range(L))))
+        m.d.comb += self.acc.eq(valid & Cat(*(ready & admit[j] for j in range(L))))
         self.accepted = Signal(name="accepted")
         m.d.comb += self.accepted.eq(ready & valid.any())      # (ready last)
         # A write still waiting in a lane's buffer also holds the input back once it is
@@ -361,9 +363,32 @@ class PacketManager(wiring.Component):
         young = Signal(name="young")
         m.d.comb += young.eq(Cat(~guard.c_busy[j] | ((self.group - guard.c_group[j])[:GROUP_BITS] < GROUP_AGE_LIMIT)
                                  for j in range(L)).all())
-        m.d.comb += [res.acc.eq(self.acc), res.valid.eq(valid), res.ready.eq(ready), res.young.eq(young),
+        # (the reservations count the lanes that would be taken: the admitted valid ones)
+        m.d.comb += [res.acc.eq(self.acc), res.valid.eq(valid & Cat(*admit)), res.ready.eq(ready),
+                     res.young.eq(young),
                      res.ev_popped.eq(self.ev.pop), res.cr_popped.eq(self.cr.pop)]
         m.d.comb += [res.pop[j].eq(self.wbuf[j].pop) for j in range(L)]
+
+    def _admission(self, m):
+        """Per lane, whether the input may take it: every lane, or (multicast) the lanes
+        up to the second data packet that names an expert tight on room (any data packet
+        while the arena is tight) -- so that at most one row of a group can be refused,
+        which is what :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`
+        needs to grant without a chain of verdicts. A prefix of the lanes, so the lanes'
+        sources see the same order. (Also decodes the input's target sets, for A.)"""
+        L, cfg = self.cfg.lanes, self.cfg
+        if not cfg.multicast:
+            return [Const(1)] * L
+        self.in_dec = [self._decode(m, self.i[j].payload, f"tdec_in{j}") for j in range(L)]
+        risky = Signal(L, name="in_risky")
+        m.d.comb += risky.eq(Cat(
+            self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[0]
+            & (self.pool_tight | (self.in_dec[j].mask & self.alloc_tight).any()) for j in range(L)))
+        admit = [Signal(name=f"in_admit{j}") for j in range(L)]
+        m.d.comb += [admit[j].eq(~(risky[j] & risky[:j].any()) if j else 1) for j in range(L)]
+        for j in range(1, L):
+            admit[j] = admit[j] & admit[j - 1]
+        return admit
 
     # ---------------------------------------------------------------- A
     def _stage_a(self, m):
@@ -385,7 +410,7 @@ class PacketManager(wiring.Component):
                 a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
                 a.bad_src.eq((q.src >= S) | (is_data & (q.tag >= Tg))),
                 a.bad_chunk.eq(is_data & (q.chunk >= C)),
-                a.bad_exp.eq(self._bad_dests(m, q, f"tdec_in{j}")),
+                a.bad_exp.eq(self._bad_dests(q, j)),
                 a.idx.eq(idx),
                 a.oh.eq(Const(1, C) << q.chunk),
             ]
@@ -430,12 +455,12 @@ class PacketManager(wiring.Component):
         """(multicast) The packet's target entries, ``(valid, expert)`` each."""
         return [(getattr(pkt, f"valid{t}"), getattr(pkt, f"expert{t}")) for t in range(self.cfg.max_targets)]
 
-    def _bad_dests(self, m, pkt, name):
-        """BAD_EXPERT of a packet's destination: its expert out of range, or (multicast)
-        a bad target set (:class:`TargetDecode`, a submodule ``name``)."""
+    def _bad_dests(self, pkt, j):
+        """BAD_EXPERT of input lane j's packet: its expert out of range, or (multicast) a
+        bad target set (the lane's :class:`TargetDecode`, made for the admission)."""
         if not self.cfg.multicast:
             return pkt.expert >= self.cfg.experts
-        return self._decode(m, pkt, name).bad
+        return self.in_dec[j].bad
 
     def _decode(self, m, pkt, name):
         """(multicast) A :class:`TargetDecode` of ``pkt``'s targets, as submodule ``name``."""

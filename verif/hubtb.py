@@ -309,10 +309,11 @@ class HubTB:
             self.cycle = self.now()
             cyc = self.cycle - 1       # the cycle that just ended
             # --- sample last cycle's handshakes
-            ready = int(self.i_ready[0].value)
+            # (per lane: a multicast hub's input admission takes a prefix of the lanes)
+            ready = [int(self.i_ready[j].value) for j in range(L)]
             for j in range(L):
                 p = self._driven[j]
-                if p is not None and ready:
+                if p is not None and ready[j]:
                     self.accepted.append((cyc, j, p))
                     self._record_at(cyc, "packet", p, j, cyc)
                     self._offered[j] = None
@@ -414,15 +415,21 @@ class HubTB:
         return model
 
     def check_ordering(self, model: HubModel):
-        """Every tile flag is written after all data writes of the tile's rows."""
+        """Every tile flag of the last layer is written after all data writes of the tile's
+        rows. (Only the writes since the last START: a layer reuses the addresses of the
+        layers before it, and a flushed layer leaves tiles unflagged.)"""
         cfg = self.cfg
+        starts = [cyc for cyc, _, kind, args in self.log
+                  if kind == "csr" and args[0] == self.map.addr("CTRL") and args[1] & CTRL_START]
+        since = max(starts, default=0)
         last_write = {}
         for j in range(cfg.lanes):
             for cyc, addr, _ in self.wr_out[j]:
-                last_write[addr] = max(last_write.get(addr, -1), cyc)
+                if cyc >= since:
+                    last_write[addr] = max(last_write.get(addr, -1), cyc)
         flags = {}
         for cyc, c in self.ctl_out:
-            if c.kind == CtlKind.FLAG:
+            if c.kind == CtlKind.FLAG and cyc >= since:
                 flags[c.addr] = cyc
         for x in range(cfg.experts):
             for r in range(model.rows[x]):
