@@ -249,6 +249,35 @@ async def test_page_free_without_pages(dut):
     await finish(tb, [r])
 
 
+@cocotb.test(**TIMEOUT)
+async def test_admission_when_room_is_tight(dut):
+    """The input admission (MulticastAllocatorAdmitted's condition): with expert 1's region
+    below 5 x lanes rows, a group is taken up to its second data packet naming expert 1 --
+    lanes 0-2 of [row of 0, row of 1, row of 0, row of 1 and 2] in one cycle, lane 3 the
+    next; with the arena below 5 x lanes rows, one data packet a cycle. The rows are
+    granted as the model grants them in that order."""
+    tb = await make_mc_tb(dut, caps=[CFG.max_rows_per_expert, 8, CFG.max_rows_per_expert])
+    rows = [mrow(0, [(0, 0)], token=1), mrow(1, [(1, 0)], token=2), mrow(2, [(0, 1)], token=3),
+            mrow(0, [(1, 1), (2, 0)], token=4)]
+    heads = [chunks(r, t, [0])[0] for r, t in zip(rows, [0, 0, 0, 1])]
+    await tb.send_schedule([heads])
+    took = {j: c for c, j, p in tb.accepted if p in heads}
+    assert took[0] == took[1] == took[2] and took[3] == took[0] + 1, f"accepted at {took}"
+    rest = [p for r, t in zip(rows, [0, 0, 0, 1]) for p in chunks(r, t, range(1, CFG.chunks_per_row))]
+    await tb.send_schedule([rest[k:k + L] for k in range(0, len(rest), L)] + IDLE
+                           + [eos_all({0: 2, 1: 1, 2: 1})])
+    await finish(tb, rows)
+    await tb.csr_write("POOL_CAP", 5 * L - 1)
+    await tb.start_layer()
+    rows = [mrow(s, [(s, 0)], token=20 + s) for s in range(S)]
+    first = len(tb.accepted)
+    await tb.send_schedule(rows_in_one_cycle([(r, 0) for r in rows]) + IDLE + [eos_all({s: 1 for s in range(S)})])
+    model = await finish(tb)
+    cycles = [c for c, _, p in tb.accepted[first:] if p.kind == 0]
+    assert len(set(cycles)) == len(cycles), "two data packets taken in one cycle with the arena tight"
+    assert model.rows == [1, 1, 1]
+
+
 # ---------------------------------------------------------------------------- random
 def random_mc_rows(rng: random.Random, n_rows: int, max_per_expert: int) -> list[Row]:
     """``n_rows`` rows from random sources, each to 1..max_targets distinct random experts
