@@ -26,6 +26,9 @@ UNITS = {"page_pool": ("moehub.rtl.page_pool", "PagePool"),
          "target_decode": ("moehub.rtl.target_decode", "TargetDecode"),
          "multicast_prerank": ("moehub.rtl.multicast_allocator", "MulticastPrerank"),
          "multicast_allocator": ("moehub.rtl.multicast_allocator", "MulticastAllocator"),
+         # (the hub's: verdicts by the requests ahead, exact under the input admission)
+         "multicast_allocator_admitted": ("moehub.rtl.multicast_allocator", "MulticastAllocatorAdmitted"),
+         "event_expander": ("moehub.rtl.event_expander", "EventExpander"),
          # (the measured alternatives: no pre-rank stage; and the verdict per target)
          "multicast_allocator_same_cycle": ("moehub.rtl.multicast_allocator", "MulticastAllocatorSameCycle"),
          "multicast_allocator_by_targets": ("moehub.rtl.multicast_allocator", "MulticastAllocatorByTargets")}

@@ -1,6 +1,7 @@
 """Protocol v2's multicast units (issue 14) against the reference model, in the Amaranth
-simulator: the target decode (A stage), the multicast allocator (T stage) and the event
-expander (between the event queue and the tracker).
+simulator: the target decode (A stage), the multicast allocators (T stage; the hub's,
+:class:`MulticastAllocatorAdmitted`, under the input admission) and the event expander
+(between the event queue and the tracker).
 
 The bench drives :class:`~moehub.verif.model.HubModel` itself with the same rows: each
 cycle's opening rows go to the model in lane order (one ``cycle``), and the RTL must agree
@@ -18,8 +19,9 @@ from amaranth.sim import Simulator
 from moehub.config.schema import load_hub_config
 from moehub.rtl.csr_map import CTRL_START
 from moehub.rtl.formats import HubFormats, Reason
-from moehub.rtl.multicast_allocator import (MulticastAllocator, MulticastAllocatorByTargets,
-                                            MulticastAllocatorSameCycle, MulticastPrerank)
+from moehub.rtl.multicast_allocator import (MulticastAllocator, MulticastAllocatorAdmitted,
+                                            MulticastAllocatorByTargets, MulticastAllocatorSameCycle,
+                                            MulticastPrerank)
 from moehub.rtl.target_decode import TargetDecode
 from moehub.verif.model import ALLOC, HubModel, Packet
 
@@ -122,17 +124,21 @@ class Bench:
                 ctx.set(dut.dec[j].expert[t], x)
         return entries
 
-    async def stream(self, cycles, rng=None):
+    async def stream(self, cycles, rng=None, admit=None):
         """Back-to-back cycles: ``cycles[c][j]`` is lane j's opening row in cycle c -- a
         tuple of (expert, slot), or None (no row) -- while the targets of cycle c + 1 enter
         the pre-rank registers; each cycle checked against the model, then its rows
         completed (in the model only, between two cycles: their table entries are free
-        again). Returns the outcomes per cycle."""
+        again). ``admit(rows)``: the rows of a cycle the input would take, applied as the
+        cycle enters the pre-rank. Returns the outcomes per cycle."""
         ctx = self.ctx
+        cycles = [admit(c) for c in cycles[:1]] + list(cycles[1:]) if admit else cycles
         entries = self._present(cycles[0], rng)
         await ctx.tick()
         outs = []
         for c, rows in enumerate(cycles):
+            if admit and c + 1 < len(cycles):
+                cycles[c + 1] = admit(cycles[c + 1])
             nxt = self._present(cycles[c + 1] if c + 1 < len(cycles) else [None] * len(rows), rng)
             outs.append(await self._cycle(rows, entries))
             entries = nxt
@@ -230,6 +236,53 @@ def test_multicast_allocation_follows_the_model(cfg, seed, cls):
             for out in await b.stream(cycles, rng):
                 kinds = {o if isinstance(o, str) else "ok" for o in out if o is not None}
                 for k in kinds:
+                    seen[k] += 1
+                seen["mixed"] += {"ok", "overflow"} <= kinds
+    _run(dut, bench)
+    assert all(seen.values()), seen
+
+
+def _admission(cfg, ctx, alloc):
+    """The packet manager's input admission for a cycle's rows: the lanes up to the second
+    row naming a tight expert (any row while the arena is tight); the rest held (None)."""
+    def admit(rows):
+        tight, pool_tight = ctx.get(alloc.tight), ctx.get(alloc.pool_tight)
+        out, risky_seen = [], 0
+        for r in rows:
+            risky = r is not None and (pool_tight or any(x < cfg.experts and tight >> x & 1 for x, _ in r))
+            risky_seen += risky
+            out.append(r if risky_seen < 2 else None)
+        return out
+    return admit
+
+
+@pytest.mark.parametrize("cfg, seed", [(MC3, 5), (MC2, 6), (MC4, 7)], ids=["mc3", "mc2", "mc4"])
+def test_admitted_allocation_follows_the_model(cfg, seed):
+    """The hub's allocator (verdicts by the requests ahead) under the input admission:
+    random layers as above -- capacities from empty to roomy, so experts and the arena
+    turn tight mid-layer -- each cycle's rows cut to the lanes the admission takes: every
+    grant, row per target, arena place and counter equals the model's, cycle by cycle, and
+    rows refused while later lanes of the cycle are granted do occur."""
+    rng = random.Random(seed)
+    dut = DecodeAlloc(cfg, MulticastAllocatorAdmitted)
+    L, E = cfg.lanes, cfg.experts
+    seen = {"ok": 0, "overflow": 0, "mixed": 0}
+
+    async def bench(ctx):
+        b = None
+        for layer in range(6):
+            caps = [rng.choice([0, 1, 2, 5, 8, 30, 60]) for _ in range(E)]
+            pool_cap = rng.choice([3, 9, 40, cfg.pool_rows])
+            if b is None:
+                b = Bench(cfg, dut, ctx, caps, pool_cap)
+            else:
+                b.start(caps, pool_cap)
+            await b.clear()
+            cycles = [[_random_set(cfg, rng) if rng.random() < 0.85 else None for _ in range(L)]
+                      for _ in range(30)]
+            for out in await b.stream(cycles, rng, admit=_admission(cfg, ctx, dut.alloc)):
+                kinds = {o if isinstance(o, str) else "ok" for o in out if o is not None}
+                for k in kinds & set(seen):
                     seen[k] += 1
                 seen["mixed"] += {"ok", "overflow"} <= kinds
     _run(dut, bench)
