@@ -150,7 +150,7 @@ class MoEHub(wiring.Component):
         m.submodules.expand = ex = EventExpander(self.cfg)
         wiring.connect(m, events.o, ex.i)
         wiring.connect(m, ex.o, tr.ev)
-        m.d.comb += [pm.alloc_tight.eq(alloc.tight), pm.pool_tight.eq(alloc.pool_tight),
+        m.d.comb += [pm.alloc_tight.eq(alloc.tight), pm.pool_tight.eq(alloc.pool_tight), alloc.risky.eq(pm.alloc_risky),
                      alloc.pre_counts.eq(pm.alloc_pre_counts), alloc.pool_cap.eq(csr.pool_cap),
                      pm.pool_base.eq(csr.pool_base), pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
         m.d.comb += [alloc.pre_mask[j].eq(pm.alloc_pre_mask[j]) for j in range(L)]

@@ -278,11 +278,7 @@ class MulticastAllocator(wiring.Component):
         above = [Signal(name=f"{name}_above{c}") for c in range(2 * L)]      # room now > c
         m.d.comb += [above[c].eq(select([(last[p], room > c + p) for p in range(L + 1)], 1))
                      for c in range(2 * L)]
-        nxt = [Cat(above[a + d] for a in range(L)) for d in range(L + 1)]     # d grants this cycle
-        for k in range(L):
-            nxt = [Mux(ok[k], nxt[d + 1] if names is None else Mux(names[k], nxt[d + 1], nxt[d]), nxt[d])
-                   for d in range(len(nxt) - 1)]
-        bits = ok if names is None else [ok[k] & names[k] for k in range(L)]
+        gt_next, last_next = self._next(m, name, ok, names, above)
         out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
@@ -293,8 +289,20 @@ class MulticastAllocator(wiring.Component):
             m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1),
                          gt.eq(Cat(cap_in > a for a in range(L)))]
         with m.Else():
-            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(nxt[0]), last.eq(Cat(*late_count(bits)))]
+            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(gt_next), last.eq(last_next)]
         return out
+
+    def _next(self, m, name, ok, names, above):
+        """The next ``room > a`` bits and the one-hot count of this cycle's grants naming the
+        counter (``names`` per lane; None: every grant): a chain of muxes over the
+        verdicts, the last lane at the root, among ``above[a + d]`` for ``d`` grants."""
+        L = self.cfg.lanes
+        nxt = [Cat(above[a + d] for a in range(L)) for d in range(L + 1)]     # d grants this cycle
+        for k in range(L):
+            nxt = [Mux(ok[k], nxt[d + 1] if names is None else Mux(names[k], nxt[d + 1], nxt[d]), nxt[d])
+                   for d in range(len(nxt) - 1)]
+        bits = ok if names is None else [ok[k] & names[k] for k in range(L)]
+        return nxt[0], Cat(*late_count(bits))
 
     def _fits(self, m, j, p, ahead, mask, room_gt, same):
         """Every expert lane j's row names has room for it, if the lanes ``ahead`` (and no
@@ -480,7 +488,10 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
 
     Each lane's verdict counts the *requests* ahead of it that name each expert, as the
     unicast allocator does -- ``room > a`` for ``a`` = those requests, an AND over the
-    experts its row names, and the arena's -- so no verdict waits for another. That equals
+    experts its row names, and the arena's -- so no verdict waits for another; and a lane
+    the input admitted *roomy* (``risky`` 0, carried down the pipeline) is granted
+    without it, so the counters' update waits for one verdict, the risky lane's: a mux
+    between two candidates formed from the registers. That equals
     the model's rule (a refused row takes nothing, later rows rank as if it were absent)
     whenever no row refused in a cycle has a row after it that needs the room it would have
     taken. The packet manager makes sure of it: an expert (or the arena) with room below
@@ -500,13 +511,17 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         late: from the room before the last cycle's grants).
     pool_tight : Out(1)
         The same for the arena.
+    risky : In(lanes)
+        The lane's packet named a tight expert (or the arena was tight) when the input took
+        it (carried down the pipeline with it): at most one lane of a group.
     """
 
     def _extra_ports(self, cfg: HubConfig) -> dict:
-        return {"tight": Out(cfg.experts), "pool_tight": Out(1)}
+        return {"tight": Out(cfg.experts), "pool_tight": Out(1), "risky": In(cfg.lanes)}
 
     def _verdict(self, m, j, ok, mask, room_gt, arena, same):
-        """Lane j's verdict from the requests ahead (registers), not the verdicts ahead."""
+        """Lane j's verdict: granted if its request was admitted roomy (``risky`` 0), else
+        if it fits behind the requests ahead (registers; all of them granted)."""
         g, E = self.grant, self.cfg.experts
         terms = []
         for e in range(E):
@@ -515,7 +530,25 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         n_req = [exactly([g.req[i] for i in range(j)], a) for a in range(j + 1)]
         fits = Signal(name=f"fits{j}")
         m.d.comb += fits.eq(Cat(*terms).all() & Cat(*(n_req[a] & arena["gt"][a] for a in range(j + 1))).any())
-        m.d.comb += ok[j].eq(g.req[j] & fits)
+        m.d.comb += ok[j].eq(g.req[j] & (~self.risky[j] | fits))
+
+    def _next(self, m, name, ok, names, above):
+        """The counter's next ``room > a`` bits and grant count from the requests admitted
+        roomy (registers: all granted) and the one risky lane's verdict, the one late bit:
+        a mux between two candidates formed from registers."""
+        L, g = self.cfg.lanes, self.grant
+        names = names or [Const(1)] * L
+        sure = [g.req[k] & ~self.risky[k] & names[k] for k in range(L)]
+        base = [Signal(name=f"{name}_sure{d}") for d in range(L + 1)]
+        m.d.comb += [base[d].eq(exactly(sure, d)) for d in range(L + 1)]
+        late = Signal(name=f"{name}_late")
+        m.d.comb += late.eq(Cat(*(self.risky[k] & ok[k] & names[k] for k in range(L))).any())
+        cand = [Signal(L, name=f"{name}_gt_if{x}") for x in (0, 1)]
+        m.d.comb += [cand[x].eq(select([(base[d], Cat(above[a + d + x] for a in range(L)))
+                                        for d in range(L + 1 - x)], L)) for x in (0, 1)]
+        # (a risky lane granted: one more grant; never with every lane sure)
+        count = Cat(*(Mux(late, base[c - 1] if c else Const(0), base[c]) for c in range(L + 1)))
+        return Mux(late, cand[1], cand[0]), count
 
     def _counter(self, m, name, width, cap_in, ok, names):
         """As :meth:`MulticastAllocator._counter`, and whether the room is tight for the

@@ -176,12 +176,14 @@ class StageLayouts:
         #: expert has every count in); in AL whether it adds (an event for the tracker) and
         #: the count limit's verdicts (a row refused, a completing count below the rows)
         cnt = {"cnt": 1} if cfg.count_packets else {}
+        #: (multicast) the packet named an expert tight on room when the input took it
+        risky = {"risky": 1} if cfg.multicast else {}
         t_cnt = {"cnt": 1, "cadd": 1, "cdup": 1, "cfull": 1, "cand": 1} if cfg.count_packets else {}
         al_cnt = {"cnt": 1, "met": 1, "over": 1} if cfg.count_packets else {}
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
-            "hit": L, "hit2": L, "psel_in": L + 1, "src_oh": cfg.sources})
+            "hit": L, "hit2": L, "psel_in": L + 1, "src_oh": cfg.sources, **risky})
         #: R: what of T's rules depends on the packets alone (data / EOS lane, first and last
         #: lane on its row, the expert of a row opened in the group), and the EOS arithmetic.
         #: (The table entries read are the chunk table's registers.)
@@ -189,7 +191,7 @@ class StageLayouts:
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L, "row": L,
             "d": 1, "eos": 1, "first": 1, "last": 1, "match_new": 1, "eos_prior": 1,
             "dec": data.ArrayLayout(dist_shape(cfg), self.nk), "lag": 2 * L + 1,
-            "src_oh": cfg.sources, **cnt})
+            "src_oh": cfg.sources, **cnt, **risky})
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
@@ -198,7 +200,7 @@ class StageLayouts:
             **({"req": 1, "fwd": L} if cfg.multicast else
                {"req": 1, "req_oh": cfg.experts, "fwd": L, "exp_oh": cfg.experts}),
             "same_exp": L,
-            "hit": L, "hit2": L, **t_cnt,
+            "hit": L, "hit2": L, **t_cnt, **risky,
             # (paged) bit a: a requests of the lane's expert ahead of it in the group, zero
             # without a request (the page gate's lane order starts at a register, not at a
             # count of T's verdicts)
@@ -251,9 +253,11 @@ class PacketManager(wiring.Component):
         One-cycle pulse when the tracker has written the layer-done word.
     sweep_short : In(1)
         Only with ``count_packets``: the tracker's COUNT_MISMATCH pulses of the sweep.
-    alloc_pre_mask, alloc_pre_counts, pool_base, page_bad
+    alloc_pre_mask, alloc_pre_counts, pool_base, page_bad, alloc_tight, pool_tight, alloc_risky
         Only with multicast: the requests' pre-rank for the allocator, POOL_BASE and
-        PAGE_FREE's write pulse (a static arena hands out no page: PAGE_BAD).
+        PAGE_FREE's write pulse (a static arena hands out no page: PAGE_BAD); the experts and
+        the arena tight on room (for the input admission) and, per lane of T, whether the
+        input took its packet as risky (naming a tight expert).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -288,7 +292,8 @@ class PacketManager(wiring.Component):
             # page, so every return is PAGE_BAD)
             **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_counts": Out(prerank_bits(cfg)),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1),
-                "alloc_tight": In(cfg.experts), "pool_tight": In(1)} if cfg.multicast else {}),
+                "alloc_tight": In(cfg.experts), "pool_tight": In(1), "alloc_risky": Out(L)}
+               if cfg.multicast else {}),
         })
 
     def elaborate(self, platform):
@@ -380,7 +385,7 @@ class PacketManager(wiring.Component):
         if not cfg.multicast:
             return [Const(1)] * L
         self.in_dec = [self._decode(m, self.i[j].payload, f"tdec_in{j}") for j in range(L)]
-        risky = Signal(L, name="in_risky")
+        self.in_risky = risky = Signal(L, name="in_risky")
         m.d.comb += risky.eq(Cat(
             self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[0]
             & (self.pool_tight | (self.in_dec[j].mask & self.alloc_tight).any()) for j in range(L)))
@@ -414,6 +419,8 @@ class PacketManager(wiring.Component):
                 a.idx.eq(idx),
                 a.oh.eq(Const(1, C) << q.chunk),
             ]
+            if cfg.multicast:
+                m.d.sync += a.risky.eq(self.in_risky[j])
             for i in range(j):
                 qi = self.i[i].payload
                 m.d.sync += [a.same_idx[i].eq((qi.src == q.src) & (qi.tag == q.tag)),
@@ -501,6 +508,8 @@ class PacketManager(wiring.Component):
                 r.eos_prior.eq(_any(a_eos[i] & a.same_src[i] for i in range(j))),
             ]
             self._r_eos_candidates(m, j)
+            if self.cfg.multicast:
+                m.d.sync += r.risky.eq(a.risky)
 
     def _r_eos_candidates(self, m, j):
         """R's EOS arithmetic for lane j: the lag one-hot and ``count - opened - k``."""
@@ -772,18 +781,20 @@ class PacketManager(wiring.Component):
             self._t_thresholds(m, v)
 
     def _t_multicast(self, m):
-        """(multicast) The row requests to the :class:`MulticastAllocator`: T's registers,
+        """(multicast) The row requests to the :class:`MulticastAllocatorAdmitted`: T's registers,
         and R -> T registers of the :class:`MulticastPrerank` -- each lane's target
         one-hots, the experts its row names and, for every set of lanes, how many of them
         name each expert -- formed from R's packets alone (decoded again there, a few gate
-        levels), so that the allocator's chained verdicts start from flops."""
+        levels), so that the allocator's verdicts start from flops; and each lane's
+        ``risky`` bit from the input admission, carried down with its packet."""
         cfg, L, T = self.cfg, self.cfg.lanes, self.cfg.max_targets
         m.submodules.prerank = pre = MulticastPrerank(cfg)
         for j, r in enumerate(self.r):
             dec = self._decode(m, r.pkt, f"tdec_r{j}")
             m.d.comb += [pre.tv[j].eq(dec.tv)] + [pre.oh[j][t].eq(dec.oh[t]) for t in range(T)]
         g = self.alloc
-        m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req),
+        m.d.sync += [t.risky.eq(r.risky) for r, t in zip(self.r, self.t)]
+        m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
                      self.alloc_pre_counts.eq(pre.q_counts)]
         for j in range(L):
             m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j])]

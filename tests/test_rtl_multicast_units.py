@@ -48,6 +48,7 @@ class DecodeAlloc(Elaboratable):
         self.pre = MulticastPrerank(cfg)
         self.opens = Signal(cfg.lanes)
         self.bad = Signal(cfg.lanes)
+        self.risky = Signal(cfg.lanes)      # (the admitted allocator: set with the targets)
 
     def elaborate(self, platform):
         m = Module()
@@ -58,6 +59,8 @@ class DecodeAlloc(Elaboratable):
             m.submodules[f"dec{j}"] = d
             m.d.comb += [pre.tv[j].eq(d.tv)] + [pre.oh[j][t].eq(d.oh[t]) for t in range(T)]
         m.d.sync += self.bad.eq(Cat(d.bad for d in self.dec))
+        if hasattr(self.alloc, "risky"):
+            m.d.sync += self.alloc.risky.eq(self.risky)
         m.d.comb += [g.tv[j].eq(pre.q_tv[j]) for j in range(L)]
         m.d.comb += [g.oh[j][t].eq(pre.q_oh[j][t]) for j in range(L) for t in range(T)]
         if self.alloc.PRERANK:
@@ -242,16 +245,19 @@ def test_multicast_allocation_follows_the_model(cfg, seed, cls):
     assert all(seen.values()), seen
 
 
-def _admission(cfg, ctx, alloc):
+def _admission(cfg, ctx, dut):
     """The packet manager's input admission for a cycle's rows: the lanes up to the second
-    row naming a tight expert (any row while the arena is tight); the rest held (None)."""
+    row naming a tight expert (any row while the arena is tight); the rest held (None).
+    The admitted risky lanes go to the allocator with the targets."""
     def admit(rows):
-        tight, pool_tight = ctx.get(alloc.tight), ctx.get(alloc.pool_tight)
-        out, risky_seen = [], 0
-        for r in rows:
+        tight, pool_tight = ctx.get(dut.alloc.tight), ctx.get(dut.alloc.pool_tight)
+        out, risky_seen, bits = [], 0, 0
+        for j, r in enumerate(rows):
             risky = r is not None and (pool_tight or any(x < cfg.experts and tight >> x & 1 for x, _ in r))
             risky_seen += risky
             out.append(r if risky_seen < 2 else None)
+            bits |= (risky and risky_seen < 2) << j
+        ctx.set(dut.risky, bits)
         return out
     return admit
 
@@ -280,7 +286,7 @@ def test_admitted_allocation_follows_the_model(cfg, seed):
             await b.clear()
             cycles = [[_random_set(cfg, rng) if rng.random() < 0.85 else None for _ in range(L)]
                       for _ in range(30)]
-            for out in await b.stream(cycles, rng, admit=_admission(cfg, ctx, dut.alloc)):
+            for out in await b.stream(cycles, rng, admit=_admission(cfg, ctx, dut)):
                 kinds = {o if isinstance(o, str) else "ok" for o in out if o is not None}
                 for k in kinds & set(seen):
                     seen[k] += 1
