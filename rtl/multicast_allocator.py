@@ -486,12 +486,11 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     the packet manager's *admission* rule (issue 16's 1.98 GHz budget: the chain is 26.8
     FO4 at 4 lanes x 32 experts).
 
-    Each lane's verdict counts the *requests* ahead of it that name each expert, as the
-    unicast allocator does -- ``room > a`` for ``a`` = those requests, an AND over the
-    experts its row names, and the arena's -- so no verdict waits for another; and a lane
-    the input admitted *roomy* (``risky`` 0, carried down the pipeline) is granted
-    without it, so the counters' update waits for one verdict, the risky lane's: a mux
-    between two candidates formed from the registers. That equals
+    A lane the input admitted *roomy* (``risky`` 0, carried down the pipeline with its
+    packet) is granted outright; the group's one risky lane is granted when every expert
+    it names and the arena has room for one row (``room > 0``, registered): no verdict
+    waits for another, and the counters' update waits for one verdict, the risky lane's
+    -- a mux between two candidates formed from the registers. That equals
     the model's rule (a refused row takes nothing, later rows rank as if it were absent)
     whenever no row refused in a cycle has a row after it that needs the room it would have
     taken. The packet manager makes sure of it: an expert (or the arena) with room below
@@ -500,9 +499,10 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     that names a tight expert (any data packet, while the arena is tight). A packet naming
     only roomy experts then always finds room, whatever was granted since it was admitted
     (at most ``lanes`` rows an expert a group, ``ADMISSION_GROUPS - 1`` groups); so at most
-    one lane of a group can be refused, and every lane ahead of it is granted: counting
-    requests ahead is counting grants ahead. Granted rows and places still count *grants*
-    ahead (as :class:`MulticastAllocator`), so rows stay dense after a refusal.
+    one lane of a group can be refused, and every lane ahead of it is granted (see
+    :meth:`_verdict` for why one row's room is the risky lane's whole question). Granted
+    rows and places still count *grants* ahead (as :class:`MulticastAllocator`), so rows
+    stay dense after a refusal.
 
     Attributes (beyond :class:`MulticastAllocator`'s)
     ----------
@@ -520,16 +520,16 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         return {"tight": Out(cfg.experts), "pool_tight": Out(1), "risky": In(cfg.lanes)}
 
     def _verdict(self, m, j, ok, mask, room_gt, arena, same):
-        """Lane j's verdict: granted if its request was admitted roomy (``risky`` 0), else
-        if it fits behind the requests ahead (registers; all of them granted)."""
+        """Lane j's verdict: granted if its request was admitted roomy (``risky`` 0); else
+        if every expert it names, and the arena, has room for one row. (Exact: the lanes
+        ahead of the group's one risky lane were admitted roomy, so they name no expert
+        that was tight when the group was admitted, and the experts the risky lane names
+        that were roomy then have room for every lane of the group; and while the arena is
+        tight, the risky lane is the group's only data packet. So its row needs room for
+        one row wherever its room is in question.)"""
         g, E = self.grant, self.cfg.experts
-        terms = []
-        for e in range(E):
-            n = [exactly([g.req[i] & mask[i][e] for i in range(j)], a) for a in range(j + 1)]
-            terms.append(~mask[j][e] | Cat(*(n[a] & room_gt[e][a] for a in range(j + 1))).any())
-        n_req = [exactly([g.req[i] for i in range(j)], a) for a in range(j + 1)]
         fits = Signal(name=f"fits{j}")
-        m.d.comb += fits.eq(Cat(*terms).all() & Cat(*(n_req[a] & arena["gt"][a] for a in range(j + 1))).any())
+        m.d.comb += fits.eq(Cat(*(~mask[j][e] | room_gt[e][0] for e in range(E))).all() & arena["gt"][0])
         m.d.comb += ok[j].eq(g.req[j] & (~self.risky[j] | fits))
 
     def _next(self, m, name, ok, names, above):
