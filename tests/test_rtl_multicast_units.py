@@ -221,28 +221,37 @@ def test_multicast_allocation_follows_the_model(cfg, seed, cls):
     places and counters equal the model's, cycle by cycle (every form of the verdict)."""
     rng = random.Random(seed)
     dut = DecodeAlloc(cfg, cls)
-    L, E = cfg.lanes, cfg.experts
     seen = {"ok": 0, "overflow": 0, "bad": 0, "mixed": 0}
+    _random_layers(cfg, dut, rng, seen, layers=4, n_cycles=25, empty=0.1,
+                   caps=[0, 1, 2, 3, 5, 8, 30], pool_caps=[2, 5, 9, 40, cfg.pool_rows])
+    assert all(seen.values()), seen
+
+
+def _random_layers(cfg, dut, rng, seen, *, layers, n_cycles, empty, caps, pool_caps, admit=None):
+    """Run ``layers`` random layers (capacities drawn from ``caps`` / ``pool_caps``; per
+    cycle each lane opening a random set with probability 0.85, a cycle of none with
+    probability ``empty``) through :class:`Bench`, counting the outcomes in ``seen``
+    ("ok", "overflow", "bad", and "mixed": a cycle with a grant and an overflow).
+    ``admit(cfg, ctx, dut)``: the input admission to apply, if any."""
+    L, E = cfg.lanes, cfg.experts
 
     async def bench(ctx):
         b = None
-        for layer in range(4):
-            caps = [rng.choice([0, 1, 2, 3, 5, 8, 30]) for _ in range(E)]
-            pool_cap = rng.choice([2, 5, 9, 40, cfg.pool_rows])
+        for layer in range(layers):
+            layer_caps, pool_cap = [rng.choice(caps) for _ in range(E)], rng.choice(pool_caps)
             if b is None:
-                b = Bench(cfg, dut, ctx, caps, pool_cap)
+                b = Bench(cfg, dut, ctx, layer_caps, pool_cap)
             else:
-                b.start(caps, pool_cap)
+                b.start(layer_caps, pool_cap)
             await b.clear()
             cycles = [[_random_set(cfg, rng) if rng.random() < 0.85 else None for _ in range(L)]
-                      if rng.random() < 0.9 else [None] * L for _ in range(25)]
-            for out in await b.stream(cycles, rng):
+                      if rng.random() >= empty else [None] * L for _ in range(n_cycles)]
+            for out in await b.stream(cycles, rng, admit=admit(cfg, ctx, dut) if admit else None):
                 kinds = {o if isinstance(o, str) else "ok" for o in out if o is not None}
-                for k in kinds:
+                for k in kinds & set(seen):
                     seen[k] += 1
                 seen["mixed"] += {"ok", "overflow"} <= kinds
     _run(dut, bench)
-    assert all(seen.values()), seen
 
 
 def _admission(cfg, ctx, dut):
@@ -271,27 +280,10 @@ def test_admitted_allocation_follows_the_model(cfg, seed):
     rows refused while later lanes of the cycle are granted do occur."""
     rng = random.Random(seed)
     dut = DecodeAlloc(cfg, MulticastAllocatorAdmitted)
-    L, E = cfg.lanes, cfg.experts
     seen = {"ok": 0, "overflow": 0, "mixed": 0}
-
-    async def bench(ctx):
-        b = None
-        for layer in range(6):
-            caps = [rng.choice([0, 1, 2, 5, 8, 30, 60]) for _ in range(E)]
-            pool_cap = rng.choice([3, 9, 40, cfg.pool_rows])
-            if b is None:
-                b = Bench(cfg, dut, ctx, caps, pool_cap)
-            else:
-                b.start(caps, pool_cap)
-            await b.clear()
-            cycles = [[_random_set(cfg, rng) if rng.random() < 0.85 else None for _ in range(L)]
-                      for _ in range(30)]
-            for out in await b.stream(cycles, rng, admit=_admission(cfg, ctx, dut)):
-                kinds = {o if isinstance(o, str) else "ok" for o in out if o is not None}
-                for k in kinds & set(seen):
-                    seen[k] += 1
-                seen["mixed"] += {"ok", "overflow"} <= kinds
-    _run(dut, bench)
+    _random_layers(cfg, dut, rng, seen, layers=6, n_cycles=30, empty=0.0,
+                   caps=[0, 1, 2, 5, 8, 30, 60], pool_caps=[3, 9, 40, cfg.pool_rows],
+                   admit=_admission)
     assert all(seen.values()), seen
 
 

@@ -213,6 +213,22 @@ class HubTB:
         if timeout is not None:
             await self.csr_write("TIMEOUT", timeout)
 
+    async def finish_layer(self, flush_if_open: bool = False) -> HubModel:
+        """Wait until the layer is quiet and check it against the model; with
+        ``flush_if_open``, a layer left unfinished is flushed (FLUSH) and checked again.
+        (Random bad input can leave a row open: a bad chunk naming another expert may
+        overtake its row's first chunk when a lane refilled after back-pressure sits ahead
+        of an older packet in the same cycle; it then opens the row with the wrong expert
+        and the row never completes -- hub and model agree; software ends such a layer
+        with FLUSH.)"""
+        await self.wait_idle()
+        model = await self.check()
+        if flush_if_open and not model.done:
+            await self.flush()
+            await self.wait_idle()
+            model = await self.check()
+        return model
+
     async def start_layer(self):
         await self.csr_write("CTRL", CTRL_START)
 
@@ -504,3 +520,13 @@ def _diff(what, got, exp, seed) -> str:
     return (f"{what} differ from the model (seed {seed}): {len(got)} vs {len(exp)} items; "
             f"first difference at #{first}: got {got[first:first + 3]} expected {exp[first:first + 3]}")
 
+
+
+async def pool_hub_tb(dut, cfg: HubConfig, seed: int, rng: random.Random) -> HubTB:
+    """A started hub testbench for random protocol-v2 pool layers: random back-pressure,
+    the default layer registers, ``POOL_BASE`` at a random 64 KiB boundary."""
+    tb = HubTB(dut, cfg, seed, bp=rng.choice([0, 0.2, 0.4]))
+    await tb.start()
+    await tb.configure(epoch=seed & 0xFFFF)
+    await tb.csr_write("POOL_BASE", rng.randrange(1 << 12) * 0x1_0000)
+    return tb

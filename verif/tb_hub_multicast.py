@@ -26,7 +26,7 @@ from cocotb.triggers import RisingEdge
 
 from moehub.rtl.csr_map import CTRL_START
 from moehub.rtl.formats import CtlKind, Reason, data_addr, flag_addr
-from moehub.verif.hubtb import HubTB
+from moehub.verif.hubtb import HubTB, pool_hub_tb
 from moehub.verif.model import Packet
 from moehub.verif.tb_hub import CFG, SEED, SEEDS, TIMEOUT, eos_all, limit, make_tb
 from moehub.verif.traffic import LaneFeeder, Row
@@ -306,10 +306,7 @@ async def random_mc_layers(dut, seed: int, *, layers: int, errors: bool):
     credit delay; v1's bad input with ``errors``) against the model; the seed is in every
     assertion message."""
     rng = random.Random(seed)
-    tb = HubTB(dut, CFG, seed, bp=rng.choice([0, 0.2, 0.4]))
-    await tb.start()
-    await tb.configure(epoch=seed & 0xFFFF)
-    await tb.csr_write("POOL_BASE", rng.randrange(1 << 12) * 0x1_0000)
+    tb = await pool_hub_tb(dut, CFG, seed, rng)
     refused = 0
     for layer in range(layers):
         tile = rng.choice([2, 4, 8])
@@ -324,14 +321,7 @@ async def random_mc_layers(dut, seed: int, *, layers: int, errors: bool):
         rows = random_mc_rows(rng, n_rows, CFG.max_rows_per_expert)
         tb.feed(LaneFeeder(CFG, rows, rng, idle=rng.choice([0, 0.3]), early_eos=rng.random() < 0.5,
                            errors=0.15 if errors else 0.0), credit_delay=rng.randrange(0, 8))
-        await tb.wait_idle()
-        model = await tb.check()
-        if errors and not model.done:
-            # (as in tb_hub_paged: a bad chunk may overtake its row's first chunk and open
-            # the row with the wrong target set; hub and model agree; FLUSH ends the layer)
-            await tb.flush()
-            await tb.wait_idle()
-            model = await tb.check()
+        model = await tb.finish_layer(flush_if_open=errors)
         assert model.done, f"layer {layer} did not finish (seed {seed})"
         if layer == 0 and not tight and not errors:
             check_multicast(tb, model, rows)

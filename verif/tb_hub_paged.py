@@ -20,7 +20,7 @@ import cocotb
 from cocotb.triggers import RisingEdge
 
 from moehub.rtl.formats import CtlKind, Reason
-from moehub.verif.hubtb import HubTB
+from moehub.verif.hubtb import HubTB, pool_hub_tb
 from moehub.verif.tb_hub import (CFG, SEED, SEEDS, TIMEOUT, chunks, eos_all, finish, limit, make_tb,
                                  row, serial, wide)
 from moehub.verif.traffic import LaneFeeder, random_rows
@@ -228,10 +228,7 @@ async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool, feed
     ``feeder(rng, rows, errors)`` makes each layer's traffic (tb_hub_paged_counts adds count
     packets)."""
     rng = random.Random(seed)
-    tb = HubTB(dut, CFG, seed, bp=rng.choice([0, 0.2, 0.4]))
-    await tb.start()
-    await tb.configure(epoch=seed & 0xFFFF)
-    await tb.csr_write("POOL_BASE", rng.randrange(1 << 12) * 0x1_0000)
+    tb = await pool_hub_tb(dut, CFG, seed, rng)
     overflowed = 0
     for layer in range(layers):
         tile = rng.choice([2, 4, 8])
@@ -241,16 +238,7 @@ async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool, feed
         n_rows = rng.randrange(6, 4 * tile + 8)
         rows = random_rows(CFG, rng, n_rows, skew=rng.choice([0, 0.5]))
         tb.feed(feeder(rng, rows, errors), credit_delay=rng.randrange(0, 8))
-        await tb.wait_idle()
-        model = await tb.check()
-        if errors and not model.done:
-            # (LaneFeeder's bad chunk naming another expert can overtake its row's first
-            # chunk when a lane refilled after back-pressure sits ahead of an older packet in
-            # the same cycle: it then opens the row with the wrong expert and the row never
-            # completes -- hub and model agree; software ends such a layer with FLUSH)
-            await tb.flush()
-            await tb.wait_idle()
-            model = await tb.check()
+        model = await tb.finish_layer(flush_if_open=errors)
         assert model.done, (f"layer {layer} did not finish (seed {seed}): inflight {model.inflight}, "
                             f"EOS seen {model.eos_seen}, rows {model.src_rows} of {model.src_eos}; open "
                             f"{[(i, e.state, bin(e.bitmap), e.dests) for i, e in enumerate(model.table) if e.state]}; "
