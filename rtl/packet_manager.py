@@ -564,11 +564,15 @@ class PacketManager(wiring.Component):
 
         def same_chunk(i, k):
             return R[max(i, k)].same_chunk[min(i, k)]
-        union = Mux(ent.open, ent.bitmap, 0) | r.oh
+        # (the chunks of this group's lanes on the row; then "full" for an open row and
+        # for a closed one, chosen by ``open`` last: the entry's open bit then drives a
+        # mux per lane, not a chunks-wide mask in front of the AND tree -- at 8 lanes x
+        # 112 chunks its fan-out led the chunk table's bypass loop, 22.6 FO4)
+        ohs = r.oh
         for i in range(j):
-            union = union | Mux(row(i), R[i].oh, 0)
+            ohs = ohs | Mux(row(i), R[i].oh, 0)
         base = Signal(name=f"full_base{j}")
-        m.d.comb += base.eq(union == all_chunks)
+        m.d.comb += base.eq(Mux(ent.open, (ent.bitmap | ohs) == all_chunks, ohs == all_chunks))
         adds = [row(i) & match[i] for i in range(j)]
         for own in (0, 1):
             c = adds + [Const(own)]
