@@ -2,8 +2,8 @@
 
 Fast: the smoke jobs (every set's shallow proofs and covers, < 30 s together), proofs
 that fail on a deliberately broken allocator and queue (so the properties are not
-vacuous), and the command's exit codes. Slow: every set's full jobs, and broken tracker
-and packet manager. Skipped when yowasp-sby or the solver is missing.
+vacuous), and the command's exit codes. Slow: every set's full jobs, and broken tracker,
+packet manager and admitted multicast allocator. Skipped when yowasp-sby or the solver is missing.
 """
 from __future__ import annotations
 
@@ -90,6 +90,21 @@ def test_broken_paged_allocator_fails():
     cfg = formal_config("tiny/alloc-small").replace(pool_pages=8)
     r = run_harness("broken-paged-allocator", AllocatorHarness(cfg, broken), "bmc", 6)
     _fails(r, "tile start")
+
+
+@pytest.mark.slow
+def test_broken_admitted_allocator_fails():
+    """(multicast, the hub's allocator) The admission's threshold one group short (room
+    below 4 x lanes rows is tight, not 5 x): a lane taken roomy then finds a region full
+    and is granted anyway (a 12-step BMC, ~20 s: slow set)."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.multicast_allocator import AdmittedAllocatorHarness
+    from moehub.verif.formal.sets import MCAST
+    broken = mutant("moehub.rtl.multicast_allocator", "k = ADMISSION_GROUPS * self.cfg.lanes",
+                    "k = (ADMISSION_GROUPS - 1) * self.cfg.lanes", "MulticastAllocatorAdmitted")
+    cfg = formal_config("tiny/alloc-small").replace(max_rows_per_expert=32, **MCAST)
+    r = run_harness("broken-admitted-allocator", AdmittedAllocatorHarness(cfg, broken), "bmc", 12)
+    _fails(r, "grant is not exactly")
 
 
 def test_broken_queue_fails():

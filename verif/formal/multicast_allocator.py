@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
 
-from ...rtl.multicast_allocator import MulticastAllocator, pool_count_bits, prerank_counts
+from ...rtl.multicast_allocator import (MulticastAllocator, MulticastAllocatorAdmitted, pool_count_bits,
+                                         prerank_counts)
 from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
 
 
@@ -78,8 +79,13 @@ class MulticastAllocatorHarness(Elaboratable):
             masks = [Cat(Cat(g.oh[j][t][e] for t in range(T)).any() for e in range(E)) for j in range(L)]
             m.d.comb += [dut.pre_mask[j].eq(masks[j]) for j in range(L)]
             m.d.comb += dut.pre_counts.eq(prerank_counts(cfg, masks))
+        self._admission(m, p, dut)
         self._properties(m, p, dut)
         return m
+
+    def _admission(self, m, p, dut):
+        """The packet manager's input admission, for an allocator that relies on it
+        (none here)."""
 
     def _properties(self, m, p, dut):
         cfg = self.cfg
@@ -166,3 +172,39 @@ class MulticastAllocatorHarness(Elaboratable):
                 "a refused row ahead leaves the chosen expert's next row to a later lane")
         p.cover((cnt == cap_s) & (cap_s != 0) & names[0] & ~g.ok[0], "overflow of a full region")
         p.cover((pcnt == pcap_s) & (pcap_s != 0) & g.req[0] & ~g.ok[0], "overflow of a full arena")
+
+
+#: cycles between the packet manager's admission of a group and its grant (A, R, T)
+ADMISSION_DELAY = 3
+
+
+class AdmittedAllocatorHarness(MulticastAllocatorHarness):
+    """:class:`MulticastAllocatorAdmitted` under the properties of the exact allocator (the
+    model's lane-by-lane rule) and the packet manager's admission as its environment: each
+    lane's ``risky`` bit is free, at most one requesting lane a cycle is risky, and a
+    requesting lane that is not risky names no expert -- and the arena is not -- tight
+    ``ADMISSION_DELAY`` cycles before (when the input took it); no request in the
+    ``ADMISSION_DELAY`` cycles after a clear (the hub starts a layer on an empty
+    pipeline). Bounded (BMC from reset): the admission's guarantee spans cycles that
+    k-induction would need as invariants."""
+
+    def __init__(self, cfg, dut_cls=MulticastAllocatorAdmitted):
+        super().__init__(cfg, dut_cls)
+
+    def _admission(self, m, p, dut):
+        cfg, g = self.cfg, dut.grant
+        L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
+        risky = any_seq(m, L, "risky")
+        m.d.comb += dut.risky.eq(risky)
+        tight, pool_tight = dut.tight, dut.pool_tight
+        for d in range(ADMISSION_DELAY):                 # (tight as the input saw it)
+            t_q, p_q = Signal(E, name=f"tight_q{d}", init=-1), Signal(name=f"pool_tight_q{d}", init=1)
+            m.d.sync += [t_q.eq(tight), p_q.eq(pool_tight)]
+            tight, pool_tight = t_q, p_q
+        since = Signal(range(ADMISSION_DELAY + 1), name="since_clear", init=ADMISSION_DELAY)
+        m.d.sync += since.eq(Mux(g.clear, 0, Mux(since == ADMISSION_DELAY, since, since + 1)))
+        p.assume(~g.req.any() | (since == ADMISSION_DELAY))
+        p.assume(count_ones([g.req[j] & risky[j] for j in range(L)]) <= 1)
+        for j in range(L):
+            mask = Cat(Cat(g.oh[j][t][e] for t in range(T)).any() for e in range(E))
+            p.assume(~g.req[j] | risky[j] | (((mask & tight) == 0) & ~pool_tight))

@@ -75,6 +75,11 @@ def _mcast_alloc(cfg_name, **changes):
     return lambda: MulticastAllocatorHarness(formal_config(cfg_name).replace(**changes))
 
 
+def _mcast_admitted(cfg_name, **changes):
+    from .multicast_allocator import AdmittedAllocatorHarness
+    return lambda: AdmittedAllocatorHarness(formal_config(cfg_name).replace(**changes))
+
+
 #: the multicast allocator's reduced config: alloc-small (4 lanes, 3 experts, regions of 8
 #: rows, so a 24-row arena) with rows naming up to all 3 experts
 MCAST = dict(topk=3, max_targets=3)
@@ -110,6 +115,13 @@ def _sets() -> list[PropertySet]:
                     note="protocol v2: k-induction closes at k=3 (rows + room == latched capacity, room > a "
                          "registered, lagged counts one-hot; the same for the arena); regions of 8 rows fill within "
                          "the cover depth"),
+        PropertySet("mcast-allocator-admitted", "multicast allocator (the hub's)",
+                    "tiny/alloc-small, max_targets 3, regions of 32 rows",
+                    _mcast_admitted("tiny/alloc-small", max_rows_per_expert=32, **MCAST), {"bmc": 10, "cover": 8},
+                    smoke={"bmc": 5},
+                    note="protocol v2: the exact allocator's properties under the input admission "
+                         "(tight = room below 5 x lanes = 20 rows, so regions of 21-32 rows turn tight "
+                         "within the depth); bounded"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
