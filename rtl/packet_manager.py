@@ -87,8 +87,11 @@ here.
 With multicast rows (protocol v2, ``max_targets`` > 1) a row names up to ``max_targets``
 experts: A decodes the target set (:class:`TargetDecode`: BAD_EXPERT for an empty set,
 an expert out of range or named twice) and the chunk table keeps it (a later chunk naming
-other experts is PROTOCOL); the :class:`MulticastPrerank` registers beside T hand the
-:class:`~moehub.rtl.multicast_allocator.MulticastAllocator` each lane's targets, and AL
+other experts is PROTOCOL); the input admits a group's lanes up to the second data packet
+naming an expert tight on room (:meth:`PacketManager._admission`), and the
+:class:`MulticastPrerank` registers beside T hand the
+:class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` each lane's targets and
+whether the input took it as risky; AL
 keeps a row per target and the row's place in the arena (``loc``); the data lands once at
 ``POOL_BASE + loc * stride``; a row event (metadata, completion) carries every target, and
 the hub's :class:`~moehub.rtl.event_expander.EventExpander` hands them to the tracker one
