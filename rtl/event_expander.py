@@ -12,9 +12,10 @@ counts one completion) per event, per expert. This unit sits between the queue's
 the tracker and hands the tracker the head's targets one per cycle, in entry order (the
 reference model's order: :meth:`moehub.verif.model.HubModel._open` writes each target's
 metadata in entry order, :meth:`~moehub.verif.model.HubModel._complete` counts them in the
-same order), popping the queue with the last. A row with ``n`` targets therefore costs
-the tracker ``n`` cycles -- the fan-out's price on the control port, measured by the
-cocotb tests' cycle counts; the data itself is written once.
+same order), popping the queue with the last. A row event with ``n`` targets therefore
+costs the tracker ``n`` cycles (``2n`` a row: its metadata and its completion) -- the
+fan-out's price on the control port, measured by the cocotb tests' cycle counts; the data
+itself is written once.
 
 Timing: the register ``done`` (the head's targets already handed out) and the head
 itself are registers; the target handed out is the lowest of ``tv & ~done`` (a priority
