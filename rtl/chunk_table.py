@@ -54,6 +54,10 @@ class ChunkTable(wiring.Component):
         From the A stage, bit k of lane j: lane j's row is the row of lane k one group
         ahead (in R now, its write-back decided by T this cycle) / two groups ahead (its
         write-back in W).
+    after_eq : In(lanes).array(lanes)
+        Bit k of lane j: T's write-back of lane k names lane j's ``expert`` (``after[k].expert
+        == expert[j]``, compared by the packet manager from registers before its own select
+        of ``after[k].expert``: a 48-bit key's compare is then off the bypass's select).
     ent : Out(chunk_entry).array(lanes)
         R: each lane's entry as the group ahead leaves it.
     exp_eq : Out(lanes)
@@ -75,7 +79,7 @@ class ChunkTable(wiring.Component):
         L, N = cfg.lanes, cfg.entries
         super().__init__({
             "rd_idx": In(range(N)).array(L), "expert": In(lay.dest_bits).array(L),
-            "hit": In(L).array(L), "hit2": In(L).array(L),
+            "hit": In(L).array(L), "hit2": In(L).array(L), "after_eq": In(L).array(L),
             "ent": Out(lay.chunk_entry).array(L), "exp_eq": Out(L),
             "live": In(1), "last": In(L), "idx": In(range(N)).array(L),
             "after": In(lay.chunk_entry).array(L),
@@ -125,7 +129,8 @@ class ChunkTable(wiring.Component):
             expert = self.expert[j]
             m.d.sync += [
                 r_ent.eq(newest_of(bypass, stored, lay.chunk_entry)),
-                r_exp_eq.eq(newest_of([[(sel, ent.expert == expert) for sel, ent in g] for g in bypass],
+                r_exp_eq.eq(newest_of([[(sel, self.after_eq[j][k]) for k, (sel, _) in enumerate(bypass[0])],
+                                       [(sel, ent.expert == expert) for sel, ent in bypass[1]]],
                                       stored.expert == expert, 1)),
             ]
             m.d.comb += [self.ent[j].eq(r_ent), self.exp_eq[j].eq(r_exp_eq)]

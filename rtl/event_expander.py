@@ -12,15 +12,21 @@ counts one completion) per event, per expert. This unit sits between the queue's
 the tracker and hands the tracker the head's targets one per cycle, in entry order (the
 reference model's order: :meth:`moehub.verif.model.HubModel._open` writes each target's
 metadata in entry order, :meth:`~moehub.verif.model.HubModel._complete` counts them in the
-same order), popping the queue with the last. A row event with ``n`` targets therefore
+same order). A row event with ``n`` targets therefore
 costs the tracker ``n`` cycles (``2n`` a row: its metadata and its completion) -- the
 fan-out's price on the control port, measured by the cocotb tests' cycle counts; the data
 itself is written once.
 
-Timing: the register ``done`` (the head's targets already handed out) and the head
-itself are registers; the target handed out is the lowest of ``tv & ~done`` (a priority
-one-hot of ``max_targets`` bits) selecting its fields by an AND-OR; the queue's pop is the
-tracker's ``ready`` ANDed with "no target after this one", from registers.
+Timing: the unit is a stage of two registers, the event being handed out (``cur``, with
+``done``: its targets handed out already) and one taken behind it (``skid``); it takes
+the queue's head whenever ``skid`` is empty, so the queue's pop is a register's AND with
+the queue's valid -- the tracker's ``ready`` (its output port's back-pressure, through a
+fan-out over the head's width) does not reach the queue's head select. The target handed
+out is the lowest of ``tv & ~done`` (a priority one-hot of ``max_targets`` bits)
+selecting its fields by an AND-OR. An event taken while ``cur`` is free (empty, or
+handing out its last target) goes straight to ``cur``, so one-target events pass one a
+cycle; ``busy`` tells the packet manager that events are still held here (its end of
+layer waits for them as for the queue).
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -42,9 +48,12 @@ class EventExpander(wiring.Component):
     Attributes
     ----------
     i : In(stream.Signature(event))
-        The event queue's head (``HubLayouts.event``, every target of a row).
+        The event queue's head (``HubLayouts.event``, every target of a row); ``ready``
+        is a register (the second entry is free).
     o : Out(stream.Signature(tracker_event))
-        To the tracker: one target of the head (``HubLayouts.tracker_event``).
+        To the tracker: one target of the event held (``HubLayouts.tracker_event``).
+    busy : Out(1)
+        An event is held (registers).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -53,29 +62,46 @@ class EventExpander(wiring.Component):
             raise ValueError(f"hub[{cfg.name}]: an event expander needs max_targets > 1")
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
-        super().__init__({"i": In(stream.Signature(lay.event)), "o": Out(stream.Signature(lay.tracker_event))})
+        super().__init__({"i": In(stream.Signature(lay.event)), "o": Out(stream.Signature(lay.tracker_event)),
+                          "busy": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         T = self.cfg.max_targets
-        ev, out = self.i.payload, self.o.payload
-        done = Signal(T, name="done")              # the head's targets handed out already
+        cur, skid = Signal(self.lay.event, name="cur"), Signal(self.lay.event, name="skid")
+        cur_valid, skid_valid = Signal(name="cur_valid"), Signal(name="skid_valid")
+        done = Signal(T, name="done")              # cur's targets handed out already
         left = Signal(T, name="left")
         first = Signal(T, name="first")            # the lowest target left, one-hot
-        m.d.comb += [left.eq(ev.tv & ~done),
+        m.d.comb += [left.eq(cur.tv & ~done),
                      first.eq(Cat(left[t] & ~left[:t].any() for t in range(T)))]
         last = Signal(name="last")                 # no target after this one
         m.d.comb += last.eq((left & ~first) == 0)
-        m.d.comb += [
-            self.o.valid.eq(self.i.valid & left.any()),
-            # (an event with no target -- never pushed -- would leave at once)
-            self.i.ready.eq((self.o.ready & last) | ~left.any()),
-            out.complete.eq(ev.complete), out.src.eq(ev.src), out.token.eq(ev.token),
-            out.group.eq(ev.group), out.loc.eq(ev.loc),
-            out.expert.eq(select([(first[t], ev.expert[t]) for t in range(T)], len(out.expert))),
-            out.row.eq(select([(first[t], ev.row[t]) for t in range(T)], len(out.row))),
-            out.slot.eq(select([(first[t], ev.slot[t]) for t in range(T)], len(out.slot))),
-        ]
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += done.eq(Mux(last, 0, done | first))
+        self._out(m, cur, cur_valid, left, first)
+        # cur is free this cycle: empty, handing out its last target, or (never pushed)
+        # holding an event with no target
+        free = Signal(name="free")
+        m.d.comb += free.eq(~cur_valid | (self.o.ready & last) | ~left.any())
+        take = self.i.valid & ~skid_valid
+        m.d.comb += [self.i.ready.eq(~skid_valid), self.busy.eq(cur_valid | skid_valid)]
+        with m.If(free):
+            m.d.sync += [cur.eq(Mux(skid_valid, skid, self.i.payload)), cur_valid.eq(skid_valid | take),
+                         done.eq(0), skid_valid.eq(0)]
+        with m.Else():
+            with m.If(self.o.ready):
+                m.d.sync += done.eq(done | first)
+            with m.If(take):
+                m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
         return m
+
+    def _out(self, m, cur, cur_valid, left, first):
+        """The tracker's event: ``cur``'s lowest target left, with the event's fields."""
+        T, out = self.cfg.max_targets, self.o.payload
+        m.d.comb += [
+            self.o.valid.eq(cur_valid & left.any()),
+            out.complete.eq(cur.complete), out.src.eq(cur.src), out.token.eq(cur.token),
+            out.group.eq(cur.group), out.loc.eq(cur.loc),
+            out.expert.eq(select([(first[t], cur.expert[t]) for t in range(T)], len(out.expert))),
+            out.row.eq(select([(first[t], cur.row[t]) for t in range(T)], len(out.row))),
+            out.slot.eq(select([(first[t], cur.slot[t]) for t in range(T)], len(out.slot))),
+        ]

@@ -21,7 +21,7 @@ payloads flatten low field first, see :mod:`moehub.rtl.formats`):
 
 With multicast rows (protocol v2, ``max_targets`` > 1) the allocator is the
 :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` (a row per target, one
-place in the arena at ``POOL_BASE``, ``POOL_CAP`` rows; the experts tight on room back to
+place in the arena at ``POOL_BASE``, ``POOL_CAP`` rows; whether it is tight on room back to
 the packet manager's input admission) and an
 :class:`~moehub.rtl.event_expander.EventExpander` hands the tracker the event queue's row
 events one target a cycle. Multicast with count packets or pages is not in the RTL yet
@@ -142,7 +142,7 @@ class MoEHub(wiring.Component):
                      csr.pool_free.eq(pg.free)]
 
     def _multicast(self, m, pm, alloc, events, tr, csr):
-        """(multicast) The requests' pre-rank to the allocator, its tight experts to the
+        """(multicast) The requests' pre-rank to the allocator, its tight bit to the
         packet manager's admission; the arena (POOL_BASE,
         POOL_CAP); PAGE_FREE's writes to the packet manager (PAGE_BAD: a static arena hands
         out no page); the event expander between the event queue and the tracker."""
@@ -150,7 +150,7 @@ class MoEHub(wiring.Component):
         m.submodules.expand = ex = EventExpander(self.cfg)
         wiring.connect(m, events.o, ex.i)
         wiring.connect(m, ex.o, tr.ev)
-        m.d.comb += [pm.alloc_tight.eq(alloc.tight), pm.pool_tight.eq(alloc.pool_tight), alloc.risky.eq(pm.alloc_risky),
+        m.d.comb += [pm.alloc_tight.eq(alloc.tight), alloc.risky.eq(pm.alloc_risky), pm.ev_held.eq(ex.busy),
                      alloc.pre_counts.eq(pm.alloc_pre_counts), alloc.pool_cap.eq(csr.pool_cap),
                      pm.pool_base.eq(csr.pool_base), pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
         m.d.comb += [alloc.pre_mask[j].eq(pm.alloc_pre_mask[j]) for j in range(L)]

@@ -50,7 +50,8 @@ fan-out to every expert and a mux:
   themselves are registered a cycle late (before the last cycle's grants, whose count is
   registered as a one-hot that shifts once per lane, :func:`late_count`: the last verdict
   passes one mux), so the verdicts fan out to a few flops per expert, not to the
-  counters' 13-bit selects; ``rows`` (ROWS) is a select by that one-hot, from registers.
+  counters' 13-bit selects; ``rows`` (ROWS) is that select registered once more (a
+  cycle after the grants: the tracker's sweep and the CSRs read it long after).
   Grants always fit: no saturation;
 * off the loop, granted rows and ``loc`` pick among their ``+ p + a`` candidates (the
   expert's lagged counter and its last cycle's grants ``p``, registers chosen by the
@@ -177,9 +178,9 @@ class MulticastAllocator(wiring.Component):
     pool_cap : In(pool_count_bits)
         Arena capacity in rows (POOL_CAP, clamped to ``pool_rows`` by the CSR bank).
     rows : Out(cap_bits).array(experts)
-        Rows allocated so far per expert (ROWS).
+        Rows allocated so far per expert (ROWS), registered: a cycle after the grants.
     pool_rows : Out(pool_count_bits)
-        Arena rows handed out so far.
+        Arena rows handed out so far, registered as ``rows``.
     formal_room, formal_cap : Out(cap_bits).array(experts)
     formal_room_gt : Out(lanes).array(experts)
     formal_pool_room, formal_pool_cap : Out(pool_count_bits)
@@ -239,7 +240,9 @@ class MulticastAllocator(wiring.Component):
         arena = self._counter(m, "pool", pb, self.pool_cap, ok, None)
         counters = [x["now"] for x in experts]
         room_gt = [x["gt"] for x in experts]
-        m.d.comb += [self.rows[e].eq(counters[e]) for e in range(E)] + [self.pool_rows.eq(arena["now"])]
+        # (registered: read by the tracker's sweep and the CSRs only, long after the grants;
+        # the select of the lagged counters stays off their paths)
+        m.d.sync += [self.rows[e].eq(counters[e]) for e in range(E)] + [self.pool_rows.eq(arena["now"])]
 
         self._counts = {}
         for j in range(L):
@@ -279,7 +282,13 @@ class MulticastAllocator(wiring.Component):
         m.d.comb += [above[c].eq(select([(last[p], room > c + p) for p in range(L + 1)], 1))
                      for c in range(2 * L)]
         gt_next, last_next = self._next(m, name, ok, names, above)
-        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt}
+        # (copies of cnt and last for the granted rows' selects, stored inverted so that
+        # synthesis keeps them apart: the rows' selects -- lanes x max_targets of them --
+        # then do not wait for the buffer tree of the counters' own fan-out)
+        cnt_n = Signal(width, init=~0 & ((1 << width) - 1), name=f"{name}_rows_n")
+        last_n = Signal(L + 1, init=~1 & ((1 << (L + 1)) - 1), name=f"{name}_last_n")
+        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt,
+               "cnt_r": ~cnt_n, "last_r": ~last_n}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
             with m.If(g.clear):
@@ -287,9 +296,10 @@ class MulticastAllocator(wiring.Component):
             out["cap"] = cap_l
         with m.If(g.clear):
             m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1),
-                         gt.eq(Cat(cap_in > a for a in range(L)))]
+                         gt.eq(Cat(cap_in > a for a in range(L))), cnt_n.eq(~0), last_n.eq(~1)]
         with m.Else():
-            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(gt_next), last.eq(last_next)]
+            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(gt_next), last.eq(last_next),
+                         cnt_n.eq(~now), last_n.eq(~last_next)]
         return out
 
     def _next(self, m, name, ok, names, above):
@@ -373,13 +383,13 @@ class MulticastAllocator(wiring.Component):
             oh = g.oh[j][t]
             base = Signal(cb, name=f"base{j}_{t}")
             lastp = Signal(L + 1, name=f"last{j}_{t}")
-            m.d.comb += [base.eq(select([(oh[e], experts[e]["cnt"]) for e in range(E)], cb)),
-                         lastp.eq(select([(oh[e], experts[e]["last"]) for e in range(E)], L + 1))]
+            m.d.comb += [base.eq(select([(oh[e], experts[e]["cnt_r"]) for e in range(E)], cb)),
+                         lastp.eq(select([(oh[e], experts[e]["last_r"]) for e in range(E)], L + 1))]
             n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], self._plus(m, base, lastp, a, f"row{j}_{t}"))
                                                for a in range(j + 1)], cb))
         before = late_count(ok[:j])
-        m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
+        m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt_r"], arena["last_r"], a, f"loc{j}"))
                                         for a in range(j + 1)], len(arena["cnt"])))
 
     @staticmethod
@@ -493,40 +503,49 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     -- a mux between two candidates formed from the registers. That equals
     the model's rule (a refused row takes nothing, later rows rank as if it were absent)
     whenever no row refused in a cycle has a row after it that needs the room it would have
-    taken. The packet manager makes sure of it: an expert (or the arena) with room below
-    ``ADMISSION_GROUPS x lanes`` rows is *tight* (``tight``, ``pool_tight``: registered
-    here), and the input admits, per group, lanes in order up to the second data packet
-    that names a tight expert (any data packet, while the arena is tight). A packet naming
-    only roomy experts then always finds room, whatever was granted since it was admitted
-    (at most ``lanes`` rows an expert a group, ``ADMISSION_GROUPS - 1`` groups); so at most
-    one lane of a group can be refused, and every lane ahead of it is granted (see
-    :meth:`_verdict` for why one row's room is the risky lane's whole question). Granted
-    rows and places still count *grants* ahead (as :class:`MulticastAllocator`), so rows
-    stay dense after a refusal.
+    taken. The packet manager makes sure of it: when some expert, or the arena, has room
+    below ``ADMISSION_GROUPS x lanes`` rows the allocator is *tight* (``tight``, one
+    register), and meanwhile the input admits, per group, lanes in order up to its second
+    data packet, the one data packet it takes being risky. A packet admitted while the
+    allocator was not tight then always finds room, whatever was granted since (at most
+    ``lanes`` rows an expert a group, ``ADMISSION_GROUPS - 1`` groups); so at most one lane
+    of a group can be refused, and every lane ahead of it is granted (see :meth:`_verdict`
+    for why one row's room is the risky lane's whole question). Granted rows and places
+    still count *grants* ahead (as :class:`MulticastAllocator`), so rows stay dense after a
+    refusal.
+
+    One bit for every expert, not a bit per expert: the input's decision then waits for no
+    decode of its packets' target sets (a bit per expert put the decode, an AND with the
+    tight experts and their OR in front of the input's ``ready``: 29.9 FO4 at
+    ``deepseek-v3-8gpu`` with 8 targets). The price: while any region or the arena is within
+    ``ADMISSION_GROUPS x lanes`` rows of full, data packets come in one a cycle -- which a
+    row naming a tight expert paid anyway (every chunk of it is a data packet naming it).
 
     Attributes (beyond :class:`MulticastAllocator`'s)
     ----------
-    tight : Out(experts)
-        The expert's room is below ``ADMISSION_GROUPS x lanes`` rows (registered, a cycle
-        late: from the room before the last cycle's grants).
-    pool_tight : Out(1)
-        The same for the arena.
+    tight : Out(1)
+        Some expert's room, or the arena's, is below ``ADMISSION_GROUPS x lanes`` rows
+        (registered, a cycle late: from the room before the last cycle's grants).
     risky : In(lanes)
-        The lane's packet named a tight expert (or the arena was tight) when the input took
-        it (carried down the pipeline with it): at most one lane of a group.
+        The lane's packet is a data packet the input took while ``tight`` (carried down the
+        pipeline with it): at most one lane of a group.
     """
 
     def _extra_ports(self, cfg: HubConfig) -> dict:
-        return {"tight": Out(cfg.experts), "pool_tight": Out(1), "risky": In(cfg.lanes)}
+        return {"tight": Out(1, init=1), "risky": In(cfg.lanes)}      # (tight until a clear says)
+
+    def elaborate(self, platform):
+        self._roomy_next = []
+        m = super().elaborate(platform)
+        m.d.sync += self.tight.eq(~Cat(*self._roomy_next).all())
+        return m
 
     def _verdict(self, m, j, ok, mask, room_gt, arena, same):
         """Lane j's verdict: granted if its request was admitted roomy (``risky`` 0); else
-        if every expert it names, and the arena, has room for one row. (Exact: the lanes
-        ahead of the group's one risky lane were admitted roomy, so they name no expert
-        that was tight when the group was admitted, and the experts the risky lane names
-        that were roomy then have room for every lane of the group; and while the arena is
-        tight, the risky lane is the group's only data packet. So its row needs room for
-        one row wherever its room is in question.)"""
+        if every expert it names, and the arena, has room for one row. (Exact: a risky
+        lane is the one data packet of its group, so no lane of its group asks for a row
+        beside it, and the rows of earlier groups are counted in the registers it reads:
+        the model's rule for it is room for one row. A roomy lane always has room.)"""
         g, E = self.grant, self.cfg.experts
         fits = Signal(name=f"fits{j}")
         m.d.comb += fits.eq(Cat(*(~mask[j][e] | room_gt[e][0] for e in range(E))).all() & arena["gt"][0])
@@ -551,17 +570,12 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         return Mux(late, cand[1], cand[0]), count
 
     def _counter(self, m, name, width, cap_in, ok, names):
-        """As :meth:`MulticastAllocator._counter`, and whether the room is tight for the
-        admission (registered from the room before the last cycle's grants)."""
+        """As :meth:`MulticastAllocator._counter`, and whether its room will be roomy for
+        the admission (at least ``ADMISSION_GROUPS x lanes`` rows: from the room before
+        the last cycle's grants, or the capacity at a clear) -- ANDed into ``tight``."""
         out = super()._counter(m, name, width, cap_in, ok, names)
         k = ADMISSION_GROUPS * self.cfg.lanes
         roomy = Signal(name=f"{name}_roomy")
-        with m.If(self.grant.clear):
-            m.d.sync += roomy.eq(cap_in >= k)
-        with m.Else():
-            m.d.sync += roomy.eq(out["room"] >= k)
-        if names is None:
-            m.d.comb += self.pool_tight.eq(~roomy)
-        else:
-            m.d.comb += self.tight[int(name[1:])].eq(~roomy)
+        m.d.comb += roomy.eq(Mux(self.grant.clear, cap_in >= k, out["room"] >= k))
+        self._roomy_next.append(roomy)
         return out

@@ -87,8 +87,8 @@ here.
 With multicast rows (protocol v2, ``max_targets`` > 1) a row names up to ``max_targets``
 experts: A decodes the target set (:class:`TargetDecode`: BAD_EXPERT for an empty set,
 an expert out of range or named twice) and the chunk table keeps it (a later chunk naming
-other experts is PROTOCOL); the input admits a group's lanes up to the second data packet
-naming an expert tight on room (:meth:`PacketManager._admission`), and the
+other experts is PROTOCOL); while the allocator is tight on room the input admits a
+group's lanes up to its second data packet (:meth:`PacketManager._admission`), and the
 :class:`MulticastPrerank` registers beside T hand the
 :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` each lane's targets and
 whether the input took it as risky; AL
@@ -179,7 +179,7 @@ class StageLayouts:
         #: expert has every count in); in AL whether it adds (an event for the tracker) and
         #: the count limit's verdicts (a row refused, a completing count below the rows)
         cnt = {"cnt": 1} if cfg.count_packets else {}
-        #: (multicast) the packet named an expert tight on room when the input took it
+        #: (multicast) the input took the packet while the allocator was tight (a data packet)
         risky = {"risky": 1} if cfg.multicast else {}
         t_cnt = {"cnt": 1, "cadd": 1, "cdup": 1, "cfull": 1, "cand": 1} if cfg.count_packets else {}
         al_cnt = {"cnt": 1, "met": 1, "over": 1} if cfg.count_packets else {}
@@ -256,11 +256,12 @@ class PacketManager(wiring.Component):
         One-cycle pulse when the tracker has written the layer-done word.
     sweep_short : In(1)
         Only with ``count_packets``: the tracker's COUNT_MISMATCH pulses of the sweep.
-    alloc_pre_mask, alloc_pre_counts, pool_base, page_bad, alloc_tight, pool_tight, alloc_risky
+    alloc_pre_mask, alloc_pre_counts, pool_base, page_bad, alloc_tight, alloc_risky
         Only with multicast: the requests' pre-rank for the allocator, POOL_BASE and
-        PAGE_FREE's write pulse (a static arena hands out no page: PAGE_BAD); the experts and
-        the arena tight on room (for the input admission) and, per lane of T, whether the
-        input took its packet as risky (naming a tight expert).
+        PAGE_FREE's write pulse (a static arena hands out no page: PAGE_BAD); whether some
+        expert or the arena is tight on room (for the input admission) and, per lane of T,
+        whether the input took its packet as risky (a data packet taken while tight); the
+        event expander holds events taken from the queue (the end of a layer waits).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -295,7 +296,7 @@ class PacketManager(wiring.Component):
             # page, so every return is PAGE_BAD)
             **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_counts": Out(prerank_bits(cfg)),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1),
-                "alloc_tight": In(cfg.experts), "pool_tight": In(1), "alloc_risky": Out(L)}
+                "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1)}
                if cfg.multicast else {}),
         })
 
@@ -378,20 +379,19 @@ class PacketManager(wiring.Component):
         m.d.comb += [res.pop[j].eq(self.wbuf[j].pop) for j in range(L)]
 
     def _admission(self, m):
-        """Per lane, whether the input may take it: every lane, or (multicast) the lanes
-        up to the second data packet that names an expert tight on room (any data packet
-        while the arena is tight) -- so that at most one row of a group can be refused,
-        which is what :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`
-        needs to grant without a chain of verdicts. A prefix of the lanes, so the lanes'
-        sources see the same order. (Also decodes the input's target sets, for A.)"""
+        """Per lane, whether the input may take it: every lane, or (multicast, while the
+        allocator is tight on room) the lanes up to the group's second data packet -- so
+        that at most one row of a group can be refused, which is what
+        :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` needs to grant
+        without a chain of verdicts; that data packet is *risky*. A prefix of the lanes, so
+        the lanes' sources see the same order. From the allocator's register and the
+        packets' kinds only: no target set is decoded in front of ``ready``."""
         L, cfg = self.cfg.lanes, self.cfg
         if not cfg.multicast:
             return [Const(1)] * L
-        self.in_dec = [self._decode(m, self.i[j].payload, f"tdec_in{j}") for j in range(L)]
         self.in_risky = risky = Signal(L, name="in_risky")
-        m.d.comb += risky.eq(Cat(
-            self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[0]
-            & (self.pool_tight | (self.in_dec[j].mask & self.alloc_tight).any()) for j in range(L)))
+        m.d.comb += risky.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[0] & self.alloc_tight
+                                 for j in range(L)))
         admit = [Signal(name=f"in_admit{j}") for j in range(L)]
         m.d.comb += [admit[j].eq(~(risky[j] & risky[:j].any()) if j else 1) for j in range(L)]
         for j in range(1, L):
@@ -418,7 +418,7 @@ class PacketManager(wiring.Component):
                 a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
                 a.bad_src.eq((q.src >= S) | (is_data & (q.tag >= Tg))),
                 a.bad_chunk.eq(is_data & (q.chunk >= C)),
-                a.bad_exp.eq(self._bad_dests(q, j)),
+                a.bad_exp.eq(self._bad_dests(m, q, j)),
                 a.idx.eq(idx),
                 a.oh.eq(Const(1, C) << q.chunk),
             ]
@@ -465,12 +465,12 @@ class PacketManager(wiring.Component):
         """(multicast) The packet's target entries, ``(valid, expert)`` each."""
         return [(getattr(pkt, f"valid{t}"), getattr(pkt, f"expert{t}")) for t in range(self.cfg.max_targets)]
 
-    def _bad_dests(self, pkt, j):
+    def _bad_dests(self, m, pkt, j):
         """BAD_EXPERT of input lane j's packet: its expert out of range, or (multicast) a
-        bad target set (the lane's :class:`TargetDecode`, made for the admission)."""
+        bad target set (the lane's :class:`TargetDecode`)."""
         if not self.cfg.multicast:
             return pkt.expert >= self.cfg.experts
-        return self.in_dec[j].bad
+        return self._decode(m, pkt, f"tdec_in{j}").bad
 
     def _decode(self, m, pkt, name):
         """(multicast) A :class:`TargetDecode` of ``pkt``'s targets, as submodule ``name``."""
@@ -632,8 +632,14 @@ class PacketManager(wiring.Component):
         m.d.comb += tab.live.eq(self.live)
         for k, r in enumerate(R):
             ent, match = tab.ent[k], v["match"][k]
+            openers = [(R[i].first & r.same_idx[i], i) for i in range(k)]
             expert = Mux(ent.open, ent.expert, onehot_mux(
-                [(R[i].first & r.same_idx[i], self._dest_key(R[i].pkt)) for i in range(k)], self._dest_key(r.pkt)))
+                [(sel, self._dest_key(R[i].pkt)) for sel, i in openers], self._dest_key(r.pkt)))
+            # (the same select over each candidate's compare with A's keys, for R's bypass)
+            for j, a in enumerate(self.a):
+                key = self._dest_key(a.pkt)
+                m.d.comb += tab.after_eq[j][k].eq(Mux(ent.open, ent.expert == key, onehot_mux(
+                    [(sel, self._dest_key(R[i].pkt) == key) for sel, i in openers], self._dest_key(r.pkt) == key)))
             bits = Signal(C, name=f"bits_after{k}")
             # (a duplicate's bit is already set and a protocol error's does not match, so
             # the bitmap needs neither verdict: off the duplicate/completion logic)
@@ -1097,6 +1103,8 @@ class PacketManager(wiring.Component):
         pipe_empty = ~Cat(*lanes).any() & self.reserve.idle
         left = [_lanes(self.t, "valid"), _lanes(self.al, "valid"), _lanes(self.b, "valid"),
                 _lanes(self.b, "ev_valid"), _lanes(self.b, "cr_valid"), Cat(buf.pending for buf in self.wbuf)]
+        if self.cfg.multicast:
+            left.append(self.ev_held)
         drained = self.ev.empty & self.tracker.idle & ~Cat(*left).any()
         return pipe_empty, drained
 

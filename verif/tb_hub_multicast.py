@@ -253,22 +253,36 @@ async def test_page_free_without_pages(dut):
 
 @cocotb.test(**TIMEOUT)
 async def test_admission_when_room_is_tight(dut):
-    """The input admission (MulticastAllocatorAdmitted's condition): with expert 1's region
-    below 5 x lanes rows, a group is taken up to its second data packet naming expert 1 --
-    lanes 0-2 of [row of 0, row of 1, row of 0, row of 1 and 2] in one cycle, lane 3 the
-    next; with the arena below 5 x lanes rows, one data packet a cycle. The rows are
-    granted as the model grants them in that order."""
-    tb = await make_mc_tb(dut, caps=[CFG.max_rows_per_expert, 8, CFG.max_rows_per_expert])
-    rows = [mrow(0, [(0, 0)], token=1), mrow(1, [(1, 0)], token=2), mrow(2, [(0, 1)], token=3),
-            mrow(0, [(1, 1), (2, 0)], token=4)]
+    """The input admission (MulticastAllocatorAdmitted's condition): with every region and
+    the arena roomy, a group of four data packets is taken in one cycle; with expert 1's
+    region below 5 x lanes rows, one data packet a cycle, in lane order (whatever experts
+    they name), an end-of-stream beside it; with the arena below 5 x lanes rows, the same.
+    The rows are granted as the model grants them in that order."""
+    tb = await make_mc_tb(dut)
+    rows = [mrow(s, [(s, 0)], token=30 + s) for s in range(S)] + [mrow(0, [(1, 1)], token=33)]
     heads = [chunks(r, t, [0])[0] for r, t in zip(rows, [0, 0, 0, 1])]
     await tb.send_schedule([heads])
     took = {j: c for c, j, p in tb.accepted if p in heads}
-    assert took[0] == took[1] == took[2] and took[3] == took[0] + 1, f"accepted at {took}"
+    assert len(set(took.values())) == 1, f"roomy: accepted at {took}"
     rest = [p for r, t in zip(rows, [0, 0, 0, 1]) for p in chunks(r, t, range(1, CFG.chunks_per_row))]
     await tb.send_schedule([rest[k:k + L] for k in range(0, len(rest), L)] + IDLE
                            + [eos_all({0: 2, 1: 1, 2: 1})])
     await finish(tb, rows)
+    await tb.csr_write("REGION_CAP", 8, 1)
+    await tb.start_layer()
+    first = len(tb.accepted)
+    rows = [mrow(0, [(0, 0)], token=1), mrow(1, [(1, 0)], token=2), mrow(2, [(0, 1)], token=3),
+            mrow(0, [(1, 1), (2, 0)], token=4)]
+    heads = [chunks(r, t, [0])[0] for r, t in zip(rows, [0, 0, 0, 1])]
+    await tb.send_schedule([heads[:3] + [Packet.eos(2, 1)]] + [[heads[3]] + [None] * (L - 1)])
+    took = {heads.index(p): c for c, _, p in tb.accepted[first:] if p in heads}
+    eos_at = [c for c, _, p in tb.accepted[first:] if p.kind == 1]
+    assert [took[j] - took[0] for j in range(4)] == [0, 1, 2, 3], f"tight: accepted at {took}"
+    assert eos_at == [took[2]], f"the end-of-stream taken at {eos_at}, the data packet ahead of it at {took}"
+    rest = [p for r, t in zip(rows, [0, 0, 0, 1]) for p in chunks(r, t, range(1, CFG.chunks_per_row))]
+    await tb.send_schedule([rest[k:k + L] for k in range(0, len(rest), L)] + IDLE
+                           + [[Packet.eos(0, 2), Packet.eos(1, 1)]])
+    assert (await finish(tb)).rows == [2, 2, 1]
     await tb.csr_write("POOL_CAP", 5 * L - 1)
     await tb.start_layer()
     rows = [mrow(s, [(s, 0)], token=20 + s) for s in range(S)]

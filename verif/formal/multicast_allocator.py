@@ -135,8 +135,11 @@ class MulticastAllocatorHarness(Elaboratable):
             p.check(~g.ok[j] | (g.loc[j] < pcap_s), "arena place beyond the arena")
             p.check(~(g.ok[j] & (g.loc[j] == cl) & pseen), "chosen arena place granted twice in a layer")
         # counters exact: a refused row takes nothing
-        p.check(Array(dut.rows)[ce] == cnt, "rows[e] differs from the granted rows naming it")
-        p.check(dut.pool_rows == pcnt, "arena rows differ from the granted rows")
+        # (rows and pool_rows are registered: a cycle after the grants)
+        cnt_q, pcnt_q = Signal(cb, name="ref_cnt_q"), Signal(pb, name="ref_pcnt_q")
+        m.d.sync += [cnt_q.eq(cnt), pcnt_q.eq(pcnt)]
+        p.check(Array(dut.rows)[ce] == cnt_q, "rows[e] differs from the granted rows naming it")
+        p.check(dut.pool_rows == pcnt_q, "arena rows differ from the granted rows")
         p.check(cnt <= cap_s, "rows beyond the latched capacity")
         p.check(pcnt <= pcap_s, "arena rows beyond the latched arena")
         p.check(cap_s <= cfg.max_rows_per_expert, "latched capacity beyond the largest region")
@@ -168,10 +171,15 @@ class MulticastAllocatorHarness(Elaboratable):
         p.cover(Cat(*granted).all(), "all lanes granted a row of the chosen expert in one cycle")
         p.cover(Cat(g.ok[j] & g.tv[j].all() for j in range(L)).all(),
                 "every lane granted a row naming max_targets experts")
-        p.cover(names[0] & ~g.ok[0] & granted[L - 1] & (cnt == 0),
-                "a refused row ahead leaves the chosen expert's next row to a later lane")
+        self._cover_refused_ahead(p, g, names, granted, cnt)
         p.cover((cnt == cap_s) & (cap_s != 0) & names[0] & ~g.ok[0], "overflow of a full region")
         p.cover((pcnt == pcap_s) & (pcap_s != 0) & g.req[0] & ~g.ok[0], "overflow of a full arena")
+
+
+    def _cover_refused_ahead(self, p, g, names, granted, cnt):
+        L = self.cfg.lanes
+        p.cover(names[0] & ~g.ok[0] & granted[L - 1] & (cnt == 0),
+                "a refused row ahead leaves the chosen expert's next row to a later lane")
 
 
 #: cycles between the packet manager's admission of a group and its grant (A, R, T)
@@ -182,8 +190,8 @@ class AdmittedAllocatorHarness(MulticastAllocatorHarness):
     """:class:`MulticastAllocatorAdmitted` under the properties of the exact allocator (the
     model's lane-by-lane rule) and the packet manager's admission as its environment: each
     lane's ``risky`` bit is free, at most one requesting lane a cycle is risky, and a
-    requesting lane that is not risky names no expert -- and the arena is not -- tight
-    ``ADMISSION_DELAY`` cycles before (when the input took it); no request in the
+    requesting lane that is not risky was taken while the allocator was not tight
+    (``ADMISSION_DELAY`` cycles before); no request in the
     ``ADMISSION_DELAY`` cycles after a clear (the hub starts a layer on an empty
     pipeline). Bounded (BMC from reset): the admission's guarantee spans cycles that
     k-induction would need as invariants."""
@@ -193,18 +201,27 @@ class AdmittedAllocatorHarness(MulticastAllocatorHarness):
 
     def _admission(self, m, p, dut):
         cfg, g = self.cfg, dut.grant
-        L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
+        L = cfg.lanes
         risky = any_seq(m, L, "risky")
         m.d.comb += dut.risky.eq(risky)
-        tight, pool_tight = dut.tight, dut.pool_tight
+        self._risky = risky
+        tight = dut.tight
         for d in range(ADMISSION_DELAY):                 # (tight as the input saw it)
-            t_q, p_q = Signal(E, name=f"tight_q{d}", init=-1), Signal(name=f"pool_tight_q{d}", init=1)
-            m.d.sync += [t_q.eq(tight), p_q.eq(pool_tight)]
-            tight, pool_tight = t_q, p_q
+            t_q = Signal(name=f"tight_q{d}", init=1)
+            m.d.sync += t_q.eq(tight)
+            tight = t_q
         since = Signal(range(ADMISSION_DELAY + 1), name="since_clear", init=ADMISSION_DELAY)
         m.d.sync += since.eq(Mux(g.clear, 0, Mux(since == ADMISSION_DELAY, since, since + 1)))
         p.assume(~g.req.any() | (since == ADMISSION_DELAY))
         p.assume(count_ones([g.req[j] & risky[j] for j in range(L)]) <= 1)
         for j in range(L):
-            mask = Cat(Cat(g.oh[j][t][e] for t in range(T)).any() for e in range(E))
-            p.assume(~g.req[j] | risky[j] | (((mask & tight) == 0) & ~pool_tight))
+            p.assume(~g.req[j] | risky[j] | ~tight)
+
+    def _cover_refused_ahead(self, p, g, names, granted, cnt):
+        """(The admission never lets a refused row have a row after it in its cycle: in
+        its place, the risky lane both granted and refused.)"""
+        L, risky = self.cfg.lanes, self._risky
+        p.cover(Cat(g.ok[j] & risky[j] & names[j] for j in range(L)).any(),
+                "a risky lane granted a row of the chosen expert")
+        p.cover(Cat(~g.ok[j] & g.req[j] & risky[j] for j in range(L)).any() & (cnt != 0),
+                "a risky lane refused after rows of the chosen expert")
