@@ -118,16 +118,19 @@ def cmd_equiv(args) -> int:
     return 0 if all(r.proved for r in results) else 1
 
 
-#: the hub config keys ``moehub synth --set`` and ``synth-unit --set`` change: protocol v2's
+#: the hub config keys ``moehub synth --set`` and ``synth-unit --set`` change: protocol v2's,
+#: and the two the co-simulation derives per layer from the system and the model (a
+#: two-node layer's hub has 16 sources and its experts per GPU: ``cosim.layer.derive_hub``)
 V2_KEYS = ("max_targets", "pool_pages", "count_packets")
+SET_KEYS = V2_KEYS + ("sources", "experts")
 
 
 def _hub_changes(args) -> dict:
-    """--set KEY=VALUE of a protocol-v2 key (count_packets as 0/1)."""
+    """--set KEY=VALUE of a protocol-v2 key (count_packets as 0/1), sources or experts."""
     changes = _changes(args) or {}
     for key, value in changes.items():
-        if key not in V2_KEYS:
-            raise UsageError("--set", f"{key}={value}", f"takes {', '.join(V2_KEYS)}")
+        if key not in SET_KEYS:
+            raise UsageError("--set", f"{key}={value}", f"takes {', '.join(SET_KEYS)}")
     if "count_packets" in changes:
         changes["count_packets"] = bool(changes["count_packets"])
     return changes
@@ -192,8 +195,9 @@ def add_parser(sub) -> None:
                         "reports (ecp5: re-read the last run's logs)")
     s.add_argument("--fpga-MHz", type=float_above(0), default=50.0, help="ECP5 nextpnr target frequency")
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help=f"change a protocol-v2 key of every config ({', '.join(V2_KEYS)}; "
-                   "count_packets 0 or 1): the hub with that feature, in <build>/synth/<config>_<key>-<value>")
+                   help=f"change a key of every config ({', '.join(SET_KEYS)}; count_packets 0 or 1): "
+                   "the hub with that protocol-v2 feature, or the hub a co-simulated layer derives "
+                   "(sources, experts per GPU), in <build>/synth/<config>_<key>-<value>")
     s.add_argument("--out", default=None, help=f"output folder (default <build>/synth/<config>; <build> is {HELP})")
     s.set_defaults(func=cmd_synth)
 
@@ -203,7 +207,8 @@ def add_parser(sub) -> None:
     u.add_argument("unit", choices=sorted(UNITS))
     u.add_argument("--config", default="deepseek-v3-8gpu", help="hub config name or YAML path (default deepseek-v3-8gpu)")
     u.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="protocol v2 keys of the config: pool_pages=N, count_packets=1, max_targets=N (repeatable)")
+                   help="keys of the config: pool_pages=N, count_packets=1, max_targets=N, sources=N, "
+                   "experts=N (repeatable)")
     u.add_argument("--clock-ns", type=float_above(0), default=flow.DEFAULT_PERIOD_NS)
     u.add_argument("--out", default=None, help=f"output folder (default <build>/synth/unit-<unit>-<config>; <build> is {HELP})")
     u.set_defaults(func=cmd_synth_unit)

@@ -187,8 +187,9 @@ def test_study_command_writes_the_table(tmp_path, capsys):
 
 
 def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path, monkeypatch):
-    """A hub row's area and deepest stage come from the report of its own hub (the v2 keys
-    in the folder name, every field but the datapath width equal); a report of another hub,
+    """A hub row's area and deepest stage come from the report of its own hub (the v2 keys,
+    and sources / experts where the layer's differ, in the folder name; every field but the
+    datapath width equal); a report of another hub,
     none, or a multicast hub (no RTL) give the reason instead."""
     from dataclasses import asdict
     monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
@@ -213,3 +214,7 @@ def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path,
     assert f"not synthesised ({mc.name.split('@')[0]}_max_targets-{mc.max_targets})" in study.synthesis(mc)["synthesis"]
     assert "no RTL yet for multicast with" in study.synthesis(
         V2.hub_config_v2(ds8, frozenset({"multicast", "paged"})))["synthesis"]
+    two = paged.replace(sources=16, experts=16)     # (a two-node layer's hub: its own report)
+    base = paged.name.split("@")[0]
+    assert f"not synthesised ({base}_experts-16_pool_pages-{paged.pool_pages}_sources-16)" \
+        in study.synthesis(two)["synthesis"]

@@ -152,7 +152,8 @@ def test_sweep_points_respect_schema():
 
 
 def test_synth_set_names_the_feature_and_refuses_bad_keys(capsys):
-    """``moehub synth --set``: a protocol-v2 key makes its own config (and output folder);
+    """``moehub synth --set``: a protocol-v2 key (or sources, experts) makes its own config
+    (and output folder);
     any other key, a bad value or a value the schema refuses is a usage error (exit 2)
     naming --set and the value, before any synthesis."""
     from moehub.config.schema import load_hub_config
@@ -163,9 +164,12 @@ def test_synth_set_names_the_feature_and_refuses_bad_keys(capsys):
     assert cfg.count_packets and cfg.pool_pages == 64
     assert flow.out_dir_for(cfg).name == cfg.name
     assert flow.with_changes(cfg, {}) is cfg
-    for item, why in (("tile_rows=8", "takes max_targets, pool_pages, count_packets"),
+    two_node = flow.with_changes(load_hub_config("deepseek-v3-8gpu"), {"sources": 16, "experts": 16})
+    assert two_node.name == "deepseek-v3-8gpu_experts-16_sources-16" and two_node.sources == 16
+    for item, why in (("tile_rows=8", "takes max_targets, pool_pages, count_packets, sources, experts"),
                       ("pool_pages=x", "expected KEY=INTEGER"),
-                      ("pool_pages=-1", "must be >= 0")):
+                      ("pool_pages=-1", "must be >= 0"),
+                      ("sources=0", "sources")):
         assert main(["synth", "--config", "tiny", "--set", item]) == 2
         err = capsys.readouterr().err
         assert f"argument --set: '{item}'" in err and why in err, err

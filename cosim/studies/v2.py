@@ -13,7 +13,9 @@ dispatch (wire bytes: payload and packet headers), receive-buffer memory per GPU
 (:mod:`..memory`). Hub rows take the area (N5 mm², gate equivalents) and deepest stage
 (FO4) of the hub config the layer's hub derives from, with the row's protocol-v2 keys, from
 its synthesis report when one was run (``moehub synth --config <hub> [--set
-count_packets=1] [--set pool_pages=N] [--set max_targets=N]``, :func:`synthesis`: the
+count_packets=1] [--set pool_pages=N] [--set max_targets=N]``, and ``--set sources=N --set
+experts=N`` where the layer's hub has other sources or experts per GPU -- two nodes --
+:func:`synthesis`: the
 sizes the co-simulation fits to the layer, row bytes and region rows, are the config's,
 and listed; multicast with the other features has no hub RTL yet).
 
@@ -70,6 +72,7 @@ def synthesis(cfg) -> dict:
     changes = {k: getattr(cfg, k) for k in ("count_packets", "pool_pages", "max_targets")
                if getattr(cfg, k) and (k != "max_targets" or cfg.multicast)}
     base = cfg.replace(name=cfg.name.split("@")[0])
+    changes.update(_scale_changes(base))
     name = with_changes(base, changes).name if changes else base.name
     path = output_dir("synth") / name / "report.json"
     if not path.exists():
@@ -91,6 +94,18 @@ def synthesis(cfg) -> dict:
     return {"area_mm2_n5": top["n5"]["total_mm2"]["nominal"], "gate_equivalents": top["gate_equivalents"],
             "deepest_fo4": fo4,
             "synthesis": name + (f" (synthesised with {', '.join(sized)})" if sized else "") + f"; FO4 {how}"}
+
+
+def _scale_changes(cfg) -> dict:
+    """The sources and experts per GPU where the layer's hub differs from the config it
+    derives from (a two-node layer: 16 sources; ``moehub synth --set sources=16 --set
+    experts=N`` makes that hub's report)."""
+    from ...config.schema import ConfigError, load_hub_config
+    try:
+        named = load_hub_config(cfg.name)
+    except ConfigError:
+        return {}
+    return {k: getattr(cfg, k) for k in ("sources", "experts") if getattr(cfg, k) != getattr(named, k)}
 
 
 def variants(features) -> list:
