@@ -31,10 +31,10 @@ from amaranth import Cat, Module, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config.schema import HubConfig
+from ..config.schema import ConfigError, HubConfig
 from .allocator import AddressAllocator
 from .csr import CsrBank
-from .csr_map import CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
+from .csr_map import MAX_SOURCES, CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
 from .event_expander import EventExpander
 from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature, paged
@@ -45,6 +45,30 @@ from .tracker import AvailabilityTracker
 
 #: The packet manager's status members the CSR bank reads under the same name.
 _STATUS_REGISTERS = ("errors", "inflight", "eos_seen", "src_rows", "src_eos", "overflow", "drops")
+
+
+#: experts per GPU the RTL elaborates (DeepSeek-V3's 256 routed experts on one GPU); at
+#: 512, Amaranth's expression trees over the experts exceed Python's recursion limit
+MAX_EXPERTS = 256
+
+
+def check_rtl(cfg: HubConfig) -> None:
+    """Refuse, with a message naming the key, a config the hub RTL cannot be: more sources
+    than PARAMS counts, more experts than elaborate, multicast rows with count packets or
+    pages (not in the RTL yet). (The schema takes them: the model and the co-simulation
+    can.) Callers run it before a long job (``moehub synth``), the hub at construction."""
+    p = f"hub[{cfg.name}]"
+    if cfg.sources > MAX_SOURCES:
+        raise ConfigError(f"{p}.sources = {cfg.sources}: PARAMS holds the source count in a byte "
+                          f"(at most {MAX_SOURCES} sources in the RTL)")
+    if cfg.experts > MAX_EXPERTS:
+        raise ConfigError(f"{p}.experts = {cfg.experts}: the RTL elaborates at most {MAX_EXPERTS} "
+                          "experts per GPU")
+    if cfg.multicast and (cfg.count_packets or cfg.paged):
+        raise ConfigError(f"{p}: max_targets = {cfg.max_targets} (multicast) with "
+                          f"count_packets = {cfg.count_packets}, pool_pages = {cfg.pool_pages}: "
+                          "multicast rows with count packets or pages are not in the hub RTL yet "
+                          "(the reference model and the co-simulation have them)")
 
 
 class MoEHub(wiring.Component):
@@ -65,12 +89,11 @@ class MoEHub(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if cfg.multicast and (cfg.count_packets or cfg.paged):
+        try:
+            check_rtl(cfg)
+        except ConfigError:
             self._MustUse__silence = True       # (refused: never elaborated)
-            raise ValueError(f"hub[{cfg.name}]: max_targets = {cfg.max_targets} (multicast) with "
-                             f"count_packets = {cfg.count_packets}, pool_pages = {cfg.pool_pages}: "
-                             "multicast rows with count packets or pages are not in the hub RTL yet "
-                             "(the reference model and the co-simulation have them)")
+            raise
         self.cfg = cfg
         self.lay = lay = HubLayouts(cfg)
         self.csr_map = CsrMap(cfg)

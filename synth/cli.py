@@ -33,9 +33,14 @@ def cmd_synth(args) -> int:
     for name in args.config:        # every config checked before the first (long) run
         cfg = load_config_flag("--config", flow.load_hub_config, name)
         try:
-            flow.with_changes(cfg, changes)
+            changed = flow.with_changes(cfg, changes)
         except (ValueError, ConfigError) as e:
             raise UsageError("--set", " ".join(args.set or []), f"{name}: {e}") from None
+        from ..rtl.hub import check_rtl
+        try:
+            check_rtl(changed)
+        except ConfigError as e:
+            raise UsageError("--set" if changes else "--config", " ".join(args.set or []) or name, str(e)) from None
     kw = {}
     if args.target == "asic":
         kw = {"period_ns": args.clock_ns, "sram_min_bits": args.sram_min_bits,

@@ -169,7 +169,9 @@ def test_synth_set_names_the_feature_and_refuses_bad_keys(capsys):
     for item, why in (("tile_rows=8", "takes max_targets, pool_pages, count_packets, sources, experts"),
                       ("pool_pages=x", "expected KEY=INTEGER"),
                       ("pool_pages=-1", "must be >= 0"),
-                      ("sources=0", "sources")):
+                      ("sources=0", "sources"),
+                      ("experts=512", "the RTL elaborates at most 256 experts"),    # (the RTL's, up front)
+                      ("sources=300", "at most 255 sources")):
         assert main(["synth", "--config", "tiny", "--set", item]) == 2
         err = capsys.readouterr().err
         assert f"argument --set: '{item}'" in err and why in err, err

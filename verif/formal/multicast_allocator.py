@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
 
-from ...rtl.multicast_allocator import (MulticastAllocator, MulticastAllocatorAdmitted, pool_count_bits,
-                                         prerank_counts)
+from ...rtl.multicast_allocator import (ADMISSION_GROUPS, MulticastAllocator, MulticastAllocatorAdmitted,
+                                         pool_count_bits, prerank_counts)
 from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
 
 
@@ -206,12 +206,15 @@ class AdmittedAllocatorHarness(MulticastAllocatorHarness):
         m.d.comb += dut.risky.eq(risky)
         self._risky = risky
         tight = dut.tight
+        chain = [tight]
         for d in range(ADMISSION_DELAY):                 # (tight as the input saw it)
             t_q = Signal(name=f"tight_q{d}", init=1)
             m.d.sync += t_q.eq(tight)
             tight = t_q
+            chain.append(tight)
         since = Signal(range(ADMISSION_DELAY + 1), name="since_clear", init=ADMISSION_DELAY)
         m.d.sync += since.eq(Mux(g.clear, 0, Mux(since == ADMISSION_DELAY, since, since + 1)))
+        self._room_while_roomy(p, dut, chain, since)
         p.assume(~g.req.any() | (since == ADMISSION_DELAY))
         p.assume(count_ones([g.req[j] & risky[j] for j in range(L)]) <= 1)
         for j in range(L):
@@ -225,3 +228,22 @@ class AdmittedAllocatorHarness(MulticastAllocatorHarness):
                 "a risky lane granted a row of the chosen expert")
         p.cover(Cat(~g.ok[j] & g.req[j] & risky[j] for j in range(L)).any() & (cnt != 0),
                 "a risky lane refused after rows of the chosen expert")
+
+    def _room_while_roomy(self, p, dut, chain, since):
+        """The invariants that let k-induction close over the admission's delay: ``tight``
+        as it was ``d`` cycles ago (``chain[d]``) clear, and no clear since (``since`` >=
+        ``d``), means every expert's room, and the arena's, is still at least
+        ``ADMISSION_GROUPS x lanes - (d + 1) x lanes`` -- one cycle's grants, at most
+        ``lanes`` rows an expert, each of those cycles (the register reads the room before
+        the last cycle's grants). At ``d`` = the delay: room for every roomy lane of a
+        group."""
+        L, E = self.cfg.lanes, self.cfg.experts
+        k = ADMISSION_GROUPS * L
+        for d, t in enumerate(chain):
+            floor = k - (d + 1) * L
+            off = t | (since < d)
+            for e in range(E):
+                p.check(off | (dut.formal_room[e] >= floor),
+                        f"an expert's room below {floor} rows while tight was clear {d} cycles ago")
+            p.check(off | (dut.formal_pool_room >= floor),
+                    f"the arena's room below {floor} rows while tight was clear {d} cycles ago")

@@ -117,11 +117,12 @@ def _sets() -> list[PropertySet]:
                          "the cover depth"),
         PropertySet("mcast-allocator-admitted", "multicast allocator (the hub's)",
                     "tiny/alloc-small, max_targets 3, regions of 32 rows",
-                    _mcast_admitted("tiny/alloc-small", max_rows_per_expert=32, **MCAST), {"bmc": 10, "cover": 8},
-                    smoke={"bmc": 5},
+                    _mcast_admitted("tiny/alloc-small", max_rows_per_expert=32, **MCAST),
+                    {"bmc": 10, "prove": 3, "cover": 8}, smoke={"bmc": 5},
                     note="protocol v2: the exact allocator's properties under the input admission "
                          "(tight = room below 5 x lanes = 20 rows, so regions of 21-32 rows turn tight "
-                         "within the depth); bounded"),
+                         "within the depth); k-induction closes at k=2 with the room floors while tight "
+                         "was clear d cycles ago"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
