@@ -2,26 +2,34 @@
 packets add, whether an expert's counts are all in at a lane, and each group's sum.
 
 Why here, three stages ahead of the allocator: which count packets add (a repeat of a
-(source, expert) seen in an earlier group or on an earlier lane is COUNT_DUPLICATE and is
-ignored), whether every source's count of an expert is in, and the counts' sums depend on
-the count packets alone -- not on the rows, the allocator's counters or the layer's other
-rules. So the verdicts are formed on the way into A, from the input lanes, a seen bit per
-(source, expert) and the group in A (not yet in the seen bits), and each group's sum per
-expert on the way into R: while the group is in T, the allocator's
-:class:`~moehub.rtl.count_limit.CountLimit` adds it to its "rows left under the count",
-ready as a register when the group's rows ask for grants. (The first version did all of it
-in the allocator's cycle: 50.6 FO4, exp_oh through the sums and compares into the room;
-with the sums a stage later than here, 30.2 FO4, the sum into the grants.)
+(source, expert) seen in an earlier group is COUNT_DUPLICATE and is ignored), whether
+every source's count of an expert is in, and the counts' sums depend on the count packets
+alone -- not on the rows, the allocator's counters or the layer's other rules. So they are
+formed while the group is in A, from registers: the input lanes' source and expert
+one-hots (decoded on the way in: a compare with a constant each) and a seen bit per
+(source, expert), which already holds every group ahead (the group right ahead was added
+as it left A). They are registered into R; while the group is in T, the allocator's
+:class:`~moehub.rtl.count_limit.CountLimit` adds the group's sum to its "rows left under
+the count", ready as a register when the group's rows ask for grants. (The first version
+did all of it in the allocator's cycle: 50.6 FO4; the verdicts on the way into A, from the
+input ports, 25.3 FO4 at 32 experts: the seen bit's lookup and the zeroed count behind
+the input decode.)
 
-Per lane ``j`` (registered twice, A then R):
+The packet manager's input takes at most one count packet a group (the lanes up to the
+second: :meth:`~moehub.rtl.packet_manager.PacketManager._admission`; a source sends one
+count per expert and layer, a few hundred packets beside tens of thousands of chunks), so
+no count packet has another of its group ahead of it: a repeat is a seen bit only, and a
+group's sum per expert is its one count, chosen by an AND-OR rather than added.
+
+Per lane ``j`` (registered into R):
 
 * ``add``: a count packet (source and expert in range) that is not a repeat;
 * ``full``: every source's count of lane j's expert is in once the lanes up to j (lane j's
   own count included) are taken -- for a row, its expert's total is final; for a count
   packet that adds, it is the last one.
 
-Per expert (registered, in R's cycle): ``dtot``, the sum of the counts that add in the
-group now in R.
+Per expert (registered, in R's cycle): ``dtot``, the count that adds in the group now in
+R (0 if none).
 
 The state is not gated by ``live`` (the packet manager gates what it reports): a count
 packet the layer does not take (NOT_ARMED: before START, or after the layer finished)
@@ -33,7 +41,6 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, field_bits
-from .logic import tree_sum
 
 
 class CountGate(wiring.Component):
@@ -47,7 +54,8 @@ class CountGate(wiring.Component):
     Attributes
     ----------
     cnt : In(lanes)
-        Input lanes: an accepted count packet, source and expert in range.
+        Input lanes: an accepted count packet, source and expert in range (at most one
+        a group: the packet manager's admission).
     src : In(range(sources)).array(lanes) ; expert : In(range(experts)).array(lanes) ;
     count : In(count_bits).array(lanes)
         Input lanes: the packet's source, expert and count field.
@@ -56,7 +64,7 @@ class CountGate(wiring.Component):
     add, full : Out(lanes)
         R timing (registers): see the module docstring.
     dtot : Out(total_bits).array(experts)
-        R timing (registers): per expert, the counts that add in the group in R.
+        R timing (registers): per expert, the count that adds in the group in R.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -75,67 +83,45 @@ class CountGate(wiring.Component):
         m = Module()
         L, E, S = self.cfg.lanes, self.cfg.experts, self.cfg.sources
         seen = [Signal(E, name=f"cg_seen{s}") for s in range(S)]
-        # the input lanes decoded, and the same registered (A)
-        i_src = [Signal(S, name=f"cg_i_src{j}") for j in range(L)]
-        i_exp = [Signal(E, name=f"cg_i_exp{j}") for j in range(L)]
-        m.d.comb += [i_src[j].eq(Cat(self.src[j] == s for s in range(S))) for j in range(L)]
-        m.d.comb += [i_exp[j].eq(Cat(self.expert[j] == x for x in range(E))) for j in range(L)]
+        # A: the input lanes' count bit, source and expert one-hots and count, registered
         a = {n: [Signal(w, name=f"cg_a_{n}{j}") for j in range(L)]
-             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("add", 1), ("cnt_oh", E), ("full", 1),
-                          ("count", self.cfg.count_bits), ("src_b", range(S)), ("exp_b", range(E)))}
-        m.d.sync += [a["src"][j].eq(i_src[j]) for j in range(L)] + [a["exp"][j].eq(i_exp[j]) for j in range(L)]
-        m.d.sync += [a["src_b"][j].eq(self.src[j]) for j in range(L)] + \
-            [a["exp_b"][j].eq(self.expert[j]) for j in range(L)]
-        m.d.sync += [a["cnt"][j].eq(self.cnt[j]) for j in range(L)]
-        # (a count packet of the group in A: not yet in the seen bits)
-        a_cnt = a["cnt"]
+             for n, w in (("cnt", 1), ("src", S), ("exp", E), ("count", self.cfg.count_bits))}
         for j in range(L):
-            self._lane(m, j, seen, i_src, i_exp, a, a_cnt)
-        self._sums(m, a)
+            m.d.sync += [a["cnt"][j].eq(self.cnt[j]), a["count"][j].eq(self.count[j]),
+                         a["src"][j].eq(Cat(self.src[j] == s for s in range(S))),
+                         a["exp"][j].eq(Cat(self.expert[j] == x for x in range(E)))]
+        add = [self._lane(m, j, seen, a) for j in range(L)]
+        self._sums(m, a, add)
         for s in range(S):
             # (every count packet of s marks its expert: a repeat's bit is set already)
-            new = [Mux(a_cnt[j] & a["src"][j][s], a["exp"][j], 0) for j in range(L)]
+            new = [Mux(a["cnt"][j] & a["src"][j][s], a["exp"][j], 0) for j in range(L)]
             m.d.sync += seen[s].eq(_or_all(seen[s], new))
         with m.If(self.clear):
             m.d.sync += [s_.eq(0) for s_ in seen]
         return m
 
-    def _lane(self, m, j, seen, i_src, i_exp, a, a_cnt):
-        """Input lane j's ``add`` and ``full`` into A (and on into R)."""
-        L, S = self.cfg.lanes, self.cfg.sources
-        cnt, oh = self.cnt, i_exp[j]
-        # prior[s]: source s's count of lane j's expert came before lane j -- the seen
-        # bit, the group in A, an earlier input lane
-        prior = [Signal(name=f"cg_prior{j}_{s}") for s in range(S)]
-        for s in range(S):
-            m.d.comb += prior[s].eq(Cat(
-                (seen[s] & oh).any(),
-                *(a_cnt[k] & a["src"][k][s] & (a["exp"][k] & oh).any() for k in range(L)),
-                *(cnt[i] & i_src[i][s] & (i_exp[i] & oh).any() for i in range(j))).any())
-        # (a repeat: the seen bit of lane j's (source, expert), or the same pair on a count
-        # of the group in A or on an earlier lane -- compared as numbers, not through the
-        # per-source ``prior`` that ``full`` needs: the decoders' fan-out stays off it)
-        same = [a_cnt[k] & (a["src_b"][k] == self.src[j]) & (a["exp_b"][k] == self.expert[j])
-                for k in range(L)]
-        same += [cnt[i] & (self.src[i] == self.src[j]) & (self.expert[i] == self.expert[j]) for i in range(j)]
-        seen_hit = Cat(i_src[j][s] & (seen[s] & oh).any() for s in range(S)).any()
-        repeat = seen_hit | Cat(*same).any()
-        full = Cat(prior[s] | (cnt[j] & i_src[j][s]) for s in range(S)).all()
+    def _lane(self, m, j, seen, a):
+        """Lane j's ``add`` and ``full``, from A's registers into R; returns ``add``."""
+        S, cnt, oh = self.cfg.sources, a["cnt"], a["exp"][j]
+        # seen[s] & oh: source s's count of lane j's expert came in a group ahead
+        had = [Signal(name=f"cg_had{j}_{s}") for s in range(S)]
+        m.d.comb += [had[s].eq((seen[s] & oh).any()) for s in range(S)]
+        # prior[s]: ... or on an earlier lane of the group (a count packet; at most one)
+        prior = [had[s] | Cat(cnt[k] & a["src"][k][s] & (a["exp"][k] & oh).any() for k in range(j)).any()
+                 for s in range(S)]
         add = Signal(name=f"cg_add{j}")
-        m.d.comb += add.eq(cnt[j] & ~repeat)
-        # (for the sums: the count zeroed unless it adds -- the late verdict fans out to
-        # the count's bits, not to every expert's -- and the expert one-hot of the lane's
-        # count packet, from the early valid)
-        m.d.sync += [a["add"][j].eq(add), a["count"][j].eq(Mux(add, self.count[j], 0)),
-                     a["cnt_oh"][j].eq(Mux(cnt[j], oh, 0)), a["full"][j].eq(full)]
-        m.d.sync += [self.add[j].eq(a["add"][j]), self.full[j].eq(a["full"][j])]
+        m.d.comb += add.eq(cnt[j] & ~Cat(a["src"][j][s] & had[s] for s in range(S)).any())
+        full = Cat(prior[s] | (cnt[j] & a["src"][j][s]) for s in range(S)).all()
+        m.d.sync += [self.add[j].eq(add), self.full[j].eq(full)]
+        return add
 
-    def _sums(self, m, a):
-        """Per expert, the counts of the lanes of the group in A that add (into R)."""
+    def _sums(self, m, a, add):
+        """Per expert, the count of the group's count packet if it adds (into R): at most
+        one a group, so an AND-OR over the lanes, not a sum."""
         L, E, tb = self.cfg.lanes, self.cfg.experts, total_bits(self.cfg)
         for x in range(E):
-            m.d.sync += self.dtot[x].eq(tree_sum([Mux(a["cnt_oh"][j][x], a["count"][j], 0)
-                                                  for j in range(L)], tb))
+            m.d.sync += self.dtot[x].eq(_or_all(Const(0, tb), [Mux(a["exp"][j][x] & add[j], a["count"][j], 0)
+                                                                for j in range(L)]))
 
 
 def total_bits(cfg: HubConfig) -> int:

@@ -227,19 +227,6 @@ def at_least(bits, n):
     return Cat(*(Cat(*(bits[i] for i in ones)).all() for ones in combinations(range(len(bits)), n))).any()
 
 
-def tree_sum(vals, width: int):
-    """Sum of ``vals`` (unsigned, ``width`` bits, wrapping) as carry-save levels (three
-    values to two: a full adder per bit, no carry chain) and one add at the end: a sum of
-    four values costs two full adders and one adder's depth, not two adders'."""
-    vals = [Value.cast(v) for v in vals]
-    if not vals:
-        return Const(0, width)
-    while len(vals) > 2:
-        a, b, c = (v[:width] for v in vals[:3])
-        vals = vals[3:] + [(a ^ b ^ c)[:width], Cat(Const(0, 1), ((a & b) | (a & c) | (b & c))[:width - 1])]
-    return vals[0][:width] if len(vals) == 1 else (vals[0] + vals[1])[:width]
-
-
 class OffsetSums:
     """``a + b + k`` (``width`` bits, two's complement, wrapping) for a set of small
     constants ``k``, as a carry select: the low ``lo_bits`` of ``a + b`` once (a narrow add)

@@ -66,10 +66,11 @@ sticky ``errors``; nothing else changes and no other row is touched:
 
 With ``count_packets`` (protocol v2), a count packet (kind 2: a source's row count for one
 expert) takes any lane and no row, credit or data write: it passes A, R and T as a packet
-(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range). The
-:class:`~moehub.rtl.count_gate.CountGate` decides on the way into A whether it adds (a
-repeat is COUNT_DUPLICATE) and whether a lane's expert has every count in, and sums the
-group's counts on the way into R; the allocator's
+(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range); the input takes one a
+group (:meth:`PacketManager._admission`). The :class:`~moehub.rtl.count_gate.CountGate`
+decides while the group is in A whether it adds (a repeat is COUNT_DUPLICATE) and whether
+a lane's expert has every count in, and forms the group's count per expert, all into R;
+the allocator's
 :class:`~moehub.rtl.count_limit.CountLimit` takes the sums in while the group is in T and
 refuses, in the allocator's cycle and in lane order, a row of an expert whose counts are
 met (COUNT_MISMATCH, like POST_EOS: its credit returns), and counts a last count below
@@ -379,21 +380,31 @@ class PacketManager(wiring.Component):
         m.d.comb += [res.pop[j].eq(self.wbuf[j].pop) for j in range(L)]
 
     def _admission(self, m):
-        """Per lane, whether the input may take it: every lane, or (multicast, while the
-        allocator is tight on room) the lanes up to the group's second data packet -- so
-        that at most one row of a group can be refused, which is what
-        :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` needs to grant
-        without a chain of verdicts; that data packet is *risky*. A prefix of the lanes, so
-        the lanes' sources see the same order. From the allocator's register and the
-        packets' kinds only: no target set is decoded in front of ``ready``."""
+        """Per lane, whether the input may take it: a prefix of the lanes (so the lanes'
+        sources see the same order), every lane unless
+
+        * (multicast, while the allocator is tight on room) a data packet has one ahead of
+          it in the group -- so that at most one row of a group can be refused, which is
+          what :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` needs to
+          grant without a chain of verdicts; that data packet is *risky*;
+        * (count packets) a count packet has one ahead of it in the group -- so that the
+          :class:`~moehub.rtl.count_gate.CountGate` sees at most one a group.
+
+        From a register and the packets' kinds only: no field is decoded in front of
+        ``ready``."""
         L, cfg = self.cfg.lanes, self.cfg
-        if not cfg.multicast:
-            return [Const(1)] * L
-        self.in_risky = risky = Signal(L, name="in_risky")
-        m.d.comb += risky.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[0] & self.alloc_tight
-                                 for j in range(L)))
+        held = [Const(0)] * L                       # lane j waits for the next group
+        if cfg.multicast:
+            self.in_risky = risky = Signal(L, name="in_risky")
+            m.d.comb += risky.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[0] & self.alloc_tight
+                                     for j in range(L)))
+            held = [h | (risky[j] & risky[:j].any()) if j else h for j, h in enumerate(held)]
+        if cfg.count_packets:
+            cnt = Signal(L, name="in_cnt")
+            m.d.comb += cnt.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[2] for j in range(L)))
+            held = [h | (cnt[j] & cnt[:j].any()) if j else h for j, h in enumerate(held)]
         admit = [Signal(name=f"in_admit{j}") for j in range(L)]
-        m.d.comb += [admit[j].eq(~(risky[j] & risky[:j].any()) if j else 1) for j in range(L)]
+        m.d.comb += [admit[j].eq(~held[j]) for j in range(L)]
         for j in range(1, L):
             admit[j] = admit[j] & admit[j - 1]
         return admit
@@ -838,9 +849,9 @@ class PacketManager(wiring.Component):
         return r.cnt if self.cfg.count_packets else None
 
     def _count_gate(self, m):
-        """(count_packets) The :class:`CountGate` on the way into A and R: which count
-        packets add, whether a lane's expert has every count in (both on to T), the
-        group's sums (for the allocator's count limit, while the group is in T)."""
+        """(count_packets) The :class:`CountGate` beside A: which count packets add, whether
+        a lane's expert has every count in (both on to T), the group's count per expert
+        (for the allocator's count limit, while the group is in T)."""
         cfg, gate = self.cfg, CountGate(self.cfg)
         m.submodules.counts = self.gate = gate
         m.d.comb += gate.clear.eq(self.start_go)

@@ -183,29 +183,6 @@ def test_offset_sums_match_addition():
         sim.run()
 
 
-def test_tree_sum_matches_addition():
-    """tree_sum (carry-save levels, one add): the sum of 1 to 6 values wrapped to the width."""
-    from amaranth import Module, Signal
-    from moehub.rtl.logic import tree_sum
-    rng = random.Random(11)
-    for n in range(1, 7):
-        m = Module()
-        vals = [Signal(9, name=f"v{i}") for i in range(n)]
-        out = Signal(10)
-        m.d.comb += out.eq(tree_sum(vals, 10))
-
-        async def bench(ctx):
-            for _ in range(60):
-                xs = [rng.choice([0, 511, rng.randrange(512)]) for _ in range(n)]
-                for v, x in zip(vals, xs):
-                    ctx.set(v, x)
-                assert ctx.get(out) == sum(xs) % 1024, (n, xs)
-
-        sim = Simulator(m)
-        sim.add_testbench(bench)
-        sim.run()
-
-
 def test_split_difference_with_b_choices_matches_subtraction():
     """``b`` as (one-hot select, value) pairs: the low difference is formed per candidate
     and chosen after; the result equals that of the chosen ``b``."""
