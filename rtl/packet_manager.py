@@ -393,6 +393,8 @@ class PacketManager(wiring.Component):
         From a register and the packets' kinds only: no field is decoded in front of
         ``ready``."""
         L, cfg = self.cfg.lanes, self.cfg
+        if not (cfg.multicast or cfg.count_packets):
+            return [Const(1)] * L
         held = [Const(0)] * L                       # lane j waits for the next group
         if cfg.multicast:
             self.in_risky = risky = Signal(L, name="in_risky")
