@@ -29,7 +29,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
-from .logic import select
+from .logic import at_most_consts, select
 
 
 def dist_shape(cfg: HubConfig):
@@ -156,10 +156,12 @@ class EosTracker(wiring.Component):
         with m.If(p_eos):
             m.d.sync += eos_cnt.eq(p_cnt)
         # (dist_t <= k for the next cycle: every candidate compared with a constant, then
-        # chosen -- no subtraction in front of the compares)
+        # chosen -- no subtraction in front of the compares; the compares share dist's
+        # sign and high-bits zero test, at_most_consts)
+        le = at_most_consts(m, dist, range(3 * L), f"dist{s}_le")
         m.d.sync += [dist_le[k].eq(Mux(
             p_eos, Cat(p_sel[n] & p_lane[j] & self.lane_le[j][n][k] for n in n_range for j in range(L)).any(),
-            Cat(p_sel[n] & (dist <= n + k) for n in n_range).any())) for k in range(2 * L)]
+            Cat(p_sel[n] & le[n + k] for n in n_range).any())) for k in range(2 * L)]
         m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_lane.eq(self.nxt_lane[s])]
         m.d.sync += p_le.eq(self.nxt_le[s])
         p_sel_fin = Signal(L + 1, name=f"p_sel_fin{s}", init=~p_sel.init & ((1 << L + 1) - 1))

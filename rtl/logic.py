@@ -95,6 +95,24 @@ def newest_of(groups, default, shape):
     return out
 
 
+def at_most_consts(m, x, consts, name: str) -> dict:
+    """``x <= c`` for a signed ``x`` and each small constant ``c >= 0`` (a dict by ``c``),
+    split at the constants' width ``w``: ``x`` negative, or its bits above ``w`` all zero
+    and its low ``w`` bits (unsigned) at most ``c``. The sign and the zero test are formed
+    once for every constant (named signals), so each compare is a narrow one and an
+    AND-OR, not a full-width compare per constant."""
+    consts = sorted(set(consts))
+    if consts and consts[0] < 0:
+        raise ValueError(f"c = {consts[0]}: must be >= 0")
+    n = len(x)
+    w = max(1, consts[-1].bit_length()) if consts else 1
+    if w >= n - 1:
+        return {c: x <= c for c in consts}
+    neg, hi_zero = Signal(name=f"{name}_neg"), Signal(name=f"{name}_hi0")
+    m.d.comb += [neg.eq(x[n - 1]), hi_zero.eq(x[w:n - 1] == 0)]
+    return {c: neg | (hi_zero & (x[:w] <= c)) for c in consts}
+
+
 class SplitDifference:
     """``a - b - k`` (``width`` bits, two's complement; ``a``, ``b`` unsigned) over two
     pipeline stages, for when ``b`` arrives late (through a mux) and ``k`` is one of a few

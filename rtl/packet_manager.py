@@ -571,33 +571,19 @@ class PacketManager(wiring.Component):
         lanes up to j add their chunk, without ORing the late verdicts into a chunks-wide
         bitmap first: ``base`` (registers only) says the row would be full if every lane
         on it up to j added its chunk; then each such lane's chunk must really be in --
-        stored already, added by itself, or by another adding lane with the same chunk."""
-        R, ent, all_chunks = self.r, self.table.ent[j], (1 << self.cfg.chunks_per_row) - 1
+        stored already, added by itself, or by another adding lane with the same chunk.
+        Formed for an open row and for a closed one (:meth:`_t_full_if`), chosen by the
+        entry's ``open`` last: the lanes on a row read one entry, so ``open`` is the same
+        for all of them, and it then drives a mux per lane rather than every lane's
+        ``match`` in front of the AND trees of the lanes after it (at 8 lanes that fan-out
+        led the chunk table's bypass loop: 22.7 FO4 on b200-nvlink5)."""
+        R, ent = self.r, self.table.ent[j]
         r, match, stored_bit = R[j], v["match"], v["stored_bit"]
-
-        def row(i):                               # lane i is a data lane on lane j's row
-            return r.row[i]
-
-        def same_chunk(i, k):
-            return R[max(i, k)].same_chunk[min(i, k)]
-        # (the chunks of this group's lanes on the row; then "full" for an open row and
-        # for a closed one, chosen by ``open`` last: the entry's open bit then drives a
-        # mux per lane, not a chunks-wide mask in front of the AND tree -- at 8 lanes x
-        # 112 chunks its fan-out led the chunk table's bypass loop, 22.6 FO4)
-        ohs = r.oh
-        for i in range(j):
-            ohs = ohs | Mux(row(i), R[i].oh, 0)
-        base = Signal(name=f"full_base{j}")
-        m.d.comb += base.eq(Mux(ent.open, (ent.bitmap | ohs) == all_chunks, ohs == all_chunks))
-        adds = [row(i) & match[i] for i in range(j)]
+        full_open, full_closed = self._t_full_if(m, j, True), self._t_full_if(m, j, False)
         for own in (0, 1):
-            c = adds + [Const(own)]
-            terms = []
-            for i in range(j + 1):
-                covered = c[i] | stored_bit[i] | _any(c[k] & same_chunk(i, k) for k in range(j + 1) if k != i)
-                terms.append(covered if i == j else (~row(i) | covered))
-            full = v["full_if"][j, own] = Signal(name=f"full{j}_if{own}")
-            m.d.comb += full.eq(base & Cat(*terms).all())
+            full = v["full_if"][j, own] = Signal(name=f"row_full{j}_{own}")
+            m.d.comb += full.eq(Mux(ent.open, full_open[own], full_closed[own]))
+        adds = [r.row[i] & match[i] for i in range(j)]
         # Chunks already in (for the write-back bitmap): the stored bitmap, plus earlier
         # lanes of the group on this row (a duplicate sets a bit that is already set; a
         # protocol error none).
@@ -616,6 +602,41 @@ class PacketManager(wiring.Component):
             v["setb"][j].eq(d & ~protocol & ~dup),
             v["comp"][j].eq(v["setb"][j] & v["full_if"][j, 1]),
         ]
+
+    def _t_full_if(self, m, j, is_open: bool) -> list:
+        """Lane j's row full after the lanes up to j add their chunks (``[own 0, own 1]``:
+        lane j's own chunk not added / added), if the row's entry is open (``is_open``) or
+        closed: open, a lane on the row adds when its expert is the stored one and the
+        stored bitmap counts; closed, when its expert is the row's first lane's in this
+        group, and nothing is stored."""
+        C, R, tab = self.cfg.chunks_per_row, self.r, self.table
+        r, ent, all_chunks = R[j], tab.ent[j], (1 << C) - 1
+        tag = "o" if is_open else "c"
+
+        def row(i):                               # lane i is a data lane on lane j's row
+            return r.row[i]
+
+        def same_chunk(i, k):
+            return R[max(i, k)].same_chunk[min(i, k)]
+        # (the chunks of this group's lanes on the row)
+        ohs = r.oh
+        for i in range(j):
+            ohs = ohs | Mux(row(i), R[i].oh, 0)
+        base = Signal(name=f"full_base{j}{tag}")
+        m.d.comb += base.eq(((ent.bitmap | ohs) if is_open else ohs) == all_chunks)
+        adds = [row(i) & (tab.exp_eq[i] if is_open else R[i].match_new) for i in range(j)]
+        stored = [(ent.bitmap & R[i].oh).any() if is_open else Const(0) for i in range(j + 1)]
+        out = []
+        for own in (0, 1):
+            c = adds + [Const(own)]
+            terms = []
+            for i in range(j + 1):
+                covered = c[i] | stored[i] | _any(c[k] & same_chunk(i, k) for k in range(j + 1) if k != i)
+                terms.append(covered if i == j else (~row(i) | covered))
+            full = Signal(name=f"full{j}_if{own}{tag}")
+            m.d.comb += full.eq(base & Cat(*terms).all())
+            out.append(full)
+        return out
 
     def _t_eos(self, m, v):
         """End-of-stream rules. An EOS takes effect at the end of the group (rows opened in

@@ -412,3 +412,27 @@ def test_eos_tracker_counts_openers_up_to_every_lane():
         assert [ctx.get(eos.p_sel[s]) for s in range(S)] == [1] * S
 
     _run(eos, bench)
+
+
+def test_at_most_consts_matches_the_compare():
+    """at_most_consts (sign, high-bits zero, narrow compare): x <= c for every signed x of
+    a few widths and every constant up to 2**w, against Python's compare."""
+    from amaranth import Module, Signal, signed
+    from moehub.rtl.logic import at_most_consts
+    for width in (4, 7, 9):
+        m = Module()
+        x = Signal(signed(width), name="x")
+        consts = list(range(0, 24))
+        le = at_most_consts(m, x, consts, "x_le")
+        outs = {c: Signal(name=f"le{c}") for c in consts}
+        m.d.comb += [outs[c].eq(le[c]) for c in consts]
+
+        async def bench(ctx):
+            for v in range(-(1 << (width - 1)), 1 << (width - 1)):
+                ctx.set(x, v)
+                got = [ctx.get(outs[c]) for c in consts]
+                assert got == [int(v <= c) for c in consts], (width, v, got)
+
+        sim = Simulator(m)
+        sim.add_testbench(bench)
+        sim.run()
