@@ -17,16 +17,20 @@ costs the tracker ``n`` cycles (``2n`` a row: its metadata and its completion) -
 fan-out's price on the control port, measured by the cocotb tests' cycle counts; the data
 itself is written once.
 
-Timing: the unit is a stage of two registers, the event being handed out (``cur``, with
-``done``: its targets handed out already) and one taken behind it (``skid``); it takes
-the queue's head whenever ``skid`` is empty, so the queue's pop is a register's AND with
-the queue's valid -- the tracker's ``ready`` (its output port's back-pressure, through a
-fan-out over the head's width) does not reach the queue's head select. The target handed
-out is the lowest of ``tv & ~done`` (a priority one-hot of ``max_targets`` bits)
-selecting its fields by an AND-OR. An event taken while ``cur`` is free (empty, or
-handing out its last target) goes straight to ``cur``, so one-target events pass one a
-cycle; ``busy`` tells the packet manager that events are still held here (its end of
-layer waits for them as for the queue).
+Timing: the unit holds two events in a ring of two registers (``ent0``, ``ent1``), written
+at ``wp`` and read at ``rp`` (one-bit registers); it takes the queue's head whenever it
+holds fewer than two (``count``, a register), so the queue's pop is a register's AND with
+the queue's valid -- the tracker's ``ready`` (its output port's back-pressure, behind a
+fan-out tree in the tracker) does not reach the queue's head select. And ``ready`` reaches
+no wide register either: an event taken is written into the free entry by registers alone;
+``ready`` only moves ``rp``, ``count`` and ``done`` (the held event's targets handed out
+already) -- a first version held the event being handed out in one register loaded from
+the other or the queue when ``ready`` freed it, and that select, fanned out over the
+event's 230 bits, was the hub's deepest path (26.7 FO4 at 8 targets). The target handed
+out is the lowest of ``tv & ~done`` (a priority one-hot of ``max_targets`` bits) selecting
+its fields by an AND-OR. One-target events pass one a cycle (an event is taken in the
+cycle the one before it is handed out); ``busy`` tells the packet manager that events are
+still held here (its end of layer waits for them as for the queue).
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -49,7 +53,7 @@ class EventExpander(wiring.Component):
     ----------
     i : In(stream.Signature(event))
         The event queue's head (``HubLayouts.event``, every target of a row); ``ready``
-        is a register (the second entry is free).
+        from a register (fewer than two events held).
     o : Out(stream.Signature(tracker_event))
         To the tracker: one target of the event held (``HubLayouts.tracker_event``).
     busy : Out(1)
@@ -68,37 +72,40 @@ class EventExpander(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         T = self.cfg.max_targets
-        cur, skid = Signal(self.lay.event, name="cur"), Signal(self.lay.event, name="skid")
-        cur_valid, skid_valid = Signal(name="cur_valid"), Signal(name="skid_valid")
-        done = Signal(T, name="done")              # cur's targets handed out already
+        ent = [Signal(self.lay.event, name=f"ent{k}") for k in range(2)]
+        wp, rp = Signal(name="wp"), Signal(name="rp")
+        count = Signal(range(3), name="count")
+        done = Signal(T, name="done")              # the held event's targets handed out
+        cur = Signal(self.lay.event, name="cur")   # the entry at rp (a select by a register)
+        m.d.comb += cur.eq(Mux(rp, ent[1], ent[0]))
         left = Signal(T, name="left")
         first = Signal(T, name="first")            # the lowest target left, one-hot
         m.d.comb += [left.eq(cur.tv & ~done),
                      first.eq(Cat(left[t] & ~left[:t].any() for t in range(T)))]
         last = Signal(name="last")                 # no target after this one
         m.d.comb += last.eq((left & ~first) == 0)
-        self._out(m, cur, cur_valid, left, first)
-        # cur is free this cycle: empty, handing out its last target, or (never pushed)
-        # holding an event with no target
-        free = Signal(name="free")
-        m.d.comb += free.eq(~cur_valid | (self.o.ready & last) | ~left.any())
-        take = self.i.valid & ~skid_valid
-        m.d.comb += [self.i.ready.eq(~skid_valid), self.busy.eq(cur_valid | skid_valid)]
-        with m.If(free):
-            m.d.sync += [cur.eq(Mux(skid_valid, skid, self.i.payload)), cur_valid.eq(skid_valid | take),
-                         done.eq(0), skid_valid.eq(0)]
-        with m.Else():
-            with m.If(self.o.ready):
-                m.d.sync += done.eq(done | first)
-            with m.If(take):
-                m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        self._out(m, cur, count != 0, left, first)
+        # the held event leaves: its last target handed out, or (never pushed) it has none
+        finish = Signal(name="finish")
+        m.d.comb += finish.eq((count != 0) & ((self.o.ready & last) | ~left.any()))
+        take = Signal(name="take")
+        m.d.comb += [take.eq(self.i.valid & (count != 2)), self.i.ready.eq(count != 2),
+                     self.busy.eq(count != 0)]
+        for k in range(2):
+            with m.If(take & (wp == k)):
+                m.d.sync += ent[k].eq(self.i.payload)
+        m.d.sync += [wp.eq(wp ^ take), rp.eq(rp ^ finish), count.eq(count + take - finish)]
+        with m.If(finish):
+            m.d.sync += done.eq(0)
+        with m.Elif(self.o.valid & self.o.ready):
+            m.d.sync += done.eq(done | first)
         return m
 
-    def _out(self, m, cur, cur_valid, left, first):
+    def _out(self, m, cur, held, left, first):
         """The tracker's event: ``cur``'s lowest target left, with the event's fields."""
         T, out = self.cfg.max_targets, self.o.payload
         m.d.comb += [
-            self.o.valid.eq(cur_valid & left.any()),
+            self.o.valid.eq(held & left.any()),
             out.complete.eq(cur.complete), out.src.eq(cur.src), out.token.eq(cur.token),
             out.group.eq(cur.group), out.loc.eq(cur.loc),
             out.expert.eq(select([(first[t], cur.expert[t]) for t in range(T)], len(out.expert))),
