@@ -1,5 +1,5 @@
 """``moehub equiv``: prove that the working tree's hub RTL behaves cycle for cycle like the
-hub RTL of a git revision (default: commit 26ddd24, after the last deliberate change of the hub's behaviour).
+hub RTL of a git revision (default: commit 8a31299, after the last change not proven by induction).
 
 Why: a refactor of ``rtl/`` that moves registers into stage methods or small
 sub-Components and renames combinational signals must not change one output bit in any
@@ -71,9 +71,13 @@ REPO = Path(__file__).resolve().parent.parent
 #: points: README, "Refactoring under an equivalence proof"), and ``finished`` took a copy
 #: of ``p_sel`` (equal to 9eb05b4 by k-induction: a new register pairs with none). Every
 #: timing refactor from 86803b4 (tag ``refactor-base``, the packet manager before it was
-#: split by stages) up to 945a566 was proven equal to 86803b4. (The commit itself, so
-#: that a branch-only clone finds it.)
-DEFAULT_REF = "26ddd24b1bf4950340ebd5dee75c2df2faa5ad6b"
+#: split by stages) up to 945a566 was proven equal to 86803b4. Then 8a31299: T's row-full
+#: chosen by each lane's own ``open`` -- every register and output of tiny proven equal to
+#: its parent by the correspondence and k-induction but six row-full nets, which agree in
+#: reachable states only (the lanes on a row read one entry), no counterexample in 4 cycles
+#: (README, "Refactoring under an equivalence proof"); the reference since. (The commit
+#: itself, so that a branch-only clone finds it.)
+DEFAULT_REF = "8a31299cc4dfc98843c08d190f2865efc6a8353e"
 #: the config `moehub equiv` checks when none is named
 DEFAULT_CONFIG = "mixtral-8gpu"
 #: ``equiv_induct -seq`` depth for what the register correspondence leaves open
