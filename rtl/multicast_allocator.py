@@ -54,7 +54,7 @@ fan-out to every expert and a mux:
   cycle after the grants: the tracker's sweep and the CSRs read it long after).
   Grants always fit: no saturation;
 * off the loop, granted rows and ``loc`` pick among their ``+ p + a`` candidates (per
-  expert, copies of its lagged counter and last cycle's grants ``p`` plus ``a``: a narrow
+  expert, its lagged counter and last cycle's grants ``p`` plus ``a``: a narrow
   add each, shared by every lane and target, chosen by the target's one-hot) by the
   one-hot count of the granted lanes ahead naming the expert (the lane-pair relations
   ``same``).
@@ -284,13 +284,7 @@ class MulticastAllocator(wiring.Component):
         m.d.comb += [above[c].eq(select([(last[p], room > c + p) for p in range(L + 1)], 1))
                      for c in range(2 * L)]
         gt_next, last_next = self._next(m, name, ok, names, above)
-        # (copies of cnt and last for the granted rows' selects, stored inverted so that
-        # synthesis keeps them apart: the rows' selects -- lanes x max_targets of them --
-        # then do not wait for the buffer tree of the counters' own fan-out)
-        cnt_n = Signal(width, init=~0 & ((1 << width) - 1), name=f"{name}_rows_n")
-        last_n = Signal(L + 1, init=~1 & ((1 << (L + 1)) - 1), name=f"{name}_last_n")
-        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt,
-               "cnt_r": ~cnt_n, "last_r": ~last_n}
+        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
             with m.If(g.clear):
@@ -298,10 +292,9 @@ class MulticastAllocator(wiring.Component):
             out["cap"] = cap_l
         with m.If(g.clear):
             m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1),
-                         gt.eq(Cat(cap_in > a for a in range(L))), cnt_n.eq(~0), last_n.eq(~1)]
+                         gt.eq(Cat(cap_in > a for a in range(L)))]
         with m.Else():
-            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(gt_next), last.eq(last_next),
-                         cnt_n.eq(~now), last_n.eq(~last_next)]
+            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(gt_next), last.eq(last_next)]
         return out
 
     def _next(self, m, name, ok, names, above):
@@ -377,12 +370,13 @@ class MulticastAllocator(wiring.Component):
         cfg, g = self.cfg, self.grant
         T, E, cb = cfg.max_targets, cfg.experts, cfg.cap_bits
         # rows: per expert, its rows now plus a (a < lanes) -- the lagged counter and its
-        # last cycle's grants (copies of both registers) and a narrow add, shared by every
+        # last cycle's grants and a narrow add, shared by every
         # lane and target -- chosen by the target's one-hot (early: a register of T) for
         # each a the lane can have ahead, then by the one-hot count of the granted rows
         # ahead naming the expert (late: the verdicts). (The first version chose the
-        # counter by the one-hot and then added: the adds waited for the one-hot's select
-        # and the copies' fan-out, 23.9 FO4 at 32 experts x 8 targets.)
+        # counter by the one-hot and then added: the adds waited for the one-hot's select,
+        # 23.2 FO4 at 32 experts x 8 targets; measured 24.2 this way at c0da761, with
+        # inverted copies of the counters that did not help and are gone.)
         plus = self._expert_plus(m, experts)
         for t in range(T):
             oh = g.oh[j][t]
@@ -391,14 +385,14 @@ class MulticastAllocator(wiring.Component):
             n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], cand[a]) for a in range(j + 1)], cb))
         before = late_count(ok[:j])
-        m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt_r"], arena["last_r"], a, f"loc{j}"))
+        m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
                                         for a in range(j + 1)], len(arena["cnt"])))
 
     def _expert_plus(self, m, experts) -> list:
-        """Per expert, ``rows now + a`` for a = 0..lanes-1 (from the counter's copies; made
+        """Per expert, ``rows now + a`` for a = 0..lanes-1 (from its registers; made
         once, for every lane)."""
         if getattr(self, "_plus_rows", None) is None:
-            self._plus_rows = [[self._plus(m, x["cnt_r"], x["last_r"], a, f"x{e}_plus") for a in range(self.cfg.lanes)]
+            self._plus_rows = [[self._plus(m, x["cnt"], x["last"], a, f"x{e}_plus") for a in range(self.cfg.lanes)]
                                for e, x in enumerate(experts)]
         return self._plus_rows
 
