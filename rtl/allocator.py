@@ -71,11 +71,12 @@ class AddressAllocator(wiring.Component):
         Region capacities (CSR).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far (CSR status, the final counts).
-    stop : In(lanes).array(experts)
-        Only when paged: per expert, one-hot, the page gate refused a grant (the pool had
-        no page for the tile its row starts; every later one of the expert in the cycle
-        with it) with ``a`` grants of the expert ahead of it (bit ``a``): the counters, which
-        add the requests in that cycle, are set in the next to their value before it plus
+    stop_r : In(lanes).array(experts)
+        Only when paged: per expert, one-hot, the page gate refused a grant in the cycle
+        before (the pool had no page for the tile its row starts; every later one of the
+        expert in the cycle with it) with ``a`` grants of the expert ahead of it (bit
+        ``a``; the gate forms it from its registers): the counters, which added the
+        requests in that cycle, are set now to their value before it plus
         ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
         gate refuses its requests of that cycle, as the model does: the pool is still
         empty).
@@ -109,7 +110,7 @@ class AddressAllocator(wiring.Component):
             "formal_room_ge": Out(cfg.lanes + 1).array(E),
             # (paged) per expert, the grants that stand when the page gate refused one
             # (:class:`~moehub.rtl.paging.PageGate`), one-hot
-            **({"stop": In(cfg.lanes).array(E), "tile_m1": In(cfg.row_bits),
+            **({"stop_r": In(cfg.lanes).array(E), "tile_m1": In(cfg.row_bits),
                 "tile_at": Out(cfg.lanes, init=_tile_at_init(cfg)).array(E)} if cfg.paged else {}),
             **({"allow": Out(cfg.lanes).array(E), "short": In(cfg.lanes)}
                if cfg.paged and cfg.count_packets else {}),
@@ -216,7 +217,7 @@ class AddressAllocator(wiring.Component):
     def _after_refusal(self, held_e, nxt_rows, nxt_room):
         """(paged) A page refused in the cycle before: the counters, which added every
         request then, are set from registers to the grants that stood (the counters of
-        that cycle plus ``a``, ``stop`` registered); the page gate refuses the expert's
+        that cycle plus ``a``, ``stop_r``); the page gate refuses the expert's
         requests of this cycle (the pool is still empty). Returns (rows, room) next."""
         L, bits = self.cfg.lanes, self.cfg.cap_bits
         stop_r, rows_r, room_r = held_e
@@ -249,10 +250,9 @@ class AddressAllocator(wiring.Component):
         held = []
         if cfg.paged:       # (a refusal of the page gate, and the counters before it)
             for e in range(E):
-                held.append((Signal(L, name=f"stop_r{e}"), Signal(cfg.cap_bits, name=f"rows_r{e}"),
+                held.append((self.stop_r[e], Signal(cfg.cap_bits, name=f"rows_r{e}"),
                              Signal(cfg.cap_bits, name=f"room_r{e}")))
-                m.d.sync += [held[e][0].eq(self.stop[e]), held[e][1].eq(counters[e]),
-                             held[e][2].eq(room[e])]
+                m.d.sync += [held[e][1].eq(counters[e]), held[e][2].eq(room[e])]
         if self.limit is not None:
             self._count_limit(m, room, aheads, held)
         with m.If(self.grant.clear):

@@ -23,14 +23,18 @@ holds fewer than two (``count``, a register), so the queue's pop is a register's
 the queue's valid -- the tracker's ``ready`` (its output port's back-pressure, behind a
 fan-out tree in the tracker) does not reach the queue's head select. And ``ready`` reaches
 no wide register either: an event taken is written into the free entry by registers alone;
-``ready`` only moves ``rp``, ``count`` and ``done`` (the held event's targets handed out
-already) -- a first version held the event being handed out in one register loaded from
-the other or the queue when ``ready`` freed it, and that select, fanned out over the
-event's 230 bits, was the hub's deepest path (26.7 FO4 at 8 targets). The target handed
-out is the lowest of ``tv & ~done`` (a priority one-hot of ``max_targets`` bits) selecting
-its fields by an AND-OR. One-target events pass one a cycle (an event is taken in the
+``ready`` only moves ``rp``, ``count`` and the held event's targets left -- a first
+version held the event being handed out in one register loaded from the other or the
+queue when ``ready`` freed it, and that select, fanned out over the event's 230 bits, was
+the hub's deepest path (26.7 FO4 at 8 targets). The target handed
+out is the lowest of those left (a priority one-hot of ``max_targets`` bits) selecting its
+fields by an AND-OR. One-target events pass one a cycle (an event is taken in the
 cycle the one before it is handed out); ``busy`` tells the packet manager that events are
-still held here (its end of layer waits for them as for the queue).
+still held here (its end of layer waits for them as for the queue). The held event's
+targets left and the lowest of them are registers (``left``, ``first``), each next value
+formed in parallel for every outcome and chosen by ``ready``: with the lowest target
+encoded behind the entry select, the path from ``rp`` to the tracker's address was the
+multicast hub's deepest (24.6 FO4 at 8 targets).
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -75,31 +79,48 @@ class EventExpander(wiring.Component):
         ent = [Signal(self.lay.event, name=f"ent{k}") for k in range(2)]
         wp, rp = Signal(name="wp"), Signal(name="rp")
         count = Signal(range(3), name="count")
-        done = Signal(T, name="done")              # the held event's targets handed out
         cur = Signal(self.lay.event, name="cur")   # the entry at rp (a select by a register)
         m.d.comb += cur.eq(Mux(rp, ent[1], ent[0]))
-        left = Signal(T, name="left")
-        first = Signal(T, name="first")            # the lowest target left, one-hot
-        m.d.comb += [left.eq(cur.tv & ~done),
-                     first.eq(Cat(left[t] & ~left[:t].any() for t in range(T)))]
+        left = Signal(T, name="left")              # the held event's targets not handed out
+        first = Signal(T, name="first")            # the lowest of them, one-hot (a register)
         last = Signal(name="last")                 # no target after this one
         m.d.comb += last.eq((left & ~first) == 0)
-        self._out(m, cur, count != 0, left, first)
+        held = Signal(name="held")
+        m.d.comb += held.eq(count != 0)
+        self._out(m, cur, held, left, first)
         # the held event leaves: its last target handed out, or (never pushed) it has none
         finish = Signal(name="finish")
-        m.d.comb += finish.eq((count != 0) & ((self.o.ready & last) | ~left.any()))
+        m.d.comb += finish.eq(held & ((self.o.ready & last) | ~left.any()))
         take = Signal(name="take")
         m.d.comb += [take.eq(self.i.valid & (count != 2)), self.i.ready.eq(count != 2),
-                     self.busy.eq(count != 0)]
+                     self.busy.eq(held)]
         for k in range(2):
             with m.If(take & (wp == k)):
                 m.d.sync += ent[k].eq(self.i.payload)
         m.d.sync += [wp.eq(wp ^ take), rp.eq(rp ^ finish), count.eq(count + take - finish)]
-        with m.If(finish):
-            m.d.sync += done.eq(0)
-        with m.Elif(self.o.valid & self.o.ready):
-            m.d.sync += done.eq(done | first)
+        self._next_targets(m, count, ent, rp, take, finish, left, first)
         return m
+
+    def _next_targets(self, m, count, ent, rp, take, finish, left, first):
+        """``left`` and ``first`` of the next cycle: the next event's targets when the held
+        one leaves (the other entry, or the queue's head taken now) or when one is taken
+        into an empty ring; else, a target handed out, the ones after it. Each candidate's
+        lowest target is formed in parallel from registers (or the queue's head), and the
+        tracker's ``ready`` only chooses: the priority encode is off the path from the
+        held entry to the tracker."""
+        T = self.cfg.max_targets
+        lowest = lambda v: Cat(v[t] & ~v[:t].any() for t in range(T))
+        nxt_tv = Signal(T, name="next_tv")         # the entry that becomes the held one
+        m.d.comb += nxt_tv.eq(Mux(count == 2, Mux(rp, ent[0].tv, ent[1].tv), self.i.payload.tv))
+        after = Signal(T, name="left_after")       # the targets after the one handed out
+        m.d.comb += after.eq(left & ~first)
+        load = (finish & ((count == 2) | take)) | ((count == 0) & take)
+        with m.If(load):
+            m.d.sync += [left.eq(nxt_tv), first.eq(lowest(nxt_tv))]
+        with m.Elif(finish):
+            m.d.sync += [left.eq(0), first.eq(0)]
+        with m.Elif(self.o.valid & self.o.ready):
+            m.d.sync += [left.eq(after), first.eq(lowest(after))]
 
     def _out(self, m, cur, held, left, first):
         """The tracker's event: ``cur``'s lowest target left, with the event's fields."""

@@ -95,8 +95,8 @@ class FinalCounts(wiring.Component):
         m.d.comb += self.final.eq(final)
         m.d.comb += [self.short[x].eq((st["ann"][x] == c.sources) & (self.rows[x] < st["total"][x]))
                      for x in range(E)]
-        with m.If(self.fire):
-            m.d.sync += final.eq(final | self.oh)
+        # (each expert's own fire: no OR over the experts in front of the final bits)
+        m.d.sync += final.eq(final | self._fires)
         with m.If(self.clear):
             m.d.sync += [v.eq(0) for vs in st.values() for v in vs] + [final.eq(0)]
             m.d.sync += [v.eq(0) for k in ("meta", "cpl", "cnt") for v in q[k]]
@@ -166,7 +166,9 @@ class FinalCounts(wiring.Component):
                 rows[x].eq(Mux(hm, meta + 1, meta)),
             ]
         oh = self.oh
+        self._fires = Signal(E, name="fc_fires")       # the event makes expert x final
         m.d.comb += [
             self.rows_x.eq(select([(oh[x], rows[x]) for x in range(E)], c.cap_bits)),
-            self.fire.eq(self.pop & (((oh & ready_cpl).any() & self.cpl) | ((oh & ready_cnt).any() & self.cnt))),
+            self._fires.eq(Mux(self.pop, oh & Mux(self.cpl, ready_cpl, 0) | oh & Mux(self.cnt, ready_cnt, 0), 0)),
+            self.fire.eq(self._fires.any()),
         ]

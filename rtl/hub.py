@@ -156,7 +156,7 @@ class MoEHub(wiring.Component):
                          pg.same[j].eq(g.same[j]), pg.ahead[j].eq(pm.alloc_ahead[j]),
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
-            m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop[e].eq(pg.stop[e]),
+            m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop_r[e].eq(pg.stop_r[e]),
                          pg.tile_at[e].eq(alloc.tile_at[e]), pg.room_ge[e].eq(alloc.formal_room_ge[e])]
         if cfg.count_packets:
             self._paged_counts(m, g, a, pg, alloc)

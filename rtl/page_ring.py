@@ -20,7 +20,7 @@ Two implementations of one interface, chosen by the pool's size (:func:`page_rin
 
 Head update, both (``n`` pages taken by the pending takes, ``ret_r``: a return joined the
 ring a cycle ago, after those takes saw it): while the ring they saw lasts (``count -
-ret_r >= n``) the head moves on by n, else to where that ring ended (the tail, less the
+ret_r >= n``, from the supply's registered compares ``count_gt``) the head moves on by n, else to where that ring ended (the tail, less the
 return).
 """
 from amaranth import Cat, Module, Mux, Signal
@@ -56,8 +56,9 @@ class PageRing(wiring.Component):
         The ring's n-th entry from its head (meaningful for n < ``count``), from registers.
     pend : In(lanes + 1)
         The pages the pending takes took, one-hot (the supply's register).
-    count : In(range(pool_pages + 1))
-        Returned pages waiting (the supply's register, the joined return included).
+    count_gt : In(2 x lanes)
+        Bit x: more than x returned pages wait (the joined return included); the supply's
+        register, kept beside its count, so the ring compares no pool-sized counter.
     ret_r : In(1)
         A return joined the ring in the cycle before (the pending takes did not see it).
     good, good_page : In
@@ -68,13 +69,13 @@ class PageRing(wiring.Component):
         self.cfg = cfg
         L, P, pb = cfg.lanes, cfg.pool_pages, cfg.page_bits
         super().__init__({
-            "entry": Out(pb).array(min(2 * L, P)), "pend": In(L + 1), "count": In(range(P + 1)),
+            "entry": Out(pb).array(min(2 * L, P)), "pend": In(L + 1), "count_gt": In(2 * L),
             "ret_r": In(1), "good": In(1), "good_page": In(pb),
         })
 
     def _lasts(self, n):
         """The ring the pending takes saw holds at least ``n`` pages."""
-        return Mux(self.ret_r, self.count >= n + 1, self.count >= n)
+        return Mux(self.ret_r, self.count_gt[n], self.count_gt[n - 1])
 
     def _next_head(self, head, moved, ended):
         """The head after the pending takes: ``moved(n)`` while the ring lasts, else

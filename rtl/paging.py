@@ -17,8 +17,9 @@ Two units, between the packet manager's T stage and the allocator:
   that starts a tile (its row in the expert is a multiple of the layer's tile rows) takes
   the next page of the pool; when the pool has none left for it, the row is refused
   (``OVERFLOW``, like a full region) and so is every later row of its expert in the cycle
-  (they would start the same tile). The gate vetoes those grants (the allocator then adds
-  to its counters the expert's grants ahead of the first refusal, ``stop``), gives each
+  (they would start the same tile). The gate vetoes those grants (the allocator then sets
+  its counters, a cycle later, to the expert's grants ahead of the first refusal,
+  ``stop_r``), gives each
   granted row its page (the page it took, or its expert's current
   page, or the page an earlier lane of the cycle took for the expert) and keeps each
   expert's current page (the sweep's flag of a partial last tile names it).
@@ -32,7 +33,7 @@ through an index adder, 20.6 with both registered/one-hot.) No verdict reaches a
 follows its takes a cycle late (this cycle's pages are read past the takes still pending,
 from registers), and after a refusal the allocator's counters, which added every request
 of the cycle, are set in the next cycle, from registers, to the grants that stood
-(``stop``); meanwhile the gate refuses that expert's requests (``page_refused``), as the
+(``stop_r``, itself formed from the lanes' registers of the refusal's cycle); meanwhile the gate refuses that expert's requests (``page_refused``), as the
 model does -- the pool, which served every page it had before the refusal, is still
 empty.
 
@@ -73,6 +74,14 @@ from .page_pool import PagePool
 from .page_ring import page_ring
 
 
+def _plus(reg, n: int, bit):
+    """``reg + n + bit`` as a choice between two adders of constants to the register (the
+    bit selects, after them): a one-bit increment after a select would be a carry chain
+    behind the select."""
+    w = len(reg)
+    return Mux(bit, (reg + (n + 1))[:w], (reg + n)[:w])
+
+
 def tile_sizes(cfg: HubConfig) -> list:
     """log2 of every tile size a layer may use (TILE_ROWS_LOG2 is clamped to these)."""
     return list(range(cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length()))
@@ -109,6 +118,9 @@ class PageSupply(PagePool):
         m = Module()
         cfg, L, P, pb = self.cfg, self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
         count = Signal(range(P + 1), name="ring_count")     # returned pages waiting
+        # (bit x: count > x, x < 2 x lanes -- registered beside count: the takes' pages and
+        # the ring's head choose by flops, not by compares of a pool-sized counter)
+        count_gt = Signal(2 * L, name="ring_count_gt")
         # (pages fbase + count .. P - 1 were never handed out: fbase = fresh - count, so the
         # n-th page in order past the ring is fbase + n, from a register)
         fbase = Signal(range(P + 1), name="fresh_base")
@@ -131,21 +143,33 @@ class PageSupply(PagePool):
         ret_r, ret_page_r = Signal(name="ret_joined"), Signal(pb, name="ret_joined_page")
         m.d.sync += [ret_r.eq(good), ret_page_r.eq(good_page)]
         m.submodules.ring = ring = page_ring(cfg)
-        m.d.comb += [ring.pend.eq(pend), ring.count.eq(count), ring.ret_r.eq(ret_r),
+        m.d.comb += [ring.pend.eq(pend), ring.count_gt.eq(count_gt), ring.ret_r.eq(ret_r),
                      ring.good.eq(good), ring.good_page.eq(good_page)]
-        seq = self._order(m, ring.entry, count, fbase)
+        seq = self._order(m, ring.entry, count_gt, fbase)
         for i in range(L):
             m.d.comb += [
-                self.page[i].eq(select([(pend[n], Mux(ret_r & (count <= n), ret_page_r, seq[n]) if i == 0
+                self.page[i].eq(select([(pend[n], Mux(ret_r & ~count_gt[n], ret_page_r, seq[n]) if i == 0
                                          else seq[n + i]) for n in range(L + 1)], pb)),
                 self.avail[i].eq(Cat(pend[n] & free_gt[n + i] for n in range(L + 1)).any())]
         # ---- n pages taken (pend[n]): from the ring while the ring they saw lasts
-        # (count - ret_r), the rest fresh (the ring moves its head itself)
-        nxt_count = [(pend[0], count)] + [(pend[n], Mux(Mux(ret_r, count >= n + 1, count >= n), count - n, ret_r))
-                                          for n in range(1, L + 1)]
-        m.d.sync += [count.eq(select(nxt_count, len(count)) + good),
-                     fbase.eq(select([(pend[n], fbase + n) for n in range(L + 1)], len(fbase)) - good),
-                     nfree.eq(select([(pend[n], nfree - n) for n in range(L + 1)], len(nfree)) + good)]
+        # (count - ret_r), the rest fresh (the ring moves its head itself). Every next value
+        # is a candidate from a register (the register plus a constant, the good return's
+        # one included), chosen by the takes, the registered compares and the return: no
+        # adder behind a select, no compare of a counter on the path.
+        lasts = [Const(1)] + [Mux(ret_r, count_gt[n], count_gt[n - 1]) for n in range(1, L + 1)]
+        small = Signal(2, name="ring_count_restart")          # the ring ended: ret_r + good
+        m.d.comb += small.eq(ret_r + good)
+        m.d.sync += [
+            count.eq(select([(pend[n] & lasts[n], _plus(count, -n, good)) for n in range(L + 1)]
+                            + [(pend[n] & ~lasts[n], small) for n in range(1, L + 1)], len(count))),
+            fbase.eq(select([(pend[n], _plus(fbase, n - 1, ~good)) for n in range(L + 1)], len(fbase))),
+            nfree.eq(select([(pend[n], _plus(nfree, -n, good)) for n in range(L + 1)], len(nfree)))]
+        # (count - n + good > x is count > x + n - good; ret_r + good > x for a restart)
+        cgt = {y: (count > y) if y >= 0 else Const(1) for y in range(-1, 3 * L)}
+        m.d.sync += count_gt.eq(Cat(*(
+            Cat(*([pend[n] & lasts[n] & Mux(good, cgt[x + n - 1], cgt[x + n]) for n in range(L + 1)]
+                  + [pend[n] & ~lasts[n] & (small > x) for n in range(1, L + 1)])).any()
+            for x in range(2 * L))))
         # (nfree - n + good > x is nfree > x + n - good: compares of the register, chosen)
         gt = {y: (nfree > y) if y >= 0 else Const(1) for y in range(-1, 3 * L)}
         m.d.sync += free_gt.eq(Cat(*(Cat(*(pend[n] & Mux(good, gt[x + n - 1], gt[x + n]) for n in range(L + 1))).any()
@@ -165,14 +189,15 @@ class PageSupply(PagePool):
         m.d.comb += self.free.eq(nfree)
         return m
 
-    def _order(self, m, entries, count, fbase):
+    def _order(self, m, entries, count_gt, fbase):
         """The pages in order as this cycle's takes see them, from registers: the ring's
-        entries (oldest first), then fresh ones (``2 x lanes`` of them)."""
+        entries (oldest first), then fresh ones (``2 x lanes`` of them); ``count_gt``: bit
+        n, the ring holds more than n."""
         L, P, pb = self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
         seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
         for n in range(2 * L):
             fresh_n = (fbase + n)[:pb]
-            m.d.comb += seq[n].eq(Mux(count > n, entries[n], fresh_n) if n < P else fresh_n)
+            m.d.comb += seq[n].eq(Mux(count_gt[n], entries[n], fresh_n) if n < P else fresh_n)
         return seq
 
 
@@ -209,10 +234,13 @@ class PageGate(wiring.Component):
         at ``clear`` the value it latches.
     veto : Out(lanes)
         Grants refused for want of a page.
-    stop : Out(lanes).array(experts)
-        Per expert, one-hot: its first refused lane had ``a`` grants of the expert ahead of
-        it in the cycle (bit ``a``), which are all that stand; the allocator adds ``a`` to
-        its counters instead of its requests (none set: no refusal).
+    stop_r : Out(lanes).array(experts)
+        The refusals of the cycle before, per expert, one-hot: its first refused lane had
+        ``a`` grants of the expert ahead of it in that cycle (bit ``a``), which are all that
+        stand; the allocator sets its counters to its counters of that cycle plus ``a``
+        (none set: no refusal). Formed from registers of the lanes (their first refusal,
+        expert, requests ahead), so the refusal's path ends at a lane's register, not past
+        an AND-OR over the lanes into the allocator.
     short : Out(lanes)
         (count_packets) Lane j's row starts a tile and the pool has no page left for it.
     grant_ok : Out(lanes)
@@ -235,7 +263,7 @@ class PageGate(wiring.Component):
             "req": In(L), "expert": In(E).array(L), "same": In(L).array(L), "ahead": In(L).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
             "tile_at": In(L).array(E), "room_ge": In(L + 1).array(E),
-            "stop": Out(L).array(E),
+            "stop_r": Out(L).array(E),
             "tile_rows_log2": In(8), "tile_m1": Out(cfg.row_bits),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
@@ -277,8 +305,13 @@ class PageGate(wiring.Component):
                     m.d.comb += allowed.eq(starts[e][a] & self.allow[e][a])
                     starts[e][a] = allowed
         # (an expert refused a page last cycle: the allocator's counters for it are a cycle
-        # wrong, and the pool is still empty, so its rows are refused now)
+        # wrong, and the pool is still empty, so its rows are refused now; ``refused``:
+        # from the lanes' registers of that cycle)
+        first_r = Signal(L, name="page_first_short_r")
+        oh_r = [Signal(E, name=f"page_expert_r{j}") for j in range(L)]
+        ahead_r = [Signal(L, name=f"page_ahead_r{j}") for j in range(L)]
         refused = Signal(E, name="page_refused")
+        m.d.comb += refused.eq(Cat(Cat(first_r[j] & oh_r[j][e] for j in range(L)).any() for e in range(E)))
         held = [Signal(name=f"page_held{j}") for j in range(L)]
         m.d.comb += [held[j].eq(Cat(oh[j][e] & refused[e] for e in range(E)).any()) for j in range(L)]
         needs = [Signal(name=f"page_needs{j}") for j in range(L)]
@@ -299,10 +332,11 @@ class PageGate(wiring.Component):
             first.append(short[j] & ~later)
             m.d.comb += [self.veto[j].eq(req[j] & (short[j] | later | held[j])),
                          self.grant_ok[j].eq(self.ok[j] & ~self.veto[j])]
+        m.d.sync += [first_r.eq(Cat(*first))] + [oh_r[j].eq(oh[j]) for j in range(L)] \
+            + [ahead_r[j].eq(Cat(*ahead[j])) for j in range(L)]
         for e in range(E):
-            m.d.comb += self.stop[e].eq(Cat(
-                Cat(first[j] & oh[j][e] & ahead[j][a] for j in range(a, L)).any() for a in range(L)))
-        m.d.sync += refused.eq(Cat(self.stop[e].any() for e in range(E)))
+            m.d.comb += self.stop_r[e].eq(Cat(
+                Cat(first_r[j] & oh_r[j][e] & ahead_r[j][a] for j in range(a, L)).any() for a in range(L)))
         m.d.comb += pool.take.eq(Cat(*count_onehot(served)))
         # ---- each granted row's page: the page it took; else the newest page an earlier
         # lane took for its expert in this cycle; else its expert's current page

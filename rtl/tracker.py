@@ -610,10 +610,15 @@ class AvailabilityTracker(wiring.Component):
         rows_x = fc.rows_x
         m.d.comb += [fc.clear.eq(self.layer.layer_start)] + [fc.rows[x].eq(self.rows[x])
                                                            for x in range(self.tl.experts)]
-        with m.If(fc.fire):
-            m.d.sync += [fin.valid.eq(1), fin.kind.eq(K_COUNT), fin.expert.eq(fc.expert),
+        # (the words' fields follow the queue's head while the sequencer is idle, fire or
+        # not -- they are read only once it fires -- so ``fire``, behind the head's check
+        # and the tracker's ``go``, sets one register, not the fields' enables)
+        with m.If(~fin.valid):
+            m.d.sync += [fin.kind.eq(K_COUNT), fin.expert.eq(fc.expert),
                          fin.row.eq(rows_x), self.fin_group.eq(self.ev.payload.group),
                          part.eq((rows_x[:self.tl.count_bits] & cfg.tile_m1) != 0)]
+        with m.If(fc.fire):
+            m.d.sync += fin.valid.eq(1)
         with m.Elif((mode == RUN) & fin.valid & go):
             with m.If((fin.kind == K_COUNT) & part):
                 m.d.sync += fin.kind.eq(K_LAST)

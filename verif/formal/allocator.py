@@ -24,7 +24,8 @@ Properties (for ``ce``; lane ``j``'s *ahead* = the lanes ``i < j`` asking for ``
 Paged configs (``pool_pages > 0``, protocol v2) add the page gate's side: ``stop`` (the gate
 refused a grant of ``ce`` with ``a`` of its grants ahead: one-hot, ``a`` below the lanes
 asking for ``ce`` and granted, never with ``clear`` nor in the cycle after a refusal of the
-same expert, when the gate holds its requests) and the layer's tile rows (``tile_m1``: one of
+same expert, when the gate holds its requests; the allocator reads it a cycle later, as
+``stop_r``) and the layer's tile rows (``tile_m1``: one of
 the supported tile sizes, changing only with ``clear``). The reference counter follows the
 allocator's own semantics: every grant counts, and a cycle after a refusal the counter is
 the one of the refusal's cycle plus ``a`` (the grants that stood; rows beyond are handed out
@@ -94,9 +95,11 @@ class AllocatorHarness(Elaboratable):
         and whether one was registered last cycle."""
         L, E = self.cfg.lanes, self.cfg.experts
         g = dut.grant
+        stops = []
         for e in range(E):
             stop = any_seq(m, L, f"stop{e}")
-            m.d.comb += dut.stop[e].eq(stop)
+            stops.append(stop)
+            m.d.sync += dut.stop_r[e].eq(stop)         # (the gate gives it a cycle later)
             prev = Signal(name=f"stop_prev{e}")
             m.d.sync += prev.eq(stop.any())
             mine = [g.req[j] & g.expert[j][e] for j in range(L)]
@@ -106,7 +109,7 @@ class AllocatorHarness(Elaboratable):
             # all granted)
             for a in range(L):
                 p.assume(~stop[a] | (count_ones(ok_mine) > a))
-        stop_ce = Array(dut.stop)[ce]
+        stop_ce = Array(stops)[ce]
         prev_ce = Signal(name="stop_prev_ce")
         m.d.sync += prev_ce.eq(stop_ce.any())
         return stop_ce, prev_ce
