@@ -177,6 +177,10 @@ class MoEHub(wiring.Component):
                      alloc.pre_counts.eq(pm.alloc_pre_counts), alloc.pool_cap.eq(csr.pool_cap),
                      pm.pool_base.eq(csr.pool_base), pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
         m.d.comb += [alloc.pre_mask[j].eq(pm.alloc_pre_mask[j]) for j in range(L)]
+        m.d.comb += [pm.alloc_row_if[j][t][a].eq(alloc.row_if[j][t][a]) for j in range(L)
+                     for t in range(self.cfg.max_targets) for a in range(L)]
+        m.d.comb += [pm.alloc_row_ahead[j][t].eq(alloc.row_ahead[j][t]) for j in range(L)
+                     for t in range(self.cfg.max_targets)]
 
     def _paged_counts(self, m, g, a, pg, alloc):
         """(paged, count_packets) The count members of the requests, past the page gate to

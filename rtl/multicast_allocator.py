@@ -180,6 +180,13 @@ class MulticastAllocator(wiring.Component):
         Arena capacity in rows (POOL_CAP, clamped to ``pool_rows`` by the CSR bank).
     rows : Out(cap_bits).array(experts)
         Rows allocated so far per expert (ROWS), registered: a cycle after the grants.
+    row_if, row_ahead : Out
+        ``grant.row`` in two parts, for the packet manager to register apart: lane j's
+        target t's row if ``a`` granted rows ahead of it name the expert (``row_if[j][t][a]``,
+        a <= j; from the counters and the target's one-hot) and that count, one-hot
+        (``row_ahead[j][t]``; from the verdicts). ``grant.row`` is their select (what the
+        property harness checks); the packet manager registers the parts and selects in AL,
+        so the late verdicts and the expert select are not in series into one register.
     pool_rows : Out(pool_count_bits)
         Arena rows handed out so far, registered as ``rows``.
     formal_room, formal_cap : Out(cap_bits).array(experts)
@@ -208,6 +215,7 @@ class MulticastAllocator(wiring.Component):
             "grant": In(multicast_allocation_signature(cfg)),
             "cap": In(cfg.cap_bits).array(E), "pool_cap": In(pb),
             "rows": Out(cfg.cap_bits).array(E), "pool_rows": Out(pb),
+            "row_if": Out(cfg.cap_bits).array(L, cfg.max_targets, L), "row_ahead": Out(L).array(L, cfg.max_targets),
         }
         if self.PRERANK:
             ports.update({"pre_mask": In(E).array(L), "pre_counts": In(prerank_bits(cfg))})
@@ -384,6 +392,8 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += [cand[a].eq(select([(oh[e], plus[e][a]) for e in range(E)], cb)) for a in range(j + 1)]
             n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], cand[a]) for a in range(j + 1)], cb))
+            m.d.comb += [self.row_if[j][t][a].eq(cand[a]) for a in range(j + 1)]
+            m.d.comb += self.row_ahead[j][t].eq(Cat(*n_ahead))
         before = late_count(ok[:j])
         m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
                                         for a in range(j + 1)], len(arena["cnt"])))

@@ -211,7 +211,11 @@ class StageLayouts:
             **({"ahead": L} if paged(cfg) else {})})
         #: AL: the grant, the region base, the row-info entry read. (multicast: a row per
         #: target, the row's place in the arena, and the experts it names, for OVERFLOW)
-        mc = {"row": data.ArrayLayout(cfg.row_bits, cfg.max_targets), "loc": cfg.loc_bits,
+        #: (multicast: each target's row as the allocator's two parts -- the row for every
+        #: count of granted rows ahead naming its expert, and that count one-hot -- chosen in
+        #: AL, :meth:`PacketManager._al_rows`)
+        mc = {"row_if": data.ArrayLayout(data.ArrayLayout(cfg.row_bits, L), cfg.max_targets),
+              "row_ahead": data.ArrayLayout(L, cfg.max_targets), "loc": cfg.loc_bits,
               "xmask": cfg.experts} if cfg.multicast else {"row": cfg.row_bits}
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
@@ -297,7 +301,9 @@ class PacketManager(wiring.Component):
             # page, so every return is PAGE_BAD)
             **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_counts": Out(prerank_bits(cfg)),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1),
-                "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1)}
+                "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1),
+                "alloc_row_if": In(cfg.cap_bits).array(L, cfg.max_targets, L),
+                "alloc_row_ahead": In(L).array(L, cfg.max_targets)}
                if cfg.multicast else {}),
         })
 
@@ -900,7 +906,11 @@ class PacketManager(wiring.Component):
                 self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
             if self.cfg.multicast:
-                m.d.sync += [al.row.eq(Cat(*self.alloc.row[j])), al.loc.eq(self.alloc.loc[j]),
+                T, L = self.cfg.max_targets, self.cfg.lanes
+                m.d.sync += [al.row_if.eq(Cat(self.alloc_row_if[j][t][a][:self.cfg.row_bits]
+                                              for t in range(T) for a in range(L))),
+                             al.row_ahead.eq(Cat(self.alloc_row_ahead[j][t] for t in range(T))),
+                             al.loc.eq(self.alloc.loc[j]),
                              al.xmask.eq(self.t_mask[j])]
             else:
                 m.d.sync += al.row.eq(self.alloc.row[j])
@@ -1011,8 +1021,16 @@ class PacketManager(wiring.Component):
     def _grant_info(self, al):
         """An AL record's grant as a row-info entry: alloc, row (, page when paged)."""
         if self.cfg.multicast:
-            return Cat(al.ok, al.row, al.loc)
+            return Cat(al.ok, self._al_rows(al), al.loc)
         return Cat(al.ok, al.row, al.page) if paged(self.cfg) else Cat(al.ok, al.row)
+
+    def _al_rows(self, al):
+        """(multicast) An AL record's target rows: each target's row for the count of
+        granted rows ahead of it naming its expert (both registered apart from the
+        allocator)."""
+        L, rb = self.cfg.lanes, self.cfg.row_bits
+        return Cat(select([(al.row_ahead[t][a], al.row_if[t][a]) for a in range(L)], rb)
+                   for t in range(self.cfg.max_targets))
 
     def _place_offset(self, rec):
         """Where a row's data lands, in bytes from the base: its row in the expert's
