@@ -11,6 +11,8 @@ not read Amaranth 0.5 RTLIL; plain Verilog is the hand-over format (TOOLCHAIN.md
 from __future__ import annotations
 
 import re
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,12 +52,30 @@ def _flatten_names(il_text: str) -> str:
                   il_text, flags=re.M)
 
 
+#: Python recursion limit while Amaranth lowers the hub: its transformers recurse once per
+#: operator of an expression, and a left-leaning chain over the chunk-table entries (512
+#: at 16 sources x 32 tags, Mixtral on two nodes) is ~500 operators deep, past the
+#: default 1,000 frames (measured: the conversion then takes 75 s and succeeds)
+RECURSION_LIMIT = 20_000
+
+
+@contextmanager
+def _deep_expressions():
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def write_verilog(cfg: HubConfig, out_dir: Path, design=None) -> Path:
     """Write ``<out_dir>/moehub.il`` and ``<out_dir>/moehub.v``; return the Verilog path.
     ``design``: another component to synthesise in the hub's place (a unit on its own,
     :mod:`moehub.synth.units`), under the same top name."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    il = _flatten_names(rtlil.convert(MoEHub(cfg) if design is None else design, name=TOP))
+    with _deep_expressions():
+        il = _flatten_names(rtlil.convert(MoEHub(cfg) if design is None else design, name=TOP))
     il_path = out_dir / f"{TOP}.il"
     il_path.write_text(il)
     v_path = out_dir / f"{TOP}.v"
