@@ -269,12 +269,15 @@ class PacketManager(wiring.Component):
         event expander holds events taken from the queue (the end of a layer waits).
     """
 
-    def __init__(self, cfg: HubConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: HubConfig, formal: bool = False):
+        self.cfg, self.formal = cfg, formal
         self.lay = lay = HubLayouts(cfg)
         self.stages = StageLayouts(cfg)
         L = cfg.lanes
         super().__init__({
+            # (the property harness, verif/formal: two data lanes on one row in R read
+            # chunk-table entries that disagree on ``open`` -- T's row-full relies on it)
+            **({"formal_open_split": Out(1)} if formal else {}),
             "i": In(stream.Signature(lay.packet)).array(L),
             "wr": Out(stream.Signature(lay.write)).array(L),
             "ev": Out(queue_push_signature(lay.event, L)),
@@ -570,6 +573,9 @@ class PacketManager(wiring.Component):
         v["full_if"] = {}                         # (j, lane j adds): full after lanes <= j
         for j in range(L):
             self._t_row_lane(m, v, j)
+        if self.formal:
+            m.d.comb += self.formal_open_split.eq(_any(
+                R[j].d & R[j].row[i] & (tab.ent[i].open != tab.ent[j].open) for j in range(L) for i in range(j)))
         return v
 
     def _t_row_lane(self, m, v, j):

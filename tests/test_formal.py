@@ -141,6 +141,22 @@ def test_broken_packet_manager_fails():
     _fails(r, "dropped packet writes")
 
 
+def test_chunk_table_open_split_fails(monkeypatch):
+    """A chunk table whose lane 1 misses the write-back of the group two ahead: two lanes
+    on one row read entries that disagree on ``open`` (the invariant T's row-full relies
+    on, 8a31299)."""
+    import moehub.rtl.packet_manager as pm_mod
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.packet_manager import PacketManagerHarness
+    broken = mutant("moehub.rtl.chunk_table",
+                    "[(self.hit2[j][k] & self.w_wen[k], self.w_after[k]) for k in range(L)]",
+                    "[(self.hit2[j][k] & self.w_wen[k] & (j != 1), self.w_after[k]) for k in range(L)]",
+                    "ChunkTable")
+    monkeypatch.setattr(pm_mod, "ChunkTable", broken)
+    r = run_harness("broken-open-split", PacketManagerHarness(formal_config("tiny/pm-small")), "bmc", 10)
+    _fails(r, "disagree on open")
+
+
 def test_cli(capsys):
     """The command: a table and exit 0; unknown set 2; bad depth 2; missing tools 3."""
     from moehub.scripts.cli import main

@@ -23,6 +23,8 @@ Properties:
 
 * every accepted row of (``cs``, ``ct``) returns exactly one credit, pushed exactly
   ``EVENT_LATENCY`` cycles after its last chunk was accepted, and no credit otherwise;
+* the data lanes on one row in R read chunk-table entries that agree on ``open`` (T forms
+  each lane's row-full for an open and a closed row and chooses by the lane's own entry);
 * a dropped packet never writes: if the chosen packet is dropped -- not armed, source or
   tag out of range, chunk out of range, an end-of-stream, expert out of range, or its row
   refused by the allocator (overflow) -- no write with its data ever leaves lane ``cl``;
@@ -54,8 +56,11 @@ class PacketManagerHarness(Elaboratable):
         cfg = self.cfg
         p = Props(m)
         self.messages = p.messages
-        m.submodules.dut = pm = self.dut_cls(cfg)
+        m.submodules.dut = pm = self.dut_cls(cfg, formal=True)
         reset_first(m)
+        # (an invariant T's row-full relies on, which the equivalence induction of its
+        # refactor (8a31299) could not see: the lanes on one row read one entry)
+        p.check(~pm.formal_open_split, "two lanes on one row read entries that disagree on open")
         self._control(m, p, pm)
         ev_lvl, ev_fill = self._queue(m, p, pm.ev, cfg.event_queue_depth, "ev")
         cr_lvl, cr_fill = self._queue(m, p, pm.cr, cfg.credit_queue_depth, "cr")
