@@ -154,6 +154,7 @@ class MoEHub(wiring.Component):
         for j in range(L):
             m.d.comb += [a.expert[j].eq(g.expert[j]), a.same[j].eq(g.same[j]), pg.expert[j].eq(g.expert[j]),
                          pg.same[j].eq(g.same[j]), pg.ahead[j].eq(pm.alloc_ahead[j]),
+                         pg.prev_same[j].eq(pm.alloc_prev_same[j]),
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
             m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop_r[e].eq(pg.stop_r[e]),

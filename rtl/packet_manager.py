@@ -208,7 +208,9 @@ class StageLayouts:
             # (paged) bit a: a requests of the lane's expert ahead of it in the group, zero
             # without a request (the page gate's lane order starts at a register, not at a
             # count of T's verdicts)
-            **({"ahead": L} if paged(cfg) else {})})
+            # (paged) bit i: the lane's expert is lane i's of the group one ahead (in the
+            # page gate the cycle before: a refusal there holds this lane's rows)
+            **({"ahead": L, "prev_same": L} if paged(cfg) else {})})
         #: AL: the grant, the region base, the row-info entry read. (multicast: a row per
         #: target, the row's place in the arena, and the experts it names, for OVERFLOW)
         #: (multicast: each target's row as the allocator's two parts -- the row for every
@@ -295,7 +297,7 @@ class PacketManager(wiring.Component):
             # (paged) for the page gate, bit a of lane j: a requests of its expert ahead of
             # it in the group (a register of T); each granted row's page (the gate's), the
             # layer's tile size (one-hot over paging.tile_sizes), POOL_BASE, PAGE_BAD's pulse
-            **({"alloc_ahead": Out(L).array(L),
+            **({"alloc_ahead": Out(L).array(L), "alloc_prev_same": Out(L).array(L),
                 "alloc_page": In(cfg.page_bits).array(L), "tile_sh": In(len(tile_sizes(cfg))),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if paged(cfg) else {}),
             # (multicast) the requests' pre-rank for the allocator (registers of T: the
@@ -813,6 +815,8 @@ class PacketManager(wiring.Component):
             m.d.sync += self.q_info[j].eq(select([(self.r_sel[j][e], self.rowinfo[e])
                                                   for e in range(self.cfg.entries)], self.lay.row_info))
             if paged(self.cfg):
+                # (the pipeline never stalls: the group in T now is the one ahead then)
+                m.d.sync += t.prev_same.eq(Cat(r.pkt.expert == T[i].pkt.expert for i in range(L)))
                 m.d.sync += t.ahead.eq(Mux(req, Cat(exactly([reqs[i] & r.same_exp[i] for i in range(j)], a)
                                                     for a in range(L)), 0))
             if self.cfg.count_packets:
@@ -836,6 +840,7 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.alloc.same[j].eq(t.same_exp[:j]) for j, t in enumerate(T)]
         if paged(self.cfg):
             m.d.comb += [self.alloc_ahead[j].eq(t.ahead) for j, t in enumerate(T)]
+            m.d.comb += [self.alloc_prev_same[j].eq(t.prev_same) for j, t in enumerate(T)]
         if counted:
             self._t_thresholds(m, v)
 

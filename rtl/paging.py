@@ -33,9 +33,12 @@ through an index adder, 20.6 with both registered/one-hot.) No verdict reaches a
 follows its takes a cycle late (this cycle's pages are read past the takes still pending,
 from registers), and after a refusal the allocator's counters, which added every request
 of the cycle, are set in the next cycle, from registers, to the grants that stood
-(``stop_r``, itself formed from the lanes' registers of the refusal's cycle); meanwhile the gate refuses that expert's requests (``page_refused``), as the
-model does -- the pool, which served every page it had before the refusal, is still
-empty.
+(``stop_r``, itself formed from the lanes' registers of the refusal's cycle); meanwhile
+the gate refuses that expert's requests (``held``: a lane whose expert is a refused lane's
+of the cycle before, a match the packet manager registers in T), as the model does -- the
+pool, which served every page it had before the refusal, is still empty. (With the
+refusal as a per-expert OR of the lanes' registers in front of the lane chain, the path
+into the pool's take was 27.5 FO4 at 32 experts.)
 
 Why several takes a cycle rather than the one-take pool with a prefetched page per expert:
 the reference model (``HubModel._place``) takes a page at the moment a row starts a tile,
@@ -208,6 +211,9 @@ class PageGate(wiring.Component):
     ----------
     req : In(lanes), expert : In(experts).array(lanes)
         The packet manager's row requests (lane order; the expert one-hot).
+    prev_same : In(lanes).array(lanes)
+        Bit i of ``prev_same[j]``: lane j's expert is lane i's of the group in the cycle
+        before (a register of T: the pipeline never stalls).
     same, ahead : In(lanes).array(lanes)
         Bit i of ``same[j]`` (i < j): lanes i and j name the same expert; bit a of
         ``ahead[j]``: ``a`` requests of lane j's expert ahead of it (one-hot; zero when lane
@@ -261,6 +267,7 @@ class PageGate(wiring.Component):
         L, E, pb = cfg.lanes, cfg.experts, cfg.page_bits
         super().__init__({
             "req": In(L), "expert": In(E).array(L), "same": In(L).array(L), "ahead": In(L).array(L),
+            "prev_same": In(L).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
             "tile_at": In(L).array(E), "room_ge": In(L + 1).array(E),
             "stop_r": Out(L).array(E),
@@ -310,10 +317,11 @@ class PageGate(wiring.Component):
         first_r = Signal(L, name="page_first_short_r")
         oh_r = [Signal(E, name=f"page_expert_r{j}") for j in range(L)]
         ahead_r = [Signal(L, name=f"page_ahead_r{j}") for j in range(L)]
-        refused = Signal(E, name="page_refused")
-        m.d.comb += refused.eq(Cat(Cat(first_r[j] & oh_r[j][e] for j in range(L)).any() for e in range(E)))
+        # (lane j is held when a lane i of the group before was its expert's first refusal:
+        # i's refusal register and the packet manager's registered expert match, no
+        # per-expert OR in front of the lane chain)
         held = [Signal(name=f"page_held{j}") for j in range(L)]
-        m.d.comb += [held[j].eq(Cat(oh[j][e] & refused[e] for e in range(E)).any()) for j in range(L)]
+        m.d.comb += [held[j].eq(Cat(first_r[i] & self.prev_same[j][i] for i in range(L)).any()) for j in range(L)]
         needs = [Signal(name=f"page_needs{j}") for j in range(L)]
         for j in range(L):
             starts_if = [Cat(oh[j][e] & starts[e][a] for e in range(E)).any() for a in range(j + 1)]
