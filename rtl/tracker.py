@@ -381,14 +381,26 @@ class AvailabilityTracker(wiring.Component):
         m.d.comb += [s0.valid.eq(pick.valid), s0.oh.eq(1 << pick.kind), s0.row.eq(pick.row),
                      s0.src.eq(ev.src), s0.token.eq(ev.token), s0.slot.eq(ev.slot),
                      s0.group.eq(ev.group)]
-        if paged(self.cfg):     # (a completion's page; a last tile's: its expert's page)
-            m.d.comb += s0.page.eq(Mux(pick.kind == K_CPL, ev.page, Array(self.cur_page)[pick.expert]))
+        if paged(self.cfg):
+            m.d.comb += s0.page.eq(self._s0_page(mode, sq, ev))
         if self.cfg.multicast:
             m.d.comb += s0.loc.eq(ev.loc)
         if self.fin is not None:
             self._s0_final(m, mode, pick, s0, go, sq)
         with m.If(go):
             m.d.sync += t1.load(s0)
+
+    def _s0_page(self, mode, sq, ev):
+        """(paged) The page a flag names: a completion's own (an event in RUN), a last
+        tile's its expert's current page (the sweep's word, or the final sequencer's in
+        RUN). Each expert lookup is made from its own registers (the sweep's, the
+        sequencer's) and the mode chooses after them: the lookup behind the mode's pick
+        was 24.0 FO4 at 32 experts. (A metadata event's page is not read.)"""
+        cur = Array(self.cur_page)
+        page = ev.page
+        if self.fin is not None:
+            page = Mux(self.fin.valid, cur[self.fin.expert], page)
+        return Mux(mode == SWEEP, cur[sq.expert], page)
 
     def _s0_final(self, m, mode, pick, s0, go, sq):
         """(count_packets) S0 in RUN mode: the final sequencer's word first (no event is
