@@ -31,10 +31,12 @@ out is the lowest of those left (a priority one-hot of ``max_targets`` bits) sel
 fields by an AND-OR. One-target events pass one a cycle (an event is taken in the
 cycle the one before it is handed out); ``busy`` tells the packet manager that events are
 still held here (its end of layer waits for them as for the queue). The held event's
-targets left and the lowest of them are registers (``left``, ``first``), each next value
-formed in parallel for every outcome and chosen by ``ready``: with the lowest target
-encoded behind the entry select, the path from ``rp`` to the tracker's address was the
-multicast hub's deepest (24.6 FO4 at 8 targets).
+targets left and the lowest of them are registers (``left``, ``first``): with the lowest
+target encoded behind the entry select, the path from ``rp`` to the tracker's address was
+the multicast hub's deepest (24.6 FO4 at 8 targets). Every register's next value is formed
+for the tracker's ready low and high, from registers, and the ready chooses last: it
+arrives late (at 7ceec68, with the next state's priority chain behind it, the ready into
+``left``/``first`` was 27.9 FO4).
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -88,39 +90,44 @@ class EventExpander(wiring.Component):
         held = Signal(name="held")
         m.d.comb += held.eq(count != 0)
         self._out(m, cur, held, left, first)
-        # the held event leaves: its last target handed out, or (never pushed) it has none
-        finish = Signal(name="finish")
-        m.d.comb += finish.eq(held & ((self.o.ready & last) | ~left.any()))
         take = Signal(name="take")
         m.d.comb += [take.eq(self.i.valid & (count != 2)), self.i.ready.eq(count != 2),
                      self.busy.eq(held)]
         for k in range(2):
             with m.If(take & (wp == k)):
                 m.d.sync += ent[k].eq(self.i.payload)
-        m.d.sync += [wp.eq(wp ^ take), rp.eq(rp ^ finish), count.eq(count + take - finish)]
-        self._next_targets(m, count, ent, rp, take, finish, left, first)
+        m.d.sync += wp.eq(wp ^ take)
+        # the next state for the tracker's ready low and high, each from registers (and the
+        # queue's head); the ready, behind the tracker's fan-out, only chooses
+        regs = (rp, count, left, first)
+        nxt = [self._next_state(m, ready, count, ent, rp, take, held, last, left, first) for ready in (0, 1)]
+        m.d.sync += [reg.eq(Mux(self.o.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
         return m
 
-    def _next_targets(self, m, count, ent, rp, take, finish, left, first):
-        """``left`` and ``first`` of the next cycle: the next event's targets when the held
-        one leaves (the other entry, or the queue's head taken now) or when one is taken
-        into an empty ring; else, a target handed out, the ones after it. Each candidate's
-        lowest target is formed in parallel from registers (or the queue's head), and the
-        tracker's ``ready`` only chooses: the priority encode is off the path from the
-        held entry to the tracker."""
+    def _next_state(self, m, ready: int, count, ent, rp, take, held, last, left, first):
+        """(rp, count, left, first) of the next cycle if the tracker's ready is ``ready``.
+        The held event leaves when its last target is handed out, or at once if it has none
+        (never pushed); the next event's targets are loaded when it leaves (the other
+        entry, or the queue's head taken now) or when one is taken into an empty ring;
+        else, a target handed out, the ones after it. Each candidate's lowest target is
+        formed in parallel."""
         T = self.cfg.max_targets
         lowest = lambda v: Cat(v[t] & ~v[:t].any() for t in range(T))
-        nxt_tv = Signal(T, name="next_tv")         # the entry that becomes the held one
+        tag = f"_r{ready}"
+        finish = Signal(name=f"finish{tag}")
+        m.d.comb += finish.eq(held & ((last & ready) | ~left.any()))
+        handout = held & left.any() & ready
+        nxt_tv = Signal(T, name=f"next_tv{tag}")   # the entry that becomes the held one
         m.d.comb += nxt_tv.eq(Mux(count == 2, Mux(rp, ent[0].tv, ent[1].tv), self.i.payload.tv))
-        after = Signal(T, name="left_after")       # the targets after the one handed out
+        after = Signal(T, name=f"left_after{tag}")  # the targets after the one handed out
         m.d.comb += after.eq(left & ~first)
         load = (finish & ((count == 2) | take)) | ((count == 0) & take)
-        with m.If(load):
-            m.d.sync += [left.eq(nxt_tv), first.eq(lowest(nxt_tv))]
-        with m.Elif(finish):
-            m.d.sync += [left.eq(0), first.eq(0)]
-        with m.Elif(self.o.valid & self.o.ready):
-            m.d.sync += [left.eq(after), first.eq(lowest(after))]
+        n_left, n_first = Signal(T, name=f"left_next{tag}"), Signal(T, name=f"first_next{tag}")
+        m.d.comb += [n_left.eq(Mux(load, nxt_tv, Mux(finish, 0, Mux(handout, after, left)))),
+                     n_first.eq(Mux(load, lowest(nxt_tv), Mux(finish, 0, Mux(handout, lowest(after), first))))]
+        n_count = Signal(range(3), name=f"count_next{tag}")
+        m.d.comb += n_count.eq(count + take - finish)
+        return rp ^ finish, n_count, n_left, n_first
 
     def _out(self, m, cur, held, left, first):
         """The tracker's event: ``cur``'s lowest target left, with the event's fields."""

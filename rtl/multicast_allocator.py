@@ -234,7 +234,6 @@ class MulticastAllocator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        self._plus_rows = None
         cfg, g = self.cfg, self.grant
         L, T, E, cb, pb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits, pool_count_bits(cfg)
         # the experts each lane's row names (pre-ranked: registered a stage ahead)
@@ -377,19 +376,20 @@ class MulticastAllocator(wiring.Component):
         """Lane j's targets' rows and its arena row, from its verdict and those ahead."""
         cfg, g = self.cfg, self.grant
         T, E, cb = cfg.max_targets, cfg.experts, cfg.cap_bits
-        # rows: per expert, its rows now plus a (a < lanes) -- the lagged counter and its
-        # last cycle's grants and a narrow add, shared by every
-        # lane and target -- chosen by the target's one-hot (early: a register of T) for
-        # each a the lane can have ahead, then by the one-hot count of the granted rows
-        # ahead naming the expert (late: the verdicts). (The first version chose the
-        # counter by the one-hot and then added: the adds waited for the one-hot's select,
-        # 23.2 FO4 at 32 experts x 8 targets; measured 24.2 this way at c0da761, with
-        # inverted copies of the counters that did not help and are gone.)
-        plus = self._expert_plus(m, experts)
+        # rows: the target's expert's lagged counter and its last cycle's grants, chosen by
+        # the target's one-hot (a register of T), then a narrow add of that count plus a,
+        # for each a the lane can have ahead -- registered by the packet manager as they
+        # are, with the one-hot count of the granted rows ahead naming the expert (late:
+        # the verdicts), and chosen there (AL). (Per expert ``rows now + a`` candidates
+        # chosen by the one-hot instead -- every candidate fanned out to every lane and
+        # target -- measured 24.2 FO4 at c0da761 and 24.9 at 7ceec68 with the choice in AL.)
         for t in range(T):
             oh = g.oh[j][t]
-            cand = [Signal(cb, name=f"row{j}_{t}_if{a}") for a in range(j + 1)]
-            m.d.comb += [cand[a].eq(select([(oh[e], plus[e][a]) for e in range(E)], cb)) for a in range(j + 1)]
+            base = Signal(cb, name=f"row{j}_{t}_base")
+            lagged = Signal(cfg.lanes + 1, name=f"row{j}_{t}_last")
+            m.d.comb += [base.eq(select([(oh[e], experts[e]["cnt"]) for e in range(E)], cb)),
+                         lagged.eq(select([(oh[e], experts[e]["last"]) for e in range(E)], cfg.lanes + 1))]
+            cand = [self._plus(m, base, lagged, a, f"row{j}_{t}") for a in range(j + 1)]
             n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], cand[a]) for a in range(j + 1)], cb))
             m.d.comb += [self.row_if[j][t][a].eq(cand[a]) for a in range(j + 1)]
@@ -397,14 +397,6 @@ class MulticastAllocator(wiring.Component):
         before = late_count(ok[:j])
         m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
                                         for a in range(j + 1)], len(arena["cnt"])))
-
-    def _expert_plus(self, m, experts) -> list:
-        """Per expert, ``rows now + a`` for a = 0..lanes-1 (from its registers; made
-        once, for every lane)."""
-        if getattr(self, "_plus_rows", None) is None:
-            self._plus_rows = [[self._plus(m, x["cnt"], x["last"], a, f"x{e}_plus") for a in range(self.cfg.lanes)]
-                               for e, x in enumerate(experts)]
-        return self._plus_rows
 
     @staticmethod
     def _plus(m, base, last, a, name):
