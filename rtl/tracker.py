@@ -629,9 +629,11 @@ class AvailabilityTracker(wiring.Component):
             m.d.sync += [fin.kind.eq(K_COUNT), fin.expert.eq(fc.expert),
                          fin.row.eq(rows_x), self.fin_group.eq(self.ev.payload.group),
                          part.eq((rows_x[:self.tl.count_bits] & cfg.tile_m1) != 0)]
+        # (a pop, so a fire, needs the sequencer idle: the two are exclusive, and ``fire``
+        # stays out of the words' kind)
         with m.If(fc.fire):
             m.d.sync += fin.valid.eq(1)
-        with m.Elif((mode == RUN) & fin.valid & go):
+        with m.If((mode == RUN) & fin.valid & go):
             with m.If((fin.kind == K_COUNT) & part):
                 m.d.sync += fin.kind.eq(K_LAST)
             with m.Else():
