@@ -100,31 +100,38 @@ class EventExpander(wiring.Component):
         # the next state for the tracker's ready low and high, each from registers (and the
         # queue's head); the ready, behind the tracker's fan-out, only chooses
         regs = (rp, count, left, first)
-        nxt = [self._next_state(m, ready, count, ent, rp, take, held, last, left, first) for ready in (0, 1)]
+        loads = self._candidates(m, count, ent, rp, left, first)
+        nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, loads) for ready in (0, 1)]
         m.d.sync += [reg.eq(Mux(self.o.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
         return m
 
-    def _next_state(self, m, ready: int, count, ent, rp, take, held, last, left, first):
+    def _candidates(self, m, count, ent, rp, left, first):
+        """What ``left`` and ``first`` may load, with the lowest target of each formed in
+        parallel: the entry that becomes the held one (the other entry, or the queue's
+        head taken now) and the targets after the one handed out."""
+        T = self.cfg.max_targets
+        nxt_tv = Signal(T, name="next_tv")
+        after = Signal(T, name="left_after")
+        m.d.comb += [nxt_tv.eq(Mux(count == 2, Mux(rp, ent[0].tv, ent[1].tv), self.i.payload.tv)),
+                     after.eq(left & ~first)]
+        lowest = lambda v: Cat(v[t] & ~v[:t].any() for t in range(T))
+        return {"next": (nxt_tv, lowest(nxt_tv)), "after": (after, lowest(after))}
+
+    def _next_state(self, m, ready: int, count, rp, take, held, last, left, first, loads):
         """(rp, count, left, first) of the next cycle if the tracker's ready is ``ready``.
         The held event leaves when its last target is handed out, or at once if it has none
-        (never pushed); the next event's targets are loaded when it leaves (the other
-        entry, or the queue's head taken now) or when one is taken into an empty ring;
-        else, a target handed out, the ones after it. Each candidate's lowest target is
-        formed in parallel."""
+        (never pushed); the next event's targets are loaded when it leaves or when one is
+        taken into an empty ring; else, a target handed out, the ones after it."""
         T = self.cfg.max_targets
-        lowest = lambda v: Cat(v[t] & ~v[:t].any() for t in range(T))
         tag = f"_r{ready}"
         finish = Signal(name=f"finish{tag}")
         m.d.comb += finish.eq(held & ((last & ready) | ~left.any()))
         handout = held & left.any() & ready
-        nxt_tv = Signal(T, name=f"next_tv{tag}")   # the entry that becomes the held one
-        m.d.comb += nxt_tv.eq(Mux(count == 2, Mux(rp, ent[0].tv, ent[1].tv), self.i.payload.tv))
-        after = Signal(T, name=f"left_after{tag}")  # the targets after the one handed out
-        m.d.comb += after.eq(left & ~first)
         load = (finish & ((count == 2) | take)) | ((count == 0) & take)
+        (nxt_tv, nxt_first), (after, after_first) = loads["next"], loads["after"]
         n_left, n_first = Signal(T, name=f"left_next{tag}"), Signal(T, name=f"first_next{tag}")
         m.d.comb += [n_left.eq(Mux(load, nxt_tv, Mux(finish, 0, Mux(handout, after, left)))),
-                     n_first.eq(Mux(load, lowest(nxt_tv), Mux(finish, 0, Mux(handout, lowest(after), first))))]
+                     n_first.eq(Mux(load, nxt_first, Mux(finish, 0, Mux(handout, after_first, first))))]
         n_count = Signal(range(3), name=f"count_next{tag}")
         m.d.comb += n_count.eq(count + take - finish)
         return rp ^ finish, n_count, n_left, n_first

@@ -53,11 +53,11 @@ fan-out to every expert and a mux:
   counters' 13-bit selects; ``rows`` (ROWS) is that select registered once more (a
   cycle after the grants: the tracker's sweep and the CSRs read it long after).
   Grants always fit: no saturation;
-* off the loop, granted rows and ``loc`` pick among their ``+ p + a`` candidates (per
-  expert, its lagged counter and last cycle's grants ``p`` plus ``a``: a narrow
-  add each, shared by every lane and target, chosen by the target's one-hot) by the
-  one-hot count of the granted lanes ahead naming the expert (the lane-pair relations
-  ``same``).
+* off the loop, granted rows and ``loc`` pick among their ``+ p + a`` candidates (a
+  target's expert's lagged counter and last cycle's grants ``p``, chosen by the target's
+  one-hot, plus ``a``: a narrow add) by the one-hot count of the granted lanes ahead
+  naming the expert (the lane-pair relations ``same``); the packet manager registers
+  the row candidates and that count apart and chooses in AL (``row_if``, ``row_ahead``).
 
 Fan-in of the grant, honestly: ``ok[lanes-1]`` depends on every lane's request and
 target set (``lanes x experts`` mask bits, pre-ranked), every expert's ``room > a`` bits
