@@ -85,6 +85,16 @@ def _plus(reg, n: int, bit):
     return Mux(bit, (reg + (n + 1))[:w], (reg + n)[:w])
 
 
+def _gt_next(reg, took, good, bits: int, others=()):
+    """The bits ``reg - n + good > x`` (x < ``bits``) for the ``n`` that ``took`` selects
+    (one-hot), as compares of the register with constants chosen after them (``reg > x + n
+    - good``); ``others``: (select, small value) outcomes compared directly."""
+    L = len(took) - 1
+    gt = {y: (reg > y) if y >= 0 else Const(1) for y in range(-1, bits + L)}
+    return Cat(*(Cat(*([took[n] & Mux(good, gt[x + n - 1], gt[x + n]) for n in range(L + 1)]
+                       + [sel & (v > x) for sel, v in others])).any() for x in range(bits)))
+
+
 def tile_sizes(cfg: HubConfig) -> list:
     """log2 of every tile size a layer may use (TILE_ROWS_LOG2 is clamped to these)."""
     return list(range(cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length()))
@@ -168,15 +178,9 @@ class PageSupply(PagePool):
             fbase.eq(select([(pend[n], _plus(fbase, n - 1, ~good)) for n in range(L + 1)], len(fbase))),
             nfree.eq(select([(pend[n], _plus(nfree, -n, good)) for n in range(L + 1)], len(nfree)))]
         # (count - n + good > x is count > x + n - good; ret_r + good > x for a restart)
-        cgt = {y: (count > y) if y >= 0 else Const(1) for y in range(-1, 3 * L)}
-        m.d.sync += count_gt.eq(Cat(*(
-            Cat(*([pend[n] & lasts[n] & Mux(good, cgt[x + n - 1], cgt[x + n]) for n in range(L + 1)]
-                  + [pend[n] & ~lasts[n] & (small > x) for n in range(1, L + 1)])).any()
-            for x in range(2 * L))))
-        # (nfree - n + good > x is nfree > x + n - good: compares of the register, chosen)
-        gt = {y: (nfree > y) if y >= 0 else Const(1) for y in range(-1, 3 * L)}
-        m.d.sync += free_gt.eq(Cat(*(Cat(*(pend[n] & Mux(good, gt[x + n - 1], gt[x + n]) for n in range(L + 1))).any()
-                                      for x in range(2 * L))))
+        m.d.sync += count_gt.eq(_gt_next(count, [p & t for p, t in zip(pend, lasts)], good, 2 * L,
+                                         [(pend[n] & ~lasts[n], small) for n in range(1, L + 1)]))
+        m.d.sync += free_gt.eq(_gt_next(nfree, pend, good, 2 * L))
         # ---- in_use: set by the takes, cleared by a good return (never a page taken now).
         # The pages the pending takes got are registered as handed out (``given``), so the
         # set bits decode flops, not the ring's read.
