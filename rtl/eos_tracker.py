@@ -53,15 +53,16 @@ class EosTracker(wiring.Component):
     seen : Out(sources)
         The source's EOS is in, that group included.
     le : Out(lanes).array(sources)
-        Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``).
+        Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``),
+        formed from a copy of ``p_sel`` (``p_sel_le``): T chooses these by its lanes'
+        sources into its POST_EOS verdicts, so they should not start behind ``p_sel``'s
+        fan-out (at 72 sources that fan-out's buffers led T's row requests, 22.3 FO4).
     done : Out(sources)
         The source's EOS is in and its count reached (``seen`` and ``le`` bit 0), for
         the layer's ``finished`` alone: formed from a copy of ``p_sel`` (``p_sel_fin``)
         that drives nothing else, so that the AND over the sources does not start
-        behind ``p_sel``'s fan-out to T, A and the next state. (The copy's reset value
-        is ``p_sel``'s inverted, bit by bit, so that synthesis does not merge the two:
-        after reset no EOS is seen, so ``done`` is 0 whatever the copy holds, and a cycle
-        later the copy is ``p_sel`` again.)
+        behind ``p_sel``'s fan-out to T, A and the next state (:meth:`_copy`: after reset
+        no EOS is seen, so ``done`` is 0 whatever the copy holds).
     mismatch : Out(lanes)
         The EOS on lane j of that group has a count below its source's rows opened.
     got_eos : Out(sources), count : Out(count_bits).array(sources)
@@ -149,8 +150,12 @@ class EosTracker(wiring.Component):
             dist_t.eq(Mux(p_eos, select([(p_sel[n], p_evec[n]) for n in n_range], ds),
                           select([(p_sel[n], dist - n) for n in n_range], ds))),
         ]
-        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(p_sel[n] & p_le[n + k] for n in n_range).any(),
-                                     Cat(p_sel[n] & dist_le[n + k] for n in n_range).any()))
+        # (T's compares from a copy of p_sel, p_sel_le: T reads them through a select over
+        # the sources into its POST_EOS verdicts, so they do not start behind p_sel's
+        # fan-out to the tracker's own next state and to A and T)
+        p_sel_le = self._copy(m, p_sel, self.nxt_sel[s], f"p_sel_le{s}", init=(1 << L + 1) - 1)
+        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(p_sel_le[n] & p_le[n + k] for n in n_range).any(),
+                                     Cat(p_sel_le[n] & dist_le[n + k] for n in n_range).any()))
                      for k in range(L)]
         m.d.sync += [eos_seen.eq(seen_t), opened.eq(opened_t), dist.eq(dist_t)]
         with m.If(p_eos):
@@ -164,11 +169,9 @@ class EosTracker(wiring.Component):
             Cat(p_sel[n] & le[n + k] for n in n_range).any())) for k in range(2 * L)]
         m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_lane.eq(self.nxt_lane[s])]
         m.d.sync += p_le.eq(self.nxt_le[s])
-        p_sel_fin = Signal(L + 1, name=f"p_sel_fin{s}", init=~p_sel.init & ((1 << L + 1) - 1))
-        m.d.sync += p_sel_fin.eq(self.nxt_sel[s])
+        p_sel_fin = self._copy(m, p_sel, self.nxt_sel[s], f"p_sel_fin{s}", init=~p_sel.init & ((1 << L + 1) - 1))
         with m.If(self.clear):
-            m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1), p_sel_fin.eq(1),
-                         dist_le.eq(dist_le.init)]
+            m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1), dist_le.eq(dist_le.init)]
         done = Signal(name=f"done{s}")
         m.d.comb += done.eq(seen_t & Mux(p_eos, Cat(p_sel_fin[n] & p_le[n] for n in n_range).any(),
                                          Cat(p_sel_fin[n] & dist_le[n] for n in n_range).any()))
@@ -178,6 +181,18 @@ class EosTracker(wiring.Component):
             self.le[s].eq(dle_t),
             self.got_eos[s].eq(eos_seen), self.count[s].eq(eos_cnt),
         ]
+
+    def _copy(self, m, p_sel, nxt, name, init):
+        """A copy of a source's ``p_sel`` register (loaded and cleared with it) that drives
+        only what reads it, off ``p_sel``'s own fan-out. Its reset value ``init`` differs
+        from ``p_sel``'s and from every other copy's, so that synthesis does not merge
+        them: after reset no EOS is seen, so nothing that reads a copy is used then, and
+        a cycle later the copy is ``p_sel`` again."""
+        copy = Signal(len(p_sel), name=name, init=init)
+        m.d.sync += copy.eq(nxt)
+        with m.If(self.clear):
+            m.d.sync += copy.eq(1)
+        return copy
 
     def _mismatch(self, m):
         """Per lane: its EOS's count is below the rows at the end of the EOS's group

@@ -140,14 +140,21 @@ class SplitDifference:
         dom = m.d.sync if registered else m.d.comb
         self.lo = Signal(w, name=f"{name}_lo")
         self.borrow = Signal(name=f"{name}_borrow")
+        # (registered: the low part twice, the copy -- reset-less, so that synthesis keeps
+        # it apart -- for select_minus's compares with k alone; those pick every high
+        # segment, so they do not start behind the value's own fan-out)
+        self.lo_cmp = Signal(w, name=f"{name}_lo_cmp", reset_less=True) if registered else self.lo
         if isinstance(b, (list, tuple)):
             choices = b
             b = Signal(max(len(v) for _, v in choices), name=f"{name}_bsel")
             m.d.comb += b.eq(select(choices, len(b)))
-            dom += [self.lo.eq(select([(sel, (a[:w] - v[:w])[:w]) for sel, v in choices], w)),
-                    self.borrow.eq(Cat(*(sel & (a[:w] < v[:w]) for sel, v in choices)).any())]
+            lo = select([(sel, (a[:w] - v[:w])[:w]) for sel, v in choices], w)
+            dom += [self.lo.eq(lo), self.borrow.eq(Cat(*(sel & (a[:w] < v[:w]) for sel, v in choices)).any())]
         else:
-            dom += [self.lo.eq(a[:w] - b[:w]), self.borrow.eq(a[:w] < b[:w])]
+            lo = a[:w] - b[:w]
+            dom += [self.lo.eq(lo), self.borrow.eq(a[:w] < b[:w])]
+        if registered:
+            dom += self.lo_cmp.eq(lo)
         # High segments [start, stop): each minus every borrow it may get. A borrow into a
         # segment is 0, 1 or 2 (the low part subtracts both b and k), and so is the borrow
         # out of it (2 only for a - b - 2 below -2**sw): both as one-hots of three.
@@ -190,7 +197,7 @@ class SplitDifference:
             if not 0 <= k < 1 << w:
                 raise ValueError(f"k = {k}: must be in [0, 2**{w})")
         lo = select([(sel, (self.lo - k)[:w]) for sel, k in choices], w)
-        b2 = Cat(sel & (self.lo < k) for sel, k in choices).any()
+        b2 = Cat(sel & (self.lo_cmp < k) for sel, k in choices).any()
         c = Cat(~self.borrow & ~b2, self.borrow ^ b2, self.borrow & b2)   # borrow into the high part
         parts = [lo]
         for n, (seg, b_in) in enumerate(zip(self.segs, self.seg_borrow_in)):

@@ -104,6 +104,9 @@ until it completes, or until the watchdog flushes it); every later group is drop
 NOT_ARMED, and once the pipeline has drained the packet manager asks the tracker for the
 end-of-layer sweep.
 """
+import functools
+import operator
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -193,6 +196,10 @@ class StageLayouts:
         #: (The table entries read are the chunk table's registers.)
         self.r = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L, "row": L,
+            # (the chunk one-hots of the group's data lanes on the row, lanes up to this one:
+            # T's "row full" compares start at a register, not at `row`'s fan-out into a
+            # chunks-wide OR)
+            "ohs": C,
             "d": 1, "eos": 1, "first": 1, "last": 1, "match_new": 1, "eos_prior": 1,
             "dec": data.ArrayLayout(dist_shape(cfg), self.nk), "lag": 2 * L + 1,
             "src_oh": cfg.sources, **cnt, **risky})
@@ -528,6 +535,7 @@ class PacketManager(wiring.Component):
                 r.oh.eq(a.oh), r.same_idx.eq(a.same_idx), r.same_src.eq(a.same_src), r.same_exp.eq(a.same_exp),
                 r.same_chunk.eq(a.same_chunk), r.src_oh.eq(a.src_oh),
                 r.row.eq(Cat(a_row(i, j) for i in range(j))),
+                r.ohs.eq(functools.reduce(operator.or_, [Mux(a_row(i, j), A[i].oh, 0) for i in range(j)], a.oh)),
                 r.d.eq(a_d[j]), r.eos.eq(a_eos[j]), r.first.eq(a_first[j]),
                 r.last.eq(a_d[j] & ~_any(a_d[n] & A[n].same_idx[j] for n in range(j + 1, L))),
                 r.match_new.eq(~_any(a_row(i, j) for i in range(j))
@@ -632,12 +640,9 @@ class PacketManager(wiring.Component):
 
         def same_chunk(i, k):
             return R[max(i, k)].same_chunk[min(i, k)]
-        # (the chunks of this group's lanes on the row)
-        ohs = r.oh
-        for i in range(j):
-            ohs = ohs | Mux(row(i), R[i].oh, 0)
+        # (r.ohs: the chunks of this group's lanes on the row, up to this one)
         base = Signal(name=f"full_base{j}{tag}")
-        m.d.comb += base.eq(((ent.bitmap | ohs) if is_open else ohs) == all_chunks)
+        m.d.comb += base.eq(((ent.bitmap | r.ohs) if is_open else r.ohs) == all_chunks)
         adds = [row(i) & (tab.exp_eq[i] if is_open else R[i].match_new) for i in range(j)]
         stored = [(ent.bitmap & R[i].oh).any() if is_open else Const(0) for i in range(j + 1)]
         out = []
