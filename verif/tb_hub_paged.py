@@ -147,6 +147,34 @@ async def test_pool_exhausted(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_pool_exhausted_on_the_last_lane(dut):
+    """As test_pool_exhausted, with an expert's first refused row on the last lane: after
+    11 rows of expert 0 (all six pages), one cycle opens a row of expert 0 (row 11, in its
+    page), rows of experts 1 and 2 (each needs a page: OVERFLOW) and, on the last lane,
+    row 12 of expert 0 (OVERFLOW); the very next cycle's row of expert 0 is refused too --
+    the gate holds it by the last lane's refusal register (the allocator's counters for
+    expert 0 are a cycle wrong then, and the pool is still empty)."""
+    tb = await make_paged_tb(dut, tile_rows=2)
+    sched = []
+    for k in range(11):
+        s, tag = PAIRS[k % len(PAIRS)]
+        sched += wide(chunks(row(s, 0, token=k), tag=tag))
+    sched += IDLE
+    last = [(row(0, 0, token=50), (0, 0)), (row(1, 1, token=50), (1, 0)),
+            (row(2, 2, token=50), (2, 0)), (row(0, 0, token=51), (0, 1))]
+    assert len(last) == L
+    nxt = chunks(row(2, 0, token=51), tag=1)     # (opened in the very next cycle, lane 0)
+    together = first_chunks_together(last)
+    sched += together[:1] + [[nxt[0]]] + together[1:] + wide(nxt[1:])
+    await tb.send_schedule(sched + IDLE + [eos_all({0: 6, 1: 5, 2: 5})])
+    await finish(tb)
+    assert await drops(tb, Reason.OVERFLOW) == 4
+    assert [await tb.csr_read("OVERFLOW", x) for x in range(E)] == [2, 1, 1]
+    assert await tb.csr_read("ROWS", 0) == 12
+    assert await tb.csr_read("POOL_FREE") == 0
+
+
+@cocotb.test(**TIMEOUT)
 async def test_page_free_and_reuse(dut):
     """Layer 1 (tiles of 4) takes pages 0-2. Software hands back 1 and 0 (good), 1 again
     (PAGE_BAD), 5 (never taken: PAGE_BAD) and 40 (no such page: PAGE_BAD): three
