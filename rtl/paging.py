@@ -349,7 +349,16 @@ class PageGate(wiring.Component):
         for e in range(E):
             m.d.comb += self.stop_r[e].eq(Cat(
                 Cat(first_r[j] & oh_r[j][e] & ahead_r[j][a] for j in range(a, L)).any() for a in range(L)))
-        m.d.comb += pool.take.eq(Cat(*count_onehot(served)))
+        # (the pages taken: the first min(N, A) lanes that need one are served, N of them
+        # needing, A pages available (``avail``: A > x), so the take is that minimum as a
+        # one-hot -- from the needs' count and ``avail`` alone, not a count of ``served``
+        # behind the needs' counts ahead: one count, not two in series, on the way from T's
+        # requests into the pool's pending takes)
+        n_oh = count_onehot(needs)
+        a_ge = [Const(1)] + [pool.avail[n - 1] for n in range(1, L + 1)]          # A >= n
+        a_eq = [a_ge[n] & ~pool.avail[n] for n in range(L)] + [a_ge[L]]           # A == n
+        n_gt = [Cat(*n_oh[n + 1:]).any() for n in range(L)] + [Const(0)]          # N > n
+        m.d.comb += pool.take.eq(Cat(*((n_oh[n] & a_ge[n]) | (n_gt[n] & a_eq[n]) for n in range(L + 1))))
         # ---- each granted row's page: the page it took; else the newest page an earlier
         # lane took for its expert in this cycle; else its expert's current page
         new = [Signal(pb, name=f"page_new{j}") for j in range(L)]
