@@ -10,13 +10,14 @@ names; CTRL bits are one-cycle strobes. Software-visible rules:
 * reads of unmapped or write-only addresses return 0; writes to read-only ones are ignored;
 * read data is valid two cycles after ``r_stb`` (two registered steps, see ``CsrBank._read``).
 """
-from amaranth import Array, Module, Mux, Signal
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .csr_map import CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, HUB_ID, CsrMap
 from .layouts import csr_bus_signature
+from .paging import tile_sizes
 
 #: read-only registers whose value is a constant of the configuration
 _CONSTANT = ("ID", "PARAMS")
@@ -42,6 +43,12 @@ class CsrBank(wiring.Component):
         CTRL, named in lower case: read-write registers drive an output, read-only ones
         are read from an input; a write-only one (PAGE_FREE) drives the word written and
         ``<register>_w``, a strobe in the cycle of the write.
+    tile_oh : Out(len(tile_sizes))
+        (paged) TILE_ROWS_LOG2 as a one-hot over :func:`~moehub.rtl.paging.tile_sizes`,
+        a register written with it: the page gate and the allocator latch the layer's
+        tile size at START, which the bus write forms combinationally, so a decode of the
+        register behind it sat on their path (23.9 FO4 into the allocator's ``tile_at``);
+        a register decoded a cycle later would be stale for a START right after the write.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -58,6 +65,8 @@ class CsrBank(wiring.Component):
                 continue
             port = (Out if r.access == "rw" else In)(r.width)
             members[r.name.lower()] = port.array(r.count) if r.array else port
+        if cfg.paged:               # (TILE_ROWS_LOG2 decoded, see tile_oh)
+            members["tile_oh"] = Out(len(tile_sizes(cfg)))
         super().__init__(members)
 
     def _element(self, r, i):
@@ -100,6 +109,10 @@ class CsrBank(wiring.Component):
             if r.access == "wo" and r.name != "CTRL":
                 m.d.comb += [getattr(self, r.name.lower()).eq(wd[:r.width]),
                              getattr(self, r.name.lower() + "_w").eq(bus.w_stb & (bus.addr == r.addr()))]
+        sizes = tile_sizes(cfg)
+        tile_oh = Signal(len(sizes), name="tile_oh_r", init=1 << sizes.index(defaults["TILE_ROWS_LOG2"]))
+        if cfg.paged:
+            m.d.comb += self.tile_oh.eq(tile_oh)
         with m.If(bus.w_stb):
             with m.Switch(bus.addr):
                 for name, elems in store.items():
@@ -113,6 +126,8 @@ class CsrBank(wiring.Component):
                                     m.d.sync += sig.eq(clamp(name, wd[:hi - lo]))
                                 else:
                                     m.d.sync += sig[lo:hi].eq(wd[:hi - lo])
+                                if name == "TILE_ROWS_LOG2" and cfg.paged:
+                                    m.d.sync += tile_oh.eq(Cat(clamp(name, wd[:hi - lo]) == x for x in sizes))
 
         self._read(m, self._readable(cmap, store))
         return m

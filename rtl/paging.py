@@ -237,8 +237,8 @@ class PageGate(wiring.Component):
         registers); a row they refuse starts no tile.
     clear : In(1)
         Layer start: latch the tile size.
-    tile_rows_log2 : In(8)
-        The CSR (clamped by the bank), latched at ``clear``.
+    tile_oh : In(len(tile_sizes))
+        The TILE_ROWS_LOG2 CSR as a one-hot (the bank's register), latched at ``clear``.
     tile_m1 : Out(row_bits)
         The layer's tile rows minus one, for the allocator's ``tile_at``: the register, or
         at ``clear`` the value it latches.
@@ -275,7 +275,7 @@ class PageGate(wiring.Component):
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
             "tile_at": In(L).array(E), "room_ge": In(L + 1).array(E),
             "stop_r": Out(L).array(E),
-            "tile_rows_log2": In(8), "tile_m1": Out(cfg.row_bits),
+            "tile_oh": In(len(tile_sizes(cfg))), "tile_m1": Out(cfg.row_bits),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
             "ret": In(1), "ret_page": In(16), "bad": Out(1),
@@ -294,9 +294,9 @@ class PageGate(wiring.Component):
         tile_m1 = Signal(cfg.row_bits, name="page_tile_m1")
         sh = Signal(len(sizes), name="page_tile_sh", init=1 << sizes.index(cfg.tile_rows.bit_length() - 1))
         loaded = Signal(cfg.row_bits, name="page_tile_m1_load")
-        m.d.comb += loaded.eq(select([(self.tile_rows_log2 == s, (1 << s) - 1) for s in sizes], cfg.row_bits))
+        m.d.comb += loaded.eq(select([(self.tile_oh[k], (1 << s) - 1) for k, s in enumerate(sizes)], cfg.row_bits))
         with m.If(self.clear):
-            m.d.sync += [sh.eq(Cat(self.tile_rows_log2 == s for s in sizes)), tile_m1.eq(loaded)]
+            m.d.sync += [sh.eq(self.tile_oh), tile_m1.eq(loaded)]
         m.d.comb += self.tile_m1.eq(Mux(self.clear, loaded, tile_m1))
         m.d.comb += self.tile_sh.eq(sh)
         cur = [Signal(pb, name=f"cur_page{e}") for e in range(E)]
