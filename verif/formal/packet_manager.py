@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal
 
+from ...rtl.formats import PacketKind
 from ...rtl.packet_manager import PacketManager
 from ...rtl.timing import EVENT_LATENCY, WRITE_FIFO_DEPTH
 from .common import Props, any_const, any_seq, count_ones, reset_first
@@ -121,6 +122,13 @@ class PacketManagerHarness(Elaboratable):
             m.d.comb += [pm.tile_sh.eq(sh), pm.pool_base.eq(any_seq(m, self.cfg.addr_bits, "pool_base")),
                          pm.page_bad.eq(any_seq(m, 1, "page_bad"))]
 
+    def _is_data(self, q):
+        """The packet is a chunk: not an end-of-stream, nor (count packets) a count packet
+        (the packet format's kinds, decoded here, not by the packet manager's decoder)."""
+        if not self.cfg.count_packets:
+            return q.kind == PacketKind.DATA
+        return (q.kind != PacketKind.EOS) & (q.kind != PacketKind.COUNT)
+
     def _lanes(self, m, p, pm):
         """Free packets; the chosen row's source behaves (see the module docstring)."""
         cfg = self.cfg
@@ -137,12 +145,12 @@ class PacketManagerHarness(Elaboratable):
             m.d.comb += [i.valid.eq(any_seq(m, 1, f"in_valid{j}")),
                          i.payload.eq(any_seq(m, len(i.payload.as_value()), f"in_payload{j}"))]
             q = i.payload
-            mine = i.valid & (q.src == cs) & ((q.tag == ct) | q.kind)
-            p.assume(~mine | (~q.kind & self.armed & (q.chunk < C) & ~sent.bit_select(q.chunk, 1)))
+            mine = i.valid & (q.src == cs) & ((q.tag == ct) | ~self._is_data(q))
+            p.assume(~mine | (self._is_data(q) & self.armed & (q.chunk < C) & ~sent.bit_select(q.chunk, 1)))
             p.assume(~mine | (sent == 0) | (q.expert == exp))
             for k in range(j):
                 qk = pm.i[k].payload
-                other = pm.i[k].valid & (qk.src == cs) & ((qk.tag == ct) | qk.kind)
+                other = pm.i[k].valid & (qk.src == cs) & ((qk.tag == ct) | ~self._is_data(qk))
                 p.assume(~(mine & other) | ((q.chunk != qk.chunk) & (q.expert == qk.expert)))
             acc = mine & i.ready
             new_bits = new_bits | Mux(acc, Const(1, C) << q.chunk, 0)[:C]
@@ -189,9 +197,9 @@ class PacketManagerHarness(Elaboratable):
             m.d.sync += state.eq(1)
         reasons = {
             "not armed": ~self.armed,
-            "bad source": (q.src >= cfg.sources) | (~q.kind & (q.tag >= cfg.tags_per_source)),
-            "bad chunk": ~q.kind & (q.chunk >= cfg.chunks_per_row),
-            "end-of-stream": q.kind,
+            "bad source": (q.src >= cfg.sources) | (self._is_data(q) & (q.tag >= cfg.tags_per_source)),
+            "bad chunk": self._is_data(q) & (q.chunk >= cfg.chunks_per_row),
+            "end-of-stream or count": ~self._is_data(q),
             "bad expert": q.expert >= cfg.experts,
         }
         dropped = Signal(name="chosen_dropped")

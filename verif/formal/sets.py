@@ -134,6 +134,9 @@ def _sets() -> list[PropertySet]:
                     _pm("tiny/pm-small", pool_pages=8), {"bmc": 16}, smoke={"bmc": 6},
                     note="protocol v2: the properties above with pages (a row placed in its page), "
                          "the page gate free"),
+        PropertySet("packet-manager-counts", "packet manager", "tiny/pm-small, count packets",
+                    _pm("tiny/pm-small", count_packets=True), {"bmc": 16}, smoke={"bmc": 6},
+                    note="protocol v2: the properties above with count packets on the lanes"),
     ]
 
 
