@@ -14,8 +14,8 @@ Environment (the hub around it, abstracted):
 * one chosen (source ``cs``, tag ``ct``) (``AnyConst``) behaves like a good source once
   the layer is armed: chunks of its row in range, each once, all with the row's expert
   (which may be out of range: the row is then dropped whole), a new row only after the
-  last one's credit; no end-of-stream from ``cs`` (so the layer never finishes and a row
-  of ``cs`` is never POST_EOS or NOT_ARMED);
+  last one's credit; no end-of-stream (nor count packet) from ``cs`` (so the layer never
+  finishes and a row of ``cs`` is never POST_EOS or NOT_ARMED);
 * on one chosen lane ``cl`` the packet accepted in the first cycle a free bit ``pick`` is
   set is the *chosen packet*: its data is 1, every other packet's on that lane 0.
 
@@ -26,8 +26,9 @@ Properties:
 * the data lanes on one row in R read chunk-table entries that agree on ``open`` (T forms
   each lane's row-full for an open and a closed row and chooses by the lane's own entry);
 * a dropped packet never writes: if the chosen packet is dropped -- not armed, source or
-  tag out of range, chunk out of range, an end-of-stream, expert out of range, or its row
-  refused by the allocator (overflow) -- no write with its data ever leaves lane ``cl``;
+  tag out of range, chunk out of range, an end-of-stream or a count packet (count_packets),
+  expert out of range, or its row refused by the allocator (overflow) -- no write with its
+  data ever leaves lane ``cl``;
 * the queues never overflow: a push never exceeds the room the consumer left;
 * no hang: once the input stops (every write port and queue consumer ready), the
   pipeline stops pushing within ``EVENT_LATENCY + 1`` cycles, the writes have left
