@@ -206,6 +206,27 @@ async def test_bad_count_packets(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_rows_after_the_layer_finished(dut):
+    """A layer finishes (expert 0's counts, its one row, every end-of-stream; no counts
+    for the other experts, so nothing caps their grants); rows sent after it, before the
+    next START, are dropped as NOT_ARMED and take nothing: ROWS stays as the layer left it.
+    (Two rules keep them out of the requests the allocator counts: the layer is not live,
+    and every source's end-of-stream is in with its count reached, so they are POST_EOS
+    too; without both, they are granted.)"""
+    tb = await make_tb(dut)
+    r = row(0, 0, token=1)
+    counts = [cnt(s, 0, int(s == 0)) for s in range(S)]
+    sched = [counts[k:k + L] for k in range(0, len(counts), L)] + serial(chunks(r, tag=0))
+    await tb.send_schedule(sched + IDLE + [eos_all({0: 1})])
+    await finish(tb, [r])
+    late = [row(1, 1, token=2), row(2, 1, token=3), row(0, E - 1, token=4)]
+    await tb.send_schedule([[chunks(x, tag=1)[0] for x in late] + [None] * (L - len(late))] + IDLE)
+    await finish(tb)
+    assert await drops(tb, Reason.NOT_ARMED) == len(late)
+    assert [await tb.csr_read("ROWS", x) for x in range(E)] == [1] + [0] * (E - 1)
+
+
+@cocotb.test(**TIMEOUT)
 async def test_count_and_overflow_in_one_cycle(dut):
     """Expert 0's region holds 1 row, its counts say 2. In one cycle: a row (granted), a
     row (OVERFLOW), the last count, a row: the rows held are 1 (a refused request holds
