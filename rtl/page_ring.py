@@ -18,11 +18,9 @@ Two implementations of one interface, chosen by the pool's size (:func:`page_rin
   head's low bits (a one-hot register). A bank of ``pool / B`` words at or above the
   synthesis threshold (:data:`~moehub.rtl.timing.SRAM_MIN_BITS`, ``SRAM_MIN_DEPTH``) is a
   memory and maps to an SRAM macro; a smaller one is built here of flops with a
-  registered read (:class:`FlopBank`), the ring's positions as one-hots (the word select
-  an AND-OR): mapped from a memory, its read register would sit on the address, with the
-  word select behind it, in front of the takes (Mixtral-8x7B's 257 pages: 28.5 FO4); with
-  a binary read address in front of the registered read, 30.3. Read ports stay
-  ``2 x lanes`` B-way selects.
+  registered read (:class:`FlopBank`): mapped from a memory, its read register would sit
+  on the address, with the word select behind it, in front of the takes (Mixtral-8x7B's
+  257 pages: 28.5 FO4). Read ports stay ``2 x lanes`` B-way selects.
 
 Head update, both (``n`` pages taken by the pending takes, ``ret_r``: a return joined the
 ring a cycle ago, after those takes saw it): while the ring they saw lasts (``count -
@@ -127,22 +125,8 @@ class BankedRing(PageRing):
         qb = lb + max(1, (rows - 1).bit_length())          # ring position bits
         cap = B << (qb - lb)                               # positions: a power of two >= P
         assert cap >= P
-        head_lo = Signal(B, name="ring_head_lo_oh", init=1)   # head mod B, one-hot
-        depth = cap >> lb
-        if depth >= SRAM_MIN_DEPTH and depth * pb >= SRAM_MIN_BITS:
-            out = self._macro_banks(m, head_lo, qb, depth)
-        else:
-            out = self._flop_banks(m, head_lo, depth)
-        for n in range(len(self.entry)):
-            m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
-        return m
-
-    def _macro_banks(self, m, head_lo, qb, depth):
-        """The banks as memories (SRAM macros in synthesis), the head and tail as binary
-        positions (``qb`` bits), each bank's row for the next head from :meth:`_read_rows`."""
-        B, pb = self.banks(), self.cfg.page_bits
-        lb = B.bit_length() - 1
         head, tail = Signal(qb, name="ring_head"), Signal(qb, name="ring_tail")
+        head_lo = Signal(B, name="ring_head_lo_oh", init=1)   # head mod B, one-hot
         nxt = Signal(qb, name="ring_head_next")
         m.d.comb += nxt.eq(self._next_head(head, lambda n: head + n, tail - self.ret_r))
         m.d.sync += [head.eq(nxt), head_lo.eq(1 << nxt[:lb])]
@@ -150,49 +134,23 @@ class BankedRing(PageRing):
             m.d.sync += tail.eq(tail + 1)
         rows_next = self._read_rows(m, head, tail, lb)
         out = []
+        depth = cap >> lb
+        macro = depth >= SRAM_MIN_DEPTH and depth * pb >= SRAM_MIN_BITS
         for b in range(B):
-            m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=depth, init=[])
-            wp = mem.write_port()
-            rp = mem.read_port(transparent_for=(wp,))
+            if macro:
+                m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=depth, init=[])
+                wp = mem.write_port()
+                rp = mem.read_port(transparent_for=(wp,))
+                raddr, rdata = rp.addr, rp.data
+            else:
+                m.submodules[f"bank{b}"] = wp = FlopBank(pb, depth)
+                raddr, rdata = wp.raddr, wp.rdata
             m.d.comb += [wp.addr.eq(tail[lb:]), wp.data.eq(self.good_page),
-                         wp.en.eq(self.good & (tail[:lb] == b)), rp.addr.eq(rows_next[b])]
-            out.append(rp.data)
-        return out
-
-    def _flop_banks(self, m, head_lo, depth):
-        """The banks in flops (:class:`FlopBank`), with the ring's positions kept as one-hots:
-        the head's and the tail's bank (``*_lo_oh``) and row (``*_hi_oh``). Bank b's word of the window after the next head h is in row ``h / B``, or the
-        next row when ``b < h mod B``; the next head's one-hots are chosen among their
-        candidates -- rotations of the registers, the row moved on when the bank wraps --
-        by the pending takes, as the binary head, and the word select is an AND-OR by the
-        row's one-hot: no adder, decoder or compare of positions on the way into the
-        registered read (as a binary read address it measured 30.3 FO4 at Mixtral-8x7B's
-        257 pages)."""
-        B, pb = self.banks(), self.cfg.page_bits
-        head_hi = Signal(depth, name="ring_head_hi_oh", init=1)
-        tail_hi = Signal(depth, name="ring_tail_hi_oh", init=1)
-        tail_lo = Signal(B, name="ring_tail_lo_oh", init=1)
-
-        def moved(n):                   # the head moved on by n: (bank one-hot, row one-hot)
-            wraps = Cat(head_lo[B - n:]).any() if n else 0
-            return Cat(_rotate(head_lo, n), Mux(wraps, _rotate(head_hi, 1), head_hi))
-        back = Cat(_rotate(tail_lo, -1), Mux(tail_lo[0], _rotate(tail_hi, -1), tail_hi))
-        ended = Mux(self.ret_r, back, Cat(tail_lo, tail_hi))
-        nxt = Signal(B + depth, name="ring_head_next_oh")
-        m.d.comb += nxt.eq(self._next_head(Cat(head_lo, head_hi), moved, ended))
-        nxt_lo, nxt_hi = nxt[:B], nxt[B:]
-        m.d.sync += [head_lo.eq(nxt_lo), head_hi.eq(nxt_hi)]
-        with m.If(self.good):
-            m.d.sync += [tail_lo.eq(_rotate(tail_lo, 1)),
-                         tail_hi.eq(Mux(tail_lo[B - 1], _rotate(tail_hi, 1), tail_hi))]
-        out = []
-        for b in range(B):
-            m.submodules[f"bank{b}"] = bank = FlopBank(pb, depth)
-            past = Cat(nxt_lo[b + 1:]).any() if b + 1 < B else 0      # b < next head mod B
-            m.d.comb += [bank.wsel.eq(tail_hi), bank.data.eq(self.good_page), bank.en.eq(self.good & tail_lo[b]),
-                         bank.rsel.eq(Mux(past, _rotate(nxt_hi, 1), nxt_hi))]
-            out.append(bank.rdata)
-        return out
+                         wp.en.eq(self.good & (tail[:lb] == b)), raddr.eq(rows_next[b])]
+            out.append(rdata)
+        for n in range(len(self.entry)):
+            m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
+        return m
 
     def _read_rows(self, m, head, tail, lb):
         """Each bank's read row for the next head: the window's entry in bank b is at row
@@ -224,31 +182,31 @@ class BankedRing(PageRing):
 
 class FlopBank(wiring.Component):
     """One bank of the ring in flops: a memory's synchronous read port, transparent for its
-    write port (the word read after the cycle's write), with the read *data* registered --
-    so the ring's window starts at a register, as with an SRAM macro -- and both ports
-    addressed by one-hots, so the word select is an AND-OR.
+    write port (the data of ``raddr`` after the cycle's write), with the read *data*
+    registered -- so the ring's window starts at a register, as with an SRAM macro, and
+    the word select sits in front of it, behind the next head's rows.
 
     Attributes
     ----------
-    wsel, data, en : In
-        The write (at the end of the cycle): the word (one-hot), its value, enable.
-    rsel : In(depth)
-        The word to read, one-hot (its value in ``rdata`` the cycle after).
+    addr, data, en : In
+        The write (at the end of the cycle).
+    raddr : In(range(depth))
+        The word to read (its data in ``rdata`` the cycle after).
     rdata : Out(width)
-        The word ``rsel`` named the cycle before, the write of that cycle included.
+        The word ``raddr`` named the cycle before, the write of that cycle included.
     """
 
     def __init__(self, width: int, depth: int):
         self.width, self.depth = width, depth
-        super().__init__({"wsel": In(depth), "data": In(width), "en": In(1),
-                          "rsel": In(depth), "rdata": Out(width)})
+        super().__init__({"addr": In(range(depth)), "data": In(width), "en": In(1),
+                          "raddr": In(range(depth)), "rdata": Out(width)})
 
     def elaborate(self, platform):
         m = Module()
         words = [Signal(self.width, name=f"word{w}", reset_less=True) for w in range(self.depth)]
         for w, word in enumerate(words):
-            with m.If(self.en & self.wsel[w]):
+            with m.If(self.en & (self.addr == w)):
                 m.d.sync += word.eq(self.data)
-        read = select([(self.rsel[w], words[w]) for w in range(self.depth)], self.width)
-        m.d.sync += self.rdata.eq(Mux(self.en & (self.wsel & self.rsel).any(), self.data, read))
+        read = select([(self.raddr == w, words[w]) for w in range(self.depth)], self.width)
+        m.d.sync += self.rdata.eq(Mux(self.en & (self.addr == self.raddr), self.data, read))
         return m
