@@ -16,11 +16,7 @@ Two implementations of one interface, chosen by the pool's size (:func:`page_rin
   (from registers and the pending takes, off the takes' path), transparent for the
   cycle's write (a return landing in the window); the banks' outputs are rotated by the
   head's low bits (a one-hot register). A bank of ``pool / B`` words at or above the
-  synthesis threshold (:data:`~moehub.rtl.timing.SRAM_MIN_BITS`, ``SRAM_MIN_DEPTH``) is a
-  memory and maps to an SRAM macro; a smaller one is built here of flops with a
-  registered read (:class:`FlopBank`): mapped from a memory, its read register would sit
-  on the address, with the word select behind it, in front of the takes (Mixtral-8x7B's
-  257 pages: 28.5 FO4). Read ports stay ``2 x lanes`` B-way selects.
+  synthesis threshold maps to an SRAM macro; read ports stay ``2 x lanes`` B-way selects.
 
 Head update, both (``n`` pages taken by the pending takes, ``ret_r``: a return joined the
 ring a cycle ago, after those takes saw it): while the ring they saw lasts (``count -
@@ -34,7 +30,6 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .logic import select
-from .timing import SRAM_MIN_BITS, SRAM_MIN_DEPTH
 
 #: pools of at least this many pages keep their ring in banks (memories)
 BANKED_MIN_PAGES = 32
@@ -134,20 +129,13 @@ class BankedRing(PageRing):
             m.d.sync += tail.eq(tail + 1)
         rows_next = self._read_rows(m, head, tail, lb)
         out = []
-        depth = cap >> lb
-        macro = depth >= SRAM_MIN_DEPTH and depth * pb >= SRAM_MIN_BITS
         for b in range(B):
-            if macro:
-                m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=depth, init=[])
-                wp = mem.write_port()
-                rp = mem.read_port(transparent_for=(wp,))
-                raddr, rdata = rp.addr, rp.data
-            else:
-                m.submodules[f"bank{b}"] = wp = FlopBank(pb, depth)
-                raddr, rdata = wp.raddr, wp.rdata
+            m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=cap >> lb, init=[])
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=(wp,))
             m.d.comb += [wp.addr.eq(tail[lb:]), wp.data.eq(self.good_page),
-                         wp.en.eq(self.good & (tail[:lb] == b)), raddr.eq(rows_next[b])]
-            out.append(rdata)
+                         wp.en.eq(self.good & (tail[:lb] == b)), rp.addr.eq(rows_next[b])]
+            out.append(rp.data)
         for n in range(len(self.entry)):
             m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
         return m
@@ -178,35 +166,3 @@ class BankedRing(PageRing):
                 + [(self.pend[n] & self._lasts(n), cand[n][b]) for n in range(1, L + 1)]
                 + [(self.pend[n] & ~self._lasts(n), ended[b]) for n in range(1, L + 1)], rb))
         return out
-
-
-class FlopBank(wiring.Component):
-    """One bank of the ring in flops: a memory's synchronous read port, transparent for its
-    write port (the data of ``raddr`` after the cycle's write), with the read *data*
-    registered -- so the ring's window starts at a register, as with an SRAM macro, and
-    the word select sits in front of it, behind the next head's rows.
-
-    Attributes
-    ----------
-    addr, data, en : In
-        The write (at the end of the cycle).
-    raddr : In(range(depth))
-        The word to read (its data in ``rdata`` the cycle after).
-    rdata : Out(width)
-        The word ``raddr`` named the cycle before, the write of that cycle included.
-    """
-
-    def __init__(self, width: int, depth: int):
-        self.width, self.depth = width, depth
-        super().__init__({"addr": In(range(depth)), "data": In(width), "en": In(1),
-                          "raddr": In(range(depth)), "rdata": Out(width)})
-
-    def elaborate(self, platform):
-        m = Module()
-        words = [Signal(self.width, name=f"word{w}", reset_less=True) for w in range(self.depth)]
-        for w, word in enumerate(words):
-            with m.If(self.en & (self.addr == w)):
-                m.d.sync += word.eq(self.data)
-        read = select([(self.raddr == w, words[w]) for w in range(self.depth)], self.width)
-        m.d.sync += self.rdata.eq(Mux(self.en & (self.addr == self.raddr), self.data, read))
-        return m

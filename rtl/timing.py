@@ -46,10 +46,3 @@ GROUP_BITS = 6
 GROUP_AGE_LIMIT = 16
 
 assert GROUP_AGE_LIMIT < 1 << (GROUP_BITS - 1), "group ids in flight must span under half the id space"
-
-#: Arrays of at least this many bits and this many words are SRAM macros in synthesis
-#: (:mod:`moehub.synth.sram`'s default threshold, ``--sram-min-bits`` / ``--sram-min-depth``);
-#: smaller ones are flops. The page ring (:mod:`moehub.rtl.page_ring`) builds its banks
-#: below it of flops itself, so that their read data, not their address, is registered.
-SRAM_MIN_BITS = 2048
-SRAM_MIN_DEPTH = 64

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rtl.timing import SRAM_MIN_BITS, SRAM_MIN_DEPTH
 from .verilog import MemoryArray
 
+SRAM_MIN_BITS = 2048
+SRAM_MIN_DEPTH = 64
 SRAM_ACCESS_FO4 = 15.0
 SRAM_SETUP_FO4 = 2.0
 

@@ -79,21 +79,12 @@ RETURN_CYCLES = 4
 
 @pytest.mark.parametrize("pages, seed", [(1, 0), (3, 1), (6, 2), (8, 3), (13, 4), (16, 5), (7, 6), (11, 7),
                                          # (the banked ring, rtl/page_ring.py: a pool of 32 or more)
-                                         (32, 8), (37, 9), (64, 10),
-                                         # (its banks as memories, as macro-sized banks are)
-                                         (37, "macro-11"), (64, "macro-12")])
-def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed, monkeypatch):
+                                         (32, 8), (37, 9), (64, 10)])
+def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
     """Up to ``lanes`` takes a cycle, with returns of pages in use (and out of range) in the
     same cycles: the i-th take of a cycle gets the model's next page, ``avail`` says how
     many the model has, cycle by cycle. (The hub returns pages between layers; the order's
-    shift with a return landing among the takes is checked here.) The banked ring's banks
-    are flops below the SRAM threshold and memories at or above it: the ``macro`` cases
-    lower the threshold to take the memory path on a small pool."""
-    if isinstance(seed, str):
-        import moehub.rtl.page_ring as page_ring
-        monkeypatch.setattr(page_ring, "SRAM_MIN_BITS", 0)
-        monkeypatch.setattr(page_ring, "SRAM_MIN_DEPTH", 0)
-        seed = int(seed.split("-")[1])
+    shift with a return landing among the takes is checked here.)"""
     cfg = TINY.replace(pool_pages=pages)
     sup, model, rng, L = PageSupply(cfg), HubModel(cfg), random.Random(seed), cfg.lanes
     returned = [0]
