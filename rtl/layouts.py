@@ -19,6 +19,15 @@ def paged(cfg: HubConfig) -> bool:
     return cfg.paged and not cfg.multicast
 
 
+def page_takes(cfg: HubConfig) -> int:
+    """(paged) The most pages one cycle's grants can take: a grant takes a page when its
+    row starts a tile, and an expert's grants in a cycle are consecutive rows, at most
+    ``lanes`` of them, so they start at most ``ceil(lanes / min_tile_rows)`` tiles -- at
+    most ``lanes`` in all. The page supply serves this many takes a cycle and reads twice
+    as many ring entries (Mixtral-8x7B, one expert of 64-row tiles on 4 lanes: 1, not 4)."""
+    return min(cfg.lanes, cfg.experts * -(-cfg.lanes // cfg.min_tile_rows))
+
+
 def group_not_after(a, b):
     """Amaranth expression: group id ``a`` is the same as or older than ``b`` (mod 2**GROUP_BITS)."""
     return (b - a)[:GROUP_BITS] < (1 << (GROUP_BITS - 1))

@@ -29,6 +29,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
+from .layouts import page_takes
 from .logic import select
 
 #: pools of at least this many pages keep their ring in banks (memories)
@@ -67,7 +68,7 @@ class PageRing(wiring.Component):
 
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
-        L, P, pb = cfg.lanes, cfg.pool_pages, cfg.page_bits
+        L, P, pb = page_takes(cfg), cfg.pool_pages, cfg.page_bits
         super().__init__({
             "entry": Out(pb).array(min(2 * L, P)), "pend": In(L + 1), "count_gt": In(2 * L),
             "ret_r": In(1), "good": In(1), "good_page": In(pb),
@@ -80,7 +81,7 @@ class PageRing(wiring.Component):
     def _next_head(self, head, moved, ended):
         """The head after the pending takes: ``moved(n)`` while the ring lasts, else
         ``ended``; selected by ``pend``."""
-        L = self.cfg.lanes
+        L = page_takes(self.cfg)
         return select([(self.pend[0], head)] + [(self.pend[n], Mux(self._lasts(n), moved(n), ended))
                                                  for n in range(1, L + 1)], len(head))
 
@@ -110,7 +111,7 @@ class BankedRing(PageRing):
     """The ring in ``B`` memories, read a cycle ahead (see the module docstring)."""
 
     def banks(self) -> int:
-        return 1 << (2 * self.cfg.lanes - 1).bit_length()
+        return 1 << (2 * page_takes(self.cfg) - 1).bit_length()
 
     def elaborate(self, platform):
         m = Module()
@@ -147,7 +148,7 @@ class BankedRing(PageRing):
         the head's and tail's high bits plus 0, 1 or 2, chosen by their low bits and
         constants -- and the pending takes and the count's compares only select among
         them: no adder behind the compares."""
-        L, B = self.cfg.lanes, self.banks()
+        L, B = page_takes(self.cfg), self.banks()
         hi, th = head[lb:], tail[lb:]
         rb = len(hi)
         plus = {d: Signal(rb, name=f"ring_head_hi_p{d}") for d in range(3)}

@@ -72,6 +72,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
+from .layouts import page_takes
 from .logic import count_onehot, exactly, select
 from .page_pool import PagePool
 from .page_ring import page_ring
@@ -121,7 +122,7 @@ class PageSupply(PagePool):
             self._MustUse__silence = True
             raise ValueError(f"hub[{cfg.name}]: a page supply needs pool_pages > 0")
         self.cfg = cfg
-        L, P = cfg.lanes, cfg.pool_pages
+        L, P = page_takes(cfg), cfg.pool_pages
         wiring.Component.__init__(self, {
             "avail": Out(L), "page": Out(cfg.page_bits).array(L), "take": In(L + 1),
             "ret": In(1), "ret_page": In(16), "bad": Out(1), "free": Out(range(P + 1), init=P),
@@ -129,7 +130,7 @@ class PageSupply(PagePool):
 
     def elaborate(self, platform):
         m = Module()
-        cfg, L, P, pb = self.cfg, self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
+        cfg, L, P, pb = self.cfg, page_takes(self.cfg), self.cfg.pool_pages, self.cfg.page_bits
         count = Signal(range(P + 1), name="ring_count")     # returned pages waiting
         # (bit x: count > x, x < 2 x lanes -- registered beside count: the takes' pages and
         # the ring's head choose by flops, not by compares of a pool-sized counter)
@@ -200,7 +201,7 @@ class PageSupply(PagePool):
         """The pages in order as this cycle's takes see them, from registers: the ring's
         entries (oldest first), then fresh ones (``2 x lanes`` of them); ``count_gt``: bit
         n, the ring holds more than n."""
-        L, P, pb = self.cfg.lanes, self.cfg.pool_pages, self.cfg.page_bits
+        L, P, pb = page_takes(self.cfg), self.cfg.pool_pages, self.cfg.page_bits
         seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
         for n in range(2 * L):
             fresh_n = (fbase + n)[:pb]
@@ -333,8 +334,11 @@ class PageGate(wiring.Component):
                                     & Cat(ahead[j][a] & starts_if[a] for a in range(j + 1)).any())
         served = [Signal(name=f"page_served{j}") for j in range(L)]     # takes a page
         short = [Signal(name=f"page_short{j}") for j in range(L)]       # needs one, none left
+        # (the pool serves K = page_takes(cfg) takes a cycle: K tile starts at most need a
+        # page in a cycle, so a lane with K needs ahead of it never needs one)
+        K = page_takes(cfg)
         for j in range(L):
-            fits = Cat(exactly(needs[:j], n) & pool.avail[n] for n in range(j + 1)).any()
+            fits = Cat(exactly(needs[:j], n) & pool.avail[n] for n in range(min(j + 1, K))).any()
             m.d.comb += [served[j].eq(needs[j] & fits), short[j].eq(needs[j] & ~fits)]
         if cfg.count_packets:
             m.d.comb += [self.short[j].eq(short[j]) for j in range(L)]
@@ -355,15 +359,15 @@ class PageGate(wiring.Component):
         # behind the needs' counts ahead: one count, not two in series, on the way from T's
         # requests into the pool's pending takes)
         n_oh = count_onehot(needs)
-        a_ge = [Const(1)] + [pool.avail[n - 1] for n in range(1, L + 1)]          # A >= n
-        a_eq = [a_ge[n] & ~pool.avail[n] for n in range(L)] + [a_ge[L]]           # A == n
-        n_gt = [Cat(*n_oh[n + 1:]).any() for n in range(L)] + [Const(0)]          # N > n
-        m.d.comb += pool.take.eq(Cat(*((n_oh[n] & a_ge[n]) | (n_gt[n] & a_eq[n]) for n in range(L + 1))))
+        a_ge = [Const(1)] + [pool.avail[n - 1] for n in range(1, K + 1)]          # A >= n
+        a_eq = [a_ge[n] & ~pool.avail[n] for n in range(K)] + [a_ge[K]]           # A == n
+        n_gt = [Cat(*n_oh[n + 1:]).any() for n in range(K + 1)]                   # N > n
+        m.d.comb += pool.take.eq(Cat(*((n_oh[n] & a_ge[n]) | (n_gt[n] & a_eq[n]) for n in range(K + 1))))
         # ---- each granted row's page: the page it took; else the newest page an earlier
         # lane took for its expert in this cycle; else its expert's current page
         new = [Signal(pb, name=f"page_new{j}") for j in range(L)]
         for j in range(L):
-            m.d.comb += new[j].eq(select([(exactly(needs[:j], n), pool.page[n]) for n in range(j + 1)], pb))
+            m.d.comb += new[j].eq(select([(exactly(needs[:j], n), pool.page[n]) for n in range(min(j + 1, K))], pb))
         for j in range(L):
             mine = select([(oh[j][e], cur[e]) for e in range(E)], pb)
             for i in range(j):                         # oldest first: the newest wins

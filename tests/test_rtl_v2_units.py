@@ -7,6 +7,7 @@ from amaranth.sim import Simulator
 
 from moehub.config.schema import load_hub_config
 from moehub.rtl.formats import Reason
+from moehub.rtl.layouts import page_takes
 from moehub.rtl.page_pool import PagePool
 from moehub.rtl.paging import PageSupply
 from moehub.verif.model import HubModel
@@ -79,14 +80,20 @@ RETURN_CYCLES = 4
 
 @pytest.mark.parametrize("pages, seed", [(1, 0), (3, 1), (6, 2), (8, 3), (13, 4), (16, 5), (7, 6), (11, 7),
                                          # (the banked ring, rtl/page_ring.py: a pool of 32 or more)
-                                         (32, 8), (37, 9), (64, 10)])
+                                         (32, 8), (37, 9), (64, 10),
+                                         # (one expert of 4-row tiles on 4 lanes: 1 take a
+                                         # cycle, a 2-entry window, banked from 32 pages)
+                                         (6, "one-11"), (37, "one-12"), (64, "one-13")])
 def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
     """Up to ``lanes`` takes a cycle, with returns of pages in use (and out of range) in the
     same cycles: the i-th take of a cycle gets the model's next page, ``avail`` says how
     many the model has, cycle by cycle. (The hub returns pages between layers; the order's
     shift with a return landing among the takes is checked here.)"""
     cfg = TINY.replace(pool_pages=pages)
-    sup, model, rng, L = PageSupply(cfg), HubModel(cfg), random.Random(seed), cfg.lanes
+    if isinstance(seed, str):
+        cfg, seed = cfg.replace(experts=1, min_tile_rows=4, tile_rows=4), int(seed.split("-")[1])
+    L = page_takes(cfg)                   # (the takes a cycle the supply serves)
+    sup, model, rng = PageSupply(cfg), HubModel(cfg), random.Random(seed)
     returned = [0]
 
     async def bench(ctx):
