@@ -41,18 +41,12 @@ def test_hub_paged_banked_ring():
                    module="tb_hub_paged", seed=5, seeds=5, tag="paged-banked-random")
 
 
-@needs("icarus")
-def test_hub_paged_one_take_a_cycle():
-    """One expert whose tiles are at least as long as the lanes (tiny-paged-one-expert):
-    at most one page is taken a cycle, so the page supply serves one take and reads a
-    2-entry window (rtl/layouts.py ``page_takes``); the random paged test, one seed (the
-    slow set: both random tests over 10)."""
-    feature_tb.run("tiny-paged-one-expert", ["test_random_paged"], module="tb_hub_paged", seed=7, tag="paged-one")
-
-
 @pytest.mark.slow
 @needs("icarus")
 def test_hub_paged_one_take_a_cycle_many_seeds():
-    """Both random paged tests over 10 seeds on tiny-paged-one-expert (one take a cycle)."""
+    """One expert whose tiles are at least as long as the lanes (tiny-paged-one-expert):
+    at most one page is taken a cycle, so the page supply serves one take and reads a
+    2-entry window (rtl/layouts.py ``page_takes``); both random paged tests over 10 seeds.
+    (The fast set checks the one-take supply in its unit test, tests/test_rtl_v2_units.py.)"""
     feature_tb.run("tiny-paged-one-expert", ["test_random_paged", "test_random_paged_with_errors"],
                    module="tb_hub_paged", seed=31, seeds=10, tag="paged-one-slow")
