@@ -21,11 +21,12 @@ payloads flatten low field first, see :mod:`moehub.rtl.formats`):
 
 With multicast rows (protocol v2, ``max_targets`` > 1) the allocator is the
 :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` (a row per target, one
-place in the arena at ``POOL_BASE``, ``POOL_CAP`` rows; whether it is tight on room back to
-the packet manager's input admission) and an
+place in the arena at ``POOL_BASE``, ``POOL_CAP`` rows -- or, with ``pool_pages``, the
+arena's rows in pages of the pool, :class:`~moehub.rtl.paged_arena.PagedArena`; whether it
+is tight on room back to the packet manager's input admission) and an
 :class:`~moehub.rtl.event_expander.EventExpander` hands the tracker the event queue's row
-events one target a cycle. Multicast with count packets or pages is not in the RTL yet
-(the reference model and the co-simulation have it): such a config is refused here.
+events one target a cycle. Multicast with count packets is not in the RTL yet (the
+reference model and the co-simulation have it): such a config is refused here.
 """
 from amaranth import Cat, Module, Value
 from amaranth.lib import stream, wiring
@@ -54,9 +55,9 @@ MAX_EXPERTS = 256
 
 def check_rtl(cfg: HubConfig) -> None:
     """Refuse, with a message naming the key, a config the hub RTL cannot be: more sources
-    than PARAMS counts, more experts than elaborate, multicast rows with count packets or
-    pages (not in the RTL yet). (The schema takes them: the model and the co-simulation
-    can.) Callers run it before a long job (``moehub synth``), the hub at construction."""
+    than PARAMS counts, more experts than elaborate, multicast rows with count packets (not
+    in the RTL yet) or in pages shorter than the lanes. (The schema takes them: the model
+    and the co-simulation can.) Callers run it before a long job (``moehub synth``), the hub at construction."""
     p = f"hub[{cfg.name}]"
     if cfg.sources > MAX_SOURCES:
         raise ConfigError(f"{p}.sources = {cfg.sources}: PARAMS holds the source count in a byte "
@@ -64,11 +65,15 @@ def check_rtl(cfg: HubConfig) -> None:
     if cfg.experts > MAX_EXPERTS:
         raise ConfigError(f"{p}.experts = {cfg.experts}: the RTL elaborates at most {MAX_EXPERTS} "
                           "experts per GPU")
-    if cfg.multicast and (cfg.count_packets or cfg.paged):
+    if cfg.multicast and cfg.count_packets:
         raise ConfigError(f"{p}: max_targets = {cfg.max_targets} (multicast) with "
-                          f"count_packets = {cfg.count_packets}, pool_pages = {cfg.pool_pages}: "
-                          "multicast rows with count packets or pages are not in the hub RTL yet "
+                          f"count_packets = {cfg.count_packets}: "
+                          "multicast rows with count packets are not in the hub RTL yet "
                           "(the reference model and the co-simulation have them)")
+    if cfg.multicast and cfg.paged and cfg.min_tile_rows < cfg.lanes:
+        raise ConfigError(f"{p}.min_tile_rows = {cfg.min_tile_rows}: multicast rows in pages need "
+                          f"tiles of at least lanes = {cfg.lanes} rows (the arena takes at most one "
+                          "page a cycle)")
 
 
 class MoEHub(wiring.Component):
@@ -176,7 +181,13 @@ class MoEHub(wiring.Component):
         wiring.connect(m, ex.o, tr.ev)
         m.d.comb += [pm.alloc_tight.eq(alloc.tight), alloc.risky.eq(pm.alloc_risky), pm.ev_held.eq(ex.busy),
                      alloc.pre_counts.eq(pm.alloc_pre_counts), alloc.pool_cap.eq(csr.pool_cap),
-                     pm.pool_base.eq(csr.pool_base), pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
+                     pm.pool_base.eq(csr.pool_base)]
+        if self.cfg.paged:      # (the arena in pages: PAGE_FREE to its pool)
+            m.d.comb += [alloc.tile_oh.eq(csr.tile_oh), alloc.page_ret.eq(csr.page_free_w),
+                         alloc.page_ret_page.eq(csr.page_free), pm.page_bad.eq(alloc.page_bad),
+                         csr.pool_free.eq(alloc.pool_free)]
+        else:
+            m.d.comb += [pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
         m.d.comb += [alloc.pre_mask[j].eq(pm.alloc_pre_mask[j]) for j in range(L)]
         m.d.comb += [pm.alloc_row_if[j][t][a].eq(alloc.row_if[j][t][a]) for j in range(L)
                      for t in range(self.cfg.max_targets) for a in range(L)]

@@ -24,8 +24,10 @@ def page_takes(cfg: HubConfig) -> int:
     row starts a tile, and an expert's grants in a cycle are consecutive rows, at most
     ``lanes`` of them, so they start at most ``ceil(lanes / min_tile_rows)`` tiles -- at
     most ``lanes`` in all. The page supply serves this many takes a cycle and reads twice
-    as many ring entries (Mixtral-8x7B, one expert of 64-row tiles on 4 lanes: 1, not 4)."""
-    return min(cfg.lanes, cfg.experts * -(-cfg.lanes // cfg.min_tile_rows))
+    as many ring entries (Mixtral-8x7B, one expert of 64-row tiles on 4 lanes: 1, not 4).
+    Multicast, the pages go to one stream, the arena's (:mod:`moehub.rtl.paged_arena`)."""
+    streams = 1 if cfg.multicast else cfg.experts
+    return min(cfg.lanes, streams * -(-cfg.lanes // cfg.min_tile_rows))
 
 
 def group_not_after(a, b):

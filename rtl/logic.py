@@ -57,6 +57,18 @@ def exactly(bits, n):
     return Cat(*terms).any() if terms else Const(0)
 
 
+def late_count(bits) -> list:
+    """How many of ``bits`` are set, as a one-hot (``[exactly 0, ..., exactly n]``), for
+    bits that arrive one after another (the verdicts of lanes 0, 1, ...): a shift by each
+    bit in turn, one mux level per bit, so the last bit passes one mux, not an adder or
+    a sum of products."""
+    oh = [Const(1)]
+    for b in bits:
+        oh = [Mux(b, oh[n - 1] if n else Const(0), oh[n] if n < len(oh) else Const(0))
+              for n in range(len(oh) + 1)]
+    return oh
+
+
 def masked_equal(value, const: int, mask):
     """``value & mask == const & mask`` (``const`` may be negative: two's complement), bit
     by bit: one AND of XNORs with constants, no adder or compare chain."""

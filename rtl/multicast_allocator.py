@@ -70,33 +70,24 @@ formed in the cycle from the one-hots; with the verdict per target
 its one-hot, an ``experts``-wide AND-OR, before the count: both kept for the synthesis
 comparison (README, "Protocol v2").
 
-Paged multicast (``pool_pages`` > 0: the arena takes a page per tile of its rows) is
-not covered here: the arena counter's room would become "room in the current page, or a
-page free", the page pool's ``avail`` with one take per cycle.
+Paged multicast (``pool_pages`` > 0: the arena takes a page per tile of its rows) is the
+hub's :class:`MulticastAllocatorAdmitted` only: its arena's room is then the pool's pages
+(:class:`~moehub.rtl.paged_arena.PagedArena`, one take a cycle), which the chain of
+verdicts here does not read.
 """
 from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, field_bits
-from .logic import add_narrow, exactly, select
+from .logic import add_narrow, exactly, late_count, select
+from .paged_arena import PagedArena
+from .paging import tile_sizes
 
 
 def one_hot(v) -> Value:
     """Exactly one bit of ``v`` is set."""
     return (v != 0) & ((v & (v - 1)) == 0)
-
-
-def late_count(bits) -> list:
-    """How many of ``bits`` are set, as a one-hot (``[exactly 0, ..., exactly n]``), for
-    bits that arrive one after another (the verdicts of lanes 0, 1, ...): a shift by each
-    bit in turn, one mux level per bit, so the last bit passes one mux, not an adder or
-    a sum of products."""
-    oh = [Const(1)]
-    for b in bits:
-        oh = [Mux(b, oh[n - 1] if n else Const(0), oh[n] if n < len(oh) else Const(0))
-              for n in range(len(oh) + 1)]
-    return oh
 
 
 def pool_count_bits(cfg: HubConfig) -> int:
@@ -203,12 +194,14 @@ class MulticastAllocator(wiring.Component):
 
     #: the requests' counts come pre-ranked, registered a stage ahead (:class:`MulticastPrerank`)
     PRERANK = True
+    #: a paged arena (``pool_pages`` > 0) is supported (:class:`MulticastAllocatorAdmitted`)
+    PAGES = False
 
     def __init__(self, cfg: HubConfig, formal: bool = False):
-        if not cfg.multicast or cfg.paged:
+        if not cfg.multicast or (cfg.paged and not self.PAGES):
             self._MustUse__silence = True       # (refused: never elaborated)
-            raise ValueError(f"hub[{cfg.name}]: a multicast allocator needs max_targets > 1 "
-                             "and a static arena (pool_pages = 0)")
+            raise ValueError(f"hub[{cfg.name}]: {type(self).__name__} needs max_targets > 1 "
+                             + ("" if self.PAGES else "and a static arena (pool_pages = 0)"))
         self.cfg, self.formal = cfg, formal
         E, L, pb = cfg.experts, cfg.lanes, pool_count_bits(cfg)
         ports = {
@@ -232,6 +225,10 @@ class MulticastAllocator(wiring.Component):
         """Ports a variant adds (none here)."""
         return {}
 
+    def _arena_pages(self, m, arena, ok):
+        """(a variant with pages) The arena's pages, beside its counter (none here)."""
+        self._paged = None
+
     def elaborate(self, platform):
         m = Module()
         cfg, g = self.cfg, self.grant
@@ -246,7 +243,9 @@ class MulticastAllocator(wiring.Component):
         ok = [Signal(name=f"ok{j}") for j in range(L)]
         experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)])
                    for e in range(E)]
-        arena = self._counter(m, "pool", pb, self.pool_cap, ok, None)
+        # (paged: the pages bound the arena, not POOL_CAP -- a capacity it never reaches first)
+        arena = self._counter(m, "pool", pb, Const(cfg.pool_rows, pb) if cfg.paged else self.pool_cap, ok, None)
+        self._arena_pages(m, arena, ok)
         counters = [x["now"] for x in experts]
         room_gt = [x["gt"] for x in experts]
         # (registered: read by the tracker's sweep and the CSRs only, long after the grants;
@@ -394,6 +393,9 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], cand[a]) for a in range(j + 1)], cb))
             m.d.comb += [self.row_if[j][t][a].eq(cand[a]) for a in range(j + 1)]
             m.d.comb += self.row_ahead[j][t].eq(Cat(*n_ahead))
+        if self._paged is not None:         # (its place in a page)
+            m.d.comb += g.loc[j].eq(self._paged.loc[j])
+            return
         before = late_count(ok[:j])
         m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
                                         for a in range(j + 1)], len(arena["cnt"])))
@@ -535,10 +537,36 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     risky : In(lanes)
         The lane's packet is a data packet the input took while ``tight`` (carried down the
         pipeline with it): at most one lane of a group.
+    tile_oh, page_ret, page_ret_page, page_bad, pool_free
+        Only with pages (``pool_pages`` > 0: the arena in pages, :class:`~moehub.rtl.
+        paged_arena.PagedArena`): TILE_ROWS_LOG2 as a one-hot (latched at ``clear``),
+        PAGE_FREE (a write and its page), PAGE_BAD, POOL_FREE. The arena is then roomy
+        while the pool has pages for ``ADMISSION_GROUPS x lanes`` rows, and the risky lane
+        also needs its arena row to fit (no tile start, or a page free); POOL_CAP is
+        unused.
     """
 
+    PAGES = True
+
     def _extra_ports(self, cfg: HubConfig) -> dict:
-        return {"tight": Out(1, init=1), "risky": In(cfg.lanes)}      # (tight until a clear says)
+        ports = {"tight": Out(1, init=1), "risky": In(cfg.lanes)}      # (tight until a clear says)
+        if cfg.paged:
+            ports.update({"tile_oh": In(len(tile_sizes(cfg))), "page_ret": In(1), "page_ret_page": In(16),
+                          "page_bad": Out(1), "pool_free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages)})
+        return ports
+
+    def _arena_pages(self, m, arena, ok):
+        """(paged) The :class:`PagedArena`: the counter's registers and the verdicts in,
+        each lane's place, the risky lane's fit and the roomy bit out; the pool's CSRs."""
+        self._paged = None
+        if not self.cfg.paged:
+            return
+        m.submodules.arena = pa = self._paged = PagedArena(self.cfg, ADMISSION_GROUPS * self.cfg.lanes)
+        m.d.comb += [pa.clear.eq(self.grant.clear), pa.tile_oh.eq(self.tile_oh), pa.cnt.eq(arena["cnt"]),
+                     pa.last.eq(arena["last"]), pa.ok.eq(Cat(*ok)),
+                     pa.ret.eq(self.page_ret), pa.ret_page.eq(self.page_ret_page),
+                     self.page_bad.eq(pa.bad), self.pool_free.eq(pa.free)]
+        self._roomy_next.append(pa.roomy)
 
     def elaborate(self, platform):
         self._roomy_next = []
@@ -554,7 +582,8 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         the model's rule for it is room for one row. A roomy lane always has room.)"""
         g, E = self.grant, self.cfg.experts
         fits = Signal(name=f"fits{j}")
-        m.d.comb += fits.eq(Cat(*(~mask[j][e] | room_gt[e][0] for e in range(E))).all() & arena["gt"][0])
+        place = arena["gt"][0] if self._paged is None else arena["gt"][0] & self._paged.fits
+        m.d.comb += fits.eq(Cat(*(~mask[j][e] | room_gt[e][0] for e in range(E))).all() & place)
         m.d.comb += ok[j].eq(g.req[j] & (~self.risky[j] | fits))
 
     def _next(self, m, name, ok, names, above):

@@ -72,14 +72,14 @@ def test_cosim_command_with_an_rtl_hub_matches_the_model(tmp_path, capsys):
 
 def test_hub_features_the_rtl_lacks_are_refused_up_front(tmp_path, capsys):
     """Protocol-v2 features with an RTL hub: only what the RTL has (count packets, paged
-    regions, both at once; multicast alone); the others are a usage error naming the flag
-    and the features, before any simulation."""
+    regions and multicast rows, every pair but multicast with count packets); the others
+    are a usage error naming the flag and the features, before any simulation."""
     from moehub.scripts.cli import main
     for flags in (["--rtl-gpus", "0"], ["--hub", "rtl"]):
         assert main(["cosim", "--tokens", "4", *flags, "--hub-features", "early_counts,multicast",
                      "--no-figure", "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
-        assert "--hub-features" in err and "['multicast'] with others is not in the hub RTL" in err, err
+        assert "--hub-features" in err and "early_counts with multicast together is not in the hub RTL" in err, err
     assert not any(tmp_path.iterdir())              # nothing written
 
 

@@ -1,0 +1,135 @@
+"""The multicast arena in pages (protocol v2: ``max_targets`` > 1 with ``pool_pages`` > 0).
+
+A multicast row's data lands once, in the pool. Static, the pool is one arena of
+``POOL_CAP`` rows; paged, the arena's rows fill pages one tile at a time, as one stream
+(the reference model's ``HubModel._stream``: stream 0, every multicast row in the order
+the rows are granted): arena row ``n`` starts a tile when ``n mod tile rows == 0`` and
+then takes the pool's next page; it lands at ``page << log2(tile rows) | n mod tile rows``
+(its ``loc``, which its metadata words name). When the pool has no page for a row that
+starts a tile the row is refused (OVERFLOW, counted for each of its targets), as for a
+full region. Memory in use is then the rows received plus at most one partial page, for
+the whole hub rather than per expert -- the index arrays are per expert, the data is not.
+
+Under the packet manager's admission (:class:`~moehub.rtl.multicast_allocator.
+MulticastAllocatorAdmitted`) a row admitted while the allocator was not *tight* is
+granted outright, so the pool must then hold pages for every row that may be granted
+before the next look: ``margin`` rows (``ADMISSION_GROUPS x lanes``), at most
+``ceil(margin / min_tile_rows)`` pages wherever the current page stands, plus the take
+still pending in the pool's count (:class:`~moehub.rtl.paging.PageSupply` follows its takes
+a cycle late). Below that the arena is not ``roomy`` and the allocator is tight: one data
+packet a group, and the one risky row's verdict asks :attr:`fits` -- its row does not
+start a tile, or a page is free now (``avail``, exact).
+
+One take a cycle: the hub requires ``min_tile_rows >= lanes`` with multicast pages
+(:func:`moehub.rtl.hub.check_rtl`), so one cycle's grants -- at most ``lanes`` consecutive
+arena rows -- start at most one tile. Which of them does is known from registers before the
+verdicts: row ``now + a`` is on a page taken this cycle when ``(now + a) mod tile <= a``
+(the tile it is in started at or after ``now``); the verdicts then only choose, by the
+count of grants ahead of each lane (its ``loc``) and in all (the take), one-hots shifted
+once per lane (:func:`~moehub.rtl.logic.late_count`).
+"""
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .layouts import page_takes
+from .logic import add_narrow, late_count, select
+from .paging import PageSupply, tile_sizes
+
+
+def arena_pages_needed(cfg: HubConfig, margin: int) -> int:
+    """Pages the pool must have free for the arena to be roomy: ``margin`` rows from
+    anywhere in the current page take at most ``ceil(margin / min_tile_rows)`` pages; plus
+    the pool's pending take (its free count follows the takes a cycle late)."""
+    return -(-margin // cfg.min_tile_rows) + page_takes(cfg)
+
+
+class PagedArena(wiring.Component):
+    """The paged multicast arena (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        Multicast with pages, ``min_tile_rows >= lanes``.
+    margin : int
+        Rows that may be granted between a look at :attr:`roomy` and the next.
+
+    Attributes
+    ----------
+    clear : In(1)
+        Layer start: latch the tile size (the arena's rows start at 0).
+    tile_oh : In(len(tile_sizes))
+        TILE_ROWS_LOG2 as a one-hot (the CSR bank's register), latched at ``clear``.
+    cnt : In(pool_count_bits) ; last : In(lanes + 1)
+        The arena counter's rows before the last cycle's grants and their count (one-hot):
+        the rows now are ``cnt + p`` for ``last[p]`` (the multicast allocator's registers).
+    ok : In(lanes)
+        This cycle's verdicts (granted rows take arena rows in lane order).
+    loc : Out(loc_bits).array(lanes)
+        Each granted lane's place in the pool.
+    fits : Out(1)
+        One more row fits now: it does not start a tile, or a page is free.
+    roomy : Out(1)
+        At least :func:`arena_pages_needed` pages free (for the allocator's ``tight``).
+    ret, ret_page, bad, free
+        PAGE_FREE, PAGE_BAD, POOL_FREE (the pool's).
+    """
+
+    def __init__(self, cfg: HubConfig, margin: int):
+        if not (cfg.multicast and cfg.paged) or cfg.min_tile_rows < cfg.lanes:
+            self._MustUse__silence = True       # (refused: never elaborated)
+            raise ValueError(f"hub[{cfg.name}]: a paged arena needs multicast rows, pool_pages > 0 "
+                             f"and min_tile_rows >= lanes")
+        self.cfg, self.margin = cfg, margin
+        L = cfg.lanes
+        super().__init__({
+            "clear": In(1), "tile_oh": In(len(tile_sizes(cfg))),
+            "cnt": In(range(cfg.pool_rows + 1)), "last": In(L + 1), "ok": In(L),
+            "loc": Out(cfg.loc_bits).array(L), "fits": Out(1), "roomy": Out(1),
+            "ret": In(1), "ret_page": In(16), "bad": Out(1),
+            "free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, L, pb = self.cfg, self.cfg.lanes, self.cfg.page_bits
+        m.submodules.pool = pool = PageSupply(cfg)
+        m.d.comb += [pool.ret.eq(self.ret), pool.ret_page.eq(self.ret_page),
+                     self.bad.eq(pool.bad), self.free.eq(pool.free)]
+        sizes = tile_sizes(cfg)
+        sh = Signal(len(sizes), name="arena_tile_sh", init=1 << sizes.index(cfg.tile_rows.bit_length() - 1))
+        with m.If(self.clear):
+            m.d.sync += sh.eq(self.tile_oh)
+        cur = Signal(pb, name="arena_page")
+        # row now + a (a = 0..lanes-1): from the registers, a narrow add of a small offset
+        n = [self._row(m, a) for a in range(L)]
+        # (row now + a is on a page taken this cycle: its tile started at or after now)
+        new = [Signal(name=f"arena_new_page_if{a}") for a in range(L)]
+        m.d.comb += [new[a].eq(select([(sh[k], n[a][:s] <= a) for k, s in enumerate(sizes)], 1))
+                     for a in range(L)]
+        page = [Mux(new[a], pool.page[0], cur) for a in range(L)]
+        place = [Signal(cfg.loc_bits, name=f"arena_loc_if{a}") for a in range(L)]
+        m.d.comb += [place[a].eq(select([(sh[k], Cat(n[a][:s], page[a])) for k, s in enumerate(sizes)],
+                                        cfg.loc_bits)) for a in range(L)]
+        for j in range(L):
+            before = late_count(self.ok[:j])
+            m.d.comb += self.loc[j].eq(select([(before[a], place[a]) for a in range(j + 1)], cfg.loc_bits))
+        total = late_count(self.ok)
+        take = Signal(name="arena_take")
+        m.d.comb += take.eq(Cat(total[a + 1] & new[a] for a in range(L)).any())
+        m.d.comb += pool.take.eq(Cat(~take, take))
+        with m.If(take):
+            m.d.sync += cur.eq(pool.page[0])
+        m.d.comb += [self.fits.eq(~new[0] | pool.avail[0]),
+                     self.roomy.eq(pool.free >= arena_pages_needed(cfg, self.margin))]
+        return m
+
+    def _row(self, m, a: int):
+        """Arena row ``now + a``: ``cnt + p + a`` for ``last[p]``."""
+        last = self.last
+        off = Signal(range(len(last) + a), name=f"arena_off{a}")
+        m.d.comb += off.eq(select([(last[p], p + a) for p in range(len(last))], len(off)))
+        v = Signal(len(self.cnt), name=f"arena_row_if{a}")
+        m.d.comb += v.eq(add_narrow(self.cnt, off))
+        return v
