@@ -30,7 +30,7 @@ from ..scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
-from .systems.hub_v2 import FEATURES, RTL_APART, check_features
+from .systems.hub_v2 import FEATURES, check_features
 from ..verif.sim import add_argument as add_sim_argument, choose as choose_sim
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -334,8 +334,7 @@ def add_parser(subparsers) -> None:
     c.add_argument("--no-figure", action="store_true", help="skip the timeline figure")
     c.add_argument("--hub-features", default=None, type=name_list(FEATURES, "hub feature"),
                    help=f"hub protocol v2: comma-separated subset of {','.join(FEATURES)} "
-                   "(default none: protocol v1; with RTL hubs not "
-                   f"{' and '.join('+'.join(sorted(p)) for p in RTL_APART)} together; "
+                   "(default none: protocol v1; RTL hubs too); "
                    "`moehub study v2` runs every combination)")
     c.set_defaults(func=cmd_cosim)
 

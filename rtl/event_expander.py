@@ -143,6 +143,7 @@ class EventExpander(wiring.Component):
             self.o.valid.eq(held & left.any()),
             out.complete.eq(cur.complete), out.src.eq(cur.src), out.token.eq(cur.token),
             out.group.eq(cur.group), out.loc.eq(cur.loc),
+            *([out.cnt.eq(cur.cnt), out.count.eq(cur.count)] if self.cfg.count_packets else []),
             out.expert.eq(select([(first[t], cur.expert[t]) for t in range(T)], len(out.expert))),
             out.row.eq(select([(first[t], cur.row[t]) for t in range(T)], len(out.row))),
             out.slot.eq(select([(first[t], cur.slot[t]) for t in range(T)], len(out.slot))),

@@ -25,8 +25,9 @@ place in the arena at ``POOL_BASE``, ``POOL_CAP`` rows -- or, with ``pool_pages`
 arena's rows in pages of the pool, :class:`~moehub.rtl.paged_arena.PagedArena`; whether it
 is tight on room back to the packet manager's input admission) and an
 :class:`~moehub.rtl.event_expander.EventExpander` hands the tracker the event queue's row
-events one target a cycle. Multicast with count packets is not in the RTL yet (the
-reference model and the co-simulation have it): such a config is refused here.
+events one target a cycle. With count packets too, the allocator's
+:class:`~moehub.rtl.multicast_counts.MulticastCountLimit` refuses rows naming an expert
+whose counts are met, under the same admission.
 """
 from amaranth import Cat, Module, Value
 from amaranth.lib import stream, wiring
@@ -55,8 +56,8 @@ MAX_EXPERTS = 256
 
 def check_rtl(cfg: HubConfig) -> None:
     """Refuse, with a message naming the key, a config the hub RTL cannot be: more sources
-    than PARAMS counts, more experts than elaborate, multicast rows with count packets (not
-    in the RTL yet) or in pages shorter than the lanes. (The schema takes them: the model
+    than PARAMS counts, more experts than elaborate, multicast rows in pages shorter than
+    the lanes. (The schema takes them: the model
     and the co-simulation can.) Callers run it before a long job (``moehub synth``), the hub at construction."""
     p = f"hub[{cfg.name}]"
     if cfg.sources > MAX_SOURCES:
@@ -65,11 +66,6 @@ def check_rtl(cfg: HubConfig) -> None:
     if cfg.experts > MAX_EXPERTS:
         raise ConfigError(f"{p}.experts = {cfg.experts}: the RTL elaborates at most {MAX_EXPERTS} "
                           "experts per GPU")
-    if cfg.multicast and cfg.count_packets:
-        raise ConfigError(f"{p}: max_targets = {cfg.max_targets} (multicast) with "
-                          f"count_packets = {cfg.count_packets}: "
-                          "multicast rows with count packets are not in the hub RTL yet "
-                          "(the reference model and the co-simulation have them)")
     if cfg.multicast and cfg.paged and cfg.min_tile_rows < cfg.lanes:
         raise ConfigError(f"{p}.min_tile_rows = {cfg.min_tile_rows}: multicast rows in pages need "
                           f"tiles of at least lanes = {cfg.lanes} rows (the arena takes at most one "

@@ -92,7 +92,9 @@ class HubLayouts:
             self.event = data.StructLayout({
                 "complete": 1, "tv": T, "expert": data.ArrayLayout(index_bits(cfg.experts), T),
                 "row": data.ArrayLayout(cfg.row_bits, T), "slot": data.ArrayLayout(cfg.slot_bits, T),
-                "loc": cfg.loc_bits, "src": cfg.src_bits, "token": cfg.token_bits, "group": GROUP_BITS})
+                "loc": cfg.loc_bits, "src": cfg.src_bits, "token": cfg.token_bits, "group": GROUP_BITS,
+                # (count_packets: a count packet applied, its expert in target entry 0)
+                **({"cnt": 1, "count": cfg.count_bits} if cfg.count_packets else {})})
 
 
 def csr_bus_signature(addr_bits: int) -> wiring.Signature:

@@ -81,6 +81,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig, field_bits
 from .logic import add_narrow, exactly, late_count, select
+from .count_gate import total_bits
+from .multicast_counts import MulticastCountLimit
 from .paged_arena import PagedArena
 from .paging import tile_sizes
 
@@ -142,12 +144,22 @@ def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
     row : In(row_bits).array(lanes, max_targets)    target t's row in its expert (when ok)
     loc : In(loc_bits).array(lanes)                 the row's place in the arena (when ok)
     clear : Out(1)                                  layer start: zero the counters, latch capacities
+
+    With count packets (the allocator's :class:`~moehub.rtl.multicast_counts.
+    MulticastCountLimit`):
+
+    cnt_add, cnt_full : Out(lanes)                  lane j's count packet adds; it completes its expert
+    dtot : Out(total_bits).array(experts)           the counts of the group behind
+    met : In(lanes)                                 the row is refused for counts (COUNT_MISMATCH)
+    over : In(lanes)                                a completing count below the rows held (COUNT_MISMATCH)
     """
     L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
+    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "dtot": Out(total_bits(cfg)).array(E),
+              "met": In(L), "over": In(L)} if cfg.count_packets else {}
     return wiring.Signature({
         "req": Out(L), "tv": Out(T).array(L), "oh": Out(E).array(L, T),
         "ok": In(L), "row": In(cfg.row_bits).array(L, T), "loc": In(cfg.loc_bits).array(L),
-        "clear": Out(1),
+        "clear": Out(1), **counts,
     })
 
 
@@ -229,6 +241,12 @@ class MulticastAllocator(wiring.Component):
         """(a variant with pages) The arena's pages, beside its counter (none here)."""
         self._paged = None
 
+    def _before_counters(self, m, mask):
+        """(a variant) What the counters' update needs before they are formed (none here)."""
+
+    def _after_counters(self, m, experts, ok):
+        """(a variant) What reads the counters' grants (none here)."""
+
     def elaborate(self, platform):
         m = Module()
         cfg, g = self.cfg, self.grant
@@ -241,8 +259,10 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += [mask[j][e].eq(Cat(g.oh[j][t][e] for t in range(T)).any())
                          for j in range(L) for e in range(E)]
         ok = [Signal(name=f"ok{j}") for j in range(L)]
+        self._before_counters(m, mask)
         experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)])
                    for e in range(E)]
+        self._after_counters(m, experts, ok)
         # (paged: the pages bound the arena, not POOL_CAP -- a capacity it never reaches first)
         arena = self._counter(m, "pool", pb, Const(cfg.pool_rows, pb) if cfg.paged else self.pool_cap, ok, None)
         self._arena_pages(m, arena, ok)
@@ -290,7 +310,7 @@ class MulticastAllocator(wiring.Component):
         m.d.comb += [above[c].eq(select([(last[p], room > c + p) for p in range(L + 1)], 1))
                      for c in range(2 * L)]
         gt_next, last_next = self._next(m, name, ok, names, above)
-        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt}
+        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt, "grants": last_next}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
             with m.If(g.clear):
@@ -555,6 +575,30 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
                           "page_bad": Out(1), "pool_free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages)})
         return ports
 
+    def _before_counters(self, m, mask):
+        """(count_packets) The :class:`MulticastCountLimit`: each lane's count refusal, from
+        registers, before the counters' update (a roomy lane it refuses is no sure grant);
+        its roomy bit into ``tight``."""
+        self._cref = [Const(0)] * self.cfg.lanes
+        if not self.cfg.count_packets:
+            return
+        cfg, g, L = self.cfg, self.grant, self.cfg.lanes
+        m.submodules.counts = cl = self._climit = MulticastCountLimit(cfg, ADMISSION_GROUPS * L)
+        m.d.comb += [cl.req.eq(g.req), cl.cnt_add.eq(g.cnt_add), cl.cnt_full.eq(g.cnt_full),
+                     cl.clear.eq(g.clear), g.met.eq(g.req & cl.refused), g.over.eq(cl.over)]
+        m.d.comb += [cl.mask[j].eq(mask[j]) for j in range(L)]
+        # (a count packet's expert: its target 0, the one entry it has)
+        m.d.comb += [cl.cnt_oh[j].eq(g.oh[j][0]) for j in range(L)]
+        m.d.comb += [cl.dtot[x].eq(g.dtot[x]) for x in range(cfg.experts)]
+        self._cref = [cl.refused[j] for j in range(L)]
+        self._roomy_next.append(cl.roomy)
+
+    def _after_counters(self, m, experts, ok):
+        """(count_packets) Each expert's grants and the verdicts to the count limit."""
+        if self.cfg.count_packets:
+            m.d.comb += [self._climit.grants[x].eq(experts[x]["grants"]) for x in range(self.cfg.experts)]
+            m.d.comb += self._climit.ok.eq(Cat(*ok))
+
     def _arena_pages(self, m, arena, ok):
         """(paged) The :class:`PagedArena`: the counter's registers and the verdicts in,
         each lane's place, the risky lane's fit and the roomy bit out; the pool's CSRs."""
@@ -575,8 +619,9 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         return m
 
     def _verdict(self, m, j, ok, mask, room_gt, arena, same):
-        """Lane j's verdict: granted if its request was admitted roomy (``risky`` 0); else
-        if every expert it names, and the arena, has room for one row. (Exact: a risky
+        """Lane j's verdict: unless refused for counts (from registers, exact for every lane:
+        :mod:`~moehub.rtl.multicast_counts`), granted if its request was admitted roomy
+        (``risky`` 0); else if every expert it names, and the arena, has room for one row. (Exact: a risky
         lane is the one data packet of its group, so no lane of its group asks for a row
         beside it, and the rows of earlier groups are counted in the registers it reads:
         the model's rule for it is room for one row. A roomy lane always has room.)"""
@@ -584,7 +629,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         fits = Signal(name=f"fits{j}")
         place = arena["gt"][0] if self._paged is None else arena["gt"][0] & self._paged.fits
         m.d.comb += fits.eq(Cat(*(~mask[j][e] | room_gt[e][0] for e in range(E))).all() & place)
-        m.d.comb += ok[j].eq(g.req[j] & (~self.risky[j] | fits))
+        m.d.comb += ok[j].eq(g.req[j] & ~self._cref[j] & (~self.risky[j] | fits))
 
     def _next(self, m, name, ok, names, above):
         """The counter's next ``room > a`` bits and grant count from the requests admitted
@@ -592,7 +637,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         a mux between two candidates formed from registers."""
         L, g = self.cfg.lanes, self.grant
         names = names or [Const(1)] * L
-        sure = [g.req[k] & ~self.risky[k] & names[k] for k in range(L)]
+        sure = [g.req[k] & ~self.risky[k] & ~self._cref[k] & names[k] for k in range(L)]
         base = [Signal(name=f"{name}_sure{d}") for d in range(L + 1)]
         m.d.comb += [base[d].eq(exactly(sure, d)) for d in range(L + 1)]
         late = Signal(name=f"{name}_late")

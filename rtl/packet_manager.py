@@ -869,6 +869,9 @@ class PacketManager(wiring.Component):
             m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j])]
             m.d.comb += [g.oh[j][t].eq(pre.q_oh[j][t]) for t in range(T)]
         self.t_mask = pre.q_mask
+        if cfg.count_packets:       # (the count gate's, to the allocator's count limit)
+            m.d.comb += [g.cnt_add.eq(_lanes(self.t, "cadd")), g.cnt_full.eq(_lanes(self.t, "cfull"))]
+            m.d.comb += [g.dtot[x].eq(self.gate.dtot[x]) for x in range(cfg.experts)]
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),
@@ -905,9 +908,11 @@ class PacketManager(wiring.Component):
         m.d.comb += gate.clear.eq(self.start_go)
         for j in range(cfg.lanes):
             q = self.i[j].payload
+            # (multicast: a count packet's expert is its target entry 0)
+            expert = q.expert0 if cfg.multicast else q.expert
             m.d.comb += [gate.cnt[j].eq(_kinds(cfg, q.kind)[2] & (q.src < cfg.sources)
-                                        & (q.expert < cfg.experts) & self.acc[j]),
-                         gate.src[j].eq(q.src), gate.expert[j].eq(q.expert), gate.count[j].eq(q.count)]
+                                        & (expert < cfg.experts) & self.acc[j]),
+                         gate.src[j].eq(q.src), gate.expert[j].eq(expert), gate.count[j].eq(q.count)]
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):

@@ -70,16 +70,19 @@ def test_cosim_command_with_an_rtl_hub_matches_the_model(tmp_path, capsys):
     assert "outputs identical" in out and "allocation same" in out
 
 
-def test_hub_features_the_rtl_lacks_are_refused_up_front(tmp_path, capsys):
-    """Protocol-v2 features with an RTL hub: only what the RTL has (count packets, paged
-    regions and multicast rows, every pair but multicast with count packets); the others
-    are a usage error naming the flag and the features, before any simulation."""
+def test_unknown_hub_features_are_refused_up_front(tmp_path, capsys):
+    """Protocol-v2 features with an RTL hub: the RTL has all three, in any combination
+    (README "Multicast rows with count packets"); an unknown one is a usage error naming
+    the flag and the value, before any simulation."""
     from moehub.scripts.cli import main
+    from moehub.cosim.systems.hub_v2 import FEATURES, RTL_FEATURES, check_features
+    assert RTL_FEATURES == set(FEATURES)
+    assert check_features(FEATURES, rtl=True) == set(FEATURES)
     for flags in (["--rtl-gpus", "0"], ["--hub", "rtl"]):
-        assert main(["cosim", "--tokens", "4", *flags, "--hub-features", "early_counts,multicast",
+        assert main(["cosim", "--tokens", "4", *flags, "--hub-features", "early_counts,multicasts",
                      "--no-figure", "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
-        assert "--hub-features" in err and "early_counts with multicast together is not in the hub RTL" in err, err
+        assert "--hub-features" in err and "multicasts" in err, err
     assert not any(tmp_path.iterdir())              # nothing written
 
 

@@ -36,7 +36,8 @@ class CountFeeder(LaneFeeder):
                  p_count: float = 0.15, count_errors: float = 0.0, **kw):
         super().__init__(cfg, rows, rng, **kw)
         self.p_count = p_count
-        sent = Counter((r.src, r.expert) for r in rows)
+        # (a multicast row counts toward each of its targets)
+        sent = Counter((r.src, x) for r in rows for x in ([x for x, _ in r.targets] or [r.expert]))
         self.pending = [self._announcements(s, sent, count_errors) for s in range(cfg.sources)]
         if count_errors:        # (at least one error: a repeat, always a COUNT_DUPLICATE)
             s = rng.randrange(cfg.sources)

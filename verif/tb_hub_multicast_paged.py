@@ -185,12 +185,20 @@ async def test_page_returns(dut):
 
 
 # ---------------------------------------------------------------------------- random
-async def random_mc_paged_layers(dut, seed: int, *, layers: int, errors: bool):
+def lane_feeder(rng: random.Random, rows, errors: bool) -> LaneFeeder:
+    """The random tests' feeder of ``rows`` (idle lanes, early EOS, v1's bad input with
+    ``errors``)."""
+    return LaneFeeder(CFG, rows, rng, idle=rng.choice([0, 0.3]), early_eos=rng.random() < 0.5,
+                      errors=0.15 if errors else 0.0)
+
+
+async def random_mc_paged_layers(dut, seed: int, *, layers: int, errors: bool, feeder=lane_feeder):
     """``layers`` layers of random multicast rows (random tile sizes, sometimes more rows
     than the pool holds, sometimes small regions; back-pressure, idle lanes, early EOS,
     credit delay; v1's bad input with ``errors``), a random part of the pages handed back
     between layers (sometimes a bad return), against the model; the seed is in every
-    assertion message."""
+    assertion message. ``feeder(rng, rows, errors)`` makes each layer's traffic
+    (tb_hub_multicast_paged_counts adds count packets)."""
     rng = random.Random(seed)
     tb = await pool_hub_tb(dut, CFG, seed, rng)
     refused = 0
@@ -203,8 +211,7 @@ async def random_mc_paged_layers(dut, seed: int, *, layers: int, errors: bool):
             await tb.csr_write("REGION_CAP", rng.randrange(4, 20) if small else CFG.max_rows_per_expert, x)
         await tb.start_layer()
         rows = random_mc_rows(rng, rng.randrange(8, 60), CFG.max_rows_per_expert)
-        tb.feed(LaneFeeder(CFG, rows, rng, idle=rng.choice([0, 0.3]), early_eos=rng.random() < 0.5,
-                           errors=0.15 if errors else 0.0), credit_delay=rng.randrange(0, 8))
+        tb.feed(feeder(rng, rows, errors), credit_delay=rng.randrange(0, 8))
         model = await tb.finish_layer(flush_if_open=errors)
         assert model.done, f"layer {layer} did not finish (seed {seed})"
         refused += model.drop_counts[Reason.OVERFLOW]

@@ -67,8 +67,6 @@ def synthesis(cfg) -> dict:
     import json
     from ...paths import output_dir
     from ...synth.flow import with_changes
-    if cfg.multicast and cfg.count_packets:
-        return {"synthesis": "no RTL yet for multicast with count packets"}
     changes = {k: getattr(cfg, k) for k in ("count_packets", "pool_pages", "max_targets")
                if getattr(cfg, k) and (k != "max_targets" or cfg.multicast)}
     base = cfg.replace(name=cfg.name.split("@")[0])

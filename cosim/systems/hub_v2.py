@@ -44,10 +44,8 @@ FEATURES = ("multicast", "early_counts", "paged")
 #: the features the hub's RTL has (``--rtl-gpus``, ``--hub rtl``): count packets
 #: (``count_packets``, README "Count packets in the hub RTL"), paged regions (README
 #: "Paged regions in the hub RTL") and multicast rows (README "Multicast rows in the hub
-#: RTL"), every pair but :data:`RTL_APART`
+#: RTL"), in any combination
 RTL_FEATURES = frozenset({"early_counts", "paged", "multicast"})
-#: feature pairs the RTL does not have together (multicast rows with count packets)
-RTL_APART = (frozenset({"multicast", "early_counts"}),)
 #: GEMM1 efficiency of a gathering A load relative to a contiguous (TMA) one. ASSUMPTION,
 #: from the nearest public measurement: on Hopper a GEMM that gathers A rows by index
 #: cannot load them as TMA tiles and uses per-row pointer loads; TileOPs PR #1567 (H200,
@@ -80,10 +78,6 @@ def check_features(features, rtl: bool = False) -> frozenset:
     if missing:
         raise ValueError(f"hub features {missing}: not in the hub RTL yet (an RTL hub runs "
                          f"{', '.join(sorted(RTL_FEATURES)) or 'none of them'}); use the model hub")
-    apart = [sorted(p) for p in RTL_APART if rtl and p <= f]
-    if apart:
-        raise ValueError(f"hub features {sorted(f)}: {' with '.join(apart[0])} together is not in the "
-                         "hub RTL yet; use the model hub")
     return f
 
 

@@ -1,0 +1,125 @@
+"""Count packets' limit on multicast rows (protocol v2: ``max_targets`` > 1 with
+``count_packets``).
+
+The reference model refuses a row as COUNT_MISMATCH when *any* of its targets has every
+source's count in and as many rows as announced (:meth:`moehub.verif.model.HubModel.
+_open_verdict`, before OVERFLOW), and counts a completing count packet below the rows an
+expert already holds (COUNT_MISMATCH). A row refused for one target takes no row of the
+others, so -- as for room -- a lane's verdict would depend on the verdicts ahead of it.
+The unicast :class:`~moehub.rtl.count_limit.CountLimit` ranks *requests* (a refused request
+of an expert means every later one of it is refused too); here the multicast allocator's
+*admission* makes the chain unnecessary, as it does for room
+(:class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`).
+
+Per expert ``x``, registers: ``lam = total - rows`` (signed; the total holds the counts of
+the group now in the allocator's cycle -- the count gate's per-group sum ``dtot``, added
+a cycle ahead, as the unicast limit does -- and the rows every grant before this cycle) and
+``done`` (every source's count in, from the groups ahead). Then:
+
+* ``x`` is *dead* when ``done`` and ``lam <= 0``: every later row naming it is refused --
+  for good (no count adds to it any more, and it takes no grant);
+* ``x`` is *counted roomy* when dead or ``lam >= margin`` (``ADMISSION_GROUPS x lanes``):
+  counts only add to ``lam``, so a row admitted then finds ``lam`` above the grants it
+  can have ahead of it whenever its count completes -- never refused;
+  otherwise the allocator is tight (``roomy`` low): one data packet a group, which alone
+  asks for rows in its cycle.
+
+So every lane's count verdict is one formula from registers, exact for both kinds of lane:
+refused when some expert it names has its counts all in at it (``done``, or this group's
+count packet on a lane ahead completes it) and ``lam <= 0`` -- a roomy lane's experts are
+dead (refused) or far from their count, and a risky lane has no grant ahead of it. No
+verdict waits for another; the room counters take the count refusals as known (from
+registers). A completing count packet is an ``over`` when ``lam`` is below the grants of
+its expert ahead of it in the group: with ``lam >= margin`` never, else (tight) at most one
+data lane is ahead of it, so ``lam < 0``, or ``lam == 0`` and that lane granted a row of
+the expert.
+
+The price is the admission's: while an expert's count is within ``margin`` rows of its
+rows and not met (or some expert's counts are not all in, ``lam`` small), data packets
+come in one a cycle -- at a layer's start until the counts are in, and over each expert's
+last ``margin`` rows. (Counts sent up front, as the protocol intends, keep the first short.)
+"""
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config.schema import HubConfig
+from .count_gate import total_bits
+from .logic import select
+
+
+class MulticastCountLimit(wiring.Component):
+    """Per-expert rows left under the count, for multicast rows (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        Multicast with count packets.
+    margin : int
+        Rows that may be granted between a look at :attr:`roomy` and the grant of a row
+        admitted then.
+
+    Attributes
+    ----------
+    mask : In(experts).array(lanes) ; req : In(lanes)
+        The experts each lane's row names; the lanes that ask for a row.
+    cnt_add, cnt_full : In(lanes) ; cnt_oh : In(experts).array(lanes)
+        Per lane (the count gate's, registered in T): a count packet that adds; it
+        completes its expert; its expert, one-hot.
+    dtot : In(total_bits).array(experts)
+        The counts the group behind adds (registered, as for the unicast limit).
+    grants : In(lanes + 1).array(experts)
+        This cycle's grants naming each expert, one-hot (late: after the verdicts).
+    ok : In(lanes)
+        This cycle's verdicts (late), for ``over``.
+    clear : In(1)
+        Layer start.
+    refused : Out(lanes)
+        The lane's row is refused for counts (from registers and T's).
+    over : Out(lanes)
+        A completing count packet below the rows its expert holds.
+    roomy : Out(1)
+        Every expert dead or at least ``margin`` rows from its count.
+    """
+
+    def __init__(self, cfg: HubConfig, margin: int):
+        if not (cfg.multicast and cfg.count_packets):
+            self._MustUse__silence = True       # (refused: never elaborated)
+            raise ValueError(f"hub[{cfg.name}]: a multicast count limit needs multicast rows "
+                             "and count packets")
+        self.cfg, self.margin = cfg, margin
+        L, E = cfg.lanes, cfg.experts
+        super().__init__({
+            "mask": In(E).array(L), "req": In(L), "cnt_add": In(L), "cnt_full": In(L),
+            "cnt_oh": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
+            "grants": In(L + 1).array(E), "ok": In(L), "clear": In(1),
+            "refused": Out(L), "over": Out(L), "roomy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
+        w = total_bits(cfg) + 2
+        lam = [Signal(signed(w), name=f"mcl_lam{x}") for x in range(E)]
+        done = Signal(E, name="mcl_done")
+        le0 = [Signal(name=f"mcl_le0_{x}") for x in range(E)]
+        m.d.comb += [le0[x].eq(lam[x] <= 0) for x in range(E)]
+        # (lane i's count packet completes expert x)
+        completes = [[self.cnt_add[i] & self.cnt_full[i] & self.cnt_oh[i][x] for x in range(E)] for i in range(L)]
+        for j in range(L):
+            full_at = [done[x] | Cat(*(completes[i][x] for i in range(j))).any() if j else done[x]
+                       for x in range(E)]
+            m.d.comb += self.refused[j].eq(Cat(*(self.mask[j][x] & full_at[x] & le0[x] for x in range(E))).any())
+            granted = [Cat(*(self.ok[k] & self.mask[k][x] for k in range(j))).any() if j else 0 for x in range(E)]
+            m.d.comb += self.over[j].eq(Cat(*(completes[j][x] & (lam[x][-1] | ((lam[x] == 0) & granted[x]))
+                                              for x in range(E))).any())
+        m.d.comb += self.roomy.eq(Cat(*((done[x] & le0[x]) | (lam[x] >= self.margin) for x in range(E))).all())
+        now_done = Cat(*(Cat(*(completes[i][x] for i in range(L))).any() for x in range(E)))
+        for x in range(E):
+            # (lam + dtot - n for every n, the grants choose: the adder off the late path)
+            base = Signal(signed(w), name=f"mcl_lam_plus{x}")
+            m.d.comb += base.eq(lam[x] + self.dtot[x])
+            nxt = select([(self.grants[x][n], base - n) for n in range(L + 1)], signed(w))
+            m.d.sync += lam[x].eq(Mux(self.clear, 0, nxt))
+        m.d.sync += done.eq(Mux(self.clear, 0, done | now_done))
+        return m
