@@ -85,6 +85,7 @@ from .count_gate import total_bits
 from .multicast_counts import MulticastCountLimit
 from .paged_arena import PagedArena
 from .paging import tile_sizes
+from .timing import ADMISSION_GROUPS
 
 
 def one_hot(v) -> Value:
@@ -512,11 +513,6 @@ class MulticastAllocatorByTargets(MulticastAllocator):
         return self._counts[key]
 
 
-#: groups whose rows may be granted between the packet manager's admission of a group and
-#: its grant, plus that group: the admission's ``room > a`` bit is registered a cycle late
-#: (1), three groups are ahead of an admitted one (in A, R and T) and it takes up to
-#: ``lanes`` rows itself (1) -- see :class:`MulticastAllocatorAdmitted`
-ADMISSION_GROUPS = 5
 
 
 class MulticastAllocatorAdmitted(MulticastAllocator):

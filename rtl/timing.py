@@ -44,5 +44,12 @@ IN_FLIGHT_GROUPS = QUEUE_GROUPS - 1
 #: ``GROUP_AGE_LIMIT`` groups old, so the ids in flight span well under half the id space.
 GROUP_BITS = 6
 GROUP_AGE_LIMIT = 16
+#: (multicast) Groups whose rows may be granted between the packet manager's admission of
+#: a group and its grant, plus that group: the allocator's "room >= this x lanes" bit is
+#: registered a cycle late (1), three groups are ahead of an admitted one (in A, R and T)
+#: and it takes up to ``lanes`` rows itself (1). Below that margin of room (or of a count)
+#: the input takes one data packet a cycle
+#: (:class:`moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`).
+ADMISSION_GROUPS = 5
 
 assert GROUP_AGE_LIMIT < 1 << (GROUP_BITS - 1), "group ids in flight must span under half the id space"

@@ -109,6 +109,36 @@ def test_early_counts_make_experts_known_before_the_done_word(runs):
     assert r.latency_us <= runs[frozenset()].latency_us + 1e-9
 
 
+def test_admission_tight_rows_by_hand():
+    """Multicast with count packets: the rows the input admission takes one data packet a
+    cycle -- before the counts are in, and over each expert's last ADMISSION_GROUPS x
+    lanes rows (20 at 4 lanes) -- counted by hand on 40 rows arriving one a cycle."""
+    from types import SimpleNamespace as NS
+    cfg = NS(multicast=True, count_packets=True, lanes=4, experts=2)
+    rows = np.arange(40)
+    # rows 0..29 name expert 0, rows 30..39 expert 1 (10 announced, below the margin: tight
+    # from the start to its last row, rank 39), every count in by cycle 5
+    arr = _Arr(first_cycle=rows, tgt_row=rows, tgt_expert=(rows >= 30).astype(int),
+               counts=[(5, 0, 0, 0, 30), (5, 1, 1, 1, 10)])
+    assert V2.admission_tight(cfg, arr) == 40
+    # one expert of 40 rows: before cycle 5 (ranks 0..4), after its row 20 (ranks 21..39)
+    arr = _Arr(first_cycle=rows, tgt_row=rows, tgt_expert=0 * rows, counts=[(5, 0, 0, 0, 40)])
+    assert V2.admission_tight(cfg, arr) == 5 + 19
+    arr.counts = [(0, 0, 0, 0, 40)]
+    assert V2.admission_tight(cfg, arr) == 19
+    cfg.count_packets = False
+    assert V2.admission_tight(cfg, arr) == 0
+
+
+class _Arr:
+    """Arrivals by hand: the fields :func:`admission_tight` reads, and a length."""
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __len__(self):
+        return len(self.first_cycle)
+
+
 def test_v2_timelines_are_causal(runs):
     for f, r in runs.items():
         assert check(r) == [], f"{sorted(f)}: {check(r)[:3]}"

@@ -178,6 +178,9 @@ def point(system: str, model: str, workload: str, tokens: int | None, features,
                          f"{1e3 * ex.get('gather_row_us', 0.0):.1f} ns/row")
         if "early_counts" in f and ex.get("early_final_us"):
             notes.append(f"experts final {np.mean(ex['early_final_us']):.0f} us before done")
+        if ex.get("admission_tight_us"):
+            notes.append(f"admission one packet a cycle for {100 * ex['admission_tight_rows'] / max(ex['wire_rows'], 1):.1f} % "
+                         f"of rows (<= {max(ex['admission_tight_us']):.0f} us a GPU, not in the layer time)")
         if "paged" in f and ex.get("pages"):
             notes.append(f"{max(ex['pages'])} pages max")
         rows.append(row(name, "hub", res, "hub", f, "; ".join(notes)))

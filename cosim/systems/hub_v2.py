@@ -34,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from ...rtl.timing import CREDIT_LATENCY
+from ...rtl.timing import ADMISSION_GROUPS, CREDIT_LATENCY
 from ..gpu import WorkItem
 from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals, target_alloc
 from ..layer import Layer, SystemResult
@@ -215,6 +215,39 @@ def schedule(L: Layer, t0: float, features: frozenset, cfg, order: str = "token"
     return arrivals, w, curves, flows, stalls, t_cnt
 
 
+def admission_tight(cfg, arr: HubArrivals) -> int:
+    """(multicast with count packets) The wire rows of one destination that the input
+    admission takes one data packet a cycle (:mod:`moehub.rtl.multicast_counts`): rows
+    whose first packet comes before every count packet is in, or while some expert is
+    within ``ADMISSION_GROUPS x lanes`` rows of its announced total and not met -- from
+    the arrival (in first-packet order) after its row ``total - margin`` to its last row.
+    The model hub grants rows without this rate limit; the study reports the rows and a
+    bound on the time they cost. (The margin's one-cycle lags are left out.)"""
+    n = len(arr)
+    if not n or not (cfg.multicast and cfg.count_packets):
+        return 0
+    K = ADMISSION_GROUPS * cfg.lanes
+    rank = np.empty(n, np.int64)
+    rank[np.argsort(arr.first_cycle, kind="stable")] = np.arange(n)
+    totals = np.zeros(cfg.experts, np.int64)
+    for _, _, _, x, c in arr.counts:
+        totals[x] += c
+    tight = np.zeros(n + 1, np.int64)                  # +1 / -1 at window edges, in rank order
+    for x in range(cfg.experts):
+        r = np.sort(rank[np.asarray(arr.tgt_row)[np.asarray(arr.tgt_expert) == x]])
+        if totals[x] == 0 or not len(r):
+            continue
+        lo = int(r[totals[x] - K]) + 1 if totals[x] - K >= 0 and totals[x] - K < len(r) else 0
+        hi = int(r[min(totals[x], len(r)) - 1]) + 1
+        if lo < hi:
+            tight[lo] += 1
+            tight[hi] -= 1
+    marked = np.cumsum(tight)[:n] > 0
+    counts_in = max((c[0] for c in arr.counts), default=0)
+    marked |= np.sort(arr.first_cycle, kind="stable") < counts_in
+    return int(marked.sum())
+
+
 def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):
     """Per flagged tile: rows per source and when its last row was written (targets)."""
     trow, tx, rank = target_alloc(hr, arr)
@@ -268,7 +301,7 @@ def run_hub(L: Layer, features, backend: str = "model", order: str = "token",
     st = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0, "rows_allocated": 0,
           "features": sorted(features), "wire_rows": int(len(w)),
           "max_targets": cfg.max_targets, "pages": [], "gather_row_us": gpu.gather_row_us,
-          "early_final_us": []}
+          "early_final_us": [], "admission_tight_rows": 0, "admission_tight_us": []}
     rtl_checks = []
     for d in range(G):
         arr = arrivals[d]
@@ -278,6 +311,10 @@ def run_hub(L: Layer, features, backend: str = "model", order: str = "token",
         st["packets"] += hr.packets
         st["rows"] += len(arr)
         st["pages"].append(int(hr.pages))
+        if cfg.multicast and cfg.count_packets:     # (one data packet a cycle for them: a bound)
+            tight = admission_tight(cfg, arr)
+            st["admission_tight_rows"] += tight
+            st["admission_tight_us"].append(tight * cfg.chunks_per_row * (1 - 1 / cfg.lanes) / clk)
         owners_e, landed, n_alloc = _tile_owners(L, arr, hr, hr.tile_ready)
         st["rows_allocated"] += n_alloc
         items = []
