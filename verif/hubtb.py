@@ -522,6 +522,26 @@ def _diff(what, got, exp, seed) -> str:
 
 
 
+async def return_pages(tb: HubTB, pages):
+    """PAGE_FREE each of ``pages``, then a few idle cycles (the pool checks a return in
+    four register stages)."""
+    for p in pages:
+        await tb.csr_write("PAGE_FREE", p)
+    for _ in range(8):
+        await RisingEdge(tb.dut.clk)
+
+
+def random_returns(model, rng: random.Random, pool_pages: int) -> list:
+    """A random part of the pages ``model`` holds in use, in random order, sometimes with
+    a bad page (twice, or never handed out) among them: the random tests' returns between
+    layers."""
+    used = sorted(model.in_use)
+    back = rng.sample(used, rng.randrange(len(used) + 1))
+    if rng.random() < 0.3:
+        back.insert(rng.randrange(len(back) + 1), rng.randrange(pool_pages + 2))   # maybe bad
+    return back
+
+
 async def pool_hub_tb(dut, cfg: HubConfig, seed: int, rng: random.Random) -> HubTB:
     """A started hub testbench for random protocol-v2 pool layers: random back-pressure,
     the default layer registers, ``POOL_BASE`` at a random 64 KiB boundary."""

@@ -71,6 +71,25 @@ def rows_in_one_cycle(rows_tags):
     return sched
 
 
+def spread(pkts) -> list:
+    """Packets over the lanes, ``lanes`` a cycle, in order."""
+    return [list(pkts[k:k + L]) + [None] * (L - len(pkts[k:k + L])) for k in range(0, len(pkts), L)]
+
+
+def one_at_a_time(rows, tag=0) -> list:
+    """Each row on its own, its chunks over the lanes (a row completes before the next
+    starts: tags stay free, the rows are granted in list order)."""
+    return [cyc for r in rows for cyc in spread(chunks(r, tag))]
+
+
+def eos_of(rows) -> list:
+    """End-of-stream from every source, counting its rows among ``rows``."""
+    n = {}
+    for r in rows:
+        n[r.src] = n.get(r.src, 0) + 1
+    return eos_all(n)
+
+
 async def finish(tb: HubTB, rows=None):
     await tb.wait_idle()
     model = await tb.check()

@@ -23,23 +23,13 @@ import cocotb
 from moehub.rtl.formats import Reason
 from moehub.verif.count_traffic import CountFeeder
 from moehub.verif.hubtb import pool_hub_tb
-from moehub.verif.tb_hub import CFG, SEED, SEEDS, TIMEOUT, eos_all, limit
+from moehub.verif.tb_hub import CFG, SEED, SEEDS, TIMEOUT, limit
 from moehub.verif.tb_hub_counts import cnt, count_word_cycle, drops, early
-from moehub.verif.tb_hub_multicast import (IDLE, check_multicast, chunks, finish, make_mc_tb, mrow,
-                                           random_mc_rows, rows_in_one_cycle)
+from moehub.verif.tb_hub_multicast import (IDLE, check_multicast, chunks, eos_of, finish, make_mc_tb, mrow,
+                                           one_at_a_time, random_mc_rows, rows_in_one_cycle, spread)
 
 assert CFG.multicast and CFG.count_packets, f"{CFG.name}: these tests need multicast rows and count packets"
 L, E, S = CFG.lanes, CFG.experts, CFG.sources
-
-
-def spread(pkts) -> list:
-    """Packets over the lanes, ``lanes`` a cycle, in order."""
-    return [list(pkts[k:k + L]) + [None] * (L - len(pkts[k:k + L])) for k in range(0, len(pkts), L)]
-
-
-def one_at_a_time(rows, tag=0) -> list:
-    """Each row on its own, its chunks over the lanes (granted in list order)."""
-    return [cyc for r in rows for cyc in spread(chunks(r, tag))]
 
 
 def announce(rows, extra=None) -> list:
@@ -52,13 +42,6 @@ def announce(rows, extra=None) -> list:
     for k, v in (extra or {}).items():
         n[k] = n.get(k, 0) + v
     return [cnt(s, x, n.get((s, x), 0)) for s in range(S) for x in range(E)]
-
-
-def eos_of(rows) -> list:
-    n = {}
-    for r in rows:
-        n[r.src] = n.get(r.src, 0) + 1
-    return eos_all(n)
 
 
 # ---------------------------------------------------------------------------- directed

@@ -19,13 +19,12 @@ from __future__ import annotations
 import random
 
 import cocotb
-from cocotb.triggers import ClockCycles
 
 from moehub.rtl.formats import CtlKind, Reason
-from moehub.verif.hubtb import pool_hub_tb
-from moehub.verif.tb_hub import CFG, SEED, SEEDS, TIMEOUT, eos_all, limit
-from moehub.verif.tb_hub_multicast import (IDLE, check_multicast, chunks, finish, make_mc_tb, mrow,
-                                           random_mc_rows, rows_in_one_cycle)
+from moehub.verif.hubtb import pool_hub_tb, random_returns, return_pages
+from moehub.verif.tb_hub import CFG, SEED, SEEDS, TIMEOUT, limit
+from moehub.verif.tb_hub_multicast import (IDLE, check_multicast, chunks, eos_of, finish, make_mc_tb, mrow,
+                                           one_at_a_time, random_mc_rows, rows_in_one_cycle)
 from moehub.verif.traffic import LaneFeeder
 
 assert CFG.multicast and CFG.paged, f"{CFG.name}: these tests need multicast rows in a paged arena"
@@ -58,33 +57,8 @@ def pages_of(tb, model, rows, since: int = 0) -> list:
     return out
 
 
-def one_at_a_time(rows) -> list:
-    """Each row on its own, its chunks over the lanes (a row completes before the next
-    starts: tags stay free, the rows are granted in list order)."""
-    sched = []
-    for r in rows:
-        c = chunks(r, 0)
-        sched += [c[k:k + L] + [None] * (L - len(c[k:k + L])) for k in range(0, len(c), L)]
-    return sched
-
-
 async def drops(tb, reason: Reason) -> int:
     return await tb.csr_read("DROPS", reason)
-
-
-async def return_pages(tb, pages):
-    """PAGE_FREE each of ``pages``, then a few idle cycles (the pool checks a return in
-    four register stages)."""
-    for p in pages:
-        await tb.csr_write("PAGE_FREE", p)
-    await ClockCycles(tb.dut.clk, 8)
-
-
-def eos_of(rows) -> list:
-    n = {}
-    for r in rows:
-        n[r.src] = n.get(r.src, 0) + 1
-    return eos_all(n)
 
 
 # ---------------------------------------------------------------------------- directed
@@ -215,11 +189,7 @@ async def random_mc_paged_layers(dut, seed: int, *, layers: int, errors: bool, f
         model = await tb.finish_layer(flush_if_open=errors)
         assert model.done, f"layer {layer} did not finish (seed {seed})"
         refused += model.drop_counts[Reason.OVERFLOW]
-        used = sorted(model.in_use)
-        back = rng.sample(used, rng.randrange(len(used) + 1))
-        if rng.random() < 0.3:
-            back.insert(rng.randrange(len(back) + 1), rng.randrange(P + 2))   # maybe bad
-        await return_pages(tb, back)
+        await return_pages(tb, random_returns(model, rng, P))
     await tb.check()
     tb.stop()
     cocotb.log.info(f"seed {seed}: {refused} rows refused for want of room or a page")

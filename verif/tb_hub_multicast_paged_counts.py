@@ -19,10 +19,8 @@ from moehub.rtl.formats import Reason
 from moehub.verif.count_traffic import CountFeeder
 from moehub.verif.tb_hub import CFG, SEED, SEEDS, TIMEOUT, limit
 from moehub.verif.tb_hub_counts import cnt, early
-from moehub.verif.tb_hub_multicast import IDLE, finish, make_mc_tb, mrow
-from moehub.verif.tb_hub_multicast_counts import spread
-from moehub.verif.tb_hub_multicast_paged import (P, drops, eos_of, locs, one_at_a_time, pages_of,
-                                                 random_mc_paged_layers)
+from moehub.verif.tb_hub_multicast import IDLE, eos_of, finish, make_mc_tb, mrow, one_at_a_time, spread
+from moehub.verif.tb_hub_multicast_paged import P, drops, locs, pages_of, random_mc_paged_layers
 
 assert CFG.multicast and CFG.paged and CFG.count_packets, \
     f"{CFG.name}: these tests need multicast rows, a paged arena and count packets"

@@ -20,7 +20,7 @@ import cocotb
 from cocotb.triggers import RisingEdge
 
 from moehub.rtl.formats import CtlKind, Reason
-from moehub.verif.hubtb import HubTB, pool_hub_tb
+from moehub.verif.hubtb import HubTB, pool_hub_tb, random_returns, return_pages
 from moehub.verif.tb_hub import (CFG, SEED, SEEDS, TIMEOUT, chunks, eos_all, finish, limit, make_tb,
                                  row, serial, wide)
 from moehub.verif.traffic import LaneFeeder, random_rows
@@ -87,12 +87,6 @@ def first_chunks_together(rows_tags):
         firsts.append(c[0])
         rest += c[1:]
     return [firsts] + wide(rest)
-
-
-async def return_pages(tb: HubTB, pages):
-    for p in pages:
-        await tb.csr_write("PAGE_FREE", p)
-    await idle_cycles(tb)
 
 
 # ---------------------------------------------------------------------------- directed
@@ -272,11 +266,7 @@ async def random_paged_layers(dut, seed: int, *, layers: int, errors: bool, feed
                             f"{[(i, e.state, bin(e.bitmap), e.dests) for i, e in enumerate(model.table) if e.state]}; "
                             f"{[(c, l, p) for c, l, p in tb.accepted if p.kind == 0][-12:]}")
         overflowed += model.drop_counts[Reason.OVERFLOW]
-        used = sorted(model.in_use)
-        back = rng.sample(used, rng.randrange(len(used) + 1))
-        if rng.random() < 0.3:
-            back.insert(rng.randrange(len(back) + 1), rng.randrange(P + 2))   # maybe bad
-        await return_pages(tb, back)
+        await return_pages(tb, random_returns(model, rng, P))
     await tb.check()
     tb.stop()
     cocotb.log.info(f"seed {seed}: {overflowed} rows refused for want of room or a page")
