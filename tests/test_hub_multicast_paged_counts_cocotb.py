@@ -2,8 +2,9 @@
 14): the hub of ``tests/data/tiny-multicast-paged-counts.yaml`` (multicast rows in a
 12-page arena, with count packets) against the reference model.
 
-Fast set: every directed test, on Icarus. Slow set: both random tests (clean, and with
-v1's bad input) over many seeds.
+Slow set only (the fast set's 5 minutes: each feature pair has its directed tests there,
+tests/test_hub_multicast_paged_cocotb.py and test_hub_multicast_counts_cocotb.py): the
+directed test, and both random tests (clean, and with v1's bad input) over many seeds.
 """
 import pytest
 
@@ -11,6 +12,7 @@ import feature_tb
 from conftest import needs
 
 
+@pytest.mark.slow
 @needs("icarus")
 def test_hub_multicast_paged_counts():
     """Every directed test of the three features together (the random ones: slow set)."""
