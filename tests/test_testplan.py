@@ -10,7 +10,8 @@ from moehub.verif.tb_hub_names import TEST_NAMES, cocotb_tests
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "verif" / "testplan.yaml"
 #: cocotb testbenches besides tb_hub (named ``cocotb:<module>.<test>`` in the testplan)
-OTHER_TBS = ("tb_hub_counts", "tb_hub_paged", "tb_hub_paged_counts", "tb_hub_multicast")
+OTHER_TBS = ("tb_hub_counts", "tb_hub_paged", "tb_hub_paged_counts", "tb_hub_multicast", "tb_hub_multicast_paged",
+             "tb_hub_multicast_counts", "tb_hub_multicast_paged_counts")
 
 
 def _cocotb_names() -> set:
