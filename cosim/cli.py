@@ -334,7 +334,7 @@ def add_parser(subparsers) -> None:
     c.add_argument("--no-figure", action="store_true", help="skip the timeline figure")
     c.add_argument("--hub-features", default=None, type=name_list(FEATURES, "hub feature"),
                    help=f"hub protocol v2: comma-separated subset of {','.join(FEATURES)} "
-                   "(default none: protocol v1; RTL hubs too); "
+                   "(default none: protocol v1; RTL hubs take any combination; "
                    "`moehub study v2` runs every combination)")
     c.set_defaults(func=cmd_cosim)
 
