@@ -260,7 +260,7 @@ def test_final_counts_fire_as_the_stream_says(seed):
     brings every source's count in and its completed rows to its rows and to their total --
     fired at that event, once, with its rows; checked for every event of random layers
     with runs of events on one expert (each event held a cycle and added from registers:
-    the next event's checks see it; a count behind a count of its expert stalls once)."""
+    the next event's checks see it; a count right behind a count stalls once)."""
     from moehub.rtl.final_counts import FinalCounts
     cfg = TINY.replace(count_packets=True)
     E, S = cfg.experts, cfg.sources
