@@ -596,14 +596,14 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
             m.d.comb += self._climit.ok.eq(Cat(*ok))
 
     def _arena_pages(self, m, arena, ok):
-        """(paged) The :class:`PagedArena`: the counter's registers and the verdicts in,
-        each lane's place, the risky lane's fit and the roomy bit out; the pool's CSRs."""
+        """(paged) The :class:`PagedArena`: the verdicts in (it keeps the arena's rows
+        itself), each lane's place, the risky lane's fit and the roomy bit out; the pool's
+        CSRs."""
         self._paged = None
         if not self.cfg.paged:
             return
         m.submodules.arena = pa = self._paged = PagedArena(self.cfg, ADMISSION_GROUPS * self.cfg.lanes)
-        m.d.comb += [pa.clear.eq(self.grant.clear), pa.tile_oh.eq(self.tile_oh), pa.cnt.eq(arena["cnt"]),
-                     pa.last.eq(arena["last"]), pa.ok.eq(Cat(*ok)),
+        m.d.comb += [pa.clear.eq(self.grant.clear), pa.tile_oh.eq(self.tile_oh), pa.ok.eq(Cat(*ok)),
                      pa.ret.eq(self.page_ret), pa.ret_page.eq(self.page_ret_page),
                      self.page_bad.eq(pa.bad), self.pool_free.eq(pa.free)]
         self._roomy_next.append(pa.roomy)

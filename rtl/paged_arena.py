@@ -22,11 +22,20 @@ start a tile, or a page is free now (``avail``, exact).
 
 One take a cycle: the hub requires ``min_tile_rows >= lanes`` with multicast pages
 (:func:`moehub.rtl.hub.check_rtl`), so one cycle's grants -- at most ``lanes`` consecutive
-arena rows -- start at most one tile. Which of them does is known from registers before the
+arena rows -- start at most one tile. Which of them does is a register before the
 verdicts: row ``now + a`` is on a page taken this cycle when ``(now + a) mod tile <= a``
 (the tile it is in started at or after ``now``); the verdicts then only choose, by the
 count of grants ahead of each lane (its ``loc``) and in all (the take), one-hots shifted
 once per lane (:func:`~moehub.rtl.logic.late_count`).
+
+Timing: the arena's own registers hold what the verdicts need -- the rows ``now + a``
+modulo the largest tile (``arena_row_lo{a}``) and their new-page bits
+(``arena_new_page``), each formed for every count of this cycle's grants from registers
+and chosen by that count (late) as it arrives. A first version formed them from the
+allocator's lazy arena counter (``cnt + p`` for ``last[p]``, an add) in front of the risky
+lane's fit: the counter's registers -> the add -> the tile compare -> ``fits`` -> the
+verdicts -> the grant counts -> the count limit's ``lam`` was 34.6 FO4 at
+``deepseek-v3-8gpu`` with all three v2 features.
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -61,9 +70,6 @@ class PagedArena(wiring.Component):
         Layer start: latch the tile size (the arena's rows start at 0).
     tile_oh : In(len(tile_sizes))
         TILE_ROWS_LOG2 as a one-hot (the CSR bank's register), latched at ``clear``.
-    cnt : In(pool_count_bits) ; last : In(lanes + 1)
-        The arena counter's rows before the last cycle's grants and their count (one-hot):
-        the rows now are ``cnt + p`` for ``last[p]`` (the multicast allocator's registers).
     ok : In(lanes)
         This cycle's verdicts (granted rows take arena rows in lane order).
     loc : Out(loc_bits).array(lanes)
@@ -85,7 +91,7 @@ class PagedArena(wiring.Component):
         L = cfg.lanes
         super().__init__({
             "clear": In(1), "tile_oh": In(len(tile_sizes(cfg))),
-            "cnt": In(range(cfg.pool_rows + 1)), "last": In(L + 1), "ok": In(L),
+            "ok": In(L),
             "loc": Out(cfg.loc_bits).array(L), "fits": Out(1), "roomy": Out(1),
             "ret": In(1), "ret_page": In(16), "bad": Out(1),
             "free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages),
@@ -102,20 +108,15 @@ class PagedArena(wiring.Component):
         with m.If(self.clear):
             m.d.sync += sh.eq(self.tile_oh)
         cur = Signal(pb, name="arena_page")
-        # row now + a (a = 0..lanes-1): from the registers, a narrow add of a small offset
-        n = [self._row(m, a) for a in range(L)]
-        # (row now + a is on a page taken this cycle: its tile started at or after now)
-        new = [Signal(name=f"arena_new_page_if{a}") for a in range(L)]
-        m.d.comb += [new[a].eq(select([(sh[k], n[a][:s] <= a) for k, s in enumerate(sizes)], 1))
-                     for a in range(L)]
+        total = late_count(self.ok)
+        lo, new = self._rows(m, sh, sizes, total)
         page = [Mux(new[a], pool.page[0], cur) for a in range(L)]
         place = [Signal(cfg.loc_bits, name=f"arena_loc_if{a}") for a in range(L)]
-        m.d.comb += [place[a].eq(select([(sh[k], Cat(n[a][:s], page[a])) for k, s in enumerate(sizes)],
+        m.d.comb += [place[a].eq(select([(sh[k], Cat(lo[a][:s], page[a])) for k, s in enumerate(sizes)],
                                         cfg.loc_bits)) for a in range(L)]
         for j in range(L):
             before = late_count(self.ok[:j])
             m.d.comb += self.loc[j].eq(select([(before[a], place[a]) for a in range(j + 1)], cfg.loc_bits))
-        total = late_count(self.ok)
         take = Signal(name="arena_take")
         m.d.comb += take.eq(Cat(total[a + 1] & new[a] for a in range(L)).any())
         m.d.comb += pool.take.eq(Cat(~take, take))
@@ -125,11 +126,23 @@ class PagedArena(wiring.Component):
                      self.roomy.eq(pool.free >= arena_pages_needed(cfg, self.margin))]
         return m
 
-    def _row(self, m, a: int):
-        """Arena row ``now + a``: ``cnt + p + a`` for ``last[p]``."""
-        last = self.last
-        off = Signal(range(len(last) + a), name=f"arena_off{a}")
-        m.d.comb += off.eq(select([(last[p], p + a) for p in range(len(last))], len(off)))
-        v = Signal(len(self.cnt), name=f"arena_row_if{a}")
-        m.d.comb += v.eq(add_narrow(self.cnt, off))
-        return v
+    def _rows(self, m, sh, sizes, total):
+        """Registers: row ``now + a`` modulo the largest tile and whether it is on a page
+        taken this cycle (``(now + a) mod tile <= a``), for a = 0..lanes-1. Their next
+        values are formed for every grant count ``g`` this cycle (rows ``now + g + a``),
+        from the registers; the count (``total``, one-hot, late) chooses. A clear starts
+        the arena at row 0, a tile start (any tile is at least ``lanes`` rows)."""
+        L, W = self.cfg.lanes, max(max(sizes), 1)
+        lo = [Signal(W, name=f"arena_row_lo{a}", init=a) for a in range(L)]
+        new = Signal(L, name="arena_new_page", init=(1 << L) - 1)
+        ahead = [Signal(W, name=f"arena_row_lo_plus{k}") for k in range(2 * L)]
+        m.d.comb += [ahead[k].eq(lo[0] + k) for k in range(2 * L)]
+        starts = [[Signal(name=f"arena_new_page_if{g}_{a}") for a in range(L)] for g in range(L + 1)]
+        m.d.comb += [starts[g][a].eq(select([(sh[k], ahead[g + a][:s] <= a) for k, s in enumerate(sizes)], 1))
+                     for g in range(L + 1) for a in range(L)]
+        with m.If(self.clear):
+            m.d.sync += [lo[a].eq(a) for a in range(L)] + [new.eq((1 << L) - 1)]
+        with m.Else():
+            m.d.sync += [lo[a].eq(select([(total[g], ahead[g + a]) for g in range(L + 1)], W)) for a in range(L)]
+            m.d.sync += new.eq(select([(total[g], Cat(starts[g])) for g in range(L + 1)], L))
+        return lo, new
