@@ -207,14 +207,17 @@ class MulticastAllocator(wiring.Component):
 
     #: the requests' counts come pre-ranked, registered a stage ahead (:class:`MulticastPrerank`)
     PRERANK = True
-    #: a paged arena (``pool_pages`` > 0) is supported (:class:`MulticastAllocatorAdmitted`)
-    PAGES = False
+    #: protocol v2's paged arena (``pool_pages`` > 0) and count packets' refusals
+    #: (``count_packets``) are supported (:class:`MulticastAllocatorAdmitted` only: the
+    #: others would take the config and never refuse a row for its counts)
+    V2 = False
 
     def __init__(self, cfg: HubConfig, formal: bool = False):
-        if not cfg.multicast or (cfg.paged and not self.PAGES):
+        if not cfg.multicast or ((cfg.paged or cfg.count_packets) and not self.V2):
             self._MustUse__silence = True       # (refused: never elaborated)
-            raise ValueError(f"hub[{cfg.name}]: {type(self).__name__} needs max_targets > 1 "
-                             + ("" if self.PAGES else "and a static arena (pool_pages = 0)"))
+            raise ValueError(f"hub[{cfg.name}]: {type(self).__name__} needs max_targets > 1"
+                             + ("" if self.V2 else ", a static arena (pool_pages = 0) and no count "
+                                                   "packets (count_packets = 0)"))
         self.cfg, self.formal = cfg, formal
         E, L, pb = cfg.experts, cfg.lanes, pool_count_bits(cfg)
         ports = {
@@ -562,7 +565,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         unused.
     """
 
-    PAGES = True
+    V2 = True
 
     def _extra_ports(self, cfg: HubConfig) -> dict:
         ports = {"tight": Out(1, init=1), "risky": In(cfg.lanes)}      # (tight until a clear says)

@@ -399,8 +399,12 @@ def test_units_need_multicast():
     for unit in (TargetDecode, MulticastAllocator):
         with pytest.raises(ValueError, match="max_targets"):
             unit(TINY)
-    with pytest.raises(ValueError, match="pool_pages"):
-        MulticastAllocator(MC3.replace(pool_pages=4))
+    # (the comparison variants take neither v2 feature: they would never refuse for counts)
+    for cls in (MulticastAllocator, MulticastAllocatorSameCycle, MulticastAllocatorByTargets):
+        for key, val in (("pool_pages", 4), ("count_packets", True)):
+            with pytest.raises(ValueError, match=key):
+                cls(MC3.replace(**{key: val}))
+    MulticastAllocatorAdmitted(MC3.replace(count_packets=True))
 
 
 def _formal_tools():
