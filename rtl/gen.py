@@ -33,6 +33,11 @@ TOP = "moehub"
 RTL_DIR = Path(__file__).resolve().parent
 
 SIM_PASSES = ("proc", "flatten", "opt", "wreduce", "opt_clean", "memory_collect")
+#: The quick netlist for short simulations (the fast set's directed tests): ``opt`` and
+#: ``wreduce`` take about two thirds of Yosys's time (PyPI's WebAssembly build: 25 s of a
+#: tiny multicast hub's 33 s on the loaded 2-core machine, 8 s without) and pay back only
+#: over many simulated cycles.
+QUICK_PASSES = ("proc", "flatten", "opt_clean", "memory_collect")
 
 
 def rtlil_to_verilog(il_text: str, passes=SIM_PASSES) -> str:
@@ -43,30 +48,32 @@ def rtlil_to_verilog(il_text: str, passes=SIM_PASSES) -> str:
     return yosys.run(["-q", "-"], script, ignore_warnings=True)
 
 
-def _stamp(cfg: HubConfig, top: str) -> str:
+def _stamp(cfg: HubConfig, top: str, passes) -> str:
     h = hashlib.sha256()
     for p in sorted(RTL_DIR.glob("*.py")) + [RTL_DIR.parent / "config" / "schema.py"]:
         h.update(p.read_bytes())
     h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode())
-    h.update(repr((top, SIM_PASSES, __version__)).encode())   # the C header names the version
+    h.update(repr((top, tuple(passes), __version__)).encode())   # the C header names the version
     return h.hexdigest()
 
 
-def convert(cfg: HubConfig, out_dir: Path | None = None, top: str = TOP, force: bool = False) -> Path:
+def convert(cfg: HubConfig, out_dir: Path | None = None, top: str = TOP, force: bool = False,
+            passes=SIM_PASSES) -> Path:
     """Write ``<out_dir>/<top>.v`` (+ RTLIL, CSR map JSON and header); return the Verilog path.
 
-    ``out_dir`` defaults to ``rtl/<config>/`` in the build folder (:mod:`moehub.paths`)."""
+    ``out_dir`` defaults to ``rtl/<config>/`` in the build folder (:mod:`moehub.paths`);
+    ``passes``: the Yosys passes of the Verilog (:data:`SIM_PASSES` or :data:`QUICK_PASSES`)."""
     out_dir = output_dir("rtl", cfg.name, out=out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     v_path = out_dir / f"{top}.v"
     stamp_path = out_dir / f".{top}.stamp"
-    stamp = _stamp(cfg, top)
+    stamp = _stamp(cfg, top, passes)
     if not force and v_path.exists() and stamp_path.exists() and stamp_path.read_text() == stamp:
         return v_path
     hub = MoEHub(cfg)
     il = rtlil.convert(hub, name=top)
     (out_dir / f"{top}.il").write_text(il)
-    v_path.write_text(rtlil_to_verilog(il))
+    v_path.write_text(rtlil_to_verilog(il, passes))
     (out_dir / "csr_map.json").write_text(hub.csr_map.to_json())
     (out_dir / "moehub_csr.h").write_text(hub.csr_map.to_c_header())
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))

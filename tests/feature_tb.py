@@ -21,7 +21,8 @@ def run(config: str, testcases=None, **kw) -> dict:
 
 
 def run_directed(config: str, module: str, tag: str) -> None:
-    """Every test of ``verif/<module>.py`` but the random ones (``test_random*``)."""
+    """Every test of ``verif/<module>.py`` but the random ones (``test_random*``), on the
+    quick netlist (short tests: its generation saves more than its simulation costs)."""
     names = [n for n in cocotb_tests(VERIF / f"{module}.py") if not n.startswith("test_random")]
-    res = run(config, names, module=module, tag=tag)
+    res = run(config, names, module=module, tag=tag, quick=True)
     assert res["passed"] == len(names), f"expected {len(names)} tests, {res['passed']} passed"

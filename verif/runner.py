@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 from .. import progress
 from ..config.schema import load_hub_config
 from ..paths import ENV, build_root
-from ..rtl.gen import TOP, convert
+from ..rtl.gen import QUICK_PASSES, SIM_PASSES, TOP, convert
 from . import sim as simulators
 from .sim import parse_results  # noqa: F401  (part of this module's API)
 
@@ -34,10 +34,12 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
                    tag: str = "rtl", seed: int = 1, seeds: int = 1,
                    extra_env: Optional[dict] = None, waves: bool = False,
                    build_args: Sequence[str] = (), label: Optional[str] = None,
-                   sim: Optional[str] = None) -> dict:
+                   sim: Optional[str] = None, quick: bool = False) -> dict:
     """Run cocotb tests of ``module`` against the hub of ``config``; ``label`` names the
     run in progress lines. ``sim``: "icarus" or "verilator" (default ``$MOEHUB_SIM``, else
-    Icarus, the reference: :func:`moehub.verif.sim.choose`).
+    Icarus, the reference: :func:`moehub.verif.sim.choose`). ``quick``: the quick netlist
+    (:data:`moehub.rtl.gen.QUICK_PASSES`: generated faster, simulated slower; for short
+    directed tests).
 
     Returns ``{"passed": n, "failed": n, "failures": [names], "results": path,
     "waves": the waveform path (FST; VCD from Verilator) or None, "sim": the simulator}``.
@@ -50,7 +52,8 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     with progress.stage(f"{label}: build (Amaranth -> Verilog, {simulators.NAMES[sim]})",
                         heartbeat=True):
         if verilog is None:
-            verilog = [convert(cfg, out_dir=root / "rtl" / cfg.name)]
+            verilog = [convert(cfg, out_dir=root / "rtl" / (cfg.name + ("-quick" if quick else "")),
+                               passes=QUICK_PASSES if quick else SIM_PASSES)]
         build = simulators.build(sim, verilog, TOP, waves=waves, build_args=build_args)
     # The simulator's Python imports the test module as part of the installed package
     # (the runner passes this Python's sys.path on as PYTHONPATH); the simulation runs in

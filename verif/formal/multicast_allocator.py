@@ -33,7 +33,7 @@ its *before* = the lanes ``i < j`` granted):
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal
 
 from ...rtl.multicast_allocator import (ADMISSION_GROUPS, MulticastAllocator, MulticastAllocatorAdmitted,
                                          pool_count_bits, prerank_counts)
@@ -89,25 +89,24 @@ class MulticastAllocatorHarness(Elaboratable):
 
     def _properties(self, m, p, dut):
         cfg = self.cfg
-        L, T, E, cb, pb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits, pool_count_bits(cfg)
+        L, T, E, cb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits
         g = dut.grant
         ce = any_const(m, range(E), "chosen_expert")
         p.assume(ce < E)
         cr = any_const(m, cfg.row_bits, "chosen_row")
-        cl = any_const(m, cfg.loc_bits, "chosen_loc")
         cnt, cap_s, seen = Signal(cb, name="ref_cnt"), Signal(cb, name="ref_cap"), Signal(name="ref_seen")
-        pcnt, pcap_s, pseen = Signal(pb, name="ref_pcnt"), Signal(pb, name="ref_pcap"), Signal(name="ref_pseen")
         mask = [Signal(E, name=f"ref_mask{j}") for j in range(L)]
         for j in range(L):
             m.d.comb += mask[j].eq(Cat(Cat(g.oh[j][t][e] for t in range(T)).any() for e in range(E)))
         names = [g.req[j] & mask[j].bit_select(ce, 1) for j in range(L)]      # lane j's row names ce
         granted = [g.ok[j] & names[j] for j in range(L)]
         room, room_gt = Array(dut.formal_room), Array(dut.formal_room_gt)
+        arena = self._arena(m, p, dut)
+        refused = self._count_refusals(m, p, dut, mask)
         for j in range(L):
-            before = count_ones(g.ok[:j])
             p.check(~g.ok[j] | g.req[j], "grant without a request")
-            # exact verdict: every target has room for the granted rows ahead naming it,
-            # and the arena for the granted rows ahead
+            # exact verdict: not refused for its counts, every target has room for the
+            # granted rows ahead naming it, and the arena for the granted rows ahead
             fits = []
             for t in range(T):
                 x = Signal(range(E), name=f"ref_x{j}_{t}")
@@ -116,7 +115,7 @@ class MulticastAllocatorHarness(Elaboratable):
                         m.d.comb += x.eq(e)
                 ahead = count_ones([g.ok[i] & mask[i].bit_select(x, 1) for i in range(j)])
                 fits.append(~g.tv[j][t] | (room[x] > ahead))
-            want = g.req[j] & Cat(*fits).all() & (pcnt + before < pcap_s)
+            want = g.req[j] & ~refused[j] & Cat(*fits).all() & arena.fits(j)
             p.check(g.ok[j] == want,
                     "grant is not exactly 'every target has room for the grants ahead, and the arena'")
             ahead_ce = count_ones(granted[:j])
@@ -131,41 +130,42 @@ class MulticastAllocatorHarness(Elaboratable):
                         hit_i = g.ok[i] & g.tv[i][u] & g.oh[i][u].bit_select(ce, 1)
                         p.check(~(hit & hit_i & (g.row[i][u] == g.row[j][t])),
                                 "same row of an expert granted to two lanes in one cycle")
-            p.check(~g.ok[j] | (g.loc[j] == pcnt + before), "arena place is not pool + granted rows ahead")
-            p.check(~g.ok[j] | (g.loc[j] < pcap_s), "arena place beyond the arena")
-            p.check(~(g.ok[j] & (g.loc[j] == cl) & pseen), "chosen arena place granted twice in a layer")
+            arena.check_lane(j)
         # counters exact: a refused row takes nothing
-        # (rows and pool_rows are registered: a cycle after the grants)
-        cnt_q, pcnt_q = Signal(cb, name="ref_cnt_q"), Signal(pb, name="ref_pcnt_q")
-        m.d.sync += [cnt_q.eq(cnt), pcnt_q.eq(pcnt)]
+        # (rows is registered: a cycle after the grants)
+        cnt_q = Signal(cb, name="ref_cnt_q")
+        m.d.sync += cnt_q.eq(cnt)
         p.check(Array(dut.rows)[ce] == cnt_q, "rows[e] differs from the granted rows naming it")
-        p.check(dut.pool_rows == pcnt_q, "arena rows differ from the granted rows")
         p.check(cnt <= cap_s, "rows beyond the latched capacity")
-        p.check(pcnt <= pcap_s, "arena rows beyond the latched arena")
         p.check(cap_s <= cfg.max_rows_per_expert, "latched capacity beyond the largest region")
         p.check(seen == (cr < cnt), "chosen row seen but not below rows (or the reverse)")
-        p.check(pseen == (cl < pcnt), "chosen place seen but not below the arena rows (or the reverse)")
         p.check(Array(dut.formal_cap)[ce] == cap_s, "latched capacity differs from the CSR at clear")
         p.check(room[ce] == cap_s - cnt, "room != capacity - rows")
         p.check(room_gt[ce] == Cat(room[ce] > a for a in range(L)), "registered room > a bits stale")
         p.check(dut.formal_lag_onehot, "a lagged grant count is not a one-hot")
-        p.check(dut.formal_pool_cap == pcap_s, "latched arena differs from the CSR at clear")
-        p.check(dut.formal_pool_room == pcap_s - pcnt, "arena room != capacity - rows")
-        p.check(dut.formal_pool_gt == Cat(dut.formal_pool_room > a for a in range(L)),
-                "registered arena room > a bits stale")
+        arena.check_state()
         with m.If(g.clear):
-            m.d.sync += [cnt.eq(0), cap_s.eq(Array(dut.cap)[ce]), seen.eq(0),
-                         pcnt.eq(0), pcap_s.eq(dut.pool_cap), pseen.eq(0)]
+            m.d.sync += [cnt.eq(0), cap_s.eq(Array(dut.cap)[ce]), seen.eq(0)]
         with m.Else():
-            m.d.sync += [cnt.eq(cnt + count_ones(granted)), pcnt.eq(pcnt + count_ones(g.ok))]
+            m.d.sync += cnt.eq(cnt + count_ones(granted))
             with m.If(Cat(g.ok[j] & g.tv[j][t] & g.oh[j][t].bit_select(ce, 1) & (g.row[j][t] == cr)
                           for j in range(L) for t in range(T)).any()):
                 m.d.sync += seen.eq(1)
-            with m.If(Cat(g.ok[j] & (g.loc[j] == cl) for j in range(L)).any()):
-                m.d.sync += pseen.eq(1)
-        self._covers(p, g, names, granted, cnt, cap_s, pcnt, pcap_s)
+        arena.update()
+        self._covers(p, g, names, granted, cnt, cap_s)
+        arena.covers()
 
-    def _covers(self, p, g, names, granted, cnt, cap_s, pcnt, pcap_s):
+    def _arena(self, m, p, dut):
+        """The arena's reference (the static arena here; :mod:`.multicast_v2` has the
+        paged one)."""
+        return StaticArenaRef(m, p, dut, self.cfg)
+
+    def _count_refusals(self, m, p, dut, mask):
+        """Per lane, the reference's "refused for its counts" (never, without count
+        packets; :mod:`.multicast_v2` has the count limit's)."""
+        return [Const(0)] * self.cfg.lanes
+
+    def _covers(self, p, g, names, granted, cnt, cap_s):
         """The interesting states are reachable."""
         L, T = self.cfg.lanes, self.cfg.max_targets
         p.cover(Cat(*granted).all(), "all lanes granted a row of the chosen expert in one cycle")
@@ -173,13 +173,65 @@ class MulticastAllocatorHarness(Elaboratable):
                 "every lane granted a row naming max_targets experts")
         self._cover_refused_ahead(p, g, names, granted, cnt)
         p.cover((cnt == cap_s) & (cap_s != 0) & names[0] & ~g.ok[0], "overflow of a full region")
-        p.cover((pcnt == pcap_s) & (pcap_s != 0) & g.req[0] & ~g.ok[0], "overflow of a full arena")
-
 
     def _cover_refused_ahead(self, p, g, names, granted, cnt):
         L = self.cfg.lanes
         p.cover(names[0] & ~g.ok[0] & granted[L - 1] & (cnt == 0),
                 "a refused row ahead leaves the chosen expert's next row to a later lane")
+
+
+
+class StaticArenaRef:
+    """The static arena's reference: the rows handed out since the last clear (``pcnt``),
+    its capacity latched then (``pcap_s``), a "seen" bit for one chosen place ``cl``; a
+    lane's arena row is ``pcnt`` + the granted lanes ahead (``before``)."""
+
+    def __init__(self, m, p, dut, cfg):
+        self.m, self.p, self.dut, self.g, self.cfg = m, p, dut, dut.grant, cfg
+        pb = pool_count_bits(cfg)
+        self.cl = any_const(m, cfg.loc_bits, "chosen_loc")
+        self.pcnt, self.pcap_s = Signal(pb, name="ref_pcnt"), Signal(pb, name="ref_pcap")
+        self.pseen = Signal(name="ref_pseen")
+
+    def before(self, j):
+        return count_ones(self.g.ok[:j])
+
+    def fits(self, j):
+        return self.pcnt + self.before(j) < self.pcap_s
+
+    def check_lane(self, j):
+        p, g = self.p, self.g
+        p.check(~g.ok[j] | (g.loc[j] == self.pcnt + self.before(j)), "arena place is not pool + granted rows ahead")
+        p.check(~g.ok[j] | (g.loc[j] < self.pcap_s), "arena place beyond the arena")
+        p.check(~(g.ok[j] & (g.loc[j] == self.cl) & self.pseen), "chosen arena place granted twice in a layer")
+
+    def check_state(self):
+        """The arena counter exact (a refused row takes no arena row) and the invariants
+        k-induction needs."""
+        p, dut, m = self.p, self.dut, self.m
+        pcnt_q = Signal(len(self.pcnt), name="ref_pcnt_q")
+        m.d.sync += pcnt_q.eq(self.pcnt)
+        p.check(dut.pool_rows == pcnt_q, "arena rows differ from the granted rows")
+        p.check(self.pcnt <= self.pcap_s, "arena rows beyond the latched arena")
+        p.check(self.pseen == (self.cl < self.pcnt), "chosen place seen but not below the arena rows (or the reverse)")
+        p.check(dut.formal_pool_cap == self.pcap_s, "latched arena differs from the CSR at clear")
+        p.check(dut.formal_pool_room == self.pcap_s - self.pcnt, "arena room != capacity - rows")
+        p.check(dut.formal_pool_gt == Cat(dut.formal_pool_room > a for a in range(self.cfg.lanes)),
+                "registered arena room > a bits stale")
+
+    def update(self):
+        m, g = self.m, self.g
+        with m.If(g.clear):
+            m.d.sync += [self.pcnt.eq(0), self.pcap_s.eq(self.dut.pool_cap), self.pseen.eq(0)]
+        with m.Else():
+            m.d.sync += self.pcnt.eq(self.pcnt + count_ones(g.ok))
+            with m.If(Cat(g.ok[j] & (g.loc[j] == self.cl) for j in range(self.cfg.lanes)).any()):
+                m.d.sync += self.pseen.eq(1)
+
+    def covers(self):
+        g = self.g
+        self.p.cover((self.pcnt == self.pcap_s) & (self.pcap_s != 0) & g.req[0] & ~g.ok[0],
+                     "overflow of a full arena")
 
 
 #: cycles between the packet manager's admission of a group and its grant (A, R, T)
@@ -214,6 +266,7 @@ class AdmittedAllocatorHarness(MulticastAllocatorHarness):
             chain.append(tight)
         since = Signal(range(ADMISSION_DELAY + 1), name="since_clear", init=ADMISSION_DELAY)
         m.d.sync += since.eq(Mux(g.clear, 0, Mux(since == ADMISSION_DELAY, since, since + 1)))
+        self._since = since
         self._room_while_roomy(p, dut, chain, since)
         p.assume(~g.req.any() | (since == ADMISSION_DELAY))
         p.assume(count_ones([g.req[j] & risky[j] for j in range(L)]) <= 1)

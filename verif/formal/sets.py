@@ -80,9 +80,21 @@ def _mcast_admitted(cfg_name, **changes):
     return lambda: AdmittedAllocatorHarness(formal_config(cfg_name).replace(**changes))
 
 
+def _mcast_v2(kind, cfg_name, **changes):
+    """The hub's multicast allocator with a v2 feature: ``paged`` or ``counts``."""
+    from .multicast_v2 import CountsAllocatorHarness, PagedAllocatorHarness
+    cls = {"paged": PagedAllocatorHarness, "counts": CountsAllocatorHarness}[kind]
+    return lambda: cls(formal_config(cfg_name).replace(**changes))
+
+
 #: the multicast allocator's reduced config: alloc-small (4 lanes, 3 experts, regions of 8
 #: rows, so a 24-row arena) with rows naming up to all 3 experts
 MCAST = dict(topk=3, max_targets=3)
+#: ... as the hub's (admitted), regions of 32 rows (room turns tight within the depth);
+#: paged: 8 pages of 4- or 8-row tiles (the hub needs tiles of at least ``lanes`` rows);
+#: count packets: 2 sources (an expert's counts complete in 2 packets)
+MCAST_PAGED = dict(MCAST, max_rows_per_expert=32, pool_pages=8, min_tile_rows=4, tile_rows=4, max_tile_rows=8)
+MCAST_COUNTS = dict(MCAST, max_rows_per_expert=32, count_packets=True, sources=2)
 
 
 def _sets() -> list[PropertySet]:
