@@ -22,16 +22,17 @@ address; so a flop-built memory's read mux starts S1):
   8-bit chunks (a carry ripples through one chunk at most; generate/propagate per chunk);
 * **S2** (update, output): ``full`` = counter == target (``tile_rows - 1``, latched at layer
   start); the counter is written back (``+ 1``, or 0 when full); the carries between the
-  address chunks are resolved and the word is loaded into the ctl output register
-  (metadata always, a flag when the tile is full).
+  address chunks are resolved and the word is written into the ctl output registers
+  (metadata always, a flag when the tile is full): two, in a ring.
 
-The pipeline advances as a whole; it holds while S2 holds a word and the ctl output
-register can take none (also when that word would emit nothing: it keeps the compare
-off the hold signal). While it holds, S2 keeps writing the same counter value
+The pipeline advances as a whole; it holds while S2 holds a word and both ctl output
+registers are full (also when that word would emit nothing: it keeps the compare off the
+hold signal) -- a condition on registers only, so the hold does not wait for the ctl
+port's ready. While it holds, S2 keeps writing the same counter value
 (idempotent) and the read port re-reads S1's counter, so the forwarding stays exact.
 
 A flag never leaves before the data writes of its rows: each completion carries the
-pipeline group of its row's last write, and a flag waits in the ctl output register while
+pipeline group of its row's last write, and a flag waits at the ctl output's head while
 a write of that group or an older one is still in the packet manager's B stage or its
 write FIFOs.
 
@@ -56,7 +57,7 @@ it loads and hands the next stage one :class:`~amaranth.lib.data.StructLayout` r
 ``t1_*`` from the ``s0_out`` record, :meth:`~AvailabilityTracker._s1_prepare` loads
 ``t2_*`` from ``s1_out``, :meth:`~AvailabilityTracker._s2_update` writes the counter and
 offers an ``s2_out`` word, which :meth:`~AvailabilityTracker._output` holds in the ctl
-output register behind the ordering guard (:meth:`~AvailabilityTracker._ordering_guard`);
+output registers behind the ordering guard (:meth:`~AvailabilityTracker._ordering_guard`);
 :meth:`~AvailabilityTracker._clearing` and :meth:`~AvailabilityTracker._sweep` are the
 two sequencers, the latter handing S0 an ``inject`` record. A pipeline register stays one
 named ``Signal`` per field (``t1_row``, ``t2_cnt``, ...; see :class:`_Registers`): the
@@ -168,8 +169,8 @@ class TrackerLayouts:
         word: ``kind``, ``sum``/``g``/``p`` (the address per chunk, generate and propagate:
         computed early, S2 links the carries) and ``wdata``.
     s2_out : StructLayout
-        S2 -> the ctl output register (``ctl_valid``, ``ctl``, ``ctl_guarded``,
-        ``ctl_group``): ``valid`` (a word goes out), ``word`` (the ctl payload),
+        S2 -> the ctl output registers (``ctl0_*``, ``ctl1_*``): ``valid`` (a word goes
+        out), ``word`` (the ctl payload),
         ``guarded`` and ``group``.
     """
 
@@ -286,13 +287,13 @@ class AvailabilityTracker(wiring.Component):
         # manager's input handshake reads it, with no decode of mode in front)
         self.mode_clear = Signal(name="mode_clear")
         w_data, s2 = self._s2_update(m, t2, wp)
-        ctl_valid, ctl_free = self._output(m, s2)
-        go = Signal(name="go")                # the whole pipeline advances
-        m.d.comb += go.eq(~t2.valid | ctl_free)
+        ctl_busy, ctl_room = self._output(m, s2)
+        go = Signal(name="go")                # the whole pipeline advances (from registers)
+        m.d.comb += go.eq(~t2.valid | ctl_room)
         self._s1_prepare(m, t1, t2, cfg, rp, w_data, go)
         clear_addr = self._clearing(m, mode, go)
         self.fin = self._final_sequencer(m, mode, go, cfg) if self.cfg.count_packets else None
-        sq = self._sweep(m, mode, go, cfg, t1, t2, ctl_valid)
+        sq = self._sweep(m, mode, go, cfg, t1, t2, ctl_busy)
         self._s0_pop(m, mode, sq, clear_addr, cfg, rp, t1, go)
         self._latch_config(m, cfg)
         idle = (mode == RUN) & ~t1.valid & ~t2.valid
@@ -538,48 +539,63 @@ class AvailabilityTracker(wiring.Component):
             addr.append(part ^ Cat(carry[j], Mux(carry[j], run, 0))[:hi - lo])
         return Cat(*addr)
 
-    # ------------------------------------------------------------------ output register
+    # ------------------------------------------------------------------ output registers
     def _output(self, m, s2):
-        """The ctl output register: loaded from S2's record when it is free (empty, or its
-        word leaves this cycle); its word leaves unless the ordering guard blocks it.
+        """The ctl output: two registers in a ring (``ctl0_*``, ``ctl1_*``), written at
+        ``ctl_wp`` and read at ``ctl_rp``; S2's word goes in whenever one is free
+        (``ctl_count`` < 2), the head leaves unless the ordering guard blocks it.
 
-        Owns ``ctl_valid``, ``ctl``, ``ctl_guarded``, ``ctl_group`` (and, through the
-        guard, ``blocked``). Reads S2's ``s2_out`` record and the ctl port's ready.
-        Returns ``(ctl_valid, ctl_free)``; the pipeline holds while S2 holds a word and
-        the register is not free.
+        Why two: the pipeline advances when S2's word has a place (``ctl_room``), and with
+        two registers that is known from registers -- with one, the register was free when
+        its word left, so ``go``, and the tracker's event ``ready`` behind it, waited for the
+        ctl port's ready and the guard, and fanned out over the pipeline before reaching the
+        event expander's next state (23.1 FO4 at ``deepseek-v3-8gpu`` with multicast rows).
+        The word is written by registers and S2's valid alone; the port's ready only moves
+        ``ctl_rp`` and ``ctl_count``. With the port always ready a word leaves the cycle
+        after S2, as before; held back, the pipeline runs one word further.
+
+        Owns the ring (and, through the guard, ``blocked``). Reads S2's ``s2_out`` record
+        and the ctl port's ready. Returns ``(ctl_busy, ctl_room)``.
         """
-        held = _Registers(self.tl.s2_out, "ctl", rename={"word": "ctl"})
-        ctl_free = Signal(name="ctl_free")
-        ctl_load = Signal(name="ctl_load")
-        blocked = self._ordering_guard(m, ctl_load, s2, held)
-        m.d.comb += [self.ctl.valid.eq(held.valid & ~blocked), self.ctl.payload.eq(held.word)]
-        ctl_fire = self.ctl.valid & self.ctl.ready
-        m.d.comb += [ctl_free.eq(~held.valid | ctl_fire), ctl_load.eq(s2.valid & ctl_free)]
-        with m.If(ctl_fire & ~ctl_load):
-            m.d.sync += held.valid.eq(0)
-        with m.If(ctl_load):
-            m.d.sync += held.load(s2)        # ctl_valid <- 1
-        return held.valid, ctl_free
+        ent = [_Registers(self.tl.s2_out, f"ctl{k}") for k in range(2)]
+        wp, rp = Signal(name="ctl_wp"), Signal(name="ctl_rp")
+        count = Signal(range(3), name="ctl_count")
+        busy, room, load = Signal(name="ctl_busy"), Signal(name="ctl_room"), Signal(name="ctl_load")
+        m.d.comb += [busy.eq(count != 0), room.eq(count != 2), load.eq(s2.valid & room)]
+        fire = Signal(name="ctl_fire")
+        blocked = self._ordering_guard(m, s2, ent, wp, rp, load, fire)
+        m.d.comb += [self.ctl.valid.eq(busy & ~blocked),
+                     self.ctl.payload.eq(Mux(rp, ent[1].word, ent[0].word)),
+                     fire.eq(self.ctl.valid & self.ctl.ready)]
+        for k in range(2):
+            with m.If(load & (wp == k)):
+                m.d.sync += ent[k].load(s2)
+        m.d.sync += [wp.eq(wp ^ load), rp.eq(rp ^ fire), count.eq(count + load - fire)]
+        return busy, room
 
-    def _ordering_guard(self, m, load, nxt, held):
+    def _ordering_guard(self, m, s2, ent, wp, rp, load, fire):
         """The ordering guard: a flag waits while any write of its group or an older one is
         still in flight: in B, or at the head of a lane's FIFO (each FIFO leaves in group
         order).
 
-        Owns ``blocked``, a register computed a cycle ahead for the word the ctl register
-        will hold (``nxt`` if ``load``, else ``held``): the writes in flight then are among
-        those in flight now (their views here are conservative), or newer than any flag
-        the tracker holds. Reads ``b_busy``/``b_group``, ``c_busy``/``c_group`` and the
-        words' ``guarded`` and ``group`` fields.
+        Owns ``blocked``, a register computed a cycle ahead for the word at the ring's head
+        then (the entry at ``rp ^ fire``, or S2's word if it is written there now): the
+        writes in flight then are among those in flight now (their views here are
+        conservative), or newer than any flag the tracker holds. Reads ``b_busy``/
+        ``b_group``, ``c_busy``/``c_group`` and the words' ``guarded`` and ``group`` fields.
         """
         def pending_upto(grp):
             return ((self.guard.b_busy & group_not_after(self.guard.b_group, grp))
                     | Cat(self.guard.c_busy[j] & group_not_after(self.guard.c_group[j], grp)
                           for j in range(self.cfg.lanes + 1)).any())
 
+        def waits(w):
+            return w.guarded & pending_upto(w.group)
+
+        new = waits(s2)
+        at = [Mux(load & (wp == k), new, waits(ent[k])) for k in range(2)]
         blocked = Signal(name="blocked")
-        m.d.sync += blocked.eq(Mux(load, nxt.guarded & pending_upto(nxt.group),
-                                   held.guarded & pending_upto(held.group)))
+        m.d.sync += blocked.eq(Mux(rp ^ fire, at[1], at[0]))
         return blocked
 
     # ------------------------------------------------------------------ sequencers
@@ -654,7 +670,7 @@ class AvailabilityTracker(wiring.Component):
                                         & ~final & short)
         return pick_valid & ~(on_expert & final)
 
-    def _sweep(self, m, mode, go, cfg, t1, t2, ctl_valid):
+    def _sweep(self, m, mode, go, cfg, t1, t2, ctl_busy):
         """The end-of-layer sweep sequencer: the word to inject next (an ``inject``
         record) -- COUNT(e), LAST(e) if e has a partial last tile, ..., DONE; ``rows[e]``
         and its partial bit come from registers loaded a word ahead.
@@ -662,7 +678,7 @@ class AvailabilityTracker(wiring.Component):
         Owns ``sq_valid``, ``sq_kind``, ``sq_e``, ``sq_rows``, ``sq_part``, ``ld_e``,
         the mode's changes into and out of SWEEP, and ``sweep_done``. Reads
         ``sweep_req``, ``rows``, ``tile_m1``, ``go``, and whether the event stream, the
-        pipeline and the ctl register are empty. Returns the ``inject`` registers.
+        pipeline and the ctl registers are empty. Returns the ``inject`` registers.
         """
         E, cap_bits, cnt_bits = self.tl.experts, self.cfg.cap_bits, self.tl.count_bits
         sq = _Registers(self.tl.inject, "sq", rename={"expert": "sq_e", "row": "sq_rows"})
@@ -708,7 +724,7 @@ class AvailabilityTracker(wiring.Component):
                     load_next()
                 with m.Case(K_DONE):
                     m.d.sync += sq.valid.eq(0)
-        with m.If((mode == SWEEP) & ~sq.valid & ~t1.valid & ~t2.valid & ~ctl_valid):
+        with m.If((mode == SWEEP) & ~sq.valid & ~t1.valid & ~t2.valid & ~ctl_busy):
             m.d.comb += self.layer.sweep_done.eq(1)
             self._set_mode(m, mode, RUN)
         return sq
