@@ -252,3 +252,31 @@ def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path,
     base = paged.name.split("@")[0]
     assert f"not synthesised ({base}_experts-16_pool_pages-{paged.pool_pages}_sources-16)" \
         in study.synthesis(two)["synthesis"]
+
+
+def test_synthesis_only_rereads_the_reports_and_keeps_the_layers(ds8, tmp_path, monkeypatch):
+    """``--synthesis-only``: a hub synthesised after the run fills its rows' area and depth;
+    every other cell stays as the run wrote it; without a run it is a usage error."""
+    from dataclasses import asdict
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path / "build"))
+    args = ["study", "v2", "--model", "deepseek-v3", "--system", "h100x8", "--tokens", "16",
+            "--no-figure", "--out", str(tmp_path)]
+    assert main(args + ["--synthesis-only"]) == 2
+    assert main(args) == 0
+    folder = tmp_path / "study-v2_mdeepseek-v3_h100x8_t16"
+    before = list(csv.DictReader(open(folder / "ablation.csv")))
+    v1 = V2.hub_config_v2(ds8, frozenset())
+    synth = tmp_path / "build" / "synth" / v1.name.split("@")[0]
+    synth.mkdir(parents=True)
+    top = {"gate_equivalents": 800e3, "fo4": 20.5, "n5": {"total_mm2": {"nominal": 0.04}}}
+    (synth / "report.json").write_text(json.dumps({"hub": asdict(v1), "asic": {"modules": {"top": top}}}))
+    assert main(args + ["--synthesis-only"]) == 0
+    after = list(csv.DictReader(open(folder / "ablation.csv")))
+    rows = {r["row"]: r for r in after}
+    assert float(rows["hub today (v1)"]["gate_equivalents"]) == 800e3
+    assert float(rows["hub today (v1)"]["deepest_fo4"]) == 20.5
+    assert "not synthesised" in rows["hub + paged"]["synthesis"]
+    synth_cols = {"area_mm2_n5", "gate_equivalents", "deepest_fo4", "synthesis"}
+    assert [{k: v for k, v in r.items() if k not in synth_cols} for r in before] == \
+        [{k: v for k, v in r.items() if k not in synth_cols} for r in after]
+    assert "0.040 (800k)" in (folder / "ablation.md").read_text()

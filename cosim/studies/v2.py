@@ -17,7 +17,8 @@ count_packets=1] [--set pool_pages=N] [--set max_targets=N]``, and ``--set sourc
 experts=N`` where the layer's hub has other sources or experts per GPU -- two nodes --
 :func:`synthesis`: the
 sizes the co-simulation fits to the layer, row bytes and region rows, are the config's,
-and listed; multicast with the other features has no hub RTL yet).
+and listed). ``--synthesis-only`` re-reads them into an existing run (a hub synthesised
+after the run) without re-running its layers.
 
 Writes ``<build>/results/study-v2[_<non-default values>]/``: ``ablation.csv``,
 ``ablation.md``, ``ablation.png`` (+ ``.svg``) and ``run.json``; refused if present
@@ -26,6 +27,7 @@ without ``--force``.
 from __future__ import annotations
 
 import csv
+import shutil
 
 import numpy as np
 
@@ -337,7 +339,56 @@ def write(rows: list, folder, figures: bool) -> list:
 
 def cmd_v2(args) -> int:
     check(args)
+    if args.synthesis_only:
+        return refresh_synthesis(args)
     return publish(args, run_name(args), lambda: compute(args), write, table)
+
+
+def refresh_synthesis(args) -> int:
+    """``--synthesis-only``: the run's hub rows take the synthesis reports as they are now
+    (area, deepest stage; a hub synthesised since the run), the layers are not re-run --
+    they do not depend on the syntheses. The run's other columns are kept as written."""
+    from ...paths import writing
+    from ..experiment import results_dir
+    folder = results_dir(args.out) / run_name(args)
+    path = folder / "ablation.csv"
+    if not path.exists():
+        raise UsageError("--synthesis-only", str(folder), "no ablation.csv there: run the study first")
+    rows = read_rows(path)
+    layers = {}
+    for r in rows:
+        if r["system"] != "hub":
+            continue
+        key = (r["system_config"], r["model"])
+        if key not in layers:
+            s, m, w = load_configs(key[0], key[1], args.workload, int(r["tokens_per_gpu"]), seed=args.seed)
+            layers[key] = Layer(s, m, w, make_routing(m, w, s.gpus))
+        feats = dict(variants(FEATURES)).get(r["row"])
+        if feats is None:
+            raise UsageError("--synthesis-only", str(path), f"unknown hub row {r['row']!r}")
+        r.update(_no_synthesis(), **synthesis(hub_config_v2(layers[key], feats)))
+    with writing(folder, True, run=folder.name, synthesis_only=True) as tmp:
+        names = [p.name for p in write(rows, tmp, not args.no_figure)]
+        for old in folder.iterdir():          # (the figure shows no synthesis: kept as it was)
+            if old.is_file() and not (tmp / old.name).exists() and old.name != "run.json":
+                shutil.copy2(old, tmp / old.name)
+    print(table(rows))
+    for n in names + ["run.json"]:
+        print(f"  {folder / n}")
+    return 0
+
+
+def read_rows(path) -> list:
+    """The rows of an ``ablation.csv`` with their numbers as numbers (empty: NaN)."""
+    text = {"system_config", "model", "row", "system", "kind", "synthesis", "notes"}
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k in COLUMNS:
+            if k not in text:
+                r[k] = float(r[k]) if r[k] not in ("", "nan") else float("nan")
+        r["tokens_per_gpu"], r["wire_rows"] = int(r["tokens_per_gpu"]), int(r["wire_rows"])
+    return rows
 
 
 def add_parser(studies) -> None:
@@ -358,5 +409,8 @@ def add_parser(studies) -> None:
                    f"and all together (default {','.join(FEATURES)})")
     p.add_argument("--seed", type=int_at_least(0), default=None, help="routing seed")
     p.add_argument("--no-figure", action="store_true", help="skip the figure")
+    p.add_argument("--synthesis-only", action="store_true",
+                   help="re-read the synthesis reports into the run's existing tables (the "
+                   "hub rows' area and deepest stage); the layers are not re-run")
     add_results_options(p, "study-v2 and every non-default value")
     p.set_defaults(func=cmd_v2)
