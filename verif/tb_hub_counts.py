@@ -115,6 +115,31 @@ async def test_rows_beyond_their_count(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_rows_past_the_count_in_the_next_cycle(dut):
+    """Expert 0 announced 3 rows; three rows open in one cycle (granted: the count allows
+    three), two more in the next cycle: both refused (COUNT_MISMATCH). The allowance after
+    a cycle of several grants is the count less all of them (the count limit keeps it in
+    registers, updated with the grants)."""
+    tb = await make_tb(dut)
+    rows = [row(s, 0, token=t) for t, s in enumerate([0, 1, 2, 0, 1], start=1)]
+    cs = [chunks(r, tag=t) for r, t in zip(rows, [0, 0, 0, 1, 1])]
+    sched = serial([cnt(0, 0, 3), cnt(1, 0, 0), cnt(2, 0, 0)]) + IDLE
+    sched += [[c[0] for c in cs[:3]] + [None], [c[0] for c in cs[3:]] + [None, None]]
+    sched += serial([x for c in cs for x in c[1:]], lanes=list(range(L)))
+    await tb.send_schedule(sched + IDLE + [eos_all({0: 2, 1: 2, 2: 1})])
+    model = await finish(tb)
+    opened = {}
+    for c, _, p in tb.accepted:
+        for k, ch in enumerate(cs):
+            if p == ch[0]:
+                opened[k] = c
+    first, second = {opened[k] for k in range(3)}, {opened[k] for k in (3, 4)}
+    assert len(first) == 1 and second == {first.pop() + 1}, f"rows not opened as scheduled: {opened}"
+    assert await drops(tb, Reason.COUNT_MISMATCH) == 2
+    assert await tb.csr_read("ROWS", 0) == 3 and model.final[0]
+
+
+@cocotb.test(**TIMEOUT)
 async def test_repeated_count(dut):
     """A count packet repeated in the same cycle (next lane) and in a later cycle:
     COUNT_DUPLICATE twice, ignored (the expert's total stays the first count's)."""
