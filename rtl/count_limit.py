@@ -121,6 +121,8 @@ class CountLimit(wiring.Component):
         lam_ge = [[lam[x] >= n for n in range(L + 1)] for x in range(E)]
         fits = [~spare[x][-1] for x in range(E)]                      # room >= lam
         fits_gt = [~spare[x][-1] & (spare[x] != 0) for x in range(E)]  # room > lam
+        if not self.cfg.paged:
+            m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
         # (per expert and rows held a: a >= lam, a > lam; after a page refusal, from lam's
         # correction, :meth:`_after_refusal`)
         reach = [[~lam_ge[x][a + 1] for a in range(L)] for x in range(E)]
@@ -137,7 +139,7 @@ class CountLimit(wiring.Component):
             # behind's counts, the register) as carry selects sharing their wide adders;
             # the grants choose (none at the layer start: lam is 0 then; the clear steers
             # the select, not the sums)
-            offsets = range(-2 * L, L + 1) if fix is not None else range(-2 * L, 1)
+            offsets = range(-2 * L, L + 1) if fix is not None else range(-L, 1)
             sums = OffsetSums(m, lam[x], self.dtot[x], offsets, w, f"cl_lam{x}")
             take = [(self.grants[x][n] & ~self.clear, -n) for n in range(L + 1)]
             if fix is not None:
@@ -147,27 +149,24 @@ class CountLimit(wiring.Component):
                 take += [(back[k] & ~self.clear, k) for k in range(1, L + 1)]
             m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
                          lam[x].eq(sums.pick(m, take, f"cl_lam{x}_next"))]
-            self._allow_registered(m, x, sums, fix[x] if fix is not None else None)
+            if fix is not None:
+                self._allow_registered(m, x, sums, fix[x])
         return m
 
     def _allow_registered(self, m, x, sums, fix):
-        """``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with ``lam``.
-        ``allow`` bounds the allocator's grants, which choose ``lam``'s next value: with
-        ``lam``'s compares in front of it that loop was the count hub's deepest path (24.1
-        FO4 at ``mixtral-8gpu`` with 16 sources, 22.55 at ``deepseek-v3-8gpu``); and the
-        page gate's tile-start test takes ``allow`` at the head of its lane-order chain,
-        where a compare of ``lam`` (ahead of it: 32.5 FO4) would not fit.
-        ``lam + dtot - n >= k`` (the grants n) and (paged, ``fix``) ``lam + dtot + d >= k``
-        (a refusal's d given back) are the signs of ``lam + dtot - s`` for ``s`` from
-        ``1 - lanes`` (paged; else 1) to ``2 lanes``, from the carry selects of ``lam``'s
-        own update (``sums``), chosen as ``lam`` is; 0 at the layer start."""
+        """(paged) ``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with
+        ``lam``. The page gate's tile-start test takes ``allow`` at the head of its
+        lane-order chain, where a compare of ``lam`` (ahead of it: 32.5 FO4) would not fit.
+        ``lam + dtot - n >= k`` (the grants n) and ``lam + dtot + d >= k`` (a refusal's d
+        given back) are the signs of ``lam + dtot - s`` for ``s`` from ``1 - lanes`` to
+        ``2 lanes``, from the carry selects of ``lam``'s own update (``sums``), chosen as
+        ``lam`` is; 0 at the layer start."""
         L = self.cfg.lanes
-        refused, back = fix if fix is not None else (Const(0), [None])
-        low = 1 - L if fix is not None else 1
-        pos = {s: ~sums.sign(m, -s, f"cl_lam{x}_s{s + L}") for s in range(low, 2 * L + 1)}
+        refused, back = fix
+        pos = {s: ~sums.sign(m, -s, f"cl_lam{x}_s{s + L}") for s in range(1 - L, 2 * L + 1)}
         ge = Signal(L, name=f"cl_lam_ge{x}")            # bit n - 1: lam >= n
         nxt = Cat(Cat(*(self.grants[x][n] & ~refused & pos[n + k] for n in range(L + 1)),
-                      *(back[d] & pos[k - d] for d in range(1, len(back)))).any() for k in range(1, L + 1))
+                      *(back[d] & pos[k - d] for d in range(1, L + 1))).any() for k in range(1, L + 1))
         m.d.sync += ge.eq(Mux(self.clear, 0, nxt))
         m.d.comb += self.allow[x].eq(self.free[x] | ge)
 
