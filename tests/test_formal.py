@@ -1,9 +1,10 @@
 """Formal proofs (moehub.verif.formal, ``moehub formal``) with SymbiYosys from PyPI.
 
 Fast: the smoke jobs (every set's shallow proofs and covers, < 30 s together), proofs
-that fail on a deliberately broken allocator and queue (so the properties are not
-vacuous), and the command's exit codes. Slow: every set's full jobs, and broken tracker,
-packet manager and admitted multicast allocator. Skipped when yowasp-sby or the solver is missing.
+that fail on a deliberately broken allocator, queue, paged multicast arena and multicast
+count limit (so the properties are not vacuous), and the command's exit codes. Slow:
+every set's full jobs, and broken tracker, packet manager, admitted multicast allocator
+and paged arena's fit. Skipped when yowasp-sby or the solver is missing.
 """
 from __future__ import annotations
 
@@ -107,6 +108,50 @@ def test_broken_admitted_allocator_fails():
     cfg = formal_config("tiny/alloc-small").replace(max_rows_per_expert=32, **MCAST)
     r = run_harness("broken-admitted-allocator", AdmittedAllocatorHarness(cfg, broken), "bmc", 12)
     _fails(r, "grant is not exactly", "room below")
+
+
+def _mcast_v2(kind):
+    """The hub's multicast allocator's harness with a v2 feature, on its set's config."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.multicast_v2 import CountsAllocatorHarness, PagedAllocatorHarness
+    from moehub.verif.formal.sets import MCAST_COUNTS, MCAST_PAGED
+    if kind == "paged":
+        return PagedAllocatorHarness(formal_config("tiny/alloc-small").replace(**MCAST_PAGED))
+    return CountsAllocatorHarness(formal_config("tiny/alloc-small").replace(**MCAST_COUNTS))
+
+
+def test_broken_paged_arena_fails(monkeypatch):
+    """(multicast, paged) A row that starts a tile stays on the current page instead of
+    taking the pool's next: that page, in use, is handed out again (step 6)."""
+    import moehub.rtl.multicast_allocator as mcast
+    broken = mutant("moehub.rtl.paged_arena", "page = [Mux(new[a], pool.page[0], cur) for a in range(L)]",
+                    "page = [cur for a in range(L)]", "PagedArena")
+    monkeypatch.setattr(mcast, "PagedArena", broken)
+    _fails(run_harness("broken-paged-arena", _mcast_v2("paged"), "bmc", 7), "in use handed out again")
+
+
+@pytest.mark.slow
+def test_broken_paged_arena_fit_fails(monkeypatch):
+    """(multicast, paged) The risky row's fit reads POOL_FREE (a cycle late: the last take
+    still counted) instead of the pool's exact ``avail``: once the pool runs dry (step 13)
+    a row that starts a tile is granted with no page left (a 14-step BMC, ~1 min: slow
+    set)."""
+    import moehub.rtl.multicast_allocator as mcast
+    broken = mutant("moehub.rtl.paged_arena", "self.fits.eq(~new[0] | pool.avail[0])",
+                    "self.fits.eq(~new[0] | (pool.free != 0))", "PagedArena")
+    monkeypatch.setattr(mcast, "PagedArena", broken)
+    _fails(run_harness("broken-paged-arena-fit", _mcast_v2("paged"), "bmc", 14), "grant is not exactly")
+
+
+def test_broken_multicast_count_limit_fails(monkeypatch):
+    """(multicast, count packets) An expert counts as met only past its total (``lam < 0``
+    for ``<= 0``): a row is granted when the expert has every count in and as many rows
+    (step 2)."""
+    import moehub.rtl.multicast_allocator as mcast
+    broken = mutant("moehub.rtl.multicast_counts", "le0[x].eq(lam[x] <= 0)", "le0[x].eq(lam[x] < 0)",
+                    "MulticastCountLimit")
+    monkeypatch.setattr(mcast, "MulticastCountLimit", broken)
+    _fails(run_harness("broken-mcast-counts", _mcast_v2("counts"), "bmc", 4), "met is not exactly")
 
 
 def test_broken_queue_fails():

@@ -90,11 +90,12 @@ def _mcast_v2(kind, cfg_name, **changes):
 #: the multicast allocator's reduced config: alloc-small (4 lanes, 3 experts, regions of 8
 #: rows, so a 24-row arena) with rows naming up to all 3 experts
 MCAST = dict(topk=3, max_targets=3)
-#: ... as the hub's (admitted), regions of 32 rows (room turns tight within the depth);
-#: paged: 8 pages of 4- or 8-row tiles (the hub needs tiles of at least ``lanes`` rows);
-#: count packets: 2 sources (an expert's counts complete in 2 packets)
-MCAST_PAGED = dict(MCAST, max_rows_per_expert=32, pool_pages=8, min_tile_rows=4, tile_rows=4, max_tile_rows=8)
-MCAST_COUNTS = dict(MCAST, max_rows_per_expert=32, count_packets=True, sources=2)
+#: ... as the hub's (admitted) with a v2 feature: 2 lanes (4 made a BMC step ~3x dearer:
+#: the pool did not run dry within an affordable depth), regions of 16 rows (tight below
+#: 5 groups x 2 lanes = 10 rows); paged: 8 pages of 2- or 4-row tiles (the hub needs tiles
+#: of at least ``lanes`` rows); count packets: 2 sources (an expert's counts in 2 packets)
+MCAST_PAGED = dict(MCAST, lanes=2, max_rows_per_expert=16, pool_pages=8, min_tile_rows=2, tile_rows=2, max_tile_rows=4)
+MCAST_COUNTS = dict(MCAST, lanes=2, max_rows_per_expert=16, count_packets=True, sources=2)
 
 
 def _sets() -> list[PropertySet]:
@@ -135,6 +136,23 @@ def _sets() -> list[PropertySet]:
                          "(tight = room below 5 x lanes = 20 rows, so regions of 21-32 rows turn tight "
                          "within the depth); k-induction closes at k=2 with the room floors while tight "
                          "was clear d cycles ago"),
+        PropertySet("mcast-allocator-paged", "multicast allocator (the hub's), paged arena",
+                    "tiny/alloc-small, max_targets 3, 2 lanes, 8 pages of 2/4 rows",
+                    _mcast_v2("paged", "tiny/alloc-small", **MCAST_PAGED), {"bmc": 14, "cover": 14},
+                    smoke={"bmc": 6},
+                    note="protocol v2: the admitted allocator's properties with the arena in pages (a row "
+                         "starting a tile with no page free refused, its place in its tile's page, a page "
+                         "in use never handed out, returns' verdicts, POOL_FREE); 2 lanes (4 cost ~3x a "
+                         "step: BMC 11 took 9 min loaded); the pool runs dry at step 13, a returned page is "
+                         "handed out again at 10; bounded: k-induction would need the page supply's ring"),
+        PropertySet("mcast-allocator-counts", "multicast allocator (the hub's), count packets",
+                    "tiny/alloc-small, max_targets 3, 2 lanes, 2 sources, regions of 16 rows",
+                    _mcast_v2("counts", "tiny/alloc-small", **MCAST_COUNTS), {"bmc": 11, "cover": 12},
+                    smoke={"bmc": 6},
+                    note="protocol v2: the admitted allocator's properties with count packets (met and over "
+                         "exactly the model's, a refused row takes nothing); met from step 2, over 6, every "
+                         "lane granted after an expert's counts are in 11; bounded: k-induction would need "
+                         "the count limit's registers (lam, done), which the allocator does not show"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "

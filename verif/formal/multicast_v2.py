@@ -1,0 +1,305 @@
+"""Property harnesses of the hub's multicast allocator (:class:`moehub.rtl.multicast_allocator.
+MulticastAllocatorAdmitted`) with protocol v2's paged arena and count packets: the
+admitted allocator's properties (:class:`~.multicast_allocator.AdmittedAllocatorHarness`)
+with the arena's room taken from pages, or with rows refused for their counts -- each
+against the reference model's rules (``HubModel._open_verdict``, ``_room``, ``_place``,
+``_count_packet``), packets applied in lane order.
+
+**Paged** (:class:`PagedAllocatorHarness`, ``pool_pages`` > 0). Environment: TILE_ROWS_LOG2
+is any one-hot of the supported sizes in every cycle (the arena latches it at ``clear``);
+PAGE_FREE may name any page at any time (good, repeated, never handed out, out of range).
+Reference state: the arena's rows since the last clear (``n``: multicast rows take arena
+rows as one stream, in grant order), the tile size latched, the page of the current tile,
+the pages free, and one chosen page ``cp`` (``AnyConst``): in use or not, its returns in
+flight. Properties, besides the admitted allocator's (region room, rows, the admission's
+room floors):
+
+* a lane's row is granted exactly when its targets have room and its arena row
+  ``n + granted lanes ahead`` does not start a tile (``mod tile == 0``) or a page is free
+  after the pages the granted lanes ahead took (the model's ``_room``): a refused row takes
+  no arena row and no page;
+* a granted row's ``loc`` is ``page << log2(tile) | row mod tile``, its page the one taken
+  at its tile's start (by it, by a granted lane ahead in its cycle, or before), a page
+  taken is in the pool, and the chosen page is never taken while in use;
+* a return is accepted (no PAGE_BAD three cycles after the write) exactly when the pool
+  read the page in use (taken a cycle before the write or earlier) and no return of it was
+  accepted between; POOL_FREE counts the pages free (the last cycle's take pending).
+
+The returns follow the RTL's documented timing (a page joins the pool at its verdict, the
+model at the write: software returns pages between layers, when both agree).
+
+Not reached at the set's depth, and an open divergence from the model: the allocator's
+arena counter keeps ``pool_rows`` (``pool_pages x max_tile_rows``) as its capacity, so a
+layer whose multicast rows outrun it -- only possible with pages returned during the
+layer -- turns tight ``margin`` rows before it and refuses its risky row at it, pages free
+or not (2 lanes, 2 pages of 2-row tiles: refused at step 10 with a page returned and free).
+
+**Count packets** (:class:`CountsAllocatorHarness`, ``count_packets``). Environment (what the
+:class:`~moehub.rtl.count_gate.CountGate` and the packet manager's admission guarantee):
+at most one count packet that adds (``cnt_add``) a group, never on a lane that asks for a
+row, its expert target 0's one-hot; none in the cycles a clear empties the pipeline;
+``dtot`` (a cycle ahead, as the gate registers it) is that packet's count for its expert, 0
+for the others, at most the largest count; each expert takes at most one count per source
+(``sources`` adds a layer) and ``cnt_full`` on an adding packet is exactly "the last
+source's" (the count gate's ``full``). Reference state, per expert: the total announced, the
+adds, the rows granted. Properties, besides the admitted allocator's:
+
+* ``met`` (COUNT_MISMATCH) exactly when some expert the row names has every source's count
+  in at its lane (completed before, or by a count packet on a lane ahead) and as many rows
+  as announced at its lane (the rows of the granted lanes ahead included); a grant exactly
+  when not met and every target and the arena have room -- a refused row takes nothing;
+* ``over`` exactly when a completing count packet's expert holds more rows than the total
+  it completes (at its lane).
+
+Both are bounded (BMC from reset): k-induction would need the page supply's ring and the
+count limit's registers as invariants, which the allocator's ports do not show.
+"""
+from __future__ import annotations
+
+from amaranth import Array, Cat, Const, Mux, Signal
+
+from ...config.schema import field_bits
+from ...rtl.count_gate import total_bits
+from ...rtl.logic import select
+from ...rtl.multicast_allocator import pool_count_bits
+from ...rtl.paging import tile_sizes
+from .common import any_const, any_seq, count_ones, one_hot
+from .multicast_allocator import ADMISSION_DELAY, AdmittedAllocatorHarness
+
+#: cycles from a PAGE_FREE write to the pool's verdict (PAGE_BAD, or the page freed)
+RETURN_LATENCY = 3
+
+
+class PagedAllocatorHarness(AdmittedAllocatorHarness):
+    """The hub's multicast allocator with a paged arena (see the module docstring)."""
+
+    def _arena(self, m, p, dut):
+        return PagedArenaRef(m, p, dut, self.cfg, self._risky)
+
+
+class PagedArenaRef:
+    """The paged arena's reference (the interface of :class:`~.multicast_allocator.
+    StaticArenaRef`): the model's one stream of arena rows, a page per tile."""
+
+    def __init__(self, m, p, dut, cfg, risky):
+        self.m, self.p, self.dut, self.g, self.cfg, self.risky = m, p, dut, dut.grant, cfg, risky
+        L, P = cfg.lanes, cfg.pool_pages
+        self.sizes = sizes = tile_sizes(cfg)
+        tile_oh = any_seq(m, len(sizes), "tile_oh_in")
+        p.assume(one_hot(tile_oh))
+        ret, ret_page = any_seq(m, 1, "page_ret_in"), any_seq(m, 16, "page_ret_page_in")
+        m.d.comb += [dut.tile_oh.eq(tile_oh), dut.page_ret.eq(ret), dut.page_ret_page.eq(ret_page)]
+        self.tile_oh, self.ret, self.ret_page = tile_oh, ret, ret_page
+        self.sh = Signal(len(sizes), name="ref_tile_sh", init=1 << sizes.index(cfg.tile_rows.bit_length() - 1))
+        self.n = Signal(pool_count_bits(cfg) + 1, name="ref_arena_rows")
+        self.cur = Signal(cfg.page_bits, name="ref_page")
+        self.free = Signal(range(P + 1), name="ref_free", init=P)
+        self.cp = any_const(m, range(P), "chosen_page")
+        p.assume(self.cp < P)
+        self.in_use = Signal(name="ref_cp_in_use")
+        self._lanes(m)
+
+    def _by_size(self, f, width):
+        """``f(log2 tile)`` for the latched tile size."""
+        return select([(self.sh[k], f(s)) for k, s in enumerate(self.sizes)], width)
+
+    def _lanes(self, m):
+        """Per lane: its arena row if granted (``n`` + granted lanes ahead), that row mod
+        the tile, whether it starts a tile, the page its ``loc`` names, the pages the
+        granted lanes ahead took and the page its tile is on if it starts none."""
+        cfg, g, L = self.cfg, self.g, self.cfg.lanes
+        W = max(self.sizes)
+        self.row, self.lo, self.starts, self.page, self.ahead, self.on = [], [], [], [], [], []
+        for j in range(L):
+            row = Signal(len(self.n), name=f"ref_arena_row{j}")
+            m.d.comb += row.eq(self.n + count_ones(g.ok[:j]))
+            lo = Signal(W, name=f"ref_arena_lo{j}")
+            m.d.comb += lo.eq(self._by_size(lambda s: row[:s], W))
+            starts = Signal(name=f"ref_starts{j}")
+            m.d.comb += starts.eq(self._by_size(lambda s: row[:s] == 0, 1))
+            page = Signal(cfg.loc_bits, name=f"ref_loc_page{j}")
+            m.d.comb += page.eq(self._by_size(lambda s: g.loc[j] >> s, cfg.loc_bits))
+            on = self.cur                       # (the newest page taken ahead of it, else the current)
+            for i in range(j):
+                on = Mux(g.ok[i] & self.starts[i], self.page[i], on)
+            self.row.append(row)
+            self.lo.append(lo)
+            self.starts.append(starts)
+            self.page.append(page)
+            self.ahead.append(count_ones([g.ok[i] & self.starts[i] for i in range(j)]))
+            self.on.append(on)
+        self.takes = count_ones([g.ok[j] & self.starts[j] for j in range(L)])
+        self.taken_cp = Cat(g.ok[j] & self.starts[j] & (self.page[j] == self.cp) for j in range(L)).any()
+
+    def fits(self, j):
+        """The model's ``_room`` at lane j: the row starts no tile, or a page is left after
+        the granted lanes ahead took theirs."""
+        return ~self.starts[j] | (self.free > self.ahead[j])
+
+    def check_lane(self, j):
+        p, g = self.p, self.g
+        ok = g.ok[j]
+        p.check(~ok | (self._by_size(lambda s: g.loc[j][:s], len(self.lo[j])) == self.lo[j]),
+                "granted row's place is not its arena row mod the tile")
+        p.check(~ok | self.starts[j] | (self.page[j] == self.on[j]), "granted row not on its tile's page")
+        p.check(~(ok & self.starts[j]) | (self.page[j] < self.cfg.pool_pages), "a page beyond the pool taken")
+        p.check(~(ok & self.starts[j] & (self.page[j] == self.cp) & self.in_use),
+                "a page in use handed out again")
+
+    def check_state(self):
+        """The arena's rows, POOL_FREE and the return verdicts."""
+        m, p, dut = self.m, self.p, self.dut
+        n_q, takes_q = Signal(len(self.n), name="ref_arena_rows_q"), Signal(2, name="ref_takes_q")
+        m.d.sync += [n_q.eq(self.n), takes_q.eq(self.takes)]
+        p.check(dut.pool_rows == n_q, "arena rows differ from the granted rows")
+        p.check(dut.pool_free == self.free + takes_q, "POOL_FREE is not the pages free (the last take pending)")
+        self._returns(m, p, dut)
+
+    def _returns(self, m, p, dut):
+        """Returns of any page (the free count) and of the chosen one (its verdict): a
+        return written at t is decided at t + 3; it is accepted when the pool's read of
+        ``in_use`` (t + 1: the takes up to t - 1, the verdicts up to t) found the page in
+        use and no return of it is accepted at t + 1 or t + 2 (the pool's check against
+        the two returns ahead)."""
+        due = [Signal(name=f"ref_ret_due{k}") for k in range(RETURN_LATENCY)]
+        flight = [Signal(name=f"ref_ret_cp{k}") for k in range(RETURN_LATENCY)]
+        held = [Signal(name=f"ref_ret_held{k}") for k in range(RETURN_LATENCY)]
+        mine = self.ret & (self.ret_page == self.cp)
+        accepted = due[-1] & ~dut.page_bad
+        self.freed_cp = flight[-1] & ~dut.page_bad
+        m.d.sync += [due[0].eq(self.ret), flight[0].eq(mine), held[0].eq(self.in_use & ~self.freed_cp)]
+        m.d.sync += [x[k].eq(x[k - 1]) for x in (due, flight) for k in range(1, RETURN_LATENCY)]
+        m.d.sync += [held[k].eq(held[k - 1] & ~self.freed_cp) for k in range(1, RETURN_LATENCY)]
+        p.check(~dut.page_bad | due[-1], "PAGE_BAD without a return due")
+        p.check(~(flight[-1] & ~dut.page_bad) | held[-1], "a return of a page not in use accepted")
+        p.check(~(flight[-1] & dut.page_bad) | ~held[-1], "a return of a page in use refused")
+        m.d.sync += self.free.eq(self.free - self.takes + accepted)
+
+    def update(self):
+        m, g, L = self.m, self.g, self.cfg.lanes
+        with m.If(g.clear):
+            m.d.sync += [self.n.eq(0), self.sh.eq(self.tile_oh)]
+        with m.Else():
+            m.d.sync += self.n.eq(self.n + count_ones(g.ok))
+        for j in range(L):                      # (the last take wins; none with a clear)
+            with m.If(g.ok[j] & self.starts[j]):
+                m.d.sync += self.cur.eq(self.page[j])
+        with m.If(self.taken_cp):
+            m.d.sync += self.in_use.eq(1)
+        with m.Elif(self.freed_cp):
+            m.d.sync += self.in_use.eq(0)
+
+    def covers(self):
+        m, p, g, L = self.m, self.p, self.g, self.cfg.lanes
+        returned = Signal(name="ref_cp_returned")
+        with m.If(self.freed_cp):
+            m.d.sync += returned.eq(1)
+        p.cover(Cat(g.req[j] & self.risky[j] & ~g.ok[j] & self.starts[j] & (self.free == 0)
+                    for j in range(L)).any(), "a risky row refused: it starts a tile and no page is free")
+        p.cover(self.taken_cp & returned, "the chosen page handed out again after its return")
+        p.cover(self.ret & (self.ret_page == self.cp) & self.in_use, "the chosen page returned while in use")
+        p.cover(Cat(g.ok[j] & self.starts[j] for j in range(1, L)).any() & g.ok[0] & g.ok[L - 1],
+                "a tile started behind a grant, every lane granted")
+        big = self.sh[-1] & (self.lo[0] == (1 << self.sizes[-1]) - 1)
+        p.cover(g.ok[0] & big, "the last row of a tile of the largest size granted")
+
+
+class CountsAllocatorHarness(AdmittedAllocatorHarness):
+    """The hub's multicast allocator with count packets (see the module docstring)."""
+
+    def _count_refusals(self, m, p, dut, mask):
+        self._counts = ref = CountRef(m, p, dut, self.cfg, mask, self._since)
+        return ref.refused
+
+    def _covers(self, p, g, names, granted, cnt, cap_s):
+        super()._covers(p, g, names, granted, cnt, cap_s)
+        self._counts.covers()
+
+
+class CountRef:
+    """Per expert, the model's count state: the total announced, the sources' counts in
+    (adds), the rows granted; the environment's count packets (see the module docstring)."""
+
+    def __init__(self, m, p, dut, cfg, mask, since):
+        self.m, self.p, self.g, self.cfg, self.mask = m, p, dut.grant, cfg, mask
+        L, E, S = cfg.lanes, cfg.experts, cfg.sources
+        g = self.g
+        self.add, self.full = any_seq(m, L, "cnt_add_in"), any_seq(m, L, "cnt_full_in")
+        self.dtot = [any_seq(m, total_bits(cfg), f"dtot_in{x}") for x in range(E)]
+        m.d.comb += [g.cnt_add.eq(self.add), g.cnt_full.eq(self.full)]
+        m.d.comb += [g.dtot[x].eq(self.dtot[x]) for x in range(E)]
+        tb = total_bits(cfg) + 1
+        self.tot = [Signal(tb, name=f"ref_total{x}") for x in range(E)]
+        self.adds = [Signal(range(S + 1), name=f"ref_adds{x}") for x in range(E)]
+        self.rows = [Signal(cfg.cap_bits, name=f"ref_rows{x}") for x in range(E)]
+        self.group = [Signal(total_bits(cfg), name=f"ref_dtot_q{x}") for x in range(E)]   # the group's count
+        m.d.sync += [self.group[x].eq(self.dtot[x]) for x in range(E)]
+        # (lane j's count packet adds to / completes expert x)
+        self.adds_to = [[self.add[j] & g.oh[j][0][x] for x in range(E)] for j in range(L)]
+        self.completes = [[self.adds_to[j][x] & self.full[j] for x in range(E)] for j in range(L)]
+        self._environment(m, p, since)
+        self.refused = [self._met(j) for j in range(L)]
+        for j in range(L):
+            p.check(g.met[j] == self.refused[j],
+                    "met is not exactly 'an expert the row names has its counts in and met'")
+            p.check(g.over[j] == self._over(j),
+                    "over is not exactly 'a completing count below the rows its expert holds'")
+        self._update(m)
+
+    def _environment(self, m, p, since):
+        cfg, g, L, E, S = self.cfg, self.g, self.cfg.lanes, self.cfg.experts, self.cfg.sources
+        p.assume(count_ones(self.add) <= 1)
+        p.assume(~(g.clear | (since != ADMISSION_DELAY)) | (self.add == 0))
+        for j in range(L):
+            p.assume(~self.add[j] | (~g.req[j] & g.tv[j][0]))
+        for x in range(E):
+            p.assume(self.dtot[x] < 1 << cfg.count_bits)
+            p.assume((self.group[x] == 0) | Cat(self.adds_to[j][x] for j in range(L)).any())
+            for j in range(L):
+                p.assume(~self.adds_to[j][x] | ((self.adds[x] < S) & (self.full[j] == (self.adds[x] == S - 1))))
+
+    def _at(self, j, x):
+        """Expert x at lane j, the model's packets applied in lane order: its total, its
+        counts all in, its rows (the granted lanes ahead naming it included)."""
+        g, S = self.g, self.cfg.sources
+        counted = Cat(self.adds_to[i][x] for i in range(j)).any() if j else Const(0)
+        tot = self.tot[x] + Mux(counted, self.group[x], 0)
+        done = (self.adds[x] == S) | (Cat(self.completes[i][x] for i in range(j)).any() if j else Const(0))
+        rows = self.rows[x] + count_ones([g.ok[i] & self.mask[i][x] for i in range(j)])
+        return tot, done, rows
+
+    def _met(self, j):
+        g, terms = self.g, []
+        for x in range(self.cfg.experts):
+            tot, done, rows = self._at(j, x)
+            terms.append(self.mask[j][x] & done & (rows >= tot))
+        return g.req[j] & Cat(*terms).any()
+
+    def _over(self, j):
+        terms = []
+        for x in range(self.cfg.experts):
+            _, _, rows = self._at(j, x)
+            terms.append(self.completes[j][x] & (rows > self.tot[x] + self.group[x]))
+        return Cat(*terms).any()
+
+    def _update(self, m):
+        g, L, E = self.g, self.cfg.lanes, self.cfg.experts
+        for x in range(E):
+            with m.If(g.clear):
+                m.d.sync += [self.tot[x].eq(0), self.adds[x].eq(0), self.rows[x].eq(0)]
+            with m.Else():
+                m.d.sync += [self.tot[x].eq(self.tot[x] + self.group[x]),
+                             self.adds[x].eq(self.adds[x] + Cat(self.adds_to[j][x] for j in range(L)).any()),
+                             self.rows[x].eq(self.rows[x] + count_ones([g.ok[j] & self.mask[j][x]
+                                                                        for j in range(L)]))]
+
+    def covers(self):
+        p, g, L, E = self.p, self.g, self.cfg.lanes, self.cfg.experts
+        p.cover(Cat(g.met[j] for j in range(L)).any(), "a row refused for its counts (met)")
+        p.cover(Cat(g.over[j] for j in range(L)).any(), "a completing count below the rows held (over)")
+        p.cover(Cat(g.met[j] & Cat(self.completes[i][x] & self.mask[j][x] for i in range(j) for x in range(E)).any()
+                    for j in range(1, L)).any(), "a row refused by a count packet ahead of it in its cycle")
+        p.cover(Cat(g.ok[j] & Cat(self.completes[i][x] & self.mask[j][x] for i in range(j) for x in range(E)).any()
+                    for j in range(1, L)).any(), "a row granted behind the count packet completing its expert")
+        p.cover(Cat(*g.ok).all() & Cat(self.adds[x] == self.cfg.sources for x in range(E)).any(),
+                "every lane granted after an expert's counts are all in")
