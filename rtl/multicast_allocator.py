@@ -93,9 +93,19 @@ def one_hot(v) -> Value:
     return (v != 0) & ((v & (v - 1)) == 0)
 
 
+def arena_rows_max(cfg: HubConfig) -> int:
+    """The most rows one layer can place in the arena: each takes a row of some expert's
+    region, so ``experts x max_rows_per_expert`` -- the static arena's size. Paged, it is
+    the arena counter's capacity, never reached before a region is full: pages handed back
+    during a layer let more than ``pool_rows`` rows through the pool, and the model bounds
+    the paged arena by its pages alone (``HubModel._room``)."""
+    return cfg.experts * cfg.max_rows_per_expert
+
+
 def pool_count_bits(cfg: HubConfig) -> int:
-    """Width of the arena's counter and capacity (0 .. pool_rows)."""
-    return field_bits(cfg.pool_rows)
+    """Width of the arena's counter and capacity (0 .. pool_rows, or paged
+    :func:`arena_rows_max`)."""
+    return field_bits(max(cfg.pool_rows, arena_rows_max(cfg)))
 
 
 def prerank_sets(lanes: int) -> list:
@@ -267,8 +277,9 @@ class MulticastAllocator(wiring.Component):
         experts = [self._counter(m, f"x{e}", cb, self.cap[e], ok, [mask[j][e] for j in range(L)])
                    for e in range(E)]
         self._after_counters(m, experts, ok)
-        # (paged: the pages bound the arena, not POOL_CAP -- a capacity it never reaches first)
-        arena = self._counter(m, "pool", pb, Const(cfg.pool_rows, pb) if cfg.paged else self.pool_cap, ok, None)
+        # (paged: the pages bound the arena, not POOL_CAP; the counter's capacity is the
+        # most rows a layer can place, never reached before a region is full)
+        arena = self._counter(m, "pool", pb, Const(arena_rows_max(cfg), pb) if cfg.paged else self.pool_cap, ok, None)
         self._arena_pages(m, arena, ok)
         counters = [x["now"] for x in experts]
         room_gt = [x["gt"] for x in experts]

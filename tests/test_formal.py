@@ -143,6 +143,21 @@ def test_broken_paged_arena_fit_fails(monkeypatch):
     _fails(run_harness("broken-paged-arena-fit", _mcast_v2("paged"), "bmc", 14), "grant is not exactly")
 
 
+def test_paged_arena_outruns_pool_rows_with_pages_handed_back():
+    """(multicast, paged) Two pages of 2-row tiles, pages handed back during the layer: the
+    arena passes its ``pool_rows`` (4) rows and the model still places rows while a page is
+    free. The allocator's arena counter once kept ``pool_rows`` as its capacity and refused
+    the fifth row, a page free (step 10); its capacity is the most rows a layer can place
+    (``arena_rows_max``), never reached before a region is full."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.multicast_v2 import PagedAllocatorHarness
+    from moehub.verif.formal.sets import MCAST_PAGED
+    cfg = formal_config("tiny/alloc-small").replace(**dict(MCAST_PAGED, pool_pages=2, max_tile_rows=2))
+    assert cfg.pool_rows == 4
+    r = run_harness("paged-arena-pages-back", PagedAllocatorHarness(cfg), "bmc", 11)
+    assert r.status == "PASS", r.failed
+
+
 def test_broken_multicast_count_limit_fails(monkeypatch):
     """(multicast, count packets) An expert counts as met only past its total (``lam < 0``
     for ``<= 0``): a row is granted when the expert has every count in and as many rows

@@ -28,11 +28,13 @@ room floors):
 The returns follow the RTL's documented timing (a page joins the pool at its verdict, the
 model at the write: software returns pages between layers, when both agree).
 
-Not reached at the set's depth, and an open divergence from the model: the allocator's
-arena counter keeps ``pool_rows`` (``pool_pages x max_tile_rows``) as its capacity, so a
-layer whose multicast rows outrun it -- only possible with pages returned during the
-layer -- turns tight ``margin`` rows before it and refuses its risky row at it, pages free
-or not (2 lanes, 2 pages of 2-row tiles: refused at step 10 with a page returned and free).
+A divergence from the model this harness found, since fixed: the allocator's arena counter
+kept ``pool_rows`` (``pool_pages x max_tile_rows``) as its capacity, so a layer whose
+multicast rows outran it -- possible with pages returned during the layer -- turned tight
+``margin`` rows before it and refused its risky row at it, pages free or not (2 lanes, 2
+pages of 2-row tiles: refused at step 10 with a page returned and free). Its capacity is
+now the most rows a layer can place (:func:`~moehub.rtl.multicast_allocator.arena_rows_max`),
+never reached before a region is full (``tests/test_formal.py``: that config, BMC 11).
 
 **Count packets** (:class:`CountsAllocatorHarness`, ``count_packets``). Environment (what the
 :class:`~moehub.rtl.count_gate.CountGate` and the packet manager's admission guarantee):
