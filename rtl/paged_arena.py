@@ -43,7 +43,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .layouts import page_takes
-from .logic import add_narrow, late_count, select
+from .logic import late_count, select
 from .paging import PageSupply, tile_sizes
 
 
