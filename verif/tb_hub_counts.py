@@ -142,14 +142,18 @@ async def test_rows_past_the_count_in_the_next_cycle(dut):
 @cocotb.test(**TIMEOUT)
 async def test_repeated_count(dut):
     """A count packet repeated in the same cycle (next lane) and in a later cycle:
-    COUNT_DUPLICATE twice, ignored (the expert's total stays the first count's)."""
+    COUNT_DUPLICATE twice, ignored (the expert's total stays the first count's: a second
+    row after the repeats is refused, COUNT_MISMATCH -- a repeat's 5 added to the rows
+    allowed would take it)."""
     tb = await make_tb(dut)
-    r = row(2, 2, token=7)
+    r, extra = row(2, 2, token=7), row(1, 2, token=8)
     sched = [[cnt(2, 2, 1), cnt(2, 2, 5), cnt(0, 2, 0)]]
     sched += serial(chunks(r, tag=0), lanes=[1, 3]) + serial([cnt(2, 2, 0), cnt(1, 2, 0)])
-    await tb.send_schedule(sched + IDLE + [eos_all({2: 1})])
-    model = await finish(tb, [r])
+    sched += IDLE + serial(chunks(extra, tag=0), lanes=[0, 2])
+    await tb.send_schedule(sched + IDLE + [eos_all({2: 1, 1: 1})])
+    model = await finish(tb)
     assert await drops(tb, Reason.COUNT_DUPLICATE) == 2
+    assert await drops(tb, Reason.COUNT_MISMATCH) == 1 and await tb.csr_read("ROWS", 2) == 1
     assert model.final[2] and early(tb, model) == [2]
 
 
