@@ -54,8 +54,12 @@ class FinalCounts(wiring.Component):
         Rows allocated (the allocator's counters): ``short`` at the sweep.
     fire : Out(1)
         The event popped now makes ``expert`` final (combinational).
+    tile_m1 : In(cap_bits)
+        Tile rows - 1 (the layer's, zero-extended).
     rows_x : Out(cap_bits)
         Rows of ``expert`` as the stream has them (its final count when it fires).
+    part : Out(1)
+        Those rows end in a partial tile (``rows_x & tile_m1 != 0``).
     final, short : Out(experts)
         Final words written (or being written); counts all in and rows below the total.
     stall : Out(1)
@@ -73,7 +77,8 @@ class FinalCounts(wiring.Component):
             "pop": In(1), "meta": In(1), "cpl": In(1), "cnt": In(1),
             "expert": In(range(E)), "count": In(cfg.count_bits), "clear": In(1),
             "rows": In(cfg.cap_bits).array(E),
-            "fire": Out(1), "rows_x": Out(cfg.cap_bits), "final": Out(E), "short": Out(E),
+            "tile_m1": In(cfg.cap_bits),
+            "fire": Out(1), "rows_x": Out(cfg.cap_bits), "part": Out(1), "final": Out(E), "short": Out(E),
             "stall": Out(1),
         })
 
@@ -188,6 +193,11 @@ class FinalCounts(wiring.Component):
         self._fires = Signal(E, name="fc_fires")       # the event makes expert x final
         m.d.comb += [
             self.rows_x.eq(select([(oh[x], rows[x]) for x in range(E)], c.cap_bits)),
+            # (each expert's partial-tile bit formed from its own registers, the event's
+            # expert choosing one bit -- not the compare behind the choice of rows: from
+            # the event expander's read pointer through the target and the expert's
+            # decode, 28.7 FO4 at deepseek-v3-8gpu with every v2 feature)
+            self.part.eq(select([(oh[x], (rows[x] & self.tile_m1) != 0) for x in range(E)], 1)),
             self._fires.eq(Mux(self.pop, oh & Mux(self.cpl, ready_cpl, 0) | oh & Mux(self.cnt, ready_cnt, 0), 0)),
             self.fire.eq(self._fires.any()),
         ]

@@ -636,7 +636,7 @@ class AvailabilityTracker(wiring.Component):
         part = Signal(name="fin_part")
         self.fin_group = Signal(GROUP_BITS, name="fin_group")
         rows_x = fc.rows_x
-        m.d.comb += [fc.clear.eq(self.layer.layer_start)] + [fc.rows[x].eq(self.rows[x])
+        m.d.comb += [fc.clear.eq(self.layer.layer_start), fc.tile_m1.eq(cfg.tile_m1)] + [fc.rows[x].eq(self.rows[x])
                                                            for x in range(self.tl.experts)]
         # (the words' fields follow the queue's head while the sequencer is idle, fire or
         # not -- they are read only once it fires -- so ``fire``, behind the head's check
@@ -644,7 +644,7 @@ class AvailabilityTracker(wiring.Component):
         with m.If(~fin.valid):
             m.d.sync += [fin.kind.eq(K_COUNT), fin.expert.eq(fc.expert),
                          fin.row.eq(rows_x), self.fin_group.eq(self.ev.payload.group),
-                         part.eq((rows_x[:self.tl.count_bits] & cfg.tile_m1) != 0)]
+                         part.eq(fc.part)]
         # (a pop, so a fire, needs the sequencer idle: the two are exclusive, and ``fire``
         # stays out of the words' kind)
         with m.If(fc.fire):
