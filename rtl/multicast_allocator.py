@@ -160,12 +160,16 @@ def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
     MulticastCountLimit`):
 
     cnt_add, cnt_full : Out(lanes)                  lane j's count packet adds; it completes its expert
+    cnt_ahead : Out(experts).array(lanes)           lane j's row names expert x and a count packet on a
+                                                    lane ahead of it in its group completes x
+                                                    (registered a stage ahead, from R's packets)
     dtot : Out(total_bits).array(experts)           the counts of the group behind
     met : In(lanes)                                 the row is refused for counts (COUNT_MISMATCH)
     over : In(lanes)                                a completing count below the rows held (COUNT_MISMATCH)
     """
     L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
-    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "dtot": Out(total_bits(cfg)).array(E),
+    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "cnt_ahead": Out(E).array(L),
+              "dtot": Out(total_bits(cfg)).array(E),
               "met": In(L), "over": In(L)} if cfg.count_packets else {}
     return wiring.Signature({
         "req": Out(L), "tv": Out(T).array(L), "oh": Out(E).array(L, T),
@@ -597,6 +601,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += [cl.req.eq(g.req), cl.cnt_add.eq(g.cnt_add), cl.cnt_full.eq(g.cnt_full),
                      cl.clear.eq(g.clear), g.met.eq(g.req & cl.refused), g.over.eq(cl.over)]
         m.d.comb += [cl.mask[j].eq(mask[j]) for j in range(L)]
+        m.d.comb += [cl.cnt_ahead[j].eq(g.cnt_ahead[j]) for j in range(L)]
         # (a count packet's expert: its target 0, the one entry it has)
         m.d.comb += [cl.cnt_oh[j].eq(g.oh[j][0]) for j in range(L)]
         m.d.comb += [cl.dtot[x].eq(g.dtot[x]) for x in range(cfg.experts)]

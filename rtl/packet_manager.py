@@ -858,10 +858,14 @@ class PacketManager(wiring.Component):
         ``risky`` bit from the input admission, carried down with its packet."""
         cfg, L, T = self.cfg, self.cfg.lanes, self.cfg.max_targets
         m.submodules.prerank = pre = MulticastPrerank(cfg)
+        decs = []
         for j, r in enumerate(self.r):
             dec = self._decode(m, r.pkt, f"tdec_r{j}")
             m.d.comb += [pre.tv[j].eq(dec.tv)] + [pre.oh[j][t].eq(dec.oh[t]) for t in range(T)]
+            decs.append(dec)
         g = self.alloc
+        if cfg.count_packets:
+            self._t_cnt_ahead(m, decs)
         m.d.sync += [t.risky.eq(r.risky) for r, t in zip(self.r, self.t)]
         m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
                      self.alloc_pre_counts.eq(pre.q_counts)]
@@ -872,6 +876,21 @@ class PacketManager(wiring.Component):
         if cfg.count_packets:       # (the count gate's, to the allocator's count limit)
             m.d.comb += [g.cnt_add.eq(_lanes(self.t, "cadd")), g.cnt_full.eq(_lanes(self.t, "cfull"))]
             m.d.comb += [g.dtot[x].eq(self.gate.dtot[x]) for x in range(cfg.experts)]
+
+    def _t_cnt_ahead(self, m, decs):
+        """(multicast, count packets) Per lane, the experts its row names that a count packet
+        on a lane ahead of it completes, from R's packets (the count gate's ``add`` and
+        ``full``, the target decode), registered into T for the multicast count limit's
+        refusals. (Not gated by ``live``: a group that is not live asks for no row.)"""
+        cfg, L, E, T = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.max_targets
+        completes = [Cat(self.gate.add[i] & self.gate.full[i] & decs[i].oh[0][x] for x in range(E))
+                     for i in range(L)]
+        for j in range(L):
+            names = Cat(Cat(decs[j].oh[t][x] for t in range(T)).any() for x in range(E))
+            ahead = Const(0, E)
+            for i in range(j):
+                ahead = ahead | completes[i]
+            m.d.sync += self.alloc.cnt_ahead[j].eq(names & ahead)
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),

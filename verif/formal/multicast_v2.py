@@ -239,6 +239,10 @@ class CountRef:
         # (lane j's count packet adds to / completes expert x)
         self.adds_to = [[self.add[j] & g.oh[j][0][x] for x in range(E)] for j in range(L)]
         self.completes = [[self.adds_to[j][x] & self.full[j] for x in range(E)] for j in range(L)]
+        # (the packet manager's register of R's packets: the pipeline never stalls, so in T
+        # it is this formula of T's own inputs)
+        m.d.comb += [g.cnt_ahead[j][x].eq(mask[j][x] & Cat(self.completes[i][x] for i in range(j)).any())
+                     for j in range(1, L) for x in range(E)]
         self._environment(m, p, since)
         self.refused = [self._met(j) for j in range(L)]
         for j in range(L):
