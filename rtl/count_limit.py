@@ -162,23 +162,21 @@ class CountLimit(wiring.Component):
         """(unpaged) Expert x's ``lam >= n`` (n = 0..lanes) with ``lam`` kept as the
         allocator keeps its counters: ``lam_l``, before the last cycle's grants, and their
         count ``last`` (one-hot), both registered; ``lam`` now is ``lam_l - p`` for
-        ``last[p]``. So ``lam >= n`` is a choice by ``last`` among registered bits
-        ``lam_l >= k`` (k = 0..2 lanes), and the grants (late) go into one register,
-        ``last`` -- not into ``lam``'s carry-select sums: the loop ``lam`` -> its compares
-        -> ``allow`` -> the grants -> ``lam``'s choice was 22.55 FO4 at
-        ``deepseek-v3-8gpu`` with count packets. ``lam_l`` takes ``lam + dtot`` (from
-        registers), its compares the signs of ``lam_l + dtot - p - k`` chosen by ``last``;
-        at the layer start ``lam`` is 0."""
+        ``last[p]``, so ``lam >= n`` is a choice by ``last`` among compares of ``lam_l``
+        with constants (``lam_l >= n + p``), and the grants (late) go into one register,
+        ``last`` -- not into ``lam``'s carry-select choice: the loop ``lam`` -> its
+        compares -> ``allow`` -> the grants -> ``lam``'s choice was 22.55 FO4 at
+        ``deepseek-v3-8gpu`` with count packets. ``lam_l`` takes ``lam + dtot``, its
+        carry selects chosen by ``last`` (registers); at the layer start ``lam`` is 0.
+        (The compares registered too -- ``lam_l + dtot - p >= k`` from the carry selects'
+        signs, twelve offsets -- made that update 25.7 FO4 deep.)"""
         L, w = self.cfg.lanes, self.width()
         lam_l = Signal(signed(w), name=f"cl_lam{x}")
         last = Signal(L + 1, init=1, name=f"cl_last{x}")
-        ge = Signal(2 * L + 1, init=1, name=f"cl_ge{x}")          # bit k: lam_l >= k
-        sums = OffsetSums(m, lam_l, self.dtot[x], range(-3 * L, 1), w, f"cl_lam{x}")
+        sums = OffsetSums(m, lam_l, self.dtot[x], range(-L, 1), w, f"cl_lam{x}")
         nxt = sums.pick(m, [(last[p], -p) for p in range(L + 1)], f"cl_lam{x}_next")
-        neg = [select([(last[p], sums.sign(m, -p - k, f"cl_lam{x}_s{p}_{k}")) for p in range(L + 1)], 1)
-               for k in range(2 * L + 1)]
-        m.d.sync += [lam_l.eq(Mux(self.clear, 0, nxt)), last.eq(Mux(self.clear, 1, self.grants[x])),
-                     ge.eq(Mux(self.clear, 1, ~Cat(*neg)))]
+        m.d.sync += [lam_l.eq(Mux(self.clear, 0, nxt)), last.eq(Mux(self.clear, 1, self.grants[x]))]
+        ge = [lam_l >= k for k in range(2 * L + 1)]
         return [select([(last[p], ge[n + p]) for p in range(L + 1)], 1) for n in range(L + 1)]
 
     def _allow_registered(self, m, x, sums, fix):
