@@ -329,17 +329,25 @@ class MulticastAllocator(wiring.Component):
         m.d.comb += [above[c].eq(select([(last[p], room > c + p) for p in range(L + 1)], 1))
                      for c in range(2 * L)]
         gt_next, last_next = self._next(m, name, ok, names, above)
-        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt, "grants": last_next}
+        # (a copy of ``last`` for the targets' rows alone (:meth:`_rows`: every lane and
+        # target selects it), off ``last``'s own fan-out to the counter's selects: behind
+        # both, its buffers led the rows' select into AL, 22.19 FO4 at two nodes with
+        # multicast. Its reset value differs so that synthesis keeps it apart; no row is
+        # granted before the first clear, which sets both.)
+        last_rows = Signal(L + 1, init=3, name=f"{name}_last_rows")
+        out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt, "grants": last_next,
+               "last_rows": last_rows}
         if self.formal:
             cap_l = Signal(width, name=f"{name}_cap")
             with m.If(g.clear):
                 m.d.sync += cap_l.eq(cap_in)
             out["cap"] = cap_l
         with m.If(g.clear):
-            m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1),
+            m.d.sync += [cnt.eq(0), room.eq(cap_in), last.eq(1), last_rows.eq(1),
                          gt.eq(Cat(cap_in > a for a in range(L)))]
         with m.Else():
-            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(gt_next), last.eq(last_next)]
+            m.d.sync += [cnt.eq(now), room.eq(room_now), gt.eq(gt_next), last.eq(last_next),
+                         last_rows.eq(last_next)]
         return out
 
     def _next(self, m, name, ok, names, above):
@@ -426,7 +434,7 @@ class MulticastAllocator(wiring.Component):
             base = Signal(cb, name=f"row{j}_{t}_base")
             lagged = Signal(cfg.lanes + 1, name=f"row{j}_{t}_last")
             m.d.comb += [base.eq(select([(oh[e], experts[e]["cnt"]) for e in range(E)], cb)),
-                         lagged.eq(select([(oh[e], experts[e]["last"]) for e in range(E)], cfg.lanes + 1))]
+                         lagged.eq(select([(oh[e], experts[e]["last_rows"]) for e in range(E)], cfg.lanes + 1))]
             cand = [self._plus(m, base, lagged, a, f"row{j}_{t}") for a in range(j + 1)]
             n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], cand[a]) for a in range(j + 1)], cb))
