@@ -12,9 +12,8 @@ Per expert ``x``, registers: ``lam = total - rows`` and ``spare = cap - total``,
 total already holds the counts of the group now in the allocator's cycle: the count gate
 sums a group's counts on its way into R (``dtot``, registered), and they are added here
 while the group is in T, in the same cycle as the grants of the group ahead are taken off
-(``lam + dtot - grants``; without pages ``lam`` is kept a cycle late, as the allocator
-keeps its counters -- :meth:`CountLimit._lagged_lam` -- with pages the sums for every grant
-count formed in parallel, the grants choose). So, the lanes of ``x`` in lane order, ``a`` the requests ahead of a lane:
+(``lam + dtot - grants``: the sums for every grant count formed in parallel, the grants
+choose). So, the lanes of ``x`` in lane order, ``a`` the requests ahead of a lane:
 
 * a lane whose expert is not ``full`` at it (a count still missing) is never refused for
   counts; the first ``n1`` requests of ``x`` are such (``free``, registered in T), the
@@ -117,12 +116,9 @@ class CountLimit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, E, w = self.cfg.lanes, self.cfg.experts, self.width()
+        lam = [Signal(signed(w), name=f"cl_lam{x}") for x in range(E)]
         spare = [Signal(signed(w), name=f"cl_spare{x}") for x in range(E)]
-        if self.cfg.paged:
-            lam = [Signal(signed(w), name=f"cl_lam{x}") for x in range(E)]
-            lam_ge = [[lam[x] >= n for n in range(L + 1)] for x in range(E)]
-        else:
-            lam, lam_ge = None, [self._lagged_lam(m, x) for x in range(E)]
+        lam_ge = [[lam[x] >= n for n in range(L + 1)] for x in range(E)]
         fits = [~spare[x][-1] for x in range(E)]                      # room >= lam
         fits_gt = [~spare[x][-1] & (spare[x] != 0) for x in range(E)]  # room > lam
         if not self.cfg.paged:
@@ -137,47 +133,25 @@ class CountLimit(wiring.Component):
             cut_met, cut_over = self._cut(j, verdicts)
             m.d.comb += [self.met[j].eq(self.req[j] & self.full[j] & at_or_over & ~cut_met),
                          self.over[j].eq(self.add[j] & self.full[j] & below & ~cut_over)]
-        m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])) for x in range(E)]
-        if self.cfg.paged:
-            for x in range(E):
-                self._paged_update(m, x, lam[x], fix[x])
+        for x in range(E):
+            # lam + dtot - n for every n = 0..L (and, paged, + k for the grants given back,
+            # and the signs _allow_registered needs), from the two registers (the group
+            # behind's counts, the register) as carry selects sharing their wide adders;
+            # the grants choose (none at the layer start: lam is 0 then; the clear steers
+            # the select, not the sums)
+            offsets = range(-2 * L, L + 1) if fix is not None else range(-L, 1)
+            sums = OffsetSums(m, lam[x], self.dtot[x], offsets, w, f"cl_lam{x}")
+            take = [(self.grants[x][n] & ~self.clear, -n) for n in range(L + 1)]
+            if fix is not None:
+                # (the cycle after a page refusal: the grants refused then given back)
+                refused, back = fix[x]
+                take = [(sel & ~refused, k) for sel, k in take]
+                take += [(back[k] & ~self.clear, k) for k in range(1, L + 1)]
+            m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
+                         lam[x].eq(sums.pick(m, take, f"cl_lam{x}_next"))]
+            if fix is not None:
+                self._allow_registered(m, x, sums, fix[x])
         return m
-
-    def _paged_update(self, m, x, lam, fix):
-        """(paged) ``lam <- lam + dtot - n`` for the ``n`` grants (and, the cycle after a
-        page refusal, ``+ k`` for the grants given back), from the two registers (the group
-        behind's counts, the register) as carry selects sharing their wide adders; the
-        grants choose (none at the layer start: ``lam`` is 0 then; the clear steers the
-        select, not the sums). ``allow`` from a register beside it."""
-        L, w = self.cfg.lanes, self.width()
-        sums = OffsetSums(m, lam, self.dtot[x], range(-2 * L, L + 1), w, f"cl_lam{x}")
-        # (the cycle after a page refusal: the grants refused then given back)
-        refused, back = fix
-        take = [(self.grants[x][n] & ~self.clear & ~refused, -n) for n in range(L + 1)]
-        take += [(back[k] & ~self.clear, k) for k in range(1, L + 1)]
-        m.d.sync += lam.eq(sums.pick(m, take, f"cl_lam{x}_next"))
-        self._allow_registered(m, x, sums, fix)
-
-    def _lagged_lam(self, m, x):
-        """(unpaged) Expert x's ``lam >= n`` (n = 0..lanes) with ``lam`` kept as the
-        allocator keeps its counters: ``lam_l``, before the last cycle's grants, and their
-        count ``last`` (one-hot), both registered; ``lam`` now is ``lam_l - p`` for
-        ``last[p]``, so ``lam >= n`` is a choice by ``last`` among compares of ``lam_l``
-        with constants (``lam_l >= n + p``), and the grants (late) go into one register,
-        ``last`` -- not into ``lam``'s carry-select choice: the loop ``lam`` -> its
-        compares -> ``allow`` -> the grants -> ``lam``'s choice was 22.55 FO4 at
-        ``deepseek-v3-8gpu`` with count packets. ``lam_l`` takes ``lam + dtot``, its
-        carry selects chosen by ``last`` (registers); at the layer start ``lam`` is 0.
-        (The compares registered too -- ``lam_l + dtot - p >= k`` from the carry selects'
-        signs, twelve offsets -- made that update 25.7 FO4 deep.)"""
-        L, w = self.cfg.lanes, self.width()
-        lam_l = Signal(signed(w), name=f"cl_lam{x}")
-        last = Signal(L + 1, init=1, name=f"cl_last{x}")
-        sums = OffsetSums(m, lam_l, self.dtot[x], range(-L, 1), w, f"cl_lam{x}")
-        nxt = sums.pick(m, [(last[p], -p) for p in range(L + 1)], f"cl_lam{x}_next")
-        m.d.sync += [lam_l.eq(Mux(self.clear, 0, nxt)), last.eq(Mux(self.clear, 1, self.grants[x]))]
-        ge = [lam_l >= k for k in range(2 * L + 1)]
-        return [select([(last[p], ge[n + p]) for p in range(L + 1)], 1) for n in range(L + 1)]
 
     def _allow_registered(self, m, x, sums, fix):
         """(paged) ``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with

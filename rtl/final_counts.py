@@ -127,16 +127,15 @@ class FinalCounts(wiring.Component):
             # follows at the head is not popped that cycle -- the stall below)
             with m.If(self.cnt & self.oh[x]):
                 m.d.sync += q["count"][x].eq(self.count)
-            # (ngap's addend less one, loaded with the event: -count - 1 for a count, 0 for
-            # a metadata event -- so the update is one adder from registers, ngap + d + 1,
-            # with the event's kind only enabling it; the kind selecting the adder's
-            # operand (Yosys shares one adder between + 1 and - count) put the held
-            # event's bits, fanned out over the operand, in front of the carry chain:
-            # 22.4 FO4 at deepseek-v3-8gpu with count packets)
-            with m.If(self.cnt & self.oh[x]):
-                m.d.sync += q["dneg"][x].eq(~Cat(self.count, Const(0, 1)).as_signed())
-            with m.Elif(hit & self.meta):
-                m.d.sync += q["dneg"][x].eq(0)
+            # (ngap's addend less one, loaded with any event of x at the head, popped or
+            # not -- it is read only the cycle after a pop of x: -count - 1 for a count, 0
+            # otherwise -- so the update is one adder from registers, ngap + d + 1, with
+            # the event's kind only enabling it; the kind selecting the adder's operand
+            # (Yosys shares one adder between + 1 and - count) put the held event's bits,
+            # fanned out over the operand, in front of the carry chain: 22.4 FO4 at
+            # deepseek-v3-8gpu with count packets)
+            with m.If(self.oh[x]):
+                m.d.sync += q["dneg"][x].eq(Mux(self.cnt, ~Cat(self.count, Const(0, 1)).as_signed(), 0))
         # (a count event right behind a count event waits a cycle: if of the same expert its
         # check would need the first one's subtraction. Any expert's, not only its own: the
         # stall is then a register's AND with the offer's kind -- behind the expert's decode
