@@ -45,7 +45,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .count_gate import total_bits
-from .logic import select
+from .logic import OffsetSums, select
 
 
 class MulticastCountLimit(wiring.Component):
@@ -129,15 +129,17 @@ class MulticastCountLimit(wiring.Component):
 
     def _update(self, m, x, lam, le0, w):
         """``lam <- lam + dtot - n`` for the ``n`` grants of expert ``x`` this cycle, and its
-        ``lam <= 0`` bit with it: both formed for every ``n`` from registers (the adder off
-        the late path), the grants (late) choose. Why ``lam <= 0`` is a register: a lane's
-        count refusal reads it, the refusals gate the grants, and the grants choose every
-        expert's ``lam`` -- with the compare in front, ``lam`` -> the compare -> the refusal
-        -> the verdicts -> the grant counts -> ``lam`` was 30.1 FO4 at ``deepseek-v3-8gpu``
-        with all three v2 features."""
+        ``lam <= 0`` bit with it: the sums ``lam + dtot - k`` as carry selects sharing their
+        wide adders (:class:`~moehub.rtl.logic.OffsetSums`, from the two registers), the
+        grants (late) choose -- ``lam`` among the sums, ``lam <= 0`` among their signs
+        (``lam + dtot - n - 1 < 0``). Why ``lam <= 0`` is a register: a lane's count refusal
+        reads it, the refusals gate the grants, and the grants choose every expert's
+        ``lam`` -- with the compare in front, ``lam`` -> the compare -> the refusal -> the
+        verdicts -> the grant counts -> ``lam`` was 30.1 FO4 at ``deepseek-v3-8gpu`` with
+        all three v2 features. (``lam + dtot`` then ``- n``, two carry chains in a row,
+        was 28.8 FO4 there, ``lam`` -> ``lam``.)"""
         L = self.cfg.lanes
-        base = Signal(signed(w), name=f"mcl_lam_plus{x}")
-        m.d.comb += base.eq(lam + self.dtot[x])
-        nxt = select([(self.grants[x][n], base - n) for n in range(L + 1)], signed(w))
-        nxt_le0 = select([(self.grants[x][n], base <= n) for n in range(L + 1)], 1)
+        sums = OffsetSums(m, lam, self.dtot[x], range(-L - 1, 1), w, f"mcl_lam{x}")
+        nxt = sums.pick(m, [(self.grants[x][n], -n) for n in range(L + 1)], f"mcl_lam{x}_next")
+        nxt_le0 = select([(self.grants[x][n], sums.sign(m, -n - 1, f"mcl_lam{x}_le{n}")) for n in range(L + 1)], 1)
         m.d.sync += [lam.eq(Mux(self.clear, 0, nxt)), le0.eq(Mux(self.clear, 1, nxt_le0))]

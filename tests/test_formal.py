@@ -163,8 +163,8 @@ def test_broken_multicast_count_limit_fails(monkeypatch):
     for ``<= 0``): a row is granted when the expert has every count in and as many rows
     (step 2)."""
     import moehub.rtl.multicast_allocator as mcast
-    broken = mutant("moehub.rtl.multicast_counts", "(self.grants[x][n], base <= n)",
-                    "(self.grants[x][n], base < n)", "MulticastCountLimit")
+    broken = mutant("moehub.rtl.multicast_counts", "sums.sign(m, -n - 1,", "sums.sign(m, -n,",
+                    "MulticastCountLimit")
     monkeypatch.setattr(mcast, "MulticastCountLimit", broken)
     _fails(run_harness("broken-mcast-counts", _mcast_v2("counts"), "bmc", 4), "met is not exactly")
 
