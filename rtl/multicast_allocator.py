@@ -332,9 +332,11 @@ class MulticastAllocator(wiring.Component):
         # (a copy of ``last`` for the targets' rows alone (:meth:`_rows`: every lane and
         # target selects it), off ``last``'s own fan-out to the counter's selects: behind
         # both, its buffers led the rows' select into AL, 22.19 FO4 at two nodes with
-        # multicast. Its reset value differs so that synthesis keeps it apart; no row is
-        # granted before the first clear, which sets both.)
-        last_rows = Signal(L + 1, init=3, name=f"{name}_last_rows")
+        # multicast. Its reset value differs from ``last``'s in every bit, so that synthesis
+        # keeps each bit apart -- Yosys merges flops bit by bit, and a bit with the same reset
+        # and next value is one flop (a first copy differing in one bit was merged back); no
+        # row is granted before the first clear, which sets both.)
+        last_rows = Signal(L + 1, init=((1 << L + 1) - 1) & ~1, name=f"{name}_last_rows")
         out = {"now": now, "room": room_now, "gt": gt, "last": last, "cnt": cnt, "grants": last_next,
                "last_rows": last_rows}
         if self.formal:
