@@ -54,7 +54,7 @@ class EosTracker(wiring.Component):
         The source's EOS is in, that group included.
     le : Out(lanes).array(sources)
         Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``),
-        formed from a copy of ``p_sel`` (``p_sel_le``): T chooses these by its lanes'
+        formed from a copy of ``p_sel`` (``n_sel_le``, held inverted): T chooses these by its lanes'
         sources into its POST_EOS verdicts, so they should not start behind ``p_sel``'s
         fan-out (at 72 sources that fan-out's buffers led T's row requests, 22.3 FO4).
     done : Out(sources)
@@ -150,12 +150,14 @@ class EosTracker(wiring.Component):
             dist_t.eq(Mux(p_eos, select([(p_sel[n], p_evec[n]) for n in n_range], ds),
                           select([(p_sel[n], dist - n) for n in n_range], ds))),
         ]
-        # (T's compares from a copy of p_sel, p_sel_le: T reads them through a select over
+        # (T's compares from a copy of p_sel, n_sel_le: T reads them through a select over
         # the sources into its POST_EOS verdicts, so they do not start behind p_sel's
         # fan-out to the tracker's own next state and to A and T)
-        p_sel_le = self._copy(m, p_sel, self.nxt_sel[s], f"p_sel_le{s}", init=(1 << L + 1) - 1)
-        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(p_sel_le[n] & p_le[n + k] for n in n_range).any(),
-                                     Cat(p_sel_le[n] & dist_le[n + k] for n in n_range).any()))
+        # (held inverted: p_sel_fin differs from p_sel in every bit's reset value, and a
+        # third copy cannot differ from both in every bit -- see _copy)
+        n_sel_le = self._copy(m, p_sel, self.nxt_sel[s], f"n_sel_le{s}", init=p_sel.init, inverted=True)
+        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(~n_sel_le[n] & p_le[n + k] for n in n_range).any(),
+                                     Cat(~n_sel_le[n] & dist_le[n + k] for n in n_range).any()))
                      for k in range(L)]
         m.d.sync += [eos_seen.eq(seen_t), opened.eq(opened_t), dist.eq(dist_t)]
         with m.If(p_eos):
@@ -182,16 +184,22 @@ class EosTracker(wiring.Component):
             self.got_eos[s].eq(eos_seen), self.count[s].eq(eos_cnt),
         ]
 
-    def _copy(self, m, p_sel, nxt, name, init):
+    def _copy(self, m, p_sel, nxt, name, init, inverted=False):
         """A copy of a source's ``p_sel`` register (loaded and cleared with it) that drives
-        only what reads it, off ``p_sel``'s own fan-out. Its reset value ``init`` differs
-        from ``p_sel``'s and from every other copy's, so that synthesis does not merge
-        them: after reset no EOS is seen, so nothing that reads a copy is used then, and
-        a cycle later the copy is ``p_sel`` again."""
-        copy = Signal(len(p_sel), name=name, init=init)
-        m.d.sync += copy.eq(nxt)
+        only what reads it, off ``p_sel``'s own fan-out.
+
+        Synthesis merges flops bit by bit when their next state and reset value agree, so
+        a copy must differ from ``p_sel`` and from every other copy in *every* bit: either
+        its reset value ``init`` is the complement (after reset no EOS is seen, so nothing
+        that reads a copy is used then, and a cycle later the copy is ``p_sel`` again), or
+        it holds ``p_sel`` ``inverted`` (every bit's next state the complement; its reader
+        inverts it back). Two bits cannot differ three ways, so the third copy is the
+        inverted one."""
+        mask = (1 << len(p_sel)) - 1
+        copy = Signal(len(p_sel), name=name, init=mask ^ init if inverted else init)
+        m.d.sync += copy.eq(~nxt if inverted else nxt)
         with m.If(self.clear):
-            m.d.sync += copy.eq(1)
+            m.d.sync += copy.eq(mask ^ 1 if inverted else 1)
         return copy
 
     def _mismatch(self, m):
