@@ -36,7 +36,10 @@ target encoded behind the entry select, the path from ``rp`` to the tracker's ad
 the multicast hub's deepest (24.6 FO4 at 8 targets). Every register's next value is formed
 for the tracker's ready low and high, from registers, and the ready chooses last: it
 arrives late (at 7ceec68, with the next state's priority chain behind it, the ready into
-``left``/``first`` was 27.9 FO4).
+``left``/``first`` was 27.9 FO4). So is the handed-out target's expert as a one-hot
+(``expert_oh``, in the tracker's event): the tracker's per-expert count state (count
+packets) loads by it -- decoded behind ``rp``'s entry select and the target's select, that
+was the deepest path of the hub with every v2 feature (29.5 FO4 at deepseek-v3-8gpu).
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -99,26 +102,39 @@ class EventExpander(wiring.Component):
         m.d.sync += wp.eq(wp ^ take)
         # the next state for the tracker's ready low and high, each from registers (and the
         # queue's head); the ready, behind the tracker's fan-out, only chooses
-        regs = (rp, count, left, first)
-        loads = self._candidates(m, count, ent, rp, left, first)
-        nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, loads) for ready in (0, 1)]
+        oh = Signal(self.cfg.experts, name="expert_oh")   # first's expert, one-hot (a register)
+        m.d.comb += self.o.payload.expert_oh.eq(oh)
+        regs = (rp, count, left, first, oh)
+        loads = self._candidates(m, count, ent, rp, cur, left, first)
+        nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, oh, loads) for ready in (0, 1)]
         m.d.sync += [reg.eq(Mux(self.o.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
         return m
 
-    def _candidates(self, m, count, ent, rp, left, first):
-        """What ``left`` and ``first`` may load, with the lowest target of each formed in
+    def _candidates(self, m, count, ent, rp, cur, left, first):
+        """What ``left``, ``first`` and the expert one-hot may load, each formed in
         parallel: the entry that becomes the held one (the other entry, or the queue's
-        head taken now) and the targets after the one handed out."""
+        head taken now) and the targets after the one handed out -- with the lowest
+        target of each, and that target's expert decoded."""
         T = self.cfg.max_targets
         nxt_tv = Signal(T, name="next_tv")
         after = Signal(T, name="left_after")
+        nxt_expert = Signal(self.lay.event.members["expert"], name="next_expert")
+        experts = [e.expert.as_value() for e in (*ent, self.i.payload)]
         m.d.comb += [nxt_tv.eq(Mux(count == 2, Mux(rp, ent[0].tv, ent[1].tv), self.i.payload.tv)),
+                     nxt_expert.eq(Mux(count == 2, Mux(rp, experts[0], experts[1]), experts[2])),
                      after.eq(left & ~first)]
         lowest = lambda v: Cat(v[t] & ~v[:t].any() for t in range(T))
-        return {"next": (nxt_tv, lowest(nxt_tv)), "after": (after, lowest(after))}
+        nxt_first, after_first = lowest(nxt_tv), lowest(after)
+        return {"next": (nxt_tv, nxt_first, self._expert_oh(nxt_first, nxt_expert)),
+                "after": (after, after_first, self._expert_oh(after_first, cur.expert))}
 
-    def _next_state(self, m, ready: int, count, rp, take, held, last, left, first, loads):
-        """(rp, count, left, first) of the next cycle if the tracker's ready is ``ready``.
+    def _expert_oh(self, target, experts):
+        """The one-hot of the expert of ``target`` (a one-hot over the entry's targets)."""
+        T, E = self.cfg.max_targets, self.cfg.experts
+        return Cat(Cat(target[t] & (experts[t] == x) for t in range(T)).any() for x in range(E))
+
+    def _next_state(self, m, ready: int, count, rp, take, held, last, left, first, oh, loads):
+        """(rp, count, left, first, expert one-hot) of the next cycle if the tracker's ready is ``ready``.
         The held event leaves when its last target is handed out, or at once if it has none
         (never pushed); the next event's targets are loaded when it leaves or when one is
         taken into an empty ring; else, a target handed out, the ones after it."""
@@ -128,13 +144,15 @@ class EventExpander(wiring.Component):
         m.d.comb += finish.eq(held & ((last & ready) | ~left.any()))
         handout = held & left.any() & ready
         load = (finish & ((count == 2) | take)) | ((count == 0) & take)
-        (nxt_tv, nxt_first), (after, after_first) = loads["next"], loads["after"]
+        (nxt_tv, nxt_first, nxt_oh), (after, after_first, after_oh) = loads["next"], loads["after"]
         n_left, n_first = Signal(T, name=f"left_next{tag}"), Signal(T, name=f"first_next{tag}")
+        n_oh = Signal(self.cfg.experts, name=f"expert_oh_next{tag}")
         m.d.comb += [n_left.eq(Mux(load, nxt_tv, Mux(finish, 0, Mux(handout, after, left)))),
-                     n_first.eq(Mux(load, nxt_first, Mux(finish, 0, Mux(handout, after_first, first))))]
+                     n_first.eq(Mux(load, nxt_first, Mux(finish, 0, Mux(handout, after_first, first)))),
+                     n_oh.eq(Mux(load, nxt_oh, Mux(finish, 0, Mux(handout, after_oh, oh))))]
         n_count = Signal(range(3), name=f"count_next{tag}")
         m.d.comb += n_count.eq(count + take - finish)
-        return rp ^ finish, n_count, n_left, n_first
+        return rp ^ finish, n_count, n_left, n_first, n_oh
 
     def _out(self, m, cur, held, left, first):
         """The tracker's event: ``cur``'s lowest target left, with the event's fields."""
