@@ -340,6 +340,22 @@ class OffsetSums:
         return out
 
 
+    def pick_high_flags(self, m, choices, name: str):
+        """For the sum :meth:`pick` chooses: whether its bits above the low ``lo`` are all
+        zero (the sum is in ``[0, 2**lo)``), and whether they are not but the sum is
+        positive (``>= 2**lo``) -- each a flag per carry, formed behind the wide adders and
+        off the selects, then chosen as :meth:`pick` chooses the high part. Registered
+        beside the sum, they make a compare of the register with a small constant ``n <
+        2**lo`` a compare of its low bits (no zero test of its high bits in front)."""
+        hz = {c: self.high[c] == 0 for c in self.carries}
+        hp = {c: (self.high[c] != 0) & ~self.high[c][-1] for c in self.carries}
+        by_carry = {c: Cat(sel & self.carry[k, c] for sel, k in choices).any() for c in self.carries}
+        zero, pos = Signal(name=f"{name}_hz"), Signal(name=f"{name}_hp")
+        m.d.comb += [zero.eq(Cat(by_carry[c] & hz[c] for c in self.carries).any()),
+                     pos.eq(Cat(by_carry[c] & hp[c] for c in self.carries).any())]
+        return zero, pos
+
+
 def _sum_plus(x, y, c: int, width: int):
     """``x + y + c`` in ``width`` bits with one adder: ``c`` = 1 as a carry in (both
     operands shifted with a 1 below), any other ``c`` != 0 by a carry-save level with
