@@ -140,6 +140,32 @@ async def test_rows_past_the_count_in_the_next_cycle(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_many_rows_under_a_large_count(dut):
+    """Expert 0 announced 21 rows (8 + 7 + 6) before any row: the count limit's rows left
+    start far above a group's requests (its compares with the lanes' requests ahead come
+    from its low bits and flags of its high bits, registered with it); 21 rows come in
+    waves of four openers a cycle (every tag of every source), all granted, and a 22nd
+    behind them is refused (COUNT_MISMATCH); the expert ends before any end-of-stream."""
+    tb = await make_tb(dut)
+    plan = [0] * 8 + [1] * 7 + [2] * 7                  # the rows' sources; the last is extra
+    seen, rows, waves = {}, [], {}
+    for k, s in enumerate(plan):
+        i = seen[s] = seen.get(s, -1) + 1
+        r = row(s, 0, token=k + 1)
+        rows.append(r)
+        waves.setdefault(i // 3, []).append(chunks(r, tag=i % 3))
+    sched = serial([cnt(0, 0, 8), cnt(1, 0, 7), cnt(2, 0, 6)]) + IDLE
+    for w in sorted(waves):
+        cs = waves[w]
+        sched += wide([c[0] for c in cs]) + wide([x for c in cs for x in c[1:]]) + IDLE
+    await tb.send_schedule(sched + [eos_all({0: 8, 1: 7, 2: 7})])
+    model = await finish(tb)
+    assert await drops(tb, Reason.COUNT_MISMATCH) == 1
+    assert await tb.csr_read("ROWS", 0) == 21 and model.final[0]
+    assert early(tb, model) == [0]
+
+
+@cocotb.test(**TIMEOUT)
 async def test_repeated_count(dut):
     """A count packet repeated in the same cycle (next lane) and in a later cycle:
     COUNT_DUPLICATE twice, ignored (the expert's total stays the first count's: a second
