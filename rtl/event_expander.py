@@ -85,7 +85,13 @@ class EventExpander(wiring.Component):
         wp, rp = Signal(name="wp"), Signal(name="rp")
         count = Signal(range(3), name="count")
         cur = Signal(self.lay.event, name="cur")   # the entry at rp (a select by a register)
+        # (the targets' rows and slots chosen by a copy of rp held inverted, nrp: rp alone,
+        # fanned out over the whole entry, was four buffers deep in front of the tracker's
+        # address -- 23.1 FO4 at deepseek-v3-8gpu with 8 targets; synthesis merges a copy
+        # held the same way into rp, bit by bit)
+        nrp = Signal(name="nrp", init=1)
         m.d.comb += cur.eq(Mux(rp, ent[1], ent[0]))
+        m.d.comb += [cur.row.eq(Mux(nrp, ent[0].row, ent[1].row)), cur.slot.eq(Mux(nrp, ent[0].slot, ent[1].slot))]
         left = Signal(T, name="left")              # the held event's targets not handed out
         first = Signal(T, name="first")            # the lowest of them, one-hot (a register)
         last = Signal(name="last")                 # no target after this one
@@ -108,6 +114,7 @@ class EventExpander(wiring.Component):
         loads = self._candidates(m, count, ent, rp, cur, left, first)
         nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, oh, loads) for ready in (0, 1)]
         m.d.sync += [reg.eq(Mux(self.o.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
+        m.d.sync += nrp.eq(~Mux(self.o.ready, nxt[1][0], nxt[0][0]))
         return m
 
     def _candidates(self, m, count, ent, rp, cur, left, first):
