@@ -51,7 +51,8 @@ class EosTracker(wiring.Component):
     opened : Out(count_bits + 1).array(sources)
         Rows the source opened before that group.
     seen : Out(sources)
-        The source's EOS is in, that group included.
+        The source's EOS is in, that group included (the group's EOS bit from a copy of
+        ``p_eos``, ``n_eos_t``, held inverted: T reads it into its POST_EOS verdicts).
     le : Out(lanes).array(sources)
         Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``),
         formed from a copy of ``p_sel`` (``n_sel_le``, held inverted): T chooses these by its lanes'
@@ -156,7 +157,12 @@ class EosTracker(wiring.Component):
         # (held inverted: p_sel_fin differs from p_sel in every bit's reset value, and a
         # third copy cannot differ from both in every bit -- see _copy)
         n_sel_le = self._copy(m, p_sel, self.nxt_sel[s], f"n_sel_le{s}", init=p_sel.init, inverted=True)
-        m.d.comb += [dle_t[k].eq(Mux(p_eos, Cat(~n_sel_le[n] & p_le[n + k] for n in n_range).any(),
+        # (and from a copy of p_eos, held inverted for the same reason: p_eos's fan-out to
+        # the tracker's next state put two cells in front of T's POST_EOS verdicts -- 22.7
+        # FO4 into T's thresholds at deepseek-v3-8gpu with count packets, 8856ba0)
+        n_eos_t = Signal(name=f"n_eos_t{s}", init=1)
+        m.d.sync += n_eos_t.eq(~self.nxt_eos[s])
+        m.d.comb += [dle_t[k].eq(Mux(~n_eos_t, Cat(~n_sel_le[n] & p_le[n + k] for n in n_range).any(),
                                      Cat(~n_sel_le[n] & dist_le[n + k] for n in n_range).any()))
                      for k in range(L)]
         m.d.sync += [eos_seen.eq(seen_t), opened.eq(opened_t), dist.eq(dist_t)]
@@ -173,13 +179,14 @@ class EosTracker(wiring.Component):
         m.d.sync += p_le.eq(self.nxt_le[s])
         p_sel_fin = self._copy(m, p_sel, self.nxt_sel[s], f"p_sel_fin{s}", init=~p_sel.init & ((1 << L + 1) - 1))
         with m.If(self.clear):
-            m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1), dist_le.eq(dist_le.init)]
+            m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1), dist_le.eq(dist_le.init),
+                         n_eos_t.eq(1)]
         done = Signal(name=f"done{s}")
         m.d.comb += done.eq(seen_t & Mux(p_eos, Cat(p_sel_fin[n] & p_le[n] for n in n_range).any(),
                                          Cat(p_sel_fin[n] & dist_le[n] for n in n_range).any()))
         m.d.comb += self.done[s].eq(done)
         m.d.comb += [
-            self.p_sel[s].eq(p_sel), self.opened[s].eq(opened), self.seen[s].eq(seen_t),
+            self.p_sel[s].eq(p_sel), self.opened[s].eq(opened), self.seen[s].eq(eos_seen | ~n_eos_t),
             self.le[s].eq(dle_t),
             self.got_eos[s].eq(eos_seen), self.count[s].eq(eos_cnt),
         ]
