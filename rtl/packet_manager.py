@@ -232,7 +232,7 @@ class StageLayouts:
             **({"page": cfg.page_bits} if paged(cfg) else {})})
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
-            "valid": 1, "pv": 1, "pre": cfg.addr_bits, "rowoff": cfg.addr_bits,
+            "valid": 1, "pv": 1, "pre": cfg.addr_bits, "place": cfg.addr_bits,
             "slot": range(WRITE_FIFO_DEPTH), "ev_valid": 1, "ev": lay.event, "ev_rank": L,
             "cr_valid": 1, "cr": lay.credit, "cr_rank": L})
         #: T's reasons, per lane (bit j).
@@ -987,15 +987,18 @@ class PacketManager(wiring.Component):
         """RI: the row-info table written by openers and read through AL; events, credits
         and the address parts for B. Owns the pipeline group counter."""
         cfg, AL, B = self.cfg, self.al, self.b
-        # Address translation in three steps: the region base (AL); the chunk offset and,
-        # apart, row * stride (here); their sum (B).
+        # Address translation in four steps: the region base (AL); the chunk offset and,
+        # apart, the row's place (here); place * stride (B, into the write buffer's slot
+        # beside base + chunk offset); their sum (the write buffer, per slot).
         chunk_shift = cfg.chunk_bytes.bit_length() - 1
-        # (row * stride for every row a lane may take -- its own grant, an earlier lane's,
-        # the stored one -- and then the choice: the multiply does not wait for the choice)
-        own_off = [Signal(cfg.addr_bits, name=f"own_off{j}") for j in range(cfg.lanes)]
-        info_off = [Signal(cfg.addr_bits, name=f"info_off{j}") for j in range(cfg.lanes)]
-        m.d.comb += [own_off[j].eq(self._place_offset(al)) for j, al in enumerate(AL)]
-        m.d.comb += [info_off[j].eq(self._place_offset(al.info)) for j, al in enumerate(AL)]
+        # (the place of every row a lane may take -- its own grant, an earlier lane's, the
+        # stored one -- and then the choice; the multiply waits for a register in B: behind
+        # the choice here it was the deepest stage of the paged hubs, AL -> B 24.6 FO4 at
+        # deepseek-v3-8gpu, x 14336 being a subtract of two shifted copies)
+        own_pl = [Signal(cfg.addr_bits, name=f"own_place{j}") for j in range(cfg.lanes)]
+        info_pl = [Signal(cfg.addr_bits, name=f"info_place{j}") for j in range(cfg.lanes)]
+        m.d.comb += [own_pl[j].eq(self._place(al)) for j, al in enumerate(AL)]
+        m.d.comb += [info_pl[j].eq(self._place(al.info)) for j, al in enumerate(AL)]
         allocated, ev_valid = [], []
         for j, (al, b) in enumerate(zip(AL, B)):
             p = al.pkt
@@ -1003,10 +1006,10 @@ class PacketManager(wiring.Component):
             own = self._grant_info(al)   # row_info layout order: alloc, row (, page)
             m.d.comb += info.eq(Mux(al.opener, own, newest_of(
                 [[(al.fwd[i], self._grant_info(AL[i])) for i in range(j)]], al.info, self.lay.row_info)))
-            # (an earlier lane's offset by one AND-OR -- at most one lane opens the row --
-            # not a chain of a mux per lane behind the multiply)
-            row_off = Mux(al.opener, own_off[j], newest_of(
-                [[(al.fwd[i], own_off[i]) for i in range(j)]], info_off[j], cfg.addr_bits))
+            # (an earlier lane's place by one AND-OR -- at most one lane opens the row --
+            # not a chain of a mux per lane)
+            row_pl = Mux(al.opener, own_pl[j], newest_of(
+                [[(al.fwd[i], own_pl[i]) for i in range(j)]], info_pl[j], cfg.addr_bits))
             allocated.append(info.alloc)
             # (kept a cycle: the row-info read of the group two behind misses this write)
             m.d.sync += [self.ri_wen[j].eq(al.opener), self.ri_data[j].eq(own)]
@@ -1020,7 +1023,7 @@ class PacketManager(wiring.Component):
             ev_valid.append(ev_v)
             m.d.sync += [
                 b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
-                b.pre.eq(al.base + (p.chunk << chunk_shift)), b.rowoff.eq(row_off), b.slot.eq(al.slot),
+                b.pre.eq(al.base + (p.chunk << chunk_shift)), b.place.eq(row_pl), b.slot.eq(al.slot),
                 b.ev_valid.eq(ev_v), b.ev.complete.eq(al.comp), b.ev.row.eq(info.row),
                 b.ev.src.eq(p.src), b.ev.token.eq(p.token), b.ev.group.eq(self.group),
                 b.cr_valid.eq(al.comp), b.cr.src.eq(p.src), b.cr.tag.eq(p.tag),
@@ -1078,20 +1081,18 @@ class PacketManager(wiring.Component):
         return Cat(select([(al.row_ahead[t][a], al.row_if[t][a]) for a in range(L)], rb)
                    for t in range(self.cfg.max_targets))
 
-    def _place_offset(self, rec):
-        """Where a row's data lands, in bytes from the base: its row in the expert's
-        region, or (paged) ``page << log2(tile rows) | row mod tile rows`` in the pool, or
-        (multicast) its place in the arena; times the row stride. Paged, the product for
-        every tile size is formed in parallel from the record's registers and the layer's
-        tile size (a register) only chooses: a choice in front of the multiply put it on
-        the path into B (25.6 FO4 at DeepSeek-V3's 4,128 pages)."""
+    def _place(self, rec):
+        """Where a row's data lands, in rows from the base: its row in the expert's region,
+        or (paged) ``page << log2(tile rows) | row mod tile rows`` in the pool (the layer's
+        tile size, a register, chooses), or (multicast) its place in the arena. B
+        multiplies it by the row stride."""
         cfg = self.cfg
         if cfg.multicast:
-            return times_const(rec.loc, cfg.stride_bytes)
+            return rec.loc
         if not paged(cfg):
-            return times_const(rec.row, cfg.stride_bytes)
-        return select([(self.tile_sh[k], times_const(Cat(rec.row[:s], rec.page), cfg.stride_bytes))
-                       for k, s in enumerate(tile_sizes(cfg))], cfg.addr_bits)
+            return rec.row
+        return select([(self.tile_sh[k], Cat(rec.row[:s], rec.page)) for k, s in enumerate(tile_sizes(cfg))],
+                      cfg.addr_bits)
 
     def _al_cnt(self, al):
         """AL's count packet that adds (an event for the tracker; None without count packets)."""
@@ -1120,7 +1121,8 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.reserve.no_ev.eq(self.b_no_ev), self.reserve.no_cr.eq(self.b_no_cr)]
         for j, (b, buf) in enumerate(zip(B, self.wbuf)):
             m.d.comb += [buf.fill.eq(b.pv), buf.fill_write.eq(b.valid), buf.fill_slot.eq(b.slot),
-                         buf.fill_addr.eq(b.pre + b.rowoff), buf.fill_group.eq(self.b_group)]
+                         buf.fill_base.eq(b.pre), buf.fill_off.eq(times_const(b.place, self.cfg.stride_bytes)),
+                         buf.fill_group.eq(self.b_group)]
             wiring.connect(m, buf.wr, wiring.flipped(self.wr[j]))
             # The ordering guard sees each lane's oldest waiting write a cycle late (and B
             # of the cycle before, below): a write can only move on, so this errs on the

@@ -34,9 +34,12 @@ class LaneWriteBuffer(wiring.Component):
         The packet is accepted: the slot is taken.
     slot : Out(range(WRITE_FIFO_DEPTH))
         The next free slot (the accepted packet's, carried down the pipeline).
-    fill : In(1), fill_write : In(1), fill_slot, fill_addr, fill_group : In
-        Stage B completes a slot: with ``fill_write`` a write to ``fill_addr`` of group
-        ``fill_group``, else void.
+    fill : In(1), fill_write : In(1), fill_slot, fill_base, fill_off, fill_group : In
+        Stage B completes a slot: with ``fill_write`` a write to ``fill_base + fill_off``
+        of group ``fill_group``, else void. The two parts are kept in the slot and added
+        there (an adder per slot, from its registers, in front of the head's select): B
+        forms the row's byte offset (a multiply by the row stride) and has no time left
+        for the add behind it.
     wr : Out(stream.Signature(write))
         The lane's write port (head of the buffer).
     pop : Out(1)
@@ -54,7 +57,7 @@ class LaneWriteBuffer(wiring.Component):
         super().__init__({
             "load": In(1), "data": In(cfg.data_bits), "take": In(1), "slot": Out(range(D)),
             "fill": In(1), "fill_write": In(1), "fill_slot": In(range(D)),
-            "fill_addr": In(cfg.addr_bits), "fill_group": In(GROUP_BITS),
+            "fill_base": In(cfg.addr_bits), "fill_off": In(cfg.addr_bits), "fill_group": In(GROUP_BITS),
             "wr": Out(stream.Signature(lay.write)), "pop": Out(1), "pending": Out(1),
             "head_group": Out(GROUP_BITS),
         })
@@ -67,7 +70,10 @@ class LaneWriteBuffer(wiring.Component):
         ready = Signal(D, name=f"wf_ready{j}")
         void = Signal(D, name=f"wf_void{j}")
         data = Array(Signal(cfg.data_bits, name=f"wf_data{j}_{k}") for k in range(D))
+        base = [Signal(cfg.addr_bits, name=f"wf_base{j}_{k}") for k in range(D)]
+        off = [Signal(cfg.addr_bits, name=f"wf_off{j}_{k}") for k in range(D)]
         addr = Array(Signal(cfg.addr_bits, name=f"wf_addr{j}_{k}") for k in range(D))
+        m.d.comb += [addr[k].eq(base[k] + off[k]) for k in range(D)]
         group = Array(Signal(GROUP_BITS, name=f"wf_group{j}_{k}") for k in range(D))
         # (the data is written whenever the input reservation says slot `wa` is free,
         # accepted or not -- `wa` only moves on acceptance --, so the wide write enable does
@@ -78,7 +84,7 @@ class LaneWriteBuffer(wiring.Component):
             m.d.sync += wa.eq(wa + 1)
         m.d.comb += self.slot.eq(wa)
         with m.If(self.fill):
-            m.d.sync += [addr[self.fill_slot].eq(self.fill_addr),
+            m.d.sync += [Array(base)[self.fill_slot].eq(self.fill_base), Array(off)[self.fill_slot].eq(self.fill_off),
                          group[self.fill_slot].eq(self.fill_group)]
         head_ready = Signal(name=f"wf_head_ready{j}")
         head_void = Signal(name=f"wf_head_void{j}")
