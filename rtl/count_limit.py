@@ -147,27 +147,25 @@ class CountLimit(wiring.Component):
                 refused, back = fix[x]
                 take = [(sel & ~refused, k) for sel, k in take]
                 take += [(back[k] & ~self.clear, k) for k in range(1, L + 1)]
-            hz, hp = sums[x].pick_high_flags(m, take, f"cl_lam{x}_next")
+            hz = sums[x].pick_high_zero(m, take, f"cl_lam{x}_next")
             m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
                          lam[x].eq(sums[x].pick(m, take, f"cl_lam{x}_next")),
-                         self._lam_hz[x].eq(hz | self.clear), self._lam_hp[x].eq(hp & ~self.clear)]
+                         self._lam_hz[x].eq(hz | self.clear)]
             if fix is not None:
                 self._allow_registered(m, x, sums[x], fix[x])
         return m
 
     def _lam_ge(self, m, lam, sums):
-        """``lam >= n`` for n = 0..lanes, per expert, from ``lam``'s low bits and two flags
-        registered with it (its high bits all zero; or not, and ``lam`` positive: from the
-        carry selects of its update, :meth:`OffsetSums.pick_high_flags`). The compare of
-        the whole register (its high bits' zero test first) was the head of the loop
-        ``lam`` -> ``allow`` -> the allocator's grants -> ``lam`` (22.2 FO4 at
-        deepseek-v3-8gpu, 23.2 at mixtral-8gpu with count packets)."""
+        """``lam >= n`` for n = 0..lanes, per expert: with its high bits all zero (a flag
+        registered with it, :meth:`OffsetSums.pick_high_zero`) a compare of its low bits,
+        else its sign. The compare of the whole register (its high bits' zero test first)
+        was the head of the loop ``lam`` -> ``allow`` -> the allocator's grants -> ``lam``
+        (22.2 FO4 at deepseek-v3-8gpu, 23.2 at mixtral-8gpu with count packets); a flag
+        formed from the sums behind the wide adders (their zero test) was 22.7."""
         L, E, K = self.cfg.lanes, self.cfg.experts, sums[0].lo
         assert 1 << K > L, (K, L)
         self._lam_hz = [Signal(name=f"cl_lam_hz{x}", init=1) for x in range(E)]
-        self._lam_hp = [Signal(name=f"cl_lam_hp{x}") for x in range(E)]
-        return [[self._lam_hp[x] | (self._lam_hz[x] & (lam[x][:K] >= n)) for n in range(L + 1)]
-                for x in range(E)]
+        return [[Mux(self._lam_hz[x], lam[x][:K] >= n, ~lam[x][-1]) for n in range(L + 1)] for x in range(E)]
 
     def _allow_registered(self, m, x, sums, fix):
         """(paged) ``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with

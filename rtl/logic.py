@@ -297,6 +297,7 @@ class OffsetSums:
             v = Value.cast(v)
             return v.as_signed() if v.shape().signed else v
         x, y = Signal(width, name=f"{name}_a"), Signal(width, name=f"{name}_b")
+        self.x, self.y = x, y
         low = Signal(lo + 1, name=f"{name}_low")
         m.d.comb += [x.eq(ext(a)), y.eq(ext(b)), low.eq(x[:lo] + y[:lo])]
         # (per k: low + k in [kmin, 2 x (2**lo - 1) + kmax]; its carry c = floor(/ 2**lo))
@@ -340,20 +341,30 @@ class OffsetSums:
         return out
 
 
-    def pick_high_flags(self, m, choices, name: str):
+    def pick_high_zero(self, m, choices, name: str):
         """For the sum :meth:`pick` chooses: whether its bits above the low ``lo`` are all
-        zero (the sum is in ``[0, 2**lo)``), and whether they are not but the sum is
-        positive (``>= 2**lo``) -- each a flag per carry, formed behind the wide adders and
-        off the selects, then chosen as :meth:`pick` chooses the high part. Registered
-        beside the sum, they make a compare of the register with a small constant ``n <
-        2**lo`` a compare of its low bits (no zero test of its high bits in front)."""
-        hz = {c: self.high[c] == 0 for c in self.carries}
-        hp = {c: (self.high[c] != 0) & ~self.high[c][-1] for c in self.carries}
+        zero (the sum is in ``[0, 2**lo)``) -- per carry ``c`` a carry-free test of ``a_hi +
+        b_hi == -c`` (:func:`sum_is`), off the wide adders, then chosen as :meth:`pick`
+        chooses the high part. Registered beside the sum, it makes a compare of the
+        register with a small constant ``n < 2**lo`` a compare of its low bits (and, when
+        it is clear, the register's sign) -- no zero test of its high bits in front."""
+        hw = self.width - self.lo
+        xh, yh = self.x[self.lo:], self.y[self.lo:]
+        eq = {c: sum_is(xh, yh, (-c) % (1 << hw), hw) for c in self.carries}
         by_carry = {c: Cat(sel & self.carry[k, c] for sel, k in choices).any() for c in self.carries}
-        zero, pos = Signal(name=f"{name}_hz"), Signal(name=f"{name}_hp")
-        m.d.comb += [zero.eq(Cat(by_carry[c] & hz[c] for c in self.carries).any()),
-                     pos.eq(Cat(by_carry[c] & hp[c] for c in self.carries).any())]
-        return zero, pos
+        zero = Signal(name=f"{name}_hz")
+        m.d.comb += zero.eq(Cat(by_carry[c] & eq[c] for c in self.carries).any())
+        return zero
+
+
+def sum_is(x, y, k: int, width: int):
+    """``x + y == k`` (mod ``2**width``) without the carry chain: bit i's carry in must be
+    ``t_i = x_i ^ y_i ^ k_i`` (``t_0 = 0``), and then its carry out is ``x_i & y_i | (x_i ^
+    y_i) & ~k_i``, which must be ``t_{i+1}`` -- a compare per bit and an AND over them."""
+    kc = Const(k, width)
+    t = x[:width] ^ y[:width] ^ kc
+    cout = (x[:width] & y[:width]) | ((x[:width] ^ y[:width]) & ~kc)
+    return ~t[0] & ((cout[:width - 1] ^ t[1:width]) == 0) if width > 1 else ~t[0]
 
 
 def _sum_plus(x, y, c: int, width: int):

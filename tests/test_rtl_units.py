@@ -144,6 +144,7 @@ def test_split_difference_matches_subtraction():
 
 def test_offset_sums_match_addition():
     """OffsetSums: every a + b + k (value, sign, and picked by a one-hot) equals the sum,
+    and the picked sum's high bits are zero exactly when it is in [0, 2**lo),
     wrapped to the width, at the carries' edges (low parts summing to just below, at and
     above each power of two) and at random, for offsets below, around and above zero."""
     from amaranth import Module, Signal, signed
@@ -158,6 +159,7 @@ def test_offset_sums_match_addition():
         values = {k: sums.value(m, k, f"v{i}") for i, k in enumerate(ks)}
         signs = {k: sums.sign(m, k, f"g{i}") for i, k in enumerate(ks)}
         picked = sums.pick(m, [(sel[i], k) for i, k in enumerate(ks)], "p")
+        high_zero = sums.pick_high_zero(m, [(sel[i], k) for i, k in enumerate(ks)], "p")
         lo = sums.lo
         edges = [(va, vb) for va in (0, 1, (1 << lo) - 1, 1 << lo, -1, -(1 << lo), (1 << width - 1) - 1,
                                      -(1 << width - 1))
@@ -175,6 +177,7 @@ def test_offset_sums_match_addition():
                     assert ctx.get(signs[k]) == (want < 0), (width, va, vb, k)
                     ctx.set(sel, 1 << i)
                     assert ctx.get(picked) == want, (width, va, vb, k)
+                    assert ctx.get(high_zero) == (0 <= want < 1 << lo), (width, va, vb, k)
                 ctx.set(sel, 0)
                 assert ctx.get(picked) == 0
 
