@@ -85,13 +85,22 @@ class EventExpander(wiring.Component):
         wp, rp = Signal(name="wp"), Signal(name="rp")
         count = Signal(range(3), name="count")
         cur = Signal(self.lay.event, name="cur")   # the entry at rp (a select by a register)
-        # (the targets' rows and slots chosen by a copy of rp held inverted, nrp: rp alone,
-        # fanned out over the whole entry, was four buffers deep in front of the tracker's
-        # address -- 23.1 FO4 at deepseek-v3-8gpu with 8 targets; synthesis merges a copy
-        # held the same way into rp, bit by bit)
-        nrp = Signal(name="nrp", init=1)
+        # (the entry's fields chosen by copies of rp, a few fields each: rp alone, fanned
+        # out over the whole entry, was four to six buffers deep in front of the tracker --
+        # 23.1 FO4 into its address at deepseek-v3-8gpu with 8 targets, 30.7 into the final
+        # counts with every v2 feature. Synthesis merges flops whose next state and reset
+        # agree, so the copies differ from rp and from each other in one or the other:
+        # held inverted, or reset to 1 -- harmless, as after reset nothing is held and
+        # every copy is rewritten each cycle, see below)
+        copies = {"rp_expert": (0, 1), "nrp": (1, 1), "nrp_misc": (1, 0)}   # (inverted, reset)
+        self.rp_copies = {n: (Signal(name=n, init=r), inv) for n, (inv, r) in copies.items()}
         m.d.comb += cur.eq(Mux(rp, ent[1], ent[0]))
-        m.d.comb += [cur.row.eq(Mux(nrp, ent[0].row, ent[1].row)), cur.slot.eq(Mux(nrp, ent[0].slot, ent[1].slot))]
+        for name, fields in (("rp_expert", ["expert"]), ("nrp", ["row", "slot"]),
+                             ("nrp_misc", [f for f in self.lay.event.members
+                                           if f not in ("expert", "row", "slot", "tv")])):
+            sel, inv = self.rp_copies[name]
+            pick = ~sel if inv else sel
+            m.d.comb += [getattr(cur, f).eq(Mux(pick, getattr(ent[1], f), getattr(ent[0], f))) for f in fields]
         left = Signal(T, name="left")              # the held event's targets not handed out
         first = Signal(T, name="first")            # the lowest of them, one-hot (a register)
         last = Signal(name="last")                 # no target after this one
@@ -114,7 +123,8 @@ class EventExpander(wiring.Component):
         loads = self._candidates(m, count, ent, rp, cur, left, first)
         nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, oh, loads) for ready in (0, 1)]
         m.d.sync += [reg.eq(Mux(self.o.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
-        m.d.sync += nrp.eq(~Mux(self.o.ready, nxt[1][0], nxt[0][0]))
+        rp_next = Mux(self.o.ready, nxt[1][0], nxt[0][0])
+        m.d.sync += [sel.eq(~rp_next if inv else rp_next) for sel, inv in self.rp_copies.values()]
         return m
 
     def _candidates(self, m, count, ent, rp, cur, left, first):

@@ -201,5 +201,11 @@ class FinalCounts(wiring.Component):
             # decode, 28.7 FO4 at deepseek-v3-8gpu with every v2 feature)
             self.part.eq(select([(oh[x], (rows[x] & self.tile_m1) != 0) for x in range(E)], 1)),
             self._fires.eq(Mux(self.pop, oh & Mux(self.cpl, ready_cpl, 0) | oh & Mux(self.cnt, ready_cnt, 0), 0)),
-            self.fire.eq(self._fires.any()),
         ]
+        # (fire as the OR over the experts of registers -- the event's expert one-hot with
+        # each expert's readiness -- and then the event's kind and the pop, which come late
+        # (the pop behind the tracker's ready): not the OR of the per-expert fires, which
+        # put the kind and the pop in front of a 32-way OR into the sequencer's valid)
+        any_cpl, any_cnt = Signal(name="fc_any_cpl"), Signal(name="fc_any_cnt")
+        m.d.comb += [any_cpl.eq((oh & ready_cpl).any()), any_cnt.eq((oh & ready_cnt).any()),
+                     self.fire.eq(self.pop & ((self.cpl & any_cpl) | (self.cnt & any_cnt)))]
