@@ -123,21 +123,12 @@ class BankedRing(PageRing):
         assert cap >= P
         head, tail = Signal(qb, name="ring_head"), Signal(qb, name="ring_tail")
         head_lo = Signal(B, name="ring_head_lo_oh", init=1)   # head mod B, one-hot
-        tail_lo = Signal(B, name="ring_tail_lo_oh", init=1)   # tail mod B, one-hot
         nxt = Signal(qb, name="ring_head_next")
-        tail_nxt = Signal(qb, name="ring_tail_next")
-        m.d.comb += [nxt.eq(self._next_head(head, lambda n: head + n, tail - self.ret_r)),
-                     tail_nxt.eq(Mux(self.good, tail + 1, tail))]
-        m.d.sync += [head.eq(nxt), head_lo.eq(1 << nxt[:lb]), tail.eq(tail_nxt), tail_lo.eq(1 << tail_nxt[:lb])]
-        # (the head's and the tail's rows plus 0, 1, 2 (-1, 0, 1) as registers, formed from
-        # their next values: the read rows then only choose among flops -- with the adds
-        # behind the head, ring_head -> the add -> the selects -> a bank's read row was
-        # 23.3 FO4 at deepseek-v3-8gpu paged)
-        rb = qb - lb
-        hplus = {d: Signal(rb, name=f"ring_head_hi_p{d}", init=d % (1 << rb)) for d in range(3)}
-        tplus = {d: Signal(rb, name=f"ring_tail_hi_p{d}".replace("-", "m"), init=d % (1 << rb)) for d in (-1, 0, 1)}
-        m.d.sync += [hplus[d].eq(nxt[lb:] + d) for d in hplus] + [tplus[d].eq(tail_nxt[lb:] + d) for d in tplus]
-        rows_next = self._read_rows(m, (head_lo, hplus), (tail_lo, tplus))
+        m.d.comb += nxt.eq(self._next_head(head, lambda n: head + n, tail - self.ret_r))
+        m.d.sync += [head.eq(nxt), head_lo.eq(1 << nxt[:lb])]
+        with m.If(self.good):
+            m.d.sync += tail.eq(tail + 1)
+        rows_next = self._read_rows(m, head, tail, lb)
         out = []
         for b in range(B):
             m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=cap >> lb, init=[])
@@ -150,23 +141,25 @@ class BankedRing(PageRing):
             m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
         return m
 
-    def _read_rows(self, m, head, tail):
+    def _read_rows(self, m, head, tail, lb):
         """Each bank's read row for the next head: the window's entry in bank b is at row
         ``h / B``, or the next one past the head's bank (``b < h mod B``). Every candidate
         head (``head + n``, the tail, the tail less one) gives its rows from registers --
-        the head's and tail's high bits plus 0, 1 or 2 (registers), chosen by their low
-        bits (one-hot registers) and constants -- and the pending takes and the count's
-        compares only select among them: no adder behind the compares. ``head``, ``tail``:
-        (low bits one-hot, {d: high bits + d})."""
+        the head's and tail's high bits plus 0, 1 or 2, chosen by their low bits and
+        constants -- and the pending takes and the count's compares only select among
+        them: no adder behind the compares."""
         L, B = page_takes(self.cfg), self.banks()
-        (head_lo, plus), (tail_lo, tplus) = head, tail
-        rb = len(plus[0])
+        hi, th = head[lb:], tail[lb:]
+        rb = len(hi)
+        plus = {d: Signal(rb, name=f"ring_head_hi_p{d}") for d in range(3)}
+        tplus = {d: Signal(rb, name=f"ring_tail_hi_p{d}".replace("-", "m")) for d in (-1, 0, 1)}
+        m.d.comb += [plus[d].eq(hi + d) for d in plus] + [tplus[d].eq(th + d) for d in tplus]
 
         def rows(lo, base, b, n):
             """Bank b's row for position ``base * B + lo + n`` (n >= -1): a select on lo."""
-            return select([(lo[v], base[(v + n) // B + (b < (v + n) % B)]) for v in range(B)], rb)
-        cand = {n: [rows(head_lo, plus, b, n) for b in range(B)] for n in range(L + 1)}
-        ended = [Mux(self.ret_r, rows(tail_lo, tplus, b, -1), rows(tail_lo, tplus, b, 0)) for b in range(B)]
+            return select([(lo == v, base[(v + n) // B + (b < (v + n) % B)]) for v in range(B)], rb)
+        cand = {n: [rows(head[:lb], plus, b, n) for b in range(B)] for n in range(L + 1)}
+        ended = [Mux(self.ret_r, rows(tail[:lb], tplus, b, -1), rows(tail[:lb], tplus, b, 0)) for b in range(B)]
         out = [Signal(rb, name=f"ring_read_row{b}") for b in range(B)]
         for b in range(B):
             m.d.comb += out[b].eq(select(
