@@ -340,7 +340,6 @@ class OffsetSums:
                                select([(by_carry[c], self.high[c]) for c in self.carries], self.width - lo)))
         return out
 
-
     def pick_high_zero(self, m, choices, name: str):
         """For the sum :meth:`pick` chooses: whether its bits above the low ``lo`` are all
         zero (the sum is in ``[0, 2**lo)``) -- per carry ``c`` a carry-free test of ``a_hi +

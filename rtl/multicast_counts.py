@@ -114,7 +114,6 @@ class MulticastCountLimit(wiring.Component):
         # apart, done -> the refusal -> the verdicts -> the grants -> the arena's page was
         # 29.9 FO4 at deepseek-v3-8gpu with every v2 feature)
         dead = Signal(E, name="mcl_dead")
-        self._dead = dead
         for j in range(L):
             # (the experts whose counts are all in at lane j: done, or completed on a lane
             # ahead -- that part registered a stage ahead, masked by the lane's experts: from
@@ -144,7 +143,8 @@ class MulticastCountLimit(wiring.Component):
         ``lam`` -- with the compare in front, ``lam`` -> the compare -> the refusal -> the
         verdicts -> the grant counts -> ``lam`` was 30.1 FO4 at ``deepseek-v3-8gpu`` with
         all three v2 features. (``lam + dtot`` then ``- n``, two carry chains in a row,
-        was 28.8 FO4 there, ``lam`` -> ``lam``.)"""
+        was 28.8 FO4 there, ``lam`` -> ``lam``.) Returns the next ``lam <= 0`` (for
+        ``dead``)."""
         L = self.cfg.lanes
         sums = OffsetSums(m, lam, self.dtot[x], range(-L - 1, 1), w, f"mcl_lam{x}")
         nxt = sums.pick(m, [(self.grants[x][n], -n) for n in range(L + 1)], f"mcl_lam{x}_next")
