@@ -36,10 +36,12 @@ target encoded behind the entry select, the path from ``rp`` to the tracker's ad
 the multicast hub's deepest (24.6 FO4 at 8 targets). Every register's next value is formed
 for the tracker's ready low and high, from registers, and the ready chooses last: it
 arrives late (at 7ceec68, with the next state's priority chain behind it, the ready into
-``left``/``first`` was 27.9 FO4). So is the handed-out target's expert as a one-hot
-(``expert_oh``, in the tracker's event): the tracker's per-expert count state (count
-packets) loads by it -- decoded behind ``rp``'s entry select and the target's select, that
-was the deepest path of the hub with every v2 feature (29.5 FO4 at deepseek-v3-8gpu).
+``left``/``first`` was 27.9 FO4). So is, with count packets, the handed-out target's
+expert as a one-hot (``expert_oh``, in the tracker's event): the tracker's per-expert count
+state loads by it -- decoded behind ``rp``'s entry select and the target's select, that was
+the deepest path of the hub with every v2 feature (29.5 FO4 at deepseek-v3-8gpu). Without
+count packets nothing reads it and it is not built (its 32 registers, kept at the unit's
+boundary, were the ready's deepest load: 22.3 FO4 at deepseek-v3-8gpu with multicast rows).
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -117,9 +119,11 @@ class EventExpander(wiring.Component):
         m.d.sync += wp.eq(wp ^ take)
         # the next state for the tracker's ready low and high, each from registers (and the
         # queue's head); the ready, behind the tracker's fan-out, only chooses
-        oh = Signal(self.cfg.experts, name="expert_oh")   # first's expert, one-hot (a register)
-        m.d.comb += self.o.payload.expert_oh.eq(oh)
-        regs = (rp, count, left, first, oh)
+        # (count packets: first's expert, one-hot, a register -- the final counts' one consumer)
+        oh = Signal(self.cfg.experts, name="expert_oh") if self.cfg.count_packets else None
+        if oh is not None:
+            m.d.comb += self.o.payload.expert_oh.eq(oh)
+        regs = (rp, count, left, first) + ((oh,) if oh is not None else ())
         loads = self._candidates(m, count, ent, rp, cur, left, first)
         nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, oh, loads) for ready in (0, 1)]
         m.d.sync += [reg.eq(Mux(self.o.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
@@ -142,6 +146,8 @@ class EventExpander(wiring.Component):
                      after.eq(left & ~first)]
         lowest = lambda v: Cat(v[t] & ~v[:t].any() for t in range(T))
         nxt_first, after_first = lowest(nxt_tv), lowest(after)
+        if not self.cfg.count_packets:
+            return {"next": (nxt_tv, nxt_first), "after": (after, after_first)}
         return {"next": (nxt_tv, nxt_first, self._expert_oh(nxt_first, nxt_expert)),
                 "after": (after, after_first, self._expert_oh(after_first, cur.expert))}
 
@@ -151,25 +157,25 @@ class EventExpander(wiring.Component):
         return Cat(Cat(target[t] & (experts[t] == x) for t in range(T)).any() for x in range(E))
 
     def _next_state(self, m, ready: int, count, rp, take, held, last, left, first, oh, loads):
-        """(rp, count, left, first, expert one-hot) of the next cycle if the tracker's ready is ``ready``.
+        """(rp, count, left, first[, expert one-hot]) of the next cycle if the tracker's ready is ``ready``.
         The held event leaves when its last target is handed out, or at once if it has none
         (never pushed); the next event's targets are loaded when it leaves or when one is
         taken into an empty ring; else, a target handed out, the ones after it."""
-        T = self.cfg.max_targets
         tag = f"_r{ready}"
         finish = Signal(name=f"finish{tag}")
         m.d.comb += finish.eq(held & ((last & ready) | ~left.any()))
         handout = held & left.any() & ready
         load = (finish & ((count == 2) | take)) | ((count == 0) & take)
-        (nxt_tv, nxt_first, nxt_oh), (after, after_first, after_oh) = loads["next"], loads["after"]
-        n_left, n_first = Signal(T, name=f"left_next{tag}"), Signal(T, name=f"first_next{tag}")
-        n_oh = Signal(self.cfg.experts, name=f"expert_oh_next{tag}")
-        m.d.comb += [n_left.eq(Mux(load, nxt_tv, Mux(finish, 0, Mux(handout, after, left)))),
-                     n_first.eq(Mux(load, nxt_first, Mux(finish, 0, Mux(handout, after_first, first)))),
-                     n_oh.eq(Mux(load, nxt_oh, Mux(finish, 0, Mux(handout, after_oh, oh))))]
+        names = ("left", "first", "expert_oh")
+        held_now = (left, first, oh)
+        nxt = []
+        for name, now, loaded, after in zip(names, held_now, loads["next"], loads["after"]):
+            reg = Signal(len(now), name=f"{name}_next{tag}")
+            m.d.comb += reg.eq(Mux(load, loaded, Mux(finish, 0, Mux(handout, after, now))))
+            nxt.append(reg)
         n_count = Signal(range(3), name=f"count_next{tag}")
         m.d.comb += n_count.eq(count + take - finish)
-        return rp ^ finish, n_count, n_left, n_first, n_oh
+        return (rp ^ finish, n_count, *nxt)
 
     def _out(self, m, cur, held, left, first):
         """The tracker's event: ``cur``'s lowest target left, with the event's fields."""
