@@ -123,12 +123,14 @@ class BankedRing(PageRing):
         assert cap >= P
         head, tail = Signal(qb, name="ring_head"), Signal(qb, name="ring_tail")
         head_lo = Signal(B, name="ring_head_lo_oh", init=1)   # head mod B, one-hot
+        tail_lo = Signal(B, name="ring_tail_lo_oh", init=1)   # tail mod B, one-hot
         nxt = Signal(qb, name="ring_head_next")
         m.d.comb += nxt.eq(self._next_head(head, lambda n: head + n, tail - self.ret_r))
         m.d.sync += [head.eq(nxt), head_lo.eq(1 << nxt[:lb])]
         with m.If(self.good):
-            m.d.sync += tail.eq(tail + 1)
-        rows_next = self._read_rows(m, head, tail, lb)
+            m.d.sync += [tail.eq(tail + 1), tail_lo.eq(_rotate(tail_lo, 1))]
+        plus, tplus = self._row_sums(m, head, head_lo, tail, tail_lo, lb)
+        rows_next = self._read_rows(m, (head_lo, plus), (tail_lo, tplus))
         out = []
         for b in range(B):
             m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=cap >> lb, init=[])
@@ -141,25 +143,53 @@ class BankedRing(PageRing):
             m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
         return m
 
-    def _read_rows(self, m, head, tail, lb):
-        """Each bank's read row for the next head: the window's entry in bank b is at row
-        ``h / B``, or the next one past the head's bank (``b < h mod B``). Every candidate
-        head (``head + n``, the tail, the tail less one) gives its rows from registers --
-        the head's and tail's high bits plus 0, 1 or 2, chosen by their low bits and
-        constants -- and the pending takes and the count's compares only select among
-        them: no adder behind the compares."""
+    def _row_sums(self, m, head, head_lo, tail, tail_lo, lb):
+        """The head's high bits plus 0, 1, 2 and the tail's plus -1, 0, 1, for the read
+        rows: ``+ 0`` the registers themselves, the others registers of their own
+        (``ring_head_hi_p1``, ...), each next value chosen among sums of the current
+        registers -- a candidate head ``head + n`` has high bits ``hi + carry`` (the carry
+        a decode of the low one-hot), the tail less a return ``th - borrow`` -- so no adder
+        stands behind the pending takes' choice. (With the adds behind the head, ring_head
+        -> the add -> the selects -> a bank's read row was 23.3 FO4 at deepseek-v3-8gpu
+        paged; with these registers formed from the head's next value, the add behind the
+        choice, 24.9.) Returns ({d: head hi + d}, {d: tail hi + d})."""
         L, B = page_takes(self.cfg), self.banks()
         hi, th = head[lb:], tail[lb:]
         rb = len(hi)
-        plus = {d: Signal(rb, name=f"ring_head_hi_p{d}") for d in range(3)}
-        tplus = {d: Signal(rb, name=f"ring_tail_hi_p{d}".replace("-", "m")) for d in (-1, 0, 1)}
-        m.d.comb += [plus[d].eq(hi + d) for d in plus] + [tplus[d].eq(th + d) for d in tplus]
+        reg = lambda name, d: Signal(rb, name=name, init=d % (1 << rb))
+        plus = {0: hi, 1: reg("ring_head_hi_p1", 1), 2: reg("ring_head_hi_p2", 2)}
+        tplus = {-1: reg("ring_tail_hi_m1", -1), 0: th, 1: reg("ring_tail_hi_p1", 1)}
+        hsum = {**plus, 3: (plus[2] + 1)[:rb]}          # hi + k, k = 0..3, from registers
+        tsum = {**tplus, 2: (tplus[1] + 1)[:rb]}        # th + k, k = -1..2
+        borrow = self.ret_r & tail_lo[0]                 # tail - ret_r crosses a row
+        for d in (1, 2):
+            moved = [(self.pend[n] & self._lasts(n),
+                      Mux(head_lo[B - n:].any(), hsum[d + 1], hsum[d])) for n in range(1, L + 1)]
+            ended = Cat(self.pend[n] & ~self._lasts(n) for n in range(1, L + 1)).any()
+            m.d.sync += plus[d].eq(select([(self.pend[0], plus[d])] + moved
+                                          + [(ended, Mux(borrow, tsum[d - 1], tsum[d]))], rb))
+        wrap = self.good & tail_lo[B - 1]               # tail + 1 crosses a row
+        for d in (-1, 1):
+            m.d.sync += tplus[d].eq(Mux(wrap, tsum[d + 1], tsum[d]))
+        return plus, tplus
+
+    def _read_rows(self, m, head, tail):
+        """Each bank's read row for the next head: the window's entry in bank b is at row
+        ``h / B``, or the next one past the head's bank (``b < h mod B``). Every candidate
+        head (``head + n``, the tail, the tail less one) gives its rows from registers --
+        the head's and tail's high bits plus 0, 1 or 2 (:meth:`_row_sums`), chosen by
+        their low bits (one-hot registers) and constants -- and the pending takes and the
+        count's compares only select among them: no adder behind the compares. ``head``,
+        ``tail``: (low bits one-hot, {d: high bits + d})."""
+        L, B = page_takes(self.cfg), self.banks()
+        (head_lo, plus), (tail_lo, tplus) = head, tail
+        rb = len(plus[0])
 
         def rows(lo, base, b, n):
             """Bank b's row for position ``base * B + lo + n`` (n >= -1): a select on lo."""
-            return select([(lo == v, base[(v + n) // B + (b < (v + n) % B)]) for v in range(B)], rb)
-        cand = {n: [rows(head[:lb], plus, b, n) for b in range(B)] for n in range(L + 1)}
-        ended = [Mux(self.ret_r, rows(tail[:lb], tplus, b, -1), rows(tail[:lb], tplus, b, 0)) for b in range(B)]
+            return select([(lo[v], base[(v + n) // B + (b < (v + n) % B)]) for v in range(B)], rb)
+        cand = {n: [rows(head_lo, plus, b, n) for b in range(B)] for n in range(L + 1)}
+        ended = [Mux(self.ret_r, rows(tail_lo, tplus, b, -1), rows(tail_lo, tplus, b, 0)) for b in range(B)]
         out = [Signal(rb, name=f"ring_read_row{b}") for b in range(B)]
         for b in range(B):
             m.d.comb += out[b].eq(select(
