@@ -604,6 +604,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         registers, before the counters' update (a roomy lane it refuses is no sure grant);
         its roomy bit into ``tight``."""
         self._cref = [Const(0)] * self.cfg.lanes
+        self._late_bit(m)
         if not self.cfg.count_packets:
             return
         cfg, g, L = self.cfg, self.grant, self.cfg.lanes
@@ -618,11 +619,28 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         self._cref = [cl.refused[j] for j in range(L)]
         self._roomy_next.append(cl.roomy)
 
+    def _late_bit(self, m):
+        """The one verdict that arrives late: the risky lane's (``late``: it asked, and was
+        granted). Every other lane's verdict is known from registers (``sure``), so every
+        next state the grants move is formed for ``late`` low and high, from registers,
+        and ``late`` chooses last (:meth:`_next`, the count limit's ``lam``, the paged
+        arena). With the verdicts each reaching the updates through the lane counts (the
+        arena's ``late_count`` of the verdicts, the counters' per-expert ORs of verdict and
+        mask), the fits -> verdicts -> take -> the arena's page was 29.6 FO4 at
+        ``deepseek-v3-8gpu`` with every v2 feature."""
+        L, g = self.cfg.lanes, self.grant
+        self._rlane = Signal(L, name="risky_lane")    # the lane whose verdict is late (at most one)
+        self._late = Signal(name="risky_ok")           # it is granted
+        m.d.comb += self._rlane.eq(g.req & self.risky)
+
     def _after_counters(self, m, experts, ok):
-        """(count_packets) Each expert's grants and the verdicts to the count limit."""
+        """(count_packets) Each expert's grants (both candidates and the late bit) and the
+        verdicts to the count limit."""
         if self.cfg.count_packets:
-            m.d.comb += [self._climit.grants[x].eq(experts[x]["grants"]) for x in range(self.cfg.experts)]
-            m.d.comb += self._climit.ok.eq(Cat(*ok))
+            cl = self._climit
+            m.d.comb += [cl.grants_if[x][k].eq(experts[x]["grants_if"][k]) for x in range(self.cfg.experts)
+                         for k in (0, 1)]
+            m.d.comb += [cl.ok.eq(Cat(*ok)), cl.late.eq(self._late)]
 
     def _arena_pages(self, m, arena, ok):
         """(paged) The :class:`PagedArena`: the verdicts in (it keeps the arena's rows
@@ -633,13 +651,19 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
             return
         m.submodules.arena = pa = self._paged = PagedArena(self.cfg, ADMISSION_GROUPS * self.cfg.lanes)
         m.d.comb += [pa.clear.eq(self.grant.clear), pa.tile_oh.eq(self.tile_oh), pa.ok.eq(Cat(*ok)),
+                     pa.sure.eq(Cat(*self._sure)), pa.late_lane.eq(self._rlane & ~Cat(*self._cref)),
+                     pa.late.eq(self._late),
                      pa.ret.eq(self.page_ret), pa.ret_page.eq(self.page_ret_page),
                      self.page_bad.eq(pa.bad), self.pool_free.eq(pa.free)]
         self._roomy_next.append(pa.roomy)
 
     def elaborate(self, platform):
-        self._roomy_next = []
+        self._roomy_next, self._grants_if = [], {}
+        g = self.grant
+        # (the verdicts known from registers: a request admitted roomy, not refused for counts)
+        self._sure = [Signal(name=f"sure{j}") for j in range(self.cfg.lanes)]
         m = super().elaborate(platform)
+        m.d.comb += [self._sure[j].eq(g.req[j] & ~self.risky[j] & ~self._cref[j]) for j in range(self.cfg.lanes)]
         m.d.sync += self.tight.eq(~Cat(*self._roomy_next).all())
         return m
 
@@ -650,35 +674,43 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         lane is the one data packet of its group, so no lane of its group asks for a row
         beside it, and the rows of earlier groups are counted in the registers it reads:
         the model's rule for it is room for one row. A roomy lane always has room.)"""
-        g, E = self.grant, self.cfg.experts
-        fits = Signal(name=f"fits{j}")
+        g, E, L = self.grant, self.cfg.experts, self.cfg.lanes
+        if j == 0:
+            self._fits = [Signal(name=f"fits{k}") for k in range(L)]
+            m.d.comb += self._late.eq(Cat(*(self._rlane[k] & ~self._cref[k] & self._fits[k]
+                                            for k in range(L))).any())
+        fits = self._fits[j]
         place = arena["gt"][0] if self._paged is None else arena["gt"][0] & self._paged.fits
         m.d.comb += fits.eq(Cat(*(~mask[j][e] | room_gt[e][0] for e in range(E))).all() & place)
-        m.d.comb += ok[j].eq(g.req[j] & ~self._cref[j] & (~self.risky[j] | fits))
+        m.d.comb += ok[j].eq(self._sure[j] | (self._rlane[j] & self._late))
 
     def _next(self, m, name, ok, names, above):
         """The counter's next ``room > a`` bits and grant count from the requests admitted
         roomy (registers: all granted) and the one risky lane's verdict, the one late bit:
         a mux between two candidates formed from registers."""
-        L, g = self.cfg.lanes, self.grant
+        L = self.cfg.lanes
         names = names or [Const(1)] * L
-        sure = [g.req[k] & ~self.risky[k] & ~self._cref[k] & names[k] for k in range(L)]
         base = [Signal(name=f"{name}_sure{d}") for d in range(L + 1)]
-        m.d.comb += [base[d].eq(exactly(sure, d)) for d in range(L + 1)]
-        late = Signal(name=f"{name}_late")
-        m.d.comb += late.eq(Cat(*(self.risky[k] & ok[k] & names[k] for k in range(L))).any())
+        m.d.comb += [base[d].eq(exactly([self._sure[k] & names[k] for k in range(L)], d)) for d in range(L + 1)]
+        named = Signal(name=f"{name}_risky_names")     # the risky lane names the counter
+        m.d.comb += named.eq(Cat(*(self._rlane[k] & names[k] for k in range(L))).any())
         cand = [Signal(L, name=f"{name}_gt_if{x}") for x in (0, 1)]
         m.d.comb += [cand[x].eq(select([(base[d], Cat(above[a + d + x] for a in range(L)))
                                         for d in range(L + 1 - x)], L)) for x in (0, 1)]
-        # (a risky lane granted: one more grant; never with every lane sure)
-        count = Cat(*(Mux(late, base[c - 1] if c else Const(0), base[c]) for c in range(L + 1)))
-        return Mux(late, cand[1], cand[0]), count
+        # (the risky lane granted and naming it: one more grant; never with every lane sure)
+        gt_if = [cand[0], Signal(L, name=f"{name}_gt_late")]
+        count_if = [Cat(*base), Signal(L + 1, name=f"{name}_grants_late")]
+        m.d.comb += [gt_if[1].eq(Mux(named, cand[1], cand[0])),
+                     count_if[1].eq(Mux(named, Cat(Const(0), *base[:L]), Cat(*base)))]
+        self._grants_if[name] = count_if
+        return Mux(self._late, gt_if[1], gt_if[0]), Mux(self._late, count_if[1], count_if[0])
 
     def _counter(self, m, name, width, cap_in, ok, names):
         """As :meth:`MulticastAllocator._counter`, and whether its room will be roomy for
         the admission (at least ``ADMISSION_GROUPS x lanes`` rows: from the room before
         the last cycle's grants, or the capacity at a clear) -- ANDed into ``tight``."""
         out = super()._counter(m, name, width, cap_in, ok, names)
+        out["grants_if"] = self._grants_if[name]
         k = ADMISSION_GROUPS * self.cfg.lanes
         roomy = Signal(name=f"{name}_roomy")
         m.d.comb += roomy.eq(Mux(self.grant.clear, cap_in >= k, out["room"] >= k))

@@ -71,8 +71,11 @@ class MulticastCountLimit(wiring.Component):
         completes (registered a stage ahead).
     dtot : In(total_bits).array(experts)
         The counts the group behind adds (registered, as for the unicast limit).
-    grants : In(lanes + 1).array(experts)
-        This cycle's grants naming each expert, one-hot (late: after the verdicts).
+    grants_if : In(lanes + 1).array(experts, 2)
+        This cycle's grants naming each expert, one-hot, if the risky lane's verdict is
+        refused (0) or granted (1): from registers.
+    late : In(1)
+        The risky lane's verdict (late: it chooses between ``grants_if``'s, last).
     ok : In(lanes)
         This cycle's verdicts (late), for ``over``.
     clear : In(1)
@@ -95,7 +98,7 @@ class MulticastCountLimit(wiring.Component):
         super().__init__({
             "mask": In(E).array(L), "req": In(L), "cnt_add": In(L), "cnt_full": In(L),
             "cnt_oh": In(E).array(L), "cnt_ahead": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
-            "grants": In(L + 1).array(E), "ok": In(L), "clear": In(1),
+            "grants_if": In(L + 1).array(E, 2), "late": In(1), "ok": In(L), "clear": In(1),
             "refused": Out(L), "over": Out(L), "roomy": Out(1),
         })
 
@@ -144,10 +147,17 @@ class MulticastCountLimit(wiring.Component):
         verdicts -> the grant counts -> ``lam`` was 30.1 FO4 at ``deepseek-v3-8gpu`` with
         all three v2 features. (``lam + dtot`` then ``- n``, two carry chains in a row,
         was 28.8 FO4 there, ``lam`` -> ``lam``.) Returns the next ``lam <= 0`` (for
-        ``dead``)."""
+        ``dead``). Both candidates are formed (the grants if the risky lane is refused or
+        granted, from registers) and its verdict chooses last: it is the one late bit, and
+        each expert's 24 bits of ``lam`` are among its loads."""
         L = self.cfg.lanes
         sums = OffsetSums(m, lam, self.dtot[x], range(-L - 1, 1), w, f"mcl_lam{x}")
-        nxt = sums.pick(m, [(self.grants[x][n], -n) for n in range(L + 1)], f"mcl_lam{x}_next")
-        nxt_le0 = select([(self.grants[x][n], sums.sign(m, -n - 1, f"mcl_lam{x}_le{n}")) for n in range(L + 1)], 1)
-        m.d.sync += [lam.eq(Mux(self.clear, 0, nxt)), le0.eq(Mux(self.clear, 1, nxt_le0))]
-        return nxt_le0
+        signs = [sums.sign(m, -n - 1, f"mcl_lam{x}_le{n}") for n in range(L + 1)]
+        nxt, nxt_le0 = [], []
+        for k, grants in enumerate(self.grants_if[x]):
+            nxt.append(sums.pick(m, [(grants[n], -n) for n in range(L + 1)], f"mcl_lam{x}_next_if{k}"))
+            nxt_le0.append(select([(grants[n], signs[n]) for n in range(L + 1)], 1))
+        le0_next = Mux(self.late, nxt_le0[1], nxt_le0[0])
+        m.d.sync += [lam.eq(Mux(self.clear, 0, Mux(self.late, nxt[1], nxt[0]))),
+                     le0.eq(Mux(self.clear, 1, le0_next))]
+        return le0_next

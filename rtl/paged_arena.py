@@ -26,7 +26,9 @@ arena rows -- start at most one tile. Which of them does is a register before th
 verdicts: row ``now + a`` is on a page taken this cycle when ``(now + a) mod tile <= a``
 (the tile it is in started at or after ``now``); the verdicts then only choose, by the
 count of grants ahead of each lane (its ``loc``) and in all (the take), one-hots shifted
-once per lane (:func:`~moehub.rtl.logic.late_count`).
+once per lane (:func:`~moehub.rtl.logic.late_count`). The state's update takes the counts
+from the verdicts known from registers, with and without the one late verdict (the risky
+lane's), and that verdict chooses last.
 
 Timing: the arena's own registers hold what the verdicts need -- the rows ``now + a``
 modulo the largest tile (``arena_row_lo{a}``) and their new-page bits
@@ -71,7 +73,12 @@ class PagedArena(wiring.Component):
     tile_oh : In(len(tile_sizes))
         TILE_ROWS_LOG2 as a one-hot (the CSR bank's register), latched at ``clear``.
     ok : In(lanes)
-        This cycle's verdicts (granted rows take arena rows in lane order).
+        This cycle's verdicts (granted rows take arena rows in lane order): for ``loc``.
+    sure, late_lane, late : In(lanes), In(lanes), In(1)
+        The verdicts as the state's update takes them: those known from registers
+        (``sure``), the lane whose verdict arrives late (at most one, ``late_lane``) and
+        that verdict (``late``): every next state is formed for ``late`` low and high, and
+        it chooses last (``ok`` is ``sure | late_lane & late``).
     loc : Out(loc_bits).array(lanes)
         Each granted lane's place in the pool.
     fits : Out(1)
@@ -91,7 +98,7 @@ class PagedArena(wiring.Component):
         L = cfg.lanes
         super().__init__({
             "clear": In(1), "tile_oh": In(len(tile_sizes(cfg))),
-            "ok": In(L),
+            "ok": In(L), "sure": In(L), "late_lane": In(L), "late": In(1),
             "loc": Out(cfg.loc_bits).array(L), "fits": Out(1), "roomy": Out(1),
             "ret": In(1), "ret_page": In(16), "bad": Out(1),
             "free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages),
@@ -108,8 +115,7 @@ class PagedArena(wiring.Component):
         with m.If(self.clear):
             m.d.sync += sh.eq(self.tile_oh)
         cur = Signal(pb, name="arena_page")
-        total = late_count(self.ok)
-        lo, new = self._rows(m, sh, sizes, total)
+        lo, new, totals = self._rows(m, sh, sizes)
         page = [Mux(new[a], pool.page[0], cur) for a in range(L)]
         place = [Signal(cfg.loc_bits, name=f"arena_loc_if{a}") for a in range(L)]
         m.d.comb += [place[a].eq(select([(sh[k], Cat(lo[a][:s], page[a])) for k, s in enumerate(sizes)],
@@ -117,21 +123,23 @@ class PagedArena(wiring.Component):
         for j in range(L):
             before = late_count(self.ok[:j])
             m.d.comb += self.loc[j].eq(select([(before[a], place[a]) for a in range(j + 1)], cfg.loc_bits))
+        take_if = [Signal(name=f"arena_take_if{k}") for k in (0, 1)]
+        m.d.comb += [take_if[k].eq(Cat(totals[k][a + 1] & new[a] for a in range(L)).any()) for k in (0, 1)]
         take = Signal(name="arena_take")
-        m.d.comb += take.eq(Cat(total[a + 1] & new[a] for a in range(L)).any())
-        m.d.comb += pool.take.eq(Cat(~take, take))
-        with m.If(take):
-            m.d.sync += cur.eq(pool.page[0])
+        m.d.comb += [take.eq(Mux(self.late, take_if[1], take_if[0])), pool.take.eq(Cat(~take, take))]
+        m.d.sync += cur.eq(Mux(self.late, Mux(take_if[1], pool.page[0], cur), Mux(take_if[0], pool.page[0], cur)))
         m.d.comb += [self.fits.eq(~new[0] | pool.avail[0]),
                      self.roomy.eq(pool.free >= arena_pages_needed(cfg, self.margin))]
         return m
 
-    def _rows(self, m, sh, sizes, total):
+    def _rows(self, m, sh, sizes):
         """Registers: row ``now + a`` modulo the largest tile and whether it is on a page
         taken this cycle (``(now + a) mod tile <= a``), for a = 0..lanes-1. Their next
         values are formed for every grant count ``g`` this cycle (rows ``now + g + a``),
-        from the registers; the count (``total``, one-hot, late) chooses. A clear starts
-        the arena at row 0, a tile start (any tile is at least ``lanes`` rows)."""
+        from the registers; the count chooses -- the count if the late verdict is refused
+        and if granted (one-hots from registers), then the late verdict. A clear starts
+        the arena at row 0, a tile start (any tile is at least ``lanes`` rows). Returns the
+        registers and the two counts."""
         L, W = self.cfg.lanes, max(max(sizes), 1)
         lo = [Signal(W, name=f"arena_row_lo{a}", init=a) for a in range(L)]
         new = Signal(L, name="arena_new_page", init=(1 << L) - 1)
@@ -140,9 +148,12 @@ class PagedArena(wiring.Component):
         starts = [[Signal(name=f"arena_new_page_if{g}_{a}") for a in range(L)] for g in range(L + 1)]
         m.d.comb += [starts[g][a].eq(select([(sh[k], ahead[g + a][:s] <= a) for k, s in enumerate(sizes)], 1))
                      for g in range(L + 1) for a in range(L)]
+        totals = [late_count(self.sure), late_count(self.sure | self.late_lane)]
+        lo_if = [[select([(t[g], ahead[g + a]) for g in range(L + 1)], W) for a in range(L)] for t in totals]
+        new_if = [select([(t[g], Cat(starts[g])) for g in range(L + 1)], L) for t in totals]
         with m.If(self.clear):
             m.d.sync += [lo[a].eq(a) for a in range(L)] + [new.eq((1 << L) - 1)]
         with m.Else():
-            m.d.sync += [lo[a].eq(select([(total[g], ahead[g + a]) for g in range(L + 1)], W)) for a in range(L)]
-            m.d.sync += new.eq(select([(total[g], Cat(starts[g])) for g in range(L + 1)], L))
-        return lo, new
+            m.d.sync += [lo[a].eq(Mux(self.late, lo_if[1][a], lo_if[0][a])) for a in range(L)]
+            m.d.sync += new.eq(Mux(self.late, new_if[1], new_if[0]))
+        return lo, new, totals
