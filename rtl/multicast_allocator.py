@@ -634,12 +634,13 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += self._rlane.eq(g.req & self.risky)
 
     def _after_counters(self, m, experts, ok):
-        """(count_packets) Each expert's grants (both candidates and the late bit) and the
-        verdicts to the count limit."""
+        """(count_packets) Each expert's sure grants, whether the risky lane names it, the
+        late bit and the verdicts to the count limit."""
         if self.cfg.count_packets:
             cl = self._climit
-            m.d.comb += [cl.grants_if[x][k].eq(experts[x]["grants_if"][k]) for x in range(self.cfg.experts)
-                         for k in (0, 1)]
+            for x in range(self.cfg.experts):
+                sure, named = experts[x]["grants_if"]
+                m.d.comb += [cl.grants[x].eq(sure), cl.late_names[x].eq(named)]
             m.d.comb += [cl.ok.eq(Cat(*ok)), cl.late.eq(self._late)]
 
     def _arena_pages(self, m, arena, ok):
@@ -702,7 +703,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         count_if = [Cat(*base), Signal(L + 1, name=f"{name}_grants_late")]
         m.d.comb += [gt_if[1].eq(Mux(named, cand[1], cand[0])),
                      count_if[1].eq(Mux(named, Cat(Const(0), *base[:L]), Cat(*base)))]
-        self._grants_if[name] = count_if
+        self._grants_if[name] = (count_if[0], named)
         return Mux(self._late, gt_if[1], gt_if[0]), Mux(self._late, count_if[1], count_if[0])
 
     def _counter(self, m, name, width, cap_in, ok, names):

@@ -71,11 +71,12 @@ class MulticastCountLimit(wiring.Component):
         completes (registered a stage ahead).
     dtot : In(total_bits).array(experts)
         The counts the group behind adds (registered, as for the unicast limit).
-    grants_if : In(lanes + 1).array(experts, 2)
-        This cycle's grants naming each expert, one-hot, if the risky lane's verdict is
-        refused (0) or granted (1): from registers.
-    late : In(1)
-        The risky lane's verdict (late: it chooses between ``grants_if``'s, last).
+    grants : In(lanes + 1).array(experts)
+        This cycle's grants naming each expert known from registers (the verdicts but the
+        risky lane's), one-hot.
+    late_names : In(experts) ; late : In(1)
+        The experts the risky lane names, and its verdict (late: the one verdict that
+        is; :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`).
     ok : In(lanes)
         This cycle's verdicts (late), for ``over``.
     clear : In(1)
@@ -98,7 +99,7 @@ class MulticastCountLimit(wiring.Component):
         super().__init__({
             "mask": In(E).array(L), "req": In(L), "cnt_add": In(L), "cnt_full": In(L),
             "cnt_oh": In(E).array(L), "cnt_ahead": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
-            "grants_if": In(L + 1).array(E, 2), "late": In(1), "ok": In(L), "clear": In(1),
+            "grants": In(L + 1).array(E), "late_names": In(E), "late": In(1), "ok": In(L), "clear": In(1),
             "refused": Out(L), "over": Out(L), "roomy": Out(1),
         })
 
@@ -106,7 +107,9 @@ class MulticastCountLimit(wiring.Component):
         m = Module()
         cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
         w = total_bits(cfg) + 2
+        # (lam less the risky lane's grant of the cycle before, ``lag``: see _update)
         lam = [Signal(signed(w), name=f"mcl_lam{x}") for x in range(E)]
+        lag = Signal(E, name="mcl_lag")
         done = Signal(E, name="mcl_done")
         # (lam <= 0, a register updated with lam: see _update)
         le0 = [Signal(name=f"mcl_le0_{x}", init=1) for x in range(E)]
@@ -126,38 +129,48 @@ class MulticastCountLimit(wiring.Component):
             m.d.comb += self.refused[j].eq(Cat(*((self.mask[j][x] & dead[x]) | (self.cnt_ahead[j][x] & le0[x])
                                                  for x in range(E))).any())
             granted = [Cat(*(self.ok[k] & self.mask[k][x] for k in range(j))).any() if j else 0 for x in range(E)]
-            m.d.comb += self.over[j].eq(Cat(*(completes[j][x] & (lam[x][-1] | ((lam[x] == 0) & granted[x]))
+            # (lam - lag < 0, lam - lag == 0)
+            m.d.comb += self.over[j].eq(Cat(*(completes[j][x] & (lam[x][-1] | (lag[x] & (lam[x] == 0))
+                                                                  | ((lam[x] == lag[x]) & granted[x]))
                                               for x in range(E))).any())
-        m.d.comb += self.roomy.eq(Cat(*(dead[x] | (lam[x] >= self.margin) for x in range(E))).all())
+        m.d.comb += self.roomy.eq(Cat(*(dead[x] | (lam[x] >= self.margin + lag[x]) for x in range(E))).all())
         now_done = Cat(*(Cat(*(completes[i][x] for i in range(L))).any() for x in range(E)))
         for x in range(E):
-            nxt_le0 = self._update(m, x, lam[x], le0[x], w)
+            nxt_le0 = self._update(m, x, lam[x], lag[x], le0[x], w)
             m.d.sync += dead[x].eq(~self.clear & (done[x] | now_done[x]) & nxt_le0)
         m.d.sync += done.eq(Mux(self.clear, 0, done | now_done))
         return m
 
-    def _update(self, m, x, lam, le0, w):
+    def _update(self, m, x, lam, lag, le0, w):
         """``lam <- lam + dtot - n`` for the ``n`` grants of expert ``x`` this cycle, and its
         ``lam <= 0`` bit with it: the sums ``lam + dtot - k`` as carry selects sharing their
         wide adders (:class:`~moehub.rtl.logic.OffsetSums`, from the two registers), the
-        grants (late) choose -- ``lam`` among the sums, ``lam <= 0`` among their signs
+        grants choose -- ``lam`` among the sums, ``lam <= 0`` among their signs
         (``lam + dtot - n - 1 < 0``). Why ``lam <= 0`` is a register: a lane's count refusal
         reads it, the refusals gate the grants, and the grants choose every expert's
         ``lam`` -- with the compare in front, ``lam`` -> the compare -> the refusal -> the
         verdicts -> the grant counts -> ``lam`` was 30.1 FO4 at ``deepseek-v3-8gpu`` with
         all three v2 features. (``lam + dtot`` then ``- n``, two carry chains in a row,
-        was 28.8 FO4 there, ``lam`` -> ``lam``.) Returns the next ``lam <= 0`` (for
-        ``dead``). Both candidates are formed (the grants if the risky lane is refused or
-        granted, from registers) and its verdict chooses last: it is the one late bit, and
-        each expert's 24 bits of ``lam`` are among its loads."""
+        was 28.8 FO4 there, ``lam`` -> ``lam``.)
+
+        The register ``lam`` leaves out the risky lane's grant of the cycle before (``lag``,
+        a bit of its own: the value is ``lam - lag``), so its next value is chosen by
+        registers alone -- the sure grants and ``lag`` -- and the late verdict only sets
+        ``lag`` and chooses ``lam <= 0`` (exact, for the refusals): it reaches three flops
+        an expert, not 24 (with ``lam`` chosen by it, its fan-out to every expert's ``lam``
+        stood between the verdict and the registers). Returns the next ``lam <= 0`` (for
+        ``dead``)."""
         L = self.cfg.lanes
-        sums = OffsetSums(m, lam, self.dtot[x], range(-L - 1, 1), w, f"mcl_lam{x}")
-        signs = [sums.sign(m, -n - 1, f"mcl_lam{x}_le{n}") for n in range(L + 1)]
-        nxt, nxt_le0 = [], []
-        for k, grants in enumerate(self.grants_if[x]):
-            nxt.append(sums.pick(m, [(grants[n], -n) for n in range(L + 1)], f"mcl_lam{x}_next_if{k}"))
-            nxt_le0.append(select([(grants[n], signs[n]) for n in range(L + 1)], 1))
-        le0_next = Mux(self.late, nxt_le0[1], nxt_le0[0])
-        m.d.sync += [lam.eq(Mux(self.clear, 0, Mux(self.late, nxt[1], nxt[0]))),
+        sums = OffsetSums(m, lam, self.dtot[x], range(-L - 2, 1), w, f"mcl_lam{x}")
+        # (the sure grants and the lag, one-hot: n = grants + lag, 0..lanes + 1)
+        n_sure = Signal(L + 2, name=f"mcl_n{x}")
+        m.d.comb += n_sure.eq(Mux(lag, Cat(0, self.grants[x]), Cat(self.grants[x], 0)))
+        nxt = sums.pick(m, [(n_sure[n], -n) for n in range(L + 2)], f"mcl_lam{x}_next")
+        signs = [sums.sign(m, -n - 1, f"mcl_lam{x}_le{n}") for n in range(L + 2)]
+        late = Signal(name=f"mcl_late{x}")
+        m.d.comb += late.eq(self.late & self.late_names[x])
+        le0_if = [select([(n_sure[n], signs[n + k]) for n in range(L + 2 - k)], 1) for k in (0, 1)]
+        le0_next = Mux(late, le0_if[1], le0_if[0])
+        m.d.sync += [lam.eq(Mux(self.clear, 0, nxt)), lag.eq(~self.clear & late),
                      le0.eq(Mux(self.clear, 1, le0_next))]
         return le0_next
