@@ -75,7 +75,7 @@ hub's :class:`MulticastAllocatorAdmitted` only: its arena's room is then the poo
 (:class:`~moehub.rtl.paged_arena.PagedArena`, one take a cycle), which the chain of
 verdicts here does not read.
 """
-from amaranth import Cat, Const, Module, Mux, Signal, Value
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -594,6 +594,10 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
 
     def _extra_ports(self, cfg: HubConfig) -> dict:
         ports = {"tight": Out(1, init=1), "risky": In(cfg.lanes)}      # (tight until a clear says)
+        if cfg.count_packets and self.formal:
+            E, w = cfg.experts, MulticastCountLimit.width(cfg)
+            ports.update({"formal_lam": Out(signed(w)).array(E), "formal_le0": Out(E), "formal_dead": Out(E),
+                          "formal_done": Out(E)})
         if cfg.paged:
             ports.update({"tile_oh": In(len(tile_sizes(cfg))), "page_ret": In(1), "page_ret_page": In(16),
                           "page_bad": Out(1), "pool_free": Out(range(cfg.pool_pages + 1), init=cfg.pool_pages)})
@@ -608,7 +612,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         if not self.cfg.count_packets:
             return
         cfg, g, L = self.cfg, self.grant, self.cfg.lanes
-        m.submodules.counts = cl = self._climit = MulticastCountLimit(cfg, ADMISSION_GROUPS * L)
+        m.submodules.counts = cl = self._climit = MulticastCountLimit(cfg, ADMISSION_GROUPS * L, self.formal)
         m.d.comb += [cl.req.eq(g.req), cl.cnt_add.eq(g.cnt_add), cl.cnt_full.eq(g.cnt_full),
                      cl.clear.eq(g.clear), g.met.eq(g.req & cl.refused), g.over.eq(cl.over)]
         m.d.comb += [cl.mask[j].eq(mask[j]) for j in range(L)]
@@ -617,6 +621,10 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += [cl.cnt_oh[j].eq(g.oh[j][0]) for j in range(L)]
         m.d.comb += [cl.dtot[x].eq(g.dtot[x]) for x in range(cfg.experts)]
         self._cref = [cl.refused[j] for j in range(L)]
+        if self.formal:
+            m.d.comb += [self.formal_lam[x].eq(cl.formal_lam[x]) for x in range(cfg.experts)]
+            m.d.comb += [self.formal_le0.eq(cl.formal_le0), self.formal_dead.eq(cl.formal_dead),
+                         self.formal_done.eq(cl.formal_done)]
         self._roomy_next.append(cl.roomy)
 
     def _late_bit(self, m):

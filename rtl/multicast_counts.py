@@ -87,16 +87,28 @@ class MulticastCountLimit(wiring.Component):
         A completing count packet below the rows its expert holds.
     roomy : Out(1)
         Every expert dead or at least ``margin`` rows from its count.
+    formal_lam, formal_le0, formal_dead, formal_done : Out
+        Only with ``formal=True`` (the property harness): per expert ``lam`` as it stands
+        (the register less ``lag``), ``lam <= 0``, ``dead`` and ``done`` -- the invariants
+        k-induction needs.
     """
 
-    def __init__(self, cfg: HubConfig, margin: int):
+    @staticmethod
+    def width(cfg: HubConfig) -> int:
+        """``lam``: signed, a total and a row count apart."""
+        return total_bits(cfg) + 2
+
+    def __init__(self, cfg: HubConfig, margin: int, formal: bool = False):
         if not (cfg.multicast and cfg.count_packets):
             self._MustUse__silence = True       # (refused: never elaborated)
             raise ValueError(f"hub[{cfg.name}]: a multicast count limit needs multicast rows "
                              "and count packets")
-        self.cfg, self.margin = cfg, margin
+        self.cfg, self.margin, self.formal = cfg, margin, formal
         L, E = cfg.lanes, cfg.experts
+        formal_ports = {"formal_lam": Out(signed(self.width(cfg))).array(E), "formal_le0": Out(E),
+                        "formal_dead": Out(E), "formal_done": Out(E)} if formal else {}
         super().__init__({
+            **formal_ports,
             "mask": In(E).array(L), "req": In(L), "cnt_add": In(L), "cnt_full": In(L),
             "cnt_oh": In(E).array(L), "cnt_ahead": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
             "grants": In(L + 1).array(E), "late_names": In(E), "late": In(1), "ok": In(L), "clear": In(1),
@@ -106,7 +118,7 @@ class MulticastCountLimit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
-        w = total_bits(cfg) + 2
+        w = self.width(cfg)
         # (lam less the risky lane's grant of the cycle before, ``lag``: see _update)
         lam = [Signal(signed(w), name=f"mcl_lam{x}") for x in range(E)]
         lag = Signal(E, name="mcl_lag")
@@ -133,12 +145,17 @@ class MulticastCountLimit(wiring.Component):
             m.d.comb += self.over[j].eq(Cat(*(completes[j][x] & (lam[x][-1] | (lag[x] & (lam[x] == 0))
                                                                   | ((lam[x] == lag[x]) & granted[x]))
                                               for x in range(E))).any())
-        m.d.comb += self.roomy.eq(Cat(*(dead[x] | (lam[x] >= self.margin + lag[x]) for x in range(E))).all())
+        # (not at a clear: lam starts again at 0, and no expert is dead)
+        m.d.comb += self.roomy.eq(~self.clear & Cat(*(dead[x] | (lam[x] >= self.margin + lag[x])
+                                                      for x in range(E))).all())
         now_done = Cat(*(Cat(*(completes[i][x] for i in range(L))).any() for x in range(E)))
         for x in range(E):
             nxt_le0 = self._update(m, x, lam[x], lag[x], le0[x], w)
             m.d.sync += dead[x].eq(~self.clear & (done[x] | now_done[x]) & nxt_le0)
         m.d.sync += done.eq(Mux(self.clear, 0, done | now_done))
+        if self.formal:
+            m.d.comb += [self.formal_lam[x].eq(lam[x] - lag[x]) for x in range(E)]
+            m.d.comb += [self.formal_le0.eq(Cat(*le0)), self.formal_dead.eq(dead), self.formal_done.eq(done)]
         return m
 
     def _update(self, m, x, lam, lag, le0, w):

@@ -266,7 +266,7 @@ class AdmittedAllocatorHarness(MulticastAllocatorHarness):
             chain.append(tight)
         since = Signal(range(ADMISSION_DELAY + 1), name="since_clear", init=ADMISSION_DELAY)
         m.d.sync += since.eq(Mux(g.clear, 0, Mux(since == ADMISSION_DELAY, since, since + 1)))
-        self._since = since
+        self._since, self._chain = since, chain
         self._room_while_roomy(p, dut, chain, since)
         p.assume(~g.req.any() | (since == ADMISSION_DELAY))
         p.assume(count_ones([g.req[j] & risky[j] for j in range(L)]) <= 1)

@@ -53,8 +53,10 @@ adds, the rows granted. Properties, besides the admitted allocator's:
 * ``over`` exactly when a completing count packet's expert holds more rows than the total
   it completes (at its lane).
 
-Both are bounded (BMC from reset): k-induction would need the page supply's ring and the
-count limit's registers as invariants, which the allocator's ports do not show.
+Paged is bounded (BMC from reset): k-induction would need the page supply's ring as
+invariants. Count packets close by k-induction (k=3): the allocator shows the count
+limit's registers to the harness (``formal=True``), which checks them against the model's
+state (:meth:`CountRef.invariants`).
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ from ...rtl.count_gate import total_bits
 from ...rtl.logic import select
 from ...rtl.multicast_allocator import pool_count_bits
 from ...rtl.paging import tile_sizes
+from ...rtl.timing import ADMISSION_GROUPS
 from .common import any_const, any_seq, count_ones, one_hot
 from .multicast_allocator import ADMISSION_DELAY, AdmittedAllocatorHarness
 
@@ -211,6 +214,7 @@ class CountsAllocatorHarness(AdmittedAllocatorHarness):
 
     def _count_refusals(self, m, p, dut, mask):
         self._counts = ref = CountRef(m, p, dut, self.cfg, mask, self._since)
+        ref.invariants(dut, self._chain)
         return ref.refused
 
     def _covers(self, p, g, names, granted, cnt, cap_s):
@@ -223,7 +227,7 @@ class CountRef:
     (adds), the rows granted; the environment's count packets (see the module docstring)."""
 
     def __init__(self, m, p, dut, cfg, mask, since):
-        self.m, self.p, self.g, self.cfg, self.mask = m, p, dut.grant, cfg, mask
+        self.m, self.p, self.g, self.cfg, self.mask, self.since = m, p, dut.grant, cfg, mask, since
         L, E, S = cfg.lanes, cfg.experts, cfg.sources
         g = self.g
         self.add, self.full = any_seq(m, L, "cnt_add_in"), any_seq(m, L, "cnt_full_in")
@@ -298,6 +302,35 @@ class CountRef:
                              self.adds[x].eq(self.adds[x] + Cat(self.adds_to[j][x] for j in range(L)).any()),
                              self.rows[x].eq(self.rows[x] + count_ones([g.ok[j] & self.mask[j][x]
                                                                         for j in range(L)]))]
+
+    def invariants(self, dut, chain):
+        """The count limit's registers against the model's state -- what k-induction needs
+        (as asserts they hold in every BMC step too): per expert ``lam`` (as it stands) is
+        the total announced, the group now in the allocator's cycle included, less the
+        rows granted; ``lam <= 0``, ``done`` and ``dead`` are what they say; and while
+        ``tight`` was clear ``d`` cycles ago (``chain[d]``, no clear since) every expert is
+        dead or ``lam`` is at least ``ADMISSION_GROUPS x lanes - (d + 1) x lanes`` -- so a
+        lane admitted roomy, with fewer than ``lanes`` grants ahead, is never refused for
+        counts by an expert still counting."""
+        p, cfg, L, E = self.p, self.cfg, self.cfg.lanes, self.cfg.experts
+        maxc = (1 << cfg.count_bits) - 1
+        for x in range(E):
+            # (the model's state is reachable: no more adds than sources, each at most the
+            # largest count; the rows the region's, rows + room == the latched capacity)
+            p.check((self.adds[x] <= cfg.sources) & (self.tot[x] <= self.adds[x] * maxc),
+                    "the model's total is more than its counts can make")
+            p.check(self.rows[x] + dut.formal_room[x] == dut.formal_cap[x], "the model's rows are not the region's")
+            lam = self.tot[x] + self.group[x] - self.rows[x]
+            p.check(dut.formal_lam[x] == lam, "the count limit's lam is not total - rows")
+            p.check(dut.formal_le0[x] == (lam <= 0), "the count limit's lam <= 0 bit is not lam's")
+            p.check(dut.formal_done[x] == (self.adds[x] == cfg.sources), "done is not 'every source's count in'")
+            p.check(dut.formal_dead[x] == (dut.formal_done[x] & dut.formal_le0[x]), "dead is not done & lam <= 0")
+        k = ADMISSION_GROUPS * L
+        for d, t in enumerate(chain):
+            off = t | (self.since < d)
+            for x in range(E):
+                p.check(off | dut.formal_dead[x] | (dut.formal_lam[x] >= k - (d + 1) * L),
+                        f"an expert's lam below {k - (d + 1) * L} while tight was clear {d} cycles ago")
 
     def covers(self):
         p, g, L, E = self.p, self.g, self.cfg.lanes, self.cfg.experts

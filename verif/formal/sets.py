@@ -147,12 +147,13 @@ def _sets() -> list[PropertySet]:
                          "handed out again at 10; bounded: k-induction would need the page supply's ring"),
         PropertySet("mcast-allocator-counts", "multicast allocator (the hub's), count packets",
                     "tiny/alloc-small, max_targets 3, 2 lanes, 2 sources, regions of 16 rows",
-                    _mcast_v2("counts", "tiny/alloc-small", **MCAST_COUNTS), {"bmc": 11, "cover": 12},
+                    _mcast_v2("counts", "tiny/alloc-small", **MCAST_COUNTS), {"bmc": 11, "prove": 3, "cover": 12},
                     smoke={"bmc": 6},
                     note="protocol v2: the admitted allocator's properties with count packets (met and over "
                          "exactly the model's, a refused row takes nothing); met from step 2, over 6, every "
-                         "lane granted after an expert's counts are in 11; bounded: k-induction would need "
-                         "the count limit's registers (lam, done), which the allocator does not show"),
+                         "lane granted after an expert's counts are in 11; k-induction closes at k=3 with "
+                         "the count limit's registers against the model's totals and rows, and lam's floors "
+                         "while tight was clear d cycles ago"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
