@@ -287,9 +287,10 @@ class AvailabilityTracker(wiring.Component):
         # manager's input handshake reads it, with no decode of mode in front)
         self.mode_clear = Signal(name="mode_clear")
         w_data, s2 = self._s2_update(m, t2, wp)
-        ctl_busy, ctl_room = self._output(m, s2)
+        ctl_busy, ctl_room, ctl_count_next = self._output(m, s2)
         go = Signal(name="go")                # the whole pipeline advances (from registers)
         m.d.comb += go.eq(~t2.valid | ctl_room)
+        self.go_ev = self._go_copy(m, go, t1, t2, ctl_count_next)
         self._s1_prepare(m, t1, t2, cfg, rp, w_data, go)
         clear_addr = self._clearing(m, mode, go)
         self.fin = self._final_sequencer(m, mode, go, cfg) if self.cfg.count_packets else None
@@ -304,6 +305,19 @@ class AvailabilityTracker(wiring.Component):
             self.layer.idle.eq(idle),
         ]
         return m
+
+    def _go_copy(self, m, go, t1, t2, ctl_count_next):
+        """``go`` for the event port's ready: a register of its own, formed from the next
+        values of what ``go`` reads (S2's valid, the ctl ring's count). ``go`` enables every
+        pipeline register, and the ready, taken from it, came behind its buffer tree: three
+        buffers, then the event expander's next-state selects (22.9 FO4 at
+        ``deepseek-v3-8gpu`` with multicast rows). Held inverted (``n_go_ev``), so that
+        synthesis, which merges flops with the same next value and reset bit by bit, keeps
+        it apart."""
+        n_go = Signal(name="n_go_ev")           # ~go (after reset: S2 empty, so go)
+        t2_valid_next = Mux(go, t1.valid, t2.valid)
+        m.d.sync += n_go.eq(t2_valid_next & (ctl_count_next == 2))
+        return ~n_go
 
     # ------------------------------------------------------------------ state
     def _counter_memory(self, m):
@@ -354,7 +368,7 @@ class AvailabilityTracker(wiring.Component):
         t = self.tl
         ev = self.ev.payload
         pick = Signal(t.inject, name="s0_in")
-        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & go)
+        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & self.go_ev)
         with m.Switch(mode):
             with m.Case(RUN):
                 m.d.comb += [pick.valid.eq(self.ev.valid),
@@ -409,7 +423,7 @@ class AvailabilityTracker(wiring.Component):
         :class:`FinalCounts`, whose ``fire`` loads the sequencer. (These comb statements
         come after S0's own: they override it.)"""
         fin, fc, ev = self.fin, self.fc, self.ev.payload
-        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & go & ~fin.valid & ~fc.stall)
+        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & self.go_ev & ~fin.valid & ~fc.stall)
         with m.If(mode == RUN):
             with m.If(fin.valid):
                 m.d.comb += [pick.eq(fin.view()), s0.group.eq(self.fin_group)]
@@ -557,7 +571,7 @@ class AvailabilityTracker(wiring.Component):
         after S2, as before; held back, the pipeline runs one word further.
 
         Owns the ring (and, through the guard, ``blocked``). Reads S2's ``s2_out`` record
-        and the ctl port's ready. Returns ``(ctl_busy, ctl_room)``.
+        and the ctl port's ready. Returns ``(ctl_busy, ctl_room, ctl_count_next)``.
         """
         ent = [_Registers(self.tl.s2_out, f"ctl{k}") for k in range(2)]
         wp, rp = Signal(name="ctl_wp"), Signal(name="ctl_rp")
@@ -572,8 +586,10 @@ class AvailabilityTracker(wiring.Component):
         for k in range(2):
             with m.If(load & (wp == k)):
                 m.d.sync += ent[k].load(s2)
-        m.d.sync += [wp.eq(wp ^ load), rp.eq(rp ^ fire), count.eq(count + load - fire)]
-        return busy, room
+        count_next = Signal(range(3), name="ctl_count_next")
+        m.d.comb += count_next.eq(count + load - fire)
+        m.d.sync += [wp.eq(wp ^ load), rp.eq(rp ^ fire), count.eq(count_next)]
+        return busy, room, count_next
 
     def _ordering_guard(self, m, s2, ent, wp, rp, load, fire):
         """The ordering guard: a flag waits while any write of its group or an older one is
