@@ -163,14 +163,18 @@ def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
     cnt_ahead : Out(experts).array(lanes)           lane j's row names expert x and a count packet on a
                                                     lane ahead of it in its group completes x
                                                     (registered a stage ahead, from R's packets)
+    cnt_dead : Out(lanes)                           lane j's row names an expert ``dead`` a cycle ago
+                                                    (registered a stage ahead, from R's packets)
+    dead : In(experts)                              the count limit's ``dead`` (a register): the
+                                                    expert's counts are all in and met
     dtot : Out(total_bits).array(experts)           the counts of the group behind
     met : In(lanes)                                 the row is refused for counts (COUNT_MISMATCH)
     over : In(lanes)                                a completing count below the rows held (COUNT_MISMATCH)
     """
     L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
-    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "cnt_ahead": Out(E).array(L),
+    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "cnt_ahead": Out(E).array(L), "cnt_dead": Out(L),
               "dtot": Out(total_bits(cfg)).array(E),
-              "met": In(L), "over": In(L)} if cfg.count_packets else {}
+              "met": In(L), "over": In(L), "dead": In(E)} if cfg.count_packets else {}
     return wiring.Signature({
         "req": Out(L), "tv": Out(T).array(L), "oh": Out(E).array(L, T),
         "ok": In(L), "row": In(cfg.row_bits).array(L, T), "loc": In(cfg.loc_bits).array(L),
@@ -607,7 +611,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         """(count_packets) The :class:`MulticastCountLimit`: each lane's count refusal, from
         registers, before the counters' update (a roomy lane it refuses is no sure grant);
         its roomy bit into ``tight``."""
-        self._cref = [Const(0)] * self.cfg.lanes
+        self._cref = self._cref_roomy = [Const(0)] * self.cfg.lanes
         self._late_bit(m)
         if not self.cfg.count_packets:
             return
@@ -621,6 +625,9 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += [cl.cnt_oh[j].eq(g.oh[j][0]) for j in range(L)]
         m.d.comb += [cl.dtot[x].eq(g.dtot[x]) for x in range(cfg.experts)]
         self._cref = [cl.refused[j] for j in range(L)]
+        # (a roomy lane's count refusal: an expert it names dead, as R saw it -- see _sure_bits)
+        self._cref_roomy = [g.cnt_dead[j] for j in range(L)]
+        m.d.comb += g.dead.eq(cl.dead_x)
         if self.formal:
             m.d.comb += [self.formal_lam[x].eq(cl.formal_lam[x]) for x in range(cfg.experts)]
             m.d.comb += [self.formal_le0.eq(cl.formal_le0), self.formal_dead.eq(cl.formal_dead),
@@ -669,10 +676,17 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     def elaborate(self, platform):
         self._roomy_next, self._grants_if = [], {}
         g = self.grant
-        # (the verdicts known from registers: a request admitted roomy, not refused for counts)
+        # (the verdicts known from registers: a request admitted roomy, not refused for counts.
+        # A roomy lane's count refusal is an expert it names dead: it was admitted with every
+        # expert dead or ``margin`` rows from its count, so none it names turns dead before
+        # its grant -- ``dead`` as R saw it, a cycle before, is exact for it, and the packet
+        # manager registers the lane's OR over its experts (``cnt_dead``). With the exact
+        # refusal (an OR over the experts in the cycle) the sure grants waited for it:
+        # pre_mask -> the refusal -> the grant counts -> the count limit's lam was 27.8 FO4
+        # at deepseek-v3-8gpu with every v2 feature. The risky lane keeps the exact one.)
         self._sure = [Signal(name=f"sure{j}") for j in range(self.cfg.lanes)]
         m = super().elaborate(platform)
-        m.d.comb += [self._sure[j].eq(g.req[j] & ~self.risky[j] & ~self._cref[j]) for j in range(self.cfg.lanes)]
+        m.d.comb += [self._sure[j].eq(g.req[j] & ~self.risky[j] & ~self._cref_roomy[j]) for j in range(self.cfg.lanes)]
         m.d.sync += self.tight.eq(~Cat(*self._roomy_next).all())
         return m
 

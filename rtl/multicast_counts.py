@@ -87,6 +87,8 @@ class MulticastCountLimit(wiring.Component):
         A completing count packet below the rows its expert holds.
     roomy : Out(1)
         Every expert dead or at least ``margin`` rows from its count.
+    dead_x : Out(experts)
+        ``dead`` (a register), for the packet manager's roomy lanes' refusals.
     formal_lam, formal_le0, formal_dead, formal_done : Out
         Only with ``formal=True`` (the property harness): per expert ``lam`` as it stands
         (the register less ``lag``), ``lam <= 0``, ``dead`` and ``done`` -- the invariants
@@ -112,7 +114,7 @@ class MulticastCountLimit(wiring.Component):
             "mask": In(E).array(L), "req": In(L), "cnt_add": In(L), "cnt_full": In(L),
             "cnt_oh": In(E).array(L), "cnt_ahead": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
             "grants": In(L + 1).array(E), "late_names": In(E), "late": In(1), "ok": In(L), "clear": In(1),
-            "refused": Out(L), "over": Out(L), "roomy": Out(1),
+            "refused": Out(L), "over": Out(L), "roomy": Out(1), "dead_x": Out(E),
         })
 
     def elaborate(self, platform):
@@ -153,6 +155,7 @@ class MulticastCountLimit(wiring.Component):
             nxt_le0 = self._update(m, x, lam[x], lag[x], le0[x], w)
             m.d.sync += dead[x].eq(~self.clear & (done[x] | now_done[x]) & nxt_le0)
         m.d.sync += done.eq(Mux(self.clear, 0, done | now_done))
+        m.d.comb += self.dead_x.eq(dead)
         if self.formal:
             m.d.comb += [self.formal_lam[x].eq(lam[x] - lag[x]) for x in range(E)]
             m.d.comb += [self.formal_le0.eq(Cat(*le0)), self.formal_dead.eq(dead), self.formal_done.eq(done)]

@@ -881,7 +881,9 @@ class PacketManager(wiring.Component):
         """(multicast, count packets) Per lane, the experts its row names that a count packet
         on a lane ahead of it completes, from R's packets (the count gate's ``add`` and
         ``full``, the target decode), registered into T for the multicast count limit's
-        refusals. (Not gated by ``live``: a group that is not live asks for no row.)"""
+        refusals; and whether its row names an expert the count limit holds ``dead`` now
+        (a roomy lane's count refusal, exact a cycle later: see the allocator's ``sure``).
+        (Not gated by ``live``: a group that is not live asks for no row.)"""
         cfg, L, E, T = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.max_targets
         completes = [Cat(self.gate.add[i] & self.gate.full[i] & decs[i].oh[0][x] for x in range(E))
                      for i in range(L)]
@@ -890,7 +892,8 @@ class PacketManager(wiring.Component):
             ahead = Const(0, E)
             for i in range(j):
                 ahead = ahead | completes[i]
-            m.d.sync += self.alloc.cnt_ahead[j].eq(names & ahead)
+            m.d.sync += [self.alloc.cnt_ahead[j].eq(names & ahead),
+                         self.alloc.cnt_dead[j].eq((names & self.alloc.dead).any())]
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),

@@ -247,6 +247,10 @@ class CountRef:
         # it is this formula of T's own inputs)
         m.d.comb += [g.cnt_ahead[j][x].eq(mask[j][x] & Cat(self.completes[i][x] for i in range(j)).any())
                      for j in range(1, L) for x in range(E)]
+        # (likewise the lane names an expert the count limit held dead a cycle ago)
+        dead_q = Signal(E, name="dead_q")
+        m.d.sync += dead_q.eq(g.dead)
+        m.d.comb += [g.cnt_dead[j].eq((mask[j] & dead_q).any()) for j in range(L)]
         self._environment(m, p, since)
         self.refused = [self._met(j) for j in range(L)]
         for j in range(L):
