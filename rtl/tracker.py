@@ -286,6 +286,7 @@ class AvailabilityTracker(wiring.Component):
         # (mode == CLEAR as a register of its own, set wherever mode is: the packet
         # manager's input handshake reads it, with no decode of mode in front)
         self.mode_clear = Signal(name="mode_clear")
+        self.mode_run_ev = Signal(name="mode_run_ev", init=1)
         w_data, s2 = self._s2_update(m, t2, wp)
         ctl_busy, ctl_room, ctl_count_next = self._output(m, s2)
         go = Signal(name="go")                # the whole pipeline advances (from registers)
@@ -368,7 +369,7 @@ class AvailabilityTracker(wiring.Component):
         t = self.tl
         ev = self.ev.payload
         pick = Signal(t.inject, name="s0_in")
-        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & self.go_ev)
+        m.d.comb += self.ev.ready.eq(self.mode_run_ev & self.ev.valid & self.go_ev)
         with m.Switch(mode):
             with m.Case(RUN):
                 m.d.comb += [pick.valid.eq(self.ev.valid),
@@ -423,7 +424,7 @@ class AvailabilityTracker(wiring.Component):
         :class:`FinalCounts`, whose ``fire`` loads the sequencer. (These comb statements
         come after S0's own: they override it.)"""
         fin, fc, ev = self.fin, self.fc, self.ev.payload
-        m.d.comb += self.ev.ready.eq((mode == RUN) & self.ev.valid & self.go_ev & ~fin.valid & ~fc.stall)
+        m.d.comb += self.ev.ready.eq(self.mode_run_ev & self.ev.valid & self.go_ev & ~fin.valid & ~fc.stall)
         with m.If(mode == RUN):
             with m.If(fin.valid):
                 m.d.comb += [pick.eq(fin.view()), s0.group.eq(self.fin_group)]
@@ -618,8 +619,10 @@ class AvailabilityTracker(wiring.Component):
 
     # ------------------------------------------------------------------ sequencers
     def _set_mode(self, m, mode, value):
-        """``mode <= value``, and its CLEAR bit (``mode_clear``) with it."""
-        m.d.sync += [mode.eq(value), self.mode_clear.eq(value == CLEAR)]
+        """``mode <= value``, and its CLEAR bit (``mode_clear``) and RUN bit (``mode_run_ev``,
+        for the event port's ready: ``mode``'s own decode, fanned out over the sequencers,
+        was 22.4 FO4 into the event expander at deepseek-v3-8gpu multicast) with it."""
+        m.d.sync += [mode.eq(value), self.mode_clear.eq(value == CLEAR), self.mode_run_ev.eq(value == RUN)]
 
     def _clearing(self, m, mode, go):
         """The clearing sweep: at a layer start with dirty counters, one zero write per
