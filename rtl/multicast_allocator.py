@@ -625,7 +625,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += [cl.cnt_oh[j].eq(g.oh[j][0]) for j in range(L)]
         m.d.comb += [cl.dtot[x].eq(g.dtot[x]) for x in range(cfg.experts)]
         self._cref = [cl.refused[j] for j in range(L)]
-        # (a roomy lane's count refusal: an expert it names dead, as R saw it -- see _sure_bits)
+        # (a roomy lane's count refusal: an expert it names dead, as R saw it -- see elaborate)
         self._cref_roomy = [g.cnt_dead[j] for j in range(L)]
         m.d.comb += g.dead.eq(cl.dead_x)
         if self.formal:
@@ -697,7 +697,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         lane is the one data packet of its group, so no lane of its group asks for a row
         beside it, and the rows of earlier groups are counted in the registers it reads:
         the model's rule for it is room for one row. A roomy lane always has room.)"""
-        g, E, L = self.grant, self.cfg.experts, self.cfg.lanes
+        E, L = self.cfg.experts, self.cfg.lanes
         if j == 0:
             self._fits = [Signal(name=f"fits{k}") for k in range(L)]
             m.d.comb += self._late.eq(Cat(*(self._rlane[k] & ~self._cref[k] & self._fits[k]
@@ -707,8 +707,9 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += fits.eq(Cat(*(~mask[j][e] | room_gt[e][0] for e in range(E))).all() & place)
         # (the verdict itself lane by lane -- equal to ``sure | rlane & late`` with one risky
         # lane, but not behind ``late``'s OR over the lanes and its fan-out: through it, a
-        # lane's request -> the grants into AL was 27.8 FO4 at deepseek-v3-8gpu multicast)
-        m.d.comb += ok[j].eq(g.req[j] & ~self._cref[j] & (~self.risky[j] | fits))
+        # lane's request -> the grants into AL was 27.8 FO4 at deepseek-v3-8gpu multicast;
+        # a roomy lane's by its registered refusal, the exact one only for the risky lane)
+        m.d.comb += ok[j].eq(self._sure[j] | (self._rlane[j] & ~self._cref[j] & fits))
 
     def _next(self, m, name, ok, names, above):
         """The counter's next ``room > a`` bits and grant count from the requests admitted
