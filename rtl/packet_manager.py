@@ -311,7 +311,8 @@ class PacketManager(wiring.Component):
             # experts each lane's row names, the counts of every set of lanes naming each
             # expert); POOL_BASE (the arena); PAGE_FREE's write (a static arena hands out no
             # page, so every return is PAGE_BAD)
-            **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_counts": Out(prerank_bits(cfg)),
+            **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_mask_next": Out(cfg.experts).array(L),
+                "alloc_pre_counts": Out(prerank_bits(cfg)),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1),
                 "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1),
                 "alloc_row_if": In(cfg.cap_bits).array(L, cfg.max_targets, L),
@@ -870,7 +871,8 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
                      self.alloc_pre_counts.eq(pre.q_counts)]
         for j in range(L):
-            m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j])]
+            m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j]),
+                         self.alloc_pre_mask_next[j].eq(pre.mask_next[j])]
             m.d.comb += [g.oh[j][t].eq(pre.q_oh[j][t]) for t in range(T)]
         self.t_mask = pre.q_mask
         if cfg.count_packets:       # (the count gate's, to the allocator's count limit)

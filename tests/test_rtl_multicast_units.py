@@ -66,6 +66,8 @@ class DecodeAlloc(Elaboratable):
         if self.alloc.PRERANK:
             m.d.comb += [self.alloc.pre_mask[j].eq(pre.q_mask[j]) for j in range(L)]
             m.d.comb += self.alloc.pre_counts.eq(pre.q_counts)
+        if hasattr(self.alloc, "pre_mask_next"):
+            m.d.comb += [self.alloc.pre_mask_next[j].eq(pre.mask_next[j]) for j in range(L)]
         m.d.comb += g.req.eq(self.opens & ~self.bad)
         return m
 

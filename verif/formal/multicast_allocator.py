@@ -59,10 +59,17 @@ class MulticastAllocatorHarness(Elaboratable):
         g = dut.grant
         req, clear = any_seq(m, L, "req"), any_seq(m, 1, "clear")
         m.d.comb += [g.req.eq(req), g.clear.eq(clear)]
+        # (an allocator that reads the pre-rank's next masks sees the one-hots registered,
+        # as the pre-rank registers them: free inputs a cycle ahead)
+        oh_next = [[any_seq(m, E, f"oh{j}_{t}") for t in range(T)] for j in range(L)]
+        staged = hasattr(dut, "pre_mask_next")
         for j in range(L):
             m.d.comb += g.tv[j].eq(any_seq(m, T, f"tv{j}"))
             for t in range(T):
-                m.d.comb += g.oh[j][t].eq(any_seq(m, E, f"oh{j}_{t}"))
+                if staged:
+                    m.d.sync += g.oh[j][t].eq(oh_next[j][t])
+                else:
+                    m.d.comb += g.oh[j][t].eq(oh_next[j][t])
                 p.assume(Mux(g.tv[j][t], one_hot(g.oh[j][t]), g.oh[j][t] == 0))
                 for u in range(t):
                     p.assume(~req[j] | ((g.oh[j][t] & g.oh[j][u]) == 0))
@@ -79,6 +86,9 @@ class MulticastAllocatorHarness(Elaboratable):
             masks = [Cat(Cat(g.oh[j][t][e] for t in range(T)).any() for e in range(E)) for j in range(L)]
             m.d.comb += [dut.pre_mask[j].eq(masks[j]) for j in range(L)]
             m.d.comb += dut.pre_counts.eq(prerank_counts(cfg, masks))
+        if staged:
+            m.d.comb += [dut.pre_mask_next[j].eq(Cat(Cat(oh_next[j][t][e] for t in range(T)).any()
+                                                     for e in range(E))) for j in range(L)]
         self._admission(m, p, dut)
         self._properties(m, p, dut)
         return m
