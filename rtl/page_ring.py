@@ -115,7 +115,7 @@ class BankedRing(PageRing):
 
     def elaborate(self, platform):
         m = Module()
-        P, pb, B = self.cfg.pool_pages, self.cfg.page_bits, self.banks()
+        L, P, pb, B = page_takes(self.cfg), self.cfg.pool_pages, self.cfg.page_bits, self.banks()
         lb = B.bit_length() - 1
         rows = -(-P // B)
         qb = lb + max(1, (rows - 1).bit_length())          # ring position bits
@@ -126,11 +126,17 @@ class BankedRing(PageRing):
         tail_lo = Signal(B, name="ring_tail_lo_oh", init=1)   # tail mod B, one-hot
         nxt = Signal(qb, name="ring_head_next")
         m.d.comb += nxt.eq(self._next_head(head, lambda n: head + n, tail - self.ret_r))
-        m.d.sync += [head.eq(nxt), head_lo.eq(1 << nxt[:lb])]
+        head_lo_next = Signal(B, name="ring_head_lo_next")
+        m.d.comb += head_lo_next.eq(1 << nxt[:lb])
+        m.d.sync += [head.eq(nxt), head_lo.eq(head_lo_next)]
+        tail_lo_next = Mux(self.good, _rotate(tail_lo, 1), tail_lo)
         with m.If(self.good):
-            m.d.sync += [tail.eq(tail + 1), tail_lo.eq(_rotate(tail_lo, 1))]
+            m.d.sync += tail.eq(tail + 1)
+        m.d.sync += tail_lo.eq(tail_lo_next)
         plus, tplus = self._row_sums(m, head, head_lo, tail, tail_lo, lb)
-        rows_next = self._read_rows(m, (head_lo, plus), (tail_lo, tplus))
+        hsel = {n: self._row_selects(m, head_lo_next, n, f"ring_head_row_sel_n{n}") for n in range(L + 1)}
+        tsel = {n: self._row_selects(m, tail_lo_next, n, f"ring_tail_row_sel_n{n + 1}") for n in (-1, 0)}
+        rows_next = self._read_rows(m, (hsel, plus), (tsel, tplus))
         out = []
         for b in range(B):
             m.submodules[f"bank{b}"] = mem = Memory(shape=pb, depth=cap >> lb, init=[])
@@ -173,6 +179,29 @@ class BankedRing(PageRing):
             m.d.sync += tplus[d].eq(Mux(wrap, tsum[d + 1], tsum[d]))
         return plus, tplus
 
+    def _row_selects(self, m, lo_next, n, name):
+        """Per bank b, which of the high-bit sums holds the window's entry in bank b for
+        the position ``(hi, lo) + n``: ``d = (lo + n) / B + (b < (lo + n) mod B)`` (the
+        sum ``hi + d``), as a one-hot over ``d`` -- registers formed from the low one-hot's
+        next value, so a bank's read row is a choice among registers by registers. (With the
+        low one-hot itself choosing, each of its bits loaded ``B x (lanes + 1)`` row selects
+        of every bit: ring_head_lo_oh -> four buffers -> a bank's read row was 22.5 FO4 at
+        deepseek-v3-8gpu paged, 8253090; 23.3 at two nodes.) Returns ``[{d: bit}] * B``."""
+        B = self.banks()
+        out = []
+        for b in range(B):
+            ds = {}
+            for v in range(B):
+                ds.setdefault((v + n) // B + (b < (v + n) % B), []).append(v)
+            sel = {}
+            for d, vs in ds.items():
+                # (reset: the one-hot at 0, so the sum of v = 0)
+                r = Signal(name=f"{name}_b{b}_d{d}".replace("-", "m"), init=int(0 in vs))
+                m.d.sync += r.eq(Cat(lo_next[v] for v in vs).any())
+                sel[d] = r
+            out.append(sel)
+        return out
+
     def _read_rows(self, m, head, tail):
         """Each bank's read row for the next head: the window's entry in bank b is at row
         ``h / B``, or the next one past the head's bank (``b < h mod B``). Every candidate
@@ -180,16 +209,17 @@ class BankedRing(PageRing):
         the head's and tail's high bits plus 0, 1 or 2 (:meth:`_row_sums`), chosen by
         their low bits (one-hot registers) and constants -- and the pending takes and the
         count's compares only select among them: no adder behind the compares. ``head``,
-        ``tail``: (low bits one-hot, {d: high bits + d})."""
+        ``tail``: ({n: the row selects of :meth:`_row_selects` for offset n}, {d: high bits
+        + d})."""
         L, B = page_takes(self.cfg), self.banks()
-        (head_lo, plus), (tail_lo, tplus) = head, tail
+        (hsel, plus), (tsel, tplus) = head, tail
         rb = len(plus[0])
 
-        def rows(lo, base, b, n):
-            """Bank b's row for position ``base * B + lo + n`` (n >= -1): a select on lo."""
-            return select([(lo[v], base[(v + n) // B + (b < (v + n) % B)]) for v in range(B)], rb)
-        cand = {n: [rows(head_lo, plus, b, n) for b in range(B)] for n in range(L + 1)}
-        ended = [Mux(self.ret_r, rows(tail_lo, tplus, b, -1), rows(tail_lo, tplus, b, 0)) for b in range(B)]
+        def rows(sel, base):
+            """A bank's row: the high-bit sum its registered one-hot names."""
+            return select([(bit, base[d]) for d, bit in sel.items()], rb)
+        cand = {n: [rows(hsel[n][b], plus) for b in range(B)] for n in range(L + 1)}
+        ended = [Mux(self.ret_r, rows(tsel[-1][b], tplus), rows(tsel[0][b], tplus)) for b in range(B)]
         out = [Signal(rb, name=f"ring_read_row{b}") for b in range(B)]
         for b in range(B):
             m.d.comb += out[b].eq(select(
