@@ -111,7 +111,9 @@ class AddressAllocator(wiring.Component):
             # (paged) per expert, the grants that stand when the page gate refused one
             # (:class:`~moehub.rtl.paging.PageGate`), one-hot
             **({"stop_r": In(cfg.lanes).array(E), "tile_m1": In(cfg.row_bits),
-                "tile_at": Out(cfg.lanes, init=_tile_at_init(cfg)).array(E)} if cfg.paged else {}),
+                "tile_at": Out(cfg.lanes, init=_tile_at_init(cfg)).array(E),
+                "tile_at_next": Out(cfg.lanes).array(E), "room_ge_next": Out(cfg.lanes + 1).array(E)}
+               if cfg.paged else {}),
             **({"allow": Out(cfg.lanes).array(E), "short": In(cfg.lanes)}
                if cfg.paged and cfg.count_packets else {}),
         })
@@ -180,8 +182,8 @@ class AddressAllocator(wiring.Component):
         if held:
             nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
             self._tile_at_next(m, e, counters, [(is_n[n], n) for n in range(L + 1)], held[e])
-        m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room),
-                     room_ge[e].eq(self._room_ge_next(room[e], is_n, held[e] if held else None))]
+        m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
+        self._room_ge_upd[e] = self._room_ge_next(room[e], is_n, held[e] if held else None)
 
     def _room_ge_next(self, room, is_n, held_e):
         """``room_ge`` after ``n`` grants (``is_n`` one-hot): room - n >= k is room >= n + k
@@ -212,7 +214,7 @@ class AddressAllocator(wiring.Component):
         stop_r, rows_r, _ = held_e
         held_at = Cat(*(Cat(*(stop_r[b] & masked_equal(rows_r, -(a + b), tm1) for b in range(L))).any()
                         for a in range(L)))
-        m.d.sync += self.tile_at[e].eq(Mux(stop_r.any(), held_at, nxt))
+        self._tile_at_upd[e] = Mux(stop_r.any(), held_at, nxt)
 
     def _after_refusal(self, held_e, nxt_rows, nxt_room):
         """(paged) A page refused in the cycle before: the counters, which added every
@@ -258,11 +260,8 @@ class AddressAllocator(wiring.Component):
         with m.If(self.grant.clear):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [r.eq(c) for r, c in zip(room, self.cap)]
-            m.d.sync += [r.eq(Cat(c >= n for n in range(L + 1))) for r, c in zip(room_ge, self.cap)]
             m.d.sync += [c.eq(x) for c, x in zip(cap_l, self.cap)]
-            if cfg.paged:       # (row a starts a tile: a multiple of the new tile rows)
-                m.d.sync += [t.eq(Cat(*(masked_equal(Const(0, cfg.row_bits), -a, self.tile_m1)
-                                        for a in range(L)))) for t in self.tile_at]
+        self._room_ge_upd, self._tile_at_upd = {}, {}
         with m.Else():
             for e in range(E if self.limit is not None else 0):
                 self._update_counted(m, e, counters, room, room_ge, held)
@@ -286,6 +285,25 @@ class AddressAllocator(wiring.Component):
                     # room_ge with them, from compares of the held room register)
                     nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
                     self._tile_at_next(m, e, counters, [(is_n[n] & fits[n], n) for n in range(L + 1)], held[e])
-                m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room),
-                             room_ge[e].eq(self._room_ge_next(room[e], is_n, held[e] if held else None))]
+                m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
+                self._room_ge_upd[e] = self._room_ge_next(room[e], is_n, held[e] if held else None)
+        self._next_state(m, room_ge)
         return m
+
+    def _next_state(self, m, room_ge):
+        """``room_ge`` and (paged) ``tile_at`` take their next values every cycle (the
+        capacities' and the new tile's at ``clear``); paged, the next values go out too
+        (``room_ge_next``, ``tile_at_next``): the page gate forms each lane's tile starts
+        from them a cycle ahead, for the expert the lane will name."""
+        cfg, clear = self.cfg, self.grant.clear
+        L, E = cfg.lanes, cfg.experts
+        for e in range(E):
+            ge = Signal(L + 1, name=f"room_ge{e}_next")
+            m.d.comb += ge.eq(Mux(clear, Cat(self.cap[e] >= n for n in range(L + 1)), self._room_ge_upd[e]))
+            m.d.sync += room_ge[e].eq(ge)
+            if cfg.paged:       # (row a starts a tile: at clear, a multiple of the new tile rows)
+                at = Signal(L, name=f"tile_at{e}_next")
+                at0 = Cat(*(masked_equal(Const(0, cfg.row_bits), -a, self.tile_m1) for a in range(L)))
+                m.d.comb += [at.eq(Mux(clear, at0, self._tile_at_upd[e])),
+                             self.tile_at_next[e].eq(at), self.room_ge_next[e].eq(ge)]
+                m.d.sync += self.tile_at[e].eq(at)

@@ -155,11 +155,11 @@ class MoEHub(wiring.Component):
         for j in range(L):
             m.d.comb += [a.expert[j].eq(g.expert[j]), a.same[j].eq(g.same[j]), pg.expert[j].eq(g.expert[j]),
                          pg.same[j].eq(g.same[j]), pg.ahead[j].eq(pm.alloc_ahead[j]),
-                         pg.prev_same[j].eq(pm.alloc_prev_same[j]),
+                         pg.prev_same[j].eq(pm.alloc_prev_same[j]), pg.expert_next[j].eq(pm.alloc_expert_next[j]),
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
             m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop_r[e].eq(pg.stop_r[e]),
-                         pg.tile_at[e].eq(alloc.tile_at[e]), pg.room_ge[e].eq(alloc.formal_room_ge[e])]
+                         pg.tile_at_next[e].eq(alloc.tile_at_next[e]), pg.room_ge_next[e].eq(alloc.room_ge_next[e])]
         if cfg.count_packets:
             self._paged_counts(m, g, a, pg, alloc)
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),

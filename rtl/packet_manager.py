@@ -305,6 +305,7 @@ class PacketManager(wiring.Component):
             # it in the group (a register of T); each granted row's page (the gate's), the
             # layer's tile size (one-hot over paging.tile_sizes), POOL_BASE, PAGE_BAD's pulse
             **({"alloc_ahead": Out(L).array(L), "alloc_prev_same": Out(L).array(L),
+                "alloc_expert_next": Out(cfg.experts).array(L),
                 "alloc_page": In(cfg.page_bits).array(L), "tile_sh": In(len(tile_sizes(cfg))),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if paged(cfg) else {}),
             # (multicast) the requests' pre-rank for the allocator (registers of T: the
@@ -800,6 +801,9 @@ class PacketManager(wiring.Component):
                     # (the row request's expert as a one-hot that is zero without a request:
                     # the allocator's per-expert counts start at registers)
                     t.req_oh.eq(Mux(req, exp_oh, 0))]
+                if paged(self.cfg):     # (the allocator's one-hot, a cycle ahead: the page gate's)
+                    m.d.comb += self.alloc_expert_next[j].eq(exp_oh if self.cfg.count_packets
+                                                              else Mux(req, exp_oh, 0))
             m.d.sync += [
                 t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),

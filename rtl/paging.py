@@ -27,8 +27,9 @@ Two units, between the packet manager's T stage and the allocator:
 Timing: whether a lane's row starts a tile and fits its region is formed, as the
 allocator forms its grants, for every count of requests ahead of it from the allocator's
 registers (``tile_at``: row ``rows + a`` starts a tile, kept beside the counters;
-``room_ge``) and chosen by that count, so the pool's verdict does not wait for the grant's
-row. (tiny-paged: 25.7 FO4 with the tile test a compare of the counter and the ring read
+``room_ge``) -- for the expert each lane names, registered a cycle ahead from the next
+values of both and of the lane's expert -- and chosen by that count, so the pool's
+verdict does not wait for the grant's row. (tiny-paged: 25.7 FO4 with the tile test a compare of the counter and the ring read
 through an index adder, 20.6 with both registered/one-hot.) No verdict reaches a counter in its own cycle: the pool's state
 follows its takes a cycle late (this cycle's pages are read past the takes still pending,
 from registers), and after a refusal the allocator's counters, which added every request
@@ -235,13 +236,14 @@ class PageGate(wiring.Component):
         not at a count of requests).
     row : In(row_bits).array(lanes), ok : In(lanes)
         The allocator's grants (room in the region).
-    tile_at : In(lanes).array(experts) ; room_ge : In(lanes + 1).array(experts)
-        The allocator's tile starts (bit a: row ``rows + a`` starts a tile) and its room
-        compares (bit n: room >= n; registered without count packets): whether a lane's row
-        starts a tile and fits is formed from them for every count of requests ahead, as
-        the allocator forms its grants, so the pool's verdict does not wait for the grant's
-        row, nor for a compare of the counter (``tile_at`` is a register of the allocator,
-        updated with the counters).
+    expert_next : In(experts).array(lanes) ; tile_at_next, room_ge_next : In
+        The next values of ``expert`` (the packet manager's T register) and of the
+        allocator's tile starts (bit a: row ``rows + a`` starts a tile) and room compares
+        (bit n: room >= n), registers all three, taken every cycle: whether a lane's row
+        starts a tile and fits its region is formed for every count of requests ahead, as
+        the allocator forms its grants, and registered a cycle ahead (``starts_q``) -- so
+        the pool's verdict waits for no grant's row, no compare of a counter and no
+        experts-wide select of the allocator's registers.
     allow : In(lanes).array(experts)
         (count_packets) Bit ``a``: the counts allow ``a + 1`` grants to the expert (from
         registers); a row they refuse starts no tile.
@@ -283,7 +285,7 @@ class PageGate(wiring.Component):
             "req": In(L), "expert": In(E).array(L), "same": In(L).array(L), "ahead": In(L).array(L),
             "prev_same": In(L).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
-            "tile_at": In(L).array(E), "room_ge": In(L + 1).array(E),
+            "expert_next": In(E).array(L), "tile_at_next": In(L).array(E), "room_ge_next": In(L + 1).array(E),
             "stop_r": Out(L).array(E),
             "tile_oh": In(len(tile_sizes(cfg))), "tile_m1": Out(cfg.row_bits),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
@@ -315,16 +317,7 @@ class PageGate(wiring.Component):
         req, oh = self.req, self.expert
         same = [[req[i] & req[j] & self.same[j][i] for i in range(j)] for j in range(L)]
         ahead = [[self.ahead[j][a] for a in range(j + 1)] for j in range(L)]
-        # (expert e's row rows[e] + a fits its region and starts a tile: from registers)
-        starts = [[Signal(name=f"page_starts{e}_if{a}") for a in range(L)] for e in range(E)]
-        m.d.comb += [starts[e][a].eq(self.room_ge[e][a + 1] & self.tile_at[e][a])
-                     for e in range(E) for a in range(L)]
-        if cfg.count_packets:       # (and the counts allow a + 1 grants: a row they refuse takes no page)
-            for e in range(E):
-                for a in range(L):
-                    allowed = Signal(name=f"page_starts{e}_if{a}_counted")
-                    m.d.comb += allowed.eq(starts[e][a] & self.allow[e][a])
-                    starts[e][a] = allowed
+        starts_if = self._starts_if(m)
         # (an expert refused a page last cycle: the allocator's counters for it are a cycle
         # wrong, and the pool is still empty, so its rows are refused now; ``refused``:
         # from the lanes' registers of that cycle)
@@ -338,9 +331,8 @@ class PageGate(wiring.Component):
         m.d.comb += [held[j].eq(Cat(first_r[i] & self.prev_same[j][i] for i in range(L)).any()) for j in range(L)]
         needs = [Signal(name=f"page_needs{j}") for j in range(L)]
         for j in range(L):
-            starts_if = [Cat(oh[j][e] & starts[e][a] for e in range(E)).any() for a in range(j + 1)]
             m.d.comb += needs[j].eq(req[j] & ~held[j]
-                                    & Cat(ahead[j][a] & starts_if[a] for a in range(j + 1)).any())
+                                    & Cat(ahead[j][a] & starts_if[j][a] for a in range(j + 1)).any())
         served = [Signal(name=f"page_served{j}") for j in range(L)]     # takes a page
         short = [Signal(name=f"page_short{j}") for j in range(L)]       # needs one, none left
         # (the pool serves K = page_takes(cfg) takes a cycle: K tile starts at most need a
@@ -387,3 +379,25 @@ class PageGate(wiring.Component):
                 with m.If(served[j] & oh[j][e]):
                     m.d.sync += cur[e].eq(new[j])
         return m
+
+    def _starts_if(self, m):
+        """Per lane j and count ``a`` of requests of its expert ahead of it: row ``rows + a``
+        of the expert it names fits the region and starts a tile -- a register formed a
+        cycle ahead from the next values of its expert and of the allocator's
+        ``room_ge``/``tile_at`` (``starts_q``); with count packets, and the counts allow
+        ``a + 1`` grants (the allowance chosen by the expert here, from registers). (The
+        experts-wide select of the allocator's registers behind T's expert one-hot, then
+        the lane chain, was 22.8 FO4 into AL's page at deepseek-v3-8gpu paged, 8253090;
+        24.2 at two nodes, 90d0f64.)"""
+        cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
+        starts_q = [Signal(L, name=f"page_starts_q{j}") for j in range(L)]
+        for j in range(L):
+            nxt = self.expert_next[j]
+            m.d.sync += starts_q[j].eq(Cat(
+                Cat(nxt[e] & self.room_ge_next[e][a + 1] & self.tile_at_next[e][a] for e in range(E)).any()
+                for a in range(L)))
+        if not cfg.count_packets:
+            return starts_q
+        # (and the counts allow a + 1 grants: a row they refuse takes no page)
+        return [Cat(starts_q[j][a] & Cat(self.expert[j][e] & self.allow[e][a] for e in range(E)).any()
+                    for a in range(L)) for j in range(L)]
