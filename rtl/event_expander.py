@@ -30,7 +30,10 @@ the hub's deepest path (26.7 FO4 at 8 targets). The target handed
 out is the lowest of those left (a priority one-hot of ``max_targets`` bits) selecting its
 fields by an AND-OR. One-target events pass one a cycle (an event is taken in the
 cycle the one before it is handed out); ``busy`` tells the packet manager that events are
-still held here (its end of layer waits for them as for the queue). The held event's
+still held here (its end of layer waits for them as for the queue). The target handed out
+reaches the tracker through an output register (a cycle of latency, no bubble): the
+tracker's ready chooses that register's load, one mux over the tracker event's bits, and
+the tracker starts from flops. The held event's
 targets left and the lowest of them are registers (``left``, ``first``): with the lowest
 target encoded behind the entry select, the path from ``rp`` to the tracker's address was
 the multicast hub's deepest (24.6 FO4 at 8 targets). Every register's next value is formed
@@ -109,10 +112,13 @@ class EventExpander(wiring.Component):
         m.d.comb += last.eq((left & ~first) == 0)
         held = Signal(name="held")
         m.d.comb += held.eq(count != 0)
+        # (the target handed out goes through an output register, ``src`` -> ``o``)
+        self._src = src = stream.Signature(self.lay.tracker_event).create(path=("expand_src",))
+        out_valid = self._out_register(m)
         self._out(m, cur, held, left, first)
         take = Signal(name="take")
         m.d.comb += [take.eq(self.i.valid & (count != 2)), self.i.ready.eq(count != 2),
-                     self.busy.eq(held)]
+                     self.busy.eq(held | out_valid)]
         for k in range(2):
             with m.If(take & (wp == k)):
                 m.d.sync += ent[k].eq(self.i.payload)
@@ -122,12 +128,12 @@ class EventExpander(wiring.Component):
         # (count packets: first's expert, one-hot, a register -- the final counts' one consumer)
         oh = Signal(self.cfg.experts, name="expert_oh") if self.cfg.count_packets else None
         if oh is not None:
-            m.d.comb += self.o.payload.expert_oh.eq(oh)
+            m.d.comb += src.payload.expert_oh.eq(oh)
         regs = (rp, count, left, first) + ((oh,) if oh is not None else ())
         loads = self._candidates(m, count, ent, rp, cur, left, first)
         nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, oh, loads) for ready in (0, 1)]
-        m.d.sync += [reg.eq(Mux(self.o.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
-        rp_next = Mux(self.o.ready, nxt[1][0], nxt[0][0])
+        m.d.sync += [reg.eq(Mux(src.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
+        rp_next = Mux(src.ready, nxt[1][0], nxt[0][0])
         m.d.sync += [sel.eq(~rp_next if inv else rp_next) for sel, inv in self.rp_copies.values()]
         return m
 
@@ -177,11 +183,29 @@ class EventExpander(wiring.Component):
         m.d.comb += n_count.eq(count + take - finish)
         return (rp ^ finish, n_count, *nxt)
 
+    def _out_register(self, m):
+        """The tracker's event from a register (``o``), loaded with the target handed out
+        (``src``) whenever it is empty or the tracker takes it: the tracker's stage S0 --
+        its counter address, its read port, the final counts -- starts at flops, not
+        behind ``rp``'s entry select and the target's select (with count packets those
+        were the deepest paths into the tracker: ``rp_expert`` -> the entry select -> the
+        counter address, 24.6 FO4, and ``nrp_misc`` -> the final counts' fields, 24.4,
+        at deepseek-v3-8gpu with every v2 feature, 47f72b6). Full throughput: the register
+        takes a new target in the cycle the tracker takes the one it holds. Returns its
+        valid bit."""
+        src, o = self._src, self.o
+        valid = Signal(name="out_valid")
+        payload = Signal(self.lay.tracker_event, name="out_payload")
+        m.d.comb += [src.ready.eq(~valid | o.ready), o.valid.eq(valid), o.payload.eq(payload)]
+        with m.If(src.ready):
+            m.d.sync += [valid.eq(src.valid), payload.eq(src.payload)]
+        return valid
+
     def _out(self, m, cur, held, left, first):
-        """The tracker's event: ``cur``'s lowest target left, with the event's fields."""
-        T, out = self.cfg.max_targets, self.o.payload
+        """The target handed out: ``cur``'s lowest target left, with the event's fields."""
+        T, out = self.cfg.max_targets, self._src.payload
         m.d.comb += [
-            self.o.valid.eq(held & left.any()),
+            self._src.valid.eq(held & left.any()),
             out.complete.eq(cur.complete), out.src.eq(cur.src), out.token.eq(cur.token),
             out.group.eq(cur.group), out.loc.eq(cur.loc),
             *([out.cnt.eq(cur.cnt), out.count.eq(cur.count)] if self.cfg.count_packets else []),
