@@ -589,6 +589,12 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     risky : In(lanes)
         The lane's packet is a data packet the input took while ``tight`` (carried down the
         pipeline with it): at most one lane of a group.
+    pre_mask_next : In(experts).array(lanes)
+        ``pre_mask``'s next value (the pre-rank registers it every cycle).
+    sure_named : In(experts).array(lanes)
+        Bit x of lane k: a sure request (``req``, not ``risky``, not ``cnt_dead``) naming
+        expert x -- the packet manager's registers, formed from the same next values as
+        those.
     tile_oh, page_ret, page_ret_page, page_bad, pool_free
         Only with pages (``pool_pages`` > 0: the arena in pages, :class:`~moehub.rtl.
         paged_arena.PagedArena`): TILE_ROWS_LOG2 as a one-hot (latched at ``clear``),
@@ -602,7 +608,8 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
 
     def _extra_ports(self, cfg: HubConfig) -> dict:
         ports = {"tight": Out(1, init=1), "risky": In(cfg.lanes),      # (tight until a clear says)
-                 "pre_mask_next": In(cfg.experts).array(cfg.lanes)}
+                 "pre_mask_next": In(cfg.experts).array(cfg.lanes),
+                 "sure_named": In(cfg.experts).array(cfg.lanes)}
         if cfg.count_packets and self.formal:
             E, w = cfg.experts, MulticastCountLimit.width(cfg)
             ports.update({"formal_lam": Out(signed(w)).array(E), "formal_le0": Out(E), "formal_dead": Out(E),
@@ -746,9 +753,16 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         roomy (registers: all granted) and the one risky lane's verdict, the one late bit:
         a mux between two candidates formed from registers."""
         L = self.cfg.lanes
+        # (an expert's sure grants: the packet manager's registers ``sure_named``, one per
+        # lane and expert -- the sure bits ANDed with the masks here fanned each lane's
+        # sure bit out to every expert's counts, three buffers deep: a request -> the sure
+        # grants -> the count limit's lam was 24.9 FO4 at deepseek-v3-8gpu with every v2
+        # feature, 28a96c0)
+        sure = ([self.sure_named[k][int(name[1:])] for k in range(L)] if names is not None
+                else self._sure)
         names = names or [Const(1)] * L
         base = [Signal(name=f"{name}_sure{d}") for d in range(L + 1)]
-        m.d.comb += [base[d].eq(exactly([self._sure[k] & names[k] for k in range(L)], d)) for d in range(L + 1)]
+        m.d.comb += [base[d].eq(exactly(sure, d)) for d in range(L + 1)]
         named = Signal(name=f"{name}_risky_names")     # the risky lane names the counter
         m.d.comb += named.eq(Cat(*(self._rlane[k] & names[k] for k in range(L))).any())
         self._next_parts[name] = (base, named, above)

@@ -313,6 +313,7 @@ class PacketManager(wiring.Component):
             # expert); POOL_BASE (the arena); PAGE_FREE's write (a static arena hands out no
             # page, so every return is PAGE_BAD)
             **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_mask_next": Out(cfg.experts).array(L),
+                "alloc_sure_named": Out(cfg.experts).array(L),
                 "alloc_pre_counts": Out(prerank_bits(cfg)),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1),
                 "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1),
@@ -788,7 +789,7 @@ class PacketManager(wiring.Component):
         }
         self.t_reasons = Signal(self.stages.reasons, name="t_reasons")
         m.d.sync += [getattr(self.t_reasons, r.name.lower()).eq(Cat(*hits)) for r, hits in reasons.items()]
-        reqs = [Signal(name=f"t_req{j}") for j in range(L)]
+        reqs = self._t_reqs = [Signal(name=f"t_req{j}") for j in range(L)]
         m.d.comb += [reqs[j].eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]) for j, r in enumerate(R)]
         for j, (r, t) in enumerate(zip(R, T)):
             req = reqs[j]
@@ -869,9 +870,17 @@ class PacketManager(wiring.Component):
             m.d.comb += [pre.tv[j].eq(dec.tv)] + [pre.oh[j][t].eq(dec.oh[t]) for t in range(T)]
             decs.append(dec)
         g = self.alloc
+        self._cnt_dead_next = [Const(0)] * L
         if cfg.count_packets:
             self._t_cnt_ahead(m, decs)
         m.d.sync += [t.risky.eq(r.risky) for r, t in zip(self.r, self.t)]
+        # (per lane and expert, a sure request naming it -- T's request, not risky, no
+        # expert it names dead -- registered from the same values as those: the allocator's
+        # per-expert sure grants start at flops, not at each lane's sure bit fanned out
+        # over the experts)
+        for j, r in enumerate(self.r):
+            sure = self._t_reqs[j] & ~r.risky & ~self._cnt_dead_next[j]
+            m.d.sync += self.alloc_sure_named[j].eq(Mux(sure, pre.mask_next[j], 0))
         m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
                      self.alloc_pre_counts.eq(pre.q_counts)]
         for j in range(L):
@@ -898,8 +907,10 @@ class PacketManager(wiring.Component):
             ahead = Const(0, E)
             for i in range(j):
                 ahead = ahead | completes[i]
-            m.d.sync += [self.alloc.cnt_ahead[j].eq(names & ahead),
-                         self.alloc.cnt_dead[j].eq((names & self.alloc.dead).any())]
+            dead = Signal(name=f"t_cnt_dead_next{j}")
+            m.d.comb += dead.eq((names & self.alloc.dead).any())
+            m.d.sync += [self.alloc.cnt_ahead[j].eq(names & ahead), self.alloc.cnt_dead[j].eq(dead)]
+            self._cnt_dead_next[j] = dead
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),

@@ -13,7 +13,7 @@ ROWS and the arena's fill.
 import random
 
 import pytest
-from amaranth import Cat, Elaboratable, Module, Signal
+from amaranth import Cat, Elaboratable, Module, Mux, Signal
 from amaranth.sim import Simulator
 
 from moehub.config.schema import load_hub_config
@@ -68,6 +68,9 @@ class DecodeAlloc(Elaboratable):
             m.d.comb += self.alloc.pre_counts.eq(pre.q_counts)
         if hasattr(self.alloc, "pre_mask_next"):
             m.d.comb += [self.alloc.pre_mask_next[j].eq(pre.mask_next[j]) for j in range(L)]
+        if hasattr(self.alloc, "sure_named"):       # (the packet manager's registers)
+            m.d.comb += [self.alloc.sure_named[j].eq(Mux(g.req[j] & ~self.alloc.risky[j], pre.q_mask[j], 0))
+                         for j in range(L)]
         m.d.comb += g.req.eq(self.opens & ~self.bad)
         return m
 

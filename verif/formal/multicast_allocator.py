@@ -90,6 +90,12 @@ class MulticastAllocatorHarness(Elaboratable):
             m.d.comb += [dut.pre_mask_next[j].eq(Cat(Cat(oh_next[j][t][e] for t in range(T)).any()
                                                      for e in range(E))) for j in range(L)]
         self._admission(m, p, dut)
+        if hasattr(dut, "sure_named"):
+            # (the packet manager's registers: a sure request naming each expert, formed
+            # from the same values as the request, risky and cnt_dead registers)
+            dead = g.cnt_dead if cfg.count_packets else Const(0, L)
+            m.d.comb += [dut.sure_named[j].eq(Mux(g.req[j] & ~dut.risky[j] & ~dead[j], masks[j], 0))
+                         for j in range(L)]
         self._properties(m, p, dut)
         return m
 
