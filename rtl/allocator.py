@@ -80,9 +80,13 @@ class AddressAllocator(wiring.Component):
         ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
         gate refuses its requests of that cycle, as the model does: the pool is still
         empty).
-    tile_m1 : In(row_bits) ; tile_at : Out(lanes).array(experts)
-        Only when paged: the layer's tile rows minus one (the page gate's register, or the
-        value it latches at ``clear``); bit ``a`` of ``tile_at[e]``: row ``rows[e] + a``
+    tile_m1, tile_m1_load : In(row_bits) ; tile_at : Out(lanes).array(experts)
+        Only when paged: the layer's tile rows minus one (the page gate's register) and the
+        value it latches at ``clear`` (for the tile starts of a layer's first rows: the
+        updates read the register alone, so the clear's choice of the tile size is not in
+        front of every counter's compares -- through it, the layer start -> the tile starts'
+        next value -> the page gate's registered starts was 26.5 FO4 at deepseek-v3-8gpu
+        paged, 4b029fc); bit ``a`` of ``tile_at[e]``: row ``rows[e] + a``
         starts a tile -- a register, updated beside the counters from compares of the
         counter register (``rows + n + a`` for every outcome n, chosen as the counters
         are), so the page gate's verdict starts at flops, not at a compare of the counter.
@@ -110,7 +114,7 @@ class AddressAllocator(wiring.Component):
             "formal_room_ge": Out(cfg.lanes + 1).array(E),
             # (paged) per expert, the grants that stand when the page gate refused one
             # (:class:`~moehub.rtl.paging.PageGate`), one-hot
-            **({"stop_r": In(cfg.lanes).array(E), "tile_m1": In(cfg.row_bits),
+            **({"stop_r": In(cfg.lanes).array(E), "tile_m1": In(cfg.row_bits), "tile_m1_load": In(cfg.row_bits),
                 "tile_at": Out(cfg.lanes, init=_tile_at_init(cfg)).array(E),
                 "tile_at_next": Out(cfg.lanes).array(E), "room_ge_next": Out(cfg.lanes + 1).array(E)}
                if cfg.paged else {}),
@@ -303,7 +307,7 @@ class AddressAllocator(wiring.Component):
             m.d.sync += room_ge[e].eq(ge)
             if cfg.paged:       # (row a starts a tile: at clear, a multiple of the new tile rows)
                 at = Signal(L, name=f"tile_at{e}_next")
-                at0 = Cat(*(masked_equal(Const(0, cfg.row_bits), -a, self.tile_m1) for a in range(L)))
+                at0 = Cat(*(masked_equal(Const(0, cfg.row_bits), -a, self.tile_m1_load) for a in range(L)))
                 m.d.comb += [at.eq(Mux(clear, at0, self._tile_at_upd[e])),
                              self.tile_at_next[e].eq(at), self.room_ge_next[e].eq(ge)]
                 m.d.sync += self.tile_at[e].eq(at)

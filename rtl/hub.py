@@ -151,7 +151,8 @@ class MoEHub(wiring.Component):
         g, a = pm.alloc, alloc.grant
         m.d.comb += [a.req.eq(g.req), a.clear.eq(g.clear), pg.req.eq(g.req), pg.clear.eq(g.clear),
                      pg.ok.eq(a.ok), g.ok.eq(pg.grant_ok),
-                     pg.tile_oh.eq(csr.tile_oh), alloc.tile_m1.eq(pg.tile_m1)]
+                     pg.tile_oh.eq(csr.tile_oh), alloc.tile_m1.eq(pg.tile_m1),
+                     alloc.tile_m1_load.eq(pg.tile_m1_load)]
         for j in range(L):
             m.d.comb += [a.expert[j].eq(g.expert[j]), a.same[j].eq(g.same[j]), pg.expert[j].eq(g.expert[j]),
                          pg.same[j].eq(g.same[j]), pg.ahead[j].eq(pm.alloc_ahead[j]),

@@ -251,9 +251,9 @@ class PageGate(wiring.Component):
         Layer start: latch the tile size.
     tile_oh : In(len(tile_sizes))
         The TILE_ROWS_LOG2 CSR as a one-hot (the bank's register), latched at ``clear``.
-    tile_m1 : Out(row_bits)
-        The layer's tile rows minus one, for the allocator's ``tile_at``: the register, or
-        at ``clear`` the value it latches.
+    tile_m1, tile_m1_load : Out(row_bits)
+        The layer's tile rows minus one, for the allocator's ``tile_at``: the register, and
+        the value it latches at ``clear``.
     veto : Out(lanes)
         Grants refused for want of a page.
     stop_r : Out(lanes).array(experts)
@@ -287,7 +287,7 @@ class PageGate(wiring.Component):
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
             "expert_next": In(E).array(L), "tile_at_next": In(L).array(E), "room_ge_next": In(L + 1).array(E),
             "stop_r": Out(L).array(E),
-            "tile_oh": In(len(tile_sizes(cfg))), "tile_m1": Out(cfg.row_bits),
+            "tile_oh": In(len(tile_sizes(cfg))), "tile_m1": Out(cfg.row_bits), "tile_m1_load": Out(cfg.row_bits),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
             "ret": In(1), "ret_page": In(16), "bad": Out(1),
@@ -309,7 +309,7 @@ class PageGate(wiring.Component):
         m.d.comb += loaded.eq(select([(self.tile_oh[k], (1 << s) - 1) for k, s in enumerate(sizes)], cfg.row_bits))
         with m.If(self.clear):
             m.d.sync += [sh.eq(self.tile_oh), tile_m1.eq(loaded)]
-        m.d.comb += self.tile_m1.eq(Mux(self.clear, loaded, tile_m1))
+        m.d.comb += [self.tile_m1.eq(tile_m1), self.tile_m1_load.eq(loaded)]
         m.d.comb += self.tile_sh.eq(sh)
         cur = [Signal(pb, name=f"cur_page{e}") for e in range(E)]
         m.d.comb += [self.cur_page[e].eq(cur[e]) for e in range(E)]

@@ -85,8 +85,8 @@ class AllocatorHarness(Elaboratable):
         pick = any_seq(m, cfg.row_bits, "tile_m1_pick")
         p.assume(Cat(*(pick == (1 << s) - 1 for s in tile_sizes(cfg))).any())
         p.check(Cat(*(held == (1 << s) - 1 for s in tile_sizes(cfg))).any(), "tile rows not a supported size")
-        m.d.comb += dut.tile_m1.eq(Mux(clear, pick, held))
-        m.d.sync += held.eq(dut.tile_m1)
+        m.d.comb += [dut.tile_m1.eq(held), dut.tile_m1_load.eq(pick)]
+        m.d.sync += held.eq(Mux(clear, pick, held))
         return held             # (the layer's, in every cycle but a clear's own)
 
     def _refusals(self, m, p, dut, asks, granted, ce):
