@@ -316,7 +316,7 @@ class OffsetSums:
         xh, yh = x[lo:], y[lo:]
         for c in self.carries:
             h = Signal(hw, name=f"{name}_hi{_tag(c)}")
-            m.d.comb += h.eq(_sum_plus(xh, yh, c, hw))
+            m.d.comb += h.eq(_sum_plus(m, xh, yh, c, hw, f"{name}_hi{_tag(c)}"))
             self.high[c] = h
 
     def value(self, m, k: int, name: str):
@@ -366,16 +366,50 @@ def sum_is(x, y, k: int, width: int):
     return ~t[0] & ((cout[:width - 1] ^ t[1:width]) == 0) if width > 1 else ~t[0]
 
 
-def _sum_plus(x, y, c: int, width: int):
-    """``x + y + c`` in ``width`` bits with one adder: ``c`` = 1 as a carry in (both
-    operands shifted with a 1 below), any other ``c`` != 0 by a carry-save level with
-    the constant."""
-    if c == 0:
-        return (x + y)[:width]
-    if c == 1:
-        return (Cat(Const(1, 1), x) + Cat(Const(1, 1), y))[1:width + 1]
+def _sum_plus(m, x, y, c: int, width: int, name: str):
+    """``x + y + c`` in ``width`` bits with one adder (:func:`prefix_add`): ``c`` = 1 as its
+    carry in, any other ``c`` != 0 by a carry-save level with the constant first."""
+    if c in (0, 1):
+        return prefix_add(m, x[:width], y[:width], c, name)
     k = Const(c % (1 << width), width)
-    return ((x ^ y ^ k) + Cat(Const(0, 1), ((x & y) | (x & k) | (y & k))[:width - 1]))[:width]
+    return prefix_add(m, (x ^ y ^ k)[:width], Cat(Const(0, 1), ((x & y) | (x & k) | (y & k))[:width - 1]),
+                      0, name)
+
+
+def prefix_add(m, x, y, cin: int, name: str):
+    """``x + y + cin`` (``cin`` 0 or 1) in ``len(x)`` bits, as a Sklansky parallel-prefix
+    adder: every carry after ``log2(width)`` levels of generate/propagate merges. Why not
+    ``+``: Yosys maps ``+`` to a Brent-Kung carry tree (``2 log2(width)`` levels), and ABC,
+    whose delay target (the synthesis clock) these paths meet, keeps it -- on the count
+    limits' ``lam`` loops (a wide sum's high part, then its sign or a choice among the
+    sums) the carry tree was most of the path (24.6 FO4, ``lam`` -> ``lam <= 0``, at
+    deepseek-v3-8gpu with every v2 feature; 26.0 at mixtral-8gpu paged with count
+    packets)."""
+    w = len(x)
+    g = [Signal(name=f"{name}_g0_{i}") for i in range(w)]
+    p = [Signal(name=f"{name}_p0_{i}") for i in range(w)]
+    half = [Signal(name=f"{name}_h_{i}") for i in range(w)]
+    m.d.comb += [g[i].eq(x[i] & y[i]) for i in range(w)] + [half[i].eq(x[i] ^ y[i]) for i in range(w)]
+    m.d.comb += [p[i].eq(half[i]) for i in range(w)]
+    if cin:             # (bit 0 generates when either operand bit is set)
+        g0 = Signal(name=f"{name}_g0c")
+        m.d.comb += g0.eq(x[0] | y[0])
+        g = [g0] + g[1:]
+    level = 1
+    while level < w:
+        ng, np_ = list(g), list(p)
+        for i in range(w):
+            if i & level:
+                j = (i & ~(level - 1)) - 1          # the last bit of the block below
+                gi, pi = Signal(name=f"{name}_g{level}_{i}"), Signal(name=f"{name}_p{level}_{i}")
+                m.d.comb += [gi.eq(g[i] | (p[i] & g[j])), pi.eq(p[i] & p[j])]
+                ng[i], np_[i] = gi, pi
+        g, p, level = ng, np_, level * 2
+    # (g[i]: the carry out of bits 0..i, the carry in included)
+    carries = [Const(cin, 1)] + g[:w - 1]
+    out = Signal(w, name=f"{name}_sum")
+    m.d.comb += out.eq(Cat(half[i] ^ carries[i] for i in range(w)))
+    return out
 
 
 def _tag(k: int) -> str:
