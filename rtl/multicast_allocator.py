@@ -442,16 +442,21 @@ class MulticastAllocator(wiring.Component):
             m.d.comb += [base.eq(select([(oh[e], experts[e]["cnt"]) for e in range(E)], cb)),
                          lagged.eq(select([(oh[e], experts[e]["last_rows"]) for e in range(E)], cfg.lanes + 1))]
             cand = [self._plus(m, base, lagged, a, f"row{j}_{t}") for a in range(j + 1)]
-            n_ahead = late_count([ok[i] & same[t][i] for i in range(j)])
+            n_ahead = self._granted_ahead(ok, [same[t][i] for i in range(j)])
             m.d.comb += g.row[j][t].eq(select([(n_ahead[a], cand[a]) for a in range(j + 1)], cb))
             m.d.comb += [self.row_if[j][t][a].eq(cand[a]) for a in range(j + 1)]
             m.d.comb += self.row_ahead[j][t].eq(Cat(*n_ahead))
         if self._paged is not None:         # (its place in a page)
             m.d.comb += g.loc[j].eq(self._paged.loc[j])
             return
-        before = late_count(ok[:j])
+        before = self._granted_ahead(ok, [Const(1)] * j)
         m.d.comb += g.loc[j].eq(select([(before[a], self._plus(m, arena["cnt"], arena["last"], a, f"loc{j}"))
                                         for a in range(j + 1)], len(arena["cnt"])))
+
+    def _granted_ahead(self, ok, named):
+        """The granted lanes ahead (``i < len(named)``) with ``named[i]``, as a one-hot
+        count: a shift by each verdict in turn (:func:`late_count`)."""
+        return late_count([ok[i] & named[i] for i in range(len(named))])
 
     @staticmethod
     def _plus(m, base, last, a, name):
@@ -722,7 +727,25 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         # lane, but not behind ``late``'s OR over the lanes and its fan-out: through it, a
         # lane's request -> the grants into AL was 27.8 FO4 at deepseek-v3-8gpu multicast;
         # a roomy lane's by its registered refusal, the exact one only for the risky lane)
-        m.d.comb += ok[j].eq(self._sure[j] | (self._rlane[j] & ~self._cref[j] & fits))
+        if j == 0:
+            self._risky_ok = [Signal(name=f"risky_ok{k}") for k in range(L)]
+        m.d.comb += self._risky_ok[j].eq(~self._cref[j] & fits)
+        m.d.comb += ok[j].eq(self._sure[j] | (self._rlane[j] & self._risky_ok[j]))
+
+    def _granted_ahead(self, ok, named):
+        """As :meth:`MulticastAllocator._granted_ahead`, the sure grants ahead counted from
+        registers and the risky lane's verdict last: at most one lane is risky, so the
+        count is the sure lanes' (``late_count`` of register bits) shifted once when the
+        risky lane is ahead, named and granted -- its verdict reaches a mux, not the
+        shift chain. (Through the chain, the risky lane's count refusal -> its verdict,
+        five buffers deep over every lane and target behind it -> AL's row choice was 24.0
+        FO4 at deepseek-v3-8gpu with every v2 feature, 28a96c0.)"""
+        n = len(named)
+        base = late_count([self._sure[i] & named[i] for i in range(n)])
+        if not n:
+            return base
+        late = Cat(*(self._rlane[i] & named[i] & self._risky_ok[i] for i in range(n))).any()
+        return [Mux(late, base[a - 1] if a else Const(0), base[a]) for a in range(n + 1)]
 
     def _experts_fit_q(self, m):
         """Per lane, every expert its row names has room for one row (``room_q``), a
