@@ -329,9 +329,9 @@ class MulticastAllocator(wiring.Component):
         now, room_now = Signal(width, name=f"{name}_now"), Signal(width, name=f"{name}_room_now")
         m.d.comb += [now.eq(select([(last[p], cnt + p) for p in range(L + 1)], width)),
                      room_now.eq(select([(last[p], room - p) for p in range(L + 1)], width))]
-        above = [Signal(name=f"{name}_above{c}") for c in range(2 * L)]      # room now > c
+        above = [Signal(name=f"{name}_above{c}") for c in range(2 * L + 1)]  # room now > c
         m.d.comb += [above[c].eq(select([(last[p], room > c + p) for p in range(L + 1)], 1))
-                     for c in range(2 * L)]
+                     for c in range(2 * L + 1)]
         gt_next, last_next = self._next(m, name, ok, names, above)
         # (a copy of ``last`` for the targets' rows alone (:meth:`_rows`: every lane and
         # target selects it), off ``last``'s own fan-out to the counter's selects: behind
@@ -753,16 +753,18 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         pre-rank's next masks (``pre_mask_next``: it registers them unconditionally) and
         each expert's next ``room > 0``, for the late bit low and high. The next ``room >
         0`` after ``d`` grants is the registered ``room > d`` (exact: ``formal_room_gt``),
-        ``room > lanes`` for ``d = lanes``. (The AND over the experts after the registered
-        masks put a mask -> the risky lane's verdict -> the granted rows ahead into AL at
-        22.9 FO4 at deepseek-v3-8gpu with 8 targets, e5473ef.)"""
+        ``room > lanes`` (a register of its own, ``gt_lanes``) for ``d = lanes``. (The AND
+        over the experts after the registered masks put a mask -> the risky lane's verdict
+        -> the granted rows ahead into AL at 22.9 FO4 at deepseek-v3-8gpu with 8 targets,
+        e5473ef; ``room > lanes`` as a compare of the room register chosen by the lagged
+        grants, in front of this register, was 23.6 at ca6862b.)"""
         cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
         self._room_q = [Signal(name=f"room_q{k}") for k in range(L)]
         nxt = self.pre_mask_next
         zero = [Signal(E, name=f"room0_if{x}") for x in (0, 1)]     # next room > 0, late low / high
         for e in range(E):
-            base, named, above, gt = self._next_parts[f"x{e}"]
-            gtv = [gt[c] for c in range(L)] + [above[L]]
+            base, named, gt, gt_l = self._next_parts[f"x{e}"]
+            gtv = [gt[c] for c in range(L)] + [gt_l]
             if0 = select([(base[d], gtv[d]) for d in range(L + 1)], 1)
             if1 = select([(base[d], gtv[d + 1]) for d in range(L)], 1)
             m.d.comb += [zero[0][e].eq(if0), zero[1][e].eq(Mux(named, if1, if0))]
@@ -788,7 +790,9 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += [base[d].eq(exactly(sure, d)) for d in range(L + 1)]
         named = Signal(name=f"{name}_risky_names")     # the risky lane names the counter
         m.d.comb += named.eq(Cat(*(self._rlane[k] & names[k] for k in range(L))).any())
-        self._next_parts[name] = (base, named, above)
+        # (room > lanes after the grants, for _experts_fit_q: a register beside ``gt``)
+        if_l = [select([(base[d], above[L + d + x]) for d in range(L + 1 - x)], 1) for x in (0, 1)]
+        self._next_parts[name] = (base, named, Mux(self._late, Mux(named, if_l[1], if_l[0]), if_l[0]))
         cand = [Signal(L, name=f"{name}_gt_if{x}") for x in (0, 1)]
         m.d.comb += [cand[x].eq(select([(base[d], Cat(above[a + d + x] for a in range(L)))
                                         for d in range(L + 1 - x)], L)) for x in (0, 1)]
@@ -806,7 +810,10 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         the last cycle's grants, or the capacity at a clear) -- ANDed into ``tight``."""
         out = super()._counter(m, name, width, cap_in, ok, names)
         out["grants_if"] = self._grants_if[name]
-        self._next_parts[name] += (out["gt"],)
+        base, named, gt_l_next = self._next_parts[name]
+        gt_l = Signal(name=f"{name}_gt_lanes")
+        m.d.sync += gt_l.eq(Mux(self.grant.clear, cap_in > self.cfg.lanes, gt_l_next))
+        self._next_parts[name] = (base, named, out["gt"], gt_l)
         k = ADMISSION_GROUPS * self.cfg.lanes
         roomy = Signal(name=f"{name}_roomy")
         m.d.comb += roomy.eq(Mux(self.grant.clear, cap_in >= k, out["room"] >= k))
