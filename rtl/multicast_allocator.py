@@ -597,9 +597,11 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     pre_mask_next : In(experts).array(lanes)
         ``pre_mask``'s next value (the pre-rank registers it every cycle).
     sure_named : In(experts).array(lanes)
-        Bit x of lane k: a sure request (``req``, not ``risky``, not ``cnt_dead``) naming
-        expert x -- the packet manager's registers, formed from the same next values as
-        those.
+        Bit x of lane k: a roomy request (``req``, not ``risky``) naming expert x -- the
+        packet manager's registers, formed from the same next values as those.
+    cnt_dead_q : In(lanes).array(4)
+        (count_packets) Four copies of ``grant.cnt_dead`` (the packet manager's registers,
+        kept apart), each read by a quarter of the experts' sure grants.
     tile_oh, page_ret, page_ret_page, page_bad, pool_free
         Only with pages (``pool_pages`` > 0: the arena in pages, :class:`~moehub.rtl.
         paged_arena.PagedArena`): TILE_ROWS_LOG2 as a one-hot (latched at ``clear``),
@@ -614,7 +616,8 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     def _extra_ports(self, cfg: HubConfig) -> dict:
         ports = {"tight": Out(1, init=1), "risky": In(cfg.lanes),      # (tight until a clear says)
                  "pre_mask_next": In(cfg.experts).array(cfg.lanes),
-                 "sure_named": In(cfg.experts).array(cfg.lanes)}
+                 "sure_named": In(cfg.experts).array(cfg.lanes),
+                 **({"cnt_dead_q": In(cfg.lanes).array(4)} if cfg.count_packets else {})}
         if cfg.count_packets and self.formal:
             E, w = cfg.experts, MulticastCountLimit.width(cfg)
             ports.update({"formal_lam": Out(signed(w)).array(E), "formal_le0": Out(E), "formal_dead": Out(E),
@@ -747,6 +750,16 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         late = Cat(*(self._rlane[i] & named[i] & self._risky_ok[i] for i in range(n))).any()
         return [Mux(late, base[a - 1] if a else Const(0), base[a]) for a in range(n + 1)]
 
+    def _sure_named(self, x):
+        """Per lane, a sure request naming expert x: the packet manager's ``sure_named``
+        and, with count packets, not refused (its ``cnt_dead``, from the copy for x's
+        quarter of the experts)."""
+        L = self.cfg.lanes
+        if not self.cfg.count_packets:
+            return [self.sure_named[k][x] & ~dead[k] for k in range(L)]
+        dead = self.cnt_dead_q[x * len(self.cnt_dead_q) // self.cfg.experts]
+        return [self.sure_named[k][x] & ~dead[k] for k in range(L)]
+
     def _experts_fit_q(self, m):
         """Per lane, every expert its row names has room for one row (``room_q``), a
         register formed a cycle ahead, so the risky lane's verdict starts from it: from the
@@ -783,8 +796,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         # sure bit out to every expert's counts, three buffers deep: a request -> the sure
         # grants -> the count limit's lam was 24.9 FO4 at deepseek-v3-8gpu with every v2
         # feature, 28a96c0)
-        sure = ([self.sure_named[k][int(name[1:])] for k in range(L)] if names is not None
-                else self._sure)
+        sure = self._sure if names is None else self._sure_named(int(name[1:]))
         names = names or [Const(1)] * L
         base = [Signal(name=f"{name}_sure{d}") for d in range(L + 1)]
         m.d.comb += [base[d].eq(exactly(sure, d)) for d in range(L + 1)]

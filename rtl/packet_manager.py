@@ -314,6 +314,7 @@ class PacketManager(wiring.Component):
             # page, so every return is PAGE_BAD)
             **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_mask_next": Out(cfg.experts).array(L),
                 "alloc_sure_named": Out(cfg.experts).array(L),
+                **({"alloc_cnt_dead_q": Out(L).array(4)} if cfg.count_packets else {}),
                 "alloc_pre_counts": Out(prerank_bits(cfg)),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1),
                 "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1),
@@ -874,13 +875,14 @@ class PacketManager(wiring.Component):
         if cfg.count_packets:
             self._t_cnt_ahead(m, decs)
         m.d.sync += [t.risky.eq(r.risky) for r, t in zip(self.r, self.t)]
-        # (per lane and expert, a sure request naming it -- T's request, not risky, no
-        # expert it names dead -- registered from the same values as those: the allocator's
-        # per-expert sure grants start at flops, not at each lane's sure bit fanned out
-        # over the experts)
+        # (per lane and expert, a roomy request naming it -- T's request, not risky --
+        # registered from the same values as those: the allocator's per-expert sure grants
+        # start at flops, not at each lane's sure bit fanned out over the experts. The
+        # count refusal ``cnt_dead`` stays out: behind its OR over the experts, its fan-out
+        # over them into these registers was 24.7 FO4 at deepseek-v3-8gpu with every v2
+        # feature, ca6862b -- the allocator ANDs it after, from copies of its register)
         for j, r in enumerate(self.r):
-            sure = self._t_reqs[j] & ~r.risky & ~self._cnt_dead_next[j]
-            m.d.sync += self.alloc_sure_named[j].eq(Mux(sure, pre.mask_next[j], 0))
+            m.d.sync += self.alloc_sure_named[j].eq(Mux(self._t_reqs[j] & ~r.risky, pre.mask_next[j], 0))
         m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
                      self.alloc_pre_counts.eq(pre.q_counts)]
         for j in range(L):
@@ -911,6 +913,20 @@ class PacketManager(wiring.Component):
             m.d.comb += dead.eq((names & self.alloc.dead).any())
             m.d.sync += [self.alloc.cnt_ahead[j].eq(names & ahead), self.alloc.cnt_dead[j].eq(dead)]
             self._cnt_dead_next[j] = dead
+        self._cnt_dead_copies(m)
+
+    def _cnt_dead_copies(self, m):
+        """(multicast, count packets) Copies of the ``cnt_dead`` registers for the
+        allocator's per-expert sure grants, each copy read by a quarter of the experts.
+        Synthesis merges flops whose next value and reset agree, so the copies differ in
+        one or the other: held inverted, or reset to 1 (harmless: no lane requests before
+        the first group, and they are rewritten every cycle)."""
+        dead = Cat(*self._cnt_dead_next)
+        for c in range(len(self.alloc_cnt_dead_q)):
+            inv, ones = c & 1, c >> 1
+            q = Signal(len(dead), name=f"t_cnt_dead_copy{c}", init=(1 << len(dead)) - 1 if ones else 0)
+            m.d.sync += q.eq(~dead if inv else dead)
+            m.d.comb += self.alloc_cnt_dead_q[c].eq(~q if inv else q)
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),

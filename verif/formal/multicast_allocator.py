@@ -93,9 +93,9 @@ class MulticastAllocatorHarness(Elaboratable):
         if hasattr(dut, "sure_named"):
             # (the packet manager's registers: a sure request naming each expert, formed
             # from the same values as the request, risky and cnt_dead registers)
-            dead = g.cnt_dead if cfg.count_packets else Const(0, L)
-            m.d.comb += [dut.sure_named[j].eq(Mux(g.req[j] & ~dut.risky[j] & ~dead[j], masks[j], 0))
-                         for j in range(L)]
+            m.d.comb += [dut.sure_named[j].eq(Mux(g.req[j] & ~dut.risky[j], masks[j], 0)) for j in range(L)]
+            if cfg.count_packets:       # (its copies of cnt_dead)
+                m.d.comb += [dut.cnt_dead_q[c].eq(g.cnt_dead) for c in range(4)]
         self._properties(m, p, dut)
         return m
 
