@@ -756,7 +756,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         quarter of the experts)."""
         L = self.cfg.lanes
         if not self.cfg.count_packets:
-            return [self.sure_named[k][x] & ~dead[k] for k in range(L)]
+            return [self.sure_named[k][x] for k in range(L)]
         dead = self.cnt_dead_q[x * len(self.cnt_dead_q) // self.cfg.experts]
         return [self.sure_named[k][x] & ~dead[k] for k in range(L)]
 
