@@ -803,9 +803,12 @@ class PacketManager(wiring.Component):
                     # (the row request's expert as a one-hot that is zero without a request:
                     # the allocator's per-expert counts start at registers)
                     t.req_oh.eq(Mux(req, exp_oh, 0))]
-                if paged(self.cfg):     # (the allocator's one-hot, a cycle ahead: the page gate's)
-                    m.d.comb += self.alloc_expert_next[j].eq(exp_oh if self.cfg.count_packets
-                                                              else Mux(req, exp_oh, 0))
+                if paged(self.cfg):
+                    # (the lane's expert a cycle ahead, for the page gate's registered tile
+                    # starts: not gated by the request -- the gate ANDs T's request after --
+                    # so the POST_EOS verdict stays off their next value: with it, 23.1 FO4
+                    # at deepseek-v3-8gpu paged, 52f0e0d)
+                    m.d.comb += self.alloc_expert_next[j].eq(exp_oh)
             m.d.sync += [
                 t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),

@@ -237,7 +237,8 @@ class PageGate(wiring.Component):
     row : In(row_bits).array(lanes), ok : In(lanes)
         The allocator's grants (room in the region).
     expert_next : In(experts).array(lanes) ; tile_at_next, room_ge_next : In
-        The next values of ``expert`` (the packet manager's T register) and of the
+        The next values of ``expert`` (the packet manager's T register; here it may be
+        set without a request, ``req`` gates after) and of the
         allocator's tile starts (bit a: row ``rows + a`` starts a tile) and room compares
         (bit n: room >= n), registers all three, taken every cycle: whether a lane's row
         starts a tile and fits its region is formed for every count of requests ahead, as
