@@ -387,10 +387,9 @@ def prefix_add(m, x, y, cin: int, name: str):
     packets)."""
     w = len(x)
     g = [Signal(name=f"{name}_g0_{i}") for i in range(w)]
-    p = [Signal(name=f"{name}_p0_{i}") for i in range(w)]
-    half = [Signal(name=f"{name}_h_{i}") for i in range(w)]
+    half = [Signal(name=f"{name}_h_{i}") for i in range(w)]       # (also bit i's propagate)
     m.d.comb += [g[i].eq(x[i] & y[i]) for i in range(w)] + [half[i].eq(x[i] ^ y[i]) for i in range(w)]
-    m.d.comb += [p[i].eq(half[i]) for i in range(w)]
+    p = list(half)
     if cin:             # (bit 0 generates when either operand bit is set)
         g0 = Signal(name=f"{name}_g0c")
         m.d.comb += g0.eq(x[0] | y[0])

@@ -720,8 +720,8 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         E, L = self.cfg.experts, self.cfg.lanes
         if j == 0:
             self._fits = [Signal(name=f"fits{k}") for k in range(L)]
-            m.d.comb += self._late.eq(Cat(*(self._rlane[k] & ~self._cref[k] & self._fits[k]
-                                            for k in range(L))).any())
+            self._risky_ok = [Signal(name=f"risky_ok{k}") for k in range(L)]   # (if it is the risky lane)
+            m.d.comb += self._late.eq(Cat(*(self._rlane[k] & self._risky_ok[k] for k in range(L))).any())
             self._experts_fit_q(m)
         fits = self._fits[j]
         place = arena["gt"][0] if self._paged is None else arena["gt"][0] & self._paged.fits
@@ -730,8 +730,6 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         # lane, but not behind ``late``'s OR over the lanes and its fan-out: through it, a
         # lane's request -> the grants into AL was 27.8 FO4 at deepseek-v3-8gpu multicast;
         # a roomy lane's by its registered refusal, the exact one only for the risky lane)
-        if j == 0:
-            self._risky_ok = [Signal(name=f"risky_ok{k}") for k in range(L)]
         m.d.comb += self._risky_ok[j].eq(~self._cref[j] & fits)
         m.d.comb += ok[j].eq(self._sure[j] | (self._rlane[j] & self._risky_ok[j]))
 
