@@ -283,12 +283,15 @@ class OffsetSums:
         The constants ``k``; ``lo_bits`` is chosen so that every carry is small.
     width : int
     name : str
+    min_low : int
+        At least this many low bits (for :meth:`pick_high_zero`: a register's compares
+        with constants below ``2**min_low`` then read its low bits only).
     """
 
-    def __init__(self, m, a, b, offsets, width: int, name: str):
+    def __init__(self, m, a, b, offsets, width: int, name: str, min_low: int = 1):
         self.offsets = sorted(set(offsets))
         kmin, kmax = self.offsets[0], self.offsets[-1]
-        lo = max(1, max(-kmin, kmax).bit_length())
+        lo = max(min_low, max(-kmin, kmax).bit_length())
         if lo >= width:
             raise ValueError(f"offsets {kmin}..{kmax} need {lo} low bits of {width}")
         self.width, self.lo = width, lo
@@ -347,13 +350,21 @@ class OffsetSums:
         chooses the high part. Registered beside the sum, it makes a compare of the
         register with a small constant ``n < 2**lo`` a compare of its low bits (and, when
         it is clear, the register's sign) -- no zero test of its high bits in front."""
+        return self._pick_high_is(m, choices, 0, f"{name}_hz")
+
+    def pick_high_ones(self, m, choices, name: str):
+        """As :meth:`pick_high_zero`, whether the bits above the low ``lo`` are all one
+        (the sum is in ``[-2**lo, 0)``): compares with small negative constants."""
+        return self._pick_high_is(m, choices, -1, f"{name}_ho")
+
+    def _pick_high_is(self, m, choices, value: int, name: str):
         hw = self.width - self.lo
         xh, yh = self.x[self.lo:], self.y[self.lo:]
-        eq = {c: sum_is(xh, yh, (-c) % (1 << hw), hw) for c in self.carries}
+        eq = {c: sum_is(xh, yh, (value - c) % (1 << hw), hw) for c in self.carries}
         by_carry = {c: Cat(sel & self.carry[k, c] for sel, k in choices).any() for c in self.carries}
-        zero = Signal(name=f"{name}_hz")
-        m.d.comb += zero.eq(Cat(by_carry[c] & eq[c] for c in self.carries).any())
-        return zero
+        hit = Signal(name=name)
+        m.d.comb += hit.eq(Cat(by_carry[c] & eq[c] for c in self.carries).any())
+        return hit
 
 
 def sum_is(x, y, k: int, width: int):

@@ -160,9 +160,6 @@ def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
     MulticastCountLimit`):
 
     cnt_add, cnt_full : Out(lanes)                  lane j's count packet adds; it completes its expert
-    cnt_ahead : Out(experts).array(lanes)           lane j's row names expert x and a count packet on a
-                                                    lane ahead of it in its group completes x
-                                                    (registered a stage ahead, from R's packets)
     cnt_dead : Out(lanes)                           lane j's row names an expert ``dead`` a cycle ago
                                                     (registered a stage ahead, from R's packets)
     dead : In(experts)                              the count limit's ``dead`` (a register): the
@@ -172,7 +169,7 @@ def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
     over : In(lanes)                                a completing count below the rows held (COUNT_MISMATCH)
     """
     L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
-    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "cnt_ahead": Out(E).array(L), "cnt_dead": Out(L),
+    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "cnt_dead": Out(L),
               "dtot": Out(total_bits(cfg)).array(E),
               "met": In(L), "over": In(L), "dead": In(E)} if cfg.count_packets else {}
     return wiring.Signature({
@@ -620,7 +617,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
                  **({"cnt_dead_q": In(cfg.lanes).array(4)} if cfg.count_packets else {})}
         if cfg.count_packets and self.formal:
             E, w = cfg.experts, MulticastCountLimit.width(cfg)
-            ports.update({"formal_lam": Out(signed(w)).array(E), "formal_le0": Out(E), "formal_dead": Out(E),
+            ports.update({"formal_lam": Out(signed(w)).array(E), "formal_dead": Out(E),
                           "formal_done": Out(E)})
         if cfg.paged:
             ports.update({"tile_oh": In(len(tile_sizes(cfg))), "page_ret": In(1), "page_ret_page": In(16),
@@ -640,7 +637,6 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += [cl.req.eq(g.req), cl.cnt_add.eq(g.cnt_add), cl.cnt_full.eq(g.cnt_full),
                      cl.clear.eq(g.clear), g.met.eq(g.req & cl.refused), g.over.eq(cl.over)]
         m.d.comb += [cl.mask[j].eq(mask[j]) for j in range(L)]
-        m.d.comb += [cl.cnt_ahead[j].eq(g.cnt_ahead[j]) for j in range(L)]
         # (a count packet's expert: its target 0, the one entry it has)
         m.d.comb += [cl.cnt_oh[j].eq(g.oh[j][0]) for j in range(L)]
         m.d.comb += [cl.dtot[x].eq(g.dtot[x]) for x in range(cfg.experts)]
@@ -650,7 +646,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         m.d.comb += g.dead.eq(cl.dead_x)
         if self.formal:
             m.d.comb += [self.formal_lam[x].eq(cl.formal_lam[x]) for x in range(cfg.experts)]
-            m.d.comb += [self.formal_le0.eq(cl.formal_le0), self.formal_dead.eq(cl.formal_dead),
+            m.d.comb += [self.formal_dead.eq(cl.formal_dead),
                          self.formal_done.eq(cl.formal_done)]
         self._roomy_next.append(cl.roomy)
 

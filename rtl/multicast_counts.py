@@ -11,9 +11,9 @@ of an expert means every later one of it is refused too); here the multicast all
 *admission* makes the chain unnecessary, as it does for room
 (:class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`).
 
-Per expert ``x``, registers: ``lam = total - rows`` (signed; the total holds the counts of
-the group now in the allocator's cycle -- the count gate's per-group sum ``dtot``, added
-a cycle ahead, as the unicast limit does -- and the rows every grant before this cycle) and
+Per expert ``x``: ``lam = total - rows`` (signed; the total holds the counts of the group
+now in the allocator's cycle -- the count gate's per-group sum ``dtot``, added a cycle
+ahead, as the unicast limit does -- and the rows every grant before this cycle) and
 ``done`` (every source's count in, from the groups ahead). Then:
 
 * ``x`` is *dead* when ``done`` and ``lam <= 0``: every later row naming it is refused --
@@ -24,20 +24,30 @@ a cycle ahead, as the unicast limit does -- and the rows every grant before this
   otherwise the allocator is tight (``roomy`` low): one data packet a group, which alone
   asks for rows in its cycle.
 
-So every lane's count verdict is one formula from registers, exact for both kinds of lane:
-refused when some expert it names has its counts all in at it (``done``, or this group's
-count packet on a lane ahead completes it) and ``lam <= 0`` -- a roomy lane's experts are
-dead (refused) or far from their count, and a risky lane has no grant ahead of it. No
-verdict waits for another; the room counters take the count refusals as known (from
-registers). A completing count packet is an ``over`` when ``lam`` is below the grants of
-its expert ahead of it in the group: with ``lam >= margin`` never, else (tight) at most one
-data lane is ahead of it, so ``lam < 0``, or ``lam == 0`` and that lane granted a row of
-the expert.
+The packet manager's input admission ends a group at a count packet (no row behind one
+in its group), so every lane's count verdict is one formula of registers: refused when
+some expert it names is dead. A roomy lane's experts are dead (refused) or far from their
+count, and a risky lane has no grant ahead of it. No verdict waits for another; the room
+counters take the count refusals as known (from registers). A completing count packet is
+an ``over`` when ``lam`` is below the grants of its expert ahead of it in the group: with
+``lam >= margin`` never, else (tight) at most one data lane is ahead of it, so ``lam <
+0``, or ``lam == 0`` and that lane granted a row of the expert.
 
-The price is the admission's: while an expert's count is within ``margin`` rows of its
-rows and not met (or some expert's counts are not all in, ``lam`` small), data packets
-come in one a cycle -- at a layer's start until the counts are in, and over each expert's
-last ``margin`` rows. (Counts sent up front, as the protocol intends, keep the first short.)
+Why no row behind a count packet: a count completing ``x`` on a lane ahead made the
+row's verdict ``lam <= 0`` with ``lam`` holding that count -- a compare behind the wide
+add of the group's sum (``dtot``, the register, into ``lam``'s carry chain, its sign
+chosen by the grants: 25.3-25.6 FO4 at deepseek-v3-8gpu with every v2 feature, 7e466b2).
+Without it, ``dead``'s next value needs ``lam``'s only where ``x``'s counts are all in,
+and then the group behind adds nothing to ``x`` (its count packets of ``x`` are repeats):
+``lam - grants``, small constants off a register. The price: the lanes behind a count
+packet wait a cycle -- a source's few hundred count packets a layer beside tens of
+thousands of chunks (and a group takes one count packet at most anyway).
+
+The price of the admission is the tight mode's: while an expert's count is within
+``margin`` rows of its rows and not met (or some expert's counts are not all in, ``lam``
+small), data packets come in one a cycle -- at a layer's start until the counts are in,
+and over each expert's last ``margin`` rows. (Counts sent up front, as the protocol
+intends, keep the first short.)
 """
 from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
@@ -65,10 +75,8 @@ class MulticastCountLimit(wiring.Component):
         The experts each lane's row names; the lanes that ask for a row.
     cnt_add, cnt_full : In(lanes) ; cnt_oh : In(experts).array(lanes)
         Per lane (the count gate's, registered in T): a count packet that adds; it
-        completes its expert; its expert, one-hot.
-    cnt_ahead : In(experts).array(lanes)
-        Per lane, the experts its row names that a count packet on a lane ahead of it
-        completes (registered a stage ahead).
+        completes its expert; its expert, one-hot. No lane behind a count packet asks
+        for a row (the packet manager's admission).
     dtot : In(total_bits).array(experts)
         The counts the group behind adds (registered, as for the unicast limit).
     grants : In(lanes + 1).array(experts)
@@ -82,17 +90,16 @@ class MulticastCountLimit(wiring.Component):
     clear : In(1)
         Layer start.
     refused : Out(lanes)
-        The lane's row is refused for counts (from registers and T's).
+        The lane's row is refused for counts (from registers).
     over : Out(lanes)
         A completing count packet below the rows its expert holds.
     roomy : Out(1)
         Every expert dead or at least ``margin`` rows from its count.
     dead_x : Out(experts)
         ``dead`` (a register), for the packet manager's roomy lanes' refusals.
-    formal_lam, formal_le0, formal_dead, formal_done : Out
-        Only with ``formal=True`` (the property harness): per expert ``lam`` as it stands
-        (the register less ``lag``), ``lam <= 0``, ``dead`` and ``done`` -- the invariants
-        k-induction needs.
+    formal_lam, formal_dead, formal_done : Out
+        Only with ``formal=True`` (the property harness): per expert ``lam`` as it stands,
+        ``dead`` and ``done`` -- the invariants k-induction needs.
     """
 
     @staticmethod
@@ -107,12 +114,12 @@ class MulticastCountLimit(wiring.Component):
                              "and count packets")
         self.cfg, self.margin, self.formal = cfg, margin, formal
         L, E = cfg.lanes, cfg.experts
-        formal_ports = {"formal_lam": Out(signed(self.width(cfg))).array(E), "formal_le0": Out(E),
+        formal_ports = {"formal_lam": Out(signed(self.width(cfg))).array(E),
                         "formal_dead": Out(E), "formal_done": Out(E)} if formal else {}
         super().__init__({
             **formal_ports,
             "mask": In(E).array(L), "req": In(L), "cnt_add": In(L), "cnt_full": In(L),
-            "cnt_oh": In(E).array(L), "cnt_ahead": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
+            "cnt_oh": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
             "grants": In(L + 1).array(E), "late_names": In(E), "late": In(1), "ok": In(L), "clear": In(1),
             "refused": Out(L), "over": Out(L), "roomy": Out(1), "dead_x": Out(E),
         })
@@ -120,77 +127,117 @@ class MulticastCountLimit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
-        w = self.width(cfg)
-        # (lam less the risky lane's grant of the cycle before, ``lag``: see _update)
-        lam = [Signal(signed(w), name=f"mcl_lam{x}") for x in range(E)]
-        lag = Signal(E, name="mcl_lag")
+        lam = [_LamRegister(m, self.cfg, self.margin, x) for x in range(E)]
+        lag = Signal(E, name="mcl_lag")     # (the risky lane's grant of the cycle before)
         done = Signal(E, name="mcl_done")
-        # (lam <= 0, a register updated with lam: see _update)
-        le0 = [Signal(name=f"mcl_le0_{x}", init=1) for x in range(E)]
+        # (done & lam <= 0 as a register of its own: the refusal's OR over the experts
+        # starts at two-input ANDs of registers -- from done and lam apart, done -> the
+        # refusal -> the verdicts -> the grants -> the arena's page was 29.9 FO4 at
+        # deepseek-v3-8gpu with every v2 feature)
+        dead = Signal(E, name="mcl_dead")
         # (lane i's count packet completes expert x)
         completes = [[self.cnt_add[i] & self.cnt_full[i] & self.cnt_oh[i][x] for x in range(E)] for i in range(L)]
-        # (done & lam <= 0 as a register of its own, updated with both: the refusal's OR
-        # over the experts then starts at two-input ANDs of registers -- from done and le0
-        # apart, done -> the refusal -> the verdicts -> the grants -> the arena's page was
-        # 29.9 FO4 at deepseek-v3-8gpu with every v2 feature)
-        dead = Signal(E, name="mcl_dead")
+        over_now = [lam[x].below_grants(m, lag[x], False) for x in range(E)]
+        over_granted = [lam[x].below_grants(m, lag[x], True) for x in range(E)]
         for j in range(L):
-            # (the experts whose counts are all in at lane j: done, or completed on a lane
-            # ahead -- that part registered a stage ahead, masked by the lane's experts: from
-            # T's count registers, fanned out over the experts and the lanes behind, it led
-            # the refusal -> verdicts -> grant counts -> lam loop, 30.6 FO4 at
-            # deepseek-v3-8gpu with every v2 feature)
-            m.d.comb += self.refused[j].eq(Cat(*((self.mask[j][x] & dead[x]) | (self.cnt_ahead[j][x] & le0[x])
-                                                 for x in range(E))).any())
+            m.d.comb += self.refused[j].eq((self.mask[j] & dead).any())
             granted = [Cat(*(self.ok[k] & self.mask[k][x] for k in range(j))).any() if j else 0 for x in range(E)]
-            # (lam - lag < 0, lam - lag == 0)
-            m.d.comb += self.over[j].eq(Cat(*(completes[j][x] & (lam[x][-1] | (lag[x] & (lam[x] == 0))
-                                                                  | ((lam[x] == lag[x]) & granted[x]))
+            m.d.comb += self.over[j].eq(Cat(*(completes[j][x] & (over_now[x] | (over_granted[x] & granted[x]))
                                               for x in range(E))).any())
         # (not at a clear: lam starts again at 0, and no expert is dead)
-        m.d.comb += self.roomy.eq(~self.clear & Cat(*(dead[x] | (lam[x] >= self.margin + lag[x])
+        m.d.comb += self.roomy.eq(~self.clear & Cat(*(dead[x] | lam[x].at_least(m, self.margin, lag[x])
                                                       for x in range(E))).all())
         now_done = Cat(*(Cat(*(completes[i][x] for i in range(L))).any() for x in range(E)))
         for x in range(E):
-            nxt_le0 = self._update(m, x, lam[x], lag[x], le0[x], w)
-            m.d.sync += dead[x].eq(~self.clear & (done[x] | now_done[x]) & nxt_le0)
+            late = Signal(name=f"mcl_late{x}")
+            m.d.comb += late.eq(self.late & self.late_names[x])
+            # (the grants and the lag, one-hot: n = grants + lag, 0..lanes + 1)
+            n = Signal(L + 2, name=f"mcl_n{x}")
+            m.d.comb += n.eq(Mux(lag[x], Cat(0, self.grants[x]), Cat(self.grants[x], 0)))
+            lam[x].update(m, self.dtot[x], n, self.clear)
+            m.d.sync += dead[x].eq(~self.clear & (done[x] | now_done[x]) & lam[x].le0_next(m, n, late))
+            m.d.sync += lag[x].eq(~self.clear & late)
         m.d.sync += done.eq(Mux(self.clear, 0, done | now_done))
         m.d.comb += self.dead_x.eq(dead)
         if self.formal:
-            m.d.comb += [self.formal_lam[x].eq(lam[x] - lag[x]) for x in range(E)]
-            m.d.comb += [self.formal_le0.eq(Cat(*le0)), self.formal_dead.eq(dead), self.formal_done.eq(done)]
+            m.d.comb += [self.formal_lam[x].eq(lam[x].value() - lag[x]) for x in range(E)]
+            m.d.comb += [self.formal_dead.eq(dead), self.formal_done.eq(done)]
         return m
 
-    def _update(self, m, x, lam, lag, le0, w):
-        """``lam <- lam + dtot - n`` for the ``n`` grants of expert ``x`` this cycle, and its
-        ``lam <= 0`` bit with it: the sums ``lam + dtot - k`` as carry selects sharing their
-        wide adders (:class:`~moehub.rtl.logic.OffsetSums`, from the two registers), the
-        grants choose -- ``lam`` among the sums, ``lam <= 0`` among their signs
-        (``lam + dtot - n - 1 < 0``). Why ``lam <= 0`` is a register: a lane's count refusal
-        reads it, the refusals gate the grants, and the grants choose every expert's
-        ``lam`` -- with the compare in front, ``lam`` -> the compare -> the refusal -> the
-        verdicts -> the grant counts -> ``lam`` was 30.1 FO4 at ``deepseek-v3-8gpu`` with
-        all three v2 features. (``lam + dtot`` then ``- n``, two carry chains in a row,
-        was 28.8 FO4 there, ``lam`` -> ``lam``.)
 
-        The register ``lam`` leaves out the risky lane's grant of the cycle before (``lag``,
-        a bit of its own: the value is ``lam - lag``), so its next value is chosen by
-        registers alone -- the sure grants and ``lag`` -- and the late verdict only sets
-        ``lag`` and chooses ``lam <= 0`` (exact, for the refusals): it reaches three flops
-        an expert, not 24 (with ``lam`` chosen by it, its fan-out to every expert's ``lam``
-        stood between the verdict and the registers). Returns the next ``lam <= 0`` (for
-        ``dead``)."""
-        L = self.cfg.lanes
-        sums = OffsetSums(m, lam, self.dtot[x], range(-L - 2, 1), w, f"mcl_lam{x}")
-        # (the sure grants and the lag, one-hot: n = grants + lag, 0..lanes + 1)
-        n_sure = Signal(L + 2, name=f"mcl_n{x}")
-        m.d.comb += n_sure.eq(Mux(lag, Cat(0, self.grants[x]), Cat(self.grants[x], 0)))
-        nxt = sums.pick(m, [(n_sure[n], -n) for n in range(L + 2)], f"mcl_lam{x}_next")
-        signs = [sums.sign(m, -n - 1, f"mcl_lam{x}_le{n}") for n in range(L + 2)]
-        late = Signal(name=f"mcl_late{x}")
-        m.d.comb += late.eq(self.late & self.late_names[x])
-        le0_if = [select([(n_sure[n], signs[n + k]) for n in range(L + 2 - k)], 1) for k in (0, 1)]
-        le0_next = Mux(late, le0_if[1], le0_if[0])
-        m.d.sync += [lam.eq(Mux(self.clear, 0, nxt)), lag.eq(~self.clear & late),
-                     le0.eq(Mux(self.clear, 1, le0_next))]
-        return le0_next
+class _LamRegister:
+    """One expert's ``lam`` (less the risky lane's grant of the cycle before, ``lag``),
+    held as a register ``y`` and the one-hot ``nq`` of the grants it still owes:
+    ``lam = y - q`` (``nq``'s bit ``q`` set). ``y`` is ``lam + dtot`` of the cycle before,
+    so its next value, ``y - q + dtot``, is chosen by a register (``nq``) among the carry
+    selects of ``y + dtot`` (:class:`~moehub.rtl.logic.OffsetSums`), and this cycle's
+    grants only load ``nq``: no grant reaches the wide add's carries. (``lam`` itself the
+    register, chosen by the grants among ``lam + dtot - n``, was a 24.8 FO4 loop at
+    deepseek-v3-8gpu with every v2 feature, 7e466b2, and ``dead``'s next value, the sign
+    of that sum, 25.6.)
+
+    Every test of ``lam`` is then ``y`` against a small constant (``q`` and the grants
+    are at most ``lanes + 1`` each, the margin ``ADMISSION_GROUPS x lanes``): ``y``'s
+    sign, whether its bits above the low ``lo`` are zero (``hz``, registered beside it)
+    and its low bits -- no carry chain in front of a verdict."""
+
+    def __init__(self, m, cfg: HubConfig, margin: int, x: int):
+        L, self.name = cfg.lanes, f"mcl_lam{x}"
+        self.width = MulticastCountLimit.width(cfg)
+        # (y below 2**lo is all the constants need: margin + lanes + 2 for roomy,
+        # 2 lanes + 4 for dead's next value)
+        self.lo = max(margin + L + 2, 2 * L + 4).bit_length()
+        self.y = Signal(signed(self.width), name=f"{self.name}_y")
+        self.hz = Signal(name=f"{self.name}_hz", init=1)
+        self.nq = Signal(L + 2, name=f"{self.name}_nq", init=1)
+
+    def below(self, k: int):
+        """``y < k`` for ``0 <= k <= 2**lo`` (negative, or small and below ``k``)."""
+        return self.y[-1] | (self.hz & (self.y[:self.lo] < k))
+
+    def equals(self, k: int):
+        """``y == k`` for ``0 <= k < 2**lo``."""
+        return self.hz & (self.y[:self.lo] == k)
+
+    def _by_q(self, m, term, name: str):
+        """``term(q)`` for ``nq``'s ``q``: an AND-OR of registers."""
+        s = Signal(name=f"{self.name}_{name}")
+        m.d.comb += s.eq(Cat(self.nq[q] & term(q) for q in range(len(self.nq))).any())
+        return s
+
+    def below_grants(self, m, lag, granted: bool):
+        """For a completing count packet's ``over``: with ``granted`` False, ``lam < 0``
+        or ``lam == 0`` with ``lag`` (the register ``lam`` below its ``lag``); with
+        ``granted`` True, ``lam == lag`` (below by a grant ahead in the group)."""
+        if granted:
+            return self._by_q(m, lambda q: Mux(lag, self.equals(q + 1), self.equals(q)), "eq_lag")
+        return self._by_q(m, lambda q: self.below(q) | (lag & self.equals(q)), "below")
+
+    def at_least(self, m, k: int, lag):
+        """``lam - lag >= k`` (``roomy``)."""
+        return ~self._by_q(m, lambda q: Mux(lag, self.below(k + q + 1), self.below(k + q)), f"lt{k}")
+
+    def le0_next(self, m, n, late):
+        """``lam - lag <= 0`` next cycle, where the group behind adds nothing to the expert
+        (its counts all in: the group's count packets of it are repeats): ``y - q - n -
+        late <= 0`` with ``n`` this cycle's grants and lag (one-hot) and ``late`` the risky
+        lane's grant -- flags of registers, chosen by ``n``, then by ``late``."""
+        L2 = len(n)
+        # (y <= q + s for s = n + late: from registers alone)
+        le = [self._by_q(m, lambda q, s=s: self.below(q + s + 1), f"le{s}") for s in range(L2 + 1)]
+        le_if = [select([(n[k], le[k + d]) for k in range(L2)], 1) for d in (0, 1)]
+        return Mux(late, le_if[1], le_if[0])
+
+    def update(self, m, dtot, n, clear):
+        """``lam <- lam + dtot - n``: ``y <- y - q + dtot`` (q from ``nq``, a register),
+        ``nq <- n``; at a clear ``lam`` is 0."""
+        L2 = len(n)
+        sums = OffsetSums(m, self.y, dtot, range(1 - L2, 1), self.width, self.name, min_low=self.lo)
+        take = [(self.nq[q], -q) for q in range(L2)]
+        m.d.sync += [self.y.eq(Mux(clear, 0, sums.pick(m, take, f"{self.name}_next"))),
+                     self.hz.eq(clear | sums.pick_high_zero(m, take, f"{self.name}_next")),
+                     self.nq.eq(Mux(clear, 1, n))]
+
+    def value(self):
+        """``lam`` (less ``lag``) as a value: ``y - q`` (for the property harness)."""
+        return self.y - sum(Mux(self.nq[q], q, 0) for q in range(len(self.nq)))

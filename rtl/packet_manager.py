@@ -410,7 +410,9 @@ class PacketManager(wiring.Component):
           what :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` needs to
           grant without a chain of verdicts; that data packet is *risky*;
         * (count packets) a count packet has one ahead of it in the group -- so that the
-          :class:`~moehub.rtl.count_gate.CountGate` sees at most one a group.
+          :class:`~moehub.rtl.count_gate.CountGate` sees at most one a group; with
+          multicast rows, any packet has one ahead of it: no row's count verdict depends on
+          a count packet of its group (:mod:`~moehub.rtl.multicast_counts`).
 
         From a register and the packets' kinds only: no field is decoded in front of
         ``ready``."""
@@ -426,7 +428,9 @@ class PacketManager(wiring.Component):
         if cfg.count_packets:
             cnt = Signal(L, name="in_cnt")
             m.d.comb += cnt.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[2] for j in range(L)))
-            held = [h | (cnt[j] & cnt[:j].any()) if j else h for j, h in enumerate(held)]
+            # (multicast: every lane behind a count packet waits; else only another count)
+            waits = [Const(1) if cfg.multicast else cnt[j] for j in range(L)]
+            held = [h | (waits[j] & cnt[:j].any()) if j else h for j, h in enumerate(held)]
         admit = [Signal(name=f"in_admit{j}") for j in range(L)]
         m.d.comb += [admit[j].eq(~held[j]) for j in range(L)]
         for j in range(1, L):
@@ -876,7 +880,7 @@ class PacketManager(wiring.Component):
         g = self.alloc
         self._cnt_dead_next = [Const(0)] * L
         if cfg.count_packets:
-            self._t_cnt_ahead(m, decs)
+            self._t_cnt_dead(m, decs)
         m.d.sync += [t.risky.eq(r.risky) for r, t in zip(self.r, self.t)]
         # (per lane and expert, a roomy request naming it -- T's request, not risky --
         # registered from the same values as those: the allocator's per-expert sure grants
@@ -897,24 +901,17 @@ class PacketManager(wiring.Component):
             m.d.comb += [g.cnt_add.eq(_lanes(self.t, "cadd")), g.cnt_full.eq(_lanes(self.t, "cfull"))]
             m.d.comb += [g.dtot[x].eq(self.gate.dtot[x]) for x in range(cfg.experts)]
 
-    def _t_cnt_ahead(self, m, decs):
-        """(multicast, count packets) Per lane, the experts its row names that a count packet
-        on a lane ahead of it completes, from R's packets (the count gate's ``add`` and
-        ``full``, the target decode), registered into T for the multicast count limit's
-        refusals; and whether its row names an expert the count limit holds ``dead`` now
-        (a roomy lane's count refusal, exact a cycle later: see the allocator's ``sure``).
-        (Not gated by ``live``: a group that is not live asks for no row.)"""
+    def _t_cnt_dead(self, m, decs):
+        """(multicast, count packets) Per lane, whether its row names an expert the count
+        limit holds ``dead`` now (a roomy lane's count refusal, exact a cycle later: see the
+        allocator's ``sure``), registered into T from R's target decode. (No lane behind a
+        count packet asks for a row: the input admission ends a group there.)"""
         cfg, L, E, T = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.max_targets
-        completes = [Cat(self.gate.add[i] & self.gate.full[i] & decs[i].oh[0][x] for x in range(E))
-                     for i in range(L)]
         for j in range(L):
             names = Cat(Cat(decs[j].oh[t][x] for t in range(T)).any() for x in range(E))
-            ahead = Const(0, E)
-            for i in range(j):
-                ahead = ahead | completes[i]
             dead = Signal(name=f"t_cnt_dead_next{j}")
             m.d.comb += dead.eq((names & self.alloc.dead).any())
-            m.d.sync += [self.alloc.cnt_ahead[j].eq(names & ahead), self.alloc.cnt_dead[j].eq(dead)]
+            m.d.sync += self.alloc.cnt_dead[j].eq(dead)
             self._cnt_dead_next[j] = dead
         self._cnt_dead_copies(m)
 

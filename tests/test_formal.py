@@ -160,15 +160,15 @@ def test_paged_arena_outruns_pool_rows_with_pages_handed_back():
 
 def test_broken_multicast_count_limit_fails(monkeypatch):
     """(multicast, count packets) An expert counts as met only past its total (``lam < 0``
-    for ``<= 0``): the count limit's ``lam <= 0`` register is off the model's (the
-    invariant k-induction uses, step 2), or, behind it, a row is granted when the expert
-    has every count in and as many rows."""
+    for ``<= 0``): the count limit's ``dead`` register is off the model's (the invariant
+    k-induction uses), or, behind it, a row is granted when the expert has every count in
+    and as many rows."""
     import moehub.rtl.multicast_allocator as mcast
-    broken = mutant("moehub.rtl.multicast_counts", "sums.sign(m, -n - 1,", "sums.sign(m, -n,",
+    broken = mutant("moehub.rtl.multicast_counts", "self.below(q + s + 1)", "self.below(q + s)",
                     "MulticastCountLimit")
     monkeypatch.setattr(mcast, "MulticastCountLimit", broken)
-    _fails(run_harness("broken-mcast-counts", _mcast_v2("counts"), "bmc", 4), "met is not exactly",
-           "lam <= 0 bit is not")
+    _fails(run_harness("broken-mcast-counts", _mcast_v2("counts"), "bmc", 6), "met is not exactly",
+           "dead is not done")
 
 
 def test_broken_queue_fails():

@@ -85,22 +85,28 @@ async def test_row_refused_when_any_target_is_met(dut):
 @cocotb.test(**TIMEOUT)
 async def test_count_and_row_in_one_cycle(dut):
     """Order within a cycle. Expert 2 holds one row, sources 0 and 1 announced 1 and 0:
-    source 2's count (0) on lane 0 completes it, a row naming (0, 2) on lane 1 is then
+    source 2's count (0) on lane 0 completes it; a row naming (0, 2) offered on lane 1 in
+    the same cycle waits a cycle (the input ends a group at a count packet) and is then
     refused (COUNT_MISMATCH). Expert 1 holds one row, sources 0 and 1 announced 0: a row
     naming (1, 0) on lane 0 is granted (expert 1's count still open), then source 2's count
-    of 1 on lane 1 completes expert 1 below its two rows (COUNT_MISMATCH: it
-    ends at the sweep). Expert 0 (1 announced) takes that row: final at once."""
+    of 1 on lane 1, taken in the same cycle, completes expert 1 below its two rows
+    (COUNT_MISMATCH: it ends at the sweep). Expert 0 (1 announced) takes that row: final
+    at once."""
     tb = await make_mc_tb(dut)
     r1, r2 = mrow(0, [(2, 0)], token=1), mrow(1, [(1, 0)], token=2)
     pre = [cnt(0, 2, 1), cnt(1, 2, 0), cnt(0, 1, 0), cnt(1, 1, 0), cnt(0, 0, 1), cnt(1, 0, 0), cnt(2, 0, 0)]
     sched = spread(pre) + one_at_a_time([r1, r2])
     x = mrow(2, [(0, 0), (2, 1)], token=3)
-    sched += IDLE + [[cnt(2, 2, 0), chunks(x, 0, [0])[0], None, None]] + spread(chunks(x, 0, range(1, CFG.chunks_per_row)))
+    cnt_x, x0 = cnt(2, 2, 0), chunks(x, 0, [0])[0]
+    sched += IDLE + [[cnt_x, x0, None, None]] + spread(chunks(x, 0, range(1, CFG.chunks_per_row)))
     y = mrow(0, [(1, 0), (0, 1)], token=4)
-    sched += IDLE + [[chunks(y, 1, [0])[0], cnt(2, 1, 1), None, None]] + spread(chunks(y, 1, range(1, CFG.chunks_per_row)))
+    cnt_y, y0 = cnt(2, 1, 1), chunks(y, 1, [0])[0]
+    sched += IDLE + [[y0, cnt_y, None, None]] + spread(chunks(y, 1, range(1, CFG.chunks_per_row)))
     await tb.send_schedule(sched + IDLE + [eos_of([r1, r2, x, y])])
     model = await finish(tb)
-    assert await drops(tb, Reason.COUNT_MISMATCH) == 2
+    at = {k: [c for c, _, p in tb.accepted if p == q] for k, q in (("x", x0), ("cx", cnt_x), ("y", y0), ("cy", cnt_y))}
+    assert at["x"] == [at["cx"][0] + 1], f"the row behind a count packet: taken in cycle {at['x']}, count {at['cx']}"
+    assert at["y"] == at["cy"], f"a count packet behind a row: taken in cycle {at['cy']}, the row {at['y']}"
     assert [await tb.csr_read("ROWS", x) for x in range(E)] == [1, 2, 1]
     assert model.final == [True, False, True], "expert 1, past its count, ends at the sweep"
 

@@ -38,8 +38,8 @@ never reached before a region is full (``tests/test_formal.py``: that config, BM
 
 **Count packets** (:class:`CountsAllocatorHarness`, ``count_packets``). Environment (what the
 :class:`~moehub.rtl.count_gate.CountGate` and the packet manager's admission guarantee):
-at most one count packet that adds (``cnt_add``) a group, never on a lane that asks for a
-row, its expert target 0's one-hot; none in the cycles a clear empties the pipeline;
+at most one count packet that adds (``cnt_add``) a group, no lane at or behind it asks
+for a row (the admission ends a group at a count packet), its expert target 0's one-hot; none in the cycles a clear empties the pipeline;
 ``dtot`` (a cycle ahead, as the gate registers it) is that packet's count for its expert, 0
 for the others, at most the largest count; each expert takes at most one count per source
 (``sources`` adds a layer) and ``cnt_full`` on an adding packet is exactly "the last
@@ -47,8 +47,7 @@ source's" (the count gate's ``full``). Reference state, per expert: the total an
 adds, the rows granted. Properties, besides the admitted allocator's:
 
 * ``met`` (COUNT_MISMATCH) exactly when some expert the row names has every source's count
-  in at its lane (completed before, or by a count packet on a lane ahead) and as many rows
-  as announced at its lane (the rows of the granted lanes ahead included); a grant exactly
+  in at its lane and as many rows as announced at its lane (the rows of the granted lanes ahead included); a grant exactly
   when not met and every target and the arena have room -- a refused row takes nothing;
 * ``over`` exactly when a completing count packet's expert holds more rows than the total
   it completes (at its lane).
@@ -244,10 +243,7 @@ class CountRef:
         self.adds_to = [[self.add[j] & g.oh[j][0][x] for x in range(E)] for j in range(L)]
         self.completes = [[self.adds_to[j][x] & self.full[j] for x in range(E)] for j in range(L)]
         # (the packet manager's register of R's packets: the pipeline never stalls, so in T
-        # it is this formula of T's own inputs)
-        m.d.comb += [g.cnt_ahead[j][x].eq(mask[j][x] & Cat(self.completes[i][x] for i in range(j)).any())
-                     for j in range(1, L) for x in range(E)]
-        # (likewise the lane names an expert the count limit held dead a cycle ago)
+        # it is the lane's experts against the count limit's dead of a cycle ago)
         dead_q = Signal(E, name="dead_q")
         m.d.sync += dead_q.eq(g.dead)
         m.d.comb += [g.cnt_dead[j].eq((mask[j] & dead_q).any()) for j in range(L)]
@@ -266,6 +262,7 @@ class CountRef:
         p.assume(~(g.clear | (since != ADMISSION_DELAY)) | (self.add == 0))
         for j in range(L):
             p.assume(~self.add[j] | (~g.req[j] & g.tv[j][0]))
+            p.assume(~self.add[j] | (g.req >> j == 0))
         for x in range(E):
             p.assume(self.dtot[x] < 1 << cfg.count_bits)
             p.assume((self.group[x] == 0) | Cat(self.adds_to[j][x] for j in range(L)).any())
@@ -326,9 +323,8 @@ class CountRef:
             p.check(self.rows[x] + dut.formal_room[x] == dut.formal_cap[x], "the model's rows are not the region's")
             lam = self.tot[x] + self.group[x] - self.rows[x]
             p.check(dut.formal_lam[x] == lam, "the count limit's lam is not total - rows")
-            p.check(dut.formal_le0[x] == (lam <= 0), "the count limit's lam <= 0 bit is not lam's")
             p.check(dut.formal_done[x] == (self.adds[x] == cfg.sources), "done is not 'every source's count in'")
-            p.check(dut.formal_dead[x] == (dut.formal_done[x] & dut.formal_le0[x]), "dead is not done & lam <= 0")
+            p.check(dut.formal_dead[x] == (dut.formal_done[x] & (lam <= 0)), "dead is not done & lam <= 0")
         k = ADMISSION_GROUPS * L
         for d, t in enumerate(chain):
             off = t | (self.since < d)
@@ -340,9 +336,5 @@ class CountRef:
         p, g, L, E = self.p, self.g, self.cfg.lanes, self.cfg.experts
         p.cover(Cat(g.met[j] for j in range(L)).any(), "a row refused for its counts (met)")
         p.cover(Cat(g.over[j] for j in range(L)).any(), "a completing count below the rows held (over)")
-        p.cover(Cat(g.met[j] & Cat(self.completes[i][x] & self.mask[j][x] for i in range(j) for x in range(E)).any()
-                    for j in range(1, L)).any(), "a row refused by a count packet ahead of it in its cycle")
-        p.cover(Cat(g.ok[j] & Cat(self.completes[i][x] & self.mask[j][x] for i in range(j) for x in range(E)).any()
-                    for j in range(1, L)).any(), "a row granted behind the count packet completing its expert")
         p.cover(Cat(*g.ok).all() & Cat(self.adds[x] == self.cfg.sources for x in range(E)).any(),
                 "every lane granted after an expert's counts are all in")

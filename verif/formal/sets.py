@@ -150,7 +150,7 @@ def _sets() -> list[PropertySet]:
                     _mcast_v2("counts", "tiny/alloc-small", **MCAST_COUNTS), {"bmc": 11, "prove": 3, "cover": 12},
                     smoke={"bmc": 6},
                     note="protocol v2: the admitted allocator's properties with count packets (met and over "
-                         "exactly the model's, a refused row takes nothing); met from step 2, over 6, every "
+                         "exactly the model's, a refused row takes nothing); met from step 4, over 6, every "
                          "lane granted after an expert's counts are in 11; k-induction closes at k=3 with "
                          "the count limit's registers against the model's totals and rows, and lam's floors "
                          "while tight was clear d cycles ago"),
