@@ -51,7 +51,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .count_gate import total_bits
-from .logic import OffsetSums, select
+from .logic import OffsetSums
 
 
 class CountLimit(wiring.Component):
@@ -116,73 +116,39 @@ class CountLimit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, E, w = self.cfg.lanes, self.cfg.experts, self.width()
-        lam = [Signal(signed(w), name=f"cl_lam{x}") for x in range(E)]
+        paged = self.cfg.paged
+        # (the offsets lam takes in a cycle: -n for n grants, paged also +k for the
+        # grants a page refusal gave back)
+        offsets = list(range(-L, L + 1)) if paged else list(range(-L, 1))
+        lam = [_LamRegister(m, self.cfg, x, offsets, w) for x in range(E)]
         spare = [Signal(signed(w), name=f"cl_spare{x}") for x in range(E)]
-        # lam + dtot - n for every n = 0..L (and, paged, + k for the grants given back,
-        # and the signs _allow_registered needs), from the two registers (the group
-        # behind's counts, the register) as carry selects sharing their wide adders
-        offsets = range(-2 * L, L + 1) if self.cfg.paged else range(-L, 1)
-        sums = [OffsetSums(m, lam[x], self.dtot[x], offsets, w, f"cl_lam{x}") for x in range(E)]
-        lam_ge = self._lam_ge(m, lam, sums)
         fits = [~spare[x][-1] for x in range(E)]                      # room >= lam
         fits_gt = [~spare[x][-1] & (spare[x] != 0) for x in range(E)]  # room > lam
-        if not self.cfg.paged:
-            m.d.comb += [self.allow[x].eq(self.free[x] | Cat(lam_ge[x][1:])) for x in range(E)]
-        # (per expert and rows held a: a >= lam, a > lam; after a page refusal, from lam's
-        # correction, :meth:`_after_refusal`)
-        reach = [[~lam_ge[x][a + 1] for a in range(L)] for x in range(E)]
-        exceed = [[~lam_ge[x][a] for a in range(L)] for x in range(E)]
-        fix = self._after_refusal(m, lam, reach, exceed) if self.cfg.paged else None
+        # (lam >= n, n = 1..lanes: a register, see _LamRegister.ge_next)
+        ge = [Signal(L, name=f"cl_lam_ge{x}") for x in range(E)]
+        m.d.comb += [self.allow[x].eq(self.free[x] | ge[x]) for x in range(E)]
+        # (per expert and rows held a: a >= lam -- for full requests, from the register;
+        # a > lam -- for a completing count packet, exact, the group's count in)
+        reach = [[~ge[x][a] for a in range(L)] for x in range(E)]
+        exceed = [[~lam[x].at_least(m, a) for a in range(L)] for x in range(E)]
+        fix = self._after_refusal(m, lam, reach, exceed) if paged else None
         verdicts = [self._verdicts(m, j, reach, exceed, fits, fits_gt) for j in range(L)]
         for j, (at_or_over, below) in enumerate(verdicts):
             cut_met, cut_over = self._cut(j, verdicts)
             m.d.comb += [self.met[j].eq(self.req[j] & self.full[j] & at_or_over & ~cut_met),
                          self.over[j].eq(self.add[j] & self.full[j] & below & ~cut_over)]
         for x in range(E):
-            # (the grants choose among the sums; none at the layer start: lam is 0 then --
-            # the clear steers the select, not the sums)
+            # (the grants choose lam's offset; none at the layer start: lam is 0 then)
             take = [(self.grants[x][n] & ~self.clear, -n) for n in range(L + 1)]
             if fix is not None:
                 # (the cycle after a page refusal: the grants refused then given back)
                 refused, back = fix[x]
                 take = [(sel & ~refused, k) for sel, k in take]
                 take += [(back[k] & ~self.clear, k) for k in range(1, L + 1)]
-            hz = sums[x].pick_high_zero(m, take, f"cl_lam{x}_next")
+            lam[x].update(m, self.dtot[x], take, self.clear)
             m.d.sync += [spare[x].eq(Mux(self.clear, self.cap[x], spare[x] - self.dtot[x])),
-                         lam[x].eq(sums[x].pick(m, take, f"cl_lam{x}_next")),
-                         self._lam_hz[x].eq(hz | self.clear)]
-            if fix is not None:
-                self._allow_registered(m, x, sums[x], fix[x])
+                         ge[x].eq(Mux(self.clear, 0, lam[x].ge_next(m, take)))]
         return m
-
-    def _lam_ge(self, m, lam, sums):
-        """``lam >= n`` for n = 0..lanes, per expert: with its high bits all zero (a flag
-        registered with it, :meth:`OffsetSums.pick_high_zero`) a compare of its low bits,
-        else its sign. The compare of the whole register (its high bits' zero test first)
-        was the head of the loop ``lam`` -> ``allow`` -> the allocator's grants -> ``lam``
-        (22.2 FO4 at deepseek-v3-8gpu, 23.2 at mixtral-8gpu with count packets); a flag
-        formed from the sums behind the wide adders (their zero test) was 22.7."""
-        L, E, K = self.cfg.lanes, self.cfg.experts, sums[0].lo
-        assert 1 << K > L, (K, L)
-        self._lam_hz = [Signal(name=f"cl_lam_hz{x}", init=1) for x in range(E)]
-        return [[Mux(self._lam_hz[x], lam[x][:K] >= n, ~lam[x][-1]) for n in range(L + 1)] for x in range(E)]
-
-    def _allow_registered(self, m, x, sums, fix):
-        """(paged) ``allow`` from a register: ``lam >= n`` (n = 1..lanes), updated with
-        ``lam``. The page gate's tile-start test takes ``allow`` at the head of its
-        lane-order chain, where a compare of ``lam`` (ahead of it: 32.5 FO4) would not fit.
-        ``lam + dtot - n >= k`` (the grants n) and ``lam + dtot + d >= k`` (a refusal's d
-        given back) are the signs of ``lam + dtot - s`` for ``s`` from ``1 - lanes`` to
-        ``2 lanes``, from the carry selects of ``lam``'s own update (``sums``), chosen as
-        ``lam`` is; 0 at the layer start."""
-        L = self.cfg.lanes
-        refused, back = fix
-        pos = {s: ~sums.sign(m, -s, f"cl_lam{x}_s{s + L}") for s in range(1 - L, 2 * L + 1)}
-        ge = Signal(L, name=f"cl_lam_ge{x}")            # bit n - 1: lam >= n
-        nxt = Cat(Cat(*(self.grants[x][n] & ~refused & pos[n + k] for n in range(L + 1)),
-                      *(back[d] & pos[k - d] for d in range(1, L + 1))).any() for k in range(1, L + 1))
-        m.d.sync += ge.eq(Mux(self.clear, 0, nxt))
-        m.d.comb += self.allow[x].eq(self.free[x] | ge)
 
     def _after_refusal(self, m, lam, reach, exceed):
         """(paged) The cycle after the page gate refused expert x's rows: ``lam`` is low by
@@ -204,8 +170,8 @@ class CountLimit(wiring.Component):
             refused = Signal(name=f"cl_refused{x}")
             at_zero, below_zero = Signal(name=f"cl_held_met{x}"), Signal(name=f"cl_held_over{x}")
             m.d.comb += [refused.eq(held.any()),
-                         at_zero.eq(Cat(back[k] & (lam[x] <= -k) for k in range(1, L + 1)).any()),
-                         below_zero.eq(Cat(back[k] & (lam[x] < -k) for k in range(1, L + 1)).any())]
+                         at_zero.eq(Cat(back[k] & ~lam[x].at_least(m, 1 - k) for k in range(1, L + 1)).any()),
+                         below_zero.eq(Cat(back[k] & ~lam[x].at_least(m, -k) for k in range(1, L + 1)).any())]
             reach[x] = [Mux(refused, at_zero, v) for v in reach[x]]
             exceed[x] = [Mux(refused, below_zero, v) for v in exceed[x]]
             out.append((refused, back))
@@ -237,3 +203,73 @@ class CountLimit(wiring.Component):
         behind = [self.short[i] & self.same[j][i] for i in range(j)]
         return (Cat(behind[i] & ~verdicts[i][0] for i in range(j)).any(),
                 Cat(behind[i] & ~verdicts[i][1] for i in range(j)).any())
+
+
+class _LamRegister:
+    """One expert's ``lam``, held as a register ``y`` and the one-hot ``oq`` of the offset
+    the grants chose for it: ``lam = y + o``. ``y`` is ``lam + dtot`` of the cycle before,
+    so its next value, ``y + o + dtot``, is chosen by a register (``oq``) among the carry
+    selects of ``y + dtot`` (:class:`~moehub.rtl.logic.OffsetSums`), and this cycle's
+    grants only load ``oq``: no grant reaches the wide add's carries. (``lam`` itself the
+    register, chosen by the grants among ``lam + dtot - n``, was 25.5 FO4 at mixtral-8gpu
+    with pages and count packets, 02b7577, ``dtot`` -> ``lam``; and ``lam >= n``'s register
+    from the signs of those sums 25.1.)
+
+    Every compare of ``lam`` with a small constant is ``y`` against one: its sign, whether
+    its bits above the low ``lo`` are all zero or all one (``hz``, ``ho``, registered
+    beside it) and its low bits, chosen by ``oq`` -- no carry chain in front."""
+
+    def __init__(self, m, cfg: HubConfig, x: int, offsets, width: int):
+        L, self.name, self.width = cfg.lanes, f"cl_lam{x}", width
+        self.offsets = offsets
+        # (the constants: lam >= k - o - s for k up to lanes, o and s offsets)
+        self.lo = (3 * L).bit_length()
+        self.y = Signal(signed(width), name=f"{self.name}_y")
+        self.hz = Signal(name=f"{self.name}_hz", init=1)
+        self.ho = Signal(name=f"{self.name}_ho")
+        self.oq = {o: Signal(name=f"{self.name}_oq{o + L}", init=int(o == 0)) for o in offsets}
+        self._ge = {}
+
+    def _y_at_least(self, c: int):
+        """``y >= c`` for ``|c| < 2**lo``."""
+        lo, y = self.lo, self.y
+        assert abs(c) < 1 << lo, (c, lo)
+        if c > 0:
+            return ~y[-1] & (~self.hz | (y[:lo] >= c))
+        return ~y[-1] | (self.ho & (y[:lo] >= c + (1 << lo)))
+
+    def at_least(self, m, c: int):
+        """``lam >= c``: per offset ``o``, ``y >= c - o``, chosen by ``oq`` (one signal per
+        ``c``, shared by its readers)."""
+        if c not in self._ge:
+            s = self._ge[c] = Signal(name=f"{self.name}_ge{_tag(c)}")
+            m.d.comb += s.eq(Cat(q & self._y_at_least(c - o) for o, q in self.oq.items()).any())
+        return self._ge[c]
+
+    def ge_next(self, m, take):
+        """``lam >= k`` next cycle (k = 1..lanes, bit k - 1) for the offset ``take``
+        chooses, as if the group behind added no count: where it adds one, every request
+        of the expert in its cycle comes before its counts are all in (the input ends a
+        group at a count packet, and a count that adds is not the expert's last-but-none),
+        so ``allow`` takes ``free`` and the met verdicts ignore these bits -- and from the
+        cycle after, ``lam`` holds the count. So from registers (``y``'s flags, ``oq``),
+        then the grants' choice: no wide add in front."""
+        lanes = -min(self.offsets)
+        return Cat(*(Cat(*(sel & self.at_least(m, k - s) for sel, s in take)).any() for k in range(1, lanes + 1)))
+
+    def update(self, m, dtot, take, clear):
+        """``lam <- lam + dtot + o`` (o: the offset ``take`` chooses): ``y <- y + q + dtot``
+        (q from ``oq``, a register), ``oq <- o``; at a clear ``lam`` is 0."""
+        sums = OffsetSums(m, self.y, dtot, self.offsets, self.width, self.name, min_low=self.lo)
+        by_q = [(q, o) for o, q in self.oq.items()]
+        m.d.sync += [self.y.eq(Mux(clear, 0, sums.pick(m, by_q, f"{self.name}_next"))),
+                     self.hz.eq(clear | sums.pick_high_zero(m, by_q, f"{self.name}_next")),
+                     self.ho.eq(~clear & sums.pick_high_ones(m, by_q, f"{self.name}_next"))]
+        none = ~Cat(sel for sel, _ in take).any()
+        for o, q in self.oq.items():
+            chosen = Cat(sel for sel, k in take if k == o).any() if any(k == o for _, k in take) else Const(0)
+            m.d.sync += q.eq(Mux(clear, o == 0, chosen | ((o == 0) & none)))
+
+
+def _tag(c: int) -> str:
+    return f"m{-c}" if c < 0 else str(c)

@@ -409,10 +409,12 @@ class PacketManager(wiring.Component):
           it in the group -- so that at most one row of a group can be refused, which is
           what :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` needs to
           grant without a chain of verdicts; that data packet is *risky*;
-        * (count packets) a count packet has one ahead of it in the group -- so that the
-          :class:`~moehub.rtl.count_gate.CountGate` sees at most one a group; with
-          multicast rows, any packet has one ahead of it: no row's count verdict depends on
-          a count packet of its group (:mod:`~moehub.rtl.multicast_counts`).
+        * (count packets) a count packet is ahead of it in the group -- so that the
+          :class:`~moehub.rtl.count_gate.CountGate` sees at most one a group, and no row
+          of a group is behind a count packet: where a count adds to an expert, every
+          row of it in the group comes before its counts are all in, so the count limits'
+          registers may leave the group's own count out of the next verdicts
+          (:mod:`~moehub.rtl.count_limit`, :mod:`~moehub.rtl.multicast_counts`).
 
         From a register and the packets' kinds only: no field is decoded in front of
         ``ready``."""
@@ -428,9 +430,8 @@ class PacketManager(wiring.Component):
         if cfg.count_packets:
             cnt = Signal(L, name="in_cnt")
             m.d.comb += cnt.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[2] for j in range(L)))
-            # (multicast: every lane behind a count packet waits; else only another count)
-            waits = [Const(1) if cfg.multicast else cnt[j] for j in range(L)]
-            held = [h | (waits[j] & cnt[:j].any()) if j else h for j, h in enumerate(held)]
+            # (every lane behind a count packet waits)
+            held = [h | cnt[:j].any() if j else h for j, h in enumerate(held)]
         admit = [Signal(name=f"in_admit{j}") for j in range(L)]
         m.d.comb += [admit[j].eq(~held[j]) for j in range(L)]
         for j in range(1, L):

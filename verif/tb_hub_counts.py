@@ -204,8 +204,8 @@ async def test_counts_on_all_lanes_at_once(dut):
     (its one row complete: it ends there), on the next lane the first chunk of a row to
     expert 0 (refused in the same cycle: COUNT_MISMATCH), a repeat of lane 0's count
     (COUNT_DUPLICATE) and the last count of expert 1 (which ends later, at its row). The
-    input takes them one a cycle (the lanes up to the second count packet: the count
-    gate's admission), a row's chunk beside its count."""
+    input takes them one a cycle and ends a group at a count packet (the count gate's
+    admission): the row's chunk comes in the cycle after its count."""
     tb = await make_tb(dut)
     a, q, b = row(0, 0, token=1), row(2, 0, token=2), row(2, 1, token=3)
     qc = chunks(q, tag=0)
@@ -221,7 +221,7 @@ async def test_counts_on_all_lanes_at_once(dut):
     assert len(tb.credit_out) == 3 and await tb.csr_read("ROWS", 0) == 1
     took = [c for c, _, p in tb.accepted if p.kind == 2]
     assert len(set(took)) == len(took) == 7, f"count packets taken at {took}"
-    assert [c for c, _, p in tb.accepted if p == qc[0]] == [took[4]], "the row's chunk not beside its count"
+    assert [c for c, _, p in tb.accepted if p == qc[0]] == [took[4] + 1], "the row's chunk not a cycle behind its count"
 
 
 @cocotb.test(**TIMEOUT)
