@@ -79,7 +79,7 @@ class AddressAllocator(wiring.Component):
         requests in that cycle, are set now to their value before it plus
         ``a`` (``rows`` and ``room`` are a cycle wrong for that expert meanwhile; the page
         gate refuses its requests of that cycle, as the model does: the pool is still
-        empty).
+        empty). ``stop_any``: ``stop_r[e]`` is not zero (the gate's, from its registers).
     tile_m1, tile_m1_load : In(row_bits) ; tile_at : Out(lanes).array(experts)
         Only when paged: the layer's tile rows minus one (the page gate's register) and the
         value it latches at ``clear`` (for the tile starts of a layer's first rows: the
@@ -114,7 +114,7 @@ class AddressAllocator(wiring.Component):
             "formal_room_ge": Out(cfg.lanes + 1).array(E),
             # (paged) per expert, the grants that stand when the page gate refused one
             # (:class:`~moehub.rtl.paging.PageGate`), one-hot
-            **({"stop_r": In(cfg.lanes).array(E), "tile_m1": In(cfg.row_bits), "tile_m1_load": In(cfg.row_bits),
+            **({"stop_r": In(cfg.lanes).array(E), "stop_any": In(E), "tile_m1": In(cfg.row_bits), "tile_m1_load": In(cfg.row_bits),
                 "tile_at": Out(cfg.lanes, init=_tile_at_init(cfg)).array(E),
                 "tile_at_next": Out(cfg.lanes).array(E), "room_ge_next": Out(cfg.lanes + 1).array(E)}
                if cfg.paged else {}),
@@ -199,10 +199,10 @@ class AddressAllocator(wiring.Component):
         nxt = Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any() for k in range(1, L + 1)))
         if held_e is None:
             return nxt
-        stop_r, _, room_r = held_e
+        stop_r, _, room_r, stop_any = held_e
         held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & (room_r >= a + k) for a in range(L))).any()
                                   for k in range(1, L + 1)))
-        return Mux(stop_r.any(), held_ge, nxt)
+        return Mux(stop_any, held_ge, nxt)
 
     def _tile_at_next(self, m, e, counters, outcomes, held_e):
         """(paged) ``tile_at[e]`` after this cycle: for each outcome ``(cond, n)`` (the
@@ -215,10 +215,10 @@ class AddressAllocator(wiring.Component):
         m.d.comb += [starts[x].eq(masked_equal(counters[e], -x, tm1)) for x in range(2 * L)]
         nxt = Cat(*(Cat(*(c & starts[n + a] for c, n in outcomes if n + a < 2 * L)).any()
                     for a in range(L)))
-        stop_r, rows_r, _ = held_e
+        stop_r, rows_r, _, stop_any = held_e
         held_at = Cat(*(Cat(*(stop_r[b] & masked_equal(rows_r, -(a + b), tm1) for b in range(L))).any()
                         for a in range(L)))
-        self._tile_at_upd[e] = Mux(stop_r.any(), held_at, nxt)
+        self._tile_at_upd[e] = Mux(stop_any, held_at, nxt)
 
     def _after_refusal(self, held_e, nxt_rows, nxt_room):
         """(paged) A page refused in the cycle before: the counters, which added every
@@ -226,9 +226,9 @@ class AddressAllocator(wiring.Component):
         that cycle plus ``a``, ``stop_r``); the page gate refuses the expert's
         requests of this cycle (the pool is still empty). Returns (rows, room) next."""
         L, bits = self.cfg.lanes, self.cfg.cap_bits
-        stop_r, rows_r, room_r = held_e
-        return (Mux(stop_r.any(), select([(stop_r[a], rows_r + a) for a in range(L)], bits), nxt_rows),
-                Mux(stop_r.any(), select([(stop_r[a], room_r - a) for a in range(L)], bits), nxt_room))
+        stop_r, rows_r, room_r, stop_any = held_e
+        return (Mux(stop_any, select([(stop_r[a], rows_r + a) for a in range(L)], bits), nxt_rows),
+                Mux(stop_any, select([(stop_r[a], room_r - a) for a in range(L)], bits), nxt_room))
 
     def elaborate(self, platform):
         m = Module()
@@ -257,7 +257,7 @@ class AddressAllocator(wiring.Component):
         if cfg.paged:       # (a refusal of the page gate, and the counters before it)
             for e in range(E):
                 held.append((self.stop_r[e], Signal(cfg.cap_bits, name=f"rows_r{e}"),
-                             Signal(cfg.cap_bits, name=f"room_r{e}")))
+                             Signal(cfg.cap_bits, name=f"room_r{e}"), self.stop_any[e]))
                 m.d.sync += [held[e][1].eq(counters[e]), held[e][2].eq(room[e])]
         if self.limit is not None:
             self._count_limit(m, room, aheads, held)

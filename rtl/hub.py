@@ -159,7 +159,7 @@ class MoEHub(wiring.Component):
                          pg.prev_same[j].eq(pm.alloc_prev_same[j]), pg.expert_next[j].eq(pm.alloc_expert_next[j]),
                          g.row[j].eq(a.row[j]), pg.row[j].eq(a.row[j]), pm.alloc_page[j].eq(pg.page[j])]
         for e in range(cfg.experts):
-            m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop_r[e].eq(pg.stop_r[e]),
+            m.d.comb += [tr.cur_page[e].eq(pg.cur_page[e]), alloc.stop_r[e].eq(pg.stop_r[e]), alloc.stop_any[e].eq(pg.stop_any[e]),
                          pg.tile_at_next[e].eq(alloc.tile_at_next[e]), pg.room_ge_next[e].eq(alloc.room_ge_next[e])]
         if cfg.count_packets:
             self._paged_counts(m, g, a, pg, alloc)

@@ -69,6 +69,24 @@ def late_count(bits) -> list:
     return oh
 
 
+def register_copies(m, value, n: int, name: str, zero_at_reset: bool = False) -> list:
+    """``n`` registers of ``value`` (read as ``value`` a cycle later), each for a share
+    of its readers: a flop's fan-out buffer tree is most of a path that fans a register
+    out over every expert. Synthesis (Yosys 0.23) merges flops whose next value and reset
+    agree, so the copies differ in one or the other: held inverted, or reset to all ones
+    -- at most four variants, two that read 0 after reset (``zero_at_reset``: the plain
+    copy and the inverted one reset to ones)."""
+    variants = [(0, 0), (1, 1)] if zero_at_reset else [(0, 0), (1, 0), (0, 1), (1, 1)]
+    if not 1 <= n <= len(variants):
+        raise ValueError(f"{name}: {n} copies, at most {len(variants)}")
+    w, out = len(Value.cast(value)), []
+    for c, (inv, ones) in enumerate(variants[:n]):
+        q = Signal(w, name=f"{name}{c}", init=(1 << w) - 1 if ones else 0)
+        m.d.sync += q.eq(~value if inv else value)
+        out.append(~q if inv else q)
+    return out
+
+
 def masked_equal(value, const: int, mask):
     """``value & mask == const & mask`` (``const`` may be negative: two's complement), bit
     by bit: one AND of XNORs with constants, no adder or compare chain."""

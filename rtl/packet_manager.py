@@ -123,8 +123,8 @@ from .interfaces import (allocation_signature, layer_csr_signature, layer_handsh
 from .layouts import HubLayouts, paged
 from .multicast_allocator import MulticastPrerank, multicast_allocation_signature, prerank_bits
 from .target_decode import TargetDecode
-from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount, select,
-                    times_const)
+from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount,
+                    register_copies, select, times_const)
 from .reservations import InputReservations
 from .timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
 from .write_buffer import LaneWriteBuffer
@@ -922,12 +922,8 @@ class PacketManager(wiring.Component):
         Synthesis merges flops whose next value and reset agree, so the copies differ in
         one or the other: held inverted, or reset to 1 (harmless: no lane requests before
         the first group, and they are rewritten every cycle)."""
-        dead = Cat(*self._cnt_dead_next)
-        for c in range(len(self.alloc_cnt_dead_q)):
-            inv, ones = c & 1, c >> 1
-            q = Signal(len(dead), name=f"t_cnt_dead_copy{c}", init=(1 << len(dead)) - 1 if ones else 0)
-            m.d.sync += q.eq(~dead if inv else dead)
-            m.d.comb += self.alloc_cnt_dead_q[c].eq(~q if inv else q)
+        copies = register_copies(m, Cat(*self._cnt_dead_next), len(self.alloc_cnt_dead_q), "t_cnt_dead_copy")
+        m.d.comb += [q.eq(c) for q, c in zip(self.alloc_cnt_dead_q, copies)]
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),

@@ -74,7 +74,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .layouts import page_takes
-from .logic import count_onehot, exactly, select
+from .logic import count_onehot, exactly, register_copies, select
 from .page_pool import PagePool
 from .page_ring import page_ring
 
@@ -264,6 +264,9 @@ class PageGate(wiring.Component):
         (none set: no refusal). Formed from registers of the lanes (their first refusal,
         expert, requests ahead), so the refusal's path ends at a lane's register, not past
         an AND-OR over the lanes into the allocator.
+    stop_any : Out(experts)
+        ``stop_r`` is not zero: the select of the allocator's held values, fanned out over
+        its counters' bits, formed straight from copies of the lanes' refusal registers.
     short : Out(lanes)
         (count_packets) Lane j's row starts a tile and the pool has no page left for it.
     grant_ok : Out(lanes)
@@ -287,7 +290,7 @@ class PageGate(wiring.Component):
             "prev_same": In(L).array(L),
             "row": In(cfg.row_bits).array(L), "ok": In(L), "clear": In(1),
             "expert_next": In(E).array(L), "tile_at_next": In(L).array(E), "room_ge_next": In(L + 1).array(E),
-            "stop_r": Out(L).array(E),
+            "stop_r": Out(L).array(E), "stop_any": Out(E),
             "tile_oh": In(len(tile_sizes(cfg))), "tile_m1": Out(cfg.row_bits), "tile_m1_load": Out(cfg.row_bits),
             "veto": Out(L), "grant_ok": Out(L), "page": Out(pb).array(L),
             "cur_page": Out(pb).array(E), "tile_sh": Out(len(tile_sizes(cfg))),
@@ -355,6 +358,15 @@ class PageGate(wiring.Component):
         for e in range(E):
             m.d.comb += self.stop_r[e].eq(Cat(
                 Cat(first_r[j] & oh_r[j][e] & ahead_r[j][a] for j in range(a, L)).any() for a in range(L)))
+        # (a refusing lane had requests ahead, so ``stop_r[e]`` is not zero exactly when a
+        # lane refused for e: the OR of stop_r's bits, behind first_r's buffer tree over
+        # every expert, then fanned out over the held select, was 23.8 FO4 into the tile
+        # starts at deepseek-v3-8gpu paged, 52f0e0d -- two copies of first_r, each read
+        # by half the experts)
+        first_c = register_copies(m, Cat(*first), 2, "page_first_short_c", zero_at_reset=True)
+        for e in range(E):
+            fc = first_c[e * 2 // E]
+            m.d.comb += self.stop_any[e].eq(Cat(fc[j] & oh_r[j][e] for j in range(L)).any())
         # (the pages taken: the first min(N, A) lanes that need one are served, N of them
         # needing, A pages available (``avail``: A > x), so the take is that minimum as a
         # one-hot -- from the needs' count and ``avail`` alone, not a count of ``served``

@@ -99,7 +99,8 @@ class AllocatorHarness(Elaboratable):
         for e in range(E):
             stop = any_seq(m, L, f"stop{e}")
             stops.append(stop)
-            m.d.sync += dut.stop_r[e].eq(stop)         # (the gate gives it a cycle later)
+            m.d.sync += [dut.stop_r[e].eq(stop),        # (the gate gives it a cycle later)
+                         dut.stop_any[e].eq(stop.any())]
             prev = Signal(name=f"stop_prev{e}")
             m.d.sync += prev.eq(stop.any())
             mine = [g.req[j] & g.expert[j][e] for j in range(L)]
