@@ -76,9 +76,14 @@ class EventQueue(wiring.Component):
         # pushed event (the queue held at most one).
         head = Signal(self.layout)
         rp1 = Signal(aw, init=1)
+        # (level != 0 as a register of its own, updated with the level: the consumer's
+        # valid starts at a flop -- the level's zero test, fanned out over the event
+        # expander's loads, was 24.1 FO4 into its registers at deepseek-v3-8gpu with every
+        # v2 feature, 7e466b2)
+        nonempty = Signal(name="nonempty")
         m.d.comb += [
-            self.push.empty.eq(level == 0),
-            self.o.valid.eq(level != 0),
+            self.push.empty.eq(~nonempty),
+            self.o.valid.eq(nonempty),
             self.o.payload.eq(head),
         ]
         do_pop = self.o.valid & self.o.ready
@@ -92,7 +97,7 @@ class EventQueue(wiring.Component):
         # (chosen by the consumer's ready itself: an empty queue's two candidates are both
         # the first push, so the pop's AND with `valid` is not needed here)
         m.d.sync += head.eq(Mux(self.o.ready, Mux(level >= 2, store[rp1].as_value(), first_push),
-                                Mux(level >= 1, head.as_value(), first_push)))
+                                Mux(nonempty, head.as_value(), first_push)))
         # (the write pointer: a one-hot register, rotated by the count pushed)
         at = Signal(1 << aw, init=1, name="wp_oh")
         m.d.sync += at.eq(select([(n_push[c], at.rotate_left(c)) for c in range(n + 1)], len(at)))
@@ -101,6 +106,9 @@ class EventQueue(wiring.Component):
         m.d.sync += [
             level.eq(Mux(do_pop, select([(n_push[c], level + c - 1) for c in range(n + 1)], level.shape()),
                          select([(n_push[c], level + c) for c in range(n + 1)], level.shape()))),
+            # (level + c - 1 != 0 after a pop; level + c != 0 without one)
+            nonempty.eq(Mux(do_pop, (n_push[0] & (level >= 2)) | (n_push[1] & nonempty) | ~n_push[:2].any(),
+                            ~n_push[0] | nonempty)),
         ]
         with m.If(do_pop):
             m.d.sync += [rp.eq(rp1), rp1.eq(rp1 + 1)]
