@@ -51,7 +51,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .count_gate import total_bits
-from .logic import OffsetSums
+from .logic import select, sum3_flags
 
 
 class CountLimit(wiring.Component):
@@ -208,9 +208,8 @@ class CountLimit(wiring.Component):
 class _LamRegister:
     """One expert's ``lam``, held as a register ``y`` and the one-hot ``oq`` of the offset
     the grants chose for it: ``lam = y + o``. ``y`` is ``lam + dtot`` of the cycle before,
-    so its next value, ``y + o + dtot``, is chosen by a register (``oq``) among the carry
-    selects of ``y + dtot`` (:class:`~moehub.rtl.logic.OffsetSums`), and this cycle's
-    grants only load ``oq``: no grant reaches the wide add's carries. (``lam`` itself the
+    so its next value, ``y + o + dtot``, is one adder of registers (``o`` from ``oq``),
+    and this cycle's grants only load ``oq``: no grant reaches the wide add. (``lam`` itself the
     register, chosen by the grants among ``lam + dtot - n``, was 25.5 FO4 at mixtral-8gpu
     with pages and count packets, 02b7577, ``dtot`` -> ``lam``; and ``lam >= n``'s register
     from the signs of those sums 25.1.)
@@ -259,16 +258,17 @@ class _LamRegister:
 
     def update(self, m, dtot, take, clear):
         """``lam <- lam + dtot + o`` (o: the offset ``take`` chooses): ``y <- y + q + dtot``
-        (q from ``oq``, a register), ``oq <- o``; at a clear ``lam`` is 0."""
-        sums = OffsetSums(m, self.y, dtot, self.offsets, self.width, self.name, min_low=self.lo)
-        by_q = [(q, o) for o, q in self.oq.items()]
-        m.d.sync += [self.y.eq(Mux(clear, 0, sums.pick(m, by_q, f"{self.name}_next"))),
-                     self.hz.eq(clear | sums.pick_high_zero(m, by_q, f"{self.name}_next")),
-                     self.ho.eq(~clear & sums.pick_high_ones(m, by_q, f"{self.name}_next"))]
+        (q from ``oq``, a register; one carry-save level and one adder,
+        :func:`~moehub.rtl.logic.sum3_flags`), ``oq <- o``; at a clear ``lam`` is 0."""
+        b = max(abs(o) for o in self.offsets).bit_length() + 1
+        q = Signal(signed(b), name=f"{self.name}_q")
+        m.d.comb += q.eq(select([(oq, Const(o, signed(b))) for o, oq in self.oq.items()], b))
+        total, hz, ho = sum3_flags(m, self.y, dtot, q, self.width, self.lo, f"{self.name}_next")
+        m.d.sync += [self.y.eq(Mux(clear, 0, total)), self.hz.eq(clear | hz), self.ho.eq(~clear & ho)]
         none = ~Cat(sel for sel, _ in take).any()
-        for o, q in self.oq.items():
+        for o, oq in self.oq.items():
             chosen = Cat(sel for sel, k in take if k == o).any() if any(k == o for _, k in take) else Const(0)
-            m.d.sync += q.eq(Mux(clear, o == 0, chosen | ((o == 0) & none)))
+            m.d.sync += oq.eq(Mux(clear, o == 0, chosen | ((o == 0) & none)))
 
 
 def _tag(c: int) -> str:

@@ -282,107 +282,34 @@ def at_least(bits, n):
     return Cat(*(Cat(*(bits[i] for i in ones)).all() for ones in combinations(range(len(bits)), n))).any()
 
 
-class OffsetSums:
-    """``a + b + k`` (``width`` bits, two's complement, wrapping) for a set of small
-    constants ``k``, as a carry select: the low ``lo_bits`` of ``a + b`` once (a narrow add)
-    and, per ``k``, its carry into the high part (a few compares of that narrow sum with
-    constants); the high part ``a_hi + b_hi + c`` once for every carry ``c`` any ``k`` can
-    give. So the sums share their wide adders -- one per carry, two-input, from the
-    operands -- instead of one carry-save level and one adder per ``k``, and a choice among
-    them (:meth:`pick`, by late one-hots) is an AND-OR behind the wide adders, whose
-    inputs are registers: the choice's selects meet the carries first, off the adders.
-
-    Parameters
-    ----------
-    m : Module
-    a, b : Value
-        The operands (signed ones sign-extended to ``width``).
-    offsets : iterable of int
-        The constants ``k``; ``lo_bits`` is chosen so that every carry is small.
-    width : int
-    name : str
-    min_low : int
-        At least this many low bits (for :meth:`pick_high_zero`: a register's compares
-        with constants below ``2**min_low`` then read its low bits only).
-    """
-
-    def __init__(self, m, a, b, offsets, width: int, name: str, min_low: int = 1):
-        self.offsets = sorted(set(offsets))
-        kmin, kmax = self.offsets[0], self.offsets[-1]
-        lo = max(min_low, max(-kmin, kmax).bit_length())
-        if lo >= width:
-            raise ValueError(f"offsets {kmin}..{kmax} need {lo} low bits of {width}")
-        self.width, self.lo = width, lo
-
-        def ext(v):
-            v = Value.cast(v)
-            return v.as_signed() if v.shape().signed else v
-        x, y = Signal(width, name=f"{name}_a"), Signal(width, name=f"{name}_b")
-        self.x, self.y = x, y
-        low = Signal(lo + 1, name=f"{name}_low")
-        m.d.comb += [x.eq(ext(a)), y.eq(ext(b)), low.eq(x[:lo] + y[:lo])]
-        # (per k: low + k in [kmin, 2 x (2**lo - 1) + kmax]; its carry c = floor(/ 2**lo))
-        self.carries = list(range((kmin) >> lo, ((2 << lo) - 2 + kmax >> lo) + 1))
-        self.low, self.carry = {}, {}
-        for k in self.offsets:
-            lk = Signal(lo, name=f"{name}_lo{_tag(k)}")
-            m.d.comb += lk.eq((low + k)[:lo])
-            self.low[k] = lk
-            for c in self.carries:
-                hit = Signal(name=f"{name}_c{_tag(k)}_{_tag(c)}")
-                m.d.comb += hit.eq((low + k >= c << lo) & (low + k < (c + 1) << lo))
-                self.carry[k, c] = hit
-        hw = width - lo
-        self.high = {}
-        xh, yh = x[lo:], y[lo:]
-        for c in self.carries:
-            h = Signal(hw, name=f"{name}_hi{_tag(c)}")
-            m.d.comb += h.eq(_sum_plus(m, xh, yh, c, hw, f"{name}_hi{_tag(c)}"))
-            self.high[c] = h
-
-    def value(self, m, k: int, name: str):
-        """``a + b + k`` alone (a signed ``width``-bit signal)."""
-        return self.pick(m, [(Const(1), k)], name)
-
-    def sign(self, m, k: int, name: str):
-        """The sign bit of ``a + b + k``: the carry's choice of the high parts' top bits."""
-        s = Signal(name=name)
-        m.d.comb += s.eq(Cat(self.carry[k, c] & self.high[c][-1] for c in self.carries).any())
-        return s
-
-    def pick(self, m, choices, name: str):
-        """``a + b + k`` for the ``(select, k)`` whose select is set (at most one; 0 if
-        none), a signed ``width``-bit signal: the low bits chosen among the ``k``'s, the
-        high part among the carries, each carry's select the OR of the selects whose
-        ``k`` gives it (late selects meet the fast carries, then one AND-OR)."""
-        lo, out = self.lo, Signal(signed(self.width), name=name)
-        by_carry = {c: Cat(sel & self.carry[k, c] for sel, k in choices).any() for c in self.carries}
-        m.d.comb += out.eq(Cat(select([(sel, self.low[k]) for sel, k in choices], lo),
-                               select([(by_carry[c], self.high[c]) for c in self.carries], self.width - lo)))
-        return out
-
-    def pick_high_zero(self, m, choices, name: str):
-        """For the sum :meth:`pick` chooses: whether its bits above the low ``lo`` are all
-        zero (the sum is in ``[0, 2**lo)``) -- per carry ``c`` a carry-free test of ``a_hi +
-        b_hi == -c`` (:func:`sum_is`), off the wide adders, then chosen as :meth:`pick`
-        chooses the high part. Registered beside the sum, it makes a compare of the
-        register with a small constant ``n < 2**lo`` a compare of its low bits (and, when
-        it is clear, the register's sign) -- no zero test of its high bits in front."""
-        return self._pick_high_is(m, choices, 0, f"{name}_hz")
-
-    def pick_high_ones(self, m, choices, name: str):
-        """As :meth:`pick_high_zero`, whether the bits above the low ``lo`` are all one
-        (the sum is in ``[-2**lo, 0)``): compares with small negative constants."""
-        return self._pick_high_is(m, choices, -1, f"{name}_ho")
-
-    def _pick_high_is(self, m, choices, value: int, name: str):
-        hw = self.width - self.lo
-        xh, yh = self.x[self.lo:], self.y[self.lo:]
-        eq = {c: sum_is(xh, yh, (value - c) % (1 << hw), hw) for c in self.carries}
-        by_carry = {c: Cat(sel & self.carry[k, c] for sel, k in choices).any() for c in self.carries}
-        hit = Signal(name=name)
-        m.d.comb += hit.eq(Cat(by_carry[c] & eq[c] for c in self.carries).any())
-        return hit
+def sum3_flags(m, a, b, c, width: int, lo: int, name: str):
+    """``a + b + c`` in ``width`` bits (two's complement, wrapping; signed operands
+    sign-extended) as one carry-save level and one parallel-prefix adder
+    (:func:`prefix_add`), and whether the sum's bits above the low ``lo`` are all zero or
+    all one (the sum in ``[0, 2**lo)`` or ``[-2**lo, 0)``): carry-free tests of the
+    carry-save pair's high parts (:func:`sum_is`), chosen by the low part's carry -- no
+    zero test behind the adder. Returns (sum, high zero, high ones). For a register
+    updated with a small third operand from a register; carry selects (a narrow add of
+    the low parts, its compares per offset, their choice fanned out over the high parts'
+    sums) put four steps in series: 26.4 FO4 at mixtral-8gpu with pages and count
+    packets, the count limit's ``lam`` from the group's sum, f6073fd."""
+    def ext(v):
+        v = Value.cast(v)
+        return (v.as_signed() if v.shape().signed else v)
+    x, y, z = (Signal(width, name=f"{name}_{t}") for t in "abc")
+    m.d.comb += [x.eq(ext(a)), y.eq(ext(b)), z.eq(ext(c))]
+    s = Signal(width, name=f"{name}_s")
+    k = Signal(width, name=f"{name}_k")
+    m.d.comb += [s.eq(x ^ y ^ z), k.eq(Cat(Const(0, 1), ((x & y) | (x & z) | (y & z))[:width - 1]))]
+    total = prefix_add(m, s, k, 0, f"{name}_sum")
+    hw = width - lo
+    carry_lo = Signal(name=f"{name}_clo")
+    m.d.comb += carry_lo.eq((s[:lo] + k[:lo])[lo])
+    hz, ho = Signal(name=f"{name}_hz"), Signal(name=f"{name}_ho")
+    m.d.comb += [hz.eq(Mux(carry_lo, sum_is(s[lo:], k[lo:], (1 << hw) - 1, hw), sum_is(s[lo:], k[lo:], 0, hw))),
+                 ho.eq(Mux(carry_lo, sum_is(s[lo:], k[lo:], (1 << hw) - 2, hw),
+                           sum_is(s[lo:], k[lo:], (1 << hw) - 1, hw)))]
+    return total, hz, ho
 
 
 def sum_is(x, y, k: int, width: int):
@@ -393,16 +320,6 @@ def sum_is(x, y, k: int, width: int):
     t = x[:width] ^ y[:width] ^ kc
     cout = (x[:width] & y[:width]) | ((x[:width] ^ y[:width]) & ~kc)
     return ~t[0] & ((cout[:width - 1] ^ t[1:width]) == 0) if width > 1 else ~t[0]
-
-
-def _sum_plus(m, x, y, c: int, width: int, name: str):
-    """``x + y + c`` in ``width`` bits with one adder (:func:`prefix_add`): ``c`` = 1 as its
-    carry in, any other ``c`` != 0 by a carry-save level with the constant first."""
-    if c in (0, 1):
-        return prefix_add(m, x[:width], y[:width], c, name)
-    k = Const(c % (1 << width), width)
-    return prefix_add(m, (x ^ y ^ k)[:width], Cat(Const(0, 1), ((x & y) | (x & k) | (y & k))[:width - 1]),
-                      0, name)
 
 
 def prefix_add(m, x, y, cin: int, name: str):
@@ -439,7 +356,3 @@ def prefix_add(m, x, y, cin: int, name: str):
     m.d.comb += out.eq(Cat(half[i] ^ carries[i] for i in range(w)))
     return out
 
-
-def _tag(k: int) -> str:
-    """A signal-name tag of a small signed constant (``m3`` for -3)."""
-    return f"m{-k}" if k < 0 else str(k)

@@ -162,14 +162,18 @@ def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
     cnt_add, cnt_full : Out(lanes)                  lane j's count packet adds; it completes its expert
     cnt_dead : Out(lanes)                           lane j's row names an expert ``dead`` a cycle ago
                                                     (registered a stage ahead, from R's packets)
+    cref_q : Out(lanes).array(2)                    lane j's row names an expert of ``dead_next_if[k]``
+                                                    (likewise)
     dead : In(experts)                              the count limit's ``dead`` (a register): the
                                                     expert's counts are all in and met
+    dead_next_if : In(experts).array(2)             ``dead``'s next value, the risky grant refused / granted
     dtot : Out(total_bits).array(experts)           the counts of the group behind
     met : In(lanes)                                 the row is refused for counts (COUNT_MISMATCH)
     over : In(lanes)                                a completing count below the rows held (COUNT_MISMATCH)
     """
     L, T, E = cfg.lanes, cfg.max_targets, cfg.experts
-    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "cnt_dead": Out(L),
+    counts = {"cnt_add": Out(L), "cnt_full": Out(L), "cnt_dead": Out(L), "cref_q": Out(L).array(2),
+              "dead_next_if": In(E).array(2),
               "dtot": Out(total_bits(cfg)).array(E),
               "met": In(L), "over": In(L), "dead": In(E)} if cfg.count_packets else {}
     return wiring.Signature({
@@ -643,7 +647,8 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         self._cref = [cl.refused[j] for j in range(L)]
         # (a roomy lane's count refusal: an expert it names dead, as R saw it -- see elaborate)
         self._cref_roomy = [g.cnt_dead[j] for j in range(L)]
-        m.d.comb += g.dead.eq(cl.dead_x)
+        m.d.comb += [g.dead.eq(cl.dead_x)] + [g.dead_next_if[k].eq(cl.dead_next_if[k]) for k in (0, 1)]
+        m.d.comb += [cl.cref_q[k].eq(g.cref_q[k]) for k in (0, 1)]
         if self.formal:
             m.d.comb += [self.formal_lam[x].eq(cl.formal_lam[x]) for x in range(cfg.experts)]
             m.d.comb += [self.formal_dead.eq(cl.formal_dead),

@@ -49,13 +49,13 @@ small), data packets come in one a cycle -- at a layer's start until the counts 
 and over each expert's last ``margin`` rows. (Counts sent up front, as the protocol
 intends, keep the first short.)
 """
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config.schema import HubConfig
 from .count_gate import total_bits
-from .logic import OffsetSums, select
+from .logic import select, sum3_flags
 
 
 class MulticastCountLimit(wiring.Component):
@@ -87,16 +87,23 @@ class MulticastCountLimit(wiring.Component):
         is; :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`).
     ok : In(lanes)
         This cycle's verdicts (late), for ``over``.
+    cref_q : In(lanes).array(2)
+        Per lane, its row names an expert of ``dead_next_if[k]`` (the packet manager's
+        registers, from R's target decode): the lane's count refusal for the risky grant
+        of the cycle before low (k = 0) or high.
     clear : In(1)
         Layer start.
     refused : Out(lanes)
-        The lane's row is refused for counts (from registers).
+        The lane's row is refused for counts: ``cref_q`` chosen by the registered late
+        verdict.
     over : Out(lanes)
         A completing count packet below the rows its expert holds.
     roomy : Out(1)
         Every expert dead or at least ``margin`` rows from its count.
     dead_x : Out(experts)
         ``dead`` (a register), for the packet manager's roomy lanes' refusals.
+    dead_next_if : Out(experts).array(2)
+        ``dead``'s next value if the risky lane's grant is refused (0) or granted (1).
     formal_lam, formal_dead, formal_done : Out
         Only with ``formal=True`` (the property harness): per expert ``lam`` as it stands,
         ``dead`` and ``done`` -- the invariants k-induction needs.
@@ -121,7 +128,8 @@ class MulticastCountLimit(wiring.Component):
             "mask": In(E).array(L), "req": In(L), "cnt_add": In(L), "cnt_full": In(L),
             "cnt_oh": In(E).array(L), "dtot": In(total_bits(cfg)).array(E),
             "grants": In(L + 1).array(E), "late_names": In(E), "late": In(1), "ok": In(L), "clear": In(1),
-            "refused": Out(L), "over": Out(L), "roomy": Out(1), "dead_x": Out(E),
+            "cref_q": In(L).array(2),
+            "refused": Out(L), "over": Out(L), "roomy": Out(1), "dead_x": Out(E), "dead_next_if": Out(E).array(2),
         })
 
     def elaborate(self, platform):
@@ -139,8 +147,14 @@ class MulticastCountLimit(wiring.Component):
         completes = [[self.cnt_add[i] & self.cnt_full[i] & self.cnt_oh[i][x] for x in range(E)] for i in range(L)]
         over_now = [lam[x].below_grants(m, lag[x], False) for x in range(E)]
         over_granted = [lam[x].below_grants(m, lag[x], True) for x in range(E)]
+        # (the lanes' count refusals, ``mask & dead`` ORed over the experts, are registers
+        # formed a cycle ahead for either late verdict, which chooses: behind ``dead``, the
+        # OR over the experts into the risky lane's verdict, fanned out over AL's
+        # registers, was 25.4 FO4 at deepseek-v3-8gpu with every v2 feature, 13e2506)
+        late_q = Signal(name="mcl_late_q")
+        m.d.sync += late_q.eq(self.late)
         for j in range(L):
-            m.d.comb += self.refused[j].eq((self.mask[j] & dead).any())
+            m.d.comb += self.refused[j].eq(Mux(late_q, self.cref_q[1][j], self.cref_q[0][j]))
             granted = [Cat(*(self.ok[k] & self.mask[k][x] for k in range(j))).any() if j else 0 for x in range(E)]
             m.d.comb += self.over[j].eq(Cat(*(completes[j][x] & (over_now[x] | (over_granted[x] & granted[x]))
                                               for x in range(E))).any())
@@ -155,7 +169,10 @@ class MulticastCountLimit(wiring.Component):
             n = Signal(L + 2, name=f"mcl_n{x}")
             m.d.comb += n.eq(Mux(lag[x], Cat(0, self.grants[x]), Cat(self.grants[x], 0)))
             lam[x].update(m, self.dtot[x], n, self.clear)
-            m.d.sync += dead[x].eq(~self.clear & (done[x] | now_done[x]) & lam[x].le0_next(m, n, late))
+            dead_if = [~self.clear & (done[x] | now_done[x]) & le for le in lam[x].le0_next_if(m, n)]
+            m.d.sync += dead[x].eq(Mux(late, dead_if[1], dead_if[0]))
+            m.d.comb += [self.dead_next_if[0][x].eq(dead_if[0]),
+                         self.dead_next_if[1][x].eq(Mux(self.late_names[x], dead_if[1], dead_if[0]))]
             m.d.sync += lag[x].eq(~self.clear & late)
         m.d.sync += done.eq(Mux(self.clear, 0, done | now_done))
         m.d.comb += self.dead_x.eq(dead)
@@ -169,9 +186,8 @@ class _LamRegister:
     """One expert's ``lam`` (less the risky lane's grant of the cycle before, ``lag``),
     held as a register ``y`` and the one-hot ``nq`` of the grants it still owes:
     ``lam = y - q`` (``nq``'s bit ``q`` set). ``y`` is ``lam + dtot`` of the cycle before,
-    so its next value, ``y - q + dtot``, is chosen by a register (``nq``) among the carry
-    selects of ``y + dtot`` (:class:`~moehub.rtl.logic.OffsetSums`), and this cycle's
-    grants only load ``nq``: no grant reaches the wide add's carries. (``lam`` itself the
+    so its next value, ``y - q + dtot``, is one adder of registers (``q`` from ``nq``),
+    and this cycle's grants only load ``nq``: no grant reaches the wide add. (``lam`` itself the
     register, chosen by the grants among ``lam + dtot - n``, was a 24.8 FO4 loop at
     deepseek-v3-8gpu with every v2 feature, 7e466b2, and ``dead``'s next value, the sign
     of that sum, 25.6.)
@@ -217,26 +233,26 @@ class _LamRegister:
         """``lam - lag >= k`` (``roomy``)."""
         return ~self._by_q(m, lambda q: Mux(lag, self.below(k + q + 1), self.below(k + q)), f"lt{k}")
 
-    def le0_next(self, m, n, late):
+    def le0_next_if(self, m, n):
         """``lam - lag <= 0`` next cycle, where the group behind adds nothing to the expert
         (its counts all in: the group's count packets of it are repeats): ``y - q - n -
-        late <= 0`` with ``n`` this cycle's grants and lag (one-hot) and ``late`` the risky
-        lane's grant -- flags of registers, chosen by ``n``, then by ``late``."""
+        late <= 0`` with ``n`` this cycle's grants and lag (one-hot), for the risky lane's
+        grant ``late`` low and high -- flags of registers, chosen by ``n``."""
         L2 = len(n)
         # (y <= q + s for s = n + late: from registers alone)
         le = [self._by_q(m, lambda q, s=s: self.below(q + s + 1), f"le{s}") for s in range(L2 + 1)]
-        le_if = [select([(n[k], le[k + d]) for k in range(L2)], 1) for d in (0, 1)]
-        return Mux(late, le_if[1], le_if[0])
+        return [select([(n[k], le[k + d]) for k in range(L2)], 1) for d in (0, 1)]
 
     def update(self, m, dtot, n, clear):
-        """``lam <- lam + dtot - n``: ``y <- y - q + dtot`` (q from ``nq``, a register),
-        ``nq <- n``; at a clear ``lam`` is 0."""
+        """``lam <- lam + dtot - n``: ``y <- y - q + dtot`` (q from ``nq``, a register; one
+        carry-save level and one adder, :func:`~moehub.rtl.logic.sum3_flags`), ``nq <-
+        n``; at a clear ``lam`` is 0."""
         L2 = len(n)
-        sums = OffsetSums(m, self.y, dtot, range(1 - L2, 1), self.width, self.name, min_low=self.lo)
-        take = [(self.nq[q], -q) for q in range(L2)]
-        m.d.sync += [self.y.eq(Mux(clear, 0, sums.pick(m, take, f"{self.name}_next"))),
-                     self.hz.eq(clear | sums.pick_high_zero(m, take, f"{self.name}_next")),
-                     self.nq.eq(Mux(clear, 1, n))]
+        b = L2.bit_length() + 1
+        q = Signal(signed(b), name=f"{self.name}_q")
+        m.d.comb += q.eq(select([(self.nq[k], Const(-k, signed(b))) for k in range(L2)], b))
+        total, hz, _ = sum3_flags(m, self.y, dtot, q, self.width, self.lo, f"{self.name}_next")
+        m.d.sync += [self.y.eq(Mux(clear, 0, total)), self.hz.eq(clear | hz), self.nq.eq(Mux(clear, 1, n))]
 
     def value(self):
         """``lam`` (less ``lag``) as a value: ``y - q`` (for the property harness)."""

@@ -905,8 +905,10 @@ class PacketManager(wiring.Component):
     def _t_cnt_dead(self, m, decs):
         """(multicast, count packets) Per lane, whether its row names an expert the count
         limit holds ``dead`` now (a roomy lane's count refusal, exact a cycle later: see the
-        allocator's ``sure``), registered into T from R's target decode. (No lane behind a
-        count packet asks for a row: the input admission ends a group there.)"""
+        allocator's ``sure``), and one of ``dead``'s next value for either verdict of the
+        risky lane now (``cref_q``: the exact refusal, chosen by that verdict in T),
+        registered into T from R's target decode. (No lane behind a count packet asks for
+        a row: the input admission ends a group there.)"""
         cfg, L, E, T = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.max_targets
         for j in range(L):
             names = Cat(Cat(decs[j].oh[t][x] for t in range(T)).any() for x in range(E))
@@ -914,6 +916,8 @@ class PacketManager(wiring.Component):
             m.d.comb += dead.eq((names & self.alloc.dead).any())
             m.d.sync += self.alloc.cnt_dead[j].eq(dead)
             self._cnt_dead_next[j] = dead
+            # (the exact refusal of the cycle after, for either late verdict now)
+            m.d.sync += [self.alloc.cref_q[k][j].eq((names & self.alloc.dead_next_if[k]).any()) for k in (0, 1)]
         self._cnt_dead_copies(m)
 
     def _cnt_dead_copies(self, m):

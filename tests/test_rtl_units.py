@@ -142,44 +142,35 @@ def test_split_difference_matches_subtraction():
     sim.run()
 
 
-def test_offset_sums_match_addition():
-    """OffsetSums: every a + b + k (value, sign, and picked by a one-hot) equals the sum,
-    and the picked sum's high bits are zero exactly when it is in [0, 2**lo),
-    wrapped to the width, at the carries' edges (low parts summing to just below, at and
-    above each power of two) and at random, for offsets below, around and above zero."""
+def test_sum3_flags_match_addition():
+    """sum3_flags: a + b + c (a signed register, b a wider unsigned count, c a small
+    signed offset) equals the sum wrapped to the width, and its high bits above ``lo``
+    are all zero / all one exactly when it is in [0, 2**lo) / [-2**lo, 0) -- at the low
+    part's carry edges, the width's edges and at random."""
     from amaranth import Module, Signal, signed
-    from moehub.rtl.logic import OffsetSums
+    from moehub.rtl.logic import sum3_flags
     rng = random.Random(7)
-    for width, offsets in ((12, range(-8, 5)), (9, [-4, -3, -2, -1, 0]), (14, range(-3, 9))):
+    for width, lo, cbits in ((12, 4, 4), (9, 3, 3), (14, 5, 5)):
         m = Module()
-        a, b = Signal(signed(width)), Signal(width - 2)
-        ks = list(offsets)
-        sel = Signal(len(ks))
-        sums = OffsetSums(m, a, b, ks, width, "s")
-        values = {k: sums.value(m, k, f"v{i}") for i, k in enumerate(ks)}
-        signs = {k: sums.sign(m, k, f"g{i}") for i, k in enumerate(ks)}
-        picked = sums.pick(m, [(sel[i], k) for i, k in enumerate(ks)], "p")
-        high_zero = sums.pick_high_zero(m, [(sel[i], k) for i, k in enumerate(ks)], "p")
-        lo = sums.lo
-        edges = [(va, vb) for va in (0, 1, (1 << lo) - 1, 1 << lo, -1, -(1 << lo), (1 << width - 1) - 1,
-                                     -(1 << width - 1))
-                 for vb in (0, 1, (1 << lo) - 1, 1 << lo, (1 << width - 2) - 1)]
-        pairs = edges + [(rng.randrange(-(1 << width - 1), 1 << width - 1), rng.randrange(1 << width - 2))
-                         for _ in range(150)]
+        a, b, c = Signal(signed(width)), Signal(width - 2), Signal(signed(cbits))
+        total, hz, ho = sum3_flags(m, a, b, c, width, lo, "s")
+        cs = range(-(1 << cbits - 1), 1 << cbits - 1)
+        edge_a = (0, 1, (1 << lo) - 1, 1 << lo, -1, -(1 << lo), -(1 << lo) - 1, (1 << width - 1) - 1,
+                  -(1 << width - 1))
+        edge_b = (0, 1, (1 << lo) - 1, 1 << lo, (1 << width - 2) - 1)
+        cases = [(va, vb, vc) for va in edge_a for vb in edge_b for vc in cs]
+        cases += [(rng.randrange(-(1 << width - 1), 1 << width - 1), rng.randrange(1 << width - 2),
+                   rng.choice(cs)) for _ in range(300)]
 
         async def bench(ctx):
-            for va, vb in pairs:
+            for va, vb, vc in cases:
                 ctx.set(a, va)
                 ctx.set(b, vb)
-                for i, k in enumerate(ks):
-                    want = ((va + vb + k + (1 << width - 1)) % (1 << width)) - (1 << width - 1)
-                    assert ctx.get(values[k]) == want, (width, va, vb, k)
-                    assert ctx.get(signs[k]) == (want < 0), (width, va, vb, k)
-                    ctx.set(sel, 1 << i)
-                    assert ctx.get(picked) == want, (width, va, vb, k)
-                    assert ctx.get(high_zero) == (0 <= want < 1 << lo), (width, va, vb, k)
-                ctx.set(sel, 0)
-                assert ctx.get(picked) == 0
+                ctx.set(c, vc)
+                want = ((va + vb + vc + (1 << width - 1)) % (1 << width)) - (1 << width - 1)
+                assert ctx.get(total) == want % (1 << width), (width, va, vb, vc)
+                assert ctx.get(hz) == (0 <= want < 1 << lo), (width, va, vb, vc)
+                assert ctx.get(ho) == (-(1 << lo) <= want < 0), (width, va, vb, vc)
 
         sim = Simulator(m)
         sim.add_testbench(bench)

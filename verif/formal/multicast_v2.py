@@ -247,6 +247,10 @@ class CountRef:
         dead_q = Signal(E, name="dead_q")
         m.d.sync += dead_q.eq(g.dead)
         m.d.comb += [g.cnt_dead[j].eq((mask[j] & dead_q).any()) for j in range(L)]
+        # (and names an expert of dead's next value for either late verdict a cycle ago)
+        dead_if_q = [Signal(E, name=f"dead_if_q{k}") for k in (0, 1)]
+        m.d.sync += [dead_if_q[k].eq(g.dead_next_if[k]) for k in (0, 1)]
+        m.d.comb += [g.cref_q[k][j].eq((mask[j] & dead_if_q[k]).any()) for k in (0, 1) for j in range(L)]
         self._environment(m, p, since)
         self.refused = [self._met(j) for j in range(L)]
         for j in range(L):
