@@ -187,22 +187,36 @@ class AddressAllocator(wiring.Component):
             nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
             self._tile_at_next(m, e, counters, [(is_n[n], n) for n in range(L + 1)], held[e])
         m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
-        self._room_ge_upd[e] = self._room_ge_next(room[e], is_n, held[e] if held else None)
+        self._room_ge_upd[e] = self._room_ge_next(e, room[e], is_n, held[e] if held else None)
 
-    def _room_ge_next(self, room, is_n, held_e):
+    def _room_ge_next(self, e, room, is_n, held_e):
         """``room_ge`` after ``n`` grants (``is_n`` one-hot): room - n >= k is room >= n + k
         where n fits, and 0 >= k where it does not (room >= n + k is false then too) -- from
         compares of the room register, chosen like the room; (paged) a cycle after a page
-        refusal, from the held room and the grants that stood."""
-        L = self.cfg.lanes
-        ge = [room >= x for x in range(2 * L + 1)]
-        nxt = Cat(Const(1), *(Cat(*(is_n[n] & ge[n + k] for n in range(L + 1))).any() for k in range(1, L + 1)))
-        if held_e is None:
-            return nxt
-        stop_r, _, room_r, stop_any = held_e
-        held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & (room_r >= a + k) for a in range(L))).any()
-                                  for k in range(1, L + 1)))
-        return Mux(stop_any, held_ge, nxt)
+        refusal, from the held room and the grants that stood. The compares read the
+        room's low ``K`` bits and a register of ``room >= 2**K`` (``room_big``, updated
+        beside the room: :meth:`_next_state`): a compare of the whole register was the
+        head of the page gate's registered tile starts (22.4 FO4 at deepseek-v3-8gpu
+        paged, 1b2acc1)."""
+        L, K, big = self.cfg.lanes, self._room_low_bits(), self._room_big[e]
+
+        def at_least(r, r_big, x):
+            return r_big | (r[:K] >= x) if K < self.cfg.cap_bits else r >= x
+        nxt = Cat(Const(1), *(Cat(*(is_n[n] & at_least(room, big, n + k) for n in range(L + 1))).any()
+                              for k in range(1, L + 1)))
+        big_nxt = Cat(*(is_n[n] & (room >= (1 << K) + n) for n in range(L + 1))).any()
+        if held_e is not None:
+            stop_r, _, room_r, stop_any, big_r = held_e
+            held_ge = Cat(Const(1), *(Cat(*(stop_r[a] & at_least(room_r, big_r, a + k) for a in range(L))).any()
+                                      for k in range(1, L + 1)))
+            held_big = Cat(*(stop_r[a] & (room_r >= (1 << K) + a) for a in range(L))).any()
+            nxt, big_nxt = Mux(stop_any, held_ge, nxt), Mux(stop_any, held_big, big_nxt)
+        self._room_big_upd[e] = big_nxt
+        return nxt
+
+    def _room_low_bits(self) -> int:
+        """``K``: ``room_ge``'s compares (with up to 2 x lanes) read the room's low K bits."""
+        return min((2 * self.cfg.lanes).bit_length(), self.cfg.cap_bits)
 
     def _tile_at_next(self, m, e, counters, outcomes, held_e):
         """(paged) ``tile_at[e]`` after this cycle: for each outcome ``(cond, n)`` (the
@@ -215,7 +229,7 @@ class AddressAllocator(wiring.Component):
         m.d.comb += [starts[x].eq(masked_equal(counters[e], -x, tm1)) for x in range(2 * L)]
         nxt = Cat(*(Cat(*(c & starts[n + a] for c, n in outcomes if n + a < 2 * L)).any()
                     for a in range(L)))
-        stop_r, rows_r, _, stop_any = held_e
+        stop_r, rows_r, _, stop_any, _ = held_e
         held_at = Cat(*(Cat(*(stop_r[b] & masked_equal(rows_r, -(a + b), tm1) for b in range(L))).any()
                         for a in range(L)))
         self._tile_at_upd[e] = Mux(stop_any, held_at, nxt)
@@ -226,7 +240,7 @@ class AddressAllocator(wiring.Component):
         that cycle plus ``a``, ``stop_r``); the page gate refuses the expert's
         requests of this cycle (the pool is still empty). Returns (rows, room) next."""
         L, bits = self.cfg.lanes, self.cfg.cap_bits
-        stop_r, rows_r, room_r, stop_any = held_e
+        stop_r, rows_r, room_r, stop_any, _ = held_e
         return (Mux(stop_any, select([(stop_r[a], rows_r + a) for a in range(L)], bits), nxt_rows),
                 Mux(stop_any, select([(stop_r[a], room_r - a) for a in range(L)], bits), nxt_room))
 
@@ -240,6 +254,8 @@ class AddressAllocator(wiring.Component):
         # registered: updated with the room, from compares of the room register with
         # 0..2 x lanes formed beside the request count)
         room_ge = [Signal(L + 1, name=f"room_ge{e}", init=1) for e in range(E)]
+        self._room_big = [Signal(name=f"room_big{e}") for e in range(E)]      # room >= 2**K
+        self._room_big_upd = {}
         for e in range(E):
             m.d.comb += self.rows[e].eq(counters[e])
             m.d.comb += self.formal_room_ge[e].eq(room_ge[e])
@@ -257,8 +273,9 @@ class AddressAllocator(wiring.Component):
         if cfg.paged:       # (a refusal of the page gate, and the counters before it)
             for e in range(E):
                 held.append((self.stop_r[e], Signal(cfg.cap_bits, name=f"rows_r{e}"),
-                             Signal(cfg.cap_bits, name=f"room_r{e}"), self.stop_any[e]))
-                m.d.sync += [held[e][1].eq(counters[e]), held[e][2].eq(room[e])]
+                             Signal(cfg.cap_bits, name=f"room_r{e}"), self.stop_any[e],
+                             Signal(name=f"room_r_big{e}")))
+                m.d.sync += [held[e][1].eq(counters[e]), held[e][2].eq(room[e]), held[e][4].eq(self._room_big[e])]
         if self.limit is not None:
             self._count_limit(m, room, aheads, held)
         with m.If(self.grant.clear):
@@ -290,7 +307,7 @@ class AddressAllocator(wiring.Component):
                     nxt_rows, nxt_room = self._after_refusal(held[e], nxt_rows, nxt_room)
                     self._tile_at_next(m, e, counters, [(is_n[n] & fits[n], n) for n in range(L + 1)], held[e])
                 m.d.sync += [counters[e].eq(nxt_rows), room[e].eq(nxt_room)]
-                self._room_ge_upd[e] = self._room_ge_next(room[e], is_n, held[e] if held else None)
+                self._room_ge_upd[e] = self._room_ge_next(e, room[e], is_n, held[e] if held else None)
         self._next_state(m, room_ge)
         return m
 
@@ -304,7 +321,9 @@ class AddressAllocator(wiring.Component):
         for e in range(E):
             ge = Signal(L + 1, name=f"room_ge{e}_next")
             m.d.comb += ge.eq(Mux(clear, Cat(self.cap[e] >= n for n in range(L + 1)), self._room_ge_upd[e]))
-            m.d.sync += room_ge[e].eq(ge)
+            m.d.sync += [room_ge[e].eq(ge),
+                         self._room_big[e].eq(Mux(clear, self.cap[e] >= 1 << self._room_low_bits(),
+                                                  self._room_big_upd[e]))]
             if cfg.paged:       # (row a starts a tile: at clear, a multiple of the new tile rows)
                 at = Signal(L, name=f"tile_at{e}_next")
                 at0 = Cat(*(masked_equal(Const(0, cfg.row_bits), -a, self.tile_m1_load) for a in range(L)))

@@ -362,8 +362,10 @@ class PageGate(wiring.Component):
         # lane refused for e: the OR of stop_r's bits, behind first_r's buffer tree over
         # every expert, then fanned out over the held select, was 23.8 FO4 into the tile
         # starts at deepseek-v3-8gpu paged, 52f0e0d -- two copies of first_r, each read
-        # by half the experts)
-        first_c = register_copies(m, Cat(*first), 2, "page_first_short_c", zero_at_reset=True)
+        # by half the experts. Not the plain copy, which synthesis merges with first_r and
+        # its other readers (22.7 at 1b2acc1): the inverted one and the one reset to ones,
+        # harmless here -- oh_r is 0 after a reset)
+        first_c = register_copies(m, Cat(*first), 3, "page_first_short_c")[1:]
         for e in range(E):
             fc = first_c[e * 2 // E]
             m.d.comb += self.stop_any[e].eq(Cat(fc[j] & oh_r[j][e] for j in range(L)).any())
