@@ -260,10 +260,11 @@ class _LamRegister:
         """``lam <- lam + dtot + o`` (o: the offset ``take`` chooses): ``y <- y + q + dtot``
         (q from ``oq``, a register; one carry-save level and one adder,
         :func:`~moehub.rtl.logic.sum3_flags`), ``oq <- o``; at a clear ``lam`` is 0."""
-        b = max(abs(o) for o in self.offsets).bit_length() + 1
-        q = Signal(signed(b), name=f"{self.name}_q")
-        m.d.comb += q.eq(select([(oq, Const(o, signed(b))) for o, oq in self.oq.items()], b))
-        total, hz, ho = sum3_flags(m, self.y, dtot, q, self.width, self.lo, f"{self.name}_next")
+        # (the offset unsigned, o - min: the bias takes min back)
+        low = min(self.offsets)
+        q = Signal(range(max(self.offsets) - low + 1), name=f"{self.name}_q")
+        m.d.comb += q.eq(select([(oq, o - low) for o, oq in self.oq.items()], len(q)))
+        total, hz, ho = sum3_flags(m, self.y, dtot, q, low, self.width, self.lo, f"{self.name}_next")
         m.d.sync += [self.y.eq(Mux(clear, 0, total)), self.hz.eq(clear | hz), self.ho.eq(~clear & ho)]
         none = ~Cat(sel for sel, _ in take).any()
         for o, oq in self.oq.items():

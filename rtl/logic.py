@@ -282,25 +282,27 @@ def at_least(bits, n):
     return Cat(*(Cat(*(bits[i] for i in ones)).all() for ones in combinations(range(len(bits)), n))).any()
 
 
-def sum3_flags(m, a, b, c, width: int, lo: int, name: str):
-    """``a + b + c`` in ``width`` bits (two's complement, wrapping; signed operands
-    sign-extended) as one carry-save level and one parallel-prefix adder
-    (:func:`prefix_add`), and whether the sum's bits above the low ``lo`` are all zero or
-    all one (the sum in ``[0, 2**lo)`` or ``[-2**lo, 0)``): carry-free tests of the
-    carry-save pair's high parts (:func:`sum_is`), chosen by the low part's carry -- no
-    zero test behind the adder. Returns (sum, high zero, high ones). For a register
-    updated with a small third operand from a register; carry selects (a narrow add of
-    the low parts, its compares per offset, their choice fanned out over the high parts'
-    sums) put four steps in series: 26.4 FO4 at mixtral-8gpu with pages and count
-    packets, the count limit's ``lam`` from the group's sum, f6073fd."""
-    def ext(v):
-        v = Value.cast(v)
-        return (v.as_signed() if v.shape().signed else v)
+def sum3_flags(m, a, b, c, bias: int, width: int, lo: int, name: str):
+    """``a + b + c + bias`` in ``width`` bits (two's complement, wrapping; ``a`` a signed
+    register of the width, ``b`` and ``c`` unsigned, ``c`` a few bits, ``bias`` a
+    constant) as carry-save levels and one parallel-prefix adder (:func:`prefix_add`), and
+    whether the sum's bits above the low ``lo`` are all zero or all one (the sum in ``[0,
+    2**lo)`` or ``[-2**lo, 0)``): carry-free tests of the carry-save pair's high parts
+    (:func:`sum_is`), chosen by the low part's carry -- no zero test behind the adder.
+    Returns (sum, high zero, high ones). For a register updated with a small offset from
+    a register: the offset comes unsigned and the bias folds its negative part into the
+    constant's carry-save level (gates, no fan-out) -- a signed offset's sign bit,
+    extended over the width, was three buffers deep (24.3 FO4 at mixtral-8gpu with pages
+    and count packets, 6ef1984); carry selects (a narrow add of the low parts, its
+    compares per offset, their choice fanned out over the high parts' sums) were 26.4
+    (f6073fd)."""
     x, y, z = (Signal(width, name=f"{name}_{t}") for t in "abc")
-    m.d.comb += [x.eq(ext(a)), y.eq(ext(b)), z.eq(ext(c))]
+    m.d.comb += [x.eq(a), y.eq(b), z.eq(c)]
+    kc = Const(bias % (1 << width), width)
+    s1, k1 = x ^ y ^ kc, Cat(Const(0, 1), ((x & y) | (x & kc) | (y & kc))[:width - 1])
     s = Signal(width, name=f"{name}_s")
     k = Signal(width, name=f"{name}_k")
-    m.d.comb += [s.eq(x ^ y ^ z), k.eq(Cat(Const(0, 1), ((x & y) | (x & z) | (y & z))[:width - 1]))]
+    m.d.comb += [s.eq(s1 ^ k1 ^ z), k.eq(Cat(Const(0, 1), ((s1 & k1) | (s1 & z) | (k1 & z))[:width - 1]))]
     total = prefix_add(m, s, k, 0, f"{name}_sum")
     hw = width - lo
     carry_lo = Signal(name=f"{name}_clo")

@@ -49,7 +49,7 @@ small), data packets come in one a cycle -- at a layer's start until the counts 
 and over each expert's last ``margin`` rows. (Counts sent up front, as the protocol
 intends, keep the first short.)
 """
-from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -248,10 +248,10 @@ class _LamRegister:
         carry-save level and one adder, :func:`~moehub.rtl.logic.sum3_flags`), ``nq <-
         n``; at a clear ``lam`` is 0."""
         L2 = len(n)
-        b = L2.bit_length() + 1
-        q = Signal(signed(b), name=f"{self.name}_q")
-        m.d.comb += q.eq(select([(self.nq[k], Const(-k, signed(b))) for k in range(L2)], b))
-        total, hz, _ = sum3_flags(m, self.y, dtot, q, self.width, self.lo, f"{self.name}_next")
+        # (-q unsigned, (L2 - 1) - q: the bias takes L2 - 1 back)
+        q = Signal(range(L2), name=f"{self.name}_q")
+        m.d.comb += q.eq(select([(self.nq[k], L2 - 1 - k) for k in range(L2)], len(q)))
+        total, hz, _ = sum3_flags(m, self.y, dtot, q, 1 - L2, self.width, self.lo, f"{self.name}_next")
         m.d.sync += [self.y.eq(Mux(clear, 0, total)), self.hz.eq(clear | hz), self.nq.eq(Mux(clear, 1, n))]
 
     def value(self):

@@ -143,18 +143,19 @@ def test_split_difference_matches_subtraction():
 
 
 def test_sum3_flags_match_addition():
-    """sum3_flags: a + b + c (a signed register, b a wider unsigned count, c a small
-    signed offset) equals the sum wrapped to the width, and its high bits above ``lo``
-    are all zero / all one exactly when it is in [0, 2**lo) / [-2**lo, 0) -- at the low
-    part's carry edges, the width's edges and at random."""
+    """sum3_flags: a + b + c + bias (a signed register, b a wider unsigned count, c a small
+    unsigned offset, bias a negative or positive constant) equals the sum wrapped to the
+    width, and its high bits above ``lo`` are all zero / all one exactly when it is in
+    [0, 2**lo) / [-2**lo, 0) -- at the low part's carry edges, the width's edges and at
+    random."""
     from amaranth import Module, Signal, signed
     from moehub.rtl.logic import sum3_flags
     rng = random.Random(7)
-    for width, lo, cbits in ((12, 4, 4), (9, 3, 3), (14, 5, 5)):
+    for width, lo, cbits, bias in ((12, 4, 4, -8), (9, 3, 3, -5), (14, 5, 5, 3)):
         m = Module()
-        a, b, c = Signal(signed(width)), Signal(width - 2), Signal(signed(cbits))
-        total, hz, ho = sum3_flags(m, a, b, c, width, lo, "s")
-        cs = range(-(1 << cbits - 1), 1 << cbits - 1)
+        a, b, c = Signal(signed(width)), Signal(width - 2), Signal(cbits)
+        total, hz, ho = sum3_flags(m, a, b, c, bias, width, lo, "s")
+        cs = range(1 << cbits)
         edge_a = (0, 1, (1 << lo) - 1, 1 << lo, -1, -(1 << lo), -(1 << lo) - 1, (1 << width - 1) - 1,
                   -(1 << width - 1))
         edge_b = (0, 1, (1 << lo) - 1, 1 << lo, (1 << width - 2) - 1)
@@ -167,7 +168,7 @@ def test_sum3_flags_match_addition():
                 ctx.set(a, va)
                 ctx.set(b, vb)
                 ctx.set(c, vc)
-                want = ((va + vb + vc + (1 << width - 1)) % (1 << width)) - (1 << width - 1)
+                want = ((va + vb + vc + bias + (1 << width - 1)) % (1 << width)) - (1 << width - 1)
                 assert ctx.get(total) == want % (1 << width), (width, va, vb, vc)
                 assert ctx.get(hz) == (0 <= want < 1 << lo), (width, va, vb, vc)
                 assert ctx.get(ho) == (-(1 << lo) <= want < 0), (width, va, vb, vc)
