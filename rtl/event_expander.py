@@ -39,12 +39,13 @@ target encoded behind the entry select, the path from ``rp`` to the tracker's ad
 the multicast hub's deepest (24.6 FO4 at 8 targets). Every register's next value is formed
 for the tracker's ready low and high, from registers, and the ready chooses last: it
 arrives late (at 7ceec68, with the next state's priority chain behind it, the ready into
-``left``/``first`` was 27.9 FO4). So is, with count packets, the handed-out target's
-expert as a one-hot (``expert_oh``, in the tracker's event): the tracker's per-expert count
-state loads by it -- decoded behind ``rp``'s entry select and the target's select, that was
-the deepest path of the hub with every v2 feature (29.5 FO4 at deepseek-v3-8gpu). Without
-count packets nothing reads it and it is not built (its 32 registers, kept at the unit's
-boundary, were the ready's deepest load: 22.3 FO4 at deepseek-v3-8gpu with multicast rows).
+``left``/``first`` was 27.9 FO4). With count packets the tracker's per-expert count state
+loads by the handed-out target's expert as a one-hot, which the tracker decodes from the
+output register: decoded behind ``rp``'s entry select and the target's select that was
+the deepest path of the hub with every v2 feature (29.5 FO4 at deepseek-v3-8gpu, before
+the output register), and a one-hot register here, formed for either ready, put the next
+entry's expert select and the 256-way decode in front of its load (23.6 FO4 at 6ef1984):
+both gone with the decode after the output register.
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -125,45 +126,28 @@ class EventExpander(wiring.Component):
         m.d.sync += wp.eq(wp ^ take)
         # the next state for the tracker's ready low and high, each from registers (and the
         # queue's head); the ready, behind the tracker's fan-out, only chooses
-        # (count packets: first's expert, one-hot, a register -- the final counts' one consumer)
-        oh = Signal(self.cfg.experts, name="expert_oh") if self.cfg.count_packets else None
-        if oh is not None:
-            m.d.comb += src.payload.expert_oh.eq(oh)
-        regs = (rp, count, left, first) + ((oh,) if oh is not None else ())
-        loads = self._candidates(m, count, ent, rp, cur, left, first)
-        nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, oh, loads) for ready in (0, 1)]
+        regs = (rp, count, left, first)
+        loads = self._candidates(m, count, ent, rp, left, first)
+        nxt = [self._next_state(m, ready, count, rp, take, held, last, left, first, loads) for ready in (0, 1)]
         m.d.sync += [reg.eq(Mux(src.ready, hi, lo)) for reg, lo, hi in zip(regs, *nxt)]
         rp_next = Mux(src.ready, nxt[1][0], nxt[0][0])
         m.d.sync += [sel.eq(~rp_next if inv else rp_next) for sel, inv in self.rp_copies.values()]
         return m
 
-    def _candidates(self, m, count, ent, rp, cur, left, first):
-        """What ``left``, ``first`` and the expert one-hot may load, each formed in
-        parallel: the entry that becomes the held one (the other entry, or the queue's
-        head taken now) and the targets after the one handed out -- with the lowest
-        target of each, and that target's expert decoded."""
+    def _candidates(self, m, count, ent, rp, left, first):
+        """What ``left`` and ``first`` may load, each formed in parallel: the entry that
+        becomes the held one (the other entry, or the queue's head taken now) and the
+        targets after the one handed out -- with the lowest target of each."""
         T = self.cfg.max_targets
         nxt_tv = Signal(T, name="next_tv")
         after = Signal(T, name="left_after")
-        nxt_expert = Signal(self.lay.event.members["expert"], name="next_expert")
-        experts = [e.expert.as_value() for e in (*ent, self.i.payload)]
         m.d.comb += [nxt_tv.eq(Mux(count == 2, Mux(rp, ent[0].tv, ent[1].tv), self.i.payload.tv)),
-                     nxt_expert.eq(Mux(count == 2, Mux(rp, experts[0], experts[1]), experts[2])),
                      after.eq(left & ~first)]
         lowest = lambda v: Cat(v[t] & ~v[:t].any() for t in range(T))
-        nxt_first, after_first = lowest(nxt_tv), lowest(after)
-        if not self.cfg.count_packets:
-            return {"next": (nxt_tv, nxt_first), "after": (after, after_first)}
-        return {"next": (nxt_tv, nxt_first, self._expert_oh(nxt_first, nxt_expert)),
-                "after": (after, after_first, self._expert_oh(after_first, cur.expert))}
+        return {"next": (nxt_tv, lowest(nxt_tv)), "after": (after, lowest(after))}
 
-    def _expert_oh(self, target, experts):
-        """The one-hot of the expert of ``target`` (a one-hot over the entry's targets)."""
-        T, E = self.cfg.max_targets, self.cfg.experts
-        return Cat(Cat(target[t] & (experts[t] == x) for t in range(T)).any() for x in range(E))
-
-    def _next_state(self, m, ready: int, count, rp, take, held, last, left, first, oh, loads):
-        """(rp, count, left, first[, expert one-hot]) of the next cycle if the tracker's ready is ``ready``.
+    def _next_state(self, m, ready: int, count, rp, take, held, last, left, first, loads):
+        """(rp, count, left, first) of the next cycle if the tracker's ready is ``ready``.
         The held event leaves when its last target is handed out, or at once if it has none
         (never pushed); the next event's targets are loaded when it leaves or when one is
         taken into an empty ring; else, a target handed out, the ones after it."""
@@ -172,8 +156,8 @@ class EventExpander(wiring.Component):
         m.d.comb += finish.eq(held & ((last & ready) | ~left.any()))
         handout = held & left.any() & ready
         load = (finish & ((count == 2) | take)) | ((count == 0) & take)
-        names = ("left", "first", "expert_oh")
-        held_now = (left, first, oh)
+        names = ("left", "first")
+        held_now = (left, first)
         nxt = []
         for name, now, loaded, after in zip(names, held_now, loads["next"], loads["after"]):
             reg = Signal(len(now), name=f"{name}_next{tag}")

@@ -49,9 +49,8 @@ class FinalCounts(wiring.Component):
         An event is taken this cycle: ``meta``, ``cpl`` or ``cnt`` (one of them) of
         ``expert``, ``count`` its count (count events).
     expert_oh : In(experts)
-        ``expert`` as a one-hot: the per-expert state loads by it (the tracker's event
-        carries it from the event expander's registers with multicast rows; else the
-        tracker decodes ``expert``).
+        ``expert`` as a one-hot: the per-expert state loads by it (the tracker decodes
+        its event's ``expert``).
     clear : In(1)
         Layer start.
     rows : In(cap_bits).array(experts)

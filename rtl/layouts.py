@@ -80,12 +80,8 @@ class HubLayouts:
             **({"cnt": 1, "count": cfg.count_bits} if cfg.count_packets else {}),
             # protocol v2 (paged unicast): the page of the row's tile (its flag names it)
             **({"page": cfg.page_bits} if paged(cfg) else {}),
-            # protocol v2 (multicast): the row's place in the arena (its metadata word names it),
-            # and, with count packets, the expert as a one-hot from the event expander's
-            # registers (the tracker's per-expert count state loads by it -- not behind the
-            # expander's entry select)
+            # protocol v2 (multicast): the row's place in the arena (its metadata word names it)
             **({"loc": cfg.loc_bits} if cfg.multicast else {}),
-            **({"expert_oh": cfg.experts} if cfg.multicast and cfg.count_packets else {}),
         })
         if cfg.multicast:
             #: (multicast) the event queue holds one event per row event, with every target:

@@ -432,8 +432,8 @@ class AvailabilityTracker(wiring.Component):
                 m.d.comb += pick.valid.eq(0)
         with m.If(mode == SWEEP):
             m.d.comb += pick.valid.eq(self._sweep_skip(m, mode, go, sq, sq.valid))
-        # (with multicast rows the expert's one-hot comes from the event expander's registers)
-        oh = ev.expert_oh if self.cfg.multicast else Cat(ev.expert == x for x in range(self.tl.experts))
+        # (with multicast rows ``ev`` is the event expander's output register)
+        oh = Cat(ev.expert == x for x in range(self.tl.experts))
         m.d.comb += [fc.pop.eq(self.ev.valid & self.ev.ready), fc.expert.eq(ev.expert), fc.expert_oh.eq(oh),
                      fc.meta.eq(~ev.complete & ~ev.cnt), fc.cpl.eq(ev.complete), fc.cnt.eq(ev.cnt),
                      fc.count.eq(ev.count)]
