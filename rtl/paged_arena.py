@@ -132,6 +132,12 @@ class PagedArena(wiring.Component):
                      self.roomy.eq(pool.free >= arena_pages_needed(cfg, self.margin))]
         return m
 
+    @staticmethod
+    def _lo_in(lo0, s: int, c: int, a: int):
+        """``(lo0 + c) mod 2**s <= a``: ``lo0 mod 2**s`` is one of ``(i - c) mod 2**s``,
+        i = 0..a (equality decodes of ``lo0``'s low ``s`` bits)."""
+        return Cat(lo0[:s] == (i - c) % (1 << s) for i in range(a + 1)).any()
+
     def _rows(self, m, sh, sizes):
         """Registers: row ``now + a`` modulo the largest tile and whether it is on a page
         taken this cycle (``(now + a) mod tile <= a``), for a = 0..lanes-1. Their next
@@ -145,8 +151,13 @@ class PagedArena(wiring.Component):
         new = Signal(L, name="arena_new_page", init=(1 << L) - 1)
         ahead = [Signal(W, name=f"arena_row_lo_plus{k}") for k in range(2 * L)]
         m.d.comb += [ahead[k].eq(lo[0] + k) for k in range(2 * L)]
+        # (row now + g + a starts no later than now + g within its tile when (lo0 + g + a)
+        # mod tile <= a: lo0's low bits equal to one of a + 1 constants -- decodes of the
+        # register, not the add lo0 + g + a and a compare behind it, which was the arena's
+        # deepest path, 22.3 FO4 into ``arena_new_page`` at deepseek-v3-8gpu with every v2
+        # feature, d864ddb)
         starts = [[Signal(name=f"arena_new_page_if{g}_{a}") for a in range(L)] for g in range(L + 1)]
-        m.d.comb += [starts[g][a].eq(select([(sh[k], ahead[g + a][:s] <= a) for k, s in enumerate(sizes)], 1))
+        m.d.comb += [starts[g][a].eq(select([(sh[k], self._lo_in(lo[0], s, g + a, a)) for k, s in enumerate(sizes)], 1))
                      for g in range(L + 1) for a in range(L)]
         totals = [late_count(self.sure), late_count(self.sure | self.late_lane)]
         lo_if = [[select([(t[g], ahead[g + a]) for g in range(L + 1)], W) for a in range(L)] for t in totals]
