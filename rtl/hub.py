@@ -40,7 +40,7 @@ from .csr_map import MAX_SOURCES, CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_
 from .event_expander import EventExpander
 from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature, paged
-from .multicast_allocator import MulticastAllocatorAdmitted
+from .multicast_allocator import CNT_DEAD_COPIES, MulticastAllocatorAdmitted
 from .packet_manager import PacketManager
 from .paging import PageGate
 from .tracker import AvailabilityTracker
@@ -189,7 +189,7 @@ class MoEHub(wiring.Component):
         m.d.comb += [alloc.pre_mask_next[j].eq(pm.alloc_pre_mask_next[j]) for j in range(L)]
         m.d.comb += [alloc.sure_named[j].eq(pm.alloc_sure_named[j]) for j in range(L)]
         if self.cfg.count_packets:
-            m.d.comb += [alloc.cnt_dead_q[c].eq(pm.alloc_cnt_dead_q[c]) for c in range(4)]
+            m.d.comb += [alloc.cnt_dead_q[c].eq(pm.alloc_cnt_dead_q[c]) for c in range(CNT_DEAD_COPIES)]
         m.d.comb += [pm.alloc_row_if[j][t][a].eq(alloc.row_if[j][t][a]) for j in range(L)
                      for t in range(self.cfg.max_targets) for a in range(L)]
         m.d.comb += [pm.alloc_row_ahead[j][t].eq(alloc.row_ahead[j][t]) for j in range(L)

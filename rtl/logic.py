@@ -69,20 +69,26 @@ def late_count(bits) -> list:
     return oh
 
 
-def register_copies(m, value, n: int, name: str, zero_at_reset: bool = False) -> list:
+def register_copies(m, value, n: int, name: str, zero_at_reset: bool = False, clear=None) -> list:
     """``n`` registers of ``value`` (read as ``value`` a cycle later), each for a share
     of its readers: a flop's fan-out buffer tree is most of a path that fans a register
     out over every expert. Synthesis (Yosys 0.23) merges flops whose next value and reset
     agree, so the copies differ in one or the other: held inverted, or reset to all ones
-    -- at most four variants, two that read 0 after reset (``zero_at_reset``: the plain
-    copy and the inverted one reset to ones)."""
+    -- four variants, two that read 0 after reset (``zero_at_reset``: the plain copy and
+    the inverted one reset to ones). With ``clear`` (a layer start) four more: the same,
+    loaded with their reset value at a clear -- for readers that ignore the copy in the
+    cycle after a clear, as after reset."""
     variants = [(0, 0), (1, 1)] if zero_at_reset else [(0, 0), (1, 0), (0, 1), (1, 1)]
+    variants = [(inv, ones, False) for inv, ones in variants]
+    if clear is not None and not zero_at_reset:
+        variants += [(inv, ones, True) for inv, ones, _ in variants]
     if not 1 <= n <= len(variants):
         raise ValueError(f"{name}: {n} copies, at most {len(variants)}")
     w, out = len(Value.cast(value)), []
-    for c, (inv, ones) in enumerate(variants[:n]):
+    for c, (inv, ones, cleared) in enumerate(variants[:n]):
         q = Signal(w, name=f"{name}{c}", init=(1 << w) - 1 if ones else 0)
-        m.d.sync += q.eq(~value if inv else value)
+        nxt = ~value if inv else value
+        m.d.sync += q.eq(Mux(clear, q.init, nxt) if cleared else nxt)
         out.append(~q if inv else q)
     return out
 

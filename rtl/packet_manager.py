@@ -121,7 +121,7 @@ from .interfaces import (allocation_signature, layer_csr_signature, layer_handsh
                          layer_status_signature, ordering_guard_signature, push_ranks,
                          queue_push_signature)
 from .layouts import HubLayouts, paged
-from .multicast_allocator import MulticastPrerank, multicast_allocation_signature, prerank_bits
+from .multicast_allocator import CNT_DEAD_COPIES, MulticastPrerank, multicast_allocation_signature, prerank_bits
 from .target_decode import TargetDecode
 from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount,
                     register_copies, select, times_const)
@@ -314,7 +314,7 @@ class PacketManager(wiring.Component):
             # page, so every return is PAGE_BAD)
             **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_mask_next": Out(cfg.experts).array(L),
                 "alloc_sure_named": Out(cfg.experts).array(L),
-                **({"alloc_cnt_dead_q": Out(L).array(4)} if cfg.count_packets else {}),
+                **({"alloc_cnt_dead_q": Out(L).array(CNT_DEAD_COPIES)} if cfg.count_packets else {}),
                 "alloc_pre_counts": Out(prerank_bits(cfg)),
                 "pool_base": In(cfg.addr_bits), "page_bad": In(1),
                 "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1),
@@ -922,11 +922,13 @@ class PacketManager(wiring.Component):
 
     def _cnt_dead_copies(self, m):
         """(multicast, count packets) Copies of the ``cnt_dead`` registers for the
-        allocator's per-expert sure grants, each copy read by a quarter of the experts.
+        allocator's per-expert sure grants, each copy read by a share of the experts.
         Synthesis merges flops whose next value and reset agree, so the copies differ in
-        one or the other: held inverted, or reset to 1 (harmless: no lane requests before
-        the first group, and they are rewritten every cycle)."""
-        copies = register_copies(m, Cat(*self._cnt_dead_next), len(self.alloc_cnt_dead_q), "t_cnt_dead_copy")
+        one or the other: held inverted, reset to 1, or loaded with their reset value at a
+        layer start (harmless: no lane requests before the first group or in the cycle
+        after a layer start, and they are rewritten every cycle)."""
+        copies = register_copies(m, Cat(*self._cnt_dead_next), len(self.alloc_cnt_dead_q), "t_cnt_dead_copy",
+                                 clear=self.start_go)
         m.d.comb += [q.eq(c) for q, c in zip(self.alloc_cnt_dead_q, copies)]
 
     def _t_thresholds(self, m, v):

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal
 
-from ...rtl.multicast_allocator import (ADMISSION_GROUPS, MulticastAllocator, MulticastAllocatorAdmitted,
-                                         pool_count_bits, prerank_counts)
+from ...rtl.multicast_allocator import (ADMISSION_GROUPS, CNT_DEAD_COPIES, MulticastAllocator,
+                                         MulticastAllocatorAdmitted, pool_count_bits, prerank_counts)
 from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
 
 
@@ -95,7 +95,7 @@ class MulticastAllocatorHarness(Elaboratable):
             # from the same values as the request, risky and cnt_dead registers)
             m.d.comb += [dut.sure_named[j].eq(Mux(g.req[j] & ~dut.risky[j], masks[j], 0)) for j in range(L)]
             if cfg.count_packets:       # (its copies of cnt_dead)
-                m.d.comb += [dut.cnt_dead_q[c].eq(g.cnt_dead) for c in range(4)]
+                m.d.comb += [dut.cnt_dead_q[c].eq(g.cnt_dead) for c in range(CNT_DEAD_COPIES)]
         self._properties(m, p, dut)
         return m
 
