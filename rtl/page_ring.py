@@ -10,13 +10,22 @@ Two implementations of one interface, chosen by the pool's size (:func:`page_rin
   entry is an AND-OR of the entries with the head rotated by n (wiring: no index adder,
   wrap-around or decoder). Its read ports are ``pool_pages``-way AND-ORs, ``2 x lanes``
   of them, so its cost grows as pool x lanes: right for small pools.
-* :class:`BankedRing` -- ``B`` memories (``B`` = the power of two >= ``2 x lanes``), ring
+* :class:`BankedRing` -- ``B`` memories (``B`` = the power of two >= ``2 x lanes``; see below), ring
   position q in bank ``q mod B`` at row ``q / B``, so the first ``2 x lanes`` entries are
   one read per bank. The reads are synchronous: issued a cycle ahead with the next head
   (from registers and the pending takes, off the takes' path), transparent for the
   cycle's write (a return landing in the window); the banks' outputs are rotated by the
   head's low bits (a one-hot register). A bank of ``pool / B`` words at or above the
   synthesis threshold maps to an SRAM macro; read ports stay ``2 x lanes`` B-way selects.
+  When the supply takes several pages a cycle, the banks' outputs are registered
+  (:attr:`BankedRing.registered`): the takes' selects behind them (the window's rotation,
+  the pending takes' shift, the lanes' needs, the experts' current pages) do not fit in
+  the cycle after an SRAM read (15 of the 22.2 FO4, ``moehub.synth.sram``: SRAM -> an
+  expert's ``cur_page`` 23.2 FO4 at deepseek-v3 on two nodes, paged, 4 takes a cycle).
+  The registers hold the reads issued for the head a cycle earlier, which the head has
+  since moved past by at most ``lanes``, so they cover ``3 x lanes`` positions: ``B`` is
+  then the power of two >= ``3 x lanes``, and a return written in the cycle between the
+  read and the register is bypassed into it.
 
 Head update, both (``n`` pages taken by the pending takes, ``ret_r``: a return joined the
 ring a cycle ago, after those takes saw it): while the ring they saw lasts (``count -
@@ -108,10 +117,20 @@ class RegisterRing(PageRing):
 
 
 class BankedRing(PageRing):
-    """The ring in ``B`` memories, read a cycle ahead (see the module docstring)."""
+    """The ring in ``B`` memories, read a cycle ahead (see the module docstring).
+
+    Attributes
+    ----------
+    registered : bool
+        The banks' outputs go through a register (more than one take a cycle): the window
+        then trails the head by a cycle, and ``B`` covers ``3 x lanes`` positions."""
+
+    def __init__(self, cfg: HubConfig):
+        super().__init__(cfg)
+        self.registered = page_takes(cfg) > 1
 
     def banks(self) -> int:
-        return 1 << (2 * page_takes(self.cfg) - 1).bit_length()
+        return 1 << ((3 if self.registered else 2) * page_takes(self.cfg) - 1).bit_length()
 
     def elaborate(self, platform):
         m = Module()
@@ -144,10 +163,27 @@ class BankedRing(PageRing):
             rp = mem.read_port(transparent_for=(wp,))
             m.d.comb += [wp.addr.eq(tail[lb:]), wp.data.eq(self.good_page),
                          wp.en.eq(self.good & (tail[:lb] == b)), rp.addr.eq(rows_next[b])]
-            out.append(rp.data)
+            out.append(self._registered_read(m, b, rp, wp, rows_next[b]) if self.registered else rp.data)
         for n in range(len(self.entry)):
             m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
         return m
+
+    def _registered_read(self, m, b, rp, wp, row_next):
+        """Bank ``b``'s output through a register: the read of a cycle ago (its row
+        ``row_next`` then, for the head of now), with this cycle's write to that row
+        bypassed in -- the read port is transparent only for the write of its own cycle,
+        and a return that joins now is seen by the next cycle's takes. Its positions are
+        the B from the head a cycle ago: the window, ``2 x lanes`` from the head the
+        pending takes leave, lies in them (the head moves by at most ``lanes`` a cycle,
+        to the tail at most when the ring ends), one per bank, so the window's rotation
+        stays the head's low one-hot."""
+        row_r = Signal(len(row_next), name=f"ring_read_row_r{b}")
+        m.d.sync += row_r.eq(row_next)
+        hit = Signal(name=f"ring_write_hit{b}")
+        m.d.comb += hit.eq(wp.en & (wp.addr == row_r))
+        data = Signal(len(rp.data), name=f"ring_bank_data{b}")
+        m.d.sync += data.eq(Mux(hit, wp.data, rp.data))
+        return data
 
     def _row_sums(self, m, head, head_lo, tail, tail_lo, lb):
         """The head's high bits plus 0, 1, 2 and the tail's plus -1, 0, 1, for the read

@@ -88,7 +88,9 @@ def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
     """Up to ``lanes`` takes a cycle, with returns of pages in use (and out of range) in the
     same cycles: the i-th take of a cycle gets the model's next page, ``avail`` says how
     many the model has, cycle by cycle. (The hub returns pages between layers; the order's
-    shift with a return landing among the takes is checked here.)"""
+    shift with a return landing among the takes is checked here.) Phases of 50 cycles:
+    mixed, returns with few takes (the ring fills), then every page the pool has, ``lanes``
+    a cycle, from a full ring (the banked ring's window at its widest)."""
     cfg = TINY.replace(pool_pages=pages)
     if isinstance(seed, str):
         cfg, seed = cfg.replace(experts=1, min_tile_rows=4, tile_rows=4), int(seed.split("-")[1])
@@ -104,13 +106,15 @@ def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
                 pending.discard(p)
             free = model.pages_free()
             assert ctx.get(sup.avail) == sum(1 << i for i in range(L) if free > i), (seed, c)
-            k = rng.randrange(min(free, L) + 1) if rng.random() < 0.8 else 0
+            phase = c // 50 % 3                   # mixed, fill the ring, drain it
+            k = (min(free, L) if phase == 2 else rng.randrange(min(free, L) + 1)) \
+                if rng.random() < (0.8, 0.05, 1)[phase] else 0
             took = [model._take_page() for _ in range(k)]
             assert [ctx.get(sup.page[i]) for i in range(k)] == took, (seed, c)
             ctx.set(sup.take, 1 << k)
             fresh[c] = set(took)      # (the return check reads in_use two cycles after a take)
             choices = sorted(model.in_use - pending - fresh.get(c - 1, set()) - fresh[c])
-            ret = rng.random() < 0.3 and bool(choices)
+            ret = rng.random() < (0.3, 0.9, 0.3)[phase] and bool(choices)
             p = (rng.choice(choices) if rng.random() < 0.9 else pages + rng.randrange(3)) if ret else 0
             ctx.set(sup.ret, ret)
             ctx.set(sup.ret_page, p)
