@@ -55,9 +55,11 @@ class EosTracker(wiring.Component):
         ``p_eos``, ``n_eos_t``, held inverted: T reads it into its POST_EOS verdicts).
     le : Out(lanes).array(sources)
         Bit k: ``count - opened <= k`` after that group (meaningful once ``seen``),
-        formed from a copy of ``p_sel`` (``n_sel_le``, held inverted): T chooses these by its lanes'
-        sources into its POST_EOS verdicts, so they should not start behind ``p_sel``'s
-        fan-out (at 72 sources that fan-out's buffers led T's row requests, 22.3 FO4).
+        formed from a copy of ``p_sel`` (``n_sel_le``, held inverted) and a register of the
+        compares it shifts (``t_le``: the EOS's after an EOS, else ``dist_le``): T chooses
+        these by its lanes' sources into its POST_EOS verdicts, so they should not start
+        behind ``p_sel``'s fan-out (at 72 sources that fan-out's buffers led T's row
+        requests, 22.3 FO4) nor behind a choice by the group's EOS.
     done : Out(sources)
         The source's EOS is in and its count reached (``seen`` and ``le`` bit 0), for
         the layer's ``finished`` alone: formed from a copy of ``p_sel`` (``p_sel_fin``)
@@ -162,9 +164,13 @@ class EosTracker(wiring.Component):
         # FO4 into T's thresholds at deepseek-v3-8gpu with count packets, 8856ba0)
         n_eos_t = Signal(name=f"n_eos_t{s}", init=1)
         m.d.sync += n_eos_t.eq(~self.nxt_eos[s])
-        m.d.comb += [dle_t[k].eq(Mux(~n_eos_t, Cat(~n_sel_le[n] & p_le[n + k] for n in n_range).any(),
-                                     Cat(~n_sel_le[n] & dist_le[n + k] for n in n_range).any()))
-                     for k in range(L)]
+        # (and from ``t_le``, a register of the compares T's distance starts from -- the
+        # EOS's (p_le) after an EOS, else dist_le -- so no choice by p_eos stands between
+        # the copy and T: n_sel_le -> dle_t -> T's 16-source select -> its POST_EOS
+        # verdicts -> the allocator's thresholds was 22.7 FO4 at deepseek-v3 on two nodes
+        # with count packets, 48c4d02, the choice one of its cells)
+        t_le = Signal(2 * L, name=f"t_le{s}", init=(1 << 2 * L) - 1)
+        m.d.comb += [dle_t[k].eq(Cat(~n_sel_le[n] & t_le[n + k] for n in n_range).any()) for k in range(L)]
         m.d.sync += [eos_seen.eq(seen_t), opened.eq(opened_t), dist.eq(dist_t)]
         with m.If(p_eos):
             m.d.sync += eos_cnt.eq(p_cnt)
@@ -172,15 +178,21 @@ class EosTracker(wiring.Component):
         # chosen -- no subtraction in front of the compares; the compares share dist's
         # sign and high-bits zero test, at_most_consts)
         le = at_most_consts(m, dist, range(3 * L), f"dist{s}_le")
-        m.d.sync += [dist_le[k].eq(Mux(
-            p_eos, Cat(p_sel[n] & p_lane[j] & self.lane_le[j][n][k] for n in n_range for j in range(L)).any(),
-            Cat(p_sel[n] & le[n + k] for n in n_range).any())) for k in range(2 * L)]
+        le_eos, le_open = Signal(2 * L, name=f"dist{s}_le_eos"), Signal(2 * L, name=f"dist{s}_le_open")
+        m.d.comb += [le_eos[k].eq(Cat(p_sel[n] & p_lane[j] & self.lane_le[j][n][k]
+                                      for n in n_range for j in range(L)).any()) for k in range(2 * L)]
+        m.d.comb += [le_open[k].eq(Cat(p_sel[n] & le[n + k] for n in n_range).any()) for k in range(2 * L)]
+        m.d.sync += dist_le.eq(Mux(p_eos, le_eos, le_open))
+        # (t_le's next value: the next EOS's compares, else dist_le's next value -- its
+        # EOS-lane compares behind one choice, as dist_le's are: lane_evec -> dist_le was
+        # 21.2 FO4 at two nodes)
+        m.d.sync += t_le.eq(Mux(p_eos & ~self.nxt_eos[s], le_eos, Mux(self.nxt_eos[s], self.nxt_le[s], le_open)))
         m.d.sync += [p_sel.eq(self.nxt_sel[s]), p_eos.eq(self.nxt_eos[s]), p_lane.eq(self.nxt_lane[s])]
         m.d.sync += p_le.eq(self.nxt_le[s])
         p_sel_fin = self._copy(m, p_sel, self.nxt_sel[s], f"p_sel_fin{s}", init=~p_sel.init & ((1 << L + 1) - 1))
         with m.If(self.clear):
             m.d.sync += [eos_cnt.eq(0), opened.eq(0), dist.eq(0), p_sel.eq(1), dist_le.eq(dist_le.init),
-                         n_eos_t.eq(1)]
+                         n_eos_t.eq(1), t_le.eq(t_le.init)]
         done = Signal(name=f"done{s}")
         m.d.comb += done.eq(seen_t & Mux(p_eos, Cat(p_sel_fin[n] & p_le[n] for n in n_range).any(),
                                          Cat(p_sel_fin[n] & dist_le[n] for n in n_range).any()))

@@ -48,9 +48,6 @@ class FinalCounts(wiring.Component):
     pop : In(1)
         An event is taken this cycle: ``meta``, ``cpl`` or ``cnt`` (one of them) of
         ``expert``, ``count`` its count (count events).
-    expert_oh : In(experts)
-        ``expert`` as a one-hot: the per-expert state loads by it (the tracker decodes
-        its event's ``expert``).
     clear : In(1)
         Layer start.
     rows : In(cap_bits).array(experts)
@@ -78,7 +75,7 @@ class FinalCounts(wiring.Component):
         E = cfg.experts
         super().__init__({
             "pop": In(1), "meta": In(1), "cpl": In(1), "cnt": In(1),
-            "expert": In(range(E)), "expert_oh": In(E), "count": In(cfg.count_bits), "clear": In(1),
+            "expert": In(range(E)), "count": In(cfg.count_bits), "clear": In(1),
             "rows": In(cfg.cap_bits).array(E),
             "tile_m1": In(cfg.cap_bits),
             "fire": Out(1), "rows_x": Out(cfg.cap_bits), "part": Out(1), "final": Out(E), "short": Out(E),
@@ -116,7 +113,8 @@ class FinalCounts(wiring.Component):
         expert's state this cycle from that expert's own registers -- not behind the event
         queue's head and the pop, nor through registers shared by every expert's adders."""
         E = self.cfg.experts
-        self.oh = self.expert_oh
+        # (``expert`` decoded here: the per-expert state loads by the one-hot)
+        self.oh = Cat(self.expert == x for x in range(E))
         q = {k: [Signal(name=f"fc_q_{k}{x}") for x in range(E)] for k in ("meta", "cpl", "cnt")}
         q["count"] = [Signal(self.cfg.count_bits, name=f"fc_q_count{x}") for x in range(E)]
         q["dneg"] = [Signal(signed(total_bits(self.cfg) + 2), name=f"fc_q_dneg{x}") for x in range(E)]

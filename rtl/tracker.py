@@ -433,8 +433,7 @@ class AvailabilityTracker(wiring.Component):
         with m.If(mode == SWEEP):
             m.d.comb += pick.valid.eq(self._sweep_skip(m, mode, go, sq, sq.valid))
         # (with multicast rows ``ev`` is the event expander's output register)
-        oh = Cat(ev.expert == x for x in range(self.tl.experts))
-        m.d.comb += [fc.pop.eq(self.ev.valid & self.ev.ready), fc.expert.eq(ev.expert), fc.expert_oh.eq(oh),
+        m.d.comb += [fc.pop.eq(self.ev.valid & self.ev.ready), fc.expert.eq(ev.expert),
                      fc.meta.eq(~ev.complete & ~ev.cnt), fc.cpl.eq(ev.complete), fc.cnt.eq(ev.cnt),
                      fc.count.eq(ev.count)]
 

@@ -283,7 +283,6 @@ def test_final_counts_fire_as_the_stream_says(seed):
                 ctx.set(dut.cpl, kind == "cpl")
                 ctx.set(dut.cnt, kind == "cnt")
                 ctx.set(dut.expert, x)
-                ctx.set(dut.expert_oh, 1 << x)
                 ctx.set(dut.count, c)
                 while ctx.get(dut.stall):
                     assert kind == "cnt", (seed, kind, x)
