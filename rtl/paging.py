@@ -160,7 +160,7 @@ class PageSupply(PagePool):
         m.submodules.ring = ring = page_ring(cfg)
         m.d.comb += [ring.pend.eq(pend), ring.count_gt.eq(count_gt), ring.ret_r.eq(ret_r),
                      ring.good.eq(good), ring.good_page.eq(good_page)]
-        seq = self._order(m, ring.entry, count_gt, fbase)
+        seq = self._order(m, ring.entry, count_gt, fbase, pend, good)
         for i in range(L):
             m.d.comb += self.page[i].eq(select([(pend[n], Mux(ret_r & ~count_gt[n], ret_page_r, seq[n]) if i == 0
                                                  else seq[n + i]) for n in range(L + 1)], pb))
@@ -207,16 +207,32 @@ class PageSupply(PagePool):
         m.d.comb += self.free.eq(nfree)
         return m
 
-    def _order(self, m, entries, count_gt, fbase):
+    def _order(self, m, entries, count_gt, fbase, pend, good):
         """The pages in order as this cycle's takes see them, from registers: the ring's
         entries (oldest first), then fresh ones (``2 x lanes`` of them); ``count_gt``: bit
-        n, the ring holds more than n."""
+        n, the ring holds more than n; ``pend``, ``good``: the pending takes and this
+        cycle's good return, which move ``fbase``."""
         L, P, pb = page_takes(self.cfg), self.cfg.pool_pages, self.cfg.page_bits
         seq = [Signal(pb, name=f"next_page{n}") for n in range(2 * L)]
+        fresh = self._fresh(m, fbase, pend, good)
         for n in range(2 * L):
-            fresh_n = (fbase + n)[:pb]
-            m.d.comb += seq[n].eq(Mux(count_gt[n], entries[n], fresh_n) if n < P else fresh_n)
+            m.d.comb += seq[n].eq(Mux(count_gt[n], entries[n], fresh[n]) if n < P else fresh[n])
         return seq
+
+    def _fresh(self, m, fbase, pend, good):
+        """``fbase + n`` (n < 2 x lanes), the fresh pages in order, each a register: its
+        next value, ``fbase + n + k - good`` for the ``k`` pages the pending takes took, is
+        chosen among sums of ``fbase`` and constants (shared by every n), so no adder stands
+        between the register and the takes' pages (``fbase``'s carry chain in front of the
+        page select was 26.4 FO4 into AL's page at deepseek-v3 on two nodes, ca1fe09)."""
+        L, pb = page_takes(self.cfg), self.cfg.page_bits
+        sums = {c: Signal(pb, name=f"fresh_sum{c}".replace("-", "m")) for c in range(-1, 3 * L)}
+        m.d.comb += [v.eq((fbase + c)[:pb]) for c, v in sums.items()]
+        fresh = [Signal(pb, name=f"fresh_page{n}", init=n % (1 << pb)) for n in range(2 * L)]
+        for n in range(2 * L):
+            m.d.sync += fresh[n].eq(select([(pend[k], Mux(good, sums[n + k - 1], sums[n + k]))
+                                            for k in range(L + 1)], pb))
+        return fresh
 
 
 class PageGate(wiring.Component):
@@ -384,15 +400,25 @@ class PageGate(wiring.Component):
         new = [Signal(pb, name=f"page_new{j}") for j in range(L)]
         for j in range(L):
             m.d.comb += new[j].eq(select([(exactly(needs[:j], n), pool.page[n]) for n in range(min(j + 1, K))], pb))
+        # (each expert's current page follows the takes a cycle late, from registers of the
+        # lanes' takes: a take's page then drives its later lanes and a register, not every
+        # expert's page -- the takes' fan-out over 16 experts x 14 bits, buffers deep, was
+        # 25.8-26.0 FO4 into the experts' pages at deepseek-v3 on two nodes, ca1fe09; this
+        # cycle's lanes see the cycle before's takes through T's registered expert match)
+        served_r = Signal(L, name="page_served_r")
+        new_r = [Signal(pb, name=f"page_new_r{j}") for j in range(L)]
+        m.d.sync += [served_r.eq(Cat(*served))] + [new_r[j].eq(new[j]) for j in range(L)]
         for j in range(L):
             mine = select([(oh[j][e], cur[e]) for e in range(E)], pb)
-            for i in range(j):                         # oldest first: the newest wins
+            for i in range(L):                         # the cycle before's, the last lane's wins
+                mine = Mux(served_r[i] & self.prev_same[j][i], new_r[i], mine)
+            for i in range(j):                         # this cycle's, the newest wins
                 mine = Mux(served[i] & same[j][i], new[i], mine)
             m.d.comb += self.page[j].eq(Mux(served[j], new[j], mine))
         for e in range(E):
             for j in range(L):                         # the last lane's take wins
-                with m.If(served[j] & oh[j][e]):
-                    m.d.sync += cur[e].eq(new[j])
+                with m.If(served_r[j] & oh_r[j][e]):
+                    m.d.sync += cur[e].eq(new_r[j])
         return m
 
     def _starts_if(self, m):
