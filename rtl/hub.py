@@ -186,7 +186,8 @@ class MoEHub(wiring.Component):
         else:
             m.d.comb += [pm.page_bad.eq(csr.page_free_w), csr.pool_free.eq(0)]
         m.d.comb += [alloc.pre_mask[j].eq(pm.alloc_pre_mask[j]) for j in range(L)]
-        m.d.comb += [alloc.pre_mask_next[j].eq(pm.alloc_pre_mask_next[j]) for j in range(L)]
+        m.d.comb += [alloc.pre_oh_next[j][t].eq(pm.alloc_pre_oh_next[j][t]) for j in range(L)
+                     for t in range(self.cfg.max_targets)]
         m.d.comb += [alloc.sure_named[j].eq(pm.alloc_sure_named[j]) for j in range(L)]
         if self.cfg.count_packets:
             m.d.comb += [alloc.cnt_dead_q[c].eq(pm.alloc_cnt_dead_q[c]) for c in range(CNT_DEAD_COPIES)]

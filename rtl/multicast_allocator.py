@@ -500,8 +500,8 @@ class MulticastPrerank(wiring.Component):
         The same registered, and the masks and counts, for ``grant.tv``, ``grant.oh``,
         ``pre_mask``, ``pre_counts``.
     mask_next : Out
-        ``q_mask``'s next value (registered every cycle): the admitted allocator's
-        ``pre_mask_next``.
+        ``q_mask``'s next value (registered every cycle): the packet manager's sure
+        grants per expert.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -601,8 +601,9 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     risky : In(lanes)
         The lane's packet is a data packet the input took while ``tight`` (carried down the
         pipeline with it): at most one lane of a group.
-    pre_mask_next : In(experts).array(lanes)
-        ``pre_mask``'s next value (the pre-rank registers it every cycle).
+    pre_oh_next : In(experts).array(lanes, max_targets)
+        The one-hots the pre-rank registers every cycle (``oh``'s next value): the
+        allocator forms its own next masks from them, off the pre-rank's masks' fan-out.
     sure_named : In(experts).array(lanes)
         Bit x of lane k: a roomy request (``req``, not ``risky``) naming expert x -- the
         packet manager's registers, formed from the same next values as those.
@@ -622,7 +623,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
 
     def _extra_ports(self, cfg: HubConfig) -> dict:
         ports = {"tight": Out(1, init=1), "risky": In(cfg.lanes),      # (tight until a clear says)
-                 "pre_mask_next": In(cfg.experts).array(cfg.lanes),
+                 "pre_oh_next": In(cfg.experts).array(cfg.lanes, cfg.max_targets),
                  "sure_named": In(cfg.experts).array(cfg.lanes),
                  **({"cnt_dead_q": In(cfg.lanes).array(CNT_DEAD_COPIES)} if cfg.count_packets else {})}
         if cfg.count_packets and self.formal:
@@ -768,7 +769,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
     def _experts_fit_q(self, m):
         """Per lane, every expert its row names has room for one row (``room_q``), a
         register formed a cycle ahead, so the risky lane's verdict starts from it: from the
-        pre-rank's next masks (``pre_mask_next``: it registers them unconditionally) and
+        pre-rank's next one-hots (``pre_oh_next``: it registers them unconditionally) and
         each expert's next ``room > 0``, for the late bit low and high. The next ``room >
         0`` after ``d`` grants is the registered ``room > d`` (exact: ``formal_room_gt``),
         ``room > lanes`` (a register of its own, ``gt_lanes``) for ``d = lanes``. (The AND
@@ -776,9 +777,14 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         -> the granted rows ahead into AL at 22.9 FO4 at deepseek-v3-8gpu with 8 targets,
         e5473ef; ``room > lanes`` as a compare of the room register chosen by the lagged
         grants, in front of this register, was 23.6 at ca6862b.)"""
-        cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
+        cfg, L, E, T = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.max_targets
         self._room_q = [Signal(name=f"room_q{k}") for k in range(L)]
-        nxt = self.pre_mask_next
+        # (the next masks formed here, from the one-hots: the pre-rank's own, read by its
+        # registers, its counts and the sure grants, were a buffer tree and two inverters
+        # into these registers -- 22.2 FO4 at deepseek-v3 on two nodes with 8 targets, 0f74529)
+        nxt = [Signal(E, name=f"room_mask_next{k}") for k in range(L)]
+        m.d.comb += [nxt[k].eq(Cat(Cat(self.pre_oh_next[k][t][e] for t in range(T)).any() for e in range(E)))
+                     for k in range(L)]
         zero = [Signal(E, name=f"room0_if{x}") for x in (0, 1)]     # next room > 0, late low / high
         for e in range(E):
             base, named, gt, gt_l = self._next_parts[f"x{e}"]

@@ -312,7 +312,7 @@ class PacketManager(wiring.Component):
             # experts each lane's row names, the counts of every set of lanes naming each
             # expert); POOL_BASE (the arena); PAGE_FREE's write (a static arena hands out no
             # page, so every return is PAGE_BAD)
-            **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_mask_next": Out(cfg.experts).array(L),
+            **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_oh_next": Out(cfg.experts).array(L, cfg.max_targets),
                 "alloc_sure_named": Out(cfg.experts).array(L),
                 **({"alloc_cnt_dead_q": Out(L).array(CNT_DEAD_COPIES)} if cfg.count_packets else {}),
                 "alloc_pre_counts": Out(prerank_bits(cfg)),
@@ -894,8 +894,8 @@ class PacketManager(wiring.Component):
         m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
                      self.alloc_pre_counts.eq(pre.q_counts)]
         for j in range(L):
-            m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j]),
-                         self.alloc_pre_mask_next[j].eq(pre.mask_next[j])]
+            m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j])]
+            m.d.comb += [self.alloc_pre_oh_next[j][t].eq(pre.oh[j][t]) for t in range(T)]
             m.d.comb += [g.oh[j][t].eq(pre.q_oh[j][t]) for t in range(T)]
         self.t_mask = pre.q_mask
         if cfg.count_packets:       # (the count gate's, to the allocator's count limit)

@@ -66,8 +66,8 @@ class DecodeAlloc(Elaboratable):
         if self.alloc.PRERANK:
             m.d.comb += [self.alloc.pre_mask[j].eq(pre.q_mask[j]) for j in range(L)]
             m.d.comb += self.alloc.pre_counts.eq(pre.q_counts)
-        if hasattr(self.alloc, "pre_mask_next"):
-            m.d.comb += [self.alloc.pre_mask_next[j].eq(pre.mask_next[j]) for j in range(L)]
+        if hasattr(self.alloc, "pre_oh_next"):
+            m.d.comb += [self.alloc.pre_oh_next[j][t].eq(pre.oh[j][t]) for j in range(L) for t in range(T)]
         if hasattr(self.alloc, "sure_named"):       # (the packet manager's registers)
             m.d.comb += [self.alloc.sure_named[j].eq(Mux(g.req[j] & ~self.alloc.risky[j], pre.q_mask[j], 0))
                          for j in range(L)]

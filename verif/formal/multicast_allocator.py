@@ -62,7 +62,7 @@ class MulticastAllocatorHarness(Elaboratable):
         # (an allocator that reads the pre-rank's next masks sees the one-hots registered,
         # as the pre-rank registers them: free inputs a cycle ahead)
         oh_next = [[any_seq(m, E, f"oh{j}_{t}") for t in range(T)] for j in range(L)]
-        staged = hasattr(dut, "pre_mask_next")
+        staged = hasattr(dut, "pre_oh_next")
         for j in range(L):
             m.d.comb += g.tv[j].eq(any_seq(m, T, f"tv{j}"))
             for t in range(T):
@@ -87,8 +87,7 @@ class MulticastAllocatorHarness(Elaboratable):
             m.d.comb += [dut.pre_mask[j].eq(masks[j]) for j in range(L)]
             m.d.comb += dut.pre_counts.eq(prerank_counts(cfg, masks))
         if staged:
-            m.d.comb += [dut.pre_mask_next[j].eq(Cat(Cat(oh_next[j][t][e] for t in range(T)).any()
-                                                     for e in range(E))) for j in range(L)]
+            m.d.comb += [dut.pre_oh_next[j][t].eq(oh_next[j][t]) for j in range(L) for t in range(T)]
         self._admission(m, p, dut)
         if hasattr(dut, "sure_named"):
             # (the packet manager's registers: a sure request naming each expert, formed
