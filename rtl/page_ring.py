@@ -145,16 +145,24 @@ class BankedRing(PageRing):
         tail_lo = Signal(B, name="ring_tail_lo_oh", init=1)   # tail mod B, one-hot
         nxt = Signal(qb, name="ring_head_next")
         m.d.comb += nxt.eq(self._next_head(head, lambda n: head + n, tail - self.ret_r))
-        head_lo_next = Signal(B, name="ring_head_lo_next")
-        m.d.comb += head_lo_next.eq(1 << nxt[:lb])
-        m.d.sync += [head.eq(nxt), head_lo.eq(head_lo_next)]
+        # (the low one-hot's next value chosen among one-hots from registers -- the head
+        # moved by n, the tail less the return -- not decoded from the next head: its add
+        # and decode were in front of the row selects, 22.5 FO4 from the joined return at
+        # deepseek-v3 on two nodes, 16 banks, e50d1a1)
+        L = page_takes(self.cfg)
+        ended = Cat(self.pend[n] & ~self._lasts(n) for n in range(1, L + 1)).any()
+        head_cands = ([(self.pend[0], head_lo)]
+                      + [(self.pend[n] & self._lasts(n), _rotate(head_lo, n)) for n in range(1, L + 1)]
+                      + [(ended, Mux(self.ret_r, _rotate(tail_lo, -1), tail_lo))])
+        m.d.sync += [head.eq(nxt), head_lo.eq(select(head_cands, B))]
         tail_lo_next = Mux(self.good, _rotate(tail_lo, 1), tail_lo)
+        tail_cands = [(self.good, _rotate(tail_lo, 1)), (~self.good, tail_lo)]
         with m.If(self.good):
             m.d.sync += tail.eq(tail + 1)
         m.d.sync += tail_lo.eq(tail_lo_next)
         plus, tplus = self._row_sums(m, head, head_lo, tail, tail_lo, lb)
-        hsel = {n: self._row_selects(m, head_lo_next, n, f"ring_head_row_sel_n{n}") for n in range(L + 1)}
-        tsel = {n: self._row_selects(m, tail_lo_next, n, f"ring_tail_row_sel_n{n + 1}") for n in (-1, 0)}
+        hsel = {n: self._row_selects(m, head_cands, n, f"ring_head_row_sel_n{n}") for n in range(L + 1)}
+        tsel = {n: self._row_selects(m, tail_cands, n, f"ring_tail_row_sel_n{n + 1}") for n in (-1, 0)}
         rows_next = self._read_rows(m, (hsel, plus), (tsel, tplus))
         out = []
         for b in range(B):
@@ -215,14 +223,16 @@ class BankedRing(PageRing):
             m.d.sync += tplus[d].eq(Mux(wrap, tsum[d + 1], tsum[d]))
         return plus, tplus
 
-    def _row_selects(self, m, lo_next, n, name):
+    def _row_selects(self, m, cands, n, name):
         """Per bank b, which of the high-bit sums holds the window's entry in bank b for
         the position ``(hi, lo) + n``: ``d = (lo + n) / B + (b < (lo + n) mod B)`` (the
         sum ``hi + d``), as a one-hot over ``d`` -- registers formed from the low one-hot's
         next value, so a bank's read row is a choice among registers by registers. (With the
         low one-hot itself choosing, each of its bits loaded ``B x (lanes + 1)`` row selects
         of every bit: ring_head_lo_oh -> four buffers -> a bank's read row was 22.5 FO4 at
-        deepseek-v3-8gpu paged, 8253090; 23.3 at two nodes.) Returns ``[{d: bit}] * B``."""
+        deepseek-v3-8gpu paged, 8253090; 23.3 at two nodes.) ``cands``: the low one-hot's
+        next value as (select, one-hot) pairs, one selected: each register is an OR of
+        the selects by ORs of the one-hots' bits, those from registers. Returns ``[{d: bit}] * B``."""
         B = self.banks()
         out = []
         for b in range(B):
@@ -233,7 +243,7 @@ class BankedRing(PageRing):
             for d, vs in ds.items():
                 # (reset: the one-hot at 0, so the sum of v = 0)
                 r = Signal(name=f"{name}_b{b}_d{d}".replace("-", "m"), init=int(0 in vs))
-                m.d.sync += r.eq(Cat(lo_next[v] for v in vs).any())
+                m.d.sync += r.eq(Cat(c & Cat(oh[v] for v in vs).any() for c, oh in cands).any())
                 sel[d] = r
             out.append(sel)
         return out

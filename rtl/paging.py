@@ -348,7 +348,8 @@ class PageGate(wiring.Component):
         # i's refusal register and the packet manager's registered expert match, no
         # per-expert OR in front of the lane chain)
         held = [Signal(name=f"page_held{j}") for j in range(L)]
-        m.d.comb += [held[j].eq(Cat(first_r[i] & self.prev_same[j][i] for i in range(L)).any()) for j in range(L)]
+        first_h = Signal(L, name="page_first_short_h")      # (a copy, below)
+        m.d.comb += [held[j].eq(Cat(first_h[i] & self.prev_same[j][i] for i in range(L)).any()) for j in range(L)]
         needs = [Signal(name=f"page_needs{j}") for j in range(L)]
         for j in range(L):
             m.d.comb += needs[j].eq(req[j] & ~held[j]
@@ -381,10 +382,15 @@ class PageGate(wiring.Component):
         # by half the experts. Not the plain copy, which synthesis merges with first_r and
         # its other readers (22.7 at 1b2acc1): the inverted one and the one reset to ones,
         # harmless here -- oh_r is 0 after a reset)
-        first_c = register_copies(m, Cat(*first), 3, "page_first_short_c")[1:]
+        first_c = register_copies(m, Cat(*first), 4, "page_first_short_c")[1:]
         for e in range(E):
             fc = first_c[e * 2 // E]
             m.d.comb += self.stop_any[e].eq(Cat(fc[j] & oh_r[j][e] for j in range(L)).any())
+        # (and a third, the inverted one reset to ones, for the held lanes: first_r's
+        # fan-out over every expert's stop_r was a buffer in front of the lanes' needs --
+        # first_r -> held -> the takes -> AL's page 22.3 FO4 at deepseek-v3 on two nodes,
+        # e50d1a1. After a reset it reads ones, harmless: no lane requests then)
+        m.d.comb += first_h.eq(first_c[2])
         # (the pages taken: the first min(N, A) lanes that need one are served, N of them
         # needing, A pages available (``avail``: A > x), so the take is that minimum as a
         # one-hot -- from the needs' count and ``avail`` alone, not a count of ``served``
