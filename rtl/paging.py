@@ -291,6 +291,7 @@ class PageGate(wiring.Component):
         The page of each granted row.
     cur_page : Out(page_bits).array(experts)
         Each expert's page (of its last tile): the flag of a partial last tile names it.
+        A register loaded a cycle after the take (its readers look long after).
     tile_sh : Out(len(tile_sizes))
         The layer's tile size, one-hot over :func:`tile_sizes` (the packet manager places
         a row at ``page << log2(tile) | row mod tile``).
