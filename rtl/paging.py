@@ -419,14 +419,29 @@ class PageGate(wiring.Component):
             mine = select([(oh[j][e], cur[e]) for e in range(E)], pb)
             for i in range(L):                         # the cycle before's, the last lane's wins
                 mine = Mux(served_r[i] & self.prev_same[j][i], new_r[i], mine)
-            for i in range(j):                         # this cycle's, the newest wins
-                mine = Mux(served[i] & same[j][i], new[i], mine)
-            m.d.comb += self.page[j].eq(Mux(served[j], new[j], mine))
+            m.d.comb += self.page[j].eq(self._own_page(j, needs, same, pool.page, mine))
         for e in range(E):
             for j in range(L):                         # the last lane's take wins
                 with m.If(served_r[j] & oh_r[j][e]):
                     m.d.sync += cur[e].eq(new_r[j])
         return m
+
+    def _own_page(self, j, needs, same, pages, mine):
+        """Lane j's page: the page its expert's newest tile start of this cycle up to lane j
+        took (the ``n``-th take, ``n`` the needs ahead of that lane), else ``mine`` -- one
+        AND-OR of the pool's pages, selected by the needs alone. A grant stands only when
+        that newest start was served (a short lane vetoes itself and its expert's later
+        lanes), so the pool's verdict (``fits``, ``served``) is not on the page's path:
+        only a vetoed row's page differs, and no one reads it (its grant is refused). (With
+        ``served`` choosing, in a chain of muxes over the lanes, the path from T's registers
+        through the needs, ``fits`` and ``served``'s fan-out into AL's page was 23.0 FO4 at
+        deepseek-v3 on two nodes, 8f93fc4.)"""
+        K, pb = page_takes(self.cfg), self.cfg.page_bits
+        starts = [needs[i] & same[j][i] for i in range(j)] + [needs[j]]       # lanes 0..j
+        newest = [starts[i] & ~Cat(*starts[i + 1:]).any() if i < j else starts[j] for i in range(j + 1)]
+        take = [Cat(newest[i] & exactly(needs[:i], n) for i in range(n, j + 1)).any() for n in range(min(j + 1, K))]
+        return select([(take[n], pages[n]) for n in range(len(take))]
+                      + [(~Cat(*starts).any(), mine)], pb)
 
     def _starts_if(self, m):
         """Per lane j and count ``a`` of requests of its expert ahead of it: row ``rows + a``

@@ -169,6 +169,26 @@ async def test_pool_exhausted_on_the_last_lane(dut):
 
 
 @cocotb.test(**TIMEOUT)
+async def test_page_taken_the_cycle_before(dut):
+    """Tiles of 2 rows. One cycle opens two rows of expert 1 (one tile, page 0), a row of
+    expert 2 (page 1) and, on the last lane, expert 0's first row (page 2); the very next
+    cycle opens expert 0's second row on lane 0: it lands in page 2, which its expert's
+    current page names only a cycle later -- the gate reads the cycle before's take for
+    it (through T's registered expert match), and a third row of expert 0 in that cycle,
+    on lane 1, starts tile 1 (page 3)."""
+    tb = await make_paged_tb(dut, tile_rows=2)
+    first = [(row(0, 1, token=1), (0, 0)), (row(1, 1, token=1), (1, 0)),
+             (row(2, 2, token=1), (2, 0)), (row(0, 0, token=2), (0, 1))]
+    nxt = [(row(1, 0, token=3), (1, 1)), (row(2, 0, token=3), (2, 1))]
+    together, after = first_chunks_together(first), first_chunks_together(nxt)
+    sched = together[:1] + after[:1] + together[1:] + after[1:]
+    await tb.send_schedule(sched + IDLE + [eos_all({0: 2, 1: 2, 2: 2})])
+    model = await finish(tb)
+    assert flags(tb, model) == {(1, 0): 0, (2, 0): 1, (0, 0): 2, (0, 1): 3}
+    assert pages_written(tb, model) == {0: {0, 1}, 1: {0}, 2: {0, 1}, 3: {0}}
+
+
+@cocotb.test(**TIMEOUT)
 async def test_page_free_and_reuse(dut):
     """Layer 1 (tiles of 4) takes pages 0-2. Software hands back 1 and 0 (good), 1 again
     (PAGE_BAD), 5 (never taken: PAGE_BAD) and 40 (no such page: PAGE_BAD): three
