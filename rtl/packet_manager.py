@@ -528,8 +528,7 @@ class PacketManager(wiring.Component):
         a_eos = [a.valid & k[1] & ~a.bad_src for a, k in zip(A, kinds)]
         if self.cfg.count_packets:
             m.d.sync += [r.cnt.eq(a.valid & k[2] & ~a.bad_src) for a, r, k in zip(A, R, kinds)]
-            # (R's ``first``, inverted, for the readers off the request thresholds' path:
-            # :meth:`_first_copy`)
+            # (R's ``first``, inverted, for half of T's request thresholds: _t_thresholds)
             self.r_first_n = [Signal(name=f"r_first_n{j}", init=1) for j in range(L)]
 
         def a_row(i, j):                    # lane i is a data lane on lane j's row
@@ -689,16 +688,6 @@ class PacketManager(wiring.Component):
             m.d.comb += v["dle_src"][j].eq(select([(r.src_oh[s], eos.le[s]) for s in range(S)], L))
             m.d.comb += v["post"][j].eq(self._post(v, v["opener"], j))
 
-    def _first_copy(self, j):
-        """Lane j's R ``first`` for the readers off the count limit's request thresholds
-        (the EOS summary's openers per source, the write-back's row expert): with count
-        packets a copy, held inverted, so that ``first`` and the openers fan out over
-        fewer readers on the way into the thresholds (R's ``first`` -> the openers ->
-        POST_EOS -> every expert's thresholds, a buffer at each fan-out, was 22.6 FO4 at
-        deepseek-v3-8gpu with count packets, bfe0ad8; the requests themselves copied for
-        half the experts, 23.1). Not a plain copy: synthesis merges flops that agree."""
-        return ~self.r_first_n[j] if self.cfg.count_packets else self.r[j].first
-
     def _post(self, v, openers, j):
         """Lane j's POST_EOS verdict for the lanes' ``openers``: its source's EOS is in and
         its source's openers ahead of it reach the count (``dle_src``)."""
@@ -714,7 +703,7 @@ class PacketManager(wiring.Component):
         m.d.comb += tab.live.eq(self.live)
         for k, r in enumerate(R):
             ent, match = tab.ent[k], v["match"][k]
-            openers = [(self._first_copy(i) & r.same_idx[i], i) for i in range(k)]
+            openers = [(R[i].first & r.same_idx[i], i) for i in range(k)]
             expert = Mux(ent.open, ent.expert, onehot_mux(
                 [(sel, self._dest_key(R[i].pkt)) for sel, i in openers], self._dest_key(r.pkt)))
             # (the same select over each candidate's compare with A's keys, for R's bypass)
@@ -765,7 +754,7 @@ class PacketManager(wiring.Component):
         m.d.comb += [eos.nxt_cnt[j].eq(R[j].pkt.count) for j in range(L)]
         m.d.comb += [eos.nxt_evec[j][n].eq(shifted[j][n]) for j in range(L) for n in range(L + 1)]
         for s in range(cfg.sources):
-            src_openers = [self._first_copy(j) & ~self.table.ent[j].open & R[j].src_oh[s] for j in range(L)]
+            src_openers = [v["opener"][j] & R[j].src_oh[s] for j in range(L)]
             sel_n = [Signal(name=f"n_open{s}_is{n}") for n in range(L + 1)]
             m.d.comb += [sel_n[n].eq(exactly(src_openers, n)) for n in range(L + 1)]
             # (lane j's EOS is accepted for source s: an EOS of s, none ahead of it in the
@@ -965,8 +954,15 @@ class PacketManager(wiring.Component):
         # input is ``post`` itself, the POST_EOS verdict: 22.9 FO4 at deepseek-v3-8gpu,
         # 23.3 at two nodes, at 580fb46.)
         cand = [v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
+        # (the second half of the experts reads a copy of the requests, from a copy of R's
+        # ``first``, held inverted: each request fans out over half the experts' thresholds
+        # -- over all 32, three buffers deep, R's ``first`` -> the openers -> POST_EOS -> the
+        # thresholds was 22.6 FO4 at deepseek-v3-8gpu with count packets, bfe0ad8. Not a
+        # plain copy: synthesis merges flops, and then logic, that agree)
+        openers_c = [~self.r_first_n[j] & ~self.table.ent[j].open for j in range(L)]
+        cand_c = [openers_c[j] & ~r.bad_exp & ~self._post(v, openers_c, j) for j, r in enumerate(R)]
         for x in range(E):
-            reqs = [cand[j] & (r.pkt.expert == x) for j, r in enumerate(R)]
+            reqs = [(cand if x < E // 2 else cand_c)[j] & (r.pkt.expert == x) for j, r in enumerate(R)]
             free = [q & ~self.gate.full[j] for j, q in enumerate(reqs)]
             nge, fge = Signal(L, name=f"t_nge{x}"), Signal(L, name=f"t_free{x}")
             m.d.sync += [nge.eq(Mux(armed, Cat(at_least(reqs, n) for n in range(1, L + 1)), 0)),
