@@ -528,8 +528,6 @@ class PacketManager(wiring.Component):
         a_eos = [a.valid & k[1] & ~a.bad_src for a, k in zip(A, kinds)]
         if self.cfg.count_packets:
             m.d.sync += [r.cnt.eq(a.valid & k[2] & ~a.bad_src) for a, r, k in zip(A, R, kinds)]
-            # (R's ``first``, inverted, for half of T's request thresholds: _t_thresholds)
-            self.r_first_n = [Signal(name=f"r_first_n{j}", init=1) for j in range(L)]
 
         def a_row(i, j):                    # lane i is a data lane on lane j's row
             return a_d[i] & A[j].same_idx[i]
@@ -548,7 +546,6 @@ class PacketManager(wiring.Component):
                 r.row.eq(Cat(a_row(i, j) for i in range(j))),
                 r.ohs.eq(functools.reduce(operator.or_, [Mux(a_row(i, j), A[i].oh, 0) for i in range(j)], a.oh)),
                 r.d.eq(a_d[j]), r.eos.eq(a_eos[j]), r.first.eq(a_first[j]),
-                *([self.r_first_n[j].eq(~a_first[j])] if self.cfg.count_packets else []),
                 r.last.eq(a_d[j] & ~_any(a_d[n] & A[n].same_idx[j] for n in range(j + 1, L))),
                 r.match_new.eq(~_any(a_row(i, j) for i in range(j))
                                | _any(a_first[i] & a_row(i, j) & a.same_exp[i] for i in range(j))),
@@ -678,23 +675,17 @@ class PacketManager(wiring.Component):
         L, S, R, eos = self.cfg.lanes, self.cfg.sources, self.r, self.eos
         v["seen_before"] = [Signal(name=f"seen_before{j}") for j in range(L)]
         v["post"] = [Signal(name=f"post{j}") for j in range(L)]
-        v["seen_src"] = [Signal(name=f"seen_src{j}") for j in range(L)]
-        v["dle_src"] = [Signal(L, name=f"dle_src{j}") for j in range(L)]
         for j, r in enumerate(R):
             # (the source's state chosen by R's source one-hot, an AND-OR: no decoder of
             # the source number in front of T's verdicts; a bad source chooses nothing)
-            m.d.comb += v["seen_src"][j].eq((r.src_oh & eos.seen).any())
-            m.d.comb += v["seen_before"][j].eq(v["seen_src"][j] | r.eos_prior)
-            m.d.comb += v["dle_src"][j].eq(select([(r.src_oh[s], eos.le[s]) for s in range(S)], L))
-            m.d.comb += v["post"][j].eq(self._post(v, v["opener"], j))
-
-    def _post(self, v, openers, j):
-        """Lane j's POST_EOS verdict for the lanes' ``openers``: its source's EOS is in and
-        its source's openers ahead of it reach the count (``dle_src``)."""
-        r = self.r[j]
-        earlier_openers = [openers[i] & r.same_src[i] for i in range(j)]
-        return ~r.bad_exp & v["seen_src"][j] & Cat(
-            exactly(earlier_openers, k) & v["dle_src"][j][k] for k in range(j + 1)).any()
+            seen_src = Signal(name=f"seen_src{j}")
+            m.d.comb += seen_src.eq((r.src_oh & eos.seen).any())
+            m.d.comb += v["seen_before"][j].eq(seen_src | r.eos_prior)
+            earlier_openers = [v["opener"][i] & r.same_src[i] for i in range(j)]
+            dle_src = Signal(L, name=f"dle_src{j}")
+            m.d.comb += dle_src.eq(select([(r.src_oh[s], eos.le[s]) for s in range(S)], L))
+            m.d.comb += v["post"][j].eq(~r.bad_exp & seen_src & Cat(
+                exactly(earlier_openers, k) & dle_src[k] for k in range(j + 1)).any())
 
     def _t_write_back(self, m, v):
         """The last data lane on each row leaves the row's entry to the chunk table (W)
@@ -954,15 +945,8 @@ class PacketManager(wiring.Component):
         # input is ``post`` itself, the POST_EOS verdict: 22.9 FO4 at deepseek-v3-8gpu,
         # 23.3 at two nodes, at 580fb46.)
         cand = [v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
-        # (the second half of the experts reads a copy of the requests, from a copy of R's
-        # ``first``, held inverted: each request fans out over half the experts' thresholds
-        # -- over all 32, three buffers deep, R's ``first`` -> the openers -> POST_EOS -> the
-        # thresholds was 22.6 FO4 at deepseek-v3-8gpu with count packets, bfe0ad8. Not a
-        # plain copy: synthesis merges flops, and then logic, that agree)
-        openers_c = [~self.r_first_n[j] & ~self.table.ent[j].open for j in range(L)]
-        cand_c = [openers_c[j] & ~r.bad_exp & ~self._post(v, openers_c, j) for j, r in enumerate(R)]
         for x in range(E):
-            reqs = [(cand if x < E // 2 else cand_c)[j] & (r.pkt.expert == x) for j, r in enumerate(R)]
+            reqs = [cand[j] & (r.pkt.expert == x) for j, r in enumerate(R)]
             free = [q & ~self.gate.full[j] for j, q in enumerate(reqs)]
             nge, fge = Signal(L, name=f"t_nge{x}"), Signal(L, name=f"t_free{x}")
             m.d.sync += [nge.eq(Mux(armed, Cat(at_least(reqs, n) for n in range(1, L + 1)), 0)),
