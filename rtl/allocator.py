@@ -29,7 +29,7 @@ With ``count_packets`` a :class:`~moehub.rtl.count_limit.CountLimit` beside the 
 keeps each expert's rows left under its announced count, and its allowance (a thermometer
 from registers) joins the room in both places: a lane fits when its place is below the
 room and allowed; an expert gets ``n`` rows when at least ``n`` ask (a thermometer the
-packet manager registers in T), ``n`` fit the room and the counts allow ``n``. A request
+packet manager counts from T's registers), ``n`` fit the room and the counts allow ``n``. A request
 refused for counts is ``met`` (COUNT_MISMATCH), not an overflow.
 
 With both (paged regions and count packets) the allowance goes out to the page gate too
@@ -173,9 +173,9 @@ class AddressAllocator(wiring.Component):
     def _update_counted(self, m, e, counters, room, room_ge, held):
         """(count_packets) Expert e's counters after ``min(requests, room, the counts'
         allowance)`` grants: ``grants >= n`` is an AND of three thermometers (requests,
-        room, counts; the requests' one registered in T), the one-hot grants select among
-        outcomes formed in parallel (paged: a cycle after a page refusal, the grants that
-        stood, :meth:`_after_refusal`)."""
+        room, counts; the requests' one counted from T's registers), the one-hot grants
+        select among outcomes formed in parallel (paged: a cycle after a page refusal, the
+        grants that stood, :meth:`_after_refusal`)."""
         L, g, bits = self.cfg.lanes, self.grant, self.cfg.cap_bits
         ge = [Const(1)] + [self._fits(g.nge[e][n - 1] & room_ge[e][n], e, n) for n in range(1, L + 1)]
         is_n = Signal(L + 1, name=f"grants{e}")

@@ -933,10 +933,17 @@ class PacketManager(wiring.Component):
 
     def _t_thresholds(self, m, v):
         """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),
-        and how many of them come before the expert's counts are all in, as registered
-        thermometers: the allocator's grants (``min(requests, room, the counts'
-        allowance)``) then start from flops, not from a count of the requests. Wires the
-        count gate's and T's count fields to the allocator."""
+        and how many of them come before the expert's counts are all in, as thermometers
+        for the allocator's grants (``min(requests, room, the counts' allowance)``). Wires
+        the count gate's and T's count fields to the allocator.
+
+        The requests' thermometer is counted in the allocator's cycle, from T's registers
+        (each lane's request one-hot, zero without a request), as the uncounted allocator
+        counts them: formed here from the POST_EOS verdict, fanned out over every expert's
+        thresholds, it was the hub's deepest path, R's ``first`` -> the openers ->
+        ``post`` -> ``nge``, 22.6 FO4 at deepseek-v3-8gpu with count packets (bfe0ad8);
+        the allocator's update behind it is shallow (15 FO4 there). The allowance's
+        ``free`` stays registered: it feeds every lane's verdict and the page gate."""
         cfg, L, E, R, T, armed = self.cfg, self.cfg.lanes, self.cfg.experts, self.r, self.t, self.armed
         # (Gated by ``armed``, a register, not by ``live``: once the layer is finished every
         # source's EOS is in and its count reached, so every opener is POST_EOS already and
@@ -946,11 +953,11 @@ class PacketManager(wiring.Component):
         # 23.3 at two nodes, at 580fb46.)
         cand = [v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
         for x in range(E):
-            reqs = [cand[j] & (r.pkt.expert == x) for j, r in enumerate(R)]
-            free = [q & ~self.gate.full[j] for j, q in enumerate(reqs)]
+            free = [cand[j] & (r.pkt.expert == x) & ~self.gate.full[j] for j, r in enumerate(R)]
             nge, fge = Signal(L, name=f"t_nge{x}"), Signal(L, name=f"t_free{x}")
-            m.d.sync += [nge.eq(Mux(armed, Cat(at_least(reqs, n) for n in range(1, L + 1)), 0)),
-                         fge.eq(Mux(armed, Cat(at_least(free, n) for n in range(1, L + 1)), 0))]
+            # (T's request one-hots carry ``live``: zero when the layer is not armed)
+            m.d.comb += nge.eq(Cat(at_least([t.req_oh[x] for t in T], n) for n in range(1, L + 1)))
+            m.d.sync += fge.eq(Mux(armed, Cat(at_least(free, n) for n in range(1, L + 1)), 0))
             m.d.comb += [self.alloc.nge[x].eq(nge), self.alloc.free[x].eq(fge),
                          self.alloc.dtot[x].eq(self.gate.dtot[x])]
         # (the count limit in the allocator: every input a register)
