@@ -945,12 +945,12 @@ class PacketManager(wiring.Component):
         the allocator's update behind it is shallow (15 FO4 there). The allowance's
         ``free`` stays registered: it feeds every lane's verdict and the page gate."""
         cfg, L, E, R, T, armed = self.cfg, self.cfg.lanes, self.cfg.experts, self.r, self.t, self.armed
-        # (Gated by ``armed``, a register, not by ``live``: once the layer is finished every
-        # source's EOS is in and its count reached, so every opener is POST_EOS already and
-        # ``cand`` is 0 -- ``live`` adds nothing here, and the layer's ``finished``, an AND
-        # over the sources, stays off every expert's thresholds. The thresholds' deepest
-        # input is ``post`` itself, the POST_EOS verdict: 22.9 FO4 at deepseek-v3-8gpu,
-        # 23.3 at two nodes, at 580fb46.)
+        # (``free`` gated by ``armed``, a register, not by ``live``: once the layer is
+        # finished every source's EOS is in and its count reached, so every opener is
+        # POST_EOS already and ``cand`` is 0 -- ``live`` adds nothing here, and the layer's
+        # ``finished``, an AND over the sources, stays off every expert's ``free``. Its
+        # deepest input is ``post`` itself, the POST_EOS verdict: 20.0 FO4 at
+        # deepseek-v3-8gpu with count packets, 46ab5cc.)
         cand = [v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
         for x in range(E):
             free = [cand[j] & (r.pkt.expert == x) & ~self.gate.full[j] for j, r in enumerate(R)]
