@@ -15,11 +15,16 @@ from typing import Any, Mapping
 from .schema import ConfigError, _check_types, _require, available, load_config
 
 __all__ = ["ConfigError", "SoftwareCosts", "SystemConfig", "ModelConfig", "WorkloadConfig",
-           "DTYPES", "dtype_row_bytes", "effective_dtypes", "effective_row_bytes",
-           "load_system_config", "load_model_config", "load_workload_config", "available"]
+           "DTYPES", "LAUNCH_MODES", "WEIGHT_DTYPES", "dtype_row_bytes", "effective_dtypes",
+           "effective_row_bytes", "load_system_config", "load_model_config",
+           "load_workload_config", "available"]
 
 #: datatypes of the rows on the wire (dispatch: token rows to experts; combine: outputs back)
 DTYPES = ("bf16", "fp8")
+#: how a system's kernels are launched: one by one from the host, or replayed from CUDA graphs
+LAUNCH_MODES = ("eager", "graph")
+#: weight datatypes of the expert GEMMs and the bytes per weight element they stand for
+WEIGHT_DTYPES = {"bf16": 2, "fp8": 1}
 #: elements that share one fp32 scale in fp8 rows (DeepEP / DeepGEMM fine-grained 1x128 scaling)
 FP8_SCALE_BLOCK = 128
 
@@ -99,10 +104,16 @@ class SoftwareCosts:
     gemm_fixed_us: float           #: ramp-up/tail of one GEMM kernel body
     hbm_gemm_efficiency: float     #: fraction of HBM a GEMM streaming weights reaches
     hbm_floor_frac: float          #: share of that ceiling a kernel keeps under any contention
+    # how the layer's kernels are launched (LAUNCH_MODES): "eager" (every kernel pays
+    # kernel_launch_us) or "graph" (the layer is captured in CUDA graphs as serving engines
+    # capture decode: a kernel pays graph_launch_us, a host sync breaks the graph)
+    launch_mode: str = "eager"
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str) -> "SoftwareCosts":
         obj = cls(**_check_types(cls, prefix, raw))
+        _require(obj.launch_mode in LAUNCH_MODES, f"{prefix}.launch_mode", obj.launch_mode,
+                 f"must be one of {', '.join(LAUNCH_MODES)}")
         _positive(obj, prefix, ("kernel_launch_us", "graph_launch_us", "d2h_sync_us",
                                 "host_split_us", "device_barrier_us", "flag_poll_us",
                                 "coll_empty_us", "coll_base_us", "coll_hop_intra_us",
@@ -121,6 +132,10 @@ class SoftwareCosts:
                     "inter_eff_max", "hbm_gemm_efficiency", "hbm_floor_frac"):
             v = getattr(obj, key)
             _require(0 < v <= 1, f"{prefix}.{key}", v, "must lie in (0, 1]")
+        _require(obj.graph_launch_us <= obj.kernel_launch_us, f"{prefix}.graph_launch_us",
+                 obj.graph_launch_us,
+                 f"must be <= kernel_launch_us ({obj.kernel_launch_us}): a graph replays what "
+                 "an eager launch does")
         _require(obj.gemm_block_m_small <= obj.gemm_block_m, f"{prefix}.gemm_block_m_small",
                  obj.gemm_block_m_small, f"must be <= gemm_block_m ({obj.gemm_block_m})")
         _require(obj.gemm_block_n_max % obj.gemm_block_n_step == 0, f"{prefix}.gemm_block_n_max",
@@ -166,6 +181,10 @@ class SystemConfig:
         d["software"] = dataclasses.asdict(self.software)
         d.update(changes)
         return SystemConfig.from_dict(d, prefix=f"system[{self.name}]")
+
+    def replace_software(self, **changes) -> "SystemConfig":
+        """A copy with some software costs changed (e.g. ``launch_mode``), validated."""
+        return self.replace(software={**dataclasses.asdict(self.software), **changes})
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str = "system") -> "SystemConfig":

@@ -9,7 +9,8 @@
 Results folders are named by everything that changes the result (``--run`` overrides):
 ``<model>_<system>[-g<gpus>]_<workload>_t<tokens>`` for ``cosim``, then, for every value
 that differs from the defaults of the named configs (or from the command's), in this
-order: ``_seed<N>``, ``_dispatch-<dtype>``, ``_combine-<dtype>``, ``_hub-expert-order``,
+order: ``_seed<N>``, ``_dispatch-<dtype>``, ``_combine-<dtype>``, ``_weights-<dtype>``,
+``_launch-<mode>``, ``_hub-expert-order``,
 ``_hub-<backend>``, ``_rtl<0+3>`` or ``_rtl-all``, ``_sys-<a+b>`` (a ``--systems``
 subset). ``sweep`` folders: ``sweep-<what>_<model|all>_<system>_<workload>``, then
 ``_t<tokens>``, ``_v<values>`` and the same suffixes. An existing folder is replaced only
@@ -23,8 +24,8 @@ import json
 import time
 
 from .. import progress
-from ..config.cosim_schema import (DTYPES, available, load_model_config, load_system_config,
-                                   load_workload_config)
+from ..config.cosim_schema import (DTYPES, LAUNCH_MODES, WEIGHT_DTYPES, available,
+                                   load_model_config, load_system_config, load_workload_config)
 from ..paths import HELP, claim, writing
 from ..scripts.args import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
@@ -43,6 +44,40 @@ def _dtype(value: str) -> str:
     if value not in DTYPES:
         raise argparse.ArgumentTypeError(f"{value!r}: must be one of {', '.join(DTYPES)}")
     return value
+
+
+def _choice(choices, what: str):
+    """argparse type of a word among ``choices``: a bad one exits 2 naming the flag and the
+    value ('argument --launch: 'x': must be one of eager, graph')."""
+    def check(value: str) -> str:
+        if value not in choices:
+            raise argparse.ArgumentTypeError(f"{value!r}: must be one of {', '.join(choices)} "
+                                             f"({what})")
+        return value
+    return check
+
+
+def _decode_options(args, s, m):
+    """--weight-dtype and --launch applied to the loaded model and system (both recorded in
+    config.yaml): FP8 weights are weight_bytes 1, which the GPU model runs as FP8 GEMMs."""
+    if getattr(args, "weight_dtype", None):
+        m = m.replace(weight_bytes=WEIGHT_DTYPES[args.weight_dtype])
+    if getattr(args, "launch", None):
+        s = s.replace_software(launch_mode=args.launch)
+    return s, m
+
+
+def _decode_suffix(args, s0=None, m0=None) -> list:
+    """Name parts of --weight-dtype / --launch when they differ from the named configs
+    (always when given, without configs to compare: sweeps)."""
+    parts = []
+    wd = getattr(args, "weight_dtype", None)
+    if wd and (m0 is None or WEIGHT_DTYPES[wd] != m0.weight_bytes):
+        parts.append(f"weights-{wd}")
+    lm = getattr(args, "launch", None)
+    if lm and (s0 is None or lm != s0.software.launch_mode):
+        parts.append(f"launch-{lm}")
+    return parts
 
 
 def _hub(value: str) -> str:
@@ -102,8 +137,10 @@ def _load(args, tokens=None, gpus=None, model=None, system=None):
     load_config_flag("--system", load_system_config, system)
     load_config_flag("--model", load_model_config, model)
     load_config_flag("--workload", load_workload_config, args.workload)
-    return load_configs(system, model, args.workload, tokens, gpus, args.seed,
-                        **_dtype_overrides(args))
+    s, m, w = load_configs(system, model, args.workload, tokens, gpus, args.seed,
+                           **_dtype_overrides(args))
+    s, m = _decode_options(args, s, m)
+    return s, m, w
 
 
 def _dtype_overrides(args) -> dict:
@@ -111,7 +148,8 @@ def _dtype_overrides(args) -> dict:
     return dict(dispatch_dtype=args.dispatch_dtype, combine_dtype=args.combine_dtype)
 
 
-def _suffix(args, gpus: int, seed_default: int, dtypes, dtypes_default) -> str:
+def _suffix(args, gpus: int, seed_default: int, dtypes, dtypes_default, s0=None,
+            m0=None) -> str:
     """The name parts of every result-changing value that is not the default (see the
     module docstring); ``dtypes_default`` None: a given dtype flag always shows."""
     parts = []
@@ -121,6 +159,7 @@ def _suffix(args, gpus: int, seed_default: int, dtypes, dtypes_default) -> str:
         given = getattr(args, flag + "_dtype")
         if given and (dtypes_default is None or dtypes[i] != dtypes_default[i]):
             parts.append(f"{flag}-{given}")
+    parts += _decode_suffix(args, s0, m0)
     if args.hub_order == "expert":
         parts.append("hub-expert-order")
     features = getattr(args, "hub_features", None)
@@ -147,7 +186,7 @@ def run_name(args, s, m, w) -> str:
     system = s.name + (f"-g{s.gpus}" if s.gpus != s0.gpus else "")
     return (f"{m.name}_{system}_{w.name}_t{w.tokens_per_gpu}"
             + _suffix(args, s.gpus, w0.seed, (m.dispatch_dtype, m.combine_dtype),
-                      (m0.dispatch_dtype, m0.combine_dtype)))
+                      (m0.dispatch_dtype, m0.combine_dtype), s0, m0))
 
 
 def _rtl_options(args, rtl) -> None:
@@ -294,6 +333,17 @@ def _common(p, tokens_default=None):
         p.add_argument(f"--{flag}-dtype", type=_dtype, default=None, metavar="|".join(DTYPES),
                        help=f"datatype of {flag} rows on the wire ({' or '.join(DTYPES)}; "
                             "overrides the model and the workload)")
+    p.add_argument("--weight-dtype", type=_choice(tuple(WEIGHT_DTYPES), "expert weights"),
+                   default=None, metavar="|".join(WEIGHT_DTYPES),
+                   help="datatype of the weights (sets the model's weight_bytes: bf16 2, fp8 1, "
+                        "run as FP8 GEMMs like DeepSeek-V3's block-scaled FP8 checkpoint; "
+                        "overrides the model)")
+    p.add_argument("--launch", type=_choice(LAUNCH_MODES, "kernel launch mode"), default=None,
+                   metavar="|".join(LAUNCH_MODES),
+                   help="how kernels are launched: eager (kernel_launch_us each) or graph "
+                        "(CUDA graphs, as serving engines run decode: graph_launch_us each, "
+                        "every host sync breaks the graph); overrides the system's "
+                        "software.launch_mode")
     p.add_argument("--hub", default="model", type=_hub, help="hub stage: model (reference "
                    "model, fast path), reference (packet by packet, slow), or any "
                    "cosim/hub_<name>.py backend such as rtl (the Verilog, slow: use few tokens)")

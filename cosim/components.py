@@ -9,6 +9,13 @@ Models (why each shape):
 
 * Launch / sync: constants; a CUDA graph replaces the per-launch driver work by a cheaper
   per-node dispatch; a host sync is a small D2H copy + stream sync + host split math.
+  The system's ``launch_mode`` decides, once, what every kernel of the layer pays
+  (:attr:`Components.launch_us`, which the GPU model reads too): ``eager`` the driver launch
+  (``kernel_launch_us``), ``graph`` the replay of a captured node (``graph_launch_us``), as
+  serving engines capture decode (vLLM, SGLang, TensorRT-LLM). A host sync cannot be
+  captured: the layer splits there into pieces (vLLM's piecewise graphs; SGLang refuses
+  graphs with DeepEP normal mode), so each sync also pays the relaunch of the next piece
+  from the host (:attr:`Components.graph_break_us`; :data:`GRAPH_BREAKS` counts them).
 * Collective latency (NCCL-like): a collective that carries data pays a base latency, one
   hop (scale-up, plus one network hop when it spans nodes) and, for an all-to-all, a cost
   per peer (one send/recv pair each); an all-gather is a ring: one hop per step.
@@ -30,11 +37,19 @@ from __future__ import annotations
 
 import math
 
-from ..config.cosim_schema import ConfigError, SystemConfig
+from ..config.cosim_schema import LAUNCH_MODES, ConfigError, SystemConfig
 
 GBps = 1e3          #: bytes per microsecond in one GB/s
 LAYOUTS = ("contiguous", "masked", "padded", "loop")
 COLLECTIVES = ("alltoall", "allgather")
+#: host syncs per layer of each system: each is a graph break in ``graph`` launch mode (the
+#: host reads counts to size the next kernels, so those cannot be captured). Bulk: the D2H of
+#: the all-to-all-v splits; DeepEP normal mode: the received count that sizes the receive
+#: tensor (DeepEP normal mode is incompatible with CUDA graphs, sglang PR #5014); the others
+#: size everything on the device. The systems charge a break through
+#: :attr:`Components.host_sync_us`; tests check this table against their timelines.
+GRAPH_BREAKS = {"bulk": 1, "comet": 0, "deepep": 1, "deepep_ll": 0, "fused": 0, "hub": 0,
+                "ideal": 0}
 SMS_KEYS = {"deepep": "comm_sms_deepep", "deepep_ll": "comm_sms_deepep_ll",
             "comet": "comm_sms_overlap", "fused": "comm_sms_fused", "hub": "comm_sms_hub",
             "onesided": "comm_sms_overlap"}
@@ -46,10 +61,29 @@ class Components:
     def __init__(self, system: SystemConfig):
         self.sys = system
         self.sw = sw = system.software
-        self.launch_us = sw.kernel_launch_us
+        self.launch_mode = sw.launch_mode
         self.graph_launch_us = sw.graph_launch_us
         self.d2h_sync_us = sw.d2h_sync_us
-        self.host_sync_us = sw.d2h_sync_us + sw.host_split_us
+        self.launch_us, self.graph_break_us = self.launch_costs(sw.launch_mode)
+        self.host_sync_us = sw.d2h_sync_us + sw.host_split_us + self.graph_break_us
+
+    def launch_costs(self, mode: str) -> tuple:
+        """(cost of one kernel launch, extra cost of a host sync) in launch ``mode``.
+
+        eager: every kernel pays the driver launch; a sync adds nothing (the next kernel's
+        launch is already counted). graph: a kernel pays the replay of a captured node; a
+        sync ends the graph, and the piece after it is relaunched from the host: its first
+        kernel waits for a host launch, ``kernel_launch_us`` instead of the node's
+        ``graph_launch_us`` (ASSUMPTION: relaunching a graph piece from an idle host costs
+        one driver launch; the measured graph gain is per node, dogacel.github.io
+        2026-03-14, CALIBRATION.md sec 2)."""
+        sw = self.sw
+        if mode == "eager":
+            return sw.kernel_launch_us, 0.0
+        if mode == "graph":
+            return sw.graph_launch_us, sw.kernel_launch_us - sw.graph_launch_us
+        raise ConfigError(f"system[{self.sys.name}].software.launch_mode = {mode!r}: must be "
+                          f"one of {', '.join(LAUNCH_MODES)}")
 
     # ------------------------------------------------------------------ collectives
     def _split_peers(self, peers: int, nodes: int) -> tuple:
