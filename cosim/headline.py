@@ -1,93 +1,62 @@
-"""``moehub headline``: the hub against the best software baseline, across models, systems
-and tokens per GPU, per MoE layer and end to end.
+"""``moehub headline``: the best hub against the best software baseline over the whole
+map: 8-GPU boxes, NVL72 and multi-node systems, decode to prefill sizes, and a
+compute-to-link ratio axis.
 
-For every (system config, model, tokens per GPU) point every system of :mod:`.systems`
-runs on the same routing; the *best baseline* is the fastest real software system
-(:data:`.systems.BASELINES`: bulk, Comet, DeepEP normal and low-latency, the fused
-kernel), and the hub's speedup is its latency over the hub's. Where the hub loses, the
-report says why, from the two timelines: which of its phases on the critical GPU ends
-later than the best baseline's (:func:`why`). Writes ``headline.csv``, ``headline.md``
-(the tables), ``headline.png`` and, for each system config, the timelines of the hub's
-best and worst point.
+For every point of the grid (:mod:`.headline_grid`: system config x model x tokens per
+GPU x compute-to-link ratio) the software baselines and every hub variant (protocol v1
+and the protocol-v2 features, :mod:`.systems.hub_v2`) run on the same routing, on Dask,
+each run cached by content (:mod:`.headline_eval`). The table's hub is the fastest variant
+and says which one it was; the baseline is the fastest of today's software and is named;
+beside it, the speedup against the fastest of the papers' kind of baseline where such
+systems are registered (:mod:`.headline_pick`). Where the hub loses, the report says why.
+
+Writes ``headline.csv``, ``headline.md`` (the map as a table and every point), ``headline.json``
+(the rows and the run's record: command, commit, date, machine, load), ``headline.png``
+and ``.svg`` (the heat map "where the hub pays off"), ``run.json``; with ``--timelines``
+the timelines of each system's best and worst point.
 """
 from __future__ import annotations
 
 import csv
+import json
+import os
+import platform
+import socket
 import time
 from pathlib import Path
 
-import numpy as np
-
-from .. import progress
 from ..paths import HELP, output_dir
-from .experiment import load_configs, run_experiment, write_outputs
-from .systems import BASELINES
+from ..scripts.args import UsageError, int_at_least
+from . import headline_grid as grid
+from .headline_eval import HUB, SYNCHRONOUS, evaluate, layer_facts, summary
+from .headline_pick import baseline_sets, row, why as why_from
 
-SYSTEM_CONFIGS = ("h100x8", "b200x8", "gb200-nvl72")
-MODELS = ("mixtral-8x7b", "qwen2-57b-a14b", "phi-3.5-moe", "deepseek-v3")
-TOKENS = (128, 512, 2048, 8192, 32768)
-#: points with more routed rows are skipped (and printed): the hub model takes about a
-#: second per 100k rows and a system runs 2-8 passes, and a 64-GPU network has 4096
-#: flows; a 32K-token DeepSeek-V3 layer on 8 GPUs is 2.1M rows
-MAX_ROWS = 600_000
-
-
-def _phase_end(res, gpu: int, names) -> float:
-    ends = [p.end for p in res.phases if p.gpu == gpu and p.name in names]
-    return max(ends) if ends else float("nan")
+#: the short names of the table's cells (a baseline not listed is written out)
+SHORT = {"bulk": "B", "comet": "C", "deepep": "D", "deepep_ll": "LL", "fused": "F"}
+VARIANT_SHORT = {"multicast": "mc", "early_counts": "ec", "paged": "pg"}
+#: columns of headline.csv first (every run's latency follows)
+COLUMNS = ("system_config", "system", "gpus", "model", "tokens_per_gpu", "compute_link_ratio",
+           "hub_us", "hub_variant", "best_baseline", "best_us", "speedup_layer", "speedup_e2e",
+           "paper_baseline", "paper_us", "speedup_paper", "ideal_us")
 
 
-def _first_start(res, names) -> float:
-    starts = [p.start for p in res.phases if p.name in names]
-    return min(starts) if starts else float("nan")
-
-
-def _busy(res, gpu: int, names) -> float:
-    return sum(p.end - p.start for p in res.phases if p.gpu == gpu and p.name in names)
-
-
+# ---------------------------------------------------------------------------- one experiment
 def why(er, best: str) -> str:
-    """Why the hub is slower than ``best`` (empty when it is not), from the two timelines:
-    a later first GEMM, longer GEMM busy time or a later dispatch end on each one's
-    critical GPU (each named when it explains a good part of the difference)."""
-    hub, base = er.results["hub"], er.results[best]
-    if hub.latency_us <= base.latency_us:
-        return ""
-    gh, gb = int(np.argmax(hub.gpu_end)), int(np.argmax(base.gpu_end))
-    disp = ("dispatch", "all-to-all dispatch")
-    gemm = ("expert GEMM",)
-    d_send = _phase_end(hub, gh, disp) - _phase_end(base, gb, disp)
-    d_busy = _busy(hub, gh, gemm) - _busy(base, gb, gemm)
-    d_gemm = _phase_end(hub, gh, gemm) - _phase_end(base, gb, gemm)
-    d_start = _first_start(hub, gemm) - _first_start(base, gemm)
+    """Why the hub of ``er`` (an :class:`~.experiment.ExperimentResult`) is slower than
+    ``best`` (empty when it is not): :func:`.headline_pick.why` on its two timelines."""
+    from .systems.hub_v2 import FEATURES
     L = er.layer
-    parts = []
-    if d_start > 0.3 * (hub.latency_us - base.latency_us):
-        parts.append(f"its GEMMs start {d_start:.0f} us later: with token-order sends no "
-                     f"expert fills a compute-bound pass or is known complete before the "
-                     f"done word at the end of the dispatch, while {best} knows each "
-                     f"expert's count before it starts (hub protocol v2's per-expert counts)")
-    if d_busy > 0.3 * (hub.latency_us - base.latency_us):
-        parts.append(f"its GEMMs are busy {d_busy:.0f} us longer (tile-granular passes re-read "
-                     f"weights; its {L.sys.software.comm_sms_hub} sender SMs are held while it sends)")
-    if np.isfinite(d_send) and d_send > 0:
-        ratio = (L.counts.sum() * L.row_wire_hub) / max(1.0, L.gpu_rows.sum() * L.row_wire_sw)
-        parts.append(f"its dispatch ends {d_send:.0f} us later ({ratio:.2f}x the wire bytes "
-                     f"of DeepEP's deduplicated rows: one copy per (token, expert), "
-                     f"{L.sys.link_header_bytes} B header per {L.hub.chunk_bytes} B packet)")
-    if not parts and d_gemm > 0:
-        parts.append(f"its last GEMM ends {d_gemm:.0f} us later (experts finish late: "
-                     f"the last partial tiles wait for the end-of-layer done word)")
-    return "; ".join(parts) or "combine/reduce ends later"
-
-
-def run_point(system: str, model: str, tokens: int, workload: str = "default"):
-    s, m, w = load_configs(system, model, workload, tokens)
-    return run_experiment(s, m, w)
+    hub = summary(er.results["hub"], L, er.e2e["hub"])
+    base = summary(er.results[best], L, er.e2e[best])
+    variant = "+".join(f for f in FEATURES if f in er.hub_features) or "v1"
+    return why_from(hub, base, best, layer_facts(L), variant)
 
 
 def point_row(er) -> dict:
-    base = {n: r.latency_us for n, r in er.results.items() if n in BASELINES}
+    """One experiment's hub against its best software baseline (``moehub explore``'s
+    co-simulated metrics)."""
+    today, _ = baseline_sets()
+    base = {n: r.latency_us for n, r in er.results.items() if n in today}
     best = min(base, key=base.get)
     hub = er.latency("hub")
     return {"system_config": er.system.name, "gpus": er.layer.G, "model": er.model.name,
@@ -97,128 +66,270 @@ def point_row(er) -> dict:
             **{f"{n}_us": v for n, v in base.items()}, "why_hub_loses": why(er, best)}
 
 
-def table_md(rows: list) -> str:
-    out = ["| system | model | tokens/GPU | hub µs | best baseline | its µs | hub speedup "
-           "(layer) | (end to end) | why the hub loses |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['system_config']} | {r['model']} | {r['tokens_per_gpu']} | "
-                   f"{r['hub_us']:.0f} | {r['best_baseline']} | {r['best_us']:.0f} | "
-                   f"{r['speedup_layer']:.2f}x | {r['speedup_e2e']:.2f}x | {r['why_hub_loses']} |")
-    return "\n".join(out)
+# ---------------------------------------------------------------------------- tables
+def _short_variant(v: str) -> str:
+    return "v1" if v == "v1" else "+".join(VARIANT_SHORT.get(f, f) for f in v.split("+"))
 
 
-SHORT = {"bulk": "B", "comet": "C", "deepep": "D", "deepep_ll": "LL", "fused": "F"}
+def _line_key(r: dict) -> tuple:
+    return r["system_config"], r["model"], r["compute_link_ratio"]
 
 
-def pivot_md(rows: list) -> str:
-    """One line per (system, model), one column per tokens/GPU: hub speedup over the best
-    baseline, layer / end to end, and which baseline was best (B bulk, C Comet, D DeepEP
-    normal, LL DeepEP low-latency, F fused)."""
-    toks = sorted({r["tokens_per_gpu"] for r in rows})
-    out = ["| system | model | " + " | ".join(f"{t} tok/GPU" for t in toks) + " |",
-           "|---|---|" + "---|" * len(toks)]
-    for key in dict.fromkeys((r["system_config"], r["model"]) for r in rows):
+def pivot_md(rows: list, skipped: list = ()) -> str:
+    """One line per (system, model, compute-to-link ratio), one column per tokens/GPU:
+    the best hub's speedup over the best baseline of today (its letter) and, where the
+    papers' kind of baseline ran, over that one; the hub variant in brackets."""
+    toks = sorted({r["tokens_per_gpu"] for r in [*rows, *skipped]})
+    out = ["| system | model | compute × | " + " | ".join(f"{t} tok/GPU" for t in toks) + " |",
+           "|---|---|---|" + "---|" * len(toks)]
+    skip = {(*_line_key(s), s["tokens_per_gpu"]) for s in skipped}
+    for key in dict.fromkeys(_line_key(r) for r in [*rows, *skipped]):
         cells = []
         for t in toks:
-            r = next((r for r in rows if (r["system_config"], r["model"]) == key
-                      and r["tokens_per_gpu"] == t), None)
-            cells.append("—" if r is None else f"{float(r['speedup_layer']):.2f} / "
-                         f"{float(r['speedup_e2e']):.2f} {SHORT[r['best_baseline']]}")
-        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+            r = next((r for r in rows if _line_key(r) == key and r["tokens_per_gpu"] == t), None)
+            cells.append(_cell(r) if r else ("skip" if (*key, t) in skip else "—"))
+        out.append(f"| {key[0]} | {key[1]} | {key[2]:g} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
-def plot(rows: list, path: Path) -> Path:
-    from .plots import _save
-    import matplotlib.pyplot as plt
-    systems = list(dict.fromkeys(r["system_config"] for r in rows))
-    fig, axes = plt.subplots(1, len(systems), figsize=(5 * len(systems), 3.8), squeeze=False)
-    for ax, sname in zip(axes[0], systems):
-        for model in dict.fromkeys(r["model"] for r in rows):
-            pts = sorted((r["tokens_per_gpu"], r["speedup_layer"], r["speedup_e2e"])
-                         for r in rows if r["system_config"] == sname and r["model"] == model)
-            if not pts:
-                continue
-            x, sl, se = zip(*pts)
-            line, = ax.plot(x, sl, marker="o", label=f"{model} (layer)")
-            ax.plot(x, se, marker=".", ls=":", color=line.get_color(), label=f"{model} (e2e)")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("tokens per GPU")
-        ax.set_title(sname, fontsize=10)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("best baseline / MoE-Hub")
-    axes[0][-1].legend(fontsize=6, ncol=2)
-    return _save(fig, "MoE-Hub speedup over the best software baseline (solid: MoE layer, "
-                 "dotted: end to end)", path)
+def _cell(r: dict) -> str:
+    text = f"{float(r['speedup_layer']):.2f} {SHORT.get(r['best_baseline'], r['best_baseline'])}"
+    if r.get("speedup_paper") not in (None, ""):
+        p = r["paper_baseline"]
+        text += f" / {float(r['speedup_paper']):.2f} {SHORT.get(p, p)}"
+    return text + f" ({_short_variant(r['hub_variant'])})"
+
+
+def table_md(rows: list) -> str:
+    """Every point: the hub's variant and latency, the best baseline, speedups, why the
+    hub loses."""
+    out = ["| system | model | tokens/GPU | compute × | hub variant | hub µs | best baseline | "
+           "its µs | hub speedup (layer) | (end to end) | papers' kind | its speedup | "
+           "why the hub loses |", "|---" * 13 + "|"]
+    for r in rows:
+        paper = (f"{r['paper_baseline']} | {float(r['speedup_paper']):.2f}x"
+                 if r.get("paper_baseline") else "— | —")
+        out.append(f"| {r['system_config']} | {r['model']} | {r['tokens_per_gpu']} | "
+                   f"{r['compute_link_ratio']:g} | {r['hub_variant']} | {r['hub_us']:.1f} | "
+                   f"{r['best_baseline']} | {r['best_us']:.1f} | {r['speedup_layer']:.2f}x | "
+                   f"{r['speedup_e2e']:.2f}x | {paper} | {r['why_hub_loses']} |")
+    return "\n".join(out)
+
+
+def legend(today, paper, variants) -> str:
+    letters = ", ".join(f"{SHORT.get(n, n)} {n}" for n in (*today, *paper))
+    return (f"Cells: the best hub's speedup over the best of today's software baselines "
+            f"({', '.join(today)}) and its letter; after '/', over the fastest of the papers' "
+            f"kind ({', '.join(paper) or 'none registered'}); in brackets the hub variant that "
+            f"was fastest (of {', '.join(variants)}; ec early counts, mc multicast, pg paged). "
+            f"Letters: {letters}. skip: more routed rows than --max-rows; —: not in the grid.")
+
+
+# ---------------------------------------------------------------------------- outputs
+def _put(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_csv(rows: list, path: Path) -> None:
+    cols = list(dict.fromkeys([*COLUMNS, *(k for r in rows for k in r if k != "why_hub_loses"),
+                               "why_hub_loses"]))
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def machine() -> dict:
+    """Where the run ran and how busy the machine was (the load average: other work on
+    the cores stretches every point's wall time)."""
+    return {"host": socket.gethostname(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def write_outputs(out: Path, rows: list, skipped: list, record: dict, figure: bool,
+                  md_head: str) -> None:
+    from .. import runinfo
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "headline.csv")
+    _put(out / "headline.md", md_head + "\n\n" + pivot_md(rows, skipped) + "\n\n"
+         + table_md(rows) + "\n")
+    rec = runinfo.record(**record, machine_end=machine())
+    _put(out / "headline.json", json.dumps({"record": rec, "rows": rows, "skipped": skipped},
+                                           indent=1, default=str) + "\n")
+    _put(out / "run.json", json.dumps(rec, indent=1, default=str) + "\n")
+    if figure and rows:
+        from .plots import headline_heatmap
+        short = {**SHORT}
+        headline_heatmap(rows, out / "headline.png", short=short, skipped=skipped,
+                         title="Where the hub pays off: best hub / best software baseline "
+                               "(MoE layer)")
+        if any(r.get("speedup_paper") not in (None, "") for r in rows):
+            headline_heatmap(rows, out / "headline_paper.png", key="speedup_paper",
+                             short=short, skipped=skipped,
+                             title="Best hub / the papers' kind of baseline (MoE layer)")
+
+
+def write_timelines(rows: list, pts: dict, out: Path) -> None:
+    """The timelines of each system's best and worst point, rerun here with the best hub
+    variant (every system, :func:`.experiment.run_experiment`)."""
+    from .experiment import run_experiment, write_outputs as write_run
+    for sname in dict.fromkeys(r["system_config"] for r in rows):
+        sub = [r for r in rows if r["system_config"] == sname]
+        ends = (max(sub, key=lambda r: r["speedup_layer"]),
+                min(sub, key=lambda r: r["speedup_layer"]))
+        for r in {r["label"]: r for r in ends}.values():
+            p = pts[r["label"]]
+            er = run_experiment(p.system, p.model, p.workload,
+                                hub_features=grid.parse_variant(r["hub_variant"]))
+            name = f"{sname}_{p.model_name}_t{p.tokens}_cl{p.ratio:g}".replace("/", "-")
+            write_run(er, name, out)
+
+
+# ---------------------------------------------------------------------------- the command
+def _names(flag: str, text: str | None, known) -> tuple | None:
+    if text is None:
+        return None
+    names = grid.parse_names(flag, text)
+    for n in names:
+        if n not in known:
+            raise UsageError(flag, n, f"unknown system (known: {', '.join(known)})")
+    return names
+
+
+def plan(args):
+    """The checked grid: (points to run, points skipped, runs, today's baselines, the
+    papers' kind, variants); every bad value a :class:`UsageError` before any work."""
+    from .systems import SYSTEMS
+    today, paper = baseline_sets()
+    today = _names("--baselines", args.baselines, SYSTEMS) or today
+    paper = _names("--paper-baselines", args.paper_baselines, SYSTEMS) or paper
+    variants = (grid.parse_variants(args.hub_variants) if args.hub_variants
+                else grid.DEFAULT_VARIANTS)
+    blocks = grid.build_blocks(
+        args.grid,
+        args.systems and grid.parse_names("--systems", args.systems),
+        args.models and grid.parse_names("--models", args.models),
+        args.tokens and grid.parse_ints("--tokens", args.tokens),
+        args.compute_link_ratio and grid.parse_ratios("--compute-link-ratio",
+                                                      args.compute_link_ratio))
+    pts = grid.points(blocks, max_points=args.max_points)
+    run_pts, skipped = grid.split_by_rows(pts, args.max_rows)
+    runs = tuple(dict.fromkeys([*today, *paper, "ideal", *(HUB + v for v in variants)]))
+    return run_pts, skipped, runs, today, paper, variants
+
+
+def _skip_row(p, max_rows: int) -> dict:
+    return {"system_config": p.system_config, "model": p.model.name, "tokens_per_gpu": p.tokens,
+            "compute_link_ratio": p.ratio, "rows": p.rows,
+            "reason": f"{p.rows:,} routed rows > --max-rows {max_rows:,}"}
 
 
 def cmd_headline(args) -> int:
-    systems = args.systems.split(",") if args.systems else list(SYSTEM_CONFIGS)
-    models = args.models.split(",") if args.models else list(MODELS)
-    tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else list(TOKENS)
+    t0 = time.monotonic()
+    start = machine()
+    pts, skipped, runs, today, paper, variants = plan(args)
+    if args.scheduler != SYNCHRONOUS:
+        from ..explore import cluster as clusters
+        clusters.check(args.scheduler, args.cluster, clusters.parse_options(args.cluster_opt))
+    if args.list:
+        for p in pts:
+            print(f"{p.label}: {p.system.gpus} GPUs, {p.rows:,} rows")
+        for p in skipped:
+            print(f"{p.label}: skipped, {_skip_row(p, args.max_rows)['reason']}")
+        return 0
     out = output_dir("results", "headline", out=args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows, ers, t_all = [], {}, time.perf_counter()
-    todo = []
-    for sname in systems:
-        for model in models:
-            for t in tokens:
-                s, m, _ = load_configs(sname, model, "default", t)
-                if s.gpus * t * m.topk > MAX_ROWS:
-                    print(f"skip {sname} {model} {t} tok/GPU: {s.gpus * t * m.topk:,} rows "
-                          f"> {MAX_ROWS:,}", flush=True)
-                else:
-                    todo.append((sname, model, t))
-    with progress.stage("headline", total=len(todo), unit="points") as st:
-        for sname, model, t in todo:
-            st.update(note=f"{sname} {model} {t} tok/GPU", force=True)
-            t0 = time.perf_counter()
-            er = run_point(sname, model, t)
-            rows.append(point_row(er))
-            ers[(sname, model, t)] = er
-            r = rows[-1]
-            print(f"{sname} {model} {t} tok/GPU: hub {r['hub_us']:.0f} us, best "
-                  f"{r['best_baseline']} {r['best_us']:.0f} us -> {r['speedup_layer']:.2f}x "
-                  f"layer, {r['speedup_e2e']:.2f}x e2e ({time.perf_counter() - t0:.1f} s)",
-                  flush=True)
-            _write(rows, ers, out, figures=False)      # tables survive an interruption
-            st.advance()
-    _write(rows, ers, out, figures=not args.no_figure)
-    print(table_md(rows))
-    print(f"{len(rows)} points in {time.perf_counter() - t_all:.0f} s")
-    print(f"      table: {out / 'headline.csv'} and {out / 'headline.md'}")
-    if not args.no_figure:
-        print(f"     figure: {out / 'headline.png'} (timelines: {out}/<point>/timeline.png)")
-    return 0
+    for p in skipped:
+        print(f"skip {p.label}: {_skip_row(p, args.max_rows)['reason']}", flush=True)
+    from ..explore import cluster as clusters
+    from ..explore.evaluator import Cache
+    cache = Cache(output_dir("headline", "points"))
+    ev = evaluate(pts, runs, cache, scheduler=args.scheduler, cluster=args.cluster,
+                  workers=args.workers, options=clusters.parse_options(args.cluster_opt),
+                  use_cache=not args.no_cache)
+    rows, by_label = [], {}
+    for p in pts:
+        if set(runs) <= set(ev.runs.get(p.label, {})):
+            rows.append({**row(p, ev.runs[p.label], ev.facts[p.label], today, paper),
+                         "label": p.label, "wall_s": ev.wall_s.get(p.label)})
+            by_label[p.label] = p
+    skip_rows = [_skip_row(p, args.max_rows) for p in skipped]
+    record = {"grid": args.grid or "command line", "points": len(pts) + len(skipped),
+              "evaluated": ev.evaluated, "cached": ev.cached, "skipped": len(skipped),
+              "failed": len(ev.failures), "failures": ev.failures, "runs": list(runs),
+              "hub_variants": list(variants), "baselines": list(today),
+              "paper_baselines": list(paper), "scheduler": args.scheduler or args.cluster,
+              "machine_start": start, "results": str(out)}
+    head = (f"`{' '.join(['moehub', 'headline', *_argv_tail()])}`: {len(rows)} points "
+            f"({ev.evaluated} evaluated, {ev.cached} cached, {len(skipped)} skipped, "
+            f"{len(ev.failures)} failed) in {time.monotonic() - t0:.0f} s on {start['cpus']} "
+            f"CPUs, load {start['load_avg'][0]:.2f} at the start.\n\n"
+            + legend(today, paper, variants))
+    write_outputs(out, rows, skip_rows, record, not args.no_figure, head)
+    if args.timelines and rows:
+        write_timelines(rows, by_label, out)
+    print(pivot_md(rows, skip_rows))
+    print(f"{len(rows)} points ({ev.evaluated} evaluated, {ev.cached} cached, {len(skipped)} "
+          f"skipped) in {time.monotonic() - t0:.0f} s; table: {out / 'headline.md'} and "
+          f"headline.csv" + ("" if args.no_figure else "; figure: headline.png"))
+    for label, err in ev.failures:
+        print(f"headline: point {label} failed: {err}")
+    return 1 if ev.failures else 0
 
 
-def _write(rows, ers, out: Path, figures: bool) -> None:
-    with open(out / "headline.csv", "w", newline="") as f:
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
-    (out / "headline.md").write_text(pivot_md(rows) + "\n\n" + table_md(rows) + "\n")
-    if not figures or not rows:
-        return
-    plot(rows, out / "headline.png")
-    for sname in dict.fromkeys(r["system_config"] for r in rows):
-        sub = [r for r in rows if r["system_config"] == sname]
-        for r in (max(sub, key=lambda r: r["speedup_layer"]),
-                  min(sub, key=lambda r: r["speedup_layer"])):
-            key = (sname, r["model"], r["tokens_per_gpu"])
-            write_outputs(ers[key], f"{sname}_{r['model']}_t{r['tokens_per_gpu']}", out)
+def _argv_tail() -> list:
+    from ..runinfo import _RUN
+    argv = _RUN.get("argv") or []
+    return list(argv[2:]) if argv[1:2] == ["headline"] else []
 
 
 def add_parser(subparsers) -> None:
-    h = subparsers.add_parser("headline", help="MoE-Hub vs the best software baseline: every "
-                              "model x system x tokens/GPU, per layer and end to end")
-    h.add_argument("--systems", default=None, help=f"system configs (default "
-                   f"{','.join(SYSTEM_CONFIGS)})")
-    h.add_argument("--models", default=None, help=f"models (default {','.join(MODELS)})")
-    h.add_argument("--tokens", default=None, help="tokens per GPU (default "
-                   f"{','.join(map(str, TOKENS))})")
-    h.add_argument("--out", default=None, help=f"output folder (default <build>/results/headline; <build> is {HELP})")
-    h.add_argument("--no-figure", action="store_true", help="skip the plot and timelines")
+    from ..explore import cluster as clusters
+    h = subparsers.add_parser(
+        "headline", help="the best hub vs the best software baseline over the map: systems x "
+        "models x tokens/GPU x compute-to-link ratio, on Dask, cached per point",
+        description=__doc__.split("\n\n")[1])
+    g = h.add_argument_group("the grid (a preset's axes are replaced by the ones given)")
+    g.add_argument("--grid", choices=tuple(grid.PRESETS), default=None,
+                   help="a preset grid: default (the whole map; without --grid the axes "
+                        "given replace it as one block) or quick (about a minute today)")
+    g.add_argument("--systems", default=None, help="system configs (names or YAML paths), "
+                   "comma-separated")
+    g.add_argument("--models", default=None, help="models, comma-separated")
+    g.add_argument("--tokens", default=None, help="tokens per GPU, comma-separated (1 ... 32768)")
+    g.add_argument("--compute-link-ratio", default=None, metavar="R1,R2,...",
+                   help="compute (peak TFLOP/s) scaled by each factor against the link "
+                        "bandwidth (default 1: the system as configured)")
+    g.add_argument("--hub-variants", default=None, metavar="V1,V2,...",
+                   help=f"hub variants: v1 or protocol-v2 features joined by '+' (default "
+                        f"{','.join(grid.DEFAULT_VARIANTS)})")
+    g.add_argument("--baselines", default=None, help="today's software baselines whose best "
+                   "the hub is measured against (default: the registry's)")
+    g.add_argument("--paper-baselines", default=None, help="the papers' kind of baselines "
+                   "(default: the registry's systems tagged so)")
+    g.add_argument("--max-rows", type=int_at_least(1), default=grid.MAX_ROWS,
+                   help=f"skip points with more routed rows (default {grid.MAX_ROWS:,})")
+    g.add_argument("--max-points", type=int_at_least(1), default=grid.MAX_POINTS,
+                   help=f"refuse a larger grid (default {grid.MAX_POINTS})")
+    g.add_argument("--list", action="store_true", help="print the points and exit")
+    c = h.add_argument_group("where the points run (Dask, as moehub explore)")
+    c.add_argument("--workers", type=int_at_least(1), default=None,
+                   help="local worker processes (default one per core)")
+    c.add_argument("--scheduler", metavar="tcp://HOST:PORT|synchronous", default=None,
+                   help="a running Dask scheduler, or 'synchronous': in this process, no Dask")
+    c.add_argument("--cluster", choices=clusters.CLUSTERS, default="local",
+                   help=f"local (default), or a dask-jobqueue cluster: {clusters.HPC_PIP}")
+    c.add_argument("--cluster-opt", action="append", metavar="KEY=VALUE",
+                   help="dask-jobqueue option, repeatable")
+    c.add_argument("--no-cache", action="store_true", help="evaluate every run again "
+                   "(the cache is rewritten)")
+    o = h.add_argument_group("results")
+    o.add_argument("--out", default=None, help=f"output folder (default <build>/results/"
+                   f"headline; <build> is {HELP}); cache: <build>/headline/points/")
+    o.add_argument("--no-figure", action="store_true", help="skip the heat map")
+    o.add_argument("--timelines", action="store_true", help="also rerun each system's best "
+                   "and worst point and write their timelines")
     h.set_defaults(func=cmd_headline)

@@ -793,3 +793,84 @@ def calibration_plots(points, out: Path, system: str = "h100x8") -> list:
     plt.close(fig)
     paths.append(out / "ratios.png")
     return paths
+
+
+# ---------------------------------------------------------------------------- headline map
+def _heat_labels(rows: list, ratios: set) -> list:
+    """Each row's line label: its system config, with the compute-to-link ratio when the
+    map has more than one."""
+    return [r["system_config"] + (f" ×{r['compute_link_ratio']:g} compute" if len(ratios) > 1
+                                  else "") for r in rows]
+
+
+def headline_heatmap(rows: list, path: Path, key: str = "speedup_layer",
+                     short: dict | None = None, skipped: list = (), title: str = "") -> Path:
+    """"Where the hub pays off": the hub's speedup ``key`` by system (rows) x tokens per
+    GPU (columns), one panel per model; a diverging colour centred at 1.0 (green: the hub
+    wins, purple: it loses; log scale, so 2x and 0.5x are equally strong), the value and the
+    baseline it is measured against (``short``: name -> a letter or two) in each cell.
+    ``skipped``: rows (the same keys, no values) of points not run, hatched "skip"."""
+    from matplotlib.colors import LogNorm
+    short = short or {}
+    every = [*rows, *skipped]
+    ratios = {r["compute_link_ratio"] for r in every}
+    models = list(dict.fromkeys(r["model"] for r in every))
+    ylabels = list(dict.fromkeys(_heat_labels(every, ratios)))
+    toks = sorted({r["tokens_per_gpu"] for r in every})
+    vals = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+    span = max([1.25, *(max(v, 1 / v) for v in vals if v > 0)])
+    norm = LogNorm(vmin=1 / span, vmax=span)
+    fig, axes = plt.subplots(1, len(models), squeeze=False,
+                             figsize=(2.2 + (0.62 * len(toks) + 1.5) * len(models),
+                                      1.5 + 0.42 * len(ylabels)))
+    im = None
+    for ax, model in zip(axes[0], models):
+        im = _heat_panel(ax, [r for r in rows if r["model"] == model],
+                         [r for r in skipped if r["model"] == model], ratios, ylabels, toks,
+                         key, norm, short)
+        ax.set_title(model, fontsize=10)
+    for ax in axes[0][1:]:
+        ax.set_yticklabels([])
+    cb = fig.colorbar(im, ax=list(axes[0]), shrink=0.9, pad=0.02)
+    cb.set_label("baseline / hub latency (> 1: the hub wins)")
+    ticks = [t for t in (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 6)
+             if 1 / span <= t <= span]
+    cb.set_ticks(ticks, labels=[f"{t:g}" for t in ticks], minor=False)
+    cb.ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return _save_both(fig, path)
+
+
+def _heat_panel(ax, rows, skipped, ratios, ylabels, toks, key, norm, short):
+    """One model's cells; returns the image (for the colour bar)."""
+    grid = np.full((len(ylabels), len(toks)), np.nan)
+    text = {}
+    for r, y in zip(rows, _heat_labels(rows, ratios)):
+        v = r.get(key)
+        if v in (None, ""):
+            continue
+        i, j = ylabels.index(y), toks.index(r["tokens_per_gpu"])
+        grid[i, j] = float(v)
+        base = r.get("paper_baseline" if key == "speedup_paper" else "best_baseline") or ""
+        text[i, j] = f"{float(v):.2f}\n{short.get(base, base)}"
+    im = ax.imshow(grid, cmap="PRGn", norm=norm, aspect="auto")
+    for (i, j), t in text.items():
+        dark = abs(np.log(grid[i, j])) > 0.6 * np.log(norm.vmax)
+        ax.text(j, i, t, ha="center", va="center", fontsize=7, linespacing=1.0,
+                color="white" if dark else "black")
+    for r, y in zip(skipped, _heat_labels(skipped, ratios)):
+        i, j = ylabels.index(y), toks.index(r["tokens_per_gpu"])
+        ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                                  hatch="///", edgecolor="#cccccc", lw=0))
+        ax.text(j, i, "skip", ha="center", va="center", fontsize=6.5, color="#888888")
+    ax.set_xticks(range(len(toks)), [str(t) for t in toks], fontsize=7.5)
+    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=8)
+    ax.set_xlabel("tokens per GPU")
+    ax.set_xticks(np.arange(-0.5, len(toks)), minor=True)
+    ax.set_yticks(np.arange(-0.5, len(ylabels)), minor=True)
+    ax.grid(which="minor", color="white", lw=1.5)
+    ax.tick_params(which="minor", length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    return im

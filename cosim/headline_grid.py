@@ -1,0 +1,227 @@
+"""The grid of ``moehub headline``: which points run, with which systems, checked before
+any work.
+
+A *point* is one MoE layer: a system config, a model, tokens per GPU and a
+**compute-to-link ratio** (:func:`scale_compute_to_link`). On every point the software
+baselines and every *hub variant* run on the same routing; the hub row of the table is
+the fastest variant (:mod:`.headline_pick`).
+
+A grid is a list of *blocks*, each a product of systems x models x tokens x ratios, so
+that a preset can pair the cheap 8-GPU boxes with every size and the wide-EP systems with
+the sizes where they are affordable (:data:`PRESETS`). The command line builds one block
+(``--systems``, ``--models``, ``--tokens``, ``--compute-link-ratio``) or starts from a
+preset (``--grid default|quick``) and replaces its axes with the given ones.
+
+Every value is checked here: a bad one is a :class:`UsageError` naming the option and the
+value (``moehub`` exits 2) before the first point runs.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from ..config.cosim_schema import ModelConfig, SystemConfig, WorkloadConfig
+from ..config.schema import ConfigError
+from ..scripts.args import UsageError
+from .systems.hub_v2 import FEATURES
+
+#: hub variants run by default: protocol v1 and the protocol-v2 features that change the
+#: layer's time. ``paged`` is left out: page allocation is in the hub's pipeline and
+#: changes receive memory, not time (:mod:`.systems.hub_v2`), so a paged variant's latency
+#: equals the same variant without pages; name it in ``--hub-variants`` to run it anyway
+DEFAULT_VARIANTS = ("v1", "early_counts", "multicast", "multicast+early_counts")
+#: points with more routed rows (GPUs x tokens x top-k) are skipped and listed: the hub
+#: model takes about a second per 100k rows and a system runs 2-8 passes (a 32K-token
+#: DeepSeek-V3 layer on 8 GPUs is 2.1M rows); ``--max-rows`` moves the limit
+MAX_ROWS = 600_000
+#: the largest grid run without ``--max-points``
+MAX_POINTS = 2000
+
+
+@dataclass(frozen=True)
+class Block:
+    """A product of axes: every system x model x tokens x compute-to-link ratio."""
+    systems: tuple
+    models: tuple
+    tokens: tuple
+    ratios: tuple = (1.0,)
+
+
+#: the grids by name. ``default``: the whole map, sized for <= 30 min on 2 cores once
+#: the wide-EP network engine runs a point in seconds (8-GPU boxes: decode to prefill;
+#: NVL72 and the InfiniBand cluster: decode and small prefill, where the hub's case is).
+#: ``quick``: about a minute on 2 cores today (8-GPU boxes and the NVL72 at decode sizes),
+#: for tests, CI and a first look
+PRESETS = {
+    "default": (
+        Block(("h100x8", "b200x8"), ("mixtral-8x7b", "deepseek-v3"),
+              (1, 8, 32, 128, 512, 2048, 8192, 32768)),
+        Block(("gb200-nvl72", "h100x32-ib"), ("mixtral-8x7b", "deepseek-v3"),
+              (1, 8, 32, 128, 512, 2048)),
+    ),
+    "quick": (
+        Block(("h100x8", "b200x8"), ("mixtral-8x7b",), (1, 32, 512)),
+        Block(("gb200-nvl72",), ("mixtral-8x7b",), (1,)),
+    ),
+}
+
+
+# ---------------------------------------------------------------------------- the override
+def scale_compute_to_link(system: SystemConfig, ratio: float) -> SystemConfig:
+    """``system`` with its compute ``ratio`` times faster against its links: the dense
+    BF16 and FP8 peaks (every GEMM's compute-bound rate, :meth:`Components.peak_TFLOPs`)
+    scaled by ``ratio``; link bandwidths and latencies, HBM, copy rates and software costs
+    kept. The published claims come from simulated or older GPUs whose compute-to-link
+    ratio is not H100's 989 TFLOP/s against 450 GB/s; this is the one knob that moves a
+    system along that axis. HBM is kept on purpose: a decode layer's GEMMs stream weights,
+    so at small sizes the ratio changes little (the map shows where it matters). The name
+    gets ``@cl<ratio>`` so that tables and cache records say which one ran."""
+    if ratio == 1.0:
+        return system
+    return system.replace(name=f"{system.name}@cl{ratio:g}",
+                          peak_bf16_TFLOPs=system.peak_bf16_TFLOPs * ratio,
+                          peak_fp8_TFLOPs=system.peak_fp8_TFLOPs * ratio)
+
+
+# ---------------------------------------------------------------------------- values
+def parse_names(flag: str, text: str) -> tuple:
+    """``a,b`` -> ("a", "b"); empty is refused."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise UsageError(flag, text, "no values (expected comma-separated names)")
+    return names
+
+
+def parse_ints(flag: str, text: str, low: int = 1) -> tuple:
+    """``1,32,512`` -> (1, 32, 512), each an integer >= ``low``."""
+    out = []
+    for item in parse_names(flag, text):
+        try:
+            v = int(item)
+        except ValueError:
+            raise UsageError(flag, item, f"must be an integer >= {low}") from None
+        if v < low:
+            raise UsageError(flag, item, f"must be an integer >= {low}")
+        out.append(v)
+    return tuple(out)
+
+
+def parse_ratios(flag: str, text: str) -> tuple:
+    """``0.25,0.5,1,2`` -> (0.25, 0.5, 1.0, 2.0), each a finite number > 0."""
+    out = []
+    for item in parse_names(flag, text):
+        try:
+            v = float(item)
+        except ValueError:
+            v = None
+        if v is None or not 0 < v < float("inf"):
+            raise UsageError(flag, item, "must be a number > 0 (compute scaled by it "
+                             "against the links; 1: the system as configured)")
+        out.append(v)
+    return tuple(out)
+
+
+def parse_variant(text: str) -> frozenset:
+    """A hub variant: ``v1`` (no protocol-v2 feature) or features joined by ``+``."""
+    name = text.strip()
+    if name == "v1":
+        return frozenset()
+    feats = [f for f in name.split("+") if f]
+    bad = [f for f in feats if f not in FEATURES]
+    if bad or not feats:
+        what = f"unknown hub feature {bad[0]!r}" if bad else "empty"
+        raise UsageError("--hub-variants", name, f"{what} (a variant is v1 or features joined "
+                         f"by '+': {', '.join(FEATURES)})")
+    return frozenset(feats)
+
+
+def variant_name(features) -> str:
+    """The canonical name of a feature set: ``v1``, ``early_counts``, ``multicast+early_counts``
+    (features in :data:`FEATURES` order)."""
+    return "+".join(f for f in FEATURES if f in features) or "v1"
+
+
+def parse_variants(text: str) -> tuple:
+    """``v1,multicast+early_counts`` -> canonical variant names, duplicates dropped."""
+    return tuple(dict.fromkeys(variant_name(parse_variant(v))
+                               for v in parse_names("--hub-variants", text)))
+
+
+# ---------------------------------------------------------------------------- points
+@dataclass(frozen=True)
+class Point:
+    """One layer of the grid, resolved to the configs it runs."""
+    system_config: str         #: the name given (config name or YAML path)
+    model_name: str
+    tokens: int
+    ratio: float
+    system: SystemConfig       #: loaded, the compute-to-link override applied
+    model: ModelConfig
+    workload: WorkloadConfig
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def rows(self) -> int:
+        return self.system.gpus * self.tokens * self.model.topk
+
+    @property
+    def label(self) -> str:
+        cl = "" if self.ratio == 1.0 else f" cl{self.ratio:g}"
+        return f"{self.system_config} {self.model_name} {self.tokens} tok/GPU{cl}"
+
+
+def _load(flag: str, name: str, fn):
+    try:
+        return fn()
+    except ConfigError as e:
+        raise UsageError(flag, name, str(e)) from None
+
+
+def resolve(system: str, model: str, tokens: int, ratio: float,
+            workload: str = "default") -> Point:
+    """The configs of one point (names checked: a bad one names its option)."""
+    from .experiment import load_configs
+    from ..config.cosim_schema import load_model_config, load_system_config
+    _load("--systems", system, lambda: load_system_config(system))
+    _load("--models", model, lambda: load_model_config(model))
+    s, m, w = _load("--workload", workload, lambda: load_configs(system, model, workload, tokens))
+    G, E = s.gpus, m.experts
+    if (E % G) if G <= E else (G % E):         # the layer's placement rule (cosim/layer.py)
+        raise UsageError("--systems", system, f"its {G} GPUs do not fit the {E} experts of "
+                         f"{m.name} (they neither divide evenly nor replicate)")
+    return Point(system, model, tokens, ratio, scale_compute_to_link(s, ratio), m, w)
+
+
+def points(blocks, workload: str = "default", max_points: int = MAX_POINTS) -> list:
+    """Every point of ``blocks`` (in block order, then system, model, ratio, tokens),
+    resolved and checked; duplicates dropped."""
+    combos = list(dict.fromkeys(
+        (s, m, r, t) for b in blocks
+        for s, m, r, t in itertools.product(b.systems, b.models, b.ratios, b.tokens)))
+    if len(combos) > max_points:
+        raise UsageError("--max-points", max_points, f"the grid has {len(combos)} points")
+    return [resolve(s, m, t, r, workload) for s, m, r, t in combos]
+
+
+def split_by_rows(pts: list, max_rows: int) -> tuple[list, list]:
+    """(points to run, points skipped: more routed rows than ``max_rows``)."""
+    return [p for p in pts if p.rows <= max_rows], [p for p in pts if p.rows > max_rows]
+
+
+def build_blocks(preset: str | None, systems=None, models=None, tokens=None,
+                 ratios=None) -> tuple:
+    """The grid: a preset's blocks with any given axis replacing that axis in every block,
+    or (no preset) one block of the given axes over the default preset's systems, models
+    and tokens where an axis is not given."""
+    if preset is not None and preset not in PRESETS:
+        raise UsageError("--grid", preset, f"unknown (known: {', '.join(PRESETS)})")
+    base = PRESETS[preset or "default"]
+    if preset is None and (systems or models or tokens):
+        base = (Block(tuple(dict.fromkeys(s for b in base for s in b.systems)),
+                      tuple(dict.fromkeys(m for b in base for m in b.models)),
+                      tuple(sorted({t for b in base for t in b.tokens}))),)
+    out = []
+    for b in base:
+        out.append(Block(systems or b.systems, models or b.models, tokens or b.tokens,
+                         ratios or b.ratios))
+    return tuple(dict.fromkeys(out))
