@@ -240,9 +240,16 @@ class MulticastAllocator(wiring.Component):
     def __init__(self, cfg: HubConfig, formal: bool = False):
         if not cfg.multicast or ((cfg.paged or cfg.count_packets) and not self.V2):
             self._MustUse__silence = True       # (refused: never elaborated)
+            # (the keys that are set and not implemented, with their values: the caller
+            # sees which of its config's settings this variant refuses)
+            unsupported = [] if self.V2 else [f"{k} = {getattr(cfg, k)!r}" for k in ("pool_pages", "count_packets")
+                                              if getattr(cfg, k)]
             raise ValueError(f"hub[{cfg.name}]: {type(self).__name__} needs max_targets > 1"
                              + ("" if self.V2 else ", a static arena (pool_pages = 0) and no count "
-                                                   "packets (count_packets = 0)"))
+                                                   "packets (count_packets = 0)")
+                             + (f"; got max_targets = {cfg.max_targets}" if not cfg.multicast else "")
+                             + (f"; got {', '.join(unsupported)}: only MulticastAllocatorAdmitted "
+                                "implements them" if unsupported else ""))
         self.cfg, self.formal = cfg, formal
         E, L, pb = cfg.experts, cfg.lanes, pool_count_bits(cfg)
         ports = {
