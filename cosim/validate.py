@@ -58,6 +58,8 @@ class Case:
     topk: int = 0
     unrestricted: bool = False  #: drop the model's group limit (random benchmark routers)
     sms: int = 0               #: SMs the benchmark gave the system under test (0: config)
+    library: str = ""          #: deepep_ll only: the low-latency library measured (its mechanisms)
+    slow: bool = False         #: the point's network takes minutes: run only with --slow / --only
     use: str = "validation"    #: validation | calibration (a point a constant was fitted to)
     gap: str = ""              #: what the model lacks when this case misses
 
@@ -74,6 +76,14 @@ class Case:
             if getattr(c, key) not in allowed:
                 raise ConfigError(f"published[{cid}].{key} = {getattr(c, key)!r}: must be one "
                                   f"of {', '.join(allowed)}")
+        if c.library:
+            from .systems.deepep_ll import LIBRARIES
+            if c.run != "deepep_ll":
+                raise ConfigError(f"published[{cid}].library = {c.library!r}: only a "
+                                  f"deepep_ll case names a low-latency library (run = {c.run!r})")
+            if c.library not in LIBRARIES:
+                raise ConfigError(f"published[{cid}].library = {c.library!r}: must be one of "
+                                  f"{', '.join(LIBRARIES)}")
         if not (c.published > 0 and 0 < c.tolerance < 10):
             raise ConfigError(f"published[{cid}]: published and tolerance must be > 0")
         return c
@@ -172,10 +182,20 @@ class Row:
         return abs(self.ratio - 1.0) <= self.case.tolerance
 
 
+def _library_variant(c: Case):
+    """The low-latency library the case measured, as a runnable variant of ``deepep_ll``
+    (its mechanisms come from the library's profile, not from the case); None: the
+    system's default."""
+    if not c.library:
+        return None
+    from .systems.deepep_ll import Variant
+    return Variant(c.library)
+
+
 def run_case(c: Case) -> Row:
     t = time.perf_counter()
     L = case_layer(c)
-    res = run_system(c.run, L)
+    res = run_system(c.run, L, module=_library_variant(c))
     return Row(c, measure(L, res, c), time.perf_counter() - t)
 
 
@@ -244,6 +264,8 @@ def cmd_validate(args) -> int:
         if unknown:
             raise ConfigError(f"--only {args.only!r}: unknown case {sorted(unknown)[0]!r}")
         cases = [c for c in cases if c.id in want]
+    skipped = [] if (args.only or args.slow) else [c for c in cases if c.slow]
+    cases = [c for c in cases if c not in skipped]
     out = output_dir("results", "validate", out=args.out)    # checked before the cases run
     rows = []
     with progress.stage("validate", total=len(cases), unit="cases") as st:
@@ -255,6 +277,9 @@ def cmd_validate(args) -> int:
             st.advance()
     out.mkdir(parents=True, exist_ok=True)
     print(report(rows))
+    if skipped:
+        print(f"{len(skipped)} slow cases not run (--slow runs them): "
+              f"{', '.join(c.id for c in skipped)}")
     print(f"      table: {write_csv(rows, out / 'validation.csv')}")
     print(f"     figure: {plot(rows, out / 'validation.png')}")
     return 0
@@ -265,5 +290,7 @@ def add_parser(subparsers) -> None:
                               "end-to-end figures (cosim/data/published.yaml)")
     v.add_argument("--only", default=None, help="comma-separated case ids")
     v.add_argument("--data", default=None, help="another published-figures YAML")
+    v.add_argument("--slow", action="store_true", help="also run the cases marked slow "
+                   "(wide-EP points whose network takes minutes)")
     v.add_argument("--out", default=None, help=f"output folder (default <build>/results/validate; <build> is {HELP})")
     v.set_defaults(func=cmd_validate)

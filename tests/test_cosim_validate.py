@@ -62,3 +62,100 @@ def test_headline_names_the_best_baseline_and_says_why_the_hub_loses(tmp_path, c
         assert sp == pytest.approx(float(r["best_us"]) / float(r["hub_us"]))
         assert (sp < 1.0) == bool(r["why_hub_loses"])
     assert "| h100x8 | mixtral-8x7b | 64 |" in (tmp_path / "headline.md").read_text()
+
+
+# ---------------------------------------------------------------- low-latency libraries
+def _ll_case(**kw):
+    raw = dict(id="ll", what="w", source="s", hardware="h", run="deepep_ll", system="h100x8",
+               model="deepseek-v3", unrestricted=True, tokens=32, metric="dispatch_us",
+               published=100.0, tolerance=0.3)
+    raw.update(kw)
+    return Case.from_dict(raw)
+
+
+def test_a_library_is_named_only_for_deepep_ll_and_must_be_known():
+    with pytest.raises(ConfigError, match=r"published\[ll\]\.library = 'nope': must be one of"):
+        _ll_case(library="nope")
+    with pytest.raises(ConfigError, match=r"published\[ll\]\.library = 'pplx': only a deepep_ll"):
+        _ll_case(library="pplx", run="deepep")
+    assert _ll_case(library="pplx").library == "pplx"
+
+
+def test_every_case_names_a_known_library_or_none():
+    from moehub.cosim.systems.deepep_ll import LIBRARIES
+    cases = load_cases()
+    assert all(c.library in LIBRARIES for c in cases if c.library)
+    # the wide-EP / decode cases this report must carry: 1..32 nodes, and one NVLink domain
+    wide = [c for c in cases if c.run == "deepep_ll" and c.library and c.system != "h100x8"]
+    assert len({(c.system, c.gpus) for c in wide}) >= 4
+    assert any(c.system == "gb200-nvl72" and c.gpus >= 24 for c in cases)
+
+
+def test_rdma_paths_route_same_node_peers_through_the_nic():
+    """Pure RDMA inside a node (DeepEP at first release): the same-node flows use the NIC
+    ports, the network latency and the NIC put efficiency; the remote flows are unchanged."""
+    from cosim_helpers import layer
+    from moehub.cosim.systems.deepep_ll import RdmaPaths
+    L = layer("deepseek-v3", "h100x16-ib", tokens=4)
+    V = RdmaPaths(L)
+    assert V.path(0, 9) == L.path(0, 9)                  # remote: the layer's NIC path
+    assert V.path(0, 1) == L.path(0, 9)[:1] + L.path(8, 1)[1:]    # same node: NIC too
+    assert V.path(3, 3) == L.path(3, 3)
+    assert V.latency(0, 1) == L.latency(0, 9) > L.latency(0, 1)
+    assert V.put_cap(7168)(0, 1) == pytest.approx(L.put_cap(7168)(0, 9))
+    net, flows = V.network("probe")               # the layer's builder, the view's paths ...
+    net.inject(flows[0][1], 0.0, 1e6)
+    curves = V.run_net(net)
+    assert "probe" in L.traffic                   # ... recorded in the layer's own pass
+    assert curves[flows[0][1]].end >= 1e6 / (L.sys.inter_bw_GBps * 1e3)
+
+
+def test_pure_rdma_in_a_node_is_bound_by_the_nic_and_nvlink_is_not():
+    """EP8 at 128 tokens: through the NIC the same-node rows take at least their bytes over
+    one NIC; over NVLink the same kernel is several times faster."""
+    from moehub.cosim.validate import case_layer, measure
+    from moehub.cosim.systems import run_system
+    from moehub.cosim.systems.deepep_ll import Variant
+    times = {}
+    for lib in ("deepep", "deepep-rdma"):
+        c = _ll_case(library=lib, tokens=128)
+        L = case_layer(c)
+        times[lib] = measure(L, run_system("deepep_ll", L, module=Variant(lib)), c)
+    L = case_layer(_ll_case(tokens=128))
+    nic_bytes = sum(L.counts[0, d] for d in range(1, L.G)) * L.row_wire_sw
+    assert times["deepep-rdma"] >= nic_bytes / (L.sys.inter_bw_GBps * 1e3)
+    assert times["deepep-rdma"] > 1.8 * times["deepep"]
+
+
+def test_pplx_pays_its_own_floor_across_nodes_and_deepep_does_not():
+    """The per-call floor is the library's: across nodes pplx pays its measured 1-token
+    IBGDA time, DeepEP the in-node floor; inside a node both pay the in-node floor."""
+    from moehub.cosim.systems.deepep_ll import call_us, library
+    from cosim_helpers import layer
+    two, one = layer("deepseek-v3", "h100x16-ib", tokens=4), layer("deepseek-v3", "h100x8", tokens=4)
+    sw = two.sys.software
+    assert call_us(two, library("pplx")) == sw.ll_call_inter_us
+    assert call_us(two, library("deepep")) == call_us(two, library("nccl-ep")) == sw.ll_call_intra_us
+    assert call_us(one, library("pplx")) == call_us(one, library("deepep")) == sw.ll_call_intra_us
+    c = {lib: run_case(_ll_case(library=lib, system="h100x16-ib", tokens=4)).model
+         for lib in ("deepep", "pplx")}
+    assert c["pplx"] - c["deepep"] == pytest.approx(sw.ll_call_inter_us - sw.ll_call_intra_us,
+                                                    rel=0.1)
+
+
+def test_slow_cases_run_only_when_asked(tmp_path, capsys):
+    import yaml
+    from moehub.scripts.cli import main
+    fast = dict(id="fast", what="w", source="s", hardware="h", run="deepep_ll", library="pplx",
+                system="h100x8", model="deepseek-v3", unrestricted=True, tokens=8,
+                metric="dispatch_us", published=50.0, tolerance=0.3)
+    slow = {**fast, "id": "wide", "slow": True}
+    data = tmp_path / "cases.yaml"
+    data.write_text(yaml.safe_dump({"cases": [fast, slow]}))
+    assert main(["validate", "--data", str(data), "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "1 slow cases not run (--slow runs them): wide" in out
+    assert [r["id"] for r in csv.DictReader(open(tmp_path / "a" / "validation.csv"))] == ["fast"]
+    assert main(["validate", "--data", str(data), "--slow", "--out", str(tmp_path / "b")]) == 0
+    ids = [r["id"] for r in csv.DictReader(open(tmp_path / "b" / "validation.csv"))]
+    assert ids == ["fast", "wide"]

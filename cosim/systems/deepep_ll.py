@@ -1,4 +1,5 @@
-"""DeepEP low-latency mode (one-sided puts into worst-case buffers).
+"""DeepEP-style low-latency kernels (one-sided puts into worst-case buffers), with the
+mechanism that differs between the libraries that publish such kernels.
 
 gate -> dispatch kernel: every (token, expert) row is put straight into the destination's
 receive buffer ``[local expert][source][max tokens]`` (slot from a local atomic; no
@@ -9,53 +10,185 @@ dispatch kernel's receive half; each call also pays a fixed cost beyond its laun
 output back to its owner's ``[token][slot]`` buffer -> flags -> weighted reduce.
 The receive buffers are sized for the worst case (every source sends every token to
 every local expert); their size is reported in ``extra['recv_buffer_bytes']``.
+
+Libraries (:data:`LIBRARIES`) share that protocol and differ in two mechanisms, each
+chosen by the library's profile, never by the case that measures it:
+
+* the path to a peer in the same node: NVLink loads/stores (DeepEP V1 since its NVLink
+  support, NCCL EP's LSA path, NVSHMEM's P2P transport under pplx-kernels) or RDMA
+  through the NIC and the rail switch (DeepEP's low-latency kernels at their first
+  release: "pure RDMA"), where same-node rows share the NIC with the remote ones;
+* the fixed cost of one call across nodes: pplx-kernels' own 1-token time over IBGDA
+  (``ll_call_inter_us``), or, for libraries that publish no 1-token time, the in-node
+  floor (``ll_call_intra_us``) plus what the model charges for the network itself
+  (put latency, the fence's round trip, the flags). ASSUMPTION, see :data:`LIBRARIES`.
 """
 from __future__ import annotations
 
+import inspect
+import types
+from dataclasses import dataclass
+
 import numpy as np
 
+from ...config.schema import ConfigError
 from ..gpu import WorkItem
 from ..layer import Layer, SystemResult
+from ..network import GBps
 from . import common as C
 
 PHASES = ["gate", "dispatch", "notify", "recv pack", "expert GEMM", "combine", "combine wait",
           "reduce"]
 LABEL = "DeepEP low-latency (one-sided puts, worst-case buffers)"
+INTRA_PATHS = ("nvlink", "rdma")
 
 
-def call_us(L: Layer) -> float:
+@dataclass(frozen=True)
+class Library:
+    """The mechanisms one low-latency library uses (see the module docstring)."""
+    name: str
+    intra: str            #: "nvlink": same-node peers by NVLink; "rdma": through the NIC
+    inter_floor: bool     #: pays pplx's measured 1-token IBGDA time per call across nodes
+    source: str           #: where the mechanism is documented
+
+    def __post_init__(self):
+        if self.intra not in INTRA_PATHS:
+            raise ConfigError(f"library[{self.name}].intra = {self.intra!r}: must be one of "
+                              f"{', '.join(INTRA_PATHS)}")
+
+
+LIBRARIES = {
+    "deepep": Library(
+        "deepep", "nvlink", False,
+        "DeepEP V1 low-latency kernels since their NVLink support: same-node peers by NVLink "
+        "(github.com/deepseek-ai/DeepEP docs/legacy.md @ 0297fc80); no 1-token time is "
+        "published, so the fixed cost across nodes is the in-node floor plus the modelled "
+        "network latency (ASSUMPTION)"),
+    "deepep-rdma": Library(
+        "deepep-rdma", "rdma", False,
+        "DeepEP low-latency kernels at their first release (2025-02-25): 'low-latency kernels "
+        "with pure RDMA', every peer, same node included, through the NIC (DeepEP README.md "
+        "at release); fixed cost as for deepep (ASSUMPTION)"),
+    "nccl-ep": Library(
+        "nccl-ep", "nvlink", False,
+        "NCCL EP low-latency mode: LSA loads/stores over NVLink, GIN put/signal over RDMA "
+        "with GDAKI (GPU-initiated) (github.com/NVIDIA/nccl contrib/nccl_ep/README.md); no "
+        "1-token time published: fixed cost as for deepep (ASSUMPTION)"),
+    "pplx": Library(
+        "pplx", "nvlink", True,
+        "pplx-kernels: NVSHMEM putmem_signal per (token, expert), P2P (NVLink) inside a node, "
+        "IBGDA across nodes; its measured 1-token times are ll_call_intra_us / "
+        "ll_call_inter_us (github.com/ppl-ai/pplx-kernels README.md @ 12cecfda)"),
+}
+DEFAULT_LIBRARY = "deepep"      #: the library the ``deepep_ll`` baseline plays
+
+
+def library(name: str) -> Library:
+    if name not in LIBRARIES:
+        raise ConfigError(f"library = {name!r}: unknown low-latency library (known: "
+                          f"{', '.join(LIBRARIES)})")
+    return LIBRARIES[name]
+
+
+class RdmaPaths:
+    """The layer as a pure-RDMA library sees it: every peer other than the GPU itself is
+    reached through the GPU's NIC and the destination's NIC (on a rail-optimised cluster
+    the same-node peer sits behind the rail switch, so the put pays the network latency
+    and the NIC's put efficiency). Everything else is the layer's: the view re-binds the
+    layer's methods to itself, so the layer's network builder routes through these paths
+    and records its traffic in the layer's own pass records."""
+
+    #: what a pass records lives in the layer (every network of the pass sees it); the
+    #: view keeps only its own caches (latencies, rate memo), which differ from the layer's
+    PASS_STATE = ("traffic", "nets", "_background")
+
+    def __init__(self, L: Layer):
+        object.__setattr__(self, "_L", L)
+
+    def __setattr__(self, name, value):
+        if name in self.PASS_STATE:
+            setattr(self._L, name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        attr = inspect.getattr_static(type(self._L), name, None)
+        if inspect.isfunction(attr):
+            return types.MethodType(attr, self)
+        return getattr(self._L, name)
+
+    def path(self, s: int, d: int) -> tuple:
+        """NIC egress of s, NIC ingress of d (the port order of :meth:`Layer.ports`)."""
+        if s == d:
+            return self._L.path(s, d)
+        return 5 * s + 2, 5 * d + 3
+
+    def inter_node(self, s: int, d: int) -> bool:
+        return s != d
+
+    def latency(self, s: int, d: int) -> float:
+        return 0.0 if s == d else self._L.sys.inter_latency_us
+
+    def link_bw(self, s: int, d: int) -> float:
+        if s == d:
+            return self._L.link_bw(s, d)
+        return self._L.sys.inter_bw_GBps * GBps
+
+
+def paths(L: Layer, lib: Library):
+    """The layer as ``lib`` routes it (the layer itself for NVLink inside a node)."""
+    return RdmaPaths(L) if lib.intra == "rdma" and L.G > 1 else L
+
+
+def call_us(L: Layer, lib: Library | None = None) -> float:
     """Fixed cost of one low-latency call beyond its launch (count signals to every peer's
     experts, their polling, the kernel's own setup): the 1-token time of a published
-    low-latency kernel; across nodes when any peer is remote."""
+    low-latency kernel (pplx-kernels'); across nodes pplx's own IBGDA floor for a library
+    that pays it (:attr:`Library.inter_floor`), else the in-node floor."""
+    lib = lib or library(DEFAULT_LIBRARY)
     sw = L.sys.software
-    return sw.ll_call_inter_us if L.nodes > 1 else sw.ll_call_intra_us
+    return sw.ll_call_inter_us if (L.nodes > 1 and lib.inter_floor) else sw.ll_call_intra_us
 
 
-def run(L: Layer) -> SystemResult:
+class Variant:
+    """``deepep_ll`` as one library plays it: an object :func:`run_system` can run."""
+
+    def __init__(self, name: str):
+        self.lib = library(name)
+
+    def run(self, L: Layer) -> SystemResult:
+        return run(L, self.lib.name)
+
+
+def run(L: Layer, library_name: str = DEFAULT_LIBRARY) -> SystemResult:
+    lib = library(library_name)
+    V = paths(L, lib)
     res = SystemResult("deepep_ll", LABEL)
+    res.extra["library"] = lib.name
     g, sw, G = L.gpu, L.sys.software, L.G
     t_gate = C.gate(L, res)
     t0 = t_gate + L.comp.launch_us
     _, pos = L.flow_order()
     pkt = min(L.sys.link_max_payload_bytes, L.disp_bytes) + L.sys.link_header_bytes
     # the send half of the kernel runs on every SM, then returns (hook mode)
-    first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
-                                            flow_cap=L.put_cap(L.disp_bytes),
+    first, last, curves, flows = V.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
+                                            flow_cap=V.put_cap(L.disp_bytes),
                                             issue_rate=L.send_rate(L.sys.sms, L.disp_bytes))
     sms = L.comp.sms_for("deepep_ll")
+    fixed = call_us(L, lib)
     flag_t = np.zeros((G, G))
     for s in range(G):
         C.send_phase(L, res, s, t0, curves, flows)
         for d in range(G):
             # fence: wait for the puts' acknowledgements, then write the count flags
-            lat = L.latency(s, d)
+            lat = V.latency(s, d)
             flag_t[s, d] = (curves[flows[s][d]].end + 2 * lat) if L.counts[s, d] else t0 + lat
-    C.control_traffic(L, "flags", np.full(G, t0), np.full((G, G), 4.0 * L.E_local))
+    C.control_traffic(V, "flags", np.full(G, t0), np.full((G, G), 4.0 * L.E_local))
     shared_end, gemm_end = np.zeros(G), np.zeros(G)
     for d in range(G):
         for s in range(G):
             res.markers.append((d, "hub", flag_t[s, d]))
-        t_flags = flag_t[:, d].max() + sw.flag_poll_us + call_us(L)
+        t_flags = flag_t[:, d].max() + sw.flag_poll_us + fixed
         data_end = C.recv_end(L, d, curves, flows, t0)
         res.add(d, "hub", "notify", min(data_end, t_flags), t_flags)
         t_pack = t_flags + g.copy_us(2.0 * L.counts[:, d].sum() * L.disp_bytes)
@@ -68,16 +201,16 @@ def run(L: Layer) -> SystemResult:
                                                     C.reserved_share(L, sms, t_pack))
         res.combine_log.append((d, "all", gemm_end[d] + L.comp.launch_us, gemm_end[d]))
     # combine kernel: puts back to the owners' [token][slot] buffers
-    net, cflows = L.network("combine", flow_cap=L.put_cap(L.comb_bytes))
+    net, cflows = V.network("combine", flow_cap=V.put_cap(L.comb_bytes))
     tc = gemm_end + L.comp.launch_us
     for d in range(G):
         total = L.counts[:, d].sum() * L.comb_wire_sw
         for o in range(G):
             net.inject_rate(cflows[d][o], tc[d], tc[d] + total / L.send_rate(L.sys.sms, L.comb_bytes),
                             L.counts[o, d] * L.comb_wire_sw)
-    ccurves = L.run_net(net)
+    ccurves = V.run_net(net)
     recv = C.combine_done(L, res, ccurves, cflows, tc,
-                          flag_extra=lambda d, o: 2 * L.latency(d, o) + call_us(L))
+                          flag_extra=lambda d, o: 2 * V.latency(d, o) + fixed)
     for o in range(G):
         last = max([ccurves[cflows[d][o]].end for d in range(G) if L.counts[o, d]] or [recv[o]])
         res.add(o, "combine", "combine wait", last, recv[o])
