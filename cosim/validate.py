@@ -229,7 +229,8 @@ def write_csv(rows: list, path: Path) -> Path:
             c = r.case
             w.writerow([c.id, c.use, c.run, c.metric, f"{r.model:.3f}", c.published,
                         f"{r.ratio:.3f}", c.tolerance, r.ok, c.hardware,
-                        f"{c.system} {c.model} {c.tokens} tok/GPU {c.scope} {c.bw_def}",
+                        f"{c.system} {c.model} {c.tokens} tok/GPU {c.scope} {c.bw_def}"
+                        + (f" library={c.library}" if c.library else ""),
                         c.source, c.gap])
     return path
 
