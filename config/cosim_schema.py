@@ -108,10 +108,17 @@ class SoftwareCosts:
     # kernel_launch_us) or "graph" (the layer is captured in CUDA graphs as serving engines
     # capture decode: a kernel pays graph_launch_us, a host sync breaks the graph)
     launch_mode: str = "eager"
+    #: a CPU proxy thread's time to post one RDMA message for a GPU (NVSHMEM IBRC and other
+    #: proxy-thread transports; GPU-initiated IBGDA pays none), used by the low-latency
+    #: libraries that post through a proxy (cosim/systems/deepep_ll.py); the default is the
+    #: H100 + ConnectX-7 fit the H100 IB system YAMLs cite
+    ll_proxy_msg_us: float = 1.32
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str) -> "SoftwareCosts":
         obj = cls(**_check_types(cls, prefix, raw))
+        _require(obj.ll_proxy_msg_us >= 0, f"{prefix}.ll_proxy_msg_us", obj.ll_proxy_msg_us,
+                 "must be >= 0")
         _require(obj.launch_mode in LAUNCH_MODES, f"{prefix}.launch_mode", obj.launch_mode,
                  f"must be one of {', '.join(LAUNCH_MODES)}")
         _positive(obj, prefix, ("kernel_launch_us", "graph_launch_us", "d2h_sync_us",

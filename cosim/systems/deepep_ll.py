@@ -41,6 +41,7 @@ PHASES = ["gate", "dispatch", "notify", "recv pack", "expert GEMM", "combine", "
           "reduce"]
 LABEL = "DeepEP low-latency (one-sided puts, worst-case buffers)"
 INTRA_PATHS = ("nvlink", "rdma")
+INITIATORS = ("gpu", "proxy")
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,14 @@ class Library:
     intra: str            #: "nvlink": same-node peers by NVLink; "rdma": through the NIC
     inter_floor: bool     #: pays pplx's measured 1-token IBGDA time per call across nodes
     source: str           #: where the mechanism is documented
+    initiator: str = "gpu"        #: "gpu": the GPU posts RDMA work (IBGDA); "proxy": a CPU thread
+    signal_per_row: bool = False  #: every RDMA row is a put plus a signal (two messages)
 
     def __post_init__(self):
-        if self.intra not in INTRA_PATHS:
-            raise ConfigError(f"library[{self.name}].intra = {self.intra!r}: must be one of "
-                              f"{', '.join(INTRA_PATHS)}")
+        for key, allowed in (("intra", INTRA_PATHS), ("initiator", INITIATORS)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"library[{self.name}].{key} = {getattr(self, key)!r}: must be "
+                                  f"one of {', '.join(allowed)}")
 
 
 LIBRARIES = {
@@ -76,9 +80,16 @@ LIBRARIES = {
         "1-token time published: fixed cost as for deepep (ASSUMPTION)"),
     "pplx": Library(
         "pplx", "nvlink", True,
-        "pplx-kernels: NVSHMEM putmem_signal per (token, expert), P2P (NVLink) inside a node, "
-        "IBGDA across nodes; its measured 1-token times are ll_call_intra_us / "
-        "ll_call_inter_us (github.com/ppl-ai/pplx-kernels README.md @ 12cecfda)"),
+        "pplx-kernels: NVSHMEM putmem_signal per (token, expert) (csrc/all_to_all/"
+        "internode_dispatch.cu), P2P (NVLink) inside a node, IBGDA across nodes; its measured "
+        "1-token times are ll_call_intra_us / ll_call_inter_us (github.com/ppl-ai/pplx-kernels "
+        "README.md @ 12cecfda)", signal_per_row=True),
+    "pplx-ibrc": Library(
+        "pplx-ibrc", "nvlink", True,
+        "pplx-kernels over NVSHMEM's IBRC transport: the same kernel, its RDMA messages (each "
+        "row's put and signal, one count signal per remote expert) posted by a CPU proxy "
+        "thread at ll_proxy_msg_us each (README.md @ 12cecfda: IBRC vs IBGDA rows)",
+        initiator="proxy", signal_per_row=True),
 }
 DEFAULT_LIBRARY = "deepep"      #: the library the ``deepep_ll`` baseline plays
 
@@ -150,6 +161,36 @@ def call_us(L: Layer, lib: Library | None = None) -> float:
     return sw.ll_call_inter_us if (L.nodes > 1 and lib.inter_floor) else sw.ll_call_intra_us
 
 
+def nic_pairs(L: Layer, V) -> np.ndarray:
+    """(source, destination) pairs whose rows go through the NIC as ``V`` routes them."""
+    G = L.G
+    return np.array([[s != d and V.inter_node(s, d) for d in range(G)] for s in range(G)])
+
+
+def proxy_cost(L: Layer, lib: Library, nic: np.ndarray, rows: np.ndarray):
+    """A CPU proxy thread posts every RDMA message of its GPU one after another at
+    ``ll_proxy_msg_us`` each: the rows (``rows[s, d]`` through the NIC, one or two
+    messages each) and one count signal per expert of every NIC-reached peer. Returns
+    (per-flow rate bound in bytes/us for the rows, when each source's proxy has posted its
+    last message, relative to the kernel's start); no bound for a GPU-initiated library."""
+    G = L.G
+    c = L.sys.software.ll_proxy_msg_us if lib.initiator == "proxy" else 0.0
+    per_row = 2 if lib.signal_per_row else 1
+    row_msgs = (rows * nic).sum(axis=1) * per_row
+    done = (row_msgs + L.E_local * nic.sum(axis=1)) * c
+    peers = np.maximum(nic.sum(axis=1), 1)
+
+    def cap(s: int, d: int) -> float:
+        if c == 0.0 or not nic[s, d]:
+            return np.inf
+        return L.row_wire_sw / (per_row * c) / peers[s]     # the proxy's rate, shared
+    return cap, done
+
+
+def _capped(a, b):
+    return lambda s, d: min(a(s, d), b(s, d))
+
+
 class Variant:
     """``deepep_ll`` as one library plays it: an object :func:`run_system` can run."""
 
@@ -171,8 +212,10 @@ def run(L: Layer, library_name: str = DEFAULT_LIBRARY) -> SystemResult:
     _, pos = L.flow_order()
     pkt = min(L.sys.link_max_payload_bytes, L.disp_bytes) + L.sys.link_header_bytes
     # the send half of the kernel runs on every SM, then returns (hook mode)
+    nic = nic_pairs(L, V)
+    pcap, pdone = proxy_cost(L, lib, nic, L.counts)
     first, last, curves, flows = V.dispatch(np.full(G, t0), L.row_wire_sw, pkt, pos,
-                                            flow_cap=V.put_cap(L.disp_bytes),
+                                            flow_cap=_capped(V.put_cap(L.disp_bytes), pcap),
                                             issue_rate=L.send_rate(L.sys.sms, L.disp_bytes))
     sms = L.comp.sms_for("deepep_ll")
     fixed = call_us(L, lib)
@@ -183,6 +226,8 @@ def run(L: Layer, library_name: str = DEFAULT_LIBRARY) -> SystemResult:
             # fence: wait for the puts' acknowledgements, then write the count flags
             lat = V.latency(s, d)
             flag_t[s, d] = (curves[flows[s][d]].end + 2 * lat) if L.counts[s, d] else t0 + lat
+            if nic[s, d]:                   # the count signal leaves when the proxy posts it
+                flag_t[s, d] = max(flag_t[s, d], t0 + pdone[s] + lat)
     C.control_traffic(V, "flags", np.full(G, t0), np.full((G, G), 4.0 * L.E_local))
     shared_end, gemm_end = np.zeros(G), np.zeros(G)
     for d in range(G):
@@ -201,7 +246,8 @@ def run(L: Layer, library_name: str = DEFAULT_LIBRARY) -> SystemResult:
                                                     C.reserved_share(L, sms, t_pack))
         res.combine_log.append((d, "all", gemm_end[d] + L.comp.launch_us, gemm_end[d]))
     # combine kernel: puts back to the owners' [token][slot] buffers
-    net, cflows = V.network("combine", flow_cap=V.put_cap(L.comb_bytes))
+    ccap, cdone = proxy_cost(L, lib, nic, L.counts.T)
+    net, cflows = V.network("combine", flow_cap=_capped(V.put_cap(L.comb_bytes), ccap))
     tc = gemm_end + L.comp.launch_us
     for d in range(G):
         total = L.counts[:, d].sum() * L.comb_wire_sw
@@ -211,6 +257,10 @@ def run(L: Layer, library_name: str = DEFAULT_LIBRARY) -> SystemResult:
     ccurves = V.run_net(net)
     recv = C.combine_done(L, res, ccurves, cflows, tc,
                           flag_extra=lambda d, o: 2 * V.latency(d, o) + fixed)
+    for d in range(G):                          # a proxy posts each source's last signal
+        for o in range(G):
+            if nic[d, o] and L.counts[o, d] and cdone[d] > 0:
+                recv[o] = max(recv[o], tc[d] + cdone[d] + 2 * V.latency(d, o) + fixed)
     for o in range(G):
         last = max([ccurves[cflows[d][o]].end for d in range(G) if L.counts[o, d]] or [recv[o]])
         res.add(o, "combine", "combine wait", last, recv[o])
