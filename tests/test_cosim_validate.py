@@ -159,3 +159,22 @@ def test_slow_cases_run_only_when_asked(tmp_path, capsys):
     assert main(["validate", "--data", str(data), "--slow", "--out", str(tmp_path / "b")]) == 0
     ids = [r["id"] for r in csv.DictReader(open(tmp_path / "b" / "validation.csv"))]
     assert ids == ["fast", "wide"]
+
+
+def test_a_cpu_proxy_posts_every_rdma_message_in_turn():
+    """IBRC-style proxy: a source's last count signal leaves after the proxy has posted
+    every row (put + signal) and one count per remote expert, ``ll_proxy_msg_us`` each;
+    GPU-initiated pplx posts none through a proxy. At 1 token that is the whole difference."""
+    from cosim_helpers import layer
+    from moehub.cosim.systems.deepep_ll import library, nic_pairs, proxy_cost
+    L = layer("deepseek-v3", "h100x16-ib", tokens=1)
+    nic = nic_pairs(L, L)
+    assert nic[0, 9] and not nic[0, 1] and not nic[0, 0]
+    c = L.sys.software.ll_proxy_msg_us
+    _, done = proxy_cost(L, library("pplx-ibrc"), nic, L.counts)
+    expected = ((L.counts * nic).sum(axis=1) * 2 + L.E_local * nic.sum(axis=1)) * c
+    assert done == pytest.approx(expected) and done.min() > 100 * c
+    assert not proxy_cost(L, library("pplx"), nic, L.counts)[1].any()
+    t = {lib: run_case(_ll_case(library=lib, system="h100x16-ib", tokens=1)).model
+         for lib in ("pplx", "pplx-ibrc")}
+    assert t["pplx-ibrc"] - t["pplx"] == pytest.approx(done.max(), rel=0.15)
