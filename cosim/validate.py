@@ -200,14 +200,15 @@ def run_case(c: Case) -> Row:
 
 
 def report(rows: list) -> str:
-    lines = [f"{'case':<34} {'system':<10} {'metric':<14} {'model':>9} {'published':>10} "
+    lines = [f"{'case':<34} {'system':<20} {'metric':<14} {'model':>9} {'published':>10} "
              f"{'ratio':>6} {'tol':>5}  verdict"]
     for r in rows:
         c = r.case
         tag = "ok" if r.ok else "MISS"
         if c.use == "calibration":
             tag += " (calibration point)"
-        lines.append(f"{c.id:<34} {c.run:<10} {c.metric:<14} {r.model:>9.1f} "
+        played = f"{c.run}/{c.library}" if c.library else c.run
+        lines.append(f"{c.id:<34} {played:<20} {c.metric:<14} {r.model:>9.1f} "
                      f"{c.published:>10.1f} {r.ratio:>6.2f} {c.tolerance:>5.2f}  {tag}")
     val = [r for r in rows if r.case.use == "validation"]
     miss = [r for r in val if not r.ok]

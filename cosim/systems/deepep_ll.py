@@ -11,7 +11,7 @@ output back to its owner's ``[token][slot]`` buffer -> flags -> weighted reduce.
 The receive buffers are sized for the worst case (every source sends every token to
 every local expert); their size is reported in ``extra['recv_buffer_bytes']``.
 
-Libraries (:data:`LIBRARIES`) share that protocol and differ in two mechanisms, each
+Libraries (:data:`LIBRARIES`) share that protocol and differ in three mechanisms, each
 chosen by the library's profile, never by the case that measures it:
 
 * the path to a peer in the same node: NVLink loads/stores (DeepEP V1 since its NVLink
@@ -21,7 +21,11 @@ chosen by the library's profile, never by the case that measures it:
 * the fixed cost of one call across nodes: pplx-kernels' own 1-token time over IBGDA
   (``ll_call_inter_us``), or, for libraries that publish no 1-token time, the in-node
   floor (``ll_call_intra_us``) plus what the model charges for the network itself
-  (put latency, the fence's round trip, the flags). ASSUMPTION, see :data:`LIBRARIES`.
+  (put latency, the fence's round trip, the flags). ASSUMPTION, see :data:`LIBRARIES`;
+* who posts the RDMA work: the GPU itself (IBGDA / GDAKI: the per-message cost is in the
+  NIC's put efficiency) or a CPU proxy thread (NVSHMEM IBRC and other proxy transports),
+  which posts every message of its GPU in turn at ``ll_proxy_msg_us`` each (a row's put,
+  its signal where the library signals per row, one count per remote expert).
 """
 from __future__ import annotations
 
