@@ -68,7 +68,9 @@ from ...rtl.multicast_allocator import pool_count_bits
 from ...rtl.paging import tile_sizes
 from ...rtl.timing import ADMISSION_GROUPS
 from .common import any_const, any_seq, count_ones, one_hot
+from ...rtl.multicast_allocator import MulticastAllocatorAdmitted
 from .multicast_allocator import ADMISSION_DELAY, AdmittedAllocatorHarness
+from .plant import Plant, planted
 
 #: cycles from a PAGE_FREE write to the pool's verdict (PAGE_BAD, or the page freed)
 RETURN_LATENCY = 3
@@ -208,8 +210,33 @@ class PagedArenaRef:
         p.cover(g.ok[0] & big, "the last row of a tile of the largest size granted")
 
 
+#: planted bugs of the count limit (the harness's ``plant`` option): with one, the proof
+#: must fail (:mod:`.plant`)
+COUNT_PLANTS = {
+    # an expert counts as met only past its total (lam < 0 for lam <= 0)
+    "met-one-late": Plant(
+        "moehub.rtl.multicast_counts", "self.below(q + s + 1)", "self.below(q + s)", "MulticastCountLimit",
+        ("met is not exactly", "dead is not done", "dead expert granted"),
+        "a row is granted when its expert has every count in and as many rows",
+        host=("moehub.rtl.multicast_allocator", "MulticastAllocatorAdmitted")),
+    # the refusal ignores the risky lane's late verdict of the cycle before (always the
+    # registers formed for a refused risky row)
+    "late-verdict-ignored": Plant(
+        "moehub.rtl.multicast_counts", "self.refused[j].eq(Mux(late_q, self.cref_q[1][j], self.cref_q[0][j]))",
+        "self.refused[j].eq(self.cref_q[0][j])", "MulticastCountLimit",
+        ("met is not exactly", "dead expert granted"),
+        "a granted risky row that made its expert dead does not refuse the next cycle's rows",
+        host=("moehub.rtl.multicast_allocator", "MulticastAllocatorAdmitted")),
+}
+
+
 class CountsAllocatorHarness(AdmittedAllocatorHarness):
-    """The hub's multicast allocator with count packets (see the module docstring)."""
+    """The hub's multicast allocator with count packets (see the module docstring);
+    ``plant``: a bug of :data:`COUNT_PLANTS` planted in its count limit."""
+
+    def __init__(self, cfg, plant: str | None = None):
+        super().__init__(cfg, planted(MulticastAllocatorAdmitted, COUNT_PLANTS, plant))
+        self.plant = plant
 
     def _count_refusals(self, m, p, dut, mask):
         self._counts = ref = CountRef(m, p, dut, self.cfg, mask, self._since)
@@ -253,6 +280,12 @@ class CountRef:
         m.d.comb += [g.cref_q[k][j].eq((mask[j] & dead_if_q[k]).any()) for k in (0, 1) for j in range(L)]
         self._environment(m, p, since)
         self.refused = [self._met(j) for j in range(L)]
+        # (the model's dead experts as the cycle starts: every source's count in and as
+        # many rows as announced -- no row of one is granted, whatever the lane order)
+        dead = [(self.adds[x] == S) & (self.rows[x] >= self.tot[x]) for x in range(E)]
+        for j in range(L):
+            p.check(~(g.ok[j] & Cat(self.mask[j][x] & dead[x] for x in range(E)).any()),
+                    "a row naming a dead expert granted")
         for j in range(L):
             p.check(g.met[j] == self.refused[j],
                     "met is not exactly 'an expert the row names has its counts in and met'")

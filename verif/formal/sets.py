@@ -70,6 +70,11 @@ def _page_pool(pages):
     return lambda: PagePoolHarness(formal_config("tiny").replace(pool_pages=pages))
 
 
+def _page_supply(pages, **changes):
+    from .page_supply import PageSupplyHarness
+    return lambda: PageSupplyHarness(formal_config("tiny").replace(pool_pages=pages, **changes))
+
+
 def _mcast_alloc(cfg_name, **changes):
     from .multicast_allocator import MulticastAllocatorHarness
     return lambda: MulticastAllocatorHarness(formal_config(cfg_name).replace(**changes))
@@ -158,6 +163,12 @@ def _sets() -> list[PropertySet]:
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
                          "(~8 cycles); k-induction would need the FIFO's contents as invariants"),
+        PropertySet("page-supply", "page supply (pool and ring)", "tiny, 4 pages (4 takes a cycle)",
+                    _page_supply(4), {"bmc": 12, "cover": 14}, smoke={"bmc": 6},
+                    note="protocol v2: a page handed out at most once until returned, a returned-twice "
+                         "page refused, none lost (avail exact, POOL_FREE); every page taken at step 1, "
+                         "returned and handed out again through the ring (it wraps) within 12; bounded: "
+                         "k-induction would need the ring's contents as invariants"),
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
                     note="START (3), the 5 stages to B, the credit, the write (6)"),

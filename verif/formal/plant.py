@@ -1,0 +1,74 @@
+"""Planted bugs: a harness option that builds its component from a deliberately broken
+copy of the RTL source, so a test (or ``moehub formal --plant``) can show that a property
+is not vacuous -- with the bug planted the proof must FAIL, on the property named.
+
+A plant is a one-place source edit (``old`` -> ``new``, ``old`` found exactly once) of
+one RTL module; the broken class is taken from an in-memory copy of that module, so the
+files on disk and every other user of the module stay unchanged. ``method``: take only
+that method from the broken class and put it on a subclass of the harness's class (a
+bug in a base class's method, e.g. the page pool's return check that the page supply
+inherits). ``host``: the broken class is a part another class builds (``(module,
+class)``, e.g. the count limit inside the multicast allocator): the harness gets that
+class from a copy of its module whose global name of the part is the broken class.
+"""
+from __future__ import annotations
+
+import importlib
+import types
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Plant:
+    """One planted bug (see the module docstring). ``fails``: text of the property (or
+    properties) the proof must fail on; ``why``: what the bug does."""
+    module: str
+    old: str
+    new: str
+    cls: str
+    fails: tuple
+    why: str
+    method: str | None = None
+    host: tuple | None = None
+
+
+def broken_class(module_name: str, old: str, new: str, cls: str):
+    """Class ``cls`` of an in-memory copy of ``module_name`` whose source has ``old``
+    replaced by ``new`` (exactly once)."""
+    mod = importlib.import_module(module_name)
+    with open(mod.__file__) as f:
+        src = f.read()
+    if src.count(old) != 1:
+        raise ValueError(f"plant: {old!r} found {src.count(old)} times in {mod.__file__}, "
+                         "expected once (the RTL changed: update the plant)")
+    return getattr(_copy(mod, src.replace(old, new)), cls)
+
+
+def _copy(mod, src: str | None = None):
+    """An in-memory copy of module ``mod`` (its source, or ``src``), executed anew."""
+    if src is None:
+        with open(mod.__file__) as f:
+            src = f.read()
+    copy = types.ModuleType(f"{mod.__name__}_planted")
+    copy.__package__ = mod.__package__
+    copy.__file__ = mod.__file__
+    exec(compile(src, mod.__file__, "exec"), copy.__dict__)
+    return copy
+
+
+def planted(base, plants: dict, name: str | None):
+    """``base`` itself (``name`` None), or ``base`` with plant ``name`` of ``plants``."""
+    if name is None:
+        return base
+    if name not in plants:
+        raise ValueError(f"plant = {name!r}: unknown; known: {', '.join(plants)}")
+    pl = plants[name]
+    broken = broken_class(pl.module, pl.old, pl.new, pl.cls)
+    if pl.host is not None:
+        module, cls = pl.host
+        host = _copy(importlib.import_module(module))
+        setattr(host, pl.cls, broken)
+        return getattr(host, cls)
+    if pl.method is None:
+        return broken
+    return type(f"{base.__name__}Planted", (base,), {pl.method: getattr(broken, pl.method)})
