@@ -163,13 +163,14 @@ def write_outputs(out: Path, rows: list, skipped: list, record: dict, figure: bo
     _put(out / "run.json", json.dumps(rec, indent=1, default=str) + "\n")
     if figure and rows:
         from .plots import headline_heatmap
-        short = {**SHORT}
+        short = dict(SHORT)
         headline_heatmap(rows, out / "headline.png", short=short, skipped=skipped,
+                         variant_short=_short_variant,
                          title="Where the hub pays off: best hub / best software baseline "
                                "(MoE layer)")
         if any(r.get("speedup_paper") not in (None, "") for r in rows):
             headline_heatmap(rows, out / "headline_paper.png", key="speedup_paper",
-                             short=short, skipped=skipped,
+                             short=short, skipped=skipped, variant_short=_short_variant,
                              title="Best hub / the papers' kind of baseline (MoE layer)")
 
 
@@ -191,8 +192,11 @@ def write_timelines(rows: list, pts: dict, out: Path) -> None:
 
 # ---------------------------------------------------------------------------- the command
 def _names(flag: str, text: str | None, known) -> tuple | None:
+    """The systems named by ``flag`` (None: not given; ``none``: an empty tuple)."""
     if text is None:
         return None
+    if text.strip() == "none":
+        return ()
     names = grid.parse_names(flag, text)
     for n in names:
         if n not in known:
@@ -205,8 +209,13 @@ def plan(args):
     papers' kind, variants); every bad value a :class:`UsageError` before any work."""
     from .systems import SYSTEMS
     today, paper = baseline_sets()
-    today = _names("--baselines", args.baselines, SYSTEMS) or today
-    paper = _names("--paper-baselines", args.paper_baselines, SYSTEMS) or paper
+    given = _names("--baselines", args.baselines, SYSTEMS)
+    if given == ():
+        raise UsageError("--baselines", args.baselines, "the hub needs a baseline to be "
+                         "measured against")
+    today = given or today
+    given = _names("--paper-baselines", args.paper_baselines, SYSTEMS)
+    paper = paper if given is None else given
     variants = (grid.parse_variants(args.hub_variants) if args.hub_variants
                 else grid.DEFAULT_VARIANTS)
     blocks = grid.build_blocks(
@@ -254,7 +263,8 @@ def cmd_headline(args) -> int:
     for p in pts:
         if set(runs) <= set(ev.runs.get(p.label, {})):
             rows.append({**row(p, ev.runs[p.label], ev.facts[p.label], today, paper),
-                         "label": p.label, "wall_s": ev.wall_s.get(p.label)})
+                         "label": p.label, "wall_s": round(sum(
+                             m.get("wall_s") or 0.0 for m in ev.runs[p.label].values()), 3)})
             by_label[p.label] = p
     skip_rows = [_skip_row(p, args.max_rows) for p in skipped]
     record = {"grid": args.grid or "command line", "points": len(pts) + len(skipped),
@@ -307,9 +317,9 @@ def add_parser(subparsers) -> None:
                    help=f"hub variants: v1 or protocol-v2 features joined by '+' (default "
                         f"{','.join(grid.DEFAULT_VARIANTS)})")
     g.add_argument("--baselines", default=None, help="today's software baselines whose best "
-                   "the hub is measured against (default: the registry's)")
-    g.add_argument("--paper-baselines", default=None, help="the papers' kind of baselines "
-                   "(default: the registry's systems tagged so)")
+                   "the hub is measured against (default: the registry's BASELINES)")
+    g.add_argument("--paper-baselines", default=None, help="the papers' kind of baselines, "
+                   "or none (default: the registry's systems of KIND 'paper')")
     g.add_argument("--max-rows", type=int_at_least(1), default=grid.MAX_ROWS,
                    help=f"skip points with more routed rows (default {grid.MAX_ROWS:,})")
     g.add_argument("--max-points", type=int_at_least(1), default=grid.MAX_POINTS,

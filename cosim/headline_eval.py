@@ -160,7 +160,7 @@ class Evaluated:
 def evaluate(points, runs, cache: Cache, *, scheduler=None, cluster="local", workers=None,
              options=None, use_cache: bool = True) -> Evaluated:
     """Every run of ``runs`` on every point: cached ones read, the rest evaluated (one task
-    per point with missing runs, the largest first) and cached as each point finishes."""
+    per point with missing runs, the costliest first) and cached as each point finishes."""
     digest = code_digest()
     ev = Evaluated({}, {})
     todo = {}
@@ -178,7 +178,9 @@ def evaluate(points, runs, cache: Cache, *, scheduler=None, cluster="local", wor
     progress.info(f"headline: {len(points)} points, {ev.cached} cached ({cache.folder}), "
                   f"{len(todo)} to evaluate")
     if todo:
-        order = sorted(todo.values(), key=lambda t: -t[0].rows)
+        # the widest layers first (their networks cost most: flows grow as GPUs^2), then
+        # the most rows, so that the last task to finish is a short one
+        order = sorted(todo.values(), key=lambda t: (-t[0].system.gpus, -t[0].rows))
         for label, res in _run_tasks(order, scheduler, cluster, workers, options, ev):
             p, missing, keys = todo[label]
             for r in missing:

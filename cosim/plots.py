@@ -804,11 +804,13 @@ def _heat_labels(rows: list, ratios: set) -> list:
 
 
 def headline_heatmap(rows: list, path: Path, key: str = "speedup_layer",
-                     short: dict | None = None, skipped: list = (), title: str = "") -> Path:
+                     short: dict | None = None, skipped: list = (), title: str = "",
+                     variant_short=None) -> Path:
     """"Where the hub pays off": the hub's speedup ``key`` by system (rows) x tokens per
     GPU (columns), one panel per model; a diverging colour centred at 1.0 (green: the hub
     wins, purple: it loses; log scale, so 2x and 0.5x are equally strong), the value and the
-    baseline it is measured against (``short``: name -> a letter or two) in each cell.
+    baseline it is measured against (``short``: name -> a letter or two) in each cell, and
+    the hub variant when it is not v1 (``variant_short``: its abbreviation).
     ``skipped``: rows (the same keys, no values) of points not run, hatched "skip"."""
     from matplotlib.colors import LogNorm
     short = short or {}
@@ -820,19 +822,19 @@ def headline_heatmap(rows: list, path: Path, key: str = "speedup_layer",
     vals = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
     span = max([1.25, *(max(v, 1 / v) for v in vals if v > 0)])
     norm = LogNorm(vmin=1 / span, vmax=span)
-    fig, axes = plt.subplots(1, len(models), squeeze=False,
-                             figsize=(2.2 + (0.62 * len(toks) + 1.5) * len(models),
-                                      1.5 + 0.42 * len(ylabels)))
+    fig, axes = plt.subplots(1, len(models), squeeze=False, layout="constrained",
+                             figsize=(max(6.0, 3.2 + (0.7 * len(toks) + 0.4) * len(models)),
+                                      max(3.0, 1.6 + 0.45 * len(ylabels))))
     im = None
     for ax, model in zip(axes[0], models):
         im = _heat_panel(ax, [r for r in rows if r["model"] == model],
                          [r for r in skipped if r["model"] == model], ratios, ylabels, toks,
-                         key, norm, short)
+                         key, norm, short, variant_short or (lambda v: v))
         ax.set_title(model, fontsize=10)
     for ax in axes[0][1:]:
         ax.set_yticklabels([])
-    cb = fig.colorbar(im, ax=list(axes[0]), shrink=0.9, pad=0.02)
-    cb.set_label("baseline / hub latency (> 1: the hub wins)")
+    cb = fig.colorbar(im, ax=list(axes[0]), shrink=0.95, pad=0.02)
+    cb.set_label("baseline / hub latency\n(> 1: the hub wins)", fontsize=8)
     ticks = [t for t in (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 6)
              if 1 / span <= t <= span]
     cb.set_ticks(ticks, labels=[f"{t:g}" for t in ticks], minor=False)
@@ -842,7 +844,7 @@ def headline_heatmap(rows: list, path: Path, key: str = "speedup_layer",
     return _save_both(fig, path)
 
 
-def _heat_panel(ax, rows, skipped, ratios, ylabels, toks, key, norm, short):
+def _heat_panel(ax, rows, skipped, ratios, ylabels, toks, key, norm, short, vshort):
     """One model's cells; returns the image (for the colour bar)."""
     grid = np.full((len(ylabels), len(toks)), np.nan)
     text = {}
@@ -853,8 +855,11 @@ def _heat_panel(ax, rows, skipped, ratios, ylabels, toks, key, norm, short):
         i, j = ylabels.index(y), toks.index(r["tokens_per_gpu"])
         grid[i, j] = float(v)
         base = r.get("paper_baseline" if key == "speedup_paper" else "best_baseline") or ""
-        text[i, j] = f"{float(v):.2f}\n{short.get(base, base)}"
-    im = ax.imshow(grid, cmap="PRGn", norm=norm, aspect="auto")
+        variant = r.get("hub_variant", "v1")
+        text[i, j] = (f"{float(v):.2f}\n{short.get(base, base)}"
+                      + ("" if variant == "v1" else f" {vshort(variant)}"))
+    cmap = plt.get_cmap("PRGn").with_extremes(bad="#e6e6e6")   # not run: grey, not 1.0's white
+    im = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
     for (i, j), t in text.items():
         dark = abs(np.log(grid[i, j])) > 0.6 * np.log(norm.vmax)
         ax.text(j, i, t, ha="center", va="center", fontsize=7, linespacing=1.0,
@@ -863,7 +868,12 @@ def _heat_panel(ax, rows, skipped, ratios, ylabels, toks, key, norm, short):
         i, j = ylabels.index(y), toks.index(r["tokens_per_gpu"])
         ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
                                                   hatch="///", edgecolor="#cccccc", lw=0))
-        ax.text(j, i, "skip", ha="center", va="center", fontsize=6.5, color="#888888")
+        ax.text(j, i, "skip", ha="center", va="center", fontsize=6.5, color="#777777")
+        text[i, j] = "skip"
+    for i in range(len(ylabels)):
+        for j in range(len(toks)):
+            if (i, j) not in text:
+                ax.text(j, i, "—", ha="center", va="center", fontsize=7, color="#999999")
     ax.set_xticks(range(len(toks)), [str(t) for t in toks], fontsize=7.5)
     ax.set_yticks(range(len(ylabels)), ylabels, fontsize=8)
     ax.set_xlabel("tokens per GPU")
