@@ -5,6 +5,8 @@
     >>> print(r.table())                      # one line per hub block
     >>> r.to_dict()["modules"]["top"]["fo4"]  # what report.json's "asic" section holds
     >>> r.to_csv("tiny.csv")
+    >>> a = synth.run("tiny", lib="asap7", corner="ss")   # mapped onto ASAP7 7 nm, timed at SS
+    >>> a.to_dict()["line_rate"]["at_h100_clock"]["timing"]  # PASS / MARGINAL / FAIL at 1.98 GHz
 
 The command line (``moehub synth``) and this API run the same :func:`moehub.synth.flow.run`;
 files (netlists, logs, ``report.json``, ``report.md``, ``metrics.json``, ``moehub.sdc``) go
@@ -23,6 +25,9 @@ from . import flow
 #: per-block columns of an ASIC result (keys of report.json's asic.modules.<block>)
 ASIC_COLUMNS = ("cells", "flops", "area_um2", "gate_equivalents", "sram_bits", "critical_path_ns",
                 "fo4", "fmax_MHz")
+#: per-block columns of an ASAP7 result (report.json's asap7_<corner>.modules.<block>)
+ASAP7_COLUMNS = ("cells", "flops", "area_um2", "seq_area_um2", "nand2_eq", "sram_bits", "critical_path_ns",
+                 "fo4", "fmax_MHz")
 #: columns of an ECP5 result (keys of report.json's ecp5 section)
 ECP5_COLUMNS = ("luts", "flops", "brams", "fmax_MHz")
 
@@ -50,7 +55,8 @@ class SynthResult:
     def rows(self) -> list[dict]:
         """One dict per block (ASIC: the whole hub ``top`` first) or one for the FPGA."""
         if self.target == "asic":
-            return [{"block": name, **{c: m.get(c) for c in ASIC_COLUMNS}}
+            cols = ASAP7_COLUMNS if self.report.get("library") == "asap7" else ASIC_COLUMNS
+            return [{"block": name, **{c: m.get(c) for c in cols}}
                     for name, m in self.report["modules"].items()]
         return [{"block": "top", **{c: self.report.get(c) for c in ECP5_COLUMNS}}]
 
@@ -91,7 +97,8 @@ def run(config: str = "tiny", target: str = "asic", out: str | Path | None = Non
         data_bits: int | str | None = "chunk", **options) -> SynthResult:
     """Synthesize hub ``config`` (name or YAML path) for ``target`` (``asic`` or ``ecp5``).
 
-    ``options`` are the flow's: ASIC ``period_ns``, ``sram_min_bits``, ``sram_min_depth``,
+    ``options`` are the flow's: ASIC ``lib`` (``osu018`` or ``asap7``), ``corner`` (ASAP7
+    ``tt`` or ``ss``), ``period_ns``, ``sram_min_bits``, ``sram_min_depth``,
     ``sta_only``, ``abc_effort``; ECP5 ``target_MHz``, ``sta_only`` (``moehub synth --help``).
     """
     section = flow.run(config, target, out=out, data_bits=data_bits, **options)

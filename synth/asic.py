@@ -50,10 +50,27 @@ def abc_script(delay_ps: float, effort: str = "normal") -> str:
     return pre + f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n"
 
 
-def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool, blocks: list[str]) -> str:
+def yosys_script(lib, macros: list[MemoryArray], has_macros: bool, blocks: list[str],
+                 work: Path | None = None) -> str:
     """The synthesis script. ``blocks``: the hub's direct submodules, kept (area and timing
     per block); the small components inside a block are flattened into it before mapping,
-    so that ABC sees each block whole."""
+    so that ABC sees each block whole. ``lib``: a Liberty path (OSU018, Yosys 0.23) or a
+    :class:`~moehub.synth.library.CellLibrary`; for a library with several files and a
+    do-not-use list (ASAP7) the files are named relative to ``work``, ABC and dfflibmap
+    get the do-not-use list, flops are named after their register (``rename -wire``: the
+    QN-only flops of ASAP7 leave no net named by the register) and constants go to tie
+    cells (ORFS's ``hilomap``)."""
+    cells = lib if hasattr(lib, "liberty") else None
+    if cells is None or not cells.modern_yosys:
+        lib_path = cells.liberty[0] if cells else lib
+        seq_arg = f"-liberty {lib_path}"
+        libs = f"-liberty {lib_path}"
+        dff_dont, abc_dont = "", ""
+    else:
+        work = work or Path(".")
+        seq_arg = f"-liberty {cells.rel(cells.seq_liberty, work)}"
+        libs = cells.liberty_args(work)
+        dff_dont, abc_dont = cells.dont_use_args(extra=True), cells.dont_use_args()
     lines = [f"read_verilog {TOP}.v"]
     if has_macros:
         lines.append("read_verilog -lib sram_bb.v")
@@ -74,12 +91,21 @@ def yosys_script(lib: Path, macros: list[MemoryArray], has_macros: bool, blocks:
         "flatten",
         f"hierarchy -top {TOP}",
         "setattr -mod -unset keep_hierarchy",
-        f"dfflibmap -liberty {lib}",
-        f"abc -liberty {lib} -constr abc.constr -script abc.script",
+    ]
+    if cells is not None and cells.modern_yosys:
+        lines.append(f"rename -wire -suffix {REG_SUFFIX} t:$_*DFF*")
+    lines += [
+        f"dfflibmap{dff_dont} {seq_arg}",
+        f"abc {libs}{abc_dont} -constr abc.constr -script abc.script",
         "setundef -zero",
+    ]
+    if cells is not None and cells.tie:
+        hi, hp, lo, lp = cells.tie
+        lines.append(f"hilomap -singleton -hicell {hi} {hp} -locell {lo} {lp}")
+    lines += [
         "opt_clean -purge",
-        f"tee -q -o stat.json stat -json -liberty {lib}",
-        f"tee -q -o stat.txt stat -liberty {lib}",
+        f"tee -q -o stat.json stat -json {libs}",
+        f"tee -q -o stat.txt stat {libs}",
         # OpenSTA 2.0.17 cannot parse concatenations on the left of an assign
         "write_verilog -noattr -noexpr -simple-lhs netlist.v",
         "flatten",
@@ -116,12 +142,16 @@ class ModuleArea:
     area_um2: float
     macros: dict = field(default_factory=dict)   # macro cell -> instances
     memory_bits: int = 0                          # array bits of the RTL (before mapping)
+    seq_area_um2: float = 0.0                     # of which flops and latches (Yosys >= 0.3x's stat)
 
 
-def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -> dict[str, ModuleArea]:
+def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str],
+               seq_area: dict | None = None) -> dict[str, ModuleArea]:
     """Per-module cells, flops and area, each with the modules it instantiates (so that a
     block split into small components reports as before); ``__total__`` is the hierarchy
-    under ``TOP``."""
+    under ``TOP``. ``seq_area`` (sequential cell -> area): the flops' area is counted too
+    (per module from the cell counts: Yosys 0.70's ``sequential_area`` already includes
+    the submodules, 0.23 has none)."""
     counts = tools.load_yosys_stat_json(stat_json)["modules"]
     rtl = tools.load_yosys_stat_json(stat_rtl)["modules"]
     text = stat_txt.read_text()
@@ -136,16 +166,20 @@ def parse_stat(stat_json: Path, stat_txt: Path, stat_rtl: Path, seq: set[str]) -
         macros = {t: n for t, n in by_type.items() if t.startswith("moehub_sram_")}
         cells = sum(n for t, n in by_type.items() if t.lstrip("\\") not in names and t not in macros)
         flops = sum(n for t, n in by_type.items() if t in seq)
-        own[name] = ModuleArea(name, cells, flops, areas.get(name, 0.0), macros, rtl_memory_bits(rtl, name))
+        own_seq = sum(n * seq_area.get(t, 0.0) for t, n in by_type.items() if t in seq) if seq_area else 0.0
+        own[name] = ModuleArea(name, cells, flops, areas.get(name, 0.0), macros, rtl_memory_bits(rtl, name),
+                               own_seq)
 
     def inclusive(name: str) -> ModuleArea:
         mod = own[name]
-        total = ModuleArea(name, mod.cells, mod.flops, mod.area_um2, dict(mod.macros), mod.memory_bits)
+        total = ModuleArea(name, mod.cells, mod.flops, mod.area_um2, dict(mod.macros), mod.memory_bits,
+                           mod.seq_area_um2)
         for child, n in children[name].items():
             sub = inclusive(child)
             total.cells += n * sub.cells
             total.flops += n * sub.flops
             total.area_um2 += n * sub.area_um2
+            total.seq_area_um2 += n * sub.seq_area_um2
             for t, k in sub.macros.items():
                 total.macros[t] = total.macros.get(t, 0) + n * k
         return total
@@ -213,16 +247,22 @@ CLOCK_PORT = "clk"
 IO_PCT = 0.0
 
 
-def sdc(period_ns: float, io_pct: float = IO_PCT, header: str = "") -> str:
+def sdc(period_ns: float, io_pct: float = IO_PCT, header: str = "", lib=None) -> str:
     """SDC for the hub (and each block): the clock on :data:`CLOCK_PORT` with the target
     period, input/output delays of ``io_pct`` x period (ORFS's template, so that the file
     works in OpenROAD-flow-scripts and other Tcl-based tools as it is). The drivers and
-    loads ABC assumed (:data:`ABC_CONSTR`) are listed but not applied: the timing reported
-    has ideal drivers and no port load."""
+    loads ABC assumed (:data:`ABC_CONSTR`, or ``lib``'s) are listed but not applied: the
+    timing reported has ideal drivers and no port load. ``lib`` (a
+    :class:`~moehub.synth.library.CellLibrary`): the period is written in its Liberty time
+    unit (ASAP7: ps, as ORFS's asap7 constraints are), since OpenSTA reads SDC times in the
+    unit of the first Liberty file; default OSU018 (ns)."""
+    unit = lib.time_unit_name if lib else "ns"
+    period = period_ns / lib.time_unit_ns if lib else period_ns
+    period = round(period, 6)
     lines = [f"# {line}".rstrip() for line in header.splitlines()] + [
-        "# Units: ns (the OSU018 Liberty's time unit).",
+        f"# Units: {unit} (the {lib.name if lib else 'OSU018'} Liberty's time unit).",
         f"set clk_name {CLOCK_PORT}", f"set clk_port_name {CLOCK_PORT}",
-        f"set clk_period {period_ns}",
+        f"set clk_period {period:g}" if lib else f"set clk_period {period_ns}",
         "# ASSUMPTION (clk_io_pct): input and output delays as a fraction of the period.",
         "# 0, the flow's default: every port is an ideal register -- an input switches at the",
         "# clock edge, an output is captured at the next one; the clock-to-output and setup of",
@@ -234,14 +274,16 @@ def sdc(period_ns: float, io_pct: float = IO_PCT, header: str = "") -> str:
         "set_input_delay [expr {$clk_period * $clk_io_pct}] -clock $clk_name $non_clock_inputs",
         "set_output_delay [expr {$clk_period * $clk_io_pct}] -clock $clk_name [all_outputs]", "",
         "# Not applied here (ideal drivers, no port load); ABC sized the ports for:"]
-    drive, load = re.search(r"set_driving_cell (\S+)\nset_load (\S+)", ABC_CONSTR).groups()
+    drive, load = re.search(r"set_driving_cell (\S+)\nset_load (\S+)", lib.abc_constr if lib else ABC_CONSTR).groups()
     return "\n".join(lines + [f"#   set_driving_cell -lib_cell {drive} $non_clock_inputs",
                               f"#   set_load {load} [all_outputs]", ""])
 
 
-def sta_script(lib: Path, sram_lib: Path | None, modules: list[str], sdc_file: str = SDC_NAME) -> str:
-    """One linked top per module, each constrained by the run's SDC file."""
-    lines = [f"read_liberty {lib}"]
+def sta_script(lib, sram_lib: Path | None, modules: list[str], sdc_file: str = SDC_NAME) -> str:
+    """One linked top per module, each constrained by the run's SDC file. ``lib``: one
+    Liberty path or several (OpenSTA reads each with its own ``read_liberty``)."""
+    libs = list(lib) if isinstance(lib, (list, tuple)) else [lib]
+    lines = [f"read_liberty {p}" for p in libs]
     if sram_lib:
         lines.append(f"read_liberty {sram_lib}")
     for mod in modules:
@@ -290,6 +332,16 @@ class PathTiming:
         return self.arrival_ns - self.launch_ns
 
 
+def to_ns(t: PathTiming, unit_ns: float) -> PathTiming:
+    """``t`` with its times (read in the Liberty's unit, ASAP7: ps) converted to ns."""
+    if unit_ns == 1.0:
+        return t
+    k = unit_ns
+    return PathTiming(t.module, t.period_ns * k, t.slack_ns * k, t.arrival_ns * k, t.launch_ns * k,
+                      t.setup_ns * k, t.startpoint, t.endpoint, t.start_kind, t.end_kind,
+                      [(i, c, d * k) for i, c, d in t.cells], t.tns_ns * k, t.start_reg, t.end_reg)
+
+
 _PIN_RE = re.compile(r"^\s*(-?[\d.]+)\s+(-?[\d.]+)\s+[\^v]\s+(\S+)\s+\((\S+)\)\s*$")
 
 
@@ -328,16 +380,18 @@ SYNTH_OUTPUTS = ("netlist.v", "netlist_sim.v", "stat.json", "stat.txt", "stat_rt
 def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryArray],
         fo4_ns: float, period_ns: float, abc_delay_ps: float | None = None,
         sta_only: bool = False, abc_effort: str = "normal", io_pct: float = IO_PCT,
-        sdc_header: str = "", label: str = "synth") -> dict:
+        sdc_header: str = "", label: str = "synth", cells=None) -> dict:
     """Synthesize and time ``verilog`` (written by :mod:`moehub.synth.verilog`) in ``work``.
 
     ``sta_only``: keep the netlist of an earlier run in ``work`` and redo only the timing
     (a new clock constraint, or after an interrupted run). The constraints are written to
     ``work/moehub.sdc`` (:func:`sdc`; ``sdc_header``: its opening comment), which OpenSTA
     reads, so that the same file can be taken to another tool. ``label`` starts the
-    progress lines of the Yosys and OpenSTA steps.
+    progress lines of the Yosys and OpenSTA steps. ``cells``: the
+    :class:`~moehub.synth.library.CellLibrary` to map onto (default OSU018); its times
+    are read in its Liberty unit and returned in ns.
     """
-    lib = tools.osu018_lib()
+    lib = tools.osu018_lib() if cells is None else cells.liberty
     if sta_only:
         missing = [f for f in SYNTH_OUTPUTS if not (work / f).exists()]
         if missing:
@@ -350,16 +404,20 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
             (work / f"{TOP}.v").write_text(verilog.read_text())
         files = sram.write_files(macros, work, fo4_ns)
         (work / "abc.script").write_text(abc_script(abc_delay_ps or 1000 * period_ns, abc_effort))
-        (work / "abc.constr").write_text(ABC_CONSTR)
+        (work / "abc.constr").write_text(ABC_CONSTR if cells is None else cells.abc_constr)
         text = verilog.read_text()
         blocks = instantiated(text, TOP, set(re.findall(r"^module\s+\\?(\S+?)\s*\(", text, re.M)))
-        (work / "synth.ys").write_text(yosys_script(lib, macros, bool(macros), blocks))
+        (work / "synth.ys").write_text(yosys_script(cells or lib, macros, bool(macros), blocks, work))
         with progress.stage(f"{label}: Yosys (synthesis, ABC mapping)", heartbeat=True) as st, \
                 progress.Follower(work / "yosys.log", lambda lines: _yosys_pass(st, lines)):
-            t_yosys = tools.run_logged([tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
+            t_yosys = tools.run_logged([cells.yosys() if cells else tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
                                        work / "yosys.stdout", work)
-    seq = sequential_cells(lib.read_text())
-    areas = parse_stat(work / "stat.json", work / "stat.txt", work / "stat_rtl.json", seq)
+    seq = sequential_cells((cells.seq_liberty if cells else lib).read_text())
+    seq_area = None
+    if cells is not None:
+        from .library import cell_areas
+        seq_area = {c: a for c, a in cell_areas(cells, [cells.seq_liberty]).items() if c in seq}
+    areas = parse_stat(work / "stat.json", work / "stat.txt", work / "stat_rtl.json", seq, seq_area)
     # memory_libmap maps an array only if its ports fit the 1R1W macro; the others (several
     # read or write ports, or asynchronous reads) are built from flops by memory_map, as
     # they must be. (The packet manager's row tables, read and written by every lane in the
@@ -373,12 +431,13 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
     netlist = (work / "netlist.v").read_text()
     modules = [TOP] + instantiated(netlist, TOP, set(areas) - {"__total__"})
     split_modules(netlist, work, [m for m in modules if m != TOP], set(areas) - {"__total__"})
-    (work / SDC_NAME).write_text(sdc(period_ns, io_pct, sdc_header))
+    (work / SDC_NAME).write_text(sdc(period_ns, io_pct, sdc_header, cells))
     (work / "sta.tcl").write_text(sta_script(lib, Path(files["liberty"].name) if macros else None, modules))
     with progress.stage(f"{label}: OpenSTA (timing of {len(modules)} modules)", heartbeat=True):
         t_sta = tools.run_logged([tools.sta(), "-no_splash", "-exit", "sta.tcl"], work / "sta.log",
                                  work)
-    timing = parse_sta((work / "sta.log").read_text(), period_ns)
+    unit = cells.time_unit_ns if cells else 1.0
+    timing = {m: to_ns(t, unit) for m, t in parse_sta((work / "sta.log").read_text(), period_ns / unit).items()}
     qnets, children = register_names((work / "netlist.v").read_text(), seq)
     for mod, t in timing.items():
         t.start_reg = describe_point(t.startpoint, mod, qnets, children)
@@ -401,6 +460,8 @@ def _yosys_pass(stage, lines: list) -> None:
 
 
 # ------------------------------------------------------------------ readable path ends
+#: suffix of flop instances named after their register (``rename -wire -suffix``)
+REG_SUFFIX = "_reg"
 _INST_RE = re.compile(r"^\s*(\\?\S+)\s+(\\?\S+)\s*\((.*?)\);", re.M | re.S)
 
 
@@ -408,7 +469,9 @@ def register_names(netlist: str, seq: set[str]) -> tuple[dict, dict]:
     """(module, flop instance) -> the net its Q drives; (module, instance) -> child module.
 
     OpenSTA names path ends by instance (``pm/_31217_``); the Q net keeps the RTL
-    register name (``inflight[3]``), which is what a designer can act on.
+    register name (``inflight[3]``), which is what a designer can act on. A flop with
+    only a QN output (ASAP7) drives an unnamed net; the flow names such flops after their
+    register instead (``inflight[3]_reg``, :data:`REG_SUFFIX`).
     """
     qnets, children = {}, {}
     mods = re.split(r"^module\s+", netlist, flags=re.M)[1:]
@@ -423,14 +486,17 @@ def register_names(netlist: str, seq: set[str]) -> tuple[dict, dict]:
                 q = re.search(r"\.(?:Q|RD)\((.*?)\)\s*(?:,|$)", conns, re.S)
                 if q:
                     qnets[(mod, inst)] = re.sub(r"\s+", "", q.group(1)).lstrip("\\")
+                elif inst.endswith(REG_SUFFIX):     # a QN-only flop named by ``rename -wire``
+                    qnets[(mod, inst)] = inst[:-len(REG_SUFFIX)]
             elif cell.startswith(TOP):
                 children[(mod, inst)] = cell
     return qnets, children
 
 
 def describe_point(point: str, top: str, qnets: dict, children: dict) -> str:
-    """``pm/_31217_/D`` -> ``pm/inflight[3]`` (the register), else the point itself."""
-    parts = point.split("/")
+    """``pm/_31217_/D`` -> ``pm/inflight[3]`` (the register), else the point itself.
+    OpenSTA escapes brackets in instance names (``inflight\\[3\\]_reg``): unescaped here."""
+    parts = point.replace("\\", "").split("/")
     mod, path = top, []
     for inst in parts[:-1]:
         child = children.get((mod, inst))

@@ -42,10 +42,14 @@ def cmd_synth(args) -> int:
         except ConfigError as e:
             raise UsageError("--set" if changes else "--config", " ".join(args.set or []) or name, str(e)) from None
     kw = {}
+    if args.lib != "osu018" and args.target != "asic":
+        raise UsageError("--lib", args.lib, "maps onto a cell library: only with --target asic")
     if args.target == "asic":
         kw = {"period_ns": args.clock_ns, "sram_min_bits": args.sram_min_bits,
               "sram_min_depth": args.sram_min_depth, "sta_only": args.sta_only,
               "abc_effort": args.abc_effort}
+        if args.lib == "asap7":
+            kw.update(lib="asap7", corner=args.corner)
     else:
         kw = {"target_MHz": args.fpga_MHz, "sta_only": args.sta_only}
     status = 0
@@ -64,7 +68,9 @@ def cmd_synth(args) -> int:
             continue
         out = flow.out_dir_for(flow.with_changes(flow.load_hub_config(name), changes),
                                args.out if len(args.config) == 1 else None)
-        if args.target == "asic":
+        if args.target == "asic" and args.lib == "asap7":
+            print(asap7_summary(name, sec, out))
+        elif args.target == "asic":
             top = sec["modules"]["top"]
             n5 = top["n5"]
             lr = sec["line_rate"]["at_h100_clock"]
@@ -78,6 +84,38 @@ def cmd_synth(args) -> int:
             print(f"{name}: ECP5 {sec['luts']} LUT4, {sec['flops']} FF, {sec['brams']} DP16KD, "
                   f"{fmax}; report {out}/report.md")
     return status
+
+
+def asap7_summary(name: str, sec: dict, out) -> str:
+    """One line per config of ``moehub synth --lib asap7``."""
+    area, lr = sec["area"], sec["line_rate"]
+    h = lr["at_h100_clock"]
+    fam = sec["deepest"][0] if sec["deepest"] else {"from": "?", "to": "?"}
+    links = ", ".join(f"{n} {'PASS' if v['pass'] else 'FAIL'}" for n, v in h["links"].items() if n != "config")
+    return (f"{name}: ASAP7 {sec['corner'].upper()} {area['cell_area_um2']:.0f} um2 of cells "
+            f"({100 * area['sequential_share']:.0f} % sequential, {area['nand2_eq']:.0f} NAND2 eq., "
+            f"{area['sram_bits']} SRAM bits) -> N5 {area['n5_mm2']['nominal']:.4f} mm2; cycle "
+            f"{h['cycle_ns']['nominal'] * 1e3:.0f} ps with wires, fmax {lr['fmax_GHz']['nominal']:.2f} GHz, "
+            f"deepest {sec['deepest_fo4']:.1f} FO4 ({fam['from']} -> {fam['to']}); at 1.98 GHz: {h['timing']} "
+            f"({links}); report {out}/report.md")
+
+
+def cmd_table(args) -> int:
+    """The ASAP7-versus-projection table of the configs' synthesis folders (as
+    ``moehub synth`` names them, with ``--set``), on stdout and into ``--md`` if given."""
+    from . import asap7_table
+    changes = _hub_changes(args)
+    folders = {}
+    for name in args.config:
+        cfg = load_config_flag("--config", flow.load_hub_config, name)
+        cfg = flow.synth_config(flow.with_changes(cfg, changes), args.data_bits)
+        folders[cfg.name] = flow.out_dir_for(cfg)
+    text = asap7_table.table(folders)
+    print(text, end="")
+    if args.md:
+        from pathlib import Path
+        Path(args.md).write_text(text)
+    return 0
 
 
 def cmd_sweep(args) -> int:
@@ -186,8 +224,15 @@ def add_parser(sub) -> None:
                    help="asic: Yosys + OSU018 + OpenSTA (default); ecp5: Yosys + nextpnr-ecp5")
     s.add_argument("--data-bits", default="chunk", type=_data_bits,
                    help="datapath width: 'chunk' = 8 x chunk_bytes (default), 'config', or a number")
-    s.add_argument("--clock-ns", type=float_above(0), default=flow.DEFAULT_PERIOD_NS,
-                   help=f"ASIC clock constraint and ABC delay target (default {flow.DEFAULT_PERIOD_NS} ns)")
+    s.add_argument("--lib", choices=("osu018", "asap7"), default="osu018",
+                   help="ASIC library: osu018 (default; with the projection to N5) or asap7 (7 nm, "
+                        "measured; report section asap7_<corner>, files in <out>/asap7-<corner>/)")
+    s.add_argument("--corner", choices=("tt", "ss"), default="tt",
+                   help="ASAP7 timing corner (mapped at TT; ss re-times the TT netlist, running it first "
+                        "if absent)")
+    s.add_argument("--clock-ns", type=float_above(0), default=None,
+                   help=f"ASIC clock constraint and ABC delay target (default {flow.DEFAULT_PERIOD_NS} ns; "
+                        "asap7: 1/1.98 GHz, ABC's target the logic that fits it with the wire margin)")
     s.add_argument("--sram-min-bits", type=int_at_least(0), default=sram.SRAM_MIN_BITS,
                    help=f"arrays with at least this many bits become SRAM macros (default {sram.SRAM_MIN_BITS})")
     s.add_argument("--sram-min-depth", type=int_at_least(0), default=sram.SRAM_MIN_DEPTH,
@@ -205,6 +250,14 @@ def add_parser(sub) -> None:
                    "(sources, experts per GPU), in <build>/synth/<config>_<key>-<value>")
     s.add_argument("--out", default=None, help=f"output folder (default <build>/synth/<config>; <build> is {HELP})")
     s.set_defaults(func=cmd_synth)
+
+    t = sub.add_parser("synth-table", help="ASAP7 TT/SS against the OSU018 -> N5 projection, one row per "
+                       "config (from the report.json of 'moehub synth' and 'moehub synth --lib asap7')")
+    t.add_argument("--config", action="append", required=True, help="hub config name or YAML path (repeatable)")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="as moehub synth --set (the variant's folder)")
+    t.add_argument("--data-bits", default="chunk", type=_data_bits, help="as moehub synth (default chunk)")
+    t.add_argument("--md", default=None, help="also write the table to this file")
+    t.set_defaults(func=cmd_table)
 
     u = sub.add_parser("synth-unit", help="synthesise one RTL unit on its own (protocol v2's page_pool, "
                        "expert_counts, target_decode, multicast_allocator): area, deepest path, N5 projection")

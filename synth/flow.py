@@ -112,14 +112,31 @@ def with_changes(cfg: HubConfig, changes: dict | None) -> HubConfig:
 
 
 def run(config: str, target: str = "asic", out: Path | str | None = None,
-        data_bits: int | str | None = "chunk", changes: dict | None = None, **kw) -> dict:
+        data_bits: int | str | None = "chunk", changes: dict | None = None, lib: str = "osu018",
+        corner: str = "tt", **kw) -> dict:
     """Load ``config`` (name or YAML path), apply ``changes`` (:func:`with_changes`),
-    resolve it for synthesis and run ``target``."""
+    resolve it for synthesis and run ``target``. ``lib`` (ASIC only): ``osu018`` (the flow
+    with the N5 projection) or ``asap7`` (:mod:`moehub.synth.asap7`, at ``corner`` tt or
+    ss; its section ``asap7_<corner>`` joins the same report.json, its files go to
+    ``asap7-<corner>/`` of the same folder)."""
     if target not in TARGETS:
         raise ValueError(f"target = {target!r}: must be one of {', '.join(TARGETS)}")
+    from . import library
+    if lib not in library.LIBS:
+        raise ValueError(f"lib = {lib!r}: must be one of {', '.join(library.LIBS)}")
+    library.check_corner(corner)
+    if lib != "osu018" and target != "asic":
+        raise ValueError(f"lib = {lib!r}: only the asic target maps onto a cell library")
     cfg = synth_config(with_changes(load_hub_config(config), changes), data_bits)
     out_dir = out_dir_for(cfg, out)
+    if target == "asic" and lib == "asap7":
+        from . import asap7
+        if kw.get("period_ns") is None:
+            kw.pop("period_ns", None)
+        return asap7.run_asap7(cfg, out_dir, corner=corner, sdc_header=sdc_header(cfg), **kw)
     if target == "asic":
+        if kw.get("period_ns") is None:
+            kw["period_ns"] = DEFAULT_PERIOD_NS
         return run_asic(cfg, out_dir, **kw)
     from . import ecp5
     return ecp5.run_ecp5(cfg, out_dir, **kw)

