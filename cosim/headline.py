@@ -122,7 +122,8 @@ def legend(today, paper, variants) -> str:
             f"({', '.join(today)}) and its letter; after '/', over the fastest of the papers' "
             f"kind ({', '.join(paper) or 'none registered'}); in brackets the hub variant that "
             f"was fastest (of {', '.join(variants)}; ec early counts, mc multicast, pg paged). "
-            f"Letters: {letters}. skip: more routed rows than --max-rows; —: not in the grid.")
+            f"Letters: {letters}. skip: not run (more routed rows than --max-rows, or the "
+            f"model's experts do not fit the GPUs; the list below); —: not in the grid.")
 
 
 # ---------------------------------------------------------------------------- outputs
@@ -155,8 +156,11 @@ def write_outputs(out: Path, rows: list, skipped: list, record: dict, figure: bo
     from .. import runinfo
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "headline.csv")
-    _put(out / "headline.md", md_head + "\n\n" + pivot_md(rows, skipped) + "\n\n"
-         + table_md(rows) + "\n")
+    skips = "".join(f"\n* skipped: {s['system_config']} {s['model']} {s['tokens_per_gpu']} "
+                    f"tok/GPU (compute ×{s['compute_link_ratio']:g}): {s['reason']}"
+                    for s in skipped)
+    _put(out / "headline.md", md_head + "\n\n" + pivot_md(rows, skipped) + "\n"
+         + skips + "\n\n" + table_md(rows) + "\n")
     rec = runinfo.record(**record, machine_end=machine())
     _put(out / "headline.json", json.dumps({"record": rec, "rows": rows, "skipped": skipped},
                                            indent=1, default=str) + "\n")
@@ -226,15 +230,14 @@ def plan(args):
         args.compute_link_ratio and grid.parse_ratios("--compute-link-ratio",
                                                       args.compute_link_ratio))
     pts = grid.points(blocks, max_points=args.max_points)
-    run_pts, skipped = grid.split_by_rows(pts, args.max_rows)
+    run_pts, skipped = grid.split(pts, args.max_rows)
     runs = tuple(dict.fromkeys([*today, *paper, "ideal", *(HUB + v for v in variants)]))
     return run_pts, skipped, runs, today, paper, variants
 
 
-def _skip_row(p, max_rows: int) -> dict:
+def _skip_row(p, reason: str) -> dict:
     return {"system_config": p.system_config, "model": p.model.name, "tokens_per_gpu": p.tokens,
-            "compute_link_ratio": p.ratio, "rows": p.rows,
-            "reason": f"{p.rows:,} routed rows > --max-rows {max_rows:,}"}
+            "compute_link_ratio": p.ratio, "rows": p.rows, "reason": reason}
 
 
 def cmd_headline(args) -> int:
@@ -247,12 +250,12 @@ def cmd_headline(args) -> int:
     if args.list:
         for p in pts:
             print(f"{p.label}: {p.system.gpus} GPUs, {p.rows:,} rows")
-        for p in skipped:
-            print(f"{p.label}: skipped, {_skip_row(p, args.max_rows)['reason']}")
+        for p, why in skipped:
+            print(f"{p.label}: skipped, {why}")
         return 0
     out = output_dir("results", "headline", out=args.out)
-    for p in skipped:
-        print(f"skip {p.label}: {_skip_row(p, args.max_rows)['reason']}", flush=True)
+    for p, why in skipped:
+        print(f"skip {p.label}: {why}", flush=True)
     from ..explore import cluster as clusters
     from ..explore.evaluator import Cache
     cache = Cache(output_dir("headline", "points"))
@@ -266,7 +269,7 @@ def cmd_headline(args) -> int:
                          "label": p.label, "wall_s": round(sum(
                              m.get("wall_s") or 0.0 for m in ev.runs[p.label].values()), 3)})
             by_label[p.label] = p
-    skip_rows = [_skip_row(p, args.max_rows) for p in skipped]
+    skip_rows = [_skip_row(p, why) for p, why in skipped]
     record = {"grid": args.grid or "command line", "points": len(pts) + len(skipped),
               "evaluated": ev.evaluated, "cached": ev.cached, "skipped": len(skipped),
               "failed": len(ev.failures), "failures": ev.failures, "runs": list(runs),

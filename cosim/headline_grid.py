@@ -47,17 +47,26 @@ class Block:
     ratios: tuple = (1.0,)
 
 
-#: the grids by name. ``default``: the whole map, sized for <= 30 min on 2 cores once
-#: the wide-EP network engine runs a point in seconds (8-GPU boxes: decode to prefill;
-#: NVL72 and the InfiniBand cluster: decode and small prefill, where the hub's case is).
-#: ``quick``: about a minute on 2 cores today (8-GPU boxes and the NVL72 at decode sizes),
-#: for tests, CI and a first look
+#: the grids by name.
+#:
+#: ``default``: the whole map. 8-GPU boxes (H100, B200) from decode (1 token per GPU) to
+#: prefill (32768), Mixtral-8x7B and DeepSeek-V3 (its released FP8 checkpoint, as served);
+#: wide expert parallelism with DeepSeek-V3 (256 experts: the model deployed that way) at
+#: decode and small prefill sizes, where the hub's case is (fixed costs are most of the
+#: layer): GB200 NVL72 as EP64, two NVL72 racks over InfiniBand as EP128, and H100
+#: clusters of 4, 8 and 32 nodes (EP32, EP64, EP256).
+#: Sized for <= 30 min on 2 cores once the wide-EP network engine runs a point in seconds
+#: (the issue's targets: EP64 decode <= 5 s, EP256 at 128 tokens <= 30 s for every
+#: system); points over ``MAX_ROWS`` are skipped and listed.
+#:
+#: ``quick``: about a minute on 2 cores today: the 8-GPU boxes at three sizes and the
+#: NVL72 at one token per GPU, Mixtral-8x7B; for tests, CI and a first look.
 PRESETS = {
     "default": (
-        Block(("h100x8", "b200x8"), ("mixtral-8x7b", "deepseek-v3"),
+        Block(("h100x8", "b200x8"), ("mixtral-8x7b", "deepseek-v3-fp8"),
               (1, 8, 32, 128, 512, 2048, 8192, 32768)),
-        Block(("gb200-nvl72", "h100x32-ib"), ("mixtral-8x7b", "deepseek-v3"),
-              (1, 8, 32, 128, 512, 2048)),
+        Block(("gb200-nvl72", "gb200-nvl72x2-ep128-ib", "h100x32-ib", "h100x64-ib",
+               "h100x256-ib"), ("deepseek-v3-fp8",), (1, 8, 32, 128, 512)),
     ),
     "quick": (
         Block(("h100x8", "b200x8"), ("mixtral-8x7b",), (1, 32, 512)),
@@ -186,10 +195,12 @@ def resolve(system: str, model: str, tokens: int, ratio: float,
     _load("--models", model, lambda: load_model_config(model))
     s, m, w = _load("--workload", workload, lambda: load_configs(system, model, workload, tokens))
     G, E = s.gpus, m.experts
+    unfit = ""
     if (E % G) if G <= E else (G % E):         # the layer's placement rule (cosim/layer.py)
-        raise UsageError("--systems", system, f"its {G} GPUs do not fit the {E} experts of "
-                         f"{m.name} (they neither divide evenly nor replicate)")
-    return Point(system, model, tokens, ratio, scale_compute_to_link(s, ratio), m, w)
+        unfit = (f"the {E} experts of {m.name} neither divide evenly over nor replicate onto "
+                 f"{G} GPUs")
+    return Point(system, model, tokens, ratio, scale_compute_to_link(s, ratio), m, w,
+                 {"unfit": unfit})
 
 
 def points(blocks, workload: str = "default", max_points: int = MAX_POINTS) -> list:
@@ -203,9 +214,26 @@ def points(blocks, workload: str = "default", max_points: int = MAX_POINTS) -> l
     return [resolve(s, m, t, r, workload) for s, m, r, t in combos]
 
 
-def split_by_rows(pts: list, max_rows: int) -> tuple[list, list]:
-    """(points to run, points skipped: more routed rows than ``max_rows``)."""
-    return [p for p in pts if p.rows <= max_rows], [p for p in pts if p.rows > max_rows]
+def skip_reason(p: Point, max_rows: int) -> str:
+    """Why ``p`` is not run (empty: it is): a model whose experts do not fit the system's
+    GPUs, or more routed rows than ``max_rows``."""
+    if p.meta.get("unfit"):
+        return p.meta["unfit"]
+    if p.rows > max_rows:
+        return f"{p.rows:,} routed rows > --max-rows {max_rows:,}"
+    return ""
+
+
+def split(pts: list, max_rows: int) -> tuple[list, list]:
+    """(points to run, [(point, why it is skipped)]); a grid with nothing to run is a
+    :class:`UsageError` naming the first point's reason."""
+    run = [p for p in pts if not skip_reason(p, max_rows)]
+    skipped = [(p, skip_reason(p, max_rows)) for p in pts if skip_reason(p, max_rows)]
+    if pts and not run:
+        p, why = skipped[0]
+        raise UsageError("--systems", p.system_config, f"no point of the grid can run: "
+                         f"{p.label}: {why}")
+    return run, skipped
 
 
 def build_blocks(preset: str | None, systems=None, models=None, tokens=None,

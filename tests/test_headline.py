@@ -167,9 +167,11 @@ def test_presets_and_blocks():
     assert len(one) == 1 and one[0].ratios == (0.5, 1.0) and one[0].systems == ("h100x8",)
     q = grid.build_blocks("quick", None, ("deepseek-v3",))
     assert all(b.models == ("deepseek-v3",) for b in q) and len(q) == len(grid.PRESETS["quick"])
-    run, skipped = grid.split_by_rows(grid.points([grid.Block(("h100x8",), ("mixtral-8x7b",),
-                                                              (1, 64))]), 500)
-    assert [p.tokens for p in run] == [1] and [p.tokens for p in skipped] == [64]
+    run, skipped = grid.split(grid.points([grid.Block(("h100x8", "gb200-nvl72-ep72"),
+                                                      ("deepseek-v3",), (1, 64))]), 4000)
+    assert [(p.system_config, p.tokens) for p in run] == [("h100x8", 1)]
+    assert [(p.tokens, "rows" in why) for p, why in skipped[:1]] == [(64, True)]
+    assert all("256 experts" in why for p, why in skipped[1:]) and len(skipped) == 3
 
 
 @pytest.mark.parametrize("flag,value", [
