@@ -48,6 +48,8 @@ COLLECTIVES = ("alltoall", "allgather")
 #: tensor (DeepEP normal mode is incompatible with CUDA graphs, sglang PR #5014); the others
 #: size everything on the device. The systems charge a break through
 #: :attr:`Components.host_sync_us`; tests check this table against their timelines.
+#: Systems written as eager PyTorch code (host syncs between their ops, ``systems.eager``)
+#: launch eagerly in either mode and are not listed.
 GRAPH_BREAKS = {"bulk": 1, "comet": 0, "deepep": 1, "deepep_ll": 0, "fused": 0, "hub": 0,
                 "ideal": 0}
 SMS_KEYS = {"deepep": "comm_sms_deepep", "deepep_ll": "comm_sms_deepep_ll",

@@ -12,9 +12,12 @@ from moehub.config.schema import CONFIG_DIR
 from moehub.cosim.workload import make_routing
 
 REQUIRED_MODELS = {"mixtral-8x7b", "qwen2-57b-a14b", "phi-3.5-moe", "deepseek-v3",
-                   "x-moe-small", "x-moe-medium", "x-moe-large"}
+                   "deepseek-v3-fp8", "x-moe-small", "x-moe-medium", "x-moe-large"}
 REQUIRED_SYSTEMS = {"h100x8", "h200x8", "a100x8", "a100x4-pcie", "h100x16-ib", "h100x32-ib",
-                    "b200x8", "gb200-nvl72"}
+                    "b200x8", "gb200-nvl72",
+                    # wide expert parallelism (tests/test_cosim_decode.py checks their layout)
+                    "gb200-nvl72-ep72", "h100x64-ib", "h100x256-ib", "h200x32-ib", "h200x64-ib",
+                    "h200x256-ib", "gb200-nvl72x2-ib", "gb200-nvl72x2-ep128-ib"}
 
 
 def test_required_configs_exist_and_load():
