@@ -113,6 +113,10 @@ class SoftwareCosts:
     #: libraries that post through a proxy (cosim/systems/deepep_ll.py); the default is the
     #: H100 + ConnectX-7 fit the H100 IB system YAMLs cite
     ll_proxy_msg_us: float = 1.32
+    #: the low-latency library the ``deepep_ll`` baseline plays (cosim/systems/deepep_ll.py
+    #: LIBRARIES: deepep, deepep-rdma, nccl-ep, pplx, pplx-ibrc); the default keeps the
+    #: baseline as it was before the libraries were told apart (pplx's measured floors)
+    ll_library: str = "pplx"
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str) -> "SoftwareCosts":

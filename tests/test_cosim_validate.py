@@ -178,3 +178,20 @@ def test_a_cpu_proxy_posts_every_rdma_message_in_turn():
     t = {lib: run_case(_ll_case(library=lib, system="h100x16-ib", tokens=1)).model
          for lib in ("pplx", "pplx-ibrc")}
     assert t["pplx-ibrc"] - t["pplx"] == pytest.approx(done.max(), rel=0.15)
+
+
+def test_the_baseline_plays_the_systems_library_and_a_bad_name_is_named():
+    """``software.ll_library`` picks the library the deepep_ll baseline plays (default pplx:
+    the numbers from before the libraries were told apart); an unknown name is an error
+    naming the key and the value."""
+    import dataclasses
+    from cosim_helpers import layer
+    from moehub.cosim.systems.deepep_ll import call_us, run, system_library
+    L = layer("deepseek-v3", "h100x16-ib", tokens=4)
+    sw = dataclasses.asdict(L.sys.software)
+    assert system_library(L).name == "pplx" and call_us(L) == sw["ll_call_inter_us"]
+    D = layer("deepseek-v3", "h100x16-ib", tokens=4, software={**sw, "ll_library": "deepep"})
+    assert system_library(D).name == "deepep" and call_us(D) == sw["ll_call_intra_us"]
+    bad = layer("deepseek-v3", "h100x16-ib", tokens=4, software={**sw, "ll_library": "nope"})
+    with pytest.raises(ConfigError, match=r"software\.ll_library = 'nope': unknown"):
+        run(bad)

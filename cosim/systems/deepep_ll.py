@@ -95,14 +95,19 @@ LIBRARIES = {
         "thread at ll_proxy_msg_us each (README.md @ 12cecfda: IBRC vs IBGDA rows)",
         initiator="proxy", signal_per_row=True),
 }
-DEFAULT_LIBRARY = "deepep"      #: the library the ``deepep_ll`` baseline plays
 
 
-def library(name: str) -> Library:
+def library(name: str, key: str = "library") -> Library:
+    """The profile of library ``name``; ``key`` names where the name came from."""
     if name not in LIBRARIES:
-        raise ConfigError(f"library = {name!r}: unknown low-latency library (known: "
+        raise ConfigError(f"{key} = {name!r}: unknown low-latency library (known: "
                           f"{', '.join(LIBRARIES)})")
     return LIBRARIES[name]
+
+
+def system_library(L: Layer) -> Library:
+    """The library the ``deepep_ll`` baseline plays on this system (``software.ll_library``)."""
+    return library(L.sys.software.ll_library, f"system[{L.sys.name}].software.ll_library")
 
 
 class RdmaPaths:
@@ -160,7 +165,7 @@ def call_us(L: Layer, lib: Library | None = None) -> float:
     experts, their polling, the kernel's own setup): the 1-token time of a published
     low-latency kernel (pplx-kernels'); across nodes pplx's own IBGDA floor for a library
     that pays it (:attr:`Library.inter_floor`), else the in-node floor."""
-    lib = lib or library(DEFAULT_LIBRARY)
+    lib = lib or system_library(L)
     sw = L.sys.software
     return sw.ll_call_inter_us if (L.nodes > 1 and lib.inter_floor) else sw.ll_call_intra_us
 
@@ -205,8 +210,9 @@ class Variant:
         return run(L, self.lib.name)
 
 
-def run(L: Layer, library_name: str = DEFAULT_LIBRARY) -> SystemResult:
-    lib = library(library_name)
+def run(L: Layer, library_name: str | None = None) -> SystemResult:
+    """One layer with ``library_name``'s mechanisms (default: the system's ``ll_library``)."""
+    lib = library(library_name) if library_name else system_library(L)
     V = paths(L, lib)
     res = SystemResult("deepep_ll", LABEL)
     res.extra["library"] = lib.name
