@@ -10,12 +10,15 @@ import pytest
 import yaml
 
 from moehub.config.cosim_schema import (ConfigError, SystemConfig, load_model_config,
-                                        load_system_config)
+                                        load_system_config, load_workload_config)
 from moehub.config.schema import CONFIG_DIR
 from moehub.cosim import cli as cosim_cli
 from moehub.cosim.components import GRAPH_BREAKS, Components
 from moehub.cosim.gpu import GpuModel, WorkItem
+from moehub.cosim.layer import Layer
+from moehub.cosim.placement import needs_slots, pack, redundant_slots, to_slots
 from moehub.cosim.systems import SYSTEMS, run_system
+from moehub.cosim.workload import Routing, make_routing
 from moehub.scripts.cli import build_parser, main
 
 from cosim_helpers import layer
@@ -239,3 +242,63 @@ def test_decode_flags_are_recorded_in_config_yaml(tmp_path, capsys):
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
     assert cfg["model"]["weight_bytes"] == 1
     assert cfg["system"]["software"]["launch_mode"] == "graph"
+
+
+# ---------------------------------------------------------------------- redundant slots
+
+
+def test_redundant_slots_give_hot_experts_a_second_copy_and_balance_the_gpus():
+    load = np.array([40, 5, 5, 30, 5, 5, 5, 5, 5, 5], dtype=float)   # 10 experts, 4 GPUs
+    slots = pack(load, 4)
+    S = 3
+    flat = sorted(s for ss in slots for s in ss)
+    assert flat == list(range(4 * S))                       # every slot used once
+    assert [len(s) for s in slots] == [2, 1, 1, 2, 1, 1, 1, 1, 1, 1]   # the 2 hottest doubled
+    assert all(len({x // S for x in s}) == len(s) for s in slots)      # copies on distinct GPUs
+    per_gpu = np.zeros(4)
+    for e, ss in enumerate(slots):
+        for x in ss:
+            per_gpu[x // S] += load[e] / len(ss)
+    assert per_gpu.max() <= 30.0                            # contiguous 3-per-GPU: 50 on GPU 0
+    # a copy never joins its twin, even where that GPU has the least load
+    assert sorted(x // 2 for x in pack(np.array([2.0, 10.0, 10.0]), 2)[1]) == [0, 1]
+
+
+def test_rows_go_to_the_copies_in_turn_and_keep_tokens_distinct():
+    rng = np.random.default_rng(0)
+    experts = np.stack([rng.choice(10, 3, replace=False) for _ in range(40)]).reshape(4, 10, 3)
+    r = Routing(experts, 10)
+    slots = pack(r.load().astype(float), 4)
+    out = to_slots(experts, slots)
+    for e, ss in enumerate(slots):
+        per = [(out == x).sum() for x in ss]
+        assert sum(per) == (experts == e).sum() and max(per) - min(per) <= 1
+        assert np.all(np.isin(out[experts == e], ss))
+    assert all(len(set(t)) == 3 for t in out.reshape(-1, 3))
+
+
+def test_layer_runs_where_experts_do_not_divide_over_the_gpus():
+    m = load_model_config("deepseek-v3")
+    w = load_workload_config("default").replace(tokens_per_gpu=1)
+    s = load_system_config("h100x8").replace(gpus=6, gpus_per_node=6)
+    r = make_routing(m, w, 6)
+    assert needs_slots(256, 6) and not needs_slots(256, 64) and not needs_slots(8, 72)
+    assert redundant_slots(m, r, 8) == (m, r)                # places evenly: unchanged
+    m6, r6 = redundant_slots(m, r, 6)
+    assert (m6.experts, r6.num_experts) == (258, 258)        # 43 slots x 6, 2 redundant
+    L = Layer(s, m6, w, r6)
+    assert L.E_local == 43 and L.counts.sum() == 6 * 8
+    for n in ("ideal", "hub"):
+        assert np.isfinite(run_system(n, L).latency_us)
+
+
+@pytest.mark.slow
+def test_deepseek_v3_runs_at_ep72_with_redundant_slots():
+    m = load_model_config("deepseek-v3")
+    w = load_workload_config("default").replace(tokens_per_gpu=1)
+    s = load_system_config("gb200-nvl72-ep72")
+    m72, r72 = redundant_slots(m, make_routing(m, w, 72), 72)
+    assert m72.experts == 288                                # 256 + 32 = 4 x 72
+    L = Layer(s, m72, w, r72)
+    for n in SYSTEMS:
+        assert np.isfinite(run_system(n, L).latency_us), n
