@@ -45,6 +45,28 @@ from .workload import make_routing
 
 
 
+#: what a system's passes report (:func:`.systems.run_system`) that goes to ``run.json``
+#: only: how close the layer is to its fixed point is about the run, not the layer
+RUN_ONLY = ("residual_us", "traffic_residual_us")
+
+
+def convergence(er: "ExperimentResult") -> dict:
+    """Per system: passes run, whether the end times settled, and the residuals of the
+    last pass (how far it moved any GPU's end time; how far its traffic lay from the
+    background it ran on, :mod:`.systems.passes`), for ``run.json``."""
+    out = {}
+    for name, r in er.results.items():
+        ex = r.extra
+        out[name] = {"passes": ex.get("passes"), "converged": ex.get("converged"),
+                     **{k: _finite(ex.get(k)) for k in RUN_ONLY}}
+    return out
+
+
+def _finite(x):
+    """JSON has no infinity: a residual after a single pass is written as null."""
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
 def results_dir(out: Path | str | None = None) -> Path:
     """``out``, else ``results/`` in the build folder (:mod:`moehub.paths`), resolved now."""
     return output_dir("results", out=out)
@@ -173,7 +195,7 @@ def stats(er: ExperimentResult) -> dict:
                 "lanes": L.hub.lanes,
                 "chunk_bytes": L.hub.chunk_bytes, "hub_clock_GHz": L.hub.hub_clock_GHz,
                 "tile_rows": L.hub.tile_rows, "tags_per_source": L.hub.tags_per_source,
-                **{k: v for k, v in hub.extra.items()}},
+                **{k: v for k, v in hub.extra.items() if k not in RUN_ONLY}},
         "systems": {},
         "wall_s": er.wall_s,
         "wall_s_per_system": er.timings,
@@ -199,8 +221,10 @@ def receive_memory(er: ExperimentResult) -> dict:
     most), the hub's for its features, the static and paged hub and the capacity-padded
     layout besides."""
     from .memory import capacity_padded, hub_memory, system_memory
+    from .systems import MODULES
     L = er.layer
-    out = {n: system_memory(L, n, er.hub_features) for n in er.results}
+    out = {n: MODULES[n].receive_memory(L) if hasattr(MODULES[n], "receive_memory")
+           else system_memory(L, n, er.hub_features) for n in er.results}
     out["hub (static regions, v1)"] = hub_memory(L)
     out["hub (paged)"] = hub_memory(L, er.hub_features | {"paged"})
     out["capacity-padded (C=1.25)"] = capacity_padded(L)
@@ -221,7 +245,7 @@ def write_outputs(er: ExperimentResult, run: str, out_root: Path | None = None,
     its files. ``force``: replace an existing folder of that name (the ``moehub`` commands
     pass ``--force`` and check before they simulate); ``record``: add ``run.json``."""
     final = results_dir(out_root) / run
-    with writing(final, force, record=record, run=run) as tmp:
+    with writing(final, force, record=record, run=run, convergence=convergence(er)) as tmp:
         paths = _write_files(er, tmp, figure)
         if record:
             paths["run"] = tmp / "run.json"

@@ -19,13 +19,22 @@ from __future__ import annotations
 import numpy as np
 
 from ..layer import Layer, SystemResult
-from . import bulk, comet, deepep, deepep_ll, fused, hub, ideal
+from . import bulk, comet, deepep, deepep_ll, fused, hub, ideal, megatron_a2a, megatron_ag
+from . import passes as P
 from .hub import hub_flow_cap, hub_schedule, run_hub
 
 MODULES = {"bulk": bulk, "comet": comet, "deepep": deepep, "deepep_ll": deepep_ll,
-           "fused": fused, "hub": hub, "ideal": ideal}
+           "fused": fused, "hub": hub, "ideal": ideal, "megatron_a2a": megatron_a2a,
+           "megatron_ag": megatron_ag}
 SYSTEMS = tuple(MODULES)
-BASELINES = ("bulk", "comet", "deepep", "deepep_ll", "fused")   #: real software systems
+#: what each system is: "today" (a software baseline users pick today), "paper" (the
+#: kind of baseline the published speedups were measured against: eager dispatchers,
+#: per-expert GEMMs), "hub", or "bound" (the communication-free layer); a module's
+#: ``KIND`` attribute, else its entry here
+KINDS = {n: getattr(m, "KIND", {"hub": "hub", "ideal": "bound"}.get(n, "today"))
+         for n, m in MODULES.items()}
+BASELINES = tuple(n for n in SYSTEMS if KINDS[n] == "today")   #: today's software systems
+PAPER_BASELINES = tuple(n for n in SYSTEMS if KINDS[n] == "paper")  #: the papers' kind
 LABELS = {n: m.LABEL for n, m in MODULES.items()}
 #: the phases each system is made of, in order (tests check this list)
 PHASES = {n: m.PHASES for n, m in MODULES.items()}
@@ -33,7 +42,7 @@ TOL_US = 0.05        #: passes stop when no GPU's end time moves more than this 
 TOL_REL = 1e-3       #: ... or than this fraction of the layer time
 MAX_PASSES = 8
 
-__all__ = ["SYSTEMS", "BASELINES", "LABELS", "PHASES", "run_system", "run_hub", "hub_schedule",
+__all__ = ["SYSTEMS", "BASELINES", "PAPER_BASELINES", "KINDS", "LABELS", "PHASES", "run_system", "run_hub", "hub_schedule",
            "hub_flow_cap"]
 
 
@@ -46,27 +55,18 @@ def _run_once(name: str, L: Layer, hub_backend: str, hub_order: str, rtl_gpus: t
     return MODULES[name].run(L)
 
 
-def _scaled(records: list, w: float) -> list:
-    """Flow records with every injected byte weighted by ``w``."""
-    return [(p0, p1, p2, lat, cap, [(t, b * w) for t, b in imp],
-             [(t0, t1, r * w) for t0, t1, r in seg])
-            for p0, p1, p2, lat, cap, imp, seg in records]
-
-
-def _mix(new: dict, old: dict) -> dict:
-    """The background of the next pass: the mean of the last two passes' traffic (damps
-    the oscillation a pass-granular GEMM queue can set up with its own combine)."""
-    if not old:
-        return dict(new)
-    return {ph: _scaled(new.get(ph, []), 0.5) + _scaled(old.get(ph, []), 0.5)
-            for ph in set(new) | set(old)}
+def _end_residual_us(res, prev) -> float:
+    """How far the last pass moved any GPU's end time (inf after one pass)."""
+    if prev is None:
+        return float("inf")
+    return float(np.max(np.abs(res.gpu_end - prev.gpu_end)))
 
 
 def _settled(res, prev) -> bool:
     if prev is None:
         return False
     tol = max(TOL_US, TOL_REL * float(np.max(res.gpu_end)))
-    return bool(np.max(np.abs(res.gpu_end - prev.gpu_end)) <= tol)
+    return _end_residual_us(res, prev) <= tol
 
 
 def run_system(name: str, L: Layer, hub_backend: str = "model",
@@ -77,20 +77,25 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     ``module``: any object with ``run(L) -> SystemResult`` instead of the registered
     system ``name`` (a study's variant of a system, run with the same passes);
     ``hub_features``: the hub's protocol-v2 features (:mod:`.hub_v2`)."""
-    background, last, prev, res = {}, {}, None, None
+    background, prev, res, done = {}, None, None, False
+    damp = P.Damping()
     backend = "model" if rtl_gpus else hub_backend
     for n in range(1, MAX_PASSES + 1):
         L.begin_run(background)
         res = _run_once(name, L, backend, hub_order, (), module, hub_features)
-        background, last = _mix(L.traffic, last), dict(L.traffic)
-        if _settled(res, prev):
+        residual = P.traffic_residual_us(L.traffic, background)
+        a = damp.next(residual, res.gpu_end)
+        background = P.blend(L.traffic, background, a)
+        done, moved = _settled(res, prev), _end_residual_us(res, prev)
+        if done:
             break
         prev = res
-    res.extra["passes"] = n
-    res.extra["converged"] = _settled(res, prev)
+    conv = {"passes": n, "converged": done, "residual_us": moved,
+            "traffic_residual_us": residual}
+    res.extra.update(conv)
     if rtl_gpus or hub_backend != backend:
         L.begin_run(background)
         res = _run_once(name, L, hub_backend, hub_order, rtl_gpus, None, hub_features)
-        res.extra["passes"] = n + 1
+        res.extra.update(conv, passes=n + 1)
     res.nets = L.nets
     return res
