@@ -235,6 +235,12 @@ def plan(args):
     return run_pts, skipped, runs, today, paper, variants
 
 
+def _cost(runs: dict) -> dict:
+    """A point's wall and CPU seconds, summed over its runs' records (cached or not): the
+    CPU seconds are what sizes a grid on a loaded machine."""
+    return {k: round(sum(m.get(k) or 0.0 for m in runs.values()), 3) for k in ("wall_s", "cpu_s")}
+
+
 def _skip_row(p, reason: str) -> dict:
     return {"system_config": p.system_config, "model": p.model.name, "tokens_per_gpu": p.tokens,
             "compute_link_ratio": p.ratio, "rows": p.rows, "reason": reason}
@@ -266,8 +272,7 @@ def cmd_headline(args) -> int:
     for p in pts:
         if set(runs) <= set(ev.runs.get(p.label, {})):
             rows.append({**row(p, ev.runs[p.label], ev.facts[p.label], today, paper),
-                         "label": p.label, "wall_s": round(sum(
-                             m.get("wall_s") or 0.0 for m in ev.runs[p.label].values()), 3)})
+                         "label": p.label, **_cost(ev.runs[p.label])})
             by_label[p.label] = p
     skip_rows = [_skip_row(p, why) for p, why in skipped]
     record = {"grid": args.grid or "command line", "points": len(pts) + len(skipped),
@@ -276,10 +281,13 @@ def cmd_headline(args) -> int:
               "hub_variants": list(variants), "baselines": list(today),
               "paper_baselines": list(paper), "scheduler": args.scheduler or args.cluster,
               "machine_start": start, "results": str(out)}
+    cpu = sum(r["cpu_s"] for r in rows)
+    record["points_cpu_s"] = round(cpu, 1)
     head = (f"`{' '.join(['moehub', 'headline', *_argv_tail()])}`: {len(rows)} points "
             f"({ev.evaluated} evaluated, {ev.cached} cached, {len(skipped)} skipped, "
             f"{len(ev.failures)} failed) in {time.monotonic() - t0:.0f} s on {start['cpus']} "
-            f"CPUs, load {start['load_avg'][0]:.2f} at the start.\n\n"
+            f"CPUs, load {start['load_avg'][0]:.2f} at the start; the points' runs took "
+            f"{cpu:.0f} CPU s in all (cached ones as recorded).\n\n"
             + legend(today, paper, variants))
     write_outputs(out, rows, skip_rows, record, not args.no_figure, head)
     if args.timelines and rows:

@@ -127,21 +127,23 @@ def evaluate_point(point, runs) -> dict:
     L = Layer(s, m, w, make_routing(m, w, s.gpus))
     out = {}
     for run in runs:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if run.startswith(HUB):
             res = run_system("hub", L, hub_features=features_of(run))
         else:
             res = run_system(run, L)
         out[run] = {**summary(res, L, end_to_end(L, res.latency_us)),
-                    "wall_s": round(time.perf_counter() - t0, 3)}
+                    "wall_s": round(time.perf_counter() - t0, 3),
+                    "cpu_s": round(time.process_time() - c0, 3)}
     return {"runs": out, "facts": layer_facts(L)}
 
 
 def point_task(point, runs) -> dict:
     """What a Dask task runs: :func:`evaluate_point` with where and how long."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = evaluate_point(point, runs)
-    return {**res, "wall_s": round(time.perf_counter() - t0, 3), "host": socket.gethostname(),
+    return {**res, "wall_s": round(time.perf_counter() - t0, 3),
+            "cpu_s": round(time.process_time() - c0, 3), "host": socket.gethostname(),
             "pid": os.getpid()}
 
 
@@ -205,8 +207,8 @@ def _run_tasks(order, scheduler, cluster, workers, options, ev):
                 print(f"headline: {label}: FAILED: {err}", flush=True)
                 st.advance(note=f"{label} failed")
                 continue
-            print(f"headline: {label}: {_brief(res)} ({res['wall_s']:.1f} s on {res['host']})",
-                  flush=True)
+            print(f"headline: {label}: {_brief(res)} ({res['wall_s']:.1f} s, {res['cpu_s']:.1f} "
+                  f"CPU s on {res['host']})", flush=True)
             st.advance(note=label)
             yield label, res
 
