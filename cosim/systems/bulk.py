@@ -19,6 +19,7 @@ from . import common as C
 PHASES = ["gate", "layout", "count exchange", "host sync", "permute", "all-to-all dispatch",
           "sort by expert", "expert GEMM", "unsort", "all-to-all combine", "unpermute+reduce"]
 LABEL = "Bulk all-to-all (Megatron-Core dispatcher)"
+KIND = "today"     #: a software baseline of today (see :mod:`moehub.cosim.systems`)
 
 
 def collective_cap(L: Layer, nbytes: np.ndarray):
@@ -33,12 +34,15 @@ def collective_cap(L: Layer, nbytes: np.ndarray):
 
 
 def alltoall(L: Layer, res: SystemResult, t, nbytes: np.ndarray, phase: str, track: str,
-             name: str, peers: int | None = None, nodes: int | None = None):
+             name: str, peers: int | None = None, nodes: int | None = None,
+             kind: str = "alltoall"):
     """An all-to-all-v started by every GPU at ``t`` (one time, or one per GPU when the
     collectives of sub-groups start apart); ``peers`` / ``nodes``: the group whose
-    latency it pays (default every GPU of the layer). Returns (curves, flows)."""
+    latency it pays (default every GPU of the layer). ``kind="allgather"``: an all-gather
+    or reduce-scatter (``nbytes[s, d]`` what s's chunk puts on the s -> d path; a ring's
+    latency). Returns (curves, flows)."""
     t = np.broadcast_to(np.asarray(t, dtype=float), (L.G,))
-    t1 = t + L.comp.collective_latency_us("alltoall", peers or L.G, nodes or L.nodes)
+    t1 = t + L.comp.collective_latency_us(kind, peers or L.G, nodes or L.nodes)
     curves, flows = L.bulk_flows(t1, nbytes, phase, collective_cap(L, nbytes))
     for s in range(L.G):
         end = max([curves[flows[s][d]].end for d in range(L.G) if nbytes[s, d]] or [t1[s]])

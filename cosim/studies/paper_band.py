@@ -1,0 +1,104 @@
+"""Where the published speedups come from: the hub against the papers' kind of baseline
+and against today's best software, side by side, over tokens per GPU and the
+compute-to-link ratio.
+
+    python -m moehub.cosim.studies.paper_band                       # the recorded table
+    python -m moehub.cosim.studies.paper_band --models mixtral-8x7b --tokens 256 --ratios 1
+
+The seeds report MoE-Hub at 1.40-3.08x per layer (:data:`SEED_BAND`) "over
+state-of-the-art systems"; Comet 1.96x over Megatron, FlashDMoE up to 6x over Megatron-TE /
+-CUTLASS, FasterMoE and Comet. Those baselines are eager Megatron-style layers
+(:data:`moehub.cosim.systems.PAPER_BASELINES`), not today's DeepEP / fused kernels
+(:data:`~moehub.cosim.systems.BASELINES`). Every point runs all of them and the hub on one
+routing (:func:`moehub.cosim.experiment.run_experiment`); the compute-to-link ratio
+scales the GPU's dense peaks as the headline map does
+(:func:`moehub.cosim.headline_grid.scale_compute_to_link`). Nothing here is fitted: a
+point is in the band or not as the mechanisms fall.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ..experiment import load_configs, run_experiment
+from ..headline_grid import scale_compute_to_link
+from ..systems import BASELINES, PAPER_BASELINES
+
+#: MoE-Hub's published per-layer speedup range (seed 000, abstract)
+SEED_BAND = (1.40, 3.08)
+MODELS = ("mixtral-8x7b", "deepseek-v3")
+SYSTEM = "h100x8"
+TOKENS = (128, 1024, 4096)
+RATIOS = (0.5, 1.0, 2.0, 4.0)
+
+
+def point(system: str, model: str, tokens: int, ratio: float) -> dict:
+    """One point's layer times and the hub's speedups over both kinds of baseline."""
+    s, m, w = load_configs(system, model, "default", tokens)
+    s = scale_compute_to_link(s, ratio)
+    er = run_experiment(s, m, w, systems=(*BASELINES, *PAPER_BASELINES, "hub", "ideal"))
+    lat = {n: r.latency_us for n, r in er.results.items()}
+    hub = lat["hub"]
+    today = min(BASELINES, key=lat.get)
+    paper = min(PAPER_BASELINES, key=lat.get)
+    return {"model": model, "system": system, "tokens": tokens, "ratio": ratio,
+            "ideal_us": lat["ideal"], "hub_us": hub, "today": today,
+            "vs_today": lat[today] / hub, "paper": paper, "vs_paper": lat[paper] / hub,
+            **{f"vs_{n}": lat[n] / hub for n in PAPER_BASELINES},
+            "in_band": SEED_BAND[0] <= lat[paper] / hub <= SEED_BAND[1]}
+
+
+def table(rows: list) -> str:
+    """The rows as Markdown: hub speedup over today's best and over the papers' kind."""
+    head = ("| model | tokens/GPU | compute x | ideal µs | hub µs | vs today's best | "
+            + " | ".join(f"vs {n}" for n in PAPER_BASELINES)
+            + " | vs papers' fastest | in seeds' band |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['tokens']} | {r['ratio']:g} | {r['ideal_us']:.0f} | "
+                   f"{r['hub_us']:.0f} | {r['vs_today']:.2f}x {r['today']} | "
+                   + " | ".join(f"{r['vs_' + n]:.2f}x" for n in PAPER_BASELINES)
+                   + f" | {r['vs_paper']:.2f}x {r['paper']} | {'yes' if r['in_band'] else 'no'} |")
+    return "\n".join(out)
+
+
+def _floats(text: str, flag: str) -> tuple:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"{flag} = {text!r}: expected comma-separated numbers")
+    if not vals or min(vals) <= 0:
+        raise SystemExit(f"{flag} = {text!r}: expected numbers > 0")
+    return vals
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m moehub.cosim.studies.paper_band",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--system", default=SYSTEM)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--ratios", default=",".join(f"{r:g}" for r in RATIOS),
+                    help="compute-to-link ratios (GPU peaks scaled by each)")
+    a = ap.parse_args(argv)
+    tokens = tuple(int(t) for t in _floats(a.tokens, "--tokens"))
+    ratios = _floats(a.ratios, "--ratios")
+    rows, t0 = [], time.perf_counter()
+    for model in [m.strip() for m in a.models.split(",") if m.strip()]:
+        for t in tokens:
+            for r in ratios:
+                rows.append(point(a.system, model, t, r))
+                print(f"# {model} {t} tok/GPU x{r:g}: hub {rows[-1]['hub_us']:.0f} us "
+                      f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print(table(rows))
+    band = [r for r in rows if r["in_band"]]
+    print(f"\n{len(band)} of {len(rows)} points in the seeds' band "
+          f"{SEED_BAND[0]:.2f}-{SEED_BAND[1]:.2f}x against the papers' kind; against "
+          f"today's best the hub's range is {min(r['vs_today'] for r in rows):.2f}-"
+          f"{max(r['vs_today'] for r in rows):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
