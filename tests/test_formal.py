@@ -249,3 +249,15 @@ def test_cli_failure_exit(monkeypatch, capsys):
     assert main(["formal", "allocator-small", "--mode", "bmc", "--depth", "6"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "counterexample" in out and ".vcd" in out and "capacity" in out
+
+
+@pytest.mark.slow
+def test_broken_queue_not_proven():
+    """k-induction is not vacuous either: the queue with a stale head after a pop is not
+    proven (the induction step fails on the head invariant; its BMC fails at step 3)."""
+    from amaranth.lib import data
+    from moehub.verif.formal.queue import QueueHarness
+    broken = mutant("moehub.rtl.event_queue", "Mux(level >= 2,", "Mux(level >= 1,", "EventQueue")
+    r = run_harness("broken-queue-prove", QueueHarness(data.StructLayout({"v": 2}), 4, 8, broken), "prove", 1)
+    assert r.status in ("FAIL", "UNKNOWN"), r.status
+    assert any("head" in f or "chosen entry" in f for f in r.failed), r.failed

@@ -106,3 +106,33 @@ def formal_config(name: str) -> HubConfig:
         base, variant = name.split("/", 1)
         return load_hub_config(base).replace(name=name, **REDUCED[variant])
     return load_hub_config(name)
+
+
+class Internals(dict):
+    """A component's signals by name (:func:`elaborate_into`); a missing name says which
+    names exist (the RTL renamed a register the invariants read: update the harness)."""
+
+    def __missing__(self, name):
+        raise KeyError(f"{name!r}: no signal of that name assigned in the component "
+                       f"(known: {', '.join(sorted(self))})")
+
+
+def elaborate_into(m: Module, name: str, dut, platform=None) -> Internals:
+    """Add ``dut`` to ``m`` as submodule ``name``, elaborated here, and return the
+    signals its own module assigns, by name -- its registers, which the strengthening
+    invariants of a k-induction relate to the harness's reference state. The RTL stays
+    as it is: no formal ports, nothing renamed; a name assigned to two signals is left
+    out (ambiguous). (Signals of the component's own submodules are not reached.)"""
+    dm = dut.elaborate(platform)
+    dm._flush()
+    dut._MustUse__silence = True          # (its module stands in for it)
+    m.submodules[name] = dm
+    found, seen = Internals(), {}
+    for stmts in dm._statements.values():
+        for st in stmts:
+            for s in st._lhs_signals():
+                seen.setdefault(s.name, {})[id(s)] = s
+    for n, ss in seen.items():
+        if len(ss) == 1:
+            found[n] = next(iter(ss.values()))
+    return found

@@ -13,14 +13,33 @@ Properties: ``o.valid`` and ``push.empty`` agree with the level (nothing lost, n
 invented); ``push.pop`` is exactly the handshake; the chosen entry leaves when, and only
 when, every entry pushed before it has left, with the data it was pushed with -- since
 it is any entry, every entry leaves in push order (slot order within a cycle) unchanged.
+"No overflow" is the environment's rule above, and "no loss" is ``o.valid == (lvl != 0)``
+with the chosen entry leaving in its turn.
+
+Unbounded (k-induction, ``prove``): the properties alone are not inductive -- a state in
+which an entry behind the head holds the wrong data satisfies every assert until that
+entry reaches the head, as long as the consumer waits. The strengthening invariants tie
+the queue's registers (read from its elaborated module, :func:`.common.elaborate_into`:
+the RTL carries no formal ports) to the reference, and are asserted like the properties
+(so they also hold in every BMC step):
+
+* ``level == lvl`` -- the queue's count is the entries held;
+* ``rp1 == rp + 1`` -- the next-head pointer is the head's successor;
+* ``wp_oh == 1 << (rp + lvl) mod depth`` -- the write pointer is one past the last entry;
+* ``lvl != 0  ->  head == q[rp]`` -- the head register is the stored head entry;
+* the chosen entry in the queue (``state == 1``) is stored at ``q[(rp + pos) mod depth]``.
+
+With them the properties are 1-inductive: from any state satisfying all asserts, one step
+under the environment keeps them (``moehub formal queue-small event-queue credit-queue
+--mode prove``; k = 1 on the full tiny event and credit queues).
 """
 from __future__ import annotations
 
-from amaranth import Array, Elaboratable, Module, Shape, Signal, Value
+from amaranth import Array, Const, Elaboratable, Module, Shape, Signal, Value
 
 from ...rtl.event_queue import EventQueue
 from ...rtl.interfaces import push_ranks
-from .common import Props, any_const, any_seq, count_ones, reset_first
+from .common import Props, any_const, any_seq, count_ones, elaborate_into, reset_first
 
 
 class QueueHarness(Elaboratable):
@@ -35,7 +54,8 @@ class QueueHarness(Elaboratable):
         n, depth = self.slots, self.depth
         p = Props(m)
         self.messages = p.messages
-        m.submodules.dut = q = self.dut_cls(self.layout, n, depth)
+        q = self.dut_cls(self.layout, n, depth)
+        regs = elaborate_into(m, "dut", q, platform)
         reset_first(m)
         valid = any_seq(m, n, "push_valid")
         rank, count = push_ranks(list(valid))
@@ -53,7 +73,8 @@ class QueueHarness(Elaboratable):
         p.check(q.o.valid == (lvl != 0), "o.valid does not say whether entries are held")
         p.check(q.push.empty == (lvl == 0), "push.empty does not match the level")
         p.check(q.push.pop == pop, "push.pop is not the output handshake")
-        self._chosen(m, p, q, lvl, pop)
+        data = self._chosen(m, p, q, lvl, pop)
+        self._invariants(p, regs, lvl, data)
         p.cover(lvl == depth, "queue full")
         p.cover((lvl == depth) & pop & (n_push != 0), "push and pop while full")
         p.cover(valid.all() & (lvl != 0), f"{n} entries pushed in one cycle behind others")
@@ -89,3 +110,19 @@ class QueueHarness(Elaboratable):
             m.d.sync += was_full.eq(1)
         p.cover((state == 2) & was_full, "the chosen entry left after waiting in a full queue")
         p.cover((state == 2) & (lvl == 0), "the chosen entry left and the queue drained")
+        return state, pos, data
+
+    def _invariants(self, p, regs, lvl, chosen):
+        """The strengthening invariants (see the module docstring): the queue's registers
+        against the reference -- they make the properties 1-inductive."""
+        depth = self.depth
+        state, pos, data = chosen
+        store = Array(regs[f"q{k}"] for k in range(depth))
+        level, rp, rp1, wp, head = regs["level"], regs["rp"], regs["rp1"], regs["wp_oh"], regs["head"]
+        aw = len(rp)
+        p.check(level == lvl, "invariant: the queue's level is not the entries held")
+        p.check(rp1 == (rp + 1)[:aw], "invariant: rp1 is not rp + 1")
+        p.check(wp == (Const(1, len(wp)) << (rp + lvl)[:aw])[:len(wp)], "invariant: the write pointer is not rp + level")
+        p.check((lvl == 0) | (Value.cast(head) == Value.cast(store[rp])), "invariant: head is not store[rp]")
+        p.check((state != 1) | (Value.cast(store[(rp + pos)[:aw]]) == data),
+                "invariant: the chosen entry's store slot does not hold its data")

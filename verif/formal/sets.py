@@ -117,13 +117,17 @@ def _sets() -> list[PropertySet]:
                     note="protocol v2: the page gate's refusals (counters set a cycle later to the grants "
                          "that stood) and the registered tile starts, every tile size"),
         PropertySet("queue-small", "event/credit queue", "4 slots x 8 entries, 2-bit data",
-                    _queue("any", slots=4, depth=8, bits=2), {"bmc": 12, "cover": 12},
-                    smoke={"bmc": 8, "cover": 12},
-                    note="fill (2 cycles), wrap and drain (8) the chosen entry through a full queue"),
+                    _queue("any", slots=4, depth=8, bits=2), {"prove": 1, "bmc": 12, "cover": 12},
+                    smoke={"prove": 1, "cover": 12},
+                    note="k-induction closes at k=1 with the invariants (queue.py: level, rp1 = rp + 1, "
+                         "write pointer = rp + level, head = store[rp], the chosen entry's slot holds its "
+                         "data); the cover fills (2 cycles), wraps and drains (8) the chosen entry"),
         PropertySet("event-queue", "event queue", "tiny (4 slots x 32)", _queue("event", "tiny"),
-                    {"bmc": 10, "cover": 16}, note="fills (8 cycles) and pops while full"),
+                    {"prove": 1, "bmc": 10, "cover": 16},
+                    note="unbounded on the full tiny config: k-induction closes at k=1 with the queue's "
+                         "invariants; the cover fills (8 cycles) and pops while full"),
         PropertySet("credit-queue", "credit queue", "tiny (4 slots x 32)", _queue("credit", "tiny"),
-                    {"bmc": 10, "cover": 16}, note="as the event queue"),
+                    {"prove": 1, "bmc": 10, "cover": 16}, note="as the event queue"),
         PropertySet("tracker", "tracker", "tiny/trk-small", _tracker("tiny/trk-small"),
                     {"bmc": 22, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
                     note="reset, START, clearing (8 counters), a tile's events, flag, sweep"),
