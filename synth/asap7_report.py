@@ -256,3 +256,30 @@ def markdown(a: dict) -> list[str]:
     out += ["Caveats:", ""] + [f"* {c_}" for c_ in a["caveats"]]
     out += ["", f"Wall time: {', '.join(f'{k} {v:.0f} s' for k, v in a['wall_s'].items())}.", ""]
     return out
+
+
+def point_metrics(sec: dict) -> dict:
+    """An ASAP7 section's whole-hub figures under the keys of
+    :func:`moehub.synth.sweep.point_metrics` (``moehub explore --synth-lib asap7``): ``fo4``
+    is the deepest family's ASAP7 FO4, ``n5_*`` the ASAP7 cell count at the N5 footprint and
+    the ASAP7 cycle ÷ 1.15; plus the verdicts at 1.98 GHz (ASAP7 as is)."""
+    m = sec["modules"]
+    top, area, lr = m["top"], sec["area"], sec["line_rate"]
+    a = lambda k: m[k]["area_um2"] if k in m else 0.0
+    n5c = lr["n5_scaled"]["cycle_ns"]
+    h = lr["at_h100_clock"]
+    deep = sec["deepest"][0] if sec["deepest"] else top["path"]
+    return {
+        "cells": top["cells"], "flops": top["flops"], "area_um2": top["area_um2"],
+        "gate_equivalents": round(top["nand2_eq"]), "sram_bits": top["sram_bits"], "array_bits": top["array_bits"],
+        "pm_area_um2": a("pm"), "alloc_area_um2": a("alloc"), "tracker_area_um2": a("tracker"),
+        "csr_area_um2": a("csr"), "queues_area_um2": a("events") + a("credits"),
+        "critical_path_ns": h["cycle_ns"]["nominal"], "fo4": sec["deepest_fo4"],
+        "fmax_MHz": 1e3 * lr["fmax_GHz"]["nominal"],
+        "n5_mm2": area["n5_mm2"]["nominal"], "n5_mm2_low": area["n5_mm2"]["low"],
+        "n5_mm2_high": area["n5_mm2"]["high"], "n5_fmax_GHz": 1 / n5c["nominal"],
+        "n5_fmax_GHz_low": 1 / n5c["high"], "n5_fmax_GHz_high": 1 / n5c["low"],
+        "path_from": deep["from"], "path_to": deep["to"],
+        "timing": h["timing"], "bandwidth_pass": h["links"]["config"]["bandwidth_pass"],
+        "line_rate_pass": h["links"]["config"]["pass"],
+    }
