@@ -12,7 +12,9 @@ sibling renamed into place, :func:`moehub.paths.writing`):
 * ``timeline.png``  (and ``timeline.svg``) the layer time per system split by phase kind,
   the hub's first tiles, and per-GPU tracks (routing, sends, hub, GEMM tiles, combine),
   one panel per system on one time axis (:mod:`.plots`);
-* ``run.json``      the command line, versions, git commit, start, wall and CPU time.
+* ``run.json``      the command line, versions, git commit, start, wall and CPU time, and
+  ``convergence``: per system its passes, whether they settled and their residuals
+  (:func:`convergence`).
 
 End-to-end estimate (per GPU, prefill of ``tokens_per_gpu`` tokens): every layer runs its
 attention block (roofline of projections and causal scores, see :meth:`GpuModel.attention_us`),
