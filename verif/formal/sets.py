@@ -173,6 +173,10 @@ def _sets() -> list[PropertySet]:
                          "page refused, none lost (avail exact, POOL_FREE); every page taken at step 1, "
                          "returned and handed out again through the ring (it wraps) within 12; bounded: "
                          "k-induction would need the ring's contents as invariants"),
+        PropertySet("page-supply-5", "page supply (pool and ring)", "tiny, 2 lanes, 5 pages (2 takes a cycle)",
+                    _page_supply(5, lanes=2), {"bmc": 12, "cover": 14},
+                    note="protocol v2: as page-supply, with a pool that is not a power of two (a 3-bit "
+                         "page number 5-7 written to PAGE_FREE is out of range) and a 5-register ring"),
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
                     note="START (3), the 5 stages to B, the credit, the write (6)"),

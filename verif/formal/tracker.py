@@ -30,6 +30,36 @@ partial tile with all its rows completed (never before its rows' events arrived)
 sweep is done, the tile was flagged exactly if it holds a row and all its rows completed;
 the count word of ``ce`` carries ``metas`` (= ``rows[ce]``), once per sweep, before the
 done word; every metadata word of ``ce`` goes to its row's entry, in order, once.
+
+**Bounded** (BMC 22 on ``tiny/trk-small``: reset, clearing the 8 counters, a tile's events,
+its flag, the sweep and the done word). k-induction does not close on the properties
+alone, at any k: the environment may hold the ctl port's ready low and send no event for
+any number of cycles, so an induction trace can start in a state no run reaches and keep
+it for k cycles. Measured: ``prove`` at k = 8 (9.5 s) -- the trace starts in the sweep with
+``ref_metas`` = 8 and no metadata word out, both ctl output registers full and the port
+blocked 7 cycles, then the sweep ends: "a metadata word missing at the end of the layer".
+The strengthening invariants it would need, each relating the tracker's registers (as
+the queue's are related, :func:`.common.elaborate_into`) to the reference:
+
+* metadata words: ``ref_meta_words`` + the metadata words of ``ce`` in flight (t1, t2 and
+  the two ctl output registers, by kind and address) == ``ref_metas``, and those in flight
+  are rows ``ref_meta_words`` ... in order; none in flight in SWEEP mode;
+* the chosen tile's counter: its word in the counter memory (plus S2's write when S2
+  holds its completion, for the read port's forwarding) == the completions of its rows
+  in t1/t2 not yet counted subtracted from the rows of ``ref_done`` in the tile, modulo
+  a flag in flight, and 0 after a clean layer or a clearing sweep past its address;
+  ``flagged`` == a flag of the tile has left or waits in a ctl output register;
+* the modes: CLEAR only with ``clear_addr`` below the counters and every counter below it
+  zero; SWEEP only after the sweep's rise, the sweep sequencer's expert, its registered
+  row count and ``parts`` against ``rows`` and ``ref_counted``; the latched config
+  (``sh_rel``, ``tile_m1``, the bases, epoch) equal to the harness's latched values;
+* the ctl ring: ``ctl_count`` in 0..2 agreeing with ``ctl_wp``/``ctl_rp`` and the valid
+  words.
+
+The counter memory is an ``amaranth.lib.memory.Memory`` (no reset, like an SRAM): its
+words are not signals of the tracker's module, so the second group needs the memory
+modelled in flops inside the harness (as ``memory_map`` does in ``SCRIPT``) to be
+named -- the work left for this proof.
 """
 from __future__ import annotations
 
