@@ -11,8 +11,14 @@ One network per layer: a system's dispatch, combine, count exchanges, notificati
 credits share the ports of one fluid network. Since when a phase's bytes are sent depends
 on the other phases (a combine starts when GEMMs end, which wait for the dispatch), a
 system is run in passes (:func:`run_system`): every network of a pass carries the other
-phases' traffic of the previous pass (or of this pass, once that phase ran) until the
-layer's per-GPU end times change by less than ``TOL_US``.
+phases' traffic of this pass once that phase ran, else the background averaged over the
+earlier passes (:mod:`.passes`: Krasnosel'skii-Mann averaging, which keeps the fixed
+point and damps the swings of a delayed feedback), until the layer's per-GPU end times
+change by less than ``TOL_US`` (or ``TOL_REL``).
+
+Kinds (:data:`KINDS`, each module's ``KIND``): today's software baselines
+(:data:`BASELINES`), the papers' kind of baseline the published speedups were measured
+against (:data:`PAPER_BASELINES`: eager Megatron-Core dispatchers), the hub, the bound.
 """
 from __future__ import annotations
 
@@ -29,10 +35,9 @@ MODULES = {"bulk": bulk, "comet": comet, "deepep": deepep, "deepep_ll": deepep_l
 SYSTEMS = tuple(MODULES)
 #: what each system is: "today" (a software baseline users pick today), "paper" (the
 #: kind of baseline the published speedups were measured against: eager dispatchers,
-#: per-expert GEMMs), "hub", or "bound" (the communication-free layer); a module's
-#: ``KIND`` attribute, else its entry here
-KINDS = {n: getattr(m, "KIND", {"hub": "hub", "ideal": "bound"}.get(n, "today"))
-         for n, m in MODULES.items()}
+#: per-expert GEMMs), "hub", or "bound" (the communication-free layer): each module's
+#: ``KIND`` attribute ("today" where a module has none)
+KINDS = {n: getattr(m, "KIND", "today") for n, m in MODULES.items()}
 BASELINES = tuple(n for n in SYSTEMS if KINDS[n] == "today")   #: today's software systems
 PAPER_BASELINES = tuple(n for n in SYSTEMS if KINDS[n] == "paper")  #: the papers' kind
 LABELS = {n: m.LABEL for n, m in MODULES.items()}
@@ -42,8 +47,8 @@ TOL_US = 0.05        #: passes stop when no GPU's end time moves more than this 
 TOL_REL = 1e-3       #: ... or than this fraction of the layer time
 MAX_PASSES = 8
 
-__all__ = ["SYSTEMS", "BASELINES", "PAPER_BASELINES", "KINDS", "LABELS", "PHASES", "run_system", "run_hub", "hub_schedule",
-           "hub_flow_cap"]
+__all__ = ["SYSTEMS", "BASELINES", "PAPER_BASELINES", "KINDS", "LABELS", "PHASES",
+           "run_system", "run_hub", "hub_schedule", "hub_flow_cap"]
 
 
 def _run_once(name: str, L: Layer, hub_backend: str, hub_order: str, rtl_gpus: tuple,

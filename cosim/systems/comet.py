@@ -17,6 +17,7 @@ from . import common as C
 PHASES = ["gate", "layout", "count exchange", "scatter index", "dispatch", "expert GEMM",
           "combine", "reduce"]
 LABEL = "Fine-grained overlap, precomputed layout (Comet)"
+KIND = "today"     #: a software baseline of today (see :mod:`moehub.cosim.systems`)
 
 
 def run(L: Layer) -> SystemResult:

@@ -22,6 +22,7 @@ from . import common as C
 PHASES = ["gate", "layout", "notify", "host sync", "dispatch", "permute", "expert GEMM",
           "unpermute", "combine", "reduce"]
 LABEL = "DeepEP normal mode (dedup per GPU/node)"
+KIND = "today"     #: a software baseline of today (see :mod:`moehub.cosim.systems`)
 
 
 def _routes(L: Layer, rows_gpu: np.ndarray, rows_node: np.ndarray, fwd: np.ndarray):

@@ -21,6 +21,7 @@ from . import common as C
 
 PHASES = ["gate", "count exchange", "dispatch", "expert GEMM", "combine", "reduce"]
 LABEL = "Fused MoE kernel, per-block counters (Mega MoE)"
+KIND = "today"     #: a software baseline of today (see :mod:`moehub.cosim.systems`)
 
 
 def run(L: Layer) -> SystemResult:

@@ -24,6 +24,7 @@ from . import common as C
 
 PHASES = ["gate", "dispatch", "hub", "expert GEMM", "combine", "reduce"]  # + "layout" (expert order)
 LABEL = "MoE-Hub (hub reference model)"
+KIND = "hub"     #: the system under study (see :mod:`moehub.cosim.systems`)
 
 
 def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):

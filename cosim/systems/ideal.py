@@ -10,6 +10,7 @@ from . import common as C
 
 PHASES = ["gate", "expert GEMM", "reduce"]
 LABEL = "Ideal: communication free"
+KIND = "bound"     #: a bound, not a system (see :mod:`moehub.cosim.systems`)
 
 
 def run(L: Layer) -> SystemResult:
