@@ -16,21 +16,27 @@ still needed 11 passes there.
 
 The fix is Krasnosel'skii-Mann averaging of the background (:func:`blend`)::
 
-    x_2 = F(x_1),    x_{n+1} = (1 - a) x_n + a F(x_n)     (0 < a <= 1)
+    x_2 = F(x_1),    x_{n+1} = (1 - a_n) x_n + a_n F(x_n)     (0 < a_n <= 1)
 
 where the convex combination of two backgrounds weights every injected byte of one by
 ``a`` and of the other by ``1 - a``, flow by flow (one flow per (phase, source,
-destination) as in a single pass, so max-min fair shares are those of one flow).
+destination) as in a single pass, so max-min fair shares are those of one flow: the
+scheme before kept two half-weight flows per path, which take two shares of a port --
+a background no pass produces, which made the swing worse and could stop the passes
+where the end times repeated but the traffic did not).
 
-*Same fixed point.* If ``x* = F(x*)`` then ``(1 - a) x* + a F(x*) = x*``: a fixed point
+*Same fixed point* (for any weight ``a``). If ``x* = F(x*)`` then
+``(1 - a) x* + a F(x*) = x*``: a fixed point
 of ``F`` is one of the averaged map. Conversely, if the averaged iteration stands still,
 ``x = (1 - a) x + a F(x)`` gives ``a (F(x) - x) = 0``, so ``F(x) = x`` since ``a > 0``:
 the averaging changes the path to the fixed point, never the point. (For a
 nonexpansive ``F`` on a compact convex set the iteration converges -- Ishikawa, Proc.
-AMS 59 (1976) -- and it cannot keep up a period-2 swing ``x, y, x, y`` with ``F(x) = y``,
-``F(y) = x``, which is the observed failure: the averaged map sends both to their mean.
-The pass map is piecewise and not proven nonexpansive, so the kit measures the distance
-to the fixed point instead of assuming it: :func:`traffic_residual_us`.)
+AMS 59 (1976) -- and a period-2 cycle of ``F`` (``F(x) = y``, ``F(y) = x``: the observed
+swing) is no cycle of the map averaged with ``a = 1/2``, which sends ``x`` to the midpoint
+of ``x`` and ``y``. The pass map is piecewise and not proven nonexpansive, so the kit
+measures the distance to the fixed point instead of assuming it:
+:func:`traffic_residual_us`.) The weights ``a_n`` may change from pass to pass
+(:class:`Damping`); the argument above holds for each of them.
 
 *Distance to the fixed point.* :func:`traffic_residual_us` is ``|F(x_n) - x_n|``: per
 flow, the 1-Wasserstein (earth mover's) distance between the injection the pass produced
@@ -42,7 +48,8 @@ from __future__ import annotations
 
 import numpy as np
 
-#: the averaging weight ``a`` of the newest pass's traffic
+#: :func:`blend`'s default weight ``a`` of the newest pass's traffic (the passes of
+#: :func:`moehub.cosim.systems.run_system` choose theirs with :class:`Damping`)
 DAMPING = 0.5
 
 
