@@ -13,11 +13,19 @@ bytes arrive at. Between events (an injection starts or ends, a queue drains) al
 constant, so the simulation is exact and event driven: a lone transfer of B bytes started at
 t takes exactly B / bandwidth, and arrives ``latency`` later.
 
+Two engines run the same algorithm with the same floating-point operations and give the
+same curves to the bit: ``compiled`` (default; :mod:`.network_kernels`, numba: it visits
+only the flows that carry bytes and indexes ports to flows, so a 64-GPU layer runs in
+seconds) and ``reference`` (the numpy event loop below, with its :class:`RateMemo`), kept as
+the oracle of the tests.
+
 Units: time in microseconds, sizes in bytes, rates in bytes per microsecond
 (1 GB/s = 1000 B/us).
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,15 +79,25 @@ class _Flow:
     segments: list = field(default_factory=list)   # (t0, t1, rate)
 
 
-class FluidNetwork:
-    """Ports with capacities (bytes/us) and flows between them; see the module docstring."""
+ENGINES = ("compiled", "reference")
 
-    def __init__(self, port_caps: np.ndarray | list):
+
+class FluidNetwork:
+    """Ports with capacities (bytes/us) and flows between them; see the module docstring.
+    ``engine``: ``compiled`` or ``reference`` (same curves, see the module docstring); by
+    default ``$MOEHUB_NETWORK_ENGINE``, else ``compiled``."""
+
+    def __init__(self, port_caps: np.ndarray | list, engine: str | None = None):
+        engine = engine or os.environ.get("MOEHUB_NETWORK_ENGINE") or "compiled"
+        if engine not in ENGINES:
+            raise ValueError(f"engine = {engine!r}: expected one of {', '.join(ENGINES)}")
         # the last port is a sink with infinite capacity (flows that use only one port)
         self.caps = np.append(np.asarray(port_caps, dtype=float), np.inf)
         self.NONE = len(self.caps) - 1
         self.flows: list[_Flow] = []
-        self.memo: RateMemo | None = None   #: fair rates shared with like networks (else per run)
+        self.engine = engine
+        self.memo: RateMemo | None = None   #: fair rates shared with like networks (reference engine)
+        self.stats: dict = {}               #: of the last run: flows, events, rate changes
 
     def add_flow(self, p0: int, p1: int | None, latency_us: float, cap: float = np.inf,
                  p2: int | None = None) -> int:
@@ -189,6 +207,38 @@ class FluidNetwork:
                 + np.bincount(self.p2[f], w, minlength=P))
 
     # ------------------------------------------------------------------ simulation
+    def _event_arrays(self) -> tuple:
+        """:meth:`_events` as arrays (time, kind, flow, value), in the same order."""
+        t, kind, flow, val = [], [], [], []
+        for i, f in enumerate(self.flows):
+            for ti, b in f.impulses:
+                t.append(ti); kind.append(0); flow.append(i); val.append(b)
+            for t0, t1, r in f.segments:
+                t += [t0, t1]; kind += [1, 2]; flow += [i, i]; val += [r, r]
+        t, kind = np.array(t, dtype=float), np.array(kind, dtype=np.int64)
+        flow, val = np.array(flow, dtype=np.int64), np.array(val, dtype=float)
+        order = np.lexsort((val, flow, kind, t))
+        return t[order], kind[order], flow[order], val[order]
+
+    def run(self) -> Sequence:
+        """Simulate until every injected byte has been sent; one curve per flow (a
+        sequence that builds a flow's :class:`FlowCurve` when it is read)."""
+        if self.engine == "reference":
+            return self.run_reference()
+        from . import network_kernels as K
+        F = len(self.flows)
+        if F == 0:
+            return []
+        self._prepare()
+        static_cap = np.array([f.cap for f in self.flows], dtype=float)
+        ev = self._event_arrays()
+        state = K.scratch(F, len(self.caps))
+        rec_t, rec_n, rec_f, rec_b, t_end, sent = K.simulate(
+            *ev, self._ports, self.caps, self._tol, self.NONE, static_cap, state)
+        self.stats = {"flows": F, "events": len(ev[0]), "steps": len(rec_t) + 1,
+                      "rate_changes": len(rec_f)}
+        return Curves(self, np.repeat(rec_t, rec_n), rec_f, rec_b, t_end, sent)
+
     def _events(self) -> list:
         """Every injection boundary ``(time, kind, flow, value)`` in time order (kind 0
         impulse, 1 segment start, 2 segment end): the order a heap would pop them in."""
@@ -202,8 +252,8 @@ class FluidNetwork:
         events.sort()
         return events
 
-    def run(self) -> list[FlowCurve]:
-        """Simulate until every injected byte has been sent; one curve per flow."""
+    def run_reference(self) -> list[FlowCurve]:
+        """The numpy event loop (the ``reference`` engine); one curve per flow."""
         F = len(self.flows)
         if F == 0:
             return []
@@ -252,25 +302,69 @@ class FluidNetwork:
                 # no measurable progress: the queue that was about to drain is empty now
                 backlog[drain & (backlog / np.maximum(net, 1e-300) <= 1e-9 * max(1.0, abs(t)))] = 0.0
             t = t_next
-        return self._curves(rec_t, rec_i, rec_b, t, sent)
+        self.stats = {"flows": F, "events": n_ev, "steps": len(rec_t) + 1,
+                      "rate_changes": int(sum(len(i) for i in rec_i))}
+        times = np.repeat(np.array(rec_t), [len(i) for i in rec_i])
+        cat = (lambda x, dt: np.concatenate(x) if x else np.zeros(0, dtype=dt))
+        return list(Curves(self, times, cat(rec_i, np.int64), cat(rec_b, float), t, sent))
 
-    def _curves(self, rec_t, rec_i, rec_b, t_end: float, sent) -> list[FlowCurve]:
-        """Each flow's breakpoints (the times its rate changed and the bytes it had sent
-        by then, plus the end), its flat tail after the last byte trimmed."""
-        F = len(self.flows)
-        ids = np.concatenate(rec_i + [np.arange(F)])
-        ts = np.repeat(np.array(rec_t + [t_end]), [len(i) for i in rec_i] + [F])
-        bs = np.concatenate(rec_b + [sent])
+
+class Curves(Sequence):
+    """Each flow's breakpoints (the times its rate changed and the bytes it had sent by
+    then, plus the end), its flat tail after the last byte trimmed; a flow's
+    :class:`FlowCurve` is built when it is read (a layer reads its own flows, not the
+    background's). ``times``, ``ids``, ``sent_at``: one entry per rate change, in time
+    order."""
+
+    def __init__(self, net: FluidNetwork, times, ids, sent_at, t_end: float, sent):
+        F = len(sent)
+        ids = np.concatenate([ids, np.arange(F)])
+        ts = np.concatenate([times, np.full(F, t_end)])
+        bs = np.concatenate([sent_at, sent])
         order = np.argsort(ids, kind="stable")           # by flow, in time order
-        ts, bs = ts[order], bs[order]
-        bounds = np.searchsorted(ids[order], np.arange(F + 1))
-        out = []
-        for i, f in enumerate(self.flows):
-            ct, cb = ts[bounds[i]:bounds[i + 1]], bs[bounds[i]:bounds[i + 1]]
+        self._t, self._b = ts[order], bs[order]
+        self._bounds = np.searchsorted(ids[order], np.arange(F + 1))
+        self._lat = [f.latency_us for f in net.flows]
+        self._cache: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._lat)
+
+    def _trimmed(self) -> np.ndarray:
+        """Each flow's end index after trimming its flat tail (see :meth:`__getitem__`)."""
+        if not hasattr(self, "_hi"):
+            lo, hi = self._bounds[:-1], self._bounds[1:]
+            last_b = self._b[hi - 1]
+            # searchsorted(cb, cb[-1] - 1e-9, left) within each flow: the first point of
+            # the flow with b >= its total - 1e-9 (b is non-decreasing in a flow)
+            flow = np.repeat(np.arange(len(lo)), hi - lo)
+            idx = np.nonzero(self._b >= (last_b - 1e-9)[flow])[0]
+            fi = np.full(len(lo), np.iinfo(np.int64).max)
+            np.minimum.at(fi, flow[idx], idx)
+            self._hi = fi + 1
+        return self._hi
+
+    def arrive_many(self, flows: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """``self[flows[j]].arrive(x[j])`` for every j, in one compiled pass."""
+        from .network_kernels import depart_many
+        flows = np.asarray(flows, dtype=np.int64)
+        lat = np.asarray(self._lat)[flows]
+        return depart_many(self._t, self._b, self._bounds[flows], self._trimmed()[flows],
+                           np.asarray(x, dtype=float)) + lat
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        c = self._cache.get(i)
+        if c is None:
+            if i < 0:
+                i += len(self)
+            lo, hi = self._bounds[i], self._bounds[i + 1]
+            ct, cb = self._t[lo:hi], self._b[lo:hi]
             # keep the first time the total is reached
             last = int(np.searchsorted(cb, cb[-1] - 1e-9, side="left"))
-            out.append(FlowCurve(ct[:last + 1], cb[:last + 1], f.latency_us))
-        return out
+            c = self._cache[i] = FlowCurve(ct[:last + 1], cb[:last + 1], self._lat[i])
+        return c
 
 
 def _apply_events(events: list, k: int, t: float, backlog, inrate) -> int:

@@ -1,8 +1,9 @@
-"""The fluid network's fast engine (cosim/network.py) equals the plain algorithm it
-replaced, bit for bit: the previous ``_fair_rates`` and ``run`` (main 6fa3f25) are kept
-below as the oracle and both run random networks -- flows on two or three ports, a port
-in several roles, rate caps, impulses and rate segments that start, stop and overlap,
-ties in time -- and every flow's curve must match exactly (times and bytes, to the bit)."""
+"""The fluid network's engines (cosim/network.py: ``compiled``, the default, and
+``reference``, the numpy loop with its rate memo) equal the plain algorithm they replaced,
+bit for bit: the previous ``_fair_rates`` and ``run`` (main 6fa3f25) are kept below as the
+oracle and all run random networks -- flows on two or three ports, a port in several
+roles, rate caps, impulses and rate segments that start, stop and overlap, ties in time
+-- and every flow's curve must match exactly (times and bytes, to the bit)."""
 import copy
 import heapq
 
@@ -171,30 +172,39 @@ def curves_equal(a, b) -> bool:
         and x.latency_us == y.latency_us for x, y in zip(a, b))
 
 
+@pytest.mark.parametrize("engine", ["compiled", "reference"])
 @pytest.mark.parametrize("seed", range(40))
-def test_fast_engine_equals_the_plain_algorithm(seed):
+def test_fast_engine_equals_the_plain_algorithm(seed, engine):
     net = random_network(np.random.default_rng(seed))
+    net.engine = engine
     plain = copy.deepcopy(net)
     plain.__class__ = PlainNetwork
     assert curves_equal(net.run(), plain.run()), f"seed {seed}: curves differ"
 
 
 def test_the_comparison_catches_an_engine_that_drifts(monkeypatch):
-    """A change in the last bit of one operation shows (the test is not vacuous)."""
+    """A change in the last bit of one operation shows (the test is not vacuous): the
+    reference engine's rates one ulp off, and the compiled engine on port capacities one
+    ulp off."""
     orig = FluidNetwork._fair_rates
     monkeypatch.setattr(FluidNetwork, "_fair_rates",
                         lambda self, w, c: orig(self, w, c) * (1 + 2 ** -52))
-    differ = 0
+    differ, differ_c = 0, 0
     for seed in range(10):
         net = random_network(np.random.default_rng(seed))
         plain = copy.deepcopy(net)
         plain.__class__ = PlainNetwork
-        differ += not curves_equal(net.run(), plain.run())
-    assert differ
+        ref = copy.deepcopy(net)
+        ref.engine = "reference"
+        differ += not curves_equal(ref.run(), plain.run())
+        net.caps[:-1] *= 1 + 2 ** -52
+        differ_c += not curves_equal(net.run(), plain.run())
+    assert differ and differ_c
 
 
 def test_networks_sharing_rates_equal_the_plain_algorithm():
-    """Like networks (a system's passes) share one RateMemo: still bit for bit."""
+    """Like networks (a system's passes) share one RateMemo (reference engine): still bit
+    for bit."""
     from moehub.cosim.network import RateMemo
     memo = RateMemo()
     for seed in range(10):
@@ -205,6 +215,6 @@ def test_networks_sharing_rates_equal_the_plain_algorithm():
                 f.impulses = [(t + 0.5 * k * (i % 2), b) for i, (t, b) in enumerate(f.impulses)]
             plain = copy.deepcopy(net)
             plain.__class__ = PlainNetwork
-            net.memo = memo
+            net.engine, net.memo = "reference", memo
             assert curves_equal(net.run(), plain.run()), f"seed {seed} pass {k}"
     assert any(memo.tables.values())
