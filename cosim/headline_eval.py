@@ -9,7 +9,8 @@ picks (:mod:`.headline_pick`) work on cached records alone, without the timeline
 
 The **cache**: one JSON file per (point, run) in ``<build>/headline/points/``, keyed by a
 SHA-256 of the point's resolved configs (the compute-to-link override applied), the run's
-name and a digest of the code that makes the figures (:func:`code_digest`). A record is
+name and a digest of the code that makes the figures (:func:`code_digest`: the sources a
+run imports and the configs and calibration data it reads). A record is
 written whole (renamed into place) as soon as its point finishes, so a killed run resumes
 where it stopped, and a grid that adds a hub variant or a system reruns only that run.
 The points run on the cluster of ``moehub explore`` (:mod:`moehub.explore.cluster`: a
@@ -29,18 +30,21 @@ import time
 import numpy as np
 
 from .. import progress
-from ..explore import cluster as clusters
-from ..explore.evaluator import Cache
 
 #: bump when what a run records changes without a change of the hashed sources
 EVAL_VERSION = 1
 #: ``--scheduler`` value that runs the points in this process, one after another
 SYNCHRONOUS = "synchronous"
-#: the sources hashed into every key: what makes the figures (the co-simulation, its
-#: configs, the reference hub model, the RTL timing constants it reads) ...
-SOURCE_DIRS = ("cosim", "config", "verif", "rtl")
-#: ... less what only presents them (tables, figures, the command), so that a change of a
-#: table's layout does not rerun the map
+#: the modules a point's runs import (in a fresh interpreter: the command has imported
+#: much more) ...
+RUN_MODULES = ("moehub.cosim.experiment", "moehub.cosim.layer", "moehub.cosim.systems",
+               "moehub.cosim.workload", "moehub.cosim.headline_eval")
+#: ... every module of the co-simulation and its systems (some are imported lazily, when a
+#: run needs them: the protocol-v2 hub) and the data they read: every config (a hub config
+#: is read by name inside the layer) and the calibration points
+STATIC_GLOBS = ("cosim/*.py", "cosim/systems/*.py", "config/**/*.yaml",
+                "cosim/data/calibration_points.yaml")
+#: what only presents the figures (tables, figures, the command), never hashed
 PRESENTATION = ("cosim/plots.py", "cosim/cli.py", "cosim/headline.py",
                 "cosim/headline_grid.py", "cosim/headline_pick.py")
 HUB = "hub:"
@@ -49,16 +53,36 @@ GEMM = ("expert GEMM",)
 
 
 @functools.lru_cache(maxsize=1)
+def _run_sources() -> tuple:
+    """The package's source files a point's runs import, found in a fresh interpreter that
+    imports :data:`RUN_MODULES` (so that an edit elsewhere, a testbench or a synthesis
+    script, does not invalidate the map)."""
+    import subprocess
+    import sys
+    code = ("import importlib, sys\n"
+            f"for m in {RUN_MODULES!r}: importlib.import_module(m)\n"
+            "print('\\n'.join(sorted(getattr(m, '__file__', None) or '' for n, m in "
+            "list(sys.modules.items()) if n.startswith('moehub.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=300)
+    return tuple(line for line in out.stdout.splitlines() if line.endswith(".py"))
+
+
+@functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """SHA-256 of the ``.py`` and ``.yaml`` sources that make a run's figures."""
+    """SHA-256 of what makes a run's figures: the sources its modules import
+    (:func:`_run_sources`), the co-simulation's modules and the data they read
+    (:data:`STATIC_GLOBS`), less :data:`PRESENTATION`. Computed once per process."""
+    from pathlib import Path
     from ..runinfo import PACKAGE_DIR
+    files = {Path(f).resolve() for f in _run_sources()}
+    for pattern in STATIC_GLOBS:
+        files |= {p.resolve() for p in PACKAGE_DIR.glob(pattern)}
     h = hashlib.sha256()
-    for d in SOURCE_DIRS:
-        for p in sorted((PACKAGE_DIR / d).rglob("*")):
-            rel = p.relative_to(PACKAGE_DIR).as_posix()
-            if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts \
-                    and rel not in PRESENTATION:
-                h.update(rel.encode() + b"\0" + p.read_bytes())
+    for p in sorted(files):
+        rel = p.relative_to(PACKAGE_DIR).as_posix()
+        if rel not in PRESENTATION:
+            h.update(rel.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
@@ -159,9 +183,10 @@ class Evaluated:
     wall_s: dict = dataclasses.field(default_factory=dict)
 
 
-def evaluate(points, runs, cache: Cache, *, scheduler=None, cluster="local", workers=None,
+def evaluate(points, runs, cache, *, scheduler=None, cluster="local", workers=None,
              options=None, use_cache: bool = True) -> Evaluated:
-    """Every run of ``runs`` on every point: cached ones read, the rest evaluated (one task
+    """Every run of ``runs`` on every point: cached ones read from ``cache`` (an
+    :class:`moehub.explore.evaluator.Cache`), the rest evaluated (one task
     per point with missing runs, the costliest first) and cached as each point finishes."""
     digest = code_digest()
     ev = Evaluated({}, {})
@@ -222,6 +247,7 @@ def _results(order, scheduler, cluster, workers, options):
                 yield p.label, None, f"{type(e).__name__}: {e}"
         return
     from distributed import as_completed
+    from ..explore import cluster as clusters
     clusters.check(scheduler, cluster, options or {})
     with clusters.client(len(order), scheduler, cluster, workers, options) as c:
         futures = {c.submit(point_task, p, missing, pure=False,

@@ -4,6 +4,7 @@ constructed results; the compute-to-link override; bad grid values exit 2."""
 import csv
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -158,6 +159,22 @@ def test_compute_to_link_override_scales_compute_only_and_changes_the_key():
     assert headline_eval.run_key(p1, "hub:v1", "x") != headline_eval.run_key(p2, "hub:v1", "x")
     assert headline_eval.run_key(p1, "hub:v1", "x") != headline_eval.run_key(p1, "comet", "x")
     assert headline_eval.run_key(p1, "hub:v1", "x") != headline_eval.run_key(p1, "hub:v1", "y")
+
+
+def test_the_cache_key_hashes_what_a_run_imports_not_what_presents_it(monkeypatch):
+    from moehub.runinfo import PACKAGE_DIR
+    files = {str(Path(f).resolve().relative_to(PACKAGE_DIR)) for f in headline_eval._run_sources()}
+    assert {"cosim/layer.py", "rtl/timing.py", "verif/model.py"} <= files
+    assert not any(f.startswith(("synth/", "verif/formal", "explore/")) for f in files)
+    # an edit of the protocol-v2 hub (imported lazily) changes the key, one of a figure not
+    seen = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda p: seen.append(
+        str(p.relative_to(PACKAGE_DIR))) or real(p))
+    headline_eval.code_digest.cache_clear()
+    headline_eval.code_digest()
+    assert "cosim/systems/hub_v2.py" in seen and "config/hub/tiny.yaml" in seen
+    assert "cosim/plots.py" not in seen and "cosim/headline.py" not in seen
 
 
 def test_presets_and_blocks():
