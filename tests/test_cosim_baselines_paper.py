@@ -16,7 +16,8 @@ from moehub.cosim.workload import make_routing
 
 from cosim_helpers import layer
 
-PAPER = ("megatron_a2a", "megatron_ag")
+PAPER = ("megatron_a2a", "megatron_ag", "deepspeed_moe")
+SYNCS = {"megatron_a2a": 3, "megatron_ag": 3, "deepspeed_moe": 1}
 
 
 def _layer(system, model="mixtral-8x7b", tokens=64):
@@ -49,8 +50,9 @@ def test_phases_host_syncs_and_causality(mixtral_128):
     for n in PAPER:
         r = res[n]
         assert {p.name for p in r.phases} == set(PHASES[n]) - {"sort by expert", "unsort"}
-        # a2a: two masked_selects + the stream sync; all-gather: .cpu() + two masked_selects
-        assert sum(1 for p in r.phases if p.name == "host sync" and p.gpu == 0) == 3, n
+        # a2a: two masked_selects + the stream sync; all-gather: .cpu() + two
+        # masked_selects; DeepSpeed: exp_counts .to("cpu")
+        assert sum(1 for p in r.phases if p.name == "host sync" and p.gpu == 0) == SYNCS[n], n
         assert check(r) == [], n
 
 
@@ -126,3 +128,21 @@ def test_study_row_puts_the_papers_kind_behind_todays_best():
     assert r["paper"] in PAPER and r["today"] in BASELINES
     assert r["in_band"] == (1.40 <= r["vs_paper"] <= 3.08)
     assert "| mixtral-8x7b | 64 | 1 |" in table([r])
+
+
+def test_capacity_padding_sends_and_computes_whole_buffers(mixtral_128):
+    """DeepSpeed-MoE: every GPU sends each other GPU its experts' whole capacity buffers
+    (E/G x C rows, C = ceil(k T 1.25 / E)) and each expert computes G x C rows, padding
+    included, whatever was routed; its einsums grow with the square of the tokens."""
+    from moehub.cosim.systems import deepspeed_moe as D
+    L, res = mixtral_128
+    C = D.capacity(L)
+    assert C == int(np.ceil(128 * 2 * 1.25 / 8))
+    net, curves = res["deepspeed_moe"].nets["dispatch"]
+    sent = sum(c.b[-1] for f, c in zip(net.flows[:net.own], curves[:net.own])
+               if len(c.b) and f.p0 // 5 == 0)
+    row = L.row_bytes + np.ceil(L.row_bytes / L.sys.link_max_payload_bytes) * L.sys.link_header_bytes
+    assert sent == pytest.approx((L.G - 1) * L.E_local * C * row)
+    small, big = (D.einsum_us(layer(tokens=t), 8 * D.capacity(layer(tokens=t)), t, 0.0)
+                  for t in (1024, 4096))
+    assert big > 8 * small            # 4x the tokens: ~16x the einsum's flops
