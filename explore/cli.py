@@ -69,6 +69,7 @@ def build_spec(args) -> Spec:
         spec.data_bits = args.data_bits
     if args.clock_ns is not None:
         spec.period_ns = args.clock_ns
+    spec.synth_lib = args.synth_lib
     return spec
 
 
@@ -125,7 +126,9 @@ def add_parser(sub) -> None:
                    help=f"datapath of the synthesized hub (default {SYNTH_DATA_BITS}, at most "
                         "8 x chunk bytes)")
     s.add_argument("--clock-ns", type=float_above(0), default=None,
-                   help="clock constraint and ABC delay target (default 3.0, as moehub synth)")
+                   help="clock constraint and ABC delay target (default 3.0, as moehub synth; asap7: 1/1.98 GHz)")
+    s.add_argument("--synth-lib", choices=("osu018", "asap7"), default="osu018",
+                   help="cell library of the synthesis, as moehub synth --lib (asap7: TT, measured at 7 nm)")
     c = p.add_argument_group("where the points run (Dask)")
     c.add_argument("--workers", type=int_at_least(1), default=None,
                    help="local worker processes (default: one per core, at most one per point); "

@@ -104,6 +104,10 @@ def synthesize(point: Point, work_dir: Path) -> dict:
     from ..synth import flow
     from ..synth.sweep import point_metrics
     t0 = time.monotonic()
+    if getattr(point, "synth_lib", "osu018") == "asap7":      # moehub explore --synth-lib asap7
+        from ..synth import asap7, asap7_report
+        sec = asap7.run_asap7(point.synth, Path(work_dir), period_ns=point.period_ns)
+        return {**asap7_report.point_metrics(sec), "synth_s": round(time.monotonic() - t0, 1)}
     sec = flow.run_asic(point.synth, Path(work_dir), period_ns=point.period_ns)
     lr = sec["line_rate"]["at_h100_clock"]
     return {**point_metrics(sec), "timing": lr["timing"], "bandwidth_pass": lr["bandwidth_pass"],

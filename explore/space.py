@@ -86,6 +86,7 @@ class Point:
     synth: HubConfig           #: the reduced hub that is synthesized
     period_ns: float
     meta: dict = field(default_factory=dict, compare=False)
+    synth_lib: str = "osu018"  #: cell library of the synthesis (moehub synth --lib)
 
     @property
     def label(self) -> str:
@@ -169,6 +170,7 @@ class Spec:
     synth_chunks: int = SYNTH_CHUNKS
     data_bits: int = SYNTH_DATA_BITS
     period_ns: float | None = None
+    synth_lib: str = "osu018"
 
     def add_axis(self, key: str, values: list) -> None:
         """Set axis ``key`` (a later definition replaces an earlier one, e.g. the command
@@ -253,8 +255,13 @@ def resolve(values: dict, spec: Spec) -> Point:
     synth = hub.replace(row_bytes=chunks * hub.chunk_bytes, row_stride_bytes=0,
                         data_bits=min(spec.data_bits, 8 * hub.chunk_bytes),
                         name=f"{hub.name}-synth")
+    if spec.synth_lib == "asap7":             # its default clock: 1/1.98 GHz (synth/asap7.py)
+        from ..synth import asap7
+        default_period = asap7.DEFAULT_PERIOD_NS
+    else:
+        default_period = DEFAULT_PERIOD_NS
     return Point(tuple(values.items()), s, m, w, hub_base, hub, synth,
-                 spec.period_ns or DEFAULT_PERIOD_NS)
+                 spec.period_ns or default_period, synth_lib=spec.synth_lib)
 
 
 def points(spec: Spec, max_points: int = MAX_POINTS) -> list[Point]:
@@ -284,4 +291,4 @@ def config_dicts(p: Point) -> dict:
         return d
     return {"system": strip(p.system), "model": strip(p.model), "workload": strip(p.workload),
             "hub": strip(p.hub), "hub_base": strip(p.hub_base), "synth": strip(p.synth),
-            "period_ns": p.period_ns}
+            "period_ns": p.period_ns, **({"synth_lib": p.synth_lib} if p.synth_lib != "osu018" else {})}

@@ -197,6 +197,14 @@ def _f(x, spec=".3g"):
     return f"{x:{spec}}" if isinstance(x, float) else str(x)
 
 
+def _n5_line(lr: dict) -> str:
+    n5 = lr.get("n5_scaled")      # (absent from a section written before it was added)
+    if not n5:
+        return "* The same netlist at N5: not in this section (re-run with --sta-only)."
+    return (f"* The same netlist at N5 (ASAP7 delays ÷ {n5['factor']}, FACTS.md's N7→N5): cycle "
+            f"{_f(n5['cycle_ns'], '.4f')} ns → **{n5['timing']}** (margin {n5['margin_ns'] * 1e3:+.0f} ps).")
+
+
 def markdown(a: dict) -> list[str]:
     """The section of report.md for one corner."""
     c = a["corner"].upper()
@@ -234,9 +242,7 @@ def markdown(a: dict) -> list[str]:
             f"* At the ASAP7 fmax: " + "; ".join(f"{n}: {_f(v['GBps'], '.0f')} GB/s "
                                                  f"{'PASS' if v['pass'] else 'FAIL'}"
                                                  for n, v in lr["at_fmax"].items()) + ".",
-            f"* The same netlist at N5 (ASAP7 delays ÷ {lr['n5_scaled']['factor']}, FACTS.md's N7→N5): cycle "
-            f"{_f(lr['n5_scaled']['cycle_ns'], '.4f')} ns → **{lr['n5_scaled']['timing']}** "
-            f"(margin {lr['n5_scaled']['margin_ns'] * 1e3:+.0f} ps).",
+            _n5_line(lr),
             f"* The projection's FO4 rule on the depth measured here: {lr['fo4_rule']['stage_fo4']:.2f} FO4 "
             f"against its budget {_f(lr['fo4_rule']['budget_fo4'], '.2f')} → **{lr['fo4_rule']['timing']}**.",
             "  (PASS: the nominal cycle fits; MARGINAL: only the cycle without wire margin fits; FAIL: neither.)", ""]
@@ -248,7 +254,7 @@ def markdown(a: dict) -> list[str]:
                 f"| area at N5 mm² | {_f(area['n5_mm2'], '.4f')} | {_f(p['n5_mm2'], '.4f')} |",
                 f"| deepest logic FO4 | {a['deepest_fo4']:.2f} | {p.get('deepest_fo4', p['fo4']):.2f} |",
                 f"| fmax GHz | {_f(lr['fmax_GHz'], '.3f')} | {_f(p['fmax_n5_GHz'], '.3f')} |",
-                f"| verdict at 1.98 GHz | {h['timing']} (at N5: {lr['n5_scaled']['timing']}; FO4 rule: "
+                f"| verdict at 1.98 GHz | {h['timing']} (at N5: {lr.get('n5_scaled', {}).get('timing', '–')}; FO4 rule: "
                 f"{lr['fo4_rule']['timing']}) | {p['timing']} |", ""]
     else:
         out += ["(No OSU018 report of this hub in this folder: `moehub synth --config <config>` puts the "

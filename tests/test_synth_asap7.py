@@ -19,7 +19,7 @@ from moehub.synth import asap7, asap7_report, flow, library
 from moehub.synth.verilog import TOP
 
 MISSING = asap7.tools_missing()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"ASAP7 flow missing: {MISSING}")
+needs_flow = pytest.mark.skipif(MISSING is not None, reason=f"ASAP7 flow missing: {MISSING}")
 
 #: tiny, two lanes, 16-bit datapath, TT, 1.98 GHz clock, recorded on this machine when the
 #: flow was written (synth/README.md, "ASAP7"): cell area um^2 and the deepest family's FO4.
@@ -50,6 +50,7 @@ def netlist_cells(path) -> set[str]:
     return set(re.findall(r"^\s*\\?(\w+_ASAP7_75t_R)\s", path.read_text(), re.M))
 
 
+@needs_flow
 def test_flow_runs_and_reports(tiny_asap7):
     cfg, out, sec = tiny_asap7
     rep = json.loads((out / "report.json").read_text())
@@ -70,6 +71,7 @@ def test_flow_runs_and_reports(tiny_asap7):
     assert "ASAP7 7 nm, TT corner" in md and "Verdict at 1.98 GHz on ASAP7 TT" in md
 
 
+@needs_flow
 def test_area_and_depth_within_band_of_reference(tiny_asap7):
     _, _, sec = tiny_asap7
     area, depth = sec["area"]["cell_area_um2"], sec["deepest_fo4"]
@@ -77,6 +79,7 @@ def test_area_and_depth_within_band_of_reference(tiny_asap7):
     assert depth == pytest.approx(REFERENCE["deepest_fo4"], rel=DEPTH_BAND), depth
 
 
+@needs_flow
 def test_do_not_use_cells_absent(tiny_asap7):
     _, out, sec = tiny_asap7
     cells = netlist_cells(out / "asap7-tt" / "netlist.v")
@@ -99,6 +102,7 @@ def plant_chain(netlist: str, n: int = CHAIN) -> str:
     return netlist.replace(body, body[:-len("endmodule")] + "\n".join(cells) + "\nendmodule")
 
 
+@needs_flow
 def test_planted_chain_lowers_fmax(tiny_asap7, tmp_path):
     cfg, out, sec = tiny_asap7
     planted = tmp_path / "planted"
@@ -136,6 +140,7 @@ def test_bad_lib_and_corner_are_named():
         flow.run("tiny", lib="asap7", corner="ff")
 
 
+@needs_flow
 @pytest.mark.slow
 def test_ss_is_slower_than_tt_on_the_same_netlist(tiny_asap7, tmp_path):
     cfg, out, sec = tiny_asap7
@@ -145,6 +150,7 @@ def test_ss_is_slower_than_tt_on_the_same_netlist(tiny_asap7, tmp_path):
     assert ss["line_rate"]["fmax_GHz"]["nominal"] < sec["line_rate"]["fmax_GHz"]["nominal"]
 
 
+@needs_flow
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["mixtral-8gpu", "deepseek-v3-8gpu", "b200-nvlink5", "nvl72"])
 def test_default_config_passes_at_198GHz_on_tt(config, tmp_path):
@@ -153,3 +159,15 @@ def test_default_config_passes_at_198GHz_on_tt(config, tmp_path):
     assert h["timing"] == "PASS", (sec["deepest"][:3], h)
     assert not [c for c in netlist_cells(tmp_path / "asap7-tt" / "netlist.v")
                 if library.matches(c, library.ASAP7_DONT_USE)]
+
+
+def test_explore_passes_the_library():
+    """``moehub explore --synth-lib asap7``: the points carry the library and its clock, and
+    the cache key tells them apart (an OSU018 point's key is as before)."""
+    from moehub.explore import space
+    spec = space.Spec()
+    spec.synth_lib = "asap7"
+    p = space.points(spec)[0]
+    assert p.synth_lib == "asap7" and p.period_ns == pytest.approx(1 / 1.98)
+    assert space.config_dicts(p)["synth_lib"] == "asap7"
+    assert "synth_lib" not in space.config_dicts(space.points(space.Spec())[0])
