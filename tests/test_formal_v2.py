@@ -57,7 +57,8 @@ SUPPLY = [("joined-return-unseen", 7), pytest.param("double-return-accepted", 7,
 
 @pytest.mark.parametrize("plant,depth", SUPPLY)
 def test_page_supply_plant_fails(plant, depth):
-    """(tiny, 4 pages, 4 takes a cycle) Each plant fails within 7 steps (step 6 measured)."""
+    """(tiny, 4 pages, 4 takes a cycle) Each plant fails within 7 steps (step 6 measured), on
+    the property it breaks (an invariant may fail beside it)."""
     from moehub.verif.formal.page_supply import PLANTS
     r = run_harness(f"supply-{plant}", _supply(plant), "bmc", depth)
     _fails_on(r, PLANTS[plant].fails)

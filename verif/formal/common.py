@@ -117,22 +117,47 @@ class Internals(dict):
                        f"(known: {', '.join(sorted(self))})")
 
 
-def elaborate_into(m: Module, name: str, dut, platform=None) -> Internals:
+def elaborate_into(m: Module, name: str, dut, platform=None, into: tuple = ()) -> Internals:
     """Add ``dut`` to ``m`` as submodule ``name``, elaborated here, and return the
     signals its own module assigns, by name -- its registers, which the strengthening
     invariants of a k-induction relate to the harness's reference state. The RTL stays
     as it is: no formal ports, nothing renamed; a name assigned to two signals is left
-    out (ambiguous). (Signals of the component's own submodules are not reached.)"""
+    out (ambiguous). ``into``: named submodules of the component (e.g. ``"ring"``) to
+    elaborate the same way, their signals as ``"ring.<name>"``; other submodules are
+    not reached (a ``Memory``'s words are no signals at all)."""
     dm = dut.elaborate(platform)
     dm._flush()
     dut._MustUse__silence = True          # (its module stands in for it)
     m.submodules[name] = dm
-    found, seen = Internals(), {}
-    for stmts in dm._statements.values():
-        for st in stmts:
-            for s in st._lhs_signals():
-                seen.setdefault(s.name, {})[id(s)] = s
-    for n, ss in seen.items():
-        if len(ss) == 1:
-            found[n] = next(iter(ss.values()))
+    found = Internals(_assigned(dm))
+    for sub in into:
+        if sub not in dm._named_submodules:
+            raise KeyError(f"{sub!r}: no submodule of that name in {type(dut).__name__} "
+                           f"(known: {', '.join(dm._named_submodules)})")
+        part, src_loc = dm._named_submodules[sub]
+        pm = part.elaborate(platform)
+        pm._flush()
+        part._MustUse__silence = True
+        dm._named_submodules[sub] = (pm, src_loc)
+        found.update({f"{sub}.{n}": v for n, v in _assigned(pm).items()})
+    return found
+
+
+def _assigned(dm) -> dict:
+    """The signals a module's statements assign, by name: its registers first, then the
+    signals it drives combinationally under names no register has (a name assigned to
+    two signals of one kind left out: e.g. a register ``pend`` and the port ``pend`` of a
+    submodule it drives, the register wins)."""
+    found = {}
+    for regs in (True, False):
+        seen = {}
+        for domain, stmts in dm._statements.items():
+            if (domain != "comb") != regs:
+                continue
+            for st in stmts:
+                for s in st._lhs_signals():
+                    seen.setdefault(s.name, {})[id(s)] = s
+        for n, ss in seen.items():
+            if n not in found and len(ss) == 1:
+                found[n] = next(iter(ss.values()))
     return found

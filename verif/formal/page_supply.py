@@ -30,15 +30,47 @@ Properties -- since ``cp`` is any page, each holds for every page:
   free, so taking every page offered takes every free page (pigeonhole) -- a page lost in
   the ring, or a fresh page offered twice in its place, fails one of the two.
 
+Unbounded (k-induction closes at k = 3; not at 1 or 2). The properties alone are not
+inductive: a ring holding a page twice, or a page both in use and in the ring, satisfies
+them until it is handed out. The strengthening invariants, on the supply's registers
+(read from its elaborated module and its ring's, :func:`.common.elaborate_into`) -- the
+supply follows its takes a cycle late, so ``pend`` (the last cycle's takes, one-hot) has
+taken pages that ``ring_count``, ``fresh_base`` and the ring's head do not yet show:
+
+* counts: ``pend`` is a one-hot of the last cycle's take count; ``nfree + fbase == P``,
+  ``count <= P``, ``fresh = fbase + count <= P``; the registered compares ``nfree_gt``,
+  ``ring_count_gt`` are ``nfree > x``, ``count > x``; ``fresh_page{n} == fbase + n``;
+* the ring (:class:`~moehub.rtl.page_ring.RegisterRing`): head and tail one-hot, the tail
+  ``count`` past the head, its live entries (the ``count`` from the head) in the pool, a
+  return joined last cycle (``ret_joined``) its last live entry;
+* the pending takes' pages (``given_page{i}``): the ring's first entries as they saw it
+  (``count - ret_joined``), then fresh pages from ``fbase + ret_joined``;
+* every page is exactly one of: in use (``in_use``), live in the ring (once), fresh
+  (``>= fresh``) -- the partition that ties the free counts to the pages;
+* the chosen page: in use (reference) exactly when ``in_use`` or a pending take's page;
+  never handed out exactly when ``>= fresh`` and not pending; returned exactly when live
+  in the ring and not pending; at most once in the ring;
+* the return check's stages (I, G, W and the one after): their valids are the returns in
+  flight, never good and bad at once, a good one in the pool; for the chosen page the
+  stage registers are its returns in flight, the ``in_use`` bit read in I and G is the
+  reference's ``held`` (less a return accepted since), and W's good return is the
+  accepted verdict.
+
+Proven on ``tiny`` with 4 pages (4 takes a cycle; 16.5 s) and with 2 lanes and 5 pages (a
+pool that is not a power of two; 27 s), measured at load 11 on 2 cores. Pools of
+``BANKED_MIN_PAGES`` (32) pages or more keep the ring in memories
+(:class:`~moehub.rtl.page_ring.BankedRing`): not covered here.
+
 Planted bugs (:data:`PLANTS`, the harness's ``plant`` option) that must make the proof fail.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Elaboratable, Module, Signal
+from amaranth import Cat, Elaboratable, Module, Mux, Signal
 
 from ...rtl.layouts import page_takes
+from ...rtl.logic import select
 from ...rtl.paging import PageSupply
-from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
+from .common import Props, any_const, any_seq, count_ones, elaborate_into, one_hot, reset_first
 from .plant import Plant, planted
 
 FRESH, IN_USE, FREED = 0, 1, 2
@@ -91,7 +123,8 @@ class PageSupplyHarness(Elaboratable):
         cfg, P, K = self.cfg, self.cfg.pool_pages, page_takes(self.cfg)
         p = Props(m)
         self.messages = p.messages
-        m.submodules.dut = dut = self.dut_cls(cfg)
+        dut = self.dut_cls(cfg)
+        self.regs = elaborate_into(m, "dut", dut, platform, into=("ring",))
         reset_first(m)
         take = any_seq(m, K + 1, "take")
         p.assume(one_hot(take))
@@ -118,6 +151,7 @@ class PageSupplyHarness(Elaboratable):
             m.d.sync += state.eq(FREED)
         self._free(m, p, dut, ret, ntake, K)
         self._covers(m, p, dut, take, got, verdict, state, K)
+        self._invariants(m, p, cp, state, flight_state=self._flight)
         return m
 
     def _returns(self, m, p, dut, ret, ret_page, cp, state):
@@ -134,6 +168,7 @@ class PageSupplyHarness(Elaboratable):
         m.d.sync += [flight[k].eq(flight[k - 1]) for k in range(1, RETURN_LATENCY)]
         m.d.sync += [held[k].eq(held[k - 1] & ~freed) for k in range(1, RETURN_LATENCY)]
         m.d.comb += accept.eq(held[-1])
+        self._flight = (flight, held, freed)
         p.check(~(verdict & ~dut.bad) | accept, "a return of a page not in use accepted")
         p.check(~(verdict & dut.bad) | ~accept, "a return of a page in use refused")
         return verdict, accept
@@ -146,12 +181,13 @@ class PageSupplyHarness(Elaboratable):
         m.d.sync += [due[k].eq(due[k - 1]) for k in range(1, RETURN_LATENCY)]
         free = Signal(range(P + 1), init=P, name="ref_free")
         m.d.sync += free.eq(free - ntake + (due[-1] & ~dut.bad))
+        self.due = due
         for i in range(K):
             p.check(dut.avail[i] == (free > i), f"avail is not exact: avail[{i}] != (free > {i})")
         last = Signal(range(K + 1), name="ref_ntake_last")
         m.d.sync += last.eq(ntake)
         p.check(dut.free == free + last, "POOL_FREE is not the pages free plus the last cycle's takes")
-        self.ref_free = free
+        self.ref_free, self.ref_last = free, last
 
     def _covers(self, m, p, dut, take, got, verdict, state, K):
         P = self.cfg.pool_pages
@@ -163,3 +199,84 @@ class PageSupplyHarness(Elaboratable):
         m.d.sync += joined.eq(verdict & ~dut.bad & ~take[0])
         p.cover(joined & (got != 0) & (state == FREED),
                 "the chosen page, joining the ring under a take, handed out again")
+
+    def _invariants(self, m, p, cp, state, flight_state):
+        """The strengthening invariants (see the module docstring): the supply's registers
+        against the reference. Positions in the ring count from its head (``head_oh``,
+        before the pending takes); ``fresh`` = ``fbase + count`` is the first page never
+        handed out before the pending takes."""
+        P, K, pb = self.cfg.pool_pages, page_takes(self.cfg), self.cfg.page_bits
+        r = self.regs
+        pend, count, fbase, nfree = r["pend"], r["ring_count"], r["fresh_base"], r["nfree"]
+        head, tail, ret_r = r["ring.head_oh"], r["ring.tail_oh"], r["ret_joined"]
+        ring = [r[f"ring.ring{q}"] for q in range(P)]
+        flight, held, freed = flight_state
+
+        def at(k):                      # the ring's k-th entry from its head
+            return select([(head[q], ring[(q + k) % P]) for q in range(P)], pb)
+
+        # -- counts and registered compares
+        p.check(one_hot(pend), "invariant: pend is not a one-hot")
+        npend = sum(n * pend[n] for n in range(1, K + 1))
+        p.check(self.ref_last == npend, "invariant: pend is not the last cycle's takes")
+        p.check(state != 3, "invariant: the chosen page's state is not a state")
+        p.check((count <= P) & (nfree + fbase == P) & (fbase + count <= P),
+                "invariant: count <= P, nfree = P - fbase, fbase + count <= P")
+        p.check(r["nfree_gt"] == Cat(nfree > x for x in range(2 * K)), "invariant: nfree_gt is not nfree > x")
+        p.check(r["ring_count_gt"] == Cat(count > x for x in range(2 * K)), "invariant: count_gt is not count > x")
+        for n in range(2 * K):
+            p.check(r[f"fresh_page{n}"] == (fbase + n)[:pb], f"invariant: fresh_page{n} is not fbase + {n}")
+        # -- the ring: one-hot head and tail, tail = head + count, the joined return at its end
+        p.check(one_hot(head) & one_hot(tail), "invariant: the ring's head or tail is not a one-hot")
+        p.check(Cat((count == c) & (tail == Cat(*(head[(q - c) % P] for q in range(P))))
+                    for c in range(P + 1)).any(), "invariant: the ring's tail is not head + count")
+        p.check(~ret_r | Cat((count == k + 1) & (at(k) == r["ret_joined_page"]) for k in range(P)).any(),
+                "invariant: the joined return is not the ring's last entry")
+        # -- the pending takes' pages: the ring's first entries they saw, then fresh ones
+        seen = count - ret_r
+        given = [r[f"given_page{i}"] for i in range(K)]
+        took = [Cat(*pend[i + 1:]).any() for i in range(K)]
+        for i in range(K):
+            want = Mux(seen > i, at(i) if i < P else 0, (fbase + ret_r + i)[:pb])
+            p.check(~took[i] | (given[i] == want), f"invariant: pending take {i}'s page is not the ring's or fresh")
+        pending = Cat(took[i] & (given[i] == cp) for i in range(K)).any()
+        # (every page, not only the chosen one: exactly one of in use, in the ring, never
+        # handed out -- the pending takes' pages still counted in the ring or fresh; this
+        # is what ties the free counts to the pages)
+        for q in range(P):
+            here = [(count > k) & (at(k) == q) for k in range(P)]
+            p.check(r["in_use"][q] + count_ones(here) + (fbase + count <= q) == 1,
+                    "invariant: a page not exactly one of in use, in the ring, fresh")
+        p.check(Cat((count <= k) | (at(k) < P) for k in range(P)).all(), "invariant: a page in the ring out of the pool")
+        live = [(count > k) & (at(k) == cp) for k in range(P)]
+        p.check(count_ones(live) <= 1, "invariant: the chosen page twice in the ring")
+        p.check((state == IN_USE) == (r["in_use"].bit_select(cp, 1) | pending),
+                "invariant: the chosen page in use is not in_use or a pending take's")
+        p.check((state == FRESH) == ((cp >= fbase + count) & ~pending),
+                "invariant: the chosen page never handed out is not at or past fresh")
+        p.check((state == FREED) == (Cat(*live).any() & ~pending),
+                "invariant: the chosen page returned is not in the ring")
+        self._return_invariants(m, p, cp, flight, held, freed)
+
+    def _return_invariants(self, m, p, cp, flight, held, freed):
+        """The return check's stages (I, G, W and the one before W) against the returns in
+        flight, of any page (``due``) and of the chosen one (``flight``, ``held``)."""
+        r, P, due = self.regs, self.cfg.pool_pages, self.due
+        freed_q = Signal(name="ref_freed_q")
+        m.d.sync += freed_q.eq(freed)
+        p.check((r["ret_i"] == due[0]) & (r["ret_g"] == due[1]) & (due[2] == (r["bad_r"] | r["ret_good_w"])),
+                "invariant: the return stages' valids are not the returns in flight")
+        p.check(~(r["bad_r"] & r["ret_good_w"]), "invariant: a verdict both good and bad")
+        p.check((flight[0] == (r["ret_i"] & (r["ret_page_i"] == cp)))
+                & (flight[1] == (r["ret_g"] & (r["ret_page_g"] == cp))),
+                "invariant: the chosen page's returns in flight are not the stages'")
+        p.check(~r["ret_g"] | (r["ret_in_range"] == (r["ret_page_g"] < P)), "invariant: ret_in_range is not page_g < P")
+        p.check(~flight[0] | (held[0] == r["in_use"].bit_select(cp, 1)),
+                "invariant: a return in I: held is not in_use")
+        p.check(~flight[1] | (held[1] == (r["in_use_group"].bit_select(cp, 1) & ~freed_q)),
+                "invariant: a return in G: held is not the in_use read, less a return accepted since")
+        p.check((r["ret_good_w"] & (r["ret_page_w"] == cp)) == freed,
+                "invariant: W's good return of the chosen page is not the accepted verdict")
+        p.check((r["ret_good_x"] & (r["ret_page_x"] == cp)) == freed_q,
+                "invariant: the stage after W is not the last accepted verdict")
+        p.check(~r["ret_good_w"] | (r["ret_page_w"] < P), "invariant: a good return out of the pool")

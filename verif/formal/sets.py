@@ -168,13 +168,13 @@ def _sets() -> list[PropertySet]:
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
                          "(~8 cycles); k-induction would need the FIFO's contents as invariants"),
         PropertySet("page-supply", "page supply (pool and ring)", "tiny, 4 pages (4 takes a cycle)",
-                    _page_supply(4), {"bmc": 12, "cover": 14}, smoke={"bmc": 6},
+                    _page_supply(4), {"prove": 3, "bmc": 12, "cover": 14}, smoke={"prove": 3},
                     note="protocol v2: a page handed out at most once until returned, a returned-twice "
-                         "page refused, none lost (avail exact, POOL_FREE); every page taken at step 1, "
-                         "returned and handed out again through the ring (it wraps) within 12; bounded: "
-                         "k-induction would need the ring's contents as invariants"),
+                         "page refused, none lost (avail exact, POOL_FREE); k-induction closes at k=3 with "
+                         "the ring's and the counts' invariants (page_supply.py); the BMC takes every page "
+                         "at step 1, returns them and hands them out again through the ring (it wraps)"),
         PropertySet("page-supply-5", "page supply (pool and ring)", "tiny, 2 lanes, 5 pages (2 takes a cycle)",
-                    _page_supply(5, lanes=2), {"bmc": 12, "cover": 14},
+                    _page_supply(5, lanes=2), {"prove": 3, "bmc": 12, "cover": 14},
                     note="protocol v2: as page-supply, with a pool that is not a power of two (a 3-bit "
                          "page number 5-7 written to PAGE_FREE is out of range) and a 5-register ring"),
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
