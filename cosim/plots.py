@@ -835,8 +835,10 @@ def headline_heatmap(rows: list, path: Path, key: str = "speedup_layer",
         ax.set_yticklabels([])
     cb = fig.colorbar(im, ax=list(axes[0]), shrink=0.95, pad=0.02)
     cb.set_label("baseline / hub latency\n(> 1: the hub wins)", fontsize=8)
-    ticks = [t for t in (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 6)
-             if 1 / span <= t <= span]
+    steps = ((0.8, 0.9, 1.0, 1.1, 1.25, 1.5) if span <= 1.6 else
+             (0.5, 0.67, 1.0, 1.5, 2, 3) if span <= 3.2 else
+             (0.125, 0.25, 0.5, 1.0, 2, 4, 8, 16))
+    ticks = [t for t in steps if 1 / span <= t <= span]
     cb.set_ticks(ticks, labels=[f"{t:g}" for t in ticks], minor=False)
     cb.ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     if title:
