@@ -22,6 +22,7 @@ from . import dedup
 from .components import Components
 from .gpu import GpuModel
 from .network import GBps, FluidNetwork, RateMemo, flow_wire_bytes
+from .placement import needs_slots, redundant_slots
 from .workload import Routing
 
 
@@ -105,6 +106,9 @@ class Layer:
         if routing.gpus != G or routing.tokens != T or routing.topk != k:
             raise ConfigError(f"routing shape {routing.experts.shape} does not match "
                               f"{G} GPUs x {T} tokens x top-{k}")
+        if needs_slots(E, G):      # e.g. 256 experts on 72 GPUs: redundant expert slots
+            model, routing = redundant_slots(model, routing, G)
+            self.model, self.routing, E = model, routing, model.experts
         self.G, self.E, self.k, self.T = G, E, k, T
         self.nodes = -(-G // system.gpus_per_node)
         if G <= E:

@@ -75,9 +75,14 @@ def test_tiny_layer_runs_on_nvl72_ep72_and_two_racks(system):
         assert np.isfinite(r.latency_us) and r.latency_us > 0, n
 
 
-def test_ep72_of_a_256_expert_model_is_refused_with_the_counts():
-    with pytest.raises(ConfigError, match=r"system.gpus = 72: 256 experts .* 72 GPUs"):
-        layer("deepseek-v3", "gb200-nvl72-ep72", tokens=1)
+def test_ep72_of_a_256_expert_model_gets_redundant_slots():
+    """256 experts on 72 GPUs: 4 slots per GPU, 32 redundant (as DeepSeek-V3 deploys)."""
+    L = layer("deepseek-v3", "gb200-nvl72-ep72", tokens=1)
+    assert (L.E, L.E_local, L.model.experts) == (288, 4, 288)
+    assert L.counts.sum() == 72 * 8 and L.expert_rows.shape == (72, 4)
+    # a count that neither divides nor replicates is still refused, naming both counts
+    with pytest.raises(ConfigError, match=r"system.gpus = 12: not a multiple of the 8 experts"):
+        layer("mixtral-8x7b", "h100x16-ib", tokens=1, gpus=12, gpus_per_node=4)
 
 
 # ---------------------------------------------------------------------- launch mode
@@ -288,6 +293,7 @@ def test_layer_runs_where_experts_do_not_divide_over_the_gpus():
     assert (m6.experts, r6.num_experts) == (258, 258)        # 43 slots x 6, 2 redundant
     L = Layer(s, m6, w, r6)
     assert L.E_local == 43 and L.counts.sum() == 6 * 8
+    assert np.array_equal(Layer(s, m, w, r).counts, L.counts)   # the layer places them itself
     for n in ("ideal", "hub"):
         assert np.isfinite(run_system(n, L).latency_us)
 
@@ -297,8 +303,7 @@ def test_deepseek_v3_runs_at_ep72_with_redundant_slots():
     m = load_model_config("deepseek-v3")
     w = load_workload_config("default").replace(tokens_per_gpu=1)
     s = load_system_config("gb200-nvl72-ep72")
-    m72, r72 = redundant_slots(m, make_routing(m, w, 72), 72)
-    assert m72.experts == 288                                # 256 + 32 = 4 x 72
-    L = Layer(s, m72, w, r72)
+    L = Layer(s, m, w, make_routing(m, w, 72))
+    assert L.E == 288                                        # 256 + 32 = 4 x 72
     for n in SYSTEMS:
         assert np.isfinite(run_system(n, L).latency_us), n
