@@ -117,7 +117,7 @@ def table_md(rows: list) -> str:
 
 
 def legend(today, paper, variants) -> str:
-    letters = ", ".join(f"{SHORT.get(n, n)} {n}" for n in (*today, *paper))
+    letters = ", ".join(f"{SHORT[n]} {n}" for n in (*today, *paper) if n in SHORT)
     return (f"Cells: the best hub's speedup over the best of today's software baselines "
             f"({', '.join(today)}) and its letter; after '/', over the fastest of the papers' "
             f"kind ({', '.join(paper) or 'none registered'}); in brackets the hub variant that "
