@@ -4,7 +4,11 @@ Every parameter comes from :class:`SystemConfig` (and its ``software`` costs) or
 config; the GEMM and HBM numbers come from the calibrated component models of
 :mod:`.components` (``moehub calibrate`` shows them against published measurements).
 
-* A kernel costs ``kernel_launch_us`` plus its body.
+* A kernel costs one launch plus its body: the system's ``launch_mode`` decides which
+  (:attr:`.components.Components.launch_us`: ``kernel_launch_us`` eager,
+  ``graph_launch_us`` when the layer is replayed from CUDA graphs).
+* Weights of ``weight_bytes`` 1 are FP8 and run FP8 GEMMs (FP8 peak and tile efficiency,
+  DeepGEMM-style); otherwise BF16. Activations stay BF16 (``act_bytes``).
 * A copy / elementwise body moves bytes at ``hbm_GBps x hbm_efficiency``.
 * A GEMM body is ``gemm_fixed_us + max(flops / (peak x eff x SM share), bytes / HBM)``
   where HBM is the achievable weight-streaming bandwidth (``hbm_gemm_efficiency`` of
@@ -58,7 +62,7 @@ class Batch:
 class GpuModel:
     """Kernel costs of one GPU. ``layout`` is how the expert GEMM gets its rows
     (:data:`.components.LAYOUTS`; "contiguous" = expert rows back to back, padded to
-    tiles); weights and activations are BF16 (``dtype``)."""
+    tiles); ``dtype`` is the GEMMs' datatype: FP8 with FP8 weights, else BF16."""
 
     def __init__(self, system: SystemConfig, model: ModelConfig, tile_rows: int,
                  layout: str = "contiguous"):
