@@ -53,8 +53,8 @@ class Block:
 #: prefill (32768), Mixtral-8x7B and DeepSeek-V3 (its released FP8 checkpoint, as served);
 #: wide expert parallelism with DeepSeek-V3 (256 experts: the model deployed that way) at
 #: decode and small prefill sizes, where the hub's case is (fixed costs are most of the
-#: layer): GB200 NVL72 as EP64, two NVL72 racks over InfiniBand as EP128, and H100
-#: clusters of 4, 8 and 32 nodes (EP32, EP64, EP256).
+#: layer): GB200 NVL72 as EP64 and EP72 (redundant expert slots), two NVL72 racks over
+#: InfiniBand as EP128, and H100 clusters of 4, 8 and 32 nodes (EP32, EP64, EP256).
 #: Sized for <= 30 min on 2 cores once the wide-EP network engine runs a point in seconds
 #: (the issue's targets: EP64 decode <= 5 s, EP256 at 128 tokens <= 30 s for every
 #: system); points over ``MAX_ROWS`` are skipped and listed.
@@ -65,8 +65,8 @@ PRESETS = {
     "default": (
         Block(("h100x8", "b200x8"), ("mixtral-8x7b", "deepseek-v3-fp8"),
               (1, 8, 32, 128, 512, 2048, 8192, 32768)),
-        Block(("gb200-nvl72", "gb200-nvl72x2-ep128-ib", "h100x32-ib", "h100x64-ib",
-               "h100x256-ib"), ("deepseek-v3-fp8",), (1, 8, 32, 128, 512)),
+        Block(("gb200-nvl72", "gb200-nvl72-ep72", "gb200-nvl72x2-ep128-ib", "h100x32-ib",
+               "h100x64-ib", "h100x256-ib"), ("deepseek-v3-fp8",), (1, 8, 32, 128, 512)),
     ),
     "quick": (
         Block(("h100x8", "b200x8"), ("mixtral-8x7b",), (1, 32, 512)),
@@ -196,9 +196,8 @@ def resolve(system: str, model: str, tokens: int, ratio: float,
     s, m, w = _load("--workload", workload, lambda: load_configs(system, model, workload, tokens))
     G, E = s.gpus, m.experts
     unfit = ""
-    if (E % G) if G <= E else (G % E):         # the layer's placement rule (cosim/layer.py)
-        unfit = (f"the {E} experts of {m.name} neither divide evenly over nor replicate onto "
-                 f"{G} GPUs")
+    if G > E and G % E:       # the layer's rule: fewer GPUs take redundant expert slots
+        unfit = (f"the {E} experts of {m.name} do not replicate evenly onto {G} GPUs")
     return Point(system, model, tokens, ratio, scale_compute_to_link(s, ratio), m, w,
                  {"unfit": unfit})
 

@@ -185,10 +185,12 @@ def test_presets_and_blocks():
     q = grid.build_blocks("quick", None, ("deepseek-v3",))
     assert all(b.models == ("deepseek-v3",) for b in q) and len(q) == len(grid.PRESETS["quick"])
     run, skipped = grid.split(grid.points([grid.Block(("h100x8", "gb200-nvl72-ep72"),
-                                                      ("deepseek-v3",), (1, 64))]), 4000)
+                                                      ("phi-3.5-moe",), (1, 300))]), 4000)
     assert [(p.system_config, p.tokens) for p in run] == [("h100x8", 1)]
-    assert [(p.tokens, "rows" in why) for p, why in skipped[:1]] == [(64, True)]
-    assert all("256 experts" in why for p, why in skipped[1:]) and len(skipped) == 3
+    assert [(p.tokens, "rows" in why) for p, why in skipped[:1]] == [(300, True)]
+    assert all("16 experts" in why for p, why in skipped[1:]) and len(skipped) == 3
+    ep72 = grid.points([grid.Block(("gb200-nvl72-ep72",), ("deepseek-v3",), (1,))])
+    assert grid.split(ep72, 4000) == (ep72, [])        # redundant expert slots run it
 
 
 @pytest.mark.parametrize("flag,value", [
