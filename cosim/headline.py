@@ -190,7 +190,7 @@ def write_timelines(rows: list, pts: dict, out: Path) -> None:
             p = pts[r["label"]]
             er = run_experiment(p.system, p.model, p.workload,
                                 hub_features=grid.parse_variant(r["hub_variant"]))
-            name = f"{sname}_{p.model_name}_t{p.tokens}_cl{p.ratio:g}".replace("/", "-")
+            name = f"{sname}_{p.model.name}_t{p.tokens}_cl{p.ratio:g}"
             write_run(er, name, out)
 
 
@@ -242,7 +242,7 @@ def _cost(runs: dict) -> dict:
 
 
 def _skip_row(p, reason: str) -> dict:
-    return {"system_config": p.system_config, "model": p.model.name, "tokens_per_gpu": p.tokens,
+    return {"system_config": p.system_short, "model": p.model.name, "tokens_per_gpu": p.tokens,
             "compute_link_ratio": p.ratio, "rows": p.rows, "reason": reason}
 
 

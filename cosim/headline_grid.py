@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..config.cosim_schema import ModelConfig, SystemConfig, WorkloadConfig
 from ..config.schema import ConfigError
@@ -172,6 +173,12 @@ class Point:
     @property
     def rows(self) -> int:
         return self.system.gpus * self.tokens * self.model.topk
+
+    @property
+    def system_short(self) -> str:
+        """The system config as tables name it: a YAML path by its file's stem."""
+        v = self.system_config
+        return Path(v).stem if "/" in v or v.endswith((".yaml", ".yml")) else v
 
     @property
     def label(self) -> str:

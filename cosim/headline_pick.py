@@ -98,7 +98,7 @@ def row(point, runs: dict, facts: dict, today: tuple, paper: tuple) -> dict:
     if best is None:
         raise ValueError(f"{point.label}: none of the baselines {', '.join(today)} ran")
     pname, paper_us = best_of(runs, paper)
-    out = {"system_config": point.system_config, "system": point.system.name,
+    out = {"system_config": point.system_short, "system": point.system.name,
            "gpus": facts["gpus"], "model": point.model.name, "tokens_per_gpu": point.tokens,
            "compute_link_ratio": point.ratio, "hub_us": hub_us, "hub_variant": variant,
            "best_baseline": best, "best_us": best_us, "speedup_layer": best_us / hub_us,
