@@ -92,12 +92,18 @@ def pivot_md(rows: list, skipped: list = ()) -> str:
     return "\n".join(out)
 
 
+def unsettled(r: dict) -> bool:
+    """Whether the cell's hub or best baseline stopped at the pass limit unconverged."""
+    bad = set(filter(None, str(r.get("not_converged") or "").split(",")))
+    return bool(bad & {r["best_baseline"], HUB + r["hub_variant"]})
+
+
 def _cell(r: dict) -> str:
     text = f"{float(r['speedup_layer']):.2f} {SHORT.get(r['best_baseline'], r['best_baseline'])}"
     if r.get("speedup_paper") not in (None, ""):
         p = r["paper_baseline"]
         text += f" / {float(r['speedup_paper']):.2f} {SHORT.get(p, p)}"
-    return text + f" ({_short_variant(r['hub_variant'])})"
+    return text + f" ({_short_variant(r['hub_variant'])})" + (" †" if unsettled(r) else "")
 
 
 def table_md(rows: list) -> str:
@@ -123,7 +129,9 @@ def legend(today, paper, variants) -> str:
             f"kind ({', '.join(paper) or 'none registered'}); in brackets the hub variant that "
             f"was fastest (of {', '.join(variants)}; ec early counts, mc multicast, pg paged). "
             f"Letters: {letters}. skip: not run (more routed rows than --max-rows, or the "
-            f"model's experts do not fit the GPUs; the list below); —: not in the grid.")
+            f"model's experts do not fit the GPUs; the list below); —: not in the grid; †: the "
+            f"hub or the best baseline stopped at the pass limit unconverged (headline.csv, "
+            f"not_converged).")
 
 
 # ---------------------------------------------------------------------------- outputs

@@ -109,5 +109,8 @@ def row(point, runs: dict, facts: dict, today: tuple, paper: tuple) -> dict:
     for r, m in runs.items():
         out[f"{r.replace(HUB, 'hub_').replace('+', '_')}_us" if r.startswith(HUB)
             else f"{r}_us"] = m["latency_us"]
+    # runs whose shared-network passes stopped at the pass limit, still moving: their
+    # latency is the last pass's, so the table marks a cell that rests on one
+    out["not_converged"] = ",".join(r for r, m in runs.items() if m.get("converged") is False)
     out["why_hub_loses"] = why(hub, runs[best], best, facts, variant)
     return out

@@ -132,6 +132,12 @@ def test_best_hub_and_best_baseline_picks():
         ("fused", "multicast+early_counts", "eager")
     assert r["speedup_layer"] == pytest.approx(1.5) and r["speedup_paper"] == pytest.approx(2.5)
     assert r["compute_link_ratio"] == 2.0 and r["why_hub_loses"] == ""
+    # a cell resting on a run stopped at the pass limit is marked, others are not
+    from moehub.cosim.headline import pivot_md
+    assert "†" not in pivot_md([r])
+    runs["fused"]["converged"] = False
+    r = pick.row(p, runs, facts, ("bulk", "comet", "fused", "deepep"), ())
+    assert r["not_converged"] == "fused" and "1.50 F (mc+ec) †" in pivot_md([r])
 
 
 def test_why_names_the_later_gemm_start_only_when_the_hub_is_slower():
