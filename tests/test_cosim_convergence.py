@@ -58,14 +58,16 @@ def test_traffic_residual_is_zero_only_at_a_fixed_point():
     assert P.traffic_residual_us({}, {}) == 0.0       # no traffic at all (the ideal bound)
 
 
-def test_damping_halves_at_a_swing_and_recovers():
+def test_damping_halves_at_a_swing_or_a_growing_residual_and_recovers():
     d = P.Damping()
     assert d.next(np.inf, [10.0, 10.0]) == 1.0
     assert d.next(50.0, [12.0, 10.0]) == 1.0           # moved up
     assert d.next(45.0, [10.0, 10.0]) == 0.5           # moved back down: a swing
-    assert d.next(40.0, [9.0, 10.0]) == 0.5            # same direction, residual fell a bit
-    assert d.next(10.0, [8.5, 10.0]) == 1.0            # more than halved: back to 1
-    assert d.next(20.0, [8.0, 10.0]) == 0.5            # the residual grew
+    assert d.next(40.0, [9.0, 10.0]) == 1.0            # same direction, residual fell
+    assert d.next(41.0, [8.0, 10.0]) == 0.5            # the residual grew
+    assert d.next(30.0, [8.5, 10.2]) == 0.25           # reversed again (cosine -0.93)
+    # jitter of a GPU off the critical path (cosine -0.08) is no swing
+    assert d.next(29.0, [8.45, 10.3]) == 0.5
 
 
 def test_a_two_node_hub_layer_reaches_its_fixed_point():
@@ -77,8 +79,8 @@ def test_a_two_node_hub_layer_reaches_its_fixed_point():
     ex = r.extra
     assert ex["converged"] and 2 <= ex["passes"] <= MAX_PASSES
     tol = max(0.05, 1e-3 * r.latency_us)
-    assert ex["residual_us"] <= tol
-    assert ex["traffic_residual_us"] <= tol
+    assert ex["traffic_residual_us"] <= tol          # |F(x) - x|: at the fixed point
+    assert ex["residual_us"] <= 0.01 * r.latency_us  # the last pass moved no GPU by 1 %
 
 
 def test_run_json_reports_passes_and_residuals(tmp_path):

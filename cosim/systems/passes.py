@@ -173,15 +173,25 @@ def traffic_residual_us(produced: dict, background: dict) -> float:
     return num / den if den > 0 else 0.0
 
 
+#: a pass *swings* when it moves the end times back against the pass before: the cosine of
+#: the two moves below this (a clear reversal, not the jitter of GPUs off the critical path)
+SWING_COSINE = -0.5
+
+
+def _cosine(u, v) -> float:
+    nu, nv = float(np.linalg.norm(u)), float(np.linalg.norm(v))
+    return float(np.dot(u, v)) / (nu * nv) if nu > 0 and nv > 0 else 0.0
+
+
 class Damping:
     """The weight ``a_n`` of each pass's traffic. It starts at 1 (plain iteration: the
-    fastest while the passes approach the fixed point) and is halved at a *swing*: the
-    last pass moved the GPUs' end times against the direction the pass before moved
-    them (negative inner product of the two moves -- the period-2 cycle of a delayed
-    negative feedback, which averaging with weight 1/2 cancels), or its traffic lay
-    further from its background than the pass before's (the residual grew). After a
-    pass that more than halved the residual without a swing it doubles again (up to 1).
-    Any sequence of weights in (0, 1] keeps the fixed point (module docstring)."""
+    fastest while the passes approach the fixed point) and is halved (down to ``floor``)
+    at a *swing* -- the last pass moved the GPUs' end times back against the pass before
+    (cosine of the two moves below :data:`SWING_COSINE`: the period-2 cycle of a delayed
+    negative feedback, which averaging with weight 1/2 cancels) -- or when its traffic
+    lay further from its background than the pass before's (the residual grew). After a
+    pass whose residual fell without a swing it doubles again (up to 1). Any sequence of
+    weights in (0, 1] keeps the fixed point (module docstring)."""
 
     def __init__(self, a: float = 1.0, floor: float = 1.0 / 8):
         self.a, self.floor = a, floor
@@ -194,11 +204,11 @@ class Damping:
         ends = np.asarray(ends, dtype=float)
         moved = None if self.moved is None else ends - self.moved[0]
         swing = moved is not None and self.moved[1] is not None \
-            and float(np.dot(moved, self.moved[1])) < 0
-        grew = self.last is not None and np.isfinite(self.last) and residual > self.last
-        if swing or grew:
+            and _cosine(moved, self.moved[1]) < SWING_COSINE
+        known = self.last is not None and np.isfinite(self.last)
+        if swing or (known and residual > self.last):
             self.a = max(self.floor, self.a / 2)
-        elif self.last is not None and np.isfinite(self.last) and residual < self.last / 2:
+        elif known and residual < self.last:
             self.a = min(1.0, self.a * 2)
         self.last, self.moved = residual, (ends, moved)
         self.history.append(self.a)
