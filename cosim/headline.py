@@ -325,6 +325,8 @@ def add_parser(subparsers) -> None:
     g.add_argument("--grid", choices=tuple(grid.PRESETS), default=None,
                    help="a preset grid: default (the whole map; without --grid the axes "
                         "given replace it as one block) or quick (about a minute today)")
+    g.add_argument("--quick", action="store_const", const="quick", dest="grid",
+                   help="the quick grid (the same as --grid quick)")
     g.add_argument("--systems", default=None, help="system configs (names or YAML paths), "
                    "comma-separated")
     g.add_argument("--models", default=None, help="models, comma-separated")

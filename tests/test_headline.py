@@ -186,6 +186,8 @@ def test_the_cache_key_hashes_what_a_run_imports_not_what_presents_it(monkeypatc
 def test_presets_and_blocks():
     quick = grid.points(grid.build_blocks("quick"))
     assert {p.system_config for p in quick} >= {"h100x8", "gb200-nvl72"}
+    from moehub.scripts.cli import build_parser
+    assert build_parser().parse_args(["headline", "--quick"]).grid == "quick"
     one = grid.build_blocks(None, ("h100x8",), None, (1, 2), (0.5, 1.0))
     assert len(one) == 1 and one[0].ratios == (0.5, 1.0) and one[0].systems == ("h100x8",)
     q = grid.build_blocks("quick", None, ("deepseek-v3",))
