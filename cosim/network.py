@@ -96,6 +96,11 @@ class FluidNetwork:
         self.NONE = len(self.caps) - 1
         self.flows: list[_Flow] = []
         self.engine = engine
+        #: compiled engine: coalesce queue drains closer than this (us; 0 = exact, see
+        #: :func:`.network_kernels.simulate` for what it changes)
+        self.window_us = 0.0
+        #: ... or than this fraction of the time (when ``window_us`` > 0)
+        self.window_rel = 0.0
         self.memo: RateMemo | None = None   #: fair rates shared with like networks (reference engine)
         self.stats: dict = {}               #: of the last run: flows, events, rate changes
 
@@ -131,12 +136,21 @@ class FluidNetwork:
     def add_background(self, records: list) -> None:
         """Flows of another phase that share this network's ports (their curves are not
         read): they take their fair share of every port they cross."""
-        for p0, p1, p2, lat, cap, impulses, segments in records:
-            if not impulses and not segments:
-                continue
-            f = self.add_flow(p0, p1, lat, cap, p2=p2)
-            self.flows[f].impulses.extend(impulses)
-            self.flows[f].segments.extend(segments)
+        none = self.NONE
+        self.flows += [_Flow(p0, none if p1 is None else p1, none if p2 is None else p2, lat, cap,
+                             list(impulses), list(segments))
+                       for p0, p1, p2, lat, cap, impulses, segments in records
+                       if impulses or segments]
+
+    def add_flows(self, p0, p1, latency_us, cap, p2=None) -> np.ndarray:
+        """:meth:`add_flow` for many flows at once (arrays; ``None`` entries of p1 / p2, or
+        p2 = None for all: no port); returns their indices."""
+        none, n0 = self.NONE, len(self.flows)
+        p2 = [None] * len(p0) if p2 is None else p2
+        self.flows += [_Flow(int(a), none if b is None else int(b), none if c is None else int(c),
+                             float(lat), float(cp))
+                       for a, b, c, lat, cp in zip(p0, p1, p2, latency_us, cap)]
+        return np.arange(n0, len(self.flows))
 
     # ------------------------------------------------------------------ rates
     def _prepare(self) -> None:
@@ -233,11 +247,12 @@ class FluidNetwork:
         static_cap = np.array([f.cap for f in self.flows], dtype=float)
         ev = self._event_arrays()
         state = K.scratch(F, len(self.caps))
-        rec_t, rec_n, rec_f, rec_b, t_end, sent = K.simulate(
-            *ev, self._ports, self.caps, self._tol, self.NONE, static_cap, state)
-        self.stats = {"flows": F, "events": len(ev[0]), "steps": len(rec_t) + 1,
+        rec_t, rec_f, rec_b, t_end, sent, steps = K.simulate(
+            *ev, self._ports, self.caps, self._tol, self.NONE, static_cap, state,
+            float(self.window_us), float(self.window_rel) if self.window_us > 0 else 0.0)
+        self.stats = {"flows": F, "events": len(ev[0]), "steps": steps,
                       "rate_changes": len(rec_f)}
-        return Curves(self, np.repeat(rec_t, rec_n), rec_f, rec_b, t_end, sent)
+        return Curves(self, rec_t, rec_f, rec_b, t_end, sent)
 
     def _events(self) -> list:
         """Every injection boundary ``(time, kind, flow, value)`` in time order (kind 0
@@ -267,6 +282,7 @@ class FluidNetwork:
         rate = np.zeros(F)
         rec_t, rec_i, rec_b = [], [], []       # rate changes: time, flows, bytes sent by then
         rates = (self.memo or RateMemo(32e6)).rates(self)
+        n_steps = 0
         t = events[0][0] if events else 0.0
         while True:
             k = _apply_events(events, k, t, backlog, inrate)
@@ -276,6 +292,7 @@ class FluidNetwork:
                 break
             caps = np.where(queued, static_cap, np.minimum(static_cap, inrate))
             new_rate = rates(active & (caps > 0), caps)
+            n_steps += 1
             changed = (np.abs(new_rate - rate) > 1e-12).nonzero()[0]
             if changed.size:
                 rec_t.append(t)
@@ -302,7 +319,7 @@ class FluidNetwork:
                 # no measurable progress: the queue that was about to drain is empty now
                 backlog[drain & (backlog / np.maximum(net, 1e-300) <= 1e-9 * max(1.0, abs(t)))] = 0.0
             t = t_next
-        self.stats = {"flows": F, "events": n_ev, "steps": len(rec_t) + 1,
+        self.stats = {"flows": F, "events": n_ev, "steps": n_steps,
                       "rate_changes": int(sum(len(i) for i in rec_i))}
         times = np.repeat(np.array(rec_t), [len(i) for i in rec_i])
         cat = (lambda x, dt: np.concatenate(x) if x else np.zeros(0, dtype=dt))
@@ -351,6 +368,13 @@ class Curves(Sequence):
         lat = np.asarray(self._lat)[flows]
         return depart_many(self._t, self._b, self._bounds[flows], self._trimmed()[flows],
                            np.asarray(x, dtype=float)) + lat
+
+    def __iter__(self):
+        if len(self._cache) < len(self):       # every curve at once: one slice per flow
+            hi, lat = self._trimmed(), self._lat
+            self._cache = {i: FlowCurve(self._t[lo:h], self._b[lo:h], lat[i])
+                           for i, (lo, h) in enumerate(zip(self._bounds[:-1].tolist(), hi.tolist()))}
+        return iter(self._cache[i] for i in range(len(self)))
 
     def __getitem__(self, i):
         if isinstance(i, slice):

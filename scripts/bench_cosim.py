@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/bench_cosim.py [--point MODEL:SYSTEM:WORKLOAD:TOKENS ...]
                                             [--reference-rows 1000] [--repeat 3]
+    .venv/bin/python scripts/bench_cosim.py --scaling [--gpus 8,16,...] [--tokens 128,4096]
+                                            [--systems hub,bulk,...] [--engine reference]
 
 For each point it prints one row of a Markdown table: the routed rows; the hub stage's
 speed in rows per second -- the vectorised fast path (``run_hub_fast``, every destination
@@ -11,10 +13,19 @@ system (as ``moehub cosim`` runs them, on one shared layer) and the total, wall 
 (``time.process_time``). Times are the best of ``--repeat`` runs; on a shared machine
 quote the CPU column. It only uses interfaces that predate the fast path, so the same
 script measures an older checkout (``PYTHONPATH`` pointing at it).
+
+``--scaling``: the fluid network's cost as the layer widens -- DeepSeek-V3 on H100 nodes
+of 8 GPUs joined by InfiniBand (``h100x8`` for 8 GPUs, ``h100x32-ib`` with its GPU count
+overridden above; one layer per row, ``moehub cosim``'s systems on it, run once): the
+largest network's flows, the events (injection boundaries), rate steps and rate changes
+summed over every network the systems ran, the network seconds (CPU) and the whole
+layer's wall and CPU seconds, each system's wall seconds, and the engine's drain window.
+It prints the machine's load (``os.getloadavg``) before every row.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -86,6 +97,70 @@ def whole_layer(point: str, repeat: int) -> dict:
     return best
 
 
+SCALING_GPUS = (8, 16, 32, 64, 72, 128, 256)
+SCALING_TOKENS = (128, 4096)     #: decode, prefill (tokens per GPU)
+
+
+def _scaling_layer(gpus: int, tokens: int):
+    import dataclasses
+    system = "h100x8" if gpus == 8 else "h100x32-ib"
+    s, m, w = load_configs(system, "deepseek-v3", "default", tokens)
+    s = dataclasses.replace(s, gpus=gpus)
+    return Layer(s, m, w, make_routing(m, w, s.gpus))
+
+
+def scaling_row(gpus: int, tokens: int, systems) -> dict:
+    """One layer of the scaling table: its systems run once, every network's stats summed."""
+    from moehub.cosim import network as N
+    nets = []
+    run = N.FluidNetwork.run
+
+    def counted(net):
+        c = time.process_time()
+        out = run(net)
+        nets.append((net.stats, time.process_time() - c, net.window_us))
+        return out
+    N.FluidNetwork.run = counted
+    try:
+        t, c = time.perf_counter(), time.process_time()
+        L = _scaling_layer(gpus, tokens)
+        per = {}
+        for name in systems:
+            t1 = time.perf_counter()
+            run_system(name, L)
+            per[name] = time.perf_counter() - t1
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+    finally:
+        N.FluidNetwork.run = run
+    tot = lambda k: sum(st.get(k, 0) for st, _, _ in nets)
+    return {"flows": max((st.get("flows", 0) for st, _, _ in nets), default=0),
+            "networks": len(nets), "events": tot("events"), "steps": tot("steps"),
+            "changes": tot("rate_changes"), "net_cpu": sum(x for _, x, _ in nets),
+            "window": max((w for _, _, w in nets), default=0.0),
+            "wall": wall, "cpu": cpu, "systems": per}
+
+
+def scaling(gpus, tokens, systems) -> None:
+    head = ["GPUs", "tokens/GPU", "largest network (flows)", "networks", "events",
+            "rate steps", "rate changes", "window us", "network CPU s", "layer wall s",
+            "layer CPU s", *[f"{s} s" for s in systems], "load"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head), flush=True)
+    for g in gpus:
+        for tok in tokens:
+            load = "%.1f" % os.getloadavg()[0]
+            try:
+                r = scaling_row(g, tok, systems)
+            except Exception as e:                 # a row that cannot run says why
+                print(f"| {g} | {tok} | {type(e).__name__}: {e} |", flush=True)
+                continue
+            cells = [str(g), str(tok), f"{r['flows']:,}", str(r["networks"]), f"{r['events']:,}",
+                     f"{r['steps']:,}", f"{r['changes']:,}", f"{r['window']:g}",
+                     f"{r['net_cpu']:.2f}", f"{r['wall']:.2f}", f"{r['cpu']:.2f}",
+                     *[f"{r['systems'][s]:.2f}" for s in systems], load]
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--point", action="append",
@@ -93,7 +168,27 @@ def main(argv=None) -> int:
     p.add_argument("--reference-rows", type=int, default=1000,
                    help="rows of GPU 0 replayed packet by packet by the reference")
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement (the best counts)")
+    p.add_argument("--scaling", action="store_true",
+                   help="the network's cost from 8 to 256 GPUs (see the module docstring)")
+    p.add_argument("--gpus", default=",".join(map(str, SCALING_GPUS)),
+                   help="--scaling: GPU counts (comma-separated)")
+    p.add_argument("--tokens", default=",".join(map(str, SCALING_TOKENS)),
+                   help="--scaling: tokens per GPU (comma-separated)")
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help="--scaling: systems to run on each layer (comma-separated)")
+    p.add_argument("--engine", choices=("compiled", "reference"),
+                   help="network engine (default: $MOEHUB_NETWORK_ENGINE, else compiled)")
     a = p.parse_args(argv)
+    if a.engine:
+        os.environ["MOEHUB_NETWORK_ENGINE"] = a.engine
+    if a.scaling:
+        systems = a.systems.split(",")
+        unknown = [s for s in systems if s not in SYSTEMS]
+        if unknown:
+            p.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
+        scaling([int(x) for x in a.gpus.split(",")], [int(x) for x in a.tokens.split(",")],
+                systems)
+        return 0
     head = ["configuration", "rows", "hub stage rows/s (CPU)", "reference rows/s (CPU)",
             *[f"{s} s" for s in SYSTEMS], "layer wall s", "layer CPU s"]
     print("| " + " | ".join(head) + " |")

@@ -90,3 +90,75 @@ def test_every_injected_byte_is_delivered():
 def test_wire_bytes_add_one_header_per_packet():
     assert flow_wire_bytes(8192, 256, 16) == 8192 + 32 * 16
     assert flow_wire_bytes(100, 256, 16) == 116
+
+
+# ---------------------------------------------------------------- coalesced drains (window)
+def test_a_coalesced_drain_frees_its_bandwidth_at_the_end_of_the_step():
+    """Two flows share a 100 GB/s egress: exact, a (100 KB) drains at 2 us and b (300 KB)
+    ends at 4 us. With a 3 us window the step runs 0 -> 3 us: a still drains at its own
+    time (2 us, a breakpoint there), b keeps 50 GB/s until 3 us and only then gets the
+    whole port: 150 KB left at 100 GB/s, done at 4.5 us."""
+    net = FluidNetwork([100 * GBps, 1e12, 1e12])
+    a = net.add_flow(0, 1, 0.0)
+    b = net.add_flow(0, 2, 0.0)
+    net.inject(a, 0.0, 100e3)
+    net.inject(b, 0.0, 300e3)
+    net.window_us = 3.0
+    ca, cb = net.run()
+    assert ca.end == pytest.approx(2.0)
+    assert cb.end == pytest.approx(4.5)
+    assert cb.depart(150e3) == pytest.approx(3.0)
+
+
+def _random_net(seed, window):
+    rng = np.random.default_rng(seed)
+    net = FluidNetwork([float(c) * GBps for c in rng.choice([50, 100, 400], 8)])
+    flows = [net.add_flow(int(s), 4 + int(d), 0.3, cap=float(rng.choice([np.inf, 30 * GBps])))
+             for s in range(4) for d in range(4) for s, d in [(s, d)]]
+    for _ in range(60):
+        f = flows[int(rng.integers(len(flows)))]
+        t = float(rng.random() * 10)
+        if rng.random() < 0.5:
+            net.inject(f, t, float(rng.integers(1, 100) * 1e3))
+        else:
+            net.inject_rate(f, t, t + float(rng.random() * 5), float(rng.integers(1, 100) * 1e3))
+    net.window_us = window
+    return net
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_coalesced_drains_deliver_every_byte_and_never_overbook_a_port(seed):
+    from moehub.cosim.causality import port_violations
+    exact = _random_net(seed, 0.0).run()
+    net = _random_net(seed, 0.05)
+    curves = net.run()
+    for e, c in zip(exact, curves):
+        assert c.b[-1] == pytest.approx(e.b[-1], rel=1e-12)
+        # a flow finishes at most a little later than exact (the windows it waited in)
+        assert e.end - 1e-9 <= c.end + 1e-9 and c.end <= e.end + 40 * 0.05
+    assert port_violations("random", "x", net, curves) == []
+
+
+def test_the_window_is_what_changes_the_curves():
+    """The window is not a no-op (the tests above would pass on an exact loop too)."""
+    exact = _random_net(0, 0.0).run()
+    coarse = _random_net(0, 0.5).run()
+    assert max(abs(c.end - e.end) for c, e in zip(coarse, exact)) > 1e-6
+
+
+def test_layers_run_exact_up_to_16_gpus_and_coalesce_above(monkeypatch):
+    from moehub.config.schema import ConfigError
+    from moehub.cosim import layer
+    monkeypatch.delenv("MOEHUB_NETWORK_WINDOW_US", raising=False)
+
+    class L:
+        network_window_us = layer.Layer.network_window_us
+    small, wide = L(), L()
+    small.G, wide.G = layer.EXACT_GPUS, layer.EXACT_GPUS + 1
+    assert small.network_window_us() == 0.0
+    assert wide.network_window_us() == layer.WINDOW_US > 0
+    monkeypatch.setenv("MOEHUB_NETWORK_WINDOW_US", "0")
+    assert wide.network_window_us() == 0.0
+    monkeypatch.setenv("MOEHUB_NETWORK_WINDOW_US", "-1")
+    with pytest.raises(ConfigError, match="MOEHUB_NETWORK_WINDOW_US = '-1'"):
+        wide.network_window_us()
