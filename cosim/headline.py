@@ -276,27 +276,17 @@ def cmd_headline(args) -> int:
     ev = evaluate(pts, runs, cache, scheduler=args.scheduler, cluster=args.cluster,
                   workers=args.workers, options=clusters.parse_options(args.cluster_opt),
                   use_cache=not args.no_cache)
-    rows, by_label = [], {}
-    for p in pts:
-        if set(runs) <= set(ev.runs.get(p.label, {})):
-            rows.append({**row(p, ev.runs[p.label], ev.facts[p.label], today, paper),
-                         "label": p.label, **_cost(ev.runs[p.label])})
-            by_label[p.label] = p
+    rows, by_label = _rows(pts, ev, runs, today, paper)
     skip_rows = [_skip_row(p, why) for p, why in skipped]
     record = {"grid": args.grid or "command line", "points": len(pts) + len(skipped),
               "evaluated": ev.evaluated, "cached": ev.cached, "skipped": len(skipped),
               "failed": len(ev.failures), "failures": ev.failures, "runs": list(runs),
               "hub_variants": list(variants), "baselines": list(today),
               "paper_baselines": list(paper), "scheduler": args.scheduler or args.cluster,
-              "machine_start": start, "results": str(out)}
-    cpu = sum(r["cpu_s"] for r in rows)
-    record["points_cpu_s"] = round(cpu, 1)
-    head = (f"`{' '.join(['moehub', 'headline', *_argv_tail()])}`: {len(rows)} points "
-            f"({ev.evaluated} evaluated, {ev.cached} cached, {len(skipped)} skipped, "
-            f"{len(ev.failures)} failed) in {time.monotonic() - t0:.0f} s on {start['cpus']} "
-            f"CPUs, load {start['load_avg'][0]:.2f} at the start; the points' runs took "
-            f"{cpu:.0f} CPU s in all (cached ones as recorded).\n\n"
-            + legend(today, paper, variants))
+              "machine_start": start, "results": str(out),
+              "points_cpu_s": round(sum(r["cpu_s"] for r in rows), 1)}
+    head = _head(record, len(rows), time.monotonic() - t0) + "\n\n" + legend(today, paper,
+                                                                            variants)
     write_outputs(out, rows, skip_rows, record, not args.no_figure, head)
     if args.timelines and rows:
         write_timelines(rows, by_label, out)
@@ -307,6 +297,27 @@ def cmd_headline(args) -> int:
     for label, err in ev.failures:
         print(f"headline: point {label} failed: {err}")
     return 1 if ev.failures else 0
+
+
+def _rows(pts, ev, runs, today, paper) -> tuple[list, dict]:
+    """The table's rows (points with every run done) and their points by label."""
+    rows, by_label = [], {}
+    for p in pts:
+        if set(runs) <= set(ev.runs.get(p.label, {})):
+            rows.append({**row(p, ev.runs[p.label], ev.facts[p.label], today, paper),
+                         "label": p.label, **_cost(ev.runs[p.label])})
+            by_label[p.label] = p
+    return rows, by_label
+
+
+def _head(rec: dict, n_rows: int, wall_s: float) -> str:
+    """The table's first line: the command, the counts, the time, the machine's load."""
+    m = rec["machine_start"]
+    return (f"`{' '.join(['moehub', 'headline', *_argv_tail()])}`: {n_rows} points "
+            f"({rec['evaluated']} evaluated, {rec['cached']} cached, {rec['skipped']} skipped, "
+            f"{rec['failed']} failed) in {wall_s:.0f} s on {m['cpus']} CPUs, load "
+            f"{m['load_avg'][0]:.2f} at the start; the points' runs took "
+            f"{rec['points_cpu_s']:.0f} CPU s in all (cached ones as recorded).")
 
 
 def _argv_tail() -> list:
