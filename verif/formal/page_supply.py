@@ -151,7 +151,14 @@ class PageSupplyHarness(Elaboratable):
             m.d.sync += state.eq(FREED)
         self._free(m, p, dut, ret, ntake, K)
         self._covers(m, p, dut, take, got, verdict, state, K)
-        self._invariants(m, p, cp, state, flight_state=self._flight)
+        flight, held, freed = self._flight
+        self._pending = supply_invariants(m, p, cfg, Regs(self.regs), cp, state == IN_USE, self.ref_last,
+                                          (self.due, flight, held, freed))
+        p.check(state != 3, "invariant: the chosen page's state is not a state")
+        pending, live = self._pending
+        p.check((state == FRESH) == ((cp >= self.regs["fresh_base"] + self.regs["ring_count"]) & ~pending),
+                "invariant: the chosen page never handed out is not at or past fresh")
+        p.check((state == FREED) == (live & ~pending), "invariant: the chosen page returned is not in the ring")
         return m
 
     def _returns(self, m, p, dut, ret, ret_page, cp, state):
@@ -200,83 +207,90 @@ class PageSupplyHarness(Elaboratable):
         p.cover(joined & (got != 0) & (state == FREED),
                 "the chosen page, joining the ring under a take, handed out again")
 
-    def _invariants(self, m, p, cp, state, flight_state):
-        """The strengthening invariants (see the module docstring): the supply's registers
-        against the reference. Positions in the ring count from its head (``head_oh``,
-        before the pending takes); ``fresh`` = ``fbase + count`` is the first page never
-        handed out before the pending takes."""
-        P, K, pb = self.cfg.pool_pages, page_takes(self.cfg), self.cfg.page_bits
-        r = self.regs
-        pend, count, fbase, nfree = r["pend"], r["ring_count"], r["fresh_base"], r["nfree"]
-        head, tail, ret_r = r["ring.head_oh"], r["ring.tail_oh"], r["ret_joined"]
-        ring = [r[f"ring.ring{q}"] for q in range(P)]
-        flight, held, freed = flight_state
 
-        def at(k):                      # the ring's k-th entry from its head
-            return select([(head[q], ring[(q + k) % P]) for q in range(P)], pb)
+class Regs:
+    """The supply's registers under a prefix (``"arena.pool."`` inside the paged arena)."""
 
-        # -- counts and registered compares
-        p.check(one_hot(pend), "invariant: pend is not a one-hot")
-        npend = sum(n * pend[n] for n in range(1, K + 1))
-        p.check(self.ref_last == npend, "invariant: pend is not the last cycle's takes")
-        p.check(state != 3, "invariant: the chosen page's state is not a state")
-        p.check((count <= P) & (nfree + fbase == P) & (fbase + count <= P),
-                "invariant: count <= P, nfree = P - fbase, fbase + count <= P")
-        p.check(r["nfree_gt"] == Cat(nfree > x for x in range(2 * K)), "invariant: nfree_gt is not nfree > x")
-        p.check(r["ring_count_gt"] == Cat(count > x for x in range(2 * K)), "invariant: count_gt is not count > x")
-        for n in range(2 * K):
-            p.check(r[f"fresh_page{n}"] == (fbase + n)[:pb], f"invariant: fresh_page{n} is not fbase + {n}")
-        # -- the ring: one-hot head and tail, tail = head + count, the joined return at its end
-        p.check(one_hot(head) & one_hot(tail), "invariant: the ring's head or tail is not a one-hot")
-        p.check(Cat((count == c) & (tail == Cat(*(head[(q - c) % P] for q in range(P))))
-                    for c in range(P + 1)).any(), "invariant: the ring's tail is not head + count")
-        p.check(~ret_r | Cat((count == k + 1) & (at(k) == r["ret_joined_page"]) for k in range(P)).any(),
-                "invariant: the joined return is not the ring's last entry")
-        # -- the pending takes' pages: the ring's first entries they saw, then fresh ones
-        seen = count - ret_r
-        given = [r[f"given_page{i}"] for i in range(K)]
-        took = [Cat(*pend[i + 1:]).any() for i in range(K)]
-        for i in range(K):
-            want = Mux(seen > i, at(i) if i < P else 0, (fbase + ret_r + i)[:pb])
-            p.check(~took[i] | (given[i] == want), f"invariant: pending take {i}'s page is not the ring's or fresh")
-        pending = Cat(took[i] & (given[i] == cp) for i in range(K)).any()
-        # (every page, not only the chosen one: exactly one of in use, in the ring, never
-        # handed out -- the pending takes' pages still counted in the ring or fresh; this
-        # is what ties the free counts to the pages)
-        for q in range(P):
-            here = [(count > k) & (at(k) == q) for k in range(P)]
-            p.check(r["in_use"][q] + count_ones(here) + (fbase + count <= q) == 1,
-                    "invariant: a page not exactly one of in use, in the ring, fresh")
-        p.check(Cat((count <= k) | (at(k) < P) for k in range(P)).all(), "invariant: a page in the ring out of the pool")
-        live = [(count > k) & (at(k) == cp) for k in range(P)]
-        p.check(count_ones(live) <= 1, "invariant: the chosen page twice in the ring")
-        p.check((state == IN_USE) == (r["in_use"].bit_select(cp, 1) | pending),
-                "invariant: the chosen page in use is not in_use or a pending take's")
-        p.check((state == FRESH) == ((cp >= fbase + count) & ~pending),
-                "invariant: the chosen page never handed out is not at or past fresh")
-        p.check((state == FREED) == (Cat(*live).any() & ~pending),
-                "invariant: the chosen page returned is not in the ring")
-        self._return_invariants(m, p, cp, flight, held, freed)
+    def __init__(self, regs, prefix: str = ""):
+        self.regs, self.prefix = regs, prefix
 
-    def _return_invariants(self, m, p, cp, flight, held, freed):
-        """The return check's stages (I, G, W and the one before W) against the returns in
-        flight, of any page (``due``) and of the chosen one (``flight``, ``held``)."""
-        r, P, due = self.regs, self.cfg.pool_pages, self.due
-        freed_q = Signal(name="ref_freed_q")
-        m.d.sync += freed_q.eq(freed)
-        p.check((r["ret_i"] == due[0]) & (r["ret_g"] == due[1]) & (due[2] == (r["bad_r"] | r["ret_good_w"])),
-                "invariant: the return stages' valids are not the returns in flight")
-        p.check(~(r["bad_r"] & r["ret_good_w"]), "invariant: a verdict both good and bad")
-        p.check((flight[0] == (r["ret_i"] & (r["ret_page_i"] == cp)))
-                & (flight[1] == (r["ret_g"] & (r["ret_page_g"] == cp))),
-                "invariant: the chosen page's returns in flight are not the stages'")
-        p.check(~r["ret_g"] | (r["ret_in_range"] == (r["ret_page_g"] < P)), "invariant: ret_in_range is not page_g < P")
-        p.check(~flight[0] | (held[0] == r["in_use"].bit_select(cp, 1)),
-                "invariant: a return in I: held is not in_use")
-        p.check(~flight[1] | (held[1] == (r["in_use_group"].bit_select(cp, 1) & ~freed_q)),
-                "invariant: a return in G: held is not the in_use read, less a return accepted since")
-        p.check((r["ret_good_w"] & (r["ret_page_w"] == cp)) == freed,
-                "invariant: W's good return of the chosen page is not the accepted verdict")
-        p.check((r["ret_good_x"] & (r["ret_page_x"] == cp)) == freed_q,
-                "invariant: the stage after W is not the last accepted verdict")
-        p.check(~r["ret_good_w"] | (r["ret_page_w"] < P), "invariant: a good return out of the pool")
+    def __getitem__(self, name):
+        return self.regs[f"{self.prefix}{name}"]
+
+
+def supply_invariants(m, p, cfg, r: Regs, cp, in_use, last_takes, returns):
+    """The page supply's strengthening invariants (the module docstring), on its registers
+    ``r``, against a reference: the chosen page ``cp`` and whether it is in use, the last
+    cycle's take count, and the returns in flight ``(due, flight, held, freed)`` (of any
+    page, of the chosen one, whether it was in use when read, its verdict accepted now).
+    Shared by this harness and the paged multicast arena's. Returns ``pending`` (the
+    chosen page is a pending take's)."""
+    P, K, pb = cfg.pool_pages, page_takes(cfg), cfg.page_bits
+    pend, count, fbase, nfree = r["pend"], r["ring_count"], r["fresh_base"], r["nfree"]
+    head, tail, ret_r = r["ring.head_oh"], r["ring.tail_oh"], r["ret_joined"]
+    ring = [r[f"ring.ring{q}"] for q in range(P)]
+
+    def at(k):                      # the ring's k-th entry from its head
+        return select([(head[q], ring[(q + k) % P]) for q in range(P)], pb)
+
+    # -- counts and registered compares
+    p.check(one_hot(pend), "invariant: pend is not a one-hot")
+    npend = sum(n * pend[n] for n in range(1, K + 1))
+    p.check(last_takes == npend, "invariant: pend is not the last cycle's takes")
+    p.check((count <= P) & (nfree + fbase == P) & (fbase + count <= P),
+            "invariant: count <= P, nfree = P - fbase, fbase + count <= P")
+    p.check(r["nfree_gt"] == Cat(nfree > x for x in range(2 * K)), "invariant: nfree_gt is not nfree > x")
+    p.check(r["ring_count_gt"] == Cat(count > x for x in range(2 * K)), "invariant: count_gt is not count > x")
+    for n in range(2 * K):
+        p.check(r[f"fresh_page{n}"] == (fbase + n)[:pb], f"invariant: fresh_page{n} is not fbase + {n}")
+    # -- the ring: one-hot head and tail, tail = head + count, the joined return at its end
+    p.check(one_hot(head) & one_hot(tail), "invariant: the ring's head or tail is not a one-hot")
+    p.check(Cat((count == c) & (tail == Cat(*(head[(q - c) % P] for q in range(P))))
+                for c in range(P + 1)).any(), "invariant: the ring's tail is not head + count")
+    p.check(~ret_r | Cat((count == k + 1) & (at(k) == r["ret_joined_page"]) for k in range(P)).any(),
+            "invariant: the joined return is not the ring's last entry")
+    # -- the pending takes' pages: the ring's first entries they saw, then fresh ones
+    seen = count - ret_r
+    given = [r[f"given_page{i}"] for i in range(K)]
+    took = [Cat(*pend[i + 1:]).any() for i in range(K)]
+    for i in range(K):
+        want = Mux(seen > i, at(i) if i < P else 0, (fbase + ret_r + i)[:pb])
+        p.check(~took[i] | (given[i] == want), f"invariant: pending take {i}'s page is not the ring's or fresh")
+    pending = Cat(took[i] & (given[i] == cp) for i in range(K)).any()
+    # (every page, not only the chosen one: exactly one of in use, in the ring, never
+    # handed out -- the pending takes' pages still counted in the ring or fresh; this
+    # is what ties the free counts to the pages)
+    for q in range(P):
+        here = [(count > k) & (at(k) == q) for k in range(P)]
+        p.check(r["in_use"][q] + count_ones(here) + (fbase + count <= q) == 1,
+                "invariant: a page not exactly one of in use, in the ring, fresh")
+    p.check(Cat((count <= k) | (at(k) < P) for k in range(P)).all(), "invariant: a page in the ring out of the pool")
+    live = [(count > k) & (at(k) == cp) for k in range(P)]
+    p.check(count_ones(live) <= 1, "invariant: the chosen page twice in the ring")
+    p.check(in_use == (r["in_use"].bit_select(cp, 1) | pending),
+            "invariant: the chosen page in use is not in_use or a pending take's")
+    _return_invariants(m, p, P, r, cp, *returns)
+    return pending, Cat(*live).any()
+
+
+def _return_invariants(m, p, P, r, cp, due, flight, held, freed):
+    """The return check's stages (I, G, W and the one after W) against the returns in
+    flight, of any page (``due``) and of the chosen one (``flight``, ``held``)."""
+    freed_q = Signal(name="ref_freed_q")
+    m.d.sync += freed_q.eq(freed)
+    p.check((r["ret_i"] == due[0]) & (r["ret_g"] == due[1]) & (due[2] == (r["bad_r"] | r["ret_good_w"])),
+            "invariant: the return stages' valids are not the returns in flight")
+    p.check(~(r["bad_r"] & r["ret_good_w"]), "invariant: a verdict both good and bad")
+    p.check((flight[0] == (r["ret_i"] & (r["ret_page_i"] == cp)))
+            & (flight[1] == (r["ret_g"] & (r["ret_page_g"] == cp))),
+            "invariant: the chosen page's returns in flight are not the stages'")
+    p.check(~r["ret_g"] | (r["ret_in_range"] == (r["ret_page_g"] < P)), "invariant: ret_in_range is not page_g < P")
+    p.check(~flight[0] | (held[0] == r["in_use"].bit_select(cp, 1)),
+            "invariant: a return in I: held is not in_use")
+    p.check(~flight[1] | (held[1] == (r["in_use_group"].bit_select(cp, 1) & ~freed_q)),
+            "invariant: a return in G: held is not the in_use read, less a return accepted since")
+    p.check((r["ret_good_w"] & (r["ret_page_w"] == cp)) == freed,
+            "invariant: W's good return of the chosen page is not the accepted verdict")
+    p.check((r["ret_good_x"] & (r["ret_page_x"] == cp)) == freed_q,
+            "invariant: the stage after W is not the last accepted verdict")
+    p.check(~r["ret_good_w"] | (r["ret_page_w"] < P), "invariant: a good return out of the pool")
