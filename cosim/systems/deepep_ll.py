@@ -119,7 +119,7 @@ class RdmaPaths:
     and records its traffic in the layer's own pass records."""
 
     #: what a pass records lives in the layer (every network of the pass sees it); the
-    #: view keeps only its own caches (latencies, rate memo), which differ from the layer's
+    #: view keeps only its own caches (paths, latencies, rate memo), which differ from the layer's
     PASS_STATE = ("traffic", "nets", "_background")
 
     def __init__(self, L: Layer):
@@ -182,7 +182,6 @@ def proxy_cost(L: Layer, lib: Library, nic: np.ndarray, rows: np.ndarray):
     messages each) and one count signal per expert of every NIC-reached peer. Returns
     (per-flow rate bound in bytes/us for the rows, when each source's proxy has posted its
     last message, relative to the kernel's start); no bound for a GPU-initiated library."""
-    G = L.G
     c = L.sys.software.ll_proxy_msg_us if lib.initiator == "proxy" else 0.0
     per_row = 2 if lib.signal_per_row else 1
     row_msgs = (rows * nic).sum(axis=1) * per_row
