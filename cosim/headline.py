@@ -335,7 +335,7 @@ def add_parser(subparsers) -> None:
     g = h.add_argument_group("the grid (a preset's axes are replaced by the ones given)")
     g.add_argument("--grid", choices=tuple(grid.PRESETS), default=None,
                    help="a preset grid: default (the whole map; without --grid the axes "
-                        "given replace it as one block) or quick (about a minute today)")
+                        "given replace it as one block) or quick (1-3 min on 2 cores today)")
     g.add_argument("--quick", action="store_const", const="quick", dest="grid",
                    help="the quick grid (the same as --grid quick)")
     g.add_argument("--systems", default=None, help="system configs (names or YAML paths), "
