@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 
 import numpy as np
@@ -140,7 +141,15 @@ def scaling_row(gpus: int, tokens: int, systems) -> dict:
             "wall": wall, "cpu": cpu, "systems": per}
 
 
-def scaling(gpus, tokens, systems) -> None:
+class _RowTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _RowTimeout()
+
+
+def scaling(gpus, tokens, systems, row_timeout: int = 0) -> None:
     head = ["GPUs", "tokens/GPU", "largest network (flows)", "networks", "events",
             "rate steps", "rate changes", "window us", "network CPU s", "layer wall s",
             "layer CPU s", *[f"{s} s" for s in systems], "load"]
@@ -149,11 +158,19 @@ def scaling(gpus, tokens, systems) -> None:
     for g in gpus:
         for tok in tokens:
             load = "%.1f" % os.getloadavg()[0]
+            signal.signal(signal.SIGALRM, _alarm)
+            signal.alarm(row_timeout)
             try:
                 r = scaling_row(g, tok, systems)
+            except _RowTimeout:
+                print(f"| {g} | {tok} | stopped after {row_timeout} s (--row-timeout) | | | | | | | "
+                      f"| | {' | '.join('' for _ in systems)} | {load} |", flush=True)
+                continue
             except Exception as e:                 # a row that cannot run says why
                 print(f"| {g} | {tok} | {type(e).__name__}: {e} |", flush=True)
                 continue
+            finally:
+                signal.alarm(0)
             cells = [str(g), str(tok), f"{r['flows']:,}", str(r["networks"]), f"{r['events']:,}",
                      f"{r['steps']:,}", f"{r['changes']:,}", f"{r['window']:g}",
                      f"{r['net_cpu']:.2f}", f"{r['wall']:.2f}", f"{r['cpu']:.2f}",
@@ -176,6 +193,8 @@ def main(argv=None) -> int:
                    help="--scaling: tokens per GPU (comma-separated)")
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help="--scaling: systems to run on each layer (comma-separated)")
+    p.add_argument("--row-timeout", type=int, default=0,
+                   help="--scaling: stop a row after this many wall seconds (0: never)")
     p.add_argument("--engine", choices=("compiled", "reference"),
                    help="network engine (default: $MOEHUB_NETWORK_ENGINE, else compiled)")
     a = p.parse_args(argv)
@@ -187,7 +206,7 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
         scaling([int(x) for x in a.gpus.split(",")], [int(x) for x in a.tokens.split(",")],
-                systems)
+                systems, a.row_timeout)
         return 0
     head = ["configuration", "rows", "hub stage rows/s (CPU)", "reference rows/s (CPU)",
             *[f"{s} s" for s in SYSTEMS], "layer wall s", "layer CPU s"]
