@@ -130,15 +130,19 @@ def elaborate_into(m: Module, name: str, dut, platform=None, into: tuple = ()) -
     dut._MustUse__silence = True          # (its module stands in for it)
     m.submodules[name] = dm
     found = Internals(_assigned(dm))
-    for sub in into:
-        if sub not in dm._named_submodules:
-            raise KeyError(f"{sub!r}: no submodule of that name in {type(dut).__name__} "
-                           f"(known: {', '.join(dm._named_submodules)})")
-        part, src_loc = dm._named_submodules[sub]
+    modules = {"": dm}
+    for sub in into:                      # (a dotted path: its parent comes first in ``into``)
+        parent, _, leaf = sub.rpartition(".")
+        pm_parent = modules[parent]
+        if leaf not in pm_parent._named_submodules:
+            raise KeyError(f"{sub!r}: no submodule of that name "
+                           f"(known: {', '.join(pm_parent._named_submodules)})")
+        part, src_loc = pm_parent._named_submodules[leaf]
         pm = part.elaborate(platform)
         pm._flush()
         part._MustUse__silence = True
-        dm._named_submodules[sub] = (pm, src_loc)
+        pm_parent._named_submodules[leaf] = (pm, src_loc)
+        modules[sub] = pm
         found.update({f"{sub}.{n}": v for n, v in _assigned(pm).items()})
     return found
 

@@ -37,12 +37,15 @@ from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal
 
 from ...rtl.multicast_allocator import (ADMISSION_GROUPS, CNT_DEAD_COPIES, MulticastAllocator,
                                          MulticastAllocatorAdmitted, pool_count_bits, prerank_counts)
-from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
+from .common import Props, any_const, any_seq, count_ones, elaborate_into, one_hot, reset_first
 
 
 class MulticastAllocatorHarness(Elaboratable):
     """The allocator under its environment, with the properties of the module docstring.
     ``dut_cls`` lets a test put a broken allocator in its place."""
+
+    #: submodules whose registers the invariants read (:func:`.common.elaborate_into`)
+    INTO = ()
 
     def __init__(self, cfg, dut_cls=MulticastAllocator):
         self.cfg, self.dut_cls = cfg, dut_cls
@@ -54,7 +57,11 @@ class MulticastAllocatorHarness(Elaboratable):
         L, T, E, cb, pb = cfg.lanes, cfg.max_targets, cfg.experts, cfg.cap_bits, pool_count_bits(cfg)
         p = Props(m)
         self.messages = p.messages
-        m.submodules.dut = dut = self.dut_cls(cfg, formal=True)
+        dut = self.dut_cls(cfg, formal=True)
+        if self.INTO:
+            self.regs = elaborate_into(m, "dut", dut, platform, into=self.INTO)
+        else:
+            m.submodules.dut = dut
         reset_first(m)
         g = dut.grant
         req, clear = any_seq(m, L, "req"), any_seq(m, 1, "clear")

@@ -52,8 +52,24 @@ adds, the rows granted. Properties, besides the admitted allocator's:
 * ``over`` exactly when a completing count packet's expert holds more rows than the total
   it completes (at its lane).
 
-Paged is bounded (BMC from reset): k-induction would need the page supply's ring as
-invariants. Count packets close by k-induction (k=3): the allocator shows the count
+Paged closes by k-induction (k=3), with strengthening invariants on the registers of the
+arena (``arena``), its page supply (``arena.pool``) and the supply's ring, read from their
+elaborated modules (:func:`.common.elaborate_into`; ``INTO``):
+
+* the page supply's (:func:`.page_supply.supply_invariants`: counts, ring, pending takes,
+  every page exactly one of in use / in the ring / fresh, the chosen page, the return
+  stages), against this reference's chosen page, free pages and returns in flight;
+* the arena's: its tile size latched (a one-hot) and its current page are the model's;
+  ``arena_row_lo{a}`` is ``(n + a)`` modulo the largest tile and ``arena_new_page`` bit
+  ``a`` says row ``n + a`` is on a page taken this cycle (``(n + a) mod tile <= a``);
+* the allocator's arena counter: capacity ``arena_rows_max`` latched at a clear (0 before
+  the first, and then no region latched either), room = capacity - ``n``, its registered
+  ``room > a`` bits; ``n`` at most the rows the regions hold (each arena row is a granted
+  row holding at least one region row), every region's capacity at most the largest;
+* the admission's page floor: ``tight`` clear ``d`` cycles ago means POOL_FREE is at
+  least ``arena_pages_needed - (d + 1)`` (roomy then, at most one take a cycle since).
+
+Count packets close by k-induction (k=3): the allocator shows the count
 limit's registers to the harness (``formal=True``), which checks them against the model's
 state (:meth:`CountRef.invariants`).
 """
@@ -64,12 +80,14 @@ from amaranth import Array, Cat, Const, Mux, Signal
 from ...config.schema import field_bits
 from ...rtl.count_gate import total_bits
 from ...rtl.logic import select
-from ...rtl.multicast_allocator import pool_count_bits
+from ...rtl.multicast_allocator import arena_rows_max, pool_count_bits
+from ...rtl.paged_arena import arena_pages_needed
 from ...rtl.paging import tile_sizes
 from ...rtl.timing import ADMISSION_GROUPS
 from .common import any_const, any_seq, count_ones, one_hot
 from ...rtl.multicast_allocator import MulticastAllocatorAdmitted
 from .multicast_allocator import ADMISSION_DELAY, AdmittedAllocatorHarness
+from .page_supply import Regs, supply_invariants
 from .plant import Plant, planted
 
 #: cycles from a PAGE_FREE write to the pool's verdict (PAGE_BAD, or the page freed)
@@ -79,8 +97,14 @@ RETURN_LATENCY = 3
 class PagedAllocatorHarness(AdmittedAllocatorHarness):
     """The hub's multicast allocator with a paged arena (see the module docstring)."""
 
+    #: the page supply inside the paged arena: its registers for the supply's invariants
+    INTO = ("arena", "arena.pool", "arena.pool.ring")
+
     def _arena(self, m, p, dut):
-        return PagedArenaRef(m, p, dut, self.cfg, self._risky)
+        ref = PagedArenaRef(m, p, dut, self.cfg, self._risky)
+        ref.regs, ref.aregs = Regs(self.regs, "arena.pool."), Regs(self.regs, "arena.")
+        ref.chain = self._chain
+        return ref
 
 
 class PagedArenaRef:
@@ -160,6 +184,50 @@ class PagedArenaRef:
         p.check(dut.pool_rows == n_q, "arena rows differ from the granted rows")
         p.check(dut.pool_free == self.free + takes_q, "POOL_FREE is not the pages free (the last take pending)")
         self._returns(m, p, dut)
+        supply_invariants(m, p, self.cfg, self.regs, self.cp, self.in_use, takes_q,
+                          (self.due, self.flight, self.held, self.freed_cp), self.free)
+        self._arena_invariants()
+
+    def _arena_invariants(self):
+        """The arena's registers against the model's stream: the tile size latched, the
+        current page, and per count ``a`` of this cycle's grants the row ``n + a`` modulo
+        the largest tile and whether it is on a page taken this cycle (its tile starts at
+        or after ``n``)."""
+        p, r, L, dut = self.p, self.aregs, self.cfg.lanes, self.dut
+        W = max(self.sizes)
+        # (the allocator's arena counter: its capacity the most rows a layer can place)
+        cap = Signal(range(arena_rows_max(self.cfg) + 1), name="ref_arena_cap")   # (latched at a clear)
+        with self.m.If(self.g.clear):
+            self.m.d.sync += cap.eq(arena_rows_max(self.cfg))
+        p.check(((cap == 0) | (cap == arena_rows_max(self.cfg))) & (self.n <= cap)
+                & (dut.formal_pool_cap == cap) & (dut.formal_pool_room == cap - self.n),
+                "invariant: the arena counter's room is not its capacity less the arena rows")
+        p.check(dut.formal_pool_gt == Cat(dut.formal_pool_room > a for a in range(L)),
+                "invariant: the registered arena room > a bits stale")
+        # (each arena row is a granted row, which holds a row of at least one region: the
+        # arena counter never runs out before the regions do)
+        for x in range(self.cfg.experts):
+            p.check((dut.formal_cap[x] <= self.cfg.max_rows_per_expert) & (dut.formal_room[x] <= dut.formal_cap[x]),
+                    "invariant: a region's latched capacity beyond the largest, or its room beyond it")
+        p.check((cap != 0) | Cat(dut.formal_cap[x] == 0 for x in range(self.cfg.experts)).all(),
+                "invariant: a region latched before the arena's first clear")
+        rows = sum(dut.formal_cap[x] - dut.formal_room[x] for x in range(self.cfg.experts))
+        p.check(self.n <= rows, "invariant: more arena rows than rows in the regions")
+        # (the admission's page floor: ``tight`` clear d cycles ago means POOL_FREE was at
+        # least the pages a roomy arena needs a cycle before that, and the pool loses at
+        # most one page a cycle -- the pages floor that the room floors have for rows)
+        need = arena_pages_needed(self.cfg, ADMISSION_GROUPS * L)
+        for d, t in enumerate(self.chain):
+            p.check(t | (dut.pool_free >= need - (d + 1)),
+                    f"invariant: POOL_FREE below {need - (d + 1)} while tight was clear {d} cycles ago")
+        p.check(one_hot(self.sh) & (r["arena_tile_sh"] == self.sh),
+                "invariant: the arena's tile size is not the latched one (a one-hot)")
+        p.check(r["arena_page"] == self.cur, "invariant: the arena's page is not its tile's")
+        for a in range(L):
+            row = self.n + a
+            p.check(r[f"arena_row_lo{a}"] == row[:W], f"invariant: arena_row_lo{a} is not (rows + {a}) mod the largest tile")
+            p.check(r["arena_new_page"][a] == self._by_size(lambda s: row[:s] <= a, 1),
+                    f"invariant: arena_new_page bit {a} is not 'row rows + {a} on a page taken now'")
 
     def _returns(self, m, p, dut):
         """Returns of any page (the free count) and of the chosen one (its verdict): a
@@ -180,6 +248,7 @@ class PagedArenaRef:
         p.check(~(flight[-1] & ~dut.page_bad) | held[-1], "a return of a page not in use accepted")
         p.check(~(flight[-1] & dut.page_bad) | ~held[-1], "a return of a page in use refused")
         m.d.sync += self.free.eq(self.free - self.takes + accepted)
+        self.due, self.flight, self.held = due, flight, held
 
     def update(self):
         m, g, L = self.m, self.g, self.cfg.lanes

@@ -218,12 +218,12 @@ class Regs:
         return self.regs[f"{self.prefix}{name}"]
 
 
-def supply_invariants(m, p, cfg, r: Regs, cp, in_use, last_takes, returns):
+def supply_invariants(m, p, cfg, r: Regs, cp, in_use, last_takes, returns, free=None):
     """The page supply's strengthening invariants (the module docstring), on its registers
     ``r``, against a reference: the chosen page ``cp`` and whether it is in use, the last
     cycle's take count, and the returns in flight ``(due, flight, held, freed)`` (of any
-    page, of the chosen one, whether it was in use when read, its verdict accepted now).
-    Shared by this harness and the paged multicast arena's. Returns ``pending`` (the
+    page, of the chosen one, whether it was in use when read, its verdict accepted now);
+    ``free``: the pages free (reference), which ``avail`` tells exactly. Shared by this harness and the paged multicast arena's. Returns ``pending`` (the
     chosen page is a pending take's)."""
     P, K, pb = cfg.pool_pages, page_takes(cfg), cfg.page_bits
     pend, count, fbase, nfree = r["pend"], r["ring_count"], r["fresh_base"], r["nfree"]
@@ -235,6 +235,8 @@ def supply_invariants(m, p, cfg, r: Regs, cp, in_use, last_takes, returns):
 
     # -- counts and registered compares
     p.check(one_hot(pend), "invariant: pend is not a one-hot")
+    if free is not None:
+        p.check(r["avail_r"] == Cat(free > i for i in range(K)), "invariant: avail is not 'more than i pages free'")
     npend = sum(n * pend[n] for n in range(1, K + 1))
     p.check(last_takes == npend, "invariant: pend is not the last cycle's takes")
     p.check((count <= P) & (nfree + fbase == P) & (fbase + count <= P),

@@ -147,13 +147,16 @@ def _sets() -> list[PropertySet]:
                          "was clear d cycles ago"),
         PropertySet("mcast-allocator-paged", "multicast allocator (the hub's), paged arena",
                     "tiny/alloc-small, max_targets 3, 2 lanes, 8 pages of 2/4 rows",
-                    _mcast_v2("paged", "tiny/alloc-small", **MCAST_PAGED), {"bmc": 14, "cover": 14},
+                    _mcast_v2("paged", "tiny/alloc-small", **MCAST_PAGED), {"prove": 3, "bmc": 14, "cover": 14},
                     smoke={"bmc": 6},
                     note="protocol v2: the admitted allocator's properties with the arena in pages (a row "
                          "starting a tile with no page free refused, its place in its tile's page, a page "
                          "in use never handed out, returns' verdicts, POOL_FREE); 2 lanes (4 cost ~3x a "
                          "step: BMC 11 took 9 min loaded); the pool runs dry at step 13, a returned page is "
-                         "handed out again at 10; bounded: k-induction would need the page supply's ring"),
+                         "handed out again at 10; k-induction closes at k=3 (324 s at load 7) with the page "
+                         "supply's invariants (page_supply.supply_invariants), the arena's registers against "
+                         "the model's stream, the arena counter within the regions' rows and the admission's "
+                         "page floor (multicast_v2.PagedArenaRef._arena_invariants)"),
         PropertySet("mcast-allocator-counts", "multicast allocator (the hub's), count packets",
                     "tiny/alloc-small, max_targets 3, 2 lanes, 2 sources, regions of 16 rows",
                     _mcast_v2("counts", "tiny/alloc-small", **MCAST_COUNTS), {"bmc": 11, "prove": 3, "cover": 12},
