@@ -160,8 +160,15 @@ def scaling(gpus, tokens, systems, row_timeout: int = 0) -> None:
             load = "%.1f" % os.getloadavg()[0]
             signal.signal(signal.SIGALRM, _alarm)
             signal.alarm(row_timeout)
+            t0 = time.perf_counter()
             try:
-                r = scaling_row(g, tok, systems)
+                try:
+                    r = scaling_row(g, tok, systems)
+                except SystemError:
+                    # the alarm fired inside a compiled kernel: numba reports it this way
+                    if row_timeout and time.perf_counter() - t0 >= row_timeout:
+                        raise _RowTimeout() from None
+                    raise
             except _RowTimeout:
                 print(f"| {g} | {tok} | stopped after {row_timeout} s (--row-timeout) | | | | | | | "
                       f"| | {' | '.join('' for _ in systems)} | {load} |", flush=True)
