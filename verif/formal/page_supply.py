@@ -197,7 +197,6 @@ class PageSupplyHarness(Elaboratable):
         self.ref_free, self.ref_last = free, last
 
     def _covers(self, m, p, dut, take, got, verdict, state, K):
-        P = self.cfg.pool_pages
         p.cover((self.ref_free == 0), "every page handed out")
         p.cover((got != 0) & (state == FREED), "the chosen page handed out again after its return")
         p.cover(verdict & dut.bad & (state == FREED), "a second return of the chosen page refused")
