@@ -1,6 +1,7 @@
 """moehub validate and moehub headline: the report is complete, cases are well formed."""
 import csv
 
+import numpy as np
 import pytest
 
 from moehub.cosim.validate import Case, load_cases, report, run_case
@@ -177,6 +178,11 @@ def test_a_cpu_proxy_posts_every_rdma_message_in_turn():
     expected = ((L.counts * nic).sum(axis=1) * 2 + L.E_local * nic.sum(axis=1)) * c
     assert done == pytest.approx(expected) and done.min() > 100 * c
     assert not proxy_cost(L, library("pplx"), nic, L.counts)[1].any()
+    # the proxy's rate is shared by the flows that carry rows, not by every remote peer
+    one = np.zeros_like(L.counts)
+    one[0, 9] = 3
+    cap, _ = proxy_cost(L, library("pplx-ibrc"), nic, one)
+    assert cap(0, 9) == pytest.approx(L.row_wire_sw / (2 * c)) and cap(0, 1) == np.inf
     t = {lib: run_case(_ll_case(library=lib, system="h100x16-ib", tokens=1)).model
          for lib in ("pplx", "pplx-ibrc")}
     assert t["pplx-ibrc"] - t["pplx"] == pytest.approx(done.max(), rel=0.15)

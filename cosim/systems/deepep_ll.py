@@ -186,12 +186,12 @@ def proxy_cost(L: Layer, lib: Library, nic: np.ndarray, rows: np.ndarray):
     per_row = 2 if lib.signal_per_row else 1
     row_msgs = (rows * nic).sum(axis=1) * per_row
     done = (row_msgs + L.E_local * nic.sum(axis=1)) * c
-    peers = np.maximum(nic.sum(axis=1), 1)
+    busy = np.maximum((rows * nic > 0).sum(axis=1), 1)    # NIC flows that carry rows
 
     def cap(s: int, d: int) -> float:
         if c == 0.0 or not nic[s, d]:
             return np.inf
-        return L.row_wire_sw / (per_row * c) / peers[s]     # the proxy's rate, shared
+        return L.row_wire_sw / (per_row * c) / busy[s]      # the proxy's rate, shared
     return cap, done
 
 
