@@ -114,9 +114,9 @@ class SoftwareCosts:
     #: H100 + ConnectX-7 fit the H100 IB system YAMLs cite
     ll_proxy_msg_us: float = 1.32
     #: the low-latency library the ``deepep_ll`` baseline plays (cosim/systems/deepep_ll.py
-    #: LIBRARIES: deepep, deepep-rdma, nccl-ep, pplx, pplx-ibrc); the default keeps the
-    #: baseline as it was before the libraries were told apart (pplx's measured floors)
-    ll_library: str = "pplx"
+    #: LIBRARIES: deepep, deepep-rdma, nccl-ep, pplx, pplx-ibrc); DeepEP's own mechanisms by
+    #: default, as the baseline's name says (its published EP8-EP256 tables validate them)
+    ll_library: str = "deepep"
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str) -> "SoftwareCosts":

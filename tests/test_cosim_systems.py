@@ -137,7 +137,12 @@ def test_config_errors_exit_with_code_2(capsys):
     from moehub.scripts.cli import main
     assert main(["cosim", "--model", "no-such-model"]) == 2
     assert "configuration error" in capsys.readouterr().err
-    assert main(["cosim", "--gpus", "3"]) == 2     # 8 experts do not divide over 3 GPUs
+    # 1.5 nodes of 8 (3 GPUs no longer fail: 8 experts get redundant slots on them)
+    assert main(["cosim", "--system", "h100x16-ib", "--gpus", "12"]) == 2
+    assert "gpus = 12" in capsys.readouterr().err
+    # 16 experts cannot replicate evenly onto 24 GPUs
+    assert main(["cosim", "--model", "phi-3.5-moe", "--gpus", "24"]) == 2
+    assert "not a multiple of the 16 experts" in capsys.readouterr().err
 
 
 def test_one_gpu_has_no_remote_traffic_and_no_count_exchange():
