@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 from . import project, sram
-from .report import MODULE_ORDER, _r, macro_bits
+from .report import MODULE_ORDER, _r, macro_bits, module_results
 from .verilog import MODULE_ROLES, TOP
 
 #: NVLink generations the line-rate verdicts name, GB/s per direction (Hopper and
@@ -97,12 +97,7 @@ def line_rate(cfg, cycle: project.Range, no_margin_ns: float, fo4s: float) -> di
 def module_rows(areas, timing, fo4_ns: float, nand2_um2: float) -> dict:
     """Per block, as the OSU018 report's rows (worst-slack path, no wire margin)."""
     rows = {}
-    for key in MODULE_ORDER:
-        mod = TOP if key == "top" else f"{TOP}_{key}"
-        a = areas["__total__"] if key == "top" else areas.get(mod)
-        t = timing.get(mod)
-        if a is None or t is None:
-            continue
+    for key, mod, a, t in module_results(areas, timing):
         rows[key] = _r({
             "module": mod, "role": "whole hub" if key == "top" else MODULE_ROLES.get(key, key),
             "cells": a.cells, "flops": a.flops, "area_um2": a.area_um2, "seq_area_um2": a.seq_area_um2,

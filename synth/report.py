@@ -43,6 +43,17 @@ def _r(x, digits=6):
     return x
 
 
+def module_results(areas: dict, timing: dict):
+    """(key, module name, area, timing) of every block in report order that has both an
+    area and a timing result (the whole hub's area is the netlist's total)."""
+    for key in MODULE_ORDER:
+        mod = TOP if key == "top" else f"{TOP}_{key}"
+        a = areas["__total__"] if key == "top" else areas.get(mod)
+        t = timing.get(mod)
+        if a is not None and t is not None:
+            yield key, mod, a, t
+
+
 def macro_bits(macros: dict) -> int:
     bits = 0
     for name, n in macros.items():
@@ -67,12 +78,7 @@ def build_asic(cfg, res: dict, fo4_ns: float, period_ns: float, macros, sram_opt
         return "below the SRAM threshold: flops"
     areas, timing = res["areas"], res["timing"]
     modules = {}
-    for key in MODULE_ORDER:
-        mod = TOP if key == "top" else f"{TOP}_{key}"
-        a = areas["__total__"] if key == "top" else areas.get(mod)
-        t = timing.get(mod)
-        if a is None or t is None:
-            continue
+    for key, mod, a, t in module_results(areas, timing):
         sram_bits = macro_bits(a.macros)
         proj = project.project(a.area_um2, sram_bits, t.logic_ns, fo4_ns)
         modules[key] = _r({
