@@ -189,17 +189,17 @@ def test_a_cpu_proxy_posts_every_rdma_message_in_turn():
 
 
 def test_the_baseline_plays_the_systems_library_and_a_bad_name_is_named():
-    """``software.ll_library`` picks the library the deepep_ll baseline plays (default pplx:
-    the numbers from before the libraries were told apart); an unknown name is an error
-    naming the key and the value."""
+    """``software.ll_library`` picks the library the deepep_ll baseline plays (default
+    deepep, as its name says; pplx pays its own measured floor across nodes); an unknown
+    name is an error naming the key and the value."""
     import dataclasses
     from cosim_helpers import layer
     from moehub.cosim.systems.deepep_ll import call_us, run, system_library
     L = layer("deepseek-v3", "h100x16-ib", tokens=4)
     sw = dataclasses.asdict(L.sys.software)
-    assert system_library(L).name == "pplx" and call_us(L) == sw["ll_call_inter_us"]
-    D = layer("deepseek-v3", "h100x16-ib", tokens=4, software={**sw, "ll_library": "deepep"})
-    assert system_library(D).name == "deepep" and call_us(D) == sw["ll_call_intra_us"]
+    assert system_library(L).name == "deepep" and call_us(L) == sw["ll_call_intra_us"]
+    P = layer("deepseek-v3", "h100x16-ib", tokens=4, software={**sw, "ll_library": "pplx"})
+    assert system_library(P).name == "pplx" and call_us(P) == sw["ll_call_inter_us"]
     bad = layer("deepseek-v3", "h100x16-ib", tokens=4, software={**sw, "ll_library": "nope"})
     with pytest.raises(ConfigError, match=r"software\.ll_library = 'nope': unknown"):
         run(bad)
