@@ -50,6 +50,21 @@ def alltoall(L: Layer, res: SystemResult, t, nbytes: np.ndarray, phase: str, tra
     return curves, flows
 
 
+def combine_alltoall(L: Layer, res: SystemResult, t, cbytes: np.ndarray,
+                     outputs_at: np.ndarray) -> np.ndarray:
+    """The all-to-all that returns expert outputs (all sendable at ``t``; GPU d's were
+    ready at ``outputs_at[d]``): the time each token owner has received its last row."""
+    G = L.G
+    curves, flows = alltoall(L, res, t, cbytes, "combine", "combine", "all-to-all combine")
+    recv = np.zeros(G)
+    for d in range(G):
+        res.combine_log.append((d, "all", t, outputs_at[d]))
+        for o in range(G):
+            if L.counts[o, d]:
+                recv[o] = max(recv[o], curves[flows[d][o]].end)
+    return recv
+
+
 def run(L: Layer) -> SystemResult:
     res = SystemResult("bulk", LABEL)
     g, comp, G, T, k = L.gpu, L.comp, L.G, L.T, L.k
@@ -86,12 +101,6 @@ def run(L: Layer) -> SystemResult:
             res.add(d, "control", "unsort", routed_end, unsort_end[d])
     a2a2 = unsort_end.max() + comp.launch_us
     cbytes = flow_wire_bytes(L.counts.T * L.comb_bytes, mp, hd)
-    curves, flows = alltoall(L, res, a2a2, cbytes, "combine", "combine", "all-to-all combine")
-    recv2 = np.zeros(G)
-    for d in range(G):
-        res.combine_log.append((d, "all", a2a2, unsort_end[d]))
-        for o in range(G):
-            if L.counts[o, d]:
-                recv2[o] = max(recv2[o], curves[flows[d][o]].end)
+    recv2 = combine_alltoall(L, res, a2a2, cbytes, unsort_end)
     res.gpu_end = C.reduce(L, res, recv2, shared_end, poll=False, name="unpermute+reduce")
     return res

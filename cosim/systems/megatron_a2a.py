@@ -94,14 +94,7 @@ def run(L: Layer) -> SystemResult:
             res.add(d, "control", "unsort", end, unsort_end[d])
     a2a2 = unsort_end.max()
     cbytes = flow_wire_bytes(L.counts.T * L.row_bytes, mp, hd)
-    curves, flows = bulk.alltoall(L, res, a2a2, cbytes, "combine", "combine", "all-to-all combine")
-    recv2 = np.zeros(G)
-    for d in range(G):
-        res.combine_log.append((d, "all", a2a2, unsort_end[d]))
-        for o in range(G):
-            if L.counts[o, d]:
-                recv2[o] = max(recv2[o], curves[flows[d][o]].end)
-    recv2 = np.maximum(recv2, a2a2)
+    recv2 = np.maximum(bulk.combine_alltoall(L, res, a2a2, cbytes, unsort_end), a2a2)
     T, k = L.T, L.k
     unperm = X.kernels_us(L, 3, (5.0 * k + 1) * T * L.row_bytes)
     start = np.maximum(recv2, shared_end)
