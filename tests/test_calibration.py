@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from moehub.config.cosim_schema import ConfigError, SystemConfig, load_system_config
-from moehub.config.schema import CONFIG_DIR
+from moehub.cosim.config import ConfigError, SystemConfig, load_system_config
+from moehub.spec.config import CONFIG_DIR
 from moehub.cosim import calibration as cal
 from moehub.cosim.components import Components
 from moehub.scripts.cli import main

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.cosim import cli as cosim_cli
-from moehub.rtl.csr_map import CsrMap
-from moehub.scripts.args import Parser
+from moehub.spec.csr_map import CsrMap
+from moehub.argcheck import Parser
 from moehub.scripts.cli import build_parser, main
 from moehub.scripts.demo import token_limit
 

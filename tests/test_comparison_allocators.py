@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.rtl.multicast_allocator import (MulticastAllocator, MulticastAllocatorAdmitted,
                                             MulticastAllocatorByTargets, MulticastAllocatorSameCycle)
 

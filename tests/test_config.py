@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from moehub.config.schema import HUB_CONFIGS, ConfigError, HubConfig, load_hub_config
+from moehub.spec.config import HUB_CONFIGS, ConfigError, HubConfig, load_hub_config
 
 
 @pytest.mark.parametrize("name", HUB_CONFIGS)

@@ -10,7 +10,7 @@ from moehub.cosim.causality import check
 from moehub.cosim.headline_grid import scale_compute_to_link
 from moehub.cosim.systems import (BASELINES, KINDS, MODULES, PAPER_BASELINES, PHASES,
                                   SYSTEMS, eager, run_system)
-from moehub.config.cosim_schema import load_model_config, load_system_config, load_workload_config
+from moehub.cosim.config import load_model_config, load_system_config, load_workload_config
 from moehub.cosim.layer import Layer
 from moehub.cosim.workload import make_routing
 

@@ -5,10 +5,10 @@ import re
 import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import (ConfigError, ModelConfig, SystemConfig, WorkloadConfig,
+from moehub.cosim.config import (ConfigError, ModelConfig, SystemConfig, WorkloadConfig,
                                         available, load_model_config, load_system_config,
                                         load_workload_config)
-from moehub.config.schema import CONFIG_DIR
+from moehub.spec.config import CONFIG_DIR
 from moehub.cosim.workload import make_routing
 
 REQUIRED_MODELS = {"mixtral-8x7b", "qwen2-57b-a14b", "phi-3.5-moe", "deepseek-v3",

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from moehub.config.cosim_schema import (ConfigError, SystemConfig, load_model_config,
+from moehub.cosim.config import (ConfigError, SystemConfig, load_model_config,
                                         load_system_config, load_workload_config)
-from moehub.config.schema import CONFIG_DIR
+from moehub.spec.config import CONFIG_DIR
 from moehub.cosim import cli as cosim_cli
 from moehub.cosim.components import GRAPH_BREAKS, Components
 from moehub.cosim.gpu import GpuModel, WorkItem

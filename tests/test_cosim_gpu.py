@@ -3,7 +3,7 @@ from collections import defaultdict
 
 import pytest
 
-from moehub.config.cosim_schema import load_model_config, load_system_config
+from moehub.cosim.config import load_model_config, load_system_config
 from moehub.cosim.gpu import ExpertQueue, GpuModel, WorkItem
 
 

@@ -3,8 +3,8 @@ routed row reaches its expert exactly once."""
 import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import ModelConfig, load_system_config, load_workload_config
-from moehub.config.schema import load_hub_config
+from moehub.cosim.config import ModelConfig, load_system_config, load_workload_config
+from moehub.spec.config import load_hub_config
 from moehub.cosim.hub_stage import HubArrivals, run_hub_fast, run_hub_reference
 from moehub.cosim.layer import Layer
 from moehub.cosim.systems import hub_schedule, run_hub, run_system
@@ -122,7 +122,7 @@ def test_tile_flag_comes_after_its_rows_arrive():
 
 
 def test_hub_system_conserves_rows_on_a_real_config():
-    from moehub.config.cosim_schema import load_model_config
+    from moehub.cosim.config import load_model_config
     sysc = load_system_config("h100x8")
     m = load_model_config("mixtral-8x7b")
     wl = load_workload_config("default").replace(tokens_per_gpu=128)
@@ -134,7 +134,7 @@ def test_hub_system_conserves_rows_on_a_real_config():
 
 
 def test_reference_hub_mode_gives_the_same_layer():
-    from moehub.config.cosim_schema import load_model_config
+    from moehub.cosim.config import load_model_config
     sysc = load_system_config("h100x8").replace(gpus=4, gpus_per_node=4)
     m = load_model_config("phi-3.5-moe")
     wl = load_workload_config("default").replace(tokens_per_gpu=24)

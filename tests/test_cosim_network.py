@@ -147,7 +147,7 @@ def test_the_window_is_what_changes_the_curves():
 
 
 def test_layers_run_exact_up_to_16_gpus_and_coalesce_above(monkeypatch):
-    from moehub.config.schema import ConfigError
+    from moehub.spec.config import ConfigError
     from moehub.cosim import layer
     monkeypatch.delenv("MOEHUB_NETWORK_WINDOW_US", raising=False)
 

@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import load_model_config, load_system_config, load_workload_config
+from moehub.cosim.config import load_model_config, load_system_config, load_workload_config
 from moehub.cosim.causality import check
 from moehub.cosim.layer import Layer
 from moehub.cosim.systems import SYSTEMS, run_system

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from moehub.cosim.validate import Case, load_cases, report, run_case
-from moehub.config.schema import ConfigError
+from moehub.spec.config import ConfigError
 
 
 def test_every_published_case_is_complete_and_sourced():

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from moehub.config.schema import HUB_CONFIGS, load_hub_config
-from moehub.rtl.csr_map import CTRL_START, CsrMap
+from moehub.spec.config import HUB_CONFIGS, load_hub_config
+from moehub.spec.csr_map import CTRL_START, CsrMap
 from moehub.verif import coverage
 from moehub.verif.knobs import ENDINGS, INJECT, ORDERS, KnobFeeder, chunk_order, draw_knobs
-from moehub.verif.model import HubModel, Packet
+from moehub.spec.model import HubModel, Packet
 
 
 @pytest.mark.parametrize("name", HUB_CONFIGS)

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import (ConfigError, dtype_row_bytes, effective_dtypes,
+from moehub.cosim.config import (ConfigError, dtype_row_bytes, effective_dtypes,
                                         effective_row_bytes, load_model_config,
                                         load_system_config, load_workload_config)
 from moehub.cosim.dedup import (bytes_per_token, forward_rows, placement_dest, rows_per_pair,

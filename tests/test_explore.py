@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from moehub import explore
-from moehub.config.schema import ConfigError
+from moehub.spec.config import ConfigError
+from moehub.cluster import Cache
 from moehub.explore import evaluator as ev
 from moehub.explore import pareto, space
 from moehub.scripts.cli import main
@@ -137,7 +138,7 @@ def test_jobqueue_options_pass_through(monkeypatch):
             seen.update(kw)
             raise TypeError("stop here")
     monkeypatch.setitem(sys.modules, "dask_jobqueue", types.SimpleNamespace(PBSCluster=FakeCluster))
-    from moehub.explore import cluster
+    from moehub import cluster
     opts = cluster.parse_options(["queue=gpu", "cores=8", "memory=16GB", "job_extra_directives=[-l x]"])
     assert opts == {"queue": "gpu", "cores": 8, "memory": "16GB", "job_extra_directives": ["-l x"]}
     with pytest.raises(Exception) as e:
@@ -197,7 +198,7 @@ def test_sources_digest_follows_the_code(tmp_path, monkeypatch):
 
 
 def test_cache_round_trip_and_unreadable_entries(tmp_path):
-    c = ev.Cache(tmp_path / "points")
+    c = Cache(tmp_path / "points")
     assert c.get("k1") is None
     c.put("k1", {"metrics": {"a": 1}})
     assert c.get("k1")["metrics"] == {"a": 1}

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from moehub.config.schema import HUB_CONFIGS, load_hub_config
-from moehub.rtl.csr_map import CsrMap
-from moehub.rtl.formats import HubFormats, Reason, config_reasons
+from moehub.spec.config import HUB_CONFIGS, load_hub_config
+from moehub.spec.csr_map import CsrMap
+from moehub.spec.formats import HubFormats, Reason, config_reasons
 
 
 @pytest.mark.parametrize("name", HUB_CONFIGS)

@@ -2,7 +2,7 @@
 the same inputs (cosim/gpu_measured.py)."""
 import pytest
 
-from moehub.config.cosim_schema import load_system_config
+from moehub.cosim.config import load_system_config
 from moehub.cosim import gpu_measured as gm
 from moehub.cosim.components import Components
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from moehub.config.cosim_schema import load_model_config, load_system_config
+from moehub.cosim.config import load_model_config, load_system_config
 from moehub.cosim import headline_eval, headline_grid as grid, headline_pick as pick
 from moehub.scripts.cli import main
 
@@ -170,7 +170,7 @@ def test_compute_to_link_override_scales_compute_only_and_changes_the_key():
 def test_the_cache_key_hashes_what_a_run_imports_not_what_presents_it(monkeypatch):
     from moehub.runinfo import PACKAGE_DIR
     files = {str(Path(f).resolve().relative_to(PACKAGE_DIR)) for f in headline_eval._run_sources()}
-    assert {"cosim/layer.py", "rtl/timing.py", "verif/model.py"} <= files
+    assert {"cosim/layer.py", "spec/timing.py", "spec/model.py"} <= files
     assert not any(f.startswith(("synth/", "verif/formal", "explore/")) for f in files)
     # an edit of the protocol-v2 hub (imported lazily) changes the key, one of a figure not
     seen = []

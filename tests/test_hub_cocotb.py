@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from conftest import needs, on
-from moehub.config.schema import HUB_CONFIGS
+from moehub.spec.config import HUB_CONFIGS
 from moehub.verif import sim
 
 

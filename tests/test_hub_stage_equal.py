@@ -14,8 +14,8 @@ catches it.
 import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import ModelConfig, load_system_config, load_workload_config
-from moehub.config.schema import load_hub_config
+from moehub.cosim.config import ModelConfig, load_system_config, load_workload_config
+from moehub.spec.config import load_hub_config
 from moehub.cosim import hub_stage as H
 from moehub.cosim.hub_stage import HubArrivals, run_hub_fast, run_hub_reference, why_not_vectorised
 from moehub.cosim.layer import Layer

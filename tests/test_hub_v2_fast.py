@@ -1,12 +1,12 @@
 """Protocol v2 in the co-simulation's fast hub stage (issue 14): multicast rows, per-expert
 count packets, the page pool -- hand-checked small cases, then the vectorised path
-against the packet-by-packet reference (``HubModel`` of verif/model.py, the oracle) on
+against the packet-by-packet reference (``HubModel`` of spec/model.py, the oracle) on
 random schedules, every output compared.
 """
 import numpy as np
 import pytest
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.cosim import hub_stage as H
 from moehub.cosim.hub_stage import (FLAG_DELAY, SWEEP_DELAY, HubArrivals, run_hub_fast,
                                     run_hub_reference, target_alloc, why_not_vectorised)

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from moehub.config.schema import load_hub_config
-from moehub.rtl.csr_map import CTRL_START
-from moehub.rtl.formats import CtlKind, Reason, data_addr, flag_addr, meta_addr
-from moehub.verif.model import HubModel, Packet
+from moehub.spec.config import load_hub_config
+from moehub.spec.csr_map import CTRL_START
+from moehub.spec.formats import CtlKind, Reason, data_addr, flag_addr, meta_addr
+from moehub.spec.model import HubModel, Packet
 from moehub.verif.traffic import LaneFeeder, random_rows
 
 CFG = load_hub_config("tiny")

@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from moehub.config.schema import load_hub_config
-from moehub.rtl.csr_map import CTRL_START, CsrMap
-from moehub.rtl.formats import (V2_REASONS, CtlKind, HubFormats, PacketKind, Reason,
+from moehub.spec.config import load_hub_config
+from moehub.spec.csr_map import CTRL_START, CsrMap
+from moehub.spec.formats import (V2_REASONS, CtlKind, HubFormats, PacketKind, Reason,
                                 config_reasons, count_addr, data_addr, flag_addr, meta_addr)
-from moehub.verif.model import HubModel, Packet
+from moehub.spec.model import HubModel, Packet
 
 TINY = load_hub_config("tiny")
 C = TINY.chunks_per_row
@@ -308,6 +308,6 @@ def test_random_v2_traffic_conserves_rows_and_finishes_every_expert_early(seed):
     ("max_targets", 0, "1..min"), ("max_targets", 3, "min(experts, topk) = 2"),
     ("pool_pages", -1, ">= 0"), ("pool_pages", 1 << 16, "16 bits")])
 def test_v2_config_values_are_checked(key, value, words):
-    from moehub.config.schema import ConfigError
+    from moehub.spec.config import ConfigError
     with pytest.raises(ConfigError, match=f"{key}.*{value}.*" + words.replace("(", r"\(").replace(")", r"\)")):
         TINY.replace(**{key: value})

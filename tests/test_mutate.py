@@ -59,10 +59,10 @@ ELABORATE = ("from amaranth.back import rtlil\nfrom snip.snippet import Snippet\
 
 @pytest.fixture
 def project(tmp_path):
-    root = tmp_path / "snip"
-    root.mkdir()
-    (root / "__init__.py").write_text("")
-    (root / "snippet.py").write_text(SNIPPET)
+    root = tmp_path / "proj"
+    (root / "snip").mkdir(parents=True)
+    (root / "snip" / "__init__.py").write_text("")
+    (root / "snip" / "snippet.py").write_text(SNIPPET)
     (root / "test_snippet.py").write_text(TEST)
     return root
 
@@ -76,7 +76,7 @@ def test_operators_on_the_snippet(project):
     """Every operator finds its sites; ids in source order, unique; each mutant parses
     and differs (mutants_of itself checks that it is the original tree with one node
     replaced); the changes are the expected ones."""
-    ms = mutate.mutants_of(project / "snippet.py", "snippet.py")
+    ms = mutate.mutants_of(project / "snip" / "snippet.py", "snippet.py")
     ops = {m.operator for m in ms}
     assert {"cmp", "const", "drop", "swap", "init", "cond", "eq", "mux", "invert"} <= ops
     assert [m.id for m in ms] == [f"snippet-{k:03d}" for k in range(len(ms))]
@@ -118,8 +118,23 @@ def test_enumeration_is_deterministic_and_checked():
         assert ast.parse(m.source) and m.source != src
 
 
-def test_testbench_shares_formats_csr_map_and_timing():
-    assert mutate.testbench_files() == {"rtl/formats.py", "rtl/csr_map.py", "rtl/timing.py"}
+def test_testbench_shares_no_rtl_file():
+    """The checker (testbench, spec/) imports no rtl/ file, so no hardware mutant can move
+    it; a planted import from rtl/ (and what that file imports in turn) is found."""
+    assert mutate.testbench_files() == set()
+
+
+def test_testbench_files_follow_imports_into_rtl(tmp_path):
+    for d in ("verif", "spec", "rtl"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "verif" / "hubtb.py").write_text("from ..rtl.layouts import X\nfrom ..spec import model\n")
+    (tmp_path / "spec" / "model.py").write_text("from .config import C\n")
+    (tmp_path / "spec" / "config.py").write_text("")
+    (tmp_path / "rtl" / "layouts.py").write_text("from .formats import Y\nfrom . import logic\n")
+    (tmp_path / "rtl" / "formats.py").write_text("")
+    (tmp_path / "rtl" / "logic.py").write_text("")
+    (tmp_path / "rtl" / "hub.py").write_text("")
+    assert mutate.testbench_files(tmp_path) == {"rtl/layouts.py", "rtl/formats.py", "rtl/logic.py"}
 
 
 def test_killed_survived_stillborn_and_restored(project, tmp_path):
@@ -128,7 +143,7 @@ def test_killed_survived_stillborn_and_restored(project, tmp_path):
     elaborate is stillborn. The project and the copy are restored byte for byte."""
     before = _digest(project)
     ms = {(m.operator, m.original, m.mutant): m
-          for m in mutate.mutants_of(project / "snippet.py", "snippet.py")}
+          for m in mutate.mutants_of(project / "snip" / "snippet.py", "snippet.py")}
     kill = ms["cmp", "self.a < 8", "(self.a <= 8)"]
     equiv = ms["cmp", "self.a < 16", "(self.a <= 16)"]
     born_dead = mutate.Mutant("snippet-x", "snippet.py", 1, "test", "", "",
@@ -156,7 +171,7 @@ def test_killed_survived_stillborn_and_restored(project, tmp_path):
 def test_a_hang_is_a_timeout(project, tmp_path):
     """A mutant whose suite runs past the timeout is stopped (its process group killed)."""
     (project / "test_snippet.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
-    m = mutate.mutants_of(project / "snippet.py", "snippet.py")[0]
+    m = mutate.mutants_of(project / "snip" / "snippet.py", "snippet.py")[0]
     camp = mutate.Campaign(project, tmp_path / "out", suite=["test_snippet.py"], elaborate="",
                            netlist_tests=(), shared=set(), package="snip", timeout=3,
                            echo=lambda s: None)
@@ -172,7 +187,7 @@ def test_kill_suite_selects_every_node():
     import sys
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                           "-m", mutate.KILL_MARKERS, *mutate.KILL_SUITE],
-                         cwd=mutate.REPO, capture_output=True, text=True).stdout
+                         cwd=mutate.CHECKOUT, capture_output=True, text=True).stdout
     for node in mutate.KILL_SUITE:
         assert node in out, f"{node} not selected by -m {mutate.KILL_MARKERS!r}"
 

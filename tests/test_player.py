@@ -7,7 +7,7 @@ import random
 import pytest
 
 from conftest import on
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.verif.player import (accept_schedule, model_write_hash, replay_into_model,
                                  run_player)
 from moehub.verif.traffic import LaneFeeder, random_rows

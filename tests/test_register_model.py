@@ -1,7 +1,7 @@
 """The reference model's registers against the RTL's CSR bank, bit for bit.
 
 Every harness (the cocotb testbench, the player, the co-simulation's hub stage) programs
-and reads the hub through :class:`~moehub.verif.model.HubModel`'s register interface, so
+and reads the hub through :class:`~moehub.spec.model.HubModel`'s register interface, so
 the model's register rules must be the RTL's. Here one short Amaranth simulation per
 config drives the same bus operations into :class:`~moehub.rtl.csr.CsrBank` and into the
 model -- every register, every address of the bus (unmapped ones too), in-range, boundary
@@ -13,11 +13,11 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.rtl.csr import CsrBank
-from moehub.rtl.csr_map import CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, CsrMap
-from moehub.rtl.formats import Reason
-from moehub.verif.model import HubModel
+from moehub.spec.csr_map import CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, CsrMap
+from moehub.spec.formats import Reason
+from moehub.spec.model import HubModel
 
 WORD = (1 << CSR_DATA_BITS) - 1
 #: tiny: one-word addresses, 3 experts; mixtral-8gpu: 40-bit addresses (two-word registers)
@@ -243,8 +243,8 @@ def test_model_of_a_hub_too_wide_for_the_rtl():
     """Above 32 sources EOS_SEEN spans more than one word, in the RTL's map and the model's;
     above 255 sources (PARAMS holds the count in a byte) only the co-simulation's model has
     a map, and the RTL's refuses the config."""
-    from moehub.config.schema import ConfigError
-    from moehub.rtl.csr_map import MAX_SOURCES
+    from moehub.spec.config import ConfigError
+    from moehub.spec.csr_map import MAX_SOURCES
     wide = load_hub_config("tiny").replace(sources=40)
     assert CsrMap(wide)["EOS_SEEN"].words == 2
     m = HubModel(wide)

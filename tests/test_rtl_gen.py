@@ -6,7 +6,7 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.rtl import gen
 
 
@@ -32,9 +32,9 @@ def test_convert_regenerates_only_when_the_sources_or_config_change(tmp_path, mo
 
     src = tmp_path / "src"
     (src / "rtl").mkdir(parents=True)
-    (src / "config").mkdir()
+    (src / "spec").mkdir()
     (src / "rtl" / "block.py").write_text("x = 1\n")
-    (src / "config" / "schema.py").write_text("")
+    (src / "spec" / "formats.py").write_text("")
     monkeypatch.setattr(gen, "MoEHub", Fake)
     monkeypatch.setattr(gen, "RTL_DIR", src / "rtl")
     cfg, out = load_hub_config("tiny"), tmp_path / "out"
@@ -49,3 +49,6 @@ def test_convert_regenerates_only_when_the_sources_or_config_change(tmp_path, mo
     assert len(calls) == 3
     gen.convert(dataclasses.replace(cfg, timeout_cycles=5), out_dir=out, force=True)
     assert len(calls) == 4
+    (src / "spec" / "formats.py").write_text("y = 1\n")     # the contract changed: rebuilt
+    gen.convert(dataclasses.replace(cfg, timeout_cycles=5), out_dir=out)
+    assert len(calls) == 5

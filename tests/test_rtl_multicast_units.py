@@ -3,7 +3,7 @@ simulator: the target decode (A stage), the multicast allocators (T stage; the h
 :class:`MulticastAllocatorAdmitted`, under the input admission) and the event expander
 (between the event queue and the tracker).
 
-The bench drives :class:`~moehub.verif.model.HubModel` itself with the same rows: each
+The bench drives :class:`~moehub.spec.model.HubModel` itself with the same rows: each
 cycle's opening rows go to the model in lane order (one ``cycle``), and the RTL must agree
 on every verdict (BAD_EXPERT from the decode, OVERFLOW from the allocator), on every
 granted row's (expert, row) per target -- the model's ``Entry.rows``, hence its metadata
@@ -16,14 +16,14 @@ import pytest
 from amaranth import Cat, Elaboratable, Module, Mux, Signal
 from amaranth.sim import Simulator
 
-from moehub.config.schema import load_hub_config
-from moehub.rtl.csr_map import CTRL_START
-from moehub.rtl.formats import HubFormats, Reason
+from moehub.spec.config import load_hub_config
+from moehub.spec.csr_map import CTRL_START
+from moehub.spec.formats import HubFormats, Reason
 from moehub.rtl.multicast_allocator import (MulticastAllocator, MulticastAllocatorAdmitted,
                                             MulticastAllocatorByTargets, MulticastAllocatorSameCycle,
                                             MulticastPrerank)
 from moehub.rtl.target_decode import TargetDecode
-from moehub.verif.model import ALLOC, HubModel, Packet
+from moehub.spec.model import ALLOC, HubModel, Packet
 
 TINY = load_hub_config("tiny")
 #: 3 experts, a row names up to all 3 (as tests/test_model_v2.py); 4 lanes

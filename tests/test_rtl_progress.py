@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from moehub import progress
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.paths import output_dir
 from moehub.verif.player import PROGRESS_CYCLES, run_player
 from test_player import check_equivalent, demand_schedule

@@ -4,7 +4,7 @@ import random
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.rtl.allocator import AddressAllocator
 from moehub.rtl.event_queue import EventQueue
 
@@ -283,7 +283,7 @@ def test_tracker_metadata_flags_guard_and_sweep():
     """The tracker alone: after its clearing sweep, metadata words and tile flags in event
     order (a flag held by the ordering guard while a write of its group is in B), then
     the end-of-layer sweep: counts, the last partial tile's flag, the layer-done word."""
-    from moehub.rtl.formats import CtlKind
+    from moehub.spec.formats import CtlKind
     from moehub.rtl.tracker import AvailabilityTracker
     cfg = load_hub_config("tiny")
     tr = AvailabilityTracker(cfg)

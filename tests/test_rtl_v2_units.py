@@ -5,12 +5,12 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from moehub.config.schema import load_hub_config
-from moehub.rtl.formats import Reason
+from moehub.spec.config import load_hub_config
+from moehub.spec.formats import Reason
 from moehub.rtl.layouts import page_takes
 from moehub.rtl.page_pool import PagePool
 from moehub.rtl.paging import PageSupply
-from moehub.verif.model import HubModel
+from moehub.spec.model import HubModel
 
 TINY = load_hub_config("tiny")
 
@@ -147,8 +147,8 @@ def test_expert_counts_follow_the_model(seed):
     add up to the model's COUNT_DUPLICATE / COUNT_MISMATCH events, and the experts it hands
     over as final (one a cycle) are the model's final experts."""
     from moehub.rtl.expert_counts import ExpertCounts
-    from moehub.verif.model import Packet
-    from moehub.rtl.csr_map import CTRL_START
+    from moehub.spec.model import Packet
+    from moehub.spec.csr_map import CTRL_START
     cfg = TINY.replace(count_packets=True)
     E, S, C = cfg.experts, cfg.sources, cfg.chunks_per_row
     unit = ExpertCounts(cfg)

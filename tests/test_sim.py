@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from moehub import progress
-from moehub.config.schema import ConfigError, load_hub_config
+from moehub.spec.config import ConfigError, load_hub_config
 from moehub.scripts.cli import main
 from moehub.synth.tools import ToolMissing
 from moehub.verif import sim

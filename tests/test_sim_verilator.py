@@ -11,7 +11,7 @@ fast set idle, the soak 56 s); the fast set meets Verilator through tiny's regre
 import pytest
 
 from conftest import needs
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.verif.player import run_player
 from test_player import check_equivalent, demand_schedule
 

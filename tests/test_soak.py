@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from conftest import needs
-from moehub.config.schema import HUB_CONFIGS, load_hub_config
-from moehub.rtl.formats import V2_REASONS, PacketKind, Reason
+from moehub.spec.config import HUB_CONFIGS, load_hub_config
+from moehub.spec.formats import V2_REASONS, PacketKind, Reason
 from moehub.verif import soak
-from moehub.verif.model import Packet
+from moehub.spec.model import Packet
 from moehub.verif.player import accept_schedule, prepare
 
 #: the recorded soak: one seed, a million rows per default config

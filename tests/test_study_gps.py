@@ -3,7 +3,7 @@ model against the co-simulation, the command line and a small end-to-end run."""
 import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import load_model_config, load_system_config
+from moehub.cosim.config import load_model_config, load_system_config
 from moehub.cosim.studies import gps_place as P
 from moehub.cosim.studies import gps_predict as R
 from moehub.cosim.studies import gps_study as S

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from moehub.config.cosim_schema import load_model_config, load_system_config
+from moehub.cosim.config import load_model_config, load_system_config
 from moehub.cosim import dedup
 from moehub.cosim.components import Components
 from moehub.cosim.studies import xmoe as study

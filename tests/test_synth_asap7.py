@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.synth import asap7, asap7_report, flow, library
 from moehub.synth.verilog import TOP
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.synth import ecp5, flow, tools
 
 

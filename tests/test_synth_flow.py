@@ -13,7 +13,7 @@ import pytest
 
 from amaranth.lib import data
 
-from moehub.config.schema import field_bits, load_hub_config
+from moehub.spec.config import field_bits, load_hub_config
 from moehub.rtl.layouts import HubLayouts
 from moehub.synth import flow, tools
 

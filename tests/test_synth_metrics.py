@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.synth import asic, report, tools
 from moehub.synth.verilog import TOP
 

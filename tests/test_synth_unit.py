@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from moehub.config.schema import load_hub_config
+from moehub.spec.config import load_hub_config
 from moehub.synth import asic, ecp5, project, sram
 from moehub.synth.verilog import MemoryArray, find_memories
 
@@ -156,7 +156,7 @@ def test_synth_set_names_the_feature_and_refuses_bad_keys(capsys):
     (and output folder);
     any other key, a bad value or a value the schema refuses is a usage error (exit 2)
     naming --set and the value, before any synthesis."""
-    from moehub.config.schema import load_hub_config
+    from moehub.spec.config import load_hub_config
     from moehub.scripts.cli import main
     from moehub.synth import flow
     cfg = flow.with_changes(load_hub_config("deepseek-v3-8gpu"), {"count_packets": True, "pool_pages": 64})

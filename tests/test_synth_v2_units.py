@@ -3,7 +3,7 @@
 Needs Debian yosys, OpenSTA and the OSU018 library; skips with the reason otherwise."""
 import pytest
 
-from moehub.config.schema import field_bits, load_hub_config
+from moehub.spec.config import field_bits, load_hub_config
 from moehub.synth import tools
 from moehub.synth.units import run_unit
 

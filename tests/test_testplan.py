@@ -8,7 +8,7 @@ import yaml
 from moehub.verif.tb_hub_names import TEST_NAMES, cocotb_tests
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAN = ROOT / "verif" / "testplan.yaml"
+PLAN = ROOT / "moehub" / "verif" / "testplan.yaml"
 #: cocotb testbenches besides tb_hub (named ``cocotb:<module>.<test>`` in the testplan)
 OTHER_TBS = ("tb_hub_counts", "tb_hub_paged", "tb_hub_paged_counts", "tb_hub_multicast", "tb_hub_multicast_paged",
              "tb_hub_multicast_counts", "tb_hub_multicast_paged_counts")
@@ -17,7 +17,7 @@ OTHER_TBS = ("tb_hub_counts", "tb_hub_paged", "tb_hub_paged_counts", "tb_hub_mul
 def _cocotb_names() -> set:
     """Every cocotb test the testplan must plan: tb_hub's by name, the others' qualified."""
     return set(TEST_NAMES) | {f"{tb}.{n}" for tb in OTHER_TBS
-                              for n in cocotb_tests(ROOT / "verif" / f"{tb}.py")}
+                              for n in cocotb_tests(ROOT / "moehub" / "verif" / f"{tb}.py")}
 
 
 def _pytest_names(path: Path) -> set:
@@ -73,9 +73,9 @@ def _rules_required(plan: dict) -> set:
 def test_readme_tables_match_the_code():
     """The README tables the rules are read from name exactly the hub's drop reasons and
     registers (so a rule added in the code but not in README fails here, and vice versa)."""
-    from moehub.config.schema import load_hub_config
-    from moehub.rtl.csr_map import CsrMap
-    from moehub.rtl.formats import V2_REASONS, Reason, config_reasons
+    from moehub.spec.config import load_hub_config
+    from moehub.spec.csr_map import CsrMap
+    from moehub.spec.formats import V2_REASONS, Reason, config_reasons
     tiny = load_hub_config("tiny")
     assert _table_names("### Bad input") == {r.name for r in config_reasons(tiny)}
     assert _table_names("### CSR map") == set(CsrMap(tiny).registers)
@@ -86,7 +86,7 @@ def test_readme_tables_match_the_code():
 def test_protocol_v2_reasons_are_planned():
     """Protocol v2's reasons (reference model first, issue 14) each have a testpoint; until
     its RTL exists they are tested on the model (pytest), and such testpoints say so."""
-    from moehub.rtl.formats import V2_REASONS
+    from moehub.spec.formats import V2_REASONS
     plan = yaml.safe_load(PLAN.read_text())
     named = set()
     for tp in plan["testpoints"]:

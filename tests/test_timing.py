@@ -1,4 +1,4 @@
-"""The RTL's timing contract in plain Python (moehub.rtl.timing), and a co-simulation that
+"""The RTL's timing contract in plain Python (moehub.spec.timing), and a co-simulation that
 runs without Amaranth."""
 import inspect
 import re
@@ -18,7 +18,7 @@ print(len(names), "amaranth" in sys.modules)
 
 def test_cosim_imports_no_amaranth():
     """Every module of moehub.cosim (cosim.systems.* included) imports without Amaranth:
-    the latencies and layouts it needs come from moehub.rtl.timing."""
+    the latencies and layouts it needs come from moehub.spec.timing."""
     run = subprocess.run([sys.executable, "-c", _IMPORT_ALL_COSIM], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     out = run.stdout.split()
@@ -26,11 +26,12 @@ def test_cosim_imports_no_amaranth():
 
 
 def test_timing_matches_the_rtl():
-    """The RTL builds with these very numbers (it imports them from moehub.rtl.timing and
+    """The RTL builds with these very numbers (it imports them from moehub.spec.timing and
     defines none of its own), and the derived ones keep their definitions. (The cycles
     themselves are asserted by the cocotb regression: test_latency, test_throughput_*.)"""
-    from moehub.config.schema import QUEUE_GROUPS
-    from moehub.rtl import hub, layouts, packet_manager, reservations, timing, tracker, write_buffer
+    from moehub.spec.config import QUEUE_GROUPS
+    from moehub.rtl import hub, layouts, packet_manager, reservations, tracker, write_buffer
+    from moehub.spec import timing
     assert timing.IN_FLIGHT_GROUPS == QUEUE_GROUPS - 1
     assert timing.FLAG_LATENCY == timing.EVENT_LATENCY + 4
     assert timing.CREDIT_LATENCY == timing.EVENT_LATENCY + 1

@@ -1,0 +1,156 @@
+"""Bit-level formats shared by the RTL, the reference model and the testbenches.
+
+Pure Python (no Amaranth import): the RTL builds its ``data.StructLayout`` payloads from
+the field lists here, and the cocotb drivers/monitors pack and unpack integers with the
+same lists, so a field is defined exactly once. Fields are listed low bits first.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .config import HubConfig
+
+
+class PacketKind(enum.IntEnum):
+    DATA = 0   #: one chunk of one row
+    EOS = 1    #: end of stream: the source sent ``count`` rows to this GPU
+    COUNT = 2  #: (protocol v2, ``count_packets``) the source sends ``count`` rows to ``expert``
+
+
+class CtlKind(enum.IntEnum):
+    """What a write on the ordered control-write port is."""
+    META = 0   #: a row's metadata word (source, token, slot) in the per-expert index array
+    FLAG = 1   #: a tile-ready flag (value = epoch)
+    COUNT = 2  #: an expert's final row count, at the end of the layer
+    DONE = 3   #: the layer-done word (value = epoch), last write of a layer
+
+
+class Reason(enum.IntEnum):
+    """Why something was dropped or flagged as an error; order = counter/bit index.
+
+    Packet-level reasons count packets; row-level reasons count rows once, when the row
+    is opened (INCOMPLETE: when the row is flushed).
+    """
+    NOT_ARMED = 0      #: packet while no layer is armed (before START, after DONE, after reset)
+    BAD_SOURCE = 1     #: source id >= sources, or tag >= tags_per_source (packet)
+    BAD_CHUNK = 2      #: chunk index >= chunks_per_row (packet)
+    BAD_EXPERT = 3     #: expert id >= experts (row)
+    OVERFLOW = 4       #: the expert's region is full (row; also counted per expert)
+    POST_EOS = 5       #: a new row after its source's end-of-stream count was reached (row)
+    DUPLICATE = 6      #: a chunk that already arrived for this row (packet)
+    PROTOCOL = 7       #: a chunk whose expert differs from its row's first chunk (packet)
+    INCOMPLETE = 8     #: a row still in flight when the layer was flushed (row)
+    EOS_MISMATCH = 9   #: end-of-stream count smaller than the rows already received (event)
+    EOS_DUPLICATE = 10 #: a second end-of-stream from the same source (event, ignored)
+    TIMEOUT = 11       #: the watchdog flushed the layer (event)
+    # ---- protocol v2 (issue 14): reachable only in configs with the feature ----
+    COUNT_MISMATCH = 12   #: an expert's rows exceed its announced counts (row dropped), or fall short at the end (event)
+    COUNT_DUPLICATE = 13  #: a second count packet from one source for one expert (event, ignored)
+    PAGE_BAD = 14         #: a page returned that is not handed out (twice, or never; CSR write ignored)
+
+
+#: Reasons only protocol v2's features reach (numbered last, so a v1 hub's DROPS and
+#: ERRORS stop before them).
+V2_REASONS = (Reason.COUNT_MISMATCH, Reason.COUNT_DUPLICATE, Reason.PAGE_BAD)
+
+
+def config_reasons(cfg: HubConfig) -> tuple:
+    """The reasons a hub of ``cfg`` counts (its DROPS array, its ERRORS bits): all of them
+    with a protocol v2 feature, else all but :data:`V2_REASONS`."""
+    if cfg.multicast or cfg.count_packets or cfg.paged:
+        return tuple(Reason)
+    return tuple(r for r in Reason if r not in V2_REASONS)
+
+
+#: Reasons that drop a row (the row's credit is still returned when its chunks are in).
+ROW_REASONS = (Reason.BAD_EXPERT, Reason.OVERFLOW, Reason.POST_EOS)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    width: int
+
+
+class Format:
+    """An ordered list of fields, low bits first, with pack/unpack of Python ints."""
+
+    def __init__(self, name: str, fields: list[Field]):
+        self.name = name
+        self.fields = fields
+        self.offsets = {}
+        off = 0
+        for f in fields:
+            self.offsets[f.name] = off
+            off += f.width
+        self.width = off
+        self.widths = {f.name: f.width for f in fields}
+
+    def pack(self, **values) -> int:
+        word = 0
+        for f in self.fields:
+            v = int(values.get(f.name, 0))
+            if v < 0 or v >> f.width:
+                raise ValueError(f"{self.name}.{f.name} = {v} does not fit {f.width} bits")
+            word |= v << self.offsets[f.name]
+        return word
+
+    def unpack(self, word: int) -> dict:
+        return {f.name: (word >> self.offsets[f.name]) & ((1 << f.width) - 1) for f in self.fields}
+
+    def __repr__(self):
+        return f"Format({self.name}, {[(f.name, f.width) for f in self.fields]})"
+
+
+class HubFormats:
+    """All formats of one hub configuration."""
+
+    def __init__(self, cfg: HubConfig):
+        self.cfg = cfg
+        kind = Field("kind", 2 if cfg.count_packets else 1)
+        tail = [Field("chunk", cfg.chunk_bits), Field("count", cfg.count_bits), Field("data", cfg.data_bits)]
+        if not cfg.multicast:
+            self.packet = Format("packet", [
+                kind, Field("src", cfg.src_bits), Field("tag", cfg.tag_bits),
+                Field("expert", cfg.expert_bits), Field("token", cfg.token_bits),
+                Field("slot", cfg.slot_bits), *tail])
+        else:   # (up to max_targets (valid, expert, slot) entries; a count packet uses expert0)
+            self.packet = Format("packet", [
+                kind, Field("src", cfg.src_bits), Field("tag", cfg.tag_bits),
+                *[Field(f"{k}{i}", w) for i in range(cfg.max_targets)
+                  for k, w in (("valid", 1), ("expert", cfg.expert_bits), ("slot", cfg.slot_bits))],
+                Field("token", cfg.token_bits), *tail])
+        self.write = Format("write", [Field("addr", cfg.addr_bits), Field("data", cfg.data_bits)])
+        self.ctl = Format("ctl", [Field("kind", 2), Field("addr", cfg.addr_bits),
+                                  Field("data", 8 * cfg.meta_word_bytes)])
+        self.credit = Format("credit", [Field("src", cfg.src_bits), Field("tag", cfg.tag_bits)])
+        self.meta_word = Format("meta_word", [Field("src", cfg.src_bits),
+                                              Field("token", cfg.token_bits),
+                                              Field("slot", cfg.slot_bits)]
+                                + ([Field("loc", cfg.loc_bits)] if cfg.multicast else []))
+        #: a tile flag: the layer's epoch; paged without multicast, the tile's page above
+        #: 16 bits of epoch (the GEMM finds the tile's rows there)
+        self.flag_word = Format("flag_word", [Field("epoch", 32)] if not (cfg.paged and not cfg.multicast)
+                                else [Field("epoch", 16), Field("page", 16)])
+
+
+# ---- addresses the hub forms (one definition, used by model and tests) ----
+
+def data_addr(cfg: HubConfig, region_base: int, row: int, chunk: int) -> int:
+    """Chunk ``chunk`` of row ``row`` of a region (or of the pool, ``row`` its place there)."""
+    return (region_base + row * cfg.stride_bytes + chunk * cfg.chunk_bytes) % (1 << cfg.addr_bits)
+
+
+def meta_addr(cfg: HubConfig, meta_base: int, expert: int, row: int) -> int:
+    return (meta_base + (expert * cfg.max_rows_per_expert + row) * cfg.meta_word_bytes) \
+        % (1 << cfg.addr_bits)
+
+
+def flag_addr(cfg: HubConfig, flag_base: int, expert: int, tile: int) -> int:
+    return (flag_base + 4 * (expert * cfg.tiles_per_expert + tile)) % (1 << cfg.addr_bits)
+
+
+def count_addr(cfg: HubConfig, count_base: int, expert: int) -> int:
+    """Expert e's final row count; index ``experts`` is the layer-done word."""
+    return (count_base + 4 * expert) % (1 << cfg.addr_bits)

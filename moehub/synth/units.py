@@ -1,0 +1,72 @@
+"""``moehub synth-unit``: one RTL unit synthesised on its own, with the hub's ASIC flow.
+
+Protocol v2's units (issue 14: the page pool, the per-expert counts, the multicast target
+decode and allocator) exist, verified
+against the reference model, before they join the hub's pipeline; their area and deepest
+path are measured here with exactly the hub's flow (Yosys + ABC on OSU 0.18 µm, OpenSTA,
+the FO4 normalisation and the N5 projection of :mod:`moehub.synth.project`), the unit
+taking the hub's place as the top module. Results go to ``synth/unit-<unit>-<config>/``
+in the build folder (``report.json``: the same ``asic`` section as a hub's).
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from .. import progress
+from ..spec.config import HubConfig
+from ..paths import output_dir
+from . import asic, blocks, fo4, project, sram, tools, verilog
+from .flow import DEFAULT_PERIOD_NS, sdc_header
+
+#: unit name -> (module, class); each takes the hub config
+UNITS = {"page_pool": ("moehub.rtl.page_pool", "PagePool"),
+         "expert_counts": ("moehub.rtl.expert_counts", "ExpertCounts"),
+         # multicast rows (max_targets > 1): the A stage's target decode, the T stage's grant
+         "target_decode": ("moehub.rtl.target_decode", "TargetDecode"),
+         "multicast_prerank": ("moehub.rtl.multicast_allocator", "MulticastPrerank"),
+         "multicast_allocator": ("moehub.rtl.multicast_allocator", "MulticastAllocator"),
+         # (the hub's: verdicts by the requests ahead, exact under the input admission)
+         "multicast_allocator_admitted": ("moehub.rtl.multicast_allocator", "MulticastAllocatorAdmitted"),
+         "event_expander": ("moehub.rtl.event_expander", "EventExpander"),
+         # (the measured alternatives: no pre-rank stage; and the verdict per target)
+         "multicast_allocator_same_cycle": ("moehub.rtl.multicast_allocator", "MulticastAllocatorSameCycle"),
+         "multicast_allocator_by_targets": ("moehub.rtl.multicast_allocator", "MulticastAllocatorByTargets")}
+
+
+def build(unit: str, cfg: HubConfig):
+    """The unit's component for ``cfg`` (ValueError: unknown unit, or the config lacks the
+    unit's feature)."""
+    if unit not in UNITS:
+        raise ValueError(f"unit {unit!r}: unknown (known: {', '.join(UNITS)})")
+    mod, cls = UNITS[unit]
+    return getattr(importlib.import_module(mod), cls)(cfg)
+
+
+def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
+             period_ns: float = DEFAULT_PERIOD_NS) -> dict:
+    """Synthesise and time ``unit`` of ``cfg``; returns a summary (GE, area, FO4 and path,
+    N5 area and fmax) and writes the report's ``asic`` section in the output folder."""
+    design = build(unit, cfg)
+    missing = tools.asic_tools_missing()
+    if missing:
+        raise tools.ToolMissing(missing)
+    out_dir = Path(out) if out is not None else output_dir("synth", f"unit-{unit}-{cfg.name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    label = f"synth-unit {unit} ({cfg.name})"
+    with progress.stage(f"{label}: FO4 delay of the library (OpenSTA)", heartbeat=True):
+        fo4_ns = fo4.measure(out_dir / "fo4")
+    with progress.stage(f"{label}: RTL (Amaranth -> Verilog)", heartbeat=True):
+        v = verilog.write_verilog(cfg, out_dir, design)
+    mems = verilog.find_memories(v.read_text())
+    macros = sram.select_macros(mems, sram.SRAM_MIN_BITS, sram.SRAM_MIN_DEPTH)
+    res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sdc_header=sdc_header(cfg), label=label)
+    area, timing = res["areas"]["__total__"], res["timing"][asic.TOP]
+    sram_bits = blocks.macro_bits(area.macros)
+    proj = project.project(area.area_um2, sram_bits, timing.logic_ns, fo4_ns)
+    return {"unit": unit, "config": cfg.name, "gate_equivalents": proj["gate_equivalents"],
+            "flops": area.flops, "sram_bits": sram_bits, "area_um2": area.area_um2,
+            "fo4": proj["fo4"], "fmax_MHz": timing.fmax_MHz,
+            "path": f"{timing.start_reg or timing.startpoint} -> {timing.end_reg or timing.endpoint}",
+            "n5_mm2": proj["total_mm2"].nominal, "n5_fmax_GHz": proj["fmax_n5_GHz"].nominal,
+            "out": str(out_dir)}

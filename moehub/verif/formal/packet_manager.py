@@ -1,0 +1,249 @@
+"""Property harness of the packet manager (:class:`moehub.rtl.packet_manager.PacketManager`).
+
+Environment (the hub around it, abstracted):
+
+* the event and credit queues are their level counters (pushes in, a pop when the
+  consumer's free ready meets a non-empty queue): exactly what the packet manager sees of
+  them, ``pop`` and ``empty`` -- the queue proof shows the real queue behaves so;
+* the allocator is free: any answer, a grant only to a request (paged, protocol v2: and the
+  page gate -- any page for a grant, any tile size, pool base and PAGE_BAD pulses);
+* the tracker: never clearing, idle when the event queue is empty (it is proven apart);
+* one START at most (free otherwise), no FLUSH, watchdog off; region bases 0;
+* the lanes are free: any packet, any field out of range, duplicates, protocol errors,
+  end-of-stream packets from any source -- except the chosen row and the chosen packet:
+* one chosen (source ``cs``, tag ``ct``) (``AnyConst``) behaves like a good source once
+  the layer is armed: chunks of its row in range, each once, all with the row's expert
+  (which may be out of range: the row is then dropped whole), a new row only after the
+  last one's credit; no end-of-stream (nor count packet) from ``cs`` (so the layer never
+  finishes and a row of ``cs`` is never POST_EOS or NOT_ARMED);
+* on one chosen lane ``cl`` the packet accepted in the first cycle a free bit ``pick`` is
+  set is the *chosen packet*: its data is 1, every other packet's on that lane 0.
+
+Properties:
+
+* every accepted row of (``cs``, ``ct``) returns exactly one credit, pushed exactly
+  ``EVENT_LATENCY`` cycles after its last chunk was accepted, and no credit otherwise;
+* the data lanes on one row in R read chunk-table entries that agree on ``open`` (T forms
+  each lane's row-full for an open and a closed row and chooses by the lane's own entry);
+* a dropped packet never writes: if the chosen packet is dropped -- not armed, source or
+  tag out of range, chunk out of range, an end-of-stream or a count packet (count_packets),
+  expert out of range, or its row refused by the allocator (overflow) -- no write with its
+  data ever leaves lane ``cl``;
+* the queues never overflow: a push never exceeds the room the consumer left;
+* no hang: once the input stops (every write port and queue consumer ready), the
+  pipeline stops pushing within ``EVENT_LATENCY + 1`` cycles, the writes have left
+  ``WRITE_FIFO_DEPTH`` cycles later, and the input is ready again within
+  ``EVENT_LATENCY + 1 + 2 x lanes + 2`` (the queues' own draining is the queue proof's).
+"""
+from __future__ import annotations
+
+from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal
+
+from ...spec.formats import PacketKind
+from ...rtl.packet_manager import PacketManager
+from ...spec.timing import EVENT_LATENCY, WRITE_FIFO_DEPTH
+from .common import Props, any_const, any_seq, count_ones, reset_first
+
+
+class PacketManagerHarness(Elaboratable):
+    """The packet manager under its environment, with the properties of the module
+    docstring."""
+
+    def __init__(self, cfg, dut_cls=PacketManager):
+        self.cfg, self.dut_cls = cfg, dut_cls
+        self.messages = {}
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        p = Props(m)
+        self.messages = p.messages
+        m.submodules.dut = pm = self.dut_cls(cfg, formal=True)
+        reset_first(m)
+        # (an invariant T's row-full relies on, which the equivalence induction of its
+        # refactor (8a31299) could not see: the lanes on one row read one entry)
+        p.check(~pm.formal_open_split, "two lanes on one row read entries that disagree on open")
+        self._control(m, p, pm)
+        ev_lvl, ev_fill = self._queue(m, p, pm.ev, cfg.event_queue_depth, "ev")
+        cr_lvl, cr_fill = self._queue(m, p, pm.cr, cfg.credit_queue_depth, "cr")
+        m.d.comb += [pm.tracker.clearing.eq(0), pm.tracker.idle.eq(ev_lvl == 0),
+                     pm.tracker.sweep_done.eq(pm.tracker.sweep_req)]
+        self._allocator(m, p, pm)
+        self.credit_now = Signal(name="chosen_credit")
+        self._lanes(m, p, pm)
+        self._credits(m, p, pm)
+        self._chosen_packet(m, p, pm)
+        self._drain(m, p, pm, ev_lvl, cr_lvl, ev_fill & cr_fill)
+        return m
+
+    # ------------------------------------------------------------------ environment
+    def _control(self, m, p, pm):
+        """One START at most; no FLUSH, no watchdog; bases 0."""
+        start = any_seq(m, 1, "csr_start")
+        once = Signal(name="started")
+        with m.If(start):
+            m.d.sync += once.eq(1)
+        p.assume(~(start & once))
+        for w in pm.wr:
+            m.d.comb += w.ready.eq(any_seq(m, 1, "wr_ready"))
+        m.d.comb += [pm.csr.start.eq(start), pm.csr.flush.eq(0), pm.csr.clear_errors.eq(0),
+                     pm.csr.timeout.eq(0)]
+        m.d.comb += [b.eq(0) for b in pm.region_base]
+        self.armed, self.start = pm.status.armed, start
+
+    def _queue(self, m, p, push, depth, name):
+        """A queue as its level: pushes in, a pop when the free consumer is ready and the
+        queue holds something. Asserts the pushes never exceed the room. Returns the level
+        and whether the consumer took an entry whenever there was one (for the drain)."""
+        lvl = Signal(range(depth + 1), name=f"{name}_level")
+        ready = any_seq(m, 1, f"{name}_ready")
+        pop = ready & (lvl != 0)
+        n = count_ones(list(push.valid))
+        m.d.comb += [push.pop.eq(pop), push.empty.eq(lvl == 0)]
+        p.check(lvl + n - pop <= depth, "a queue overflows (pushes beyond the room)")
+        m.d.sync += lvl.eq(lvl + n - pop)
+        p.cover(lvl >= 2 * self.cfg.lanes, f"two groups in the {name} queue")
+        return lvl, ready
+
+    def _allocator(self, m, p, pm):
+        """A free allocator: any row, a grant only to a request."""
+        L = self.cfg.lanes
+        ok = any_seq(m, L, "alloc_ok")
+        m.d.comb += pm.alloc.ok.eq(ok)
+        m.d.comb += [pm.alloc.row[j].eq(any_seq(m, self.cfg.row_bits, f"alloc_row{j}")) for j in range(L)]
+        p.assume((ok & ~pm.alloc.req) == 0)
+        if self.cfg.paged:
+            # (paged: the page gate between the packet manager and the allocator is free too
+            # -- any page for a grant (its refusals are the allocator's free ``ok``), any
+            # supported tile size, any pool base, PAGE_BAD pulses)
+            from ...rtl.paging import tile_sizes
+            m.d.comb += [pm.alloc_page[j].eq(any_seq(m, self.cfg.page_bits, f"alloc_page{j}")) for j in range(L)]
+            sh = any_seq(m, len(tile_sizes(self.cfg)), "tile_sh")
+            p.assume((sh != 0) & ((sh & (sh - 1)) == 0))
+            m.d.comb += [pm.tile_sh.eq(sh), pm.pool_base.eq(any_seq(m, self.cfg.addr_bits, "pool_base")),
+                         pm.page_bad.eq(any_seq(m, 1, "page_bad"))]
+
+    def _is_data(self, q):
+        """The packet is a chunk: not an end-of-stream, nor (count packets) a count packet
+        (the packet format's kinds, decoded here, not by the packet manager's decoder)."""
+        if not self.cfg.count_packets:
+            return q.kind == PacketKind.DATA
+        return (q.kind != PacketKind.EOS) & (q.kind != PacketKind.COUNT)
+
+    def _lanes(self, m, p, pm):
+        """Free packets; the chosen row's source behaves (see the module docstring)."""
+        cfg = self.cfg
+        L, C = cfg.lanes, cfg.chunks_per_row
+        self.cs = cs = any_const(m, range(cfg.sources), "chosen_src")
+        self.ct = ct = any_const(m, range(cfg.tags_per_source), "chosen_tag")
+        p.assume((cs < cfg.sources) & (ct < cfg.tags_per_source))
+        sent = Signal(C, name="row_sent")          # chunks of the chosen row accepted
+        exp = Signal(cfg.expert_bits, name="row_expert")
+        self.row_sent = sent
+        new_bits = Const(0, C)
+        for j in range(L):
+            i = pm.i[j]
+            m.d.comb += [i.valid.eq(any_seq(m, 1, f"in_valid{j}")),
+                         i.payload.eq(any_seq(m, len(i.payload.as_value()), f"in_payload{j}"))]
+            q = i.payload
+            mine = i.valid & (q.src == cs) & ((q.tag == ct) | ~self._is_data(q))
+            p.assume(~mine | (self._is_data(q) & self.armed & (q.chunk < C) & ~sent.bit_select(q.chunk, 1)))
+            p.assume(~mine | (sent == 0) | (q.expert == exp))
+            for k in range(j):
+                qk = pm.i[k].payload
+                other = pm.i[k].valid & (qk.src == cs) & ((qk.tag == ct) | ~self._is_data(qk))
+                p.assume(~(mine & other) | ((q.chunk != qk.chunk) & (q.expert == qk.expert)))
+            acc = mine & i.ready
+            new_bits = new_bits | Mux(acc, Const(1, C) << q.chunk, 0)[:C]
+            with m.If(acc & (sent == 0)):
+                m.d.sync += exp.eq(q.expert)
+        full = (sent | new_bits) == (1 << C) - 1
+        self.row_done = Signal(name="row_last_accepted")
+        m.d.comb += self.row_done.eq(full & (new_bits != 0))
+        # (a new row only after the credit of the last one: the row stays "full" until then)
+        with m.If(self.credit_now):
+            m.d.sync += sent.eq(new_bits)
+        with m.Else():
+            m.d.sync += sent.eq(sent | new_bits)
+
+    def _credits(self, m, p, pm):
+        """Exactly one credit per accepted row, EVENT_LATENCY cycles after its last chunk."""
+        L = self.cfg.lanes
+        hits = [pm.cr.valid[j] & (pm.cr.data[j].src == self.cs) & (pm.cr.data[j].tag == self.ct)
+                for j in range(L)]
+        due = Signal(EVENT_LATENCY, name="credit_due")
+        m.d.sync += due.eq(Cat(self.row_done, due[:-1]))
+        n = count_ones(hits)
+        m.d.comb += self.credit_now.eq(n != 0)
+        p.check(n <= 1, "two credits for one row in one cycle")
+        p.check((n != 0) == due[-1], f"a credit not exactly {EVENT_LATENCY} cycles after the row's last chunk")
+        p.cover((n != 0) & self.armed, "a credit returned for an accepted row")
+
+    def _chosen_packet(self, m, p, pm):
+        """The chosen packet's drop conditions; none of its data on the lane's writes."""
+        cfg = self.cfg
+        L = cfg.lanes
+        cl = any_const(m, range(L), "chosen_lane")
+        p.assume(cl < L)
+        pick = any_seq(m, 1, "pick")
+        state = Signal(2, name="chosen_state")             # 0 not yet, 1 taken
+        valid = Array(i.valid for i in pm.i)[cl]
+        ready = pm.i[0].ready
+        q = Array(i.payload for i in pm.i)[cl]
+        now = (state == 0) & pick & valid
+        for j in range(L):
+            p.assume(~(pm.i[j].valid & (cl == j) & ~now) | (pm.i[j].payload.data == 0))
+        p.assume(~now | (q.data == 1))
+        with m.If(now & ready):
+            m.d.sync += state.eq(1)
+        reasons = {
+            "not armed": ~self.armed,
+            "bad source": (q.src >= cfg.sources) | (self._is_data(q) & (q.tag >= cfg.tags_per_source)),
+            "bad chunk": self._is_data(q) & (q.chunk >= cfg.chunks_per_row),
+            "end-of-stream or count": ~self._is_data(q),
+            "bad expert": q.expert >= cfg.experts,
+        }
+        dropped = Signal(name="chosen_dropped")
+        why = {}
+        for name, cond in reasons.items():
+            why[name] = Signal(name=f"chosen_{name.replace(' ', '_').replace('-', '_')}")
+            with m.If(now & ready & cond):
+                m.d.sync += [dropped.eq(1), why[name].eq(1)]
+        # overflow: its row's request refused, in T, 3 cycles after acceptance
+        age = Signal(range(8), name="chosen_age")
+        with m.If((state == 1) & (age != 7)):
+            m.d.sync += age.eq(age + 1)
+        req = Array(pm.alloc.req[j] & ~pm.alloc.ok[j] for j in range(L))[cl]
+        why["overflow"] = Signal(name="chosen_overflow")
+        with m.If((state == 1) & (age == 2) & req):
+            m.d.sync += [dropped.eq(1), why["overflow"].eq(1)]
+        wr = Array(w for w in pm.wr)[cl]
+        p.check(~(dropped & wr.valid & (wr.payload.data == 1)), "a dropped packet writes")
+        for name, bit in why.items():
+            p.cover(bit & (age == 6), f"the chosen packet dropped ({name}), its write time passed")
+        p.cover((state == 1) & wr.valid & (wr.payload.data == 1) & wr.ready, "the chosen packet written")
+
+    def _drain(self, m, p, pm, ev_lvl, cr_lvl, consumers):
+        """No hang: with no input, every write port and queue consumer ready, and no START,
+        the pipeline stops pushing after ``EVENT_LATENCY + 1`` cycles, the write buffers
+        are empty ``WRITE_FIFO_DEPTH`` cycles later, and the input is ready again once the
+        queues have room for two groups (``2 x lanes`` pops after the pipeline, plus the
+        reservations' registered count and room)."""
+        L = self.cfg.lanes
+        pipe = EVENT_LATENCY + 1
+        bounds = {"pipe": pipe, "writes": pipe + WRITE_FIFO_DEPTH, "ready": pipe + 2 * L + 2}
+        quiet = (~Cat(i.valid for i in pm.i).any() & Cat(w.ready for w in pm.wr).all() & consumers
+                 & ~self.start)
+        top = max(bounds.values())
+        n = Signal(range(top + 1), name="quiet_cycles")
+        with m.If(~quiet):
+            m.d.sync += n.eq(0)
+        with m.Elif(n < top):
+            m.d.sync += n.eq(n + 1)
+        p.check((n < bounds["pipe"]) | ~(pm.ev.valid.any() | pm.cr.valid.any()),
+                f"events or credits pushed {bounds['pipe']} cycles after the input stopped")
+        p.check((n < bounds["writes"]) | ~Cat(w.valid for w in pm.wr).any(),
+                f"a write left {bounds['writes']} cycles after the input stopped (a hang)")
+        p.check((n < bounds["ready"]) | pm.i[0].ready,
+                f"the input not ready {bounds['ready']} cycles after it stopped (a hang)")
+        p.cover((n == bounds["pipe"]) & self.armed & (ev_lvl != 0), "the pipeline empty after traffic, events queued")

@@ -1,0 +1,95 @@
+"""Build and run the hub's cocotb testbenches on Icarus or Verilator (one helper around
+the runner).
+
+``cocotb_tools.runner`` is still marked experimental, so every use goes through
+:func:`run_hub_cocotb` (and :mod:`moehub.verif.sim`). The Verilog is generated for the hub
+config (or given, e.g. a gate-level netlist) and built once per content (cached under
+``sim/builds/``); each (config, tag) runs in ``sim/<config>-<tag>[-verilator]/`` in the
+build folder (``$MOEHUB_BUILD`` or ``./build``: :mod:`moehub.paths`). The cocotb module
+(a testbench of ``moehub.verif`` such as ``tb_hub``, or a dotted module name) is imported
+from the installed package and reads its configuration from the environment
+(``MOEHUB_CONFIG``, ``MOEHUB_SEED``, ``MOEHUB_SEEDS``).
+
+Progress (:mod:`moehub.progress`): the build and the simulation are stages; a testbench
+may append ``<cycle> <done> <total>`` lines to the file named by ``MOEHUB_PROGRESS``
+(``tb_demo`` does, every few hundred cycles), which is followed from here, since the
+simulator's own output goes to its log file. Ctrl-C: the runner's ``subprocess.run``
+kills the simulator before the KeyboardInterrupt reaches the caller.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .. import progress
+from ..spec.config import load_hub_config
+from ..paths import ENV, build_root
+from ..rtl.gen import QUICK_PASSES, SIM_PASSES, TOP, convert
+from . import sim as simulators
+from .sim import parse_results  # noqa: F401  (part of this module's API)
+
+
+def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
+                   module: str = "tb_hub", verilog: Optional[Sequence[Path]] = None,
+                   tag: str = "rtl", seed: int = 1, seeds: int = 1,
+                   extra_env: Optional[dict] = None, waves: bool = False,
+                   build_args: Sequence[str] = (), label: Optional[str] = None,
+                   sim: Optional[str] = None, quick: bool = False) -> dict:
+    """Run cocotb tests of ``module`` against the hub of ``config``; ``label`` names the
+    run in progress lines. ``sim``: "icarus" or "verilator" (default ``$MOEHUB_SIM``, else
+    Icarus, the reference: :func:`moehub.verif.sim.choose`). ``quick``: the quick netlist
+    (:data:`moehub.rtl.gen.QUICK_PASSES`: generated faster, simulated slower; for short
+    directed tests).
+
+    Returns ``{"passed": n, "failed": n, "failures": [names], "results": path,
+    "waves": the waveform path (FST; VCD from Verilator) or None, "sim": the simulator}``.
+    """
+    sim = simulators.choose(sim, prefer="icarus")
+    cfg = load_hub_config(config)
+    root = build_root()
+    run_dir = root / "sim" / (f"{cfg.name}-{tag}" + ("" if sim == "icarus" else f"-{sim}"))
+    label = label or f"cocotb {module} [{cfg.name}]"
+    with progress.stage(f"{label}: build (Amaranth -> Verilog, {simulators.NAMES[sim]})",
+                        heartbeat=True):
+        if verilog is None:
+            verilog = [convert(cfg, out_dir=root / "rtl" / (cfg.name + ("-quick" if quick else "")),
+                               passes=QUICK_PASSES if quick else SIM_PASSES)]
+        build = simulators.build(sim, verilog, TOP, waves=waves, build_args=build_args)
+    # The simulator's Python imports the test module as part of the installed package
+    # (the runner passes this Python's sys.path on as PYTHONPATH); the simulation runs in
+    # run_dir, so the build folder is handed on as an absolute path.
+    run_dir.mkdir(parents=True, exist_ok=True)
+    prog = run_dir / f"progress-{module}.txt"
+    prog.unlink(missing_ok=True)
+    # (a config given as a file -- e.g. tiny with a v2 feature -- reaches the testbench as
+    # that file: its name alone would load the shipped config of that name)
+    given = str(Path(config).resolve()) if Path(config).suffix in (".yaml", ".yml") else cfg.name
+    env = {"MOEHUB_CONFIG": given, "MOEHUB_SEED": str(seed), "MOEHUB_SEEDS": str(seeds),
+           ENV: str(root), "MOEHUB_PROGRESS": str(prog), simulators.ENV_SIM: sim}
+    env.update(extra_env or {})
+    results = run_dir / f"results-{module}-{'-'.join(testcases or ['all'])[:80]}.xml"
+    results.unlink(missing_ok=True)
+    log = run_dir / f"sim-{module}.log"
+    progress.debug(f"{label}: simulation log {log}")
+    with progress.stage(f"{label}: simulate", unit="packets", heartbeat=True) as st, \
+            progress.Follower(prog, lambda lines: _show(st, lines)):
+        wave = simulators.test(sim, build, TOP, _qualified(module), run_dir,
+                              testcases=testcases, extra_env=env, waves=waves,
+                              results=results, log=log)
+    if not results.exists():
+        raise RuntimeError(f"cocotb produced no results; see {log}")
+    out = parse_results(results)
+    out["waves"], out["sim"] = wave, sim
+    return out
+
+
+def _show(stage, lines: list) -> None:
+    """The last ``<cycle> <done> <total>`` line of a testbench's progress file."""
+    cycle, done, total = (int(x) for x in lines[-1].split()[:3])
+    stage.total = total
+    stage.update(done, cycles=cycle)
+
+
+def _qualified(module: str) -> str:
+    """``tb_hub`` -> ``moehub.verif.tb_hub``: the testbenches are modules of the package."""
+    return module if "." in module else f"{__package__}.{module}"
