@@ -120,6 +120,11 @@ class HubConfig:
     max_targets: int = 1         #: experts of this GPU one row may name (multicast; 1 = one row per (token, expert))
     count_packets: bool = False  #: per-(source, expert) count packets: an expert completes the moment its counts are met
     pool_pages: int = 0          #: pages of the receive pool (paged mode, one page = one tile of rows); 0 = static regions
+    # ---- protocol v3: relay hubs across nodes; the defaults are one node, no relay ----
+    nodes: int = 1               #: nodes of the system; the sources are nodes x gpus_per_node GPUs
+    gpus_per_node: int = 0       #: GPUs of one node (0: every source in one node)
+    relay: bool = False          #: relay hub: one row per (token, remote node) arrives here and is written or forwarded in the node
+    forward_tags: int = 0        #: (relay) tags of the forward credit class, per (relay, destination GPU) pair of a node
 
     # ---- derived quantities (one place, used by RTL, model and tests) ----
     @cached_property
@@ -182,6 +187,34 @@ class HubConfig:
     def multicast(self) -> bool:
         """Rows name a set of experts (protocol v2): the data lands once, in the pool."""
         return self.max_targets > 1
+
+    @cached_property
+    def node_gpus(self) -> int:
+        """GPUs of one node (``gpus_per_node``, or every source when it is 0)."""
+        return self.gpus_per_node or self.sources
+
+    @cached_property
+    def node_bits(self) -> int:
+        """Width of a node id in the relay formats (holds an out-of-range node too)."""
+        return field_bits(self.nodes)
+
+    @cached_property
+    def gpu_bits(self) -> int:
+        """Width of a GPU's local rank in its node (holds an out-of-range rank too)."""
+        return field_bits(self.node_gpus)
+
+    @cached_property
+    def relay_targets(self) -> int:
+        """(Protocol v3) target entries of a relay row: a token's top-k experts may all sit in
+        one remote node, and one row per (token, node) carries every one of them."""
+        return self.topk
+
+    @cached_property
+    def relay_window(self) -> int:
+        """(Protocol v3) relay rows a relay hub can hold at once: the remote GPUs of its
+        local rank (one per other node) each hold ``tags_per_source`` of its tags. Its row
+        queue and its staging buffer are this deep, so accepting a relay row never waits."""
+        return (self.nodes - 1) * self.tags_per_source
 
     @cached_property
     def paged(self) -> bool:
@@ -279,10 +312,38 @@ class HubConfig:
                  "must be >= 0 (0 disables the watchdog)")
         _require(self.hub_clock_GHz > 0, f"{p}.hub_clock_GHz", self.hub_clock_GHz, "must be > 0")
         _require(self.link_GBps > 0, f"{p}.link_GBps", self.link_GBps, "must be > 0")
+        self._check_relay(p)
         # The largest address the hub can form must fit addr_bits.
         need = (self.max_rows_per_expert * self.stride_bytes).bit_length()
         _require(need <= self.addr_bits, f"{p}.addr_bits", self.addr_bits,
                  f"a region of max_rows_per_expert x row stride needs {need} bits")
+
+    def _check_relay(self, p: str) -> None:
+        """Protocol v3's keys: the node shape, and what a relay hub needs (the v2 multicast
+        row wide enough for all of a token's experts on one GPU, and forward tags)."""
+        _require(self.nodes >= 1, f"{p}.nodes", self.nodes, "must be >= 1")
+        _require(self.gpus_per_node >= 0, f"{p}.gpus_per_node", self.gpus_per_node,
+                 "must be >= 0 (0 = every source in one node)")
+        _require(self.forward_tags >= 0, f"{p}.forward_tags", self.forward_tags, "must be >= 0")
+        if self.gpus_per_node:
+            _require(self.nodes * self.gpus_per_node == self.sources, f"{p}.gpus_per_node",
+                     self.gpus_per_node, f"nodes ({self.nodes}) x gpus_per_node must equal "
+                     f"sources ({self.sources}): a hub hears from every GPU")
+        else:
+            _require(self.nodes == 1, f"{p}.nodes", self.nodes,
+                     "more than one node needs gpus_per_node (nodes x gpus_per_node = sources)")
+        if not self.relay:
+            _require(self.forward_tags == 0, f"{p}.forward_tags", self.forward_tags,
+                     "forward tags exist only with relay: true (must be 0)")
+            return
+        _require(self.nodes >= 2, f"{p}.relay", self.relay,
+                 f"a relay hub needs >= 2 nodes (nodes = {self.nodes})")
+        want = min(self.experts, self.topk)
+        _require(want >= 2 and self.max_targets == want, f"{p}.max_targets", self.max_targets,
+                 f"relay: true implies protocol v2's multicast row carrying every expert of a token "
+                 f"on one GPU: max_targets must be min(experts, topk) = {want}, and at least 2")
+        _require(self.forward_tags >= 1, f"{p}.forward_tags", self.forward_tags,
+                 "relay: true needs >= 1 forward tag per (relay, destination GPU) pair")
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str = "hub") -> "HubConfig":

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 
 from .config import HubConfig, ConfigError, field_bits
-from .formats import HubFormats, config_reasons
+from .formats import HubFormats, RelayReason, config_reasons
 
 CSR_DATA_BITS = 32
 HUB_ID = 0x4D4F4548  # "MOEH"
@@ -74,6 +74,31 @@ PARAMS_FIELDS = (
 
 #: the most sources a hub's CSR map describes (PARAMS holds the count in a byte)
 MAX_SOURCES = 255
+
+
+#: protocol v3's register arrays (one element per local rank of the node, per relay reason)
+RELAY_ARRAYS = ("FWD_ROWS", "RELAY_DROPS")
+
+
+def relay_registers(cfg: HubConfig) -> list:
+    """Protocol v3's registers (``relay: true``), as ``(name, count, words, width, access,
+    doc)``: where this hub sits (its node and local rank, written before START), what the
+    relay did (rows relayed, written here, forwarded per destination GPU, forwards waiting
+    for a credit, forwarded rows received) and its drops by
+    :class:`~moehub.spec.formats.RelayReason`; the reduce-on-combine's sums."""
+    return [
+        ("NODE_ID", 1, 1, cfg.node_bits, "rw", "this hub's node (relay rows from it are refused)"),
+        ("LOCAL_RANK", 1, 1, cfg.gpu_bits, "rw", "this hub's GPU in its node: targets of that rank are written here"),
+        ("RELAY_ROWS", 1, 1, 32, "ro", "relay rows accepted (one per (token, this node) from a remote GPU)"),
+        ("RELAY_LOCAL", 1, 1, 32, "ro", "relay rows with targets on this GPU (handed to the multicast path)"),
+        ("FWD_ROWS", cfg.node_gpus, 1, 32, "ro", "forward rows sent, per destination local rank"),
+        ("FWD_WAIT", 1, 1, 32, "ro", "forward rows waiting for a forward credit"),
+        ("FWD_IN", 1, 1, 32, "ro", "forwarded rows accepted from the node's relays"),
+        ("RELAY_DROPS", len(RelayReason), 1, 32, "ro", "rows dropped per RelayReason (see formats.RelayReason)"),
+        ("RED_ROWS", 1, 1, 32, "ro", "reduced rows sent back: one per (token, node), its sum final"),
+        ("RED_OPEN", 1, 1, 32, "ro", "accumulators open: (source, token) sums still waiting for partial rows"),
+        ("RED_INCOMPLETE", 1, 1, 32, "ro", "sums sent at a flush before all their partial rows came"),
+    ]
 
 
 @dataclass(frozen=True)
@@ -158,9 +183,12 @@ class CsrMap:
                 ("PAGE_FREE", 1, 1, 16, "wo", "write a page number to hand the page back (paged)"),
                 ("POOL_FREE", 1, 1, 32, "ro", "pages free: returned plus never handed out (paged)"),
             ]
+        if cfg.relay:                       # protocol v3's relay (after v2's registers)
+            regs += relay_registers(cfg)
         self.registers: dict[str, Register] = {}
         off = 0
-        arrays = {"REGION_BASE", "REGION_CAP", "ROWS", "OVERFLOW", "SRC_ROWS", "SRC_EOS", "DROPS"}
+        arrays = {"REGION_BASE", "REGION_CAP", "ROWS", "OVERFLOW", "SRC_ROWS", "SRC_EOS", "DROPS",
+                  *RELAY_ARRAYS}
         for name, count, words, width, access, doc in regs:
             self.registers[name] = Register(name, off, count, words, width, access, doc,
                                             name in arrays)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .config import HubConfig
+from .config import HubConfig, field_bits
 
 
 class PacketKind(enum.IntEnum):
@@ -154,3 +154,70 @@ def flag_addr(cfg: HubConfig, flag_base: int, expert: int, tile: int) -> int:
 def count_addr(cfg: HubConfig, count_base: int, expert: int) -> int:
     """Expert e's final row count; index ``experts`` is the layer-done word."""
     return (count_base + 4 * expert) % (1 << cfg.addr_bits)
+
+
+# ---- protocol v3: relay hubs (rows that cross nodes once and are forwarded in the node) ----
+
+class RowClass(enum.IntEnum):
+    """What a row on a protocol-v3 hub's input is (the ``cls`` field of the v3 formats)."""
+    DIRECT = 0   #: from a GPU of this node, to this GPU's experts (protocol v1/v2's row)
+    RELAY = 1    #: from a remote GPU of this hub's local rank: the token's targets in this node
+    FORWARD = 2  #: from a relay hub of this node: a relay row's targets on this GPU
+
+
+class RelayReason(enum.IntEnum):
+    """Why a relay hub dropped a row (index of the RELAY_DROPS registers). Apart from
+    :class:`Reason` (whose members and counts the v1/v2 hubs' DROPS and ERRORS arrays
+    fix): a v3 hub counts these in a register array of their own."""
+    FWD_BAD_GPU = 0      #: a relay row names a GPU outside the node (local rank >= gpus_per_node)
+    FWD_BAD_SOURCE = 1   #: unknown source: a relay row not from a remote GPU of this local rank, or a
+                         #: forwarded row whose forwarder or original source cannot have sent it
+    FWD_BAD_TARGETS = 2  #: a relay or forwarded row with no target, an expert out of range, or a
+                         #: (gpu, expert) named twice
+
+
+#: bits of a gate weight carried per target of a relay row (BF16)
+WEIGHT_BITS = 16
+
+
+class RelayFormats:
+    """The row formats of protocol v3 (``relay: true``), low bits first, as
+    :class:`HubFormats`:
+
+    * ``relay_row``: a row for a remote node -- the original source as (node, local rank),
+      the source's tag (its window at the relay), the token and ``relay_targets`` entries
+      of (valid, gpu, expert, slot, weight): every (gpu, expert, slot) target the token has
+      in the relay's node, each with its gate weight (BF16, kept by the relay for the
+      reduce-on-combine), then chunk and data;
+    * ``forward_row``: what the relay sends one GPU of its node -- protocol v2's multicast
+      row (``max_targets`` entries of (valid, expert, slot)) with the forwarder's local
+      rank and a tag of the forward credit class (``forward_tags`` per pair), keeping the
+      original source and token;
+    * ``partial``: the header of an expert's output row returned to the relay for the
+      reduce (original source, token, top-k slot);
+    * ``reduced``: the header of the one row per (token, node) the relay sends back.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.relay:
+            raise ValueError(f"hub[{cfg.name}]: relay formats need relay: true")
+        self.cfg = cfg
+        cls = Field("cls", 2)
+        src = [Field("src_node", cfg.node_bits), Field("src_rank", cfg.gpu_bits)]
+        tail = [Field("chunk", cfg.chunk_bits), Field("data", cfg.data_bits)]
+        self.relay_row = Format("relay_row", [
+            cls, *src, Field("tag", cfg.tag_bits), Field("token", cfg.token_bits),
+            *[Field(f"{k}{i}", w) for i in range(cfg.relay_targets)
+              for k, w in (("valid", 1), ("gpu", cfg.gpu_bits), ("expert", cfg.expert_bits),
+                           ("slot", cfg.slot_bits), ("weight", WEIGHT_BITS))],
+            *tail])
+        self.forward_row = Format("forward_row", [
+            cls, Field("fwd", cfg.gpu_bits), Field("ftag", field_bits(cfg.forward_tags)),
+            *src, Field("token", cfg.token_bits),
+            *[Field(f"{k}{i}", w) for i in range(cfg.max_targets)
+              for k, w in (("valid", 1), ("expert", cfg.expert_bits), ("slot", cfg.slot_bits))],
+            *tail])
+        self.partial = Format("partial", [*src, Field("token", cfg.token_bits),
+                                          Field("slot", cfg.slot_bits)])
+        self.reduced = Format("reduced", [*src, Field("token", cfg.token_bits),
+                                          Field("parts", field_bits(cfg.relay_targets))])
