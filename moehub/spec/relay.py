@@ -1,0 +1,503 @@
+"""Reference model of protocol v3's relay hub: the dispatch's forwarding and the combine's
+reduction, row by row.
+
+Across nodes a token crosses the NIC once per destination node: its source sends one
+*relay row* (:class:`RelayRow`) to the hub of the GPU with the source's local rank in
+that node, naming every (gpu, expert, slot) target the token has there (the top-k
+experts in that node) with each target's gate weight. The relay hub
+
+* writes the targets on its own GPU through protocol v2's multicast path (one
+  :class:`LocalRow`, the original source and token in its metadata words, exactly what
+  :class:`~moehub.spec.model.HubModel` does with a multicast ``Packet``);
+* emits one *forward row* (:class:`ForwardRow`) per other destination GPU of its node --
+  protocol v2's multicast row for that GPU, carrying the original source and token, in
+  ascending local rank -- each taking a tag of the forward credit class at that GPU;
+* returns the relay row's credit (its (source, tag)) once all its forwards have left (a
+  dropped relay row's at once, unless its source is unknown: then there is no window);
+* on the combine, sums the partial output rows of a (token, node) -- each scaled by its
+  gate weight, in FP32 -- and sends one row back across the NIC (:class:`ReduceModel`).
+
+A GPU receiving a forward row (:meth:`RelayHubModel.forward_row`) checks it, writes its
+targets as a :class:`LocalRow` and returns the forward credit.
+
+Checks and drops (counted per :class:`~moehub.spec.formats.RelayReason`, the
+RELAY_DROPS registers; a dropped row is the whole row, as protocol v2 drops a multicast
+row with a bad target), first reason first:
+
+* a relay row: FWD_BAD_SOURCE if its source is no remote GPU of this hub's local rank
+  (node out of range or this node, another local rank) or its tag is outside the
+  source's window; FWD_BAD_GPU if a target names a GPU outside the node; FWD_BAD_TARGETS
+  if it names no target, more than ``relay_targets``, an expert out of range or one
+  (gpu, expert) twice;
+* a forward row: FWD_BAD_SOURCE if its forwarder is no other GPU of the node, its forward
+  tag is out of range, or its original source is not a remote GPU of the forwarder's
+  local rank (a row from this node is never forwarded; a relay only relays its own rail);
+  FWD_BAD_TARGETS as above (experts, ``max_targets``).
+
+Accounting, the property the RTL and the formal harness check (:meth:`RelayHubModel.audit`):
+every (gpu, expert, slot) target of an accepted relay row is written here exactly once
+(gpu = this hub's rank) or carried by exactly one forward row; every forward row is
+emitted once; every refused row is counted once. Nothing is forwarded twice.
+
+Credits and flow control: why a relay hub never deadlocks with its own sends
+-----------------------------------------------------------------------------
+Three credit classes, each a window at the receiving hub, each with its own row-table
+entries there:
+
+* **D** (direct): a GPU's rows to a GPU of its own node, ``tags_per_source`` per source;
+* **R** (relay): a remote GPU's relay rows to the hub of its local rank in this node,
+  ``tags_per_source`` per source -- at most ``relay_window = (nodes - 1) x
+  tags_per_source`` relay rows at one relay hub;
+* **F** (forward): a relay's forward rows to another GPU of its node, ``forward_tags`` per
+  (relay, destination) pair.
+
+What each waits for (a *wait* is an arrow from the thing waiting to the thing it waits on):
+
+1. A hub's **input** (any class) waits only for its own memory writes and its own
+   event/credit queues, which drain into memory and into credit messages -- never for a
+   credit of its own, and never for its forward unit: an accepted relay row goes into the
+   forward unit's row queue, ``relay_window`` deep, and its data into the hub's pool (its
+   own targets) or a staging buffer of ``relay_window`` rows (forward-only rows). The
+   queue and the buffer can always take a row the hub accepts, because no more than
+   ``relay_window`` R credits exist: a source can only send a relay row holding one, and
+   the relay returns it only when that row has left both.
+2. The **forward unit** of hub H waits for an F credit of destination G; G returns it when
+   G's input has written the forward row (1), and a forward row is never forwarded again
+   (its targets are all G's), so an F credit waits on nothing but G's input.
+3. A **source** waits for D credits (its node's inputs, 1) and R credits (the remote
+   relay's forward unit, 2, and input, 1).
+4. H's **own sends** (the GPU's dispatch kernel) take D and R credits; the forward unit
+   takes only F credits. Neither class lends to the other, so H's sends cannot starve its
+   forwards of credits nor the reverse.
+
+Every chain of waits therefore runs source -> forward unit -> input -> memory, and no
+arrow leaves an input towards a forward unit or a source: the wait-for graph is acyclic,
+so no cycle of waits -- no deadlock -- can form, whatever the interleaving, with as few as
+one F tag per pair. (What would break it: forwards taking D credits -- H's sends and its
+forwards then share a window and a relay row's input could wait for H's own sends to
+complete -- or an input that stalls while a forward waits, which makes the cycle
+input(H) -> F(G) -> input(G) -> F(H) -> input(H) when G relays for H at the same time;
+tests/test_relay_model.py plays that blocking variant into a deadlock and the v3 rules
+through random schedules to completion.)
+
+Reduce on combine (:class:`ReduceModel`)
+----------------------------------------
+The relay opens an accumulator for each accepted relay row, keyed by (original source,
+token), expecting one partial row per target (the row's targets, on this GPU or
+forwarded). A partial output row returns to the relay with its (source, token, slot); the
+relay multiplies it by that slot's gate weight (BF16, from the relay row, widened to
+FP32) and adds it into the accumulator in FP32 (each product rounded, then each sum:
+no fused multiply-add), in arrival order. The sum is **final** when every expected
+partial row has arrived: the relay then sends the one reduced row (rounded to BF16 when
+``out="bf16"``) and frees the accumulator -- the source's combine adds the node sums
+with no weight. At a flush (the combine's end, the watchdog) sums still open are sent as
+they are and counted incomplete. A partial row for no open sum, for a slot not expected
+or for one already added is refused and counted (``bad_partials``).
+
+Storage: the accumulators live in HBM, one FP32 row per (remote source, token) the relay
+serves -- ``(nodes - 1) x tokens x hidden x 4`` bytes at most (:func:`accumulator_bytes`;
+e.g. 117 MB for 2 nodes, 4096 tokens, hidden 7168), too large for SRAM -- with a small
+SRAM record per open sum (expected count, slots seen, weights; :func:`record_bytes`).
+Each partial row costs a read-modify-write of the accumulator row in HBM except the
+first (a write) and the sum's last (read, added, sent: no write back);
+:class:`ReduceModel` counts these bytes.
+
+Pure Python and numpy; no Amaranth.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .config import HubConfig
+from .formats import RelayReason
+
+
+# ------------------------------------------------------------------ rows
+@dataclass(frozen=True)
+class RelayRow:
+    """A row for this node from a remote GPU: ``targets`` are ``((gpu, expert, slot,
+    weight), ...)`` -- gpu a local rank in this node, weight the gate weight (a float,
+    carried as BF16)."""
+    src_node: int
+    src_rank: int
+    tag: int
+    token: int
+    targets: tuple
+
+
+@dataclass(frozen=True)
+class ForwardRow:
+    """A relay's row for GPU ``dst`` of its node: ``targets`` are ``((expert, slot), ...)``
+    on that GPU; ``fwd`` is the relay's local rank, ``ftag`` its forward tag at ``dst``."""
+    dst: int
+    fwd: int
+    ftag: int
+    src_node: int
+    src_rank: int
+    token: int
+    targets: tuple
+
+
+@dataclass(frozen=True)
+class LocalRow:
+    """Targets written on this GPU through protocol v2's multicast path: the original
+    source (global GPU id) and token go into each target's metadata word."""
+    src: int
+    token: int
+    targets: tuple
+
+
+def global_gpu(cfg: HubConfig, node: int, rank: int) -> int:
+    """A GPU's id among the hub's sources: node-major (node x gpus_per_node + rank)."""
+    return node * cfg.node_gpus + rank
+
+
+# ------------------------------------------------------------------ BF16
+def bf16_bits(x: float) -> int:
+    """``x`` as BF16 bits (round to nearest, ties to even; NaN kept a NaN)."""
+    u = int(np.float32(x).view(np.uint32))
+    if (u & 0x7F800000) == 0x7F800000 and u & 0x7FFFFF:
+        return (u >> 16) | 0x40
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def bf16_value(bits: int) -> np.float32:
+    """The FP32 value of BF16 ``bits`` (exact)."""
+    return np.uint32((bits & 0xFFFF) << 16).view(np.float32)
+
+
+def to_bf16(v: np.ndarray) -> np.ndarray:
+    """A float32 array rounded to BF16 (round to nearest even), as float32."""
+    u = np.asarray(v, np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32)
+
+
+# ------------------------------------------------------------------ the relay hub
+@dataclass
+class _Pending:
+    """An accepted relay row in the forward unit's queue: the GPUs it still forwards to."""
+    row: RelayRow
+    left: list                                  # destination ranks not yet forwarded, ascending
+    groups: dict                                # rank -> ((expert, slot), ...)
+
+
+@dataclass
+class RelayEffects:
+    """What one row did at a hub."""
+    drop: Optional[RelayReason] = None
+    local: Optional[LocalRow] = None            #: targets written here
+    credit: Optional[tuple] = None              #: a relay row's (src, tag) returned now
+    fcredit: Optional[tuple] = None             #: a forward row's (fwd, ftag) returned to its relay
+
+
+class RelayHubModel:
+    """One hub of protocol v3 (see the module docstring): its relay side (relay rows in,
+    forward rows out), its receiving side for forward rows, and its reduction.
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        ``relay: true``.
+    node, rank : int
+        The hub's node and local rank (the NODE_ID and LOCAL_RANK registers).
+
+    Attributes
+    ----------
+    local : list of LocalRow
+        Rows handed to the multicast path, in order (relay rows' own targets, forward rows).
+    forwards : list of ForwardRow
+        Forward rows emitted, in order.
+    credits : list of (src, tag)
+        Relay rows' credits returned, in order (global source id, tag).
+    fcredits : list of (fwd, ftag)
+        Forward credits returned to the node's relays, in order.
+    drops : list of (RelayReason, row)
+    relay_drops : list of int
+        The RELAY_DROPS registers.
+    """
+
+    def __init__(self, cfg: HubConfig, node: int = 0, rank: int = 0, out: str = "bf16"):
+        if not cfg.relay:
+            raise ValueError(f"hub[{cfg.name}]: a relay hub model needs relay: true")
+        if not (0 <= node < cfg.nodes and 0 <= rank < cfg.node_gpus):
+            raise ValueError(f"(node, rank) = ({node}, {rank}): outside {cfg.nodes} nodes x "
+                             f"{cfg.node_gpus} GPUs")
+        self.cfg, self.node, self.rank = cfg, node, rank
+        self.queue: deque = deque()             # the forward unit's row queue (_Pending)
+        self.free = [set(range(cfg.forward_tags)) for _ in range(cfg.node_gpus)]  # F tags per destination
+        self.local, self.forwards, self.credits, self.fcredits, self.drops = [], [], [], [], []
+        self.relay_drops = [0] * len(RelayReason)
+        self.relay_rows = self.relay_local = self.fwd_in = 0
+        self.fwd_rows = [0] * cfg.node_gpus
+        self.peak_queue = 0
+        self.reduce = ReduceModel(cfg, out=out)
+
+    # ---------------------------------------------------------------- checks
+    def _drop(self, fx: RelayEffects, reason: RelayReason, row) -> RelayEffects:
+        self.relay_drops[reason] += 1
+        self.drops.append((reason, row))
+        fx.drop = reason
+        return fx
+
+    def _bad_targets(self, keys: list, width: int) -> bool:
+        """Empty, more than ``width`` entries, an expert out of range or a key twice."""
+        return not keys or len(keys) > width or len(set(keys)) < len(keys) \
+            or any(not 0 <= k[-1] < self.cfg.experts for k in keys)
+
+    def relay_verdict(self, row: RelayRow) -> Optional[RelayReason]:
+        """Why a relay row is dropped (None: accepted), first reason first."""
+        cfg = self.cfg
+        if not (0 <= row.src_node < cfg.nodes) or row.src_node == self.node \
+                or row.src_rank != self.rank or not 0 <= row.tag < cfg.tags_per_source:
+            return RelayReason.FWD_BAD_SOURCE
+        if any(not 0 <= t[0] < cfg.node_gpus for t in row.targets):
+            return RelayReason.FWD_BAD_GPU
+        if self._bad_targets([(t[0], t[1]) for t in row.targets], cfg.relay_targets):
+            return RelayReason.FWD_BAD_TARGETS
+        return None
+
+    def forward_verdict(self, row: ForwardRow) -> Optional[RelayReason]:
+        """Why a forward row arriving here is dropped (None: accepted)."""
+        cfg = self.cfg
+        if not 0 <= row.fwd < cfg.node_gpus or row.fwd == self.rank \
+                or not 0 <= row.ftag < cfg.forward_tags \
+                or not 0 <= row.src_node < cfg.nodes or row.src_node == self.node \
+                or row.src_rank != row.fwd:
+            return RelayReason.FWD_BAD_SOURCE
+        if self._bad_targets([(x,) for x, _ in row.targets], cfg.max_targets):
+            return RelayReason.FWD_BAD_TARGETS
+        return None
+
+    # ---------------------------------------------------------------- rows in
+    def relay_row(self, row: RelayRow) -> RelayEffects:
+        """An accepted relay row: own targets to the multicast path, the others queued for
+        forwarding (one forward row per destination GPU), an accumulator opened."""
+        fx = RelayEffects()
+        cfg = self.cfg
+        why = self.relay_verdict(row)
+        if why is not None:
+            if why != RelayReason.FWD_BAD_SOURCE:   # (a known window: its credit goes back)
+                fx.credit = (global_gpu(cfg, row.src_node, row.src_rank), row.tag)
+                self.credits.append(fx.credit)
+            return self._drop(fx, why, row)
+        self.relay_rows += 1
+        src = global_gpu(cfg, row.src_node, row.src_rank)
+        groups: dict = {}
+        for g, x, slot, _w in row.targets:
+            groups.setdefault(g, []).append((x, slot))
+        groups = {g: tuple(v) for g, v in groups.items()}
+        if self.rank in groups:
+            fx.local = LocalRow(src, row.token, groups[self.rank])
+            self.local.append(fx.local)
+            self.relay_local += 1
+        self.reduce.open(src, row.token, tuple((slot, w) for _g, _x, slot, w in row.targets))
+        left = sorted(g for g in groups if g != self.rank)
+        if not left:
+            fx.credit = (src, row.tag)
+            self.credits.append(fx.credit)
+            return fx
+        self.queue.append(_Pending(row, left, groups))
+        self.peak_queue = max(self.peak_queue, len(self.queue))
+        if len(self.queue) > cfg.relay_window:
+            raise AssertionError(f"relay queue holds {len(self.queue)} rows > relay_window "
+                                 f"{cfg.relay_window}: a source sent without an R credit")
+        return fx
+
+    def forward_row(self, row: ForwardRow) -> RelayEffects:
+        """A forward row from a relay of this node: its targets written here, its forward
+        credit returned."""
+        fx = RelayEffects()
+        why = self.forward_verdict(row)
+        if why is not None:
+            return self._drop(fx, why, row)
+        self.fwd_in += 1
+        fx.local = LocalRow(global_gpu(self.cfg, row.src_node, row.src_rank), row.token, row.targets)
+        self.local.append(fx.local)
+        fx.fcredit = (row.fwd, row.ftag)
+        self.fcredits.append(fx.fcredit)
+        return fx
+
+    # ---------------------------------------------------------------- forwards out
+    def ready_dests(self) -> list:
+        """Destinations the head row can forward to now (a free F tag there), ascending."""
+        if not self.queue:
+            return []
+        return [g for g in self.queue[0].left if self.free[g]]
+
+    def emit(self, dst: Optional[int] = None) -> Optional[ForwardRow]:
+        """One forward row of the head relay row: to ``dst``, or to the lowest destination
+        with a free F tag (None if none can go). Its F tag is the lowest free one there. The
+        head row's credit returns with its last forward (``credits``)."""
+        ready = self.ready_dests()
+        if dst is None:
+            if not ready:
+                return None
+            dst = ready[0]
+        elif dst not in ready:
+            return None
+        p = self.queue[0]
+        ftag = min(self.free[dst])
+        self.free[dst].discard(ftag)
+        r = p.row
+        out = ForwardRow(dst, self.rank, ftag, r.src_node, r.src_rank, r.token, p.groups[dst])
+        self.forwards.append(out)
+        self.fwd_rows[dst] += 1
+        p.left.remove(dst)
+        if not p.left:
+            self.queue.popleft()
+            self.credits.append((global_gpu(self.cfg, r.src_node, r.src_rank), r.tag))
+        return out
+
+    def forward_credit(self, dst: int, ftag: int) -> None:
+        """GPU ``dst`` returned F tag ``ftag`` (it wrote the forward row). A tag not out is a
+        protocol error of the node's own hubs: ValueError."""
+        if not 0 <= dst < self.cfg.node_gpus or not 0 <= ftag < self.cfg.forward_tags \
+                or ftag in self.free[dst]:
+            raise ValueError(f"forward credit ({dst}, {ftag}) was not handed out")
+        self.free[dst].add(ftag)
+
+    def fwd_wait(self) -> int:
+        """The FWD_WAIT register: forward rows queued and not yet sent."""
+        return sum(len(p.left) for p in self.queue)
+
+    def registers(self) -> dict:
+        """The relay registers' values as :class:`~moehub.spec.csr_map.CsrMap` names them,
+        keyed (name, index) (NODE_ID and LOCAL_RANK are written by software)."""
+        regs = {("NODE_ID", 0): self.node, ("LOCAL_RANK", 0): self.rank,
+                ("RELAY_ROWS", 0): self.relay_rows, ("RELAY_LOCAL", 0): self.relay_local,
+                ("FWD_WAIT", 0): self.fwd_wait(), ("FWD_IN", 0): self.fwd_in,
+                ("RED_ROWS", 0): len(self.reduce.out), ("RED_OPEN", 0): len(self.reduce.acc),
+                ("RED_INCOMPLETE", 0): self.reduce.incomplete}
+        regs.update({("FWD_ROWS", g): n for g, n in enumerate(self.fwd_rows)})
+        regs.update({("RELAY_DROPS", int(r)): n for r, n in zip(RelayReason, self.relay_drops)})
+        return regs
+
+
+def audit(cfg: HubConfig, offered: list, hubs: dict) -> dict:
+    """The accounting of one node's relay traffic, across its hubs ``{rank: RelayHubModel}``
+    after every forward has been delivered: each target of each relay row ``offered`` to
+    hub ``rank`` (``[(rank, RelayRow), ...]``) written exactly once in the node -- or the row
+    counted as one drop -- and no forward row emitted twice. Returns the counts; raises
+    AssertionError naming the first violation."""
+    written: dict = {}
+    for g, h in hubs.items():
+        for lr in h.local:
+            for x, slot in lr.targets:
+                key = (lr.src, lr.token, g, x, slot)
+                written[key] = written.get(key, 0) + 1
+    seen = set()
+    for h in hubs.values():
+        for f in h.forwards:
+            key = (f.fwd, f.dst, f.src_node, f.src_rank, f.token)
+            assert key not in seen, f"forwarded twice: {f}"
+            seen.add(key)
+    want, dropped = {}, 0
+    for g, row in offered:
+        if hubs[g].relay_verdict(row) is not None and not any(r is row for _, r in hubs[g].drops):
+            raise AssertionError(f"a bad relay row was not counted: {row}")
+        if any(r is row for _, r in hubs[g].drops):
+            dropped += 1
+            continue
+        src = global_gpu(cfg, row.src_node, row.src_rank)
+        for tg, x, slot, _w in row.targets:
+            key = (src, row.token, tg, x, slot)
+            want[key] = want.get(key, 0) + 1
+    for key, n in want.items():
+        got = written.get(key, 0)
+        assert got == n, f"target {key} written {got} times, expected {n}"
+    extra = set(written) - set(want)
+    assert not extra, f"written but never asked for: {sorted(extra)[:3]}"
+    return {"targets": sum(want.values()), "dropped_rows": dropped, "forwards": len(seen)}
+
+
+# ------------------------------------------------------------------ the reduction
+def accumulator_bytes(cfg: HubConfig, tokens: int, hidden: int) -> int:
+    """HBM for a relay's FP32 accumulators: one row per (remote source of its rank, token)
+    -- at most ``(nodes - 1) x tokens`` sums open in one layer's combine."""
+    return (cfg.nodes - 1) * tokens * hidden * 4
+
+
+def record_bytes(cfg: HubConfig) -> int:
+    """SRAM record of one open sum: its expected partial count and slots seen (a byte each
+    up to 8 slots), and the BF16 weight of each of its ``relay_targets`` slots."""
+    return 2 + 2 * cfg.relay_targets
+
+
+class ReduceModel:
+    """The relay's reduce-on-combine (module docstring): FP32 accumulators keyed by
+    (original source, token), final when every expected partial row is in.
+
+    Attributes
+    ----------
+    acc : dict
+        Open sums: (src, token) -> {"sum", "expect", "weights" (slot -> FP32), "seen"}.
+    out : list of (src, token, parts, row)
+        Reduced rows sent, in order (``row`` float32, BF16-rounded when ``out="bf16"``).
+    incomplete, bad_partials, peak_open : int
+    hbm_read_bytes, hbm_write_bytes : int
+        The accumulators' HBM traffic (FP32 rows).
+    """
+
+    def __init__(self, cfg: HubConfig, out: str = "bf16"):
+        if out not in ("bf16", "fp32"):
+            raise ValueError(f"out = {out!r}: must be 'bf16' or 'fp32'")
+        self.cfg, self.dtype = cfg, out
+        self.acc: dict = {}
+        self.out: list = []
+        self.incomplete = self.bad_partials = self.peak_open = 0
+        self.hbm_read_bytes = self.hbm_write_bytes = 0
+
+    def open(self, src: int, token: int, slots: tuple) -> None:
+        """A relay row accepted: a sum expecting one partial row per ``(slot, weight)``."""
+        key = (src, token)
+        if key in self.acc:
+            raise ValueError(f"(source, token) = {key}: a sum is already open (one relay row "
+                             "per (token, node))")
+        self.acc[key] = {"sum": None, "expect": len(slots), "seen": set(),
+                         "weights": {s: bf16_value(bf16_bits(w)) for s, w in slots}}
+        self.peak_open = max(self.peak_open, len(self.acc))
+
+    def partial(self, src: int, token: int, slot: int, row: np.ndarray):
+        """An expert's output row for (src, token, slot): weighted, added in FP32. Returns
+        the reduced row ``(src, token, parts, row)`` when this made the sum final, else None;
+        a partial row for no open sum, or a slot not expected or seen already, is counted
+        in ``bad_partials`` and ignored."""
+        a = self.acc.get((src, token))
+        if a is None or slot not in a["weights"] or slot in a["seen"]:
+            self.bad_partials += 1
+            return None
+        y = np.asarray(row, np.float32)
+        term = (a["weights"][slot] * y).astype(np.float32)
+        nbytes = 4 * y.size
+        if a["sum"] is None:
+            a["sum"] = term
+        else:
+            self.hbm_read_bytes += nbytes
+            a["sum"] = (a["sum"] + term).astype(np.float32)
+        a["seen"].add(slot)
+        if len(a["seen"]) == a["expect"]:
+            return self._send((src, token), a)
+        self.hbm_write_bytes += nbytes
+        return None
+
+    def _send(self, key, a):
+        del self.acc[key]
+        s = a["sum"]
+        if s is None:
+            s = np.zeros(0, np.float32)
+        r = (key[0], key[1], len(a["seen"]), to_bf16(s) if self.dtype == "bf16" else s)
+        self.out.append(r)
+        return r
+
+    def flush(self) -> list:
+        """The combine's end: every open sum sent as it is, counted incomplete."""
+        sent = []
+        for key in list(self.acc):
+            self.incomplete += 1
+            sent.append(self._send(key, self.acc[key]))
+        return sent
