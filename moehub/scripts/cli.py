@@ -116,7 +116,8 @@ def command_modules() -> tuple:
     from ..synth import cli as synth_cli
     from ..verif import mutate, soak
     from ..verif.formal import cli as formal_cli
-    return (synth_cli, cosim_cli, calibration, formal_cli, study_cli, explore_cli, mutate, soak)
+    from . import report
+    return (synth_cli, cosim_cli, calibration, formal_cli, study_cli, explore_cli, mutate, soak, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,825 @@
+"""``moehub report``: the documentation's results tables, generated from records.
+
+A figure typed into a table goes stale the day its command is run again. Here every
+results table of ``README.md`` and ``docs/**/*.md`` is written by this module from a
+*record*: one JSON file per run a table rests on, committed under ``records/`` at the
+repository root, holding the producing command, the git commit, the date, the machine
+(cores, CPU model) and its load, the run's figures, and -- for hardware figures -- the
+SHA-256 of the RTL sources they were made from (:func:`rtl_sources_hash`: the files that
+:mod:`moehub.rtl.gen` stamps its Verilog with). A table whose record was made from other
+RTL sources than the working tree's says so on its rows ("older RTL").
+
+In a Markdown file a table sits between two marker lines, which this module owns::
+
+    <!-- moehub-table: hub-verdicts -->
+    (generated; rewritten by ``moehub report --write``)
+    <!-- /moehub-table -->
+
+``moehub report`` prints every table; ``--write`` rewrites the marked regions in place
+(nothing outside them changes); ``--check`` exits 1 and prints a diff when a region
+differs from what its records give (the test suite runs it on the repository's docs).
+``--collect`` makes records from the commands' outputs in the build folder:
+
+* ``synth``: ``synth/<config>/report.json`` of ``moehub synth`` (OSU018 and ASAP7);
+  the synthesised RTLIL (``moehub.il``) is compared with the RTLIL the working tree
+  generates for the same configuration, ``src`` attributes aside, so a report counts as
+  current exactly when the hardware it measured is the hardware of these sources;
+* ``validate``: ``results/validate/validation.csv`` of ``moehub validate`` (it writes no
+  run record, so ``--rerun`` runs it here, ~3 CPU-minutes, and records that run);
+* ``calibrate``: ``calibrate/calibration.csv`` of ``moehub calibrate`` (``--rerun`` too);
+* ``headline``: every ``results/headline*/headline.json`` of ``moehub headline``.
+
+Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
+1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
+over the best software per system, model and tokens/GPU: ``moehub headline``'s map),
+``validation-summary`` (N of M cases within tolerance and the misses),
+``validation-cases`` (every case) and ``calibration-summary`` (N of M calibration points
+within tolerance, the misses and whether each was expected).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import difflib
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import progress, runinfo
+from ..paths import HELP, build_root
+
+#: version of the record layout (a reader refuses another)
+SCHEMA = 1
+#: the repository root in a checkout (the folder holding the package)
+ROOT = runinfo.PACKAGE_DIR.parent
+#: where the committed records live
+RECORDS = ROOT / "records"
+#: the Markdown files whose marked regions are tables, relative to the root
+DOC_GLOBS = ("README.md", "docs/**/*.md")
+#: folders under docs/ that are build outputs, not sources
+DOC_SKIP = ("_build",)
+
+BEGIN = re.compile(r"^<!--\s*moehub-table:\s*(?P<name>.*?)\s*-->\s*$")
+END = re.compile(r"^<!--\s*/moehub-table\s*-->\s*$")
+END_LINE = "<!-- /moehub-table -->"
+OLDER = "older RTL"
+#: the clock the verdicts are given at (the H100's boost clock, as in ``moehub synth``)
+H100_CLOCK_GHZ = 1.98
+
+#: the report.json sections of ``moehub synth``, in table order, with their flow's name
+SECTIONS = {"asic": "OSU018 → N5 projection", "asap7_tt": "ASAP7 TT", "asap7_ss": "ASAP7 SS"}
+#: the keys every record has
+RECORD_KEYS = ("schema", "source", "command", "commit", "date", "machine", "load", "data")
+
+
+class ReportError(Exception):
+    """A record or a marked region that cannot be used; ``moehub report`` exits 2 with it."""
+
+
+# ----------------------------------------------------------------------------- provenance
+def rtl_sources(pkg: Path = runinfo.PACKAGE_DIR) -> list:
+    """The files the hub's hardware is made from: ``rtl/**/*.py`` and ``spec/*.py`` (the
+    contract: formats, registers, timing), the same inputs :mod:`moehub.rtl.gen` stamps."""
+    pkg = Path(pkg)
+    return sorted(pkg.glob("rtl/**/*.py")) + sorted(pkg.glob("spec/*.py"))
+
+
+def rtl_sources_hash(pkg: Path = runinfo.PACKAGE_DIR) -> str:
+    """SHA-256 over the RTL sources, each as its path under the package and its bytes (a
+    renamed or moved file changes the hash too)."""
+    pkg = Path(pkg)
+    h = hashlib.sha256()
+    for p in rtl_sources(pkg):
+        h.update(p.relative_to(pkg).as_posix().encode() + b"\0")
+        h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """This machine: cores and CPU model (a record's timings are only comparable on it)."""
+    return {"cores": os.cpu_count(), "model": _cpu_model(), "platform": platform.platform()}
+
+
+def load() -> list:
+    """The 1-, 5- and 15-minute load averages now (other work stretches wall times)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def iso(ts: float) -> str:
+    """A POSIX time as ISO 8601 in UTC, to the second."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def collected() -> dict:
+    """Who made a record now: the collecting command, commit and date."""
+    return {"command": " ".join(runinfo._RUN["argv"] or ["moehub", "report", "--collect"]),
+            "commit": runinfo.git_describe(), "date": iso(time.time())}
+
+
+def make_record(source: str, command: str, data: dict, *, commit, date: str, mach: dict,
+                load_avg, rtl: dict | None = None, note: str = "") -> dict:
+    """A record: what produced ``data`` (command, commit, date, machine, load) and, for
+    hardware figures, ``rtl`` (per report section: the RTL sources' hash)."""
+    rec = {"schema": SCHEMA, "source": source, "command": command, "commit": commit,
+           "date": date, "machine": mach, "load": load_avg, "collected": collected()}
+    if rtl is not None:
+        rec["rtl"] = rtl
+    if note:
+        rec["note"] = note
+    rec["data"] = data
+    return rec
+
+
+def read_record(path: Path) -> dict:
+    """One record, checked: JSON, this schema, every key present."""
+    try:
+        rec = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ReportError(f"record {path}: cannot be read as JSON ({e})") from None
+    if not isinstance(rec, dict):
+        raise ReportError(f"record {path}: not a JSON object")
+    missing = [k for k in RECORD_KEYS if k not in rec]
+    if missing:
+        raise ReportError(f"record {path}: no {missing[0]!r} (a record has {', '.join(RECORD_KEYS)})")
+    if rec["schema"] != SCHEMA:
+        raise ReportError(f"record {path}: schema = {rec['schema']!r}, this moehub reads {SCHEMA}")
+    return rec
+
+
+def write_record(path: Path, rec: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_records(root: Path, source: str) -> list:
+    """``[(name, record)]`` of one source: ``<root>/<source>/*.json`` by name, or the one
+    file ``<root>/<source>.json``; ``name`` is the path under ``root``."""
+    root = Path(root)
+    paths = sorted((root / source).glob("*.json")) if (root / source).is_dir() else []
+    if (root / f"{source}.json").is_file():
+        paths.append(root / f"{source}.json")
+    out = []
+    for p in paths:
+        rec = read_record(p)
+        if rec["source"] != source:
+            raise ReportError(f"record {p}: source = {rec['source']!r}, expected {source!r}")
+        out.append((p.relative_to(root).as_posix(), rec))
+    return out
+
+
+# ----------------------------------------------------------------------------- synth records
+_SRC_ATTR = re.compile(r"^\s*attribute \\src .*\n", re.M)
+
+
+def rtlil_digest(text: str) -> str:
+    """SHA-256 of RTLIL without its ``src`` attributes (file:line of the Python that made
+    each signal: they move with every edit and with the checkout's path, the hardware
+    does not)."""
+    return hashlib.sha256(_SRC_ATTR.sub("", text).encode()).hexdigest()
+
+
+def current_rtlil_digest(cfg_dict: dict) -> str:
+    """:func:`rtlil_digest` of the RTLIL the working tree generates for a synthesised
+    configuration (``config.json`` of the flow's folder), named as the flows name it."""
+    from amaranth.back import rtlil
+    from ..rtl.hub import MoEHub
+    from ..spec.config import HubConfig
+    from ..synth import verilog
+    cfg = HubConfig(**cfg_dict)
+    with verilog._deep_expressions():
+        il = verilog._flatten_names(rtlil.convert(MoEHub(cfg), name=verilog.TOP))
+    return rtlil_digest(il)
+
+
+def _section_dir(folder: Path, section: str, sec: dict) -> Path:
+    """The folder holding the RTLIL a report section was synthesised from: the flow's
+    folder (ASAP7 SS re-times the TT netlist: the TT folder; OSU018: the config's)."""
+    if section == "asic":
+        return folder
+    if sec.get("mapped_at") and (folder / f"asap7-{sec['mapped_at']}").is_dir():
+        return folder / f"asap7-{sec['mapped_at']}"
+    return folder / sec.get("folder", "")
+
+
+def synth_command(name: str, rep: dict) -> str:
+    """The ``moehub synth`` command lines that write a report's sections (the flow writes
+    no run record; an SS run writes the TT section too)."""
+    cmds = []
+    if "asic" in rep:
+        cmds.append(f"moehub synth --config {name}")
+    if "asap7_ss" in rep:
+        cmds.append(f"moehub synth --config {name} --lib asap7 --corner ss")
+    elif "asap7_tt" in rep:
+        cmds.append(f"moehub synth --config {name} --lib asap7")
+    return "; ".join(cmds)
+
+
+def synth_rtl(folder: Path, rep: dict, previous: dict | None, current: str, check=None) -> dict:
+    """Per report section: the RTL sources' hash it was made from (``None`` when the
+    synthesised RTLIL is not the working tree's) and the RTLIL digest it was checked by.
+
+    A section whose RTLIL digest and report are unchanged since ``previous`` (the last
+    record) keeps its verdict while the sources' hash is still the current one; otherwise
+    the RTLIL is generated again from the working tree (``check``: the generator, for
+    tests) and compared."""
+    check = check or current_rtlil_digest
+    out, fresh = {}, {}
+    for section in (s for s in SECTIONS if s in rep):
+        d = _section_dir(folder, section, rep[section])
+        il, cfg_path = d / "moehub.il", d / "config.json"
+        if not il.is_file():
+            out[section] = {"sources_sha256": None, "rtlil_sha256": None,
+                            "how": f"no moehub.il in {d.name}/: the synthesised RTL is unknown"}
+            continue
+        digest = rtlil_digest(il.read_text())
+        old = ((previous or {}).get("rtl") or {}).get(section) or {}
+        if old.get("rtlil_sha256") == digest and old.get("sources_sha256") == current:
+            out[section] = old
+            continue
+        if not cfg_path.is_file():
+            cfg_path = folder / "config.json"
+        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else rep["hub"]
+        key = json.dumps(cfg, sort_keys=True)
+        if key not in fresh:
+            with progress.stage(f"report: RTLIL of {cfg.get('name')} from the working tree",
+                                heartbeat=True):
+                try:
+                    fresh[key] = check(cfg)
+                except Exception as e:          # the working tree's RTL does not build
+                    fresh[key] = e
+        got = fresh[key]
+        if isinstance(got, Exception):
+            out[section] = {"sources_sha256": None, "rtlil_sha256": digest,
+                            "how": f"the working tree's RTLIL could not be generated "
+                                   f"({type(got).__name__}: {got})"}
+            continue
+        same = got == digest
+        out[section] = {"sources_sha256": current if same else None, "rtlil_sha256": digest,
+                        "how": ("the working tree's RTLIL for this config equals the synthesised "
+                                "one (src attributes aside)" if same else
+                                "the synthesised RTLIL differs from the working tree's")}
+    if fresh and rtl_sources_hash() != current:
+        raise ReportError("the RTL sources changed while their RTLIL was generated for the "
+                          f"check of {folder.name}; collect again")
+    return out
+
+
+def collect_synth(build: Path, records: Path, check=None) -> list:
+    """A record per ``<build>/synth/<config>/report.json``; returns the paths written."""
+    current = rtl_sources_hash()
+    written = []
+    for rp in sorted(Path(build, "synth").glob("*/report.json")):
+        folder, name = rp.parent, rp.parent.name
+        rep = json.loads(rp.read_text())
+        if not any(s in rep for s in SECTIONS):
+            continue
+        dest = Path(records, "synth", f"{name}.json")
+        prev = read_record(dest) if dest.is_file() else None
+        deepest = folder / "deepest_paths.json"
+        data = {"config": name, "report": rep,
+                "deepest_paths": json.loads(deepest.read_text()) if deepest.is_file() else None}
+        rec = make_record(
+            "synth", synth_command(name, rep), data, commit=None, date=iso(rp.stat().st_mtime),
+            mach=machine(), load_avg=None, rtl=synth_rtl(folder, rep, prev, current, check),
+            note="moehub synth writes no run record: the command is read from the report's "
+                 "sections, the date is report.json's, the machine the collecting one, the "
+                 "load not recorded; the RTL is checked by regenerating its RTLIL")
+        written.append(write_record(dest, rec))
+    return written
+
+
+# ----------------------------------------------------------------------------- validate records
+VALIDATION_FIELDS = ("id", "use", "system", "metric", "model", "published", "ratio",
+                     "tolerance", "ok", "hardware", "config", "source", "gap")
+
+
+def read_validation_csv(path: Path) -> list:
+    """``validation.csv`` of ``moehub validate`` as typed rows."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if rows and set(VALIDATION_FIELDS) - set(rows[0]):
+        raise ReportError(f"{path}: no column {sorted(set(VALIDATION_FIELDS) - set(rows[0]))[0]!r}")
+    for r in rows:
+        for k in ("model", "published", "ratio", "tolerance"):
+            r[k] = float(r[k])
+        r["ok"] = r["ok"] == "True"
+    return rows
+
+
+def rerun(command: str, out: Path, about: str) -> dict:
+    """Run ``moehub COMMAND --out OUT`` as a child process; return its run record (command,
+    commit, start date, load at the start, wall and CPU seconds)."""
+    argv = ["moehub", command, "--out", str(out)]
+    start, load0, t0, kids0 = time.time(), load(), time.monotonic(), os.times()
+    with progress.stage(f"report: moehub {command} ({about})", heartbeat=True):
+        proc = subprocess.run([sys.executable, "-m", "moehub.scripts.cli", *argv[1:]],
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"moehub {command} exited {proc.returncode}: "
+                           f"{proc.stderr.strip()[-500:]}")
+    kids1 = os.times()
+    return {"command": " ".join(argv), "commit": runinfo.git_describe(), "date": iso(start),
+            "load": load0, "wall_s": round(time.monotonic() - t0, 1),
+            "cpu_s": round((kids1.children_user - kids0.children_user)
+                           + (kids1.children_system - kids0.children_system), 1)}
+
+
+def _csv_record(source: str, command: str, path: Path, rows: list, run: dict | None,
+                dest: Path) -> Path:
+    if run is None:
+        run = {"command": command, "commit": None, "date": iso(path.stat().st_mtime), "load": None}
+        note = (f"{command} writes no run record: the date is {path.name}'s, the commit and "
+                "load unknown (--rerun records a run)")
+    else:
+        note = f"run by moehub report --rerun: {run['wall_s']} s wall, {run['cpu_s']} CPU s"
+    rec = make_record(source, run["command"], {"rows": rows}, commit=run["commit"],
+                      date=run["date"], mach=machine(), load_avg=run["load"], note=note)
+    return write_record(dest, rec)
+
+
+def collect_validate(build: Path, records: Path, rerun_it: bool = False) -> list:
+    """The record of ``<build>/results/validate/`` (after running ``moehub validate`` there
+    with ``rerun_it``)."""
+    folder = Path(build, "results", "validate")
+    run = rerun("validate", folder, "about 3 CPU-minutes") if rerun_it else None
+    path = folder / "validation.csv"
+    if not path.is_file():
+        raise ReportError(f"{path}: not found (run 'moehub validate', or "
+                          "'moehub report --collect validate --rerun')")
+    return [_csv_record("validate", "moehub validate", path, read_validation_csv(path), run,
+                        Path(records, "validate.json"))]
+
+
+CALIBRATION_FIELDS = ("id", "component", "what", "hardware", "system", "metric", "model",
+                      "published", "unit", "ratio", "tolerance", "ok", "expected_miss",
+                      "source", "reason")
+
+
+def read_calibration_csv(path: Path) -> list:
+    """``calibration.csv`` of ``moehub calibrate`` as typed rows."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if rows and set(CALIBRATION_FIELDS) - set(rows[0]):
+        raise ReportError(f"{path}: no column {sorted(set(CALIBRATION_FIELDS) - set(rows[0]))[0]!r}")
+    for r in rows:
+        for k in ("model", "published", "ratio", "tolerance"):
+            r[k] = float(r[k])
+        r["ok"], r["expected_miss"] = r["ok"] == "True", r["expected_miss"] == "True"
+    return rows
+
+
+def collect_calibrate(build: Path, records: Path, rerun_it: bool = False) -> list:
+    """The record of ``<build>/calibrate/`` (after running ``moehub calibrate`` there with
+    ``rerun_it``)."""
+    folder = Path(build, "calibrate")
+    run = rerun("calibrate", folder, "the component models against measurements") if rerun_it else None
+    path = folder / "calibration.csv"
+    if not path.is_file():
+        raise ReportError(f"{path}: not found (run 'moehub calibrate', or "
+                          "'moehub report --collect calibrate --rerun')")
+    return [_csv_record("calibrate", "moehub calibrate", path, read_calibration_csv(path), run,
+                        Path(records, "calibrate.json"))]
+
+
+# ----------------------------------------------------------------------------- headline records
+def collect_headline(build: Path, records: Path) -> list:
+    """A record per ``<build>/results/headline*/headline.json`` (its own run record gives
+    the command, commit, date, machine and load)."""
+    written = []
+    for hp in sorted(Path(build, "results").glob("headline*/headline.json")):
+        h = json.loads(hp.read_text())
+        run = h.get("record") or {}
+        ms = run.get("machine_start") or {}
+        mach = {**machine(), "cores": ms.get("cpus", os.cpu_count())}
+        data = {"grid": run.get("grid"), "rows": h.get("rows", []), "skipped": h.get("skipped", []),
+                "wall_s": run.get("wall_s"), "cpu_s": run.get("cpu_s")}
+        rec = make_record("headline", run.get("command", "moehub headline"), data,
+                          commit=run.get("git"), date=run.get("started") or iso(hp.stat().st_mtime),
+                          mach=mach, load_avg=ms.get("load_avg"))
+        written.append(write_record(Path(records, "headline", f"{hp.parent.name}.json"), rec))
+    return written
+
+
+COLLECTORS = ("synth", "validate", "calibrate", "headline")
+
+
+# ----------------------------------------------------------------------------- rendering
+def _date(rec: dict) -> str:
+    d = rec["date"] or ""
+    try:
+        return datetime.fromisoformat(d).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return d or "date unknown"
+
+
+def _commit(rec: dict) -> str:
+    if rec["commit"]:
+        return f"commit {rec['commit']}"
+    at = (rec.get("collected") or {}).get("commit")
+    return f"commit not recorded (collected at {at})" if at else "commit not recorded"
+
+
+def caption(recs: list) -> str:
+    """Each record a table rests on, once: file, command, date, commit."""
+    parts = [f"`records/{name}`: `{rec['command']}`, {_date(rec)}, {_commit(rec)}"
+             for name, rec in recs]
+    return "*From " + "; ".join(parts) + ".*"
+
+
+def older(rec: dict, section: str, current: str) -> bool:
+    """Whether a record's section was made from other RTL sources than ``current``."""
+    return ((rec.get("rtl") or {}).get(section) or {}).get("sources_sha256") != current
+
+
+def _cell(text) -> str:
+    """Free text as one Markdown table cell (pipes escaped, one line)."""
+    return " ".join(str(text).split()).replace("|", "\\|") if text else "–"
+
+
+def _g(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _rng(x, spec: str) -> str:
+    if isinstance(x, dict) and "nominal" in x:
+        return f"{x['nominal']:{spec}} ({x['low']:{spec}}–{x['high']:{spec}})"
+    return "–" if x is None else f"{x:{spec}}"
+
+
+def _verdict_cells(section: str, sec: dict, hub: dict) -> tuple:
+    """(area, deepest stage, fmax, verdict at 1.98 GHz, link bandwidth at 1.98 GHz)."""
+    top = _g(sec, "modules", "top") or {}
+    path = top.get("path") or {}
+    route = f" `{path['from']}` → `{path['to']}`" if path.get("from") else ""
+    lanes_bw = (_g(sec, "line_rate", "at_h100_clock", "GBps")
+                or hub["lanes"] * hub["chunk_bytes"] * H100_CLOCK_GHZ)
+    target = hub.get("link_GBps")
+    bw = (f"{lanes_bw:.0f} of {target:g} GB/s: " + ("PASS" if lanes_bw >= target else "FAIL")
+          if target else "–")
+    if section == "asic":
+        n5 = top.get("n5") or {}
+        area = f"{_rng(n5.get('total_mm2'), '.4f')} mm² at N5 ({top['gate_equivalents'] / 1e3:.0f}k GE)"
+        h = _g(sec, "line_rate", "at_h100_clock") or {}
+        stage = f"{top['fo4']:.2f} FO4{route}"
+        fmax = f"{_rng(n5.get('fmax_n5_GHz'), '.2f')} GHz at N5"
+        budget = _g(h, "budget_fo4", "nominal")
+        verdict = (f"**{h.get('timing', '–')}** ({top['fo4']:.2f} of "
+                   + ("–" if budget is None else f"{budget:.2f}") + " FO4)")
+        return area, stage, fmax, verdict, bw
+    a = sec.get("area") or {}
+    area = (f"{a['cell_area_um2']:,.0f} µm² ({a['nand2_eq'] / 1e3:.0f}k NAND2 eq.); "
+            f"{_rng(a.get('n5_mm2'), '.4f')} mm² at N5")
+    stage = f"{sec.get('deepest_fo4', top.get('fo4', 0)):.2f} FO4{route}"
+    lr = sec.get("line_rate") or {}
+    fmax = f"{_rng(lr.get('fmax_GHz'), '.2f')} GHz"
+    h, n5 = lr.get("at_h100_clock") or {}, lr.get("n5_scaled") or {}
+    verdict = f"**{h.get('timing', '–')}** ({1000 * h.get('margin_ns', 0):+.0f} ps)"
+    if section == "asap7_tt" and n5:
+        verdict += f"; at N5 (÷ {n5['factor']:g}): **{n5['timing']}** ({1000 * n5['margin_ns']:+.0f} ps)"
+    return area, stage, fmax, verdict, bw
+
+
+def _config_order(recs: list) -> list:
+    from ..spec.config import HUB_CONFIGS
+    order = {n: i for i, n in enumerate(HUB_CONFIGS)}
+    return sorted(recs, key=lambda nr: (order.get(nr[1]["data"]["config"], len(order)),
+                                        nr[1]["data"]["config"]))
+
+
+def render_hub_verdicts(recs: list, current: str) -> str:
+    """Per hub config and synthesis flow: area, the deepest stage (FO4 and path), fmax, the
+    timing verdict at the H100's 1.98 GHz and whether its lanes carry the config's link
+    there (``moehub synth`` reports)."""
+    if not recs:
+        raise ReportError("table 'hub-verdicts': no synth record (records/synth/*.json; "
+                          "make them with 'moehub report --collect synth')")
+    out = ["| hub | flow | area | deepest stage | fmax | at 1.98 GHz | lanes at 1.98 GHz vs link |",
+           "|---|---|---|---|---|---|---|"]
+    for name, rec in _config_order(recs):
+        rep = rec["data"]["report"]
+        for section, flow in SECTIONS.items():
+            if section not in rep:
+                continue
+            hub = f"`{rec['data']['config']}`" + (f" ({OLDER})" if older(rec, section, current) else "")
+            cells = _verdict_cells(section, rep[section], rep["hub"])
+            out.append(f"| {hub} | {flow} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n\n" + caption(_config_order(recs)) + "\n"
+
+
+def render_asap7(recs: list, current: str) -> str:
+    """``moehub synth-table``'s table (ASAP7 TT/SS beside the OSU018 projection) on the
+    recorded reports: its own row generator, fed the recorded report.json files."""
+    from ..synth import asap7_table
+    recs = [(n, r) for n, r in _config_order(recs)
+            if "asap7_tt" in r["data"]["report"] or "asap7_ss" in r["data"]["report"]]
+    if not recs:
+        raise ReportError("table 'asap7': no synth record with an ASAP7 section "
+                          "(records/synth/*.json; 'moehub report --collect synth')")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="moehub-report-") as tmp:
+        for _, rec in recs:
+            d = Path(tmp, rec["data"]["config"])
+            d.mkdir()
+            (d / "report.json").write_text(json.dumps(rec["data"]["report"]))
+            if rec["data"].get("deepest_paths"):
+                (d / "deepest_paths.json").write_text(json.dumps(rec["data"]["deepest_paths"]))
+            row = asap7_table.row(rec["data"]["config"], d)
+            if any(older(rec, s, current) for s in ("asap7_tt", "asap7_ss")
+                   if s in rec["data"]["report"]):
+                row = row.replace(f"| {rec['data']['config']} |",
+                                  f"| {rec['data']['config']} ({OLDER}) |", 1)
+            rows.append(row)
+    return "\n".join([asap7_table.HEADER, asap7_table.ALIGN, *rows]) + "\n\n" + caption(recs) + "\n"
+
+
+def render_headline(recs: list, current: str) -> str:
+    """``moehub headline``'s map over every recorded grid: per system, model and
+    compute-to-link ratio, the hub's speedup over the best software of today (letter) and
+    over the papers' kind of baseline, per tokens/GPU."""
+    from ..cosim.headline import SHORT, pivot_md
+    if not recs:
+        raise ReportError("table 'headline': no headline record (records/headline/*.json; "
+                          "'moehub report --collect headline')")
+    recs = sorted(recs, key=lambda nr: (nr[1]["date"] or "", nr[0]))
+    rows, skipped, seen = [], [], set()
+    for _, rec in recs:
+        for r in rec["data"]["rows"]:
+            key = (r["system_config"], r["model"], r["compute_link_ratio"], r["tokens_per_gpu"])
+            if key in seen:
+                raise ReportError(f"table 'headline': the point {key} is in two records")
+            seen.add(key)
+            rows.append(r)
+        skipped += rec["data"].get("skipped") or []
+    letters = ", ".join(f"{v} {k}" for k, v in SHORT.items())
+    return (pivot_md(rows, skipped) + "\n\n" + f"Cells: the fastest hub variant's speedup over "
+            f"the fastest software of today ({letters}) / over the fastest of the papers' kind "
+            "(named); in brackets the hub variant (v1; ec early counts, mc multicast, pg paged); "
+            "skip: not run; —: not in the recorded grids; †: stopped unconverged at the pass limit. "
+            + caption(recs) + "\n")
+
+
+def _validation(recs: list) -> tuple:
+    if len(recs) != 1:
+        raise ReportError("validation tables: no validate record (records/validate.json; "
+                          "'moehub report --collect validate [--rerun]')")
+    name, rec = recs[0]
+    rows = rec["data"]["rows"]
+    return rec, rows, [r for r in rows if r["use"] == "validation"]
+
+
+def render_validation_summary(recs: list, current: str) -> str:
+    """N of M validation cases within their tolerance, and each miss with what the model
+    lacks (``moehub validate``)."""
+    rec, rows, val = _validation(recs)
+    miss = [r for r in val if not r["ok"]]
+    cal = sum(r["use"] == "calibration" for r in rows)
+    out = [f"**{len(val) - len(miss)} of {len(val)} validation cases within their tolerance**"
+           + (f" (and {cal} calibration points)" if cal else "") + "."]
+    if miss:
+        out += ["", "| missed case | system | metric | model / published | tolerance | what the model lacks |",
+                "|---|---|---|---:|---:|---|"]
+        out += [f"| `{r['id']}` | {r['system']} | {r['metric']} | {r['ratio']:.2f} | "
+                f"±{r['tolerance']:g} | {_cell(r['gap'])} |" for r in miss]
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
+def render_validation_cases(recs: list, current: str) -> str:
+    """Every case of ``moehub validate``: the model's figure beside the published one."""
+    rec, rows, _ = _validation(recs)
+    out = ["| case | use | system | metric | model | published | ratio | tolerance | verdict |",
+           "|---|---|---|---|---:|---:|---:|---:|---|"]
+    out += [f"| `{r['id']}` | {r['use']} | {r['system']} | {r['metric']} | {r['model']:.1f} | "
+            f"{r['published']:g} | {r['ratio']:.2f} | ±{r['tolerance']:g} | "
+            f"{'ok' if r['ok'] else '**miss**'} |" for r in rows]
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
+def render_calibration_summary(recs: list, current: str) -> str:
+    """N of M calibration points within tolerance; the misses, each expected or not, with
+    the reason (``moehub calibrate``)."""
+    if len(recs) != 1:
+        raise ReportError("table 'calibration-summary': no calibrate record (records/calibrate.json; "
+                          "'moehub report --collect calibrate [--rerun]')")
+    rows = recs[0][1]["data"]["rows"]
+    miss = [r for r in rows if not r["ok"]]
+    unexpected = [r for r in miss if not r["expected_miss"]]
+    out = [f"**{len(rows) - len(miss)} of {len(rows)} calibration points within their tolerance**; "
+           f"{len(miss)} misses, {len(miss) - len(unexpected)} of them expected (the reason below)."]
+    if miss:
+        out += ["", "| missed point | component | hardware | model / published | tolerance | expected | why |",
+                "|---|---|---|---:|---:|---|---|"]
+        out += [f"| `{r['id']}` | {r['component']} | {_cell(r['hardware'])} | {r['ratio']:.2f} | "
+                f"±{r['tolerance']:g} | {'yes' if r['expected_miss'] else '**no**'} | "
+                f"{_cell(r['reason'])} |" for r in miss]
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
+#: table name -> (record source, renderer)
+TABLES = {
+    "hub-verdicts": ("synth", render_hub_verdicts),
+    "asap7": ("synth", render_asap7),
+    "headline": ("headline", render_headline),
+    "validation-summary": ("validate", render_validation_summary),
+    "validation-cases": ("validate", render_validation_cases),
+    "calibration-summary": ("calibrate", render_calibration_summary),
+}
+
+
+def render(name: str, records: Path = RECORDS, current: str | None = None) -> str:
+    """Table ``name`` as Markdown from the records under ``records``."""
+    if name not in TABLES:
+        raise ReportError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
+    source, fn = TABLES[name]
+    return fn(load_records(records, source), current or rtl_sources_hash())
+
+
+# ----------------------------------------------------------------------------- marked regions
+def regions(text: str, where: str) -> list:
+    """``[(name, begin_line, end_line)]`` (0-based indexes of the marker lines) of the
+    marked regions of a Markdown text; ``where`` names it in errors."""
+    out, open_ = [], None
+    for i, line in enumerate(text.splitlines()):
+        b, e = BEGIN.match(line), END.match(line)
+        if b:
+            if open_:
+                raise ReportError(f"{where}:{i + 1}: table {b['name']!r} begins inside table "
+                                  f"{open_[0]!r} (line {open_[1] + 1}) -- '{END_LINE}' missing")
+            if not b["name"] or not re.fullmatch(r"[\w.-]+", b["name"]):
+                raise ReportError(f"{where}:{i + 1}: table name {b['name']!r}: letters, digits, "
+                                  "'-', '_', '.' only")
+            open_ = (b["name"], i)
+        elif e:
+            if not open_:
+                raise ReportError(f"{where}:{i + 1}: '{END_LINE}' without a table begun")
+            out.append((open_[0], open_[1], i))
+            open_ = None
+    if open_:
+        raise ReportError(f"{where}:{open_[1] + 1}: table {open_[0]!r} is not closed by '{END_LINE}'")
+    return out
+
+
+def fill(text: str, where: str, tables: dict) -> str:
+    """``text`` with every marked region's content replaced by its table from ``tables``
+    (name -> Markdown) between blank lines; nothing outside the regions changes."""
+    lines = text.splitlines(keepends=True)
+    regs = regions(text, where)
+    for name, b, _ in regs:
+        if name not in tables:
+            raise ReportError(f"{where}:{b + 1}: unknown table {name!r} "
+                              f"(known: {', '.join(TABLES)})")
+    for name, b, e in reversed(regs):
+        nl = "\r\n" if lines[b].endswith("\r\n") else "\n"
+        body = nl.join(["", *tables[name].rstrip("\n").split("\n"), "", ""])
+        lines[b + 1:e] = body.splitlines(keepends=True)
+    return "".join(lines)
+
+
+def doc_files(root: Path = ROOT) -> list:
+    """README.md and docs/**/*.md under ``root`` (not docs/_build)."""
+    root = Path(root)
+    out = []
+    for pattern in DOC_GLOBS:
+        out += [p for p in sorted(root.glob(pattern))
+                if p.is_file() and not set(p.relative_to(root).parts) & set(DOC_SKIP)]
+    return out
+
+
+def process(files: list, records: Path, root: Path | None = None, current: str | None = None) -> dict:
+    """``{path: (old text, new text)}`` for every file with a marked region; each needed
+    table is rendered once."""
+    current = current or rtl_sources_hash()
+    cache, out = {}, {}
+    for f in files:
+        f = Path(f)
+        where = f.relative_to(root).as_posix() if root and f.is_relative_to(root) else str(f)
+        text = f.read_text()
+        regs = regions(text, where)
+        if not regs:
+            continue
+        for name, b, _ in regs:
+            if name not in TABLES:
+                raise ReportError(f"{where}:{b + 1}: unknown table {name!r} "
+                                  f"(known: {', '.join(TABLES)})")
+            if name not in cache:
+                cache[name] = render(name, records, current)
+        out[f] = (text, fill(text, where, cache))
+    return out
+
+
+def diff(path, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        f"{path} (in the file)", f"{path} (from its records)"))
+
+
+# ----------------------------------------------------------------------------- command
+def cmd_report(args) -> int:
+    try:
+        return _run(args)
+    except ReportError as e:
+        print(f"moehub report: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    records = Path(args.records)
+    root = Path(args.root)
+    if args.collect is not None:
+        build = Path(args.build) if args.build else build_root()
+        which = args.collect or list(COLLECTORS)
+        for source in which:
+            if source == "synth":
+                paths = collect_synth(build, records)
+            elif source == "validate":
+                paths = collect_validate(build, records, rerun_it=args.rerun)
+            elif source == "calibrate":
+                paths = collect_calibrate(build, records, rerun_it=args.rerun)
+            else:
+                paths = collect_headline(build, records)
+            if not paths:
+                print(f"{source}: no outputs in {build} to record", file=sys.stderr)
+            for p in paths:
+                print(f"{source}: {p}")
+        if not (args.write or args.check or args.table):
+            return 0
+    files = [Path(f) for f in args.file] if args.file else doc_files(root)
+    if args.write or args.check:
+        changes = process(files, records, root)
+        stale = {f: (o, n) for f, (o, n) in changes.items() if o != n}
+        if args.write:
+            for f, (_, new) in stale.items():
+                f.write_text(new)
+                print(f"rewrote the tables of {f}")
+            print(f"{len(changes)} file(s) with tables, {len(stale)} rewritten")
+            return 0
+        for f, (old, new) in stale.items():
+            print(diff(f, old, new), end="")
+        if stale:
+            print(f"moehub report --check: {len(stale)} file(s) differ from their records "
+                  "('moehub report --write' rewrites them)", file=sys.stderr)
+            return 1
+        print(f"{len(changes)} file(s) with tables, all as their records give")
+        return 0
+    names = args.table or list(TABLES)
+    for n in names:
+        if n not in TABLES:
+            raise ReportError(f"--table {n!r}: unknown table (known: {', '.join(TABLES)})")
+    current = rtl_sources_hash()
+    for n in names:
+        print(f"<!-- moehub-table: {n} -->\n")
+        print(render(n, records, current))
+        print(END_LINE + "\n")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    r = subparsers.add_parser(
+        "report", help="the docs' results tables from the records (records/): print them, "
+        "--write them into README.md and docs/, --check them, --collect records from outputs")
+    r.add_argument("--table", action="append", metavar="NAME",
+                   help=f"print only this table (repeatable; known: {', '.join(TABLES)})")
+    mode = r.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the marked regions "
+                   "('<!-- moehub-table: NAME -->' ... '<!-- /moehub-table -->') of the docs")
+    mode.add_argument("--check", action="store_true", help="exit 1 and print a diff when a marked "
+                   "region differs from what its records give")
+    r.add_argument("--collect", nargs="*", choices=COLLECTORS, metavar="SOURCE",
+                   help=f"write records from the commands' outputs in the build folder "
+                   f"(sources: {', '.join(COLLECTORS)}; none named: all)")
+    r.add_argument("--rerun", action="store_true", help="with --collect validate / calibrate: "
+                   "run 'moehub validate' (about 3 CPU-minutes) / 'moehub calibrate' first and "
+                   "record that run (they write no run record of their own)")
+    r.add_argument("--build", default=None, help=f"the build folder to collect from "
+                   f"(default {HELP})")
+    r.add_argument("--records", default=str(RECORDS), help="the records folder (default: "
+                   "records/ at the repository root)")
+    r.add_argument("--root", default=str(ROOT), help="the folder holding README.md and docs/ "
+                   "(default: the repository root)")
+    r.add_argument("--file", action="append", metavar="MD", help="only this Markdown file "
+                   "(repeatable; default README.md and docs/**/*.md under --root)")
+    r.set_defaults(func=cmd_report)

@@ -1,0 +1,433 @@
+"""``moehub report``: results tables rendered from records, written into and checked
+against the marked regions of Markdown files.
+
+Small fixture records (a synthesis report with its three flows, a validation run, two
+headline grids) are rendered and the figures, verdicts, "older RTL" marks and the
+record's date and commit are looked for in the Markdown; ``--write`` and ``--check`` run
+on temporary files (markers, unknown names, idempotence, nothing outside the markers
+touched); the collectors read a fake build folder. The last test checks the repository's
+own README.md and docs/ against the committed records: a table edited by hand, or a
+record changed without ``moehub report --write``, fails it.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from moehub.scripts import report
+from moehub.scripts.cli import main
+
+CUR = "c" * 64           # the working tree's RTL hash in these tests
+OLD = "0" * 64
+
+
+# ----------------------------------------------------------------------------- fixtures
+def _asap7(corner: str, fo4: float, fmax: float, timing: str, margin_ns: float) -> dict:
+    return {
+        "corner": corner, "mapped_at": "tt", "folder": f"asap7-{corner}",
+        "modules": {"top": {"fo4": fo4, "path": {"from": "pm/cnt[0]", "to": "pm/drops[31]"}}},
+        "area": {"cell_area_um2": 63068.1, "seq_area_um2": 20436.8, "sequential_share": 0.324,
+                 "nand2_eq": 720943.0, "n5_mm2": {"low": 0.0331, "nominal": 0.0357, "high": 0.0388}},
+        "deepest": [{"fo4": fo4, "from": "pm/cnt[0]", "to": "pm/drops[31]"}],
+        "deepest_fo4": fo4,
+        "line_rate": {"fmax_GHz": {"low": fmax - 0.05, "nominal": fmax, "high": fmax + 0.06},
+                      "at_h100_clock": {"timing": timing, "margin_ns": margin_ns},
+                      "n5_scaled": {"factor": 1.15, "fmax_GHz": 1.909, "timing": "MARGINAL",
+                                    "margin_ns": -0.0187}},
+    }
+
+
+def synth_report() -> dict:
+    osu = {"modules": {"top": {
+        "gate_equivalents": 840000.0, "fo4": 22.15,
+        "path": {"from": "tracker/mode", "to": "pm/reserve.wf_used"},
+        "n5": {"total_mm2": {"low": 0.039, "nominal": 0.042, "high": 0.046},
+               "fmax_n5_GHz": {"low": 1.65, "nominal": 1.98, "high": 2.63}}}},
+        "line_rate": {"at_h100_clock": {"timing": "PASS",
+                                        "budget_fo4": {"low": 18.0, "nominal": 22.18, "high": 30.4}}}}
+    return {"config": "mixtral-8gpu",
+            "hub": {"name": "mixtral-8gpu", "lanes": 4, "chunk_bytes": 128, "link_GBps": 450.0},
+            "asic": osu, "asap7_tt": _asap7("tt", 21.64, 1.66, "MARGINAL", -0.0973),
+            "asap7_ss": _asap7("ss", 21.94, 1.09, "FAIL", -0.4111)}
+
+
+def synth_record(rtl_hash=CUR, config="mixtral-8gpu") -> dict:
+    rep = synth_report()
+    rep["config"] = rep["hub"]["name"] = config
+    rtl = {s: {"sources_sha256": rtl_hash, "rtlil_sha256": "d" * 64, "how": "test"}
+           for s in report.SECTIONS}
+    return report.make_record("synth", f"moehub synth --config {config} --lib asap7 --corner ss",
+                              {"config": config, "report": rep, "deepest_paths": None},
+                              commit="abc1234", date="2026-12-04T16:01:07+00:00",
+                              mach={"cores": 2, "model": "test"}, load_avg=[1.0, 1.5, 2.0], rtl=rtl)
+
+
+def validate_record() -> dict:
+    rows = [{"id": "deepep-a", "use": "validation", "system": "deepep", "metric": "dispatch_GBps",
+             "model": 81.2, "published": 90.0, "ratio": 0.902, "tolerance": 0.3, "ok": True, "gap": ""},
+            {"id": "pplx-b", "use": "validation", "system": "deepep_ll", "metric": "dispatch_us",
+             "model": 300.0, "published": 150.0, "ratio": 2.0, "tolerance": 0.3, "ok": False,
+             "gap": "no proxy thread model"},
+            {"id": "nccl-c", "use": "validation", "system": "bulk", "metric": "layer_us",
+             "model": 10.0, "published": 10.5, "ratio": 0.952, "tolerance": 0.2, "ok": True, "gap": ""},
+            {"id": "cal-d", "use": "calibration", "system": "bulk", "metric": "layer_us",
+             "model": 5.0, "published": 5.0, "ratio": 1.0, "tolerance": 0.1, "ok": True, "gap": ""}]
+    return report.make_record("validate", "moehub validate --out build/results/validate",
+                              {"rows": rows}, commit="def5678", date="2026-12-04T18:02:00+00:00",
+                              mach={"cores": 2, "model": "test"}, load_avg=[2.0, 2.0, 2.0])
+
+
+def headline_row(system, model, tokens, speedup, best, paper, variant="v1"):
+    return {"system_config": system, "model": model, "tokens_per_gpu": tokens,
+            "compute_link_ratio": 1.0, "speedup_layer": speedup, "best_baseline": best,
+            "paper_baseline": "deepspeed_moe", "speedup_paper": paper, "hub_variant": variant,
+            "not_converged": ""}
+
+
+def headline_record(rows, date) -> dict:
+    return report.make_record("headline", "moehub headline --quick", {"rows": rows, "skipped": []},
+                              commit="5c433dd", date=date, mach={"cores": 2, "model": "test"},
+                              load_avg=[0.86, 1.79, 2.77])
+
+
+def calibrate_record() -> dict:
+    base = {"hardware": "H100", "tolerance": 0.3, "reason": ""}
+    rows = [{**base, "id": "launch-h100", "component": "launch", "ratio": 1.01, "ok": True,
+             "expected_miss": False},
+            {**base, "id": "a2a-torch", "component": "collective", "ratio": 1.6, "ok": False,
+             "expected_miss": True, "reason": "host work | stream syncs"},
+            {**base, "id": "gemm-x", "component": "gemm", "ratio": 0.5, "ok": False,
+             "expected_miss": False}]
+    return report.make_record("calibrate", "moehub calibrate --out build/calibrate", {"rows": rows},
+                              commit="aaa1111", date="2026-12-04T18:10:00+00:00",
+                              mach={"cores": 2, "model": "test"}, load_avg=[1.0, 1.0, 1.0])
+
+
+@pytest.fixture
+def records(tmp_path):
+    r = tmp_path / "records"
+    report.write_record(r / "synth" / "mixtral-8gpu.json", synth_record())
+    report.write_record(r / "synth" / "tiny.json", synth_record(OLD, "tiny"))
+    report.write_record(r / "validate.json", validate_record())
+    report.write_record(r / "calibrate.json", calibrate_record())
+    report.write_record(r / "headline" / "quick.json", headline_record(
+        [headline_row("h100x8", "mixtral-8x7b", 1, 1.0757, "fused", 2.3787),
+         headline_row("h100x8", "mixtral-8x7b", 512, 1.07, "comet", 1.41)], "2026-12-04T16:41:13+00:00"))
+    report.write_record(r / "headline" / "ds.json", headline_record(
+        [headline_row("gb200-nvl72", "deepseek-v3-fp8", 32, 1.25, "fused", 8.01, "multicast")],
+        "2026-12-04T16:41:49+00:00"))
+    return r
+
+
+# ----------------------------------------------------------------------------- provenance
+def test_rtl_hash_follows_the_rtl_and_spec_sources_only(tmp_path):
+    pkg = tmp_path / "pkg"
+    for rel, text in (("rtl/hub.py", "a = 1\n"), ("rtl/sub/unit.py", "b = 2\n"),
+                      ("spec/config.py", "c = 3\n"), ("cosim/model.py", "d = 4\n")):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    h0 = report.rtl_sources_hash(pkg)
+    (pkg / "cosim/model.py").write_text("d = 5\n")              # not hardware
+    assert report.rtl_sources_hash(pkg) == h0
+    (pkg / "rtl/sub/unit.py").write_text("b = 3\n")              # nested RTL counts
+    h1 = report.rtl_sources_hash(pkg)
+    assert h1 != h0
+    (pkg / "spec/config.py").rename(pkg / "spec/schema.py")      # a rename counts
+    assert report.rtl_sources_hash(pkg) != h1
+    assert len(report.rtl_sources_hash()) == 64                  # the package's own
+
+
+def test_record_has_command_commit_date_machine_load():
+    rec = synth_record()
+    for key in report.RECORD_KEYS:
+        assert key in rec
+    m = report.machine()
+    assert m["cores"] >= 1 and m["model"]
+    assert len(report.load()) == 3
+
+
+def test_a_broken_record_is_named_with_its_key(tmp_path):
+    p = tmp_path / "synth" / "x.json"
+    rec = synth_record()
+    del rec["commit"]
+    report.write_record(p, rec)
+    with pytest.raises(report.ReportError, match=r"x\.json: no 'commit'"):
+        report.load_records(tmp_path, "synth")
+    p.write_text("{not json")
+    with pytest.raises(report.ReportError, match="cannot be read as JSON"):
+        report.load_records(tmp_path, "synth")
+
+
+def test_rtlil_digest_ignores_source_locations_only():
+    a = 'module \\top\n  attribute \\src "/a/rtl/hub.py:10"\n  wire width 8 \\x\nend\n'
+    b = 'module \\top\n  attribute \\src "/b/moehub/rtl/hub.py:99"\n  wire width 8 \\x\nend\n'
+    c = 'module \\top\n  attribute \\src "/a/rtl/hub.py:10"\n  wire width 9 \\x\nend\n'
+    assert report.rtlil_digest(a) == report.rtlil_digest(b)
+    assert report.rtlil_digest(a) != report.rtlil_digest(c)
+
+
+# ----------------------------------------------------------------------------- rendering
+def test_hub_verdicts_per_flow_with_the_older_rtl_marked(records):
+    md = report.render("hub-verdicts", records, CUR)
+    lines = md.splitlines()
+    rows = [ln for ln in lines if ln.startswith("| `")]
+    assert len(rows) == 6                                        # 2 configs x 3 flows
+    # the shipped order: tiny before mixtral-8gpu; flows OSU018, TT, SS
+    assert rows[0].startswith("| `tiny` (older RTL) | OSU018 → N5 projection |")
+    mix_tt = next(r for r in rows if r.startswith("| `mixtral-8gpu` | ASAP7 TT |"))
+    assert "63,068 µm² (721k NAND2 eq.)" in mix_tt
+    assert "21.64 FO4 `pm/cnt[0]` → `pm/drops[31]`" in mix_tt
+    assert "1.66 (1.61–1.72) GHz" in mix_tt
+    assert "**MARGINAL** (-97 ps); at N5 (÷ 1.15): **MARGINAL** (-19 ps)" in mix_tt
+    assert "1014 of 450 GB/s: PASS" in mix_tt                   # 4 x 128 B x 1.98 GHz
+    mix_ss = next(r for r in rows if r.startswith("| `mixtral-8gpu` | ASAP7 SS |"))
+    assert "**FAIL** (-411 ps)" in mix_ss
+    osu = next(r for r in rows if r.startswith("| `mixtral-8gpu` | OSU018"))
+    assert "**PASS** (22.15 of 22.18 FO4)" in osu and "840k GE" in osu
+    assert sum("older RTL" in r for r in rows) == 3              # only tiny's rows
+    # date and commit once per record, in the caption
+    assert md.count("2026-12-04 16:01 UTC") == 2 and md.count("commit abc1234") == 2
+    assert "`records/synth/mixtral-8gpu.json`" in md
+
+
+def test_a_record_of_the_current_rtl_is_not_marked(records):
+    md = report.render("hub-verdicts", records, OLD)            # now tiny is current
+    rows = [ln for ln in md.splitlines() if ln.startswith("| `")]
+    assert all(("older RTL" in r) == r.startswith("| `mixtral-8gpu`") for r in rows)
+
+
+def test_asap7_is_synth_tables_own_rows(records):
+    from moehub.synth import asap7_table
+    md = report.render("asap7", records, CUR)
+    lines = md.splitlines()
+    assert lines[0] == asap7_table.HEADER and lines[1] == asap7_table.ALIGN
+    assert lines[2].startswith("| tiny (older RTL) | 63068 (32 %) | 720943 / 840000 = 0.86 |")
+    assert lines[3].startswith("| mixtral-8gpu | ")
+    assert "MARGINAL / MARGINAL / PASS" in lines[3]
+
+
+def test_headline_map_over_every_grid(records):
+    md = report.render("headline", records, CUR)
+    lines = md.splitlines()
+    assert lines[0] == "| system | model | compute × | 1 tok/GPU | 32 tok/GPU | 512 tok/GPU |"
+    assert lines[2] == ("| h100x8 | mixtral-8x7b | 1 | 1.08 F / 2.38 deepspeed_moe (v1) | — | "
+                        "1.07 C / 1.41 deepspeed_moe (v1) |")
+    assert lines[3] == "| gb200-nvl72 | deepseek-v3-fp8 | 1 | — | 1.25 F / 8.01 deepspeed_moe (mc) | — |"
+    # the earlier grid's record first, each record once
+    assert md.index("records/headline/quick.json") < md.index("records/headline/ds.json")
+    assert md.count("commit 5c433dd") == 2
+
+
+def test_headline_refuses_a_point_in_two_records(records):
+    report.write_record(records / "headline" / "again.json", headline_record(
+        [headline_row("h100x8", "mixtral-8x7b", 1, 1.0, "fused", 2.0)], "2026-12-04T17:00:00+00:00"))
+    with pytest.raises(report.ReportError, match="in two records"):
+        report.render("headline", records, CUR)
+
+
+def test_validation_summary_counts_validation_cases_and_lists_misses(records):
+    md = report.render("validation-summary", records, CUR)
+    assert md.startswith("**2 of 3 validation cases within their tolerance** (and 1 calibration points).")
+    assert "| `pplx-b` | deepep_ll | dispatch_us | 2.00 | ±0.3 | no proxy thread model |" in md
+    assert "deepep-a" not in md
+    assert "2026-12-04 18:02 UTC, commit def5678" in md
+    cases = report.render("validation-cases", records, CUR)
+    assert cases.count("| `") == 4 and cases.count("**miss**") == 1
+
+
+def test_calibration_summary_says_which_misses_were_expected(records):
+    md = report.render("calibration-summary", records, CUR)
+    assert md.startswith("**1 of 3 calibration points within their tolerance**; 2 misses, "
+                         "1 of them expected")
+    assert "| `a2a-torch` | collective | H100 | 1.60 | ±0.3 | yes | host work \\| stream syncs |" in md
+    assert "| `gemm-x` | gemm | H100 | 0.50 | ±0.3 | **no** | – |" in md
+    assert "launch-h100" not in md
+
+
+def test_a_table_without_records_says_how_to_make_them(tmp_path):
+    with pytest.raises(report.ReportError, match="moehub report --collect synth"):
+        report.render("hub-verdicts", tmp_path, CUR)
+    with pytest.raises(report.ReportError, match="unknown table 'nope'"):
+        report.render("nope", tmp_path, CUR)
+
+
+# ----------------------------------------------------------------------------- marked regions
+DOC = """# Title
+
+Text before.
+
+<!-- moehub-table: validation-summary -->
+stale figures typed by hand
+<!-- /moehub-table -->
+
+Between the tables.
+<!-- moehub-table: headline -->
+<!-- /moehub-table -->
+Text after.
+"""
+
+
+def _cli(*argv) -> int:
+    return main(["report", *argv])
+
+
+def test_write_fills_regions_only_and_is_idempotent(records, tmp_path, capsys):
+    md = tmp_path / "docs" / "guide.md"
+    md.parent.mkdir()
+    md.write_text(DOC)
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 0
+    new = md.read_text()
+    assert "stale figures" not in new
+    assert "**2 of 3 validation cases within their tolerance**" in new
+    assert "1.08 F / 2.38 deepspeed_moe (v1)" in new
+    # outside the markers, line for line the same
+    outside = lambda t: [ln for i, ln in enumerate(t.splitlines()) if not _inside(t, i)]
+    assert outside(new) == outside(DOC)
+    assert new.startswith("# Title\n\nText before.\n\n<!-- moehub-table: validation-summary -->\n\n**2 of 3")
+    assert new.endswith("<!-- /moehub-table -->\nText after.\n")
+    # again: nothing to do
+    capsys.readouterr()
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 0
+    assert md.read_text() == new
+    assert "0 rewritten" in capsys.readouterr().out
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--check") == 0
+
+
+def _inside(text: str, i: int) -> bool:
+    return any(b < i < e for _, b, e in report.regions(text, "t"))
+
+
+def test_check_prints_a_diff_and_fails_on_a_stale_region(records, tmp_path, capsys):
+    md = tmp_path / "README.md"
+    md.write_text(DOC)
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 0
+    md.write_text(md.read_text().replace("**2 of 3", "**3 of 3"))     # a hand edit
+    capsys.readouterr()
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--check") == 1
+    out = capsys.readouterr()
+    assert "-**3 of 3 validation cases" in out.out and "+**2 of 3 validation cases" in out.out
+    assert "differ from their records" in out.err
+    # a changed record makes the written file stale as well
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 0
+    rec = json.loads((records / "validate.json").read_text())
+    rec["data"]["rows"][1]["ok"] = True
+    (records / "validate.json").write_text(json.dumps(rec))
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--check") == 1
+
+
+def test_unknown_table_names_file_line_and_name(records, tmp_path, capsys):
+    md = tmp_path / "README.md"
+    md.write_text(DOC.replace("moehub-table: headline", "moehub-table: hedline"))
+    before = md.read_text()
+    assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 2
+    err = capsys.readouterr().err
+    assert "README.md:10: unknown table 'hedline'" in err and "hub-verdicts" in err
+    assert md.read_text() == before                               # nothing written
+
+
+@pytest.mark.parametrize("text, message", [
+    ("<!-- moehub-table: headline -->\nx\n", r"t\.md:1: table 'headline' is not closed"),
+    ("x\n<!-- /moehub-table -->\n", r"t\.md:2: '<!-- /moehub-table -->' without a table"),
+    ("<!-- moehub-table: headline -->\n<!-- moehub-table: asap7 -->\n<!-- /moehub-table -->\n",
+     r"t\.md:2: table 'asap7' begins inside table 'headline'"),
+    ("<!-- moehub-table: -->\n<!-- /moehub-table -->\n", r"t\.md:1: table name ''"),
+])
+def test_malformed_markers(text, message):
+    with pytest.raises(report.ReportError, match=message):
+        report.regions(text, "t.md")
+
+
+def test_doc_files_are_readme_and_docs_not_the_build(tmp_path):
+    for rel in ("README.md", "docs/index.md", "docs/guide/synth.md", "docs/_build/x.md", "other.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x\n")
+    got = [p.relative_to(tmp_path).as_posix() for p in report.doc_files(tmp_path)]
+    assert got == ["README.md", "docs/guide/synth.md", "docs/index.md"]
+
+
+# ----------------------------------------------------------------------------- collectors
+def _synth_folder(build: Path, name: str, il: str) -> Path:
+    folder = build / "synth" / name
+    tt = folder / "asap7-tt"
+    tt.mkdir(parents=True)
+    rep = synth_report()
+    del rep["asic"]
+    rep["config"] = name
+    (folder / "report.json").write_text(json.dumps(rep))
+    (tt / "moehub.il").write_text(il)
+    (tt / "config.json").write_text(json.dumps({"name": name, "lanes": 4}))
+    return folder
+
+
+def test_collect_synth_checks_the_rtl_by_its_rtlil(tmp_path):
+    build, recs = tmp_path / "build", tmp_path / "records"
+    il = 'module \\moehub\n  attribute \\src "x.py:1"\n  wire \\a\nend\n'
+    _synth_folder(build, "mixtral-8gpu", il)
+    calls = []
+
+    def same(cfg):
+        calls.append(cfg["name"])
+        return report.rtlil_digest(il)
+
+    [path] = report.collect_synth(build, recs, check=same)
+    rec = report.read_record(path)
+    cur = report.rtl_sources_hash()
+    assert rec["command"] == "moehub synth --config mixtral-8gpu --lib asap7 --corner ss"
+    assert rec["rtl"]["asap7_tt"]["sources_sha256"] == cur       # same hardware: current
+    assert rec["rtl"]["asap7_ss"]["sources_sha256"] == cur       # SS re-times the TT netlist
+    assert calls == ["mixtral-8gpu"]                             # generated once for both
+    assert rec["data"]["report"]["asap7_tt"]["deepest_fo4"] == 21.64
+    assert rec["collected"]["date"] and rec["machine"]["cores"] >= 1
+    # again, unchanged: the verdict is kept without generating the RTLIL
+    report.collect_synth(build, recs, check=same)
+    assert calls == ["mixtral-8gpu"]
+    # other hardware: the section is not current, and the table says so
+    (build / "synth" / "mixtral-8gpu" / "asap7-tt" / "moehub.il").write_text(il.replace("\\a", "\\b"))
+    [path] = report.collect_synth(build, recs, check=same)
+    rec = report.read_record(path)
+    assert rec["rtl"]["asap7_tt"]["sources_sha256"] is None
+    assert "differs" in rec["rtl"]["asap7_tt"]["how"]
+    assert "(older RTL)" in report.render("hub-verdicts", recs)
+
+
+def test_collect_validate_and_headline_from_the_build_folder(tmp_path):
+    build, recs = tmp_path / "build", tmp_path / "records"
+    vdir = build / "results" / "validate"
+    vdir.mkdir(parents=True)
+    with open(vdir / "validation.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(report.VALIDATION_FIELDS)
+        w.writerow(["a", "validation", "deepep", "dispatch_GBps", "81.211", "90.0", "0.902", "0.3",
+                    "True", "hw", "cfg", "src", ""])
+        w.writerow(["b", "validation", "pplx", "dispatch_us", "300", "150", "2.000", "0.3",
+                    "False", "hw", "cfg", "src", "lacks X"])
+    [vp] = report.collect_validate(build, recs)
+    v = report.read_record(vp)
+    assert v["data"]["rows"][0]["model"] == pytest.approx(81.211) and v["data"]["rows"][1]["ok"] is False
+    assert v["commit"] is None and "no run record" in v["note"]
+    assert "commit not recorded (collected at" in report.render("validation-summary", recs)
+
+    hdir = build / "results" / "headline-quick"
+    hdir.mkdir(parents=True)
+    run = {"command": "moehub headline --quick", "git": "5c433dd-dirty", "started": "2026-12-04T16:41:13+00:00",
+           "machine_start": {"cpus": 2, "load_avg": [0.86, 1.79, 2.77]}, "grid": "quick"}
+    (hdir / "headline.json").write_text(json.dumps(
+        {"record": run, "rows": [headline_row("b200x8", "mixtral-8x7b", 1, 1.16, "fused", 3.86)],
+         "skipped": []}))
+    [hp] = report.collect_headline(build, recs)
+    h = report.read_record(hp)
+    assert (h["command"], h["commit"], h["load"], h["machine"]["cores"]) == \
+        ("moehub headline --quick", "5c433dd-dirty", [0.86, 1.79, 2.77], 2)
+    assert "| b200x8 | mixtral-8x7b | 1 | 1.16 F / 3.86 deepspeed_moe (v1) |" in report.render("headline", recs)
+
+
+# ----------------------------------------------------------------------------- the repository
+def test_the_repositorys_tables_are_what_their_records_give(capsys):
+    """README.md and docs/**/*.md against records/: a table typed by hand or a record
+    changed without 'moehub report --write' fails here (the diff is printed)."""
+    code = _cli("--check")
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
