@@ -44,13 +44,18 @@ def test_testplan_refers_to_existing_tests():
     assert _cocotb_names() <= planned_cocotb, f"unplanned cocotb tests: {_cocotb_names() - planned_cocotb}"
 
 
-README = ROOT / "README.md"
+#: the guides that state the hub's rules: protocol v1 (bad input, CSR map) and protocol v2
+RULE_DOCS = [ROOT / "docs" / "hub.md", ROOT / "docs" / "protocol-v2.md"]
+
+
+def _rules_text() -> str:
+    return "\n".join(p.read_text() for p in RULE_DOCS)
 
 
 def _table_names(heading: str) -> set:
-    """Names in the first column of the table under README's ``heading`` (backquoted, comma
+    """Names in the first column of the table under the guides' ``heading`` (backquoted, comma
     separated, array suffixes like ``[e]`` dropped)."""
-    text = README.read_text()
+    text = _rules_text()
     start = text.index(heading)
     names, in_table = set(), False
     for line in text[start:].splitlines()[1:]:
@@ -64,27 +69,27 @@ def _table_names(heading: str) -> set:
 
 
 def _rules_required(plan: dict) -> set:
-    reasons = _table_names("### Bad input")
-    registers = _table_names("### CSR map")
+    reasons = _table_names("## Bad input")
+    registers = _table_names("## CSR map")
     return {f"reason:{r}" for r in reasons} | {f"csr:{r}" for r in registers} | \
         {r["id"] for r in plan.get("readme_rules", [])}
 
 
 def test_readme_tables_match_the_code():
-    """The README tables the rules are read from name exactly the hub's drop reasons and
-    registers (so a rule added in the code but not in README fails here, and vice versa)."""
+    """The guides' tables the rules are read from name exactly the hub's drop reasons and
+    registers (so a rule added in the code but not in the guides fails here, and vice versa)."""
     from moehub.spec.config import load_hub_config
     from moehub.spec.csr_map import CsrMap
     from moehub.spec.formats import V2_REASONS, Reason, config_reasons
     tiny = load_hub_config("tiny")
-    assert _table_names("### Bad input") == {r.name for r in config_reasons(tiny)}
-    assert _table_names("### CSR map") == set(CsrMap(tiny).registers)
-    v2 = _table_names("### Protocol v2 (issue 14)")
+    assert _table_names("## Bad input") == {r.name for r in config_reasons(tiny)}
+    assert _table_names("## CSR map") == set(CsrMap(tiny).registers)
+    v2 = _table_names("## Bad input of protocol v2")
     assert {r.name for r in V2_REASONS} <= v2 <= {r.name for r in Reason}
 
 
 def test_protocol_v2_reasons_are_planned():
-    """Protocol v2's reasons (reference model first, issue 14) each have a testpoint; until
+    """Protocol v2's reasons (reference model first) each have a testpoint; until
     its RTL exists they are tested on the model (pytest), and such testpoints say so."""
     from moehub.spec.formats import V2_REASONS
     plan = yaml.safe_load(PLAN.read_text())
@@ -99,17 +104,17 @@ def test_protocol_v2_reasons_are_planned():
 
 
 def test_every_readme_rule_has_a_testpoint():
-    """Every row of README's bad-input table, every register of its CSR map and every rule
-    quoted in the testplan's readme_rules (the phrase must still be in README) is named by a
+    """Every row of the guides' bad-input table, every register of their CSR map and every rule
+    quoted in the testplan's readme_rules (the phrase must still be in the guides) is named by a
     testpoint that has at least one cocotb test; no testpoint names an unknown rule."""
     plan = yaml.safe_load(PLAN.read_text())
-    readme = " ".join(README.read_text().split())
+    readme = " ".join(_rules_text().split())
     for r in plan.get("readme_rules", []):
-        assert " ".join(r["readme"].split()) in readme, f"rule {r['id']}: phrase not in README: {r['readme']!r}"
+        assert " ".join(r["readme"].split()) in readme, f"rule {r['id']}: phrase not in docs/hub.md or docs/protocol-v2.md: {r['readme']!r}"
     required = _rules_required(plan)
-    # (protocol v2's reasons are README rows of its own table: a testpoint whose RTL is
+    # (protocol v2's reasons are rows of protocol-v2.md's own table: a testpoint whose RTL is
     # tested (stage: rtl) may name them; they are required once every v2 feature has RTL)
-    v2 = {f"reason:{r}" for r in _table_names("### Protocol v2 (issue 14)")}
+    v2 = {f"reason:{r}" for r in _table_names("## Bad input of protocol v2")}
     covered = {}
     for tp in plan["testpoints"]:
         for rule in tp.get("rules", []):
@@ -119,4 +124,4 @@ def test_every_readme_rule_has_a_testpoint():
             if any(t.startswith("cocotb:") for t in tp["tests"]):
                 covered.setdefault(rule, []).append(tp["name"])
     missing = sorted(required - set(covered))
-    assert not missing, f"README rules without a testpoint naming a cocotb test: {missing}"
+    assert not missing, f"rules of the guides without a testpoint naming a cocotb test: {missing}"

@@ -1,0 +1,73 @@
+"""The documentation site builds with no warning (``make docs``: Sphinx, MyST, Furo).
+
+A broken cross-reference, a heading that skips a level, a malformed docstring in the API
+reference or a guide left out of the table of contents is a warning, and ``-W`` turns it
+into a failure here, as in ``make docs``. The test builds into a temporary folder with
+Sphinx's ``dummy`` builder (every page read and every reference resolved, no HTML
+written), so it costs the reading of the sources, not the theme. Skipped where the
+``docs`` extra is not installed.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+sphinx_cmd = pytest.importorskip("sphinx.cmd.build", reason="the docs extra is not installed")
+pytest.importorskip("myst_parser", reason="the docs extra is not installed")
+pytest.importorskip("furo", reason="the docs extra is not installed")
+
+# Sphinx 9 announces its next API changes to extensions (MyST) on every reference
+pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning",
+                                        "ignore::DeprecationWarning")
+
+
+def build(src: Path, out: Path) -> tuple[int, str]:
+    """Run sphinx-build -W on ``src``; its exit status and the warnings it wrote."""
+    log = out / "warnings.txt"
+    rc = sphinx_cmd.build_main(["-W", "--keep-going", "-q", "-E", "-b", "dummy",
+                                "-w", str(log), "-d", str(out / "doctrees"), str(src), str(out / "dummy")])
+    return rc, log.read_text() if log.exists() else ""
+
+
+def test_docs_build_without_warnings(tmp_path):
+    rc, warnings = build(DOCS, tmp_path)
+    assert rc == 0 and not warnings.strip(), f"sphinx-build -W failed:\n{warnings}"
+
+
+@pytest.mark.slow
+def test_a_broken_reference_fails_the_build(tmp_path):
+    """The check itself: a guide linking to a section that does not exist fails it."""
+    src = tmp_path / "docs"
+    shutil.copytree(DOCS, src, ignore=shutil.ignore_patterns("_build"))
+    (src / "conf.py").write_text((DOCS / "conf.py").read_text().replace(
+        "ROOT = Path(__file__).resolve().parent.parent", f"ROOT = Path({str(ROOT)!r})"))
+    guide = src / "hub.md"
+    guide.write_text(guide.read_text() + "\nSee [the missing part](rtl.md#no-such-section).\n")
+    rc, warnings = build(src, tmp_path / "out")
+    assert rc != 0 and re.search(r"no-such-section", warnings), warnings
+
+
+def test_every_guide_is_in_the_table_of_contents():
+    """Each Markdown page of docs/ is listed by a toctree of index.md (an orphan page would
+    be a warning too; this names it)."""
+    index = (DOCS / "index.md").read_text()
+    listed = set(re.findall(r"^([a-z0-9-]+)$", index, re.M))
+    pages = {p.stem for p in DOCS.glob("*.md")} - {"index"}
+    assert pages <= listed, f"pages not in index.md's toctree: {sorted(pages - listed)}"
+
+
+def test_results_tables_are_in_marked_regions():
+    """Every results region opened in the README and the guides is closed, and its name is
+    unique per file, so ``moehub report`` can replace it."""
+    for path in [ROOT / "README.md", *DOCS.glob("*.md")]:
+        text = path.read_text()
+        opened = re.findall(r"<!-- moehub-table: ([a-z0-9-]+) -->", text)
+        closed = text.count("<!-- /moehub-table -->")
+        assert len(opened) == closed, f"{path.name}: {len(opened)} regions opened, {closed} closed"
+        assert len(opened) == len(set(opened)), f"{path.name}: a region name repeated: {opened}"
