@@ -1,0 +1,28 @@
+"""Relay hubs (protocol v3, ``relay: true``): a row for a remote node crosses the NIC once
+and the relay hub of the source's local rank there writes its own targets and forwards the
+rest in its node (reference model: :mod:`moehub.spec.relay`).
+
+* :mod:`.layouts` -- the payloads of the relay's streams (a relay row's target set, a
+  forward row, a local row for the multicast path, a credit).
+* :mod:`.forward_unit` -- :class:`~.forward_unit.ForwardUnit`: takes an accepted relay
+  row's target set, checks it (RelayReason), reports its own targets to the multicast
+  path and emits one forward row per other destination GPU under the forward credit
+  class, then returns the row's credit.
+* :mod:`.forward_check` -- :class:`~.forward_check.ForwardCheck`: a received forward
+  row's verdict (an unknown source, bad targets), for the receiving hub's input.
+* :mod:`.reduce_unit` -- :class:`~.reduce_unit.ReduceUnit`: the reduce-on-combine's
+  accumulate / finalise control (weights, expected parts, when a sum is final).
+
+How they attach to the hub (:class:`~moehub.rtl.hub.MoEHub`, not wired here): the packet
+manager opens a relay row's data into the pool (its own targets) or a staging area of
+``relay_window`` rows (forward-only rows) and pushes the row's target set, once its first
+chunk is accepted, into a ``relay_window``-deep FIFO in front of ``ForwardUnit.row`` (the
+FIFO never refuses: the R credits bound the rows outstanding). ``ForwardUnit.local`` feeds
+the multicast allocator's request of a lane reserved for it (the target set as a v2
+multicast row, the original source and token in the metadata); ``fwd`` goes to the NVLink
+egress (a DMA reading the staged row); ``fcredit`` comes from the credit messages of the
+node's GPUs; ``rcredit`` merges into the hub's credit queue after the row's data left.
+A received forward row takes ``ForwardCheck`` beside the target decode; its row-table
+entries are ``gpus_per_node x forward_tags`` of their own (the F class). The counters
+read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_registers`).
+"""

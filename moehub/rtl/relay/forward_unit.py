@@ -1,0 +1,252 @@
+"""The relay hub's forward unit (protocol v3): one accepted relay row in, its own targets
+reported, one forward row out per other destination GPU of the node, its credit back.
+
+Reference: :class:`moehub.spec.relay.RelayHubModel` (``relay_row``, ``emit``,
+``forward_credit``), which tests/test_rtl_relay.py runs in lock-step with this unit and
+the formal harness :mod:`moehub.verif.formal.relay` checks against its own shadow.
+
+Per row (``row``, a stream: one row held at a time; the hub's ``relay_window``-deep FIFO
+in front of it never refuses, see :mod:`moehub.rtl.relay`):
+
+1. **Accept** (the cycle ``row`` fires): the verdict, first reason first, exactly the
+   model's ``relay_verdict`` -- FWD_BAD_SOURCE (source node out of range or this node,
+   another local rank, tag outside the window), FWD_BAD_GPU (a valid entry's GPU outside
+   the node), FWD_BAD_TARGETS (no valid entry, an expert out of range, one (gpu, expert)
+   twice) -- counted in ``drops`` at once; per destination GPU ``g`` the entries naming
+   it (``mem[g]``, a ``relay_targets``-bit mask), registered with the row. Left to do:
+   the local report if any entry names this GPU (``rank``), and a forward to each other
+   GPU named (``left``).
+2. **Local** (``local`` stream): the entries on this GPU packed into protocol v2's
+   multicast row (entry order kept), with the original source as a global id (node x
+   gpus_per_node + rank) and the token. Independent of the forwards.
+3. **Forward** (``fwd`` stream, one a cycle): to the lowest GPU of ``left`` that holds a
+   free forward tag (the model's ``emit()``: a GPU waiting for its credit does not hold
+   up the others); the tag is that GPU's lowest free one (``free[g]``, a bit per tag,
+   cleared as the row leaves and set again by ``fcredit``); the entries packed as for the
+   local row, the original source (node, rank) and token kept. ``fwd_rows[g]`` counts.
+4. **Credit** (``rcredit`` stream): when nothing is left -- for a dropped row at once,
+   except FWD_BAD_SOURCE (no window to return it to, no credit) -- the row's (global
+   source, tag); the unit then takes the next row in the same cycle.
+
+Forward credits (``fcredit``, one a cycle, in the cycle after it is seen) return a tag of
+a destination GPU; one that is not out is ignored (a forwarder's own hubs never send one:
+the environment the proof assumes).
+
+Exactly once, by construction: a target is reported or forwarded only while its GPU's
+bit of ``left`` (or ``local_left``) is set, and the bit is cleared by that very
+handshake; every accepted row's named GPUs are in ``left``/``local_left`` at accept and
+the credit waits for both to clear.
+
+Depth: the verdict at accept is a few compare-and-OR levels (``relay_targets``^2/2
+pair compares); the forward select is a priority pick over ``gpus_per_node`` GPUs of
+``left & has_free`` (registered bits), then a one-hot mux of the registered masks and the
+packing (per output entry an AND-OR over the relay entries, selected by prefix counts of
+the mask): no adder on the handshake path but the counters.
+"""
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...spec.config import HubConfig
+from ...spec.formats import RelayReason
+from ..logic import count_onehot, select
+from .layouts import RelayLayouts
+
+
+def lowest_one(m: Module, bits, name: str):
+    """The lowest set bit of ``bits`` as a one-hot (0 if none): ``bits & -bits``."""
+    oh = Signal(len(bits), name=name)
+    m.d.comb += oh.eq(bits & (~bits + 1))
+    return oh
+
+
+def pack_entries(m: Module, mask, valid_n: int, src_expert, src_slot, n_out: int, name: str):
+    """The entries of ``mask`` (a bit per source entry) packed into ``n_out`` outputs in
+    entry order: output ``i`` is the source entry ``j`` with ``mask[j]`` and exactly ``i``
+    set bits of ``mask`` below ``j``. Returns (valid bits, experts, slots) of the outputs;
+    entries past ``n_out`` are dropped (a config check rules that out)."""
+    T = valid_n
+    valid = Signal(n_out, name=f"{name}_valid")
+    experts = [Signal(len(src_expert[0]), name=f"{name}_expert{i}") for i in range(n_out)]
+    slots = [Signal(len(src_slot[0]), name=f"{name}_slot{i}") for i in range(n_out)]
+    below = [count_onehot([mask[k] for k in range(j)]) for j in range(T)]   # one-hot counts below j
+    for i in range(n_out):
+        pick = [mask[j] & below[j][i] if i < len(below[j]) else Const(0) for j in range(T)]
+        m.d.comb += [valid[i].eq(Cat(*pick).any()),
+                     experts[i].eq(select([(pick[j], src_expert[j]) for j in range(T)], len(experts[i]))),
+                     slots[i].eq(select([(pick[j], src_slot[j]) for j in range(T)], len(slots[i])))]
+    return valid, experts, slots
+
+
+class ForwardUnit(wiring.Component):
+    """The relay's forward unit (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        ``relay: true``.
+
+    Attributes
+    ----------
+    row : In(stream of RelayLayouts.row)
+        Accepted relay rows' target sets.
+    node, rank : In
+        This hub's node and local rank (the NODE_ID and LOCAL_RANK registers).
+    local : Out(stream of RelayLayouts.local)
+        Targets on this GPU, for the multicast path.
+    fwd : Out(stream of RelayLayouts.fwd)
+        Forward rows.
+    fcredit : In(stream of RelayLayouts.fcredit), always ready
+        Forward credits returned by the node's GPUs.
+    rcredit : Out(stream of RelayLayouts.rcredit)
+        Relay rows' credits (global source, tag).
+    drops : Out(32).array(len(RelayReason))
+        Rows dropped by reason (the RELAY_DROPS registers).
+    relay_rows, relay_local, fwd_wait : Out(32)
+        Rows accepted; of them, with targets here; forwards not yet sent (the row held).
+    fwd_rows : Out(32).array(gpus_per_node)
+        Forward rows sent per destination GPU.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.relay:
+            self._MustUse__silence = True
+            raise ValueError(f"hub[{cfg.name}]: a forward unit needs relay: true")
+        self.cfg = cfg
+        self.lay = lay = RelayLayouts(cfg)
+        G = cfg.node_gpus
+        super().__init__({
+            "row": In(stream.Signature(lay.row)),
+            "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits),
+            "local": Out(stream.Signature(lay.local)),
+            "fwd": Out(stream.Signature(lay.fwd)),
+            "fcredit": In(stream.Signature(lay.fcredit, always_ready=True)),
+            "rcredit": Out(stream.Signature(lay.rcredit)),
+            "drops": Out(32).array(len(RelayReason)),
+            "relay_rows": Out(32), "relay_local": Out(32), "fwd_wait": Out(32),
+            "fwd_rows": Out(32).array(G),
+        })
+
+    def verdict(self, m: Module, p):
+        """(bad_source, bad_gpu, bad_targets) of relay row payload ``p`` -- each only if no
+        earlier reason holds (the model's order)."""
+        cfg = self.cfg
+        T, G, E = cfg.relay_targets, cfg.node_gpus, cfg.experts
+        v = p.valid
+        src_bad = (p.src_node >= cfg.nodes) | (p.src_node == self.node) | (p.src_rank != self.rank) \
+            | (p.tag >= cfg.tags_per_source)
+        gpu_bad = Cat(*(v[i] & (p.gpu[i] >= G) for i in range(T))).any()
+        twice = Cat(*(v[i] & v[k] & (p.gpu[i] == p.gpu[k]) & (p.expert[i] == p.expert[k])
+                      for i in range(T) for k in range(i + 1, T))).any() if T > 1 else Const(0)
+        tgt_bad = ~v.any() | Cat(*(v[i] & (p.expert[i] >= E) for i in range(T))).any() | twice
+        bs, bg, bt = Signal(name="bad_source"), Signal(name="bad_gpu"), Signal(name="bad_targets")
+        m.d.comb += [bs.eq(src_bad), bg.eq(~src_bad & gpu_bad), bt.eq(~src_bad & ~gpu_bad & tgt_bad)]
+        return bs, bg, bt
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, lay = self.cfg, self.lay
+        T, G, M, F = cfg.relay_targets, cfg.node_gpus, cfg.max_targets, cfg.forward_tags
+
+        # ---- the row held
+        held = Signal(name="held")
+        r = Signal(lay.row, name="r")                 # the row's fields
+        mem = [Signal(T, name=f"mem{g}") for g in range(G)]     # entries naming GPU g
+        loc = Signal(T, name="loc")                   # entries naming this GPU
+        left = Signal(G, name="left")                 # GPUs still to forward to
+        local_left = Signal(name="local_left")        # the local report still to make
+        credit = Signal(name="credit_due")            # the row returns a credit
+        src = Signal(cfg.src_bits, name="src_global")
+
+        # ---- forward tags per destination
+        free = [Signal(F, init=(1 << F) - 1, name=f"free{g}") for g in range(G)]
+        has_free = Cat(*(free[g].any() for g in range(G)))
+
+        # ---- counters
+        drops = [Signal(32, name=f"drops_{r_.name.lower()}") for r_ in RelayReason]
+        n_rows, n_local = Signal(32, name="n_rows"), Signal(32, name="n_local")
+        n_fwd = [Signal(32, name=f"n_fwd{g}") for g in range(G)]
+        m.d.comb += [self.drops[i].eq(drops[i]) for i in range(len(RelayReason))]
+        m.d.comb += [self.fwd_rows[g].eq(n_fwd[g]) for g in range(G)]
+        m.d.comb += [self.relay_rows.eq(n_rows), self.relay_local.eq(n_local)]
+        m.d.comb += self.fwd_wait.eq(Mux(held, sum(left[g] for g in range(G)), 0))
+
+        # ---- local report
+        lv, lx, ls = pack_entries(m, loc, T, r.expert, r.slot, M, "loc")
+        m.d.comb += [self.local.valid.eq(held & local_left),
+                     self.local.payload.src.eq(src), self.local.payload.token.eq(r.token),
+                     self.local.payload.valid.eq(lv)]
+        m.d.comb += [self.local.payload.expert[i].eq(lx[i]) for i in range(M)]
+        m.d.comb += [self.local.payload.slot[i].eq(ls[i]) for i in range(M)]
+        with m.If(self.local.valid & self.local.ready):
+            m.d.sync += local_left.eq(0)
+
+        # ---- forwards
+        pick = lowest_one(m, Mux(held, left & has_free, 0), "fwd_pick")
+        fmask = Signal(T, name="fwd_mask")
+        m.d.comb += fmask.eq(select([(pick[g], mem[g]) for g in range(G)], T))
+        fv, fx, fs = pack_entries(m, fmask, T, r.expert, r.slot, M, "fwd")
+        tag_oh = [lowest_one(m, free[g], f"tag_oh{g}") for g in range(G)]
+        ftag_oh = Signal(F, name="ftag_oh")
+        m.d.comb += ftag_oh.eq(select([(pick[g], tag_oh[g]) for g in range(G)], F))
+        fp = self.fwd.payload
+        m.d.comb += [self.fwd.valid.eq(pick.any()),
+                     fp.dst.eq(select([(pick[g], Const(g, cfg.gpu_bits)) for g in range(G)], cfg.gpu_bits)),
+                     fp.fwd.eq(self.rank),
+                     fp.ftag.eq(select([(ftag_oh[t], Const(t, len(fp.ftag))) for t in range(F)], len(fp.ftag))),
+                     fp.src_node.eq(r.src_node), fp.src_rank.eq(r.src_rank), fp.token.eq(r.token),
+                     fp.valid.eq(fv)]
+        m.d.comb += [fp.expert[i].eq(fx[i]) for i in range(M)]
+        m.d.comb += [fp.slot[i].eq(fs[i]) for i in range(M)]
+        sent = Signal(name="fwd_sent")
+        m.d.comb += sent.eq(self.fwd.valid & self.fwd.ready)
+
+        # free bits: the tag sent leaves; a credit (registered) returns one
+        cr_v = Signal(name="cr_valid")
+        cr = Signal(lay.fcredit, name="cr")
+        m.d.sync += [cr_v.eq(self.fcredit.valid), cr.eq(self.fcredit.payload)]
+        for g in range(G):
+            back = Signal(F, name=f"back{g}")
+            m.d.comb += back.eq(Cat(*(cr_v & (cr.dst == g) & (cr.ftag == t) for t in range(F))))
+            take = Mux(sent & pick[g], ftag_oh, 0)
+            m.d.sync += free[g].eq((free[g] & ~take) | back)
+        with m.If(sent):
+            m.d.sync += left.eq(left & ~pick)
+            for g in range(G):
+                with m.If(pick[g]):
+                    m.d.sync += n_fwd[g].eq(n_fwd[g] + 1)
+
+        # ---- credit and the next row: the credit goes out the cycle after the last forward
+        # and the local report (left and local_left are registers)
+        all_out = Signal(name="all_out")
+        m.d.comb += all_out.eq(held & ~local_left & (left == 0))
+        m.d.comb += [self.rcredit.valid.eq(all_out & credit),
+                     self.rcredit.payload.src.eq(src), self.rcredit.payload.tag.eq(r.tag)]
+        release = Signal(name="release")
+        m.d.comb += release.eq(all_out & (~credit | self.rcredit.ready))
+        m.d.comb += self.row.ready.eq(~held | release)
+        with m.If(release):
+            m.d.sync += held.eq(0)
+
+        p = self.row.payload
+        bs, bg, bt = self.verdict(m, p)
+        bad = bs | bg | bt
+        with m.If(self.row.valid & self.row.ready):
+            in_mem = [Cat(*(p.valid[j] & (p.gpu[j] == g) for j in range(T))) for g in range(G)]
+            in_loc = Cat(*(p.valid[j] & (p.gpu[j] == self.rank) for j in range(T)))
+            named = Cat(*(in_mem[g].any() & (self.rank != g) for g in range(G)))
+            m.d.sync += [held.eq(1), r.eq(p), credit.eq(~bs),
+                         src.eq(p.src_node * G + p.src_rank)]
+            m.d.sync += [mem[g].eq(in_mem[g]) for g in range(G)]
+            m.d.sync += loc.eq(in_loc)
+            with m.If(bad):
+                m.d.sync += [left.eq(0), local_left.eq(0)]
+            with m.Else():
+                m.d.sync += [left.eq(named), local_left.eq(in_loc.any()), n_rows.eq(n_rows + 1)]
+                with m.If(in_loc.any()):
+                    m.d.sync += n_local.eq(n_local + 1)
+            for reason, b in ((RelayReason.FWD_BAD_GPU, bg), (RelayReason.FWD_BAD_SOURCE, bs),
+                              (RelayReason.FWD_BAD_TARGETS, bt)):
+                with m.If(b):
+                    m.d.sync += drops[reason].eq(drops[reason] + 1)
+        return m
