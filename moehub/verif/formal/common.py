@@ -29,8 +29,10 @@ class Props:
             self.messages[key].append(message)
         self.m.d.comb += prop
 
-    def check(self, cond, message: str) -> None:
-        self._add(Assert(cond, message, src_loc_at=1), message)
+    def check(self, cond, message: str, src_loc_at: int = 0) -> None:
+        """An assert; ``src_loc_at``: how many more callers up its source line is (a
+        harness's own helper)."""
+        self._add(Assert(cond, message, src_loc_at=1 + src_loc_at), message)
 
     def cover(self, cond, message: str) -> None:
         self._add(Cover(cond, message, src_loc_at=1), message)
@@ -165,3 +167,23 @@ def _assigned(dm) -> dict:
             if n not in found and len(ss) == 1:
                 found[n] = next(iter(ss.values()))
     return found
+
+
+def memory_words(m: Module, memory: str, depth: int, width: int, name: str) -> tuple[list, tuple]:
+    """The words of a component's ``amaranth.lib.memory.Memory`` as signals of the harness,
+    for strengthening invariants: ``(words, script)``.
+
+    A memory's words are no Amaranth signals, so an invariant cannot name them and
+    k-induction starts the memory anywhere. Yosys's ``memory_map`` turns the memory into
+    one flip-flop per word (``<memory>[i]``, e.g. ``dut.counters[3]``, after ``prep
+    -flatten``); each word here is a harness signal (a free input until then) that the
+    returned Yosys commands (the set's ``script``, run after ``prep``) disconnect from its
+    free driver and connect to that flip-flop (they must run after ``memory_map``).
+    ``memory`` is the memory's flattened path (``<submodule>.<name>``); ``name`` prefixes
+    the harness's signals."""
+    words = [any_seq(m, width, f"{name}{i}") for i in range(depth)]
+    script = []
+    for i, w in enumerate(words):
+        script += [f"delete w:{w.name} %ci1:+$anyseq[Y] t:$anyseq %i",
+                   f"connect -set {w.name} {memory}[{i}]"]
+    return words, tuple(script)

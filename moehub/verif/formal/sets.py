@@ -227,10 +227,13 @@ def run(s: PropertySet, mode: str, depth: int, out: Path | None = None) -> JobRe
 def run_harness(name: str, harness, mode: str, depth: int, script: tuple = (),
                 out: Path | None = None) -> JobResult:
     """Write ``harness``'s RTLIL and run sby in ``<build>/formal/<name>-<mode>`` (or under
-    ``out``); the failed properties are named by the harness's messages."""
+    ``out``); the failed properties are named by the harness's messages. ``script``: Yosys
+    commands after ``prep``, unless the harness has its own (``harness.script``)."""
     if mode not in MODES:
         raise ValueError(f"mode = {mode!r}: must be one of {', '.join(MODES)}")
     il = rtlil.convert(harness, name="top", ports=[])
+    # (a harness that names a memory's words makes its script as it elaborates)
+    script = getattr(harness, "script", None) or script
     workdir = (out or output_dir("formal")) / f"{name}-{mode}"
     result = run_job(name, il, mode, depth, workdir, script=script)
     result.failed = list(dict.fromkeys(_describe(f, harness.messages) for f in result.failed))

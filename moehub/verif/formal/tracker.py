@@ -63,12 +63,12 @@ named -- the work left for this proof.
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Elaboratable, Module, Signal
+from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data
 
 from ...spec.formats import CtlKind
-from ...rtl.tracker import AvailabilityTracker
-from .common import Props, any_const, any_seq, count_ones, reset_first
+from ...rtl.tracker import CLEAR, K_CLEAR, K_COUNT, K_CPL, K_DONE, K_LAST, K_META, RUN, SWEEP, AvailabilityTracker
+from .common import Props, any_const, any_seq, count_ones, elaborate_into, memory_words, reset_first
 
 #: Yosys commands after ``prep``: the tile-counter memory (no reset, like an SRAM) starts
 #: with arbitrary contents instead of the zeros of its Amaranth ``init``.
@@ -78,16 +78,20 @@ SCRIPT = ("memory_map", "opt_clean", "setattr -unset init w:*counters*")
 class TrackerHarness(Elaboratable):
     """The tracker under its environment, with the properties of the module docstring."""
 
-    def __init__(self, cfg, dut_cls=AvailabilityTracker):
-        self.cfg, self.dut_cls = cfg, dut_cls
+    def __init__(self, cfg, dut_cls=AvailabilityTracker, invariants=True):
+        self.cfg, self.dut_cls, self.invariants = cfg, dut_cls, invariants
         self.messages = {}
+        self.script = SCRIPT
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         p = Props(m)
         self.messages = p.messages
-        m.submodules.dut = tr = self.dut_cls(cfg)
+        tr = self.dut_cls(cfg)
+        self.regs = elaborate_into(m, "dut", tr, platform)
+        self.words, connect = memory_words(m, "dut.counters", tr.tl.depth, tr.tl.count_bits, "counter")
+        self.script = SCRIPT + connect
         reset_first(m)
         self.ce = ce = any_const(m, range(cfg.experts), "chosen_expert")
         p.assume(ce < cfg.experts)
@@ -96,6 +100,8 @@ class TrackerHarness(Elaboratable):
         ref = self._events_env(m, p, tr, st)
         self._flag_props(m, p, tr, st, ref)
         self._sweep_props(m, p, tr, st, ref)
+        if self.invariants:
+            self._invariants(m, p, tr, st, ref)
         return m
 
     # ------------------------------------------------------------------ environment
@@ -140,16 +146,18 @@ class TrackerHarness(Elaboratable):
         p.assume(~dirty | quiet)
         p.assume(~(sweep & ~sweep_q) | (quiet & started))          # rises only when drained
         p.assume(~(sweep_q & ~done_q) | sweep)                     # held until sweep_done
+        p.assume(~(done_q & sweep))                                # and dropped after it
         p.assume(~(sweep & tr.ev.valid))
         tl_s = Signal(range(cfg.max_tile_rows.bit_length()), name="ref_tile_log2")
         armed, flushed = Signal(name="ref_armed"), Signal(name="ref_flushed")
         rise = sweep & ~sweep_q
         with m.If(start):
             m.d.sync += [started.eq(1), armed.eq(1), flushed.eq(0), tl_s.eq(tr.csr.tile_rows_log2)]
-        with m.Elif(rise):
-            m.d.sync += armed.eq(0)
-        with m.Elif(dirty):
-            m.d.sync += flushed.eq(1)
+        with m.Else():
+            with m.If(rise):
+                m.d.sync += armed.eq(0)
+            with m.If(dirty):                                      # (a FLUSH may come with the rise)
+                m.d.sync += flushed.eq(1)
         p.assume(~rise | armed)                                    # a sweep ends an armed layer
         p.assume(~(dirty & ~start) | armed)                        # FLUSH only while armed
         p.assume(~(start & armed) | dirty)                         # START abandons: dirty
@@ -160,6 +168,7 @@ class TrackerHarness(Elaboratable):
         st = St()
         st.start, st.sweep, st.tl, st.rise, st.flushed = start, sweep, tl_s, rise, flushed | dirty
         st.in_sweep = sweep & sweep_q                              # (sweep words leave only then)
+        st.started, st.armed, st.flushed_q, st.sweep_q, st.done_q = started, armed, flushed, sweep_q, done_q
         return st
 
     def _events_env(self, m, p, tr, st):
@@ -229,6 +238,7 @@ class TrackerHarness(Elaboratable):
         my_flag = fire & (w.kind == CtlKind.FLAG) & (
             w.addr == (tr.csr.flag_base + 4 * (self.ce * cfg.tiles_per_expert + ct))[:cfg.addr_bits])
         flagged = Signal(name="ref_flagged")
+        self.ct, self.flagged = ct, flagged
         with m.If(st.start):
             m.d.sync += flagged.eq(0)
         with m.Elif(my_flag):
@@ -252,6 +262,7 @@ class TrackerHarness(Elaboratable):
         my_count = fire & (w.kind == CtlKind.COUNT) & (w.addr == (tr.csr.count_base + 4 * self.ce)[:A])
         is_done = fire & (w.kind == CtlKind.DONE)
         counted = Signal(name="ref_counted")
+        self.counted = counted
         with m.If(st.start | tr.layer.sweep_done):
             m.d.sync += counted.eq(0)
         with m.Elif(my_count):
@@ -265,6 +276,7 @@ class TrackerHarness(Elaboratable):
         # metadata words of the chosen expert: in row order, one per metadata event
         metas_out = Signal(range(cfg.max_rows_per_expert + 1), name="ref_meta_words")
         base = tr.csr.meta_base + self.ce * (cfg.max_rows_per_expert * cfg.meta_word_bytes)
+        self.metas_out, self.meta_base_ce = metas_out, base
         in_range = (w.addr >= base) & (w.addr < base + cfg.max_rows_per_expert * cfg.meta_word_bytes)
         my_meta = fire & (w.kind == CtlKind.META) & in_range
         with m.If(st.start):
@@ -277,3 +289,194 @@ class TrackerHarness(Elaboratable):
         p.check(~tr.layer.sweep_done | (metas_out == ref.metas), "a metadata word missing at the end of the layer")
         p.cover(is_done & (ref.metas != 0), "the done word of a layer with rows")
         p.cover(tr.layer.clearing, "the clearing sweep runs")
+
+    # ------------------------------------------------------------------ invariants
+    def _invariants(self, m, p, tr, st, ref):
+        """The strengthening invariants of the k-induction (see the module docstring): the
+        tracker's registers, the ctl ring's words and the chosen counter word against the
+        harness's reference."""
+        cfg, r, t = self.cfg, self.regs, tr.tl
+        A, E, R, B, K = cfg.addr_bits, cfg.experts, cfg.max_rows_per_expert, cfg.meta_word_bytes, t.tile_bits
+        ce, ct, csr = self.ce, self.ct, tr.csr
+
+        def inv(cond, msg):
+            p.check(cond, f"invariant: {msg}", src_loc_at=1)
+
+        mode = r["mode"]
+        run, clear, sweep = mode == RUN, mode == CLEAR, mode == SWEEP
+        started, armed, flushed = st.started, st.armed, st.flushed_q
+        metas, done = ref.metas, ref.done
+        flagged, counted, metas_out = self.flagged, self.counted, self.metas_out
+        tile_m1 = r["tile_m1"]
+        T = Const(1, t.count_bits + 1) << st.tl
+        part_ce = (metas & tile_m1) != 0
+        ca = (ce * t.tiles + ct)[:t.counter_addr_bits]
+
+        # ---- the latched config, the modes, the layer
+        inv((mode != 3) & (r["mode_run_ev"] == run) & (r["mode_clear"] == clear),
+            "mode is RUN, CLEAR or SWEEP; its copies agree")
+        inv(~started | ((st.tl >= t.min_log2) & (st.tl <= t.max_log2)
+                        & (r["sh_rel"] == st.tl - t.min_log2) & (tile_m1 == T - 1)
+                        & (r["epoch"] == csr.epoch) & (r["flag_base"] == csr.flag_base)
+                        & (r["meta_base"] == csr.meta_base) & (r["count_base"] == csr.count_base)),
+            "the latched config is the layer's")
+        cnt = r["ctl_count"]
+        empty = ~r["t1_valid"] & ~r["t2_valid"] & (cnt == 0) & ~r["sq_valid"]
+        zero_ref = (metas == 0) & (done == 0) & ~flagged & ~counted & (metas_out == 0)
+        inv(started | (run & ~armed & ~flushed & r["dirty"] & empty & zero_ref), "before the first START")
+        inv(~armed | started, "armed only after a START")
+        inv(~sweep | (started & ~armed & st.sweep_q & ~st.done_q), "SWEEP only after the sweep's rise")
+        inv(~st.sweep_q | (started & ~armed & (sweep | st.done_q)), "the sweep request only in the sweep")
+        inv(~(started & ~armed & ~flushed) | (done == (Const(1, R + 1) << metas) - 1),
+            "a layer ended by its counts: every row completed")
+        inv(~clear | (armed & ~flushed & r["dirty"] & (cnt == 0) & ~r["sq_valid"] & zero_ref),
+            "CLEAR only at a layer's start")
+        inv(~started | clear | (r["dirty"] == flushed), "dirty exactly after a flush (past CLEAR)")
+        inv(~(run & ~armed & started) | empty, "after the sweep nothing is held")
+        inv((metas <= R) & ((done >> metas) == 0) & (metas_out <= metas), "the reference's ranges")
+
+        # ---- the words in flight, oldest first: the ring's head, its second, S2's, t1's
+        rp = r["ctl_rp"]
+        inv((cnt != 3) & (r["ctl_wp"] == (rp ^ (cnt == 1))), "the ring's pointers and count")
+        ring = [(cnt != 0, data.View(tr.lay.ctl, Mux(rp, r["ctl1_word"], r["ctl0_word"]))),
+                (cnt == 2, data.View(tr.lay.ctl, Mux(rp, r["ctl0_word"], r["ctl1_word"])))]
+        s2 = data.View(t.s2_out, r["s2"])
+        oh, t1v, t1a = r["t1_oh"], r["t1_valid"], r["t1_addr"]
+        t1_out = (r["base"] + r["t1_off"])[:A]
+        t2v, t2a = r["t2_valid"], r["t2_addr"]
+        we, wz, fl, always = r["t2_we"], r["t2_wzero"], r["t2_flag"], r["t2_always"]
+
+        # metadata words of the chosen expert: rows metas_out, metas_out + 1, ... in order
+        base_ce = self.meta_base_ce
+        slots = [(v, w.kind, w.addr) for v, w in ring] + [(s2.valid, s2.word.kind, s2.word.addr),
+                                                          (t1v & oh[K_META], CtlKind.META, t1_out)]
+        j = Const(0, 3)
+        for k, (v, kind, addr) in enumerate(slots):
+            mine = v & (kind == CtlKind.META) & (addr >= base_ce) & (addr < base_ce + R * B)
+            inv(~mine | (addr == (base_ce + (metas_out + j) * B)[:A]), f"metadata word {k} in row order")
+            j = j + mine
+        inv(metas_out + j == metas, "every metadata event of the chosen expert in flight or out")
+
+        # t1's word
+        e1 = t1a[K:]
+        inv(~t1v | ((oh != 0) & ((oh & (oh - 1)) == 0)), "t1's kind is one-hot")
+        inv(~(t1v & (oh[K_CPL] | oh[K_LAST])) | (r["t1_off"] == t1a << 2), "a flag's offset is its counter's")
+        inv(~(t1v & oh[K_COUNT]) | (r["t1_off"] == e1 << 2), "a count's offset is its expert's")
+        inv(~(t1v & oh[K_DONE]) | (r["t1_off"] == E << 2), "the done word's offset")
+        inv(~(t1v & oh[K_COUNT] & (e1 == ce)) | (r["t1_row"] == metas), "t1's count of the chosen expert")
+        t1_last_ce = t1v & oh[K_LAST] & (e1 == ce)
+        inv(~t1_last_ce | ((r["t1_row"] == metas) & part_ce & (t1a[:K] == (metas >> st.tl)[:K])),
+            "t1's last tile of the chosen expert")
+        # t2's word: a completion, a last tile, a clear, or a word out whatever the count
+        e2 = t2a[K:]
+        t2cpl, t2last = t2v & fl & ~wz & we, t2v & fl & wz & we
+        t2clr, t2word = t2v & ~fl & wz & we & ~always, t2v & always & ~fl & ~we & ~wz
+        inv(~we | t2v, "t2 writes only a word it holds")
+        inv(~t2v | t2cpl | t2last | t2clr | t2word, "t2's kind")
+        inv(~t2v | (fl == (r["t2_kind"] == CtlKind.FLAG)) | t2clr, "t2's flag bit is its kind")
+        inv(~(t2v & fl) | ((s2.word.addr == (csr.flag_base + (t2a << 2))[:A]) & (r["t2_wdata"] == csr.epoch)),
+            "t2's flag: its counter's address, the epoch")
+        inv(~t2cpl | (r["t2_target"] == tile_m1), "a completion's target")
+        is_count2 = t2word & (r["t2_kind"] == CtlKind.COUNT)
+        is_done2 = t2word & (r["t2_kind"] == CtlKind.DONE)
+        inv(~is_count2 | (s2.word.addr == (csr.count_base + (e2 << 2))[:A]), "t2's count word's address")
+        inv(~(is_count2 & (e2 == ce)) | (r["t2_wdata"] == metas), "t2's count of the chosen expert")
+        inv(~is_done2 | ((s2.word.addr == (csr.count_base + 4 * E)[:A]) & (r["t2_wdata"] == csr.epoch)),
+            "t2's done word")
+        inv(~(t2last & (e2 == ce)) | (part_ce & (t2a[:K] == (metas >> st.tl)[:K])
+                                      & (r["t2_target"] == (metas & tile_m1))),
+            "t2's last tile of the chosen expert")
+        # the ring's words
+        for k, (v, w) in enumerate(ring):
+            off = (w.addr - csr.count_base)[:A]
+            inv(~(v & (w.kind == CtlKind.FLAG)) | (w.data == csr.epoch), f"ring word {k}: a flag's epoch")
+            inv(~(v & (w.kind == CtlKind.COUNT)) | ((off[:2] == 0) & ((off >> 2) < E)),
+                f"ring word {k}: a count's address")
+            inv(~(v & (w.kind == CtlKind.COUNT) & (off == 4 * ce)) | (w.data == metas),
+                f"ring word {k}: the chosen expert's count")
+            inv(~(v & (w.kind == CtlKind.DONE)) | ((off == 4 * E) & (w.data == csr.epoch)),
+                f"ring word {k}: the done word")
+
+        # ---- the words each mode holds
+        t1_kinds = {RUN: (K_META, K_CPL, K_CLEAR), CLEAR: (K_CLEAR,), SWEEP: (K_COUNT, K_LAST, K_DONE)}
+        for md, kinds in t1_kinds.items():
+            inv(~((mode == md) & t1v) | Cat(oh[k] for k in kinds).any(), f"t1's kinds in mode {md}")
+        inv(~run | ~(t2last | is_count2 | is_done2), "no sweep word in S2 outside the sweep")
+        inv(~sweep | ~(t2cpl | t2clr | (t2word & (r["t2_kind"] == CtlKind.META))), "no event in S2 in the sweep")
+        inv(~clear | ~t2v | t2clr, "only clears in S2 while clearing")
+        for k, (v, w) in enumerate(ring):
+            inv(~(v & ~sweep) | (w.kind == CtlKind.META) | (w.kind == CtlKind.FLAG),
+                f"ring word {k}: no sweep word outside the sweep")
+        inv(~r["sq_valid"] | sweep, "the sweep sequencer runs only in the sweep")
+
+        # ---- the clearing sweep
+        clr_a = r["clear_addr"]
+        t1clr = t1v & oh[K_CLEAR]
+        inv(~clear | ((t1v == (clr_a != 0)) & (~t1v | (t1a == clr_a - 1))
+                      & (t2v == (clr_a >= 2)) & (~t2v | (t2a == clr_a - 2))),
+            "the clearing sweep's words follow clear_addr")
+        last = t.depth - 1
+        inv(~(run & t1clr) | ((t1a == last) & t2clr & (t2a == last - 1) & (clr_a == 0)),
+            "a clear in t1 after CLEAR: the last counter's")
+        inv(~(run & t2clr) | (((t2a == last) & ~t1clr) | ((t2a == last - 1) & t1clr)),
+            "a clear in t2 after CLEAR: the last two counters'")
+        inv(~(run & (t1clr | t2clr)) | (armed & (done == 0) & ~flagged & (cnt == 0) & (metas_out == 0)),
+            "a clear in flight: the layer has just started")
+
+        # ---- the end-of-layer sweep: its sequencer and the order of its words
+        sq_v, sq_k, sq_e, ld_e = r["sq_valid"], r["sq_kind"], r["sq_e"], r["ld_e"]
+        on_e = (sq_k == K_COUNT) | (sq_k == K_LAST)
+        inv(~sq_v | on_e | (sq_k == K_DONE), "the sequencer's kind")
+        inv(~(sq_v & on_e) | (ld_e == sq_e + 1), "the next expert loaded is the one after")
+        inv(~(sweep & ~(sq_v & on_e)) | (ld_e == E), "every expert loaded once the done word is due")
+        inv(~(sq_v & (sq_k == K_LAST)) | r["sq_part"], "a last tile only when partial")
+        inv(~(sq_v & on_e & (sq_e == ce)) | ((r["sq_rows"] == metas) & (r["sq_part"] == part_ce)),
+            "the sequencer's rows of the chosen expert")
+        inv(~sweep | (r["sq_parts"].bit_select(ce, 1) == part_ce), "the chosen expert's partial bit")
+        P = range(2 * E + 2)
+        sq_pos = Signal(P, name="inv_sq_pos")
+        m.d.comb += sq_pos.eq(Mux(~sq_v, 2 * E + 1, Mux(sq_k == K_DONE, 2 * E, 2 * sq_e + (sq_k == K_LAST))))
+        order = []                                  # (is a sweep word, its position), oldest first
+        for v, w in ring:
+            off = (w.addr - csr.count_base)[:A]
+            order.append((v & ((w.kind == CtlKind.COUNT) | (w.kind == CtlKind.DONE)),
+                          Mux(w.kind == CtlKind.DONE, 2 * E, (off >> 2)[:P.stop.bit_length()] * 2)))
+        order.append((t2last | is_count2 | is_done2, Mux(is_done2, 2 * E, 2 * e2 + t2last)))
+        order.append((t1v & (oh[K_COUNT] | oh[K_LAST] | oh[K_DONE]),
+                      Mux(oh[K_DONE], 2 * E, 2 * e1 + oh[K_LAST])))
+        order.append((sweep, sq_pos))
+        for a in range(len(order)):
+            for b in range(a + 1, len(order)):
+                (va, pa), (vb, pb) = order[a], order[b]
+                inv(~(sweep & va & vb) | (pa < pb), f"the sweep's words in order ({a} before {b})")
+        count_ce = [v & (w.kind == CtlKind.COUNT) & ((w.addr - csr.count_base)[:A] == 4 * ce) for v, w in ring]
+        count_ce += [is_count2 & (e2 == ce), t1v & oh[K_COUNT] & (e1 == ce)]
+        inv(count_ones(count_ce + [counted]) == (sweep & (sq_pos > 2 * ce)),
+            "the chosen expert's count word: out (counted) or in flight, once injected")
+
+        # ---- the chosen tile's counter and flag
+        words = Array(self.words)
+        eff = Mux(we & (t2a == ca), r["w_data"], words[ca])          # what S1 reads for it
+        in_tile = [(Const(row, range(R)) >> st.tl) == ct for row in range(R)]
+        C = count_ones([in_tile[row] & done[row] for row in range(R)])
+        n1 = t1v & oh[K_CPL] & (t1a == ca)
+        inv(~n1 | (C >= 1), "a completion in t1 is among the done rows")
+        Cn = Signal(range(R + 1), name="inv_counted_rows")
+        m.d.comb += Cn.eq(C - n1)
+        flags = [v & (w.kind == CtlKind.FLAG) & (w.addr == (csr.flag_base + 4 * ca)[:A]) for v, w in ring]
+        flags += [s2.valid & (s2.word.kind == CtlKind.FLAG) & (s2.word.addr == (csr.flag_base + 4 * ca)[:A])]
+        F = count_ones(flags + [flagged])
+        inv(~(t2cpl & (t2a == ca)) | (r["t2_cnt"] == Cn - 1), "a completion in t2 read its count")
+        inv(~(t2last & (t2a == ca)) | (r["t2_cnt"] == C), "the last tile's count in t2")
+        layer = run & armed & ~(t1clr & (t1a == ca))
+        inv(~layer | (eff == Mux(Cn == T, 0, Cn)), "the counter: the completions counted, modulo the tile")
+        inv(~layer | (F == (Cn == T)), "the tile flagged exactly when its completions were counted")
+        ct_last = ct == (metas >> st.tl)
+        last_done = (sq_pos > 2 * ce + 1) & ~t1_last_ce
+        touch = part_ce & ct_last & last_done
+        inv(~sweep | (eff == Mux(touch, 0, Mux(C == T, 0, C))), "the counter in the sweep")
+        inv(~sweep | (F == Mux(touch, C == (metas & tile_m1), C == T)), "the tile's flags in the sweep")
+        inv(~clear | ~(clr_a > ca) | (t1clr & (t1a == ca)) | (eff == 0), "a cleared counter is zero")
+        all_done, exists, _ = self._tile(m, st, ref, ct)
+        inv(~(run & ~armed & started) | (flagged == (all_done & exists)), "after the sweep: the flag")
+        inv(~(run & ~armed & started & ~flushed) | (eff == 0), "after a clean layer the counter is zero")
