@@ -326,7 +326,7 @@ def test_not_a_git_checkout_is_said_clearly(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- the hub (slow)
 
 def _has_ref(ref: str) -> bool:
-    return subprocess.run(["git", "-C", str(equiv.REPO), "rev-parse", "--verify", "--quiet", ref],
+    return subprocess.run(["git", "-C", str(equiv.CHECKOUT), "rev-parse", "--verify", "--quiet", ref],
                           capture_output=True).returncode == 0
 
 

@@ -64,7 +64,10 @@ from .. import progress
 from ..paths import output_dir
 from . import tools
 
+#: the package folder (the working tree's hub) and the checkout around it (git runs there:
+#: ``git archive`` in a sub-folder would export only that folder of a revision)
 REPO = Path(__file__).resolve().parent.parent
+CHECKOUT = REPO.parent
 #: The hub refactors are proven against: 26ddd24, after CSR reads became two registered
 #: steps, the EOS tracker's updates were gated by ``armed`` and the sweep's partial-tile
 #: bit registered (deliberate changes, proven equal to 945a566 except at exactly those
@@ -177,13 +180,13 @@ def yosys_tool() -> str:
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    return subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True)
 
 
 def resolve_ref(ref: str) -> str:
     """The commit ``ref`` names in this checkout; EquivError naming the problem otherwise."""
     if _git("rev-parse", "--show-toplevel").returncode != 0:
-        raise EquivError(f"{REPO} is not a git checkout: the gold design comes from a git revision "
+        raise EquivError(f"{CHECKOUT} is not a git checkout: the gold design comes from a git revision "
                          "(clone the repository to use moehub equiv)")
     proc = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if proc.returncode != 0:
@@ -204,7 +207,7 @@ def export_tree(commit: str, dest: Path) -> None:
     nested = _git("cat-file", "-e", f"{commit}:moehub/__init__.py").returncode == 0
     into = dest if nested else dest / "moehub"
     into.mkdir(exist_ok=True)
-    archive = subprocess.Popen(["git", "-C", str(REPO), "archive", commit], stdout=subprocess.PIPE)
+    archive = subprocess.Popen(["git", "-C", str(CHECKOUT), "archive", commit], stdout=subprocess.PIPE)
     tar = subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, capture_output=True)
     archive.stdout.close()
     if archive.wait() != 0 or tar.returncode != 0:
