@@ -58,7 +58,7 @@ AXES = (*HUB_AXES, *LAYER_AXES, *WORKLOAD_AXES)
 REFUSED = {
     key: "the hub has no pages yet: every expert region is reserved whole at start-up "
          "(rowspMalloc-style) and the receive memory is that reservation, so a page size "
-         "would change no figure; paged regions are hub protocol v2's (issue 14)"
+         "would change no figure; paged regions are hub protocol v2's"
     for key in ("page_bytes", "page_size", "page", "page_rows")
 }
 

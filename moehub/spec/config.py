@@ -116,7 +116,7 @@ class HubConfig:
     event_queue_depth: int = 32  #: control-event queue (metadata, completions) entries
     credit_queue_depth: int = 32 #: credit-return queue entries
     timeout_cycles: int = 1 << 20  #: default watchdog: idle cycles before a forced flush (0 = off)
-    # ---- protocol v2 (issue 14); the defaults are protocol v1 ----
+    # ---- protocol v2; the defaults are protocol v1 ----
     max_targets: int = 1         #: experts of this GPU one row may name (multicast; 1 = one row per (token, expert))
     count_packets: bool = False  #: per-(source, expert) count packets: an expert completes the moment its counts are met
     pool_pages: int = 0          #: pages of the receive pool (paged mode, one page = one tile of rows); 0 = static regions

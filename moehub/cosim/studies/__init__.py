@@ -8,7 +8,7 @@ sub-command) and writes its tables and figures under ``<build>/results/study-<na
 * :mod:`.gps` -- the MoE-GPS half: expert duplication, prediction strategies (with a
   realized mode), the guideline map, and where the hub's exact counts and replica choice
   land on it.
-* :mod:`.v2` -- hub protocol v2 (issue 14): multicast rows, per-expert count packets and
+* :mod:`.v2` -- hub protocol v2: multicast rows, per-expert count packets and
   the page pool, each switchable, against today's hub and the software systems.
 """
 

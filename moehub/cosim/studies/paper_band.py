@@ -25,7 +25,7 @@ from ..experiment import load_configs, run_experiment
 from ..headline_grid import scale_compute_to_link
 from ..systems import BASELINES, PAPER_BASELINES
 
-#: MoE-Hub's published per-layer speedup range (seed 000, abstract)
+#: MoE-Hub's published per-layer speedup range (the MoE-Hub paper's abstract)
 SEED_BAND = (1.40, 3.08)
 MODELS = ("mixtral-8x7b", "deepseek-v3")
 SYSTEM = "h100x8"

@@ -1,4 +1,4 @@
-"""``moehub study xmoe``: the X-MoE half of issue 15 (seed 002) on the co-simulation.
+"""``moehub study xmoe``: the X-MoE study (the X-MoE paper's three ideas) on the co-simulation.
 
     moehub study xmoe                                   # the three X-MoE models, ~1 min
     moehub study xmoe --model x-moe-large --tokens 8192 --force

@@ -1,6 +1,6 @@
 """Activation memory of one MoE layer on one GPU, per dispatch system (X-MoE study, part 1).
 
-X-MoE's first claim (seed 002, Sec. 3.2) is that fine-grained, large-top-k MoEs run out of
+X-MoE's first claim (the X-MoE paper, Sec. 3.2) is that fine-grained, large-top-k MoEs run out of
 *activation* memory in dispatch and combine, because the buffers grow with top-k and the
 usual layouts pad them. This module sizes every buffer a system keeps for one MoE layer
 on each GPU, from the routing the co-simulation samples (:func:`routed`), so that drops

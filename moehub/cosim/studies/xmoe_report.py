@@ -2,7 +2,7 @@
 with X-MoE's published figures.
 
 The published figures are those the X-MoE authors give with their code (X-MoE repository
-``x-moe-blog/README.md``, summarising the paper, seed 002): per-layer activation memory
+``x-moe-blog/README.md``, summarising the paper): per-layer activation memory
 of the Small model (X-MoE 1.21 GB, DeepSpeed-MoE 2.81 GB, Tutel 1.95 GB on 256 MI250X
 GPUs; the token count per GPU is not given), RBD's cut of the inter-node all-to-all time
 (52.5 %) and its dispatch speedup (1.55x) at EP = 32, and SSMB's memory cut by the TP
