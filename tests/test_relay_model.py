@@ -134,6 +134,8 @@ BAD = [
     (RelayReason.FWD_BAD_TARGETS, dict(targets=((1, 3, 0, 1.),))),      # expert out of range
     (RelayReason.FWD_BAD_TARGETS, dict(targets=((1, 2, 0, 1.), (1, 2, 1, 1.)))),   # twice
     (RelayReason.FWD_BAD_TARGETS, dict(targets=tuple((g, 0, g, 1.) for g in range(4)))),  # > topk
+    (RelayReason.FWD_BAD_TARGETS, dict(targets=((1, 0, 1, 1.), (2, 0, 1, 1.)))),   # a slot twice
+    (RelayReason.FWD_BAD_TARGETS, dict(targets=((1, 0, 3, 1.),))),                 # slot >= topk
 ]
 
 

@@ -47,9 +47,9 @@ def random_entries(rng, cfg, node, rank, bad):
     src_rank, tag = rank, rng.randrange(cfg.tags_per_source)
     k = rng.randint(1, T)
     pairs = rng.sample([(g, x) for g in range(cfg.node_gpus) for x in range(cfg.experts)], k)
-    slots = [rng.randrange(cfg.topk) for _ in range(k)]
+    slots = rng.sample(range(cfg.topk), k)
     if rng.random() < bad:
-        kind = rng.randrange(7)
+        kind = rng.randrange(9)
         if kind == 0:
             src_node = rng.choice([node, rng.randint(cfg.nodes, top(cfg.node_bits))])
         elif kind == 1:
@@ -63,6 +63,10 @@ def random_entries(rng, cfg, node, rank, bad):
         elif kind == 5 and k < T:
             pairs.append(pairs[0])
             slots.append(0)
+        elif kind == 6 and k > 1:
+            slots[1] = slots[0]                                       # a slot twice
+        elif kind == 7 and (1 << cfg.slot_bits) > cfg.topk:
+            slots[0] = rng.randint(cfg.topk, top(cfg.slot_bits))      # a slot out of range
         else:
             pairs, slots = [], []
     pos = sorted(rng.sample(range(T), len(pairs)))
@@ -189,7 +193,7 @@ class Bench:
         assert self.credits == m.credits and not self.locals and not m.queue
 
 
-def simulate(cfg, seed, rows=120, bad=0.15, node=0, rank=1, unit_cls=ForwardUnit):
+def simulate(cfg, seed, rows=120, bad=0.25, node=0, rank=1, unit_cls=ForwardUnit):
     """Run the bench; returns the bench (raises AssertionError naming the seed on a mismatch)."""
     dut = unit_cls(cfg)
     rng = random.Random(seed)

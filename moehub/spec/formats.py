@@ -44,7 +44,7 @@ class Reason(enum.IntEnum):
     EOS_MISMATCH = 9   #: end-of-stream count smaller than the rows already received (event)
     EOS_DUPLICATE = 10 #: a second end-of-stream from the same source (event, ignored)
     TIMEOUT = 11       #: the watchdog flushed the layer (event)
-    # ---- protocol v2 (issue 14): reachable only in configs with the feature ----
+    # ---- protocol v2: reachable only in configs with the feature ----
     COUNT_MISMATCH = 12   #: an expert's rows exceed its announced counts (row dropped), or fall short at the end (event)
     COUNT_DUPLICATE = 13  #: a second count packet from one source for one expert (event, ignored)
     PAGE_BAD = 14         #: a page returned that is not handed out (twice, or never; CSR write ignored)
@@ -172,8 +172,8 @@ class RelayReason(enum.IntEnum):
     FWD_BAD_GPU = 0      #: a relay row names a GPU outside the node (local rank >= gpus_per_node)
     FWD_BAD_SOURCE = 1   #: unknown source: a relay row not from a remote GPU of this local rank, or a
                          #: forwarded row whose forwarder or original source cannot have sent it
-    FWD_BAD_TARGETS = 2  #: a relay or forwarded row with no target, an expert out of range, or a
-                         #: (gpu, expert) named twice
+    FWD_BAD_TARGETS = 2  #: a relay or forwarded row with no target, an expert out of range, a
+                         #: (gpu, expert) named twice, or (relay row) a top-k slot out of range or twice
 
 
 #: bits of a gate weight carried per target of a relay row (BF16)

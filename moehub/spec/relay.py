@@ -27,8 +27,9 @@ row with a bad target), first reason first:
 * a relay row: FWD_BAD_SOURCE if its source is no remote GPU of this hub's local rank
   (node out of range or this node, another local rank) or its tag is outside the
   source's window; FWD_BAD_GPU if a target names a GPU outside the node; FWD_BAD_TARGETS
-  if it names no target, more than ``relay_targets``, an expert out of range or one
-  (gpu, expert) twice;
+  if it names no target, more than ``relay_targets``, an expert out of range, one
+  (gpu, expert) twice, or a top-k slot out of range or twice (the reduction keys a
+  token's partial rows by slot);
 * a forward row: FWD_BAD_SOURCE if its forwarder is no other GPU of the node, its forward
   tag is out of range, or its original source is not a remote GPU of the forwarder's
   local rank (a row from this node is never forwarded; a relay only relays its own rail);
@@ -257,7 +258,9 @@ class RelayHubModel:
             return RelayReason.FWD_BAD_SOURCE
         if any(not 0 <= t[0] < cfg.node_gpus for t in row.targets):
             return RelayReason.FWD_BAD_GPU
-        if self._bad_targets([(t[0], t[1]) for t in row.targets], cfg.relay_targets):
+        slots = [t[2] for t in row.targets]
+        if self._bad_targets([(t[0], t[1]) for t in row.targets], cfg.relay_targets) \
+                or len(set(slots)) < len(slots) or any(not 0 <= sl < cfg.topk for sl in slots):
             return RelayReason.FWD_BAD_TARGETS
         return None
 

@@ -12,7 +12,7 @@ in front of it never refuses, see :mod:`moehub.rtl.relay`):
    model's ``relay_verdict`` -- FWD_BAD_SOURCE (source node out of range or this node,
    another local rank, tag outside the window), FWD_BAD_GPU (a valid entry's GPU outside
    the node), FWD_BAD_TARGETS (no valid entry, an expert out of range, one (gpu, expert)
-   twice) -- counted in ``drops`` at once; per destination GPU ``g`` the entries naming
+   twice, a slot out of range or twice) -- counted in ``drops`` at once; per destination GPU ``g`` the entries naming
    it (``mem[g]``, a ``relay_targets``-bit mask), registered with the row. Left to do:
    the local report if any entry names this GPU (``rank``), and a forward to each other
    GPU named (``left``).
@@ -138,7 +138,11 @@ class ForwardUnit(wiring.Component):
         gpu_bad = Cat(*(v[i] & (p.gpu[i] >= G) for i in range(T))).any()
         twice = Cat(*(v[i] & v[k] & (p.gpu[i] == p.gpu[k]) & (p.expert[i] == p.expert[k])
                       for i in range(T) for k in range(i + 1, T))).any() if T > 1 else Const(0)
-        tgt_bad = ~v.any() | Cat(*(v[i] & (p.expert[i] >= E) for i in range(T))).any() | twice
+        slot_bad = Cat(*(v[i] & (p.slot[i] >= cfg.topk) for i in range(T))).any()
+        slot_twice = Cat(*(v[i] & v[k] & (p.slot[i] == p.slot[k])
+                           for i in range(T) for k in range(i + 1, T))).any() if T > 1 else Const(0)
+        tgt_bad = ~v.any() | Cat(*(v[i] & (p.expert[i] >= E) for i in range(T))).any() | twice \
+            | slot_bad | slot_twice
         bs, bg, bt = Signal(name="bad_source"), Signal(name="bad_gpu"), Signal(name="bad_targets")
         m.d.comb += [bs.eq(src_bad), bg.eq(~src_bad & gpu_bad), bt.eq(~src_bad & ~gpu_bad & tgt_bad)]
         return bs, bg, bt
