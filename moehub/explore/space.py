@@ -13,7 +13,7 @@ sources) on a workload (model, system, workload, tokens per GPU). It resolves to
   (:data:`moehub.synth.sweep.SWEEP_BASE`: rows cut to 8 chunks) and a narrow datapath
   (32 bits), so that a point synthesises in minutes, not tens of minutes. Row length and
   data width add flops per table entry and per lane but do not change the control paths
-  that set the deepest stage (synth/README.md, Sweeps); the area is therefore that of the
+  that set the deepest stage (docs/synthesis.md, Sweeps); the area is therefore that of the
   reduced hub, and the tables say so.
 
 The page size is not an axis: the hub has no pages (regions are reserved whole at start-up;

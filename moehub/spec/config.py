@@ -253,7 +253,7 @@ class HubConfig:
         reserved once, ``rowspMalloc``-style, for the worst case): every expert's region of
         ``max_rows_per_expert`` rows of ``stride_bytes``, its metadata array (one word per
         row), the tile flags (one 4-byte word per tile of the smallest size) and the count
-        and done words (README, outputs)."""
+        and done words (docs/hub.md, the outputs)."""
         e, rows = self.experts, self.max_rows_per_expert
         return (e * rows * (self.stride_bytes + self.meta_word_bytes)
                 + 4 * e * self.tiles_per_expert + 4 * (e + 1))

@@ -106,7 +106,7 @@ class Effects:
 
 
 class HubModel:
-    """Reference behaviour of one hub. See the module docstring and the README.
+    """Reference behaviour of one hub. See the module docstring and docs/hub.md.
 
     Software sees the hub through its registers: :meth:`write` and :meth:`read` (by
     register name and array index) and :meth:`write_addr` and :meth:`read_addr` (by word

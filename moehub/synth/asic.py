@@ -242,7 +242,7 @@ CLOCK_PORT = "clk"
 #: ``clk_io_pct``). 0: every port of the hub, and of each block timed on its own, is taken
 #: as an ideal register -- an input switches at the clock edge and an output is captured
 #: at the next one; the neighbour's clock-to-output and setup are charged to the
-#: neighbour. This is the flow's timing method (synth/README.md), so module rows are the
+#: neighbour. This is the flow's timing method (docs/synthesis.md), so module rows are the
 #: module's own worst path; ORFS's templates use 0.2 for a block between unknown logic.
 IO_PCT = 0.0
 

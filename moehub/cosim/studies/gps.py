@@ -1,4 +1,4 @@
-"""``moehub study gps``: the MoE-GPS half of the studies (cosim/README.md, "Study: MoE-GPS").
+"""``moehub study gps``: the MoE-GPS half of the studies (docs/studies.md, "Study: MoE-GPS").
 
 Which prediction strategy for dynamic expert duplication wins, over skewness x
 interconnect x tokens per GPU: MoE-GPS's greedy duplication (:mod:`.gps_place`), its

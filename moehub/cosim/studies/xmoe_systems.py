@@ -33,7 +33,7 @@ co-simulation's ``bulk`` system itself.
 
 The hub's phase model stands in for the co-simulation's ``hub`` system, which replays
 every row through the hub model and is too slow on 16-32 GPUs for a study (minutes per
-layer); the README compares the two where both run.
+layer); docs/studies.md compares the two where both run.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ A set is one harness on one config. ``modes`` gives the depth of each mode the f
 a BMC to the same depth), ``bmc`` where it does not (or as well, deeper than k),
 ``cover`` always (every cover statement must be reached within the depth). ``smoke``
 gives the few shallow jobs of the fast set. Depths are cycles from reset; the why of
-each is in ``note`` (and in README "Formal proofs").
+each is in ``note`` (and in docs/verification.md, "Formal proofs").
 """
 from __future__ import annotations
 
