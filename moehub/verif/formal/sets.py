@@ -105,6 +105,7 @@ MCAST_COUNTS = dict(MCAST, lanes=2, max_rows_per_expert=16, count_packets=True, 
 
 def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
+    from .relay import property_set as relay_set
     return [
         PropertySet("allocator", "allocator", "tiny", _alloc("tiny"),
                     {"prove": 3, "bmc": 10, "cover": 8},
@@ -190,6 +191,7 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager-counts", "packet manager", "tiny/pm-small, count packets",
                     _pm("tiny/pm-small", count_packets=True), {"bmc": 16}, smoke={"bmc": 6},
                     note="protocol v2: the properties above with count packets on the lanes"),
+        PropertySet(**relay_set()),
     ]
 
 
