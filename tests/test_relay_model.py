@@ -388,12 +388,13 @@ def test_reduction_completion_flush_and_bad_partials():
     assert red.partial(2, 8, 0, y) is None                                        # no such sum
     assert red.partial(2, 7, 2, y) is None and red.bad_partials == 2
     assert red.peak_open == 1 and len(red.acc) == 1
-    with pytest.raises(ValueError, match="already open"):
-        red.open(2, 7, ((0, 1.0),))
+    red.open(2, 7, ((0, 1.0),))                                                  # open twice: refused
+    assert red.bad_opens == 1 and red.acc[(2, 7)]["expect"] == 3
     (src, token, parts, row), = red.flush()
     assert (src, token, parts, red.incomplete) == (2, 7, 2, 1) and np.array_equal(row, 2 * y)
-    # HBM: first part written, second read and (not final) written
-    assert (red.hbm_write_bytes, red.hbm_read_bytes) == (2 * 32, 32)
+    # HBM: first part written, second read and (not final) written, the flush read
+    assert (red.hbm_write_bytes, red.hbm_read_bytes) == (2 * 32, 2 * 32)
+    assert [o[0] for o in red.ops] == ["write", "add", "flush"]
 
 
 def test_reduction_hbm_traffic_and_sizes():

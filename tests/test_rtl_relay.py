@@ -13,9 +13,15 @@ waiting) must equal the model's every cycle. A failure names the seed.
 Planted bugs (built from a broken in-memory copy of the RTL, :mod:`moehub.verif.formal.plant`)
 must make the bench fail: a forward that does not clear its GPU (forwarded twice), a tag
 check left out of the source verdict, the packing off by one entry.
+
+The forward check (a received forward row's verdict) is checked against the model's
+``forward_verdict`` on random rows; the reduce unit's op stream and counters against
+:class:`~moehub.spec.relay.ReduceModel`'s ``ops`` with random opens, parts and flushes,
+with two planted bugs (a sum never final; an open reading the last operation's record).
 """
 import random
 
+import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
@@ -311,3 +317,179 @@ def test_planted_bug_is_caught(plant):
             break
     assert caught, f"plant {plant} not caught"
     assert "seed" in caught[0]
+
+
+# ------------------------------------------------------------------ the forward check
+def test_forward_check_against_model():
+    """Random forward rows (fields over their whole widths) at random (node, rank): the
+    verdict and the global source are the model's ``forward_verdict``'s."""
+    from moehub.rtl.relay.forward_check import ForwardCheck
+    from moehub.spec.relay import ForwardRow, global_gpu
+    for cfg in (R2, R3):
+        dut, rng = ForwardCheck(cfg), random.Random(11)
+        M = cfg.max_targets
+        seen = set()
+
+        async def bench(ctx):
+            for _ in range(1500):
+                node, rank = rng.randrange(cfg.nodes), rng.randrange(cfg.node_gpus)
+                h = RelayHubModel(cfg, node, rank)
+                fwd = rng.choice([rng.randrange(1 << cfg.gpu_bits), (rank + 1) % cfg.node_gpus])
+                f = dict(fwd=fwd, ftag=rng.randrange(1 << len(dut.ftag)),
+                         src_node=rng.randrange(1 << cfg.node_bits), src_rank=rng.choice([fwd, rng.randrange(1 << cfg.gpu_bits)]))
+                if rng.random() < 0.5:            # mostly well-formed sources, to reach the target checks
+                    f.update(ftag=rng.randrange(cfg.forward_tags), src_node=rng.choice([n for n in range(cfg.nodes) if n != node]),
+                             fwd=(rank + 1 + rng.randrange(cfg.node_gpus - 1)) % cfg.node_gpus)
+                    f["src_rank"] = f["fwd"]
+                ent = [(rng.random() < 0.6, rng.randrange(1 << cfg.expert_bits), rng.randrange(cfg.topk)) for _ in range(M)]
+                targets = tuple((x, s) for v, x, s in ent if v)
+                for k, v in dict(node=node, rank=rank, **f).items():
+                    ctx.set(getattr(dut, k), v)
+                ctx.set(dut.valid, sum(int(v) << i for i, (v, _, _) in enumerate(ent)))
+                for i, (_, x, _) in enumerate(ent):
+                    ctx.set(dut.expert[i], x)
+                want = h.forward_verdict(ForwardRow(dst=rank, token=0, targets=targets, **f))
+                got = (RelayReason.FWD_BAD_SOURCE if ctx.get(dut.bad_source) else
+                       RelayReason.FWD_BAD_TARGETS if ctx.get(dut.bad_targets) else None)
+                assert got == want, (cfg.nodes, node, rank, f, ent, got, want)
+                if want is None:
+                    assert ctx.get(dut.src) == global_gpu(cfg, f["src_node"], f["src_rank"])
+                seen.add(want)
+
+        sim = Simulator(dut)
+        sim.add_testbench(bench)
+        sim.run()
+        assert seen == {None, RelayReason.FWD_BAD_SOURCE, RelayReason.FWD_BAD_TARGETS}
+
+
+# ------------------------------------------------------------------ the reduce unit
+def reduce_sim(cfg, seed, steps=600, unit_cls=None):
+    """The reduce unit beside :class:`ReduceModel` (via a relay hub model's ``reduce``):
+    random opens (sometimes of a sum still open), partial rows (sometimes for no sum, a
+    slot not expected or already in), flushes, the op stream backpressured; every op must
+    be the model's next (kind, record, slot, weight, parts), the counters the model's."""
+    from moehub.rtl.relay.reduce_unit import Op, ReduceUnit
+    from moehub.spec.relay import ReduceModel, bf16_bits, global_gpu
+    unit_cls = unit_cls or ReduceUnit
+    dut, rng = unit_cls(cfg), random.Random(seed)
+    model = ReduceModel(cfg)
+    G, T, K, rank = cfg.node_gpus, cfg.relay_targets, cfg.topk, 0
+    kinds = {"write": Op.WRITE, "add": Op.ADD, "last": Op.LAST, "only": Op.ONLY, "flush": Op.FLUSH}
+    stats = {k: 0 for k in kinds}
+
+    async def bench(ctx):
+        got, k, flushes = [], 0, 0
+        offer_open = offer_part = None
+        for cycle in range(steps):
+            if offer_open is None and rng.random() < 0.25:
+                n = rng.randrange(cfg.nodes)
+                tok = rng.randrange(1 << cfg.token_bits)
+                slots = rng.sample(range(K), rng.randint(1, T))
+                ws = [bf16_bits(rng.choice([0.125, 0.25, 0.3, 0.7, 1.5])) for _ in slots]
+                offer_open = (n, tok, slots, ws)
+                p = dut.open.payload
+                ctx.set(p.src_node, n)
+                ctx.set(p.token, tok)
+                ctx.set(p.valid, (1 << len(slots)) - 1)
+                for j in range(T):
+                    ctx.set(p.slot[j], slots[j] if j < len(slots) else 0)
+                    ctx.set(p.weight[j], ws[j] if j < len(slots) else 0)
+            if offer_part is None and rng.random() < 0.5:
+                if model.acc and rng.random() < 0.85:
+                    (src, tok) = rng.choice(sorted(model.acc))
+                    n = src // G
+                    s = rng.choice(sorted(model.acc[(src, tok)]["weights"]))
+                else:
+                    n, tok, s = rng.randrange(cfg.nodes), rng.randrange(1 << cfg.token_bits), rng.randrange(K)
+                offer_part = (n, tok, s)
+                p = dut.part.payload
+                ctx.set(p.src_node, n)
+                ctx.set(p.token, tok)
+                ctx.set(p.slot, s)
+            ctx.set(dut.open.valid, offer_open is not None)
+            ctx.set(dut.part.valid, offer_part is not None)
+            ctx.set(dut.op.ready, rng.random() < 0.7)
+            fl = cycle > 0 and rng.random() < 0.01
+            ctx.set(dut.flush, fl)
+            if ctx.get(dut.op.valid) and ctx.get(dut.op.ready):
+                kind, key, slot, parts = model.ops[k]
+                o = dut.op.payload
+                idx = (key[0] // G) << cfg.token_bits | key[1]
+                assert (ctx.get(o.kind), ctx.get(o.index), ctx.get(o.parts)) == (kinds[kind], idx, parts), \
+                    (seed, cycle, model.ops[k], ctx.get(o.kind), ctx.get(o.index), ctx.get(o.parts))
+                if kind != "flush":
+                    assert ctx.get(o.slot) == slot
+                    w = bf16_bits(float(model_weights[(key, slot)]))
+                    assert ctx.get(o.weight) == w, (seed, cycle, model.ops[k])
+                stats[kind] += 1
+                k += 1
+            if offer_open is not None and ctx.get(dut.open.ready):
+                n, tok, slots, ws = offer_open
+                key = (global_gpu(cfg, n, rank), tok)
+                fresh = key not in model.acc
+                from moehub.spec.relay import bf16_value
+                model.open(key[0], tok, tuple((s, float(bf16_value(w))) for s, w in zip(slots, ws)))
+                if fresh:
+                    for s, w in zip(slots, ws):
+                        model_weights[(key, s)] = bf16_value(w)
+                offer_open = None
+            if offer_part is not None and ctx.get(dut.part.ready):
+                n, tok, s = offer_part
+                model.partial(global_gpu(cfg, n, rank), tok, s, np.ones(1, np.float32))
+                offer_part = None
+            if fl:
+                flushes += 1
+                model.flush()
+            await ctx.tick()
+        ctx.set(dut.open.valid, 0)
+        ctx.set(dut.part.valid, 0)
+        ctx.set(dut.op.ready, 1)
+        ctx.set(dut.flush, 0)
+        for _ in range(4 * (cfg.nodes << cfg.token_bits) + 10):
+            if ctx.get(dut.op.valid):
+                kind, key, slot, parts = model.ops[k]
+                assert (ctx.get(dut.op.payload.kind), ctx.get(dut.op.payload.index)) == \
+                    (kinds[kind], (key[0] // G) << cfg.token_bits | key[1]), (seed, "drain")
+                stats[kind] += 1
+                k += 1
+            await ctx.tick()
+        assert k == len(model.ops), (seed, k, len(model.ops))
+        assert (ctx.get(dut.red_rows), ctx.get(dut.red_open), ctx.get(dut.red_incomplete),
+                ctx.get(dut.bad_partials), ctx.get(dut.bad_opens)) == \
+            (len(model.out), len(model.acc), model.incomplete, model.bad_partials, model.bad_opens), seed
+        stats["flushes"] = flushes
+
+    model_weights = {}
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return stats, model
+
+
+@pytest.mark.parametrize("cfg", [R2.replace(token_bits=3), R3.replace(token_bits=2)], ids=["2x4", "3x3"])
+@pytest.mark.parametrize("seed", range(2))
+def test_reduce_unit_against_model(cfg, seed):
+    """Every kind of op, flushes, refused parts and opens all reached."""
+    stats, model = reduce_sim(cfg, seed)
+    assert all(stats[k] for k in ("write", "add", "last", "only", "flush")), stats
+    assert model.bad_partials and model.bad_opens and model.incomplete, stats
+
+
+REDUCE_PLANTS = {
+    # the final test made without the new part's slot: no sum ever becomes final
+    "never-final": ("first, final = rec.seen == 0, seen2 == rec.expect",
+                    "first, final = rec.seen == 0, (rec.seen | (sbit & (sbit - 1))) == rec.expect"),
+    # an open reads the record of the index held (the last operation's), not its own: the
+    # bug the bench found in the first version
+    "open-reads-old-record": ("                    m.d.comb += rd.addr.eq(at)\n                    m.d.sync += [index.eq(at), o.eq(",
+                              "                    m.d.sync += [index.eq(at), o.eq("),
+}
+
+
+@pytest.mark.parametrize("plant", list(REDUCE_PLANTS))
+def test_reduce_unit_planted_bug_is_caught(plant):
+    old, new = REDUCE_PLANTS[plant]
+    cls = broken_class("moehub.rtl.relay.reduce_unit", old, new, "ReduceUnit")
+    with pytest.raises(AssertionError):
+        reduce_sim(R2.replace(token_bits=3), 0, unit_cls=cls)

@@ -441,9 +441,14 @@ class ReduceModel:
         Open sums: (src, token) -> {"sum", "expect", "weights" (slot -> FP32), "seen"}.
     out : list of (src, token, parts, row)
         Reduced rows sent, in order (``row`` float32, BF16-rounded when ``out="bf16"``).
-    incomplete, bad_partials, peak_open : int
+    incomplete, bad_partials, bad_opens, peak_open : int
     hbm_read_bytes, hbm_write_bytes : int
         The accumulators' HBM traffic (FP32 rows).
+    ops : list of (kind, (src, token), slot, parts)
+        What the accumulator datapath did, in order: ``write`` (a first part: acc = w y),
+        ``add`` (acc += w y), ``last`` (the final part: send acc + w y), ``only`` (a single
+        part: send w y), ``flush`` (send acc as it is, incomplete); ``parts`` the parts in
+        after it. The RTL's :class:`~moehub.rtl.relay.reduce_unit.ReduceUnit` issues the same.
     """
 
     def __init__(self, cfg: HubConfig, out: str = "bf16"):
@@ -452,15 +457,18 @@ class ReduceModel:
         self.cfg, self.dtype = cfg, out
         self.acc: dict = {}
         self.out: list = []
-        self.incomplete = self.bad_partials = self.peak_open = 0
+        self.incomplete = self.bad_partials = self.bad_opens = self.peak_open = 0
         self.hbm_read_bytes = self.hbm_write_bytes = 0
+        self.ops: list = []
 
     def open(self, src: int, token: int, slots: tuple) -> None:
-        """A relay row accepted: a sum expecting one partial row per ``(slot, weight)``."""
+        """A relay row accepted: a sum expecting one partial row per ``(slot, weight)``. A
+        second open of a sum still open (a source sends one relay row per (token, node)) is
+        refused and counted in ``bad_opens``; the open sum is kept."""
         key = (src, token)
         if key in self.acc:
-            raise ValueError(f"(source, token) = {key}: a sum is already open (one relay row "
-                             "per (token, node))")
+            self.bad_opens += 1
+            return
         self.acc[key] = {"sum": None, "expect": len(slots), "seen": set(),
                          "weights": {s: bf16_value(bf16_bits(w)) for s, w in slots}}
         self.peak_open = max(self.peak_open, len(self.acc))
@@ -477,13 +485,17 @@ class ReduceModel:
         y = np.asarray(row, np.float32)
         term = (a["weights"][slot] * y).astype(np.float32)
         nbytes = 4 * y.size
-        if a["sum"] is None:
+        first = a["sum"] is None
+        if first:
             a["sum"] = term
         else:
             self.hbm_read_bytes += nbytes
             a["sum"] = (a["sum"] + term).astype(np.float32)
         a["seen"].add(slot)
-        if len(a["seen"]) == a["expect"]:
+        final = len(a["seen"]) == a["expect"]
+        self.ops.append(({(True, True): "only", (True, False): "write", (False, True): "last",
+                          (False, False): "add"}[first, final], (src, token), slot, len(a["seen"])))
+        if final:
             return self._send((src, token), a)
         self.hbm_write_bytes += nbytes
         return None
@@ -498,9 +510,14 @@ class ReduceModel:
         return r
 
     def flush(self) -> list:
-        """The combine's end: every open sum sent as it is, counted incomplete."""
+        """The combine's end: every open sum sent as it is (read, unless no part came),
+        counted incomplete, in the order of a sweep of the records ((source, token))."""
         sent = []
-        for key in list(self.acc):
+        for key in sorted(self.acc):
+            a = self.acc[key]
             self.incomplete += 1
-            sent.append(self._send(key, self.acc[key]))
+            if a["sum"] is not None:
+                self.hbm_read_bytes += 4 * a["sum"].size
+            self.ops.append(("flush", key, None, len(a["seen"])))
+            sent.append(self._send(key, a))
         return sent

@@ -1,0 +1,197 @@
+"""The relay's reduce-on-combine control (protocol v3): which accumulate operation each
+partial output row takes, with which weight, and when a (token, node)'s sum is final.
+
+Reference: :class:`moehub.spec.relay.ReduceModel` (its ``ops``), which
+tests/test_rtl_relay.py runs beside this unit with the same opens and partial rows.
+
+One *record* per sum, at index (source node, token) -- the relay serves the remote GPUs of
+its own local rank, so the node and token name the sum: open, the top-k slots expected (a
+bit each), the slots in, and the BF16 gate weight of each slot. Operations, one at a time,
+each a read of the record and (a cycle later) its write:
+
+* ``open`` (a relay row accepted, from the forward unit's row): a record for the row's
+  slots and weights; a sum already open is refused (``bad_opens``), the record kept;
+* ``part`` (an expert's output row back, its header's (node, token, slot)): refused
+  (``bad_partials``) if no sum is open there, the slot is not expected or already in;
+  otherwise an ``op`` for the datapath -- WRITE (the first part: acc = w y), ADD (acc +=
+  w y), LAST (the final part: send acc + w y, no write back), ONLY (the only part: send w
+  y) -- with the slot's weight and the parts in; LAST and ONLY free the record: the sum is
+  **final** exactly when every expected slot is in;
+* ``flush`` (the combine's end, or the watchdog): a sweep of every record; each still open
+  becomes a FLUSH op (send acc as it is, ``parts`` of them in) and is freed; counted
+  incomplete.
+
+``op`` is a stream: a sum's ops leave in the order its parts were taken, so the
+datapath's FP32 accumulate (``acc + w y``, product then sum each rounded, the model's
+order) sees them in that order. The datapath itself -- a lane of FP32 multiply-adds
+streaming the row's chunks from and to the accumulator row in HBM (``index`` x row
+bytes) -- is not part of this unit.
+
+Storage: a record is ``1 + 2 x topk + 16 x topk`` bits (8.4 bytes at top-8 beside
+:func:`~moehub.spec.relay.record_bytes`' rounding), ``nodes x 2**token_bits`` of them --
+a memory here (the tests' token widths); at serving token widths they sit beside the
+accumulator rows in HBM, the same read-then-write per operation with a longer read.
+Rate: one operation per two cycles (no read-after-write hazard to forward), against a
+partial row of ``row_bytes / chunk_bytes`` chunks (hundreds of cycles): never the limit.
+"""
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ...spec.config import HubConfig, field_bits
+from ...spec.formats import WEIGHT_BITS
+from ..logic import popcount, select
+
+
+class Op(enum.IntEnum):
+    """The datapath operation of an ``op`` (:class:`moehub.spec.relay.ReduceModel`'s
+    names, lower case)."""
+    WRITE = 0
+    ADD = 1
+    LAST = 2
+    ONLY = 3
+    FLUSH = 4
+
+
+class ReduceUnit(wiring.Component):
+    """The reduce-on-combine control (see the module docstring).
+
+    Attributes
+    ----------
+    open : In(stream): src_node, token, valid[relay_targets], slot[...], weight[...]
+    part : In(stream): src_node, token, slot
+    flush : In(1)
+        Start a sweep (a pulse; taken when the unit is idle, held until then).
+    op : Out(stream): kind (Op), index (record / accumulator row), slot, weight (BF16), parts
+    red_rows, red_open, red_incomplete, bad_partials, bad_opens : Out(32)
+    sweeping : Out(1)
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.relay:
+            self._MustUse__silence = True
+            raise ValueError(f"hub[{cfg.name}]: a reduce unit needs relay: true")
+        self.cfg = cfg
+        T, K = cfg.relay_targets, cfg.topk
+        self.depth = cfg.nodes << cfg.token_bits
+        self.index_bits = max(1, (self.depth - 1).bit_length())
+        self.record = data.StructLayout({"open": 1, "expect": K, "seen": K,
+                                         "weight": data.ArrayLayout(WEIGHT_BITS, K)})
+        super().__init__({
+            "open": In(stream.Signature(data.StructLayout({
+                "src_node": cfg.node_bits, "token": cfg.token_bits, "valid": T,
+                "slot": data.ArrayLayout(cfg.slot_bits, T), "weight": data.ArrayLayout(WEIGHT_BITS, T)}))),
+            "part": In(stream.Signature(data.StructLayout({
+                "src_node": cfg.node_bits, "token": cfg.token_bits, "slot": cfg.slot_bits}))),
+            "flush": In(1),
+            "op": Out(stream.Signature(data.StructLayout({
+                "kind": 3, "index": self.index_bits, "slot": cfg.slot_bits, "weight": WEIGHT_BITS,
+                "parts": field_bits(K)}))),
+            "red_rows": Out(32), "red_open": Out(32), "red_incomplete": Out(32),
+            "bad_partials": Out(32), "bad_opens": Out(32), "sweeping": Out(1),
+        })
+
+    def _index(self, src_node, token):
+        return Cat(token, src_node)[:self.index_bits]
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        T, K = cfg.relay_targets, cfg.topk
+        m.submodules.mem = mem = Memory(shape=self.record, depth=self.depth, init=[])
+        rd, wr = mem.read_port(), mem.write_port()
+        rec = data.View(self.record, rd.data)
+
+        n_rows, n_open, n_inc = Signal(32, name="n_rows"), Signal(32, name="n_open"), Signal(32, name="n_inc")
+        n_badp, n_bado = Signal(32, name="n_bad_partials"), Signal(32, name="n_bad_opens")
+        m.d.comb += [self.red_rows.eq(n_rows), self.red_open.eq(n_open), self.red_incomplete.eq(n_inc),
+                     self.bad_partials.eq(n_badp), self.bad_opens.eq(n_bado)]
+
+        index = Signal(self.index_bits, name="index")
+        is_open = Signal(name="cur_is_open")         # the operation read: an open (else a part)
+        o = Signal(self.open.payload.shape(), name="cur_open")
+        slot = Signal(cfg.slot_bits, name="cur_slot")
+        flush_req = Signal(name="flush_req")
+        with m.If(self.flush):
+            m.d.sync += flush_req.eq(1)
+        # (the read address is the next operation's index in the cycle it is taken: the
+        # record is on rd.data in the cycle after, DO; otherwise the index held)
+        m.d.comb += [rd.addr.eq(index), wr.addr.eq(index), rd.en.eq(1)]
+
+        # the new record of an open: the expected slots and their weights
+        exp_bits = Cat(*(Cat(*(o.valid[j] & (o.slot[j] == s) for j in range(T))).any() for s in range(K)))
+        new = Signal(self.record, name="new_record")
+        m.d.comb += [new.open.eq(1), new.expect.eq(exp_bits), new.seen.eq(0)]
+        for s in range(K):
+            m.d.comb += new.weight[s].eq(select([(o.valid[j] & (o.slot[j] == s), o.weight[j]) for j in range(T)],
+                                                WEIGHT_BITS))
+        # a part against the record read
+        sbit = Signal(K, name="slot_bit")
+        m.d.comb += sbit.eq(Cat(*(slot == s for s in range(K))))
+        ok = Signal(name="part_ok")
+        m.d.comb += ok.eq(rec.open & (rec.expect & sbit).any() & ~(rec.seen & sbit).any())
+        seen2 = Signal(K, name="seen_after")
+        m.d.comb += seen2.eq(rec.seen | sbit)
+        first, final = rec.seen == 0, seen2 == rec.expect
+        op = self.op.payload
+
+        with m.FSM(name="reduce"):
+            with m.State("IDLE"):
+                m.d.comb += [self.open.ready.eq(~flush_req), self.part.ready.eq(~flush_req & ~self.open.valid)]
+                with m.If(flush_req):
+                    m.d.sync += [index.eq(0), flush_req.eq(0)]
+                    m.next = "SWEEP"
+                with m.Elif(self.open.valid):
+                    at = self._index(self.open.payload.src_node, self.open.payload.token)
+                    m.d.comb += rd.addr.eq(at)
+                    m.d.sync += [index.eq(at), o.eq(self.open.payload), is_open.eq(1)]
+                    m.next = "DO"
+                with m.Elif(self.part.valid):
+                    at = self._index(self.part.payload.src_node, self.part.payload.token)
+                    m.d.comb += rd.addr.eq(at)
+                    m.d.sync += [index.eq(at), slot.eq(self.part.payload.slot), is_open.eq(0)]
+                    m.next = "DO"
+            with m.State("DO"):                       # the record is on rd.data
+                with m.If(is_open):
+                    with m.If(rec.open):
+                        m.d.sync += n_bado.eq(n_bado + 1)
+                    with m.Else():
+                        m.d.comb += [wr.en.eq(1), wr.data.eq(new)]
+                        m.d.sync += n_open.eq(n_open + 1)
+                    m.next = "IDLE"
+                with m.Elif(~ok):
+                    m.d.sync += n_badp.eq(n_badp + 1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += [self.op.valid.eq(1), op.index.eq(index), op.slot.eq(slot),
+                                 op.weight.eq(select([(sbit[s], rec.weight[s]) for s in range(K)], WEIGHT_BITS)),
+                                 op.parts.eq(popcount([seen2[s] for s in range(K)])),
+                                 op.kind.eq(Mux(first, Mux(final, Op.ONLY, Op.WRITE), Mux(final, Op.LAST, Op.ADD)))]
+                    with m.If(self.op.ready):
+                        upd = Signal(self.record, name="upd_record")
+                        m.d.comb += [upd.eq(rec), upd.seen.eq(seen2), upd.open.eq(~final)]
+                        m.d.comb += [wr.en.eq(1), wr.data.eq(upd)]
+                        with m.If(final):
+                            m.d.sync += [n_rows.eq(n_rows + 1), n_open.eq(n_open - 1)]
+                        m.next = "IDLE"
+            with m.State("SWEEP"):                    # the record at index is read
+                m.d.comb += self.sweeping.eq(1)
+                m.next = "SWEEP_DO"
+            with m.State("SWEEP_DO"):                 # ... and on rd.data
+                m.d.comb += self.sweeping.eq(1)
+                with m.If(rec.open):
+                    m.d.comb += [self.op.valid.eq(1), op.index.eq(index), op.kind.eq(Op.FLUSH),
+                                 op.parts.eq(popcount([rec.seen[s] for s in range(K)]))]
+                with m.If(~rec.open | self.op.ready):
+                    with m.If(rec.open):
+                        m.d.comb += [wr.en.eq(1), wr.data.eq(0)]
+                        m.d.sync += [n_rows.eq(n_rows + 1), n_open.eq(n_open - 1), n_inc.eq(n_inc + 1)]
+                    m.d.sync += index.eq(index + 1)
+                    with m.If(index == self.depth - 1):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "SWEEP"
+        return m
