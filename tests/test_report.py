@@ -254,6 +254,17 @@ def test_a_table_without_records_says_how_to_make_them(tmp_path):
         report.render("nope", tmp_path, CUR)
 
 
+def test_printing_skips_tables_without_records_unless_named(records, tmp_path, capsys):
+    (records / "calibrate.json").unlink()
+    assert _cli("--records", str(records)) == 0
+    out = capsys.readouterr()
+    assert out.out.count("<!-- moehub-table: ") == len(report.TABLES) - 1
+    assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
+    assert "calibration-summary: skipped: " in out.err
+    assert _cli("--records", str(records), "--table", "calibration-summary") == 2
+    assert "no calibrate record" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- marked regions
 DOC = """# Title
 
@@ -326,6 +337,20 @@ def test_unknown_table_names_file_line_and_name(records, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "README.md:10: unknown table 'hedline'" in err and "hub-verdicts" in err
     assert md.read_text() == before                               # nothing written
+
+
+def test_write_and_check_of_named_tables_only(records, tmp_path, capsys):
+    md = tmp_path / "README.md"
+    md.write_text(DOC.replace("moehub-table: headline", "moehub-table: not-yet-made"))
+    base = ("--records", str(records), "--root", str(tmp_path))
+    assert _cli(*base, "--check") == 2                         # every region: an unknown name
+    assert _cli(*base, "--write", "--table", "validation-summary") == 0
+    text = md.read_text()
+    assert "**2 of 3 validation cases" in text and "stale figures" not in text
+    assert "<!-- moehub-table: not-yet-made -->\n<!-- /moehub-table -->" in text   # untouched
+    assert _cli(*base, "--check", "--table", "validation-summary") == 0
+    assert _cli(*base, "--check", "--table", "nope") == 2
+    assert "--table 'nope': unknown table" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, message", [

@@ -5,9 +5,11 @@ results table of ``README.md`` and ``docs/**/*.md`` is written by this module fr
 *record*: one JSON file per run a table rests on, committed under ``records/`` at the
 repository root, holding the producing command, the git commit, the date, the machine
 (cores, CPU model) and its load, the run's figures, and -- for hardware figures -- the
-SHA-256 of the RTL sources they were made from (:func:`rtl_sources_hash`: the files that
-:mod:`moehub.rtl.gen` stamps its Verilog with). A table whose record was made from other
-RTL sources than the working tree's says so on its rows ("older RTL").
+SHA-256 of the RTL sources they were made from (:func:`rtl_sources_hash`:
+``rtl/**/*.py`` and ``spec/*.py``, what the hardware is generated from). A table whose
+record was made from other RTL sources than the working tree's says so on its rows
+("older RTL"); after a change of the RTL, ``moehub report --collect synth --write``
+checks each synthesis report again and drops the mark where the hardware is unchanged.
 
 In a Markdown file a table sits between two marker lines, which this module owns::
 
@@ -38,7 +40,6 @@ within tolerance, the misses and whether each was expected).
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import difflib
 import hashlib
@@ -684,11 +685,12 @@ def regions(text: str, where: str) -> list:
     return out
 
 
-def fill(text: str, where: str, tables: dict) -> str:
+def fill(text: str, where: str, tables: dict, only=None) -> str:
     """``text`` with every marked region's content replaced by its table from ``tables``
-    (name -> Markdown) between blank lines; nothing outside the regions changes."""
+    (name -> Markdown) between blank lines; nothing outside the regions changes.
+    ``only``: the names of the regions to fill (the others are left as they are)."""
     lines = text.splitlines(keepends=True)
-    regs = regions(text, where)
+    regs = [r for r in regions(text, where) if only is None or r[0] in only]
     for name, b, _ in regs:
         if name not in tables:
             raise ReportError(f"{where}:{b + 1}: unknown table {name!r} "
@@ -710,16 +712,18 @@ def doc_files(root: Path = ROOT) -> list:
     return out
 
 
-def process(files: list, records: Path, root: Path | None = None, current: str | None = None) -> dict:
+def process(files: list, records: Path, root: Path | None = None, current: str | None = None,
+            only=None) -> dict:
     """``{path: (old text, new text)}`` for every file with a marked region; each needed
-    table is rendered once."""
+    table is rendered once. ``only``: the table names to fill (default: every region,
+    and a region of an unknown name is an error)."""
     current = current or rtl_sources_hash()
     cache, out = {}, {}
     for f in files:
         f = Path(f)
         where = f.relative_to(root).as_posix() if root and f.is_relative_to(root) else str(f)
         text = f.read_text()
-        regs = regions(text, where)
+        regs = [r for r in regions(text, where) if only is None or r[0] in only]
         if not regs:
             continue
         for name, b, _ in regs:
@@ -728,7 +732,7 @@ def process(files: list, records: Path, root: Path | None = None, current: str |
                                   f"(known: {', '.join(TABLES)})")
             if name not in cache:
                 cache[name] = render(name, records, current)
-        out[f] = (text, fill(text, where, cache))
+        out[f] = (text, fill(text, where, cache, only))
     return out
 
 
@@ -767,9 +771,12 @@ def _run(args) -> int:
                 print(f"{source}: {p}")
         if not (args.write or args.check or args.table):
             return 0
+    for n in args.table or ():
+        if n not in TABLES:
+            raise ReportError(f"--table {n!r}: unknown table (known: {', '.join(TABLES)})")
     files = [Path(f) for f in args.file] if args.file else doc_files(root)
     if args.write or args.check:
-        changes = process(files, records, root)
+        changes = process(files, records, root, only=set(args.table) if args.table else None)
         stale = {f: (o, n) for f, (o, n) in changes.items() if o != n}
         if args.write:
             for f, (_, new) in stale.items():
@@ -780,20 +787,24 @@ def _run(args) -> int:
         for f, (old, new) in stale.items():
             print(diff(f, old, new), end="")
         if stale:
-            print(f"moehub report --check: {len(stale)} file(s) differ from their records "
-                  "('moehub report --write' rewrites them)", file=sys.stderr)
+            print(f"moehub report --check: {len(stale)} file(s) differ from their records: "
+                  "'moehub report --write' rewrites them; after a change of the RTL, "
+                  "'moehub report --collect synth --write' first checks whether the "
+                  "synthesised hardware is still the working tree's", file=sys.stderr)
             return 1
         print(f"{len(changes)} file(s) with tables, all as their records give")
         return 0
     names = args.table or list(TABLES)
-    for n in names:
-        if n not in TABLES:
-            raise ReportError(f"--table {n!r}: unknown table (known: {', '.join(TABLES)})")
     current = rtl_sources_hash()
     for n in names:
-        print(f"<!-- moehub-table: {n} -->\n")
-        print(render(n, records, current))
-        print(END_LINE + "\n")
+        try:
+            text = render(n, records, current)
+        except ReportError as e:
+            if args.table:                  # asked for by name: an error
+                raise
+            print(f"moehub report: {n}: skipped: {e}", file=sys.stderr)
+            continue
+        print(f"<!-- moehub-table: {n} -->\n\n{text}\n{END_LINE}\n")
     return 0
 
 
@@ -802,7 +813,8 @@ def add_parser(subparsers) -> None:
         "report", help="the docs' results tables from the records (records/): print them, "
         "--write them into README.md and docs/, --check them, --collect records from outputs")
     r.add_argument("--table", action="append", metavar="NAME",
-                   help=f"print only this table (repeatable; known: {', '.join(TABLES)})")
+                   help=f"only this table (repeatable; known: {', '.join(TABLES)}): print it, or "
+                   "with --write / --check only its regions (the others are left as they are)")
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the marked regions "
                    "('<!-- moehub-table: NAME -->' ... '<!-- /moehub-table -->') of the docs")
