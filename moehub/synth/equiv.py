@@ -1,5 +1,5 @@
 """``moehub equiv``: prove that the working tree's hub RTL behaves cycle for cycle like the
-hub RTL of a git revision (default: commit 8a31299, after the last change not proven by induction).
+hub RTL of a git revision (default: ``DEFAULT_REF``, the reference revision of the current pipeline).
 
 Why: a refactor of ``rtl/`` that moves registers into stage methods or small
 sub-Components and renames combinational signals must not change one output bit in any
@@ -68,18 +68,13 @@ from . import tools
 #: ``git archive`` in a sub-folder would export only that folder of a revision)
 REPO = Path(__file__).resolve().parent.parent
 CHECKOUT = REPO.parent
-#: The hub refactors are proven against: 26ddd24, after CSR reads became two registered
-#: steps, the EOS tracker's updates were gated by ``armed`` and the sweep's partial-tile
-#: bit registered (deliberate changes, proven equal to 945a566 except at exactly those
-#: points: README, "Refactoring under an equivalence proof"), and ``finished`` took a copy
-#: of ``p_sel`` (equal to 9eb05b4 by k-induction: a new register pairs with none). Every
-#: timing refactor from 86803b4 (tag ``refactor-base``, the packet manager before it was
-#: split by stages) up to 945a566 was proven equal to 86803b4. Then 8a31299: T's row-full
-#: chosen by each lane's own ``open`` -- every register and output of tiny proven equal to
-#: its parent by the correspondence and k-induction but six row-full nets, which agree in
-#: reachable states only (the lanes on a row read one entry), no counterexample in 4 cycles
-#: (README, "Refactoring under an equivalence proof"); the reference since. (The commit
-#: itself, so that a branch-only clone finds it.)
+#: The reference revision of the current pipeline: every hub refactor since is proven
+#: cycle-exactly equal to it. It forms T's row-full for an open and a closed row and chooses
+#: by each lane's own ``open`` bit, so against the revisions before it six internal row-full
+#: nets agree only in reachable states (the lanes on a row read one entry), which the
+#: correspondence and k-induction cannot show; from it on, every register and output is
+#: proven (docs/verification.md, "Refactoring under an equivalence proof"). The full commit
+#: name, so that a branch-only clone finds it.
 DEFAULT_REF = "8a31299cc4dfc98843c08d190f2865efc6a8353e"
 #: the config `moehub equiv` checks when none is named
 DEFAULT_CONFIG = "mixtral-8gpu"
