@@ -418,6 +418,18 @@ def test_collect_synth_checks_the_rtl_by_its_rtlil(tmp_path):
     assert "(older RTL)" in report.render("hub-verdicts", recs)
 
 
+def test_collect_synth_from_a_runs_own_out_folder(tmp_path):
+    il = "module \\moehub\nend\n"
+    folder = _synth_folder(tmp_path / "elsewhere", "tiny", il)
+    with pytest.raises(report.ReportError, match="--synth-dir .*: no report.json"):
+        report.collect_synth(tmp_path / "build", tmp_path / "records", folders=[tmp_path])
+    [path] = report.collect_synth(tmp_path / "build", tmp_path / "records",
+                                  check=lambda cfg: report.rtlil_digest(il), folders=[folder])
+    rec = report.read_record(path)
+    assert path.name == "tiny.json"
+    assert rec["command"] == f"moehub synth --config tiny --lib asap7 --corner ss --out {folder}"
+
+
 def test_collect_validate_and_headline_from_the_build_folder(tmp_path):
     build, recs = tmp_path / "build", tmp_path / "records"
     vdir = build / "results" / "validate"

@@ -287,22 +287,35 @@ def synth_rtl(folder: Path, rep: dict, previous: dict | None, current: str, chec
     return out
 
 
-def collect_synth(build: Path, records: Path, check=None) -> list:
-    """A record per ``<build>/synth/<config>/report.json``; returns the paths written."""
+def collect_synth(build: Path, records: Path, check=None, folders=None) -> list:
+    """A record ``synth/<config>.json`` per ``<build>/synth/<config>/report.json`` or, with
+    ``folders``, per ``<folder>/report.json`` (a run's ``--out``); returns the paths written."""
     current = rtl_sources_hash()
+    default = Path(build, "synth")
+    if folders:
+        paths = [Path(f) / "report.json" for f in folders]
+        for p in paths:
+            if not p.is_file():
+                raise ReportError(f"--synth-dir {p.parent}: no report.json of moehub synth there")
+    else:
+        paths = sorted(default.glob("*/report.json"))
     written = []
-    for rp in sorted(Path(build, "synth").glob("*/report.json")):
-        folder, name = rp.parent, rp.parent.name
+    for rp in paths:
+        folder = rp.parent
         rep = json.loads(rp.read_text())
         if not any(s in rep for s in SECTIONS):
             continue
+        name = rep.get("config") or folder.name
+        command = synth_command(name, rep)
+        if folder.absolute() != (default / name).absolute():
+            command = "; ".join(f"{c} --out {folder}" for c in command.split("; "))
         dest = Path(records, "synth", f"{name}.json")
         prev = read_record(dest) if dest.is_file() else None
         deepest = folder / "deepest_paths.json"
         data = {"config": name, "report": rep,
                 "deepest_paths": json.loads(deepest.read_text()) if deepest.is_file() else None}
         rec = make_record(
-            "synth", synth_command(name, rep), data, commit=None, date=iso(rp.stat().st_mtime),
+            "synth", command, data, commit=None, date=iso(rp.stat().st_mtime),
             mach=machine(), load_avg=None, rtl=synth_rtl(folder, rep, prev, current, check),
             note="moehub synth writes no run record: the command is read from the report's "
                  "sections, the date is report.json's, the machine the collecting one, the "
@@ -758,7 +771,7 @@ def _run(args) -> int:
         which = args.collect or list(COLLECTORS)
         for source in which:
             if source == "synth":
-                paths = collect_synth(build, records)
+                paths = collect_synth(build, records, folders=args.synth_dir)
             elif source == "validate":
                 paths = collect_validate(build, records, rerun_it=args.rerun)
             elif source == "calibrate":
@@ -826,6 +839,9 @@ def add_parser(subparsers) -> None:
     r.add_argument("--rerun", action="store_true", help="with --collect validate / calibrate: "
                    "run 'moehub validate' (about 3 CPU-minutes) / 'moehub calibrate' first and "
                    "record that run (they write no run record of their own)")
+    r.add_argument("--synth-dir", action="append", metavar="DIR", help="with --collect synth: "
+                   "this synthesis folder (a 'moehub synth --out DIR'; repeatable) instead of "
+                   "every <build>/synth/<config>/")
     r.add_argument("--build", default=None, help=f"the build folder to collect from "
                    f"(default {HELP})")
     r.add_argument("--records", default=str(RECORDS), help="the records folder (default: "
