@@ -15,7 +15,8 @@ from moehub.spec.config import HUB_CONFIGS, ConfigError, load_hub_config
 from moehub.spec.csr_map import CsrMap, relay_registers
 from moehub.spec.formats import RelayFormats, RelayReason
 from moehub.spec.relay import (ForwardRow, RelayHubModel, RelayRow, ReduceModel, accumulator_bytes,
-                               audit, bf16_bits, bf16_value, global_gpu, record_bytes, to_bf16)
+                               audit, bf16_bits, bf16_value, global_gpu, record_bytes, reduce_hbm_bytes,
+                               software_reduce_bytes, to_bf16)
 
 TINY = load_hub_config("tiny")
 #: 2 nodes x 4 GPUs, 3 experts per GPU, top-3 (a row may name all 3 of a GPU), 1 forward tag
@@ -418,3 +419,18 @@ def test_relay_opens_one_sum_per_accepted_row():
     h.relay_row(_row(token=4, targets=((9, 0, 0, .5),)))
     assert list(h.reduce.acc) == [(4, 3)] and h.reduce.acc[(4, 3)]["expect"] == 2
     assert h.registers()[("RED_OPEN", 0)] == 1
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
+def test_reduce_hbm_bytes_match_the_model_and_compare_with_software(k):
+    """The closed form is the model's count; against the software reduce kernel the FP32
+    read-modify-write moves fewer bytes at k = 2 only, BF16 accumulators at every k > 1."""
+    h = 7168
+    red = ReduceModel(R2)
+    red.open(0, 0, tuple((s, 1.0) for s in range(k)))
+    for s in range(k):
+        red.partial(0, 0, s, np.zeros(h, np.float32))
+    assert red.hbm_read_bytes + red.hbm_write_bytes == reduce_hbm_bytes(k, h)
+    hw, hw16, sw = reduce_hbm_bytes(k, h), reduce_hbm_bytes(k, h, 2), software_reduce_bytes(k, h)
+    assert (hw, sw) == ((0, 0) if k == 1 else (8 * (k - 1) * h, 2 * (2 * k + 1) * h))
+    assert (hw < sw) == (k == 2) and (k == 1 or hw16 < sw)

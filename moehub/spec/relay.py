@@ -98,10 +98,18 @@ or for one already added is refused and counted (``bad_partials``).
 Storage: the accumulators live in HBM, one FP32 row per (remote source, token) the relay
 serves -- ``(nodes - 1) x tokens x hidden x 4`` bytes at most (:func:`accumulator_bytes`;
 e.g. 117 MB for 2 nodes, 4096 tokens, hidden 7168), too large for SRAM -- with a small
-SRAM record per open sum (expected count, slots seen, weights; :func:`record_bytes`).
+record per open sum (expected slots, slots in, weights; :func:`record_bytes`).
 Each partial row costs a read-modify-write of the accumulator row in HBM except the
 first (a write) and the sum's last (read, added, sent: no write back);
-:class:`ReduceModel` counts these bytes.
+:class:`ReduceModel` counts these bytes. Against today's software reduce (the partial rows
+land in HBM, a kernel reads them and writes one, :func:`software_reduce_bytes`) the FP32
+read-modify-write moves ``8 (k - 1)`` against ``2 (2k + 1)`` x ``hidden`` bytes for a sum
+of k parts: fewer only at k = 2 (8 against 10), more from 3 parts on (k = 4: 24 against
+18; k = 8: 56 against 34) -- what it saves is the kernel's
+launch and its wait for the last part, not bytes. BF16 accumulators (``acc_bytes=2``)
+move fewer bytes at every k (k = 4: 12; k = 8: 28) at the cost of a BF16 rounding per
+part; an SRAM window for sums whose parts arrive close together would remove the HBM
+traffic altogether (not modelled).
 
 Pure Python and numpy; no Amaranth.
 """
@@ -425,9 +433,26 @@ def accumulator_bytes(cfg: HubConfig, tokens: int, hidden: int) -> int:
     return (cfg.nodes - 1) * tokens * hidden * 4
 
 
+def reduce_hbm_bytes(parts: int, hidden: int, acc_bytes: int = 4) -> int:
+    """HBM bytes the relay's reduction moves for one sum of ``parts`` partial rows
+    (:class:`ReduceModel`'s accounting): the first part written, each middle one read and
+    written, the last read (its sum leaves for the NIC, no write back); a single part passes
+    straight through. ``acc_bytes``: 4 for FP32 accumulators, 2 for BF16."""
+    return 0 if parts <= 1 else 2 * (parts - 1) * hidden * acc_bytes
+
+
+def software_reduce_bytes(parts: int, hidden: int, row_bytes: int = 2) -> int:
+    """HBM bytes of today's software relay for the same sum (the X-MoE study's reduce
+    kernel, ``moehub.cosim.studies.xmoe_systems``): the ``parts`` BF16 partial rows land in
+    the relay's memory, the kernel reads them and writes the one row the NIC sends (a
+    single part needs no kernel)."""
+    return 0 if parts <= 1 else (2 * parts + 1) * hidden * row_bytes
+
+
 def record_bytes(cfg: HubConfig) -> int:
-    """SRAM record of one open sum: its expected partial count and slots seen (a byte each
-    up to 8 slots), and the BF16 weight of each of its ``relay_targets`` slots."""
+    """Record of one open sum: its expected slots and the slots in (a bit per top-k slot
+    each: a byte each up to top-8, with the open bit beside them), and the BF16 weight of
+    each of its ``relay_targets`` slots."""
     return 2 + 2 * cfg.relay_targets
 
 

@@ -28,9 +28,10 @@ in front of it never refuses, see :mod:`moehub.rtl.relay`):
    except FWD_BAD_SOURCE (no window to return it to, no credit) -- the row's (global
    source, tag); the unit then takes the next row in the same cycle.
 
-Forward credits (``fcredit``, one a cycle, in the cycle after it is seen) return a tag of
-a destination GPU; one that is not out is ignored (a forwarder's own hubs never send one:
-the environment the proof assumes).
+Forward credits (``fcredit``, one a cycle) return a tag of a destination GPU: registered,
+then set in its free bits, so a credit presented in cycle c can be handed out again from
+cycle c + 2. One that is not out is ignored (the node's own hubs never send one: the
+environment the proof assumes).
 
 Exactly once, by construction: a target is reported or forwarded only while its GPU's
 bit of ``left`` (or ``local_left``) is set, and the bit is cleared by that very

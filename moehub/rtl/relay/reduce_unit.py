@@ -27,8 +27,8 @@ order) sees them in that order. The datapath itself -- a lane of FP32 multiply-a
 streaming the row's chunks from and to the accumulator row in HBM (``index`` x row
 bytes) -- is not part of this unit.
 
-Storage: a record is ``1 + 2 x topk + 16 x topk`` bits (8.4 bytes at top-8 beside
-:func:`~moehub.spec.relay.record_bytes`' rounding), ``nodes x 2**token_bits`` of them --
+Storage: a record is ``1 + 2 x topk + 16 x topk`` bits (145 at top-8;
+:func:`~moehub.spec.relay.record_bytes` counts 18 bytes), ``nodes x 2**token_bits`` of them --
 a memory here (the tests' token widths); at serving token widths they sit beside the
 accumulator rows in HBM, the same read-then-write per operation with a longer read.
 Rate: one operation per two cycles (no read-after-write hazard to forward), against a
