@@ -124,7 +124,7 @@ def test_broken_paged_arena_fails(monkeypatch):
     """(multicast, paged) A row that starts a tile stays on the current page instead of
     taking the pool's next: that page, in use, is handed out again (step 6)."""
     import moehub.rtl.multicast_allocator as mcast
-    broken = mutant("moehub.rtl.paged_arena", "page = [Mux(new[a], pool.page[0], cur) for a in range(L)]",
+    broken = mutant("moehub.rtl.paging.arena", "page = [Mux(new[a], pool.page[0], cur) for a in range(L)]",
                     "page = [cur for a in range(L)]", "PagedArena")
     monkeypatch.setattr(mcast, "PagedArena", broken)
     _fails(run_harness("broken-paged-arena", _mcast_v2("paged"), "bmc", 7), "in use handed out again")
@@ -137,7 +137,7 @@ def test_broken_paged_arena_fit_fails(monkeypatch):
     a row that starts a tile is granted with no page left (a 14-step BMC, ~1 min: slow
     set)."""
     import moehub.rtl.multicast_allocator as mcast
-    broken = mutant("moehub.rtl.paged_arena", "self.fits.eq(~new[0] | pool.avail[0])",
+    broken = mutant("moehub.rtl.paging.arena", "self.fits.eq(~new[0] | pool.avail[0])",
                     "self.fits.eq(~new[0] | (pool.free != 0))", "PagedArena")
     monkeypatch.setattr(mcast, "PagedArena", broken)
     _fails(run_harness("broken-paged-arena-fit", _mcast_v2("paged"), "bmc", 14), "grant is not exactly")
@@ -164,7 +164,7 @@ def test_broken_multicast_count_limit_fails(monkeypatch):
     k-induction uses), or, behind it, a row is granted when the expert has every count in
     and as many rows."""
     import moehub.rtl.multicast_allocator as mcast
-    broken = mutant("moehub.rtl.multicast_counts", "self.below(q + s + 1)", "self.below(q + s)",
+    broken = mutant("moehub.rtl.counts.multicast_limit", "self.below(q + s + 1)", "self.below(q + s)",
                     "MulticastCountLimit")
     monkeypatch.setattr(mcast, "MulticastCountLimit", broken)
     _fails(run_harness("broken-mcast-counts", _mcast_v2("counts"), "bmc", 6), "met is not exactly",

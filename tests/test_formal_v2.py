@@ -84,4 +84,4 @@ def test_stale_plant_is_refused():
     """A plant whose source text is no longer in the RTL says so (not a silent no-op)."""
     from moehub.verif.formal.plant import broken_class
     with pytest.raises(ValueError, match="found 0 times"):
-        broken_class("moehub.rtl.paging", "no such text", "x", "PageSupply")
+        broken_class("moehub.rtl.paging.regions", "no such text", "x", "PageSupply")

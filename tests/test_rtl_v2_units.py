@@ -8,8 +8,8 @@ from amaranth.sim import Simulator
 from moehub.spec.config import load_hub_config
 from moehub.spec.formats import Reason
 from moehub.rtl.layouts import page_takes
-from moehub.rtl.page_pool import PagePool
-from moehub.rtl.paging import PageSupply
+from moehub.rtl.paging.pool import PagePool
+from moehub.rtl.paging.regions import PageSupply
 from moehub.spec.model import HubModel
 
 TINY = load_hub_config("tiny")
@@ -79,7 +79,7 @@ RETURN_CYCLES = 4
 
 
 @pytest.mark.parametrize("pages, seed", [(1, 0), (3, 1), (6, 2), (8, 3), (13, 4), (16, 5), (7, 6), (11, 7),
-                                         # (the banked ring, rtl/page_ring.py: a pool of 32 or more)
+                                         # (the banked ring, rtl/paging/ring.py: a pool of 32 or more)
                                          (32, 8), (37, 9), (64, 10),
                                          # (one expert of 4-row tiles on 4 lanes: 1 take a
                                          # cycle, a 2-entry window, banked from 32 pages)
@@ -129,7 +129,7 @@ def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
 
 
 def test_page_pool_and_expert_counts_need_their_feature():
-    from moehub.rtl.expert_counts import ExpertCounts
+    from moehub.rtl.counts.expert_totals import ExpertCounts
     for unit, key in ((PagePool, "pool_pages"), (ExpertCounts, "count_packets")):
         with pytest.raises(ValueError, match=key):
             unit(TINY)
@@ -146,7 +146,7 @@ def test_expert_counts_follow_the_model(seed):
     event has passed the unit's stages its ``met``/``short`` equal the model's, its pulses
     add up to the model's COUNT_DUPLICATE / COUNT_MISMATCH events, and the experts it hands
     over as final (one a cycle) are the model's final experts."""
-    from moehub.rtl.expert_counts import ExpertCounts
+    from moehub.rtl.counts.expert_totals import ExpertCounts
     from moehub.spec.model import Packet
     from moehub.spec.csr_map import CTRL_START
     cfg = TINY.replace(count_packets=True)
@@ -265,7 +265,7 @@ def test_final_counts_fire_as_the_stream_says(seed):
     fired at that event, once, with its rows; checked for every event of random layers
     with runs of events on one expert (each event held a cycle and added from registers:
     the next event's checks see it; a count right behind a count stalls once)."""
-    from moehub.rtl.final_counts import FinalCounts
+    from moehub.rtl.counts.final import FinalCounts
     cfg = TINY.replace(count_packets=True)
     E, S = cfg.experts, cfg.sources
     dut = FinalCounts(cfg)

@@ -25,7 +25,7 @@ lane pair. The room's compares with 0..lanes are registered too (``room_ge``, up
 beside the count from compares of the room register): no compare follows a register on
 the grant or the update (with count packets too).
 
-With ``count_packets`` a :class:`~moehub.rtl.count_limit.CountLimit` beside the counters
+With ``count_packets`` a :class:`~moehub.rtl.counts.limit.CountLimit` beside the counters
 keeps each expert's rows left under its announced count, and its allowance (a thermometer
 from registers) joins the room in both places: a lane fits when its place is below the
 room and allowed; an expert gets ``n`` rows when at least ``n`` ask (a thermometer the
@@ -36,7 +36,7 @@ With both (paged regions and count packets) the allowance goes out to the page g
 (``allow``: a row refused for counts takes no page), and after a page refusal the counted
 counters are set a cycle later to the grants that stood, as the uncounted ones are; the
 count limit corrects its own registers and verdicts around the refusal
-(:mod:`moehub.rtl.count_limit`), with the lanes the gate found no page for (``short``).
+(:mod:`moehub.rtl.counts.limit`), with the lanes the gate found no page for (``short``).
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -44,7 +44,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..spec.config import HubConfig
 from .interfaces import allocation_signature
-from .count_limit import CountLimit
+from .counts.limit import CountLimit
 from .logic import exactly, masked_equal, select
 
 
@@ -86,7 +86,7 @@ class AddressAllocator(wiring.Component):
         updates read the register alone, so the clear's choice of the tile size is not in
         front of every counter's compares -- through it, the layer start -> the tile starts'
         next value -> the page gate's registered starts was 26.5 FO4 at deepseek-v3-8gpu
-        paged, 4b029fc); bit ``a`` of ``tile_at[e]``: row ``rows[e] + a``
+        paged); bit ``a`` of ``tile_at[e]``: row ``rows[e] + a``
         starts a tile -- a register, updated beside the counters from compares of the
         counter register (``rows + n + a`` for every outcome n, chosen as the counters
         are), so the page gate's verdict starts at flops, not at a compare of the counter.
@@ -113,7 +113,7 @@ class AddressAllocator(wiring.Component):
             "formal_cap": Out(cfg.cap_bits).array(E),
             "formal_room_ge": Out(cfg.lanes + 1).array(E),
             # (paged) per expert, the grants that stand when the page gate refused one
-            # (:class:`~moehub.rtl.paging.PageGate`), one-hot
+            # (:class:`~moehub.rtl.paging.regions.PageGate`), one-hot
             **({"stop_r": In(cfg.lanes).array(E), "stop_any": In(E), "tile_m1": In(cfg.row_bits), "tile_m1_load": In(cfg.row_bits),
                 "tile_at": Out(cfg.lanes, init=_tile_at_init(cfg)).array(E),
                 "tile_at_next": Out(cfg.lanes).array(E), "room_ge_next": Out(cfg.lanes + 1).array(E)}
@@ -197,7 +197,7 @@ class AddressAllocator(wiring.Component):
         room's low ``K`` bits and a register of ``room >= 2**K`` (``room_big``, updated
         beside the room: :meth:`_next_state`): a compare of the whole register was the
         head of the page gate's registered tile starts (22.4 FO4 at deepseek-v3-8gpu
-        paged, 1b2acc1)."""
+        paged)."""
         L, K, big = self.cfg.lanes, self._room_low_bits(), self._room_big[e]
 
         def at_least(r, r_big, x):

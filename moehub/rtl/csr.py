@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from ..spec.config import HubConfig
 from ..spec.csr_map import CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, HUB_ID, CsrMap
 from .layouts import csr_bus_signature
-from .paging import tile_sizes
+from .paging.regions import tile_sizes
 
 #: read-only registers whose value is a constant of the configuration
 _CONSTANT = ("ID", "PARAMS")
@@ -44,7 +44,7 @@ class CsrBank(wiring.Component):
         are read from an input; a write-only one (PAGE_FREE) drives the word written and
         ``<register>_w``, a strobe in the cycle of the write.
     tile_oh : Out(len(tile_sizes))
-        (paged) TILE_ROWS_LOG2 as a one-hot over :func:`~moehub.rtl.paging.tile_sizes`,
+        (paged) TILE_ROWS_LOG2 as a one-hot over :func:`~moehub.rtl.paging.regions.tile_sizes`,
         a register written with it: the page gate and the allocator latch the layer's
         tile size at START, which the bus write forms combinationally, so a decode of the
         register behind it sat on their path (23.9 FO4 into the allocator's ``tile_at``);

@@ -161,14 +161,14 @@ class EosTracker(wiring.Component):
         n_sel_le = self._copy(m, p_sel, self.nxt_sel[s], f"n_sel_le{s}", init=p_sel.init, inverted=True)
         # (and from a copy of p_eos, held inverted for the same reason: p_eos's fan-out to
         # the tracker's next state put two cells in front of T's POST_EOS verdicts -- 22.7
-        # FO4 into T's thresholds at deepseek-v3-8gpu with count packets, 8856ba0)
+        # FO4 into T's thresholds at deepseek-v3-8gpu with count packets)
         n_eos_t = Signal(name=f"n_eos_t{s}", init=1)
         m.d.sync += n_eos_t.eq(~self.nxt_eos[s])
         # (and from ``t_le``, a register of the compares T's distance starts from -- the
         # EOS's (p_le) after an EOS, else dist_le -- so no choice by p_eos stands between
         # the copy and T: n_sel_le -> dle_t -> T's 16-source select -> its POST_EOS
         # verdicts -> the allocator's thresholds was 22.7 FO4 at deepseek-v3 on two nodes
-        # with count packets, 48c4d02, the choice one of its cells)
+        # with count packets, the choice one of its cells)
         t_le = Signal(2 * L, name=f"t_le{s}", init=(1 << 2 * L) - 1)
         m.d.comb += [dle_t[k].eq(Cat(~n_sel_le[n] & t_le[n + k] for n in n_range).any()) for k in range(L)]
         m.d.sync += [eos_seen.eq(seen_t), opened.eq(opened_t), dist.eq(dist_t)]

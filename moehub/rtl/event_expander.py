@@ -1,4 +1,4 @@
-"""Event expander of protocol v2's multicast rows (issue 14): one queue entry per row event,
+"""Event expander of protocol v2's multicast rows: one queue entry per row event,
 one tracker event per target.
 
 With ``max_targets`` > 1 a row names up to ``max_targets`` experts. The packet manager
@@ -38,13 +38,13 @@ targets left and the lowest of them are registers (``left``, ``first``): with th
 target encoded behind the entry select, the path from ``rp`` to the tracker's address was
 the multicast hub's deepest (24.6 FO4 at 8 targets). Every register's next value is formed
 for the tracker's ready low and high, from registers, and the ready chooses last: it
-arrives late (at 7ceec68, with the next state's priority chain behind it, the ready into
+arrives late (with the next state's priority chain behind it, the ready into
 ``left``/``first`` was 27.9 FO4). With count packets the tracker's per-expert count state
 loads by the handed-out target's expert as a one-hot, which the tracker decodes from the
 output register: decoded behind ``rp``'s entry select and the target's select that was
 the deepest path of the hub with every v2 feature (29.5 FO4 at deepseek-v3-8gpu, before
 the output register), and a one-hot register here, formed for either ready, put the next
-entry's expert select and the 256-way decode in front of its load (23.6 FO4 at 6ef1984):
+entry's expert select and the 256-way decode in front of its load (23.6 FO4):
 both gone with the decode after the output register.
 """
 from amaranth import Cat, Module, Mux, Signal
@@ -174,7 +174,7 @@ class EventExpander(wiring.Component):
         behind ``rp``'s entry select and the target's select (with count packets those
         were the deepest paths into the tracker: ``rp_expert`` -> the entry select -> the
         counter address, 24.6 FO4, and ``nrp_misc`` -> the final counts' fields, 24.4,
-        at deepseek-v3-8gpu with every v2 feature, 47f72b6). Full throughput: the register
+        at deepseek-v3-8gpu with every v2 feature). Full throughput: the register
         takes a new target in the cycle the tracker takes the one it holds. Returns its
         valid bit."""
         src, o = self._src, self.o

@@ -79,7 +79,7 @@ class EventQueue(wiring.Component):
         # (level != 0 as a register of its own, updated with the level: the consumer's
         # valid starts at a flop -- the level's zero test, fanned out over the event
         # expander's loads, was 24.1 FO4 into its registers at deepseek-v3-8gpu with every
-        # v2 feature, 7e466b2)
+        # v2 feature)
         nonempty = Signal(name="nonempty")
         m.d.comb += [
             self.push.empty.eq(~nonempty),

@@ -22,11 +22,11 @@ payloads flatten low field first, see :mod:`moehub.spec.formats`):
 With multicast rows (protocol v2, ``max_targets`` > 1) the allocator is the
 :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` (a row per target, one
 place in the arena at ``POOL_BASE``, ``POOL_CAP`` rows -- or, with ``pool_pages``, the
-arena's rows in pages of the pool, :class:`~moehub.rtl.paged_arena.PagedArena`; whether it
+arena's rows in pages of the pool, :class:`~moehub.rtl.paging.arena.PagedArena`; whether it
 is tight on room back to the packet manager's input admission) and an
 :class:`~moehub.rtl.event_expander.EventExpander` hands the tracker the event queue's row
 events one target a cycle. With count packets too, the allocator's
-:class:`~moehub.rtl.multicast_counts.MulticastCountLimit` refuses rows naming an expert
+:class:`~moehub.rtl.counts.multicast_limit.MulticastCountLimit` refuses rows naming an expert
 whose counts are met, under the same admission.
 """
 from amaranth import Cat, Module, Value
@@ -42,7 +42,7 @@ from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature, paged
 from .multicast_allocator import CNT_DEAD_COPIES, MulticastAllocatorAdmitted
 from .packet_manager import PacketManager
-from .paging import PageGate
+from .paging.regions import PageGate
 from .tracker import AvailabilityTracker
 
 #: The packet manager's status members the CSR bank reads under the same name.
@@ -144,7 +144,7 @@ class MoEHub(wiring.Component):
     def _pages(self, m, pm, alloc, tr, csr):
         """(paged) The page gate between the packet manager's requests and the allocator:
         it refuses grants the pool has no page for, gives each granted row its page and
-        keeps each expert's page (:mod:`moehub.rtl.paging`); PAGE_FREE, POOL_FREE,
+        keeps each expert's page (:mod:`moehub.rtl.paging.regions`); PAGE_FREE, POOL_FREE,
         POOL_BASE."""
         cfg, L = self.cfg, self.cfg.lanes
         m.submodules.pages = pg = PageGate(cfg)

@@ -33,7 +33,7 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
     ok : In(lanes)                        the row fits the expert's region (else: overflow)
     clear : Out(1)                        layer start: zero the counters, latch the capacities
 
-    With ``count_packets`` (:class:`~moehub.rtl.count_limit.CountLimit`, in the allocator):
+    With ``count_packets`` (:class:`~moehub.rtl.counts.limit.CountLimit`, in the allocator):
 
     full, add : Out(lanes)                the lane's expert has every count in; its count adds
     nge, free : Out(lanes).array(experts) bit n - 1: at least n requests for the expert; at
@@ -45,7 +45,7 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
     L = cfg.lanes
     counts = {}
     if cfg.count_packets:
-        from .count_gate import total_bits
+        from .counts.gate import total_bits
         counts = {"full": Out(L), "add": Out(L), "dtot": Out(total_bits(cfg)).array(cfg.experts),
                   "nge": Out(L).array(cfg.experts), "free": Out(L).array(cfg.experts),
                   "met": In(L), "over": In(L)}

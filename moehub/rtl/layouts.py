@@ -25,7 +25,7 @@ def page_takes(cfg: HubConfig) -> int:
     ``lanes`` of them, so they start at most ``ceil(lanes / min_tile_rows)`` tiles -- at
     most ``lanes`` in all. The page supply serves this many takes a cycle and reads twice
     as many ring entries (Mixtral-8x7B, one expert of 64-row tiles on 4 lanes: 1, not 4).
-    Multicast, the pages go to one stream, the arena's (:mod:`moehub.rtl.paged_arena`)."""
+    Multicast, the pages go to one stream, the arena's (:mod:`moehub.rtl.paging.arena`)."""
     streams = 1 if cfg.multicast else cfg.experts
     return min(cfg.lanes, streams * -(-cfg.lanes // cfg.min_tile_rows))
 

@@ -1,4 +1,4 @@
-"""Multicast allocator of protocol v2 (issue 14): a row per target expert, one place in the arena.
+"""Multicast allocator of protocol v2: a row per target expert, one place in the arena.
 
 With ``max_targets`` > 1 a row names up to ``max_targets`` experts of this GPU. The hub
 writes its data once, into the pool's static arena (``POOL_BASE``, ``POOL_CAP`` rows), and
@@ -72,7 +72,7 @@ comparison (README, "Protocol v2").
 
 Paged multicast (``pool_pages`` > 0: the arena takes a page per tile of its rows) is the
 hub's :class:`MulticastAllocatorAdmitted` only: its arena's room is then the pool's pages
-(:class:`~moehub.rtl.paged_arena.PagedArena`, one take a cycle), which the chain of
+(:class:`~moehub.rtl.paging.arena.PagedArena`, one take a cycle), which the chain of
 verdicts here does not read.
 """
 from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
@@ -81,10 +81,10 @@ from amaranth.lib.wiring import In, Out
 
 from ..spec.config import HubConfig, field_bits
 from .logic import add_narrow, exactly, late_count, select
-from .count_gate import total_bits
-from .multicast_counts import MulticastCountLimit
-from .paged_arena import PagedArena
-from .paging import tile_sizes
+from .counts.gate import total_bits
+from .counts.multicast_limit import MulticastCountLimit
+from .paging.arena import PagedArena
+from .paging.regions import tile_sizes
 from ..spec.timing import ADMISSION_GROUPS
 
 
@@ -156,7 +156,7 @@ def multicast_allocation_signature(cfg: HubConfig) -> wiring.Signature:
     loc : In(loc_bits).array(lanes)                 the row's place in the arena (when ok)
     clear : Out(1)                                  layer start: zero the counters, latch capacities
 
-    With count packets (the allocator's :class:`~moehub.rtl.multicast_counts.
+    With count packets (the allocator's :class:`~moehub.rtl.counts.multicast_limit.
     MulticastCountLimit`):
 
     cnt_add, cnt_full : Out(lanes)                  lane j's count packet adds; it completes its expert
@@ -448,7 +448,7 @@ class MulticastAllocator(wiring.Component):
         # are, with the one-hot count of the granted rows ahead naming the expert (late:
         # the verdicts), and chosen there (AL). (Per expert ``rows now + a`` candidates
         # chosen by the one-hot instead -- every candidate fanned out to every lane and
-        # target -- measured 24.2 FO4 at c0da761 and 24.9 at 7ceec68 with the choice in AL.)
+        # target -- measured 24.2 FO4, and 24.9 with the choice in AL.)
         for t in range(T):
             oh = g.oh[j][t]
             base = Signal(cb, name=f"row{j}_{t}_base")
@@ -572,7 +572,7 @@ class MulticastAllocatorByTargets(MulticastAllocator):
 
 class MulticastAllocatorAdmitted(MulticastAllocator):
     """The grants of :class:`MulticastAllocator` without the chain of verdicts, exact under
-    the packet manager's *admission* rule (issue 16's 1.98 GHz budget: the chain is 26.8
+    the packet manager's *admission* rule (the 1.98 GHz budget: the chain is 26.8
     FO4 at 4 lanes x 32 experts).
 
     A lane the input admitted *roomy* (``risky`` 0, carried down the pipeline with its
@@ -727,7 +727,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
 
     def _verdict(self, m, j, ok, mask, room_gt, arena, same):
         """Lane j's verdict: unless refused for counts (from registers, exact for every lane:
-        :mod:`~moehub.rtl.multicast_counts`), granted if its request was admitted roomy
+        :mod:`~moehub.rtl.counts.multicast_limit`), granted if its request was admitted roomy
         (``risky`` 0); else if every expert it names, and the arena, has room for one row. (Exact: a risky
         lane is the one data packet of its group, so no lane of its group asks for a row
         beside it, and the rows of earlier groups are counted in the registers it reads:
@@ -755,7 +755,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         risky lane is ahead, named and granted -- its verdict reaches a mux, not the
         shift chain. (Through the chain, the risky lane's count refusal -> its verdict,
         five buffers deep over every lane and target behind it -> AL's row choice was 24.0
-        FO4 at deepseek-v3-8gpu with every v2 feature, 28a96c0.)"""
+        FO4 at deepseek-v3-8gpu with every v2 feature.)"""
         n = len(named)
         base = late_count([self._sure[i] & named[i] for i in range(n)])
         if not n:
@@ -781,14 +781,14 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         0`` after ``d`` grants is the registered ``room > d`` (exact: ``formal_room_gt``),
         ``room > lanes`` (a register of its own, ``gt_lanes``) for ``d = lanes``. (The AND
         over the experts after the registered masks put a mask -> the risky lane's verdict
-        -> the granted rows ahead into AL at 22.9 FO4 at deepseek-v3-8gpu with 8 targets,
-        e5473ef; ``room > lanes`` as a compare of the room register chosen by the lagged
-        grants, in front of this register, was 23.6 at ca6862b.)"""
+        -> the granted rows ahead into AL at 22.9 FO4 at deepseek-v3-8gpu with 8 targets;
+        ``room > lanes`` as a compare of the room register chosen by the lagged
+        grants, in front of this register, was 23.6.)"""
         cfg, L, E, T = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.max_targets
         self._room_q = [Signal(name=f"room_q{k}") for k in range(L)]
         # (the next masks formed here, from the one-hots: the pre-rank's own, read by its
         # registers, its counts and the sure grants, were a buffer tree and two inverters
-        # into these registers -- 22.2 FO4 at deepseek-v3 on two nodes with 8 targets, 0f74529)
+        # into these registers -- 22.2 FO4 at deepseek-v3 on two nodes with 8 targets)
         nxt = [Signal(E, name=f"room_mask_next{k}") for k in range(L)]
         m.d.comb += [nxt[k].eq(Cat(Cat(self.pre_oh_next[k][t][e] for t in range(T)).any() for e in range(E)))
                      for k in range(L)]
@@ -813,7 +813,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         # lane and expert -- the sure bits ANDed with the masks here fanned each lane's
         # sure bit out to every expert's counts, three buffers deep: a request -> the sure
         # grants -> the count limit's lam was 24.9 FO4 at deepseek-v3-8gpu with every v2
-        # feature, 28a96c0)
+        # feature)
         sure = self._sure if names is None else self._sure_named(int(name[1:]))
         names = names or [Const(1)] * L
         base = [Signal(name=f"{name}_sure{d}") for d in range(L + 1)]

@@ -67,17 +67,17 @@ sticky ``errors``; nothing else changes and no other row is touched:
 With ``count_packets`` (protocol v2), a count packet (kind 2: a source's row count for one
 expert) takes any lane and no row, credit or data write: it passes A, R and T as a packet
 (NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range); the input takes one a
-group (:meth:`PacketManager._admission`). The :class:`~moehub.rtl.count_gate.CountGate`
+group (:meth:`PacketManager._admission`). The :class:`~moehub.rtl.counts.gate.CountGate`
 decides while the group is in A whether it adds (a repeat is COUNT_DUPLICATE) and whether
 a lane's expert has every count in, and forms the group's count per expert, all into R;
 the allocator's
-:class:`~moehub.rtl.count_limit.CountLimit` takes the sums in while the group is in T and
+:class:`~moehub.rtl.counts.limit.CountLimit` takes the sums in while the group is in T and
 refuses, in the allocator's cycle and in lane order, a row of an expert whose counts are
 met (COUNT_MISMATCH, like POST_EOS: its credit returns), and counts a last count below
 the rows already in (COUNT_MISMATCH). An applied count goes on as an event, in lane
 order, so that the tracker sees it where the model does.
 
-With paged regions (protocol v2, ``pool_pages``; :mod:`moehub.rtl.paging`), the page gate
+With paged regions (protocol v2, ``pool_pages``; :mod:`moehub.rtl.paging.regions`), the page gate
 between T's requests and the allocator refuses a grant the pool has no page for (OVERFLOW,
 like a full region) and gives each granted row its page: AL registers it, the row-info
 table keeps it beside the row, the data lands at ``POOL_BASE + (page << log2(tile rows) |
@@ -114,8 +114,8 @@ from amaranth.lib.wiring import In, Out
 from ..spec.config import HubConfig
 from .chunk_table import ChunkTable, onehot_mux
 from .eos_tracker import EosTracker, dist_shape
-from .count_gate import CountGate
-from .paging import tile_sizes
+from .counts.gate import CountGate
+from .paging.regions import tile_sizes
 from ..spec.formats import PacketKind, Reason, config_reasons
 from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
                          layer_status_signature, ordering_guard_signature, push_ranks,
@@ -410,11 +410,11 @@ class PacketManager(wiring.Component):
           what :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` needs to
           grant without a chain of verdicts; that data packet is *risky*;
         * (count packets) a count packet is ahead of it in the group -- so that the
-          :class:`~moehub.rtl.count_gate.CountGate` sees at most one a group, and no row
+          :class:`~moehub.rtl.counts.gate.CountGate` sees at most one a group, and no row
           of a group is behind a count packet: where a count adds to an expert, every
           row of it in the group comes before its counts are all in, so the count limits'
           registers may leave the group's own count out of the next verdicts
-          (:mod:`~moehub.rtl.count_limit`, :mod:`~moehub.rtl.multicast_counts`).
+          (:mod:`~moehub.rtl.counts.limit`, :mod:`~moehub.rtl.counts.multicast_limit`).
 
         From a register and the packets' kinds only: no field is decoded in front of
         ``ready``."""
@@ -812,7 +812,7 @@ class PacketManager(wiring.Component):
                     # (the lane's expert a cycle ahead, for the page gate's registered tile
                     # starts: not gated by the request -- the gate ANDs T's request after --
                     # so the POST_EOS verdict stays off their next value: with it, 23.1 FO4
-                    # at deepseek-v3-8gpu paged, 52f0e0d)
+                    # at deepseek-v3-8gpu paged)
                     m.d.comb += self.alloc_expert_next[j].eq(exp_oh)
             m.d.sync += [
                 t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
@@ -888,7 +888,7 @@ class PacketManager(wiring.Component):
         # start at flops, not at each lane's sure bit fanned out over the experts. The
         # count refusal ``cnt_dead`` stays out: behind its OR over the experts, its fan-out
         # over them into these registers was 24.7 FO4 at deepseek-v3-8gpu with every v2
-        # feature, ca6862b -- the allocator ANDs it after, from copies of its register)
+        # feature -- the allocator ANDs it after, from copies of its register)
         for j, r in enumerate(self.r):
             m.d.sync += self.alloc_sure_named[j].eq(Mux(self._t_reqs[j] & ~r.risky, pre.mask_next[j], 0))
         m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
@@ -941,7 +941,7 @@ class PacketManager(wiring.Component):
         (each lane's request one-hot, zero without a request), as the uncounted allocator
         counts them: formed here from the POST_EOS verdict, fanned out over every expert's
         thresholds, it was the hub's deepest path, R's ``first`` -> the openers ->
-        ``post`` -> ``nge``, 22.6 FO4 at deepseek-v3-8gpu with count packets (bfe0ad8);
+        ``post`` -> ``nge``, 22.6 FO4 at deepseek-v3-8gpu with count packets;
         the allocator's update behind it is shallow (15 FO4 there). The allowance's
         ``free`` stays registered: it feeds every lane's verdict and the page gate."""
         cfg, L, E, R, T, armed = self.cfg, self.cfg.lanes, self.cfg.experts, self.r, self.t, self.armed
@@ -950,7 +950,7 @@ class PacketManager(wiring.Component):
         # POST_EOS already and ``cand`` is 0 -- ``live`` adds nothing here, and the layer's
         # ``finished``, an AND over the sources, stays off every expert's ``free``. Its
         # deepest input is ``post`` itself, the POST_EOS verdict: 20.0 FO4 at
-        # deepseek-v3-8gpu with count packets, 46ab5cc.)
+        # deepseek-v3-8gpu with count packets.)
         cand = [v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
         for x in range(E):
             free = [cand[j] & (r.pkt.expert == x) & ~self.gate.full[j] for j, r in enumerate(R)]

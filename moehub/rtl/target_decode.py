@@ -1,4 +1,4 @@
-"""Target decode of protocol v2's multicast rows (issue 14): the packet manager's A-stage part.
+"""Target decode of protocol v2's multicast rows: the packet manager's A-stage part.
 
 With ``max_targets`` > 1 a data packet carries, in place of one expert and slot,
 ``max_targets`` entries of (valid, expert, slot) (:class:`moehub.spec.formats.HubFormats`).

@@ -72,7 +72,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..spec.config import HubConfig, index_bits
-from .final_counts import FinalCounts
+from .counts.final import FinalCounts
 from ..spec.formats import CtlKind
 from .interfaces import layer_handshake_signature, ordering_guard_signature, tracker_csr_signature
 from .layouts import GROUP_BITS, HubLayouts, group_not_after, paged
@@ -248,7 +248,7 @@ class AvailabilityTracker(wiring.Component):
 
     With ``count_packets`` the tracker also writes an expert's final words early: count
     events (a count packet the packet manager applied) pass through S0 as bubbles;
-    :class:`~moehub.rtl.final_counts.FinalCounts` follows the stream, and the event that
+    :class:`~moehub.rtl.counts.final.FinalCounts` follows the stream, and the event that
     makes an expert final is followed at once by COUNT(e) and, for a partial last tile,
     LAST(e) -- injected into S0 before the next event is taken, so they leave the ctl
     port where the model writes them. LAST is then guarded (the tile's data writes may

@@ -20,8 +20,8 @@ from . import asic, blocks, fo4, project, sram, tools, verilog
 from .flow import DEFAULT_PERIOD_NS, sdc_header
 
 #: unit name -> (module, class); each takes the hub config
-UNITS = {"page_pool": ("moehub.rtl.page_pool", "PagePool"),
-         "expert_counts": ("moehub.rtl.expert_counts", "ExpertCounts"),
+UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
+         "expert_counts": ("moehub.rtl.counts.expert_totals", "ExpertCounts"),
          # multicast rows (max_targets > 1): the A stage's target decode, the T stage's grant
          "target_decode": ("moehub.rtl.target_decode", "TargetDecode"),
          "multicast_prerank": ("moehub.rtl.multicast_allocator", "MulticastPrerank"),

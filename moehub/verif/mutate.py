@@ -465,8 +465,8 @@ def _check(src: bytes, starts: list, parent: dict, target, new, mutated: bytes, 
 
 
 def rtl_files(root: Path = REPO) -> list[str]:
-    """The hardware sources: every rtl/*.py but the package marker."""
-    return sorted(f"rtl/{p.name}" for p in (root / "rtl").glob("*.py") if p.name != "__init__.py")
+    """The hardware sources: every .py under rtl/ (its feature sub-packages too) but the package markers."""
+    return sorted(str(p.relative_to(root)) for p in (root / "rtl").rglob("*.py") if p.name != "__init__.py")
 
 
 def enumerate_mutants(files: Sequence[str], root: Path = REPO) -> list[Mutant]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 from amaranth import Array, Cat, Elaboratable, Module, Mux, Signal
 
 from ...rtl.allocator import AddressAllocator
-from ...rtl.paging import tile_sizes
+from ...rtl.paging.regions import tile_sizes
 from ...rtl.logic import select
 from .common import Props, any_const, any_seq, count_ones, one_hot, reset_first
 

@@ -37,7 +37,7 @@ now the most rows a layer can place (:func:`~moehub.rtl.multicast_allocator.aren
 never reached before a region is full (``tests/test_formal.py``: that config, BMC 11).
 
 **Count packets** (:class:`CountsAllocatorHarness`, ``count_packets``). Environment (what the
-:class:`~moehub.rtl.count_gate.CountGate` and the packet manager's admission guarantee):
+:class:`~moehub.rtl.counts.gate.CountGate` and the packet manager's admission guarantee):
 at most one count packet that adds (``cnt_add``) a group, no lane at or behind it asks
 for a row (the admission ends a group at a count packet), its expert target 0's one-hot; none in the cycles a clear empties the pipeline;
 ``dtot`` (a cycle ahead, as the gate registers it) is that packet's count for its expert, 0
@@ -78,11 +78,11 @@ from __future__ import annotations
 from amaranth import Array, Cat, Const, Mux, Signal
 
 from ...spec.config import field_bits
-from ...rtl.count_gate import total_bits
+from ...rtl.counts.gate import total_bits
 from ...rtl.logic import select
 from ...rtl.multicast_allocator import arena_rows_max, pool_count_bits
-from ...rtl.paged_arena import arena_pages_needed
-from ...rtl.paging import tile_sizes
+from ...rtl.paging.arena import arena_pages_needed
+from ...rtl.paging.regions import tile_sizes
 from ...spec.timing import ADMISSION_GROUPS
 from .common import any_const, any_seq, count_ones, one_hot
 from ...rtl.multicast_allocator import MulticastAllocatorAdmitted
@@ -284,14 +284,14 @@ class PagedArenaRef:
 COUNT_PLANTS = {
     # an expert counts as met only past its total (lam < 0 for lam <= 0)
     "met-one-late": Plant(
-        "moehub.rtl.multicast_counts", "self.below(q + s + 1)", "self.below(q + s)", "MulticastCountLimit",
+        "moehub.rtl.counts.multicast_limit", "self.below(q + s + 1)", "self.below(q + s)", "MulticastCountLimit",
         ("met is not exactly", "dead is not done", "dead expert granted"),
         "a row is granted when its expert has every count in and as many rows",
         host=("moehub.rtl.multicast_allocator", "MulticastAllocatorAdmitted")),
     # the refusal ignores the risky lane's late verdict of the cycle before (always the
     # registers formed for a refused risky row)
     "late-verdict-ignored": Plant(
-        "moehub.rtl.multicast_counts", "self.refused[j].eq(Mux(late_q, self.cref_q[1][j], self.cref_q[0][j]))",
+        "moehub.rtl.counts.multicast_limit", "self.refused[j].eq(Mux(late_q, self.cref_q[1][j], self.cref_q[0][j]))",
         "self.refused[j].eq(self.cref_q[0][j])", "MulticastCountLimit",
         ("met is not exactly", "dead expert granted"),
         "a granted risky row that made its expert dead does not refuse the next cycle's rows",

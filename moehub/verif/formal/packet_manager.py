@@ -116,7 +116,7 @@ class PacketManagerHarness(Elaboratable):
             # (paged: the page gate between the packet manager and the allocator is free too
             # -- any page for a grant (its refusals are the allocator's free ``ok``), any
             # supported tile size, any pool base, PAGE_BAD pulses)
-            from ...rtl.paging import tile_sizes
+            from ...rtl.paging.regions import tile_sizes
             m.d.comb += [pm.alloc_page[j].eq(any_seq(m, self.cfg.page_bits, f"alloc_page{j}")) for j in range(L)]
             sh = any_seq(m, len(tile_sizes(self.cfg)), "tile_sh")
             p.assume((sh != 0) & ((sh & (sh - 1)) == 0))

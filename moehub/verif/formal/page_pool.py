@@ -1,4 +1,4 @@
-"""Property harness of protocol v2's page pool (:class:`moehub.rtl.page_pool.PagePool`).
+"""Property harness of protocol v2's page pool (:class:`moehub.rtl.paging.pool.PagePool`).
 
 Environment: the allocator takes a page only when one is offered (``take -> avail``);
 software may write any page number to ``PAGE_FREE`` in any cycle (good, repeated, never
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from amaranth import Elaboratable, Module, Signal
 
-from ...rtl.page_pool import PagePool
+from ...rtl.paging.pool import PagePool
 from .common import Props, any_const, any_seq, reset_first
 
 FRESH, IN_USE, QUEUED = 0, 1, 2

@@ -1,7 +1,7 @@
-"""Property harness of protocol v2's page supply (:class:`moehub.rtl.paging.PageSupply`):
+"""Property harness of protocol v2's page supply (:class:`moehub.rtl.paging.regions.PageSupply`):
 the page pool of the paged regions and of the paged multicast arena, up to
 ``page_takes(cfg)`` takes a cycle, its returned pages in a ring
-(:mod:`moehub.rtl.page_ring`).
+(:mod:`moehub.rtl.paging.ring`).
 
 Environment: the takes of a cycle are a one-hot count ``n`` (``take[n]``) and never more
 than the supply offers (``take[n]`` only with ``avail[n - 1]``) -- what the page gate and
@@ -40,7 +40,7 @@ taken pages that ``ring_count``, ``fresh_base`` and the ring's head do not yet s
 * counts: ``pend`` is a one-hot of the last cycle's take count; ``nfree + fbase == P``,
   ``count <= P``, ``fresh = fbase + count <= P``; the registered compares ``nfree_gt``,
   ``ring_count_gt`` are ``nfree > x``, ``count > x``; ``fresh_page{n} == fbase + n``;
-* the ring (:class:`~moehub.rtl.page_ring.RegisterRing`): head and tail one-hot, the tail
+* the ring (:class:`~moehub.rtl.paging.ring.RegisterRing`): head and tail one-hot, the tail
   ``count`` past the head, its live entries (the ``count`` from the head) in the pool, a
   return joined last cycle (``ret_joined``) its last live entry;
 * the pending takes' pages (``given_page{i}``): the ring's first entries as they saw it
@@ -59,7 +59,7 @@ taken pages that ``ring_count``, ``fresh_base`` and the ring's head do not yet s
 Proven on ``tiny`` with 4 pages (4 takes a cycle; 16.5 s) and with 2 lanes and 5 pages (a
 pool that is not a power of two; 27 s), measured at load 11 on 2 cores. Pools of
 ``BANKED_MIN_PAGES`` (32) pages or more keep the ring in memories
-(:class:`~moehub.rtl.page_ring.BankedRing`): not covered here.
+(:class:`~moehub.rtl.paging.ring.BankedRing`): not covered here.
 
 Planted bugs (:data:`PLANTS`, the harness's ``plant`` option) that must make the proof fail.
 """
@@ -69,7 +69,7 @@ from amaranth import Cat, Elaboratable, Module, Mux, Signal
 
 from ...rtl.layouts import page_takes
 from ...rtl.logic import select
-from ...rtl.paging import PageSupply
+from ...rtl.paging.regions import PageSupply
 from .common import Props, any_const, any_seq, count_ones, elaborate_into, one_hot, reset_first
 from .plant import Plant, planted
 
@@ -78,28 +78,28 @@ FRESH, IN_USE, FREED = 0, 1, 2
 RETURN_LATENCY = 3
 
 PLANTS = {
-    # the first version's bug (rtl/paging.py's docstring): a return that joins the ring
+    # the first version's bug (rtl/paging/regions.py's docstring): a return that joins the ring
     # while takes are pending is not seen by them -- a fresh page is handed out in its place
     # (later twice) and the returned page is lost
     "joined-return-unseen": Plant(
-        "moehub.rtl.paging", "Mux(ret_r & ~count_gt[n], ret_page_r, seq[n]) if i == 0",
+        "moehub.rtl.paging.regions", "Mux(ret_r & ~count_gt[n], ret_page_r, seq[n]) if i == 0",
         "seq[n] if i == 0", "PageSupply",
         ("handed out while in use", "in the pool", "avail is not", "twice in one cycle"),
         "the page a take gets ignores a return joined behind the pending takes"),
     # the return check forgets the return ahead of it: a page returned twice back to back is
     # accepted twice (read in use by both before the first clears its bit)
     "double-return-accepted": Plant(
-        "moehub.rtl.page_pool", "good.eq(g_ret & held & ~again)", "good.eq(g_ret & held)",
+        "moehub.rtl.paging.pool", "good.eq(g_ret & held & ~again)", "good.eq(g_ret & held)",
         "PagePool", ("not in use accepted",), "a second return in flight is not compared with the first",
         method="_returns"),
     # the free count misses an accepted return: a page freed is never offered (lost)
     "free-count-misses-return": Plant(
-        "moehub.rtl.paging", "nfree.eq(select([(pend[n], _plus(nfree, -n, good))",
+        "moehub.rtl.paging.regions", "nfree.eq(select([(pend[n], _plus(nfree, -n, good))",
         "nfree.eq(select([(pend[n], _plus(nfree, -n, 0))", "PageSupply",
         ("POOL_FREE",), "POOL_FREE does not count a returned page"),
     # the offer ignores the returns: avail runs dry while a returned page waits (lost)
     "avail-misses-return": Plant(
-        "moehub.rtl.paging", "free_gt_next.eq(_gt_next(nfree, pend, good, 2 * L))",
+        "moehub.rtl.paging.regions", "free_gt_next.eq(_gt_next(nfree, pend, good, 2 * L))",
         "free_gt_next.eq(_gt_next(nfree, pend, 0, 2 * L))", "PageSupply",
         ("avail is not",), "the offer does not count a returned page"),
 }

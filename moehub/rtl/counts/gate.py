@@ -9,7 +9,7 @@ formed while the group is in A, from registers: the input lanes' source and expe
 one-hots (decoded on the way in: a compare with a constant each) and a seen bit per
 (source, expert), which already holds every group ahead (the group right ahead was added
 as it left A). They are registered into R; while the group is in T, the allocator's
-:class:`~moehub.rtl.count_limit.CountLimit` adds the group's sum to its "rows left under
+:class:`~moehub.rtl.counts.limit.CountLimit` adds the group's sum to its "rows left under
 the count", ready as a register when the group's rows ask for grants. (The first version
 did all of it in the allocator's cycle: 50.6 FO4; the verdicts on the way into A, from the
 input ports, 25.3 FO4 at 32 experts: the seen bit's lookup and the zeroed count behind
@@ -40,7 +40,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig, field_bits
+from ...spec.config import HubConfig, field_bits
 
 
 class CountGate(wiring.Component):

@@ -1,6 +1,6 @@
-"""The ring of returned pages of the page supply (protocol v2, paged regions, issue 14).
+"""The ring of returned pages of the page supply (protocol v2, paged regions).
 
-:class:`~moehub.rtl.paging.PageSupply` hands out returned pages first, oldest first, up to
+:class:`~moehub.rtl.paging.regions.PageSupply` hands out returned pages first, oldest first, up to
 ``lanes`` a cycle; they wait in a ring (a page is in it at most once, so it holds at most
 ``pool_pages``). The supply reads the ring's first ``2 x lanes`` entries every cycle (its
 takes see the pages past the takes still pending) and tells the ring how many it took.
@@ -37,9 +37,9 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig
-from .layouts import page_takes
-from .logic import select
+from ...spec.config import HubConfig
+from ..layouts import page_takes
+from ..logic import select
 
 #: pools of at least this many pages keep their ring in banks (memories)
 BANKED_MIN_PAGES = 32
@@ -148,7 +148,7 @@ class BankedRing(PageRing):
         # (the low one-hot's next value chosen among one-hots from registers -- the head
         # moved by n, the tail less the return -- not decoded from the next head: its add
         # and decode were in front of the row selects, 22.5 FO4 from the joined return at
-        # deepseek-v3 on two nodes, 16 banks, e50d1a1)
+        # deepseek-v3 on two nodes, 16 banks)
         L = page_takes(self.cfg)
         ended = Cat(self.pend[n] & ~self._lasts(n) for n in range(1, L + 1)).any()
         head_cands = ([(self.pend[0], head_lo)]
@@ -230,7 +230,7 @@ class BankedRing(PageRing):
         next value, so a bank's read row is a choice among registers by registers. (With the
         low one-hot itself choosing, each of its bits loaded ``B x (lanes + 1)`` row selects
         of every bit: ring_head_lo_oh -> four buffers -> a bank's read row was 22.5 FO4 at
-        deepseek-v3-8gpu paged, 8253090; 23.3 at two nodes.) ``cands``: the low one-hot's
+        deepseek-v3-8gpu paged; 23.3 at two nodes.) ``cands``: the low one-hot's
         next value as (select, one-hot) pairs, one selected: each register is an OR of
         the selects by ORs of the one-hots' bits, those from registers. Returns ``[{d: bit}] * B``."""
         B = self.banks()

@@ -6,7 +6,7 @@ source's count in and as many rows as announced (:meth:`moehub.spec.model.HubMod
 _open_verdict`, before OVERFLOW), and counts a completing count packet below the rows an
 expert already holds (COUNT_MISMATCH). A row refused for one target takes no row of the
 others, so -- as for room -- a lane's verdict would depend on the verdicts ahead of it.
-The unicast :class:`~moehub.rtl.count_limit.CountLimit` ranks *requests* (a refused request
+The unicast :class:`~moehub.rtl.counts.limit.CountLimit` ranks *requests* (a refused request
 of an expert means every later one of it is refused too); here the multicast allocator's
 *admission* makes the chain unnecessary, as it does for room
 (:class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted`).
@@ -36,7 +36,7 @@ an ``over`` when ``lam`` is below the grants of its expert ahead of it in the gr
 Why no row behind a count packet: a count completing ``x`` on a lane ahead made the
 row's verdict ``lam <= 0`` with ``lam`` holding that count -- a compare behind the wide
 add of the group's sum (``dtot``, the register, into ``lam``'s carry chain, its sign
-chosen by the grants: 25.3-25.6 FO4 at deepseek-v3-8gpu with every v2 feature, 7e466b2).
+chosen by the grants: 25.3-25.6 FO4 at deepseek-v3-8gpu with every v2 feature).
 Without it, ``dead``'s next value needs ``lam``'s only where ``x``'s counts are all in,
 and then the group behind adds nothing to ``x`` (its count packets of ``x`` are repeats):
 ``lam - grants``, small constants off a register. The price: the lanes behind a count
@@ -53,9 +53,9 @@ from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig
-from .count_gate import total_bits
-from .logic import select, sum3_flags
+from ...spec.config import HubConfig
+from .gate import total_bits
+from ..logic import select, sum3_flags
 
 
 class MulticastCountLimit(wiring.Component):
@@ -150,7 +150,7 @@ class MulticastCountLimit(wiring.Component):
         # (the lanes' count refusals, ``mask & dead`` ORed over the experts, are registers
         # formed a cycle ahead for either late verdict, which chooses: behind ``dead``, the
         # OR over the experts into the risky lane's verdict, fanned out over AL's
-        # registers, was 25.4 FO4 at deepseek-v3-8gpu with every v2 feature, 13e2506)
+        # registers, was 25.4 FO4 at deepseek-v3-8gpu with every v2 feature)
         late_q = Signal(name="mcl_late_q")
         m.d.sync += late_q.eq(self.late)
         for j in range(L):
@@ -189,7 +189,7 @@ class _LamRegister:
     so its next value, ``y - q + dtot``, is one adder of registers (``q`` from ``nq``),
     and this cycle's grants only load ``nq``: no grant reaches the wide add. (``lam`` itself the
     register, chosen by the grants among ``lam + dtot - n``, was a 24.8 FO4 loop at
-    deepseek-v3-8gpu with every v2 feature, 7e466b2, and ``dead``'s next value, the sign
+    deepseek-v3-8gpu with every v2 feature, and ``dead``'s next value, the sign
     of that sum, 25.6.)
 
     Every test of ``lam`` is then ``y`` against a small constant (``q`` and the grants
@@ -198,7 +198,7 @@ class _LamRegister:
     beside ``y`` from its next value's low bits and high-zero flag -- no compare, no carry
     chain in front of a verdict. (With ``y``'s low bits compared behind their fan-out to
     every constant, the compare was six cells of the path into the registered refusals,
-    25.9 FO4 at deepseek-v3-8gpu with every v2 feature, d864ddb.)"""
+    25.9 FO4 at deepseek-v3-8gpu with every v2 feature.)"""
 
     def __init__(self, m, cfg: HubConfig, margin: int, x: int):
         L, self.name = cfg.lanes, f"mcl_lam{x}"
@@ -247,7 +247,7 @@ class _LamRegister:
         (``lag`` chosen among them first), then chosen by the grants. (Chosen by the
         grants and lag as one one-hot, its shift by ``lag`` stood between the grant count
         and the choice: three cells of the path into the registered refusals, 25.6 FO4
-        at deepseek-v3-8gpu with every v2 feature, 6ef1984.)"""
+        at deepseek-v3-8gpu with every v2 feature.)"""
         L1 = len(grants)
         # (y <= q + s for s = g + lag + late: from registers alone)
         le = [self._by_q(m, lambda q, s=s: self.below(q + s + 1), f"le{s}") for s in range(L1 + 2)]

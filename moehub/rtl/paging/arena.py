@@ -15,7 +15,7 @@ MulticastAllocatorAdmitted`) a row admitted while the allocator was not *tight* 
 granted outright, so the pool must then hold pages for every row that may be granted
 before the next look: ``margin`` rows (``ADMISSION_GROUPS x lanes``), at most
 ``ceil(margin / min_tile_rows)`` pages wherever the current page stands, plus the take
-still pending in the pool's count (:class:`~moehub.rtl.paging.PageSupply` follows its takes
+still pending in the pool's count (:class:`~moehub.rtl.paging.regions.PageSupply` follows its takes
 a cycle late). Below that the arena is not ``roomy`` and the allocator is tight: one data
 packet a group, and the one risky row's verdict asks :attr:`fits` -- its row does not
 start a tile, or a page is free now (``avail``, exact).
@@ -43,10 +43,10 @@ from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig
-from .layouts import page_takes
-from .logic import late_count, select
-from .paging import PageSupply, tile_sizes
+from ...spec.config import HubConfig
+from ..layouts import page_takes
+from ..logic import late_count, select
+from .regions import PageSupply, tile_sizes
 
 
 def arena_pages_needed(cfg: HubConfig, margin: int) -> int:
@@ -155,7 +155,7 @@ class PagedArena(wiring.Component):
         # mod tile <= a: lo0's low bits equal to one of a + 1 constants -- decodes of the
         # register, not the add lo0 + g + a and a compare behind it, which was the arena's
         # deepest path, 22.3 FO4 into ``arena_new_page`` at deepseek-v3-8gpu with every v2
-        # feature, d864ddb)
+        # feature)
         starts = [[Signal(name=f"arena_new_page_if{g}_{a}") for a in range(L)] for g in range(L + 1)]
         m.d.comb += [starts[g][a].eq(select([(sh[k], self._lo_in(lo[0], s, g + a, a)) for k, s in enumerate(sizes)], 1))
                      for g in range(L + 1) for a in range(L)]

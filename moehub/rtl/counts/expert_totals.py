@@ -1,4 +1,4 @@
-"""Per-expert counts announced up front (protocol v2, ``count_packets``; issue 14).
+"""Per-expert counts announced up front (protocol v2, ``count_packets``).
 
 A source may send, before or among its rows, a count packet per expert of this GPU: how
 many rows it sends there this layer. Once every source's count for an expert is in, the
@@ -18,7 +18,7 @@ from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig, field_bits
+from ...spec.config import HubConfig, field_bits
 
 
 class ExpertCounts(wiring.Component):

@@ -30,9 +30,9 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig
-from .count_gate import total_bits
-from .logic import select
+from ...spec.config import HubConfig
+from .gate import total_bits
+from ..logic import select
 
 
 class FinalCounts(wiring.Component):

@@ -1,15 +1,15 @@
-"""Paged regions in the hub pipeline (protocol v2, issue 14; ``pool_pages > 0``, unicast).
+"""Paged regions in the hub pipeline (protocol v2; ``pool_pages > 0``, unicast).
 
 Two units, between the packet manager's T stage and the allocator:
 
-* :class:`PageSupply` -- the page pool of :class:`~moehub.rtl.page_pool.PagePool` (returned
+* :class:`PageSupply` -- the page pool of :class:`~moehub.rtl.paging.pool.PagePool` (returned
   pages first, oldest first, then pages never handed out, in order; returns checked
   against ``in_use`` in the same four register stages, reused from it), but able to hand
   out up to ``lanes`` pages in one cycle: the returned pages wait in a ring of registers
   whose first ``lanes`` entries are read at once (the i-th take gets the ring's i-th
   page, or, past the ring's count, the fresh page ``fresh + i - count``). Every candidate
   is formed from registers; the takes of a cycle (a one-hot count) only select the next
-  state. The ring (:mod:`moehub.rtl.page_ring`: registers with a one-hot head for small
+  state. The ring (:mod:`moehub.rtl.paging.ring`: registers with a one-hot head for small
   pools, banked memories read a cycle ahead for large ones) gives its first entries from
   registers and ``fresh - count`` is a register, so a candidate is a compare of the count
   with a constant and one select.
@@ -50,14 +50,14 @@ pages held in prefetch slots would be invisible to software (neither free nor na
 flag). Several experts do start tiles in the same cycle (the start of a layer), so the
 pool serves them all. The cost is the ring's ``2 x lanes`` read ports: ``pool_pages``-way
 selects in registers for a small pool, one read per bank of a banked ring for a large one
-(:mod:`moehub.rtl.page_ring`).
+(:mod:`moehub.rtl.paging.ring`).
 
 With count packets too (``count_packets``), a row the counts refuse (COUNT_MISMATCH, the
 model's verdict before OVERFLOW) takes no page: whether a lane's row starts a tile takes,
 beside its place and its room, whether the counts allow that many grants (the count
 limit's ``allow``, a thermometer from registers, per count of requests ahead). The gate
 tells the count limit the lanes it found no page for (``short``): the lanes behind its
-expert's first one see only the grants ahead of that one (:mod:`moehub.rtl.count_limit`).
+expert's first one see only the grants ahead of that one (:mod:`moehub.rtl.counts.limit`).
 
 A page handed back (``PAGE_FREE``) joins the ring four cycles after its write (the return
 check), the model at the write: software hands pages back between layers (while no row
@@ -72,11 +72,11 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig
-from .layouts import page_takes
-from .logic import count_onehot, exactly, register_copies, select
-from .page_pool import PagePool
-from .page_ring import page_ring
+from ...spec.config import HubConfig
+from ..layouts import page_takes
+from ..logic import count_onehot, exactly, register_copies, select
+from .pool import PagePool
+from .ring import page_ring
 
 
 def _plus(reg, n: int, bit):
@@ -115,7 +115,7 @@ class PageSupply(PagePool):
         How many pages are taken this cycle, a one-hot (bit 0: none); at most the pages
         free.
     ret, ret_page, bad, free
-        As :class:`~moehub.rtl.page_pool.PagePool`'s (PAGE_FREE, PAGE_BAD, POOL_FREE).
+        As :class:`~moehub.rtl.paging.pool.PagePool`'s (PAGE_FREE, PAGE_BAD, POOL_FREE).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -224,7 +224,7 @@ class PageSupply(PagePool):
         next value, ``fbase + n + k - good`` for the ``k`` pages the pending takes took, is
         chosen among sums of ``fbase`` and constants (shared by every n), so no adder stands
         between the register and the takes' pages (``fbase``'s carry chain in front of the
-        page select was 26.4 FO4 into AL's page at deepseek-v3 on two nodes, ca1fe09)."""
+        page select was 26.4 FO4 into AL's page at deepseek-v3 on two nodes)."""
         L, pb = page_takes(self.cfg), self.cfg.page_bits
         sums = {c: Signal(pb, name=f"fresh_sum{c}".replace("-", "m")) for c in range(-1, 3 * L)}
         m.d.comb += [v.eq((fbase + c)[:pb]) for c, v in sums.items()]
@@ -379,9 +379,9 @@ class PageGate(wiring.Component):
         # (a refusing lane had requests ahead, so ``stop_r[e]`` is not zero exactly when a
         # lane refused for e: the OR of stop_r's bits, behind first_r's buffer tree over
         # every expert, then fanned out over the held select, was 23.8 FO4 into the tile
-        # starts at deepseek-v3-8gpu paged, 52f0e0d -- two copies of first_r, each read
+        # starts at deepseek-v3-8gpu paged -- two copies of first_r, each read
         # by half the experts. Not the plain copy, which synthesis merges with first_r and
-        # its other readers (22.7 at 1b2acc1): the inverted one and the one reset to ones,
+        # its other readers (22.7 FO4 measured with it): the inverted one and the one reset to ones,
         # harmless here -- oh_r is 0 after a reset)
         first_c = register_copies(m, Cat(*first), 4, "page_first_short_c")[1:]
         for e in range(E):
@@ -389,8 +389,8 @@ class PageGate(wiring.Component):
             m.d.comb += self.stop_any[e].eq(Cat(fc[j] & oh_r[j][e] for j in range(L)).any())
         # (and a third, the inverted one reset to ones, for the held lanes: first_r's
         # fan-out over every expert's stop_r was a buffer in front of the lanes' needs --
-        # first_r -> held -> the takes -> AL's page 22.3 FO4 at deepseek-v3 on two nodes,
-        # e50d1a1. After a reset it reads ones, harmless: no lane requests then)
+        # first_r -> held -> the takes -> AL's page 22.3 FO4 at deepseek-v3 on two nodes.
+        # After a reset it reads ones, harmless: no lane requests then)
         m.d.comb += first_h.eq(first_c[2])
         # (the pages taken: the first min(N, A) lanes that need one are served, N of them
         # needing, A pages available (``avail``: A > x), so the take is that minimum as a
@@ -410,7 +410,7 @@ class PageGate(wiring.Component):
         # (each expert's current page follows the takes a cycle late, from registers of the
         # lanes' takes: a take's page then drives its later lanes and a register, not every
         # expert's page -- the takes' fan-out over 16 experts x 14 bits, buffers deep, was
-        # 25.8-26.0 FO4 into the experts' pages at deepseek-v3 on two nodes, ca1fe09; this
+        # 25.8-26.0 FO4 into the experts' pages at deepseek-v3 on two nodes; this
         # cycle's lanes see the cycle before's takes through T's registered expert match)
         served_r = Signal(L, name="page_served_r")
         new_r = [Signal(pb, name=f"page_new_r{j}") for j in range(L)]
@@ -435,7 +435,7 @@ class PageGate(wiring.Component):
         only a vetoed row's page differs, and no one reads it (its grant is refused). (With
         ``served`` choosing, in a chain of muxes over the lanes, the path from T's registers
         through the needs, ``fits`` and ``served``'s fan-out into AL's page was 23.0 FO4 at
-        deepseek-v3 on two nodes, 8f93fc4.)"""
+        deepseek-v3 on two nodes.)"""
         K, pb = page_takes(self.cfg), self.cfg.page_bits
         starts = [needs[i] & same[j][i] for i in range(j)] + [needs[j]]       # lanes 0..j
         newest = [starts[i] & ~Cat(*starts[i + 1:]).any() if i < j else starts[j] for i in range(j + 1)]
@@ -450,8 +450,8 @@ class PageGate(wiring.Component):
         ``room_ge``/``tile_at`` (``starts_q``); with count packets, and the counts allow
         ``a + 1`` grants (the allowance chosen by the expert here, from registers). (The
         experts-wide select of the allocator's registers behind T's expert one-hot, then
-        the lane chain, was 22.8 FO4 into AL's page at deepseek-v3-8gpu paged, 8253090;
-        24.2 at two nodes, 90d0f64.)"""
+        the lane chain, was 22.8 FO4 into AL's page at deepseek-v3-8gpu paged;
+        24.2 at two nodes.)"""
         cfg, L, E = self.cfg, self.cfg.lanes, self.cfg.experts
         starts_q = [Signal(L, name=f"page_starts_q{j}") for j in range(L)]
         for j in range(L):

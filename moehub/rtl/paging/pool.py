@@ -1,4 +1,4 @@
-"""The page pool of protocol v2's paged mode (issue 14): which pages are free.
+"""The page pool of protocol v2's paged mode: which pages are free.
 
 In paged mode the receive memory is a pool of ``pool_pages`` pages, one tile of rows each;
 an expert (or, multicast, the one arena) takes a page when its rows reach a new tile, and
@@ -26,7 +26,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig
+from ...spec.config import HubConfig
 
 
 class PagePool(wiring.Component):

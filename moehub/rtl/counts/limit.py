@@ -28,7 +28,7 @@ So ``x`` gets ``min(requests, room, max(n1, lam))`` rows: the counts allow ``n``
 count packet that completes ``x`` is an ``over`` (COUNT_MISMATCH, counted) when the rows
 already held exceed the total: ``min(c, room) > lam`` with ``c`` the requests ahead of it.
 
-With paged regions (:mod:`moehub.rtl.paging`) the page gate may refuse a grant the counts
+With paged regions (:mod:`moehub.rtl.paging.regions`) the page gate may refuse a grant the counts
 allowed (no page for the tile it starts; OVERFLOW) and every later request of its expert
 in the cycle; its first refused lane had ``g`` requests of the expert ahead, all granted.
 The rows then held are not what the requests ahead say, in two cycles:
@@ -49,9 +49,9 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec.config import HubConfig
-from .count_gate import total_bits
-from .logic import select, sum3_flags
+from ...spec.config import HubConfig
+from .gate import total_bits
+from ..logic import select, sum3_flags
 
 
 class CountLimit(wiring.Component):
@@ -211,7 +211,7 @@ class _LamRegister:
     so its next value, ``y + o + dtot``, is one adder of registers (``o`` from ``oq``),
     and this cycle's grants only load ``oq``: no grant reaches the wide add. (``lam`` itself the
     register, chosen by the grants among ``lam + dtot - n``, was 25.5 FO4 at mixtral-8gpu
-    with pages and count packets, 02b7577, ``dtot`` -> ``lam``; and ``lam >= n``'s register
+    with pages and count packets, ``dtot`` -> ``lam``; and ``lam >= n``'s register
     from the signs of those sums 25.1.)
 
     Every compare of ``lam`` with a small constant is ``y`` against one: its sign, whether
