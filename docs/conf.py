@@ -70,11 +70,18 @@ class MoehubCli(Directive):
         os.environ["COLUMNS"] = "92"      # argparse wraps to this width
         from moehub.scripts.cli import build_parser
 
+        def commands(parser, prefix):
+            """``(name, parser)`` of every command under ``parser``, nested ones included."""
+            for action in parser._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    for name, cmd in action.choices.items():
+                        yield f"{prefix} {name}", cmd
+                        yield from commands(cmd, f"{prefix} {name}")
+
         parser = build_parser()
         out = [nodes.literal_block(text=parser.format_help())]
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        for name, cmd in sub.choices.items():
-            out.append(nodes.rubric(text=f"moehub {name}"))
+        for name, cmd in commands(parser, "moehub"):
+            out.append(nodes.rubric(text=name))
             out.append(nodes.literal_block(text=cmd.format_help()))
         return out
 
