@@ -23,7 +23,7 @@ def build(tmp_path, monkeypatch):
     def no_work(*a, **k):
         raise AssertionError("the simulation started although the input is bad")
     monkeypatch.setattr(cosim_cli, "run_experiment", no_work)
-    import moehub.verif.runner as runner
+    import moehub.verif.cocotb_runner as runner
     monkeypatch.setattr(runner, "run_hub_cocotb", no_work)
     return tmp_path
 
@@ -171,7 +171,7 @@ def test_interrupt_is_exit_130_and_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cosim_cli, "run_experiment", interrupted)
     assert main(_cosim(tmp_path)) == 130
     assert capsys.readouterr().err == "moehub: interrupted\n"
-    import moehub.verif.runner as runner
+    import moehub.verif.cocotb_runner as runner
     monkeypatch.setattr(runner, "run_hub_cocotb", interrupted)
     assert main(["demo", "--config", "tiny", "--tokens", "2", "--out", str(tmp_path)]) == 130
     assert capsys.readouterr().err.splitlines()[-1] == "moehub: interrupted"

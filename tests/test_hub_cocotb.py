@@ -1,57 +1,153 @@
-"""pytest wrappers that build the hub's Verilog and run the cocotb regression.
+"""The hub testbench (moehub/verif/tb/) on every hub config: pytest parametrized over the
+configs -- the shipped protocol-v1 configs and the protocol-v2 feature hubs of
+tests/data/ -- each running the cocotb tests its features collect (moehub.verif.tb.registry).
 
-The fast set runs every cocotb test of verif/tb_hub.py once on tiny, on Verilator (on Icarus,
-the reference, where Verilator is missing); the slow set (``-m slow``) runs every config on
-both simulators and repeats the constrained-random tests over many seeds.
+Fast set: every test of the protocol-v1 rules once on tiny, on Verilator (on Icarus, the
+reference, where Verilator is missing); on each feature hub, on Icarus, the directed tests
+written for its feature set (the quick netlist: short tests, whose generation it saves
+more than its simulation costs) -- but the three features together, slow set only. Slow
+set: every config on both simulators, the constrained-random tests over many seeds, the
+coverage runs, and the page ring's other shapes.
 """
 import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from conftest import needs, on
-from moehub.spec.config import HUB_CONFIGS
+from moehub.spec.config import HUB_CONFIGS, load_hub_config
 from moehub.verif import sim
+from moehub.verif.tb.context import features_of, feature_label
+from moehub.verif.tb import registry
+
+DATA = Path(__file__).parent / "data"
+
+#: the protocol-v2 feature hubs: tiny with each combination of the features
+FEATURE_HUBS = ("tiny-counts", "tiny-paged", "tiny-multicast", "tiny-paged-counts",
+                "tiny-multicast-counts", "tiny-multicast-paged", "tiny-multicast-paged-counts")
+
+
+def config_path(config: str) -> str:
+    """A shipped config's name as is; a feature hub's tests/data file."""
+    return str(DATA / f"{config}.yaml") if (DATA / f"{config}.yaml").exists() else config
+
+
+def features(config: str) -> frozenset:
+    return features_of(load_hub_config(config_path(config)))
 
 
 def _run(config, testcases=None, **kw):
-    from moehub.verif.runner import run_hub_cocotb
-    res = run_hub_cocotb(config, testcases, **kw)
+    from moehub.verif.cocotb_runner import run_hub_cocotb
+    res = run_hub_cocotb(config_path(config), testcases, **kw)
     assert res["failed"] == 0, f"{config}: failing cocotb tests {res['failures']} (log next to {res['results']})"
     assert res["passed"] > 0, f"{config}: no cocotb test ran"
+    if testcases is not None:
+        assert res["passed"] == len(testcases), f"{config}: expected {len(testcases)} tests, {res['passed']} passed"
     return res
 
 
-#: The fast set runs every test of the regression once on tiny: on Verilator, or on Icarus
-#: (the reference) where Verilator is missing; the default config's RTL runs in the fast set
-#: through the co-simulation's traffic (tests/test_cosim_rtl.py). The slow set adds tiny on
-#: Icarus (92 s of the fast set's 6 minutes on two cores, whose tests the Verilator run
-#: repeats; it stays in the mutation kill suite, ``kill``) and every other config on both
-#: simulators (the default config's regression: a ~45 s Verilator build and ~40 s of
-#: tests, about 4 minutes on Icarus).
+# ---------------------------------------------------------------------------- every test once
+#: The fast set runs tiny on Verilator, or on Icarus where Verilator is missing; the default
+#: config's RTL runs in the fast set through the co-simulation's traffic
+#: (tests/test_cosim_rtl.py). The slow set adds tiny on Icarus (which stays in the
+#: mutation kill suite, ``kill``), every other config on both simulators (the default
+#: config's regression: a ~45 s Verilator build and ~40 s of tests, about 4 minutes on
+#: Icarus), and the count-packet hub on Icarus: the protocol-v1 rules on a hub with the
+#: feature (no count packet sent: it behaves as one without) and its own tests, random
+#: ones included.
 FAST_RUNS = {("verilator" if sim.missing("verilator") is None else "icarus", "tiny")}
 REGRESSION_RUNS = [on(s, c, slow=(s, c) not in FAST_RUNS, kill=(s, c) == ("icarus", "tiny"))
-                   for s in ("icarus", "verilator") for c in HUB_CONFIGS]
+                   for s in ("icarus", "verilator") for c in HUB_CONFIGS] + [on("icarus", "tiny-counts", slow=True)]
 
 
 @pytest.mark.parametrize("sim, config", REGRESSION_RUNS)
 def test_hub_regression(sim, config):
-    """Every directed, random (one seed) and performance test on one config."""
+    """Every test that applies to the config's features (directed, random at one seed,
+    performance), once: the testbench collects them itself, and they are the registry's."""
     res = _run(config, seed=1, sim=sim)
     assert res["sim"] == sim
-    from moehub.verif.tb_hub_names import TEST_NAMES
-    assert res["passed"] == len(TEST_NAMES), f"expected {len(TEST_NAMES)} tests, {res['passed']} passed"
+    names = registry.test_names(features(config))
+    assert res["passed"] == len(names), f"expected {len(names)} tests, {res['passed']} passed"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sim, config", [on(s, c) for s in ("icarus", "verilator")
-                                         for c in HUB_CONFIGS])
-@pytest.mark.parametrize("base_seed", [11, 23, 37])
-def test_hub_random_many_seeds(sim, config, base_seed):
-    """Constrained-random tests over 10 consecutive seeds each (print the seed on failure)."""
-    _run(config, ["test_random_clean", "test_random_with_errors"], seed=base_seed, seeds=10,
-         tag=f"slow{base_seed}", sim=sim)
+# ---------------------------------------------------------------------------- the features
+@dataclass(frozen=True)
+class Directed:
+    """The directed tests of a feature hub (``tests``: all of its own, or these)."""
+    config: str
+    tests: Optional[tuple] = None
+    quick: bool = True
+    slow: bool = False
+
+    def names(self) -> list:
+        return list(self.tests) if self.tests else registry.test_names(features(self.config), random=False, own=True)
+
+    def param(self):
+        return pytest.param(self, marks=[needs("icarus")] + ([pytest.mark.slow] if self.slow else []),
+                            id=self.config + ("" if self.tests is None else "-some"))
 
 
+DIRECTED = [Directed(c, slow=c == "tiny-multicast-paged-counts") for c in FEATURE_HUBS] + [
+    # the page ring in banked memories (rtl/paging/ring.py), read a cycle ahead, on a pool
+    # of 36 pages: the paged tests that take any pool (the others script a 6-page pool's
+    # exhaustion)
+    Directed("tiny-paged-banked", ("test_pages_taken_at_tile_boundaries", "test_page_free_and_reuse"),
+             quick=False, slow=True)]
+
+
+@pytest.mark.parametrize("run", [d.param() for d in DIRECTED])
+def test_hub_directed(run):
+    """The directed tests written for the hub's feature set (its random ones: below)."""
+    names = run.names()
+    assert names, f"{run.config}: no directed test for {feature_label(features(run.config))}"
+    _run(run.config, names, sim="icarus", quick=run.quick, tag=f"directed{'-quick' * run.quick}")
+
+
+# ---------------------------------------------------------------------------- many seeds
+@dataclass(frozen=True)
+class Seeds:
+    """The constrained-random tests of ``config`` (``tests``, or all of those written for its
+    feature set), from ``base_seed`` over ``seeds`` consecutive seeds each, on ``sim``."""
+    sim: str
+    config: str
+    base_seed: int
+    seeds: int
+    tests: Optional[tuple] = None
+
+    def names(self) -> list:
+        return list(self.tests) if self.tests else registry.test_names(features(self.config), random=True, own=True)
+
+    def param(self):
+        return pytest.param(self, marks=[needs(self.sim), pytest.mark.slow],
+                            id=f"{self.base_seed}-{self.sim}-{self.config}")
+
+
+#: the protocol-v1 rules' two seeded random tests (the knob test's many layers are the
+#: coverage runs below)
+V1_RANDOM = ("test_random_clean", "test_random_with_errors")
+RANDOM_RUNS = [Seeds(s, c, b, 10, V1_RANDOM) for b in (11, 23, 37) for s in ("icarus", "verilator")
+               for c in HUB_CONFIGS]
+RANDOM_RUNS += [Seeds("icarus", c, b, 20) for c in FEATURE_HUBS for b in (11, 23)]
+RANDOM_RUNS += [Seeds("icarus", "tiny-paged-banked", 5, 5),
+                # one expert whose tiles are at least as long as the lanes: at most one page
+                # is taken a cycle, so the page supply serves one take and reads a 2-entry
+                # window (rtl/layouts.py ``page_takes``; the fast set checks it in its unit
+                # test, tests/test_rtl_v2_units.py)
+                Seeds("icarus", "tiny-paged-one-expert", 31, 10)]
+
+
+@pytest.mark.parametrize("run", [r.param() for r in RANDOM_RUNS])
+def test_hub_random_many_seeds(run):
+    """The random tests over many consecutive seeds each (the failing seed is in the
+    assertion message and in the log)."""
+    names = run.names()
+    assert names, f"{run.config}: no random test"
+    _run(run.config, names, seed=run.base_seed, seeds=run.seeds, tag=f"slow{run.base_seed}", sim=run.sim)
+
+
+# ---------------------------------------------------------------------------- coverage
 #: The coverage run of each config (slow set): every cocotb test once (the two seeded random
 #: tests have their many-seeds run above), the knob test over ``seeds`` layers of about
 #: ``packets`` packets, every tile size, and -- where ``full_region`` -- one expert's whole
@@ -80,15 +176,51 @@ def test_hub_coverage(config):
     queue and watchdog bins read hub-internal signals a ports-only Verilator build hides."""
     from moehub.paths import build_root
     from moehub.verif import coverage
-    from moehub.verif.tb_hub_names import TEST_NAMES
     run = COVERAGE_RUNS[config]
     folder = build_root() / "sim" / f"{config}-cov"
     shutil.rmtree(folder / "coverage", ignore_errors=True)
-    tests = [t for t in TEST_NAMES if t not in ("test_random_clean", "test_random_with_errors")]
-    env = {"MOEHUB_KNOB_PACKETS": str(run["packets"]), "MOEHUB_TILE_SIZES": "all",
-           "MOEHUB_FULL_REGION": "1" if run["full_region"] else "0"}
-    _run(config, tests, seed=3, seeds=run["seeds"], tag="cov", extra_env=env, sim="icarus")
+    tests = [t for t in registry.test_names(features(config)) if t not in V1_RANDOM]
+    settings = dict(knob_packets=run["packets"], tile_sizes="all", full_region=run["full_region"])
+    _run(config, tests, seed=3, seeds=run["seeds"], tag="cov", settings=settings, sim="icarus")
     s = coverage.report([folder], build_root() / "coverage", [config])[config]
     assert s["percent"] >= COVERAGE_GOAL, \
         f"{config}: coverage {s['hit']}/{s['bins']} = {s['percent']} % < {COVERAGE_GOAL} % " \
         f"(missed: {[(g, d['missed']) for g, d in s['groups'].items() if d['missed']]})"
+
+
+# ---------------------------------------------------------------------------- the registry
+def test_tests_are_collected_by_features():
+    """Each feature hub collects exactly the suites written for its features (and the
+    protocol-v1 rules where they apply: on tiny and on the count-packet hub), so a test of
+    another feature set is never collected there; every test runs on some config here."""
+    from moehub.verif.tb.context import COUNTS, MULTICAST, PAGED
+    want = {"tiny": {"RuleTests"}, "tiny-counts": {"RuleTests", "CountTests"},
+            "tiny-paged": {"PagedTests"}, "tiny-multicast": {"MulticastTests"},
+            "tiny-paged-counts": {"PagedCountTests"}, "tiny-multicast-counts": {"MulticastCountTests"},
+            "tiny-multicast-paged": {"MulticastPagedTests"},
+            "tiny-multicast-paged-counts": {"MulticastPagedCountTests"}}
+    for config, suites in want.items():
+        got = {s.__name__ for s in registry.applicable(features(config))}
+        assert got == suites, f"{config}: suites {got}, expected {suites}"
+    on_unicast = set(registry.test_names({COUNTS, PAGED}))
+    assert "test_random_multicast" not in on_unicast and "test_random_paged_counts" in on_unicast
+    assert "test_single_row" not in registry.test_names({MULTICAST})
+    ran = {t for p in REGRESSION_RUNS for t in registry.test_names(features(p.values[1]))}
+    ran |= {t for d in DIRECTED for t in d.names()} | {t for r in RANDOM_RUNS for t in r.names()}
+    assert ran == set(registry.all_tests()), f"never run: {set(registry.all_tests()) - ran}"
+
+
+def test_context_crosses_to_the_simulator_and_rejects_bad_settings():
+    """The run's context survives the environment variable; bad values and unknown keys
+    are errors naming them."""
+    from moehub.verif.tb.context import TbContext
+    ctx = TbContext(config_path("tiny-paged"), seed=7, seeds=3, knob_packets=50, tile_sizes="all")
+    back = TbContext.from_env(ctx.to_env())
+    assert back == ctx and back.cfg.paged and back.features == features("tiny-paged")
+    for bad in (dict(seeds=0), dict(tile_sizes="some"), dict(timeout_scale=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ctx.with_(**bad)
+    with pytest.raises(ValueError, match="knob_packet"):
+        ctx.with_(knob_packet=5)
+    with pytest.raises(RuntimeError, match="MOEHUB_TB"):
+        TbContext.from_env({})

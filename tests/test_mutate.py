@@ -125,9 +125,9 @@ def test_testbench_shares_no_rtl_file():
 
 
 def test_testbench_files_follow_imports_into_rtl(tmp_path):
-    for d in ("verif", "spec", "rtl"):
-        (tmp_path / d).mkdir()
-    (tmp_path / "verif" / "hubtb.py").write_text("from ..rtl.layouts import X\nfrom ..spec import model\n")
+    for d in ("verif/tb", "spec", "rtl"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "verif" / "tb" / "env.py").write_text("from ...rtl.layouts import X\nfrom ...spec import model\n")
     (tmp_path / "spec" / "model.py").write_text("from .config import C\n")
     (tmp_path / "spec" / "config.py").write_text("")
     (tmp_path / "rtl" / "layouts.py").write_text("from .formats import Y\nfrom . import logic\n")

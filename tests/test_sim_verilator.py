@@ -43,7 +43,7 @@ def test_player_on_verilator_equals_icarus():
 def test_waveforms_on_verilator():
     """--waves on Verilator: a VCD from the player and from a cocotb test (the wheel's FST
     writer would need the lz4 headers)."""
-    from moehub.verif.runner import run_hub_cocotb
+    from moehub.verif.cocotb_runner import run_hub_cocotb
     cfg = load_hub_config("tiny")
     res = run_player(cfg, demand_schedule(cfg, 5, seed=3), waves=True, sim="verilator",
                      tag="waves-verilator")

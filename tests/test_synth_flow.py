@@ -147,7 +147,7 @@ def test_gate_level_smoke(tiny_full_report):
     """cocotb tests of the hub on the synthesized OSU018 netlist (cell models, SRAM macro
     model): synthesis preserved behaviour, checked by the same scoreboard as the RTL.
     (Slow set: 23 s on Icarus; the fast set compiles the netlist, test above.)"""
-    from moehub.verif.runner import run_hub_cocotb
+    from moehub.verif.cocotb_runner import run_hub_cocotb
     cfg, out, rep = tiny_full_report
     gl = rep["asic"]["gate_level_sim"]
     files = [out / gl["netlist"], out / gl["sram_models"], gl["cell_models"]]

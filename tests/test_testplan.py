@@ -5,19 +5,16 @@ from pathlib import Path
 
 import yaml
 
-from moehub.verif.tb_hub_names import TEST_NAMES, cocotb_tests
+from moehub.verif.tb.registry import all_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "moehub" / "verif" / "testplan.yaml"
-#: cocotb testbenches besides tb_hub (named ``cocotb:<module>.<test>`` in the testplan)
-OTHER_TBS = ("tb_hub_counts", "tb_hub_paged", "tb_hub_paged_counts", "tb_hub_multicast", "tb_hub_multicast_paged",
-             "tb_hub_multicast_counts", "tb_hub_multicast_paged_counts")
 
 
 def _cocotb_names() -> set:
-    """Every cocotb test the testplan must plan: tb_hub's by name, the others' qualified."""
-    return set(TEST_NAMES) | {f"{tb}.{n}" for tb in OTHER_TBS
-                              for n in cocotb_tests(ROOT / "moehub" / "verif" / f"{tb}.py")}
+    """Every cocotb test the testplan must plan: every test of every suite of the hub
+    testbench, by name (names are unique across the suites)."""
+    return set(all_tests())
 
 
 def _pytest_names(path: Path) -> set:

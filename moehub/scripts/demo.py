@@ -69,7 +69,7 @@ def run_demo(config: str, seed: int = DEMO_SEED, tokens: int = DEMO_TOKENS,
 def _simulate(cfg: HubConfig, config: str, seed: int, tokens: int, waves: bool, tmp, sim):
     """The cocotb run, writing its summary into ``tmp``; with ``waves`` its waveform is
     moved there too. Returns the waveform's name in ``tmp`` (or None)."""
-    from ..verif.runner import run_hub_cocotb
+    from ..verif.cocotb_runner import run_hub_cocotb
     summary = tmp / "summary.json"
     res = run_hub_cocotb(config, ["demo_layer"], module="tb_demo", seed=seed, waves=waves,
                          tag="demo", extra_env={"MOEHUB_TOKENS": str(tokens),

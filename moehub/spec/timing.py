@@ -8,7 +8,7 @@ them, and the configuration schema sizes the queues from them. They live here so
 none of those users has to import Amaranth (or elaborate the hub) to read an integer.
 
 They are the RTL's contract, not estimates: the RTL tests assert each latency in cycles
-(``test_latency`` and ``test_throughput_same_expert`` in :mod:`moehub.verif.tb_hub`, run
+(``test_latency`` and ``test_throughput_same_expert`` in :mod:`moehub.verif.tb.suite_rules`, run
 by tests/test_hub_cocotb.py), and the RTL builds its pipeline, FIFOs and group ids from
 the sizes below. Change the RTL and these numbers together.
 

@@ -5,7 +5,7 @@ Why: a regression that passes says nothing about what it exercised. Each group b
 boundary or an interaction the hub's rules depend on (README "The hub", "Bad input"); a bin
 that no test hits is a rule that no test checked at that boundary.
 
-How it is collected. :class:`Collector` is attached to every :class:`~moehub.verif.hubtb.HubTB`
+How it is collected. :class:`Collector` is attached to every :class:`~moehub.verif.tb.env.HubTB`
 (``MOEHUB_COVERAGE=0`` turns it off). Two parts:
 
 * a *cycle monitor* (:meth:`Collector.cycle`, called by the testbench's per-cycle loop):

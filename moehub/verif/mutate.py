@@ -57,7 +57,8 @@ unmutated build; identical Verilog would simulate identically.) Then:
    Amaranth-simulator unit tests and everything else of the fast set that reads rtl/
    without a simulator (units, the Verilog stamp, register model vs the CSR bank, formats/CSR map, timing
    constants, the C header, the README tables of the testplan), then the cocotb
-   regression on tiny (Icarus, every test of ``tb_hub``, stopped at its first failing
+   regression on tiny (Icarus, every test of the hub testbench that applies to tiny,
+   ``verif/tb/``: the protocol-v1 rules, stopped at its first failing
    test by ``COCOTB_MAX_FAILURES=1``, each test's limit of simulated time cut to 5 %
    by ``MOEHUB_TIMEOUT_SCALE=0.05`` so that a hung hub fails in 100k cycles, still 30x
    the longest test), the formal smoke jobs, and the RTL-in-the-loop
@@ -513,8 +514,9 @@ def testbench_files(root: Path = REPO) -> set:
     what they import from rtl/): a mutant there changes the scoreboard too. The hub's
     contract (formats, registers, timing, the model) lives in spec/, which imports no
     rtl/, so this is normally empty: a mutant of the hardware cannot move the checker."""
-    start = [root / "verif" / v for v in ("hubtb.py", "tb_hub.py", "traffic.py", "coverage.py",
-                                           "knobs.py")] + sorted((root / "spec").glob("*.py"))
+    start = sorted((root / "verif" / "tb").glob("*.py")) + \
+        [root / "verif" / v for v in ("traffic.py", "count_traffic.py", "coverage.py", "knobs.py")] + \
+        sorted((root / "spec").glob("*.py"))
     todo, seen = [p for p in start if p.exists()], set()
     while todo:
         path = todo.pop()

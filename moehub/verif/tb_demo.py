@@ -4,7 +4,7 @@ Routes ``MOEHUB_TOKENS`` tokens per source GPU top-k over all experts, sends the
 land on GPU 0 through the hub's Verilog, checks everything against the reference model,
 and writes a summary JSON (``MOEHUB_SUMMARY``) that scripts/demo.py prints. Progress for
 ``moehub demo``: ``<cycle> <packets accepted> <packets>`` lines appended to
-``MOEHUB_PROGRESS`` (followed by verif/runner.py; the simulator's stdout goes to a log).
+``MOEHUB_PROGRESS`` (followed by verif/cocotb_runner.py; the simulator's stdout goes to a log).
 """
 import json
 import os
@@ -15,7 +15,7 @@ from cocotb.triggers import ClockCycles
 
 from moehub.spec.config import load_hub_config
 from moehub.spec.formats import CtlKind, Reason
-from moehub.verif.hubtb import HubTB
+from moehub.verif.tb.env import HubTB
 from moehub.verif.traffic import LaneFeeder, moe_routing, routed_rows
 
 CFG = load_hub_config(os.environ.get("MOEHUB_CONFIG", "mixtral-8gpu"))

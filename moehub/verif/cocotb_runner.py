@@ -1,14 +1,18 @@
-"""Build and run the hub's cocotb testbenches on Icarus or Verilator (one helper around
-the runner).
+"""Build and run cocotb testbenches of the hub on Icarus or Verilator (one helper around
+cocotb's runner; not the design-space explorer's runner, :mod:`moehub.explore.runner`).
 
 ``cocotb_tools.runner`` is still marked experimental, so every use goes through
 :func:`run_hub_cocotb` (and :mod:`moehub.verif.sim`). The Verilog is generated for the hub
 config (or given, e.g. a gate-level netlist) and built once per content (cached under
-``sim/builds/``); each (config, tag) runs in ``sim/<config>-<tag>[-verilator]/`` in the
-build folder (``$MOEHUB_BUILD`` or ``./build``: :mod:`moehub.paths`). The cocotb module
-(a testbench of ``moehub.verif`` such as ``tb_hub``, or a dotted module name) is imported
-from the installed package and reads its configuration from the environment
-(``MOEHUB_CONFIG``, ``MOEHUB_SEED``, ``MOEHUB_SEEDS``).
+``sim/builds/``: runs of the same netlist -- other tests, other seeds -- share the build);
+each (config, tag) runs in ``sim/<config>-<tag>[-verilator]/`` in the build folder
+(``$MOEHUB_BUILD`` or ``./build``: :mod:`moehub.paths`). The cocotb module -- by default
+the hub testbench, :mod:`moehub.verif.tb.hub`, which collects the tests that apply to the
+hub's features; ``tb_demo`` and other modules of ``moehub.verif``, or any dotted module
+name -- is imported from the installed package. The hub testbench reads its run from one
+:class:`~moehub.verif.tb.context.TbContext` (config, seeds, ``settings``, and the
+``MOEHUB_TIMEOUT_SCALE`` of this process's environment, which the mutation tool sets);
+other modules read ``MOEHUB_CONFIG`` and ``MOEHUB_SEED``.
 
 Progress (:mod:`moehub.progress`): the build and the simulation are stages; a testbench
 may append ``<cycle> <done> <total>`` lines to the file named by ``MOEHUB_PROGRESS``
@@ -18,6 +22,7 @@ kills the simulator before the KeyboardInterrupt reaches the caller.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -27,16 +32,23 @@ from ..paths import ENV, build_root
 from ..rtl.gen import QUICK_PASSES, SIM_PASSES, TOP, convert
 from . import sim as simulators
 from .sim import parse_results  # noqa: F401  (part of this module's API)
+from .tb.context import TbContext
+
+#: the hub testbench's cocotb module
+HUB_TB = "moehub.verif.tb.hub"
 
 
 def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
-                   module: str = "tb_hub", verilog: Optional[Sequence[Path]] = None,
+                   module: str = HUB_TB, verilog: Optional[Sequence[Path]] = None,
                    tag: str = "rtl", seed: int = 1, seeds: int = 1,
                    extra_env: Optional[dict] = None, waves: bool = False,
                    build_args: Sequence[str] = (), label: Optional[str] = None,
-                   sim: Optional[str] = None, quick: bool = False) -> dict:
-    """Run cocotb tests of ``module`` against the hub of ``config``; ``label`` names the
-    run in progress lines. ``sim``: "icarus" or "verilator" (default ``$MOEHUB_SIM``, else
+                   sim: Optional[str] = None, quick: bool = False,
+                   settings: Optional[dict] = None) -> dict:
+    """Run cocotb tests of ``module`` (all of them when ``testcases`` is None) against the
+    hub of ``config``; ``label`` names the run in progress lines. ``settings``: the hub
+    testbench's run settings (:class:`~moehub.verif.tb.context.TbContext` fields, e.g.
+    ``knob_packets``). ``sim``: "icarus" or "verilator" (default ``$MOEHUB_SIM``, else
     Icarus, the reference: :func:`moehub.verif.sim.choose`). ``quick``: the quick netlist
     (:data:`moehub.rtl.gen.QUICK_PASSES`: generated faster, simulated slower; for short
     directed tests).
@@ -46,9 +58,15 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     """
     sim = simulators.choose(sim, prefer="icarus")
     cfg = load_hub_config(config)
+    # (a config given as a file -- e.g. tiny with a v2 feature -- reaches the testbench as
+    # that file: its name alone would load the shipped config of that name)
+    given = str(Path(config).resolve()) if Path(config).suffix in (".yaml", ".yml") else cfg.name
+    ctx = TbContext(given, seed=seed, seeds=seeds,
+                    timeout_scale=float(os.environ.get("MOEHUB_TIMEOUT_SCALE", "1")),
+                    **(settings or {}))
     root = build_root()
     run_dir = root / "sim" / (f"{cfg.name}-{tag}" + ("" if sim == "icarus" else f"-{sim}"))
-    label = label or f"cocotb {module} [{cfg.name}]"
+    label = label or f"cocotb {module.rsplit('.', 1)[-1]} [{cfg.name}]"
     with progress.stage(f"{label}: build (Amaranth -> Verilog, {simulators.NAMES[sim]})",
                         heartbeat=True):
         if verilog is None:
@@ -59,17 +77,15 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     # (the runner passes this Python's sys.path on as PYTHONPATH); the simulation runs in
     # run_dir, so the build folder is handed on as an absolute path.
     run_dir.mkdir(parents=True, exist_ok=True)
-    prog = run_dir / f"progress-{module}.txt"
+    short = module.rsplit(".", 1)[-1]
+    prog = run_dir / f"progress-{short}.txt"
     prog.unlink(missing_ok=True)
-    # (a config given as a file -- e.g. tiny with a v2 feature -- reaches the testbench as
-    # that file: its name alone would load the shipped config of that name)
-    given = str(Path(config).resolve()) if Path(config).suffix in (".yaml", ".yml") else cfg.name
     env = {"MOEHUB_CONFIG": given, "MOEHUB_SEED": str(seed), "MOEHUB_SEEDS": str(seeds),
-           ENV: str(root), "MOEHUB_PROGRESS": str(prog), simulators.ENV_SIM: sim}
+           ENV: str(root), "MOEHUB_PROGRESS": str(prog), simulators.ENV_SIM: sim, **ctx.to_env()}
     env.update(extra_env or {})
-    results = run_dir / f"results-{module}-{'-'.join(testcases or ['all'])[:80]}.xml"
+    results = run_dir / f"results-{short}-{'-'.join(testcases or ['all'])[:80]}.xml"
     results.unlink(missing_ok=True)
-    log = run_dir / f"sim-{module}.log"
+    log = run_dir / f"sim-{short}.log"
     progress.debug(f"{label}: simulation log {log}")
     with progress.stage(f"{label}: simulate", unit="packets", heartbeat=True) as st, \
             progress.Follower(prog, lambda lines: _show(st, lines)):
@@ -91,5 +107,5 @@ def _show(stage, lines: list) -> None:
 
 
 def _qualified(module: str) -> str:
-    """``tb_hub`` -> ``moehub.verif.tb_hub``: the testbenches are modules of the package."""
+    """``tb_demo`` -> ``moehub.verif.tb_demo``: a bare name is a module of this package."""
     return module if "." in module else f"{__package__}.{module}"
