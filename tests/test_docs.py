@@ -4,11 +4,13 @@ A broken cross-reference, a heading that skips a level, a malformed docstring in
 reference or a guide left out of the table of contents is a warning, and ``-W`` turns it
 into a failure here, as in ``make docs``. The test builds into a temporary folder with
 Sphinx's ``dummy`` builder (every page read and every reference resolved, no HTML
-written), so it costs the reading of the sources, not the theme. Skipped where the
-``docs`` extra is not installed.
+written), so it costs the reading of the sources, not the theme; the build tests are
+skipped where the ``docs`` extra is not installed. The other tests check what a build does
+not: every guide listed, every results region closed, no commit or issue named.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -18,29 +20,34 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
-sphinx_cmd = pytest.importorskip("sphinx.cmd.build", reason="the docs extra is not installed")
-pytest.importorskip("myst_parser", reason="the docs extra is not installed")
-pytest.importorskip("furo", reason="the docs extra is not installed")
-
+#: the build tests need the docs extra (make venv installs it); the other checks do not
+needs_sphinx = pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("sphinx", "myst_parser", "furo")),
+    reason="the docs extra is not installed (pip install -e '.[docs]')")
 # Sphinx 9 announces its next API changes to extensions (MyST) on every reference
-pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning",
-                                        "ignore::DeprecationWarning")
+quiet = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning", "ignore::DeprecationWarning")
 
 
 def build(src: Path, out: Path) -> tuple[int, str]:
     """Run sphinx-build -W on ``src``; its exit status and the warnings it wrote."""
+    from sphinx.cmd import build as sphinx_cmd
+
     log = out / "warnings.txt"
     rc = sphinx_cmd.build_main(["-W", "--keep-going", "-q", "-E", "-b", "dummy",
                                 "-w", str(log), "-d", str(out / "doctrees"), str(src), str(out / "dummy")])
     return rc, log.read_text() if log.exists() else ""
 
 
+@needs_sphinx
+@quiet
 def test_docs_build_without_warnings(tmp_path):
     rc, warnings = build(DOCS, tmp_path)
     assert rc == 0 and not warnings.strip(), f"sphinx-build -W failed:\n{warnings}"
 
 
 @pytest.mark.slow
+@needs_sphinx
+@quiet
 def test_a_broken_reference_fails_the_build(tmp_path):
     """The check itself: a guide linking to a section that does not exist fails it."""
     src = tmp_path / "docs"
@@ -71,3 +78,26 @@ def test_results_tables_are_in_marked_regions():
         closed = text.count("<!-- /moehub-table -->")
         assert len(opened) == closed, f"{path.name}: {len(opened)} regions opened, {closed} closed"
         assert len(opened) == len(set(opened)), f"{path.name}: a region name repeated: {opened}"
+
+
+#: a commit name (7 to 40 hex digits, with a letter and a digit) or an issue number
+HISTORY = re.compile(r"(?<![\w/.#-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w-])"
+                     r"|\b[Ii]ssues? #?\d+")
+
+
+def history_references(text: str) -> list:
+    return [m.group(0) for m in HISTORY.finditer(text)]
+
+
+def test_the_docs_name_no_commit_and_no_issue():
+    """The guides describe the design as it is; its history is in the commit messages."""
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS.glob("*.md"),
+             *(ROOT / "moehub").rglob("README.md")]
+    found = {p.relative_to(ROOT).as_posix(): refs for p in pages
+             if (refs := history_references(p.read_text()))}
+    assert not found, f"commit or issue references: {found}"
+
+
+def test_the_history_pattern():
+    assert history_references("proven equal to 8a31299 (issue 14)") == ["8a31299", "issue 14"]
+    assert history_references("1,000,000 rows, 0.0053 mm², page 1024, deadbeef") == []
