@@ -247,6 +247,15 @@ def test_calibration_summary_says_which_misses_were_expected(records):
     assert "launch-h100" not in md
 
 
+def test_a_long_note_is_cut_to_its_first_clause_in_summaries():
+    assert report._short("short note") == "short note"
+    assert report._short("the first clause; the second") == "the first clause …"
+    assert report._short("One sentence. Another one.") == "One sentence …"
+    cut = report._short("word " * 100, limit=40)
+    assert cut.endswith(" …") and len(cut) <= 42
+    assert report._short("a | b") == "a \\| b" and report._short("") == "–"
+
+
 def test_a_table_without_records_says_how_to_make_them(tmp_path):
     with pytest.raises(report.ReportError, match="moehub report --collect synth"):
         report.render("hub-verdicts", tmp_path, CUR)

@@ -345,7 +345,9 @@ def read_validation_csv(path: Path) -> list:
 def rerun(command: str, out: Path, about: str) -> dict:
     """Run ``moehub COMMAND --out OUT`` as a child process; return its run record (command,
     commit, start date, load at the start, wall and CPU seconds)."""
-    argv = ["moehub", command, "--out", str(out)]
+    out = Path(out).absolute()
+    shown = os.path.relpath(out) if out.is_relative_to(Path.cwd()) else str(out)
+    argv = ["moehub", command, "--out", shown]
     start, load0, t0, kids0 = time.time(), load(), time.monotonic(), os.times()
     with progress.stage(f"report: moehub {command} ({about})", heartbeat=True):
         proc = subprocess.run([sys.executable, "-m", "moehub.scripts.cli", *argv[1:]],
@@ -470,6 +472,16 @@ def older(rec: dict, section: str, current: str) -> bool:
 def _cell(text) -> str:
     """Free text as one Markdown table cell (pipes escaped, one line)."""
     return " ".join(str(text).split()).replace("|", "\\|") if text else "–"
+
+
+def _short(text, limit: int = 160) -> str:
+    """The first clause of a free-text note (to ``;`` or a sentence's end), cut at a word
+    before ``limit`` characters with an ellipsis; the whole note stays in the record."""
+    text = " ".join(str(text or "").split())
+    first = re.split(r"; |\. (?=[A-Z])", text, maxsplit=1)[0]
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0] + " …"
+    return _cell(first + (" …" if len(first) < len(text) and not first.endswith("…") else ""))
 
 
 def _g(d, *keys):
@@ -619,7 +631,7 @@ def render_validation_summary(recs: list, current: str) -> str:
         out += ["", "| missed case | system | metric | model / published | tolerance | what the model lacks |",
                 "|---|---|---|---:|---:|---|"]
         out += [f"| `{r['id']}` | {r['system']} | {r['metric']} | {r['ratio']:.2f} | "
-                f"±{r['tolerance']:g} | {_cell(r['gap'])} |" for r in miss]
+                f"±{r['tolerance']:g} | {_short(r['gap'])} |" for r in miss]
     return "\n".join(out) + "\n\n" + caption(recs) + "\n"
 
 
@@ -650,7 +662,7 @@ def render_calibration_summary(recs: list, current: str) -> str:
                 "|---|---|---|---:|---:|---|---|"]
         out += [f"| `{r['id']}` | {r['component']} | {_cell(r['hardware'])} | {r['ratio']:.2f} | "
                 f"±{r['tolerance']:g} | {'yes' if r['expected_miss'] else '**no**'} | "
-                f"{_cell(r['reason'])} |" for r in miss]
+                f"{_short(r['reason'])} |" for r in miss]
     return "\n".join(out) + "\n\n" + caption(recs) + "\n"
 
 
