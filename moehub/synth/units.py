@@ -1,6 +1,6 @@
 """``moehub synth-unit``: one RTL unit synthesised on its own, with the hub's ASIC flow.
 
-Protocol v2's units (issue 14: the page pool, the per-expert counts, the multicast target
+Protocol v2's units (the page pool, the per-expert counts, the multicast target
 decode and allocator) exist, verified
 against the reference model, before they join the hub's pipeline; their area and deepest
 path are measured here with exactly the hub's flow (Yosys + ABC on OSU 0.18 µm, OpenSTA,

@@ -2,7 +2,7 @@
 monitors, one JSON file per test, merged into a report per config.
 
 Why: a regression that passes says nothing about what it exercised. Each group below is a
-boundary or an interaction the hub's rules depend on (README "The hub", "Bad input"); a bin
+boundary or an interaction the hub's rules depend on (docs/hub.md: the blocks, bad input); a bin
 that no test hits is a rule that no test checked at that boundary.
 
 How it is collected. :class:`Collector` is attached to every :class:`~moehub.verif.tb.env.HubTB`
