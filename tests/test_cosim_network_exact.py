@@ -1,9 +1,10 @@
 """The fluid network's engines (cosim/network.py: ``compiled``, the default, and
 ``reference``, the numpy loop with its rate memo) equal the plain algorithm they replaced,
-bit for bit: the previous ``_fair_rates`` and ``run`` (main 6fa3f25) are kept below as the
-oracle and all run random networks -- flows on two or three ports, a port in several
-roles, rate caps, impulses and rate segments that start, stop and overlap, ties in time
--- and every flow's curve must match exactly (times and bytes, to the bit)."""
+bit for bit: the previous ``_fair_rates`` and ``run`` (plain progressive filling, before
+the engines) are kept below as the oracle and all run random networks -- flows on two or
+three ports, a port in several roles, rate caps, impulses and rate segments that start,
+stop and overlap, ties in time -- and every flow's curve must match exactly (times and
+bytes, to the bit)."""
 import copy
 import heapq
 

@@ -43,7 +43,7 @@ def measure(name: str) -> dict:
     st = stats(run_experiment(*load_configs(system, model, workload, tokens), **kw))
     st.pop("wall_s")
     st.pop("wall_s_per_system")
-    st.pop("receive_memory")     # added with issue 14 (a report, no timing): not in the recording
+    st.pop("receive_memory")     # the receive-memory report (no timing): not in the recording
     text = json.dumps(st, indent=1, default=float)
     return {"layer_us": {k: v["layer_us"] for k, v in st["systems"].items()},
             "gpu_end_us": {k: v["gpu_end_us"] for k, v in st["systems"].items()},

@@ -75,7 +75,7 @@ def test_unknown_hub_features_are_refused_up_front(tmp_path, capsys):
     (README "Multicast rows with count packets"); an unknown one is a usage error naming
     the flag and the value, before any simulation."""
     from moehub.scripts.cli import main
-    from moehub.cosim.systems.hub_v2 import FEATURES, RTL_FEATURES, check_features
+    from moehub.cosim.systems.hub import FEATURES, RTL_FEATURES, check_features
     assert RTL_FEATURES == set(FEATURES)
     assert check_features(FEATURES, rtl=True) == set(FEATURES)
     for flags in (["--rtl-gpus", "0"], ["--hub", "rtl"]):

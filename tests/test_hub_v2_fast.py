@@ -1,4 +1,4 @@
-"""Protocol v2 in the co-simulation's fast hub stage (issue 14): multicast rows, per-expert
+"""Protocol v2 in the co-simulation's fast hub stage: multicast rows, per-expert
 count packets, the page pool -- hand-checked small cases, then the vectorised path
 against the packet-by-packet reference (``HubModel`` of spec/model.py, the oracle) on
 random schedules, every output compared.

@@ -1,4 +1,4 @@
-"""Hub protocol v2 in the co-simulation (issue 14) and ``moehub study v2``: wire rows of
+"""Hub protocol v2 in the co-simulation and ``moehub study v2``: wire rows of
 multicast against DeepEP's deduplication, paging changes memory not time, per-target
 allocation, per-expert completion, the gathering GEMM's cost, receive-memory formulas
 (DeepEP's documented buffer sizes, the hub's regions and pages) and the command line.
@@ -15,7 +15,7 @@ from moehub.cosim.experiment import load_configs, run_experiment, stats
 from moehub.cosim.layer import Layer
 from moehub.cosim.studies import v2 as study
 from moehub.cosim.systems import deepep, run_system
-from moehub.cosim.systems import hub_v2 as V2
+from moehub.cosim.systems import hub as V2
 from moehub.cosim.workload import make_routing
 from moehub.scripts.cli import main
 
@@ -145,7 +145,7 @@ def test_v2_timelines_are_causal(runs):
 
 
 def test_no_feature_is_protocol_v1(ds8, runs):
-    """No feature: the v1 function itself (its label, no v2 statistics)."""
+    """No feature: protocol v1 (its label, no v2 statistics)."""
     r = runs[frozenset()]
     assert "protocol v2" not in r.label and "wire_rows" not in r.extra
     assert "protocol v2: multicast+early_counts+paged" in runs[ALL].label

@@ -31,7 +31,7 @@ from ..argcheck import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
-from .systems.hub_v2 import FEATURES, check_features
+from .systems.hub import FEATURES, check_features
 from ..verif.sim import add_argument as add_sim_argument, choose as choose_sim
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)

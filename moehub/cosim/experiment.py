@@ -136,7 +136,7 @@ def run_experiment(system: SystemConfig, model: ModelConfig, workload: WorkloadC
                    hub_base: HubConfig | None = None, hub_order: str = "token",
                    rtl_gpus: tuple = (), hub_features=frozenset()) -> ExperimentResult:
     """Every system of ``systems`` on one layer (the hub always). ``hub_features``: the
-    hub's protocol-v2 features (:mod:`.systems.hub_v2`; none: protocol v1)."""
+    hub's protocol-v2 features (:mod:`.systems.hub`; none: protocol v1)."""
     for name in systems:
         if name not in SYSTEMS:
             raise ConfigError(f"systems = {name!r}: unknown (known: {', '.join(SYSTEMS)})")

@@ -79,7 +79,7 @@ class GpuModel:
         self.fixed = system.software.gemm_fixed_us
         self._eff: dict = {}
         #: time per real row a pass spends gathering its A rows by index before its GEMMs
-        #: (the hub's multicast arena, protocol v2; :func:`..systems.hub_v2.gather_row_us`);
+        #: (the hub's multicast arena, protocol v2; :func:`..systems.hub.gather_row_us`);
         #: added to the pass, not to the row's compute (so it does not change the rows a
         #: pass needs to be compute bound)
         self.gather_row_us = 0.0

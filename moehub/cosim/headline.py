@@ -4,7 +4,7 @@ compute-to-link ratio axis.
 
 For every point of the grid (:mod:`.headline_grid`: system config x model x tokens per
 GPU x compute-to-link ratio) the software baselines and every hub variant (protocol v1
-and the protocol-v2 features, :mod:`.systems.hub_v2`) run on the same routing, on Dask,
+and the protocol-v2 features, :mod:`.systems.hub`) run on the same routing, on Dask,
 each run cached by content (:mod:`.headline_eval`). The table's hub is the fastest variant
 and says which one it was; the baseline is the fastest of today's software and is named;
 beside it, the speedup against the fastest of the papers' kind of baseline where such
@@ -44,7 +44,7 @@ COLUMNS = ("system_config", "system", "gpus", "model", "tokens_per_gpu", "comput
 def why(er, best: str) -> str:
     """Why the hub of ``er`` (an :class:`~.experiment.ExperimentResult`) is slower than
     ``best`` (empty when it is not): :func:`.headline_pick.why` on its two timelines."""
-    from .systems.hub_v2 import FEATURES
+    from .systems.hub import FEATURES
     L = er.layer
     hub = summary(er.results["hub"], L, er.e2e["hub"])
     base = summary(er.results[best], L, er.e2e[best])

@@ -24,11 +24,11 @@ from pathlib import Path
 from .config import ModelConfig, SystemConfig, WorkloadConfig
 from ..spec.config import ConfigError
 from ..argcheck import UsageError
-from .systems.hub_v2 import FEATURES
+from .systems.hub import FEATURES
 
 #: hub variants run by default: protocol v1 and the protocol-v2 features that change the
 #: layer's time. ``paged`` is left out: page allocation is in the hub's pipeline and
-#: changes receive memory, not time (:mod:`.systems.hub_v2`), so a paged variant's latency
+#: changes receive memory, not time (:mod:`.systems.hub`), so a paged variant's latency
 #: equals the same variant without pages; name it in ``--hub-variants`` to run it anyway
 DEFAULT_VARIANTS = ("v1", "early_counts", "multicast", "multicast+early_counts")
 #: points with more routed rows (GPUs x tokens x top-k) are skipped and listed: the hub

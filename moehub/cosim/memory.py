@@ -1,4 +1,4 @@
-"""Receive-buffer memory per GPU of every system of a co-simulated layer (issue 14).
+"""Receive-buffer memory per GPU of every system of a co-simulated layer.
 
 What a GPU reserves to *receive* one layer's dispatched rows (and the buffers its
 mechanism needs for that: index arrays, flags, communication staging), on the GPU that
@@ -131,7 +131,7 @@ def _hub_fixed(L: Layer, cfg, slots: int) -> dict:
 
 def hub_memory(L: Layer, features=frozenset()) -> dict:
     """The hub's receive memory (per GPU, the GPU with the most) for ``features``."""
-    from .systems.hub_v2 import hub_config_v2
+    from .systems.hub import hub_config_v2
     cfg = hub_config_v2(L, frozenset(features))
     stride, E, tile = cfg.stride_bytes, L.E_local, cfg.tile_rows
     slots = E * cfg.max_rows_per_expert

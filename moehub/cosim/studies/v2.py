@@ -1,4 +1,4 @@
-"""``moehub study v2``: the ablation of hub protocol v2 (issue 14) on the co-simulation.
+"""``moehub study v2``: the ablation of hub protocol v2 on the co-simulation.
 
     moehub study v2                                   # DeepSeek-V3, Mixtral-8x7B on h100x8, h100x16-ib
     moehub study v2 --model deepseek-v3 --system h100x8 --tokens 512
@@ -40,7 +40,7 @@ from ..layer import Layer
 from ..memory import capacity_padded, system_memory
 from ..systems import BASELINES, run_system
 from ..systems import deepep as deepep_mod
-from ..systems.hub_v2 import FEATURES, hub_config_v2, wire_rows
+from ..systems.hub import FEATURES, hub_config_v2, wire_rows
 from ..workload import make_routing
 from . import publish
 

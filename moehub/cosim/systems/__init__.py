@@ -87,7 +87,7 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     docstring). RTL hubs run once, in the last pass, on the settled background traffic.
     ``module``: any object with ``run(L) -> SystemResult`` instead of the registered
     system ``name`` (a study's variant of a system, run with the same passes);
-    ``hub_features``: the hub's protocol-v2 features (:mod:`.hub_v2`)."""
+    ``hub_features``: the hub's protocol-v2 features (:mod:`.hub`)."""
     background, prev, res, done = {}, None, None, False
     damp = P.Damping()
     backend = "model" if rtl_gpus else hub_backend

@@ -9,16 +9,46 @@ finish -> reduce at the owner. Tags: a source reuses a row tag only after its cr
 returned (hub completion + one link latency); credits cross the same ports. The hub
 pays its own costs: packet headers, the tag window, flag polling, and the SMs that send
 (their rate from the calibrated SM curve, held while this GPU sends).
+
+Protocol v2: three features, each switchable, chosen once per run
+(``run_hub(L, ..., features=frozenset({"multicast", "early_counts", "paged"}))``, any
+subset: an ablation; none: protocol v1). The features are options of the run, not hub
+config keys: the derived hub config of the layer gets the matching protocol-v2 fields
+(:func:`hub_config_v2`: ``max_targets``, ``count_packets``, ``pool_pages``), so that the
+reference model (:class:`~moehub.spec.model.HubModel`) and the vectorised hub stage
+(:func:`~moehub.cosim.hub_stage.run_hub_fast`) behave as the v2 hub does.
+
+* **multicast**: a source sends a token's row once per destination GPU (DeepEP normal
+  mode's per-GPU deduplication, :attr:`Layer.gpu_rows`), naming that GPU's experts the
+  token chose (each with its top-k slot). The hub writes the data once into its arena and
+  writes one index entry per target; each target's tile counter counts the row when it
+  completes; one credit per wire row. Across nodes the hub sends one copy per destination
+  *GPU* over the NIC (no per-node copy and NVLink forward as DeepEP does). The expert
+  GEMM reads its tile's rows by index (:func:`gather_row_us`): either GEMM1 gathers its A
+  rows itself (at :data:`GATHER_EFF` of a contiguous A operand) or the kernel first copies
+  the tile's rows together (read + write at the calibrated copy rate, as DeepEP's permute);
+  the cheaper of the two per row (GEMM2 reads GEMM1's own output, contiguous).
+* **early_counts**: right after routing each source sends one header-sized count packet
+  per expert of each destination (its rows for that expert, 0 included); the routing
+  kernel counts its rows per expert as it routes (ASSUMPTION: fused into the routing
+  kernel, the ids read once at the copy rate; no extra launch). An expert is final when
+  all its counts are in and its rows complete: its count word and last partial tile's
+  flag then, and its GEMM knows it has every row (per expert, instead of the done word).
+* **paged**: rows land in a pool of tile-sized pages handed out as rows arrive; the page
+  allocation is in the hub's pipeline (no cycle more: the reference model allocates a page
+  in the same step as the row), so it changes memory (:mod:`..memory`), not time.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
 
 import numpy as np
 
-from ...spec.timing import CREDIT_LATENCY
+from ...spec.timing import ADMISSION_GROUPS, CREDIT_LATENCY
 from ..gpu import WorkItem
-from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals, alloc_rows
+from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals, target_alloc
 from ..layer import Layer, SystemResult
 from . import common as C
 
@@ -26,44 +56,121 @@ PHASES = ["gate", "dispatch", "hub", "expert GEMM", "combine", "reduce"]  # + "l
 LABEL = "MoE-Hub (hub reference model)"
 KIND = "hub"     #: the system under study (see :mod:`moehub.cosim.systems`)
 
+FEATURES = ("multicast", "early_counts", "paged")
+#: the features the hub's RTL has (``--rtl-gpus``, ``--hub rtl``): count packets
+#: (``count_packets``, README "Count packets in the hub RTL"), paged regions (README
+#: "Paged regions in the hub RTL") and multicast rows (README "Multicast rows in the hub
+#: RTL"), in any combination
+RTL_FEATURES = frozenset({"early_counts", "paged", "multicast"})
+#: GEMM1 efficiency of a gathering A load relative to a contiguous (TMA) one. ASSUMPTION,
+#: from the nearest public measurement: on Hopper a GEMM that gathers A rows by index
+#: cannot load them as TMA tiles and uses per-row pointer loads; TileOPs PR #1567 (H200,
+#: BF16 grouped GEMM, M = 262144, N = 4096, K = 6144, 256 experts) measures the same Triton
+#: kernel at 469 TFLOPS with pointer loads against 564 with TMA loads: 0.83. Both operands
+#: were pointer-loaded there, the hub gathers only A: read as a pessimistic bound. The
+#: vLLM-style fused MoE kernel that gathers A by sorted_token_ids reaches 0.89 of
+#: torch._grouped_mm's whole MoE forward (VeOmni PR #460, H100, CALIBRATION.md sec 4),
+#: whose contiguous path also pays a permute copy: consistent with ~0.83 for the GEMM.
+GATHER_EFF = 469.0 / 564.0
 
-def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):
-    """Per tile of the hub's allocation (for ``keys``, the flagged tiles): rows per source,
-    and the cycle its last row's last chunk was written (accept + write latency). Arrays
-    over the rows: a dict per row would cost more than the hub stage itself."""
-    expert, row = alloc_rows(hr, arr)
-    ok = row >= 0
-    per = int(row.max()) // L.tile_rows + 1 if ok.any() else 1
-    tile = (expert * per + row // L.tile_rows)[ok]
-    n = (int(expert.max()) + 1) * per if ok.any() else 0
-    rows = np.bincount(tile * L.G + arr.src[ok], minlength=n * L.G).reshape(n, L.G)
-    last = np.zeros(n, dtype=np.int64)
-    np.maximum.at(last, tile, np.asarray(arr.last_cycle, np.int64)[ok] + WRITE_DELAY)
-    owners = {(e, t): rows[e * per + t] for e, t in keys}
-    landed = {(e, t): int(last[e * per + t]) for e, t in keys}
-    return owners, landed
+
+def gather_row_us(L: Layer, row_bytes: int) -> float:
+    """Extra GEMM time per row of a multicast arena: the cheaper of a gathering GEMM1
+    (its time x (1 / GATHER_EFF - 1)) and a gather copy of the row (read and write its
+    ``row_bytes`` at the calibrated copy rate, :meth:`GpuModel.copy_us`)."""
+    g, m = L.gpu, L.model
+    H, f = m.hidden, m.expert_ffn
+    gemm1 = 4.0 * H * f / g.steady_eff(2 * f, H) / g.peak
+    return min(gemm1 * (1.0 / GATHER_EFF - 1.0), g.copy_us(2.0 * row_bytes))
 
 
-def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend, cfg=None):
-    """The hub's result for these arrivals: the passes of :func:`..systems.run_system`
-    often hand a hub the same schedule again (its traffic settled before the combine's
-    did), and a hub's outputs depend on its arrivals alone."""
-    import hashlib
-    key = hashlib.sha1()
-    for a in (arr.src, arr.tag, arr.expert, arr.token, arr.slot, arr.first_cycle,
-              arr.first_lane, arr.last_cycle, arr.last_lane):
-        key.update(np.ascontiguousarray(a).tobytes())
-    key.update(repr(arr.eos).encode())
-    if cfg is not None:                  # a protocol-v2 hub: its config, targets, counts
-        key.update(repr(cfg).encode() + repr(arr.counts).encode())
-        for a in (arr.tgt_row, arr.tgt_expert, arr.tgt_slot):
-            if a is not None:
-                key.update(np.ascontiguousarray(a).tobytes())
-    cache = L.__dict__.setdefault("_hub_cache", {})
-    k = (backend, d, key.hexdigest())
-    if k not in cache:
-        cache[k] = run_backend(L.hub if cfg is None else cfg, arr)
-    return cache[k]
+def check_features(features, rtl: bool = False) -> frozenset:
+    """The features as a set; unknown ones, or (``rtl``) ones the RTL lacks, refused."""
+    f = frozenset(features or ())
+    bad = sorted(f - set(FEATURES))
+    if bad:
+        raise ValueError(f"hub features {bad}: unknown (known: {', '.join(FEATURES)})")
+    missing = sorted(f - RTL_FEATURES) if rtl else []
+    if missing:
+        raise ValueError(f"hub features {missing}: not in the hub RTL yet (an RTL hub runs "
+                         f"{', '.join(sorted(RTL_FEATURES)) or 'none of them'}); use the model hub")
+    return f
+
+
+def pool_pages(L: Layer, multicast: bool) -> int:
+    """Pages of the pool: enough for the worst case, so no row can drop (every source
+    sending every token to every local expert, or once per GPU with multicast), plus one
+    partial page per stream; the 16-bit page field of a flag caps it. What a layer really
+    takes is what :mod:`..memory` reports."""
+    h = L.hub
+    rows = L.G * L.T * (1 if multicast else min(L.k, L.E_local))
+    streams = 1 if multicast else L.E_local
+    return min((1 << 16) - 1, -(-rows // h.tile_rows) + streams)
+
+
+def hub_config_v2(L: Layer, features: frozenset):
+    """The layer's derived hub config with the protocol-v2 fields of ``features``
+    (``max_targets`` = the experts a row can name on one GPU: min(E/G, top-k))."""
+    if not features:
+        return L.hub
+    mc = "multicast" in features and min(L.E_local, L.k) > 1
+    kw = {"max_targets": min(L.E_local, L.k) if mc else 1,
+          "count_packets": "early_counts" in features,
+          "pool_pages": pool_pages(L, mc) if "paged" in features else 0}
+    return L.hub.replace(**kw)
+
+
+@dataclasses.dataclass
+class WireRows:
+    """The rows on the wire: one per routed row (unicast), or one per (source, token,
+    destination GPU) with its targets (multicast)."""
+    src: np.ndarray
+    tok: np.ndarray
+    dest: np.ndarray
+    of: np.ndarray          #: per routed row: its wire row
+    counts: np.ndarray      #: [G, G] wire rows per (src, dst)
+    order_key: np.ndarray   #: per wire row: its place key inside its flow (token or expert)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def wire_rows(L: Layer, multicast: bool, order: str = "token") -> WireRows:
+    """The layer's rows on the wire: the routed rows themselves, or (``multicast``) one per
+    (source, token, destination GPU); ``order`` ("token" or "expert") sets the order key
+    of each wire row inside its flow."""
+    if not multicast:
+        key = L.lexp if order == "expert" else np.zeros(L.N, np.int64)
+        return WireRows(L.src, L.tok, L.dest, np.arange(L.N), L.counts, key)
+    key = (L.src * L.T + L.tok) * L.G + L.dest
+    o = np.argsort(key, kind="stable")
+    ks = key[o]
+    start = np.r_[True, ks[1:] != ks[:-1]]
+    of = np.empty(L.N, np.int64)
+    of[o] = np.cumsum(start) - 1
+    first = o[start]
+    n = len(first)
+    counts = np.bincount(L.src[first] * L.G + L.dest[first], minlength=L.G * L.G).reshape(L.G, L.G)
+    okey = np.zeros(n, np.int64)
+    if order == "expert":              # a wire row goes with the first of its experts
+        okey = np.full(n, np.iinfo(np.int64).max)
+        np.minimum.at(okey, of, L.lexp)
+    return WireRows(L.src[first], L.tok[first], L.dest[first], of, counts, okey)
+
+
+def _flow_positions(L: Layer, w: WireRows):
+    """Each wire row's place in its (src, dst) flow (by order key, then token) and the
+    rows of each flow (the tag window's groups)."""
+    o = np.lexsort((w.tok, w.order_key, w.dest, w.src))
+    pair = w.src[o] * L.G + w.dest[o]
+    starts = np.r_[0, np.nonzero(np.diff(pair))[0] + 1]
+    n = len(w)
+    pos = np.empty(n, np.int64)
+    pos[o] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    bounds = np.r_[starts, n]
+    groups = [((int(pair[a]) // L.G, int(pair[a]) % L.G), o[a:b])
+              for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return pos, groups
 
 
 def hub_flow_cap(L: Layer):
@@ -147,35 +254,6 @@ def rtl_hub(cfg, arr: HubArrivals, d: int, checks: list):
     return hr
 
 
-def hub_schedule(L: Layer, t0: float, order: str = "token"):
-    """Dispatch of every row to its destination hub, from t0 (all sources): returns the
-    per-destination :class:`HubArrivals`, the network curves and flows, and the stall count
-    of the tag window. ``order``: rows of a flow leave in token order, or grouped by
-    destination expert (``expert``)."""
-    h = L.hub
-    G = L.G
-    _, pos = L.flow_order(L.lexp) if order == "expert" else L.flow_order()
-    rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
-    first, last, curves, flows = L.dispatch(np.full(G, t0), L.row_wire_hub, L.pkt_wire_hub,
-                                            pos, hub_ingress=True, flow_cap=hub_flow_cap(L),
-                                            issue_rate=rate)
-    clk = h.hub_clock_GHz * 1000.0                       # cycles per us
-    ret_us = CREDIT_LATENCY / clk                         # completion + credit queue (cycles)
-    first, last, stalls = _enforce_tags(L, first, last, pos, ret_us)
-    cpr, lanes = h.chunks_per_row, h.lanes
-    arrivals = []
-    for d in range(G):
-        rows = np.nonzero(L.dest == d)[0]
-        fc, fl, lc, ll = row_cycles(L.src[rows], pos[rows], first[rows], last[rows], clk, cpr, lanes)
-        eos = []
-        for s in range(G):
-            m = L.src[rows] == s
-            eos.append((eos_cycle(L, lc[m], t0, s, d, clk), s % lanes, s, int(m.sum())))
-        arrivals.append(HubArrivals(h, L.src[rows], pos[rows] % h.tags_per_source, L.lexp[rows],
-                                    L.tok[rows], L.slot[rows], fc, fl, lc, ll, eos))
-    return arrivals, curves, flows, stalls
-
-
 def hub_label(backend: str, rtl_gpus: tuple) -> str:
     """The hub system's name in tables: its hub stage, and the GPUs whose hub is RTL."""
     label = LABEL if backend in ("model", "reference") else f"MoE-Hub ({backend} hub)"
@@ -186,6 +264,166 @@ def hub_label(backend: str, rtl_gpus: tuple) -> str:
     return label
 
 
+def _positions(L: Layer, w: WireRows, order: str, multicast: bool):
+    """Each wire row's place in its (src, dst) flow and the rows of each flow (the tag
+    window's groups): the layer's own (remembered) flow order when the wire rows are the
+    routed rows (by token and top-k slot, or by local expert first), else sorted here by
+    order key, then token."""
+    if not multicast:
+        _, pos = L.flow_order(L.lexp) if order == "expert" else L.flow_order()
+        return pos, L.pair_groups()
+    return _flow_positions(L, w)
+
+
+def schedule(L: Layer, t0: float, cfg=None, order: str = "token"):
+    """Dispatch of every wire row to its destination hub, from t0 (all sources), over the
+    layer's network (hub ingress, the tag window). ``cfg``: the hub config with its
+    protocol-v2 fields (:func:`hub_config_v2`; default the layer's, protocol v1).
+    Returns (per-destination :class:`HubArrivals` with targets and count packets, wire
+    rows, curves, flows, tag stalls, count send time). ``order``: rows of a flow leave in
+    token order, or grouped by destination expert (``expert``)."""
+    cfg = L.hub if cfg is None else cfg
+    G = L.G
+    w = wire_rows(L, cfg.multicast, order)
+    pos, groups = _positions(L, w, order, cfg.multicast)
+    rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
+    net, flows = L.network("dispatch", True, hub_flow_cap(L))
+    row_wire, pkt_wire = L.row_wire_hub, L.pkt_wire_hub
+    for s in range(G):
+        t1 = t0 + w.counts[s].sum() * row_wire / rate
+        for d in range(G):
+            net.inject_rate(flows[s][d], t0, t1, w.counts[s, d] * row_wire)
+    curves = L.run_net(net)
+    off = pos * row_wire
+    if hasattr(curves, "arrive_many"):          # every row at once (compiled engine)
+        f = np.asarray(flows, dtype=np.int64)[w.src, w.dest]
+        first, last = curves.arrive_many(f, off + pkt_wire), curves.arrive_many(f, off + row_wire)
+    else:
+        first, last = np.empty(len(w)), np.empty(len(w))
+        for (s, d), idx in groups:
+            c = curves[flows[s][d]]
+            first[idx] = c.arrive(off[idx] + pkt_wire)
+            last[idx] = c.arrive(off[idx] + row_wire)
+    clk = cfg.hub_clock_GHz * 1000.0                       # cycles per us
+    first, last, stalls = _enforce_tags(L, first, last, pos, CREDIT_LATENCY / clk, groups)
+    # count packets: the routing kernel counts its rows per expert while it routes (the ids
+    # read once at the copy rate), then sends them ahead of its rows
+    t_cnt = t0 + L.gpu.copy_us(L.T * L.k * 8.0)
+    cpr, lanes = cfg.chunks_per_row, cfg.lanes
+    if cfg.count_packets:
+        per_x = np.zeros((G, G, L.E_local), np.int64)        # routed rows (s, d, expert)
+        np.add.at(per_x, (L.src, L.dest, L.lexp), 1)
+    arrivals = []
+    for d in range(G):
+        rows = np.nonzero(w.dest == d)[0]
+        fc, fl, lc, ll = row_cycles(w.src[rows], pos[rows], first[rows], last[rows], clk, cpr, lanes)
+        counts, eos = [], []
+        for s in range(G):
+            m = w.src[rows] == s
+            cyc = eos_cycle(L, lc[m], t0, s, d, clk)
+            if cfg.count_packets:
+                cc = int(np.ceil((t_cnt + L.latency(s, d)) * clk))
+                counts += [(cc, s % lanes, s, x, int(per_x[s, d, x])) for x in range(L.E_local)]
+                cyc = max(cyc, cc)
+            eos.append((cyc, s % lanes, s, int(m.sum())))
+        mc = {}
+        if cfg.multicast:        # targets: the routed rows of each wire row, in top-k order
+            routed = np.nonzero(L.dest == d)[0]
+            local = np.full(len(w), -1, np.int64)
+            local[rows] = np.arange(len(rows))
+            tr = local[w.of[routed]]
+            o = np.lexsort((L.slot[routed], tr))
+            routed, tr = routed[o], tr[o]
+            head = np.r_[True, tr[1:] != tr[:-1]] if len(tr) else np.zeros(0, bool)
+            x1 = np.zeros(len(rows), np.int64)
+            s1 = np.zeros(len(rows), np.int64)
+            x1[tr[head]], s1[tr[head]] = L.lexp[routed[head]], L.slot[routed[head]]
+            mc = dict(tgt_row=tr, tgt_expert=L.lexp[routed], tgt_slot=L.slot[routed])
+        else:                    # one target per row: its own expert and slot
+            x1, s1 = L.lexp[rows], L.slot[rows]
+        arrivals.append(HubArrivals(cfg, w.src[rows], pos[rows] % cfg.tags_per_source, x1,
+                                    w.tok[rows], s1, fc, fl, lc, ll, eos, counts=counts, **mc))
+    return arrivals, w, curves, flows, stalls, t_cnt
+
+
+def hub_schedule(L: Layer, t0: float, order: str = "token"):
+    """The protocol-v1 dispatch (:func:`schedule` with the layer's hub config): the
+    per-destination :class:`HubArrivals`, the network curves and flows, and the stall
+    count of the tag window."""
+    arrivals, _, curves, flows, stalls, _ = schedule(L, t0, L.hub, order)
+    return arrivals, curves, flows, stalls
+
+
+def admission_tight(cfg, arr: HubArrivals) -> int:
+    """(multicast with count packets) The wire rows of one destination that the input
+    admission takes one data packet a cycle (:mod:`moehub.rtl.counts.multicast_limit`): rows
+    whose first packet comes before every count packet is in, or while some expert is
+    within ``ADMISSION_GROUPS x lanes`` rows of its announced total and not met -- from
+    the arrival (in first-packet order) after its row ``total - margin`` to its last row.
+    The model hub grants rows without this rate limit; the study reports the rows and a
+    bound on the time they cost. (The margin's one-cycle lags are left out.)"""
+    n = len(arr)
+    if not n or not (cfg.multicast and cfg.count_packets):
+        return 0
+    K = ADMISSION_GROUPS * cfg.lanes
+    rank = np.empty(n, np.int64)
+    rank[np.argsort(arr.first_cycle, kind="stable")] = np.arange(n)
+    totals = np.zeros(cfg.experts, np.int64)
+    for _, _, _, x, c in arr.counts:
+        totals[x] += c
+    tight = np.zeros(n + 1, np.int64)                  # +1 / -1 at window edges, in rank order
+    for x in range(cfg.experts):
+        r = np.sort(rank[np.asarray(arr.tgt_row)[np.asarray(arr.tgt_expert) == x]])
+        if totals[x] == 0 or not len(r):
+            continue
+        lo = int(r[totals[x] - K]) + 1 if totals[x] - K >= 0 and totals[x] - K < len(r) else 0
+        hi = int(r[min(totals[x], len(r)) - 1]) + 1
+        if lo < hi:
+            tight[lo] += 1
+            tight[hi] -= 1
+    marked = np.cumsum(tight)[:n] > 0
+    counts_in = max((c[0] for c in arr.counts), default=0)
+    marked |= np.sort(arr.first_cycle, kind="stable") < counts_in
+    return int(marked.sum())
+
+
+def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):
+    """Per tile of the hub's allocation (for ``keys``, the flagged tiles): rows per source,
+    and the cycle its last row's last chunk was written (accept + write latency); and the
+    target entries allocated. Arrays over the target entries (:func:`target_alloc`): a
+    dict per row would cost more than the hub stage itself."""
+    trow, tx, rank = target_alloc(hr, arr)
+    ok = rank >= 0
+    per = int(rank.max()) // L.tile_rows + 1 if ok.any() else 1
+    tile = (tx * per + rank // L.tile_rows)[ok]
+    n = (int(tx.max()) + 1) * per if ok.any() else 0
+    src = np.asarray(arr.src, np.int64)[trow][ok]
+    rows = np.bincount(tile * L.G + src, minlength=n * L.G).reshape(n, L.G)
+    last = np.zeros(n, dtype=np.int64)
+    np.maximum.at(last, tile, np.asarray(arr.last_cycle, np.int64)[trow][ok] + WRITE_DELAY)
+    return ({(e, t): rows[e * per + t] for e, t in keys},
+            {(e, t): int(last[e * per + t]) for e, t in keys}, int(ok.sum()))
+
+
+def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend, cfg):
+    """The hub's result for these arrivals: the passes of :func:`..systems.run_system`
+    often hand a hub the same schedule again (its traffic settled before the combine's
+    did), and a hub's outputs depend on its config and arrivals alone."""
+    key = hashlib.sha1()
+    for a in (arr.src, arr.tag, arr.expert, arr.token, arr.slot, arr.first_cycle,
+              arr.first_lane, arr.last_cycle, arr.last_lane):
+        key.update(np.ascontiguousarray(a).tobytes())
+    key.update(repr(arr.eos).encode() + repr(cfg).encode() + repr(arr.counts).encode())
+    for a in (arr.tgt_row, arr.tgt_expert, arr.tgt_slot):
+        if a is not None:
+            key.update(np.ascontiguousarray(a).tobytes())
+    cache = L.__dict__.setdefault("_hub_cache", {})
+    k = (backend, d, key.hexdigest())
+    if k not in cache:
+        cache[k] = run_backend(cfg, arr)
+    return cache[k]
+
+
 def run_hub(L: Layer, backend: str = "model", order: str = "token",
             rtl_gpus: tuple = (), features=frozenset()) -> SystemResult:
     """MoE-Hub. ``order="token"``: the routing kernel sends each row as soon as the token is
@@ -193,52 +431,67 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     first groups each destination's rows by expert, so experts fill one after another.
     ``rtl_gpus``: destination GPUs whose hub is the Verilog (the others use ``backend``);
     each of them is also run in model mode and the two are compared (``extra['rtl']``).
-    ``features``: protocol v2 (issue 14), any of "multicast", "early_counts", "paged"
-    (:mod:`.hub_v2`); none: protocol v1, this function."""
+    ``features``: protocol v2, any of :data:`FEATURES` (see the module docstring); an RTL
+    hub (``rtl_gpus`` or ``backend`` "rtl") only those in :data:`RTL_FEATURES`. With none
+    the statistics are protocol v1's (no v2 keys, no v2 label)."""
+    features = check_features(features, rtl=bool(rtl_gpus) or backend == "rtl")
+    cfg = hub_config_v2(L, features)
+    label = hub_label(backend, rtl_gpus)
     if features:
-        from .hub_v2 import run_hub as run_hub_v2
-        return run_hub_v2(L, features, backend, order, rtl_gpus)
-    res = SystemResult("hub", hub_label(backend, rtl_gpus)
-                       + (", expert-ordered sends" if order == "expert" else ""))
-    g, sw, G, h = L.gpu, L.sys.software, L.G, L.hub
+        label += f", protocol v2: {'+'.join(f for f in FEATURES if f in features)}"
+    res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
+    g, sw, G = L.gpu, L.sys.software, L.G
     run_backend = BACKENDS[backend]
-    rtl_checks = []
     t_gate = C.gate(L, res)
     t0 = t_gate
     if order == "expert":
         t0 = t_gate + g.small_kernel_us(L.T * L.E * 4 + L.T * L.k * 8)
         for d in range(G):
             res.add(d, "control", "layout", t_gate, t0)
-    arrivals, curves, flows, stalls = hub_schedule(L, t0, order)
-    clk = h.hub_clock_GHz * 1000.0
-    send_end = np.zeros(G)
-    for s in range(G):
-        send_end[s] = C.send_phase(L, res, s, t0, curves, flows)
-    # credits: one header-sized packet per row back to its source
-    C.control_traffic(L, "credits", np.full(G, t0), L.counts.T * float(L.sys.link_header_bytes))
+    arrivals, w, curves, flows, stalls, t_cnt = schedule(L, t0, cfg, order)
+    clk = cfg.hub_clock_GHz * 1000.0
+    send_end = np.array([C.send_phase(L, res, s, t0, curves, flows, counts=w.counts)
+                         for s in range(G)])
+    # credits: one header-sized packet per wire row back to its source
+    hdr = float(L.sys.link_header_bytes)
+    C.control_traffic(L, "credits", np.full(G, t0), w.counts.T * hdr)
+    if cfg.count_packets:
+        C.control_traffic(L, "counts", np.full(G, t_cnt), np.full((G, G), L.E_local * hdr))
+    gpu = g
+    if cfg.multicast:                    # the expert GEMM gathers its A rows from the arena
+        gpu = copy.copy(g)
+        gpu.gather_row_us = gather_row_us(L, cfg.stride_bytes)
     batches_by_gpu, owners, shared_end = [], {}, np.zeros(G)
     sms = L.comp.sms_for("hub")
-    hub_stats = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0,
-                 "rows_allocated": 0}
+    st = {"drops": 0, "packets": 0, "tag_stalls": stalls, "rows": 0, "rows_allocated": 0}
+    if features:
+        st.update({"features": sorted(features), "wire_rows": int(len(w)),
+                   "max_targets": cfg.max_targets, "pages": [], "gather_row_us": gpu.gather_row_us,
+                   "early_final_us": [], "admission_tight_rows": 0, "admission_tight_us": []})
+    rtl_checks = []
     for d in range(G):
         arr = arrivals[d]
-        if d in rtl_gpus:
-            hr = rtl_hub(h, arr, d, rtl_checks)
-        else:
-            hr = _cached(L, backend, d, arr, run_backend)
-        hub_stats["drops"] += hr.drops
-        hub_stats["packets"] += hr.packets
-        hub_stats["rows"] += len(arr)
+        hr = rtl_hub(cfg, arr, d, rtl_checks) if d in rtl_gpus \
+            else _cached(L, backend, d, arr, run_backend, cfg)
+        st["drops"] += hr.drops
+        st["packets"] += hr.packets
+        st["rows"] += len(arr)
+        if features:
+            st["pages"].append(int(hr.pages))
+        if cfg.multicast and cfg.count_packets:     # (one data packet a cycle for them: a bound)
+            tight = admission_tight(cfg, arr)
+            st["admission_tight_rows"] += tight
+            st["admission_tight_us"].append(tight * cfg.chunks_per_row * (1 - 1 / cfg.lanes) / clk)
         # tile items from the hub's allocation and flags
-        owners_e, landed = _tile_owners(L, arr, hr, hr.tile_ready)
-        hub_stats["rows_allocated"] += int((alloc_rows(hr, arr)[1] >= 0).sum())
+        owners_e, landed, n_alloc = _tile_owners(L, arr, hr, hr.tile_ready)
+        st["rows_allocated"] += n_alloc
         items = []
         for key, cyc in hr.tile_ready.items():
             e, tile = key
             n = min(L.tile_rows, hr.counts[e] - tile * L.tile_rows)
-            ready = cyc / clk + sw.flag_poll_us
-            items.append(WorkItem(ready, e, int(n), L.tile_rows, L.model.expert_ffn, key=key,
-                                  landed=landed[key] / clk, known=cyc / clk))
+            items.append(WorkItem(cyc / clk + sw.flag_poll_us, e, int(n), L.tile_rows,
+                                  L.model.expert_ffn, key=key, landed=landed[key] / clk,
+                                  known=cyc / clk))
             owners[(d, key)] = owners_e[key]
             res.markers.append((d, "hub", cyc / clk))
         if len(arr):
@@ -247,14 +500,19 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
         # come from the GEMM epilogue, as in Comet and the fused kernel); the hub's
         # receive side needs no SM
         t_done = hr.done_cycle / clk + sw.flag_poll_us    # counts known: the done word
+        if cfg.count_packets:            # each expert known complete at its own count word
+            known = {e: hr.count_cycle[e] / clk + sw.flag_poll_us for e in range(L.E_local)}
+            st["early_final_us"].append(float(t_done - np.mean(list(known.values()))))
+        else:
+            known = {e: t_done for e in range(L.E_local)}
         batches, _, shared_end[d] = C.run_queue(L, res, d, C.shared_item(L, t_gate) + items,
                                                 max(t_gate, L.comp.launch_us),
-                                                C.reserved_share(L, sms, send_end[d]),
-                                                {e: t_done for e in range(L.E_local)})
+                                                C.reserved_share(L, sms, send_end[d]), known,
+                                                gpu=gpu)
         batches_by_gpu.append(batches)
     recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
     res.gpu_end = C.reduce(L, res, recv, shared_end)
-    res.extra.update(hub_stats)
+    res.extra.update(st)
     if rtl_checks:
         res.extra["rtl"] = rtl_checks
     return res
