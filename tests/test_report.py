@@ -178,7 +178,7 @@ def test_hub_verdicts_per_flow_with_the_older_rtl_marked(records):
     # the shipped order: tiny before mixtral-8gpu; flows OSU018, TT, SS
     assert rows[0].startswith("| `tiny` (older RTL) | OSU018 → N5 projection |")
     mix_tt = next(r for r in rows if r.startswith("| `mixtral-8gpu` | ASAP7 TT |"))
-    assert "63,068 µm² (721k NAND2 eq.)" in mix_tt
+    assert "63,068 µm² (721k NAND2 eq.); 0.0357 mm² at N5" in mix_tt
     assert "21.64 FO4 `pm/cnt[0]` → `pm/drops[31]`" in mix_tt
     assert "1.66 (1.61–1.72) GHz" in mix_tt
     assert "**MARGINAL** (-97 ps); at N5 (÷ 1.15): **MARGINAL** (-19 ps)" in mix_tt
@@ -186,7 +186,7 @@ def test_hub_verdicts_per_flow_with_the_older_rtl_marked(records):
     mix_ss = next(r for r in rows if r.startswith("| `mixtral-8gpu` | ASAP7 SS |"))
     assert "**FAIL** (-411 ps)" in mix_ss
     osu = next(r for r in rows if r.startswith("| `mixtral-8gpu` | OSU018"))
-    assert "**PASS** (22.15 of 22.18 FO4)" in osu and "840k GE" in osu
+    assert "**PASS** (22.15 of 22.18 FO4)" in osu and "| 840k GE; 0.0420 mm² at N5 |" in osu
     assert sum("older RTL" in r for r in rows) == 3              # only tiny's rows
     # date and commit once per record, in the caption
     assert md.count("2026-12-04 16:01 UTC") == 2 and md.count("commit abc1234") == 2

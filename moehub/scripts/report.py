@@ -510,7 +510,8 @@ def _verdict_cells(section: str, sec: dict, hub: dict) -> tuple:
           if target else "–")
     if section == "asic":
         n5 = top.get("n5") or {}
-        area = f"{_rng(n5.get('total_mm2'), '.4f')} mm² at N5 ({top['gate_equivalents'] / 1e3:.0f}k GE)"
+        area = (f"{top['gate_equivalents'] / 1e3:,.0f}k GE; "
+                f"{_g(n5, 'total_mm2', 'nominal') or 0:.4f} mm² at N5")
         h = _g(sec, "line_rate", "at_h100_clock") or {}
         stage = f"{top['fo4']:.2f} FO4{route}"
         fmax = f"{_rng(n5.get('fmax_n5_GHz'), '.2f')} GHz at N5"
@@ -520,7 +521,7 @@ def _verdict_cells(section: str, sec: dict, hub: dict) -> tuple:
         return area, stage, fmax, verdict, bw
     a = sec.get("area") or {}
     area = (f"{a['cell_area_um2']:,.0f} µm² ({a['nand2_eq'] / 1e3:.0f}k NAND2 eq.); "
-            f"{_rng(a.get('n5_mm2'), '.4f')} mm² at N5")
+            f"{_g(a, 'n5_mm2', 'nominal') or 0:.4f} mm² at N5")
     stage = f"{sec.get('deepest_fo4', top.get('fo4', 0)):.2f} FO4{route}"
     lr = sec.get("line_rate") or {}
     fmax = f"{_rng(lr.get('fmax_GHz'), '.2f')} GHz"
