@@ -27,7 +27,7 @@ def _build(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("plant", ["credit-early", pytest.param("forwarded-twice", marks=pytest.mark.slow)])
 def test_relay_plant_fails(plant):
-    """``credit-early`` fails at step 2, ``forwarded-twice`` at step 3 (measured; ~15 s each)."""
+    """``credit-early`` fails at step 2, ``forwarded-twice`` at step 4 (measured; 15-20 s each)."""
     r = run_harness(f"relay-{plant}", ForwardUnitHarness(small_config(), plant, invariants=False), "bmc", 6)
     assert r.status == "FAIL", f"{plant}: {r.status}, expected FAIL ({r.log})"
     assert r.trace is not None and r.trace.exists()
