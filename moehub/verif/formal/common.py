@@ -83,7 +83,7 @@ def past_valid(m: Module) -> Signal:
 
 
 #: Reduced configs: the tiny hub's structure (power-of-two sizes, out-of-range codes) with
-#: fewer/narrower of everything the property does not depend on. See README "Formal proofs"
+#: fewer/narrower of everything the property does not depend on. See docs/verification.md, "Formal proofs",
 #: for why each property carries over to the full configs.
 REDUCED = {
     # allocator: tiny's 4 lanes and 3 experts, regions of 8 rows instead of 256
@@ -184,6 +184,7 @@ def memory_words(m: Module, memory: str, depth: int, width: int, name: str) -> t
     words = [any_seq(m, width, f"{name}{i}") for i in range(depth)]
     script = []
     for i, w in enumerate(words):
-        script += [f"delete w:{w.name} %ci1:+$anyseq[Y] t:$anyseq %i",
-                   f"connect -set {w.name} {memory}[{i}]"]
+        free = f"w:{w.name} %ci1:+$anyseq[Y] t:$anyseq %i"
+        script += [f"select -assert-count 1 {free}", f"delete {free}",
+                   f"select -assert-count 1 w:{memory}[{i}]", f"connect -set {w.name} {memory}[{i}]"]
     return words, tuple(script)

@@ -75,6 +75,11 @@ def _page_supply(pages, **changes):
     return lambda: PageSupplyHarness(formal_config("tiny").replace(pool_pages=pages, **changes))
 
 
+def _page_gate(cfg_name, **changes):
+    from .page_gate import PageGateHarness
+    return lambda: PageGateHarness(formal_config(cfg_name).replace(**changes))
+
+
 def _mcast_alloc(cfg_name, **changes):
     from .multicast_allocator import MulticastAllocatorHarness
     return lambda: MulticastAllocatorHarness(formal_config(cfg_name).replace(**changes))
@@ -100,6 +105,9 @@ MCAST = dict(topk=3, max_targets=3)
 #: 5 groups x 2 lanes = 10 rows); paged: 8 pages of 2- or 4-row tiles (the hub needs tiles
 #: of at least ``lanes`` rows); count packets: 2 sources (an expert's counts in 2 packets)
 MCAST_PAGED = dict(MCAST, lanes=2, max_rows_per_expert=16, pool_pages=8, min_tile_rows=2, tile_rows=2, max_tile_rows=4)
+#: the unicast page gate's: alloc-small's 3 experts and regions of 8 rows, 2 lanes (2 takes a
+#: cycle), 4 pages of 2- or 4-row tiles (the pool runs dry within the cover's depth)
+PAGE_GATE = dict(lanes=2, pool_pages=4)
 MCAST_COUNTS = dict(MCAST, lanes=2, max_rows_per_expert=16, count_packets=True, sources=2)
 
 
@@ -130,8 +138,10 @@ def _sets() -> list[PropertySet]:
         PropertySet("credit-queue", "credit queue", "tiny (4 slots x 32)", _queue("credit", "tiny"),
                     {"prove": 1, "bmc": 10, "cover": 16}, note="as the event queue"),
         PropertySet("tracker", "tracker", "tiny/trk-small", _tracker("tiny/trk-small"),
-                    {"bmc": 22, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
-                    note="reset, START, clearing (8 counters), a tile's events, flag, sweep"),
+                    {"prove": 3, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
+                    note="k-induction closes at k=3 with the invariants of tracker.py (the counter memory's "
+                         "words as flops named by the harness); the cover: reset, START, clearing (8 "
+                         "counters), a tile's events, flag, sweep"),
         PropertySet("mcast-allocator", "multicast allocator", "tiny/alloc-small, max_targets 3",
                     _mcast_alloc("tiny/alloc-small", **MCAST), {"prove": 3, "cover": 8},
                     smoke={"cover": 8},
@@ -167,6 +177,13 @@ def _sets() -> list[PropertySet]:
                          "lane granted after an expert's counts are in 11; k-induction closes at k=3 with "
                          "the count limit's registers against the model's totals and rows, and lam's floors "
                          "while tight was clear d cycles ago"),
+        PropertySet("page-gate", "page gate (unicast)", "tiny/alloc-small, 2 lanes, 4 pages of 2/4 rows",
+                    _page_gate("tiny/alloc-small", **PAGE_GATE), {"prove": 3, "cover": 12}, smoke={"bmc": 5},
+                    note="protocol v2, paged regions: the page gate and the allocator as the hub wires them; "
+                         "grant exactly the model's (room, a page for a tile start, not held after a refusal), "
+                         "a row on its tile's page, a page in use never handed out, POOL_FREE; k-induction "
+                         "closes at k=3 with the page supply's invariants, the allocator's counters and the "
+                         "refusal registers (page_gate.py)"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "

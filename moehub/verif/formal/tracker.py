@@ -68,18 +68,43 @@ from amaranth.lib import data
 
 from ...spec.formats import CtlKind
 from ...rtl.tracker import CLEAR, K_CLEAR, K_COUNT, K_CPL, K_DONE, K_LAST, K_META, RUN, SWEEP, AvailabilityTracker
+from .plant import Plant, planted
 from .common import Props, any_const, any_seq, count_ones, elaborate_into, memory_words, reset_first
 
 #: Yosys commands after ``prep``: the tile-counter memory (no reset, like an SRAM) starts
-#: with arbitrary contents instead of the zeros of its Amaranth ``init``.
+#: with arbitrary contents instead of the zeros of its Amaranth ``init``. (The harness adds
+#: the commands that connect the words to its signals: ``TrackerHarness.script``.)
 SCRIPT = ("memory_map", "opt_clean", "setattr -unset init w:*counters*")
+
+#: Planted bugs (:mod:`.plant`): with one, a BMC from reset must FAIL on the property named.
+PLANTS = {
+    # the tile's flag one completion early
+    "flag-one-early": Plant(
+        "moehub.rtl.tracker", "full.eq(t2.cnt == t2.target)", "full.eq(t2.cnt + 1 == t2.target)",
+        "AvailabilityTracker", ("before all its rows completed",), "full compared one count short"),
+    # S1 reads the counter without S2's write: back-to-back completions of a tile count once
+    "no-forwarding": Plant(
+        "moehub.rtl.tracker", "fwd = t2.we & (t2.addr == t1.addr)", "fwd = t2.we & (t2.addr == t1.addr) & 0",
+        "AvailabilityTracker", ("flag is missing", "completions counted"),
+        "the read port's forwarding from S2 left out"),
+    # the clearing sweep stops a counter short: the last counter keeps its power-up value
+    "clear-stops-short": Plant(
+        "moehub.rtl.tracker", "with m.If(clear_addr == self.tl.depth - 1):",
+        "with m.If(clear_addr == self.tl.depth - 2):", "AvailabilityTracker",
+        ("before all its rows completed", "flag is missing"), "the last counter is never cleared"),
+}
 
 
 class TrackerHarness(Elaboratable):
     """The tracker under its environment, with the properties of the module docstring."""
 
-    def __init__(self, cfg, dut_cls=AvailabilityTracker, invariants=True):
-        self.cfg, self.dut_cls, self.invariants = cfg, dut_cls, invariants
+    def __init__(self, cfg, dut_cls=AvailabilityTracker, invariants=True, plant: str | None = None):
+        self.cfg, self.invariants = cfg, invariants
+        try:
+            self.dut_cls = planted(dut_cls, PLANTS, plant)
+        except ValueError:
+            self._MustUse__silence = True       # (refused: never elaborated)
+            raise
         self.messages = {}
         self.script = SCRIPT
 
@@ -90,8 +115,10 @@ class TrackerHarness(Elaboratable):
         self.messages = p.messages
         tr = self.dut_cls(cfg)
         self.regs = elaborate_into(m, "dut", tr, platform)
-        self.words, connect = memory_words(m, "dut.counters", tr.tl.depth, tr.tl.count_bits, "counter")
-        self.script = SCRIPT + connect
+        self.script = SCRIPT
+        if self.invariants:                 # (the words, read only by the invariants)
+            self.words, connect = memory_words(m, "dut.counters", tr.tl.depth, tr.tl.count_bits, "counter")
+            self.script = SCRIPT + connect
         reset_first(m)
         self.ce = ce = any_const(m, range(cfg.experts), "chosen_expert")
         p.assume(ce < cfg.experts)
