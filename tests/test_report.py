@@ -49,7 +49,8 @@ def synth_report() -> dict:
         "line_rate": {"at_h100_clock": {"timing": "PASS",
                                         "budget_fo4": {"low": 18.0, "nominal": 22.18, "high": 30.4}}}}
     return {"config": "mixtral-8gpu",
-            "hub": {"name": "mixtral-8gpu", "lanes": 4, "chunk_bytes": 128, "link_GBps": 450.0},
+            "hub": {"name": "mixtral-8gpu", "lanes": 4, "chunk_bytes": 128, "data_bits": 1024,
+                    "link_GBps": 450.0},
             "asic": osu, "asap7_tt": _asap7("tt", 21.64, 1.66, "MARGINAL", -0.0973),
             "asap7_ss": _asap7("ss", 21.94, 1.09, "FAIL", -0.4111)}
 
@@ -176,16 +177,16 @@ def test_hub_verdicts_per_flow_with_the_older_rtl_marked(records):
     rows = [ln for ln in lines if ln.startswith("| `")]
     assert len(rows) == 6                                        # 2 configs x 3 flows
     # the shipped order: tiny before mixtral-8gpu; flows OSU018, TT, SS
-    assert rows[0].startswith("| `tiny` (older RTL) | OSU018 → N5 projection |")
-    mix_tt = next(r for r in rows if r.startswith("| `mixtral-8gpu` | ASAP7 TT |"))
+    assert rows[0].startswith("| `tiny` (4 lanes × 128 B, 1024-bit) **older RTL** | OSU018 → N5 projection |")
+    mix_tt = next(r for r in rows if r.startswith("| `mixtral-8gpu` (4 lanes × 128 B, 1024-bit) | ASAP7 TT |"))
     assert "63,068 µm² (721k NAND2 eq.); 0.0357 mm² at N5" in mix_tt
     assert "21.64 FO4 `pm/cnt[0]` → `pm/drops[31]`" in mix_tt
     assert "1.66 (1.61–1.72) GHz" in mix_tt
     assert "**MARGINAL** (-97 ps); at N5 (÷ 1.15): **MARGINAL** (-19 ps)" in mix_tt
     assert "1014 of 450 GB/s: PASS" in mix_tt                   # 4 x 128 B x 1.98 GHz
-    mix_ss = next(r for r in rows if r.startswith("| `mixtral-8gpu` | ASAP7 SS |"))
+    mix_ss = next(r for r in rows if r.startswith("| `mixtral-8gpu` (4 lanes × 128 B, 1024-bit) | ASAP7 SS |"))
     assert "**FAIL** (-411 ps)" in mix_ss
-    osu = next(r for r in rows if r.startswith("| `mixtral-8gpu` | OSU018"))
+    osu = next(r for r in rows if r.startswith("| `mixtral-8gpu` (4 lanes × 128 B, 1024-bit) | OSU018"))
     assert "**PASS** (22.15 of 22.18 FO4)" in osu and "| 840k GE; 0.0420 mm² at N5 |" in osu
     assert sum("older RTL" in r for r in rows) == 3              # only tiny's rows
     # date and commit once per record, in the caption
@@ -424,7 +425,7 @@ def test_collect_synth_checks_the_rtl_by_its_rtlil(tmp_path):
     rec = report.read_record(path)
     assert rec["rtl"]["asap7_tt"]["sources_sha256"] is None
     assert "differs" in rec["rtl"]["asap7_tt"]["how"]
-    assert "(older RTL)" in report.render("hub-verdicts", recs)
+    assert "**older RTL**" in report.render("hub-verdicts", recs)
 
 
 def test_collect_synth_from_a_runs_own_out_folder(tmp_path):

@@ -553,7 +553,11 @@ def render_hub_verdicts(recs: list, current: str) -> str:
         for section, flow in SECTIONS.items():
             if section not in rep:
                 continue
-            hub = f"`{rec['data']['config']}`" + (f" ({OLDER})" if older(rec, section, current) else "")
+            h = rep["hub"]
+            shape = (f" ({h['lanes']} lanes × {h['chunk_bytes']} B, {h['data_bits']}-bit)"
+                     if {"lanes", "chunk_bytes", "data_bits"} <= set(h) else "")
+            hub = (f"`{rec['data']['config']}`{shape}"
+                   + (f" **{OLDER}**" if older(rec, section, current) else ""))
             cells = _verdict_cells(section, rep[section], rep["hub"])
             out.append(f"| {hub} | {flow} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n\n" + caption(_config_order(recs)) + "\n"
