@@ -80,7 +80,7 @@ def test_results_tables_are_in_marked_regions():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             m = marker.match(line)
             if not m:
-                assert "moehub-table" not in line and "moehub-results" not in line, \
+                assert not (line.lstrip().startswith("<!--") and "moehub-" in line), \
                     f"{path.name}:{n}: malformed marker {line!r}"
                 continue
             end, kind, name = m.groups()
