@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -268,11 +269,70 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     (records / "calibrate.json").unlink()
     assert _cli("--records", str(records)) == 0
     out = capsys.readouterr()
-    assert out.out.count("<!-- moehub-table: ") == len(report.TABLES) - 1
+    printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
+    assert printed == set(report.TABLES) - {"calibration-summary", *report.ABLATIONS}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2
     assert "no calibrate record" in capsys.readouterr().err
+
+
+def study_row(row, kind, layer_us, area=None, synthesis="", system="h100x8", tokens=4096):
+    return {"system_config": system, "model": "deepseek-v3", "tokens_per_gpu": tokens, "row": row,
+            "system": "hub" if kind == "hub" else row, "kind": kind, "layer_us": layer_us,
+            "speedup_vs_hub_today": 5297 / layer_us, "speedup_vs_best_sw": 5356 / layer_us,
+            "nvlink_GB": 1.916, "internode_GB": 0.0, "recv_MiB_per_gpu": 7428.1, "wire_rows": 10,
+            "area_mm2_n5": area, "gate_equivalents": None if area is None else 851000.0,
+            "deepest_fo4": None if area is None else 21.1, "synthesis": synthesis, "notes": ""}
+
+
+def test_ablation_is_the_studys_table_with_its_synthesis_rtl_marked(records):
+    rows = [study_row("hub today (v1)", "hub", 5297, 0.043, "deepseek-v3-8gpu; FO4 report"),
+            study_row("hub + multicast", "hub", 5497, 0.069, "deepseek-v3-8gpu_max_targets-8 "
+                      "(synthesised with row_bytes 14336); FO4 report"),
+            study_row("hub + paged", "hub", 5297, None, "not synthesised (deepseek-v3-8gpu_pool_pages-4128)"),
+            study_row("Comet", "software (best)", 5356),
+            study_row("hub today (v1)", "hub", 900, system="h100x16-ib")]
+    report.write_record(records / "study-v2" / "study-v2.json", report.make_record(
+        "study-v2", "moehub study v2", {"rows": rows}, commit="b047751", date="2026-12-04T17:44:59+00:00",
+        mach={"cores": 2, "model": "test"}, load_avg=None))
+    report.write_record(records / "synth" / "deepseek-v3-8gpu.json", synth_record(CUR, "deepseek-v3-8gpu"))
+    md = report.render("v2-ablation-deepseek-h100x8", records, CUR)
+    lines = md.splitlines()
+    assert lines[0].startswith("| row | layer µs | vs hub today |")     # no '###' heading
+    assert lines[2] == ("| hub today (v1) | 5297 | 1.000 | 1.011 | 1.916 | 0.000 | 7428.1 | "
+                        "0.043 (851k) | 21.1 | synthesis: deepseek-v3-8gpu; FO4 report |")
+    assert lines[3].startswith("| hub + multicast **RTL unchecked** | 5497 |")   # no synth record
+    assert lines[4].startswith("| hub + paged | 5297 |")                    # no synthesis figures
+    assert lines[5].startswith("| Comet **(best SW)** | 5356 |")
+    assert "h100x16-ib" not in md and "| 900 |" not in md
+    assert "`records/study-v2/study-v2.json`: `moehub study v2`, 2026-12-04 17:44 UTC, commit b047751" in md
+    # the synthesis record of another RTL marks the row
+    report.write_record(records / "synth" / "deepseek-v3-8gpu.json", synth_record(OLD, "deepseek-v3-8gpu"))
+    md = report.render("v2-ablation-deepseek-h100x8", records, CUR)
+    assert "| hub today (v1) **older RTL** | 5297 |" in md
+    with pytest.raises(report.ReportError, match="no study-v2 record with it"):
+        report.render("v2-ablation-mixtral-h100x8", records, CUR)
+
+
+def test_collect_study_v2_from_the_build_folder(tmp_path):
+    from moehub.cosim.studies import v2
+    folder = tmp_path / "build" / "results" / "study-v2"
+    folder.mkdir(parents=True)
+    with open(folder / "ablation.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=v2.COLUMNS)
+        w.writeheader()
+        w.writerow({**study_row("hub today (v1)", "hub", 5297.4), "area_mm2_n5": "nan",
+                    "gate_equivalents": "", "deepest_fo4": ""})
+    (folder / "run.json").write_text(json.dumps({"command": "moehub study v2", "git": "b047751",
+                                                 "started": "2026-12-04T17:44:59+00:00"}))
+    [path] = report.collect_study_v2(tmp_path / "build", tmp_path / "records")
+    rec = report.read_record(path)
+    assert (rec["command"], rec["commit"], rec["date"]) == ("moehub study v2", "b047751",
+                                                           "2026-12-04T17:44:59+00:00")
+    row = rec["data"]["rows"][0]
+    assert row["area_mm2_n5"] is None and row["layer_us"] == pytest.approx(5297.4)
+    assert "| hub today (v1) | 5297 |" in report.render("v2-ablation-deepseek-h100x8", tmp_path / "records")
 
 
 # ----------------------------------------------------------------------------- marked regions

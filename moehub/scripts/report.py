@@ -29,14 +29,16 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``validate``: ``results/validate/validation.csv`` of ``moehub validate`` (it writes no
   run record, so ``--rerun`` runs it here, ~3 CPU-minutes, and records that run);
 * ``calibrate``: ``calibrate/calibration.csv`` of ``moehub calibrate`` (``--rerun`` too);
-* ``headline``: every ``results/headline*/headline.json`` of ``moehub headline``.
+* ``headline``: every ``results/headline*/headline.json`` of ``moehub headline``;
+* ``study-v2``: every ``results/study-v2*/ablation.csv`` of ``moehub study v2``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
 over the best software per system, model and tokens/GPU: ``moehub headline``'s map),
 ``validation-summary`` (N of M cases within tolerance and the misses),
 ``validation-cases`` (every case) and ``calibration-summary`` (N of M calibration points
-within tolerance, the misses and whether each was expected).
+within tolerance, the misses and whether each was expected); ``v2-ablation-<model>-<system>``
+(``moehub study v2``'s table of DeepSeek-V3 or Mixtral on h100x8 or h100x16-ib).
 """
 from __future__ import annotations
 
@@ -438,7 +440,31 @@ def collect_headline(build: Path, records: Path) -> list:
     return written
 
 
-COLLECTORS = ("synth", "validate", "calibrate", "headline")
+# ----------------------------------------------------------------------------- study records
+def _json_number(x):
+    """NaN (an empty cell of the study's CSV) as JSON null."""
+    return None if isinstance(x, float) and x != x else x
+
+
+def collect_study_v2(build: Path, records: Path) -> list:
+    """A record per ``<build>/results/study-v2*/`` (``moehub study v2``: ``ablation.csv`` and
+    its ``run.json``)."""
+    from ..cosim.studies import v2
+    written = []
+    for cp in sorted(Path(build, "results").glob("study-v2*/ablation.csv")):
+        folder = cp.parent
+        run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
+        rows = [{k: _json_number(v) for k, v in r.items()} for r in v2.read_rows(cp)]
+        rec = make_record("study-v2", run.get("command", "moehub study v2"), {"rows": rows},
+                          commit=run.get("git"), date=run.get("started") or iso(cp.stat().st_mtime),
+                          mach=machine(), load_avg=None,
+                          note="the load is not in the study's run.json; the hub rows' area and "
+                               "deepest stage come from the synthesis reports the study read")
+        written.append(write_record(Path(records, "study-v2", f"{folder.name}.json"), rec))
+    return written
+
+
+COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -671,6 +697,57 @@ def render_calibration_summary(recs: list, current: str) -> str:
     return "\n".join(out) + "\n\n" + caption(recs) + "\n"
 
 
+#: the protocol-v2 ablation tables: name -> (model, system config) of ``moehub study v2``
+ABLATIONS = {f"v2-ablation-{m.split('-')[0]}-{sc}": (m, sc)
+             for m in ("deepseek-v3", "mixtral-8x7b") for sc in ("h100x8", "h100x16-ib")}
+
+
+def _synthesis_name(text) -> str:
+    """The synthesis folder a study row names (``name (synthesised with ...); FO4 ...``)."""
+    return re.split(r"[ ;:(]", str(text or "").strip(), maxsplit=1)[0]
+
+
+def render_ablation(model: str, system: str):
+    """The renderer of one (model, system) of ``moehub study v2``: the study's own table;
+    a hub row whose area and deepest stage come from a synthesis is marked "older RTL"
+    unless ``records/synth/<that synthesis>.json`` has its OSU018 section at the working
+    tree's RTL ("RTL unchecked" when there is no such record)."""
+    def fn(recs: list, current: str, records: Path = RECORDS) -> str:
+        from ..cosim.studies import v2
+        rows, used, seen = [], [], set()
+        for name, rec in sorted(recs, key=lambda nr: (nr[1]["date"] or "", nr[0])):
+            mine = [r for r in rec["data"]["rows"] if (r["model"], r["system_config"]) == (model, system)]
+            for r in mine:
+                key = (r["tokens_per_gpu"], r["row"])
+                if key in seen:
+                    raise ReportError(f"table of {model} on {system}: the row {key} is in two records")
+                seen.add(key)
+            if mine:
+                used.append((name, rec))
+                rows += mine
+        if not rows:
+            raise ReportError(f"table of {model} on {system}: no study-v2 record with it "
+                              "(records/study-v2/*.json; run 'moehub study v2', then "
+                              "'moehub report --collect study-v2')")
+        synth = dict(load_records(records, "synth"))
+        out = []
+        for r in rows:
+            r = {k: (float("nan") if v is None else v) for k, v in r.items()}
+            if r["area_mm2_n5"] == r["area_mm2_n5"]:          # figures from a synthesis
+                srec = synth.get(f"synth/{_synthesis_name(r['synthesis'])}.json")
+                mark = ("RTL unchecked" if srec is None else
+                        OLDER if older(srec, "asic", current) else "")
+                if mark:
+                    r["row"] += f" **{mark}**"
+            out.append(r)
+        text = v2.table(out).rstrip("\n")
+        if len({r["tokens_per_gpu"] for r in out}) == 1:   # the docs' heading says it
+            text = "\n".join(ln for ln in text.splitlines() if not ln.startswith("### ")).strip("\n")
+        return text + "\n\n" + caption(used) + "\n"
+    fn.__doc__ = f"``moehub study v2``'s table of {model} on {system}."
+    return fn
+
+
 #: table name -> (record source, renderer)
 TABLES = {
     "hub-verdicts": ("synth", render_hub_verdicts),
@@ -679,6 +756,7 @@ TABLES = {
     "validation-summary": ("validate", render_validation_summary),
     "validation-cases": ("validate", render_validation_cases),
     "calibration-summary": ("calibrate", render_calibration_summary),
+    **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
 }
 
 
@@ -687,7 +765,8 @@ def render(name: str, records: Path = RECORDS, current: str | None = None) -> st
     if name not in TABLES:
         raise ReportError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
     source, fn = TABLES[name]
-    return fn(load_records(records, source), current or rtl_sources_hash())
+    recs, current = load_records(records, source), current or rtl_sources_hash()
+    return fn(recs, current, records) if name in ABLATIONS else fn(recs, current)
 
 
 # ----------------------------------------------------------------------------- marked regions
@@ -793,6 +872,8 @@ def _run(args) -> int:
                 paths = collect_validate(build, records, rerun_it=args.rerun)
             elif source == "calibrate":
                 paths = collect_calibrate(build, records, rerun_it=args.rerun)
+            elif source == "study-v2":
+                paths = collect_study_v2(build, records)
             else:
                 paths = collect_headline(build, records)
             if not paths:
