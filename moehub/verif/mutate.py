@@ -56,7 +56,7 @@ unmutated build; identical Verilog would simulate identically.) Then:
 2. *the kill suite* (:data:`KILL_SUITE`), ``pytest -x`` in the copy, cheapest first: the
    Amaranth-simulator unit tests and everything else of the fast set that reads rtl/
    without a simulator (units, the Verilog stamp, register model vs the CSR bank, formats/CSR map, timing
-   constants, the C header, the README tables of the testplan), then the cocotb
+   constants, the C header, the testplan against the tables of docs/hub.md), then the cocotb
    regression on tiny (Icarus, every test of the hub testbench that applies to tiny,
    ``verif/tb/``: the protocol-v1 rules, stopped at its first failing
    test by ``COCOTB_MAX_FAILURES=1``, each test's limit of simulated time cut to 5 %
