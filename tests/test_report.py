@@ -230,12 +230,21 @@ def test_headline_refuses_a_point_in_two_records(records):
         report.render("headline", records, CUR)
 
 
-def test_validation_summary_counts_validation_cases_and_lists_misses(records):
+def test_validation_summary_counts_validation_cases_and_calibration_points(records):
     md = report.render("validation-summary", records, CUR)
-    assert md.startswith("**2 of 3 validation cases within their tolerance** (and 1 calibration points).")
-    assert "| `pplx-b` | deepep_ll | dispatch_us | 2.00 | ±0.3 | no proxy thread model |" in md
-    assert "deepep-a" not in md
-    assert "2026-12-04 18:02 UTC, commit def5678" in md
+    lines = md.splitlines()
+    assert lines[2] == ("| `moehub validate`: published end-to-end figures (±20-30 %) | **2 of 3** | "
+                        "`pplx-b` ×2.00 |")
+    assert lines[3] == ("| `moehub calibrate`: component measurements | **1 of 3** | 2, 1 of them "
+                        "expected, each with its reason |")
+    assert "2026-12-04 18:02 UTC, commit def5678" in md and "commit aaa1111" in md
+    (records / "calibrate.json").unlink()                        # the validate row alone
+    md = report.render("validation-summary", records, CUR)
+    assert "moehub calibrate" not in md and "commit aaa1111" not in md
+    misses = report.render("validation-misses", records, CUR)
+    assert misses.startswith("1 of 3 validation cases outside their tolerance.")
+    assert "| `pplx-b` | deepep_ll | dispatch_us | 2.00 | ±0.3 | no proxy thread model |" in misses
+    assert "deepep-a" not in misses and "cal-d" not in misses
     cases = report.render("validation-cases", records, CUR)
     assert cases.count("| `") == 4 and cases.count("**miss**") == 1
 
@@ -253,6 +262,7 @@ def test_a_long_note_is_cut_to_its_first_clause_in_summaries():
     assert report._short("short note") == "short note"
     assert report._short("the first clause; the second") == "the first clause …"
     assert report._short("One sentence. Another one.") == "One sentence …"
+    assert report._short("fast (0.69-0.78; on B200 1.05): more; rest") == "fast (0.69-0.78; on B200 1.05): more …"
     cut = report._short("word " * 100, limit=40)
     assert cut.endswith(" …") and len(cut) <= 42
     assert report._short("a | b") == "a \\| b" and report._short("") == "–"
@@ -362,12 +372,12 @@ def test_write_fills_regions_only_and_is_idempotent(records, tmp_path, capsys):
     assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 0
     new = md.read_text()
     assert "stale figures" not in new
-    assert "**2 of 3 validation cases within their tolerance**" in new
+    assert "| **2 of 3** | `pplx-b` ×2.00 |" in new
     assert "1.08 F / 2.38 deepspeed_moe (v1)" in new
     # outside the markers, line for line the same
     outside = lambda t: [ln for i, ln in enumerate(t.splitlines()) if not _inside(t, i)]
     assert outside(new) == outside(DOC)
-    assert new.startswith("# Title\n\nText before.\n\n<!-- moehub-table: validation-summary -->\n\n**2 of 3")
+    assert new.startswith("# Title\n\nText before.\n\n<!-- moehub-table: validation-summary -->\n\n| check |")
     assert new.endswith("<!-- /moehub-table -->\nText after.\n")
     # again: nothing to do
     capsys.readouterr()
@@ -385,11 +395,12 @@ def test_check_prints_a_diff_and_fails_on_a_stale_region(records, tmp_path, caps
     md = tmp_path / "README.md"
     md.write_text(DOC)
     assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 0
-    md.write_text(md.read_text().replace("**2 of 3", "**3 of 3"))     # a hand edit
+    md.write_text(md.read_text().replace("**2 of 3**", "**3 of 3**"))     # a hand edit
     capsys.readouterr()
     assert _cli("--records", str(records), "--root", str(tmp_path), "--check") == 1
     out = capsys.readouterr()
-    assert "-**3 of 3 validation cases" in out.out and "+**2 of 3 validation cases" in out.out
+    assert "\n-| `moehub validate`" in out.out and "| **3 of 3** |" in out.out
+    assert "\n+| `moehub validate`" in out.out and "| **2 of 3** |" in out.out
     assert "differ from their records" in out.err
     # a changed record makes the written file stale as well
     assert _cli("--records", str(records), "--root", str(tmp_path), "--write") == 0
@@ -416,7 +427,7 @@ def test_write_and_check_of_named_tables_only(records, tmp_path, capsys):
     assert _cli(*base, "--check") == 2                         # every region: an unknown name
     assert _cli(*base, "--write", "--table", "validation-summary") == 0
     text = md.read_text()
-    assert "**2 of 3 validation cases" in text and "stale figures" not in text
+    assert "| **2 of 3** |" in text and "stale figures" not in text
     assert "<!-- moehub-table: not-yet-made -->\n<!-- /moehub-table -->" in text   # untouched
     assert _cli(*base, "--check", "--table", "validation-summary") == 0
     assert _cli(*base, "--check", "--table", "nope") == 2

@@ -35,7 +35,8 @@ differs from what its records give (the test suite runs it on the repository's d
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
 over the best software per system, model and tokens/GPU: ``moehub headline``'s map),
-``validation-summary`` (N of M cases within tolerance and the misses),
+``validation-summary`` (N of M validation cases within tolerance and the misses, N of M
+calibration points), ``validation-misses`` (each miss with what the model lacks),
 ``validation-cases`` (every case) and ``calibration-summary`` (N of M calibration points
 within tolerance, the misses and whether each was expected); ``v2-ablation-<model>-<system>``
 (``moehub study v2``'s table of DeepSeek-V3 or Mixtral on h100x8 or h100x16-ib).
@@ -504,7 +505,12 @@ def _short(text, limit: int = 160) -> str:
     """The first clause of a free-text note (to ``;`` or a sentence's end), cut at a word
     before ``limit`` characters with an ellipsis; the whole note stays in the record."""
     text = " ".join(str(text or "").split())
-    first = re.split(r"; |\. (?=[A-Z])", text, maxsplit=1)[0]
+    first, depth = text, 0
+    for i, ch in enumerate(text):            # the first '; ' or sentence end outside brackets
+        depth += (ch in "([") - (ch in ")]")
+        if depth == 0 and (text.startswith("; ", i) or re.match(r"\. [A-Z]", text[i:i + 3])):
+            first = text[:i]
+            break
     if len(first) > limit:
         first = first[:limit].rsplit(" ", 1)[0] + " …"
     return _cell(first + (" …" if len(first) < len(text) and not first.endswith("…") else ""))
@@ -650,14 +656,42 @@ def _validation(recs: list) -> tuple:
     return rec, rows, [r for r in rows if r["use"] == "validation"]
 
 
-def render_validation_summary(recs: list, current: str) -> str:
-    """N of M validation cases within their tolerance, and each miss with what the model
-    lacks (``moehub validate``)."""
+def _pct(tols) -> str:
+    """Tolerances as "±30 %" (one value) or "±20-30 %"."""
+    lo, hi = min(tols), max(tols)
+    return f"±{100 * lo:g} %" if lo == hi else f"±{100 * lo:g}-{100 * hi:g} %"
+
+
+def render_validation_summary(recs: list, current: str, records: Path = RECORDS) -> str:
+    """The co-simulation's score in one table: N of M published end-to-end figures within
+    their tolerance and the misses (``moehub validate``), and, where its record exists,
+    N of M component measurements (``moehub calibrate``)."""
     rec, rows, val = _validation(recs)
     miss = [r for r in val if not r["ok"]]
-    cal = sum(r["use"] == "calibration" for r in rows)
-    out = [f"**{len(val) - len(miss)} of {len(val)} validation cases within their tolerance**"
-           + (f" (and {cal} calibration points)" if cal else "") + "."]
+    misses = ", ".join(f"`{r['id']}` ×{r['ratio']:.2f}" for r in miss) or "none"
+    out = ["| check | within tolerance | misses |", "|---|---|---|",
+           f"| `moehub validate`: published end-to-end figures ({_pct([r['tolerance'] for r in val])}) "
+           f"| **{len(val) - len(miss)} of {len(val)}** | {misses} |"]
+    used = list(recs)
+    cal = load_records(records, "calibrate")
+    if cal:
+        crows = cal[0][1]["data"]["rows"]
+        cmiss = [r for r in crows if not r["ok"]]
+        expected = sum(r["expected_miss"] for r in cmiss)
+        out.append(f"| `moehub calibrate`: component measurements | **{len(crows) - len(cmiss)} of "
+                   f"{len(crows)}** | {len(cmiss)}"
+                   + ((", all expected" if expected == len(cmiss) else f", {expected} of them expected")
+                      + ", each with its reason" if cmiss else "") + " |")
+        used += cal
+    return "\n".join(out) + "\n\n" + caption(used) + "\n"
+
+
+def render_validation_misses(recs: list, current: str) -> str:
+    """Each validation case outside its tolerance with what the model lacks (the first
+    clause of the case's note; ``moehub validate``)."""
+    rec, rows, val = _validation(recs)
+    miss = [r for r in val if not r["ok"]]
+    out = [f"{len(miss)} of {len(val)} validation cases outside their tolerance."]
     if miss:
         out += ["", "| missed case | system | metric | model / published | tolerance | what the model lacks |",
                 "|---|---|---|---:|---:|---|"]
@@ -754,6 +788,7 @@ TABLES = {
     "asap7": ("synth", render_asap7),
     "headline": ("headline", render_headline),
     "validation-summary": ("validate", render_validation_summary),
+    "validation-misses": ("validate", render_validation_misses),
     "validation-cases": ("validate", render_validation_cases),
     "calibration-summary": ("calibrate", render_calibration_summary),
     **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
@@ -766,7 +801,8 @@ def render(name: str, records: Path = RECORDS, current: str | None = None) -> st
         raise ReportError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
     source, fn = TABLES[name]
     recs, current = load_records(records, source), current or rtl_sources_hash()
-    return fn(recs, current, records) if name in ABLATIONS else fn(recs, current)
+    takes_records = name in ABLATIONS or name == "validation-summary"
+    return fn(recs, current, records) if takes_records else fn(recs, current)
 
 
 # ----------------------------------------------------------------------------- marked regions
