@@ -592,6 +592,14 @@ def render_hub_verdicts(recs: list, current: str) -> str:
                    + (f" **{OLDER}**" if older(rec, section, current) else ""))
             cells = _verdict_cells(section, rep[section], rep["hub"])
             out.append(f"| {hub} | {flow} | " + " | ".join(cells) + " |")
+    from ..spec.config import HUB_CONFIGS, load_hub_config
+    done = {rec["data"]["config"] for _, rec in recs}
+    for name in HUB_CONFIGS:                 # every shipped hub has a row, run or not
+        if name not in done:
+            cfg = load_hub_config(name)
+            out.append(f"| `{name}` ({cfg.lanes} lanes × {cfg.chunk_bytes} B) | no synthesis "
+                       f"record: `moehub synth --config {name}`, then `moehub report --collect "
+                       "synth` | – | – | – | – | – |")
     return "\n".join(out) + "\n\n" + caption(_config_order(recs)) + "\n"
 
 
