@@ -134,8 +134,8 @@ def iso(ts: float) -> str:
 
 def collected() -> dict:
     """Who made a record now: the collecting command, commit and date."""
-    return {"command": " ".join(runinfo._RUN["argv"] or ["moehub", "report", "--collect"]),
-            "commit": runinfo.git_describe(), "date": iso(time.time())}
+    return {"command": runinfo.record()["command"], "commit": runinfo.git_describe(),
+            "date": iso(time.time())}
 
 
 def make_record(source: str, command: str, data: dict, *, commit, date: str, mach: dict,
