@@ -91,7 +91,7 @@ class ReportError(Exception):
 # ----------------------------------------------------------------------------- provenance
 def rtl_sources(pkg: Path = runinfo.PACKAGE_DIR) -> list:
     """The files the hub's hardware is made from: ``rtl/**/*.py`` and ``spec/*.py`` (the
-    contract: formats, registers, timing), the same inputs :mod:`moehub.rtl.gen` stamps."""
+    contract: formats, registers, timing): what :mod:`moehub.rtl.gen` builds the hub from."""
     pkg = Path(pkg)
     return sorted(pkg.glob("rtl/**/*.py")) + sorted(pkg.glob("spec/*.py"))
 
