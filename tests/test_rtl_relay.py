@@ -26,7 +26,6 @@ import pytest
 from amaranth.sim import Simulator
 
 from moehub.rtl.relay.forward_unit import ForwardUnit
-from moehub.rtl.relay.layouts import RelayLayouts
 from moehub.spec.config import load_hub_config
 from moehub.spec.formats import RelayReason
 from moehub.spec.relay import RelayHubModel, RelayRow
@@ -373,7 +372,7 @@ def reduce_sim(cfg, seed, steps=600, unit_cls=None):
     slot not expected or already in), flushes, the op stream backpressured; every op must
     be the model's next (kind, record, slot, weight, parts), the counters the model's."""
     from moehub.rtl.relay.reduce_unit import Op, ReduceUnit
-    from moehub.spec.relay import ReduceModel, bf16_bits, global_gpu
+    from moehub.spec.relay import ReduceModel, bf16_bits, bf16_value, global_gpu
     unit_cls = unit_cls or ReduceUnit
     dut, rng = unit_cls(cfg), random.Random(seed)
     model = ReduceModel(cfg)
@@ -382,7 +381,7 @@ def reduce_sim(cfg, seed, steps=600, unit_cls=None):
     stats = {k: 0 for k in kinds}
 
     async def bench(ctx):
-        got, k, flushes = [], 0, 0
+        k, flushes = 0, 0
         offer_open = offer_part = None
         for cycle in range(steps):
             if offer_open is None and rng.random() < 0.25:
@@ -431,7 +430,6 @@ def reduce_sim(cfg, seed, steps=600, unit_cls=None):
                 n, tok, slots, ws = offer_open
                 key = (global_gpu(cfg, n, rank), tok)
                 fresh = key not in model.acc
-                from moehub.spec.relay import bf16_value
                 model.open(key[0], tok, tuple((s, float(bf16_value(w))) for s, w in zip(slots, ws)))
                 if fresh:
                     for s, w in zip(slots, ws):

@@ -116,7 +116,7 @@ Pure Python and numpy; no Amaranth.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np

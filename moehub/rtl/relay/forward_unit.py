@@ -12,10 +12,10 @@ in front of it never refuses, see :mod:`moehub.rtl.relay`):
    model's ``relay_verdict`` -- FWD_BAD_SOURCE (source node out of range or this node,
    another local rank, tag outside the window), FWD_BAD_GPU (a valid entry's GPU outside
    the node), FWD_BAD_TARGETS (no valid entry, an expert out of range, one (gpu, expert)
-   twice, a slot out of range or twice) -- counted in ``drops`` at once; per destination GPU ``g`` the entries naming
-   it (``mem[g]``, a ``relay_targets``-bit mask), registered with the row. Left to do:
-   the local report if any entry names this GPU (``rank``), and a forward to each other
-   GPU named (``left``).
+   twice, a slot out of range or twice) -- counted in ``drops`` at once; per destination
+   GPU ``g`` the entries naming it (``mem[g]``, a ``relay_targets``-bit mask), registered
+   with the row. Left to do: the local report if any entry names this GPU (``rank``), and
+   a forward to each other GPU named (``left``).
 2. **Local** (``local`` stream): the entries on this GPU packed into protocol v2's
    multicast row (entry order kept), with the original source as a global id (node x
    gpus_per_node + rank) and the token. Independent of the forwards.

@@ -36,7 +36,7 @@ partial row of ``row_bytes / chunk_bytes`` chunks (hundreds of cycles): never th
 """
 import enum
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
