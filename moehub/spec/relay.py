@@ -10,8 +10,9 @@ experts in that node) with each target's gate weight. The relay hub
   :class:`LocalRow`, the original source and token in its metadata words, exactly what
   :class:`~moehub.spec.model.HubModel` does with a multicast ``Packet``);
 * emits one *forward row* (:class:`ForwardRow`) per other destination GPU of its node --
-  protocol v2's multicast row for that GPU, carrying the original source and token, in
-  ascending local rank -- each taking a tag of the forward credit class at that GPU;
+  protocol v2's multicast row for that GPU, carrying the original source and token, the
+  lowest GPU holding a free tag first -- each taking a tag of the forward credit class at
+  that GPU;
 * returns the relay row's credit (its (source, tag)) once all its forwards have left (a
   dropped relay row's at once, unless its source is unknown: then there is no window);
 * on the combine, sums the partial output rows of a (token, node) -- each scaled by its
@@ -35,7 +36,7 @@ row with a bad target), first reason first:
   local rank (a row from this node is never forwarded; a relay only relays its own rail);
   FWD_BAD_TARGETS as above (experts, ``max_targets``).
 
-Accounting, the property the RTL and the formal harness check (:meth:`RelayHubModel.audit`):
+Accounting, the property the RTL and the formal harness check (:func:`audit` across a node):
 every (gpu, expert, slot) target of an accepted relay row is written here exactly once
 (gpu = this hub's rank) or carried by exactly one forward row; every forward row is
 emitted once; every refused row is counted once. Nothing is forwarded twice.
@@ -61,7 +62,10 @@ What each waits for (a *wait* is an arrow from the thing waiting to the thing it
    own targets) or a staging buffer of ``relay_window`` rows (forward-only rows). The
    queue and the buffer can always take a row the hub accepts, because no more than
    ``relay_window`` R credits exist: a source can only send a relay row holding one, and
-   the relay returns it only when that row has left both.
+   the relay returns it only when that row has left both. (ASSUMPTION, as for protocols
+   v1 and v2: credit messages are consumed on arrival, on a channel of their own, so a
+   credit queue drains whatever the rows on the links do; and a forward enters the
+   NVLink egress only holding its F tag, so no forward waits inside a link.)
 2. The **forward unit** of hub H waits for an F credit of destination G; G returns it when
    G's input has written the forward row (1), and a forward row is never forwarded again
    (its targets are all G's), so an F credit waits on nothing but G's input.
