@@ -180,16 +180,59 @@ def test_broken_queue_fails():
     _fails(r, "chosen entry")
 
 
+TRACKER_PLANTS = [("flag-one-early", 16, False), ("clear-skips-first", 15, False), ("no-forwarding", 18, True)]
+
+
 @pytest.mark.slow
-def test_broken_tracker_fails():
-    """A tile flagged one completion early."""
+@pytest.mark.parametrize("plant,depth,invariants", TRACKER_PLANTS, ids=[x[0] for x in TRACKER_PLANTS])
+def test_broken_tracker_fails(plant, depth, invariants):
+    """Each planted tracker bug fails a BMC from reset on the property named in
+    ``tracker.PLANTS``: a tile flagged one completion early (step 15) and a counter the
+    clearing sweep skips (step 14) on the properties alone; the missing forwarding on the
+    counter's invariant (step 16: a tile's second completion in a row read its count
+    without the first; the flag it then misses is checked only at the sweep, deeper)."""
     from moehub.verif.formal.common import formal_config
-    from moehub.verif.formal.tracker import SCRIPT, TrackerHarness
-    broken = mutant("moehub.rtl.tracker", "full.eq(t2.cnt == t2.target)", "full.eq(t2.cnt + 1 == t2.target)",
-                    "AvailabilityTracker")
-    r = run_harness("broken-tracker", TrackerHarness(formal_config("tiny/trk-small"), broken), "bmc", 18,
-                    script=SCRIPT)
-    _fails(r, "flagged")
+    from moehub.verif.formal.tracker import PLANTS, TrackerHarness
+    h = TrackerHarness(formal_config("tiny/trk-small"), invariants=invariants, plant=plant)
+    _fails(run_harness(f"broken-tracker-{plant}", h, "bmc", depth), *PLANTS[plant].fails)
+
+
+def test_memory_words_are_the_memory():
+    """``common.memory_words``: the harness's signals are the memory's words. A memory
+    written at one address a cycle: each word equals a harness register tracking the
+    writes to it (BMC 6 passes); the same harness with the connections left out (the words
+    free inputs) fails -- so a passing proof read the real words."""
+    from amaranth import Array, Elaboratable, Module, ResetSignal, Signal
+    from amaranth.lib.memory import Memory
+    from moehub.verif.formal.common import Props, any_seq, memory_words, reset_first
+
+    class Probe(Elaboratable):
+        def __init__(self, connect=True):
+            self.connect, self.messages, self.script = connect, {}, ()
+
+        def elaborate(self, platform):
+            m = Module()
+            p = Props(m)
+            self.messages = p.messages
+            reset_first(m)
+            m.submodules.dut = mem = Memory(shape=3, depth=4, init=[1, 2, 3, 4])
+            wp = mem.write_port()
+            addr, data, en = any_seq(m, 2, "w_addr"), any_seq(m, 3, "w_data"), any_seq(m, 1, "w_en")
+            rp = mem.read_port(domain="comb")         # (a memory nobody reads is removed)
+            m.d.comb += [wp.addr.eq(addr), wp.data.eq(data), wp.en.eq(en), rp.addr.eq(any_seq(m, 2, "r_addr"))]
+            p.assume(~(en & ResetSignal()))           # (a reset resets the shadows, not the memory)
+            words, connect = memory_words(m, "dut", 4, 3, "word")
+            p.check(rp.data == Array(words)[rp.addr], "the read port's word is not a word")
+            self.script = ("memory_map", "opt_clean") + (connect if self.connect else ())
+            for i in range(4):
+                shadow = Signal(3, init=i + 1, name=f"shadow{i}")
+                with m.If(en & (addr == i)):
+                    m.d.sync += shadow.eq(data)
+                p.check(words[i] == shadow, f"word {i} is not its writes")
+            return m
+
+    assert run_harness("memory-words", Probe(), "bmc", 6).status == "PASS"
+    _fails(run_harness("memory-words-free", Probe(connect=False), "bmc", 6), "is not its writes")
 
 
 @pytest.mark.slow

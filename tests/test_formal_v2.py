@@ -1,7 +1,8 @@
 """Protocol v2's formal properties fail on planted bugs (``moehub formal``): the page
 supply (its pool and ring: a page handed out at most once until returned, a
-returned-twice page refused, none lost) and the multicast count limit (a row refused
-exactly when its expert's announced count is met; no row of a dead expert granted).
+returned-twice page refused, none lost), the unicast page gate (a grant exactly the
+model's, a row on its tile's page) and the multicast count limit (a row refused exactly
+when its expert's announced count is met; no row of a dead expert granted).
 
 Each plant is a harness option (:mod:`moehub.verif.formal.plant`): the component is built
 from a broken in-memory copy of its RTL, and a short BMC must FAIL on the property the
@@ -72,6 +73,29 @@ def test_count_limit_plant_fails(plant, depth):
     from moehub.verif.formal.multicast_v2 import COUNT_PLANTS
     r = run_harness(f"counts-{plant}", _counts(plant), "bmc", depth)
     _fails_on(r, COUNT_PLANTS[plant].fails)
+
+
+GATE = [("same-cycle-page-ignored", 5), pytest.param("later-not-vetoed", 7, marks=SLOW),
+        pytest.param("not-held", 8, marks=SLOW)]
+
+
+@pytest.mark.parametrize("plant,depth", GATE)
+def test_page_gate_plant_fails(plant, depth):
+    """(alloc-small, 2 lanes, 4 pages) The unicast page gate's plants fail within
+    ``depth`` steps (measured: steps 4, 6, 7) on the property each breaks: a row on the
+    page its expert had before a lane ahead took a new one this cycle; a later lane of a
+    refused lane's expert granted; an expert's rows granted the cycle after its refusal."""
+    from moehub.verif.formal.page_gate import PLANTS, PageGateHarness
+    from moehub.verif.formal.sets import PAGE_GATE
+    h = PageGateHarness(formal_config("tiny/alloc-small").replace(**PAGE_GATE), plant)
+    _fails_on(run_harness(f"gate-{plant}", h, "bmc", depth), PLANTS[plant].fails)
+
+
+def test_page_gate_harness_refuses_other_configs():
+    """The unicast gate's harness on a config without pages (or multicast) says why."""
+    from moehub.verif.formal.page_gate import PageGateHarness
+    with pytest.raises(ValueError, match="'tiny'.*pool_pages > 0"):
+        PageGateHarness(formal_config("tiny"))
 
 
 def test_unknown_plant_is_refused():

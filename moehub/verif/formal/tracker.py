@@ -87,11 +87,10 @@ PLANTS = {
         "moehub.rtl.tracker", "fwd = t2.we & (t2.addr == t1.addr)", "fwd = t2.we & (t2.addr == t1.addr) & 0",
         "AvailabilityTracker", ("flag is missing", "completions counted"),
         "the read port's forwarding from S2 left out"),
-    # the clearing sweep stops a counter short: the last counter keeps its power-up value
-    "clear-stops-short": Plant(
-        "moehub.rtl.tracker", "with m.If(clear_addr == self.tl.depth - 1):",
-        "with m.If(clear_addr == self.tl.depth - 2):", "AvailabilityTracker",
-        ("before all its rows completed", "flag is missing"), "the last counter is never cleared"),
+    # the clearing sweep starts a counter late: the first keeps its power-up value
+    "clear-skips-first": Plant(
+        "moehub.rtl.tracker", "m.d.sync += clear_addr.eq(0)", "m.d.sync += clear_addr.eq(1)",
+        "AvailabilityTracker", ("before all its rows completed",), "the first counter is never cleared"),
 }
 
 
