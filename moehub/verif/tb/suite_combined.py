@@ -67,7 +67,8 @@ class PagedCountTests(PagedTests, CountTests):
 
     def rows_of(self, expert: int, pairs, token0: int) -> list:
         """One cycle of rows of ``expert`` from the (src, tag) ``pairs``, then their chunks."""
-        return self.firsts_then_rest([(self.row(s, expert, token=token0 + k), (s, t)) for k, (s, t) in enumerate(pairs)])
+        return self.firsts_then_rest([(self.row(s, expert, token=token0 + k), (s, t))
+                                      for k, (s, t) in enumerate(pairs)])
 
     def eos_for(self, sched: list) -> list:
         """End-of-stream from every source, counting the rows ``sched`` opens (every row
@@ -160,7 +161,8 @@ class PagedCountTests(PagedTests, CountTests):
         assert model.final[0]
         # ---- layer 2: the counts not met behind the page refusal, nor in the cycles after
         await self.next_layer(tb, 2)
-        sched = self.serial([self.cnt(0, 0, 13), self.cnt(1, 0, 0)], lanes=[0]) + self.fill(0, 12, token0=100) + self.IDLE
+        sched = self.serial([self.cnt(0, 0, 13), self.cnt(1, 0, 0)], lanes=[0])
+        sched += self.fill(0, 12, token0=100) + self.IDLE
         group = self.firsts_then_rest([(self.row(0, 0, token=70), (0, 0)), (self.row(1, 0, token=71), (1, 0)),
                                   self.cnt(2, 0, 0), (self.row(2, 0, token=72), (2, 0))])
         sched += self.in_turn(group, self.rows_of(0, later, 73), self.rows_of(0, [(1, 2), (2, 2)], 77))
@@ -188,7 +190,8 @@ class PagedCountTests(PagedTests, CountTests):
         assert await self.drops(tb, Reason.OVERFLOW) == 3 and await self.drops(tb, Reason.COUNT_MISMATCH) == 0
         assert model.final[2]
         await self.next_layer(tb, 2)
-        sched = self.serial([self.cnt(0, 2, 9), self.cnt(1, 2, 2)], lanes=[1]) + self.fill(2, 12, token0=120) + self.IDLE
+        sched = self.serial([self.cnt(0, 2, 9), self.cnt(1, 2, 2)], lanes=[1])
+        sched += self.fill(2, 12, token0=120) + self.IDLE
         group = self.firsts_then_rest([(self.row(0, 2, token=93), (0, 0)), (self.row(1, 2, token=94), (1, 0)),
                                   self.cnt(2, 2, 0), (self.row(2, 2, token=95), (2, 0))])
         sched += self.in_turn(group, self.rows_of(2, [(0, 1), (1, 1)], 96))
@@ -262,7 +265,8 @@ class MulticastCountTests(MulticastTests, CountTests):
         await tb.send_schedule(sched + self.IDLE + [self.eos_of(rows)])
         model = await self.finish(tb, rows)
         assert model.final == [True] * self.E
-        assert self.early(tb, model) == list(range(self.E)), [self.count_word_cycle(tb, model, x) for x in range(self.E)]
+        assert self.early(tb, model) == list(range(self.E)), \
+            [self.count_word_cycle(tb, model, x) for x in range(self.E)]
 
     @hub_test()
     async def test_row_refused_when_any_target_is_met(self, dut):
@@ -274,7 +278,8 @@ class MulticastCountTests(MulticastTests, CountTests):
         a = self.mrow(0, [(0, 0), (1, 1)], token=1)
         b, c = self.mrow(1, [(1, 0), (0, 1)], token=2), self.mrow(2, [(1, 2)], token=3)
         d, e = self.mrow(0, [(1, 0), (2, 1)], token=5), self.mrow(1, [(2, 0), (1, 2)], token=6)
-        counts = [self.cnt(0, 0, 1), self.cnt(1, 0, 0), self.cnt(2, 0, 0), self.cnt(0, 1, 2), self.cnt(1, 1, 0), self.cnt(2, 1, 1),
+        counts = [self.cnt(0, 0, 1), self.cnt(1, 0, 0), self.cnt(2, 0, 0),
+                  self.cnt(0, 1, 2), self.cnt(1, 1, 0), self.cnt(2, 1, 1),
                   self.cnt(0, 2, 1), self.cnt(1, 2, 0), self.cnt(2, 2, 0)]
         sched = self.spread(counts) + self.one_at_a_time([a]) + self.rows_in_one_cycle([(b, 0), (c, 0)]) + self.IDLE
         sched += self.rows_in_one_cycle([(d, 1), (e, 1)])
@@ -297,18 +302,23 @@ class MulticastCountTests(MulticastTests, CountTests):
         at once."""
         tb = await self.make_mc_tb(dut)
         r1, r2 = self.mrow(0, [(2, 0)], token=1), self.mrow(1, [(1, 0)], token=2)
-        pre = [self.cnt(0, 2, 1), self.cnt(1, 2, 0), self.cnt(0, 1, 0), self.cnt(1, 1, 0), self.cnt(0, 0, 1), self.cnt(1, 0, 0), self.cnt(2, 0, 0)]
+        pre = [self.cnt(0, 2, 1), self.cnt(1, 2, 0), self.cnt(0, 1, 0), self.cnt(1, 1, 0), self.cnt(0, 0, 1),
+               self.cnt(1, 0, 0), self.cnt(2, 0, 0)]
         sched = self.spread(pre) + self.one_at_a_time([r1, r2])
         x = self.mrow(2, [(0, 0), (2, 1)], token=3)
         cnt_x, x0 = self.cnt(2, 2, 0), self.chunks(x, 0, [0])[0]
-        sched += self.IDLE + [[cnt_x, x0, None, None]] + self.spread(self.chunks(x, 0, range(1, self.cfg.chunks_per_row)))
+        sched += self.IDLE + [[cnt_x, x0, None, None]]
+        sched += self.spread(self.chunks(x, 0, range(1, self.cfg.chunks_per_row)))
         y = self.mrow(0, [(1, 0), (0, 1)], token=4)
         cnt_y, y0 = self.cnt(2, 1, 1), self.chunks(y, 1, [0])[0]
-        sched += self.IDLE + [[y0, cnt_y, None, None]] + self.spread(self.chunks(y, 1, range(1, self.cfg.chunks_per_row)))
+        sched += self.IDLE + [[y0, cnt_y, None, None]]
+        sched += self.spread(self.chunks(y, 1, range(1, self.cfg.chunks_per_row)))
         await tb.send_schedule(sched + self.IDLE + [self.eos_of([r1, r2, x, y])])
         model = await self.finish(tb)
-        at = {k: [c for c, _, p in tb.accepted if p == q] for k, q in (("x", x0), ("cx", cnt_x), ("y", y0), ("cy", cnt_y))}
-        assert at["x"] == [at["cx"][0] + 1], f"the row behind a count packet: taken in cycle {at['x']}, count {at['cx']}"
+        at = {k: [c for c, _, p in tb.accepted if p == q]
+              for k, q in (("x", x0), ("cx", cnt_x), ("y", y0), ("cy", cnt_y))}
+        assert at["x"] == [at["cx"][0] + 1], \
+            f"the row behind a count packet: taken in cycle {at['x']}, count {at['cx']}"
         assert at["y"] == at["cy"], f"a count packet behind a row: taken in cycle {at['cy']}, the row {at['y']}"
         assert [await tb.csr_read("ROWS", x) for x in range(self.E)] == [1, 2, 1]
         assert model.final == [True, False, True], "expert 1, past its count, ends at the sweep"
@@ -325,7 +335,8 @@ class MulticastCountTests(MulticastTests, CountTests):
                  self.mrow(2, [(2, 0)], token=3), self.mrow(0, [(1, 2), (2, 1)], token=4)]
         rest = [self.mrow(k % self.S, [(1, 0), (2, 1)], token=10 + k) for k in range(23)]
         counts = self.announce([first[0], first[2], first[3]] + rest)
-        sched = self.spread(counts) + self.IDLE + self.rows_in_one_cycle(list(zip(first, [0, 0, 0, 1]))) + self.IDLE + self.one_at_a_time(rest)
+        sched = self.spread(counts) + self.IDLE + self.rows_in_one_cycle(list(zip(first, [0, 0, 0, 1])))
+        sched += self.IDLE + self.one_at_a_time(rest)
         await tb.send_schedule(sched + self.IDLE + [self.eos_of(first + rest)])
         model = await self.finish(tb)
         heads = [self.chunks(r, t, [0])[0] for r, t in zip(first, [0, 0, 0, 1])]
@@ -429,7 +440,8 @@ class MulticastPagedTests(MulticastTests):
         sets = [[(0, 0), (1, 1)], [(1, 0)], [(2, 2), (0, 1), (1, 0)], [(0, 2)]]
         rows = [self.mrow(s, t, token=10 + k) for k, (s, t) in enumerate(zip([0, 1, 2, 0], sets))]
         more = [self.mrow(1, [(2, 0)], token=20), self.mrow(2, [(0, 0), (2, 1)], token=21)]
-        await tb.send_schedule(self.rows_in_one_cycle(list(zip(rows, [0, 0, 0, 1]))) + self.IDLE + self.one_at_a_time(more)
+        await tb.send_schedule(self.rows_in_one_cycle(list(zip(rows, [0, 0, 0, 1]))) + self.IDLE
+                               + self.one_at_a_time(more)
                                + self.IDLE + [self.eos_of(rows + more)])
         model = await self.finish(tb, rows + more)
         assert self.pages_of(tb, model, rows + more) == [0, 0, 0, 0, 1, 1]
@@ -454,11 +466,13 @@ class MulticastPagedTests(MulticastTests):
         expert whose region is full (OVERFLOW for that). The pool's margin makes the
         admission tight on the way (one data packet a cycle): the rows are still granted
         exactly as the model grants them in lane order. POOL_FREE 0; no data of a refused row."""
-        tb = await self.make_mc_tb(dut, tile_rows=4, caps=[self.cfg.max_rows_per_expert, self.cfg.max_rows_per_expert, 16])
+        full = self.cfg.max_rows_per_expert
+        tb = await self.make_mc_tb(dut, tile_rows=4, caps=[full, full, 16])
         fill = [self.mrow(k % self.S, [(k % 2, 0)] + ([(2, 1)] if k < 16 else []), token=k) for k in range(47)]
         last = [self.mrow(0, [(0, 1), (1, 2)], token=60), self.mrow(1, [(1, 0)], token=61),
                 self.mrow(2, [(0, 0), (1, 1)], token=62), self.mrow(0, [(2, 0)], token=63)]
-        await tb.send_schedule(self.one_at_a_time(fill) + self.IDLE + self.rows_in_one_cycle(list(zip(last, [0, 0, 0, 1])))
+        await tb.send_schedule(self.one_at_a_time(fill) + self.IDLE
+                               + self.rows_in_one_cycle(list(zip(last, [0, 0, 0, 1])))
                                + self.IDLE + [self.eos_of(fill + last)])
         model = await self.finish(tb)
         assert self.pages_of(tb, model, last) == [11, None, None, None]
@@ -585,10 +599,12 @@ class MulticastPagedCountTests(MulticastPagedTests, CountTests):
         a, b = self.mrow(0, [(0, 0)], token=1), self.mrow(1, [(0, 1), (1, 0)], token=2)
         ones = [self.mrow(k % 2, [(1, 0)], token=10 + k) for k in range(5)]
         h = self.mrow(2, [(2, 0), (1, 1)], token=20)
-        counts = [self.cnt(0, 0, 1), self.cnt(1, 0, 0), self.cnt(2, 0, 0), self.cnt(0, 1, 3), self.cnt(1, 1, 2), self.cnt(2, 1, 0),
+        counts = [self.cnt(0, 0, 1), self.cnt(1, 0, 0), self.cnt(2, 0, 0),
+                  self.cnt(0, 1, 3), self.cnt(1, 1, 2), self.cnt(2, 1, 0),
                   self.cnt(0, 2, 0), self.cnt(1, 2, 0), self.cnt(2, 2, 0)]
         order = [a, b] + ones[:4] + [h, ones[4]]
-        await tb.send_schedule(self.spread(counts) + self.IDLE + self.one_at_a_time(order) + self.IDLE + [self.eos_of(order)])
+        await tb.send_schedule(self.spread(counts) + self.IDLE + self.one_at_a_time(order) + self.IDLE
+                               + [self.eos_of(order)])
         model = await self.finish(tb)
         granted = [a] + ones
         assert [self.locs(tb, model)[(r.src, r.token)] for r in granted] == [0, 1, 2, 3, 4, 5]

@@ -62,7 +62,8 @@ class CountTests(HubTests):
         await tb.send_schedule(sched + self.IDLE + [self.eos_all({0: 1, 1: 1, 2: 1})])
         model = await self.finish(tb, rows)
         assert model.final == [True] * self.E
-        assert self.early(tb, model) == list(range(self.E)), [self.count_word_cycle(tb, model, x) for x in range(self.E)]
+        assert self.early(tb, model) == list(range(self.E)), \
+            [self.count_word_cycle(tb, model, x) for x in range(self.E)]
         last = [w.kind for _, w in tb.ctl_out][-1:]
         assert last == [CtlKind.DONE]
 
@@ -91,9 +92,11 @@ class CountTests(HubTests):
         credit returns). Expert 1 gets 2 rows, then counts of 1 in all: COUNT_MISMATCH at the
         last count, and the expert ends at the sweep (final count 2)."""
         tb = await self.make_tb(dut)
-        r0, r1, r2, r3 = self.row(0, 0, token=1), self.row(0, 0, token=2), self.row(1, 1, token=3), self.row(1, 1, token=4)
+        r0, r1 = self.row(0, 0, token=1), self.row(0, 0, token=2)
+        r2, r3 = self.row(1, 1, token=3), self.row(1, 1, token=4)
         sched = self.serial([self.cnt(0, 0, 1), self.cnt(1, 0, 0), self.cnt(2, 0, 0)])
-        sched += self.serial(self.chunks(r0, tag=0) + self.chunks(r1, tag=1) + self.chunks(r2, tag=0) + self.chunks(r3, tag=1),
+        sched += self.serial(self.chunks(r0, tag=0) + self.chunks(r1, tag=1)
+                             + self.chunks(r2, tag=0) + self.chunks(r3, tag=1),
                         lanes=[0, 1, 2, 3])
         sched += self.IDLE + self.serial([self.cnt(0, 1, 0), self.cnt(1, 1, 1), self.cnt(2, 1, 0)])
         await tb.send_schedule(sched + self.IDLE + [self.eos_all({0: 2, 1: 2})])
@@ -207,7 +210,8 @@ class CountTests(HubTests):
         assert len(tb.credit_out) == 3 and await tb.csr_read("ROWS", 0) == 1
         took = [c for c, _, p in tb.accepted if p.kind == 2]
         assert len(set(took)) == len(took) == 7, f"count packets taken at {took}"
-        assert [c for c, _, p in tb.accepted if p == qc[0]] == [took[4] + 1], "the row's chunk not a cycle behind its count"
+        assert [c for c, _, p in tb.accepted if p == qc[0]] == [took[4] + 1], \
+            "the row's chunk not a cycle behind its count"
 
     @hub_test()
     async def test_count_of_zero(self, dut):
@@ -235,7 +239,7 @@ class CountTests(HubTests):
         assert await self.drops(tb, Reason.NOT_ARMED) == 1
         await tb.start_layer()
         r = self.row(0, 0, token=4)
-        bad = [self.cnt(self.S, 0, 1), self.cnt(0, self.E, 1)] if self.E < 1 << self.cfg.expert_bits else [self.cnt(self.S, 0, 1)]
+        bad = [self.cnt(self.S, 0, 1)] + ([self.cnt(0, self.E, 1)] if self.E < 1 << self.cfg.expert_bits else [])
         sched = self.serial(bad + [self.cnt(0, 0, 1), self.cnt(1, 0, 0), self.cnt(2, 0, 0)] + self.chunks(r, tag=0))
         await tb.send_schedule(sched + self.IDLE + [self.eos_all({0: 1})])
         model = await self.finish(tb, [r])

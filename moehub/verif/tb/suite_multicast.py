@@ -65,12 +65,13 @@ class MulticastTests(HubTests):
         heads = [self.chunks(r, t, [0])[0] for r, t in rows_tags]
         rest = [p for r, t in rows_tags for p in self.chunks(r, t, range(1, self.cfg.chunks_per_row))]
         sched = [heads + [None] * (self.L - len(heads))]
-        sched += [list(rest[k:k + self.L]) + [None] * (self.L - len(rest[k:k + self.L])) for k in range(0, len(rest), self.L)]
+        sched += self.spread(rest)
         return sched
 
     def spread(self, pkts) -> list:
         """Packets over the lanes, ``lanes`` a cycle, in order."""
-        return [list(pkts[k:k + self.L]) + [None] * (self.L - len(pkts[k:k + self.L])) for k in range(0, len(pkts), self.L)]
+        L = self.L
+        return [list(pkts[k:k + L]) + [None] * (L - len(pkts[k:k + L])) for k in range(0, len(pkts), L)]
 
     def one_at_a_time(self, rows, tag=0) -> list:
         """Each row on its own, its chunks over the lanes (a row completes before the next
@@ -137,7 +138,8 @@ class MulticastTests(HubTests):
         expert's partial tile flagged at the end of the layer."""
         tb = await self.make_mc_tb(dut)
         r = self.mrow(0, [(2, 0), (0, 1), (1, 2)], token=5)
-        await tb.send_schedule([[p] + [None] * (self.L - 1) for p in self.chunks(r, 0)] + self.IDLE + [self.eos_all({0: 1})])
+        await tb.send_schedule([[p] + [None] * (self.L - 1) for p in self.chunks(r, 0)]
+                               + self.IDLE + [self.eos_all({0: 1})])
         model = await self.finish(tb, [r])
         metas = [c for _, c in tb.ctl_out if c.kind == CtlKind.META]
         assert [(c.addr - model.layer_meta_base) // self.cfg.meta_word_bytes // self.cfg.max_rows_per_expert
@@ -162,7 +164,8 @@ class MulticastTests(HubTests):
         for _, c in tb.ctl_out:
             if c.kind == CtlKind.META:
                 f = tb.fmt.meta_word.unpack(c.data)
-                x, rr = divmod((c.addr - model.layer_meta_base) // self.cfg.meta_word_bytes, self.cfg.max_rows_per_expert)
+                x, rr = divmod((c.addr - model.layer_meta_base) // self.cfg.meta_word_bytes,
+                               self.cfg.max_rows_per_expert)
                 got[(f["src"], f["token"], x)] = (rr, f["loc"])
         assert got[(0, 10, 1)] == (0, 0) and got[(1, 11, 1)] == (1, 1) and got[(2, 12, 1)] == (2, 2)
         assert got[(0, 13, 0)] == (2, 3), "the last lane's row of expert 0 follows two rows ahead"
@@ -206,7 +209,8 @@ class MulticastTests(HubTests):
         assert await tb.csr_read("POOL_CAP") == self.cfg.pool_rows
         await tb.csr_write("CTRL", CTRL_START)
         more = [self.mrow(0, [(0, 0)], token=50)]
-        await tb.send_schedule([[p] + [None] * (self.L - 1) for p in self.chunks(more[0], 0)] + self.IDLE + [self.eos_all({0: 1})])
+        await tb.send_schedule([[p] + [None] * (self.L - 1) for p in self.chunks(more[0], 0)]
+                               + self.IDLE + [self.eos_all({0: 1})])
         await self.finish(tb)
 
     @hub_test()
@@ -214,7 +218,8 @@ class MulticastTests(HubTests):
         """An empty set, an expert out of range, one expert named twice: each row dropped as
         BAD_EXPERT (its later chunks absorbed, its credit returned), no row taken, no write."""
         tb = await self.make_mc_tb(dut)
-        bad = [self.mrow(0, [], token=1), self.mrow(1, [(0, 0), (self.E, 1)], token=2), self.mrow(2, [(1, 0), (1, 1)], token=3)]
+        bad = [self.mrow(0, [], token=1), self.mrow(1, [(0, 0), (self.E, 1)], token=2),
+               self.mrow(2, [(1, 0), (1, 1)], token=3)]
         good = self.mrow(0, [(2, 0), (1, 1)], token=4)
         sched = self.rows_in_one_cycle([(bad[0], 0), (bad[1], 0), (bad[2], 0), (good, 1)])
         await tb.send_schedule(sched + self.IDLE + [self.eos_all({0: 2, 1: 1, 2: 1})])
@@ -252,7 +257,8 @@ class MulticastTests(HubTests):
         assert await tb.csr_read("DROPS", Reason.PAGE_BAD) == 2
         assert await tb.csr_read("POOL_FREE") == 0
         r = self.mrow(1, [(1, 0)], token=2)
-        await tb.send_schedule([[p] + [None] * (self.L - 1) for p in self.chunks(r, 0)] + self.IDLE + [self.eos_all({1: 1})])
+        await tb.send_schedule([[p] + [None] * (self.L - 1) for p in self.chunks(r, 0)]
+                               + self.IDLE + [self.eos_all({1: 1})])
         await self.finish(tb, [r])
 
     @hub_test()
@@ -291,7 +297,8 @@ class MulticastTests(HubTests):
         await tb.start_layer()
         rows = [self.mrow(s, [(s, 0)], token=20 + s) for s in range(self.S)]
         first = len(tb.accepted)
-        await tb.send_schedule(self.rows_in_one_cycle([(r, 0) for r in rows]) + self.IDLE + [self.eos_all({s: 1 for s in range(self.S)})])
+        await tb.send_schedule(self.rows_in_one_cycle([(r, 0) for r in rows]) + self.IDLE
+                               + [self.eos_all({s: 1 for s in range(self.S)})])
         model = await self.finish(tb)
         cycles = [c for c, _, p in tb.accepted[first:] if p.kind == 0]
         assert len(set(cycles)) == len(cycles), "two data packets taken in one cycle with the arena tight"
@@ -384,7 +391,8 @@ class MulticastTests(HubTests):
             rows = []
             for k in range(40):         # (40 rows an expert: never tight, at 64-row regions)
                 xs = rng.sample(range(self.E), n)
-                rows.append(self.mrow(k % self.S, [(x, rng.randrange(self.cfg.topk)) for x in xs], token=k // self.S, seed=k))
+                targets = [(x, rng.randrange(self.cfg.topk)) for x in xs]
+                rows.append(self.mrow(k % self.S, targets, token=k // self.S, seed=k))
             tb.feed(LaneFeeder(self.cfg, rows, rng, idle=0.0, shuffle_chunks=False))
             await tb.wait_idle()
             model = await tb.check()

@@ -175,7 +175,8 @@ class RuleTests(HubTests):
                Packet(src=0, tag=self.cfg.tags_per_source, expert=0, chunk=0),  # bad tag
                Packet(src=2, tag=2, expert=self.cfg.experts - 1, chunk=self.cfg.chunks_per_row)]  # bad chunk
         pk += self.chunks(good[1], 2) + self.chunks(bad_expert, 1)[2:]
-        await tb.send_schedule(self.serial(pk, lanes=list(range(self.cfg.lanes))) + self.wide(self.eos_all({0: 1, 1: 1, 2: 1})))
+        await tb.send_schedule(self.serial(pk, lanes=list(range(self.cfg.lanes)))
+                               + self.wide(self.eos_all({0: 1, 1: 1, 2: 1})))
         model = await self.finish(tb)
         d = model.drop_counts
         assert (d[Reason.BAD_EXPERT], d[Reason.BAD_SOURCE], d[Reason.BAD_CHUNK]) == (1, 2, 1)
@@ -546,7 +547,7 @@ class RuleTests(HubTests):
         assert flags and flags[-1] - acc == FLAG_LATENCY, f"flag latency {flags[-1] - acc if flags else None}"
         credits = [cyc for cyc, _, _ in tb.credit_out]
         assert credits[-1] - acc == CREDIT_LATENCY, f"credit latency {credits[-1] - acc}"
-        await tb.send_schedule(self.wide(self.eos_all({s: sum(1 for r in rows if r.src == s) for s in range(self.cfg.sources)})))
+        await tb.send_schedule(self.wide(self.eos_all(self._counts(rows))))
         await self.finish(tb, rows)
 
     def junk(self, rng, n=4):
@@ -710,7 +711,8 @@ class RuleTests(HubTests):
                             ("META_BASE", 0x5100_0000), ("COUNT_BASE", 0x5200_0000)):
             await tb.csr_write(name, value)
         await tb.csr_write("REGION_CAP", 1, 0)
-        await tb.send_schedule(self.serial(self.chunks(rows[1], 0), lanes=[1]) + self.wide(self.eos_all(self._counts(rows))))
+        await tb.send_schedule(self.serial(self.chunks(rows[1], 0), lanes=[1])
+                               + self.wide(self.eos_all(self._counts(rows))))
         model = await self.finish(tb)
         assert model.rows[0] == 2 and model.overflow[0] == 0, "REGION_CAP acted mid-layer"
         flags = [c for _, c in tb.ctl_out if c.kind == CtlKind.FLAG]
@@ -719,7 +721,8 @@ class RuleTests(HubTests):
         before = [len(w) for w in tb.wr_out]
         await tb.start_layer()
         r2 = [self.row(0, 0, token=40 + k) for k in range(2)]
-        await tb.send_schedule(self.serial(self.chunks(r2[0], 0) + self.chunks(r2[1], 1)) + self.wide(self.eos_all({0: 2})))
+        await tb.send_schedule(self.serial(self.chunks(r2[0], 0) + self.chunks(r2[1], 1))
+                               + self.wide(self.eos_all({0: 2})))
         model = await self.finish(tb)
         assert model.layer_epoch == 6 and model.rows[0] == 1 and model.overflow[0] == 1
         new = [a for j, w in enumerate(tb.wr_out) for _, a, _ in w[before[j]:]]
@@ -755,7 +758,8 @@ class RuleTests(HubTests):
         """Reset after a layer with errors: every register reads its reset value (the
         register model's), the hub is disarmed, and a packet is NOT_ARMED."""
         tb = await self.make_tb(dut, tile_rows=self.cfg.max_tile_rows, epoch=77, timeout=1234)
-        await tb.send_schedule(self.serial([Packet(src=0, tag=0, chunk=self.cfg.chunks_per_row)] + self.chunks(self.row(0, 0), 1)[:2]))
+        bad_chunk = Packet(src=0, tag=0, chunk=self.cfg.chunks_per_row)
+        await tb.send_schedule(self.serial([bad_chunk] + self.chunks(self.row(0, 0), 1)[:2]))
         await tb.wait_idle()
         await tb.reset()
         fresh = HubModel(self.cfg)
@@ -1010,7 +1014,8 @@ class RuleTests(HubTests):
         k = 0
         while k < cap + 2:
             batch = ids[:min(len(ids), cap - 2 - k)] if k < cap - 2 else ids[:4]
-            rows = [self.row(s, 0, token=(k + i) % (1 << self.cfg.token_bits), seed=k + i) for i, (s, _) in enumerate(batch)]
+            rows = [self.row(s, 0, token=(k + i) % (1 << self.cfg.token_bits), seed=k + i)
+                    for i, (s, _) in enumerate(batch)]
             pk = [self.chunks(r, t) for r, (_, t) in zip(rows, batch)]
             await tb.send_schedule(self.wide([p[c] for c in range(self.cfg.chunks_per_row) for p in pk]))
             for s, _ in batch:
@@ -1038,7 +1043,8 @@ class RuleTests(HubTests):
                 p = batch[-1].pop()
                 if k not in never:
                     last.append(p)
-            if k == n - 1 or (k not in held and sum(1 for p in batch if len(p) == self.cfg.chunks_per_row) == len(free)):
+            full = sum(1 for p in batch if len(p) == self.cfg.chunks_per_row)
+            if k == n - 1 or (k not in held and full == len(free)):
                 sched += self.wide([p[c] for c in range(self.cfg.chunks_per_row) for p in batch if c < len(p)])
                 batch = []
         return sched + self.wide(last), rows
