@@ -184,6 +184,10 @@ def _sets() -> list[PropertySet]:
                          "a row on its tile's page, a page in use never handed out, POOL_FREE; k-induction "
                          "closes at k=3 with the page supply's invariants, the allocator's counters and the "
                          "refusal registers (page_gate.py)"),
+        PropertySet("page-gate-4", "page gate (unicast)", "tiny/alloc-small, 4 lanes, 4 pages of 2/4 rows",
+                    _page_gate("tiny/alloc-small", pool_pages=4), {"prove": 3},
+                    note="protocol v2: as page-gate with alloc-small's 4 lanes (4 takes a cycle, an expert "
+                         "starting two tiles in one cycle, three lanes behind a refusal)"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
                     {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
                     note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "

@@ -12,7 +12,7 @@ Environment (what the packet manager and the event queue guarantee in the hub):
   waiting (START and FLUSH wait for a drained pipeline); ``layer_start`` also with the
   ctl port empty (a narrowing: the hub may START while the ctl register still holds the
   previous layer's last word); ``sweep_req`` rises only then,
-  stays until ``sweep_done``, and meanwhile no event and no START come; ``rows[ce]`` then
+  stays until ``sweep_done`` and falls the cycle after, and meanwhile no event and no START come; ``rows[ce]`` then
   equals the rows whose metadata arrived (the allocator's count; every grant makes a
   metadata event before the layer can end);
 * the CSRs: ``tile_rows_log2`` within [min, max] (the CSR bank clamps), bases and epoch
@@ -31,35 +31,57 @@ sweep is done, the tile was flagged exactly if it holds a row and all its rows c
 the count word of ``ce`` carries ``metas`` (= ``rows[ce]``), once per sweep, before the
 done word; every metadata word of ``ce`` goes to its row's entry, in order, once.
 
-**Bounded** (BMC 22 on ``tiny/trk-small``: reset, clearing the 8 counters, a tile's events,
-its flag, the sweep and the done word). k-induction does not close on the properties
-alone, at any k: the environment may hold the ctl port's ready low and send no event for
-any number of cycles, so an induction trace can start in a state no run reaches and keep
-it for k cycles. Measured: ``prove`` at k = 8 (9.5 s) -- the trace starts in the sweep with
-``ref_metas`` = 8 and no metadata word out, both ctl output registers full and the port
-blocked 7 cycles, then the sweep ends: "a metadata word missing at the end of the layer".
-The strengthening invariants it would need, each relating the tracker's registers (as
-the queue's are related, :func:`.common.elaborate_into`) to the reference:
+**Unbounded**: k-induction closes at k = 3 on ``tiny/trk-small`` (117 s at load ~13 on the
+shared 2-core machine); the cover (26 steps) runs reset, START, the clearing of the 8
+counters, a tile's events, its flag, the sweep and the done word. The properties alone are
+not inductive at any k (the environment may hold the ctl port's ready low and send no event
+for any number of cycles, so an induction trace can start in a state no run reaches and keep
+it for k cycles), so the harness asserts the strengthening invariants below (messages
+"invariant: ..."), relating the tracker's registers (read from its elaborated module,
+:func:`.common.elaborate_into`) to the reference.
 
-* metadata words: ``ref_meta_words`` + the metadata words of ``ce`` in flight (t1, t2 and
-  the two ctl output registers, by kind and address) == ``ref_metas``, and those in flight
-  are rows ``ref_meta_words`` ... in order; none in flight in SWEEP mode;
-* the chosen tile's counter: its word in the counter memory (plus S2's write when S2
-  holds its completion, for the read port's forwarding) == the completions of its rows
-  in t1/t2 not yet counted subtracted from the rows of ``ref_done`` in the tile, modulo
-  a flag in flight, and 0 after a clean layer or a clearing sweep past its address;
-  ``flagged`` == a flag of the tile has left or waits in a ctl output register;
-* the modes: CLEAR only with ``clear_addr`` below the counters and every counter below it
-  zero; SWEEP only after the sweep's rise, the sweep sequencer's expert, its registered
-  row count and ``parts`` against ``rows`` and ``ref_counted``; the latched config
-  (``sh_rel``, ``tile_m1``, the bases, epoch) equal to the harness's latched values;
-* the ctl ring: ``ctl_count`` in 0..2 agreeing with ``ctl_wp``/``ctl_rp`` and the valid
-  words.
+The counter memory is an ``amaranth.lib.memory.Memory`` (no reset, like an SRAM): its words
+are no signals of the tracker's module. The harness names them with
+:func:`.common.memory_words`: ``memory_map`` (in ``SCRIPT``) makes each word a flip-flop,
+and Yosys connects each to a signal of the harness (``counter0`` ...), which the
+invariants read; the RTL is unchanged. The invariants (``_invariants``):
 
-The counter memory is an ``amaranth.lib.memory.Memory`` (no reset, like an SRAM): its
-words are not signals of the tracker's module, so the second group needs the memory
-modelled in flops inside the harness (as ``memory_map`` does in ``SCRIPT``) to be
-named -- the work left for this proof.
+* the layer: before the first START nothing is held and the reference is zero; SWEEP only
+  after the sweep's rise (``sweep_q``, not armed), CLEAR only at a layer's start (armed, the
+  ring empty, the reference zero), ``dirty`` exactly when the layer was flushed (past
+  CLEAR), nothing held after the sweep, every row completed when a layer ended by its
+  counts; the latched config (``sh_rel``, ``tile_m1``, epoch, bases) the harness's; the
+  mode's copies (``mode_run_ev``, ``mode_clear``) agree with it;
+* the words in flight, oldest first -- the ring's head and second (``ctl_count``,
+  ``ctl_rp``/``ctl_wp`` consistent), S2's word, t1's: the metadata words of ``ce`` are rows
+  ``ref_meta_words``, ``+ 1``, ... in that order, and ``ref_meta_words`` + those in flight
+  == ``ref_metas``; each register's word is well formed (t1's kind one-hot, its offset its
+  counter's, expert's or the done word's; t2's kind one of completion, last tile, clear or
+  a word out whatever the count, a flag at its counter's address with the epoch, a count
+  word at its expert's address, ``ce``'s carrying ``ref_metas``; the ring's flags carry the
+  epoch, its count and done words their addresses); each mode holds only its words (RUN:
+  events and the clearing's last two clears, CLEAR: clears following ``clear_addr``,
+  SWEEP: the sequencer's words);
+* the sweep: the sequencer's kind, ``ld_e`` one past its expert (every expert once the
+  done word is due), its rows and partial bit for ``ce`` (``ref_metas``); the sweep's words
+  in flight in sweep order (COUNT(e) = 2e, LAST(e) = 2e + 1, DONE = 2E, strictly
+  increasing from the ring's head to the sequencer); ``ce``'s count word counted, or in
+  flight exactly once, once the sequencer is past it;
+* the chosen counter (``ce``, ``ct``): the value S1 would read for it (the memory word, or
+  S2's write to it) is, during the layer, C - n1 modulo the tile (C: the completed rows of
+  the tile, n1: a completion of it in t1), a completion in t2 read C - n1 - 1, and the
+  flags of the tile issued (left, in the ring or leaving S2) number exactly ``C - n1 ==
+  tile rows``; in the sweep the same with C, until ``ce``'s LAST reaches S2 (then 0, and a
+  flag issued exactly when all the partial tile's rows completed); while clearing, zero
+  once ``clear_addr`` is past it; after a clean layer zero.
+
+The harness's reference keeps a FLUSH that comes with the sweep's rise (the prove found it
+dropped), and ``sweep_req`` falls the cycle after ``sweep_done`` (the packet manager clears
+it then; without it a second sweep could follow unasked).
+
+Planted bugs (:data:`PLANTS`, ``tests/test_formal.py``): a tile flagged one completion
+early (the properties alone fail: step 15); the clearing sweep starting a counter late
+(step 14); S1 without S2's forwarding (the counter's invariant fails at step 16).
 """
 from __future__ import annotations
 
