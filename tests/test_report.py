@@ -119,7 +119,8 @@ def records(tmp_path):
         [headline_row("h100x8", "mixtral-8x7b", 1, 1.0757, "fused", 2.3787),
          headline_row("h100x8", "mixtral-8x7b", 512, 1.07, "comet", 1.41)], "2026-12-04T16:41:13+00:00"))
     report.write_record(r / "headline" / "ds.json", headline_record(
-        [headline_row("gb200-nvl72", "deepseek-v3-fp8", 32, 1.25, "fused", 8.01, "multicast")],
+        [{**headline_row("gb200-nvl72", "deepseek-v3-fp8", 32, 1.25, "fused", 8.01, "multicast"),
+          "gpus": 64}],
         "2026-12-04T16:41:49+00:00"))
     return r
 
@@ -221,7 +222,7 @@ def test_headline_map_over_every_grid(records):
     assert lines[0] == "| system | model | compute × | 1 tok/GPU | 32 tok/GPU | 512 tok/GPU |"
     assert lines[2] == ("| h100x8 | mixtral-8x7b | 1 | 1.08 F / 2.38 deepspeed_moe (v1) | — | "
                         "1.07 C / 1.41 deepspeed_moe (v1) |")
-    assert lines[3] == "| gb200-nvl72 | deepseek-v3-fp8 | 1 | — | 1.25 F / 8.01 deepspeed_moe (mc) | — |"
+    assert lines[3] == "| gb200-nvl72 (EP64) | deepseek-v3-fp8 | 1 | — | 1.25 F / 8.01 deepspeed_moe (mc) | — |"
     # the earlier grid's record first, each record once
     assert md.index("records/headline/quick.json") < md.index("records/headline/ds.json")
     assert md.count("commit 5c433dd") == 2

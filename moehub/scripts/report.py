@@ -629,6 +629,12 @@ def render_asap7(recs: list, current: str) -> str:
     return "\n".join([asap7_table.HEADER, asap7_table.ALIGN, *rows]) + "\n\n" + caption(recs) + "\n"
 
 
+def _with_ep(r: dict) -> dict:
+    """A headline row whose system names its expert-parallel width (the GPUs the layer
+    spans: 64 of an NVL72's 72)."""
+    return {**r, "system_config": f"{r['system_config']} (EP{r['gpus']})"} if r.get("gpus") else r
+
+
 def render_headline(recs: list, current: str) -> str:
     """``moehub headline``'s map over every recorded grid: per system, model and
     compute-to-link ratio, the hub's speedup over the best software of today (letter) and
@@ -645,8 +651,8 @@ def render_headline(recs: list, current: str) -> str:
             if key in seen:
                 raise ReportError(f"table 'headline': the point {key} is in two records")
             seen.add(key)
-            rows.append(r)
-        skipped += rec["data"].get("skipped") or []
+            rows.append(_with_ep(r))
+        skipped += [_with_ep(r) for r in rec["data"].get("skipped") or []]
     letters = ", ".join(f"{v} {k}" for k, v in SHORT.items())
     return (pivot_md(rows, skipped) + "\n\n" + f"Cells: the fastest hub variant's speedup over "
             f"the fastest software of today ({letters}) / over the fastest of the papers' kind "
