@@ -307,7 +307,7 @@ class HubTB:
     def check_ordering(self, model: HubModel):
         self.scoreboard.check_ordering(model, self.wr_out, self.ctl_out)
 
-    def check_invariants(self, model: HubModel, rows: list[Row], clean: bool = True):
+    def check_invariants(self, model: HubModel, rows: list[Row]):
         """Model-independent checks of one clean layer (:meth:`Scoreboard.check_invariants`)."""
         self.scoreboard.check_invariants(model, rows, self.wr_out, self.ctl_out, self.credit_out)
 
