@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,7 +69,7 @@ class FlowCurve:
         return float(self.t[-1]) + self.latency_us if len(self.t) else float("nan")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Flow:
     p0: int
     p1: int
@@ -137,8 +138,10 @@ class FluidNetwork:
         """Flows of another phase that share this network's ports (their curves are not
         read): they take their fair share of every port they cross."""
         none = self.NONE
+        # (the injection lists are shared with the records, not copied: nothing injects
+        # into a background flow)
         self.flows += [_Flow(p0, none if p1 is None else p1, none if p2 is None else p2, lat, cap,
-                             list(impulses), list(segments))
+                             impulses, segments)
                        for p0, p1, p2, lat, cap, impulses, segments in records
                        if impulses or segments]
 
@@ -147,9 +150,11 @@ class FluidNetwork:
         p2 = None for all: no port); returns their indices."""
         none, n0 = self.NONE, len(self.flows)
         p2 = [None] * len(p0) if p2 is None else p2
+        lst = lambda x: x.tolist() if isinstance(x, np.ndarray) else x   # plain numbers
         self.flows += [_Flow(int(a), none if b is None else int(b), none if c is None else int(c),
                              float(lat), float(cp))
-                       for a, b, c, lat, cp in zip(p0, p1, p2, latency_us, cap)]
+                       for a, b, c, lat, cp in zip(lst(p0), lst(p1), lst(p2), lst(latency_us),
+                                                   lst(cap))]
         return np.arange(n0, len(self.flows))
 
     # ------------------------------------------------------------------ rates
@@ -223,14 +228,19 @@ class FluidNetwork:
     # ------------------------------------------------------------------ simulation
     def _event_arrays(self) -> tuple:
         """:meth:`_events` as arrays (time, kind, flow, value), in the same order."""
-        t, kind, flow, val = [], [], [], []
-        for i, f in enumerate(self.flows):
-            for ti, b in f.impulses:
-                t.append(ti); kind.append(0); flow.append(i); val.append(b)
-            for t0, t1, r in f.segments:
-                t += [t0, t1]; kind += [1, 2]; flow += [i, i]; val += [r, r]
-        t, kind = np.array(t, dtype=float), np.array(kind, dtype=np.int64)
-        flow, val = np.array(flow, dtype=np.int64), np.array(val, dtype=float)
+        # every impulse, then every segment's start and end (entries equal in all four
+        # fields are interchangeable, so the order before the sort does not matter)
+        fl = self.flows
+        ni = np.array([len(f.impulses) for f in fl], dtype=np.int64)
+        ns = np.array([len(f.segments) for f in fl], dtype=np.int64)
+        imp = np.array(list(chain.from_iterable(f.impulses for f in fl)), dtype=float).reshape(-1, 2)
+        seg = np.array(list(chain.from_iterable(f.segments for f in fl)), dtype=float).reshape(-1, 3)
+        ids = np.arange(len(fl), dtype=np.int64)
+        sf = np.repeat(ids, ns)
+        t = np.concatenate([imp[:, 0], seg[:, 0], seg[:, 1]])
+        kind = np.repeat(np.array([0, 1, 2], dtype=np.int64), [len(imp), len(seg), len(seg)])
+        flow = np.concatenate([np.repeat(ids, ni), sf, sf])
+        val = np.concatenate([imp[:, 1], seg[:, 2], seg[:, 2]])
         order = np.lexsort((val, flow, kind, t))
         return t[order], kind[order], flow[order], val[order]
 
@@ -360,6 +370,16 @@ class Curves(Sequence):
             np.minimum.at(fi, flow[idx], idx)
             self._hi = fi + 1
         return self._hi
+
+    def flow_ends(self) -> tuple:
+        """Every flow's (last byte's arrival, bytes sent, first breakpoint's arrival): its
+        :class:`FlowCurve`'s ``end``, ``b[-1]`` and ``t[0] + latency_us``, as arrays over
+        the flows without building the curves (each flow has at least its end point)."""
+        if not hasattr(self, "_ends"):
+            hi, lat = self._trimmed(), np.asarray(self._lat, dtype=float)
+            self._ends = (self._t[hi - 1] + lat, self._b[hi - 1].copy(),
+                          self._t[self._bounds[:-1]] + lat)
+        return self._ends
 
     def arrive_many(self, flows: np.ndarray, x: np.ndarray) -> np.ndarray:
         """``self[flows[j]].arrive(x[j])`` for every j, in one compiled pass."""

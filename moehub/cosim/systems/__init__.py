@@ -91,20 +91,22 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     background, prev, res, done = {}, None, None, False
     damp = P.Damping()
     backend = "model" if rtl_gpus else hub_backend
+    rerun = bool(rtl_gpus) or hub_backend != backend     # a last run on the settled background
     for n in range(1, MAX_PASSES + 1):
         L.begin_run(background)
         res = _run_once(name, L, backend, hub_order, (), module, hub_features)
         residual = P.traffic_residual_us(L.traffic, background)
         a = damp.next(residual, res.gpu_end)
-        background = P.blend(L.traffic, background, a)
         done, moved = _settled(res, prev, residual), _end_residual_us(res, prev)
+        if not done or rerun:            # (a settled layer needs no next background)
+            background = P.blend(L.traffic, background, a)
         if done:
             break
         prev = res
     conv = {"passes": n, "converged": done, "residual_us": moved,
             "traffic_residual_us": residual}
     res.extra.update(conv)
-    if rtl_gpus or hub_backend != backend:
+    if rerun:
         L.begin_run(background)
         res = _run_once(name, L, hub_backend, hub_order, rtl_gpus, None, hub_features)
         res.extra.update(conv, passes=n + 1)

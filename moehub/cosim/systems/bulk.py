@@ -44,8 +44,10 @@ def alltoall(L: Layer, res: SystemResult, t, nbytes: np.ndarray, phase: str, tra
     t = np.broadcast_to(np.asarray(t, dtype=float), (L.G,))
     t1 = t + L.comp.collective_latency_us(kind, peers or L.G, nodes or L.nodes)
     curves, flows = L.bulk_flows(t1, nbytes, phase, collective_cap(L, nbytes))
+    ends = C.pair_curves(curves, flows)[0]
+    sent = np.asarray(nbytes) != 0
     for s in range(L.G):
-        end = max([curves[flows[s][d]].end for d in range(L.G) if nbytes[s, d]] or [t1[s]])
+        end = float(ends[s, sent[s]].max()) if sent[s].any() else t1[s]
         res.add(s, track, name, t[s], end)
     return curves, flows
 
@@ -56,13 +58,10 @@ def combine_alltoall(L: Layer, res: SystemResult, t, cbytes: np.ndarray,
     ready at ``outputs_at[d]``): the time each token owner has received its last row."""
     G = L.G
     curves, flows = alltoall(L, res, t, cbytes, "combine", "combine", "all-to-all combine")
-    recv = np.zeros(G)
     for d in range(G):
         res.combine_log.append((d, "all", t, outputs_at[d]))
-        for o in range(G):
-            if L.counts[o, d]:
-                recv[o] = max(recv[o], curves[flows[d][o]].end)
-    return recv
+    ends = C.pair_curves(curves, flows)[0]               # [d, o]: GPU d's outputs to owner o
+    return np.where(L.counts.T != 0, ends, 0.0).max(axis=0) if G else np.zeros(0)
 
 
 def run(L: Layer) -> SystemResult:

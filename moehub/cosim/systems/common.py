@@ -148,17 +148,18 @@ def combine_tilewise(L: Layer, res: SystemResult, batches_by_gpu, owners_of) -> 
 def combine_done(L: Layer, res: SystemResult, curves, flows, first, flag_extra=None):
     """When each owner has every output (plus ``flag_extra`` for a completion flag)."""
     G = L.G
-    recv = np.zeros(G)
+    ends, sent, _ = pair_curves(curves, flows)
+    has = sent > 0                                   # flows that carried outputs
+    arrive = ends
+    if flag_extra:
+        arrive = ends.copy()
+        for d, o in zip(*np.nonzero(has)):
+            arrive[d, o] = ends[d, o] + flag_extra(int(d), int(o))
+    recv = np.where(has, arrive, 0.0).max(axis=0) if G else np.zeros(0)
+    last = np.where(has, ends, -np.inf).max(axis=1) if G else np.zeros(0)
     for d in range(G):
-        send_end = first[d] if np.isfinite(first[d]) else 0.0
-        for o in range(G):
-            c = curves[flows[d][o]]
-            if len(c.b) and c.b[-1] > 0:
-                end = c.end + (flag_extra(d, o) if flag_extra else 0.0)
-                recv[o] = max(recv[o], end)
-                send_end = max(send_end, c.end)
         if np.isfinite(first[d]):
-            res.add(d, "combine", "combine", first[d], send_end)
+            res.add(d, "combine", "combine", first[d], max(first[d], last[d]))
     return recv
 
 
@@ -197,16 +198,18 @@ def two_hop(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, row
         probe = net.run()
         net, flows = build()
         for r in range(G):
-            ins = [probe[flows[s][r]] for s in range(G) if s != r and feeds(s, r) and first[s, r]]
-            a0 = min([float(c.t[0]) + c.latency_us for c in ins] or [t0[r]])
-            a1 = max([c.end for c in ins] or [t0[r]])
+            pe, _, ps = pair_curves(probe, flows)
+            ins = [s for s in range(G) if s != r and feeds(s, r) and first[s, r]]
+            a0 = min([float(ps[s, r]) for s in ins] or [t0[r]])
+            a1 = max([float(pe[s, r]) for s in ins] or [t0[r]])
             if relay_window is not None:
                 a0, a1 = relay_window(r, a0, a1)
             for d in range(G):
                 net.inject_rate(flows[r][d], a0, a1, second[r, d] * row_wire)
     curves = L.run_net(net)
     both = first + second
-    ends = np.array([max([curves[flows[s][d]].end for s in range(G) if both[s, d]] or [t0.min()])
+    pe = pair_curves(curves, flows)[0]
+    ends = np.array([float(pe[both[:, d] != 0, d].max()) if both[:, d].any() else t0.min()
                      for d in range(G)])
     return curves, flows, ends
 
@@ -215,15 +218,47 @@ def send_phase(L: Layer, res: SystemResult, s: int, t0: float, curves, flows, na
                counts=None, track="send") -> float:
     """GPU s's transfer phase: from t0 until its last byte has landed (0 if none)."""
     counts = L.counts if counts is None else counts
-    ends = [curves[flows[s][d]].end for d in range(L.G) if counts[s, d]]
-    if ends:
-        res.add(s, track, name, t0, max(ends))
-    return max(ends, default=t0)
+    m = np.asarray(counts[s]) != 0
+    if not m.any():
+        return t0
+    end = float(pair_curves(curves, flows)[0][s, m].max())
+    res.add(s, track, name, t0, end)
+    return end
 
 
 def recv_end(L: Layer, d: int, curves, flows, t0: float, counts=None) -> float:
+    """When GPU d's last inbound byte of these flows (pairs with ``counts``) has landed
+    (``t0`` if none)."""
     counts = L.counts if counts is None else counts
-    return max([curves[flows[s][d]].end for s in range(L.G) if counts[s, d]] or [t0])
+    m = np.asarray(counts)[:, d] != 0
+    return float(pair_curves(curves, flows)[0][m, d].max()) if m.any() else t0
+
+
+def pair_curves(curves, flows) -> tuple:
+    """[G, G] arrays over the (src, dst) flows ``flows[s][d]`` of one network run: when
+    each flow's last byte arrives (``FlowCurve.end``), the bytes it sent, and when its
+    first breakpoint's byte arrives (``t[0]`` + latency). Read from the engine's arrays
+    at once (the same numbers as each flow's :class:`FlowCurve`; a per-pair loop over
+    curves costs seconds at 64 GPUs), remembered per network run and flow table."""
+    memo = getattr(curves, "_pair_memo", None)
+    if memo is not None and memo[0] is flows:
+        return memo[1]
+    ids = np.asarray(flows, dtype=np.int64)
+    if hasattr(curves, "flow_ends"):
+        end, sent, start = (x[ids] for x in curves.flow_ends())
+    else:                                   # a list of FlowCurve (the reference engine)
+        cs = [[curves[i] for i in row] for row in flows]
+        end = np.array([[c.end for c in row] for row in cs]).reshape(ids.shape)
+        sent = np.array([[float(c.b[-1]) if len(c.b) else 0.0 for c in row] for row in cs]
+                        ).reshape(ids.shape)
+        start = np.array([[float(c.t[0]) + c.latency_us if len(c.t) else np.nan for c in row]
+                          for row in cs]).reshape(ids.shape)
+    out = (end, sent, start)
+    try:
+        curves._pair_memo = (flows, out)
+    except AttributeError:                  # a plain list: no memo
+        pass
+    return out
 
 
 def hbm_share(L: Layer, d: int, phases=("dispatch", "combine")):
@@ -231,15 +266,14 @@ def hbm_share(L: Layer, d: int, phases=("dispatch", "combine")):
     links write in or read out (the ``phases``' networks of this pass, their background
     flows included) also crosses its HBM (CALIBRATION.md sec 7: no isolated measurement;
     the mechanism is bytes, the ceiling the calibrated achievable HBM bandwidth)."""
-    ports = np.array([5 * d + 0, 5 * d + 1, 5 * d + 2, 5 * d + 3])
     times, deltas = [], []
     for ph in phases:
         if ph not in L.nets:
             continue
         seg = _link_segments(*L.nets[ph])
-        rd = np.isin(seg.p1, ports)                       # writes land a latency later
-        mine = (np.isin(seg.p0, ports) | rd)[seg.flow]
-        lat = np.where(rd, seg.lat, 0.0)[seg.flow[mine]]
+        rd = seg.gpu_in == d                              # writes land a latency later
+        mine = (seg.gpu_out == d) | rd
+        lat = np.where(rd[mine], seg.lat[seg.flow[mine]], 0.0)
         t, r = _per_flow_pairs(seg.flow[mine], seg.t0[mine] + lat, seg.t1[mine] + lat,
                                seg.rate[mine])
         times.append(t)
@@ -257,19 +291,36 @@ class _Segments:
     the flow's ports and latency; computed once per network and shared by all GPUs."""
 
     def __init__(self, net, curves):
-        n = np.array([len(c.t) for c in curves], dtype=np.int64)
-        flow = np.repeat(np.arange(len(curves)), n)
-        t = np.concatenate([c.t for c in curves] or [np.zeros(0)])
-        b = np.concatenate([c.b for c in curves] or [np.zeros(0)])
+        if hasattr(curves, "_trimmed"):          # the engine's arrays: no curve objects
+            lo, hi = curves._bounds[:-1], curves._trimmed()
+            n = hi - lo
+            flow = np.repeat(np.arange(len(curves)), n)
+            at = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)
+            t, b = curves._t[at], curves._b[at]
+            lat = np.asarray(curves._lat, dtype=float)
+        else:
+            n = np.array([len(c.t) for c in curves], dtype=np.int64)
+            flow = np.repeat(np.arange(len(curves)), n)
+            t = np.concatenate([c.t for c in curves] or [np.zeros(0)])
+            b = np.concatenate([c.b for c in curves] or [np.zeros(0)])
+            lat = np.array([c.latency_us for c in curves])
         same = flow[1:] == flow[:-1]                     # consecutive points of one flow
         dt, db = (t[1:] - t[:-1])[same], (b[1:] - b[:-1])[same]
         ok = dt > 1e-12
         self.flow = flow[1:][same][ok]
         self.t0, self.t1 = t[:-1][same][ok], t[1:][same][ok]
         self.rate = db[ok] / dt[ok]
-        self.p0 = np.array([f.p0 for f in net.flows])
-        self.p1 = np.array([f.p1 for f in net.flows])
-        self.lat = np.array([c.latency_us for c in curves])
+        if len(getattr(net, "p0", ())) == len(net.flows):     # the run's port arrays
+            self.p0, self.p1 = net.p0, net.p1
+        else:
+            self.p0 = np.array([f.p0 for f in net.flows])
+            self.p1 = np.array([f.p1 for f in net.flows])
+        self.lat = lat
+        # each piece's GPU on the sending / receiving side of a link port (5 g + 0..3;
+        # -1: a local copy, a hub port or no port), for hbm_share's per-GPU selection
+        P = 5 * ((len(net.caps) - 1) // 6) if hasattr(net, "caps") else 0
+        gpu = lambda p: np.where((p < P) & (p % 5 < 4), p // 5, -1)
+        self.gpu_out, self.gpu_in = gpu(self.p0)[self.flow], gpu(self.p1)[self.flow]
 
 
 def _link_segments(net, curves) -> _Segments:

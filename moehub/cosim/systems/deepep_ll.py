@@ -229,12 +229,13 @@ def run(L: Layer, library_name: str | None = None) -> SystemResult:
     sms = L.comp.sms_for("deepep_ll")
     fixed = call_us(L, lib)
     flag_t = np.zeros((G, G))
+    ends = C.pair_curves(curves, flows)[0]
     for s in range(G):
         C.send_phase(L, res, s, t0, curves, flows)
         for d in range(G):
             # fence: wait for the puts' acknowledgements, then write the count flags
             lat = V.latency(s, d)
-            flag_t[s, d] = (curves[flows[s][d]].end + 2 * lat) if L.counts[s, d] else t0 + lat
+            flag_t[s, d] = (ends[s, d] + 2 * lat) if L.counts[s, d] else t0 + lat
             if nic[s, d]:                   # the count signal leaves when the proxy posts it
                 flag_t[s, d] = max(flag_t[s, d], t0 + pdone[s] + lat)
     C.control_traffic(V, "flags", np.full(G, t0), np.full((G, G), 4.0 * L.E_local))
@@ -270,8 +271,10 @@ def run(L: Layer, library_name: str | None = None) -> SystemResult:
         for o in range(G):
             if nic[d, o] and L.counts[o, d] and cdone[d] > 0:
                 recv[o] = max(recv[o], tc[d] + cdone[d] + 2 * V.latency(d, o) + fixed)
+    cends = C.pair_curves(ccurves, cflows)[0]
     for o in range(G):
-        last = max([ccurves[cflows[d][o]].end for d in range(G) if L.counts[o, d]] or [recv[o]])
+        m = L.counts[o] != 0                    # the GPUs o's tokens went to
+        last = float(cends[m, o].max()) if m.any() else recv[o]
         res.add(o, "combine", "combine wait", last, recv[o])
     res.gpu_end = C.reduce(L, res, recv, shared_end)
     res.extra["recv_buffer_bytes"] = int(L.E_local * G * L.T * L.disp_bytes)
