@@ -55,9 +55,9 @@ def _queue(kind, cfg_name=None, slots=None, depth=None, bits=None):
     return build
 
 
-def _tracker(cfg_name):
+def _tracker(cfg_name, **changes):
     from .tracker import TrackerHarness
-    return lambda: TrackerHarness(formal_config(cfg_name))
+    return lambda: TrackerHarness(formal_config(cfg_name).replace(**changes))
 
 
 def _pm(cfg_name, **changes):
@@ -142,6 +142,10 @@ def _sets() -> list[PropertySet]:
                     note="k-induction closes at k=3 with the invariants of tracker.py (the counter memory's "
                          "words as flops named by the harness); the cover: reset, START, clearing (8 "
                          "counters), a tile's events, flag, sweep"),
+        PropertySet("tracker-3", "tracker", "tiny/trk-small, 3 experts", _tracker("tiny/trk-small", experts=3),
+                    {"prove": 3},
+                    note="as tracker with tiny's 3 experts: 12 counters (not a power of two: the clearing "
+                         "sweep ends at 11, clear_addr left at 12), an expert code (3) out of range"),
         PropertySet("mcast-allocator", "multicast allocator", "tiny/alloc-small, max_targets 3",
                     _mcast_alloc("tiny/alloc-small", **MCAST), {"prove": 3, "cover": 8},
                     smoke={"cover": 8},

@@ -410,6 +410,7 @@ class TrackerHarness(Elaboratable):
         inv(~t1v | ((oh != 0) & ((oh & (oh - 1)) == 0)), "t1's kind is one-hot")
         inv(~(t1v & (oh[K_CPL] | oh[K_LAST])) | (r["t1_off"] == t1a << 2), "a flag's offset is its counter's")
         inv(~(t1v & oh[K_COUNT]) | (r["t1_off"] == e1 << 2), "a count's offset is its expert's")
+        inv(~(t1v & (oh[K_COUNT] | oh[K_LAST])) | (e1 < E), "t1's sweep word names an expert")
         inv(~(t1v & oh[K_DONE]) | (r["t1_off"] == E << 2), "the done word's offset")
         inv(~(t1v & oh[K_COUNT] & (e1 == ce)) | (r["t1_row"] == metas), "t1's count of the chosen expert")
         t1_last_ce = t1v & oh[K_LAST] & (e1 == ce)
@@ -428,6 +429,7 @@ class TrackerHarness(Elaboratable):
         is_count2 = t2word & (r["t2_kind"] == CtlKind.COUNT)
         is_done2 = t2word & (r["t2_kind"] == CtlKind.DONE)
         inv(~is_count2 | (s2.word.addr == (csr.count_base + (e2 << 2))[:A]), "t2's count word's address")
+        inv(~(is_count2 | t2last) | (e2 < E), "t2's sweep word names an expert")
         inv(~(is_count2 & (e2 == ce)) | (r["t2_wdata"] == metas), "t2's count of the chosen expert")
         inv(~is_done2 | ((s2.word.addr == (csr.count_base + 4 * E)[:A]) & (r["t2_wdata"] == csr.epoch)),
             "t2's done word")
@@ -460,11 +462,12 @@ class TrackerHarness(Elaboratable):
         # ---- the clearing sweep
         clr_a = r["clear_addr"]
         t1clr = t1v & oh[K_CLEAR]
-        inv(~clear | ((t1v == (clr_a != 0)) & (~t1v | (t1a == clr_a - 1))
+        inv(~clear | ((clr_a < t.depth) & (t1v == (clr_a != 0)) & (~t1v | (t1a == clr_a - 1))
                       & (t2v == (clr_a >= 2)) & (~t2v | (t2a == clr_a - 2))),
             "the clearing sweep's words follow clear_addr")
         last = t.depth - 1
-        inv(~(run & t1clr) | ((t1a == last) & t2clr & (t2a == last - 1) & (clr_a == 0)),
+        inv(~(run & t1clr) | ((t1a == last) & t2clr & (t2a == last - 1)
+                              & (clr_a == t.depth % (1 << t.counter_addr_bits))),
             "a clear in t1 after CLEAR: the last counter's")
         inv(~(run & t2clr) | (((t2a == last) & ~t1clr) | ((t2a == last - 1) & t1clr)),
             "a clear in t2 after CLEAR: the last two counters'")
@@ -475,7 +478,7 @@ class TrackerHarness(Elaboratable):
         sq_v, sq_k, sq_e, ld_e = r["sq_valid"], r["sq_kind"], r["sq_e"], r["ld_e"]
         on_e = (sq_k == K_COUNT) | (sq_k == K_LAST)
         inv(~sq_v | on_e | (sq_k == K_DONE), "the sequencer's kind")
-        inv(~(sq_v & on_e) | (ld_e == sq_e + 1), "the next expert loaded is the one after")
+        inv(~(sq_v & on_e) | ((ld_e == sq_e + 1) & (sq_e < E)), "the next expert loaded is the one after")
         inv(~(sweep & ~(sq_v & on_e)) | (ld_e == E), "every expert loaded once the done word is due")
         inv(~(sq_v & (sq_k == K_LAST)) | r["sq_part"], "a last tile only when partial")
         inv(~(sq_v & on_e & (sq_e == ce)) | ((r["sq_rows"] == metas) & (r["sq_part"] == part_ce)),
