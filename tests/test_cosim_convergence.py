@@ -58,6 +58,30 @@ def test_traffic_residual_is_zero_only_at_a_fixed_point():
     assert P.traffic_residual_us({}, {}) == 0.0       # no traffic at all (the ideal bound)
 
 
+def test_residual_skipping_equal_flows_equals_integrating_every_flow():
+    """The residual skips flows whose injections equal their background's; it must give
+    the number the integral over every flow gives, to the bit (the recorded layers hold
+    it), with flows equal, moved, new and gone."""
+    rng = np.random.default_rng(7)
+
+    def rec(p, k):
+        return (p, p + 1, None, 0.5, np.inf,
+                [(float(t), float(b)) for t, b in zip(rng.uniform(0, 9, k), rng.uniform(1, 99, k))],
+                [(1.0, 2.0 + p, float(rng.uniform(1, 9)))] if p % 3 == 0 else [])
+    bg = {"combine": [rec(p, 3) for p in range(40)], "dispatch": [rec(p, 1) for p in range(9)]}
+    prod = {"combine": [r if p % 4 else rec(p, 2) for p, r in enumerate(bg["combine"][:36])]
+            + [rec(99, 2)], "dispatch": list(bg["dispatch"])}
+    num = den = 0.0
+    for ph, recs in prod.items():
+        kp, kb = P._keyed(recs), P._keyed(bg.get(ph, []))
+        for key in dict.fromkeys(list(kp) + list(kb)):
+            dist, nbytes = P.flow_distance_us(kp.get(key), kb.get(key))
+            num += dist * nbytes
+            den += nbytes
+    got = P.traffic_residual_us(prod, bg)
+    assert got == num / den and got > 0
+
+
 def test_damping_halves_at_a_swing_or_a_growing_residual_and_recovers():
     d = P.Damping()
     assert d.next(np.inf, [10.0, 10.0]) == 1.0

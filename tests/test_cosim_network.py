@@ -171,3 +171,24 @@ def test_compile_kernels_runs_a_hand_computed_network():
     finish at 2 us and arrive 1 us later."""
     from moehub.cosim.network import compile_kernels
     assert compile_kernels() == pytest.approx(3.0, rel=1e-12)
+
+
+def test_flow_ends_are_each_flow_curves_end_bytes_and_first_arrival():
+    """``Curves.flow_ends`` (read by the systems for every (src, dst) pair at once) gives,
+    to the bit, what each flow's own :class:`FlowCurve` says: ``end``, ``b[-1]``,
+    ``t[0] + latency`` -- flows sharing ports, capped, with a flat tail and none at all."""
+    rng = np.random.default_rng(3)
+    net = FluidNetwork([100 * GBps] * 6)
+    for i in range(30):
+        f = net.add_flow(int(rng.integers(0, 3)), int(rng.integers(3, 6)), float(rng.uniform(0, 2)),
+                         cap=float(rng.uniform(10, 90) * GBps) if i % 4 == 0 else np.inf)
+        for _ in range(int(rng.integers(0, 4))):
+            net.inject(f, float(rng.uniform(0, 20)), float(rng.uniform(1e3, 1e5)))
+        if i % 5 == 0:
+            net.inject_rate(f, 1.0, 9.0, 4e4)
+    curves = net.run()
+    end, sent, start = curves.flow_ends()
+    for i in range(len(curves)):
+        c = curves[i]
+        assert end[i] == c.end and sent[i] == c.b[-1] and start[i] == c.t[0] + c.latency_us
+    assert (sent == 0).any() and (sent > 0).any()

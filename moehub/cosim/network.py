@@ -128,10 +128,12 @@ class FluidNetwork:
 
     def records(self, n: int | None = None) -> list:
         """The first ``n`` flows (all by default) as plain records that
-        :meth:`add_background` can replay into another network with the same ports."""
+        :meth:`add_background` can replay into another network with the same ports. The
+        records share the flows' injection lists: take them once the network's
+        injections are done (the layer records a network when it runs it)."""
         none = self.NONE
         return [(f.p0, None if f.p1 == none else f.p1, None if f.p2 == none else f.p2,
-                 f.latency_us, f.cap, list(f.impulses), list(f.segments))
+                 f.latency_us, f.cap, f.impulses, f.segments)
                 for f in self.flows[:n]]
 
     def add_background(self, records: list) -> None:
@@ -159,11 +161,12 @@ class FluidNetwork:
 
     # ------------------------------------------------------------------ rates
     def _prepare(self) -> None:
-        """Per-run arrays of the flows' ports (the hot loops below index them)."""
-        self.p0 = np.array([f.p0 for f in self.flows])
-        self.p1 = np.array([f.p1 for f in self.flows])
-        self.p2 = np.array([f.p2 for f in self.flows])
-        self._ports = np.stack([self.p0, self.p1, self.p2], axis=1)
+        """Per-run arrays of the flows' ports and static caps (the hot loops below index
+        them), read from the flows in one pass."""
+        cols = np.array([(f.p0, f.p1, f.p2, f.cap) for f in self.flows], dtype=float).reshape(-1, 4)
+        self._static_cap = cols[:, 3].copy()
+        self._ports = cols[:, :3].astype(np.int64)     # (port numbers: exact in a float)
+        self.p0, self.p1, self.p2 = (self._ports[:, i].copy() for i in range(3))
         self._finite = np.isfinite(self.caps)
         self._tol = 1e-9 * np.maximum(np.where(self._finite, self.caps, 1.0), 1.0)
 
@@ -254,7 +257,7 @@ class FluidNetwork:
         if F == 0:
             return []
         self._prepare()
-        static_cap = np.array([f.cap for f in self.flows], dtype=float)
+        static_cap = self._static_cap
         ev = self._event_arrays()
         state = K.scratch(F, len(self.caps))
         rec_t, rec_f, rec_b, t_end, sent, steps = K.simulate(
@@ -283,7 +286,7 @@ class FluidNetwork:
         if F == 0:
             return []
         self._prepare()
-        static_cap = np.array([f.cap for f in self.flows], dtype=float)
+        static_cap = self._static_cap
         events = self._events()
         n_ev, k = len(events), 0
         backlog = np.zeros(F)

@@ -71,10 +71,11 @@ def control_traffic(L: Layer, phase: str, t: np.ndarray, nbytes: np.ndarray) -> 
     """Small messages (counts, notifications, credits) that share the layer's ports:
     nbytes[s, d] sent at t[s] (arrays over source GPUs)."""
     net, flows = L.network(phase)
-    for s in range(L.G):
-        for d in range(L.G):
-            if s != d and nbytes[s, d] > 0:
-                net.inject(flows[s][d], float(t[s]), float(nbytes[s, d]))
+    nbytes = np.asarray(nbytes)
+    ss, dd = np.nonzero((nbytes > 0) & ~np.eye(L.G, dtype=bool))
+    t = np.asarray(t, dtype=float).tolist()
+    for s, d, b in zip(ss.tolist(), dd.tolist(), nbytes[ss, dd].tolist()):
+        net.inject(flows[s][d], t[s], float(b))
     L.record_net(net)
 
 

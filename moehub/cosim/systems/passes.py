@@ -109,14 +109,23 @@ def blend(new: dict, old: dict | None, a: float = DAMPING) -> dict:
 
 
 # ---------------------------------------------------------------------------- residual
-def _cdf(imp: list, seg: list, x: np.ndarray, right: bool) -> np.ndarray:
-    """Bytes injected by time ``x`` (impulses at ``x`` counted when ``right``)."""
+def _steps(imp: list) -> tuple:
+    """An injection's impulses as a step curve: their times sorted, and the bytes
+    injected before each (a leading 0)."""
+    if not imp:
+        return None
+    tb = np.array(imp, dtype=float)
+    t, b = tb[:, 0], tb[:, 1]
+    o = np.argsort(t, kind="stable")
+    return t[o], np.concatenate([[0.0], np.cumsum(b[o])])
+
+
+def _cdf(imp: list, seg: list, x: np.ndarray, right: bool, steps=None) -> np.ndarray:
+    """Bytes injected by time ``x`` (impulses at ``x`` counted when ``right``);
+    ``steps``: :func:`_steps` of ``imp`` when the caller has it already."""
     out = np.zeros(len(x))
     if imp:
-        t = np.array([i[0] for i in imp])
-        b = np.array([i[1] for i in imp])
-        o = np.argsort(t, kind="stable")
-        t, cb = t[o], np.concatenate([[0.0], np.cumsum(b[o])])
+        t, cb = _steps(imp) if steps is None else steps
         out += cb[np.searchsorted(t, x, side="right" if right else "left")]
     for t0, t1, r in seg:
         out += r * np.clip(x - t0, 0.0, t1 - t0)
@@ -141,8 +150,9 @@ def flow_distance_us(a, b) -> tuple[float, float]:
     x = np.unique(np.array(pts, dtype=float))
     if len(x) < 2:
         return 0.0, total
-    d0 = _cdf(ia, sa, x[:-1], True) - _cdf(ib, sb, x[:-1], True)
-    d1 = _cdf(ia, sa, x[1:], False) - _cdf(ib, sb, x[1:], False)
+    ka, kb = _steps(ia), _steps(ib)
+    d0 = _cdf(ia, sa, x[:-1], True, ka) - _cdf(ib, sb, x[:-1], True, kb)
+    d1 = _cdf(ia, sa, x[1:], False, ka) - _cdf(ib, sb, x[1:], False, kb)
     h = np.diff(x)
     same = d0 * d1 >= 0
     with np.errstate(invalid="ignore", divide="ignore"):
