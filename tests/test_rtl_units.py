@@ -431,3 +431,30 @@ def test_at_most_consts_matches_the_compare():
         sim = Simulator(m)
         sim.add_testbench(bench)
         sim.run()
+
+
+def test_packet_manager_features_chosen_by_config():
+    """The packet manager's protocol-v2 strategies (rtl/pm_features) follow the config, and
+    each adds its ports only where the feature is on: a v1 hub has none of them; paged and
+    counted, the page gate's and the sweep's; multicast with counts, the arena's, the
+    pre-rank's and the count refusal's copies."""
+    from pathlib import Path
+    from moehub.rtl.packet_manager import PacketManager
+    from moehub.rtl.pm_features.counts import CountPackets, NoCounts
+    from moehub.rtl.pm_features.rows import MulticastRows, PagedRows, RegionRows
+    data_dir = Path(__file__).parent / "data"
+    cases = [("tiny", RegionRows, NoCounts, set(), {"sweep_short", "alloc_page", "alloc_pre_mask", "pool_base"}),
+             (data_dir / "tiny-paged-counts.yaml", PagedRows, CountPackets,
+              {"sweep_short", "alloc_page", "tile_sh", "pool_base", "page_bad", "alloc_ahead"},
+              {"alloc_pre_mask", "alloc_cnt_dead_q", "ev_held"}),
+             (data_dir / "tiny-multicast-counts.yaml", MulticastRows, CountPackets,
+              {"sweep_short", "alloc_pre_mask", "alloc_cnt_dead_q", "ev_held", "pool_base"},
+              {"alloc_page", "tile_sh", "alloc_ahead"}),
+             (data_dir / "tiny-multicast.yaml", MulticastRows, NoCounts, {"alloc_pre_mask", "ev_held"},
+              {"sweep_short", "alloc_cnt_dead_q"})]
+    for name, rows, counts, has, lacks in cases:
+        pm = PacketManager(load_hub_config(str(name)))
+        pm._MustUse__silence = True                 # (only its signature is read)
+        assert type(pm.rows) is rows and type(pm.counts) is counts, name
+        members = set(pm.signature.members.keys())
+        assert has <= members and not (lacks & members), (name, has - members, lacks & members)

@@ -5,6 +5,17 @@ from itertools import combinations
 from amaranth import Cat, Const, Mux, Shape, Signal, Value, signed
 
 
+def any_of(bits):
+    """OR of ``bits`` (0 for none)."""
+    bits = list(bits)
+    return Cat(*bits).any() if bits else Const(0)
+
+
+def lane_bits(recs, field):
+    """One bit per lane: ``field`` of each lane's record."""
+    return Cat(*(getattr(rec, field) for rec in recs))
+
+
 def popcount(bits):
     """Number of set bits, as a balanced adder tree (log2(n) small adds deep; a running
     sum would chain n - 1 adds, each waiting for the last)."""
@@ -299,9 +310,9 @@ def sum3_flags(m, a, b, c, bias: int, width: int, lo: int, name: str):
     a register: the offset comes unsigned and the bias folds its negative part into the
     constant's carry-save level (gates, no fan-out) -- a signed offset's sign bit,
     extended over the width, was three buffers deep (24.3 FO4 at mixtral-8gpu with pages
-    and count packets, 6ef1984); carry selects (a narrow add of the low parts, its
+    and count packets); carry selects (a narrow add of the low parts, its
     compares per offset, their choice fanned out over the high parts' sums) were 26.4
-    (f6073fd)."""
+   ."""
     x, y, z = (Signal(width, name=f"{name}_{t}") for t in "abc")
     m.d.comb += [x.eq(a), y.eq(b), z.eq(c)]
     kc = Const(bias % (1 << width), width)

@@ -64,39 +64,14 @@ sticky ``errors``; nothing else changes and no other row is touched:
 * FLUSH (CSR) or the watchdog (TIMEOUT idle cycles): rows in flight are dropped as
   INCOMPLETE (their tiles are never flagged), the tables are cleared, and the layer ends.
 
-With ``count_packets`` (protocol v2), a count packet (kind 2: a source's row count for one
-expert) takes any lane and no row, credit or data write: it passes A, R and T as a packet
-(NOT_ARMED, BAD_SOURCE; BAD_EXPERT for an expert out of range); the input takes one a
-group (:meth:`PacketManager._admission`). The :class:`~moehub.rtl.counts.gate.CountGate`
-decides while the group is in A whether it adds (a repeat is COUNT_DUPLICATE) and whether
-a lane's expert has every count in, and forms the group's count per expert, all into R;
-the allocator's
-:class:`~moehub.rtl.counts.limit.CountLimit` takes the sums in while the group is in T and
-refuses, in the allocator's cycle and in lane order, a row of an expert whose counts are
-met (COUNT_MISMATCH, like POST_EOS: its credit returns), and counts a last count below
-the rows already in (COUNT_MISMATCH). An applied count goes on as an event, in lane
-order, so that the tracker sees it where the model does.
-
-With paged regions (protocol v2, ``pool_pages``; :mod:`moehub.rtl.paging.regions`), the page gate
-between T's requests and the allocator refuses a grant the pool has no page for (OVERFLOW,
-like a full region) and gives each granted row its page: AL registers it, the row-info
-table keeps it beside the row, the data lands at ``POOL_BASE + (page << log2(tile rows) |
-row mod tile rows) * stride`` (the tile size one-hot from the gate), the row's events
-carry it to the tracker (a flag names its page); the pool's PAGE_BAD pulses are counted
-here.
-
-With multicast rows (protocol v2, ``max_targets`` > 1) a row names up to ``max_targets``
-experts: A decodes the target set (:class:`TargetDecode`: BAD_EXPERT for an empty set,
-an expert out of range or named twice) and the chunk table keeps it (a later chunk naming
-other experts is PROTOCOL); while the allocator is tight on room the input admits a
-group's lanes up to its second data packet (:meth:`PacketManager._admission`), and the
-:class:`MulticastPrerank` registers beside T hand the
-:class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` each lane's targets and
-whether the input took it as risky; AL
-keeps a row per target and the row's place in the arena (``loc``); the data lands once at
-``POOL_BASE + loc * stride``; a row event (metadata, completion) carries every target, and
-the hub's :class:`~moehub.rtl.event_expander.EventExpander` hands them to the tracker one
-a cycle. A refused row (OVERFLOW) is counted for each of its targets.
+The protocol-v2 variations are strategy objects chosen once when the packet manager is
+built (:mod:`moehub.rtl.pm_features`): how a row names its experts and where its data
+lands (:mod:`~moehub.rtl.pm_features.rows`: static regions, paged regions, multicast rows
+in the arena) and count packets (:mod:`~moehub.rtl.pm_features.counts`). The stages below
+call their hooks; a feature a config does not have adds nothing. Where a feature changes
+what the input takes: with multicast rows, while the allocator is tight on room, a
+group's lanes up to its second data packet; with count packets, a group's lanes up to its
+first count packet (:meth:`PacketManager._admission`).
 
 A layer is *finished* when every source's end-of-stream has arrived, its count is reached
 and no row is open (a row opened past its source's count, dropped, holds the layer open
@@ -114,17 +89,14 @@ from amaranth.lib.wiring import In, Out
 from ..spec.config import HubConfig
 from .chunk_table import ChunkTable, onehot_mux
 from .eos_tracker import EosTracker, dist_shape
-from .counts.gate import CountGate
-from .paging.regions import tile_sizes
-from ..spec.formats import PacketKind, Reason, config_reasons
-from .interfaces import (allocation_signature, layer_csr_signature, layer_handshake_signature,
-                         layer_status_signature, ordering_guard_signature, push_ranks,
-                         queue_push_signature)
-from .layouts import HubLayouts, paged
-from .multicast_allocator import CNT_DEAD_COPIES, MulticastPrerank, multicast_allocation_signature, prerank_bits
-from .target_decode import TargetDecode
-from .logic import (SplitDifference, add_narrow, at_least, count_binary, exactly, newest_of, popcount,
-                    register_copies, select, times_const)
+from ..spec.formats import Reason, config_reasons
+from .interfaces import (layer_csr_signature, layer_handshake_signature, layer_status_signature,
+                         ordering_guard_signature, push_ranks, queue_push_signature)
+from .layouts import HubLayouts
+from .logic import (SplitDifference, add_narrow, any_of as _any, count_binary, exactly, lane_bits as _lanes,
+                    newest_of, popcount, select, times_const)
+from .pm_features.counts import count_feature
+from .pm_features.rows import row_feature
 from .reservations import InputReservations
 from ..spec.timing import GROUP_AGE_LIMIT, GROUP_BITS, WRITE_FIFO_DEPTH
 from .write_buffer import LaneWriteBuffer
@@ -134,30 +106,10 @@ T_REASONS = (Reason.NOT_ARMED, Reason.BAD_SOURCE, Reason.BAD_CHUNK, Reason.BAD_E
              Reason.POST_EOS, Reason.PROTOCOL, Reason.DUPLICATE, Reason.EOS_DUPLICATE)
 
 
-def _any(bits):
-    bits = list(bits)
-    return Cat(*bits).any() if bits else Const(0)
-
-
-def _kinds(cfg, kind):
-    """``(data, eos, count)`` of a packet's kind field. Without count packets the kind is
-    one bit (data 0, EOS 1), decoded as before; with them, EOS 1 and COUNT 2, anything
-    else a chunk (as the model reads it)."""
-    if not cfg.count_packets:
-        return ~kind, kind, None
-    eos, cnt = kind == PacketKind.EOS, kind == PacketKind.COUNT
-    return ~(eos | cnt), eos, cnt
-
-
 def _or(a, b):
-    """``a | b``; ``a`` when ``b`` is None (a v2 term a v1 hub does not have: its
+    """``a | b``; ``a`` when ``b`` is None (a term of a feature the hub does not have: its
     netlist stays as it was)."""
     return a if b is None else a | b
-
-
-def _lanes(recs, field):
-    """One bit per lane: ``field`` of each lane's record."""
-    return Cat(*(getattr(rec, field) for rec in recs))
 
 
 class StageLayouts:
@@ -166,10 +118,11 @@ class StageLayouts:
     Pairwise fields (``same_*``, ``row``, ``fwd``) hold in bit ``i`` of lane ``j``'s record
     the relation of lane ``i < j`` to lane ``j``; ``hit`` and ``hit2`` in bit ``k`` that of
     lane ``k`` of the group one or two ahead (same row). Adding a field is local: declare it here,
-    drive it in the stage that forms it, read it in the next.
+    drive it in the stage that forms it, read it in the next. The features' fields come
+    from their strategies (``rows``, ``counts``: :mod:`moehub.rtl.pm_features`).
     """
 
-    def __init__(self, cfg: HubConfig):
+    def __init__(self, cfg: HubConfig, rows, counts):
         lay = HubLayouts(cfg)
         L, N, C = cfg.lanes, cfg.entries, cfg.chunks_per_row
         #: ``count - opened - k`` candidates of an EOS lane: k up to 5 x lanes (2 lags and
@@ -178,19 +131,10 @@ class StageLayouts:
         self.nk = 5 * L + 1
         carried = {"valid": 1, "pkt": lay.packet, "slot": range(WRITE_FIFO_DEPTH), "idx": range(N)}
         checks = {"bad_src": 1, "bad_chunk": 1, "bad_exp": 1, "oh": C}
-        #: (count_packets) a count packet: in R and T (then checked: live, expert in
-        #: range); in T also the count gate's verdicts (it adds, it repeats; the lane's
-        #: expert has every count in); in AL whether it adds (an event for the tracker) and
-        #: the count limit's verdicts (a row refused, a completing count below the rows)
-        cnt = {"cnt": 1} if cfg.count_packets else {}
-        #: (multicast) the input took the packet while the allocator was tight (a data packet)
-        risky = {"risky": 1} if cfg.multicast else {}
-        t_cnt = {"cnt": 1, "cadd": 1, "cdup": 1, "cfull": 1, "cand": 1} if cfg.count_packets else {}
-        al_cnt = {"cnt": 1, "met": 1, "over": 1} if cfg.count_packets else {}
         #: A: the packets decoded on the way in.
         self.a = data.StructLayout({
             **carried, **checks, "same_idx": L, "same_src": L, "same_exp": L, "same_chunk": L,
-            "hit": L, "hit2": L, "psel_in": L + 1, "src_oh": cfg.sources, **risky})
+            "hit": L, "hit2": L, "psel_in": L + 1, "src_oh": cfg.sources, **rows.a_fields()})
         #: R: what of T's rules depends on the packets alone (data / EOS lane, first and last
         #: lane on its row, the expert of a row opened in the group), and the EOS arithmetic.
         #: (The table entries read are the chunk table's registers.)
@@ -202,34 +146,18 @@ class StageLayouts:
             "ohs": C,
             "d": 1, "eos": 1, "first": 1, "last": 1, "match_new": 1, "eos_prior": 1,
             "dec": data.ArrayLayout(dist_shape(cfg), self.nk), "lag": 2 * L + 1,
-            "src_oh": cfg.sources, **cnt, **risky})
+            "src_oh": cfg.sources, **counts.r_fields(), **rows.r_fields()})
         #: T's verdicts (``valid``: an effect downstream; ``pv``: a packet, for reservations).
         self.t = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "post": 1, "bad_exp": 1,
-            # (unicast: the request's expert one-hot, zero without a request; the expert
-            # one-hot)
-            **({"req": 1, "fwd": L} if cfg.multicast else
-               {"req": 1, "req_oh": cfg.experts, "fwd": L, "exp_oh": cfg.experts}),
-            "same_exp": L,
-            "hit": L, "hit2": L, **t_cnt, **risky,
-            # (paged) bit a: a requests of the lane's expert ahead of it in the group, zero
-            # without a request (the page gate's lane order starts at a register, not at a
-            # count of T's verdicts)
-            # (paged) bit i: the lane's expert is lane i's of the group one ahead (in the
-            # page gate the cycle before: a refusal there holds this lane's rows)
-            **({"ahead": L, "prev_same": L} if paged(cfg) else {})})
-        #: AL: the grant, the region base, the row-info entry read. (multicast: a row per
-        #: target, the row's place in the arena, and the experts it names, for OVERFLOW)
-        #: (multicast: each target's row as the allocator's two parts -- the row for every
-        #: count of granted rows ahead naming its expert, and that count one-hot -- chosen in
-        #: AL, :meth:`PacketManager._al_rows`)
-        mc = {"row_if": data.ArrayLayout(data.ArrayLayout(cfg.row_bits, L), cfg.max_targets),
-              "row_ahead": data.ArrayLayout(L, cfg.max_targets), "loc": cfg.loc_bits,
-              "xmask": cfg.experts} if cfg.multicast else {"row": cfg.row_bits}
+            **rows.t_request_fields(), "same_exp": L,
+            "hit": L, "hit2": L, **counts.t_fields(), **rows.t_tail_fields()})
+        #: AL: the grant (the row's fields: the strategy's), the region base, the
+        #: row-info entry read.
         self.al = data.StructLayout({
             **carried, "pv": 1, "opener": 1, "setb": 1, "comp": 1, "ok": 1, "ovf": 1,
-            **mc, "fwd": L, "base": cfg.addr_bits, "info": lay.row_info, **al_cnt,
-            **({"page": cfg.page_bits} if paged(cfg) else {})})
+            **rows.al_row_fields(), "fwd": L, "base": cfg.addr_bits, "info": lay.row_info,
+            **counts.al_fields(), **rows.al_tail_fields()})
         #: B: the address parts, the event and the credit.
         self.b = data.StructLayout({
             "valid": 1, "pv": 1, "pre": cfg.addr_bits, "place": cfg.addr_bits,
@@ -268,20 +196,18 @@ class PacketManager(wiring.Component):
         For the CSRs.
     layer_done : Out(1)
         One-cycle pulse when the tracker has written the layer-done word.
-    sweep_short : In(1)
-        Only with ``count_packets``: the tracker's COUNT_MISMATCH pulses of the sweep.
-    alloc_pre_mask, alloc_pre_counts, pool_base, page_bad, alloc_tight, alloc_risky
-        Only with multicast: the requests' pre-rank for the allocator, POOL_BASE and
-        PAGE_FREE's write pulse (a static arena hands out no page: PAGE_BAD); whether some
-        expert or the arena is tight on room (for the input admission) and, per lane of T,
-        whether the input took its packet as risky (a data packet taken while tight); the
-        event expander holds events taken from the queue (the end of a layer waits).
+    (features)
+        The ports of the config's features: :meth:`~moehub.rtl.pm_features.counts.
+        CountPackets.ports` (``sweep_short``), :meth:`~moehub.rtl.pm_features.rows.
+        PagedRows.ports`, :meth:`~moehub.rtl.pm_features.rows.MulticastRows.ports`.
     """
 
     def __init__(self, cfg: HubConfig, formal: bool = False):
         self.cfg, self.formal = cfg, formal
         self.lay = lay = HubLayouts(cfg)
-        self.stages = StageLayouts(cfg)
+        # the protocol-v2 variations, chosen once
+        self.rows, self.counts = rows, counts = row_feature(self), count_feature(self)
+        self.stages = StageLayouts(cfg, rows, counts)
         L = cfg.lanes
         super().__init__({
             # (the property harness, verif/formal: two data lanes on one row in R read
@@ -291,36 +217,14 @@ class PacketManager(wiring.Component):
             "wr": Out(stream.Signature(lay.write)).array(L),
             "ev": Out(queue_push_signature(lay.event, L)),
             "cr": Out(queue_push_signature(lay.credit, L)),
-            "alloc": Out(multicast_allocation_signature(cfg) if cfg.multicast else allocation_signature(cfg)),
+            "alloc": Out(rows.alloc_signature()),
             "region_base": In(cfg.addr_bits).array(cfg.experts),
             "csr": In(layer_csr_signature()),
             "tracker": Out(layer_handshake_signature()),
             "guard": Out(ordering_guard_signature(cfg)),
             "status": Out(layer_status_signature(cfg)),
             "layer_done": Out(1),
-            # (count_packets) the tracker's pulse: an expert short of its announced rows at
-            # the sweep (COUNT_MISMATCH)
-            **({"sweep_short": In(1)} if cfg.count_packets else {}),
-            # (paged) for the page gate, bit a of lane j: a requests of its expert ahead of
-            # it in the group (a register of T); each granted row's page (the gate's), the
-            # layer's tile size (one-hot over paging.tile_sizes), POOL_BASE, PAGE_BAD's pulse
-            **({"alloc_ahead": Out(L).array(L), "alloc_prev_same": Out(L).array(L),
-                "alloc_expert_next": Out(cfg.experts).array(L),
-                "alloc_page": In(cfg.page_bits).array(L), "tile_sh": In(len(tile_sizes(cfg))),
-                "pool_base": In(cfg.addr_bits), "page_bad": In(1)} if paged(cfg) else {}),
-            # (multicast) the requests' pre-rank for the allocator (registers of T: the
-            # experts each lane's row names, the counts of every set of lanes naming each
-            # expert); POOL_BASE (the arena); PAGE_FREE's write (a static arena hands out no
-            # page, so every return is PAGE_BAD)
-            **({"alloc_pre_mask": Out(cfg.experts).array(L), "alloc_pre_oh_next": Out(cfg.experts).array(L, cfg.max_targets),
-                "alloc_sure_named": Out(cfg.experts).array(L),
-                **({"alloc_cnt_dead_q": Out(L).array(CNT_DEAD_COPIES)} if cfg.count_packets else {}),
-                "alloc_pre_counts": Out(prerank_bits(cfg)),
-                "pool_base": In(cfg.addr_bits), "page_bad": In(1),
-                "alloc_tight": In(1), "alloc_risky": Out(L), "ev_held": In(1),
-                "alloc_row_if": In(cfg.cap_bits).array(L, cfg.max_targets, L),
-                "alloc_row_ahead": In(L).array(L, cfg.max_targets)}
-               if cfg.multicast else {}),
+            **counts.ports(), **rows.ports(counts),
         })
 
     def elaborate(self, platform):
@@ -403,35 +307,20 @@ class PacketManager(wiring.Component):
 
     def _admission(self, m):
         """Per lane, whether the input may take it: a prefix of the lanes (so the lanes'
-        sources see the same order), every lane unless
-
-        * (multicast, while the allocator is tight on room) a data packet has one ahead of
-          it in the group -- so that at most one row of a group can be refused, which is
-          what :class:`~moehub.rtl.multicast_allocator.MulticastAllocatorAdmitted` needs to
-          grant without a chain of verdicts; that data packet is *risky*;
-        * (count packets) a count packet is ahead of it in the group -- so that the
-          :class:`~moehub.rtl.counts.gate.CountGate` sees at most one a group, and no row
-          of a group is behind a count packet: where a count adds to an expert, every
-          row of it in the group comes before its counts are all in, so the count limits'
-          registers may leave the group's own count out of the next verdicts
-          (:mod:`~moehub.rtl.counts.limit`, :mod:`~moehub.rtl.counts.multicast_limit`).
+        sources see the same order), every lane unless a feature holds it for the next
+        group (``input_waits``: with multicast rows, while the allocator is tight on room,
+        a data packet with one ahead of it in the group; with count packets, every lane
+        behind a count packet).
 
         From a register and the packets' kinds only: no field is decoded in front of
         ``ready``."""
-        L, cfg = self.cfg.lanes, self.cfg
-        if not (cfg.multicast or cfg.count_packets):
+        L = self.cfg.lanes
+        waits = [w for w in (self.rows.input_waits(m), self.counts.input_waits(m)) if w is not None]
+        if not waits:
             return [Const(1)] * L
         held = [Const(0)] * L                       # lane j waits for the next group
-        if cfg.multicast:
-            self.in_risky = risky = Signal(L, name="in_risky")
-            m.d.comb += risky.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[0] & self.alloc_tight
-                                     for j in range(L)))
-            held = [h | (risky[j] & risky[:j].any()) if j else h for j, h in enumerate(held)]
-        if cfg.count_packets:
-            cnt = Signal(L, name="in_cnt")
-            m.d.comb += cnt.eq(Cat(self.i[j].valid & _kinds(cfg, self.i[j].payload.kind)[2] for j in range(L)))
-            # (every lane behind a count packet waits)
-            held = [h | cnt[:j].any() if j else h for j, h in enumerate(held)]
+        for wait in waits:
+            held = [h | wait[j] if j else h for j, h in enumerate(held)]
         admit = [Signal(name=f"in_admit{j}") for j in range(L)]
         m.d.comb += [admit[j].eq(~held[j]) for j in range(L)]
         for j in range(1, L):
@@ -453,22 +342,21 @@ class PacketManager(wiring.Component):
             # (the chunk table's one-hot read select is decoded from the input's index)
             idx = Signal(range(cfg.entries), name=f"in_idx{j}")
             m.d.comb += [idx.eq(q.src * Tg + q.tag), self.table.rd_idx[j].eq(idx)]
-            is_data = _kinds(cfg, q.kind)[0]
+            is_data = self.counts.kinds(q.kind)[0]
             m.d.sync += [
                 a.valid.eq(self.acc[j]), a.pkt.eq(q), a.slot.eq(buf.slot),
                 a.bad_src.eq((q.src >= S) | (is_data & (q.tag >= Tg))),
                 a.bad_chunk.eq(is_data & (q.chunk >= C)),
-                a.bad_exp.eq(self._bad_dests(m, q, j)),
+                a.bad_exp.eq(self.rows.bad_dests(m, q, j)),
                 a.idx.eq(idx),
                 a.oh.eq(Const(1, C) << q.chunk),
             ]
-            if cfg.multicast:
-                m.d.sync += a.risky.eq(self.in_risky[j])
+            self.rows.a_lane(m, j, a)
             for i in range(j):
                 qi = self.i[i].payload
                 m.d.sync += [a.same_idx[i].eq((qi.src == q.src) & (qi.tag == q.tag)),
                              a.same_src[i].eq(qi.src == q.src),
-                             a.same_exp[i].eq(self._dest_key(qi) == self._dest_key(q)),
+                             a.same_exp[i].eq(self.rows.dest_key(qi) == self.rows.dest_key(q)),
                              a.same_chunk[i].eq(qi.chunk == q.chunk)]
             for k in range(L):
                 ahead, ahead2 = self.a[k].pkt, self.r[k].pkt
@@ -490,44 +378,17 @@ class PacketManager(wiring.Component):
             # (the source one-hot, decoded on the way in: p_sel is chosen by an AND-OR)
             m.d.sync += [a.psel_in.eq(Array(self.eos.p_sel)[q.src]),
                          a.src_oh.eq(src_in)]
-        if cfg.count_packets:
-            self._count_gate(m)
-
-    def _dest_key(self, pkt):
-        """What a row's later chunks must repeat (else PROTOCOL): its expert, or
-        (multicast) its target set -- per entry the valid bit and the expert, 0 when not
-        valid (``HubLayouts.dest_bits``)."""
-        if not self.cfg.multicast:
-            return pkt.expert
-        return Cat(*(Cat(v, Mux(v, x, 0)) for v, x in self._targets(pkt)))
-
-    def _targets(self, pkt):
-        """(multicast) The packet's target entries, ``(valid, expert)`` each."""
-        return [(getattr(pkt, f"valid{t}"), getattr(pkt, f"expert{t}")) for t in range(self.cfg.max_targets)]
-
-    def _bad_dests(self, m, pkt, j):
-        """BAD_EXPERT of input lane j's packet: its expert out of range, or (multicast) a
-        bad target set (the lane's :class:`TargetDecode`)."""
-        if not self.cfg.multicast:
-            return pkt.expert >= self.cfg.experts
-        return self._decode(m, pkt, f"tdec_in{j}").bad
-
-    def _decode(self, m, pkt, name):
-        """(multicast) A :class:`TargetDecode` of ``pkt``'s targets, as submodule ``name``."""
-        m.submodules[name] = dec = TargetDecode(self.cfg)
-        dec.connect_packet(m, pkt)
-        return dec
+        self.counts.stage_a(m)
 
     # ---------------------------------------------------------------- R
     def _stage_r(self, m):
         """R: the chunk table read (the table's registers, with the bypass from T and W)
         and what of T's rules depends on the packets alone. Reads A; owns nothing."""
         L, A, R, tab = self.cfg.lanes, self.a, self.r, self.table
-        kinds = [_kinds(self.cfg, a.pkt.kind) for a in A]
+        kinds = [self.counts.kinds(a.pkt.kind) for a in A]
         a_d = [a.valid & k[0] & ~a.bad_src & ~a.bad_chunk for a, k in zip(A, kinds)]
         a_eos = [a.valid & k[1] & ~a.bad_src for a, k in zip(A, kinds)]
-        if self.cfg.count_packets:
-            m.d.sync += [r.cnt.eq(a.valid & k[2] & ~a.bad_src) for a, r, k in zip(A, R, kinds)]
+        self.counts.stage_r(m, kinds)
 
         def a_row(i, j):                    # lane i is a data lane on lane j's row
             return a_d[i] & A[j].same_idx[i]
@@ -536,7 +397,7 @@ class PacketManager(wiring.Component):
         self.r_sel = [Signal(self.cfg.entries, name=f"r_sel{j}") for j in range(L)]
         m.d.sync += [self.r_sel[j].eq(Const(1, self.cfg.entries) << a.idx) for j, a in enumerate(A)]
         for j, (a, r) in enumerate(zip(A, R)):
-            m.d.comb += [tab.expert[j].eq(self._dest_key(a.pkt)),
+            m.d.comb += [tab.expert[j].eq(self.rows.dest_key(a.pkt)),
                          tab.hit[j].eq(a.hit), tab.hit2[j].eq(a.hit2)]
             m.d.sync += [
                 r.valid.eq(a.valid), r.pkt.eq(a.pkt), r.slot.eq(a.slot), r.idx.eq(a.idx),
@@ -552,8 +413,7 @@ class PacketManager(wiring.Component):
                 r.eos_prior.eq(_any(a_eos[i] & a.same_src[i] for i in range(j))),
             ]
             self._r_eos_candidates(m, j)
-            if self.cfg.multicast:
-                m.d.sync += r.risky.eq(a.risky)
+            self.rows.r_lane(m, a, r)
 
     def _r_eos_candidates(self, m, j):
         """R's EOS arithmetic for lane j: the lag one-hot and ``count - opened - k``."""
@@ -695,13 +555,14 @@ class PacketManager(wiring.Component):
         for k, r in enumerate(R):
             ent, match = tab.ent[k], v["match"][k]
             openers = [(R[i].first & r.same_idx[i], i) for i in range(k)]
+            key = self.rows.dest_key
             expert = Mux(ent.open, ent.expert, onehot_mux(
-                [(sel, self._dest_key(R[i].pkt)) for sel, i in openers], self._dest_key(r.pkt)))
+                [(sel, key(R[i].pkt)) for sel, i in openers], key(r.pkt)))
             # (the same select over each candidate's compare with A's keys, for R's bypass)
             for j, a in enumerate(self.a):
-                key = self._dest_key(a.pkt)
-                m.d.comb += tab.after_eq[j][k].eq(Mux(ent.open, ent.expert == key, onehot_mux(
-                    [(sel, self._dest_key(R[i].pkt) == key) for sel, i in openers], self._dest_key(r.pkt) == key)))
+                a_key = key(a.pkt)
+                m.d.comb += tab.after_eq[j][k].eq(Mux(ent.open, ent.expert == a_key, onehot_mux(
+                    [(sel, key(R[i].pkt) == a_key) for sel, i in openers], key(r.pkt) == a_key)))
             bits = Signal(C, name=f"bits_after{k}")
             # (a duplicate's bit is already set and a protocol error's does not match, so
             # the bitmap needs neither verdict: off the duplicate/completion logic)
@@ -781,13 +642,13 @@ class PacketManager(wiring.Component):
     def _t_register(self, m, v):
         """T's output registers (and its reasons, for the statistics); the row requests
         to the allocator, from them."""
-        L, E, live = self.cfg.lanes, self.cfg.experts, self.live
+        L, live = self.cfg.lanes, self.live
         R, T = self.r, self.t
         reasons = {
             Reason.NOT_ARMED: [r.valid & ~live for r in R],
             Reason.BAD_SOURCE: [live & r.valid & r.bad_src for r in R],
             Reason.BAD_CHUNK: [live & r.valid & ~r.bad_src & r.bad_chunk for r in R],
-            Reason.BAD_EXPERT: [live & _or(v["opener"][j], self._r_cnt(r)) & r.bad_exp for j, r in enumerate(R)],
+            Reason.BAD_EXPERT: [live & _or(v["opener"][j], self.counts.r_cnt(r)) & r.bad_exp for j, r in enumerate(R)],
             Reason.POST_EOS: [live & v["opener"][j] & v["post"][j] for j in range(L)],
             Reason.PROTOCOL: [live & x for x in v["protocol"]],
             Reason.DUPLICATE: [live & x for x in v["dup"]],
@@ -795,32 +656,17 @@ class PacketManager(wiring.Component):
         }
         self.t_reasons = Signal(self.stages.reasons, name="t_reasons")
         m.d.sync += [getattr(self.t_reasons, r.name.lower()).eq(Cat(*hits)) for r, hits in reasons.items()]
-        reqs = self._t_reqs = [Signal(name=f"t_req{j}") for j in range(L)]
+        reqs = self.t_reqs = [Signal(name=f"t_req{j}") for j in range(L)]
         m.d.comb += [reqs[j].eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j]) for j, r in enumerate(R)]
         for j, (r, t) in enumerate(zip(R, T)):
-            req = reqs[j]
-            if not self.cfg.multicast:
-                exp_oh = Signal(E, name=f"t_exp_oh{j}")
-                m.d.comb += exp_oh.eq(Cat(r.pkt.expert == e for e in range(E)))
-                m.d.sync += [
-                    # (the expert one-hot, for the allocator: no decoder in front of its counters)
-                    t.exp_oh.eq(exp_oh),
-                    # (the row request's expert as a one-hot that is zero without a request:
-                    # the allocator's per-expert counts start at registers)
-                    t.req_oh.eq(Mux(req, exp_oh, 0))]
-                if paged(self.cfg):
-                    # (the lane's expert a cycle ahead, for the page gate's registered tile
-                    # starts: not gated by the request -- the gate ANDs T's request after --
-                    # so the POST_EOS verdict stays off their next value: with it, 23.1 FO4
-                    # at deepseek-v3-8gpu paged)
-                    m.d.comb += self.alloc_expert_next[j].eq(exp_oh)
+            self.rows.t_lane(m, j, r, t, reqs[j])
             m.d.sync += [
-                t.valid.eq(live & _or(r.d | r.eos, self._r_cnt(r))), t.pv.eq(r.valid),
+                t.valid.eq(live & _or(r.d | r.eos, self.counts.r_cnt(r))), t.pv.eq(r.valid),
                 t.opener.eq(live & v["opener"][j]), t.setb.eq(live & v["setb"][j]),
                 t.comp.eq(live & v["comp"][j]), t.post.eq(v["post"][j]), t.bad_exp.eq(r.bad_exp),
                 t.pkt.eq(r.pkt), t.slot.eq(r.slot), t.idx.eq(r.idx), t.same_exp.eq(r.same_exp),
                 # (the row request, formed here: the allocator starts at registers)
-                t.req.eq(req),
+                t.req.eq(reqs[j]),
                 # lane i opened lane j's row in this group
                 t.fwd.eq(Cat(v["opener"][i] & r.same_idx[i] for i in range(j))),
                 # lane j's row is the row of lane k of the group ahead (for the row-info read
@@ -834,153 +680,10 @@ class PacketManager(wiring.Component):
             # then starts from a register, not behind the entries-to-one read)
             m.d.sync += self.q_info[j].eq(select([(self.r_sel[j][e], self.rowinfo[e])
                                                   for e in range(self.cfg.entries)], self.lay.row_info))
-            if paged(self.cfg):
-                # (the pipeline never stalls: the group in T now is the one ahead then)
-                m.d.sync += t.prev_same.eq(Cat(r.pkt.expert == T[i].pkt.expert for i in range(L)))
-                m.d.sync += t.ahead.eq(Mux(req, Cat(exactly([reqs[i] & r.same_exp[i] for i in range(j)], a)
-                                                    for a in range(L)), 0))
-            if self.cfg.count_packets:
-                add = self.gate.add[j]
-                m.d.sync += [t.cnt.eq(live & r.cnt & ~r.bad_exp), t.cadd.eq(live & add),
-                             t.cdup.eq(live & r.cnt & ~r.bad_exp & ~add), t.cfull.eq(self.gate.full[j]),
-                             # (the request itself a register: the count limit's thresholds
-                             # and the grants behind it start from flops)
-                             t.cand.eq(live & v["opener"][j] & ~r.bad_exp & ~v["post"][j])]
+            self.rows.t_lane_gate(m, j, r, t, reqs[j])
+            self.counts.t_lane(m, v, j, r, t)
         self.req = Signal(L, name="req")
-        if self.cfg.multicast:
-            self._t_multicast(m)
-            return
-        # (the row requests and their experts: registers of T -- without count packets the
-        # expert one-hot is zero without a request; with them the count limit reads the
-        # request ``cand`` and the raw one-hot)
-        counted = self.cfg.count_packets
-        m.d.comb += self.req.eq(_lanes(T, "cand") if counted else _lanes(T, "req"))
-        m.d.comb += [self.alloc.req.eq(self.req)]
-        m.d.comb += [self.alloc.expert[j].eq(t.exp_oh if counted else t.req_oh) for j, t in enumerate(T)]
-        m.d.comb += [self.alloc.same[j].eq(t.same_exp[:j]) for j, t in enumerate(T)]
-        if paged(self.cfg):
-            m.d.comb += [self.alloc_ahead[j].eq(t.ahead) for j, t in enumerate(T)]
-            m.d.comb += [self.alloc_prev_same[j].eq(t.prev_same) for j, t in enumerate(T)]
-        if counted:
-            self._t_thresholds(m, v)
-
-    def _t_multicast(self, m):
-        """(multicast) The row requests to the :class:`MulticastAllocatorAdmitted`: T's registers,
-        and R -> T registers of the :class:`MulticastPrerank` -- each lane's target
-        one-hots, the experts its row names and, for every set of lanes, how many of them
-        name each expert -- formed from R's packets alone (decoded again there, a few gate
-        levels), so that the allocator's verdicts start from flops; and each lane's
-        ``risky`` bit from the input admission, carried down with its packet."""
-        cfg, L, T = self.cfg, self.cfg.lanes, self.cfg.max_targets
-        m.submodules.prerank = pre = MulticastPrerank(cfg)
-        decs = []
-        for j, r in enumerate(self.r):
-            dec = self._decode(m, r.pkt, f"tdec_r{j}")
-            m.d.comb += [pre.tv[j].eq(dec.tv)] + [pre.oh[j][t].eq(dec.oh[t]) for t in range(T)]
-            decs.append(dec)
-        g = self.alloc
-        self._cnt_dead_next = [Const(0)] * L
-        if cfg.count_packets:
-            self._t_cnt_dead(m, decs)
-        m.d.sync += [t.risky.eq(r.risky) for r, t in zip(self.r, self.t)]
-        # (per lane and expert, a roomy request naming it -- T's request, not risky --
-        # registered from the same values as those: the allocator's per-expert sure grants
-        # start at flops, not at each lane's sure bit fanned out over the experts. The
-        # count refusal ``cnt_dead`` stays out: behind its OR over the experts, its fan-out
-        # over them into these registers was 24.7 FO4 at deepseek-v3-8gpu with every v2
-        # feature -- the allocator ANDs it after, from copies of its register)
-        for j, r in enumerate(self.r):
-            m.d.sync += self.alloc_sure_named[j].eq(Mux(self._t_reqs[j] & ~r.risky, pre.mask_next[j], 0))
-        m.d.comb += [self.req.eq(_lanes(self.t, "req")), g.req.eq(self.req), self.alloc_risky.eq(_lanes(self.t, "risky")),
-                     self.alloc_pre_counts.eq(pre.q_counts)]
-        for j in range(L):
-            m.d.comb += [g.tv[j].eq(pre.q_tv[j]), self.alloc_pre_mask[j].eq(pre.q_mask[j])]
-            m.d.comb += [self.alloc_pre_oh_next[j][t].eq(pre.oh[j][t]) for t in range(T)]
-            m.d.comb += [g.oh[j][t].eq(pre.q_oh[j][t]) for t in range(T)]
-        self.t_mask = pre.q_mask
-        if cfg.count_packets:       # (the count gate's, to the allocator's count limit)
-            m.d.comb += [g.cnt_add.eq(_lanes(self.t, "cadd")), g.cnt_full.eq(_lanes(self.t, "cfull"))]
-            m.d.comb += [g.dtot[x].eq(self.gate.dtot[x]) for x in range(cfg.experts)]
-
-    def _t_cnt_dead(self, m, decs):
-        """(multicast, count packets) Per lane, whether its row names an expert the count
-        limit holds ``dead`` now (a roomy lane's count refusal, exact a cycle later: see the
-        allocator's ``sure``), and one of ``dead``'s next value for either verdict of the
-        risky lane now (``cref_q``: the exact refusal, chosen by that verdict in T),
-        registered into T from R's target decode. (No lane behind a count packet asks for
-        a row: the input admission ends a group there.)"""
-        cfg, L, E, T = self.cfg, self.cfg.lanes, self.cfg.experts, self.cfg.max_targets
-        for j in range(L):
-            names = Cat(Cat(decs[j].oh[t][x] for t in range(T)).any() for x in range(E))
-            dead = Signal(name=f"t_cnt_dead_next{j}")
-            m.d.comb += dead.eq((names & self.alloc.dead).any())
-            m.d.sync += self.alloc.cnt_dead[j].eq(dead)
-            self._cnt_dead_next[j] = dead
-            # (the exact refusal of the cycle after, for either late verdict now)
-            m.d.sync += [self.alloc.cref_q[k][j].eq((names & self.alloc.dead_next_if[k]).any()) for k in (0, 1)]
-        self._cnt_dead_copies(m)
-
-    def _cnt_dead_copies(self, m):
-        """(multicast, count packets) Copies of the ``cnt_dead`` registers for the
-        allocator's per-expert sure grants, each copy read by a share of the experts.
-        Synthesis merges flops whose next value and reset agree, so the copies differ in
-        one or the other: held inverted, reset to 1, or loaded with their reset value at a
-        layer start (harmless: no lane requests before the first group or in the cycle
-        after a layer start, and they are rewritten every cycle)."""
-        copies = register_copies(m, Cat(*self._cnt_dead_next), len(self.alloc_cnt_dead_q), "t_cnt_dead_copy",
-                                 clear=self.start_go)
-        m.d.comb += [q.eq(c) for q, c in zip(self.alloc_cnt_dead_q, copies)]
-
-    def _t_thresholds(self, m, v):
-        """(count_packets) Per expert, how many rows T asks for (at least n, n = 1..lanes),
-        and how many of them come before the expert's counts are all in, as thermometers
-        for the allocator's grants (``min(requests, room, the counts' allowance)``). Wires
-        the count gate's and T's count fields to the allocator.
-
-        The requests' thermometer is counted in the allocator's cycle, from T's registers
-        (each lane's request one-hot, zero without a request), as the uncounted allocator
-        counts them: formed here from the POST_EOS verdict, fanned out over every expert's
-        thresholds, it was the hub's deepest path, R's ``first`` -> the openers ->
-        ``post`` -> ``nge``, 22.6 FO4 at deepseek-v3-8gpu with count packets;
-        the allocator's update behind it is shallow (15 FO4 there). The allowance's
-        ``free`` stays registered: it feeds every lane's verdict and the page gate."""
-        cfg, L, E, R, T, armed = self.cfg, self.cfg.lanes, self.cfg.experts, self.r, self.t, self.armed
-        # (``free`` gated by ``armed``, a register, not by ``live``: once the layer is
-        # finished every source's EOS is in and its count reached, so every opener is
-        # POST_EOS already and ``cand`` is 0 -- ``live`` adds nothing here, and the layer's
-        # ``finished``, an AND over the sources, stays off every expert's ``free``. Its
-        # deepest input is ``post`` itself, the POST_EOS verdict: 20.0 FO4 at
-        # deepseek-v3-8gpu with count packets.)
-        cand = [v["opener"][j] & ~r.bad_exp & ~v["post"][j] for j, r in enumerate(R)]
-        for x in range(E):
-            free = [cand[j] & (r.pkt.expert == x) & ~self.gate.full[j] for j, r in enumerate(R)]
-            nge, fge = Signal(L, name=f"t_nge{x}"), Signal(L, name=f"t_free{x}")
-            # (T's request one-hots carry ``live``: zero when the layer is not armed)
-            m.d.comb += nge.eq(Cat(at_least([t.req_oh[x] for t in T], n) for n in range(1, L + 1)))
-            m.d.sync += fge.eq(Mux(armed, Cat(at_least(free, n) for n in range(1, L + 1)), 0))
-            m.d.comb += [self.alloc.nge[x].eq(nge), self.alloc.free[x].eq(fge),
-                         self.alloc.dtot[x].eq(self.gate.dtot[x])]
-        # (the count limit in the allocator: every input a register)
-        m.d.comb += [self.alloc.full.eq(_lanes(T, "cfull")), self.alloc.add.eq(_lanes(T, "cadd"))]
-
-    def _r_cnt(self, r):
-        """R's count-packet bit (None without count packets)."""
-        return r.cnt if self.cfg.count_packets else None
-
-    def _count_gate(self, m):
-        """(count_packets) The :class:`CountGate` beside A: which count packets add, whether
-        a lane's expert has every count in (both on to T), the group's count per expert
-        (for the allocator's count limit, while the group is in T)."""
-        cfg, gate = self.cfg, CountGate(self.cfg)
-        m.submodules.counts = self.gate = gate
-        m.d.comb += gate.clear.eq(self.start_go)
-        for j in range(cfg.lanes):
-            q = self.i[j].payload
-            # (multicast: a count packet's expert is its target entry 0)
-            expert = q.expert0 if cfg.multicast else q.expert
-            m.d.comb += [gate.cnt[j].eq(_kinds(cfg, q.kind)[2] & (q.src < cfg.sources)
-                                        & (expert < cfg.experts) & self.acc[j]),
-                         gate.src[j].eq(q.src), gate.expert[j].eq(expert), gate.count[j].eq(q.count)]
+        self.rows.t_requests(m, v)
 
     # ---------------------------------------------------------------- AL
     def _stage_al(self, m):
@@ -990,43 +693,24 @@ class PacketManager(wiring.Component):
         for j, (t, al) in enumerate(zip(T, AL)):
             m.d.sync += [
                 al.valid.eq(t.valid), al.pv.eq(t.pv), al.opener.eq(t.opener), al.setb.eq(t.setb),
-                al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]), al.ovf.eq(self._ovf(j)),
+                al.comp.eq(t.comp), al.ok.eq(self.alloc.ok[j]),
+                # (refused for room; not for counts: COUNT_MISMATCH)
+                al.ovf.eq(self.counts.ovf(self.req[j] & ~self.alloc.ok[j], j)),
                 al.pkt.eq(t.pkt), al.slot.eq(t.slot), al.idx.eq(t.idx),
                 # (the expert's region base, looked up here: RI only adds the chunk offset)
-                al.base.eq(self._base(t)),
+                al.base.eq(self.rows.base(t)),
                 al.fwd.eq(t.fwd),
                 self.al_dec[j].eq(Const(1, self.cfg.entries) << t.idx),
             ]
-            if self.cfg.multicast:
-                T, L = self.cfg.max_targets, self.cfg.lanes
-                m.d.sync += [al.row_if.eq(Cat(self.alloc_row_if[j][t][a][:self.cfg.row_bits]
-                                              for t in range(T) for a in range(L))),
-                             al.row_ahead.eq(Cat(self.alloc_row_ahead[j][t] for t in range(T))),
-                             al.loc.eq(self.alloc.loc[j]),
-                             al.xmask.eq(self.t_mask[j])]
-            else:
-                m.d.sync += al.row.eq(self.alloc.row[j])
-            if self.cfg.count_packets:
-                m.d.sync += [al.cnt.eq(t.cadd), al.met.eq(self.alloc.met[j]), al.over.eq(self.alloc.over[j])]
-            if paged(self.cfg):
-                m.d.sync += al.page.eq(self.alloc_page[j])
+            self.rows.al_lane(m, j, t, al)
+            self.counts.al_lane(m, j, t, al)
+            self.rows.al_page(m, j, al)
             # (newest first: the group right ahead writes the table now, the one before it
             # wrote it as the entry was read; at most one lane of a group opens the row)
             m.d.sync += al.info.eq(newest_of(
-                [[(t.hit[k] & AL[k].opener, self._grant_info(AL[k])) for k in range(len(AL))],
+                [[(t.hit[k] & AL[k].opener, self.rows.grant_info(AL[k])) for k in range(len(AL))],
                  [(t.hit2[k] & self.ri_wen[k], self.ri_data[k]) for k in range(len(AL))]],
                 self.q_info[j], self.lay.row_info))
-
-    def _base(self, t):
-        """Where a lane's rows are: its expert's region, or the pool (paged, multicast)."""
-        if paged(self.cfg) or self.cfg.multicast:
-            return self.pool_base
-        return Array(self.region_base)[t.pkt.expert]
-
-    def _ovf(self, j):
-        """Lane j's request refused for room (not for counts: COUNT_MISMATCH)."""
-        ovf = self.req[j] & ~self.alloc.ok[j]
-        return ovf if not self.cfg.count_packets else ovf & ~self.alloc.met[j]
 
     # ---------------------------------------------------------------- RI
     def _stage_ri(self, m):
@@ -1043,15 +727,15 @@ class PacketManager(wiring.Component):
         # deepseek-v3-8gpu, x 14336 being a subtract of two shifted copies)
         own_pl = [Signal(cfg.addr_bits, name=f"own_place{j}") for j in range(cfg.lanes)]
         info_pl = [Signal(cfg.addr_bits, name=f"info_place{j}") for j in range(cfg.lanes)]
-        m.d.comb += [own_pl[j].eq(self._place(al)) for j, al in enumerate(AL)]
-        m.d.comb += [info_pl[j].eq(self._place(al.info)) for j, al in enumerate(AL)]
+        m.d.comb += [own_pl[j].eq(self.rows.place(al)) for j, al in enumerate(AL)]
+        m.d.comb += [info_pl[j].eq(self.rows.place(al.info)) for j, al in enumerate(AL)]
         allocated, ev_valid = [], []
         for j, (al, b) in enumerate(zip(AL, B)):
             p = al.pkt
             info = Signal(self.lay.row_info, name=f"info{j}")
-            own = self._grant_info(al)   # row_info layout order: alloc, row (, page)
+            own = self.rows.grant_info(al)   # row_info layout order: alloc, row, ...
             m.d.comb += info.eq(Mux(al.opener, own, newest_of(
-                [[(al.fwd[i], self._grant_info(AL[i])) for i in range(j)]], al.info, self.lay.row_info)))
+                [[(al.fwd[i], self.rows.grant_info(AL[i])) for i in range(j)]], al.info, self.lay.row_info)))
             # (an earlier lane's place by one AND-OR -- at most one lane opens the row --
             # not a chain of a mux per lane)
             row_pl = Mux(al.opener, own_pl[j], newest_of(
@@ -1060,12 +744,10 @@ class PacketManager(wiring.Component):
             # (kept a cycle: the row-info read of the group two behind misses this write)
             m.d.sync += [self.ri_wen[j].eq(al.opener), self.ri_data[j].eq(own)]
             ev_v = Signal(name=f"ri_ev_valid{j}")
-            m.d.comb += ev_v.eq(_or((al.opener & al.ok) | (al.comp & info.alloc), self._al_cnt(al)))
-            if self.cfg.count_packets:
-                m.d.sync += [b.ev.cnt.eq(al.cnt), b.ev.count.eq(p.count)]
-            if paged(cfg):
-                m.d.sync += b.ev.page.eq(info.page)
-            m.d.sync += self._event_targets(b.ev, p, info)
+            m.d.comb += ev_v.eq(_or((al.opener & al.ok) | (al.comp & info.alloc), self.counts.al_cnt(al)))
+            self.counts.ri_event(m, b, al)
+            self.rows.ri_event(m, b, info)
+            m.d.sync += self.rows.event_targets(b.ev, p, info)
             ev_valid.append(ev_v)
             m.d.sync += [
                 b.valid.eq(al.setb & info.alloc), b.pv.eq(al.pv),
@@ -1098,58 +780,17 @@ class PacketManager(wiring.Component):
         self.b_no_cr = Signal(range(cfg.lanes + 1), name="b_no_cr")
         m.d.sync += [
             self.b_no_ev.eq(count_binary(al.pv & ~_or((al.opener & al.ok) | (al.comp & alloc_flat[j]),
-                                                      self._al_cnt(al))
+                                                      self.counts.al_cnt(al))
                                          for j, al in enumerate(AL))),
             self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
-
-    def _event_targets(self, ev, p, info):
-        """An event's destination: the packet's expert and slot, or (multicast) every
-        target entry's valid bit, expert and slot, and the row's place in the arena."""
-        if not self.cfg.multicast:
-            return [ev.expert.eq(p.expert), ev.slot.eq(p.slot)]
-        T = self.cfg.max_targets
-        return [ev.tv.eq(Cat(v for v, _ in self._targets(p))), ev.loc.eq(info.loc),
-                *(ev.expert[t].eq(x) for t, (_, x) in enumerate(self._targets(p))),
-                *(ev.slot[t].eq(getattr(p, f"slot{t}")) for t in range(T))]
-
-    def _grant_info(self, al):
-        """An AL record's grant as a row-info entry: alloc, row (, page when paged)."""
-        if self.cfg.multicast:
-            return Cat(al.ok, self._al_rows(al), al.loc)
-        return Cat(al.ok, al.row, al.page) if paged(self.cfg) else Cat(al.ok, al.row)
-
-    def _al_rows(self, al):
-        """(multicast) An AL record's target rows: each target's row for the count of
-        granted rows ahead of it naming its expert (both registered apart from the
-        allocator)."""
-        L, rb = self.cfg.lanes, self.cfg.row_bits
-        return Cat(select([(al.row_ahead[t][a], al.row_if[t][a]) for a in range(L)], rb)
-                   for t in range(self.cfg.max_targets))
-
-    def _place(self, rec):
-        """Where a row's data lands, in rows from the base: its row in the expert's region,
-        or (paged) ``page << log2(tile rows) | row mod tile rows`` in the pool (the layer's
-        tile size, a register, chooses), or (multicast) its place in the arena. B
-        multiplies it by the row stride."""
-        cfg = self.cfg
-        if cfg.multicast:
-            return rec.loc
-        if not paged(cfg):
-            return rec.row
-        return select([(self.tile_sh[k], Cat(rec.row[:s], rec.page)) for k, s in enumerate(tile_sizes(cfg))],
-                      cfg.addr_bits)
-
-    def _al_cnt(self, al):
-        """AL's count packet that adds (an event for the tracker; None without count packets)."""
-        return al.cnt if self.cfg.count_packets else None
 
     def _row_info_write(self, m):
         """RI's openers write their grant into the row-info table (at most one lane opens
         a row in a group); the one-hot of each lane's index was registered by AL."""
         AL = self.al
         for e in range(self.cfg.entries):
-            hits = [(self.al_dec[j][e] & al.opener, self._grant_info(al)) for j, al in enumerate(AL)]
+            hits = [(self.al_dec[j][e] & al.opener, self.rows.grant_info(al)) for j, al in enumerate(AL)]
             with m.If(Cat(sel for sel, _ in hits).any()):
                 m.d.sync += self.rowinfo[e].eq(select(hits, self.lay.row_info))
 
@@ -1211,13 +852,13 @@ class PacketManager(wiring.Component):
         mismatch = Signal(L, name="eos_mismatch_q")
         m.d.sync += mismatch.eq(self.eos.mismatch)
         for r, bits in [*hits, (Reason.EOS_MISMATCH, list(mismatch)),
-                        (Reason.OVERFLOW, [al.ovf for al in AL]), *self._count_reasons(),
-                        *([(Reason.PAGE_BAD, [self.page_bad])] if paged(cfg) or cfg.multicast else [])]:
+                        (Reason.OVERFLOW, [al.ovf for al in AL]), *self.counts.reasons(),
+                        *self.rows.reasons()]:
             inc = counted(self.drops[r], bits, f"drops_{r.name.lower()}")
             with m.If(inc != 0):
                 m.d.sync += self.errors[r].eq(1)
         for e in range(cfg.experts):
-            counted(self.overflow[e], [al.ovf & self._names(al, e) for al in AL], f"overflow{e}")
+            counted(self.overflow[e], [al.ovf & self.rows.names(al, e) for al in AL], f"overflow{e}")
         status = self.status
         m.d.comb += [status.inflight.eq(self.inflight), status.errors.eq(self.errors),
                      status.eos_seen.eq(self.eos.got_eos)]
@@ -1225,22 +866,6 @@ class PacketManager(wiring.Component):
             m.d.comb += [status.src_rows[s].eq(self.src_rows[s]), status.src_eos[s].eq(self.eos.count[s])]
         m.d.comb += [status.overflow[e].eq(x) for e, x in enumerate(self.overflow)]
         m.d.comb += [status.drops[r].eq(x) for r, x in enumerate(self.drops)]
-
-    def _names(self, al, e):
-        """AL's row names expert e (its expert, or one of its targets)."""
-        return al.xmask[e] if self.cfg.multicast else al.pkt.expert == e
-
-    def _count_reasons(self):
-        """(count_packets) The count verdicts: of the group in AL (rows refused for counts
-        and completing counts below the rows already in: COUNT_MISMATCH), of the group in
-        T (repeats: COUNT_DUPLICATE), and the sweep's experts short of their counts; none
-        without count packets."""
-        if not self.cfg.count_packets:
-            return []
-        # (a lane is a row or a count packet, never both; the sweep pulses only once the
-        # layer is over, when no lane is live: at most ``lanes`` bits are set at once)
-        return [(Reason.COUNT_MISMATCH, [al.met | al.over for al in self.al] + [self.sweep_short]),
-                (Reason.COUNT_DUPLICATE, [t.cdup for t in self.t])]
 
     # ---------------------------------------------------------------- layer control
     def _layer_drained(self):
@@ -1252,8 +877,7 @@ class PacketManager(wiring.Component):
         pipe_empty = ~Cat(*lanes).any() & self.reserve.idle
         left = [_lanes(self.t, "valid"), _lanes(self.al, "valid"), _lanes(self.b, "valid"),
                 _lanes(self.b, "ev_valid"), _lanes(self.b, "cr_valid"), Cat(buf.pending for buf in self.wbuf)]
-        if self.cfg.multicast:
-            left.append(self.ev_held)
+        left += self.rows.drain_signals()
         drained = self.ev.empty & self.tracker.idle & ~Cat(*left).any()
         return pipe_empty, drained
 
