@@ -95,7 +95,8 @@ class FluidNetwork:
         # the last port is a sink with infinite capacity (flows that use only one port)
         self.caps = np.append(np.asarray(port_caps, dtype=float), np.inf)
         self.NONE = len(self.caps) - 1
-        self.flows: list[_Flow] = []
+        self._flows: list[_Flow] = []
+        self._pending: list = []            #: background records not yet made flows
         self.engine = engine
         #: compiled engine: coalesce queue drains closer than this (us; 0 = exact, see
         #: :func:`.network_kernels.simulate` for what it changes)
@@ -115,7 +116,7 @@ class FluidNetwork:
 
     def inject(self, flow: int, t: float, nbytes: float) -> None:
         if nbytes > 0:
-            self.flows[flow].impulses.append((float(t), float(nbytes)))
+            self._flows[flow].impulses.append((float(t), float(nbytes)))
 
     def inject_rate(self, flow: int, t0: float, t1: float, nbytes: float) -> None:
         """``nbytes`` become sendable uniformly over [t0, t1] (an impulse if t1 <= t0)."""
@@ -124,7 +125,7 @@ class FluidNetwork:
         if t1 <= t0:
             self.inject(flow, t0, nbytes)
         else:
-            self.flows[flow].segments.append((float(t0), float(t1), nbytes / (t1 - t0)))
+            self._flows[flow].segments.append((float(t0), float(t1), nbytes / (t1 - t0)))
 
     def records(self, n: int | None = None) -> list:
         """The first ``n`` flows (all by default) as plain records that
@@ -134,18 +135,33 @@ class FluidNetwork:
         none = self.NONE
         return [(f.p0, None if f.p1 == none else f.p1, None if f.p2 == none else f.p2,
                  f.latency_us, f.cap, f.impulses, f.segments)
-                for f in self.flows[:n]]
+                for f in (self._flows if n is not None and n <= len(self._flows)
+                          else self.flows)[:n]]
 
     def add_background(self, records: list) -> None:
         """Flows of another phase that share this network's ports (their curves are not
-        read): they take their fair share of every port they cross."""
-        none = self.NONE
-        # (the injection lists are shared with the records, not copied: nothing injects
-        # into a background flow)
-        self.flows += [_Flow(p0, none if p1 is None else p1, none if p2 is None else p2, lat, cap,
-                             impulses, segments)
-                       for p0, p1, p2, lat, cap, impulses, segments in records
-                       if impulses or segments]
+        read): they take their fair share of every port they cross. They become flows
+        (after every flow added before them) when the network runs or its flows are read:
+        a control phase's network is often only recorded, never run."""
+        self._pending.append(records)
+
+    @property
+    def flows(self) -> list:
+        """Every flow: those added, then the background flows, in the order added."""
+        if self._pending:
+            none, pending, self._pending = self.NONE, self._pending, []
+            # (the injection lists are shared with the records, not copied: nothing
+            # injects into a background flow)
+            for records in pending:
+                self._flows += [_Flow(p0, none if p1 is None else p1, none if p2 is None else p2,
+                                      lat, cap, impulses, segments)
+                                for p0, p1, p2, lat, cap, impulses, segments in records
+                                if impulses or segments]
+        return self._flows
+
+    @flows.setter
+    def flows(self, value: list) -> None:
+        self._flows, self._pending = value, []
 
     def add_flows(self, p0, p1, latency_us, cap, p2=None) -> np.ndarray:
         """:meth:`add_flow` for many flows at once (arrays; ``None`` entries of p1 / p2, or

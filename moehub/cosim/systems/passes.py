@@ -123,10 +123,11 @@ def _steps(imp: list) -> tuple:
 def _cdf(imp: list, seg: list, x: np.ndarray, right: bool, steps=None) -> np.ndarray:
     """Bytes injected by time ``x`` (impulses at ``x`` counted when ``right``);
     ``steps``: :func:`_steps` of ``imp`` when the caller has it already."""
-    out = np.zeros(len(x))
-    if imp:
+    if imp:                  # (0 + the steps, exactly: the steps start at +0)
         t, cb = _steps(imp) if steps is None else steps
-        out += cb[np.searchsorted(t, x, side="right" if right else "left")]
+        out = cb[np.searchsorted(t, x, side="right" if right else "left")]
+    else:
+        out = np.zeros(len(x))
     for t0, t1, r in seg:
         out += r * np.clip(x - t0, 0.0, t1 - t0)
     return out
@@ -147,17 +148,21 @@ def flow_distance_us(a, b) -> tuple[float, float]:
     if total <= 0:
         return 0.0, 0.0
     pts = [t for t, _ in ia + ib] + [t for s in sa + sb for t in s[:2]]
-    x = np.unique(np.array(pts, dtype=float))
+    x = np.sort(np.array(pts, dtype=float))
+    x = x[np.r_[True, x[1:] != x[:-1]]]                   # the breakpoints, once each
     if len(x) < 2:
         return 0.0, total
     ka, kb = _steps(ia), _steps(ib)
     d0 = _cdf(ia, sa, x[:-1], True, ka) - _cdf(ib, sb, x[:-1], True, kb)
     d1 = _cdf(ia, sa, x[1:], False, ka) - _cdf(ib, sb, x[1:], False, kb)
     h = np.diff(x)
-    same = d0 * d1 >= 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        split = (d0 ** 2 + d1 ** 2) / (2 * (np.abs(d0) + np.abs(d1)))
-    area = np.where(same, 0.5 * (np.abs(d0) + np.abs(d1)), np.nan_to_num(split)) * h
+    a0, a1 = np.abs(d0), np.abs(d1)
+    area = 0.5 * (a0 + a1)
+    cross = d0 * d1 < 0                 # the sign changes inside: two triangles
+    if cross.any():
+        c0, c1 = d0[cross], d1[cross]
+        area[cross] = (c0 ** 2 + c1 ** 2) / (2 * (a0[cross] + a1[cross]))
+    area *= h
     return float(area.sum()) / total, total
 
 
