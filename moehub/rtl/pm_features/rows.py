@@ -24,10 +24,13 @@ is built (:func:`row_feature`).
   :class:`~moehub.rtl.event_expander.EventExpander` hands them to the tracker one a cycle.
   A refused row (OVERFLOW) is counted for each of its targets.
 
-Each strategy adds its fields to the stage records (:class:`~moehub.rtl.packet_manager.
-StageLayouts`), its ports to the packet manager's signature, and drives them at the
-points the packet manager's stages call it (``pm`` is the packet manager; its stage
-records ``pm.a`` ... ``pm.al`` exist when the hooks run).
+Each strategy adds its fields to the stage records
+(:class:`~moehub.rtl.packet_manager.StageLayouts`; the fields keep the places they had in
+the records), its ports to the packet manager's signature, and drives them at the points
+the packet manager's stages call it (``pm`` is the packet manager; its stage records
+``pm.a`` ... ``pm.al`` exist when the hooks run). The paged hooks ``t_lane_gate`` and
+``al_page`` come after the count packets' hooks of the same stage, where the paged logic
+always stood.
 """
 from amaranth import Array, Cat, Mux, Signal
 from amaranth.lib import data
