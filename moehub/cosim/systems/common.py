@@ -272,9 +272,9 @@ def hbm_share(L: Layer, d: int, phases=("dispatch", "combine")):
         if ph not in L.nets:
             continue
         seg = _link_segments(*L.nets[ph])
-        rd = seg.gpu_in == d                              # writes land a latency later
-        mine = (seg.gpu_out == d) | rd
-        lat = np.where(rd[mine], seg.lat[seg.flow[mine]], 0.0)
+        mine = seg.of_gpu(d)                              # its pieces, in piece order
+        rd = seg.gpu_in[mine] == d                        # writes land a latency later
+        lat = np.where(rd, seg.lat[seg.flow[mine]], 0.0)
         t, r = _per_flow_pairs(seg.flow[mine], seg.t0[mine] + lat, seg.t1[mine] + lat,
                                seg.rate[mine])
         times.append(t)
@@ -322,6 +322,23 @@ class _Segments:
         P = 5 * ((len(net.caps) - 1) // 6) if hasattr(net, "caps") else 0
         gpu = lambda p: np.where((p < P) & (p % 5 < 4), p // 5, -1)
         self.gpu_out, self.gpu_in = gpu(self.p0)[self.flow], gpu(self.p1)[self.flow]
+        self._by_gpu = None
+
+    def of_gpu(self, d: int) -> np.ndarray:
+        """The pieces that leave or enter GPU d over a link, ascending (grouped for every
+        GPU at once on the first call: a piece belongs to its sender and its receiver)."""
+        if self._by_gpu is None:
+            n = len(self.flow)
+            gpu = np.concatenate([self.gpu_out, self.gpu_in])
+            piece = np.concatenate([np.arange(n), np.arange(n)])
+            keep = (gpu >= 0) & np.r_[np.ones(n, bool), self.gpu_in != self.gpu_out]  # once each
+            o = np.lexsort((piece[keep], gpu[keep]))
+            g, self._pieces = gpu[keep][o], piece[keep][o]
+            self._by_gpu = np.searchsorted(g, np.arange(int(g.max(initial=-1)) + 2))
+        b = self._by_gpu
+        if d + 1 >= len(b):
+            return np.zeros(0, dtype=np.int64)
+        return self._pieces[b[d]:b[d + 1]]
 
 
 def _link_segments(net, curves) -> _Segments:
