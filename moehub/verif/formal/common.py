@@ -92,6 +92,9 @@ REDUCED = {
     # expert), 16-bit addresses
     "trk-small": dict(experts=2, max_rows_per_expert=8, min_tile_rows=2, tile_rows=2,
                       max_tile_rows=4, addr_bits=16),
+    # tracker, the largest that closes: tiny itself but regions of 32 rows instead of 256
+    # (3 experts, every tile size 2-16, 32-bit addresses in 4 chunks; 48 counters, not 384)
+    "trk-mid": dict(max_rows_per_expert=32, tile_rows=2),
     # packet manager: 2 lanes, 2 sources x 2 tags, 2 experts, 2-chunk rows of 1-byte
     # chunks, 1-bit data and token, regions of 4 rows, 8-bit addresses, queues of 16
     # (the schema's minimum for 2 lanes: 6 groups of 2)

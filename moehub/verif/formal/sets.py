@@ -146,6 +146,11 @@ def _sets() -> list[PropertySet]:
                     {"prove": 3},
                     note="as tracker with tiny's 3 experts: 12 counters (not a power of two: the clearing "
                          "sweep ends at 11, clear_addr left at 12), an expert code (3) out of range"),
+        PropertySet("tracker-mid", "tracker", "tiny/trk-mid (tiny, regions of 32 rows)", _tracker("tiny/trk-mid"),
+                    {"prove": 3},
+                    note="the largest config the tracker's k-induction closes on (570 s at load ~12): tiny's 3 "
+                         "experts, all its tile sizes (2-16 rows) and 32-bit addresses (the output address "
+                         "added in 4 chunks), regions of 32 rows (48 counters) instead of 256 (384)"),
         PropertySet("mcast-allocator", "multicast allocator", "tiny/alloc-small, max_targets 3",
                     _mcast_alloc("tiny/alloc-small", **MCAST), {"prove": 3, "cover": 8},
                     smoke={"cover": 8},
