@@ -547,6 +547,40 @@ def test_collect_validate_and_headline_from_the_build_folder(tmp_path):
     assert "| b200x8 | mixtral-8x7b | 1 | 1.16 F / 3.86 deepspeed_moe (v1) |" in report.render("headline", recs)
 
 
+def test_rerun_records_the_run_it_makes(tmp_path, monkeypatch):
+    """--rerun runs the command as a child (faked here: it writes the CSV) and records that
+    run: its command line, start date, load, wall and CPU time; a failure is an error."""
+    monkeypatch.chdir(tmp_path)
+    build = tmp_path / "build"
+    calls, real_run = [], report.subprocess.run
+
+    def fake_run(cmd, **kw):
+        if "moehub.scripts.cli" not in cmd:           # git describe
+            return real_run(cmd, **kw)
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "calibration.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(report.CALIBRATION_FIELDS)
+            w.writerow(["p", "launch", "what", "H100", "h100x8", "us", "4.5", "4.3", "us", "1.05",
+                        "0.3", "True", "False", "src", ""])
+        return report.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(report.subprocess, "run", fake_run)
+    [path] = report.collect_calibrate(build, tmp_path / "records", rerun_it=True)
+    rec = report.read_record(path)
+    assert calls[0][-4:] == ["moehub.scripts.cli", "calibrate", "--out", "build/calibrate"]
+    assert rec["command"] == "moehub calibrate --out build/calibrate"
+    assert len(rec["load"]) == 3 and rec["date"] and "run by moehub report --rerun" in rec["note"]
+    assert rec["data"]["rows"][0]["ratio"] == pytest.approx(1.05)
+    monkeypatch.setattr(report.subprocess, "run", lambda cmd, **kw: (
+        report.subprocess.CompletedProcess(cmd, 1, "", "boom") if "moehub.scripts.cli" in cmd
+        else real_run(cmd, **kw)))
+    with pytest.raises(RuntimeError, match="moehub calibrate exited 1: boom"):
+        report.collect_calibrate(build, tmp_path / "records", rerun_it=True)
+
+
 # ----------------------------------------------------------------------------- the repository
 def test_the_repositorys_tables_are_what_their_records_give(capsys):
     """README.md and docs/**/*.md against records/: a table typed by hand or a record
