@@ -244,9 +244,10 @@ def jobs(names=None, mode="all", depth=None, smoke=False) -> list[tuple[Property
         for md, d in table.items():
             if mode in ("all", md):
                 out.append((s, md, depth or d))
-        if mode not in ("all", *table) and not smoke:
+        if mode not in ("all", "cover", *table) and not smoke:
             # (a mode the set does not list, e.g. prove where k-induction does not close:
-            # a shallow try)
+            # a shallow try; not a cover, whose depth is its scenario's: a set without one
+            # leaves its covers to a sibling set of the component on a smaller config)
             out.append((s, mode, depth or min(max(table.values()), 8)))
     return out
 
