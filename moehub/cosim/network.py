@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, starmap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,12 +167,17 @@ class FluidNetwork:
         """:meth:`add_flow` for many flows at once (arrays; ``None`` entries of p1 / p2, or
         p2 = None for all: no port); returns their indices."""
         none, n0 = self.NONE, len(self.flows)
-        p2 = [None] * len(p0) if p2 is None else p2
-        lst = lambda x: x.tolist() if isinstance(x, np.ndarray) else x   # plain numbers
-        self.flows += [_Flow(int(a), none if b is None else int(b), none if c is None else int(c),
-                             float(lat), float(cp))
-                       for a, b, c, lat, cp in zip(lst(p0), lst(p1), lst(p2), lst(latency_us),
-                                                   lst(cap))]
+        n = len(p0)
+
+        def port(x):                     # plain ints, a missing port as the sink
+            if x is None:
+                return [none] * n
+            if not isinstance(x, np.ndarray):
+                x = [none if v is None else v for v in x]
+            return np.asarray(x, dtype=np.int64).tolist()
+        num = lambda x: np.asarray(x, dtype=float).tolist()               # plain floats
+        self.flows += list(starmap(_Flow, zip(port(p0), port(p1), port(p2), num(latency_us),
+                                              num(cap))))
         return np.arange(n0, len(self.flows))
 
     # ------------------------------------------------------------------ rates
