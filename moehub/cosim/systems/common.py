@@ -137,10 +137,11 @@ def combine_tilewise(L: Layer, res: SystemResult, batches_by_gpu, owners_of) -> 
                 if not it.final:                   # a tile's outputs are complete
                     continue
                 t_done = np.ceil(t_done / COMBINE_GRID_US - 1e-9) * COMBINE_GRID_US
-                rows = owners_of[(d, it.key)]
+                rows = np.asarray(owners_of[(d, it.key)])
                 res.combine_log.append((d, it.key, t_done, earliest_finish(b, it)))
-                for o in np.nonzero(rows)[0]:
-                    net.inject(flows[d][o], t_done, rows[o] * L.comb_wire_sw)
+                to = np.nonzero(rows)[0]
+                for o, nb in zip(to.tolist(), (rows[to] * L.comb_wire_sw).tolist()):
+                    net.inject(flows[d][o], t_done, nb)
                 first[d] = min(first[d], t_done)
     curves = L.run_net(net)
     return combine_done(L, res, curves, flows, first)
