@@ -40,7 +40,7 @@ SYNCHRONOUS = "synchronous"
 RUN_MODULES = ("moehub.cosim.experiment", "moehub.cosim.layer", "moehub.cosim.systems",
                "moehub.cosim.workload", "moehub.cosim.headline_eval")
 #: ... every module of the co-simulation and its systems (some are imported lazily, when a
-#: run needs them: the protocol-v2 hub) and the data they read: every config (a hub config
+#: run needs them: the network's compiled kernels) and the data they read: every config (a hub config
 #: is read by name inside the layer) and the calibration points
 STATIC_GLOBS = ("cosim/*.py", "cosim/systems/*.py", "config/**/*.yaml",
                 "cosim/data/calibration_points.yaml")
