@@ -52,3 +52,7 @@ def test_convert_regenerates_only_when_the_sources_or_config_change(tmp_path, mo
     (src / "spec" / "formats.py").write_text("y = 1\n")     # the contract changed: rebuilt
     gen.convert(dataclasses.replace(cfg, timeout_cycles=5), out_dir=out)
     assert len(calls) == 5
+    (src / "rtl" / "counts").mkdir()
+    (src / "rtl" / "counts" / "gate.py").write_text("z = 1\n")   # a sub-package's file: rebuilt
+    gen.convert(dataclasses.replace(cfg, timeout_cycles=5), out_dir=out)
+    assert len(calls) == 6

@@ -51,7 +51,7 @@ def rtlil_to_verilog(il_text: str, passes=SIM_PASSES) -> str:
 def _stamp(cfg: HubConfig, top: str, passes) -> str:
     h = hashlib.sha256()
     # the hardware and the contract it is built from (formats, registers, timing: spec/)
-    for p in sorted(RTL_DIR.glob("*.py")) + sorted((RTL_DIR.parent / "spec").glob("*.py")):
+    for p in sorted(RTL_DIR.rglob("*.py")) + sorted((RTL_DIR.parent / "spec").glob("*.py")):
         h.update(p.read_bytes())
     h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode())
     h.update(repr((top, tuple(passes), __version__)).encode())   # the C header names the version
