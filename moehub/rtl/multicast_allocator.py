@@ -619,7 +619,7 @@ class MulticastAllocatorAdmitted(MulticastAllocator):
         kept apart), each read by an eighth of the experts' sure grants.
     tile_oh, page_ret, page_ret_page, page_bad, pool_free
         Only with pages (``pool_pages`` > 0: the arena in pages, :class:`~moehub.rtl.
-        paged_arena.PagedArena`): TILE_ROWS_LOG2 as a one-hot (latched at ``clear``),
+        paging.arena.PagedArena`): TILE_ROWS_LOG2 as a one-hot (latched at ``clear``),
         PAGE_FREE (a write and its page), PAGE_BAD, POOL_FREE. The arena is then roomy
         while the pool has pages for ``ADMISSION_GROUPS x lanes`` rows, and the risky lane
         also needs its arena row to fit (no tile start, or a page free); POOL_CAP is
