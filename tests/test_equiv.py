@@ -317,7 +317,7 @@ def test_missing_yosys_is_exit_3(capsys, monkeypatch):
 
 
 def test_not_a_git_checkout_is_said_clearly(tmp_path, monkeypatch):
-    monkeypatch.setattr(equiv, "REPO", tmp_path)
+    monkeypatch.setattr(equiv, "CHECKOUT", tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     with pytest.raises(equiv.EquivError, match="not a git checkout"):
         equiv.resolve_ref("HEAD")

@@ -87,14 +87,16 @@ def test_non_editable_install_writes_under_the_working_directory(tmp_path):
 
 
 def test_every_package_folder_is_in_pyproject():
-    """A folder of the source with an ``__init__.py`` that pyproject's package list lacks
-    would be missing from a non-editable install (editable installs hide it)."""
+    """A folder of the package with an ``__init__.py`` that pyproject's package discovery
+    misses would be missing from a non-editable install (editable installs hide it); and
+    nothing outside ``moehub/`` (the tests) may be installed as a package."""
     import tomllib
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    skip = {".venv", "build", ".git", "tests"}
-    found = {"moehub"} | {
-        "moehub." + ".".join(p.parent.relative_to(REPO).parts)
-        for p in REPO.rglob("__init__.py")
-        if p.parent != REPO and not skip & set(p.relative_to(REPO).parts)
-        and not any(part.endswith(".egg-info") for part in p.parts)}
-    assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
+
+    from setuptools import find_packages
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    listed = set(find_packages(where=str(REPO), include=find["include"], exclude=find.get("exclude", ())))
+    found = {".".join(p.parent.relative_to(REPO).parts)
+             for p in (REPO / "moehub").rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert "moehub.spec" in found and "moehub.rtl.relay" in found
+    assert found - listed == set(), f"package folders pyproject.toml does not find: {sorted(found - listed)}"
+    assert listed <= found, f"installed as packages but not under moehub/: {sorted(listed - found)}"
