@@ -588,3 +588,11 @@ def test_the_repositorys_tables_are_what_their_records_give(capsys):
     code = _cli("--check")
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
+
+
+def test_asap7_table_without_asap7_records_says_how_to_make_them():
+    """A new synthesis drops a config's stale ASAP7 sections; with none left the table says
+    which commands make one instead of failing the whole write."""
+    from moehub.scripts import report
+    text = report.render_asap7([], "current")
+    assert "No synthesis record has an ASAP7 section" in text and "--lib asap7" in text

@@ -609,9 +609,9 @@ def render_asap7(recs: list, current: str) -> str:
     from ..synth import asap7_table
     recs = [(n, r) for n, r in _config_order(recs)
             if "asap7_tt" in r["data"]["report"] or "asap7_ss" in r["data"]["report"]]
-    if not recs:
-        raise ReportError("table 'asap7': no synth record with an ASAP7 section "
-                          "(records/synth/*.json; 'moehub report --collect synth')")
+    if not recs:                # (a new synthesis of a config drops its stale ASAP7 sections)
+        return ("*No synthesis record has an ASAP7 section: `moehub synth --config <hub> --lib "
+                "asap7 [--corner ss]`, then `moehub report --collect synth`.*\n")
     rows = []
     with tempfile.TemporaryDirectory(prefix="moehub-report-") as tmp:
         for _, rec in recs:
