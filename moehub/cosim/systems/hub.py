@@ -51,12 +51,19 @@ from ..gpu import WorkItem
 from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals, target_alloc
 from ..layer import Layer, SystemResult
 from . import common as C
+from . import relay as R
 
 PHASES = ["gate", "dispatch", "hub", "expert GEMM", "combine", "reduce"]  # + "layout" (expert order)
 LABEL = "MoE-Hub (hub reference model)"
 KIND = "hub"     #: the system under study (see :mod:`moehub.cosim.systems`)
 
 FEATURES = ("multicast", "early_counts", "paged")
+#: protocol v3's features (:mod:`.relay`): ``relay`` (one row per (token, remote node)
+#: to a relay hub that forwards in its node; implies ``multicast``) and ``reduce`` (the
+#: relay sums a (token, node)'s outputs before one row crosses the NIC back; needs
+#: ``relay``). Multi-node layers only.
+V3_FEATURES = ("relay", "reduce")
+ALL_FEATURES = FEATURES + V3_FEATURES   #: every feature a run may name, in table order
 #: the features the hub's RTL has (``--rtl-gpus``, ``--hub rtl``): count packets
 #: (``count_packets``, README "Count packets in the hub RTL"), paged regions (README
 #: "Paged regions in the hub RTL") and multicast rows (README "Multicast rows in the hub
@@ -85,11 +92,18 @@ def gather_row_us(L: Layer, row_bytes: int) -> float:
 
 
 def check_features(features, rtl: bool = False) -> frozenset:
-    """The features as a set; unknown ones, or (``rtl``) ones the RTL lacks, refused."""
+    """The features as a set; unknown ones, ``reduce`` without ``relay``, or (``rtl``)
+    ones the RTL lacks, refused. ``relay`` brings ``multicast`` (the relay and forward
+    rows are protocol v2's multicast rows)."""
     f = frozenset(features or ())
-    bad = sorted(f - set(FEATURES))
+    bad = sorted(f - set(ALL_FEATURES))
     if bad:
-        raise ValueError(f"hub features {bad}: unknown (known: {', '.join(FEATURES)})")
+        raise ValueError(f"hub features {bad}: unknown (known: {', '.join(ALL_FEATURES)})")
+    if "reduce" in f and "relay" not in f:
+        raise ValueError("hub features ['reduce']: the reduce on combine runs in the relay "
+                         "hubs; it needs 'relay' too")
+    if "relay" in f:
+        f = f | {"multicast"}
     missing = sorted(f - RTL_FEATURES) if rtl else []
     if missing:
         raise ValueError(f"hub features {missing}: not in the hub RTL yet (an RTL hub runs "
@@ -306,9 +320,26 @@ def schedule(L: Layer, t0: float, cfg=None, order: str = "token"):
             last[idx] = c.arrive(off[idx] + row_wire)
     clk = cfg.hub_clock_GHz * 1000.0                       # cycles per us
     first, last, stalls = _enforce_tags(L, first, last, pos, CREDIT_LATENCY / clk, groups)
-    # count packets: the routing kernel counts its rows per expert while it routes (the ids
-    # read once at the copy rate), then sends them ahead of its rows
-    t_cnt = t0 + L.gpu.copy_us(L.T * L.k * 8.0)
+    t_cnt = count_send_us(L, t0)
+    arrivals = assemble(L, cfg, w, pos, first, last, t0, t_cnt)
+    return arrivals, w, curves, flows, stalls, t_cnt
+
+
+def count_send_us(L: Layer, t0: float) -> float:
+    """When the count packets leave: the routing kernel counts its rows per expert while
+    it routes (the ids read once at the copy rate), then sends them ahead of its rows."""
+    return t0 + L.gpu.copy_us(L.T * L.k * 8.0)
+
+
+def assemble(L: Layer, cfg, w: WireRows, pos, first, last, t0: float, t_cnt: float) -> list:
+    """Per destination GPU, the :class:`HubArrivals` of the wire rows ``w`` that land on it:
+    each row's first and last packet arrival (us, ``first``/``last``), its place ``pos`` in
+    its (source, destination) sequence (its tag and lanes), the end-of-stream and (count
+    packets) count packets of every source, and (multicast) its targets in top-k order.
+    The relay (:mod:`.relay`) hands its hubs the same rows with the arrival times of their
+    path (direct, relayed or forwarded)."""
+    G = L.G
+    clk = cfg.hub_clock_GHz * 1000.0                       # cycles per us
     cpr, lanes = cfg.chunks_per_row, cfg.lanes
     if cfg.count_packets:
         per_x = np.zeros((G, G, L.E_local), np.int64)        # routed rows (s, d, expert)
@@ -343,7 +374,7 @@ def schedule(L: Layer, t0: float, cfg=None, order: str = "token"):
             x1, s1 = L.lexp[rows], L.slot[rows]
         arrivals.append(HubArrivals(cfg, w.src[rows], pos[rows] % cfg.tags_per_source, x1,
                                     w.tok[rows], s1, fc, fl, lc, ll, eos, counts=counts, **mc))
-    return arrivals, w, curves, flows, stalls, t_cnt
+    return arrivals
 
 
 def hub_schedule(L: Layer, t0: float, order: str = "token"):
@@ -436,9 +467,13 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
     the statistics are protocol v1's (no v2 keys, no v2 label)."""
     features = check_features(features, rtl=bool(rtl_gpus) or backend == "rtl")
     cfg = hub_config_v2(L, features)
+    relay = "relay" in features
+    rcfg = R.check_layer(L, cfg) if relay else None
     label = hub_label(backend, rtl_gpus)
     if features:
         label += f", protocol v2: {'+'.join(f for f in FEATURES if f in features)}"
+    if relay:
+        label += f", protocol v3: {'+'.join(f for f in V3_FEATURES if f in features)}"
     res = SystemResult("hub", label + (", expert-ordered sends" if order == "expert" else ""))
     g, sw, G = L.gpu, L.sys.software, L.G
     run_backend = BACKENDS[backend]
@@ -448,13 +483,20 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
         t0 = t_gate + g.small_kernel_us(L.T * L.E * 4 + L.T * L.k * 8)
         for d in range(G):
             res.add(d, "control", "layout", t_gate, t0)
-    arrivals, w, curves, flows, stalls, t_cnt = schedule(L, t0, cfg, order)
+    if relay:                            # first hop, relay forwards (protocol v3)
+        rd = R.schedule(L, t0, cfg, rcfg, order)
+        arrivals, w, curves, flows, stalls, t_cnt = (rd.arrivals, rd.routes.w, rd.curves,
+                                                     rd.flows, rd.stalls, rd.t_cnt)
+        sent, back = rd.counts1, rd.counts1 + rd.fcounts
+    else:
+        arrivals, w, curves, flows, stalls, t_cnt = schedule(L, t0, cfg, order)
+        sent = back = w.counts
     clk = cfg.hub_clock_GHz * 1000.0
-    send_end = np.array([C.send_phase(L, res, s, t0, curves, flows, counts=w.counts)
+    send_end = np.array([C.send_phase(L, res, s, t0, curves, flows, counts=sent)
                          for s in range(G)])
-    # credits: one header-sized packet per wire row back to its source
+    # credits: one header-sized packet per wire row (and forward) back to its sender
     hdr = float(L.sys.link_header_bytes)
-    C.control_traffic(L, "credits", np.full(G, t0), w.counts.T * hdr)
+    C.control_traffic(L, "credits", np.full(G, t0), back.T * hdr)
     if cfg.count_packets:
         C.control_traffic(L, "counts", np.full(G, t_cnt), np.full((G, G), L.E_local * hdr))
     gpu = g
@@ -468,11 +510,12 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
         st.update({"features": sorted(features), "wire_rows": int(len(w)),
                    "max_targets": cfg.max_targets, "pages": [], "gather_row_us": gpu.gather_row_us,
                    "early_final_us": [], "admission_tight_rows": 0, "admission_tight_us": []})
-    rtl_checks = []
+    rtl_checks, results = [], []
     for d in range(G):
         arr = arrivals[d]
         hr = rtl_hub(cfg, arr, d, rtl_checks) if d in rtl_gpus \
             else _cached(L, backend, d, arr, run_backend, cfg)
+        results.append(hr)
         st["drops"] += hr.drops
         st["packets"] += hr.packets
         st["rows"] += len(arr)
@@ -505,14 +548,23 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
             st["early_final_us"].append(float(t_done - np.mean(list(known.values()))))
         else:
             known = {e: t_done for e in range(L.E_local)}
+        # (relay: the forward network carries every link byte of the dispatch, its own
+        # forwards and the other phases as background: the HBM traffic the GEMMs share)
+        hbm_at = C.hbm_share(L, d, ("forward",)) if relay else None
         batches, _, shared_end[d] = C.run_queue(L, res, d, C.shared_item(L, t_gate) + items,
                                                 max(t_gate, L.comp.launch_us),
                                                 C.reserved_share(L, sms, send_end[d]), known,
-                                                gpu=gpu)
+                                                hbm_at=hbm_at, gpu=gpu)
         batches_by_gpu.append(batches)
-    recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
+    if "reduce" in features:
+        recv, rst = R.combine_reduce(L, res, batches_by_gpu, arrivals, results)
+    else:
+        recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
+        rst = R.combine_nic_plain(L) if relay else {}
     res.gpu_end = C.reduce(L, res, recv, shared_end)
     res.extra.update(st)
+    if relay:
+        res.extra["relay"] = {**rd.stats, **rst}
     if rtl_checks:
         res.extra["rtl"] = rtl_checks
     return res

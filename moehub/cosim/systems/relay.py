@@ -1,0 +1,399 @@
+"""Relay hubs (protocol v3) in the ``hub`` system: the dispatch crosses the NIC once per
+(token, destination node) and the combine, with ``reduce``, once per (token, node) back.
+
+The mechanism is the reference model's (:mod:`moehub.spec.relay`), on the layer's network
+(every phase its own flows, the other phases as background, passes to a fixed point:
+:mod:`.passes`):
+
+* **Who relays.** A row of source ``s`` for a GPU ``d`` of another node goes to the *relay*
+  of that node: the GPU with ``s``'s local rank there (``RelayRow``: one per (s, token,
+  node), naming every target the token has in the node). Rows for ``s``'s own node go
+  straight to their GPU as protocol v2's multicast rows (``direct``). The ``dispatch``
+  network carries both kinds (one flow per (source, first-hop GPU), each into that GPU's
+  hub packet port, in token order) at the rate of the sender SMs, as :func:`.hub.schedule`.
+* **What is forwarded.** The relay hub writes its own targets (a ``LocalRow``: its hub
+  sees the relay row's arrival) and emits one ``ForwardRow`` per other destination GPU of
+  its node, keeping the original source and token: a row of ``row_wire_hub`` bytes on the
+  ``forward`` network (relay -> GPU over NVLink, into that GPU's hub packet port), in the
+  order the relay rows finished arriving. A forward leaves ``WRITE_DELAY`` cycles after
+  its relay row's last chunk was accepted (ASSUMPTION, as the X-MoE study's phase model:
+  the staged row is read by the NVLink egress DMA as soon as its write completes); the
+  forward unit emits one row a cycle (:mod:`moehub.rtl.relay.forward_unit`), far above a
+  link's row rate, so the link and the forward credits bound it. The forwarded bytes are
+  read from the relay's HBM and written into the destination's: the GEMMs' HBM share
+  (:func:`.common.hbm_share`) counts them as it counts every link byte.
+* **Credits.** A source's direct and relay rows each hold a tag of their window
+  (``tags_per_source`` per pair); a relay row's credit returns when its forwards have
+  left (``WRITE_DELAY`` + ``CREDIT_LATENCY`` cycles after its last chunk: the forward's
+  wait for its link is not added, ASSUMPTION). Forward rows hold an F tag of their
+  (relay, destination) pair, ``forward_tags`` of them, returned as the destination
+  writes the row: each forward flow is bounded by ``forward_tags`` rows per credit round
+  trip. ``forward_tags`` = ``tags_per_source`` (ASSUMPTION: the F class sized as the
+  direct class; the contract needs >= 1). Credit packets (one header per row and hop)
+  travel on the ``credits`` network.
+* **The receiving hubs.** Every GPU's hub sees the same multicast rows as protocol v2's
+  (original source, token, its targets; :func:`.hub.assemble`), each at the time its path
+  delivers it: direct, with its relay row (the relay's own targets), or forwarded.
+* **Reduce on combine** (feature ``reduce``; without it the expert outputs return as
+  protocol v2's do, one row per (token, expert) straight to the owner, each crossing the
+  NIC). With it, an expert GPU sends a partial row whose owner is in another node to the
+  relay of its own node for that owner (the GPU with the owner's local rank), over
+  NVLink (``combine`` network; its own partial rows by a local write); the relay
+  multiplies each by its gate weight and adds it into an FP32 accumulator in HBM
+  (:class:`~moehub.spec.relay.ReduceModel`): the first part written (4 x hidden bytes),
+  every middle one read and written (8 x hidden), the last read (4 x hidden, its sum then
+  leaves), a single part passing straight through (0) -- the bytes of
+  :func:`~moehub.spec.relay.reduce_hbm_bytes`. The accumulate datapath streams these
+  bytes at the GPU's achievable HBM bandwidth (:attr:`~..gpu.GpuModel.hbm`), one part
+  after another in arrival order, so a sum is final when its last part has been
+  accumulated; its one reduced row (BF16) then crosses the NIC to the owner
+  (``combine_relay`` network, on the ``COMBINE_GRID_US`` grid). ASSUMPTION: the
+  accumulate traffic takes no HBM bandwidth from the relay GPU's concurrent GEMMs (it is
+  counted, ``extra['relay']['rmw_GB']``, and its time bounds that effect:
+  ``rmw_us_max``); the partial rows enter the reduction at link rate (the hub's packet
+  port, lanes x clock x chunk, is sized to absorb its link).
+
+Single-node layers: the feature is refused (:class:`~moehub.spec.config.ConfigError`), as
+the contract refuses ``relay: true`` with fewer than two nodes: there is no NIC hop to
+deduplicate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...spec.config import ConfigError
+from ...spec.relay import reduce_hbm_bytes
+from ...spec.timing import CREDIT_LATENCY
+from ..hub_stage import WRITE_DELAY, target_alloc
+from ..layer import Layer, SystemResult
+from ..network import GBps
+from . import common as C
+
+#: segments of a relay's forward injection per (relay, destination): the forwards become
+#: sendable as their relay rows land; this many pieces of constant rate follow that
+#: arrival profile (each row's own readiness is then enforced per row)
+FORWARD_PIECES = 16
+
+
+def check_layer(L: Layer, cfg) -> object:
+    """The protocol-v3 hub config of the layer (the contract's check of the relay keys:
+    nodes, gpus_per_node, forward tags, multicast width); a single-node layer is a
+    :class:`ConfigError` naming the system."""
+    gpn = min(L.sys.gpus_per_node, L.G)
+    if L.nodes < 2:
+        raise ConfigError(f"hub features relay: system {L.sys.name!r} is one node "
+                          f"({L.G} GPUs, gpus_per_node = {L.sys.gpus_per_node}); a relay hub "
+                          "needs >= 2 nodes")
+    return cfg.replace(nodes=L.nodes, gpus_per_node=gpn, relay=True,
+                       forward_tags=cfg.tags_per_source)
+
+
+@dataclass
+class Routes:
+    """Where each protocol-v2 wire row (one per (source, token, destination GPU)) goes."""
+    w: object               #: the v2 wire rows (:class:`.hub.WireRows`)
+    relay: np.ndarray       #: per wire row: its first-hop GPU (the relay, or its destination)
+    remote: np.ndarray      #: per wire row: its destination is in another node
+    fwd: np.ndarray         #: per wire row: forwarded by the relay (remote, not the relay's own)
+    hop1: object            #: first-hop rows: the direct wire rows, one relay row per (s, token, node)
+    hop1_of: np.ndarray     #: per wire row: its first-hop row
+
+
+def routes(L: Layer, order: str = "token") -> Routes:
+    """The relay routes of the layer's rows (see the module docstring)."""
+    from .hub import WireRows, wire_rows
+    gpn = min(L.sys.gpus_per_node, L.G)
+    w = wire_rows(L, True, order)
+    remote = (w.src // gpn) != (w.dest // gpn)
+    relay = np.where(remote, (w.dest // gpn) * gpn + w.src % gpn, w.dest)
+    key = (w.src * L.T + w.tok) * L.G + relay
+    uniq, first, of = np.unique(key, return_index=True, return_inverse=True)
+    okey = np.full(len(uniq), np.iinfo(np.int64).max)
+    np.minimum.at(okey, of, w.order_key)            # a relay row goes with its first target
+    src1, dst1 = w.src[first], relay[first]
+    counts = np.bincount(src1 * L.G + dst1, minlength=L.G * L.G).reshape(L.G, L.G)
+    hop1 = WireRows(src1, w.tok[first], dst1, of, counts, okey)
+    return Routes(w, relay, remote, remote & (w.dest != relay), hop1, of)
+
+
+def _flow_cap(L: Layer, cfg, extra_us: float):
+    """A first-hop flow's rate bound from its tag window: ``tags_per_source`` rows per
+    credit round trip (two link latencies, the credit latency, and for a relay row the
+    forward's ``extra_us`` before its credit can return)."""
+    hub_us = CREDIT_LATENCY / (cfg.hub_clock_GHz * 1000.0)
+
+    def cap(s, d):
+        rtt = 2 * L.latency(s, d) + hub_us + (extra_us if L.inter_node(s, d) else 0.0)
+        return cfg.tags_per_source * L.row_wire_hub / rtt
+    return cap
+
+
+def _arrive(curves, flows, src, dst, off):
+    """Arrival time of byte ``off`` of flow (src, dst), per row."""
+    if hasattr(curves, "arrive_many"):
+        return curves.arrive_many(np.asarray(flows, dtype=np.int64)[src, dst], off)
+    out = np.empty(len(off))
+    for (s, d) in set(zip(src.tolist(), dst.tolist())):
+        m = (src == s) & (dst == d)
+        out[m] = curves[flows[s][d]].arrive(off[m])
+    return out
+
+
+@dataclass
+class Dispatch:
+    """The relay dispatch of one pass: what :func:`.hub.run_hub` needs, and the byte counts."""
+    arrivals: list
+    routes: Routes
+    curves: object          #: the dispatch network's curves (first hop)
+    flows: list
+    counts1: np.ndarray     #: first-hop rows per (source, GPU)
+    fcounts: np.ndarray     #: forwarded rows per (relay, GPU)
+    stalls: int
+    t_cnt: float
+    stats: dict
+
+
+def schedule(L: Layer, t0: float, cfg, rcfg, order: str = "token") -> Dispatch:
+    """The relay dispatch from t0: first hop on the ``dispatch`` network, forwards on the
+    ``forward`` network, and each destination hub's arrivals (:func:`.hub.assemble`)."""
+    from .hub import _enforce_tags, _flow_positions, assemble, count_send_us
+    G = L.G
+    R = routes(L, order)
+    w, h1 = R.w, R.hop1
+    clk = cfg.hub_clock_GHz * 1000.0
+    fwd_us = WRITE_DELAY / clk
+    row_wire, pkt_wire = L.row_wire_hub, L.pkt_wire_hub
+    # first hop: direct rows and relay rows, each source at its SMs' rate
+    pos1, groups1 = _flow_positions(L, h1)
+    rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
+    net, flows = L.network("dispatch", True, _flow_cap(L, cfg, fwd_us))
+    for s in range(G):
+        t1 = t0 + h1.counts[s].sum() * row_wire / rate
+        for d in range(G):
+            net.inject_rate(flows[s][d], t0, t1, h1.counts[s, d] * row_wire)
+    curves = L.run_net(net)
+    off = pos1 * row_wire
+    first1 = _arrive(curves, flows, h1.src, h1.dest, off + pkt_wire)
+    last1 = _arrive(curves, flows, h1.src, h1.dest, off + row_wire)
+    inter = [g for g in groups1 if L.inter_node(*g[0])]
+    intra = [g for g in groups1 if not L.inter_node(*g[0])]
+    first1, last1, st1 = _enforce_tags(L, first1, last1, pos1, CREDIT_LATENCY / clk, intra)
+    first1, last1, st2 = _enforce_tags(L, first1, last1, pos1, (CREDIT_LATENCY + WRITE_DELAY) / clk,
+                                       inter)
+    # forwards: relay -> destination over NVLink, as their relay rows land
+    fi = np.nonzero(R.fwd)[0]
+    fr, fd = R.relay[fi], w.dest[fi]
+    ready = last1[R.hop1_of[fi]] + fwd_us
+    o = np.lexsort((w.tok[fi], w.src[fi], ready, fd, fr))
+    fi, fr, fd, ready = fi[o], fr[o], fd[o], ready[o]
+    pair = fr * G + fd
+    starts = np.r_[0, np.nonzero(np.diff(pair))[0] + 1] if len(pair) else np.zeros(0, np.int64)
+    bounds = np.r_[starts, len(pair)]
+    posf = np.arange(len(pair)) - np.repeat(starts, np.diff(bounds))
+    hub_us = CREDIT_LATENCY / clk
+    ftags = rcfg.forward_tags
+    fnet, fflows = L.network("forward", True, lambda r, d: np.inf if L.inter_node(r, d) or r == d
+                             else ftags * row_wire / (2 * L.latency(r, d) + hub_us))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        r, d = int(fr[a]), int(fd[a])
+        cuts = np.unique(np.linspace(a, b, min(FORWARD_PIECES, b - a) + 1).astype(np.int64))
+        for c0, c1 in zip(cuts[:-1], cuts[1:]):       # rows c0..c1-1 sendable over their span
+            fnet.inject_rate(fflows[r][d], float(ready[c0]), float(ready[c1 - 1]),
+                             (c1 - c0) * row_wire)
+    fcurves = L.run_net(fnet)
+    firstf = np.empty(len(fi))
+    lastf = np.empty(len(fi))
+    if len(fi):
+        lat = L.latency_matrix()[fr, fd]
+        bw = L.sys.intra_bw_GBps * GBps                  # (a forward stays in its node)
+        offf = posf * row_wire
+        firstf = np.maximum(_arrive(fcurves, fflows, fr, fd, offf + pkt_wire),
+                            ready + lat + pkt_wire / bw)
+        lastf = np.maximum(_arrive(fcurves, fflows, fr, fd, offf + row_wire),
+                           ready + lat + row_wire / bw)
+    fcounts = np.bincount(pair, minlength=G * G).reshape(G, G)
+    # each wire row's arrival at its destination hub, by its path
+    first, last = first1[R.hop1_of].copy(), last1[R.hop1_of].copy()
+    first[fi], last[fi] = firstf, lastf
+    pos, _ = _flow_positions(L, w)
+    t_cnt = count_send_us(L, t0)
+    arrivals = assemble(L, cfg, w, pos, first, last, t0, t_cnt)
+    nic = np.array([[L.inter_node(s, d) for d in range(G)] for s in range(G)])
+    off_diag = ~np.eye(G, dtype=bool)
+    stats = {"nic_rows": int(h1.counts[nic].sum()),
+             "nic_GB": float(h1.counts[nic].sum() * row_wire / 1e9),
+             "direct_nvlink_rows": int(h1.counts[~nic & off_diag].sum()),
+             "forward_rows": int(len(fi)),
+             "nvlink_GB": float((h1.counts[~nic & off_diag].sum() + len(fi)) * row_wire / 1e9),
+             "relay_local_rows": int((R.remote & ~R.fwd).sum()),
+             "forward_tags": int(ftags)}
+    return Dispatch(arrivals, R, curves, flows, h1.counts, fcounts, st1 + st2, t_cnt, stats)
+
+
+def _fifo_done(arrive: np.ndarray, service: np.ndarray) -> np.ndarray:
+    """Completion times of jobs served one after another in the given order:
+    c_i = max(a_i, c_{i-1}) + s_i = S_i + max_{j <= i} (a_j - S_{j-1}), S the running sum."""
+    S = np.cumsum(service)
+    return S + np.maximum.accumulate(arrive - (S - service))
+
+
+def _impulse_arrivals(curves, flows, src, dst, t, nbytes):
+    """Impulses ``nbytes`` at ``t`` on flows (src, dst): when each one's last byte arrives
+    (a flow serves its bytes in injection order; impulses at one instant arrive together)."""
+    n = len(t)
+    if not n:
+        return np.zeros(0)
+    G = len(flows)
+    o = np.lexsort((t, dst, src))
+    pair = (src * G + dst)[o]
+    cum = np.cumsum(nbytes[o])
+    starts = np.r_[0, np.nonzero(np.diff(pair))[0] + 1]
+    base = np.repeat(np.r_[0.0, cum[starts[1:] - 1]], np.diff(np.r_[starts, n]))
+    within = cum - base
+    # impulses at the same instant on one flow: all arrive with the last of them
+    grp = np.r_[True, (np.diff(pair) != 0) | (np.diff(t[o]) != 0)]
+    gid = np.cumsum(grp) - 1
+    last_of = np.zeros(gid[-1] + 1)
+    np.maximum.at(last_of, gid, within)
+    at = _arrive(curves, flows, src[o], dst[o], last_of[gid])
+    out = np.empty(n)
+    out[o] = at
+    return out
+
+
+def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, results) -> tuple:
+    """The combine with the relays' reduction (module docstring): returns (when each owner
+    has all its outputs, statistics). ``results``: each GPU's hub result (its allocation
+    places every target entry in a tile)."""
+    G, gpn, H = L.G, min(L.sys.gpus_per_node, L.G), L.model.hidden
+    wire = L.comb_wire_sw
+    src_l, dst_l, t_l, n_l, kind_l = [], [], [], [], []     # per (tile, next hop) impulse
+    part_relay, part_owner, part_tok, part_gpu, part_t = [], [], [], [], []
+    first_send = np.full(G, np.inf)
+    for d in range(G):
+        arr, hr = arrivals[d], results[d]
+        done = {}
+        for b in batches_by_gpu[d]:
+            for it, t_done in C.item_finish_times(b):
+                if not it.final:
+                    continue
+                t_done = np.ceil(t_done / C.COMBINE_GRID_US - 1e-9) * C.COMBINE_GRID_US
+                res.combine_log.append((d, it.key, t_done, C.earliest_finish(b, it)))
+                done[it.key] = t_done
+        trow, tx, rank = target_alloc(hr, arr)
+        ok = rank >= 0
+        trow, tx, tile = trow[ok], tx[ok], rank[ok] // L.tile_rows
+        owner = np.asarray(arr.src, np.int64)[trow]
+        tok = np.asarray(arr.token, np.int64)[trow]
+        t_of = np.zeros(len(tx))
+        if len(tx):                          # each target entry's tile finish time
+            per = int(tile.max()) + 1
+            lut = np.full((L.E_local, per), np.nan)
+            for (e, j), tt in done.items():
+                if j < per:
+                    lut[e, j] = tt
+            t_of = lut[tx, tile]
+        remote = owner // gpn != d // gpn
+        hop = np.where(remote, (d // gpn) * gpn + owner % gpn, owner)
+        # one impulse per (tile finish time, next hop, kind): bytes of its rows
+        key = np.stack([t_of, hop.astype(float), remote.astype(float)], axis=1) if len(tx) \
+            else np.zeros((0, 3))
+        if len(key):
+            uk, cnt = np.unique(key, axis=0, return_counts=True)
+            src_l.append(np.full(len(uk), d))
+            dst_l.append(uk[:, 1].astype(np.int64))
+            t_l.append(uk[:, 0])
+            n_l.append(cnt * wire)
+            kind_l.append(uk[:, 2] > 0)
+            first_send[d] = float(t_of.min())
+        part_relay.append(hop[remote])
+        part_owner.append(owner[remote])
+        part_tok.append(tok[remote])
+        part_gpu.append(np.full(int(remote.sum()), d))
+        part_t.append(t_of[remote])
+    cat = lambda xs, dt=float: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
+    src, dst, t, nb = cat(src_l, np.int64), cat(dst_l, np.int64), cat(t_l), cat(n_l)
+    is_part = cat(kind_l, bool)
+    net, flows = L.network("combine")
+    for s, d, tt, b in zip(src.tolist(), dst.tolist(), t.tolist(), nb.tolist()):
+        net.inject(flows[s][d], tt, b)
+    curves = L.run_net(net)
+    at = _impulse_arrivals(curves, flows, src, dst, t, nb)
+    recv = np.zeros(G)
+    np.maximum.at(recv, dst[~is_part], at[~is_part])
+    send_end = np.full(G, -np.inf)
+    np.maximum.at(send_end, src, at)
+    # each partial row's arrival at its relay: its impulse's
+    imp = {(int(s), int(d), float(tt)): a for s, d, tt, a, p in
+           zip(src, dst, t, at, is_part) if p}
+    prelay, powner, ptok = cat(part_relay, np.int64), cat(part_owner, np.int64), cat(part_tok, np.int64)
+    pgpu, pt = cat(part_gpu, np.int64), cat(part_t)
+    parr = np.array([imp[(int(g), int(r), float(tt))] for g, r, tt in zip(pgpu, prelay, pt)]) \
+        if len(pt) else np.zeros(0)
+    part_nvlink = int((pgpu != prelay).sum())                 # (a relay's own parts: local)
+    # the reduction: per relay, parts accumulated one after another in arrival order
+    o = np.lexsort((ptok, powner, parr, prelay))
+    prelay, powner, ptok, parr = prelay[o], powner[o], ptok[o], parr[o]
+    skey = (prelay * G + powner) * L.T + ptok                 # the sum a part belongs to
+    us, sid, parts = np.unique(skey, return_inverse=True, return_counts=True)
+    nth = np.zeros(len(sid), np.int64)                        # a part's place in its sum
+    if len(sid):
+        oo = np.argsort(sid, kind="stable")                   # (arrival order kept per sum)
+        st = np.r_[0, np.cumsum(parts)[:-1]]
+        nth[oo] = np.arange(len(sid)) - np.repeat(st, parts)
+    n = parts[sid]
+    rmw = np.where(n == 1, 0.0, np.where(nth == 0, 4.0 * H,
+                                         np.where(nth == n - 1, 4.0 * H, 8.0 * H)))
+    hbm = L.gpu.hbm
+    cdone = np.empty(len(sid))
+    rmw_us = np.zeros(G)
+    for r in np.unique(prelay).tolist():
+        m = prelay == r
+        cdone[m] = _fifo_done(parr[m], rmw[m] / hbm)
+        rmw_us[r] = float(rmw[m].sum() / hbm)
+    final = np.zeros(len(us))
+    np.maximum.at(final, sid, cdone)
+    final = np.ceil(final / C.COMBINE_GRID_US - 1e-9) * C.COMBINE_GRID_US
+    srelay, sowner = us // L.T // G, us // L.T % G
+    # one reduced row per sum across the NIC to its owner
+    rnet, rflows = L.network("combine_relay")
+    rk = np.stack([srelay, sowner, final], axis=1) if len(us) else np.zeros((0, 3))
+    rrecv_src = rrecv_dst = np.zeros(0, np.int64)
+    if len(rk):
+        uk, cnt = np.unique(rk, axis=0, return_counts=True)
+        rrecv_src, rrecv_dst = uk[:, 0].astype(np.int64), uk[:, 1].astype(np.int64)
+        for s, d, tt, c in zip(rrecv_src.tolist(), rrecv_dst.tolist(), uk[:, 2].tolist(),
+                               cnt.tolist()):
+            rnet.inject(rflows[s][d], tt, c * wire)
+    rcurves = L.run_net(rnet)
+    if len(rk):
+        ends, sent, _ = C.pair_curves(rcurves, rflows)
+        has = sent > 0
+        recv = np.maximum(recv, np.where(has, ends, 0.0).max(axis=0))
+        send_end = np.maximum(send_end, np.where(has, ends, -np.inf).max(axis=1))
+        rfirst = np.full(G, np.inf)
+        np.minimum.at(rfirst, rrecv_src, uk[:, 2])
+        first_send = np.minimum(first_send, rfirst)
+    for d in range(G):
+        if np.isfinite(first_send[d]):
+            res.add(d, "combine", "combine", first_send[d], max(first_send[d], send_end[d]))
+    stats = {"combine_nic_rows": int(len(us)), "combine_nic_GB": float(len(us) * wire / 1e9),
+             "reduce_parts": int(len(sid)),
+             "parts_per_sum": float(len(sid) / max(len(us), 1)),
+             "combine_nvlink_GB": float((part_nvlink * wire
+                                         + nb[~is_part & (src != dst)].sum()) / 1e9),
+             "rmw_GB": float(rmw.sum() / 1e9),
+             "rmw_GB_check": float(sum(reduce_hbm_bytes(int(p), H) for p in parts) / 1e9),
+             "rmw_us_max": float(rmw_us.max())}
+    return recv, stats
+
+
+def combine_nic_plain(L: Layer) -> dict:
+    """(No reduce) the combine's NIC rows and bytes: one row per routed row whose owner is
+    in another node, as protocol v2 returns them."""
+    gpn = min(L.sys.gpus_per_node, L.G)
+    remote = (L.src // gpn) != (L.dest // gpn)
+    n = int(remote.sum())
+    return {"combine_nic_rows": n, "combine_nic_GB": float(n * L.comb_wire_sw / 1e9)}
