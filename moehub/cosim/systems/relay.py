@@ -153,6 +153,8 @@ class Dispatch:
     stalls: int
     t_cnt: float
     stats: dict
+    hop1_last: np.ndarray   #: per first-hop row: its last chunk's arrival (us, tags applied)
+    first: np.ndarray       #: per wire row: its first chunk's arrival at its destination hub
 
 
 def schedule(L: Layer, t0: float, cfg, rcfg, order: str = "token") -> Dispatch:
@@ -229,7 +231,8 @@ def schedule(L: Layer, t0: float, cfg, rcfg, order: str = "token") -> Dispatch:
              "nvlink_GB": float((h1.counts[~nic & off_diag].sum() + len(fi)) * row_wire / 1e9),
              "relay_local_rows": int((R.remote & ~R.fwd).sum()),
              "forward_tags": int(ftags)}
-    return Dispatch(arrivals, R, curves, flows, h1.counts, fcounts, st1 + st2, t_cnt, stats)
+    return Dispatch(arrivals, R, curves, flows, h1.counts, fcounts, st1 + st2, t_cnt, stats,
+                    last1, first)
 
 
 def _fifo_done(arrive: np.ndarray, service: np.ndarray) -> np.ndarray:

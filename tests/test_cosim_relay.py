@@ -1,0 +1,207 @@
+"""Relay hubs (protocol v3) in the co-simulation's ``hub`` system: the NIC carries one row
+per (token, destination node), the relays forward the rest over NVLink, the reduce sends
+one row per (token, node) back; feature validation; convergence on a two-node layer.
+Small layers: DeepSeek-V3 on 2 nodes x 4 GPUs, 32 tokens per GPU (2048 routed rows).
+Expected counts come from the routing itself (:mod:`moehub.cosim.dedup`, numpy on the
+destinations), not from the relay code."""
+import numpy as np
+import pytest
+
+from cosim_helpers import layer
+from moehub.cosim.causality import check
+from moehub.cosim.hub_stage import WRITE_DELAY
+from moehub.cosim.systems import MAX_PASSES, TOL_REL, TOL_US, run_system
+from moehub.cosim.systems import common as C
+from moehub.cosim.systems import hub as H
+from moehub.cosim.systems import relay as R
+from moehub.spec.config import ConfigError
+
+V2 = frozenset(H.FEATURES)
+RELAY = V2 | {"relay"}
+REDUCE = RELAY | {"reduce"}
+
+
+def two_nodes(tokens=32):
+    return layer(model="deepseek-v3", system="h100x16-ib", tokens=tokens, gpus=8, gpus_per_node=4)
+
+
+@pytest.fixture(scope="module")
+def L():
+    return two_nodes()
+
+
+@pytest.fixture(scope="module")
+def runs(L):
+    return {f: run_system("hub", L, hub_features=f) for f in (V2, RELAY, REDUCE)}
+
+
+def masks(L):
+    node = np.arange(L.G) // 4
+    inter = node[:, None] != node[None, :]
+    return inter, ~inter & ~np.eye(L.G, dtype=bool)
+
+
+def sent(res, phase, L):
+    """[G, G] bytes the phase's own flows carried in the result's last pass."""
+    if phase not in res.nets:
+        return np.zeros((L.G, L.G))
+    return C.pair_curves(res.nets[phase][1], np.arange(L.G * L.G).reshape(L.G, L.G))[1]
+
+
+def remote_token_nodes(L) -> int:
+    """(source, token, node) triples with the node not the source's: one NIC row each."""
+    node = L.dest // 4
+    keys = np.unique((L.src * L.T + L.tok) * 2 + node)
+    s = keys // 2 // L.T
+    return int(((keys % 2) != s // 4).sum())
+
+
+def test_layer_is_two_nodes(L):
+    assert (L.G, L.nodes, L.sys.gpus_per_node) == (8, 2, 4)
+    assert L.E_local == 32 and L.k == 8
+
+
+def test_nic_bytes_with_relay_are_the_token_node_dedup(L, runs):
+    inter, _ = masks(L)
+    dedup = int(L.node_rows.sum() - L.node_rows[np.arange(L.G), np.arange(L.G) // 4].sum())
+    assert dedup == remote_token_nodes(L)
+    nic = sent(runs[RELAY], "dispatch", L)[inter].sum()
+    assert nic == pytest.approx(dedup * L.row_wire_hub, rel=1e-9)
+    assert runs[RELAY].extra["relay"]["nic_rows"] == dedup
+    # the v2 hub sends one copy per (token, destination GPU) across the NIC: more
+    v2 = sent(runs[V2], "dispatch", L)[inter].sum()
+    per_gpu = int((L.gpu_rows * inter).sum())
+    assert v2 == pytest.approx(per_gpu * L.row_wire_hub, rel=1e-9)
+    assert per_gpu > 1.5 * dedup
+    assert "forward" not in runs[V2].nets
+
+
+def test_forwarded_nvlink_bytes_per_relay_and_destination(L, runs):
+    """The forward network carries L.fwd_rows[r, d] rows from relay r to GPU d (DeepEP's
+    per-node forwarding count, from the routing), all inside a node."""
+    inter, intra = masks(L)
+    fwd = sent(runs[RELAY], "forward", L)
+    np.testing.assert_allclose(fwd, L.fwd_rows * L.row_wire_hub, rtol=1e-9)
+    assert fwd[~intra].sum() == 0 and fwd.sum() > 0
+    assert runs[RELAY].extra["relay"]["forward_rows"] == int(L.fwd_rows.sum())
+    # a row for a remote GPU reaches it through exactly one of: relay-local or forward
+    w = H.wire_rows(L, True)
+    remote = (w.src // 4 != w.dest // 4).sum()
+    ex = runs[RELAY].extra["relay"]
+    assert ex["relay_local_rows"] + ex["forward_rows"] == remote
+    # first-hop NVLink: the direct rows (same node), one per (token, GPU) as in v2
+    np.testing.assert_allclose(sent(runs[RELAY], "dispatch", L)[intra],
+                               (L.gpu_rows * L.row_wire_hub)[intra], rtol=1e-9)
+
+
+def test_receiving_hubs_write_the_same_rows_as_v2(L, runs):
+    """Relayed or forwarded, every GPU's hub allocates what the v2 hub's did, no drop."""
+    for f in (RELAY, REDUCE):
+        assert runs[f].extra["drops"] == 0
+        assert runs[f].extra["rows_allocated"] == runs[V2].extra["rows_allocated"] == L.N
+        assert runs[f].extra["rows"] == runs[V2].extra["rows"]
+
+
+def test_forwards_leave_after_their_relay_row_landed(L):
+    cfg = H.hub_config_v2(L, H.check_features(RELAY))
+    L.begin_run()
+    d = R.schedule(L, 10.0, cfg, R.check_layer(L, cfg))
+    rt = d.routes
+    fi = np.nonzero(rt.fwd)[0]
+    assert len(fi)
+    relay_last = d.hop1_last[rt.hop1_of[fi]]
+    clk = cfg.hub_clock_GHz * 1000.0
+    assert (d.first[fi] >= relay_last + WRITE_DELAY / clk + L.sys.intra_latency_us - 1e-9).all()
+    # the relay's own targets arrive with the relay row (no second hop)
+    own = np.nonzero(rt.remote & ~rt.fwd)[0]
+    assert (rt.relay[own] == rt.w.dest[own]).all()
+    assert (rt.relay[fi] // 4 == rt.w.dest[fi] // 4).all()
+    assert (rt.relay[fi] % 4 == rt.w.src[fi] % 4).all()       # the source's local rank
+
+
+def test_reduce_cuts_combine_nic_bytes_by_the_experts_per_token_node(L, runs):
+    inter, _ = masks(L)
+    remote_rows = int(((L.src // 4) != (L.dest // 4)).sum())
+    sums = remote_token_nodes(L)
+    plain = sent(runs[RELAY], "combine", L)[inter].sum()
+    assert plain == pytest.approx(remote_rows * L.comb_wire_sw, rel=1e-9)
+    red = sent(runs[REDUCE], "combine", L)[inter].sum() + sent(runs[REDUCE], "combine_relay", L)[inter].sum()
+    assert sent(runs[REDUCE], "combine", L)[inter].sum() == 0      # partials stay in the node
+    assert red == pytest.approx(sums * L.comb_wire_sw, rel=1e-9)
+    assert plain / red == pytest.approx(remote_rows / sums, rel=1e-9)
+    assert remote_rows / sums > 2                  # top-8 over two nodes: several per node
+    ex = runs[REDUCE].extra["relay"]
+    assert ex["combine_nic_rows"] == sums and ex["reduce_parts"] == remote_rows
+    assert ex["parts_per_sum"] == pytest.approx(remote_rows / sums)
+
+
+def test_reduce_hbm_bytes_are_the_reference_models(L, runs):
+    """The accumulate datapath's bytes, summed part by part, equal spec.relay's closed form
+    per sum (FP32: first part written, middle read and written, last read)."""
+    ex = runs[REDUCE].extra["relay"]
+    assert ex["rmw_GB"] == pytest.approx(ex["rmw_GB_check"], rel=1e-12)
+    assert ex["rmw_GB"] > 0
+    # its time at the achievable HBM bandwidth bounds what it can take from the GEMMs
+    assert ex["rmw_us_max"] * L.gpu.hbm >= ex["rmw_GB"] * 1e9 / L.G
+
+
+def test_fifo_accumulate_order():
+    a = np.array([0.0, 0.0, 5.0, 5.5])
+    s = np.array([1.0, 2.0, 1.0, 1.0])
+    np.testing.assert_allclose(R._fifo_done(a, s), [1.0, 3.0, 6.0, 7.0])
+
+
+def test_relay_converges_and_keeps_causality(L, runs):
+    for f in (RELAY, REDUCE):
+        res = runs[f]
+        ex = res.extra
+        tol = max(TOL_US, TOL_REL * res.latency_us)
+        assert ex["converged"] and ex["passes"] <= MAX_PASSES
+        assert min(ex["residual_us"], ex["traffic_residual_us"]) <= tol
+        assert check(res) == []
+        assert "protocol v3: relay" in res.label
+
+
+def test_reduced_rows_leave_after_their_parts(L, runs):
+    """No reduced row crosses the NIC before any GEMM tile has finished, and each owner's
+    layer ends after its last reduced row landed."""
+    res = runs[REDUCE]
+    net, curves = res.nets["combine_relay"]
+    first_gemm = min(t for _, _, t, _ in res.combine_log)
+    starts = [c.t[0] for c in list(curves)[:L.G * L.G] if len(c.t)]
+    assert starts and min(starts) >= first_gemm - 1e-9
+    ends = C.pair_curves(curves, np.arange(L.G * L.G).reshape(L.G, L.G))[0]
+    s = sent(res, "combine_relay", L)
+    last = np.where(s > 0, ends, 0).max(axis=0)
+    assert (res.gpu_end >= last).all()
+
+
+def test_relay_on_one_node_is_a_config_error():
+    one = layer(model="deepseek-v3", system="h100x8", tokens=8)
+    assert one.nodes == 1
+    with pytest.raises(ConfigError, match="relay.*>= 2 nodes"):
+        run_system("hub", one, hub_features=RELAY)
+
+
+@pytest.mark.parametrize("features, match", [
+    ({"reduce"}, "needs 'relay'"),
+    ({"multicast", "reduce"}, "needs 'relay'"),
+    ({"relay", "teleport"}, "unknown"),
+])
+def test_bad_feature_values_are_refused(features, match):
+    with pytest.raises(ValueError, match=match):
+        H.check_features(features)
+
+
+def test_relay_brings_multicast_and_no_rtl_hub_has_it():
+    assert H.check_features({"relay"}) == {"relay", "multicast"}
+    assert H.check_features({"relay", "reduce"}) == {"relay", "reduce", "multicast"}
+    with pytest.raises(ValueError, match="not in the hub RTL"):
+        H.check_features({"relay"}, rtl=True)
+    assert set(H.ALL_FEATURES) == set(H.FEATURES) | {"relay", "reduce"}
+
+
+def test_relay_config_passes_the_contract(L):
+    cfg = R.check_layer(L, H.hub_config_v2(L, H.check_features(RELAY)))
+    assert (cfg.relay, cfg.nodes, cfg.gpus_per_node) == (True, 2, 4)
+    assert cfg.forward_tags == cfg.tags_per_source and cfg.max_targets == min(L.E_local, L.k)
