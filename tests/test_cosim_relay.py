@@ -105,7 +105,7 @@ def test_receiving_hubs_write_the_same_rows_as_v2(L, runs):
 def test_forwards_leave_after_their_relay_row_landed(L):
     cfg = H.hub_config_v2(L, H.check_features(RELAY))
     L.begin_run()
-    d = R.schedule(L, 10.0, cfg, R.check_layer(L, cfg))
+    d = H.relay_schedule(L, 10.0, cfg, R.check_layer(L, cfg))
     rt = d.routes
     fi = np.nonzero(rt.fwd)[0]
     assert len(fi)

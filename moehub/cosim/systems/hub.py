@@ -377,6 +377,30 @@ def assemble(L: Layer, cfg, w: WireRows, pos, first, last, t0: float, t_cnt: flo
     return arrivals
 
 
+def relay_schedule(L: Layer, t0: float, cfg, rcfg, order: str = "token") -> R.Dispatch:
+    """Protocol v3's dispatch (:mod:`.relay`): the v2 wire rows, each on its path -- direct
+    (same node), with its relay row (the relay's own targets) or forwarded by the relay --
+    the first hop under its tag windows (a relay row's credit after its forward starts),
+    and each destination hub's arrivals as :func:`assemble` lays them out."""
+    w = wire_rows(L, True, order)
+    rt = R.routes(L, w)
+    pos1, groups1 = _flow_positions(L, rt.hop1)
+    curves, flows, first1, last1 = R.first_hop(L, t0, cfg, rt, pos1)
+    stalls = 0
+    for inter in (False, True):
+        first1, last1, n = _enforce_tags(L, first1, last1, pos1, R.credit_return_us(L, cfg, inter),
+                                         [g for g in groups1 if L.inter_node(*g[0]) == inter])
+        stalls += n
+    fi, firstf, lastf, fcounts = R.forward(L, cfg, rcfg, rt, last1)
+    first, last = first1[rt.hop1_of], last1[rt.hop1_of]
+    first[fi], last[fi] = firstf, lastf
+    pos, _ = _flow_positions(L, w)
+    t_cnt = count_send_us(L, t0)
+    arrivals = assemble(L, cfg, w, pos, first, last, t0, t_cnt)
+    return R.Dispatch(arrivals, rt, curves, flows, rt.hop1.counts, fcounts, stalls, t_cnt,
+                      R.dispatch_stats(L, rt, len(fi), rcfg), last1, first)
+
+
 def hub_schedule(L: Layer, t0: float, order: str = "token"):
     """The protocol-v1 dispatch (:func:`schedule` with the layer's hub config): the
     per-destination :class:`HubArrivals`, the network curves and flows, and the stall
@@ -484,7 +508,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
         for d in range(G):
             res.add(d, "control", "layout", t_gate, t0)
     if relay:                            # first hop, relay forwards (protocol v3)
-        rd = R.schedule(L, t0, cfg, rcfg, order)
+        rd = relay_schedule(L, t0, cfg, rcfg, order)
         arrivals, w, curves, flows, stalls, t_cnt = (rd.arrivals, rd.routes.w, rd.curves,
                                                      rd.flows, rd.stalls, rd.t_cnt)
         sent, back = rd.counts1, rd.counts1 + rd.fcounts

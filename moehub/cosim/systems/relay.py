@@ -101,11 +101,25 @@ class Routes:
     hop1_of: np.ndarray     #: per wire row: its first-hop row
 
 
-def routes(L: Layer, order: str = "token") -> Routes:
-    """The relay routes of the layer's rows (see the module docstring)."""
-    from .hub import WireRows, wire_rows
+@dataclass
+class Hop1:
+    """First-hop rows, laid out as :class:`.hub.WireRows` (the hub's flow positions and
+    tag windows read them): per row its source, token, first-hop GPU and order key."""
+    src: np.ndarray
+    tok: np.ndarray
+    dest: np.ndarray
+    of: np.ndarray          #: per wire row: its first-hop row
+    counts: np.ndarray      #: [G, G] first-hop rows per (source, GPU)
+    order_key: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def routes(L: Layer, w) -> Routes:
+    """The relay routes of the layer's protocol-v2 wire rows ``w`` (one per (source,
+    token, destination GPU); see the module docstring)."""
     gpn = min(L.sys.gpus_per_node, L.G)
-    w = wire_rows(L, True, order)
     remote = (w.src // gpn) != (w.dest // gpn)
     relay = np.where(remote, (w.dest // gpn) * gpn + w.src % gpn, w.dest)
     key = (w.src * L.T + w.tok) * L.G + relay
@@ -114,7 +128,7 @@ def routes(L: Layer, order: str = "token") -> Routes:
     np.minimum.at(okey, of, w.order_key)            # a relay row goes with its first target
     src1, dst1 = w.src[first], relay[first]
     counts = np.bincount(src1 * L.G + dst1, minlength=L.G * L.G).reshape(L.G, L.G)
-    hop1 = WireRows(src1, w.tok[first], dst1, of, counts, okey)
+    hop1 = Hop1(src1, w.tok[first], dst1, of, counts, okey)
     return Routes(w, relay, remote, remote & (w.dest != relay), hop1, of)
 
 
@@ -157,37 +171,43 @@ class Dispatch:
     first: np.ndarray       #: per wire row: its first chunk's arrival at its destination hub
 
 
-def schedule(L: Layer, t0: float, cfg, rcfg, order: str = "token") -> Dispatch:
-    """The relay dispatch from t0: first hop on the ``dispatch`` network, forwards on the
-    ``forward`` network, and each destination hub's arrivals (:func:`.hub.assemble`)."""
-    from .hub import _enforce_tags, _flow_positions, assemble, count_send_us
-    G = L.G
-    R = routes(L, order)
-    w, h1 = R.w, R.hop1
+def first_hop(L: Layer, t0: float, cfg, R: Routes, pos1):
+    """The first hop on the ``dispatch`` network: direct and relay rows, each source at its
+    sender SMs' rate, each flow into its GPU's hub packet port under its tag window; rows
+    of a flow in ``pos1`` order. Returns (curves, flows, first and last chunk arrival per
+    first-hop row, before the tag window's stalls)."""
+    G, h1 = L.G, R.hop1
     clk = cfg.hub_clock_GHz * 1000.0
-    fwd_us = WRITE_DELAY / clk
     row_wire, pkt_wire = L.row_wire_hub, L.pkt_wire_hub
-    # first hop: direct rows and relay rows, each source at its SMs' rate
-    pos1, groups1 = _flow_positions(L, h1)
     rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
-    net, flows = L.network("dispatch", True, _flow_cap(L, cfg, fwd_us))
+    net, flows = L.network("dispatch", True, _flow_cap(L, cfg, WRITE_DELAY / clk))
     for s in range(G):
         t1 = t0 + h1.counts[s].sum() * row_wire / rate
         for d in range(G):
             net.inject_rate(flows[s][d], t0, t1, h1.counts[s, d] * row_wire)
     curves = L.run_net(net)
     off = pos1 * row_wire
-    first1 = _arrive(curves, flows, h1.src, h1.dest, off + pkt_wire)
-    last1 = _arrive(curves, flows, h1.src, h1.dest, off + row_wire)
-    inter = [g for g in groups1 if L.inter_node(*g[0])]
-    intra = [g for g in groups1 if not L.inter_node(*g[0])]
-    first1, last1, st1 = _enforce_tags(L, first1, last1, pos1, CREDIT_LATENCY / clk, intra)
-    first1, last1, st2 = _enforce_tags(L, first1, last1, pos1, (CREDIT_LATENCY + WRITE_DELAY) / clk,
-                                       inter)
-    # forwards: relay -> destination over NVLink, as their relay rows land
+    return (curves, flows, _arrive(curves, flows, h1.src, h1.dest, off + pkt_wire),
+            _arrive(curves, flows, h1.src, h1.dest, off + row_wire))
+
+
+def credit_return_us(L: Layer, cfg, inter: bool) -> float:
+    """A first-hop row's credit after its last chunk: the hub's credit latency, and for a
+    relay row the forward's start before it (``WRITE_DELAY``; the module docstring)."""
+    return (CREDIT_LATENCY + (WRITE_DELAY if inter else 0)) / (cfg.hub_clock_GHz * 1000.0)
+
+
+def forward(L: Layer, cfg, rcfg, R: Routes, last1):
+    """The relays' forwards on the ``forward`` network, each ``WRITE_DELAY`` cycles after
+    its relay row's last chunk (``last1``, per first-hop row). Returns (forwarded wire
+    rows, their first and last chunk arrival at their GPU, forwarded rows per (relay,
+    GPU))."""
+    G, w = L.G, R.w
+    clk = cfg.hub_clock_GHz * 1000.0
+    row_wire, pkt_wire = L.row_wire_hub, L.pkt_wire_hub
     fi = np.nonzero(R.fwd)[0]
     fr, fd = R.relay[fi], w.dest[fi]
-    ready = last1[R.hop1_of[fi]] + fwd_us
+    ready = last1[R.hop1_of[fi]] + WRITE_DELAY / clk
     o = np.lexsort((w.tok[fi], w.src[fi], ready, fd, fr))
     fi, fr, fd, ready = fi[o], fr[o], fd[o], ready[o]
     pair = fr * G + fd
@@ -205,9 +225,8 @@ def schedule(L: Layer, t0: float, cfg, rcfg, order: str = "token") -> Dispatch:
             fnet.inject_rate(fflows[r][d], float(ready[c0]), float(ready[c1 - 1]),
                              (c1 - c0) * row_wire)
     fcurves = L.run_net(fnet)
-    firstf = np.empty(len(fi))
-    lastf = np.empty(len(fi))
-    if len(fi):
+    firstf, lastf = np.empty(len(fi)), np.empty(len(fi))
+    if len(fi):                          # never before the row itself could cross the link
         lat = L.latency_matrix()[fr, fd]
         bw = L.sys.intra_bw_GBps * GBps                  # (a forward stays in its node)
         offf = posf * row_wire
@@ -215,24 +234,19 @@ def schedule(L: Layer, t0: float, cfg, rcfg, order: str = "token") -> Dispatch:
                             ready + lat + pkt_wire / bw)
         lastf = np.maximum(_arrive(fcurves, fflows, fr, fd, offf + row_wire),
                            ready + lat + row_wire / bw)
-    fcounts = np.bincount(pair, minlength=G * G).reshape(G, G)
-    # each wire row's arrival at its destination hub, by its path
-    first, last = first1[R.hop1_of].copy(), last1[R.hop1_of].copy()
-    first[fi], last[fi] = firstf, lastf
-    pos, _ = _flow_positions(L, w)
-    t_cnt = count_send_us(L, t0)
-    arrivals = assemble(L, cfg, w, pos, first, last, t0, t_cnt)
+    return fi, firstf, lastf, np.bincount(pair, minlength=G * G).reshape(G, G)
+
+
+def dispatch_stats(L: Layer, R: Routes, n_forward: int, rcfg) -> dict:
+    """Rows and bytes of the relay dispatch: NIC (relay rows), NVLink (direct and forwarded)."""
+    G, c = L.G, R.hop1.counts
     nic = np.array([[L.inter_node(s, d) for d in range(G)] for s in range(G)])
-    off_diag = ~np.eye(G, dtype=bool)
-    stats = {"nic_rows": int(h1.counts[nic].sum()),
-             "nic_GB": float(h1.counts[nic].sum() * row_wire / 1e9),
-             "direct_nvlink_rows": int(h1.counts[~nic & off_diag].sum()),
-             "forward_rows": int(len(fi)),
-             "nvlink_GB": float((h1.counts[~nic & off_diag].sum() + len(fi)) * row_wire / 1e9),
-             "relay_local_rows": int((R.remote & ~R.fwd).sum()),
-             "forward_tags": int(ftags)}
-    return Dispatch(arrivals, R, curves, flows, h1.counts, fcounts, st1 + st2, t_cnt, stats,
-                    last1, first)
+    direct = c[~nic & ~np.eye(G, dtype=bool)].sum()
+    return {"nic_rows": int(c[nic].sum()), "nic_GB": float(c[nic].sum() * L.row_wire_hub / 1e9),
+            "direct_nvlink_rows": int(direct), "forward_rows": int(n_forward),
+            "nvlink_GB": float((direct + n_forward) * L.row_wire_hub / 1e9),
+            "relay_local_rows": int((R.remote & ~R.fwd).sum()),
+            "forward_tags": int(rcfg.forward_tags)}
 
 
 def _fifo_done(arrive: np.ndarray, service: np.ndarray) -> np.ndarray:
