@@ -205,3 +205,26 @@ def test_relay_config_passes_the_contract(L):
     cfg = R.check_layer(L, H.hub_config_v2(L, H.check_features(RELAY)))
     assert (cfg.relay, cfg.nodes, cfg.gpus_per_node) == (True, 2, 4)
     assert cfg.forward_tags == cfg.tags_per_source and cfg.max_targets == min(L.E_local, L.k)
+
+
+def test_cosim_command_runs_the_relay_hub(tmp_path, capsys):
+    """``moehub cosim --hub-features relay,reduce`` on a two-node system: the protocol-v3
+    hub, named in the table and the run folder."""
+    from moehub.scripts.cli import main
+    assert main(["cosim", "--tokens", "4", "--model", "deepseek-v3", "--system", "h100x16-ib",
+                 "--hub-features", "relay,reduce", "--systems", "bulk", "--no-figure",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "protocol v2: multicast, protocol v3: relay+reduce" in out
+    assert (tmp_path / "deepseek-v3_h100x16-ib_default_t4_v3-relay+reduce_sys-bulk"
+            / "run.json").exists()
+
+
+@pytest.mark.parametrize("value, word", [("reduce", "relay"), ("relay,telepathy", "telepathy")])
+def test_cosim_command_refuses_bad_v3_features_up_front(tmp_path, capsys, value, word):
+    from moehub.scripts.cli import main
+    assert main(["cosim", "--tokens", "4", "--hub-features", value, "--no-figure",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--hub-features" in err and word in err, err
+    assert not any(tmp_path.iterdir())

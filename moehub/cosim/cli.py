@@ -31,7 +31,7 @@ from ..argcheck import UsageError, int_at_least, load_config_flag, name_list
 from .experiment import load_configs, results_dir, run_experiment, table, write_outputs
 from .hub_stage import backend_available, known_backends
 from .systems import SYSTEMS
-from .systems.hub import FEATURES, check_features
+from .systems.hub import ALL_FEATURES, FEATURES, V3_FEATURES, check_features
 from ..verif.sim import add_argument as add_sim_argument, choose as choose_sim
 
 DEFAULT_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -164,7 +164,11 @@ def _suffix(args, gpus: int, seed_default: int, dtypes, dtypes_default, s0=None,
         parts.append("hub-expert-order")
     features = getattr(args, "hub_features", None)
     if features:
-        parts.append("v2-" + "+".join(f for f in FEATURES if f in features))
+        v2 = "+".join(f for f in FEATURES if f in features)
+        if v2:
+            parts.append("v2-" + v2)
+        if set(V3_FEATURES) & set(features):
+            parts.append("v3-" + "+".join(f for f in V3_FEATURES if f in features))
     if args.hub != "model":
         parts.append(f"hub-{args.hub}")
     if args.rtl_gpus:
@@ -382,10 +386,11 @@ def add_parser(subparsers) -> None:
     c.add_argument("--systems", default=None, type=name_list(SYSTEMS, "system"),
                    help=f"comma-separated subset of {','.join(SYSTEMS)} (hub always runs)")
     c.add_argument("--no-figure", action="store_true", help="skip the timeline figure")
-    c.add_argument("--hub-features", default=None, type=name_list(FEATURES, "hub feature"),
+    c.add_argument("--hub-features", default=None, type=name_list(ALL_FEATURES, "hub feature"),
                    help=f"hub protocol v2: comma-separated subset of {','.join(FEATURES)} "
                    "(default none: protocol v1; RTL hubs take any combination; "
-                   "`moehub study v2` runs every combination)")
+                   "`moehub study v2` runs every combination); protocol v3 on multi-node "
+                   "systems: relay (implies multicast), relay,reduce")
     c.set_defaults(func=cmd_cosim)
 
     s = subparsers.add_parser("sweep", help="sweep tokens per GPU, GPU count or models; "
