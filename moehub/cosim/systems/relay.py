@@ -312,6 +312,8 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
                 if j < per:
                     lut[e, j] = tt
             t_of = lut[tx, tile]
+            if np.isnan(t_of).any():
+                raise AssertionError(f"GPU {d}: a target entry's tile never finished its GEMM")
         remote = owner // gpn != d // gpn
         hop = np.where(remote, (d // gpn) * gpn + owner % gpn, owner)
         # one impulse per (tile finish time, next hop, kind): bytes of its rows
