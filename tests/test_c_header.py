@@ -186,11 +186,13 @@ def test_c_header_is_strict_c99_and_names_its_source(name, tmp_path):
     assert header.rstrip().endswith("#endif /* MOEHUB_CSR_H */")
 
 
-def test_c_header_rejects_a_symbol_defined_twice(monkeypatch):
-    """Two fields of one name would be one macro: an identical redefinition compiles
-    silently, so the generator refuses it."""
+def test_c_header_rejects_a_symbol_defined_twice():
+    """A register named like another's field (STATUS_ARMED beside STATUS.ARMED) would give
+    one macro twice: an identical redefinition compiles silently, so the generator refuses
+    it (the map itself accepts the two names)."""
     cmap = CsrMap(load_hub_config("tiny"))
-    dup = (cm.BitField("ARMED", 0, 1), cm.BitField("ARMED", 0, 1))
-    monkeypatch.setattr(cm, "STATUS_FIELDS", dup)
-    with pytest.raises(ValueError, match="MOEHUB_STATUS_ARMED_SHIFT"):
+    clash = cm.Register("STATUS_ARMED", 1, "ro", "a register named like STATUS's field ARMED",
+                        offset=cmap.size_words)
+    cmap.registers[clash.name] = clash
+    with pytest.raises(ValueError, match="MOEHUB_STATUS_ARMED_MASK"):
         cmap.to_c_header()

@@ -32,7 +32,7 @@ def test_existing_configs_have_no_relay(name):
     cfg = load_hub_config(name)
     assert (cfg.nodes, cfg.gpus_per_node, cfg.relay, cfg.forward_tags) == (1, 0, False, 0)
     assert cfg.node_gpus == cfg.sources
-    assert not {r[0] for r in relay_registers(R2)} & set(CsrMap(cfg, strict=False).registers)
+    assert not {r.name for r in relay_registers(R2)} & set(CsrMap(cfg, strict=False).registers)
 
 
 @pytest.mark.parametrize("changes,key,text", [

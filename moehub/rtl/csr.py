@@ -1,12 +1,15 @@
-"""CSR bank: the hub's register file, generated from :class:`~moehub.spec.csr_map.CsrMap`.
+"""CSR bank: the hub's register file, elaborated from the
+:class:`~moehub.spec.csr_map.Register` objects of :class:`~moehub.spec.csr_map.CsrMap`.
 
-Read-write registers are stored here and exported as signals named after the register
-(lower case, arrays as ``.array(count)``); read-only registers are inputs of the same
-names; CTRL bits are one-cycle strobes. Software-visible rules:
+Every rule comes from the register description, none is written here by name:
+read-write registers are stored here (``Register.reset`` after reset, one-word writes
+clamped to ``Register.clamp``: TILE_ROWS_LOG2 to [log2(min_tile_rows),
+log2(max_tile_rows)], REGION_CAP to max_rows_per_expert, POOL_CAP to the rows the pool
+addresses) and exported as signals named after the register (lower case, arrays as
+``.array(count)``); read-only registers are inputs of the same names, constants
+(``Register.const``: ID, PARAMS) read their reset value; a write-only register with
+fields (CTRL) raises a one-cycle strobe per field, named after the field. Also:
 
-* TILE_ROWS_LOG2 writes are clamped to [log2(min_tile_rows), log2(max_tile_rows)];
-* REGION_CAP writes are clamped to max_rows_per_expert; POOL_CAP (protocol v2) to the
-  rows the pool addresses;
 * reads of unmapped or write-only addresses return 0; writes to read-only ones are ignored;
 * read data is valid two cycles after ``r_stb`` (two registered steps, see ``CsrBank._read``).
 """
@@ -15,12 +18,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec.config import HubConfig
-from ..spec.csr_map import CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, HUB_ID, CsrMap
+from ..spec.csr_map import CSR_DATA_BITS, CsrMap
 from .layouts import csr_bus_signature
 from .paging.regions import tile_sizes
 
-#: read-only registers whose value is a constant of the configuration
-_CONSTANT = ("ID", "PARAMS")
 #: a read picks its word within an aligned block of 2**READ_BLOCK_BITS words, then the block
 READ_BLOCK_BITS = 4
 
@@ -36,13 +37,14 @@ class CsrBank(wiring.Component):
     ----------
     bus : In(csr_bus_signature)
         Software's register bus.
-    start, flush, clear_errors : Out(1)
-        CTRL strobes.
+    <field> : Out(1)
+        One strobe per field of a write-only register with fields, named after the field
+        in lower case (CTRL: ``start``, ``flush``, ``clear_errors``).
     <register> : Out(width) or In(width), ``.array(count)`` for arrays
-        One port per register of :class:`~moehub.spec.csr_map.CsrMap` except ID, PARAMS and
-        CTRL, named in lower case: read-write registers drive an output, read-only ones
-        are read from an input; a write-only one (PAGE_FREE) drives the word written and
-        ``<register>_w``, a strobe in the cycle of the write.
+        One port per other register of :class:`~moehub.spec.csr_map.CsrMap` but the
+        constants, named in lower case: read-write registers drive an output, read-only ones
+        are read from an input; a write-only one without fields (PAGE_FREE) drives the word
+        written and ``<register>_w``, a strobe in the cycle of the write.
     tile_oh : Out(len(tile_sizes))
         (paged) TILE_ROWS_LOG2 as a one-hot over :func:`~moehub.rtl.paging.regions.tile_sizes`,
         a register written with it: the page gate and the allocator latch the layer's
@@ -54,10 +56,11 @@ class CsrBank(wiring.Component):
     def __init__(self, cfg: HubConfig):
         self.cfg = cfg
         self.map = CsrMap(cfg)
-        members = {"bus": In(csr_bus_signature(self.map.addr_bits)),
-                   "start": Out(1), "flush": Out(1), "clear_errors": Out(1)}
+        members = {"bus": In(csr_bus_signature(self.map.addr_bits))}
+        for r in self._strobe_registers():
+            members.update({f.name.lower(): Out(1) for f in r.fields})
         for r in self.map.registers.values():
-            if r.name in _CONSTANT or r.name == "CTRL":
+            if r.const or (r.access == "wo" and r.fields):
                 continue
             if r.access == "wo":        # (PAGE_FREE) the word written, and a strobe
                 members[r.name.lower()] = Out(r.width)
@@ -69,6 +72,10 @@ class CsrBank(wiring.Component):
             members["tile_oh"] = Out(len(tile_sizes(cfg)))
         super().__init__(members)
 
+    def _strobe_registers(self):
+        """Write-only registers with fields: each field bit written 1 is a strobe (CTRL)."""
+        return [r for r in self.map.registers.values() if r.access == "wo" and r.fields]
+
     def _element(self, r, i):
         sig = getattr(self, r.name.lower())
         return sig[i] if r.array else sig
@@ -76,41 +83,34 @@ class CsrBank(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, cmap, bus = self.cfg, self.map, self.bus
-        defaults = {"TILE_ROWS_LOG2": cfg.tile_rows.bit_length() - 1, "TIMEOUT": cfg.timeout_cycles}
         store = {}
         for r in cmap.registers.values():
             if r.access != "rw":
                 continue
             store[r.name] = [Signal(r.width, name=f"{r.name.lower()}_{i}",
-                                    init=defaults.get(r.name, 0)) for i in range(r.count)]
+                                    init=r.reset) for i in range(r.count)]
             for i in range(r.count):
                 m.d.comb += self._element(r, i).eq(store[r.name][i])
 
-        lo_log2 = cfg.min_tile_rows.bit_length() - 1
-        hi_log2 = cfg.max_tile_rows.bit_length() - 1
         wd = bus.w_data
 
         def clamp(name, value):
-            if name == "TILE_ROWS_LOG2":
-                return Mux(value < lo_log2, lo_log2, Mux(value > hi_log2, hi_log2, value))
-            if name == "REGION_CAP":
-                return Mux(value > cfg.max_rows_per_expert, cfg.max_rows_per_expert, value)
-            if name == "POOL_CAP":
-                return Mux(value > cfg.pool_rows, cfg.pool_rows, value)
-            return value
+            """``value`` after register ``name``'s clamp (the low bound only if above 0)."""
+            if cmap[name].clamp is None:
+                return value
+            lo, hi = cmap[name].clamp
+            upper = Mux(value > hi, hi, value)
+            return Mux(value < lo, lo, upper) if lo > 0 else upper
 
-        ctrl_hit = bus.w_stb & (bus.addr == cmap.addr("CTRL"))
-        m.d.comb += [
-            self.start.eq(ctrl_hit & ((wd & CTRL_START) != 0)),
-            self.flush.eq(ctrl_hit & ((wd & CTRL_FLUSH) != 0)),
-            self.clear_errors.eq(ctrl_hit & ((wd & CTRL_CLEAR_ERRORS) != 0)),
-        ]
+        for r in self._strobe_registers():
+            hit = bus.w_stb & (bus.addr == r.addr())
+            m.d.comb += [getattr(self, f.name.lower()).eq(hit & ((wd & f.mask) != 0)) for f in r.fields]
         for r in cmap.registers.values():
-            if r.access == "wo" and r.name != "CTRL":
+            if r.access == "wo" and not r.fields:
                 m.d.comb += [getattr(self, r.name.lower()).eq(wd[:r.width]),
                              getattr(self, r.name.lower() + "_w").eq(bus.w_stb & (bus.addr == r.addr()))]
         sizes = tile_sizes(cfg)
-        tile_oh = Signal(len(sizes), name="tile_oh_r", init=1 << sizes.index(defaults["TILE_ROWS_LOG2"]))
+        tile_oh = Signal(len(sizes), name="tile_oh_r", init=1 << sizes.index(cmap["TILE_ROWS_LOG2"].reset))
         if cfg.paged:
             m.d.comb += self.tile_oh.eq(tile_oh)
         with m.If(bus.w_stb):
@@ -135,12 +135,16 @@ class CsrBank(wiring.Component):
     @staticmethod
     def _readable(cmap, store):
         """Word address -> the 32-bit word software reads there (unmapped and write-only
-        words are absent: they read 0)."""
-        words = {cmap.addr("ID"): HUB_ID, cmap.addr("PARAMS"): cmap.params_word()}
+        words are absent: they read 0); a constant's words are its reset value's."""
+        words = {}
         for r in cmap.registers.values():
-            if r.name in _CONSTANT or r.access == "wo":
+            if r.access == "wo":
                 continue
             for i in range(r.count):
+                if r.const:
+                    words.update({r.addr(i, w): r.reset >> (w * CSR_DATA_BITS) & ((1 << CSR_DATA_BITS) - 1)
+                                  for w in range(r.words)})
+                    continue
                 value = store[r.name][i] if r.access == "rw" else None
                 for w in range(r.words):
                     words[r.addr(i, w)] = (r, i, w, value)

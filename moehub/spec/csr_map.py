@@ -1,10 +1,32 @@
 """The hub's CSR (control and status register) map, derived from a :class:`HubConfig`.
 
-Pure Python: the RTL register bank, the reference model, the testbenches and the
-software header/JSON export all take addresses from :class:`CsrMap`; no address is
-written down twice. Registers are 32-bit words at word addresses; a register wider than
-32 bits (an address with ``addr_bits`` > 32) spans consecutive words, low word first.
-Arrays (one register per expert, per source or per reason) are consecutive.
+Pure Python, one description of every register from which everything else is derived:
+the RTL register bank (:class:`moehub.rtl.csr.CsrBank`: ports, reset values, clamps,
+CTRL strobes, constant reads), the reference model's register access
+(:meth:`moehub.spec.model.HubModel.write`/``read``), the testbenches' addresses, the C
+header (:func:`c_header`) and the JSON export (:meth:`CsrMap.to_json`). No address,
+reset value or clamp is written down twice.
+
+The description follows the habit of amaranth-soc's ``csr.Register``/``csr.Field``: a
+:class:`Register` is a named value with an access kind, a reset value and a list of
+:class:`Field` bit ranges; a :class:`RegisterMap` places registers at word addresses and
+refuses a map where two registers share a name or a word. Unlike amaranth-soc's, these
+objects are pure data (no Amaranth): the RTL bank elaborates them.
+
+Registers are 32-bit words at word addresses; a register wider than 32 bits (an address
+with ``addr_bits`` > 32) spans consecutive words, low word first. Arrays (one register per
+expert, per source or per reason) are consecutive.
+
+What a register does on the bus follows from its attributes:
+
+* ``const`` (ID, PARAMS): read-only, reads its ``reset`` value forever;
+* other ``"ro"`` registers read the hub's state (counters, STATUS, ERRORS);
+* ``"rw"`` registers are stored: ``reset`` after reset, a write is cut to ``width`` bits
+  and, for a one-word register with a ``clamp = (low, high)``, clamped to that range;
+* ``"wo"`` registers store nothing: a register with fields (CTRL) raises one strobe per
+  set field bit in the cycle of the write, one without (PAGE_FREE) hands the word written
+  and a strobe to the hub;
+* reads of write-only or unmapped words return 0; writes to read-only ones are ignored.
 """
 from __future__ import annotations
 
@@ -17,6 +39,9 @@ from .formats import HubFormats, RelayReason, config_reasons
 
 CSR_DATA_BITS = 32
 HUB_ID = 0x4D4F4548  # "MOEH"
+
+#: access kinds of a register: bit 0 of ``MOEHUB_<REG>_ACCESS`` readable, bit 1 writable
+ACCESS = ("ro", "wo", "rw")
 
 # CTRL bits (write-only strobes)
 CTRL_START = 1 << 0         #: arm a new layer (aborts a running one; clears per-layer state)
@@ -31,22 +56,44 @@ STATUS_DONE = 1 << 3        #: the layer ended and its done word was written
 STATUS_ERROR = 1 << 4       #: any ERRORS bit is set
 
 
+class CsrMapError(ValueError):
+    """A register or register map that cannot be built (the message names the register,
+    the field and the offending value)."""
+
+
 @dataclass(frozen=True)
-class BitField:
-    """A named bit field of a one-word register (for the C header)."""
+class Field:
+    """A named bit range ``[lsb, lsb + width)`` of a register (its C header symbols are
+    ``<REG>_<FIELD>_SHIFT``, ``_MASK``, ``_WIDTH``). Its access is its register's."""
     name: str
     lsb: int
     width: int
     doc: str = ""
+
+    def __post_init__(self):
+        if not self.name.isidentifier():
+            raise CsrMapError(f"field name {self.name!r} is not an identifier")
+        if self.lsb < 0 or self.width < 1:
+            raise CsrMapError(f"field {self.name}: lsb = {self.lsb}, width = {self.width} "
+                              f"(need lsb >= 0 and width >= 1)")
+
+    @property
+    def msb(self) -> int:
+        """The field's highest bit."""
+        return self.lsb + self.width - 1
 
     @property
     def mask(self) -> int:
         """The field's bits in place."""
         return ((1 << self.width) - 1) << self.lsb
 
+    def get(self, value: int) -> int:
+        """The field's value within register value ``value``."""
+        return (value & self.mask) >> self.lsb
 
-def _flag(name: str, mask: int, doc: str) -> BitField:
-    return BitField(name, mask.bit_length() - 1, 1, doc)
+
+def _flag(name: str, mask: int, doc: str) -> Field:
+    return Field(name, mask.bit_length() - 1, 1, doc)
 
 
 #: CTRL strobes, from the constants above (one definition of each bit)
@@ -65,136 +112,158 @@ STATUS_FIELDS = (
 )
 #: PARAMS: configuration bytes, each cut to 8 bits (see :meth:`CsrMap.params_word`)
 PARAMS_FIELDS = (
-    BitField("LANES", 0, 8, "packet input lanes"),
-    BitField("EXPERTS", 8, 8, "local experts"),
-    BitField("SOURCES", 16, 8, "source GPUs"),
-    BitField("TAGS", 24, 8, "tags (in-flight rows) per source"),
+    Field("LANES", 0, 8, "packet input lanes"),
+    Field("EXPERTS", 8, 8, "local experts"),
+    Field("SOURCES", 16, 8, "source GPUs"),
+    Field("TAGS", 24, 8, "tags (in-flight rows) per source"),
 )
-
-
-#: the most sources a hub's CSR map describes (PARAMS holds the count in a byte)
-MAX_SOURCES = 255
-
-
-#: protocol v3's register arrays (one element per local rank of the node, per relay reason)
-RELAY_ARRAYS = ("FWD_ROWS", "RELAY_DROPS")
-
-
-def relay_registers(cfg: HubConfig) -> list:
-    """Protocol v3's registers (``relay: true``), as ``(name, count, words, width, access,
-    doc)``: where this hub sits (its node and local rank, written before START), what the
-    relay did (rows relayed, written here, forwarded per destination GPU, forwards waiting
-    for a credit, forwarded rows received) and its drops by
-    :class:`~moehub.spec.formats.RelayReason`; the reduce-on-combine's sums."""
-    return [
-        ("NODE_ID", 1, 1, cfg.node_bits, "rw", "this hub's node (relay rows from it are refused)"),
-        ("LOCAL_RANK", 1, 1, cfg.gpu_bits, "rw", "this hub's GPU in its node: targets of that rank are written here"),
-        ("RELAY_ROWS", 1, 1, 32, "ro", "relay rows accepted (one per (token, this node) from a remote GPU)"),
-        ("RELAY_LOCAL", 1, 1, 32, "ro", "relay rows with targets on this GPU (handed to the multicast path)"),
-        ("FWD_ROWS", cfg.node_gpus, 1, 32, "ro", "forward rows sent, per destination local rank"),
-        ("FWD_WAIT", 1, 1, 32, "ro", "forward rows waiting for a forward credit"),
-        ("FWD_IN", 1, 1, 32, "ro", "forwarded rows accepted from the node's relays"),
-        ("RELAY_DROPS", len(RelayReason), 1, 32, "ro", "rows dropped per RelayReason (see formats.RelayReason)"),
-        ("RED_ROWS", 1, 1, 32, "ro", "reduced rows sent back: one per (token, node), its sum final"),
-        ("RED_OPEN", 1, 1, 32, "ro", "accumulators open: (source, token) sums still waiting for partial rows"),
-        ("RED_INCOMPLETE", 1, 1, 32, "ro", "sums sent at a flush before all their partial rows came"),
-    ]
 
 
 @dataclass(frozen=True)
 class Register:
+    """One register (or array of registers) of the map.
+
+    ``offset`` is the word address of element 0, word 0 (set by the map that places the
+    register, see :meth:`RegisterMap.place`); an element spans ``words`` =
+    ``ceil(width / 32)`` words. Construction checks the description: a known access
+    kind, a positive width and count, fields inside the register's width that neither
+    overlap nor share a name, a reset value and a clamp that fit the width, ``const``
+    only for a read-only register, a clamp only for a one-word read-write one.
+    """
     name: str
-    offset: int        #: word address of element 0, word 0
-    count: int         #: array length (1 for a scalar)
-    words: int         #: 32-bit words per element
-    width: int         #: meaningful bits per element
-    access: str        #: "rw", "ro" or "wo"
+    width: int                 #: meaningful bits per element
+    access: str                #: "rw", "ro" or "wo"
     doc: str
-    array: bool = False  #: one element per expert / source / reason (even if count is 1)
+    count: int = 1             #: array length (1 for a scalar)
+    array: bool = False        #: one element per expert / source / reason (even if count is 1)
+    fields: tuple[Field, ...] = ()  #: named bit ranges; empty for a register holding one value
+    reset: int = 0             #: value after reset (every element of an array)
+    clamp: tuple[int, int] | None = None  #: (low, high) a write is clamped to, after the cut to width
+    const: bool = False        #: reads ``reset`` forever (ID, PARAMS)
+    offset: int = 0            #: word address of element 0, word 0
+
+    def __post_init__(self):
+        n = self.name
+        if not n.isidentifier():
+            raise CsrMapError(f"register name {n!r} is not an identifier")
+        if self.access not in ACCESS:
+            raise CsrMapError(f"register {n}: access = {self.access!r} (known: {', '.join(ACCESS)})")
+        if self.width < 1 or self.count < 1 or self.offset < 0:
+            raise CsrMapError(f"register {n}: width = {self.width}, count = {self.count}, offset = "
+                              f"{self.offset} (need width >= 1, count >= 1, offset >= 0)")
+        if self.count > 1 and not self.array:
+            raise CsrMapError(f"register {n}: count = {self.count} needs array = True")
+        seen: dict[str, Field] = {}
+        for f in sorted(self.fields, key=lambda f: f.lsb):
+            if f.name in seen:
+                raise CsrMapError(f"register {n}: two fields named {f.name}")
+            if f.msb >= self.width:
+                raise CsrMapError(f"register {n}: field {f.name} (bits {f.msb}:{f.lsb}) is wider "
+                                  f"than the register's {self.width} bits")
+            for g in seen.values():
+                if g.mask & f.mask:
+                    raise CsrMapError(f"register {n}: fields {g.name} (bits {g.msb}:{g.lsb}) and "
+                                      f"{f.name} (bits {f.msb}:{f.lsb}) overlap")
+            seen[f.name] = f
+        if not 0 <= self.reset < 1 << self.width:
+            raise CsrMapError(f"register {n}: reset = {self.reset:#x} does not fit {self.width} bits")
+        if self.const and self.access != "ro":
+            raise CsrMapError(f"register {n}: a constant must be read-only (access = {self.access!r})")
+        if self.clamp is not None:
+            lo, hi = self.clamp
+            if self.access != "rw" or self.words != 1:
+                raise CsrMapError(f"register {n}: clamp = {self.clamp} needs a one-word read-write register")
+            if not 0 <= lo <= hi < 1 << self.width:
+                raise CsrMapError(f"register {n}: clamp = {self.clamp} is not a range within {self.width} bits")
+
+    @property
+    def words(self) -> int:
+        """32-bit words per element."""
+        return (self.width + CSR_DATA_BITS - 1) // CSR_DATA_BITS
+
+    @property
+    def span(self) -> range:
+        """The word addresses the register (every element) takes."""
+        return range(self.offset, self.offset + self.count * self.words)
+
+    def field(self, name: str) -> Field:
+        """The field called ``name``."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"register {self.name} has no field {name!r} "
+                       f"(fields: {', '.join(f.name for f in self.fields) or 'none'})")
 
     def addr(self, index: int = 0, word: int = 0) -> int:
+        """Word address of word ``word`` of element ``index``."""
         if not 0 <= index < self.count:
             raise IndexError(f"{self.name}[{index}]: index out of range 0..{self.count - 1}")
+        if not 0 <= word < self.words:
+            raise IndexError(f"{self.name}: word {word} out of range 0..{self.words - 1}")
         return self.offset + index * self.words + word
 
+    def clamped(self, value: int) -> int:
+        """``value`` (already cut to the register's width) after the register's clamp."""
+        if self.clamp is None:
+            return value
+        lo, hi = self.clamp
+        return min(max(value, lo), hi)
 
-class CsrMap:
-    """Register list for one hub configuration.
+    def as_dict(self) -> dict:
+        """The register as JSON-ready data (the export of :meth:`CsrMap.to_json`)."""
+        return {"name": self.name, "offset": self.offset, "count": self.count, "words": self.words,
+                "width": self.width, "access": self.access, "doc": self.doc, "array": self.array,
+                "reset": self.reset, "clamp": list(self.clamp) if self.clamp else None,
+                "const": self.const,
+                "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width, "doc": f.doc}
+                           for f in self.fields]}
+
+
+class RegisterMap:
+    """Registers at word addresses: a name and a word belong to one register.
 
     Parameters
     ----------
-    cfg : HubConfig
-        The hub configuration.
-    strict : bool
-        Enforce the RTL's limits (default): a hub of more than 255 sources has no CSR map
-        (``ConfigError``: PARAMS holds the count in a byte). ``strict=False`` builds the map
-        anyway, for the reference model of hubs the RTL does not build (the
-        co-simulation's large systems). Above 32 sources EOS_SEEN spans
-        ``ceil(sources / 32)`` words like any register wider than a word.
+    registers : iterable of Register
+        Registers with their offsets (see :meth:`place` to lay them out one after the
+        other). Two registers of one name, or two sharing a word, raise
+        :class:`CsrMapError` naming both.
 
     Attributes
     ----------
     registers : dict of str to Register
         The registers in address order.
     size_words : int
-        Words the map spans (addresses ``0 .. size_words - 1``).
+        Words up to the last register's end (addresses ``0 .. size_words - 1``).
     addr_bits : int
         Width of the register bus address.
     """
 
-    def __init__(self, cfg: HubConfig, *, strict: bool = True):
-        if strict and cfg.sources > MAX_SOURCES:
-            raise ConfigError(f"hub[{cfg.name}].sources = {cfg.sources}: PARAMS holds the "
-                              f"source count in a byte (at most {MAX_SOURCES} sources)")
-        self.cfg = cfg
-        aw = (cfg.addr_bits + CSR_DATA_BITS - 1) // CSR_DATA_BITS
-        sw = (cfg.sources + CSR_DATA_BITS - 1) // CSR_DATA_BITS
-        regs = [
-            ("ID", 1, 1, 32, "ro", "constant 0x4D4F4548 ('MOEH')"),
-            ("PARAMS", 1, 1, 32, "ro", "lanes | experts << 8 | sources << 16 | tags << 24"),
-            ("CTRL", 1, 1, 3, "wo", "bit0 START, bit1 FLUSH, bit2 CLEAR_ERRORS (strobes)"),
-            ("STATUS", 1, 1, 5, "ro", "bit0 ARMED, bit1 CLEARING, bit2 SWEEPING, bit3 DONE, bit4 ERROR"),
-            ("ERRORS", 1, 1, len(config_reasons(cfg)), "ro", "sticky bit per Reason; cleared by CTRL.CLEAR_ERRORS"),
-            ("EPOCH", 1, 1, 32, "rw", "value written into tile flags and the done word"),
-            ("TILE_ROWS_LOG2", 1, 1, 8, "rw", "log2(rows per tile); takes effect at START"),
-            ("TIMEOUT", 1, 1, 32, "rw", "watchdog: idle cycles of an armed layer before a flush (0 = off)"),
-            ("FLAG_BASE", 1, aw, cfg.addr_bits, "rw", "flag array: 4 B per (expert, tile)"),
-            ("META_BASE", 1, aw, cfg.addr_bits, "rw",
-             f"metadata arrays: {cfg.meta_word_bytes} B per (expert, row)"),
-            ("COUNT_BASE", 1, aw, cfg.addr_bits, "rw",
-             "final row count per expert (4 B each), then the layer-done word"),
-            ("INFLIGHT", 1, 1, 32, "ro", "rows open in the row table"),
-            ("EOS_SEEN", 1, sw, cfg.sources, "ro", "bit per source: end-of-stream received"),
-            ("REGION_BASE", cfg.experts, aw, cfg.addr_bits, "rw", "input region base per expert"),
-            ("REGION_CAP", cfg.experts, 1, cfg.cap_bits, "rw", "region capacity in rows per expert"),
-            ("ROWS", cfg.experts, 1, cfg.cap_bits, "ro", "rows allocated per expert this layer"),
-            ("OVERFLOW", cfg.experts, 1, 32, "ro", "rows dropped for region overflow per expert"),
-            ("SRC_ROWS", cfg.sources, 1, cfg.count_bits, "ro",
-             "rows opened per source (compare with SRC_EOS)"),
-            ("SRC_EOS", cfg.sources, 1, cfg.count_bits, "ro", "end-of-stream row count per source"),
-            ("DROPS", len(config_reasons(cfg)), 1, 32, "ro", "counter per Reason (see formats.Reason)"),
-        ]
-        if cfg.multicast or cfg.paged:      # protocol v2's pool (after v1's registers)
-            regs += [
-                ("POOL_BASE", 1, aw, cfg.addr_bits, "rw",
-                 "the pool: multicast rows' data (arena) and, paged, every page (a tile of rows)"),
-                ("POOL_CAP", 1, 1, field_bits(cfg.pool_rows), "rw",
-                 "rows of the static multicast arena (unused when paged); takes effect at START"),
-                ("PAGE_FREE", 1, 1, 16, "wo", "write a page number to hand the page back (paged)"),
-                ("POOL_FREE", 1, 1, 32, "ro", "pages free: returned plus never handed out (paged)"),
-            ]
-        if cfg.relay:                       # protocol v3's relay (after v2's registers)
-            regs += relay_registers(cfg)
-        self.registers: dict[str, Register] = {}
-        off = 0
-        arrays = {"REGION_BASE", "REGION_CAP", "ROWS", "OVERFLOW", "SRC_ROWS", "SRC_EOS", "DROPS",
-                  *RELAY_ARRAYS}
-        for name, count, words, width, access, doc in regs:
-            self.registers[name] = Register(name, off, count, words, width, access, doc,
-                                            name in arrays)
-            off += count * words
-        self.size_words = off
-        self.addr_bits = max(1, (off - 1).bit_length())
+    def __init__(self, registers):
+        by_name: dict[str, Register] = {}
+        for r in registers:
+            if r.name in by_name:
+                raise CsrMapError(f"two registers named {r.name} (offsets {by_name[r.name].offset} "
+                                  f"and {r.offset})")
+            by_name[r.name] = r
+        ordered = sorted(by_name.values(), key=lambda r: r.offset)
+        for a, b in zip(ordered, ordered[1:]):
+            if b.offset < a.span.stop:
+                raise CsrMapError(f"registers {a.name} (words {a.span.start}..{a.span.stop - 1}) and "
+                                  f"{b.name} (words {b.span.start}..{b.span.stop - 1}) overlap at word "
+                                  f"{b.offset}")
+        self.registers: dict[str, Register] = {r.name: r for r in ordered}
+        self.size_words = ordered[-1].span.stop if ordered else 0
+        self.addr_bits = max(1, (self.size_words - 1).bit_length())
+
+    @staticmethod
+    def place(registers, start: int = 0) -> list[Register]:
+        """``registers`` with offsets one after the other from word ``start``, in order."""
+        out, off = [], start
+        for r in registers:
+            out.append(dataclasses.replace(r, offset=off))
+            off += r.count * r.words
+        return out
 
     def __getitem__(self, name: str) -> Register:
         return self.registers[name]
@@ -215,47 +284,134 @@ class CsrMap:
     def decode(self, addr: int) -> tuple[Register, int, int] | None:
         """``(register, index, word)`` at word address ``addr``; None if it is unmapped."""
         for r in self.registers.values():
-            if r.offset <= addr < r.offset + r.count * r.words:
+            if addr in r.span:
                 index, word = divmod(addr - r.offset, r.words)
                 return r, index, word
         return None
 
+
+#: the most sources a hub's CSR map describes (PARAMS holds the count in a byte)
+MAX_SOURCES = 255
+
+
+#: protocol v3's register arrays (one element per local rank of the node, per relay reason)
+RELAY_ARRAYS = ("FWD_ROWS", "RELAY_DROPS")
+
+
+def _counter(name: str, doc: str, count: int | None = None, width: int = 32) -> Register:
+    """A read-only counter; given a ``count`` (per expert, source, reason or rank) an array
+    of that many, even of one."""
+    return Register(name, width, "ro", doc, count=count or 1, array=count is not None)
+
+
+def relay_registers(cfg: HubConfig) -> list[Register]:
+    """Protocol v3's registers (``relay: true``): where this hub sits (its node and local
+    rank, written before START), what the relay did (rows relayed, written here, forwarded
+    per destination GPU, forwards waiting for a credit, forwarded rows received) and its
+    drops by :class:`~moehub.spec.formats.RelayReason`; the reduce-on-combine's sums."""
+    return [
+        Register("NODE_ID", cfg.node_bits, "rw", "this hub's node (relay rows from it are refused)"),
+        Register("LOCAL_RANK", cfg.gpu_bits, "rw", "this hub's GPU in its node: targets of that rank are written here"),
+        _counter("RELAY_ROWS", "relay rows accepted (one per (token, this node) from a remote GPU)"),
+        _counter("RELAY_LOCAL", "relay rows with targets on this GPU (handed to the multicast path)"),
+        _counter("FWD_ROWS", "forward rows sent, per destination local rank", cfg.node_gpus),
+        _counter("FWD_WAIT", "forward rows waiting for a forward credit"),
+        _counter("FWD_IN", "forwarded rows accepted from the node's relays"),
+        _counter("RELAY_DROPS", "rows dropped per RelayReason (see formats.RelayReason)", len(RelayReason)),
+        _counter("RED_ROWS", "reduced rows sent back: one per (token, node), its sum final"),
+        _counter("RED_OPEN", "accumulators open: (source, token) sums still waiting for partial rows"),
+        _counter("RED_INCOMPLETE", "sums sent at a flush before all their partial rows came"),
+    ]
+
+
+def params_word(cfg: HubConfig) -> int:
+    """The PARAMS constant: each value of :data:`PARAMS_FIELDS` cut to its field."""
+    values = {"LANES": cfg.lanes, "EXPERTS": cfg.experts, "SOURCES": cfg.sources,
+              "TAGS": cfg.tags_per_source}
+    return sum((values[f.name] << f.lsb) & f.mask for f in PARAMS_FIELDS)
+
+
+def hub_registers(cfg: HubConfig) -> list[Register]:
+    """The hub's registers in address order (offsets not yet placed): protocol v1's, then
+    protocol v2's pool (multicast or paged), then protocol v3's relay."""
+    reasons = config_reasons(cfg)
+    regs = [
+        Register("ID", 32, "ro", "constant 0x4D4F4548 ('MOEH')", reset=HUB_ID, const=True),
+        Register("PARAMS", 32, "ro", "lanes | experts << 8 | sources << 16 | tags << 24",
+                 fields=PARAMS_FIELDS, reset=params_word(cfg), const=True),
+        Register("CTRL", 3, "wo", "bit0 START, bit1 FLUSH, bit2 CLEAR_ERRORS (strobes)", fields=CTRL_FIELDS),
+        Register("STATUS", 5, "ro", "bit0 ARMED, bit1 CLEARING, bit2 SWEEPING, bit3 DONE, bit4 ERROR",
+                 fields=STATUS_FIELDS),
+        Register("ERRORS", len(reasons), "ro", "sticky bit per Reason; cleared by CTRL.CLEAR_ERRORS",
+                 fields=tuple(Field(r.name, int(r), 1, f"sticky: {r.name} seen") for r in reasons)),
+        Register("EPOCH", 32, "rw", "value written into tile flags and the done word"),
+        Register("TILE_ROWS_LOG2", 8, "rw", "log2(rows per tile); takes effect at START",
+                 reset=cfg.tile_rows.bit_length() - 1,
+                 clamp=(cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length() - 1)),
+        Register("TIMEOUT", 32, "rw", "watchdog: idle cycles of an armed layer before a flush (0 = off)",
+                 reset=cfg.timeout_cycles),
+        Register("FLAG_BASE", cfg.addr_bits, "rw", "flag array: 4 B per (expert, tile)"),
+        Register("META_BASE", cfg.addr_bits, "rw", f"metadata arrays: {cfg.meta_word_bytes} B per (expert, row)"),
+        Register("COUNT_BASE", cfg.addr_bits, "rw", "final row count per expert (4 B each), then the layer-done word"),
+        _counter("INFLIGHT", "rows open in the row table"),
+        Register("EOS_SEEN", cfg.sources, "ro", "bit per source: end-of-stream received"),
+        Register("REGION_BASE", cfg.addr_bits, "rw", "input region base per expert", count=cfg.experts, array=True),
+        Register("REGION_CAP", cfg.cap_bits, "rw", "region capacity in rows per expert", count=cfg.experts,
+                 array=True, clamp=(0, cfg.max_rows_per_expert)),
+        _counter("ROWS", "rows allocated per expert this layer", cfg.experts, cfg.cap_bits),
+        _counter("OVERFLOW", "rows dropped for region overflow per expert", cfg.experts),
+        _counter("SRC_ROWS", "rows opened per source (compare with SRC_EOS)", cfg.sources, cfg.count_bits),
+        _counter("SRC_EOS", "end-of-stream row count per source", cfg.sources, cfg.count_bits),
+        _counter("DROPS", "counter per Reason (see formats.Reason)", len(reasons)),
+    ]
+    if cfg.multicast or cfg.paged:      # protocol v2's pool (after v1's registers)
+        regs += [
+            Register("POOL_BASE", cfg.addr_bits, "rw",
+                     "the pool: multicast rows' data (arena) and, paged, every page (a tile of rows)"),
+            Register("POOL_CAP", field_bits(cfg.pool_rows), "rw",
+                     "rows of the static multicast arena (unused when paged); takes effect at START",
+                     clamp=(0, cfg.pool_rows)),
+            Register("PAGE_FREE", 16, "wo", "write a page number to hand the page back (paged)"),
+            _counter("POOL_FREE", "pages free: returned plus never handed out (paged)"),
+        ]
+    if cfg.relay:                       # protocol v3's relay (after v2's registers)
+        regs += relay_registers(cfg)
+    return regs
+
+
+class CsrMap(RegisterMap):
+    """The register map of one hub configuration (:func:`hub_registers`, placed one after
+    the other from word 0, so the map is dense).
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        The hub configuration.
+    strict : bool
+        Enforce the RTL's limits (default): a hub of more than 255 sources has no CSR map
+        (``ConfigError``: PARAMS holds the count in a byte). ``strict=False`` builds the map
+        anyway, for the reference model of hubs the RTL does not build (the
+        co-simulation's large systems). Above 32 sources EOS_SEEN spans
+        ``ceil(sources / 32)`` words like any register wider than a word.
+    """
+
+    def __init__(self, cfg: HubConfig, *, strict: bool = True):
+        if strict and cfg.sources > MAX_SOURCES:
+            raise ConfigError(f"hub[{cfg.name}].sources = {cfg.sources}: PARAMS holds the "
+                              f"source count in a byte (at most {MAX_SOURCES} sources)")
+        self.cfg = cfg
+        super().__init__(self.place(hub_registers(cfg)))
+
     def params_word(self) -> int:
-        """The PARAMS constant: each value of :data:`PARAMS_FIELDS` cut to its field."""
-        c = self.cfg
-        values = {"LANES": c.lanes, "EXPERTS": c.experts, "SOURCES": c.sources,
-                  "TAGS": c.tags_per_source}
-        return sum((values[f.name] << f.lsb) & f.mask for f in PARAMS_FIELDS)
-
-    def fields(self, name: str) -> tuple[BitField, ...]:
-        """Named bit fields of register ``name``; empty for a register that holds one value
-        (its ``width`` low bits), so software needs no field table for those."""
-        if name == "ERRORS":
-            return tuple(BitField(r.name, int(r), 1, f"sticky: {r.name} seen") for r in config_reasons(self.cfg))
-        return {"CTRL": CTRL_FIELDS, "STATUS": STATUS_FIELDS, "PARAMS": PARAMS_FIELDS}.get(name, ())
-
-    def reset_value(self, name: str) -> int:
-        """Value register ``name`` reads right after reset (every element of an array): the
-        constants, the CSR bank's defaults (TILE_ROWS_LOG2, TIMEOUT), else 0 (read-only
-        state registers hold no layer yet). tests/test_c_header.py checks it against the
-        reference model, whose registers tests/test_register_model.py proves equal to the
-        CSR bank's."""
-        c = self.cfg
-        return {"ID": HUB_ID, "PARAMS": self.params_word(),
-                "TILE_ROWS_LOG2": c.tile_rows.bit_length() - 1,
-                "TIMEOUT": c.timeout_cycles}.get(name, 0)
-
-    def clamps(self) -> dict[str, tuple[int, int]]:
-        """``name -> (low, high)``: the range a write to a one-word register is clamped to
-        (after it is cut to the register's width), as the CSR bank does."""
-        c = self.cfg
-        return {"TILE_ROWS_LOG2": (c.min_tile_rows.bit_length() - 1, c.max_tile_rows.bit_length() - 1),
-                "REGION_CAP": (0, c.max_rows_per_expert), "POOL_CAP": (0, c.pool_rows)}
+        """The PARAMS constant (the register's reset value)."""
+        return self.registers["PARAMS"].reset
 
     def to_json(self) -> str:
+        """The map for software: every register (:meth:`Register.as_dict`: offset, size,
+        access, reset value, clamp, fields) and the reasons' numbers."""
         return json.dumps({
             "config": self.cfg.name, "word_bytes": 4, "size_words": self.size_words,
-            "registers": [r.__dict__ for r in self.registers.values()],
+            "registers": [r.as_dict() for r in self.registers.values()],
             "reasons": {r.name: int(r) for r in config_reasons(self.cfg)},
         }, indent=2)
 
@@ -305,7 +461,7 @@ def _c_config(cfg: HubConfig) -> list[str]:
     return out
 
 
-def _c_register(cmap: CsrMap, r: Register) -> list[str]:
+def _c_register(r: Register) -> list[str]:
     """Offsets (byte ``_OFFSET``, word ``_INDEX``), size, access, reset value and clamp of
     one register; an array also gets its element count, stride and ``_OFFSET_AT(i)``."""
     size = ("each " if r.array else "") + f"{r.width} bits" \
@@ -319,17 +475,16 @@ def _c_register(cmap: CsrMap, r: Register) -> list[str]:
            *([_define(f"{r.name}_MASK", (1 << r.width) - 1, hexa=True)] if r.width <= 64 else
              [f"/* (no {C_PREFIX}{r.name}_MASK: {r.width} bits are wider than a C integer) */"]),
            _define(f"{r.name}_ACCESS", f"{C_PREFIX}ACCESS_{r.access.upper()}"),
-           _define(f"{r.name}_RESET", cmap.reset_value(r.name), "value after reset", True)]
+           _define(f"{r.name}_RESET", r.reset, "value after reset", True)]
     if r.array:
         out += [_define(f"{r.name}_COUNT", r.count, "elements"),
                 _define(f"{r.name}_STRIDE", 4 * r.words, "bytes between elements"),
                 f"#define {C_PREFIX}{r.name}_OFFSET_AT(i) ({C_PREFIX}{r.name}_OFFSET + "
                 f"(i) * {C_PREFIX}{r.name}_STRIDE)"]
-    lo_hi = cmap.clamps().get(r.name)
-    if lo_hi:
-        out += [_define(f"{r.name}_MIN", lo_hi[0], "writes are clamped to [MIN, MAX]"),
-                _define(f"{r.name}_MAX", lo_hi[1])]
-    return out + _c_fields(f"{r.name}_", cmap.fields(r.name))
+    if r.clamp:
+        out += [_define(f"{r.name}_MIN", r.clamp[0], "writes are clamped to [MIN, MAX]"),
+                _define(f"{r.name}_MAX", r.clamp[1])]
+    return out + _c_fields(f"{r.name}_", r.fields)
 
 
 def _c_fields(prefix: str, fields) -> list[str]:
@@ -362,7 +517,7 @@ def _c_outputs(cfg: HubConfig) -> list[str]:
            _define("COUNT_ENTRY_BYTES", 4, "final row count per expert, then the done word"),
            f"#define {p}COUNT_ENTRY_OFFSET(e) ((e) * {p}COUNT_ENTRY_BYTES)",
            _define("DONE_ENTRY_OFFSET", 4 * cfg.experts, "layer-done word (value: EPOCH), after the counts", True)]
-    fields = [BitField(f.name.upper(), meta.offsets[f.name], f.width) for f in meta.fields]
+    fields = [Field(f.name.upper(), meta.offsets[f.name], f.width) for f in meta.fields]
     return out + _c_fields("META_WORD_", fields)
 
 
@@ -402,7 +557,7 @@ def c_header(cmap: CsrMap) -> str:
     two symbols would share a name (a C compiler accepts an identical redefinition)."""
     lines = _c_preamble(cmap) + _c_config(cmap.cfg)
     for r in cmap.registers.values():
-        lines += _c_register(cmap, r)
+        lines += _c_register(r)
     lines += _c_reasons(cmap.cfg) + _c_outputs(cmap.cfg) + ["", "#endif /* MOEHUB_CSR_H */"]
     names = [ln.split()[1].split("(")[0] for ln in lines if ln.startswith("#define ")]
     dup = sorted({n for n in names if names.count(n) > 1})

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .config import HubConfig
-from .csr_map import (CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START, HUB_ID,
-                           STATUS_ARMED, STATUS_DONE, STATUS_ERROR, CsrMap)
+from .csr_map import (CSR_DATA_BITS, CTRL_CLEAR_ERRORS, CTRL_FLUSH, CTRL_START,
+                      STATUS_ARMED, STATUS_DONE, STATUS_ERROR, CsrMap)
 from .formats import (CtlKind, PacketKind, Reason, HubFormats, data_addr, meta_addr,
                            flag_addr, count_addr)
 
@@ -113,10 +113,11 @@ class HubModel:
     address, as on the register bus) follow the RTL's CSR bank (:mod:`moehub.rtl.csr`) bit
     for bit:
 
-    * a write keeps the register's low ``width`` bits, then TILE_ROWS_LOG2 is clamped to
-      ``[log2(min_tile_rows), log2(max_tile_rows)]`` and REGION_CAP to
-      ``max_rows_per_expert`` (registers wider than a word are written a word at a time,
-      low word first, without clamps);
+    * a write keeps the register's low ``width`` bits, then is clamped to the register's
+      :attr:`~moehub.spec.csr_map.Register.clamp` (TILE_ROWS_LOG2 to
+      ``[log2(min_tile_rows), log2(max_tile_rows)]``, REGION_CAP to ``max_rows_per_expert``,
+      POOL_CAP to ``pool_rows``; registers wider than a word are written a word at a time,
+      low word first, without clamps); after reset each holds its ``reset`` value;
     * a write to CTRL acts on its strobe bits: CLEAR_ERRORS clears the sticky errors;
       START arms a new layer (FLUSH in the same write is then ignored, as the hub's START
       supersedes a pending flush); FLUSH alone ends the running layer. Other bits are
@@ -195,14 +196,11 @@ class HubModel:
     def reset(self):
         """Hardware reset: all CSRs to defaults, no layer armed, outputs forgotten."""
         cfg = self.cfg
-        self.epoch = 0
-        self.tile_rows_log2 = cfg.tile_rows.bit_length() - 1
-        self.timeout = cfg.timeout_cycles
-        self.flag_base = self.meta_base = self.count_base = 0
-        self.region_base = [0] * cfg.experts
-        self.region_cap = [0] * cfg.experts
+        for name, attr in self._RW_ATTR.items():      # the map's reset values (0 if absent)
+            r = self.csr_map.registers.get(name)
+            reset = r.reset if r else 0
+            setattr(self, attr, [reset] * r.count if r and r.array else reset)
         self.layer_region_cap = [0] * cfg.experts
-        self.pool_base = self.pool_cap = 0
         # the page pool (paged mode) lives across layers: pages never handed out are taken
         # in order (``fresh``), returned pages first, oldest first; ``in_use`` guards returns
         self.fresh, self.returned, self.in_use = 0, [], set()
@@ -628,7 +626,7 @@ class HubModel:
             bits = min(r.width, lo + CSR_DATA_BITS) - lo
             value &= (1 << bits) - 1
             if r.words == 1:
-                self._set_rw(r.name, index, self._clamp(r.name, value))
+                self._set_rw(r.name, index, r.clamped(value))
             else:
                 old = self._get_rw(r.name, index)
                 self._set_rw(r.name, index, old & ~(((1 << bits) - 1) << lo) | value << lo)
@@ -664,17 +662,6 @@ class HubModel:
         elif value & CTRL_FLUSH:
             self.flush()
 
-    def _clamp(self, name: str, value: int) -> int:
-        cfg = self.cfg
-        if name == "TILE_ROWS_LOG2":
-            lo, hi = cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length() - 1
-            return min(max(value, lo), hi)
-        if name == "REGION_CAP":
-            return min(value, cfg.max_rows_per_expert)
-        if name == "POOL_CAP":
-            return min(value, cfg.pool_rows)
-        return value
-
     def _get_rw(self, name: str, index: int) -> int:
         v = getattr(self, self._RW_ATTR[name])
         return v[index] if self.csr_map[name].array else v
@@ -687,11 +674,10 @@ class HubModel:
             setattr(self, attr, value)
 
     def _ro_value(self, name: str, index: int) -> int:
-        """A read-only register's value from the model's state (not yet cut to width)."""
-        if name == "ID":
-            return HUB_ID
-        if name == "PARAMS":
-            return self.csr_map.params_word()
+        """A read-only register's value from the model's state (not yet cut to width);
+        a constant's is its reset value."""
+        if self.csr_map[name].const:
+            return self.csr_map[name].reset
         if name == "STATUS":
             return self.status_word()
         if name == "ERRORS":
