@@ -1,8 +1,12 @@
-"""Protocol v2 in the reference model (issue 14): multicast rows, per-expert count packets,
-the page pool -- each rule checked by hand-computed values, then random traffic.
+"""Protocol v2 in the reference model: multicast rows (one data write, a metadata word in
+every target, the static arena's overflow, bad target sets), per-expert count packets (an
+expert final the moment its counts are met, count errors), the page pool (a page per
+tile, pages returned through PAGE_FREE, bad returns), the v2 registers and reasons only
+with a v2 feature, the v2 config checks -- each rule checked by hand-computed values,
+then random traffic that must conserve rows and finish every expert.
 
-The model is the scoreboard the v2 RTL will be checked against, so these tests pin its
-behaviour before any RTL exists.
+The model is the scoreboard the v2 RTL is checked against, so these tests pin its
+behaviour independently of the RTL.
 """
 import random
 

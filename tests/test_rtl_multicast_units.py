@@ -1,4 +1,4 @@
-"""Protocol v2's multicast units (issue 14) against the reference model, in the Amaranth
+"""Protocol v2's multicast units against the reference model, in the Amaranth
 simulator: the target decode (A stage), the multicast allocators (T stage; the hub's,
 :class:`MulticastAllocatorAdmitted`, under the input admission) and the event expander
 (between the event queue and the tracker).

@@ -1,4 +1,4 @@
-"""Protocol v2's RTL units (issue 14) against the reference model's rules, in the Amaranth
+"""Protocol v2's paging RTL units against the reference model's rules, in the Amaranth
 simulator: the page pool (paged mode) and the hub's page supply (several takes a cycle)."""
 import random
 

@@ -1,4 +1,5 @@
-"""``moehub synth-unit``: protocol v2's units through the hub's ASIC flow (issue 14).
+"""``moehub synth-unit``: protocol v2's units through the hub's ASIC flow -- the expert
+count unit keeps its state in flops, the page pool its returned pages in SRAM.
 
 Needs Debian yosys, OpenSTA and the OSU018 library; skips with the reason otherwise."""
 import pytest
