@@ -332,17 +332,24 @@ VALIDATION_FIELDS = ("id", "use", "system", "metric", "model", "published", "rat
                      "tolerance", "ok", "hardware", "config", "source", "gap")
 
 
-def read_validation_csv(path: Path) -> list:
-    """``validation.csv`` of ``moehub validate`` as typed rows."""
+def _read_csv(path: Path, columns: tuple, flags: tuple) -> list:
+    """``path`` (a CSV with a header) as typed rows: the four figures as floats, the
+    ``flags`` columns as booleans; a missing column of ``columns`` is refused by name."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    if rows and set(VALIDATION_FIELDS) - set(rows[0]):
-        raise ReportError(f"{path}: no column {sorted(set(VALIDATION_FIELDS) - set(rows[0]))[0]!r}")
+    if rows and set(columns) - set(rows[0]):
+        raise ReportError(f"{path}: no column {sorted(set(columns) - set(rows[0]))[0]!r}")
     for r in rows:
         for k in ("model", "published", "ratio", "tolerance"):
             r[k] = float(r[k])
-        r["ok"] = r["ok"] == "True"
+        for k in flags:
+            r[k] = r[k] == "True"
     return rows
+
+
+def read_validation_csv(path: Path) -> list:
+    """``validation.csv`` of ``moehub validate`` as typed rows."""
+    return _read_csv(path, VALIDATION_FIELDS, ("ok",))
 
 
 def rerun(command: str, out: Path, about: str) -> dict:
@@ -378,17 +385,24 @@ def _csv_record(source: str, command: str, path: Path, rows: list, run: dict | N
     return write_record(dest, rec)
 
 
+def _collect_csv(command: str, folder: Path, csv_name: str, reader, records: Path, about: str,
+                 rerun_it: bool) -> list:
+    """The record of ``moehub COMMAND``'s ``folder/csv_name`` (after running the command
+    there with ``rerun_it``), read by ``reader``, written to ``records/COMMAND.json``."""
+    run = rerun(command, folder, about) if rerun_it else None
+    path = folder / csv_name
+    if not path.is_file():
+        raise ReportError(f"{path}: not found (run 'moehub {command}', or "
+                          f"'moehub report --collect {command} --rerun')")
+    return [_csv_record(command, f"moehub {command}", path, reader(path), run,
+                        Path(records, f"{command}.json"))]
+
+
 def collect_validate(build: Path, records: Path, rerun_it: bool = False) -> list:
     """The record of ``<build>/results/validate/`` (after running ``moehub validate`` there
     with ``rerun_it``)."""
-    folder = Path(build, "results", "validate")
-    run = rerun("validate", folder, "about 3 CPU-minutes") if rerun_it else None
-    path = folder / "validation.csv"
-    if not path.is_file():
-        raise ReportError(f"{path}: not found (run 'moehub validate', or "
-                          "'moehub report --collect validate --rerun')")
-    return [_csv_record("validate", "moehub validate", path, read_validation_csv(path), run,
-                        Path(records, "validate.json"))]
+    return _collect_csv("validate", Path(build, "results", "validate"), "validation.csv",
+                        read_validation_csv, records, "about 3 CPU-minutes", rerun_it)
 
 
 CALIBRATION_FIELDS = ("id", "component", "what", "hardware", "system", "metric", "model",
@@ -398,28 +412,14 @@ CALIBRATION_FIELDS = ("id", "component", "what", "hardware", "system", "metric",
 
 def read_calibration_csv(path: Path) -> list:
     """``calibration.csv`` of ``moehub calibrate`` as typed rows."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if rows and set(CALIBRATION_FIELDS) - set(rows[0]):
-        raise ReportError(f"{path}: no column {sorted(set(CALIBRATION_FIELDS) - set(rows[0]))[0]!r}")
-    for r in rows:
-        for k in ("model", "published", "ratio", "tolerance"):
-            r[k] = float(r[k])
-        r["ok"], r["expected_miss"] = r["ok"] == "True", r["expected_miss"] == "True"
-    return rows
+    return _read_csv(path, CALIBRATION_FIELDS, ("ok", "expected_miss"))
 
 
 def collect_calibrate(build: Path, records: Path, rerun_it: bool = False) -> list:
     """The record of ``<build>/calibrate/`` (after running ``moehub calibrate`` there with
     ``rerun_it``)."""
-    folder = Path(build, "calibrate")
-    run = rerun("calibrate", folder, "the component models against measurements") if rerun_it else None
-    path = folder / "calibration.csv"
-    if not path.is_file():
-        raise ReportError(f"{path}: not found (run 'moehub calibrate', or "
-                          "'moehub report --collect calibrate --rerun')")
-    return [_csv_record("calibrate", "moehub calibrate", path, read_calibration_csv(path), run,
-                        Path(records, "calibrate.json"))]
+    return _collect_csv("calibrate", Path(build, "calibrate"), "calibration.csv", read_calibration_csv,
+                        records, "the component models against measurements", rerun_it)
 
 
 # ----------------------------------------------------------------------------- headline records
