@@ -45,7 +45,8 @@ the Verilog text, simulator and flags, so a mutant's differing Verilog cannot hi
 unmutated build; identical Verilog would simulate identically.) Then:
 
 1. *elaboration*: the mutant is converted to Verilog for ``tiny`` (as ``moehub rtl``);
-   an exception there, or no end within :data:`ELABORATION_TIMEOUT` (a generate loop
+   an exception there, or no end within :data:`ELABORATION_TIMEOUT` or four times the
+   unmutated elaboration's time, whichever is longer (a generate loop
    that never ends), is **stillborn** (reported apart, not in the score). The Verilog's
    hash is compared with the unmutated one's: when equal (the mutant changes nothing that
    tiny's netlist shows: code for other configs, or an equivalent rewrite), the tests
@@ -97,7 +98,6 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -155,7 +155,13 @@ ELABORATE = ("import hashlib, moehub\n"
              "v = convert(load_hub_config('tiny'))\n"
              "print('NETLIST', hashlib.sha256(v.read_bytes()).hexdigest())\n")
 
-#: seconds the elaboration may take (tiny converts in 8-20 s); past it: stillborn
+#: the kill suite's environment knobs (Icarus; the regression stopped at its first failing
+#: cocotb test; each test's limit of simulated time cut to 5 %)
+SUITE_ENV = {"MOEHUB_SIM": "icarus", "COCOTB_MAX_FAILURES": "1", "MOEHUB_TIMEOUT_SCALE": "0.05"}
+
+#: seconds a mutant's elaboration may take at least (tiny converts in 8-20 s on an idle
+#: machine); past it, and past four times the unmutated elaboration (a loaded machine):
+#: stillborn. The unmutated elaboration itself gets the whole baseline limit.
 ELABORATION_TIMEOUT = 180.0
 
 CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
@@ -551,6 +557,7 @@ class Result:
     netlist: str = ""          # "changed" | "unchanged" | "" (not known)
     detail: str = ""
     skipped: tuple = ()
+    elaboration_s: float = 0.0   # the conversion's seconds
 
 
 def repo_files(root: Path) -> list[str]:
@@ -615,7 +622,8 @@ def first_failure(junit: Path) -> str:
 
 
 class Campaign:
-    """Runs mutants of ``root`` (a copy of it, ``jobs`` copies for parallel runs).
+    """Runs mutants of ``root`` in a copy of it (the steps of one mutant: :meth:`_run_one`;
+    :mod:`moehub.verif.mutate_dask` runs them on Dask workers, each in its own copy).
 
     ``suite``: pytest node ids (run with -x in that order); ``elaborate``: Python code run
     first in the copy (an exception: stillborn; a printed ``NETLIST <hash>`` line enables
@@ -624,33 +632,43 @@ class Campaign:
 
     def __init__(self, root: Path, out: Path, *, suite: Sequence[str] = KILL_SUITE,
                  elaborate: str = ELABORATE, netlist_tests: Sequence[str] = TINY_NETLIST_TESTS,
-                 shared: Optional[set] = None, package: str = "moehub", jobs: int = 1,
+                 shared: Optional[set] = None, package: str = "moehub",
                  timeout: Optional[float] = None, env: Optional[dict] = None,
                  echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)):
         self.root, self.out = Path(root).absolute(), Path(out).absolute()
         self.suite, self.elaborate = list(suite), elaborate
         self.netlist_tests = set(netlist_tests)
         self.shared = testbench_files(self.root / package) if shared is None else set(shared)
-        self.package, self.jobs, self.timeout = package, max(1, jobs), timeout
+        self.package, self.timeout = package, timeout
         self.extra_env = dict(env or {})
         self.echo = echo
         self.trees: list = []
         self.base_netlist = None
+        self.base_elaboration_s = self.last_elaboration_s = 0.0
+
+    # -- for the Dask engine (moehub.verif.mutate_dask), which gets this class, not this module
+    @staticmethod
+    def snapshot(root: Path, dest: Path) -> Path:
+        """The copy of ``root`` every worker's tree is copied from (:func:`make_tree`)."""
+        return make_tree(root, dest)
+
+    @staticmethod
+    def baseline_mutant() -> Mutant:
+        """The unmutated run's stand-in (no source: nothing is written)."""
+        return Mutant("baseline", "", 0, "", "", "")
 
     # -- set-up
     def prepare(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
-        self.trees = [make_tree(self.root, self.out / f"tree{k}" if k else self.out / "tree")
-                      for k in range(self.jobs)]
+        self.trees = [make_tree(self.root, self.out / "tree")]
 
     def env(self, tree: Path, build: Path) -> dict:
         env = dict(os.environ)
         for k in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"):
             env.pop(k, None)
         env.update({"PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1",
-                    "MOEHUB_BUILD": str(build), "MOEHUB_SIM": "icarus",
-                    "COCOTB_MAX_FAILURES": "1", "MOEHUB_TIMEOUT_SCALE": "0.05"})
+                    "MOEHUB_BUILD": str(build), **SUITE_ENV})
         env.update(self.extra_env)
         return env
 
@@ -680,6 +698,7 @@ class Campaign:
                 path.write_bytes(source)
             with open(self.out / "logs" / f"{m.id}.log", "w") as log:
                 res = self._steps(tree, m, env, build, timeout, t0, log)
+            res.elaboration_s = self.last_elaboration_s
         finally:
             if path:
                 path.write_bytes(original)
@@ -693,8 +712,13 @@ class Campaign:
         py = sys.executable
         netlist = ""
         if self.elaborate:
-            limit = min(timeout, ELABORATION_TIMEOUT)
+            limit = timeout if m.id == "baseline" else \
+                min(timeout, max(ELABORATION_TIMEOUT, 4 * self.base_elaboration_s))
+            t_elab = time.monotonic()
             rc, text = _run([py, "-c", self.elaborate], tree, env, limit, log)
+            self.last_elaboration_s = round(time.monotonic() - t_elab, 1)
+            if m.id == "baseline":
+                self.base_elaboration_s = self.last_elaboration_s
             if rc is None:          # (e.g. a generate loop that never ends: nothing to test)
                 return Result(m.id, "stillborn", detail=f"elaboration hung (> {limit:.0f} s)")
             if rc != 0:
@@ -733,80 +757,139 @@ class Campaign:
     # -- many
     def run(self, mutants: Sequence[Mutant],
             on_result: Optional[Callable[[dict], None]] = None) -> list[Result]:
-        """Every mutant; ``on_result(results so far, by id)`` after each (a partial report)."""
-        free = list(self.trees)
+        """Every mutant, one after the other in this process (the command runs them on
+        Dask instead: :mod:`moehub.verif.mutate_dask`); ``on_result(results so far, by
+        id)`` after each."""
         results: dict = {}
-        total = len(mutants)
-
-        def one(m: Mutant) -> Result:
-            tree = free.pop()
-            try:
-                return self._run_one(tree, m, m.source)
-            finally:
-                free.append(tree)
-        done = 0
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(self.jobs) as ex:
-            for m, r in zip(mutants, ex.map(one, mutants)):
-                results[m.id] = r
-                done += 1
-                if on_result:
-                    on_result(results)
-                eta = (time.monotonic() - t0) / done * (total - done)
-                self.echo(f"[{done}/{total}] {m.id} {m.file}:{m.line} {m.operator}: {r.result}"
-                          f"{' by ' + r.killer if r.killer else ''} ({r.seconds:.0f} s; ETA {eta / 60:.0f} min)")
+        for done, m in enumerate(mutants, 1):
+            r = results[m.id] = self._run_one(self.trees[0], m, m.source)
+            if on_result:
+                on_result(results)
+            self.echo(f"[{done}/{len(mutants)}] {m.id} {m.file}:{m.line} {m.operator}: {r.result}"
+                      f"{' by ' + r.killer if r.killer else ''} ({r.seconds:.0f} s)")
         return [results[m.id] for m in mutants]
 
 
 # ------------------------------------------------------------------------ report
-def score(results: Sequence[Result]) -> dict:
-    count = {k: sum(r.result == k for r in results) for k in ("killed", "survived", "stillborn", "timeout")}
-    dead = count["killed"] + count["timeout"]          # a hang is a kill
-    count["total"] = len(results)
+#: the outcomes a mutant can have, in table order: ``equivalent`` is a survivor proven
+#: equivalent (not scored), ``error`` a task that failed (rerun next time, not scored)
+OUTCOMES = ("killed", "timeout", "survived", "equivalent", "stillborn", "error")
+
+
+def _as_dict(r) -> dict:
+    if isinstance(r, dict):
+        return r
+    d = dataclasses.asdict(r)
+    d["skipped"] = list(r.skipped)
+    return d
+
+
+def score(results: Sequence) -> dict:
+    """Counts per outcome and the score killed / (killed + survived), a timeout (a hang)
+    counted as killed; equivalent, stillborn and error mutants are not scored."""
+    res = [_as_dict(r)["result"] for r in results]
+    count = {k: res.count(k) for k in OUTCOMES}
+    dead = count["killed"] + count["timeout"]
+    count["total"] = len(res)
     count["score"] = round(dead / (dead + count["survived"]), 4) if dead + count["survived"] else None
     return count
 
 
-def write_report(out: Path, mutants: Sequence[Mutant], results: Sequence[Result], meta: dict) -> tuple:
-    """report.json and report.md in ``out``; returns their paths."""
+def _pct(s: dict) -> str:
+    return f"{100 * s['score']:.1f} %" if s["score"] is not None else "n/a"
+
+
+def breakdown(rows: Sequence[dict], by: str) -> list[tuple[str, dict]]:
+    """The score of each value of ``by`` (``file`` or ``operator``), then the total."""
+    keys = sorted({r[by] for r in rows}, key=lambda k: _OP_ORDER.get(k, 0) if by == "operator" else k)
+    return [(k, score([r for r in rows if r[by] == k])) for k in keys] + [("all", score(rows))]
+
+
+def breakdown_table(rows: Sequence[dict], by: str) -> list[str]:
+    """A markdown table of :func:`breakdown`."""
+    out = [f"| {by} | " + " | ".join(OUTCOMES) + " | score |",
+           "|---|" + "---:|" * (len(OUTCOMES) + 1)]
+    for k, s in breakdown(rows, by):
+        name = f"**{k}**" if k == "all" else k
+        out.append(f"| {name} | " + " | ".join(str(s[o]) for o in OUTCOMES) + f" | {_pct(s)} |")
+    return out
+
+
+def projection(n_mutants: int, mean_s: float, workers: Sequence[int]) -> dict:
+    """Projected wall time of ``n_mutants`` on N workers: mutants x mean time / N (the
+    cluster's start, the baseline and the proofs of survivors not counted)."""
+    return {n: round(n_mutants * mean_s / n) for n in workers}
+
+
+def write_report(out: Path, mutants: Sequence[Mutant], results: Sequence, meta: dict,
+                 full_set: Optional[int] = None, workers: Sequence[int] = (2, 16, 64, 256)) -> tuple:
+    """report.json and report.md in ``out`` (results: :class:`Result` or dicts of the Dask
+    run); per mutant, per file and per operator, and -- with ``full_set`` (the whole
+    set's size) -- the projected time of the whole set on N workers. Returns the paths."""
     rows = []
     for m, r in zip(mutants, results):
         row = m.row()
-        row.update({k: v for k, v in dataclasses.asdict(r).items() if k != "id"})
-        row["skipped"] = list(r.skipped)
+        row.update({k: v for k, v in _as_dict(r).items() if k != "id"})
         rows.append(row)
-    s = score(results)
+    s = score(rows)
     files = sorted({m.file for m in mutants})
-    data = {"meta": meta, "score": s, "files": files, "mutants": rows}
-    (out / "report.json").write_text(json.dumps(data, indent=1) + "\n")
-    pct = f"{100 * s['score']:.1f} %" if s["score"] is not None else "n/a"
+    run = [r for r in rows if not r.get("cached") and r["result"] not in ("error",)]
+    mean = sum(r["seconds"] for r in rows if r["result"] != "error") / max(1, sum(r["result"] != "error" for r in rows))
+    proj = projection(full_set, mean, workers) if full_set else {}
+    data = {"meta": meta, "score": s, "files": files, "by_file": dict(breakdown(rows, "file")),
+            "by_operator": dict(breakdown(rows, "operator")), "mean_s": round(mean, 1),
+            "projection_s": proj, "full_set": full_set, "mutants": rows}
+    (out / "report.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     dead = s["killed"] + s["timeout"]
     lines = ["# Mutation report", "",
-             f"Mutation score: **{dead} / {dead + s['survived']} = {pct}** (killed / (killed + "
+             f"Mutation score: **{dead} / {dead + s['survived']} = {_pct(s)}** (killed / (killed + "
              f"survived), a timeout counted as killed): {s['killed']} killed, {s['timeout']} "
-             f"timeout, {s['survived']} survived; {s['stillborn']} stillborn (not scored); "
-             f"{s['total']} mutants over {len(files)} files.", "",
-             "Run: " + ", ".join(f"{k} {v}" for k, v in meta.items()), "",
-             "| id | file:line | operator | original | mutant | result | killing test | s |",
-             "|---|---|---|---|---|---|---|---:|"]
+             f"timeout, {s['survived']} survived, {s['equivalent']} proven equivalent, "
+             f"{s['stillborn']} stillborn, {s['error']} error (the last three not scored); "
+             f"{s['total']} mutants over {len(files)} files ({len(run)} run now, "
+             f"{s['total'] - len(run)} from the cache or failed).", "",
+             "Run: " + ", ".join(f"{k} {v}" for k, v in meta.items()), ""]
+    if proj:
+        lines += [f"Mean time per mutant {mean:.0f} s; the whole set of {full_set} mutants "
+                  "(mutants x mean / N workers): " + ", ".join(
+                      f"{n} workers {v / 3600:.1f} h" for n, v in proj.items()) + ".", ""]
+    lines += ["## Per file", "", *breakdown_table(rows, "file"), "",
+              "## Per operator", "", *breakdown_table(rows, "operator"), "",
+              "## Mutants", "",
+              "| id | file:line | operator | original | mutant | result | killing test / proof | s |",
+              "|---|---|---|---|---|---|---|---:|"]
     for row in rows:
-        note = row["killer"] or row["detail"]
-        if row["netlist"] == "unchanged":
+        note = row.get("killer") or row.get("detail") or ""
+        if row.get("proof"):
+            from .mutate_dask import describe_proof
+            note = (note + "; " if note else "") + describe_proof(row["proof"])
+        if row.get("netlist") == "unchanged":
             note = (note + "; " if note else "") + "tiny netlist unchanged"
+        if row.get("cached"):
+            note = (note + "; " if note else "") + "cached"
         cells = [row["id"], f"{row['file']}:{row['line']}", row["operator"], f"`{row['original']}`",
                  f"`{row['mutant']}`", row["result"], note, f"{row['seconds']:.0f}"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    surv = [r for r in rows if r["result"] == "survived"]
-    if surv:
-        lines += ["", "## Survivors", ""]
-        lines += [f"* {r['id']} ({r['file']}:{r['line']}, {r['operator']}): `{r['original']}` -> "
-                  f"`{r['mutant']}`" for r in surv]
+    for title, kind in (("Survivors", "survived"), ("Proven equivalent", "equivalent")):
+        sel = [r for r in rows if r["result"] == kind]
+        if sel:
+            lines += ["", f"## {title}", ""]
+            lines += [f"* {r['id']} ({r['file']}:{r['line']}, {r['operator']}): `{r['original']}` -> "
+                      f"`{r['mutant']}`" + (f": {_proof_words(r['proof'])}" if r.get("proof") else "")
+                      for r in sel]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     return out / "report.json", out / "report.md"
 
 
+def _proof_words(p: dict) -> str:
+    from .mutate_dask import describe_proof
+    return describe_proof(p) or p.get("detail", "")
+
+
 # ------------------------------------------------------------------------ command
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .. import cluster as clusters
+    from .mutate_dask import EQUIV_CONFIGS
     p.add_argument("--list", action="store_true", help="list the mutants (id, place, operator, change) and exit")
     p.add_argument("--only", action="append", default=[], metavar="ID", help="run these mutants (repeatable)")
     p.add_argument("--sample", type=int, default=None, metavar="N", help="run N mutants drawn over the files")
@@ -815,10 +898,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="files to mutate, relative to the repository (default: every rtl/*.py)")
     p.add_argument("--tests", nargs="+", default=None, metavar="NODEID",
                    help="the kill suite: pytest node ids run with -x in order (default: KILL_SUITE)")
-    p.add_argument("--jobs", type=int, default=1, help="mutants in parallel (default 1)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds per mutant (default: 4 x the unmutated suite's time, >= 300)")
-    p.add_argument("--out", default=None, help="output folder (default <build>/mutation)")
+    p.add_argument("--out", default=None, help="output folder, cache included (default <build>/mutation)")
+    p.add_argument("--no-cache", action="store_true", help="run every mutant again (the cache is rewritten)")
+    p.add_argument("--equiv-config", action="append", default=None, metavar="CONFIG",
+                   help=f"prove survivors equivalent on this hub config (repeatable; default "
+                        f"{', '.join(EQUIV_CONFIGS)})")
+    p.add_argument("--no-prove", action="store_true", help="leave survivors unproven")
+    c = p.add_argument_group("where the mutants run (Dask, as moehub explore)")
+    c.add_argument("--workers", "--jobs", type=int, default=None, dest="workers",
+                   help="local worker processes (default: one per core, at most one per mutant); "
+                        "with --cluster, the workers to scale to")
+    c.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="a running Dask scheduler")
+    c.add_argument("--cluster", choices=clusters.CLUSTERS, default="local",
+                   help=f"local (default), or a dask-jobqueue cluster: {clusters.HPC_PIP}")
+    c.add_argument("--cluster-opt", action="append", metavar="KEY=VALUE",
+                   help="dask-jobqueue option, repeatable (queue=, account=, cores=, memory=, walltime=, ...)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -828,13 +924,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run_command(args) -> int:
+    from ..argcheck import UsageError
     from ..paths import build_root
+    from .. import cluster as clusters
+    from . import mutate_dask
     files = args.files or rtl_files(REPO)
     bad = [f for f in files if not (REPO / f).is_file()]
     if bad:
         print(f"mutate: --files: {', '.join(bad)}: no such file under {REPO}", file=sys.stderr)
         return 2
-    mutants = enumerate_mutants(files, REPO)
+    for name, value in (("--workers", args.workers), ("--sample", args.sample)):
+        if value is not None and value < 1:
+            print(f"mutate: {name} {value}: expected at least 1", file=sys.stderr)
+            return 2
+    if args.timeout is not None and args.timeout <= 0:
+        print(f"mutate: --timeout {args.timeout}: expected seconds > 0", file=sys.stderr)
+        return 2
+    try:
+        options = clusters.parse_options(args.cluster_opt)
+        clusters.check(args.scheduler, args.cluster, options)
+    except UsageError as e:
+        print(f"mutate: {e}", file=sys.stderr)
+        return 2
+    all_mutants = enumerate_mutants(files, REPO)
+    mutants = all_mutants
     seed = None
     if args.only:
         known = {m.id: m for m in mutants}
@@ -854,45 +967,57 @@ def run_command(args) -> int:
         return 0
     out = Path(args.out) if args.out else build_root() / "mutation"
     before = {f: hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files}
-    camp = Campaign(CHECKOUT, out, suite=args.tests or KILL_SUITE, jobs=args.jobs, timeout=args.timeout)
+    suite = list(args.tests or KILL_SUITE)
+    configs = [] if args.no_prove else list(args.equiv_config or mutate_dask.EQUIV_CONFIGS)
     t0 = time.monotonic()
-    camp.prepare()
-    print(f"mutate: {len(mutants)} mutants; copy of the tree in {camp.trees[0]}; baseline run ...",
-          file=sys.stderr, flush=True)
-    base = camp.baseline()
-    print(f"mutate: baseline passed in {base.seconds:.0f} s; timeout {camp.timeout:.0f} s per mutant",
-          file=sys.stderr, flush=True)
+    state = {}
+
     def report(results: dict, final: bool = False):
         done = [m for m in mutants if m.id in results]
         res = [results[m.id] for m in done]
+        base = state.get("baseline") or {}
         meta = {"mutants": f"{len(done)} of {len(mutants)}" + ("" if final else " (running)"),
                 "files": len({m.file for m in done}), "seed": seed, "sample": args.sample,
-                "baseline_s": base.seconds, "timeout_s": round(camp.timeout),
-                "wall_s": round(time.monotonic() - t0),
-                "per_mutant_s": round(sum(r.seconds for r in res) / max(1, len(res)), 1),
-                "suite": " ".join(camp.suite)}
-        return write_report(out, done, res, meta)
-    results = camp.run(mutants, on_result=report)
-    wall = time.monotonic() - t0
-    js, md = report(dict(zip((m.id for m in mutants), results)), final=True)
-    s = score(results)
+                "baseline_s": base.get("seconds"), "timeout_s": round(state.get("timeout") or 0),
+                "wall_s": round(time.monotonic() - t0), "cluster": args.scheduler or args.cluster,
+                "workers": args.workers, "equiv_configs": " ".join(configs) or "none",
+                "suite": " ".join(suite)}
+        return write_report(out, done, res, meta, full_set=len(all_mutants) if files == rtl_files(REPO) else None)
+
+    try:
+        outcome = mutate_dask.run_campaign(
+            mutants, root=CHECKOUT, out=out, suite=suite, elaborate=ELABORATE,
+            netlist_tests=TINY_NETLIST_TESTS, shared=testbench_files(REPO), package="moehub",
+            markers=KILL_MARKERS, env=SUITE_ENV, campaign=Campaign, timeout=args.timeout, scheduler=args.scheduler,
+            cluster=args.cluster, workers=args.workers, cluster_options=options,
+            use_cache=not args.no_cache, prove_configs=configs, on_result=report)
+    except UsageError as e:
+        print(f"mutate: {e}", file=sys.stderr)
+        return 2
+    state.update(baseline=outcome.baseline, timeout=outcome.timeout)
+    js, md = report(outcome.results, final=True)
+    rows = [outcome.results[m.id] for m in mutants]
+    s = score(rows)
     dead = s["killed"] + s["timeout"]
-    print(f"mutation score {dead}/{dead + s['survived']}"
-          f"{' = %.1f %%' % (100 * s['score']) if s['score'] is not None else ''} (timeouts count as "
-          f"killed); killed {s['killed']}, timeout {s['timeout']}, survived {s['survived']}, "
-          f"stillborn {s['stillborn']}; {len(results)} mutants in {wall / 60:.1f} min")
+    print("\n".join(breakdown_table([{**m.row(), **r} for m, r in zip(mutants, rows)], "operator")))
+    print(f"mutation score {dead}/{dead + s['survived']} = {_pct(s)} (timeouts count as killed); "
+          f"killed {s['killed']}, timeout {s['timeout']}, survived {s['survived']}, proven equivalent "
+          f"{s['equivalent']}, stillborn {s['stillborn']}, error {s['error']}; {len(rows)} mutants "
+          f"({outcome.ran} run, {outcome.cached} cached) in {outcome.wall_s / 60:.1f} min")
     print(f"report: {md}\n        {js}")
+    for mid, err in outcome.errors:
+        print(f"mutate: {mid} failed: {err}", file=sys.stderr)
     after = {f: hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files}
-    if after != before:     # (the tool writes only in its copy: this would be a bug, or an edit)
+    if after != before:     # (the tool writes only in its copies: this would be a bug, or an edit)
         print(f"mutate: WARNING: changed in the checkout during the run: "
               f"{', '.join(f for f in files if after[f] != before[f])}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if outcome.errors else 0
 
 
 def add_parser(subparsers) -> None:
     """``moehub mutate`` (registered by scripts/cli.py)."""
-    p = subparsers.add_parser("mutate", help="mutation testing of the hub RTL against the fast set's RTL tests",
+    p = subparsers.add_parser("mutate", help="mutation testing of the hub RTL against the fast set's RTL tests, on Dask",
                               description=__doc__.split("\n\n")[0])
     add_arguments(p)
     p.set_defaults(func=run_command)
