@@ -26,6 +26,16 @@ from .suite_multicast import MulticastTests
 from .suite_paged import PagedTests
 
 
+async def _each_seed(suite, test: str, run, dut, **kwargs) -> None:
+    """Await ``run(dut, seed, **kwargs)`` for ``suite.seeds`` consecutive seeds from
+    ``suite.seed * 1000`` (``+ 500`` with ``errors=True``, so a test and its variant with
+    errors never share a seed), logging each seed under the test's name: a failing run is
+    reproduced from the log."""
+    for k in range(suite.seeds):
+        seed = suite.seed * 1000 + (500 if kwargs["errors"] else 0) + k
+        cocotb.log.info(f"{test} seed {seed}")
+        await run(dut, seed, **kwargs)
+
 class PagedCountTests(PagedTests, CountTests):
     """Paged regions and count packets: a row past its count takes no page; a row that
     starts a tile when the pool is empty is OVERFLOW, and so is every later row of its
@@ -213,18 +223,14 @@ class PagedCountTests(PagedTests, CountTests):
         """Random rows and count packets over three layers on the small pool (random tile
         sizes; pages handed back between layers), back-pressure, idle lanes, early EOS,
         credit delay; ``seeds`` consecutive seeds from ``seed``."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + k
-            cocotb.log.info(f"test_random_paged_counts seed {seed}")
-            await self.random_paged_layers(dut, seed, layers=3, errors=False, feeder=self.count_feeder)
+        await _each_seed(self, "test_random_paged_counts", self.random_paged_layers, dut,
+                         layers=3, errors=False, feeder=self.count_feeder)
 
     @hub_test(ms=400, random=True)
     async def test_random_paged_counts_with_errors(self, dut):
         """As test_random_paged_counts, with v1's bad input mixed in."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + 500 + k
-            cocotb.log.info(f"test_random_paged_counts_with_errors seed {seed}")
-            await self.random_paged_layers(dut, seed, layers=3, errors=True, feeder=self.count_feeder)
+        await _each_seed(self, "test_random_paged_counts_with_errors", self.random_paged_layers, dut,
+                         layers=3, errors=True, feeder=self.count_feeder)
 
 
 
@@ -375,18 +381,13 @@ class MulticastCountTests(MulticastTests, CountTests):
     async def test_random_multicast_counts(self, dut):
         """Random multicast rows with count packets; ``seeds`` consecutive seeds
         from ``seed``."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + k
-            cocotb.log.info(f"test_random_multicast_counts seed {seed}")
-            await self.random_mc_count_layer(dut, seed, errors=False)
+        await _each_seed(self, "test_random_multicast_counts", self.random_mc_count_layer, dut, errors=False)
 
     @hub_test(ms=400, random=True)
     async def test_random_multicast_counts_with_errors(self, dut):
         """As test_random_multicast_counts, with count errors and v1's bad input."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + 500 + k
-            cocotb.log.info(f"test_random_multicast_counts_with_errors seed {seed}")
-            await self.random_mc_count_layer(dut, seed, errors=True)
+        await _each_seed(self, "test_random_multicast_counts_with_errors", self.random_mc_count_layer, dut,
+                         errors=True)
 
 
 
@@ -564,18 +565,14 @@ class MulticastPagedTests(MulticastTests):
     async def test_random_multicast_paged(self, dut):
         """Random multicast rows in pages over three layers; ``seeds``
         consecutive seeds from ``seed``."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + k
-            cocotb.log.info(f"test_random_multicast_paged seed {seed}")
-            await self.random_mc_paged_layers(dut, seed, layers=3, errors=False)
+        await _each_seed(self, "test_random_multicast_paged", self.random_mc_paged_layers, dut,
+                         layers=3, errors=False)
 
     @hub_test(ms=400, random=True)
     async def test_random_multicast_paged_with_errors(self, dut):
         """As test_random_multicast_paged, with v1's bad input mixed in."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + 500 + k
-            cocotb.log.info(f"test_random_multicast_paged_with_errors seed {seed}")
-            await self.random_mc_paged_layers(dut, seed, layers=3, errors=True)
+        await _each_seed(self, "test_random_multicast_paged_with_errors", self.random_mc_paged_layers, dut,
+                         layers=3, errors=True)
 
 
 
@@ -624,16 +621,12 @@ class MulticastPagedCountTests(MulticastPagedTests, CountTests):
     async def test_random_multicast_paged_counts(self, dut):
         """Random multicast rows with count packets in a paged arena over three layers, pages
         handed back between them; ``seeds`` consecutive seeds from ``seed``."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + k
-            cocotb.log.info(f"test_random_multicast_paged_counts seed {seed}")
-            await self.random_mc_paged_layers(dut, seed, layers=3, errors=False, feeder=self.count_feeder)
+        await _each_seed(self, "test_random_multicast_paged_counts", self.random_mc_paged_layers, dut,
+                         layers=3, errors=False, feeder=self.count_feeder)
 
     @hub_test(ms=400, random=True)
     async def test_random_multicast_paged_counts_with_errors(self, dut):
         """As test_random_multicast_paged_counts, with count errors and v1's bad input."""
-        for k in range(self.seeds):
-            seed = self.seed * 1000 + 500 + k
-            cocotb.log.info(f"test_random_multicast_paged_counts_with_errors seed {seed}")
-            await self.random_mc_paged_layers(dut, seed, layers=3, errors=True, feeder=self.count_feeder)
+        await _each_seed(self, "test_random_multicast_paged_counts_with_errors", self.random_mc_paged_layers, dut,
+                         layers=3, errors=True, feeder=self.count_feeder)
 
