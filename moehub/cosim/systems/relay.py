@@ -11,6 +11,9 @@ The mechanism is the reference model's (:mod:`moehub.spec.relay`), on the layer'
   straight to their GPU as protocol v2's multicast rows (``direct``). The ``dispatch``
   network carries both kinds (one flow per (source, first-hop GPU), each into that GPU's
   hub packet port, in token order) at the rate of the sender SMs, as :func:`.hub.schedule`.
+  A relay row's longer target list (``relay_targets`` entries with their BF16 gate
+  weights, :class:`~moehub.spec.formats.RelayFormats`) rides in the packet headers as
+  protocol v2's targets do: the same wire bytes per row (ASSUMPTION).
 * **What is forwarded.** The relay hub writes its own targets (a ``LocalRow``: its hub
   sees the relay row's arrival) and emits one ``ForwardRow`` per other destination GPU of
   its node, keeping the original source and token: a row of ``row_wire_hub`` bytes on the
@@ -44,7 +47,8 @@ The mechanism is the reference model's (:mod:`moehub.spec.relay`), on the layer'
   every middle one read and written (8 x hidden), the last read (4 x hidden, its sum then
   leaves), a single part passing straight through (0) -- the bytes of
   :func:`~moehub.spec.relay.reduce_hbm_bytes`. The accumulate datapath streams these
-  bytes at the GPU's achievable HBM bandwidth (:attr:`~..gpu.GpuModel.hbm`), one part
+  bytes at the GPU's achievable HBM bandwidth (:attr:`~..gpu.GpuModel.hbm`; ASSUMPTION:
+  the whole of it, not shared), one part
   after another in arrival order, so a sum is final when its last part has been
   accumulated; its one reduced row (BF16) then crosses the NIC to the owner
   (``combine_relay`` network, on the ``COMBINE_GRID_US`` grid). ASSUMPTION: the
@@ -52,6 +56,10 @@ The mechanism is the reference model's (:mod:`moehub.spec.relay`), on the layer'
   counted, ``extra['relay']['rmw_GB']``, and its time bounds that effect:
   ``rmw_us_max``); the partial rows enter the reduction at link rate (the hub's packet
   port, lanes x clock x chunk, is sized to absorb its link).
+
+:func:`.hub.relay_schedule` runs the dispatch's steps (:func:`routes`, :func:`first_hop`,
+the tag windows, :func:`forward`) with the hub's flow positions and arrival layout;
+:func:`combine_reduce` is the combine with ``reduce``.
 
 Single-node layers: the feature is refused (:class:`~moehub.spec.config.ConfigError`), as
 the contract refuses ``relay: true`` with fewer than two nodes: there is no NIC hop to
