@@ -6,8 +6,7 @@ test_mutate.py with its one-test kill suite (about a minute: one LocalCluster wo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -83,35 +82,89 @@ def test_identities_follow_the_rtl_and_the_suite(project, tmp_path):  # noqa: F8
     assert k != mutate_dask.mutant_key(kill.file, kill.source, rtl, suite2)
 
 
-def _emit_snippet(config, dest, tree):
-    """The snippet's RTLIL (top ``top``) from ``tree``, as the hub's would be."""
-    code = ("import sys\nfrom amaranth.back import rtlil\nfrom snip.snippet import Snippet\n"
-            "open(sys.argv[1], 'w').write(rtlil.convert(Snippet(), name='top', emit_src=False))\n")
-    subprocess.run([sys.executable, "-c", code, str(dest)], check=True,
-                   env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
-    return Path(dest).read_text()
+#: a stand-in for the hub package (``moehub.rtl.hub.MoEHub``, ``moehub.spec.config``):
+#: the proof builds it as it builds the hub, by config name
+FAKE_HUB = textwrap.dedent('''\
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
 
 
-def test_survivor_proven_equivalent_or_shown_different(project, tmp_path, monkeypatch):  # noqa: F811
-    """``a < 16`` -> ``a <= 16`` on a 4-bit ``a`` is proven equivalent by Yosys; ``a < 8`` ->
-    ``a <= 8`` is not equivalent, naming the output that differs; a mutant of code the
-    design does not elaborate is equivalent by identical RTLIL. The tree is restored."""
-    monkeypatch.setattr(mutate_dask, "_emit", _emit_snippet)
-    kill, equiv = _mutants(project)
-    job = {"campaign": mutate.Campaign, "snapshot": str(project), "out": str(tmp_path / "out"), "package": "snip",
-           "rtl_hash": "r" * 64, "suite_id": "s" * 64}
-    p = mutate_dask.prove_task(job, equiv, ["cfg"])
-    assert p["verdict"] == "equivalent", p
-    assert p["configs"][0]["proof"] == "induction"
-    q = mutate_dask.prove_task(job, kill, ["cfg"])
-    assert q["verdict"] == "not equivalent", q
-    assert any("small" in d for d in q["configs"][0]["differ"]), q
-    dead = mutate.Mutant("snippet-x", "snippet.py", 1, "test", "", "",
-                         SNIPPET.replace("class Snippet", "def unused():\n    return 1 + 2\n\n\nclass Snippet").encode())
-    r = mutate_dask.prove_task(job, dead, ["cfg"])
-    assert r["verdict"] == "equivalent" and r["configs"][0]["proof"] == "identical RTLIL"
+    class MoEHub(wiring.Component):
+        a: In(4)
+        small: Out(1)
+        valid: Out(1)
+        count: Out(4)
+
+        def __init__(self, cfg):
+            self.cfg = cfg
+            super().__init__()
+
+        def elaborate(self, platform):
+            from amaranth import Module
+            m = Module()
+            spare = 3
+            if self.cfg == "wide":
+                m.d.comb += self.small.eq(self.a < 12)
+            else:
+                m.d.comb += self.small.eq(self.a < 8)
+            m.d.comb += self.valid.eq(self.a < 16)
+            m.d.sync += self.count.eq(self.count + self.small)
+            return m
+    ''')
+
+
+@pytest.fixture
+def fake_hub(tmp_path):
+    root = tmp_path / "fake"
+    for d in ("moehub/rtl", "moehub/spec"):
+        (root / d).mkdir(parents=True)
+        (root / d / "__init__.py").write_text("")
+    (root / "moehub" / "__init__.py").write_text("")
+    (root / "moehub" / "spec" / "config.py").write_text("def load_hub_config(name):\n    return name\n")
+    (root / "moehub" / "rtl" / "hub.py").write_text(FAKE_HUB)
+    return root
+
+
+def _changed(line: int, old: str, new: str) -> mutate.Mutant:
+    text = FAKE_HUB.splitlines(keepends=True)
+    assert old in text[line - 1], (line, text[line - 1])
+    text[line - 1] = text[line - 1].replace(old, new)
+    return mutate.Mutant(f"hub-{line}", "rtl/hub.py", line, "test", old, new, "".join(text).encode())
+
+
+def test_emit_records_the_lines_that_ran(fake_hub, tmp_path):
+    """The RTLIL comes from the tree's package, and the lines of rtl/ that ran building
+    the config are recorded: the branch of another config is not among them, the class
+    body (run at import) is."""
+    lines = tmp_path / "lines.json"
+    text = mutate_dask._emit("narrow", tmp_path / "n.il", fake_hub, lines)
+    assert "module \\top" in text
+    ran = set(json.loads(lines.read_text())["rtl/hub.py"])
+    src = FAKE_HUB.splitlines()
+    at = lambda s: next(i for i, t in enumerate(src, 1) if s in t)   # noqa: E731
+    assert {at("a < 8"), at("a < 16"), at("spare = 3"), at("a: In(4)")} <= ran
+    assert at("a < 12") not in ran
+
+
+def test_survivor_proven_equivalent_or_shown_different(fake_hub, tmp_path):
+    """On config "narrow": ``a < 16`` -> ``a <= 16`` (4-bit ``a``) proven equivalent by
+    Yosys' induction; ``a < 8`` -> ``a <= 8`` not equivalent, naming the output; a dead
+    assignment that runs (``spare``) equivalent by identical RTLIL; a change in the branch
+    only config "wide" builds is *not elaborated*, not equivalent. The tree is restored."""
+    src = FAKE_HUB.splitlines()
+    at = lambda s: next(i for i, t in enumerate(src, 1) if s in t)   # noqa: E731
+    job = {"campaign": mutate.Campaign, "snapshot": str(fake_hub), "out": str(tmp_path / "out"),
+           "package": "moehub", "rtl_hash": "r" * 64, "suite_id": "s" * 64}
+    p = mutate_dask.prove_task(job, _changed(at("a < 16"), "a < 16", "a <= 16"), ["narrow"])
+    assert p["verdict"] == "equivalent" and p["configs"][0]["proof"] == "induction", p
+    q = mutate_dask.prove_task(job, _changed(at("a < 8"), "a < 8", "a <= 8"), ["narrow"])
+    assert q["verdict"] == "not equivalent" and any("small" in d for d in q["configs"][0]["differ"]), q
+    r = mutate_dask.prove_task(job, _changed(at("spare = 3"), "3", "4"), ["narrow"])
+    assert r["verdict"] == "equivalent" and r["configs"][0]["proof"] == "identical RTLIL", r
+    w = mutate_dask.prove_task(job, _changed(at("a < 12"), "a < 12", "a <= 12"), ["narrow"])
+    assert w["verdict"] == "not elaborated", w
     tree = Path(mutate_dask._worker_tree(job))
-    assert (tree / "snip" / "snippet.py").read_text() == SNIPPET
+    assert (tree / "moehub" / "rtl" / "hub.py").read_text() == FAKE_HUB
 
 
 def test_report_per_file_per_operator_and_projection(tmp_path):

@@ -2,7 +2,7 @@
 source and report which mutants the fast set's RTL tests kill.
 
     python -m moehub.verif.mutate --list [--files rtl/allocator.py ...]
-    python -m moehub.verif.mutate --sample 60 --seed 1          # or: moehub mutate ...
+    python -m moehub.verif.mutate --sample 60 --seed 1 [--workers 2]   # or: moehub mutate ...
     python -m moehub.verif.mutate --only allocator-007 [--only ...]
 
 **Operators** (:data:`OPERATORS`), applied to the parsed source (Python's ``ast``, never
@@ -72,10 +72,18 @@ unmutated build; identical Verilog would simulate identically.) Then:
    (default four times the unmutated suite's time, at least 300 s) is a **timeout**; else
    **survived**.
 
+**Where the mutants run**: on Dask (:mod:`moehub.verif.mutate_dask`, the cluster options
+of ``moehub explore``: a LocalCluster by default, ``--workers N``; ``--scheduler``;
+``--cluster slurm|pbs``), each result cached by content under ``<build>/mutation/cache/``
+so that a rerun skips the mutants already run and an interrupted run resumes; survivors
+are then proven equivalent on ``tiny`` (``--equiv-config``) by Yosys or shown different.
+
 The report goes to ``<build>/mutation/report.md`` and ``report.json``: per mutant the id,
-file:line, operator, original -> mutant, result, killing test and seconds, and the
-mutation score killed / (killed + survived), where a timeout (a hang) counts as killed
-and is listed apart; stillborn mutants are not scored. ``--sample N --seed S`` draws N
+file:line, operator, original -> mutant, result, killing test or proof and seconds; the
+counts and the mutation score killed / (killed + survived) per file and per operator,
+where a timeout (a hang) counts as killed and is listed apart, and stillborn, proven
+equivalent and failed (error) mutants are not scored; and the projected time of the whole
+set on N workers (mutants x mean time / N). ``--sample N --seed S`` draws N
 mutants over the files (at least one per file, the rest in proportion to the file's
 weight, :data:`WEIGHTS`, times the square root of its mutant count: the packet manager,
 allocator and tracker first).

@@ -67,6 +67,8 @@ from ..cluster import Cache
 
 #: configs whose hub a survivor is proven equivalent on (the kill suite's config)
 EQUIV_CONFIGS = ("tiny",)
+#: the proof's method: a cached proof of another method is done again
+PROOF_METHOD = "rtlil-identity-where-run+equiv.prove"
 #: worker counts the report projects the whole set's time for
 PROJECT_WORKERS = (2, 16, 64, 256)
 #: folders and files the suite's identity leaves out: prose, synthesis records, the tool
@@ -174,21 +176,72 @@ def run_task(job: dict, mutant) -> dict:
     return out
 
 
-def _emit(config: str, dest: Path, tree: Path) -> str:
-    """RTLIL of ``MoEHub(config)`` from ``tree`` into ``dest`` (written whole, renamed)."""
-    from ..synth.equiv import emit_rtlil
+#: RTLIL of one hub config from the package on ``PYTHONPATH`` and, with a third argument,
+#: the lines of ``rtl/`` that ran while building it (module bodies included: the tracer
+#: is set before the hub's modules are imported)
+_EMIT_TRACED = """
+import json, os, sys
+config, path = sys.argv[1:3]
+lines_path = sys.argv[3] if len(sys.argv) > 3 else None
+import moehub
+rtl = os.path.join(os.path.dirname(moehub.__file__), "rtl") + os.sep
+seen = {}
+
+def tracer(frame, event, arg):
+    name = frame.f_code.co_filename
+    if not name.startswith(rtl):
+        return None
+    lines = seen.setdefault(name[len(rtl):], set())
+    lines.add(frame.f_lineno)
+
+    def local(frame, event, arg):
+        if event == "line":
+            lines.add(frame.f_lineno)
+        return local
+    return local
+
+if lines_path:
+    sys.settrace(tracer)
+from amaranth.back import rtlil
+from moehub.spec.config import load_hub_config
+from moehub.rtl.hub import MoEHub
+text = rtlil.convert(MoEHub(load_hub_config(config)), name="top", emit_src=False)
+sys.settrace(None)
+with open(path, "w") as f:
+    f.write(text)
+if lines_path:
+    with open(lines_path, "w") as f:
+        json.dump({"rtl/" + k: sorted(v) for k, v in seen.items()}, f)
+print(moehub.__file__)
+"""
+
+
+def _emit(config: str, dest: Path, tree: Path, lines: Optional[Path] = None) -> str:
+    """RTLIL of ``MoEHub(config)`` from ``tree``'s package into ``dest`` (written whole,
+    renamed), and with ``lines`` the executed lines of ``rtl/`` as JSON there."""
+    dest = Path(dest).absolute()
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    emit_rtlil(config, tmp, src=tree)
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).absolute()), "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-c", _EMIT_TRACED, config, str(tmp),
+                           *([str(lines)] if lines else [])], env=env, cwd=dest.parent,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"RTLIL of {config} from {tree} failed: {proc.stderr.strip()[-600:]}")
+    origin = Path(proc.stdout.strip().splitlines()[-1]).absolute()
+    if Path(tree).absolute() not in origin.parents:
+        raise RuntimeError(f"RTLIL of {config}: imported {origin}, not the copy in {tree}")
     os.replace(tmp, dest)
     return dest.read_text()
 
 
 def prove_task(job: dict, mutant, configs: Sequence[str]) -> dict:
     """Is the surviving ``mutant`` equivalent to the unmutated hub on every config?
-    Per config: identical RTLIL (equivalence by identity) or Yosys' proof
-    (:func:`moehub.synth.equiv.prove`). Returns {"verdict", "configs": [per config]}."""
+    Per config: identical RTLIL where the mutated line ran while the unmutated hub was
+    built (equivalence by identity: the changed code ran and made the same design), or
+    Yosys' proof (:func:`moehub.synth.equiv.prove`) where the RTLIL differs. Identical
+    RTLIL from a line that never ran is **not elaborated**: the config does not build that
+    code, which proves nothing about it. Returns {"verdict", "configs": [per config]}."""
     from ..synth.equiv import prove
-    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"          # (emit_rtlil passes os.environ on)
     tree = _worker_tree(job)
     gold_dir = Path(job["out"]) / "equiv" / f"gold-{job['rtl_hash'][:12]}-{job['suite_id'][:12]}"
     gold_dir.mkdir(parents=True, exist_ok=True)
@@ -197,10 +250,13 @@ def prove_task(job: dict, mutant, configs: Sequence[str]) -> dict:
     work.mkdir(parents=True)
     path = tree / job["package"] / mutant.file
     original = path.read_bytes()
-    gold, gate, rows = {}, {}, []
+    gold, ran, gate, rows = {}, {}, {}, []
     for c in configs:                     # the unmutated RTLIL first (once per RTL)
-        g = gold_dir / f"{c}.il"
-        gold[c] = g.read_text() if g.exists() else _emit(c, g, tree)
+        g, lines = gold_dir / f"{c}.il", gold_dir / f"{c}.lines.json"
+        if not (g.exists() and lines.exists()):
+            _emit(c, g, tree, lines)
+        gold[c] = g.read_text()
+        ran[c] = set(json.loads(lines.read_text()).get(mutant.file, ()))
     try:
         path.write_bytes(mutant.source)
         for c in configs:
@@ -218,8 +274,11 @@ def prove_task(job: dict, mutant, configs: Sequence[str]) -> dict:
             continue
         t0 = time.monotonic()
         if gate[c] == gold[c]:
-            rows.append({"config": c, "verdict": "equivalent", "proof": "identical RTLIL",
-                         "seconds": 0.0})
+            if mutant.line in ran[c]:
+                rows.append({"config": c, "verdict": "equivalent", "proof": "identical RTLIL", "seconds": 0.0})
+            else:
+                rows.append({"config": c, "verdict": "not elaborated", "seconds": 0.0,
+                             "proof": f"line {mutant.line} does not run when {c} is built"})
             continue
         res = prove(gold_dir / f"{c}.il", work / f"{c}.gate.il", work / c, config=c)
         rows.append({"config": c, "verdict": res.verdict, "proof": res.proof,
@@ -227,10 +286,11 @@ def prove_task(job: dict, mutant, configs: Sequence[str]) -> dict:
                      "notes": res.notes[:4], "seconds": round(time.monotonic() - t0, 1)})
     verdicts = {r["verdict"] for r in rows}
     verdict = ("equivalent" if verdicts == {"equivalent"} else
-               "not equivalent" if "not equivalent" in verdicts else "not proved")
+               "not equivalent" if "not equivalent" in verdicts else
+               "not elaborated" if verdicts == {"not elaborated"} else "not proved")
     if verdict == "equivalent":
         shutil.rmtree(work, ignore_errors=True)          # (the proof's files are large)
-    return {"verdict": verdict, "configs": rows, "host": platform.node()}
+    return {"verdict": verdict, "configs": rows, "host": platform.node(), "method": PROOF_METHOD}
 
 
 # ------------------------------------------------------------------------ client side
@@ -303,8 +363,9 @@ def run_campaign(mutants: Sequence, *, root: Path, out: Path, suite: Sequence[st
         res = r["metrics"]
         if res["result"] == "timeout" and timeout and res.get("timeout_s", 0) < timeout:
             return None                   # (a longer limit may end differently)
-        if prove_configs and res["result"] in ("survived", "equivalent") and \
-                res.get("proof_configs") != list(prove_configs):
+        if prove_configs and res["result"] in ("survived", "equivalent") and (
+                res.get("proof_configs") != list(prove_configs)
+                or (res.get("proof") or {}).get("method") != PROOF_METHOD):
             res = {**res, "result": "survived", "proof": None}   # proven on other configs: again
         return {**res, "cached": True}
 
