@@ -197,6 +197,53 @@ def test_broken_tracker_fails(plant, depth, invariants):
     _fails(run_harness(f"broken-tracker-{plant}", h, "bmc", depth), *PLANTS[plant].fails)
 
 
+POOL_PLANTS = [("double-return-accepted", 6), ("take-keeps-fifo-head", 8), ("last-fresh-page-lost", 9),
+               ("free-misses-fifo", 7)]
+
+
+def _pool(plant=None, pages=8, invariants=False):
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.page_pool import PagePoolHarness
+    return PagePoolHarness(formal_config("tiny").replace(pool_pages=pages), invariants=invariants, plant=plant)
+
+
+def test_page_pool_plant_fails():
+    """(page pool, 8 pages) A take from the FIFO that leaves the page at its head: the
+    page, in use, is handed out again (step 7) -- the properties alone, from reset."""
+    from moehub.verif.formal.page_pool import PLANTS
+    r = run_harness("pool-take-keeps-fifo-head", _pool("take-keeps-fifo-head"), "bmc", 8)
+    _fails(r, *PLANTS["take-keeps-fifo-head"].fails)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant,depth", POOL_PLANTS, ids=[x[0] for x in POOL_PLANTS])
+def test_page_pool_plants_fail(plant, depth):
+    """(page pool, 8 pages) Each planted bug fails a BMC from reset on the property named
+    in ``page_pool.PLANTS`` (the steps measured: 5, 7, 8, 6): a second return accepted,
+    a page handed out twice, the last fresh page never offered (none lost), POOL_FREE
+    without the FIFO."""
+    from moehub.verif.formal.page_pool import PLANTS
+    _fails(run_harness(f"pool-{plant}", _pool(plant), "bmc", depth), *PLANTS[plant].fails)
+
+
+@pytest.mark.slow
+def test_page_pool_induction_needs_invariants():
+    """(page pool, 4 pages) k-induction at k=1: proven with the invariants; without them
+    not (UNKNOWN: a state no run reaches breaks ``avail``); with the double return planted
+    not either (the invariant that a good return in W is of a page in use fails)."""
+    assert run_harness("pool-4-prove", _pool(pages=4, invariants=True), "prove", 1).status == "PASS"
+    r = run_harness("pool-4-prove-bare", _pool(pages=4), "prove", 1)
+    assert r.status == "UNKNOWN", r.status
+    r = run_harness("pool-4-prove-planted", _pool("double-return-accepted", pages=4, invariants=True), "prove", 1)
+    assert r.status in ("FAIL", "UNKNOWN") and any("W of a page not in use" in f for f in r.failed), r.failed
+
+
+def test_page_pool_refuses_sizes():
+    """The harness names the key and value it cannot take."""
+    with pytest.raises(ValueError, match="pool_pages = 1"):
+        _pool(pages=1)
+
+
 def test_memory_words_are_the_memory():
     """``common.memory_words``: the harness's signals are the memory's words. A memory
     written at one address a cycle: each word equals a harness register tracking the

@@ -198,9 +198,16 @@ def _sets() -> list[PropertySet]:
                     note="protocol v2: as page-gate with alloc-small's 4 lanes (4 takes a cycle, an expert "
                          "starting two tiles in one cycle, three lanes behind a refusal)"),
         PropertySet("page-pool", "page pool", "tiny, 8 pages", _page_pool(8),
-                    {"bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
-                    note="protocol v2: hand out, return (3 cycles to the verdict), hand out again "
-                         "(~8 cycles); k-induction would need the FIFO's contents as invariants"),
+                    {"prove": 1, "bmc": 16, "cover": 20}, smoke={"bmc": 10, "cover": 16},
+                    note="protocol v2: a page handed out at most once until returned, a returned-twice "
+                         "page refused, none lost (avail exact, POOL_FREE); k-induction closes at k=1 "
+                         "with the FIFO's invariants (page_pool.py: its words as flops, every page exactly "
+                         "one of in use, in the FIFO once, never handed out; pointers and level); the "
+                         "cover: hand out, return (3 cycles to the verdict), hand out again (~8 cycles)"),
+        PropertySet("page-pool-5", "page pool", "tiny, 5 pages", _page_pool(5),
+                    {"prove": 1}, smoke={"prove": 1},
+                    note="protocol v2: as page-pool with a pool that is not a power of two (a 3-bit page "
+                         "number 5-7 written to PAGE_FREE is out of range) and a FIFO memory of 4 words"),
         PropertySet("page-supply", "page supply (pool and ring)", "tiny, 4 pages (4 takes a cycle)",
                     _page_supply(4), {"prove": 3, "bmc": 12, "cover": 14}, smoke={"prove": 3},
                     note="protocol v2: a page handed out at most once until returned, a returned-twice "
