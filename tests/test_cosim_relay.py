@@ -9,6 +9,8 @@ import pytest
 
 from cosim_helpers import layer
 from moehub.cosim.causality import check
+from moehub.cosim.layer import Layer
+from moehub.cosim.workload import make_routing
 from moehub.cosim.hub_stage import WRITE_DELAY
 from moehub.cosim.systems import MAX_PASSES, TOL_REL, TOL_US, run_system
 from moehub.cosim.systems import common as C
@@ -228,3 +230,23 @@ def test_cosim_command_refuses_bad_v3_features_up_front(tmp_path, capsys, value,
     err = capsys.readouterr().err
     assert "--hub-features" in err and word in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_ablation_rows_match_deepep_per_node_dedup():
+    """The ablation script's rows on a two-node layer: the relay hub's NIC rows are DeepEP
+    normal mode's (one per (token, node)) both ways -- the dispatch bytes differ only by
+    the wire bytes per row (hub packets vs the software's puts), the reduced combine's
+    equal DeepEP's -- and the v2 hub sends more."""
+    from moehub.cosim.studies import relay as study
+    rows = {r["row"]: r for r in study.point("h100x16-ib", "deepseek-v3", 4, log=lambda _: None)}
+    assert list(rows) == [n for n, _, _ in study.ROWS]
+    s, m, w = study.load_configs("h100x16-ib", "deepseek-v3", "default", 4)
+    L = Layer(s, m, w, make_routing(m, w, s.gpus))
+    hub, red, dp = rows["hub v2 + relay"], rows["hub v2 + relay + reduce"], rows["DeepEP normal"]
+    assert hub["dispatch_nic_GB"] / dp["dispatch_nic_GB"] == pytest.approx(
+        L.row_wire_hub / L.row_wire_sw, rel=1e-9)
+    assert red["combine_nic_GB"] == pytest.approx(dp["combine_nic_GB"], rel=1e-9)
+    assert hub["combine_nic_GB"] > 1.5 * red["combine_nic_GB"]
+    assert rows["hub v2"]["dispatch_nic_GB"] > 1.5 * hub["dispatch_nic_GB"]
+    assert rows["hub v2"]["vs_hub_v2"] == 1.0 and dp["vs_deepep"] == 1.0
+    assert "| hub v2 + relay + reduce |" in study.table(list(rows.values()))
