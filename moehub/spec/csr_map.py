@@ -294,10 +294,6 @@ class RegisterMap:
 MAX_SOURCES = 255
 
 
-#: protocol v3's register arrays (one element per local rank of the node, per relay reason)
-RELAY_ARRAYS = ("FWD_ROWS", "RELAY_DROPS")
-
-
 def _counter(name: str, doc: str, count: int | None = None, width: int = 32) -> Register:
     """A read-only counter; given a ``count`` (per expert, source, reason or rank) an array
     of that many, even of one."""
