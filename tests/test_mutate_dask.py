@@ -6,6 +6,7 @@ test_mutate.py with its one-test kill suite (about a minute: one LocalCluster wo
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -197,7 +198,31 @@ def test_report_per_file_per_operator_and_projection(tmp_path):
     (["--cluster-opt", "queue=x"], "--cluster-opt"),
     (["--scheduler", "localhost:8786"], "--scheduler"),
     (["--timeout", "-1"], "--timeout"),
+    (["--ref", "nonesuch"], "--ref 'nonesuch'"),
 ])
 def test_bad_options_exit_2(argv, says, capsys, tmp_path):
     assert mutate.main(["--only", "allocator-000", "--out", str(tmp_path), *argv]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_snapshot_of_a_git_revision(project, tmp_path):  # noqa: F811
+    """``--ref``: the snapshot holds the revision's files, not the working tree's edits or
+    untracked files, so its identities do not move while the checkout changes; the working
+    tree's snapshot holds the edits."""
+    git = lambda *a: subprocess.run(["git", "-C", str(project), *a], check=True,  # noqa: E731
+                                    capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    commit = git("rev-parse", "HEAD")
+    (project / "snip" / "snippet.py").write_text(SNIPPET.replace("a < 8", "a < 9"))
+    (project / "extra.py").write_text("x = 1\n")
+    at_ref = mutate.Campaign.snapshot(project, tmp_path / "ref", commit)
+    assert (at_ref / "snip" / "snippet.py").read_text() == SNIPPET and not (at_ref / "extra.py").exists()
+    work = mutate.Campaign.snapshot(project, tmp_path / "work")
+    assert "a < 9" in (work / "snip" / "snippet.py").read_text() and (work / "extra.py").exists()
+    ident = lambda t: mutate_dask.identities(t, "snip", ["test_snippet.py"], {})  # noqa: E731
+    assert ident(at_ref) == ident(mutate.Campaign.snapshot(project, tmp_path / "ref2", "HEAD"))
+    assert ident(at_ref)[0] != ident(work)[0]
+    with pytest.raises(ValueError, match="'nonesuch'"):
+        mutate.resolve_ref(project, "nonesuch")

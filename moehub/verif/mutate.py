@@ -591,6 +591,31 @@ def make_tree(root: Path, dest: Path) -> Path:
     return tree
 
 
+def resolve_ref(root: Path, ref: str) -> str:
+    """The full commit name of ``ref`` in the checkout ``root``; ValueError naming it when
+    git does not know it (or ``root`` is no git checkout)."""
+    p = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise ValueError(f"--ref {ref!r}: not a commit of the git checkout {root}")
+    return p.stdout.strip()
+
+
+def export_ref(root: Path, ref: str, dest: Path) -> Path:
+    """The files of commit ``ref`` of the checkout ``root`` in ``dest`` (``git archive``):
+    a snapshot that does not move while others edit or commit in the checkout, so the
+    cache's identities stay the same from one run to the next."""
+    commit = resolve_ref(root, ref)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "-C", str(root), "archive", commit], stdout=subprocess.PIPE)
+    tar = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, capture_output=True)
+    archive.stdout.close()
+    if archive.wait() != 0 or tar.returncode != 0:
+        raise RuntimeError(f"git archive {commit} | tar -x failed: {tar.stderr.decode(errors='replace')}")
+    return dest
+
+
 def _run(cmd, cwd: Path, env: dict, timeout: float, log) -> tuple[Optional[int], str]:
     """Run ``cmd`` in its own process group; on timeout the group is killed. Returns
     (exit code or None on timeout, output)."""
@@ -656,9 +681,10 @@ class Campaign:
 
     # -- for the Dask engine (moehub.verif.mutate_dask), which gets this class, not this module
     @staticmethod
-    def snapshot(root: Path, dest: Path) -> Path:
-        """The copy of ``root`` every worker's tree is copied from (:func:`make_tree`)."""
-        return make_tree(root, dest)
+    def snapshot(root: Path, dest: Path, ref: Optional[str] = None) -> Path:
+        """The copy of ``root`` every worker's tree is copied from: its working tree
+        (:func:`make_tree`), or with ``ref`` that git revision (:func:`export_ref`)."""
+        return export_ref(root, ref, dest) if ref else make_tree(root, dest)
 
     @staticmethod
     def baseline_mutant() -> Mutant:
@@ -914,6 +940,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"prove survivors equivalent on this hub config (repeatable; default "
                         f"{', '.join(EQUIV_CONFIGS)})")
     p.add_argument("--no-prove", action="store_true", help="leave survivors unproven")
+    p.add_argument("--ref", default=None, metavar="REV",
+                   help="test this git revision's files instead of the working tree's (a snapshot "
+                        "that does not move while the checkout changes; the mutants are still "
+                        "enumerated from the working tree's rtl/ unless it matches)")
     c = p.add_argument_group("where the mutants run (Dask, as moehub explore)")
     c.add_argument("--workers", "--jobs", type=int, default=None, dest="workers",
                    help="local worker processes (default: one per core, at most one per mutant); "
@@ -936,10 +966,18 @@ def run_command(args) -> int:
     from ..paths import build_root
     from .. import cluster as clusters
     from . import mutate_dask
-    files = args.files or rtl_files(REPO)
-    bad = [f for f in files if not (REPO / f).is_file()]
+    ref, src = None, REPO        # (src: the package the mutants are made from)
+    if args.ref:
+        try:
+            ref = resolve_ref(CHECKOUT, args.ref)
+        except ValueError as e:
+            print(f"mutate: {e}", file=sys.stderr)
+            return 2
+        src = export_ref(CHECKOUT, ref, Path(tempfile.mkdtemp(prefix="moehub-mutate-ref-"))) / "moehub"
+    files = args.files or rtl_files(src)
+    bad = [f for f in files if not (src / f).is_file()]
     if bad:
-        print(f"mutate: --files: {', '.join(bad)}: no such file under {REPO}", file=sys.stderr)
+        print(f"mutate: --files: {', '.join(bad)}: no such file under {src}", file=sys.stderr)
         return 2
     for name, value in (("--workers", args.workers), ("--sample", args.sample)):
         if value is not None and value < 1:
@@ -954,7 +992,9 @@ def run_command(args) -> int:
     except UsageError as e:
         print(f"mutate: {e}", file=sys.stderr)
         return 2
-    all_mutants = enumerate_mutants(files, REPO)
+    all_mutants = enumerate_mutants(files, src)
+    if ref:
+        shutil.rmtree(src.parent, ignore_errors=True)
     mutants = all_mutants
     seed = None
     if args.only:
@@ -974,7 +1014,7 @@ def run_command(args) -> int:
         print(f"{len(mutants)} mutants", file=sys.stderr)
         return 0
     out = Path(args.out) if args.out else build_root() / "mutation"
-    before = {f: hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files}
+    before = {f: hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files if (REPO / f).is_file()}
     suite = list(args.tests or KILL_SUITE)
     configs = [] if args.no_prove else list(args.equiv_config or mutate_dask.EQUIV_CONFIGS)
     t0 = time.monotonic()
@@ -988,15 +1028,16 @@ def run_command(args) -> int:
                 "files": len({m.file for m in done}), "seed": seed, "sample": args.sample,
                 "baseline_s": base.get("seconds"), "timeout_s": round(state.get("timeout") or 0),
                 "wall_s": round(time.monotonic() - t0), "cluster": args.scheduler or args.cluster,
-                "workers": args.workers, "equiv_configs": " ".join(configs) or "none",
+                "workers": args.workers, "ref": ref or "working tree", "equiv_configs": " ".join(configs) or "none",
                 "suite": " ".join(suite)}
-        return write_report(out, done, res, meta, full_set=len(all_mutants) if files == rtl_files(REPO) else None)
+        return write_report(out, done, res, meta, full_set=len(all_mutants) if not args.files else None)
 
     try:
         outcome = mutate_dask.run_campaign(
             mutants, root=CHECKOUT, out=out, suite=suite, elaborate=ELABORATE,
             netlist_tests=TINY_NETLIST_TESTS, shared=testbench_files(REPO), package="moehub",
-            markers=KILL_MARKERS, env=SUITE_ENV, campaign=Campaign, timeout=args.timeout, scheduler=args.scheduler,
+            markers=KILL_MARKERS, env=SUITE_ENV, campaign=Campaign, ref=ref, timeout=args.timeout,
+            scheduler=args.scheduler,
             cluster=args.cluster, workers=args.workers, cluster_options=options,
             use_cache=not args.no_cache, prove_configs=configs, on_result=report)
     except UsageError as e:
@@ -1015,10 +1056,10 @@ def run_command(args) -> int:
     print(f"report: {md}\n        {js}")
     for mid, err in outcome.errors:
         print(f"mutate: {mid} failed: {err}", file=sys.stderr)
-    after = {f: hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files}
+    after = {f: hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files if (REPO / f).is_file()}
     if after != before:     # (the tool writes only in its copies: this would be a bug, or an edit)
         print(f"mutate: WARNING: changed in the checkout during the run: "
-              f"{', '.join(f for f in files if after[f] != before[f])}", file=sys.stderr)
+              f"{', '.join(f for f in files if after.get(f) != before.get(f))}", file=sys.stderr)
         return 1
     return 1 if outcome.errors else 0
 

@@ -327,20 +327,22 @@ def run_campaign(mutants: Sequence, *, root: Path, out: Path, suite: Sequence[st
                  workers: Optional[int] = None, cluster_options: Optional[dict] = None,
                  use_cache: bool = True, prove_configs: Sequence[str] = EQUIV_CONFIGS,
                  on_result: Optional[Callable[[dict], None]] = None,
-                 echo: Callable[[str], None] = progress.info, campaign=None) -> Outcome:
+                 echo: Callable[[str], None] = progress.info, campaign=None,
+                 ref: Optional[str] = None) -> Outcome:
     """Run ``mutants`` of the checkout ``root`` on Dask (see the module doc); results land
     in the cache as they arrive, ``on_result(results so far)`` after each (a partial
     report). ``prove_configs`` empty: survivors are not proven. ``campaign``: the class
     that runs one mutant's steps (:class:`moehub.verif.mutate.Campaign`, given rather than
     imported: that module's command imports this one); it also makes the snapshot
-    (``snapshot(root, dest)``) and the baseline's mutant (``baseline_mutant()``)."""
+    (``snapshot(root, dest, ref)``: ``ref`` a git revision, else the working tree) and the
+    baseline's mutant (``baseline_mutant()``)."""
     if campaign is None:
         raise TypeError("run_campaign: campaign (moehub.verif.mutate.Campaign) is required")
     clusters.check(scheduler, cluster, cluster_options or {})
     out = Path(out).absolute()
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    snapshot = campaign.snapshot(Path(root), out / "tree")
+    snapshot = campaign.snapshot(Path(root), out / "tree", ref)
     settings = {"markers": markers, "env": env, "elaborate": elaborate,
                 "netlist_tests": sorted(netlist_tests), "shared": sorted(shared), "package": package}
     rtl_hash, suite_id = identities(snapshot, package, suite, settings)
