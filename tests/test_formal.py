@@ -293,10 +293,35 @@ def test_broken_packet_manager_fails():
     _fails(r, "dropped packet writes")
 
 
+@pytest.mark.slow
+def test_packet_manager_queues_plant_fails():
+    """(packet manager, the queues alone) The event reservations counting half of an
+    accepted group's packets: the reservations' invariant fails in the base case of the
+    k-induction (a reachable state, step 3), so the proof of "the queues never overflow"
+    rests on the real accounting. (The overflow itself needs the 16-entry queue filled: a
+    BMC of 16 from reset does not reach it.)"""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.packet_manager import PLANTS, PacketManagerHarness
+    h = PacketManagerHarness(formal_config("tiny/pm-small"), only="queues", plant="events-half-reserved")
+    _fails(run_harness("pm-queues-planted", h, "prove", 4), *PLANTS["events-half-reserved"].fails)
+
+
+def test_packet_manager_harness_refuses():
+    """An unknown property group or plant is named with its key and value."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.packet_manager import PacketManagerHarness
+    cfg = formal_config("tiny/pm-small")
+    with pytest.raises(ValueError, match="only = 'credits'"):
+        PacketManagerHarness(cfg, only="credits")
+    with pytest.raises(ValueError, match="plant = 'nonesuch'"):
+        PacketManagerHarness(cfg, plant="nonesuch")
+
+
 def test_chunk_table_open_split_fails(monkeypatch):
     """A chunk table whose lane 1 misses the write-back of the group two ahead: two lanes
     on one row read entries that disagree on ``open`` (the invariant T's row-full relies
-    on, 8a31299)."""
+    on since T forms each lane's row-full for an open and a closed row and chooses by the
+    lane's own entry)."""
     import moehub.rtl.packet_manager as pm_mod
     from moehub.verif.formal.common import formal_config
     from moehub.verif.formal.packet_manager import PacketManagerHarness

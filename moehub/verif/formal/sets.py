@@ -60,9 +60,9 @@ def _tracker(cfg_name, **changes):
     return lambda: TrackerHarness(formal_config(cfg_name).replace(**changes))
 
 
-def _pm(cfg_name, **changes):
+def _pm(cfg_name, only=None, **changes):
     from .packet_manager import PacketManagerHarness
-    return lambda: PacketManagerHarness(formal_config(cfg_name).replace(**changes))
+    return lambda: PacketManagerHarness(formal_config(cfg_name).replace(**changes), only=only)
 
 
 def _page_pool(pages):
@@ -221,6 +221,19 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
                     note="START (3), the 5 stages to B, the credit, the write (6)"),
+        PropertySet("packet-manager-queues", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "queues"),
+                    {"prove": 4}, smoke={"prove": 4},
+                    note="the queues never overflow, alone (no other property asserted or assumed): "
+                         "k-induction closes at k=4 with the reservations' invariants (packet_manager.py: "
+                         "avail + the pop counted late + level + packets after A = depth, n_acc = packets "
+                         "in A, B's returned reservations)"),
+        PropertySet("packet-manager-queues-paged", "packet manager", "tiny/pm-small, 8 pages",
+                    _pm("tiny/pm-small", "queues", pool_pages=8), {"prove": 4},
+                    note="protocol v2: as packet-manager-queues in paged mode, the page gate free"),
+        PropertySet("packet-manager-queues-counts", "packet manager", "tiny/pm-small, count packets",
+                    _pm("tiny/pm-small", "queues", count_packets=True), {"prove": 6},
+                    note="protocol v2: as packet-manager-queues with count packets (closes at k=6, not 4: "
+                         "a count packet's event from AL's lanes with no packet takes two more steps to rule out)"),
         PropertySet("packet-manager-paged", "packet manager", "tiny/pm-small, 8 pages",
                     _pm("tiny/pm-small", pool_pages=8), {"bmc": 16}, smoke={"bmc": 6},
                     note="protocol v2: the properties above with pages (a row placed in its page), "
