@@ -3,11 +3,12 @@ configs -- the shipped protocol-v1 configs and the protocol-v2 feature hubs of
 tests/data/ -- each running the cocotb tests its features collect (moehub.verif.tb.registry).
 
 Fast set: every test of the protocol-v1 rules once on tiny, on Verilator (on Icarus, the
-reference, where Verilator is missing); on each feature hub, on Icarus, the directed tests
-written for its feature set (the quick netlist: short tests, whose generation it saves
-more than its simulation costs) -- but the three features together, slow set only. Slow
-set: every config on both simulators, the constrained-random tests over many seeds, the
-coverage runs, and the page ring's other shapes.
+reference, where Verilator is missing); on two feature hubs that together hold every
+protocol-v2 feature (FAST_DIRECTED), on Icarus, the directed tests written for their
+feature sets (the quick netlist: short tests, whose generation it saves more than its
+simulation costs). Slow set: every config on both simulators, the other feature hubs'
+directed tests, the constrained-random tests over many seeds, the coverage runs, and the
+page ring's other shapes.
 """
 import shutil
 from dataclasses import dataclass
@@ -89,7 +90,13 @@ class Directed:
                             id=self.config + ("" if self.tests is None else "-some"))
 
 
-DIRECTED = [Directed(c, slow=c == "tiny-multicast-paged-counts") for c in FEATURE_HUBS] + [
+#: the feature hubs whose directed tests run in the fast set: together every protocol-v2
+#: feature (the count unit; paging and multicast in one hub) through a whole hub; the other
+#: combinations (their directed tests here, their random tests over many seeds below) are
+#: the slow set's -- each feature's units have their own fast tests
+#: (tests/test_rtl_v2_units.py, tests/test_rtl_multicast_units.py)
+FAST_DIRECTED = ("tiny-counts", "tiny-multicast-paged")
+DIRECTED = [Directed(c, slow=c not in FAST_DIRECTED) for c in FEATURE_HUBS] + [
     # the page ring in banked memories (rtl/paging/ring.py), read a cycle ahead, on a pool
     # of 36 pages: the paged tests that take any pool (the others script a 6-page pool's
     # exhaustion)

@@ -56,3 +56,24 @@ def test_convert_regenerates_only_when_the_sources_or_config_change(tmp_path, mo
     (src / "rtl" / "counts" / "gate.py").write_text("z = 1\n")   # a sub-package's file: rebuilt
     gen.convert(dataclasses.replace(cfg, timeout_cycles=5), out_dir=out)
     assert len(calls) == 6
+
+
+def test_the_test_sessions_yosys_cache_is_keyed_by_rtlil_and_passes(tmp_path):
+    """The test session's Yosys cache (tests/conftest.py) answers a repeated conversion from
+    its file without running Yosys, and runs it again for other RTLIL or other passes (a
+    key without the passes would hand the quick netlist to a run that wants the optimised
+    one)."""
+    from conftest import yosys_cache
+    runs = []
+
+    def fake_yosys(il, passes):
+        runs.append((il, passes))
+        return f"// {len(runs)} {il} {' '.join(passes)}\n"
+    cached = yosys_cache(fake_yosys, tmp_path / "cache")
+    a = cached("module a", gen.SIM_PASSES)
+    assert cached("module a", gen.SIM_PASSES) == a and len(runs) == 1
+    assert cached("module a", gen.QUICK_PASSES) != a and len(runs) == 2
+    assert cached("module b", gen.SIM_PASSES) != a and len(runs) == 3
+    again = yosys_cache(fake_yosys, tmp_path / "cache")      # another worker, same folder
+    assert again("module a") == a and len(runs) == 3
+    assert not list((tmp_path / "cache").glob("*.tmp*"))

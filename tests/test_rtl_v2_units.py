@@ -78,12 +78,22 @@ def test_page_pool_hands_out_and_takes_back_pages_as_the_model(pages, seed):
 RETURN_CYCLES = 4
 
 
-@pytest.mark.parametrize("pages, seed", [(1, 0), (3, 1), (6, 2), (8, 3), (13, 4), (16, 5), (7, 6), (11, 7),
+def _slow(*values):
+    """A parametrization in the slow set only."""
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
+#: the fast set keeps one pool of each shape: a single page, small pools of the plain ring,
+#: the banked ring at a pool that is no power of two, one expert's 2-entry window; the
+#: other sizes and the banked one-expert pools (10-20 s each on the loaded 2-core machine)
+#: are the slow set's
+@pytest.mark.parametrize("pages, seed", [(1, 0), _slow(3, 1), (6, 2), _slow(8, 3), (13, 4), _slow(16, 5),
+                                         _slow(7, 6), _slow(11, 7),
                                          # (the banked ring, rtl/paging/ring.py: a pool of 32 or more)
-                                         (32, 8), (37, 9), (64, 10),
+                                         _slow(32, 8), (37, 9), _slow(64, 10),
                                          # (one expert of 4-row tiles on 4 lanes: 1 take a
                                          # cycle, a 2-entry window, banked from 32 pages)
-                                         (6, "one-11"), (37, "one-12"), (64, "one-13")])
+                                         (6, "one-11"), _slow(37, "one-12"), _slow(64, "one-13")])
 def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
     """Up to ``lanes`` takes a cycle, with returns of pages in use (and out of range) in the
     same cycles: the i-th take of a cycle gets the model's next page, ``avail`` says how
