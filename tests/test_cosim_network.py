@@ -146,6 +146,85 @@ def test_the_window_is_what_changes_the_curves():
     assert max(abs(c.end - e.end) for c, e in zip(coarse, exact)) > 1e-6
 
 
+def _wide_net(seed, window, door_frac):
+    """An 8 x 8 all-to-all through shared egress and ingress ports with many small
+    injections: every drain moves most flows' rates (what the swing door thins)."""
+    rng = np.random.default_rng(seed)
+    net = FluidNetwork([100 * GBps] * 16)
+    for s in range(8):
+        for d in range(8):
+            f = net.add_flow(s, 8 + d, 0.5)
+            for t in np.sort(rng.random(4) * 20):
+                net.inject(f, float(t), float(rng.integers(1, 60) * 1e3))
+    net.window_us, net.window_rel, net.door_frac = window, 0.0, door_frac
+    return net
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_thinned_curves_stay_within_their_time_tolerance(seed):
+    """The swing door drops most rate changes of a coalescing network, yet every byte's
+    time on a thinned curve is within door_frac x window of the curve that kept every
+    change (the same run otherwise), and the port check with that tolerance passes."""
+    from moehub.cosim.causality import port_violations
+    full_net, thin_net = _wide_net(seed, 0.2, -1.0), _wide_net(seed, 0.2, 0.25)
+    full, thin = full_net.run(), thin_net.run()
+    assert thin_net.stats["points"] < 0.75 * full_net.stats["points"]
+    assert thin_net.stats["rate_changes"] == full_net.stats["rate_changes"]
+    tau = thin_net.curve_tolerance_us(max(c.end for c in thin))
+    assert tau == pytest.approx(0.05)
+    worst = 0.0
+    for f, c in zip(full, thin):
+        assert c.b[-1] == pytest.approx(f.b[-1], rel=1e-12)
+        x = np.linspace(0.0, f.b[-1], 200)[1:-1]
+        # (a byte at a flat part's edge has two times; both curves keep the corners)
+        worst = max(worst, float(np.max(np.abs(c.depart(x) - f.depart(x)))))
+    assert 0 < worst <= tau * (1 + 1e-9)
+    assert port_violations("thin", "x", thin_net, thin) == []
+
+
+def test_the_port_check_catches_an_overbooked_thinned_port():
+    """The tolerance of a thinned network is a bound, not a pass: a curve sped up by
+    more than 2 tau's worth of bytes is reported."""
+    from moehub.cosim.causality import port_violations
+    net = _wide_net(0, 0.2, 0.25)
+    curves = list(net.run())
+    c = curves[3]
+    c.t = c.t[0] + (c.t - c.t[0]) * 0.7            # flow 3 sends 1/0.7 x faster
+    bad = port_violations("thin", "x", net, curves)
+    assert bad and "port 0 carries" in bad[0] and "allowed" in bad[0]
+
+
+def test_an_equal_network_in_another_order_reuses_the_run():
+    """RunMemo: a network whose flows are, as a set, those of one already run (flows added
+    in another order) takes its curves, re-indexed; a changed injection misses."""
+    from moehub.cosim.network import RunMemo
+    memo = RunMemo()
+
+    def build(order, extra=0.0):
+        rng = np.random.default_rng(7)
+        specs = [(s, 8 + d, float(rng.integers(1, 60) * 1e3), float(rng.random() * 5))
+                 for s in range(8) for d in range(8)]
+        net = FluidNetwork([100 * GBps] * 16)
+        net.run_memo = memo
+        net.window_us, net.window_rel = 0.05, 1e-3
+        for i in order:
+            p0, p1, b, t = specs[i]
+            net.inject(net.add_flow(p0, p1, 0.5), t, b + (extra if i == 5 else 0.0))
+        return net, specs
+    a, _ = build(range(64))
+    ca = a.run()
+    perm = np.random.default_rng(1).permutation(64)
+    b, _ = build(perm)
+    cb = b.run()
+    assert b.stats.get("reused") and memo.hits == 1
+    for j, i in enumerate(perm):
+        np.testing.assert_allclose(cb[j].t, ca[int(i)].t, rtol=0, atol=0)
+        np.testing.assert_allclose(cb[j].b, ca[int(i)].b, rtol=0, atol=0)
+    c, _ = build(perm, extra=1.0)
+    c.run()
+    assert not c.stats.get("reused") and memo.hits == 1
+
+
 def test_layers_run_exact_up_to_16_gpus_and_coalesce_above(monkeypatch):
     from moehub.spec.config import ConfigError
     from moehub.cosim import layer

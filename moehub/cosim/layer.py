@@ -22,7 +22,7 @@ from .config import ModelConfig, SystemConfig, WorkloadConfig, effective_row_byt
 from . import dedup
 from .components import Components
 from .gpu import GpuModel
-from .network import GBps, FluidNetwork, RateMemo, flow_wire_bytes
+from .network import GBps, FluidNetwork, RateMemo, RunMemo, flow_wire_bytes
 from .placement import needs_slots, redundant_slots
 from .workload import Routing
 
@@ -272,6 +272,7 @@ class Layer:
         net = FluidNetwork(self.ports())
         net.phase = phase
         net.memo = self.__dict__.setdefault("_rate_memo", RateMemo())
+        net.run_memo = self.__dict__.setdefault("_run_memo", RunMemo())
         net.window_us = self.network_window_us()
         net.window_rel = WINDOW_REL
         p0, p1 = self._paths()

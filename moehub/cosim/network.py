@@ -34,6 +34,10 @@ import numpy as np
 GBps = 1000.0  #: bytes per microsecond in one GB/s
 _min, _any_row = np.minimum.reduce, np.logical_or.reduce   # (no method wrappers: hot loops)
 _EPS_B = 1e-6  #: bytes treated as zero
+#: a coalescing network's curves stay within this fraction of a step window of the exact
+#: curve through every rate change (in time, at the flow's rate): a quarter keeps the
+#: thinning's error well inside the coalescing's own (up to a window per drain)
+DOOR_FRAC = 0.25
 
 
 @dataclass
@@ -103,7 +107,12 @@ class FluidNetwork:
         self.window_us = 0.0
         #: ... or than this fraction of the time (when ``window_us`` > 0)
         self.window_rel = 0.0
+        #: with a window, a flow's curve may leave out a rate change while it stays within
+        #: this fraction of the window's worth of the flow's rate (see
+        #: :func:`.network_kernels.simulate`)
+        self.door_frac = DOOR_FRAC
         self.memo: RateMemo | None = None   #: fair rates shared with like networks (reference engine)
+        self.run_memo: RunMemo | None = None  #: whole runs shared with equal networks (compiled)
         self.stats: dict = {}               #: of the last run: flows, events, rate changes
 
     def add_flow(self, p0: int, p1: int | None, latency_us: float, cap: float = np.inf,
@@ -270,7 +279,9 @@ class FluidNetwork:
 
     def run(self) -> Sequence:
         """Simulate until every injected byte has been sent; one curve per flow (a
-        sequence that builds a flow's :class:`FlowCurve` when it is read)."""
+        sequence that builds a flow's :class:`FlowCurve` when it is read). With a
+        :class:`RunMemo` (``run_memo``), a network whose flows equal, as a set, those of one
+        it already ran takes that run's result instead of simulating again."""
         if self.engine == "reference":
             return self.run_reference()
         from . import network_kernels as K
@@ -278,15 +289,55 @@ class FluidNetwork:
         if F == 0:
             return []
         self._prepare()
-        static_cap = self._static_cap
         ev = self._event_arrays()
-        state = K.scratch(F, len(self.caps))
-        rec_t, rec_f, rec_b, t_end, sent, steps = K.simulate(
-            *ev, self._ports, self.caps, self._tol, self.NONE, static_cap, state,
-            float(self.window_us), float(self.window_rel) if self.window_us > 0 else 0.0)
+        key = order = None
+        if self.run_memo is not None:
+            key, order = self._content(ev)
+            hit = self.run_memo.get(key, order)
+            if hit is not None:
+                out, self.stats = hit
+                return Curves(self, *out)
+        rec_t, rec_f, rec_b, t_end, sent, steps, changes = K.simulate(
+            *ev, self._ports, self.caps, self._tol, self.NONE, self._static_cap,
+            K.scratch(F, len(self.caps)), float(self.window_us),
+            float(self.window_rel) if self.window_us > 0 else 0.0, K.door_state(F),
+            float(self.door_frac))
         self.stats = {"flows": F, "events": len(ev[0]), "steps": steps,
-                      "rate_changes": len(rec_f)}
+                      "rate_changes": changes, "points": len(rec_f)}
+        if key is not None:
+            self.run_memo.put(key, order, (rec_t, rec_f, rec_b, t_end, sent), self.stats)
         return Curves(self, rec_t, rec_f, rec_b, t_end, sent)
+
+    def curve_tolerance_us(self, t_end: float) -> float:
+        """How far in time a run's curves may lie from those that record every rate change
+        (a byte's time, either way): ``door_frac`` x the largest step window up to ``t_end``
+        when the network coalesces, else 0 (see :func:`.network_kernels.simulate`)."""
+        if self.engine != "compiled" or self.window_us <= 0 or self.door_frac < 0:
+            return 0.0
+        return self.door_frac * max(self.window_us, self.window_rel * abs(t_end))
+
+    def _content(self, ev: tuple) -> tuple:
+        """(key, order) of this network for :class:`RunMemo`: ``key`` names the set of flows
+        (each flow's ports, cap, latency and injections, hashed; the port capacities; the
+        engine's window), ``order`` lists the flows in a canonical order (by hash), so that
+        flow ``order[r]`` of one network and of another with the same key are alike (equal
+        flows get equal curves, so ties do not matter)."""
+        t, kind, flow, val = ev
+        F = len(self._static_cap)
+        lat = np.array([f.latency_us for f in self.flows], dtype=float)
+        h = np.zeros((2, F), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for seed, row in zip((0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F), h):
+                e = _mix(_mix(t.view(np.uint64) ^ np.uint64(seed)) ^ kind.astype(np.uint64))
+                e = _mix(e ^ val.view(np.uint64))
+                np.add.at(row, flow, e)
+                for col in (*self._ports.T.astype(np.uint64), self._static_cap.view(np.uint64),
+                            lat.view(np.uint64)):
+                    row[:] = _mix(row ^ _mix(col ^ np.uint64(seed)))
+        order = np.lexsort((h[1], h[0]))
+        key = (h[:, order].tobytes(), self.caps.tobytes(), float(self.window_us),
+               float(self.window_rel), float(self.door_frac))
+        return key, order
 
     def _events(self) -> list:
         """Every injection boundary ``(time, kind, flow, value)`` in time order (kind 0
@@ -482,6 +533,49 @@ class RateMemo:
                     self.left -= size
             return rate
         return rates
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """A 64-bit finaliser (the splitmix64 steps): every input bit moves every output bit."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class RunMemo:
+    """Runs of the compiled engine remembered by the network's content (:meth:`FluidNetwork._content`).
+    A system's passes build one network per phase, each holding every phase's flows (its
+    own and the others' as background), so the combine network of one pass and the
+    dispatch network of the next are often the same set of flows in another order: the
+    second takes the first's curves, re-indexed. Holds the last ``size`` runs.
+    (A re-indexed run can differ from a fresh one in the last bits: progressive filling
+    sums in flow order.)"""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self.runs: dict = {}
+        self.hits = 0
+
+    def get(self, key: tuple, order: np.ndarray):
+        """((rate-change points, end, bytes sent), stats) re-indexed to a network whose
+        canonical order is ``order``, or None."""
+        got = self.runs.get(key)
+        if got is None:
+            return None
+        (rec_t, rank_f, rec_b, t_end, sent_c), stats = got
+        sent = np.empty_like(sent_c)
+        sent[order] = sent_c
+        self.hits += 1
+        return (rec_t, order[rank_f], rec_b, t_end, sent), dict(stats, reused=True)
+
+    def put(self, key: tuple, order: np.ndarray, run: tuple, stats: dict) -> None:
+        rec_t, rec_f, rec_b, t_end, sent = run
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        self.runs.pop(key, None)
+        self.runs[key] = ((rec_t, rank[rec_f], rec_b, t_end, sent[order]), stats)
+        while len(self.runs) > self.size:
+            self.runs.pop(next(iter(self.runs)))
 
 
 def flow_wire_bytes(payload: np.ndarray | float, max_payload: int, header: int):

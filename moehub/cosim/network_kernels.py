@@ -184,6 +184,57 @@ def _record(rec_t, rec_f, rec_b, n, t, f, b):
 
 
 @njit(cache=True)
+def _sample(rec_t, rec_f, rec_b, n, t, f, b, eps, door):
+    """Offer the point (t, b) of flow f's curve to the record: every point when ``eps`` < 0
+    (exact), else a swing door per flow: a point is kept only when the straight line from
+    the flow's last kept point can no longer pass within ``eps`` bytes of every point
+    offered since (the last offered one is then kept and becomes the new origin). Between
+    kept points the curves are straight, so a read curve stays within ``eps`` bytes of the
+    one every point would give. ``door``: (origin t, origin b, slope low, slope high,
+    pending t, pending b, state: 0 nothing kept, 1 origin only, 2 origin + pending) per
+    flow. Returns the record arrays and their new length."""
+    if eps < 0.0:
+        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, t, f, b)
+        return rec_t, rec_f, rec_b, n + 1
+    o_t, o_b, lo, hi, p_t, p_b, st = door
+    if st[f] == 0:
+        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, t, f, b)
+        o_t[f], o_b[f], lo[f], hi[f], st[f] = t, b, -np.inf, np.inf, 1
+        return rec_t, rec_f, rec_b, n + 1
+    dt = t - o_t[f]
+    if dt <= 0.0:
+        return rec_t, rec_f, rec_b, n
+    if st[f] == 2 and not (lo[f] <= (b - o_b[f]) / dt <= hi[f]):
+        # the line to this point misses an earlier one: keep the pending point
+        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, p_t[f], f, p_b[f])
+        n += 1
+        o_t[f], o_b[f], lo[f], hi[f] = p_t[f], p_b[f], -np.inf, np.inf
+        dt = t - o_t[f]
+    lo[f] = max(lo[f], (b - eps - o_b[f]) / dt)
+    hi[f] = min(hi[f], (b + eps - o_b[f]) / dt)
+    p_t[f], p_b[f], st[f] = t, b, 2
+    return rec_t, rec_f, rec_b, n
+
+
+@njit(cache=True)
+def _flush(rec_t, rec_f, rec_b, n, door):
+    """Keep every flow's pending swing-door point (the end of the run)."""
+    o_t, o_b, lo, hi, p_t, p_b, st = door
+    for f in range(st.shape[0]):
+        if st[f] == 2:
+            rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, p_t[f], f, p_b[f])
+            n += 1
+            st[f] = 1
+    return rec_t, rec_f, rec_b, n
+
+
+def door_state(F: int) -> tuple:
+    """The swing door's per-flow state for :func:`_sample` (F flows)."""
+    return (np.zeros(F), np.zeros(F), np.zeros(F), np.zeros(F), np.zeros(F), np.zeros(F),
+            np.zeros(F, dtype=np.int8))
+
+
+@njit(cache=True)
 def _grow(a, n):
     if n < a.shape[0]:
         return a
@@ -194,19 +245,30 @@ def _grow(a, n):
 
 @njit(cache=True)
 def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static_cap, state,
-             window, window_rel):
+             window, window_rel, door, door_frac):
     """The event loop of :meth:`FluidNetwork.run_reference`, compiled (see the module
     docstring). Events: time, kind (0 impulse of ``val`` bytes, 1 segment start / 2 end of
-    ``val`` bytes/us), flow, in time order. Returns the rate changes (the time of each,
-    the flow and the bytes it had sent by then), the end time, every flow's bytes sent and
-    the number of rate computations.
+    ``val`` bytes/us), flow, in time order. Returns the kept points of the rate changes (the
+    time of each, the flow and the bytes it had sent by then; in time order within a flow),
+    the end time, every flow's bytes sent, the number of rate computations and the number
+    of rate changes.
 
     ``window`` > 0 (us) coalesces queue drains: a step between two rate computations lasts
     at least ``max(window, window_rel * t)`` unless an injection boundary comes first, and a queue that drains
     inside it does so at its exact time (a breakpoint there), then sends at its inflow
     rate; the bandwidth it frees goes to the others at the end of the step, not at once.
     Rates never exceed the fair allocation, so no port is overbooked; flows finish at most
-    a little later than in the exact loop (``window`` = 0: the exact loop, bit for bit)."""
+    a little later than in the exact loop (``window`` = 0: the exact loop, bit for bit).
+
+    With a window, the record of rate changes is also thinned (:func:`_sample`, a swing door
+    per flow): a point may be left out while the curve through the kept ones stays within
+    ``door_frac`` x the step window's worth of the *lower* of the flow's rates on either side
+    of every point (bytes). The difference between the thinned and the full curve is
+    straight between points, and on each piece the flow sends at least that lower rate, so
+    any byte's time moves by at most ``door_frac`` x the window (a flow that stops keeps the
+    corner exactly: its lower rate is zero). In a wide all-to-all nearly
+    every busy flow's rate moves a little at every step, and recording each change cost
+    more than the rates themselves; ``door`` is :func:`door_state`."""
     F = static_cap.shape[0]
     n_ev = ev_t.shape[0]
     backlog = np.zeros(F)
@@ -228,6 +290,7 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
     rec_f = np.empty(1024, dtype=np.int64)
     rec_b = np.empty(1024)
     n_chg = 0
+    n_offered = 0
     n_steps = 0
     k = 0
     added = False
@@ -280,11 +343,15 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
                 m += 1
         fair_rates(want[:nw], want_by_cap[:nw], capv, ports, port_caps, tol, none, new_rate, state)
         n_steps += 1
+        thin = window > 0.0 and door_frac >= 0.0
+        w_t = max(window, window_rel * abs(t)) * door_frac
         for j in range(nb):
             i = busy[j]
             if abs(new_rate[i] - rate[i]) > 1e-12:
-                rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n_chg, t, i, sent[i])
-                n_chg += 1
+                eps = w_t * min(rate[i], new_rate[i]) if thin else -1.0
+                rec_t, rec_f, rec_b, n_chg = _sample(rec_t, rec_f, rec_b, n_chg, t, i, sent[i],
+                                                     eps, door)
+                n_offered += 1
             rate[i] = new_rate[i]
         # next event: an injection boundary or a queue draining
         t_next = ev_t[k] if k < n_ev else np.inf
@@ -321,8 +388,11 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
                 # coalesced: the queue drains inside the step, at its own time
                 x = backlog[i] / net
                 at = sent[i] + rate[i] * x
-                rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n_chg, t + x, i, at)
-                n_chg += 1
+                eps = (max(window, window_rel * abs(t)) * door_frac * min(rate[i], inrate[i])
+                       if door_frac >= 0.0 else -1.0)
+                rec_t, rec_f, rec_b, n_chg = _sample(rec_t, rec_f, rec_b, n_chg, t + x, i, at,
+                                                     eps, door)
+                n_offered += 1
                 sent[i] = at + inrate[i] * (dt - x)
                 backlog[i] = 0.0
                 rate[i] = inrate[i]
@@ -347,7 +417,9 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
                 keep2 += 1
         nb = keep
         t = t_next
-    return rec_t[:n_chg], rec_f[:n_chg], rec_b[:n_chg], t, sent, n_steps
+    if window > 0.0 and door_frac >= 0.0:
+        rec_t, rec_f, rec_b, n_chg = _flush(rec_t, rec_f, rec_b, n_chg, door)
+    return rec_t[:n_chg], rec_f[:n_chg], rec_b[:n_chg], t, sent, n_steps, n_offered
 
 
 @njit(cache=True)
