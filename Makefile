@@ -33,7 +33,7 @@ run: tools venv
 # TEST_JOBS=1 runs them one after another
 TEST_JOBS ?= auto
 test: tools venv
-	$(VENV)/bin/pytest -m "not slow" -q -n $(TEST_JOBS) --dist loadfile --durations=25
+	$(VENV)/bin/pytest -m "not slow" -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=25
 
 test-slow: tools venv
 	$(VENV)/bin/pytest -m slow -q -n $(TEST_JOBS) --dist loadfile

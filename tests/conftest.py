@@ -23,6 +23,14 @@ through a cache keyed by that content (and Yosys's version) in ``<build>/test-ca
 shared by every worker and file, one file per netlist, written whole (renamed into place)
 under a lock so that two workers wanting the same netlist convert it once. Amaranth still
 elaborates the hub every time, so a broken RTL still fails where it did.
+
+Order: pytest-xdist hands the files out in collection order (``make test`` passes
+``--no-loadscope-reorder``; by default it starts with the files of the most tests, the
+quick unit tests), and a file runs whole on one worker. The files that take longest
+(:data:`LONG_FILES`, measured on the fast set) are therefore collected first: each worker
+starts on a long file, and the many short ones fill the end, so that neither worker is
+left finishing a long file alone (longest first, the classic rule for the shortest
+makespan). The order changes no test's outcome.
 """
 import fcntl
 import hashlib
@@ -38,6 +46,17 @@ os.environ.setdefault(sim.ENV_SIM, "icarus")
 
 #: the folder under the build folder shared by every worker: content-keyed artefacts
 SHARED = "test-cache"
+#: the fast set's longest files, longest first (their tests' wall time on the loaded
+#: 2-core machine); collected before every other file
+LONG_FILES = ("test_hub_cocotb.py", "test_synth_flow.py", "test_formal.py", "test_cli.py",
+              "test_player.py", "test_rtl_v2_units.py", "test_soak.py", "test_mutate.py",
+              "test_rtl_progress.py", "test_synth_asap7.py", "test_docs.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The files of :data:`LONG_FILES` first, in that order; the others as collected."""
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))    # (stable)
 
 
 def pytest_configure(config):
