@@ -596,3 +596,39 @@ def test_asap7_table_without_asap7_records_says_how_to_make_them():
     from moehub.scripts import report
     text = report.render_asap7([], "current")
     assert "No synthesis record has an ASAP7 section" in text and "--lib asap7" in text
+
+
+def test_recheck_from_the_records_alone(tmp_path):
+    """``--recheck``: a record made from other sources is current again when the working
+    tree's RTLIL for its config has the synthesised RTLIL's digest, and marked older RTL
+    when it has another; a current record is not regenerated."""
+    build, recs = tmp_path / "build", tmp_path / "records"
+    il = "module \\moehub\n  wire \\a\nend\n"
+    folder = _synth_folder(build, "tiny", il)
+    assert json.loads((folder / "report.json").read_text())["hub"]["lanes"]
+    [path] = report.collect_synth(build, recs, check=lambda cfg: report.rtlil_digest(il))
+    calls = []
+
+    def gen(text):
+        def check(cfg):
+            calls.append(cfg["name"])
+            return report.rtlil_digest(text)
+        return check
+    assert report.recheck_synth(recs, check=gen(il)) == []          # current: nothing to do
+    assert calls == []
+    rec = report.read_record(path)
+    for sec in rec["rtl"].values():
+        sec["sources_sha256"] = "0" * 64                               # made from other sources
+    report.write_record(path, rec)
+    assert "**older RTL**" in report.render("hub-verdicts", recs)
+    [(p, verdicts)] = report.recheck_synth(recs, check=gen(il))
+    assert verdicts == {"asap7_tt": "current", "asap7_ss": "current"} and len(calls) == 1  # once for both
+    assert "**older RTL**" not in report.render("hub-verdicts", recs)
+    rec = report.read_record(path)
+    for sec in rec["rtl"].values():
+        sec["sources_sha256"] = "0" * 64
+    report.write_record(path, rec)
+    [(p, verdicts)] = report.recheck_synth(recs, check=gen(il.replace("\\a", "\\b")))
+    assert set(verdicts.values()) == {"older RTL"}
+    assert report.read_record(path)["rtl"]["asap7_tt"]["sources_sha256"] is None
+    assert "**older RTL**" in report.render("hub-verdicts", recs)

@@ -9,7 +9,9 @@ SHA-256 of the RTL sources they were made from (:func:`rtl_sources_hash`:
 ``rtl/**/*.py`` and ``spec/*.py``, what the hardware is generated from). A table whose
 record was made from other RTL sources than the working tree's says so on its rows
 ("older RTL"); after a change of the RTL, ``moehub report --collect synth --write``
-checks each synthesis report again and drops the mark where the hardware is unchanged.
+checks each synthesis report again and drops the mark where the hardware is unchanged,
+and ``moehub report --recheck --write`` does the same from the records alone (no build
+folder: the RTLIL generated again against the digest each record holds).
 
 In a Markdown file a table sits between two marker lines, which this module owns::
 
@@ -325,6 +327,42 @@ def collect_synth(build: Path, records: Path, check=None, folders=None) -> list:
                  "load not recorded; the RTL is checked by regenerating its RTLIL")
         written.append(write_record(dest, rec))
     return written
+
+
+def recheck_synth(records: Path, check=None) -> list:
+    """Check each synthesis record's hardware against the working tree without its
+    build folder: per section, the RTLIL the working tree generates for the record's
+    hub configuration against the digest the record holds of the synthesised RTLIL. A
+    section whose hardware is unchanged (an edit to the sources that moves no gate) is
+    current again; one whose hardware differs is marked as made from other RTL. Returns
+    ``[(path, {section: verdict})]`` for the records it rewrote."""
+    check = check or current_rtlil_digest
+    current, fresh, out = rtl_sources_hash(), {}, []
+    for name, rec in load_records(records, "synth"):
+        cfg = (rec.get("data") or {}).get("report", {}).get("hub")
+        if not isinstance(cfg, dict):
+            raise ReportError(f"record {name}: data.report.hub is not a configuration: "
+                              "collect it again from its synthesis folder")
+        key = json.dumps(cfg, sort_keys=True)
+        verdicts, changed = {}, False
+        for section, rtl in (rec.get("rtl") or {}).items():
+            if rtl.get("sources_sha256") == current or not rtl.get("rtlil_sha256"):
+                continue
+            if key not in fresh:
+                with progress.stage(f"report: RTLIL of {cfg.get('name')} from the working tree",
+                                    heartbeat=True):
+                    fresh[key] = check(cfg)
+            same = fresh[key] == rtl["rtlil_sha256"]
+            rec["rtl"][section] = {
+                "sources_sha256": current if same else None, "rtlil_sha256": rtl["rtlil_sha256"],
+                "how": ("rechecked from the record: the working tree's RTLIL for this config "
+                        "equals the synthesised one (src attributes aside)" if same else
+                        "rechecked from the record: the synthesised RTLIL differs from the "
+                        "working tree's")}
+            verdicts[section], changed = ("current" if same else "older RTL"), True
+        if changed:
+            out.append((write_record(Path(records) / name, rec), verdicts))
+    return out
 
 
 # ----------------------------------------------------------------------------- validate records
@@ -912,6 +950,11 @@ def cmd_report(args) -> int:
 def _run(args) -> int:
     records = Path(args.records)
     root = Path(args.root)
+    if args.recheck:
+        for path, verdicts in recheck_synth(records):
+            print(f"synth: {path}: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
+        if not (args.write or args.check or args.table or args.collect is not None):
+            return 0
     if args.collect is not None:
         build = Path(args.build) if args.build else build_root()
         which = args.collect or list(COLLECTORS)
@@ -950,8 +993,9 @@ def _run(args) -> int:
         if stale:
             print(f"moehub report --check: {len(stale)} file(s) differ from their records: "
                   "'moehub report --write' rewrites them; after a change of the RTL, "
-                  "'moehub report --collect synth --write' first checks whether the "
-                  "synthesised hardware is still the working tree's", file=sys.stderr)
+                  "'moehub report --recheck --write' (or '--collect synth --write' from "
+                  "the synthesis folders) first checks whether the synthesised hardware is "
+                  "still the working tree's", file=sys.stderr)
             return 1
         print(f"{len(changes)} file(s) with tables, all as their records give")
         return 0
@@ -987,6 +1031,10 @@ def add_parser(subparsers) -> None:
     r.add_argument("--rerun", action="store_true", help="with --collect validate / calibrate: "
                    "run 'moehub validate' (about 3 CPU-minutes) / 'moehub calibrate' first and "
                    "record that run (they write no run record of their own)")
+    r.add_argument("--recheck", action="store_true", help="check each synthesis record's "
+                   "hardware against the working tree without its build folder (the RTLIL "
+                   "generated again against the record's digest of the synthesised one): after "
+                   "an edit of rtl/ or spec/ that moves no gate, its rows are current again")
     r.add_argument("--synth-dir", action="append", metavar="DIR", help="with --collect synth: "
                    "this synthesis folder (a 'moehub synth --out DIR'; repeatable) instead of "
                    "every <build>/synth/<config>/")
