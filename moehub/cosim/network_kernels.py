@@ -345,6 +345,12 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
         n_steps += 1
         thin = window > 0.0 and door_frac >= 0.0
         w_t = max(window, window_rel * abs(t)) * door_frac
+        # record the rate changes; find the next event: an injection boundary or a queue
+        # draining (one pass over the busy flows)
+        t_next = ev_t[k] if k < n_ev else np.inf
+        d_min = np.inf
+        n_drain = 0
+        any_queued = False
         for j in range(nb):
             i = busy[j]
             if abs(new_rate[i] - rate[i]) > 1e-12:
@@ -353,13 +359,6 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
                                                      eps, door)
                 n_offered += 1
             rate[i] = new_rate[i]
-        # next event: an injection boundary or a queue draining
-        t_next = ev_t[k] if k < n_ev else np.inf
-        d_min = np.inf
-        n_drain = 0
-        any_queued = False
-        for j in range(nb):
-            i = busy[j]
             net = rate[i] - inrate[i]
             drain[i] = queued[i] and net > 1e-12
             if queued[i]:
