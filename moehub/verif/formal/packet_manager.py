@@ -34,6 +34,40 @@ Properties:
   pipeline stops pushing within ``EVENT_LATENCY + 1`` cycles, the writes have left
   ``WRITE_FIFO_DEPTH`` cycles later, and the input is ready again within
   ``EVENT_LATENCY + 1 + 2 x lanes + 2`` (the queues' own draining is the queue proof's).
+
+Unbounded and bounded. With every property asserted the harness is a BMC from reset
+(16 cycles on ``tiny/pm-small``). ``only`` selects one property group, asserted with its
+strengthening invariants and *nothing else* -- the other properties are neither asserted
+nor assumed, so what is proven stands alone (no circular assume-guarantee):
+
+* ``queues`` -- **the queues never overflow**: k-induction closes at k = 4 (count
+  packets: 6) with the input reservations' invariants (:class:`~moehub.rtl.reservations.
+  InputReservations`, read by name): for each queue ``avail + pop (counted a cycle late) +
+  level + the packets in R, T, AL and B == depth`` -- every packet after A holds one
+  reservation, which B turns into a push or returns (``b_no_ev``/``b_no_cr`` are B's packets
+  that push none, a push only from a lane with a packet) -- and ``n_acc`` is the packets
+  in A. With the level bounded by ``depth - avail``, a push never passes the room.
+* ``dropped`` -- **a dropped packet never writes**: NOT closed (k = 8 tried). The
+  invariants written so far hold in every run (BMC 12 passes with them asserted) and
+  each no longer fails the induction: the write buffers (the slots in flight -- A to B,
+  by their ``slot`` fields -- distinct and not filled, ``wf_used`` = filled + in flight,
+  the write slot ``rp + wf_used``, the live slots ``rp .. rp + wf_used``, ``room`` only
+  below a full buffer); the chosen packet (a 1 in a live slot of its lane is its own: in
+  flight until B, at the stage its age says, filled after; once dropped, not a write in
+  B and its filled slot void); the harness's own registers (taken before dropped or
+  aged); the chunk table's read side (R's entry of a data lane is the table's after W's
+  pending write-back, while T's group ahead was live; W writes only while live, at most
+  one lane an entry). What is missing: the layer's liveness -- ``finished`` (no row open,
+  every end-of-stream in) holds until START while armed, which needs the chunk table's
+  ``others_open`` register against the table and the end-of-stream tracker's registers.
+  Without it the induction starts in a state where ``finished`` blinks for one cycle; R's
+  bypass then takes the write-back of a group T found not live, a lane that is not its
+  row's opener writes back an open entry with an out-of-range expert over a row whose
+  row-info entry is still allocated from an older row (the invariant "an open row with
+  its expert out of range is not allocated" fails), and that row's chunk would be
+  written. The credit property needs these and the chosen row's entry against
+  ``row_sent`` and its chunks in flight, with ``credit_due`` against the ``comp`` bits in
+  T, AL and B; the no-hang bounds need the write buffers' heads and the pipeline's drain.
 """
 from __future__ import annotations
 
@@ -54,10 +88,15 @@ PLANTS = {
         "ev_delta.eq(ev_pop + self.no_ev - (n_acc >> 1))", "InputReservations",
         ("a queue overflows", "ev_avail + the pop"), "an accepted group reserves half its events",
         host=("moehub.rtl.packet_manager", "PacketManager")),
+    # a chunk of a row refused or opened dropped is written: B ignores the row-info grant
+    "dropped-row-written": Plant(
+        "moehub.rtl.packet_manager", "b.valid.eq(al.setb & info.alloc)", "b.valid.eq(al.setb)",
+        "PacketManager", ("dropped packet writes", "dropped chosen packet in B as a write"),
+        "B writes a chunk of a row that has no allocation"),
 }
 
 #: the properties a set may prove alone (``only``), by a word of their messages
-ONLY = {"queues": ("a queue overflows", "invariant:")}
+ONLY = {"queues": ("a queue overflows", "invariant:"), "dropped": ("a dropped packet writes", "invariant:")}
 
 
 class _Only(Props):
@@ -97,7 +136,8 @@ class PacketManagerHarness(Elaboratable):
         p = Props(m) if self.only is None else _Only(m, ONLY[self.only])
         self.messages = p.messages
         pm = self.dut_cls(cfg, formal=True)
-        self.regs = elaborate_into(m, "dut", pm, platform, into=("reserve",))
+        self.regs = elaborate_into(m, "dut", pm, platform,
+                                   into=("reserve", "table", "eos", *(f"wbuf{j}" for j in range(cfg.lanes))))
         reset_first(m)
         # (an invariant T's row-full relies on, which the equivalence induction of its
         # refactor -- T forming each lane's row-full for an open and a closed row and
@@ -117,7 +157,112 @@ class PacketManagerHarness(Elaboratable):
         self._drain(m, p, pm, ev_lvl, cr_lvl, ev_fill & cr_fill)
         if self.only == "queues":
             self._queue_invariants(m, p, pm, ev_lvl, cr_lvl)
+        if self.only == "dropped":
+            self._buffer_invariants(m, p, pm)
         return m
+
+    def _buffer_invariants(self, m, p, pm):
+        """The invariants of the ``dropped`` group written so far (the module docstring:
+        not closed): the write buffers, the chosen packet's data in its lane's buffer, the
+        harness's own registers, the chunk table's read side, the row-info entries of rows
+        opened with an expert out of range."""
+        L, D = self.cfg.lanes, WRITE_FIFO_DEPTH
+        ch = self.chosen
+        stages = [("a", "valid"), ("r", "valid"), ("t", "pv"), ("al", "pv"), ("b", "pv")]
+        for j in range(L):
+            w = Regs(self.regs, f"wbuf{j}.")
+            ready, void, rp, wa = w[f"wf_ready{j}"], w[f"wf_void{j}"], w[f"wf_rp{j}"], w[f"wf_wa{j}"]
+            used = self.regs[f"reserve.wf_used{j}"]
+            fly = [(getattr(getattr(pm, st)[j], v), getattr(pm, st)[j].slot) for st, v in stages]
+            inflight = Signal(D, name=f"inv_inflight{j}")
+            m.d.comb += inflight.eq(Cat(Cat(v & (sl == k) for v, sl in fly).any() for k in range(D)))
+            p.check(count_ones([v for v, _ in fly]) == count_ones([inflight[k] for k in range(D)]),
+                    f"invariant: two packets in flight on lane {j} share a slot")
+            p.check((ready & inflight) == 0, f"invariant: a slot on lane {j} both in flight and filled")
+            live = ready | inflight
+            p.check(used == count_ones([live[k] for k in range(D)]),
+                    f"invariant: wf_used{j} is not the slots filled and in flight")
+            p.check(wa == (rp + used)[:len(wa)], f"invariant: lane {j}'s write slot is not rp + used")
+            p.check(live == Cat(((k - rp)[:len(rp)] < used) for k in range(D)),
+                    f"invariant: lane {j}'s live slots are not rp .. rp + used")
+            p.check(~self.regs["reserve.room"] | (used < D), f"invariant: room with lane {j}'s buffer full")
+            data = [w[f"wf_data{j}_{k}"] for k in range(D)]
+            mine = (ch["lane"] == j)
+            for k in range(D):
+                p.check(~(mine & live[k] & (data[k] == 1)) | ((ch["state"] == 1) & (ch["slot"] == k)),
+                        "invariant: data 1 in a live slot of the chosen lane is not the chosen packet's")
+            p.check(~(mine & ch["dropped"] & ready.bit_select(ch["slot"], 1) & (Array(data)[ch["slot"]] == 1))
+                    | void.bit_select(ch["slot"], 1),
+                    "invariant: the dropped chosen packet's slot filled as a write")
+            # (the chosen packet down the pipeline: in stage ``age`` (A at 0 .. B at 4) with
+            # its slot, then out of it)
+            for a, (st, v) in enumerate(stages):
+                rec = getattr(pm, st)[j]
+                here = mine & (ch["state"] == 1) & (ch["age"] == a)
+                p.check(~here | (getattr(rec, v) & (rec.slot == ch["slot"])),
+                        "invariant: the chosen packet not in the stage its age says")
+            # (its data, 1, in flight only until B, then filled; a slot reused after its write
+            # left holds another packet's 0)
+            for k in range(D):
+                p.check(~(mine & inflight[k] & (data[k] == 1)) | (ch["age"] < len(stages)),
+                        "invariant: the chosen packet's data in flight after B")
+                p.check(~(mine & ready[k] & (data[k] == 1)) | (ch["age"] >= len(stages)),
+                        "invariant: the chosen packet's data filled before B")
+            b = pm.b[j]
+            p.check(~(mine & ch["dropped"] & (ch["age"] == 4)) | ~b.valid,
+                    "invariant: the dropped chosen packet in B as a write")
+        # (a row opened with an expert out of range is opened dropped: its row-info entry is
+        # never allocated while the chunk table holds it open -- once its opener's row-info
+        # write, in AL a cycle after the table's, is done)
+        tab = pm.table
+        for e in range(self.cfg.entries):
+            bad = tab.open_v[e] & (tab.body[e].expert >= self.cfg.experts)
+            writing = Cat(pm.al_dec[j][e] & pm.al[j].opener for j in range(L)).any()
+            p.check(~bad | writing | ~pm.rowinfo[e].alloc,
+                    "invariant: an open row with its expert out of range allocated in the row-info table")
+        # (the chunk table's read side: R's entry of each data lane (in range) is its
+        # row's entry as the table holds it once W's pending write-back is done; W writes
+        # only while live, at most one lane an entry)
+        N = self.cfg.entries
+        for k in range(L):
+            p.check(~tab.w_wen[k] | (tab.w_live & (tab.w_dec[k] == (1 << tab.w_idx[k])[:N])),
+                    "invariant: W's write-back not live or its one-hot not its index")
+            for k2 in range(k):
+                p.check(~(tab.w_wen[k] & tab.w_wen[k2]) | (tab.w_idx[k] != tab.w_idx[k2]),
+                        "invariant: two lanes of W write one entry")
+        for j, r in enumerate(pm.r):
+            idx = r.idx
+            stored = Signal(tab.ent[j].shape(), name=f"inv_stored{j}")
+            m.d.comb += [stored.open.eq(tab.open_v.bit_select(idx, 1)),
+                         stored.as_value()[1:].eq(Array(tab.body)[idx])]
+            want = stored.as_value()
+            for k in range(L):
+                want = Mux(tab.w_wen[k] & (tab.w_idx[k] == idx), tab.w_after[k].as_value(), want)
+            ent = self.regs[f"table.r_ent{j}"]
+            # (after a group T found not live, R's bypass took its write-back, which W
+            # drops; every later group is not live either, so what R holds is never used)
+            p.check(~(r.d & tab.w_live) | (ent == want),
+                    "invariant: R's chunk-table entry is not the table's after W")
+        # (the layer's liveness: the chosen source sends no end-of-stream, so none is seen
+        # or pending from it -- the layer never finishes; and the table's ``others_open``
+        # is the open rows but W's)
+        eos = Regs(self.regs, "eos.")
+        p.check(~eos["eos_seen"].bit_select(self.cs, 1) & ~eos["p_eos"].bit_select(self.cs, 1),
+                "invariant: an end-of-stream of the chosen source seen or pending")
+        wmask = Const(0, N)
+        for k in range(L):
+            wmask = wmask | tab.w_dec[k]
+        p.check(self.regs["table.others_open"] == (tab.open_v & ~Mux(tab.w_live, wmask, 0)).any(),
+                "invariant: others_open is not the open rows W does not write")
+        # (one START, no FLUSH, no watchdog: once armed the layer stays, nothing pending)
+        p.check(~pm.armed | (self.started & ~pm.start_pending & ~pm.start_go), "invariant: armed before START or START pending")
+        p.check(~pm.flush_pending & ~pm.flush_go & ~self.regs["end_go"], "invariant: a flush or the layer's end pending")
+        p.check((self.row_sent == 0) | pm.armed, "invariant: chosen-row chunks sent while not armed")
+        # (the harness's own registers: taken before dropped, its age from its taking)
+        ch_ok = ((ch["state"] == 0) & ~ch["dropped"] & (ch["age"] == 0) & ~Cat(*ch["why"].values()).any()) \
+            | (ch["state"] == 1)
+        p.check(ch_ok, "invariant: the chosen packet dropped or aged before it was taken")
+        p.check(ch["dropped"] == Cat(*ch["why"].values()).any(), "invariant: dropped is not one of its reasons")
 
     def _queue_invariants(self, m, p, pm, ev_lvl, cr_lvl):
         """The reservations' strengthening invariants (the module docstring, "queues")."""
@@ -150,7 +295,7 @@ class PacketManagerHarness(Elaboratable):
         m.d.comb += [pm.csr.start.eq(start), pm.csr.flush.eq(0), pm.csr.clear_errors.eq(0),
                      pm.csr.timeout.eq(0)]
         m.d.comb += [b.eq(0) for b in pm.region_base]
-        self.armed, self.start = pm.status.armed, start
+        self.armed, self.start, self.started = pm.status.armed, start, once
 
     def _queue(self, m, p, push, depth, name):
         """A queue as its level: pushes in, a pop when the free consumer is ready and the
@@ -249,14 +394,15 @@ class PacketManagerHarness(Elaboratable):
         pick = any_seq(m, 1, "pick")
         state = Signal(2, name="chosen_state")             # 0 not yet, 1 taken
         valid = Array(i.valid for i in pm.i)[cl]
-        ready = pm.i[0].ready
+        ready = Array(i.ready for i in pm.i)[cl]          # (admission may hold lanes behind the first)
         q = Array(i.payload for i in pm.i)[cl]
         now = (state == 0) & pick & valid
         for j in range(L):
             p.assume(~(pm.i[j].valid & (cl == j) & ~now) | (pm.i[j].payload.data == 0))
         p.assume(~now | (q.data == 1))
+        slot = Signal(range(WRITE_FIFO_DEPTH), name="chosen_slot")     # its write-buffer slot
         with m.If(now & ready):
-            m.d.sync += state.eq(1)
+            m.d.sync += [state.eq(1), slot.eq(Array(buf.slot for buf in pm.wbuf)[cl])]
         reasons = {
             "not armed": ~self.armed,
             "bad source": (q.src >= cfg.sources) | (self._is_data(q) & (q.tag >= cfg.tags_per_source)),
@@ -280,6 +426,7 @@ class PacketManagerHarness(Elaboratable):
             m.d.sync += [dropped.eq(1), why["overflow"].eq(1)]
         wr = Array(w for w in pm.wr)[cl]
         p.check(~(dropped & wr.valid & (wr.payload.data == 1)), "a dropped packet writes")
+        self.chosen = dict(lane=cl, state=state, slot=slot, dropped=dropped, age=age, why=why)
         for name, bit in why.items():
             p.cover(bit & (age == 6), f"the chosen packet dropped ({name}), its write time passed")
         p.cover((state == 1) & wr.valid & (wr.payload.data == 1) & wr.ready, "the chosen packet written")

@@ -220,7 +220,13 @@ def _sets() -> list[PropertySet]:
                          "page number 5-7 written to PAGE_FREE is out of range) and a 5-register ring"),
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
-                    note="START (3), the 5 stages to B, the credit, the write (6)"),
+                    note="bounded: BMC 16 = START (3), the 5 stages to B, the credit, the write (6), the "
+                         "drain; the credit, dropped-packet and no-hang properties are not proven by "
+                         "k-induction: the invariant missing first is the layer's liveness (finished "
+                         "holds until START: the chunk table's others_open and the end-of-stream tracker "
+                         "against the table), then the chosen row's chunk-table entry against the chunks "
+                         "sent and credit_due against the comp bits in flight (packet_manager.py); the "
+                         "queues' no-overflow alone is unbounded (packet-manager-queues)"),
         PropertySet("packet-manager-queues", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "queues"),
                     {"prove": 4}, smoke={"prove": 4},
                     note="the queues never overflow, alone (no other property asserted or assumed): "
@@ -237,10 +243,11 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager-paged", "packet manager", "tiny/pm-small, 8 pages",
                     _pm("tiny/pm-small", pool_pages=8), {"bmc": 16}, smoke={"bmc": 6},
                     note="protocol v2: the properties above with pages (a row placed in its page), "
-                         "the page gate free"),
+                         "the page gate free; bounded for the same reason as packet-manager"),
         PropertySet("packet-manager-counts", "packet manager", "tiny/pm-small, count packets",
                     _pm("tiny/pm-small", count_packets=True), {"bmc": 16}, smoke={"bmc": 6},
-                    note="protocol v2: the properties above with count packets on the lanes"),
+                    note="protocol v2: the properties above with count packets on the lanes; bounded "
+                         "for the same reason as packet-manager"),
         PropertySet(**relay_set()),
     ]
 
