@@ -632,3 +632,34 @@ def test_recheck_from_the_records_alone(tmp_path):
     assert set(verdicts.values()) == {"older RTL"}
     assert report.read_record(path)["rtl"]["asap7_tt"]["sources_sha256"] is None
     assert "**older RTL**" in report.render("hub-verdicts", recs)
+
+
+def test_scaling_rows_add_up_and_render_per_system_set(tmp_path):
+    """``bench_cosim.py --scaling`` rows: a row of the same GPUs, tokens and systems
+    replaces the old one, others are kept; the collected record renders one table per
+    system set, a stopped row as stopped."""
+    from moehub.scripts.bench_cosim import save_scaling_row
+    build, recs = tmp_path / "build", tmp_path / "records"
+    path = build / "results" / "bench-scaling" / "scaling.json"
+    costly = ["bulk", "deepep_ll", "hub"]
+
+    def row(g, tok, cpu, systems=costly):
+        return {"gpus": g, "tokens": tok, "systems_run": systems, "load": 1.5, "largest_flows": 3 * g * g,
+                "networks": 18, "events": 1000, "steps": 100, "rate_changes": 12345, "window_us": 0.01,
+                "network_cpu_s": cpu / 2, "layer_wall_s": cpu, "layer_cpu_s": cpu,
+                "system_wall_s": {s: 1.0 for s in systems}}
+    save_scaling_row(path, row(64, 128, 90.0))
+    save_scaling_row(path, row(32, 128, 8.0))
+    save_scaling_row(path, row(64, 128, 38.8))                       # measured again: replaces
+    save_scaling_row(path, {"gpus": 256, "tokens": 128, "systems_run": costly, "load": 2.0,
+                            "stopped_after_s": 600, "window_us": 0.01})
+    assert [r["gpus"] for r in json.loads(path.read_text())["rows"]] == [32, 64, 256]
+    [rp] = report.collect_bench_scaling(build, recs)
+    text = report.render("cosim-scaling-costly", recs)
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")][1:]
+    assert [ln.split(" | ")[0] for ln in lines] == ["| 32", "| 64", "| 256"]
+    assert "38.80" in lines[1] and "90.00" not in text and "12,288" in lines[1]
+    assert "stopped after 600" in lines[2] and "10 ns" in lines[2]
+    assert "records/bench-scaling.json" in text
+    with pytest.raises(report.ReportError, match="no scaling rows of the systems bulk, comet"):
+        report.render("cosim-scaling", recs)                        # no row of every system

@@ -20,14 +20,20 @@ overridden above; one layer per row, ``moehub cosim``'s systems on it, run once)
 largest network's flows, the events (injection boundaries), rate steps and rate changes
 summed over every network the systems ran, the network seconds (CPU) and the whole
 layer's wall and CPU seconds, each system's wall seconds, and the engine's drain window.
-It prints the machine's load (``os.getloadavg``) before every row.
+It prints the machine's load (``os.getloadavg``) before every row. Each row is also
+written to ``--out`` (default ``<build>/results/bench-scaling/scaling.json``; a row of the
+same GPUs, tokens and systems replaces the older one, others are kept, so runs of a few
+rows add up), with the run record; ``moehub report --collect bench-scaling`` makes the
+record the docs' scaling tables are generated from.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,6 +42,8 @@ from moehub.cosim.hub_stage import HubArrivals, run_hub_fast, run_hub_reference
 from moehub.cosim.layer import Layer
 from moehub.cosim.systems import SYSTEMS, hub_schedule, run_system
 from moehub.cosim.workload import make_routing
+from moehub import runinfo
+from moehub.paths import build_root
 
 POINTS = ["mixtral-8x7b:h100x8:default:1024", "mixtral-8x7b:h100x8:default:4096",
           "deepseek-v3:h100x8:default:512", "mixtral-8x7b:h100x16-ib:skewed-mmlu:1024",
@@ -149,7 +157,25 @@ def _alarm(signum, frame):
     raise _RowTimeout()
 
 
-def scaling(gpus, tokens, systems, row_timeout: int = 0) -> None:
+def scaling_rows_path(out) -> Path:
+    return Path(out) if out else build_root() / "results" / "bench-scaling" / "scaling.json"
+
+
+def save_scaling_row(path: Path, row: dict) -> None:
+    """Add ``row`` to the scaling results at ``path`` (one row per GPUs, tokens and
+    systems: a new measurement replaces the old), with this run's record."""
+    path = Path(path)
+    doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    key = lambda r: (r["gpus"], r["tokens"], tuple(r["systems_run"]))
+    rows = [r for r in doc.get("rows", []) if key(r) != key(row)] + [row]
+    rows.sort(key=lambda r: (len(r["systems_run"]), r["systems_run"], r["gpus"], r["tokens"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"record": runinfo.record(), "rows": rows}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def scaling(gpus, tokens, systems, row_timeout: int = 0, out=None) -> None:
     head = ["GPUs", "tokens/GPU", "largest network (flows)", "networks", "events",
             "rate steps", "rate changes", "window us", "network CPU s", "layer wall s",
             "layer CPU s", *[f"{s} s" for s in systems], "load"]
@@ -172,6 +198,9 @@ def scaling(gpus, tokens, systems, row_timeout: int = 0) -> None:
             except _RowTimeout:
                 print(f"| {g} | {tok} | stopped after {row_timeout} s (--row-timeout) | | | | | | | "
                       f"| | {' | '.join('' for _ in systems)} | {load} |", flush=True)
+                save_scaling_row(scaling_rows_path(out), {
+                    "gpus": g, "tokens": tok, "systems_run": list(systems), "load": float(load),
+                    "stopped_after_s": row_timeout, "window_us": _scaling_window(g)})
                 continue
             except Exception as e:                 # a row that cannot run says why
                 print(f"| {g} | {tok} | {type(e).__name__}: {e} |", flush=True)
@@ -183,6 +212,20 @@ def scaling(gpus, tokens, systems, row_timeout: int = 0) -> None:
                      f"{r['net_cpu']:.2f}", f"{r['wall']:.2f}", f"{r['cpu']:.2f}",
                      *[f"{r['systems'][s]:.2f}" for s in systems], load]
             print("| " + " | ".join(cells) + " |", flush=True)
+            save_scaling_row(scaling_rows_path(out), {
+                "gpus": g, "tokens": tok, "systems_run": list(systems), "load": float(load),
+                "largest_flows": r["flows"], "networks": r["networks"], "events": r["events"],
+                "steps": r["steps"], "rate_changes": r["changes"], "window_us": r["window"],
+                "network_cpu_s": round(r["net_cpu"], 3), "layer_wall_s": round(r["wall"], 3),
+                "layer_cpu_s": round(r["cpu"], 3),
+                "system_wall_s": {k: round(v, 3) for k, v in r["systems"].items()}})
+
+
+def _scaling_window(gpus: int) -> float:
+    """The drain window the layer's networks use at this many GPUs (a row stopped before
+    any network ran still says it)."""
+    from moehub.cosim.layer import EXACT_GPUS, WINDOW_US
+    return 0.0 if gpus <= EXACT_GPUS else WINDOW_US
 
 
 def main(argv=None) -> int:
@@ -202,6 +245,8 @@ def main(argv=None) -> int:
                    help="--scaling: systems to run on each layer (comma-separated)")
     p.add_argument("--row-timeout", type=int, default=0,
                    help="--scaling: stop a row after this many wall seconds (0: never)")
+    p.add_argument("--out", default=None, help="--scaling: the JSON file the rows are added to "
+                   "(default <build>/results/bench-scaling/scaling.json)")
     p.add_argument("--engine", choices=("compiled", "reference"),
                    help="network engine (default: $MOEHUB_NETWORK_ENGINE, else compiled)")
     a = p.parse_args(argv)
@@ -213,7 +258,7 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
         scaling([int(x) for x in a.gpus.split(",")], [int(x) for x in a.tokens.split(",")],
-                systems, a.row_timeout)
+                systems, a.row_timeout, a.out)
         return 0
     head = ["configuration", "rows", "hub stage rows/s (CPU)", "reference rows/s (CPU)",
             *[f"{s} s" for s in SYSTEMS], "layer wall s", "layer CPU s"]

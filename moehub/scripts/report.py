@@ -32,7 +32,8 @@ differs from what its records give (the test suite runs it on the repository's d
   run record, so ``--rerun`` runs it here, ~3 CPU-minutes, and records that run);
 * ``calibrate``: ``calibrate/calibration.csv`` of ``moehub calibrate`` (``--rerun`` too);
 * ``headline``: every ``results/headline*/headline.json`` of ``moehub headline``;
-* ``study-v2``: every ``results/study-v2*/ablation.csv`` of ``moehub study v2``.
+* ``study-v2``: every ``results/study-v2*/ablation.csv`` of ``moehub study v2``;
+* ``bench-scaling``: ``results/bench-scaling/scaling.json`` of ``bench_cosim.py --scaling``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -41,7 +42,9 @@ over the best software per system, model and tokens/GPU: ``moehub headline``'s m
 calibration points), ``validation-misses`` (each miss with what the model lacks),
 ``validation-cases`` (every case) and ``calibration-summary`` (N of M calibration points
 within tolerance, the misses and whether each was expected); ``v2-ablation-<model>-<system>``
-(``moehub study v2``'s table of DeepSeek-V3 or Mixtral on h100x8 or h100x16-ib).
+(``moehub study v2``'s table of DeepSeek-V3 or Mixtral on h100x8 or h100x16-ib);
+``cosim-scaling`` and ``cosim-scaling-costly`` (the co-simulation's cost from 8 to 256
+GPUs, every system / the three whose networks cost most).
 """
 from __future__ import annotations
 
@@ -503,7 +506,25 @@ def collect_study_v2(build: Path, records: Path) -> list:
     return written
 
 
-COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2")
+# ----------------------------------------------------------------------------- simulator speed
+def collect_bench_scaling(build: Path, records: Path) -> list:
+    """The record of ``<build>/results/bench-scaling/scaling.json`` (``bench_cosim.py
+    --scaling``: its rows, each with the load before it, and the last run's record)."""
+    path = Path(build, "results", "bench-scaling", "scaling.json")
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    run = doc.get("record") or {}
+    rec = make_record("bench-scaling", run.get("command", "bench_cosim.py --scaling"),
+                      {"rows": doc.get("rows", [])}, commit=run.get("git"),
+                      date=run.get("started") or iso(path.stat().st_mtime), mach=machine(),
+                      load_avg=None,
+                      note="rows of several runs of the benchmark (the record is the last's); "
+                           "each row has the 1-minute load average before it")
+    return [write_record(Path(records, "bench-scaling.json"), rec)]
+
+
+COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -835,6 +856,41 @@ def render_ablation(model: str, system: str):
 
 
 #: table name -> (record source, renderer)
+#: the scaling tables: which systems' rows each shows (``None``: every system)
+SCALING_TABLES = {"cosim-scaling": None, "cosim-scaling-costly": ("bulk", "deepep_ll", "hub")}
+
+
+def render_scaling(systems):
+    """The simulator's cost as the layer widens (``bench_cosim.py --scaling``): the rows
+    run with ``systems`` (every system when ``None``), by GPUs and tokens."""
+    def render(recs: list, current: str) -> str:
+        from ..cosim.systems import SYSTEMS
+        want = list(SYSTEMS) if systems is None else list(systems)
+        rows = [r for _, rec in recs for r in rec["data"]["rows"] if r["systems_run"] == want]
+        if not rows:
+            raise ReportError(f"no scaling rows of the systems {', '.join(want)} "
+                              "(records/bench-scaling.json; run 'python -m "
+                              "moehub.scripts.bench_cosim --scaling --systems "
+                              f"{','.join(want)}', then 'moehub report --collect bench-scaling')")
+        head = ["GPUs", "tokens/GPU", "largest network (flows)", "networks", "events",
+                "rate steps", "rate changes", "drain window", "network CPU s", "layer CPU s",
+                "layer wall s", "load"]
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in sorted(rows, key=lambda r: (r["gpus"], r["tokens"])):
+            win = f"{r['window_us'] * 1000:g} ns" if r.get("window_us") else "exact"
+            if r.get("stopped_after_s"):
+                cells = [r["gpus"], r["tokens"], "", "", "", "", "", win, "", "",
+                         f"stopped after {r['stopped_after_s']}", r["load"]]
+            else:
+                cells = [r["gpus"], r["tokens"], f"{r['largest_flows']:,}", r["networks"],
+                         f"{r['events']:,}", f"{r['steps']:,}", f"{r['rate_changes']:,}", win,
+                         f"{r['network_cpu_s']:.2f}", f"{r['layer_cpu_s']:.2f}",
+                         f"{r['layer_wall_s']:.2f}", r["load"]]
+            out.append("| " + " | ".join(str(c) for c in cells) + " |")
+        return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+    return render
+
+
 TABLES = {
     "hub-verdicts": ("synth", render_hub_verdicts),
     "asap7": ("synth", render_asap7),
@@ -844,6 +900,7 @@ TABLES = {
     "validation-cases": ("validate", render_validation_cases),
     "calibration-summary": ("calibrate", render_calibration_summary),
     **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
+    **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
 }
 
 
@@ -967,6 +1024,8 @@ def _run(args) -> int:
                 paths = collect_calibrate(build, records, rerun_it=args.rerun)
             elif source == "study-v2":
                 paths = collect_study_v2(build, records)
+            elif source == "bench-scaling":
+                paths = collect_bench_scaling(build, records)
             else:
                 paths = collect_headline(build, records)
             if not paths:
