@@ -2,7 +2,7 @@
 normal mode, on multi-node layers, decode and prefill sizes.
 
     .venv/bin/python -m moehub.cosim.studies.relay                       # 2 and 4 nodes, 128 and 4096 tokens
-    .venv/bin/python -m moehub.cosim.studies.relay --system h100x16-ib --tokens 128 --csv out.csv
+    .venv/bin/python -m moehub.cosim.studies.relay --system h100x16-ib --tokens 128 --out DIR
 
 Every row runs in the full co-simulation (:func:`~moehub.cosim.systems.run_system`: the
 hub's reference model per GPU, the layer's one network, passes to a fixed point), on the
@@ -11,16 +11,30 @@ own flows: what left every source, packet headers included), split by the link a
 uses: NIC (another node) or NVLink (same node; a GPU's own rows use neither), for the
 dispatch (first hop and forwards) and the combine (straight to owners, to relays, and
 the relays' reduced rows).
+
+The rows go to ``relay.csv`` in ``--out`` (default ``<build>/results/study-relay/``),
+written after every point, with ``run.json`` next to it (:func:`moehub.runinfo.record`:
+command, git, start, wall and CPU time, plus the 1-minute load average before the run and
+before each point). A point (system config, tokens/GPU) run again replaces its rows; the
+other points' rows are kept, so runs of a few points add up; ``run.json`` then lists the
+earlier runs whose points are still in the CSV under ``earlier``. ``moehub report
+--collect study-relay`` makes the record the docs' ``relay-ablation`` table is generated
+from.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+from ... import runinfo
+from ...paths import build_root
 from ..experiment import load_configs
 from ..layer import Layer
 from ..systems import common as C
@@ -38,6 +52,7 @@ COLUMNS = ["system_config", "nodes", "gpus", "tokens_per_gpu", "row", "layer_us"
            "vs_hub_v2", "vs_deepep", "dispatch_nic_GB", "dispatch_nvlink_GB", "combine_nic_GB",
            "combine_nvlink_GB", "passes", "converged", "residual_us", "traffic_residual_us",
            "wall_s", "notes"]
+CSV_NAME = "relay.csv"
 
 
 def link_bytes(L: Layer, res, phases) -> tuple:
@@ -109,29 +124,91 @@ def table(rows: list) -> str:
     return "\n".join(lines)
 
 
+def output_dir(out=None) -> Path:
+    """The folder the study writes to: ``out``, else ``<build>/results/study-relay``."""
+    return Path(out) if out else build_root() / "results" / "study-relay"
+
+
+def _key(r: dict) -> tuple:
+    return (r["system_config"], int(r["tokens_per_gpu"]))
+
+
+class Results:
+    """``relay.csv`` and ``run.json`` of one folder: the rows of earlier runs whose points
+    this run does not redo are kept, with those runs' records."""
+
+    def __init__(self, folder: Path, points: list, load_1m: float):
+        self.folder, self.load_1m = Path(folder), load_1m
+        redo = {(s, int(t)) for s, t in points}
+        self.kept, self.earlier, self.points, self.rows = [], [], [], []
+        csv_path, run_path = self.folder / CSV_NAME, self.folder / "run.json"
+        if csv_path.is_file():
+            with open(csv_path, newline="") as f:
+                self.kept = [r for r in csv.DictReader(f) if _key(r) not in redo]
+        if self.kept and run_path.is_file():
+            old = json.loads(run_path.read_text())
+            left = {_key(r) for r in self.kept}
+            for run in old.pop("earlier", []) + [old]:
+                pts = [p for p in run.get("points", []) if _key(p) in left]
+                if pts:
+                    self.earlier.append({**run, "points": pts})
+
+    def add(self, rows: list, point_load_1m: float, **about) -> None:
+        self.rows += rows
+        self.points.append({"system_config": rows[0]["system_config"],
+                            "tokens_per_gpu": rows[0]["tokens_per_gpu"], **about,
+                            "load_avg_1m": point_load_1m})
+        self.write()
+
+    def write(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        order = lambda r: (int(r["gpus"]), int(r["tokens_per_gpu"]))
+        rows = sorted(self.kept + self.rows, key=order)   # stable: a point's rows keep their order
+        tmp = self.folder / (CSV_NAME + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=COLUMNS)
+            wr.writeheader()
+            wr.writerows(rows)
+        os.replace(tmp, self.folder / CSV_NAME)
+        run = runinfo.record(load_avg_1m=self.load_1m, points=self.points,
+                             earlier=self.earlier)
+        tmp = self.folder / "run.json.tmp"
+        tmp.write_text(json.dumps(run, indent=1) + "\n")
+        os.replace(tmp, self.folder / "run.json")
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    runinfo.begin(["python -m moehub.cosim.studies.relay", *argv])
+    runinfo.git_describe()          # the commit at the start (cached), not after later edits
+    load_1m = round(os.getloadavg()[0], 2)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--system", action="append", help="system configs (default h100x16-ib, "
                    "h100x32-ib)")
     p.add_argument("--tokens", action="append", type=int, help="tokens per GPU (default 128, 4096)")
     p.add_argument("--model", default="deepseek-v3")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--csv", help="write the rows here")
+    p.add_argument("--out", help=f"the folder of {CSV_NAME} and run.json (default "
+                   "<build>/results/study-relay)")
+    p.add_argument("--csv", help="also write this run's rows here")
     a = p.parse_args(argv)
     systems = a.system or ["h100x16-ib", "h100x32-ib"]
     tokens = a.tokens or [128, 4096]
     if any(t < 1 for t in tokens):
         p.error(f"--tokens {tokens}: must be >= 1")
-    rows = []
+    res = Results(output_dir(a.out), [(s, t) for s in systems for t in tokens], load_1m)
     for s in systems:
         for t in tokens:
-            rows += point(s, a.model, t, a.seed, log=lambda x: print(x, file=sys.stderr, flush=True))
+            before = round(os.getloadavg()[0], 2)
+            res.add(point(s, a.model, t, a.seed, log=lambda x: print(x, file=sys.stderr, flush=True)),
+                    before, model=a.model, seed=a.seed)
             if a.csv:
                 with open(a.csv, "w", newline="") as f:
                     wr = csv.DictWriter(f, fieldnames=COLUMNS)
                     wr.writeheader()
-                    wr.writerows(rows)
-    print(table(rows))
+                    wr.writerows(res.rows)
+    print(table(res.rows))
+    print(f"  {res.folder / CSV_NAME}\n  {res.folder / 'run.json'}")
     return 0
 
 
