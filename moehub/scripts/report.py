@@ -33,7 +33,9 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``calibrate``: ``calibrate/calibration.csv`` of ``moehub calibrate`` (``--rerun`` too);
 * ``headline``: every ``results/headline*/headline.json`` of ``moehub headline``;
 * ``study-v2``: every ``results/study-v2*/ablation.csv`` of ``moehub study v2``;
-* ``bench-scaling``: ``results/bench-scaling/scaling.json`` of ``bench_cosim.py --scaling``.
+* ``bench-scaling``: ``results/bench-scaling/scaling.json`` of ``bench_cosim.py --scaling``;
+* ``study-relay``: every ``results/study-relay*/relay.csv`` (and its ``run.json``) of
+  ``python -m moehub.cosim.studies.relay``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -44,7 +46,9 @@ calibration points), ``validation-misses`` (each miss with what the model lacks)
 within tolerance, the misses and whether each was expected); ``v2-ablation-<model>-<system>``
 (``moehub study v2``'s table of DeepSeek-V3 or Mixtral on h100x8 or h100x16-ib);
 ``cosim-scaling`` and ``cosim-scaling-costly`` (the co-simulation's cost from 8 to 256
-GPUs, every system / the three whose networks cost most).
+GPUs, every system / the three whose networks cost most); ``relay-ablation`` (the relay
+study's hub v2, + relay, + relay + reduce and DeepEP normal mode on 2 and 4 nodes, a row
+short of its fixed point marked †).
 """
 from __future__ import annotations
 
@@ -506,6 +510,30 @@ def collect_study_v2(build: Path, records: Path) -> list:
     return written
 
 
+def collect_study_relay(build: Path, records: Path) -> list:
+    """A record per ``<build>/results/study-relay*/`` (``python -m
+    moehub.cosim.studies.relay``: ``relay.csv`` and its ``run.json``; the record is the last
+    run's, with the points each run gave and the earlier runs whose points are kept)."""
+    from ..cosim.studies import relay
+    written = []
+    for cp in sorted(Path(build, "results").glob("study-relay*/relay.csv")):
+        folder = cp.parent
+        run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
+        rows = [{k: _json_number(v) for k, v in r.items()} for r in relay.read_rows(cp)]
+        runs = [{k: r.get(k) for k in ("command", "git", "started", "wall_s", "cpu_s",
+                                       "load_avg_1m", "points")}
+                for r in run.get("earlier", []) + ([run] if run else [])]
+        rec = make_record("study-relay", run.get("command", "python -m moehub.cosim.studies.relay"),
+                          {"rows": rows, "runs": runs}, commit=run.get("git"),
+                          date=run.get("started") or iso(cp.stat().st_mtime), mach=machine(),
+                          load_avg=run.get("load_avg_1m"),
+                          note="the load is the 1-minute load average before the (last) run; "
+                               "data.runs: every run whose points are in the rows, each point "
+                               "with the load before it")
+        written.append(write_record(Path(records, "study-relay", f"{folder.name}.json"), rec))
+    return written
+
+
 # ----------------------------------------------------------------------------- simulator speed
 def collect_bench_scaling(build: Path, records: Path) -> list:
     """The record of ``<build>/results/bench-scaling/scaling.json`` (``bench_cosim.py
@@ -524,7 +552,8 @@ def collect_bench_scaling(build: Path, records: Path) -> list:
     return [write_record(Path(records, "bench-scaling.json"), rec)]
 
 
-COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling")
+COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
+              "study-relay")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -855,6 +884,64 @@ def render_ablation(model: str, system: str):
     return fn
 
 
+def render_relay_ablation(recs: list, current: str) -> str:
+    """The relay-hub ablation (``python -m moehub.cosim.studies.relay``): per system config
+    and tokens/GPU, the protocol-v2 hub, + relay, + relay + reduce and DeepEP normal mode;
+    a row whose passes did not reach the fixed point is marked †; the study's default
+    points no record holds are named under the table."""
+    from ..cosim.studies import relay
+    rows, used, seen = [], [], set()
+    for name, rec in sorted(recs, key=lambda nr: (nr[1]["date"] or "", nr[0])):
+        for r in rec["data"]["rows"]:
+            key = (r["system_config"], r["tokens_per_gpu"], r["row"])
+            if key in seen:
+                raise ReportError(f"relay-ablation: the row {key} is in two records")
+            seen.add(key)
+        if rec["data"]["rows"]:
+            used.append((name, rec))
+            rows += rec["data"]["rows"]
+    if not rows:
+        raise ReportError("relay-ablation: no study-relay record (records/study-relay/*.json; "
+                          "run 'python -m moehub.cosim.studies.relay', then "
+                          "'moehub report --collect study-relay')")
+    head = ["system (nodes×GPUs)", "tokens/GPU", "row", "layer µs", "vs hub v2", "vs DeepEP",
+            "NIC GB dispatch / combine", "NVLink GB dispatch / combine", "passes"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    order = {n: i for i, (n, _, _) in enumerate(relay.ROWS)}
+    unconverged = 0
+    f = lambda x, spec, unit="": "–" if x is None else format(x, spec) + unit
+    for r in sorted(rows, key=lambda r: (r["gpus"], r["tokens_per_gpu"],
+                                         order.get(r["row"], len(order)), r["row"])):
+        mark = ""
+        if r["converged"] is not True:
+            mark, unconverged = " †", unconverged + 1
+        per = r["gpus"] // r["nodes"]
+        cells = [f"{r['system_config']} ({r['nodes']}×{per})", r["tokens_per_gpu"], _cell(r["row"]),
+                 f(r["layer_us"], ".0f") + mark, f(r["vs_hub_v2"], ".2f", "×"),
+                 f(r["vs_deepep"], ".2f", "×"),
+                 f"{f(r['dispatch_nic_GB'], '.3f')} / {f(r['combine_nic_GB'], '.3f')}",
+                 f"{f(r['dispatch_nvlink_GB'], '.3f')} / {f(r['combine_nvlink_GB'], '.3f')}",
+                 f"{r['passes']}" + mark]
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    notes = []
+    if unconverged:
+        from ..cosim.systems import MAX_PASSES
+        notes.append(f"† not converged: the co-simulation's passes (at most {MAX_PASSES}) "
+                     "ended before the layer reached its fixed point; the time and speedups "
+                     "are the last pass's, which still moved a GPU's end time by more than "
+                     "the tolerance (`residual_us` in the record).")
+    have = {(r["system_config"], r["tokens_per_gpu"]) for r in rows}
+    missing = [f"{s} at {t}" for s in relay.DEFAULT_SYSTEMS for t in relay.DEFAULT_TOKENS
+               if (s, t) not in have]
+    if missing:
+        notes.append("Not run: " + ", ".join(missing) + " tokens/GPU.")
+    runs = sum(len(rec["data"].get("runs") or [None]) for _, rec in used)
+    if runs > 1:
+        notes.append(f"The rows come from {runs} runs of the study (each record's `data.runs`: "
+                     "command, commit, its points and the load before each).")
+    return "\n".join(out) + "\n\n" + "".join(n + "\n\n" for n in notes) + caption(used) + "\n"
+
+
 #: table name -> (record source, renderer)
 #: the scaling tables: which systems' rows each shows (``None``: every system)
 SCALING_TABLES = {"cosim-scaling": None, "cosim-scaling-costly": ("bulk", "deepep_ll", "hub")}
@@ -901,6 +988,7 @@ TABLES = {
     "calibration-summary": ("calibrate", render_calibration_summary),
     **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
     **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
+    "relay-ablation": ("study-relay", render_relay_ablation),
 }
 
 
@@ -1026,6 +1114,8 @@ def _run(args) -> int:
                 paths = collect_study_v2(build, records)
             elif source == "bench-scaling":
                 paths = collect_bench_scaling(build, records)
+            elif source == "study-relay":
+                paths = collect_study_relay(build, records)
             else:
                 paths = collect_headline(build, records)
             if not paths:

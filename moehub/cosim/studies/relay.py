@@ -129,6 +129,31 @@ def output_dir(out=None) -> Path:
     return Path(out) if out else build_root() / "results" / "study-relay"
 
 
+#: the CSV's text columns (the others are numbers; ``converged`` a bool)
+TEXT_COLUMNS = ("system_config", "row", "notes")
+#: the points ``main`` runs when none are named: (system configs, tokens per GPU)
+DEFAULT_SYSTEMS, DEFAULT_TOKENS = ("h100x16-ib", "h100x32-ib"), (128, 4096)
+
+
+def read_rows(path) -> list:
+    """The rows of a ``relay.csv`` with their numbers as numbers (empty: NaN), ``converged``
+    as a bool (None when empty)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k in COLUMNS:
+            v = r.get(k, "")
+            if k in TEXT_COLUMNS:
+                r[k] = v or ""
+            elif k == "converged":
+                r[k] = {"True": True, "False": False}.get(v)
+            elif k in ("nodes", "gpus", "tokens_per_gpu", "passes"):
+                r[k] = int(v) if v not in ("", "None") else None
+            else:
+                r[k] = float(v) if v not in ("", "nan", "None") else float("nan")
+    return rows
+
+
 def _key(r: dict) -> tuple:
     return (r["system_config"], int(r["tokens_per_gpu"]))
 
@@ -183,17 +208,18 @@ def main(argv=None) -> int:
     runinfo.git_describe()          # the commit at the start (cached), not after later edits
     load_1m = round(os.getloadavg()[0], 2)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", action="append", help="system configs (default h100x16-ib, "
-                   "h100x32-ib)")
-    p.add_argument("--tokens", action="append", type=int, help="tokens per GPU (default 128, 4096)")
+    p.add_argument("--system", action="append", help="system configs (default "
+                   f"{', '.join(DEFAULT_SYSTEMS)})")
+    p.add_argument("--tokens", action="append", type=int, help="tokens per GPU (default "
+                   f"{', '.join(map(str, DEFAULT_TOKENS))})")
     p.add_argument("--model", default="deepseek-v3")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", help=f"the folder of {CSV_NAME} and run.json (default "
                    "<build>/results/study-relay)")
     p.add_argument("--csv", help="also write this run's rows here")
     a = p.parse_args(argv)
-    systems = a.system or ["h100x16-ib", "h100x32-ib"]
-    tokens = a.tokens or [128, 4096]
+    systems = a.system or list(DEFAULT_SYSTEMS)
+    tokens = a.tokens or list(DEFAULT_TOKENS)
     if any(t < 1 for t in tokens):
         p.error(f"--tokens {tokens}: must be >= 1")
     res = Results(output_dir(a.out), [(s, t) for s in systems for t in tokens], load_1m)
