@@ -663,3 +663,95 @@ def test_scaling_rows_add_up_and_render_per_system_set(tmp_path):
     assert "records/bench-scaling.json" in text
     with pytest.raises(report.ReportError, match="no scaling rows of the systems bulk, comet"):
         report.render("cosim-scaling", recs)                        # no row of every system
+
+
+# ----------------------------------------------------------------------------- relay study
+def relay_rows(system="h100x16-ib", tokens=128, unconverged=()):
+    """The four rows of one point of the relay study, as its CSV holds them."""
+    from moehub.cosim.studies import relay
+    nodes = {"h100x16-ib": 2, "h100x32-ib": 4}[system]
+    times = {"hub v2": 649.4, "hub v2 + relay": 628.8, "hub v2 + relay + reduce": 632.8,
+             "DeepEP normal": 736.5}
+    out = []
+    for name, _, _ in relay.ROWS:
+        t = times[name] * tokens / 128
+        out.append({"system_config": system, "nodes": nodes, "gpus": 8 * nodes,
+                    "tokens_per_gpu": tokens, "row": name, "layer_us": t,
+                    "vs_hub_v2": times["hub v2"] / times[name],
+                    "vs_deepep": times["DeepEP normal"] / times[name],
+                    "dispatch_nic_GB": 0.0123, "dispatch_nvlink_GB": 0.0456,
+                    "combine_nic_GB": 0.0789, "combine_nvlink_GB": 0.0321,
+                    "passes": 8 if name in unconverged else 3,
+                    "converged": name not in unconverged, "residual_us": 44.8 if name in unconverged else 0.0,
+                    "traffic_residual_us": 0.0, "wall_s": 1.0, "notes": "12 relay rows, 3 forwards"})
+    return out
+
+
+def _relay_build(tmp_path, rows, run=None) -> Path:
+    from moehub.cosim.studies import relay
+    folder = tmp_path / "build" / "results" / "study-relay"
+    folder.mkdir(parents=True)
+    with open(folder / relay.CSV_NAME, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=relay.COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    run = run or {"command": "python -m moehub.cosim.studies.relay", "git": "8bfb3bf",
+                  "started": "2026-12-04T22:29:00+00:00", "load_avg_1m": 1.75,
+                  "points": [{"system_config": "h100x16-ib", "tokens_per_gpu": 128, "load_avg_1m": 1.75}]}
+    (folder / "run.json").write_text(json.dumps(run))
+    return tmp_path / "build"
+
+
+def test_collect_and_render_the_relay_ablation(tmp_path):
+    build = _relay_build(tmp_path, relay_rows(tokens=4096) + relay_rows(tokens=128))
+    [path] = report.collect_study_relay(build, tmp_path / "records")
+    assert path == tmp_path / "records" / "study-relay" / "study-relay.json"
+    rec = report.read_record(path)
+    assert (rec["command"], rec["commit"], rec["date"], rec["load"]) == (
+        "python -m moehub.cosim.studies.relay", "8bfb3bf", "2026-12-04T22:29:00+00:00", 1.75)
+    row = rec["data"]["rows"][0]
+    assert row["passes"] == 3 and row["converged"] is True and row["nodes"] == 2
+    assert rec["data"]["runs"][0]["points"][0]["load_avg_1m"] == 1.75
+    text = report.render("relay-ablation", tmp_path / "records")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| h100")]
+    assert [ln.split(" | ")[1] for ln in lines] == ["128"] * 4 + ["4096"] * 4   # by tokens
+    assert lines[0].startswith("| h100x16-ib (2×8) | 128 | hub v2 | 649 | 1.00× | 1.13× |")
+    assert "| 0.012 / 0.079 | 0.046 / 0.032 | 3 |" in lines[0]
+    assert "| hub v2 + relay | 629 | 1.03× | 1.17× |" in lines[1]
+    assert "†" not in text                                     # every row converged
+    assert "Not run: h100x32-ib at 128, h100x32-ib at 4096 tokens/GPU." in text
+    assert ("*From `records/study-relay/study-relay.json`: `python -m moehub.cosim.studies.relay`, "
+            "2026-12-04 22:29 UTC, commit 8bfb3bf.*") in text
+
+
+def test_relay_ablation_marks_a_row_that_did_not_converge(tmp_path):
+    build = _relay_build(tmp_path, relay_rows(tokens=4096, unconverged=("hub v2 + relay + reduce",)))
+    report.collect_study_relay(build, tmp_path / "records")
+    text = report.render("relay-ablation", tmp_path / "records")
+    marked = [ln for ln in text.splitlines() if ln.startswith("| h100") and "†" in ln]
+    assert len(marked) == 1 and "| hub v2 + relay + reduce | 20250 † |" in marked[0]
+    assert marked[0].endswith("| 8 † |")
+    assert re.search(r"^† not converged: .*passes \(at most \d+\)", text, re.M)
+
+
+def test_relay_ablation_without_a_record_says_how_to_make_one(tmp_path):
+    (tmp_path / "records").mkdir()
+    with pytest.raises(report.ReportError, match=r"no study-relay record .*run 'python -m "
+                       r"moehub.cosim.studies.relay', then 'moehub report --collect study-relay'"):
+        report.render("relay-ablation", tmp_path / "records")
+    assert report.collect_study_relay(tmp_path / "build", tmp_path / "records") == []
+
+
+def test_relay_study_runs_of_a_few_points_add_up(tmp_path):
+    """A point run again replaces its rows; the others stay, with their runs' records."""
+    from moehub.cosim.studies import relay
+    res = relay.Results(tmp_path, [("h100x16-ib", 128), ("h100x16-ib", 4096)], 1.0)
+    res.add(relay_rows(tokens=128), 1.0)
+    res.add(relay_rows(tokens=4096), 1.5)
+    again = relay.Results(tmp_path, [("h100x16-ib", 128)], 2.0)
+    again.add([{**r, "wall_s": 9.0} for r in relay_rows(tokens=128)], 2.0)
+    rows = relay.read_rows(tmp_path / relay.CSV_NAME)
+    assert [(r["tokens_per_gpu"], r["wall_s"]) for r in rows] == [(128, 9.0)] * 4 + [(4096, 1.0)] * 4
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["load_avg_1m"] == 2.0 and [p["tokens_per_gpu"] for p in run["points"]] == [128]
+    assert [[p["tokens_per_gpu"] for p in e["points"]] for e in run["earlier"]] == [[4096]]
