@@ -225,6 +225,38 @@ def test_an_equal_network_in_another_order_reuses_the_run():
     assert not c.stats.get("reused") and memo.hits == 1
 
 
+def test_a_tile_split_into_impulses_is_the_same_network():
+    """Impulses of one flow at one time are one event (their bytes summed): a network that
+    sends a flow's bytes at time t in two pieces has the curves of one that sends them in
+    one, and the RunMemo takes it for the same network."""
+    from moehub.cosim.network import RunMemo
+    memo = RunMemo()
+
+    def build(split):
+        net = FluidNetwork([100 * GBps] * 4)
+        net.run_memo = memo
+        net.window_us = 0.01
+        for s, d, b in ((0, 2, 6e4), (1, 2, 3e4), (0, 3, 2e4), (1, 3, 5e4)):
+            f = net.add_flow(s, d, 0.5)
+            if split and s == 0:
+                net.inject(f, 1.0, b / 3)
+                net.inject(f, 1.0, 2 * b / 3)
+            else:
+                net.inject(f, 1.0, b)
+            net.inject(f, 4.0, 1e4)
+        return net
+    one = build(False)
+    c1 = list(one.run())
+    assert len(one._event_arrays()[0]) == 8
+    two = build(True)
+    assert len(two._event_arrays()[0]) == 8                  # the pieces are one event
+    c2 = list(two.run())
+    assert two.stats.get("reused") and memo.hits == 1
+    for a, b in zip(c1, c2):
+        np.testing.assert_array_equal(a.t, b.t)
+        np.testing.assert_array_equal(a.b, b.b)
+
+
 def test_layers_run_exact_up_to_16_gpus_and_coalesce_above(monkeypatch):
     from moehub.spec.config import ConfigError
     from moehub.cosim import layer
