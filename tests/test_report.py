@@ -285,7 +285,8 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     assert _cli("--records", str(records)) == 0
     out = capsys.readouterr()
     printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
-    assert printed == set(report.TABLES) - {"calibration-summary", *report.ABLATIONS}
+    assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation",
+                                            *report.ABLATIONS, *report.SCALING_TABLES}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2
