@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .config import LAUNCH_MODES, ConfigError, SystemConfig
 
 GBps = 1e3          #: bytes per microsecond in one GB/s
@@ -113,19 +115,23 @@ class Components:
     def port_GBps(self, inter_node: bool) -> float:
         return self.sys.inter_bw_GBps if inter_node else self.sys.intra_bw_GBps
 
-    def collective_efficiency(self, msg_bytes_per_peer: float, inter_node: bool) -> float:
+    def collective_efficiency(self, msg_bytes_per_peer, inter_node):
         """Fraction of the port a collective flow of this message size reaches: the
         better of the two protocols NCCL picks between, Simple (``eff_max`` of the port,
         minus one pipeline step per message) and LL (the small-message bandwidth, at most
-        half the port: LL sends an 8-byte flag with every 8 bytes of data)."""
+        half the port: LL sends an 8-byte flag with every 8 bytes of data). Scalars give a
+        float; arrays (message sizes and inter-node flags, e.g. per (src, dst) pair) an
+        array, element by element the same arithmetic."""
         sw = self.sw
-        e, step = (sw.inter_eff_max, sw.coll_step_inter_us) if inter_node else \
-            (sw.intra_eff_max, sw.coll_step_intra_us)
-        port = self.port_GBps(inter_node)
-        m = max(float(msg_bytes_per_peer), 1.0)
+        inter = np.asarray(inter_node, dtype=bool)
+        e = np.where(inter, sw.inter_eff_max, sw.intra_eff_max)
+        step = np.where(inter, sw.coll_step_inter_us, sw.coll_step_intra_us)
+        port = np.where(inter, self.sys.inter_bw_GBps, self.sys.intra_bw_GBps)
+        m = np.maximum(np.asarray(msg_bytes_per_peer, dtype=float), 1.0)
         simple = e * m / (m + e * port * GBps * step)
-        small = sw.coll_small_inter_GBps if inter_node else sw.coll_small_intra_GBps
-        return max(simple, min(small, 0.5 * port) / port)
+        small = np.where(inter, sw.coll_small_inter_GBps, sw.coll_small_intra_GBps)
+        out = np.maximum(simple, np.minimum(small, 0.5 * port) / port)
+        return float(out) if out.ndim == 0 else out
 
     def small_collective_us(self, peers: int, nodes: int, bytes_per_peer: float = 64.0) -> float:
         """A count exchange (all-to-all of a few bytes per peer): latency + bytes at the

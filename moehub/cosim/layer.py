@@ -265,6 +265,7 @@ class Layer:
     def network(self, phase: str = "dispatch", hub_ingress: bool = False, flow_cap=None):
         """A fluid network with one flow per (src, dst) pair for ``phase``, plus the other
         phases' traffic as background flows on the same ports; returns (net, flow[s][d]).
+        ``flow_cap``: each flow's rate bound, ``flow_cap(s, d)`` or a G x G array.
         With ``hub_ingress`` every flow into a GPU also passes its hub's packet port."""
         if not hasattr(self, "traffic"):
             self.begin_run()
@@ -276,8 +277,12 @@ class Layer:
         net.window_us = self.network_window_us()
         net.window_rel = WINDOW_REL
         p0, p1 = self._paths()
-        caps = [np.inf] * (G * G) if flow_cap is None else \
-            [flow_cap(s, d) for s in range(G) for d in range(G)]
+        if flow_cap is None:
+            caps = [np.inf] * (G * G)
+        elif callable(flow_cap):
+            caps = [flow_cap(s, d) for s in range(G) for d in range(G)]
+        else:                                       # a G x G array of per-pair caps
+            caps = np.asarray(flow_cap, dtype=float).ravel()
         p2 = np.tile(self.hub_port(np.arange(G)), G) if hub_ingress else None
         ids = net.add_flows(p0, p1, self.latency_matrix().ravel(), caps, p2)
         flows = ids.reshape(G, G).tolist()
@@ -367,6 +372,17 @@ class Layer:
 
     def inter_node(self, s: int, d: int) -> bool:
         return self.sys.node_of(s) != self.sys.node_of(d)
+
+    def pair_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """(port bandwidth, crosses nodes) of every (src, dst) pair as G x G arrays:
+        :meth:`link_bw` and :meth:`inter_node` at once (remembered)."""
+        if not hasattr(self, "_pair_links"):
+            node = np.arange(self.G) // self.sys.gpus_per_node
+            inter = node[:, None] != node[None, :]
+            bw = np.where(inter, self.sys.inter_bw_GBps * GBps, self.sys.intra_bw_GBps * GBps)
+            np.fill_diagonal(bw, self.sys.local_copy_GBps * GBps)
+            self._pair_links = (bw, inter)
+        return self._pair_links
 
     def pair_groups(self):
         """(src, dest) -> indices of its rows, for every pair with rows."""

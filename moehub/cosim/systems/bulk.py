@@ -22,14 +22,13 @@ LABEL = "Bulk all-to-all (Megatron-Core dispatcher)"
 KIND = "today"     #: a software baseline of today (see :mod:`moehub.cosim.systems`)
 
 
-def collective_cap(L: Layer, nbytes: np.ndarray):
-    """Per-flow rate of an NCCL all-to-all: the port bandwidth times the collective's
-    efficiency at this flow's message size (protocol and chunking overheads)."""
-    def cap(s, d):
-        if s == d:
-            return np.inf
-        return L.link_bw(s, d) * L.comp.collective_efficiency(float(nbytes[s, d]),
-                                                              L.inter_node(s, d))
+def collective_cap(L: Layer, nbytes: np.ndarray) -> np.ndarray:
+    """Per-flow rate of an NCCL all-to-all (G x G): the port bandwidth times the
+    collective's efficiency at this flow's message size (protocol and chunking
+    overheads); a GPU's own rows unbounded."""
+    bw, inter = L.pair_links()
+    cap = bw * L.comp.collective_efficiency(np.asarray(nbytes, dtype=float), inter)
+    np.fill_diagonal(cap, np.inf)
     return cap
 
 
