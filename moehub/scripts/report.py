@@ -942,7 +942,6 @@ def render_relay_ablation(recs: list, current: str) -> str:
     return "\n".join(out) + "\n\n" + "".join(n + "\n\n" for n in notes) + caption(used) + "\n"
 
 
-#: table name -> (record source, renderer)
 #: the scaling tables: which systems' rows each shows (``None``: every system)
 SCALING_TABLES = {"cosim-scaling": None, "cosim-scaling-costly": ("bulk", "deepep_ll", "hub")}
 
@@ -978,6 +977,7 @@ def render_scaling(systems):
     return render
 
 
+#: table name -> (record source, renderer)
 TABLES = {
     "hub-verdicts": ("synth", render_hub_verdicts),
     "asap7": ("synth", render_asap7),
