@@ -98,3 +98,15 @@ def record(**extra) -> dict:
         **cpu_seconds(),
         **extra,
     }
+
+
+def git_extract(root: Path, commit: str, dest: Path) -> Path:
+    """The files of ``commit`` of the checkout ``root`` written into the existing folder
+    ``dest`` (``git archive | tar -x``): a snapshot of a revision that does not move while
+    the working tree is edited. Raises RuntimeError with tar's message when it fails."""
+    archive = subprocess.Popen(["git", "-C", str(root), "archive", commit], stdout=subprocess.PIPE)
+    tar = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, capture_output=True)
+    archive.stdout.close()
+    if archive.wait() != 0 or tar.returncode != 0:
+        raise RuntimeError(f"git archive {commit} | tar -x failed: {tar.stderr.decode(errors='replace')}")
+    return Path(dest)

@@ -60,7 +60,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import progress
+from .. import progress, runinfo
 from ..paths import output_dir
 from . import tools
 
@@ -202,11 +202,7 @@ def export_tree(commit: str, dest: Path) -> None:
     nested = _git("cat-file", "-e", f"{commit}:moehub/__init__.py").returncode == 0
     into = dest if nested else dest / "moehub"
     into.mkdir(exist_ok=True)
-    archive = subprocess.Popen(["git", "-C", str(CHECKOUT), "archive", commit], stdout=subprocess.PIPE)
-    tar = subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, capture_output=True)
-    archive.stdout.close()
-    if archive.wait() != 0 or tar.returncode != 0:
-        raise RuntimeError(f"git archive {commit} | tar -x failed: {tar.stderr.decode(errors='replace')}")
+    runinfo.git_extract(CHECKOUT, commit, into)
     stamp.write_text(commit)
 
 

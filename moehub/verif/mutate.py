@@ -608,12 +608,8 @@ def export_ref(root: Path, ref: str, dest: Path) -> Path:
     commit = resolve_ref(root, ref)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    archive = subprocess.Popen(["git", "-C", str(root), "archive", commit], stdout=subprocess.PIPE)
-    tar = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, capture_output=True)
-    archive.stdout.close()
-    if archive.wait() != 0 or tar.returncode != 0:
-        raise RuntimeError(f"git archive {commit} | tar -x failed: {tar.stderr.decode(errors='replace')}")
-    return dest
+    from .. import runinfo
+    return runinfo.git_extract(root, commit, dest)
 
 
 def _run(cmd, cwd: Path, env: dict, timeout: float, log) -> tuple[Optional[int], str]:
