@@ -225,12 +225,14 @@ class Damping:
         self.last, self.moved = None, None
         self.history: list = []
 
-    def next(self, residual: float, ends) -> float:
+    def next(self, residual: float, ends, tol: float = 0.0) -> float:
         """The weight for the background after a pass with this traffic ``residual`` and
-        GPU end times ``ends``."""
+        GPU end times ``ends``. Moves of no more than ``tol`` (µs, the passes' tolerance)
+        are jitter: two of them are no swing, whatever their directions."""
         ends = np.asarray(ends, dtype=float)
         moved = None if self.moved is None else ends - self.moved[0]
         swing = moved is not None and self.moved[1] is not None \
+            and max(np.max(np.abs(moved)), np.max(np.abs(self.moved[1]))) > tol \
             and _cosine(moved, self.moved[1]) < SWING_COSINE
         known = self.last is not None and np.isfinite(self.last)
         if swing or (known and residual > self.last):
