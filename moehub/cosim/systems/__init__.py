@@ -73,23 +73,28 @@ def _tol_us(res) -> float:
     return max(TOL_US, TOL_REL * float(np.max(res.gpu_end)))
 
 
-def _settled(res, prev, traffic_residual: float = np.inf, still_before: bool = True) -> bool:
+def _settled(res, prev, traffic_residual: float = np.inf, still_before: bool = True,
+             traffic_before: float = np.inf) -> bool:
     """The passes stop when the last one's traffic lay within the tolerance (µs) of the
     background it ran on (:func:`.passes.traffic_residual_us`: a fixed point within the
     tolerance), or when the last *two* passes each moved no GPU's end time by more than
-    the tolerance (``still_before``: the pass before moved none either). One pass that
+    the tolerance (``still_before``: the pass before moved none either) while its traffic
+    came nearer its background than the pass before's (``traffic_before``). One pass that
     left the end times where they were is no fixed point: the pass map is discontinuous
     (tile order, the combine's 1 µs grid), and the end times of two passes can agree by
     chance while the traffic is far from its background (DeepSeek-V3 on 4 x 8 H100 over
     InfiniBand, 4096 tokens per GPU, hub v2: pass 2 moved no end time by more than
     1.6 µs, its combine's traffic lay 165 µs from its background); a third pass on
-    another background that leaves them again is the evidence. The traffic test matters
+    another background that leaves them again is the evidence, unless the traffic did not
+    come nearer its background: two states of a cycle may have the same end times (the
+    damping then averages them, :class:`.passes.Damping`). The traffic test matters
     where the end times need not agree: a background a tenth of a µs off can still move
     an end time by a µs."""
     if prev is None:
         return False
     tol = _tol_us(res)
-    return traffic_residual <= tol or (_end_residual_us(res, prev) <= tol and still_before)
+    return traffic_residual <= tol or (_end_residual_us(res, prev) <= tol and still_before
+                                       and traffic_residual < traffic_before)
 
 
 def run_system(name: str, L: Layer, hub_backend: str = "model",
@@ -112,8 +117,9 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
         res = _run_once(name, L, backend, hub_order, (), module, hub_features)
         residual = P.traffic_residual_us(L.traffic, background)
         moved = _end_residual_us(res, prev)
+        done = _settled(res, prev, residual, still,
+                        np.inf if damp.last is None else damp.last)
         a = damp.next(residual, res.gpu_end, _tol_us(res))
-        done = _settled(res, prev, residual, still)
         still = moved <= _tol_us(res)
         if TRACE:
             trace.append({"pass": n, "layer_us": float(res.latency_us), "residual_us": moved,

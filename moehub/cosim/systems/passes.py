@@ -216,7 +216,8 @@ class Damping:
     at a *swing* -- the last pass moved the GPUs' end times back against the pass before
     (cosine of the two moves below :data:`SWING_COSINE`: the period-2 cycle of a delayed
     negative feedback, which averaging with weight 1/2 cancels) -- or when its traffic
-    lay further from its background than the pass before's (the residual grew). After a
+    lay no nearer its background than the pass before's (the residual did not fall: a
+    cycle whose states have the same end times shows no swing, only this). After a
     pass whose residual fell without a swing it doubles again (up to 1). Any sequence of
     weights in (0, 1] keeps the fixed point (module docstring)."""
 
@@ -235,7 +236,7 @@ class Damping:
             and max(np.max(np.abs(moved)), np.max(np.abs(self.moved[1]))) > tol \
             and _cosine(moved, self.moved[1]) < SWING_COSINE
         known = self.last is not None and np.isfinite(self.last)
-        if swing or (known and residual > self.last):
+        if swing or (known and residual >= self.last > 0):
             self.a = max(self.floor, self.a / 2)
         elif known and residual < self.last:
             self.a = min(1.0, self.a * 2)
