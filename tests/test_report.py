@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -756,3 +757,39 @@ def test_relay_study_runs_of_a_few_points_add_up(tmp_path):
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["load_avg_1m"] == 2.0 and [p["tokens_per_gpu"] for p in run["points"]] == [128]
     assert [[p["tokens_per_gpu"] for p in e["points"]] for e in run["earlier"]] == [[4096]]
+
+
+def test_collect_synth_keeps_the_previous_records_other_flows(tmp_path):
+    """A build folder holding only the ASAP7 run of a config whose record already has its
+    OSU018 section: the new record has both (the OSU018 section, its RTL verdict and
+    deepest paths kept, the note saying so); another hub configuration keeps nothing."""
+    build, recs = tmp_path / "build", tmp_path / "records"
+    il = "module \\moehub\nend\n"
+    same = lambda cfg: report.rtlil_digest(il)
+    folder = build / "synth" / "tiny"
+    folder.mkdir(parents=True)
+    rep = synth_report()
+    rep["config"] = "tiny"
+    for s in ("asap7_tt", "asap7_ss"):
+        del rep[s]
+    (folder / "report.json").write_text(json.dumps(rep))
+    (folder / "moehub.il").write_text(il)
+    (folder / "deepest_paths.json").write_text(json.dumps([{"family": "pm"}]))
+    [path] = report.collect_synth(build, recs, check=same)
+    assert set(report.read_record(path)["rtl"]) == {"asic"}
+    shutil.rmtree(build)
+    _synth_folder(build, "tiny", il)                      # now the ASAP7 run alone
+    [path] = report.collect_synth(build, recs, check=same)
+    rec = report.read_record(path)
+    assert set(rec["rtl"]) == {"asic", "asap7_tt", "asap7_ss"}
+    assert rec["data"]["report"]["asic"] == rep["asic"]
+    assert rec["data"]["deepest_paths"] == [{"family": "pm"}]
+    assert "kept from the previous record" in rec["note"] and "asic" in rec["note"]
+    assert rec["command"] == "moehub synth --config tiny --lib asap7 --corner ss"
+    # another hub configuration under the same name: nothing kept
+    rp = build / "synth" / "tiny" / "report.json"
+    other = json.loads(rp.read_text())
+    other["hub"] = {**other["hub"], "lanes": 2}
+    rp.write_text(json.dumps(other))
+    [path] = report.collect_synth(build, recs, check=same)
+    assert "asic" not in report.read_record(path)["rtl"]

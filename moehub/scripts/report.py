@@ -326,14 +326,38 @@ def collect_synth(build: Path, records: Path, check=None, folders=None) -> list:
         deepest = folder / "deepest_paths.json"
         data = {"config": name, "report": rep,
                 "deepest_paths": json.loads(deepest.read_text()) if deepest.is_file() else None}
+        rtl = synth_rtl(folder, rep, prev, current, check)
+        kept = _keep_sections(prev, rep, data, rtl)
         rec = make_record(
-            "synth", command, data, commit=None, date=iso(rp.stat().st_mtime),
-            mach=machine(), load_avg=None, rtl=synth_rtl(folder, rep, prev, current, check),
+            "synth", command, data, commit=None,
+            date=iso(rp.stat().st_mtime), mach=machine(), load_avg=None, rtl=rtl,
             note="moehub synth writes no run record: the command is read from the report's "
                  "sections, the date is report.json's, the machine the collecting one, the "
-                 "load not recorded; the RTL is checked by regenerating its RTLIL")
+                 "load not recorded; the RTL is checked by regenerating its RTLIL"
+                 + (f"; kept from the previous record (not in this report): {', '.join(kept)}, "
+                    f"made by `{prev['command']}`" if kept else ""))
         written.append(write_record(dest, rec))
     return written
+
+
+def _keep_sections(prev: dict | None, rep: dict, data: dict, rtl: dict) -> list:
+    """A flow's section the new report lacks but the previous record of the same hub
+    configuration holds (a build folder with only the ASAP7 run, the OSU018 one made
+    earlier) is kept with its RTL verdict, as is the OSU018 run's deepest-path list; the
+    report and ``rtl`` are completed in place. Returns the sections kept."""
+    if not prev:
+        return []
+    old = (prev.get("data") or {}).get("report") or {}
+    if old.get("hub") != rep.get("hub"):
+        return []
+    kept = [s for s in SECTIONS if s in old and s not in rep]
+    for s in kept:
+        rep[s] = old[s]
+        rtl[s] = ((prev.get("rtl") or {}).get(s)
+                  or {"sources_sha256": None, "rtlil_sha256": None, "how": "unknown"})
+    if "asic" in kept and data.get("deepest_paths") is None:
+        data["deepest_paths"] = prev["data"].get("deepest_paths")
+    return kept
 
 
 def recheck_synth(records: Path, check=None) -> list:
