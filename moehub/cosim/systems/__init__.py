@@ -13,8 +13,10 @@ on the other phases (a combine starts when GEMMs end, which wait for the dispatc
 system is run in passes (:func:`run_system`): every network of a pass carries the other
 phases' traffic of this pass once that phase ran, else the background averaged over the
 earlier passes (:mod:`.passes`: Krasnosel'skii-Mann averaging, which keeps the fixed
-point and damps the swings of a delayed feedback), until the layer's per-GPU end times
-change by less than ``TOL_US`` (or ``TOL_REL``).
+point and damps the swings of a delayed feedback), until a pass's traffic lies within
+``TOL_US`` (or ``TOL_REL`` of the layer time) of the background it ran on, or two passes
+in a row moved no GPU's end time by more than that while the traffic came nearer its
+background (:func:`_settled`).
 
 Kinds (:data:`KINDS`, each module's ``KIND``): today's software baselines
 (:data:`BASELINES`), the papers' kind of baseline the published speedups were measured
@@ -108,7 +110,6 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     background, prev, res, done = {}, None, None, False
     damp = P.Damping()
     trace: list = []
-    best = None                          # (traffic residual, pass, result, nets, moved)
     still = False                        # the pass before moved no end time beyond tol
     backend = "model" if rtl_gpus else hub_backend
     rerun = bool(rtl_gpus) or hub_backend != backend     # a last run on the settled background
@@ -127,18 +128,11 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
                           "phases": {ph: P.traffic_residual_us({ph: recs}, {ph: background[ph]})
                                      if ph in background else float("inf")
                                      for ph, recs in L.traffic.items()}})
-        if best is None or residual < best[0]:
-            best = (residual, n, res, L.nets, moved)
         if not done or rerun:            # (a settled layer needs no next background)
             background = P.blend(L.traffic, background, a)
         if done:
             break
         prev = res
-    nets = L.nets
-    if not done and best[2] is not res:
-        # not settled: the passes wander over a discontinuity of the pass map (module
-        # docstring of .passes); the pass nearest its own background is the layer
-        residual, _, res, nets, moved = best
     conv = {"passes": n, "converged": done, "residual_us": moved,
             "traffic_residual_us": residual}
     res.extra.update(conv)
@@ -148,6 +142,5 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
         L.begin_run(background)
         res = _run_once(name, L, hub_backend, hub_order, rtl_gpus, None, hub_features)
         res.extra.update(conv, passes=n + 1)
-        nets = L.nets
-    res.nets = nets
+    res.nets = L.nets
     return res
