@@ -166,6 +166,7 @@ def save_scaling_row(path: Path, row: dict) -> None:
     systems: a new measurement replaces the old), with this run's record."""
     path = Path(path)
     doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    row = {**row, "git": runinfo.git_describe()}
     key = lambda r: (r["gpus"], r["tokens"], tuple(r["systems_run"]))
     rows = [r for r in doc.get("rows", []) if key(r) != key(row)] + [row]
     rows.sort(key=lambda r: (len(r["systems_run"]), r["systems_run"], r["gpus"], r["tokens"]))
@@ -176,6 +177,7 @@ def save_scaling_row(path: Path, row: dict) -> None:
 
 
 def scaling(gpus, tokens, systems, row_timeout: int = 0, out=None) -> None:
+    runinfo.git_describe()          # the code this run imported (remembered before any row)
     head = ["GPUs", "tokens/GPU", "largest network (flows)", "networks", "events",
             "rate steps", "rate changes", "window us", "network CPU s", "layer wall s",
             "layer CPU s", *[f"{s} s" for s in systems], "load"]

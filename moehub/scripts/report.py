@@ -997,7 +997,9 @@ def render_scaling(systems):
                          f"{r['network_cpu_s']:.2f}", f"{r['layer_cpu_s']:.2f}",
                          f"{r['layer_wall_s']:.2f}", r["load"]]
             out.append("| " + " | ".join(str(c) for c in cells) + " |")
-        return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+        commits = sorted({r.get("git") or "not recorded" for r in rows})
+        return ("\n".join(out) + "\n\n" + caption(recs) + " The rows come from runs at "
+                + ("commit " if len(commits) == 1 else "commits ") + ", ".join(commits) + ".\n")
     return render
 
 
