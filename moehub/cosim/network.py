@@ -141,9 +141,7 @@ class FluidNetwork:
         :meth:`add_background` can replay into another network with the same ports. The
         records share the flows' injection lists: take them once the network's
         injections are done (the layer records a network when it runs it)."""
-        none = self.NONE
-        return [(f.p0, None if f.p1 == none else f.p1, None if f.p2 == none else f.p2,
-                 f.latency_us, f.cap, f.impulses, f.segments)
+        return [(f.p0, f.p1, f.p2, f.latency_us, f.cap, f.impulses, f.segments)
                 for f in (self._flows if n is not None and n <= len(self._flows)
                           else self.flows)[:n]]
 
@@ -158,14 +156,12 @@ class FluidNetwork:
     def flows(self) -> list:
         """Every flow: those added, then the background flows, in the order added."""
         if self._pending:
-            none, pending, self._pending = self.NONE, self._pending, []
+            pending, self._pending = self._pending, []
             # (the injection lists are shared with the records, not copied: nothing
-            # injects into a background flow)
+            # injects into a background flow; a missing port is the sink of every
+            # network with the same ports)
             for records in pending:
-                self._flows += [_Flow(p0, none if p1 is None else p1, none if p2 is None else p2,
-                                      lat, cap, impulses, segments)
-                                for p0, p1, p2, lat, cap, impulses, segments in records
-                                if impulses or segments]
+                self._flows += starmap(_Flow, (r for r in records if r[5] or r[6]))
         return self._flows
 
     @flows.setter
