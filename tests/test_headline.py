@@ -219,3 +219,30 @@ def test_bad_grid_values_exit_2_naming_key_and_value(flag, value, tmp_path, monk
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert flag in err and repr(value.split(",")[-1]) in err
+
+
+def test_relay_variants_run_only_across_nodes(tiny, tmp_path):
+    """Protocol v3's relay hubs are hub variants of the map: they run on a point over two
+    nodes and not on a one-node point, whose cell is the best of the other variants; a
+    variant naming reduce without relay is refused."""
+    d = yaml.safe_load(tiny["h100x8"].read_text())
+    d.update(gpus=4, gpus_per_node=2)                # 2 nodes, 2 of the 4 experts per GPU
+    m = yaml.safe_load(tiny["model"].read_text())
+    m.update(experts=8)
+    tiny["model"].write_text(yaml.safe_dump(m))
+    two = tmp_path / "h100-2x2.yaml"
+    two.write_text(yaml.safe_dump(d))
+    out = tmp_path / "out"
+    argv = ["headline", "--systems", f"{tiny['h100x8']},{two}", "--models", str(tiny["model"]),
+            "--tokens", "8", "--hub-variants", "v1,relay", "--baselines", "deepep,fused",
+            "--paper-baselines", "none", "--scheduler", "synchronous", "--out", str(out)]
+    assert main(argv) == 0
+    rows = {r["system_config"]: r for r in csv.DictReader(open(out / "headline.csv"))}
+    assert set(rows) == {"h100x8-2gpu", "h100-2x2"}
+    one, across = rows["h100x8-2gpu"], rows["h100-2x2"]
+    assert one["hub_relay_us"] == "" and one["hub_variant"] == "v1"
+    assert float(across["hub_relay_us"]) > 0
+    assert float(across["hub_us"]) == min(float(across["hub_v1_us"]), float(across["hub_relay_us"]))
+    bad = list(argv)
+    bad[bad.index("--hub-variants") + 1] = "v1,reduce"
+    assert main(bad) == 2

@@ -28,12 +28,13 @@ from pathlib import Path
 from ..paths import HELP, output_dir
 from ..argcheck import UsageError, int_at_least
 from . import headline_grid as grid
-from .headline_eval import HUB, SYNCHRONOUS, evaluate, layer_facts, summary
+from .headline_eval import HUB, SYNCHRONOUS, applies, evaluate, layer_facts, summary
 from .headline_pick import baseline_sets, row, why as why_from
 
 #: the short names of the table's cells (a baseline not listed is written out)
 SHORT = {"bulk": "B", "comet": "C", "deepep": "D", "deepep_ll": "LL", "fused": "F"}
-VARIANT_SHORT = {"multicast": "mc", "early_counts": "ec", "paged": "pg"}
+VARIANT_SHORT = {"multicast": "mc", "early_counts": "ec", "paged": "pg", "relay": "rl",
+                 "reduce": "rd"}
 #: columns of headline.csv first (every run's latency follows)
 COLUMNS = ("system_config", "system", "gpus", "model", "tokens_per_gpu", "compute_link_ratio",
            "hub_us", "hub_variant", "best_baseline", "best_us", "speedup_layer", "speedup_e2e",
@@ -44,11 +45,11 @@ COLUMNS = ("system_config", "system", "gpus", "model", "tokens_per_gpu", "comput
 def why(er, best: str) -> str:
     """Why the hub of ``er`` (an :class:`~.experiment.ExperimentResult`) is slower than
     ``best`` (empty when it is not): :func:`.headline_pick.why` on its two timelines."""
-    from .systems.hub import FEATURES
+    from .headline_grid import variant_name
     L = er.layer
     hub = summary(er.results["hub"], L, er.e2e["hub"])
     base = summary(er.results[best], L, er.e2e[best])
-    variant = "+".join(f for f in FEATURES if f in er.hub_features) or "v1"
+    variant = variant_name(er.hub_features)
     return why_from(hub, base, best, layer_facts(L), variant)
 
 
@@ -127,7 +128,8 @@ def legend(today, paper, variants) -> str:
     return (f"Cells: the best hub's speedup over the best of today's software baselines "
             f"({', '.join(today)}) and its letter; after '/', over the fastest of the papers' "
             f"kind ({', '.join(paper) or 'none registered'}); in brackets the hub variant that "
-            f"was fastest (of {', '.join(variants)}; ec early counts, mc multicast, pg paged). "
+            f"was fastest (of {', '.join(variants)}; ec early counts, mc multicast, pg paged, "
+            f"rl relay hubs, rd reduce on combine; relay variants run only across nodes). "
             f"Letters: {letters}. skip: not run (more routed rows than --max-rows, or the "
             f"model's experts do not fit the GPUs; the list below); —: not in the grid; †: the "
             f"hub or the best baseline stopped at the pass limit unconverged (headline.csv, "
@@ -303,7 +305,7 @@ def _rows(pts, ev, runs, today, paper) -> tuple[list, dict]:
     """The table's rows (points with every run done) and their points by label."""
     rows, by_label = [], {}
     for p in pts:
-        if set(runs) <= set(ev.runs.get(p.label, {})):
+        if {r for r in runs if applies(p, r)} <= set(ev.runs.get(p.label, {})):
             rows.append({**row(p, ev.runs[p.label], ev.facts[p.label], today, paper),
                          "label": p.label, **_cost(ev.runs[p.label])})
             by_label[p.label] = p

@@ -140,6 +140,12 @@ def features_of(run: str) -> frozenset:
     return parse_variant(run[len(HUB):])
 
 
+def applies(point, run: str) -> bool:
+    """Whether ``run`` runs on ``point`` (a relay hub variant only across nodes)."""
+    from .headline_grid import applies as variant_applies
+    return not run.startswith(HUB) or variant_applies(point, features_of(run))
+
+
 def evaluate_point(point, runs) -> dict:
     """Every run of ``runs`` on one layer of ``point``: ``{"runs": {run: summary},
     "facts": layer_facts}`` (what a Dask task returns)."""
@@ -192,13 +198,13 @@ def evaluate(points, runs, cache, *, scheduler=None, cluster="local", workers=No
     ev = Evaluated({}, {})
     todo = {}
     for p in points:
-        keys = {r: run_key(p, r, digest) for r in runs}
+        keys = {r: run_key(p, r, digest) for r in runs if applies(p, r)}
         recs = {r: cache.get(k) if use_cache else None for r, k in keys.items()}
         ev.runs[p.label] = {r: rec["metrics"] for r, rec in recs.items() if rec}
         facts = next((rec["facts"] for rec in recs.values() if rec and "facts" in rec), None)
         if facts:
             ev.facts[p.label] = facts
-        missing = [r for r in runs if recs[r] is None]
+        missing = [r for r in keys if recs[r] is None]
         if missing:
             todo[p.label] = (p, missing, keys)
     ev.cached = len(points) - len(todo)

@@ -24,13 +24,14 @@ from pathlib import Path
 from .config import ModelConfig, SystemConfig, WorkloadConfig
 from ..spec.config import ConfigError
 from ..argcheck import UsageError
-from .systems.hub import FEATURES
+from .systems.hub import ALL_FEATURES, V3_FEATURES, check_features
 
 #: hub variants run by default: protocol v1 and the protocol-v2 features that change the
 #: layer's time. ``paged`` is left out: page allocation is in the hub's pipeline and
 #: changes receive memory, not time (:mod:`.systems.hub`), so a paged variant's latency
 #: equals the same variant without pages; name it in ``--hub-variants`` to run it anyway
-DEFAULT_VARIANTS = ("v1", "early_counts", "multicast", "multicast+early_counts")
+DEFAULT_VARIANTS = ("v1", "early_counts", "multicast", "multicast+early_counts", "relay",
+                    "relay+reduce")
 #: points with more routed rows (GPUs x tokens x top-k) are skipped and listed: the hub
 #: model takes about a second per 100k rows and a system runs 2-8 passes (a 32K-token
 #: DeepSeek-V3 layer on 8 GPUs is 2.1M rows); ``--max-rows`` moves the limit
@@ -132,23 +133,41 @@ def parse_ratios(flag: str, text: str) -> tuple:
 
 
 def parse_variant(text: str) -> frozenset:
-    """A hub variant: ``v1`` (no protocol-v2 feature) or features joined by ``+``."""
+    """A hub variant: ``v1`` (no protocol-v2 feature) or features joined by ``+``
+    (protocol v2's and v3's: ``relay``, ``relay+reduce``)."""
     name = text.strip()
     if name == "v1":
         return frozenset()
     feats = [f for f in name.split("+") if f]
-    bad = [f for f in feats if f not in FEATURES]
+    bad = [f for f in feats if f not in ALL_FEATURES]
     if bad or not feats:
         what = f"unknown hub feature {bad[0]!r}" if bad else "empty"
         raise UsageError("--hub-variants", name, f"{what} (a variant is v1 or features joined "
-                         f"by '+': {', '.join(FEATURES)})")
+                         f"by '+': {', '.join(ALL_FEATURES)})")
+    try:
+        check_features(feats)
+    except ValueError as e:
+        raise UsageError("--hub-variants", name, str(e)) from None
     return frozenset(feats)
 
 
 def variant_name(features) -> str:
-    """The canonical name of a feature set: ``v1``, ``early_counts``, ``multicast+early_counts``
-    (features in :data:`FEATURES` order)."""
-    return "+".join(f for f in FEATURES if f in features) or "v1"
+    """The canonical name of a feature set: ``v1``, ``early_counts``, ``multicast+early_counts``,
+    ``relay+reduce`` (features in :data:`ALL_FEATURES` order)."""
+    return "+".join(f for f in ALL_FEATURES if f in features) or "v1"
+
+
+def applies(point: "Point", features) -> bool:
+    """Whether a hub variant runs on the point: protocol v3's relay hubs need a layer over
+    two or more nodes (on one node there is nothing to relay) and at least two experts of
+    a token able to land on one GPU (the relay row is protocol v2's multicast row,
+    ``max_targets`` = min(experts per GPU, top-k) >= 2); elsewhere a cell is the best of
+    the other variants."""
+    if not set(features) & set(V3_FEATURES):
+        return True
+    s, m = point.system, point.model
+    per_gpu = m.experts // s.gpus if s.gpus <= m.experts else 1
+    return -(-s.gpus // s.gpus_per_node) >= 2 and min(per_gpu, m.topk) >= 2
 
 
 def parse_variants(text: str) -> tuple:

@@ -70,7 +70,10 @@ def why(hub: dict, base: dict, best: str, facts: dict, variant: str) -> str:
         parts.append(f"its GEMMs are busy {d_busy:.0f} us longer (tile-granular passes re-read "
                      f"weights; its {facts['comm_sms_hub']} sender SMs are held while it sends)")
     d_send = _sub(hub["dispatch_end_us"], base["dispatch_end_us"])
-    if d_send is not None and d_send > 0:
+    if d_send is not None and d_send > 0 and "relay" in feats:
+        parts.append(f"its dispatch ends {d_send:.0f} us later (one copy per (token, node) to "
+                     f"the relay hub, then one per GPU over NVLink)")
+    elif d_send is not None and d_send > 0:
         mc = "multicast" in feats
         wire = facts["hub_multicast_wire_bytes" if mc else "hub_wire_bytes"]
         ratio = wire / max(1.0, facts["dedup_wire_bytes"])

@@ -768,7 +768,8 @@ def render_headline(recs: list, current: str) -> str:
     letters = ", ".join(f"{v} {k}" for k, v in SHORT.items())
     return (pivot_md(rows, skipped) + "\n\n" + f"Cells: the fastest hub variant's speedup over "
             f"the fastest software of today ({letters}) / over the fastest of the papers' kind "
-            "(named); in brackets the hub variant (v1; ec early counts, mc multicast, pg paged); "
+            "(named); in brackets the hub variant (v1; ec early counts, mc multicast, pg paged, "
+            "rl relay hubs, rd reduce on combine: across nodes only); "
             "skip: not run; —: not in the recorded grids; †: stopped unconverged at the pass limit. "
             + caption(recs) + "\n")
 
