@@ -216,6 +216,21 @@ def two_hop(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, row
     return curves, flows, ends
 
 
+def paced_dispatch(L: Layer, t0: float, counts: np.ndarray, flow_cap):
+    """The hub's dispatch network: every source sends its rows (``counts[s, d]`` rows for
+    GPU d) from ``t0`` at its sender SMs' rate, spread over its flows in proportion, each
+    flow through its destination's hub packet port under ``flow_cap``; runs it and returns
+    (curves, flows)."""
+    row_wire = L.row_wire_hub
+    rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
+    net, flows = L.network("dispatch", True, flow_cap)
+    for s in range(L.G):
+        t1 = t0 + counts[s].sum() * row_wire / rate
+        for d in range(L.G):
+            net.inject_rate(flows[s][d], t0, t1, counts[s, d] * row_wire)
+    return L.run_net(net), flows
+
+
 def send_phase(L: Layer, res: SystemResult, s: int, t0: float, curves, flows, name="dispatch",
                counts=None, track="send") -> float:
     """GPU s's transfer phase: from t0 until its last byte has landed (0 if none)."""

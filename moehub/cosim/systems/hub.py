@@ -300,14 +300,8 @@ def schedule(L: Layer, t0: float, cfg=None, order: str = "token"):
     G = L.G
     w = wire_rows(L, cfg.multicast, order)
     pos, groups = _positions(L, w, order, cfg.multicast)
-    rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
-    net, flows = L.network("dispatch", True, hub_flow_cap(L))
+    curves, flows = C.paced_dispatch(L, t0, w.counts, hub_flow_cap(L))
     row_wire, pkt_wire = L.row_wire_hub, L.pkt_wire_hub
-    for s in range(G):
-        t1 = t0 + w.counts[s].sum() * row_wire / rate
-        for d in range(G):
-            net.inject_rate(flows[s][d], t0, t1, w.counts[s, d] * row_wire)
-    curves = L.run_net(net)
     off = pos * row_wire
     if hasattr(curves, "arrive_many"):          # every row at once (compiled engine)
         f = np.asarray(flows, dtype=np.int64)[w.src, w.dest]

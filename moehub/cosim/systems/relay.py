@@ -184,16 +184,10 @@ def first_hop(L: Layer, t0: float, cfg, R: Routes, pos1):
     sender SMs' rate, each flow into its GPU's hub packet port under its tag window; rows
     of a flow in ``pos1`` order. Returns (curves, flows, first and last chunk arrival per
     first-hop row, before the tag window's stalls)."""
-    G, h1 = L.G, R.hop1
+    h1 = R.hop1
     clk = cfg.hub_clock_GHz * 1000.0
     row_wire, pkt_wire = L.row_wire_hub, L.pkt_wire_hub
-    rate = L.send_rate(L.comp.sms_for("hub"), L.disp_bytes)
-    net, flows = L.network("dispatch", True, _flow_cap(L, cfg, WRITE_DELAY / clk))
-    for s in range(G):
-        t1 = t0 + h1.counts[s].sum() * row_wire / rate
-        for d in range(G):
-            net.inject_rate(flows[s][d], t0, t1, h1.counts[s, d] * row_wire)
-    curves = L.run_net(net)
+    curves, flows = C.paced_dispatch(L, t0, h1.counts, _flow_cap(L, cfg, WRITE_DELAY / clk))
     off = pos1 * row_wire
     return (curves, flows, _arrive(curves, flows, h1.src, h1.dest, off + pkt_wire),
             _arrive(curves, flows, h1.src, h1.dest, off + row_wire))
