@@ -256,7 +256,8 @@ class FluidNetwork:
 
     # ------------------------------------------------------------------ simulation
     def _event_arrays(self) -> tuple:
-        """:meth:`_events` as arrays (time, kind, flow, value), in the same order."""
+        """:meth:`_events` as arrays (time, kind, flow, value), in the same order, a flow's
+        impulses at one time merged into one."""
         # every impulse, then every segment's start and end (entries equal in all four
         # fields are interchangeable, so the order before the sort does not matter)
         fl = self.flows
