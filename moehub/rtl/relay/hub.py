@@ -1,0 +1,178 @@
+"""A relay hub (protocol v3, ``relay: true``): the receive hub of one GPU with the relay's
+control path beside it, as far as it attaches without changing the packet manager.
+
+::
+
+    row --> relay_window-deep FIFO --> ForwardUnit --local--> (the multicast path's request)
+     (never refuses; a row past          |    ^   `--fwd----> (the NVLink egress)
+      the window is counted)             |    `-- fcredit <-- (the node's GPUs' forward credits)
+                                         `--rcredit--> (the hub's credit queue)
+    fin --> ForwardCheck --> fin_bad_source / fin_bad_targets / fin_src   (a received forward row)
+
+    MoEHub(cfg), unchanged: i, wr, ctl, credit, csr, layer_done
+
+:class:`RelayControl` is the control path alone (the FIFO, :class:`~.forward_unit.ForwardUnit`,
+:class:`~.forward_check.ForwardCheck` and the relay counters); :class:`RelayHub` is
+:class:`~moehub.rtl.hub.MoEHub` and a :class:`RelayControl` side by side, every port of
+both passed through under its own name (none of the hub's ports is touched, so a relay
+hub's v1/v2 path is exactly ``MoEHub``'s).
+
+The counters read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_registers`):
+``relay_rows``, ``relay_local``, ``fwd_rows``, ``fwd_wait`` (the forward unit's held row's
+forwards not yet sent), ``fwd_in`` (good forward rows received) and ``relay_drops`` (per
+:class:`~moehub.spec.formats.RelayReason`: the forward unit's and the forward check's
+together). They are outputs here, not yet in the CSR bank (whose relay registers inside
+``MoEHub`` read 0), and ``node``/``rank`` are inputs (NODE_ID and LOCAL_RANK are stored in
+that bank). ``relay_overflow`` counts rows that came while the FIFO was full -- a source
+that sent without an R credit; with the credits kept it stays 0 (the window bounds the
+rows between a row's arrival and its credit, and the forward unit holds one of them).
+
+Still missing for the full attach (see :mod:`moehub.rtl.relay`): the packet manager's
+relay-row staging (the rows' data in the pool or a ``relay_window``-row staging area, and
+the push into ``row`` once a row's first chunk is accepted), the multicast allocator's
+lane for ``local``, the NVLink egress DMA behind ``fwd``, the merge of ``rcredit`` into
+the hub's credit queue, ``fin`` fed from the target decode (and its forward credit
+returned), and the relay registers in the CSR bank.
+"""
+from amaranth import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from ...spec.config import HubConfig
+from ...spec.formats import RelayReason
+from ..hub import MoEHub
+from .forward_check import ForwardCheck
+from .forward_unit import ForwardUnit
+from .layouts import RelayLayouts
+
+
+def _refuse(component, cfg: HubConfig, what: str) -> None:
+    if not cfg.relay:
+        component._MustUse__silence = True
+        raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: {what} needs relay: true")
+
+
+class RelayControl(wiring.Component):
+    """The relay's control path (see the module docstring).
+
+    Attributes
+    ----------
+    row : In(stream of RelayLayouts.row)
+        Accepted relay rows' target sets (ready always 1: the FIFO never refuses).
+    node, rank : In
+        This hub's node and local rank.
+    local, fwd, fcredit, rcredit :
+        The forward unit's streams (:class:`~.forward_unit.ForwardUnit`).
+    fin : In(stream of RelayLayouts.fwd)
+        Received forward rows (ready always 1; ``dst`` is not checked: the row arrived here).
+    fin_bad_source, fin_bad_targets : Out(1); fin_src : Out(src_bits)
+        The verdict on ``fin``'s row (combinational, meaningful while ``fin.valid``).
+    relay_rows, relay_local, fwd_wait, fwd_in : Out(32); fwd_rows : Out(32).array(gpus_per_node);
+    relay_drops : Out(32).array(len(RelayReason))
+        The relay counters.
+    relay_overflow : Out(32)
+        Rows that found the FIFO full (dropped).
+    queued : Out(range(relay_window + 1))
+        Rows in the FIFO (not counting the forward unit's held row).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        _refuse(self, cfg, "a relay control path")
+        self.cfg = cfg
+        self.lay = lay = RelayLayouts(cfg)
+        self.fu = ForwardUnit(cfg)          # (built here: a bench can watch its row handshake)
+        self.check = ForwardCheck(cfg)
+        super().__init__({
+            "row": In(stream.Signature(lay.row)),
+            "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits),
+            "local": Out(stream.Signature(lay.local)),
+            "fwd": Out(stream.Signature(lay.fwd)),
+            "fcredit": In(stream.Signature(lay.fcredit)),
+            "rcredit": Out(stream.Signature(lay.rcredit)),
+            "fin": In(stream.Signature(lay.fwd)),
+            "fin_bad_source": Out(1), "fin_bad_targets": Out(1), "fin_src": Out(cfg.src_bits),
+            "relay_rows": Out(32), "relay_local": Out(32), "fwd_wait": Out(32), "fwd_in": Out(32),
+            "fwd_rows": Out(32).array(cfg.node_gpus),
+            "relay_drops": Out(32).array(len(RelayReason)),
+            "relay_overflow": Out(32),
+            "queued": Out(range(cfg.relay_window + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, lay = self.cfg, self.lay
+        m.submodules.fu = fu = self.fu
+        m.submodules.check = chk = self.check
+        m.submodules.queue = q = SyncFIFO(width=lay.row.size, depth=cfg.relay_window)
+
+        # ---- the row queue: never refuses; a row that finds it full is counted and lost
+        overflow = Signal(32, name="overflow")
+        m.d.comb += [self.row.ready.eq(1), q.w_en.eq(self.row.valid), q.w_data.eq(self.row.payload),
+                     fu.row.valid.eq(q.r_rdy), fu.row.payload.eq(q.r_data), q.r_en.eq(fu.row.ready),
+                     self.queued.eq(q.level), self.relay_overflow.eq(overflow)]
+        with m.If(self.row.valid & ~q.w_rdy):
+            m.d.sync += overflow.eq(overflow + 1)
+
+        # ---- the forward unit
+        m.d.comb += [fu.node.eq(self.node), fu.rank.eq(self.rank)]
+        wiring.connect(m, fu.local, wiring.flipped(self.local))
+        wiring.connect(m, fu.fwd, wiring.flipped(self.fwd))
+        wiring.connect(m, wiring.flipped(self.fcredit), fu.fcredit)
+        wiring.connect(m, fu.rcredit, wiring.flipped(self.rcredit))
+
+        # ---- a received forward row's verdict, counted
+        f = self.fin.payload
+        m.d.comb += [chk.node.eq(self.node), chk.rank.eq(self.rank), chk.fwd.eq(f.fwd), chk.ftag.eq(f.ftag),
+                     chk.src_node.eq(f.src_node), chk.src_rank.eq(f.src_rank), chk.valid.eq(f.valid),
+                     self.fin.ready.eq(1), self.fin_bad_source.eq(chk.bad_source),
+                     self.fin_bad_targets.eq(chk.bad_targets), self.fin_src.eq(chk.src)]
+        m.d.comb += [chk.expert[i].eq(f.expert[i]) for i in range(cfg.max_targets)]
+        fin_in = Signal(32, name="fin_in")
+        fin_drops = [Signal(32, name=f"fin_drops_{r.name.lower()}") for r in RelayReason]
+        with m.If(self.fin.valid):
+            with m.If(chk.bad_source):
+                m.d.sync += fin_drops[RelayReason.FWD_BAD_SOURCE].eq(fin_drops[RelayReason.FWD_BAD_SOURCE] + 1)
+            with m.Elif(chk.bad_targets):
+                m.d.sync += fin_drops[RelayReason.FWD_BAD_TARGETS].eq(fin_drops[RelayReason.FWD_BAD_TARGETS] + 1)
+            with m.Else():
+                m.d.sync += fin_in.eq(fin_in + 1)
+
+        # ---- the counters
+        m.d.comb += [self.relay_rows.eq(fu.relay_rows), self.relay_local.eq(fu.relay_local),
+                     self.fwd_wait.eq(fu.fwd_wait), self.fwd_in.eq(fin_in)]
+        m.d.comb += [self.fwd_rows[g].eq(fu.fwd_rows[g]) for g in range(cfg.node_gpus)]
+        m.d.comb += [self.relay_drops[i].eq((fu.drops[i] + fin_drops[i])[:32]) for i in range(len(RelayReason))]
+        return m
+
+
+class RelayHub(wiring.Component):
+    """:class:`~moehub.rtl.hub.MoEHub` (its ports under their names) beside a
+    :class:`RelayControl` (its ports under theirs): see the module docstring.
+
+    Parameters
+    ----------
+    cfg : HubConfig
+        ``relay: true`` (else ValueError naming the key).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        _refuse(self, cfg, "a relay hub")
+        self.cfg = cfg
+        self.hub = MoEHub(cfg)
+        self.relay = RelayControl(cfg)
+        members = dict(self.hub.signature.members)
+        clash = set(members) & set(self.relay.signature.members)
+        assert not clash, f"ports of both the hub and the relay path: {sorted(clash)}"
+        members.update(self.relay.signature.members)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.hub = self.hub
+        m.submodules.relay = self.relay
+        inner = [*self.hub.signature.flatten(self.hub), *self.relay.signature.flatten(self.relay)]
+        for (path, member, outer), (ipath, _, sub) in zip(self.signature.flatten(self), inner):
+            assert path == ipath, (path, ipath)
+            m.d.comb += sub.eq(outer) if member.flow == In else outer.eq(sub)
+        return m

@@ -1,0 +1,480 @@
+"""The relay hub's control path (moehub/rtl/relay/hub.py: the relay_window-deep row FIFO,
+the forward unit, the forward check, the relay counters) against the reference model
+(moehub/spec/relay.py) in the Amaranth simulator, in lock-step.
+
+The bench plays the relay's sources: it pushes relay rows (good ones and a share broken
+in each way the model checks) into ``row`` whenever the R credits allow -- at most
+``relay_window`` rows between a row's arrival and its credit (a row of an unknown source
+holds no credit: it counts until the forward unit takes it) -- and the node's GPUs: it
+returns forward credits after a random delay and offers received forward rows on
+``fin``. Every output is backpressured at random, in phases of long stalls so that the
+FIFO fills to the window. Each row the forward unit takes from the FIFO must be the next
+row pushed, unchanged (the FIFO loses, reorders, refuses nothing), and goes to
+:class:`~moehub.spec.relay.RelayHubModel` in that cycle; each local request must be the
+model's next, each forward row the model's (lowest ready GPU, tag, entries), the relay
+credits the model's in order, each forward-row verdict the model's ``forward_verdict``,
+and the counters (rows, local rows, forwards per GPU, forwards waiting, forward rows in,
+drops per reason) the model's every cycle. A bound in cycles catches a hang; a failure
+names the seed.
+
+The random bench runs on :class:`RelayControl` (fast) and once on the whole
+:class:`RelayHub` (the MoEHub beside it, its ports passed through), where the directed
+cases run too. A planted bug (two forward rows' destinations swapped in the unit: the
+row for the lower GPU goes to the higher one) must fail the bench.
+"""
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from moehub.rtl.hub import MoEHub
+from moehub.rtl.relay.hub import RelayControl, RelayHub
+from moehub.rtl.relay.layouts import RelayLayouts
+from moehub.spec.config import load_hub_config
+from moehub.spec.formats import RelayReason
+from moehub.spec.relay import ForwardRow, RelayHubModel, RelayRow, global_gpu
+from moehub.verif.formal.plant import broken_class
+from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, random_entries
+
+#: 2 nodes x 2 GPUs, 2 tags per source (a window of 2 relay rows), 1 forward tag
+R22 = load_hub_config("tiny").replace(sources=4, nodes=2, gpus_per_node=2, relay=True, forward_tags=1,
+                                      topk=3, max_targets=3, tags_per_source=2)
+
+
+def random_forward(rng, cfg, node, rank):
+    """(payload fields, ForwardRow) of a received forward row at hub (node, rank): mostly
+    well formed, else any field over its whole width."""
+    M = cfg.max_targets
+    top = lambda bits: (1 << bits) - 1          # noqa: E731
+    others = [g for g in range(cfg.node_gpus) if g != rank]
+    fwd = rng.choice(others)
+    f = dict(fwd=fwd, ftag=rng.randrange(cfg.forward_tags),
+             src_node=rng.choice([n for n in range(cfg.nodes) if n != node]), src_rank=fwd)
+    if rng.random() < 0.4:
+        k = rng.choice(["fwd", "ftag", "src_node", "src_rank"])
+        width = {"fwd": cfg.gpu_bits, "src_rank": cfg.gpu_bits, "src_node": cfg.node_bits,
+                 "ftag": RelayLayouts(cfg).ftag_bits}[k]
+        f[k] = rng.randint(0, top(width))
+    ent = [(rng.random() < 0.6, rng.randrange(top(cfg.expert_bits) + 1), rng.randrange(cfg.topk))
+           for _ in range(M)]
+    if rng.random() < 0.7:                       # mostly distinct experts in range, to pass the check
+        xs = rng.sample(range(cfg.experts), M)
+        ent = [(v or i == 0, xs[i], s) for i, (v, _, s) in enumerate(ent)]
+    f["token"] = rng.randrange(1 << cfg.token_bits)
+    targets = tuple((x, s) for v, x, s in ent if v)
+    return (f, ent), ForwardRow(dst=rank, targets=targets, **f)
+
+
+class HubBench:
+    """The relay path (``io``: a RelayControl or a RelayHub; ``rc``: its RelayControl) and
+    the model side by side (see the module docstring)."""
+
+    def __init__(self, cfg, io, rc, ctx, rng, node, rank):
+        self.cfg, self.io, self.rc, self.ctx, self.rng = cfg, io, rc, ctx, rng
+        self.model = RelayHubModel(cfg, node, rank)
+        self.node, self.rank = node, rank
+        self.locals, self.credits, self.pushed = [], [], []
+        self.out, self.applied = [], []
+        self.cycle, self.forwarded, self.taken = 0, 0, -10
+        self.outstanding = 0                 # rows between arrival and credit (or take, unknown source)
+        self.peak_queued = 0
+        self.fins = 0
+        self.log = []                        # (cycle, event, ...) for the latency figures
+
+    def counters(self):
+        ctx, io, G = self.ctx, self.io, self.cfg.node_gpus
+        return {"drops": [ctx.get(io.relay_drops[i]) for i in range(len(RelayReason))],
+                "rows": ctx.get(io.relay_rows), "local": ctx.get(io.relay_local),
+                "fwd_rows": [ctx.get(io.fwd_rows[g]) for g in range(G)],
+                "fwd_wait": ctx.get(io.fwd_wait), "fwd_in": ctx.get(io.fwd_in),
+                "overflow": ctx.get(io.relay_overflow)}
+
+    def check_counters(self):
+        m = self.model
+        want = {"drops": m.relay_drops, "rows": m.relay_rows, "local": m.relay_local,
+                "fwd_rows": m.fwd_rows, "fwd_wait": m.fwd_wait(), "fwd_in": m.fwd_in, "overflow": 0}
+        got = self.counters()
+        assert got == want, f"cycle {self.cycle}: counters {got}, model {want}"
+
+    def set_row(self, fields, token):
+        ctx, p = self.ctx, self.io.row.payload
+        ctx.set(p.src_node, fields["src_node"])
+        ctx.set(p.src_rank, fields["src_rank"])
+        ctx.set(p.tag, fields["tag"])
+        ctx.set(p.token, token)
+        ctx.set(p.valid, sum(e["valid"] << i for i, e in enumerate(fields["entries"])))
+        for i, e in enumerate(fields["entries"]):
+            ctx.set(p.gpu[i], e["gpu"])
+            ctx.set(p.expert[i], e["expert"])
+            ctx.set(p.slot[i], e["slot"])
+
+    def row_fields(self, p):
+        """A row payload as (src_node, src_rank, tag, token, valid, entries of the valid bits)."""
+        ctx, T = self.ctx, self.cfg.relay_targets
+        v = ctx.get(p.valid)
+        return (ctx.get(p.src_node), ctx.get(p.src_rank), ctx.get(p.tag), ctx.get(p.token), v,
+                tuple((ctx.get(p.gpu[i]), ctx.get(p.expert[i]), ctx.get(p.slot[i])) for i in range(T)))
+
+    def set_fin(self, fe):
+        (f, ent), ctx, p = fe, self.ctx, self.io.fin.payload
+        ctx.set(p.dst, self.rank)
+        for k, v in f.items():
+            ctx.set(getattr(p, k), v)
+        ctx.set(p.valid, sum(int(v) << i for i, (v, _, _) in enumerate(ent)))
+        for i, (_, x, s) in enumerate(ent):
+            ctx.set(p.expert[i], x)
+            ctx.set(p.slot[i], s)
+
+    def entries(self, payload, n):
+        ctx = self.ctx
+        v = ctx.get(payload.valid)
+        return tuple((ctx.get(payload.expert[i]), ctx.get(payload.slot[i])) for i in range(n) if v >> i & 1)
+
+    async def run(self, rows, bad, p_fin=0.2):
+        ctx, io, rc, cfg, m, rng = self.ctx, self.io, self.rc, self.cfg, self.model, self.rng
+        M, W = cfg.max_targets, cfg.relay_window
+        fu_row = rc.fu.row
+        ctx.set(io.node, self.node)
+        ctx.set(io.rank, self.rank)
+        token, sent, idle, p_ready = 0, 0, 0, 0.7
+        while sent < rows or m.queue or self.pushed or ctx.get(io.rcredit.valid) or self.out or idle < 6:
+            self.check_counters()
+            if self.cycle % 40 == 0:                 # phases: free-flowing, or long stalls that fill the FIFO
+                p_ready = rng.choice([0.9, 0.7, 0.15])
+            for c, dst, ftag in [a for a in self.applied if a[0] == self.cycle]:
+                m.forward_credit(dst, ftag)
+            self.applied = [a for a in self.applied if a[0] > self.cycle]
+            push = None
+            if sent < rows and self.outstanding < W and rng.random() < 0.8:
+                token = (token + 1) % (1 << cfg.token_bits)
+                fields, row = random_entries(rng, cfg, self.node, self.rank, bad)
+                push = RelayRow(row.src_node, row.src_rank, row.tag, token, row.targets)
+                self.set_row(fields, token)
+            ctx.set(io.row.valid, push is not None)
+            ctx.set(io.local.ready, rng.random() < p_ready)
+            ctx.set(io.fwd.ready, rng.random() < p_ready)
+            ctx.set(io.rcredit.ready, rng.random() < p_ready)
+            due = [o for o in self.out if o[0] <= self.cycle]
+            if due and rng.random() < 0.6:
+                o = rng.choice(due)
+                self.out.remove(o)
+                ctx.set(io.fcredit.valid, 1)
+                ctx.set(io.fcredit.payload.dst, o[1])
+                ctx.set(io.fcredit.payload.ftag, o[2])
+                self.applied.append((self.cycle + CREDIT_LATENCY, o[1], o[2]))
+            else:
+                ctx.set(io.fcredit.valid, 0)
+            fin = None
+            if sent < rows and rng.random() < p_fin:
+                fe, fin = random_forward(rng, cfg, self.node, self.rank)
+                self.set_fin(fe)
+            ctx.set(io.fin.valid, fin is not None)
+            busy = False
+            # ---- the cycle's handshakes, against the model
+            if fin is not None:
+                assert ctx.get(io.fin.ready)
+                want = m.forward_verdict(fin)
+                got = (RelayReason.FWD_BAD_SOURCE if ctx.get(io.fin_bad_source) else
+                       RelayReason.FWD_BAD_TARGETS if ctx.get(io.fin_bad_targets) else None)
+                assert got == want, f"cycle {self.cycle}: forward row {fin}: verdict {got}, model {want}"
+                if want is None:
+                    assert ctx.get(io.fin_src) == global_gpu(cfg, fin.src_node, fin.src_rank)
+                m.forward_row(fin)
+                self.fins += 1
+            if ctx.get(io.fwd.valid):
+                busy = True
+                ready = m.ready_dests()
+                dst = ctx.get(io.fwd.payload.dst)
+                assert ready and dst == ready[0], f"cycle {self.cycle}: forward to {dst}, model ready {ready}"
+                if ctx.get(io.fwd.ready):
+                    f = m.emit(dst)
+                    fp = io.fwd.payload
+                    got = (ctx.get(fp.ftag), ctx.get(fp.fwd), ctx.get(fp.src_node), ctx.get(fp.src_rank),
+                           ctx.get(fp.token), self.entries(fp, M))
+                    assert got == (f.ftag, f.fwd, f.src_node, f.src_rank, f.token, f.targets), (got, f)
+                    self.out.append((self.cycle + rng.randint(1, 12), dst, f.ftag))
+                    self.forwarded += 1
+                    self.log.append((self.cycle, "fwd", f.token))
+            elif self.cycle > self.taken + PREP_CYCLES:
+                assert not m.ready_dests(), \
+                    f"cycle {self.cycle}: the model can forward to {m.ready_dests()}, the hub offers none"
+            if ctx.get(io.local.valid) and ctx.get(io.local.ready):
+                busy = True
+                lp = io.local.payload
+                want = self.locals.pop(0)
+                got = (ctx.get(lp.src), ctx.get(lp.token), self.entries(lp, M))
+                assert got == (want.src, want.token, want.targets), (got, want)
+                self.log.append((self.cycle, "local", want.token))
+            if ctx.get(io.rcredit.valid) and ctx.get(io.rcredit.ready):
+                busy = True
+                self.credits.append((ctx.get(io.rcredit.payload.src), ctx.get(io.rcredit.payload.tag)))
+                assert self.credits == m.credits[:len(self.credits)], (self.credits, m.credits)
+                self.outstanding -= 1
+                self.log.append((self.cycle, "credit", self.credits[-1]))
+            if ctx.get(fu_row.valid) and ctx.get(fu_row.ready):
+                busy = True
+                fields, row = self.pushed.pop(0)
+                got = self.row_fields(fu_row.payload)
+                assert got == fields, f"cycle {self.cycle}: the FIFO gave {got}, pushed {fields}"
+                if m.relay_verdict(row) == RelayReason.FWD_BAD_SOURCE:
+                    self.outstanding -= 1            # (no credit: it leaves the window as it is taken)
+                fx = m.relay_row(row)
+                self.taken = self.cycle
+                if fx.local is not None:
+                    self.locals.append(fx.local)
+                self.log.append((self.cycle, "take", row.token))
+            if push is not None:
+                busy = True
+                assert ctx.get(io.row.ready), f"cycle {self.cycle}: the row FIFO refused a row"
+                self.pushed.append((self.row_fields(io.row.payload), push))
+                self.outstanding += 1
+                sent += 1
+                self.log.append((self.cycle, "push", push.token))
+            self.peak_queued = max(self.peak_queued, ctx.get(io.queued))
+            idle = 0 if busy else idle + 1
+            await ctx.tick()
+            self.cycle += 1
+            assert self.cycle < 60 * rows + 500, f"no progress by cycle {self.cycle}"
+        self.check_counters()
+        assert self.credits == m.credits and not self.locals and not m.queue and not self.pushed
+
+
+def simulate(cfg, seed, rows=120, bad=0.3, node=0, rank=1, top=RelayControl):
+    """Run the bench on ``top(cfg)``; returns it (an AssertionError names the seed)."""
+    dut = top(cfg)
+    rc = dut.relay if isinstance(dut, RelayHub) else dut
+    rng = random.Random(seed)
+    out = {}
+
+    async def bench(ctx):
+        b = HubBench(cfg, dut, rc, ctx, rng, node, rank)
+        out["bench"] = b
+        await b.run(rows, bad)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    try:
+        sim.run()
+    except AssertionError as e:
+        raise AssertionError(f"{cfg.name} seed {seed} (node {node}, rank {rank}): {e}") from e
+    return out["bench"]
+
+
+def _check_reach(b, cfg):
+    m = b.model
+    assert m.relay_rows > 30 and b.forwarded > 30 and m.relay_local > 5, (m.relay_rows, b.forwarded)
+    assert all(m.relay_drops), m.relay_drops
+    assert m.fwd_in > 3 and b.fins > m.fwd_in
+    # the FIFO filled to the window (the forward unit holding the last row of it) and never refused
+    assert b.peak_queued == cfg.relay_window - 1 >= 1 or b.peak_queued == cfg.relay_window, b.peak_queued
+
+
+@pytest.mark.parametrize("cfg", [R2, R3, R22], ids=["2x4", "3x3", "2x2"])
+@pytest.mark.parametrize("seed", range(2))
+def test_relay_control_random_against_model(cfg, seed):
+    b = simulate(cfg, seed, node=seed % cfg.nodes, rank=(seed + 1) % cfg.node_gpus)
+    _check_reach(b, cfg)
+
+
+def test_relay_hub_refuses_non_relay():
+    tiny = load_hub_config("tiny")
+    for top in (RelayHub, RelayControl):
+        with pytest.raises(ValueError, match=r"\.relay = False"):
+            top(tiny)
+
+
+# ------------------------------------------------------------------ directed cases
+def entry(gpu, expert, slot, valid=1):
+    return dict(valid=valid, gpu=gpu, expert=expert, slot=slot)
+
+
+NONE = entry(0, 0, 0, valid=0)
+
+
+async def _directed(ctx, dut, cfg):
+    """Hub (node 0, rank 1) of R2 (2 nodes x 4 GPUs, window 3): the cases of
+    ``test_relay_hub_directed``; returns the events seen, by cycle."""
+    rc = dut.relay if isinstance(dut, RelayHub) else dut
+    b = HubBench(cfg, dut, rc, ctx, random.Random(0), 0, 1)
+    ctx.set(dut.node, 0)
+    ctx.set(dut.rank, 1)
+    for s in (dut.local, dut.fwd, dut.rcredit):
+        ctx.set(s.ready, 1)
+    log = []
+
+    async def cycle(n=1):
+        for _ in range(n):
+            c = b.cycle
+            assert ctx.get(dut.row.ready)
+            if ctx.get(dut.fwd.valid) and ctx.get(dut.fwd.ready):
+                p = dut.fwd.payload
+                log.append((c, "fwd", ctx.get(p.dst), ctx.get(p.ftag), ctx.get(p.token), b.entries(p, 3)))
+            if ctx.get(dut.local.valid) and ctx.get(dut.local.ready):
+                log.append((c, "local", ctx.get(dut.local.payload.src), ctx.get(dut.local.payload.token),
+                            b.entries(dut.local.payload, 3)))
+            if ctx.get(dut.rcredit.valid) and ctx.get(dut.rcredit.ready):
+                log.append((c, "credit", ctx.get(dut.rcredit.payload.src), ctx.get(dut.rcredit.payload.tag)))
+            await ctx.tick()
+            b.cycle += 1
+            ctx.set(dut.row.valid, 0)
+            ctx.set(dut.fin.valid, 0)
+            ctx.set(dut.fcredit.valid, 0)
+
+    async def push(entries, token, src_node=1, src_rank=1, tag=0):
+        b.set_row(dict(src_node=src_node, src_rank=src_rank, tag=tag, entries=entries), token)
+        ctx.set(dut.row.valid, 1)
+        log.append((b.cycle, "push", token))
+        await cycle()
+
+    # (a) all targets on this GPU: a local request and the credit, no forward
+    await push([entry(1, 0, 0), entry(1, 2, 1), NONE], 1, tag=0)
+    await cycle(6)
+    # (b) targets on GPUs 0 and 3: two forwards (tag 0 each), the credit after them
+    await push([entry(3, 1, 0), NONE, entry(0, 2, 2)], 2, tag=1)
+    await cycle(8)
+    # (c) GPU 0 again: its only forward tag is out, so the row waits for the credit
+    await push([entry(0, 0, 1), NONE, NONE], 3, tag=2)
+    await cycle(5)
+    ctx.set(dut.fcredit.valid, 1)
+    ctx.set(dut.fcredit.payload.dst, 0)
+    ctx.set(dut.fcredit.payload.ftag, 0)
+    log.append((b.cycle, "fcredit", 0))
+    await cycle(6)
+    # (d) a relay row naming a GPU outside the node: FWD_BAD_GPU, counted, its credit back
+    await push([entry(5, 0, 0), NONE, NONE], 4, tag=0)
+    # (e) a relay row of another rail: FWD_BAD_SOURCE, counted, no credit
+    await push([entry(0, 0, 0), NONE, NONE], 5, src_rank=2, tag=1)
+    await cycle(6)
+    # received forward rows: a good one, an unknown source (forwarder outside the node;
+    # the original source in this node), bad targets (an expert twice)
+    fins = [dict(fwd=2, ftag=0, src_node=1, src_rank=2, token=7, valid=0b011, expert=[0, 2, 0]),
+            dict(fwd=5, ftag=0, src_node=1, src_rank=5, token=8, valid=0b001, expert=[0, 0, 0]),
+            dict(fwd=2, ftag=0, src_node=0, src_rank=2, token=9, valid=0b001, expert=[0, 0, 0]),
+            dict(fwd=3, ftag=0, src_node=1, src_rank=3, token=10, valid=0b101, expert=[1, 0, 1])]
+    verdicts = []
+    for f in fins:
+        p = dut.fin.payload
+        ctx.set(p.dst, 1)
+        for k in ("fwd", "ftag", "src_node", "src_rank", "token", "valid"):
+            ctx.set(getattr(p, k), f[k])
+        for i, x in enumerate(f["expert"]):
+            ctx.set(p.expert[i], x)
+        ctx.set(dut.fin.valid, 1)
+        verdicts.append((ctx.get(dut.fin_bad_source), ctx.get(dut.fin_bad_targets), ctx.get(dut.fin_src)))
+        await cycle()
+    await cycle(2)
+    counters = b.counters()
+    # (f) the window overrun: all outputs stalled, window + 2 rows pushed back to back (the
+    # forward unit holds one, the FIFO the next relay_window): the last is counted lost
+    for s in (dut.local, dut.fwd, dut.rcredit):
+        ctx.set(s.ready, 0)
+    for k in range(cfg.relay_window + 2):
+        await push([entry(2, 0, 0), NONE, NONE], 20 + k, tag=k % cfg.tags_per_source)
+    await cycle(3)
+    overrun = (ctx.get(dut.relay_overflow), ctx.get(dut.queued))
+    return log, verdicts, counters, overrun
+
+
+def _check_directed(log, verdicts, counters, overrun, cfg):
+    ev = lambda kind, *key: [e for e in log if e[1] == kind and e[2:2 + len(key)] == key]  # noqa: E731
+    pushes = {e[2]: e[0] for e in log if e[1] == "push"}
+    # (a) local (source node 1 rank 1 = global 5, token 1, both entries), the credit, no forward
+    assert [e[1:] for e in log if e[1] != "push" and e[0] < pushes[2]] == \
+        [("local", 5, 1, ((0, 0), (2, 1))), ("credit", 5, 0)], log
+    # (b) forwards to GPU 0 then GPU 3, tag 0, one entry each; then the credit (5, 1)
+    b_fwd = [e for e in log if e[1] == "fwd" and e[4] == 2]
+    assert [(e[2], e[3], e[5]) for e in b_fwd] == [(0, 0, ((2, 2),)), (3, 0, ((1, 0),))], log
+    cr_b = ev("credit", 5, 1)
+    assert len(cr_b) == 1 and cr_b[0][0] > b_fwd[-1][0], log
+    # (c) waits for GPU 0's forward credit; forwarded CREDIT_LATENCY cycles after it
+    c_fwd = [e for e in log if e[1] == "fwd" and e[4] == 3]
+    fc = [e[0] for e in log if e[1] == "fcredit"][0]
+    assert len(c_fwd) == 1 and c_fwd[0][0] == fc + CREDIT_LATENCY, log
+    assert ev("credit", 5, 2)
+    # (d) FWD_BAD_GPU: its credit (5, 0) returned a second time; (e) FWD_BAD_SOURCE: no credit
+    assert len(ev("credit", 5, 0)) == 2 and not ev("credit", 6), log
+    assert not [e for e in log if e[1] in ("fwd", "local") and e[-2:-1] in ((4,), (5,))]
+    # forward rows in: good (source node 1 rank 2 = global 6), unknown source twice, bad targets
+    assert verdicts[0] == (0, 0, 6) and [v[:2] for v in verdicts[1:]] == [(1, 0), (1, 0), (0, 1)], verdicts
+    drops = [0] * len(RelayReason)
+    drops[RelayReason.FWD_BAD_GPU] = 1
+    drops[RelayReason.FWD_BAD_SOURCE] = 1 + 2
+    drops[RelayReason.FWD_BAD_TARGETS] = 1
+    assert counters == {"drops": drops, "rows": 3, "local": 1, "fwd_rows": [2, 0, 0, 1], "fwd_wait": 0,
+                        "fwd_in": 1, "overflow": 0}, counters
+    assert overrun == (1, cfg.relay_window), overrun
+
+
+def _latency(log):
+    """(push -> first forward, push -> local request, push -> credit) of rows 1 and 2, in cycles."""
+    at = lambda kind, tok: min(e[0] for e in log if e[1] == kind and  # noqa: E731
+                               (e[4] if kind == "fwd" else e[3] if kind == "local" else None) == tok)
+    pushes = {e[2]: e[0] for e in log if e[1] == "push"}
+    credit_a = min(e[0] for e in log if e[1] == "credit")
+    return {"local": at("local", 1) - pushes[1], "credit_local_only": credit_a - pushes[1],
+            "first_fwd": at("fwd", 2) - pushes[2],
+            "credit_two_fwd": [e[0] for e in log if e[1] == "credit" and e[3] == 1][0] - pushes[2]}
+
+
+#: cycles from a row at ``row`` to its outputs, outputs ready: the FIFO (1), the forward
+#: unit's accept and packing (PREP_CYCLES + 1); the credit a cycle after the last output
+LATENCY = {"local": 3, "credit_local_only": 4, "first_fwd": 3, "credit_two_fwd": 5}
+
+
+def run_directed(top):
+    cfg = R2
+    dut = top(cfg)
+    out = {}
+
+    async def bench(ctx):
+        out["r"] = await _directed(ctx, dut, cfg)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return dut, out["r"]
+
+
+def test_relay_control_directed():
+    _, (log, verdicts, counters, overrun) = run_directed(RelayControl)
+    _check_directed(log, verdicts, counters, overrun, R2)
+    assert _latency(log) == LATENCY, _latency(log)
+
+
+def test_relay_hub_top():
+    """The whole top: MoEHub's ports and the relay path's side by side, the directed cases
+    and one random run through the top's ports; the MoEHub inside is MoEHub(cfg)."""
+    hub, (log, verdicts, counters, overrun) = run_directed(RelayHub)
+    assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
+    members = hub.signature.members
+    plain = MoEHub(R2)
+    plain._MustUse__silence = True                  # (only its signature is wanted)
+    for k, v in plain.signature.members.items():       # every port of the hub's, as the hub has it
+        assert k in members and repr(members[k]) == repr(v), k
+    assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
+    _check_directed(log, verdicts, counters, overrun, R2)
+    assert _latency(log) == LATENCY
+    b = simulate(R2, 7, rows=80, node=1, rank=2, top=RelayHub)
+    assert b.model.relay_rows > 20 and b.forwarded > 20
+
+
+# ------------------------------------------------------------------ a planted bug
+PLANTS = {
+    # two forward rows' destinations swapped: the pick's GPU reported as the next one up
+    "dst-swapped": ("fp.dst.eq(select([(pick[g], Const(g, cfg.gpu_bits)) for g in range(G)], cfg.gpu_bits)),",
+                    "fp.dst.eq(select([(pick[g], Const((g + 1) % G, cfg.gpu_bits)) for g in range(G)], cfg.gpu_bits)),"),
+    # the relay row's credit never returned
+    "credit-dropped": ("m.d.comb += [self.rcredit.valid.eq(all_out & credit),",
+                       "m.d.comb += [self.rcredit.valid.eq(0),"),
+}
+
+
+@pytest.mark.parametrize("plant", list(PLANTS))
+def test_planted_bug_is_caught(plant, monkeypatch):
+    import moehub.rtl.relay.hub as hub_mod
+    old, new = PLANTS[plant]
+    monkeypatch.setattr(hub_mod, "ForwardUnit", broken_class("moehub.rtl.relay.forward_unit", old, new, "ForwardUnit"))
+    with pytest.raises(AssertionError, match="seed 0"):
+        simulate(R2, 0, rows=60)
