@@ -99,6 +99,7 @@ class Bench:
         self.cycle = 0
         self.forwarded = 0
         self.taken = -10                            # the cycle the last row was taken
+        self.log = []                               # (cycle, event, ...) for the latency figures
 
     def check_counters(self):
         ctx, dut, m = self.ctx, self.dut, self.model
@@ -127,6 +128,69 @@ class Bench:
         v = ctx.get(payload.valid)
         return tuple((ctx.get(payload.expert[i]), ctx.get(payload.slot[i])) for i in range(n) if v >> i & 1)
 
+    def apply_credits(self):
+        """The forward credits the unit sees now (presented ``CREDIT_LATENCY`` cycles ago)
+        reach the model."""
+        for c, dst, ftag in [a for a in self.applied if a[0] == self.cycle]:
+            self.model.forward_credit(dst, ftag)
+        self.applied = [a for a in self.applied if a[0] > self.cycle]
+
+    def drive_outputs(self, p_ready):
+        """The cycle's ready of the local, forward and credit outputs, and now and then a
+        forward credit from a destination that holds a forward row, on ``fcredit``."""
+        ctx, dut, rng = self.ctx, self.dut, self.rng
+        ctx.set(dut.local.ready, rng.random() < p_ready)
+        ctx.set(dut.fwd.ready, rng.random() < p_ready)
+        ctx.set(dut.rcredit.ready, rng.random() < p_ready)
+        due = [o for o in self.out if o[0] <= self.cycle]
+        if due and rng.random() < 0.6:
+            o = rng.choice(due)
+            self.out.remove(o)
+            ctx.set(dut.fcredit.valid, 1)
+            ctx.set(dut.fcredit.payload.dst, o[1])
+            ctx.set(dut.fcredit.payload.ftag, o[2])
+            self.applied.append((self.cycle + CREDIT_LATENCY, o[1], o[2]))
+        else:
+            ctx.set(dut.fcredit.valid, 0)
+
+    def check_outputs(self, M):
+        """This cycle's forward, local and credit outputs against the model (a forward row
+        the model's first ready destination's, offered whenever the model has one ready
+        ``PREP_CYCLES`` after a take; a local request and a credit in the model's order);
+        returns (an output offered or taken, a credit returned)."""
+        ctx, dut, m, rng = self.ctx, self.dut, self.model, self.rng
+        busy = credited = False
+        if ctx.get(dut.fwd.valid):
+            busy = True
+            ready = m.ready_dests()
+            dst = ctx.get(dut.fwd.payload.dst)
+            assert ready and dst == ready[0], f"cycle {self.cycle}: forward to {dst}, model ready {ready}"
+            if ctx.get(dut.fwd.ready):
+                f = m.emit(dst)
+                fp = dut.fwd.payload
+                got = (ctx.get(fp.ftag), ctx.get(fp.fwd), ctx.get(fp.src_node), ctx.get(fp.src_rank),
+                       ctx.get(fp.token), self.entries(fp, M))
+                assert got == (f.ftag, f.fwd, f.src_node, f.src_rank, f.token, f.targets), (got, f)
+                self.out.append((self.cycle + rng.randint(1, 12), dst, f.ftag))
+                self.forwarded += 1
+                self.log.append((self.cycle, "fwd", f.token))
+        elif self.cycle > self.taken + PREP_CYCLES:
+            assert not m.ready_dests(), \
+                f"cycle {self.cycle}: the model can forward to {m.ready_dests()}, the design offers none"
+        if ctx.get(dut.local.valid) and ctx.get(dut.local.ready):
+            busy = True
+            lp = dut.local.payload
+            want = self.locals.pop(0)
+            got = (ctx.get(lp.src), ctx.get(lp.token), self.entries(lp, M))
+            assert got == (want.src, want.token, want.targets), (got, want)
+            self.log.append((self.cycle, "local", want.token))
+        if ctx.get(dut.rcredit.valid) and ctx.get(dut.rcredit.ready):
+            busy = credited = True
+            self.credits.append((ctx.get(dut.rcredit.payload.src), ctx.get(dut.rcredit.payload.tag)))
+            assert self.credits == m.credits[:len(self.credits)], (self.credits, m.credits)
+            self.log.append((self.cycle, "credit", self.credits[-1]))
+        return busy, credited
+
     async def run(self, rows, bad, p_ready=0.7):
         ctx, dut, cfg, m, rng = self.ctx, self.dut, self.cfg, self.model, self.rng
         M = cfg.max_targets
@@ -137,56 +201,16 @@ class Bench:
         idle = 0
         while sent < rows or m.queue or ctx.get(dut.rcredit.valid) or self.out or idle < 6:
             self.check_counters()
-            # credits the unit sees now (presented CREDIT_LATENCY cycles ago) reach the model
-            for c, dst, ftag in [a for a in self.applied if a[0] == self.cycle]:
-                m.forward_credit(dst, ftag)
-            self.applied = [a for a in self.applied if a[0] > self.cycle]
+            self.apply_credits()
             if pending is None and sent < rows and rng.random() < 0.8:
                 token = (token + 1) % (1 << cfg.token_bits)
                 fields, row = random_entries(rng, cfg, self.node, self.rank, bad)
                 pending = (fields, RelayRow(row.src_node, row.src_rank, row.tag, token, row.targets))
                 self.set_row(fields, token)
             ctx.set(dut.row.valid, pending is not None)
-            ctx.set(dut.local.ready, rng.random() < p_ready)
-            ctx.set(dut.fwd.ready, rng.random() < p_ready)
-            ctx.set(dut.rcredit.ready, rng.random() < p_ready)
-            due = [o for o in self.out if o[0] <= self.cycle]
-            if due and rng.random() < 0.6:
-                o = rng.choice(due)
-                self.out.remove(o)
-                ctx.set(dut.fcredit.valid, 1)
-                ctx.set(dut.fcredit.payload.dst, o[1])
-                ctx.set(dut.fcredit.payload.ftag, o[2])
-                self.applied.append((self.cycle + CREDIT_LATENCY, o[1], o[2]))
-            else:
-                ctx.set(dut.fcredit.valid, 0)
-            busy = False
+            self.drive_outputs(p_ready)
             # ---- the cycle's handshakes, against the model
-            if ctx.get(dut.fwd.valid):
-                busy = True
-                ready = m.ready_dests()
-                dst = ctx.get(dut.fwd.payload.dst)
-                assert ready and dst == ready[0], f"forward to {dst}, model ready {ready}"
-                if ctx.get(dut.fwd.ready):
-                    f = m.emit(dst)
-                    fp = dut.fwd.payload
-                    got = (ctx.get(fp.ftag), ctx.get(fp.fwd), ctx.get(fp.src_node), ctx.get(fp.src_rank),
-                           ctx.get(fp.token), self.entries(fp, M))
-                    assert got == (f.ftag, f.fwd, f.src_node, f.src_rank, f.token, f.targets), (got, f)
-                    self.out.append((self.cycle + rng.randint(1, 12), dst, f.ftag))
-                    self.forwarded += 1
-            elif self.cycle > self.taken + PREP_CYCLES:
-                assert not m.ready_dests(), f"the model can forward to {m.ready_dests()}, the unit offers none"
-            if ctx.get(dut.local.valid) and ctx.get(dut.local.ready):
-                busy = True
-                lp = dut.local.payload
-                want = self.locals.pop(0)
-                got = (ctx.get(lp.src), ctx.get(lp.token), self.entries(lp, M))
-                assert got == (want.src, want.token, want.targets), (got, want)
-            if ctx.get(dut.rcredit.valid) and ctx.get(dut.rcredit.ready):
-                busy = True
-                self.credits.append((ctx.get(dut.rcredit.payload.src), ctx.get(dut.rcredit.payload.tag)))
-                assert self.credits == m.credits[:len(self.credits)], (self.credits, m.credits)
+            busy, _ = self.check_outputs(M)
             if pending is not None and ctx.get(dut.row.ready):
                 busy = True
                 fx = m.relay_row(pending[1])
@@ -205,11 +229,19 @@ class Bench:
 def simulate(cfg, seed, rows=120, bad=0.35, node=0, rank=1, unit_cls=ForwardUnit):
     """Run the bench; returns the bench (raises AssertionError naming the seed on a mismatch)."""
     dut = unit_cls(cfg)
+    return run_bench(dut, lambda ctx, rng: Bench(cfg, dut, ctx, rng, node, rank), cfg, seed,
+                     rows, bad, node, rank)
+
+
+def run_bench(dut, make, cfg, seed, rows, bad, node, rank):
+    """Simulate ``dut`` under the bench ``make(ctx, rng)`` builds (its ``run(rows, bad)``)
+    with the random stream of ``seed``; returns the bench. A mismatch is re-raised naming
+    the config, the seed, the node and the rank."""
     rng = random.Random(seed)
     out = {}
 
     async def bench(ctx):
-        b = Bench(cfg, dut, ctx, rng, node, rank)
+        b = make(ctx, rng)
         out["bench"] = b
         await b.run(rows, bad)
 

@@ -32,9 +32,9 @@ from moehub.rtl.relay.hub import RelayControl, RelayHub
 from moehub.rtl.relay.layouts import RelayLayouts
 from moehub.spec.config import load_hub_config
 from moehub.spec.formats import RelayReason
-from moehub.spec.relay import ForwardRow, RelayHubModel, RelayRow, global_gpu
+from moehub.spec.relay import ForwardRow, RelayRow, global_gpu
 from moehub.verif.formal.plant import broken_class
-from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, random_entries
+from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, Bench, random_entries, run_bench
 
 #: 2 nodes x 2 GPUs, 2 tags per source (a window of 2 relay rows), 1 forward tag
 R22 = load_hub_config("tiny").replace(sources=4, nodes=2, gpus_per_node=2, relay=True, forward_tags=1,
@@ -65,17 +65,15 @@ def random_forward(rng, cfg, node, rank):
     return (f, ent), ForwardRow(dst=rank, targets=targets, **f)
 
 
-class HubBench:
+class HubBench(Bench):
     """The relay path (``io``: a RelayControl or a RelayHub; ``rc``: its RelayControl) and
-    the model side by side (see the module docstring)."""
+    the model side by side (see the module docstring); the forward unit's bench drives its
+    row, outputs and credits."""
 
     def __init__(self, cfg, io, rc, ctx, rng, node, rank):
-        self.cfg, self.io, self.rc, self.ctx, self.rng = cfg, io, rc, ctx, rng
-        self.model = RelayHubModel(cfg, node, rank)
-        self.node, self.rank = node, rank
-        self.locals, self.credits, self.pushed = [], [], []
-        self.out, self.applied = [], []
-        self.cycle, self.forwarded, self.taken = 0, 0, -10
+        super().__init__(cfg, io, ctx, rng, node, rank)
+        self.io, self.rc = io, rc
+        self.pushed = []
         self.outstanding = 0                 # rows between arrival and credit (or take, unknown source)
         self.peak_queued = 0
         self.fins = 0
@@ -96,18 +94,6 @@ class HubBench:
         got = self.counters()
         assert got == want, f"cycle {self.cycle}: counters {got}, model {want}"
 
-    def set_row(self, fields, token):
-        ctx, p = self.ctx, self.io.row.payload
-        ctx.set(p.src_node, fields["src_node"])
-        ctx.set(p.src_rank, fields["src_rank"])
-        ctx.set(p.tag, fields["tag"])
-        ctx.set(p.token, token)
-        ctx.set(p.valid, sum(e["valid"] << i for i, e in enumerate(fields["entries"])))
-        for i, e in enumerate(fields["entries"]):
-            ctx.set(p.gpu[i], e["gpu"])
-            ctx.set(p.expert[i], e["expert"])
-            ctx.set(p.slot[i], e["slot"])
-
     def row_fields(self, p):
         """A row payload as (src_node, src_rank, tag, token, valid, entries of the valid bits)."""
         ctx, T = self.ctx, self.cfg.relay_targets
@@ -125,11 +111,6 @@ class HubBench:
             ctx.set(p.expert[i], x)
             ctx.set(p.slot[i], s)
 
-    def entries(self, payload, n):
-        ctx = self.ctx
-        v = ctx.get(payload.valid)
-        return tuple((ctx.get(payload.expert[i]), ctx.get(payload.slot[i])) for i in range(n) if v >> i & 1)
-
     async def run(self, rows, bad, p_fin=0.2):
         ctx, io, rc, cfg, m, rng = self.ctx, self.io, self.rc, self.cfg, self.model, self.rng
         M, W = cfg.max_targets, cfg.relay_window
@@ -141,9 +122,7 @@ class HubBench:
             self.check_counters()
             if self.cycle % 40 == 0:                 # phases: free-flowing, or long stalls that fill the FIFO
                 p_ready = rng.choice([0.9, 0.7, 0.15])
-            for c, dst, ftag in [a for a in self.applied if a[0] == self.cycle]:
-                m.forward_credit(dst, ftag)
-            self.applied = [a for a in self.applied if a[0] > self.cycle]
+            self.apply_credits()
             push = None
             if sent < rows and self.outstanding < W and rng.random() < 0.8:
                 token = (token + 1) % (1 << cfg.token_bits)
@@ -151,19 +130,7 @@ class HubBench:
                 push = RelayRow(row.src_node, row.src_rank, row.tag, token, row.targets)
                 self.set_row(fields, token)
             ctx.set(io.row.valid, push is not None)
-            ctx.set(io.local.ready, rng.random() < p_ready)
-            ctx.set(io.fwd.ready, rng.random() < p_ready)
-            ctx.set(io.rcredit.ready, rng.random() < p_ready)
-            due = [o for o in self.out if o[0] <= self.cycle]
-            if due and rng.random() < 0.6:
-                o = rng.choice(due)
-                self.out.remove(o)
-                ctx.set(io.fcredit.valid, 1)
-                ctx.set(io.fcredit.payload.dst, o[1])
-                ctx.set(io.fcredit.payload.ftag, o[2])
-                self.applied.append((self.cycle + CREDIT_LATENCY, o[1], o[2]))
-            else:
-                ctx.set(io.fcredit.valid, 0)
+            self.drive_outputs(p_ready)
             fin = None
             if sent < rows and rng.random() < p_fin:
                 fe, fin = random_forward(rng, cfg, self.node, self.rank)
@@ -181,36 +148,10 @@ class HubBench:
                     assert ctx.get(io.fin_src) == global_gpu(cfg, fin.src_node, fin.src_rank)
                 m.forward_row(fin)
                 self.fins += 1
-            if ctx.get(io.fwd.valid):
-                busy = True
-                ready = m.ready_dests()
-                dst = ctx.get(io.fwd.payload.dst)
-                assert ready and dst == ready[0], f"cycle {self.cycle}: forward to {dst}, model ready {ready}"
-                if ctx.get(io.fwd.ready):
-                    f = m.emit(dst)
-                    fp = io.fwd.payload
-                    got = (ctx.get(fp.ftag), ctx.get(fp.fwd), ctx.get(fp.src_node), ctx.get(fp.src_rank),
-                           ctx.get(fp.token), self.entries(fp, M))
-                    assert got == (f.ftag, f.fwd, f.src_node, f.src_rank, f.token, f.targets), (got, f)
-                    self.out.append((self.cycle + rng.randint(1, 12), dst, f.ftag))
-                    self.forwarded += 1
-                    self.log.append((self.cycle, "fwd", f.token))
-            elif self.cycle > self.taken + PREP_CYCLES:
-                assert not m.ready_dests(), \
-                    f"cycle {self.cycle}: the model can forward to {m.ready_dests()}, the hub offers none"
-            if ctx.get(io.local.valid) and ctx.get(io.local.ready):
-                busy = True
-                lp = io.local.payload
-                want = self.locals.pop(0)
-                got = (ctx.get(lp.src), ctx.get(lp.token), self.entries(lp, M))
-                assert got == (want.src, want.token, want.targets), (got, want)
-                self.log.append((self.cycle, "local", want.token))
-            if ctx.get(io.rcredit.valid) and ctx.get(io.rcredit.ready):
-                busy = True
-                self.credits.append((ctx.get(io.rcredit.payload.src), ctx.get(io.rcredit.payload.tag)))
-                assert self.credits == m.credits[:len(self.credits)], (self.credits, m.credits)
+            out_busy, credited = self.check_outputs(M)
+            busy = busy or out_busy
+            if credited:
                 self.outstanding -= 1
-                self.log.append((self.cycle, "credit", self.credits[-1]))
             if ctx.get(fu_row.valid) and ctx.get(fu_row.ready):
                 busy = True
                 fields, row = self.pushed.pop(0)
@@ -243,22 +184,8 @@ def simulate(cfg, seed, rows=120, bad=0.3, node=0, rank=1, top=RelayControl):
     """Run the bench on ``top(cfg)``; returns it (an AssertionError names the seed)."""
     dut = top(cfg)
     rc = dut.relay if isinstance(dut, RelayHub) else dut
-    rng = random.Random(seed)
-    out = {}
-
-    async def bench(ctx):
-        b = HubBench(cfg, dut, rc, ctx, rng, node, rank)
-        out["bench"] = b
-        await b.run(rows, bad)
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    try:
-        sim.run()
-    except AssertionError as e:
-        raise AssertionError(f"{cfg.name} seed {seed} (node {node}, rank {rank}): {e}") from e
-    return out["bench"]
+    return run_bench(dut, lambda ctx, rng: HubBench(cfg, dut, rc, ctx, rng, node, rank), cfg, seed,
+                     rows, bad, node, rank)
 
 
 def _check_reach(b, cfg):

@@ -83,17 +83,15 @@ class RelayControl(wiring.Component):
         self.lay = lay = RelayLayouts(cfg)
         self.fu = ForwardUnit(cfg)          # (built here: a bench can watch its row handshake)
         self.check = ForwardCheck(cfg)
+        # the forward unit's own ports, as it has them (the FIFO is in front of its row)
+        shared = ("row", "node", "rank", "local", "fwd", "fcredit", "rcredit", "relay_rows",
+                  "relay_local", "fwd_wait", "fwd_rows")
+        members = self.fu.signature.members
         super().__init__({
-            "row": In(stream.Signature(lay.row)),
-            "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits),
-            "local": Out(stream.Signature(lay.local)),
-            "fwd": Out(stream.Signature(lay.fwd)),
-            "fcredit": In(stream.Signature(lay.fcredit)),
-            "rcredit": Out(stream.Signature(lay.rcredit)),
+            **{name: members[name] for name in shared},
             "fin": In(stream.Signature(lay.fwd)),
             "fin_bad_source": Out(1), "fin_bad_targets": Out(1), "fin_src": Out(cfg.src_bits),
-            "relay_rows": Out(32), "relay_local": Out(32), "fwd_wait": Out(32), "fwd_in": Out(32),
-            "fwd_rows": Out(32).array(cfg.node_gpus),
+            "fwd_in": Out(32),
             "relay_drops": Out(32).array(len(RelayReason)),
             "relay_overflow": Out(32),
             "queued": Out(range(cfg.relay_window + 1)),
