@@ -441,7 +441,7 @@ def mutants_of(path: Path, rel: str) -> list[Mutant]:
                       Mutant("", rel, target.lineno, op, _short(before or orig_text),
                              _short(after or text), mutated)))
     found.sort(key=lambda x: x[0])
-    stem = Path(rel).stem
+    stem = _id_stem(rel)
     out = []
     for k, (_, m) in enumerate(found):
         m.id = f"{stem}-{k:03d}"
@@ -599,6 +599,14 @@ def resolve_ref(root: Path, ref: str) -> str:
     if p.returncode != 0:
         raise ValueError(f"--ref {ref!r}: not a commit of the git checkout {root}")
     return p.stdout.strip()
+
+
+def _id_stem(rel: str) -> str:
+    """A mutant id's file part: the file under ``rtl/`` without ``.py``, folders joined
+    by dots (``allocator``, ``relay.hub``): unique where two folders hold a file of one
+    name (``rtl/hub.py``, ``rtl/relay/hub.py``)."""
+    parts = Path(rel).with_suffix("").parts
+    return ".".join(parts[1:] if parts and parts[0] == "rtl" else parts)
 
 
 def export_ref(root: Path, ref: str, dest: Path) -> Path:
