@@ -172,7 +172,7 @@ def _sort_by(a, n, key):
         a[j + 1] = x
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _record(rec_t, rec_f, rec_b, n, t, f, b):
     """Append the rate change (t, flow, bytes sent by then) at index n (growing the arrays)."""
     if n >= rec_t.shape[0]:
@@ -183,55 +183,56 @@ def _record(rec_t, rec_f, rec_b, n, t, f, b):
     return rec_t, rec_f, rec_b
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sample(rec_t, rec_f, rec_b, n, t, f, b, eps, door):
     """Offer the point (t, b) of flow f's curve to the record: every point when ``eps`` < 0
     (exact), else a swing door per flow: a point is kept only when the straight line from
     the flow's last kept point can no longer pass within ``eps`` bytes of every point
     offered since (the last offered one is then kept and becomes the new origin). Between
     kept points the curves are straight, so a read curve stays within ``eps`` bytes of the
-    one every point would give. ``door``: (origin t, origin b, slope low, slope high,
-    pending t, pending b, state: 0 nothing kept, 1 origin only, 2 origin + pending) per
-    flow. Returns the record arrays and their new length."""
+    one every point would give. ``door``: a row per flow (one cache line: the
+    swing door is offered a point at almost every busy flow's step) of origin t, origin b,
+    slope low, slope high, pending t, pending b and state (0 nothing kept, 1 origin only,
+    2 origin + pending). Inlined into the event loop: as a call that returned the record
+    arrays it cost more than the fair rates. Returns the record arrays and their new
+    length."""
     if eps < 0.0:
         rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, t, f, b)
         return rec_t, rec_f, rec_b, n + 1
-    o_t, o_b, lo, hi, p_t, p_b, st = door
-    if st[f] == 0:
+    d = door[f]
+    if d[6] == 0.0:
         rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, t, f, b)
-        o_t[f], o_b[f], lo[f], hi[f], st[f] = t, b, -np.inf, np.inf, 1
+        d[0], d[1], d[2], d[3], d[6] = t, b, -np.inf, np.inf, 1.0
         return rec_t, rec_f, rec_b, n + 1
-    dt = t - o_t[f]
+    dt = t - d[0]
     if dt <= 0.0:
         return rec_t, rec_f, rec_b, n
-    if st[f] == 2 and not (lo[f] <= (b - o_b[f]) / dt <= hi[f]):
+    if d[6] == 2.0 and not (d[2] <= (b - d[1]) / dt <= d[3]):
         # the line to this point misses an earlier one: keep the pending point
-        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, p_t[f], f, p_b[f])
+        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, d[4], f, d[5])
         n += 1
-        o_t[f], o_b[f], lo[f], hi[f] = p_t[f], p_b[f], -np.inf, np.inf
-        dt = t - o_t[f]
-    lo[f] = max(lo[f], (b - eps - o_b[f]) / dt)
-    hi[f] = min(hi[f], (b + eps - o_b[f]) / dt)
-    p_t[f], p_b[f], st[f] = t, b, 2
+        d[0], d[1], d[2], d[3] = d[4], d[5], -np.inf, np.inf
+        dt = t - d[0]
+    d[2] = max(d[2], (b - eps - d[1]) / dt)
+    d[3] = min(d[3], (b + eps - d[1]) / dt)
+    d[4], d[5], d[6] = t, b, 2.0
     return rec_t, rec_f, rec_b, n
 
 
 @njit(cache=True)
 def _flush(rec_t, rec_f, rec_b, n, door):
     """Keep every flow's pending swing-door point (the end of the run)."""
-    o_t, o_b, lo, hi, p_t, p_b, st = door
-    for f in range(st.shape[0]):
-        if st[f] == 2:
-            rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, p_t[f], f, p_b[f])
+    for f in range(door.shape[0]):
+        if door[f, 6] == 2.0:
+            rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, door[f, 4], f, door[f, 5])
             n += 1
-            st[f] = 1
+            door[f, 6] = 1.0
     return rec_t, rec_f, rec_b, n
 
 
-def door_state(F: int) -> tuple:
-    """The swing door's per-flow state for :func:`_sample` (F flows)."""
-    return (np.zeros(F), np.zeros(F), np.zeros(F), np.zeros(F), np.zeros(F), np.zeros(F),
-            np.zeros(F, dtype=np.int8))
+def door_state(F: int) -> np.ndarray:
+    """The swing door's per-flow state for :func:`_sample` (F flows, a padded row each)."""
+    return np.zeros((F, 8))
 
 
 @njit(cache=True)
