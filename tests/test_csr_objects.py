@@ -9,6 +9,8 @@ checks there: read-write registers read back in the RTL and in the model, read-o
 read the RTL input of their name, constants read the header's ``_RESET``, CTRL's field
 bits and PAGE_FREE raise their strobes. tests/test_register_model.py compares the model
 with the bank bit for bit on two configs; tests/test_c_header.py compiles the header.
+The last test reads docs/hub.md's register table as ``moehub report`` renders it from the
+map: every register of the four configurations, with its access, and no other.
 """
 import re
 
@@ -201,16 +203,25 @@ def test_header_model_and_rtl_use_the_same_addresses(name):
     assert seen["rw"] and seen["ro"] and seen["const"] == 2 and seen["wo"] == len(cmap["CTRL"].fields)
 
 
-def test_the_guides_register_table_gives_each_registers_access():
-    """docs/hub.md's CSR table (hand-written: its meanings say more than the registers'
-    one-line docs) names every register of tiny with the access kind of its object."""
-    from pathlib import Path
-    text = (Path(__file__).parents[1] / "docs" / "hub.md").read_text()
-    table = text.split("## CSR map", 1)[1].split("\n## ", 1)[0]
-    documented = {}
-    for line in table.splitlines():
+def _table_rows(text: str) -> dict[str, list[str]]:
+    """The generated register table's rows by register name (an array's ``[i]`` dropped)."""
+    rows = {}
+    for line in text.splitlines():
         cells = [c.strip() for c in line.split("|")[1:-1]]
-        if len(cells) == 3 and cells[1] in ("ro", "wo", "rw"):
-            for name in re.findall(r"`([A-Z_0-9]+)(?:\[\w\])?`", cells[0]):
-                documented[name] = cells[1]
-    assert documented == {r.name: r.access for r in CsrMap(TINY).registers.values()}
+        if cells and (m := re.fullmatch(r"`([A-Z_0-9]+)(?:\[i\])?`", cells[0])):
+            rows[m[1]] = cells
+    return rows
+
+
+def test_the_guides_register_table_is_every_registers_own():
+    """The guide's table (rendered by ``moehub report`` from the map) names every register
+    of every configuration above with its object's access, and no other; tiny's registers
+    at tiny's words, every hub's, the others marked as present only with a feature."""
+    from moehub.scripts import report
+    rows = _table_rows(report.render("csr-map"))
+    every = {r.name: r for cfg in CONFIGS.values() for r in CsrMap(cfg).registers.values()}
+    assert set(rows) == set(every)
+    assert {n: cells[2] for n, cells in rows.items()} == {n: r.access for n, r in every.items()}
+    for r in CsrMap(TINY).registers.values():
+        assert rows[r.name][1].split()[0] == str(r.offset) and rows[r.name][5] == "always"
+    assert all(rows[n][5] != "always" for n in set(every) - set(CsrMap(TINY).registers))

@@ -1,4 +1,5 @@
-"""``moehub report``: the documentation's results tables, generated from records.
+"""``moehub report``: the documentation's results tables, generated from records
+(and the register table, from the spec).
 
 A figure typed into a table goes stale the day its command is run again. Here every
 results table of ``README.md`` and ``docs/**/*.md`` is written by this module from a
@@ -49,6 +50,11 @@ within tolerance, the misses and whether each was expected); ``v2-ablation-<mode
 GPUs, every system / the three whose networks cost most); ``relay-ablation`` (the relay
 study's hub v2, + relay, + relay + reduce and DeepEP normal mode on 2 and 4 nodes, a row
 short of its fixed point marked †).
+
+A table of the spec itself has no record: ``csr-map`` (the CSR registers of
+``spec/csr_map.py``: word, access, width, reset, the features a register needs, its doc
+and fields) is rendered from the register objects, so the guide's register list cannot
+drift from the map the RTL, the model and the C header are made from.
 """
 from __future__ import annotations
 
@@ -1004,7 +1010,111 @@ def render_scaling(systems):
     return render
 
 
-#: table name -> (record source, renderer)
+# ----------------------------------------------------------------------------- spec tables
+#: the configuration the register table shows: the smallest protocol-v1 hub
+CSR_CONFIG = "tiny"
+#: the features whose registers the table adds, each as the change to CSR_CONFIG that
+#: turns it on (a relay hub needs several nodes and multicast rows)
+CSR_FEATURES = {
+    "multicast": {"topk": 3, "max_targets": 3},
+    "paged": {"pool_pages": 3},
+    "count packets": {"count_packets": True},
+    "relay": {"sources": 8, "nodes": 2, "gpus_per_node": 4, "relay": True, "forward_tags": 1,
+              "topk": 3, "max_targets": 3},
+}
+
+
+def csr_maps() -> dict:
+    """The register maps the table compares: ``None`` -> CSR_CONFIG's, then per feature
+    the map of CSR_CONFIG with that feature on."""
+    from ..spec.config import load_hub_config
+    from ..spec.csr_map import CsrMap
+    base = load_hub_config(CSR_CONFIG)
+    return {None: CsrMap(base), **{f: CsrMap(base.replace(**kw)) for f, kw in CSR_FEATURES.items()}}
+
+
+def csr_rows(maps: dict) -> list:
+    """``[(register, features)]``: the base map's registers (no feature), then each register
+    only a feature's map has, as that map places it, with every feature whose map has it."""
+    rows = [(r, ()) for r in maps[None].registers.values()]
+    seen = set(maps[None].registers)
+    for m in maps.values():
+        for r in m.registers.values():
+            if r.name not in seen:
+                seen.add(r.name)
+                rows.append((r, tuple(f for f, o in maps.items() if f and r.name in o.registers)))
+    return rows
+
+
+def _or(names) -> str:
+    """``a, b or c``: any one of the names will do."""
+    names = list(names)
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def _csr_words(r) -> str:
+    """The words a register takes: ``5``, ``8–9`` (wider than a word), ``13 + i, i < 3``
+    (an array: element ``i`` starts there)."""
+    if r.array:
+        return f"{r.offset} + {r.words if r.words > 1 else ''}i, i < {r.count}"
+    return str(r.offset) if r.words == 1 else f"{r.offset}–{r.offset + r.words - 1}"
+
+
+def _csr_reset(r) -> str:
+    """A stored register's or a constant's value after reset; ``–`` where the register
+    stores nothing or reads the hub's state (after a reset that is the hub's, not the
+    register object's ``reset``)."""
+    if r.const:
+        return f"`0x{r.reset:0{(r.width + 3) // 4}X}`"
+    return str(r.reset) if r.access == "rw" else "–"
+
+
+def _csr_meaning(r) -> str:
+    """The register's ``doc``, its fields by bit (names only: each field's own doc is in
+    the C header) and its clamp."""
+    bits = [f"bit{f.lsb} {f.name}" if f.width == 1 else f"bits {f.msb}:{f.lsb} {f.name}"
+            for f in sorted(r.fields, key=lambda f: f.lsb)]
+    text = r.doc + (" — " + ", ".join(bits) if bits else "")
+    return _cell(text + (f"; a write is clamped to {r.clamp[0]}..{r.clamp[1]}" if r.clamp else ""))
+
+
+def _csr_features(names) -> str:
+    """Each feature of ``names`` with the configuration keys that turn it on."""
+    return "; ".join(f"{f}: `{', '.join(f'{k}: {json.dumps(v)}' for k, v in CSR_FEATURES[f].items())}`"
+                     for f in names)
+
+
+def _csr_caption(rows: list) -> str:
+    """What the table shows: which configuration, which features, where another
+    configuration's addresses come from."""
+    adds = {f for _, fs in rows for f in fs}
+    none = [f for f in CSR_FEATURES if f not in adds]
+    feats = _csr_features(f for f in CSR_FEATURES if f in adds)
+    return (f"*Generated from `spec/csr_map.py` for the `{CSR_CONFIG}` hub. A register only some "
+            f"hubs have is placed as in `{CSR_CONFIG}` with the first feature its row names "
+            f"({feats})" + (f"; {_or(none)} add{'s' if len(none) == 1 else ''} no register"
+                            if none else "")
+            + ". Words, bits and resets follow the configuration (sources, experts, reasons, "
+            "address width): `moehub rtl` exports each configuration's map as `csr_map.json` "
+            "and `moehub_csr.h`.*")
+
+
+def render_csr_map() -> str:
+    """The CSR registers as the guide lists them, from the register objects themselves (no
+    record: the map is the spec), so the guide cannot name a register the hub lacks."""
+    rows = csr_rows(csr_maps())
+    head = ["register", "word", "access", "bits", "reset", "present", "meaning"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r, feats in rows:
+        name = f"`{r.name}[i]`" if r.array else f"`{r.name}`"
+        cells = [name, _csr_words(r), r.access, r.width, _csr_reset(r), _or(feats) or "always",
+                 _csr_meaning(r)]
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(out) + "\n\n" + _csr_caption(rows) + "\n"
+
+
+#: table name -> (record source, renderer); a source of ``None``: a table of the spec,
+#: rendered without records
 TABLES = {
     "hub-verdicts": ("synth", render_hub_verdicts),
     "asap7": ("synth", render_asap7),
@@ -1016,14 +1126,18 @@ TABLES = {
     **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
     **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
     "relay-ablation": ("study-relay", render_relay_ablation),
+    "csr-map": (None, render_csr_map),
 }
 
 
 def render(name: str, records: Path = RECORDS, current: str | None = None) -> str:
-    """Table ``name`` as Markdown from the records under ``records``."""
+    """Table ``name`` as Markdown from the records under ``records`` (a table of the spec:
+    from the spec alone)."""
     if name not in TABLES:
         raise ReportError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
     source, fn = TABLES[name]
+    if source is None:
+        return fn()
     recs, current = load_records(records, source), current or rtl_sources_hash()
     takes_records = name in ABLATIONS or name == "validation-summary"
     return fn(recs, current, records) if takes_records else fn(recs, current)

@@ -333,32 +333,39 @@ def hub_registers(cfg: HubConfig) -> list[Register]:
     reasons = config_reasons(cfg)
     regs = [
         Register("ID", 32, "ro", "constant 0x4D4F4548 ('MOEH')", reset=HUB_ID, const=True),
-        Register("PARAMS", 32, "ro", "lanes | experts << 8 | sources << 16 | tags << 24",
+        Register("PARAMS", 32, "ro", "the configuration's sizes, a byte each",
                  fields=PARAMS_FIELDS, reset=params_word(cfg), const=True),
-        Register("CTRL", 3, "wo", "bit0 START, bit1 FLUSH, bit2 CLEAR_ERRORS (strobes)", fields=CTRL_FIELDS),
-        Register("STATUS", 5, "ro", "bit0 ARMED, bit1 CLEARING, bit2 SWEEPING, bit3 DONE, bit4 ERROR",
+        Register("CTRL", 3, "wo", "strobes: START arms a layer (a running one is abandoned), FLUSH "
+                 "ends it now, CLEAR_ERRORS clears ERRORS", fields=CTRL_FIELDS),
+        Register("STATUS", 5, "ro", "the layer's progress, and whether an ERRORS bit is set",
                  fields=STATUS_FIELDS),
-        Register("ERRORS", len(reasons), "ro", "sticky bit per Reason; cleared by CTRL.CLEAR_ERRORS",
+        Register("ERRORS", len(reasons), "ro", "a sticky bit per reason seen, until CTRL.CLEAR_ERRORS",
                  fields=tuple(Field(r.name, int(r), 1, f"sticky: {r.name} seen") for r in reasons)),
-        Register("EPOCH", 32, "rw", "value written into tile flags and the done word"),
+        Register("EPOCH", 32, "rw", "value of the tile flags and the done word; latched at START"),
         Register("TILE_ROWS_LOG2", 8, "rw", "log2(rows per tile); takes effect at START",
                  reset=cfg.tile_rows.bit_length() - 1,
                  clamp=(cfg.min_tile_rows.bit_length() - 1, cfg.max_tile_rows.bit_length() - 1)),
-        Register("TIMEOUT", 32, "rw", "watchdog: idle cycles of an armed layer before a flush (0 = off)",
+        Register("TIMEOUT", 32, "rw",
+                 "watchdog: idle cycles of an armed layer before a forced flush (0 = off)",
                  reset=cfg.timeout_cycles),
-        Register("FLAG_BASE", cfg.addr_bits, "rw", "flag array: 4 B per (expert, tile)"),
-        Register("META_BASE", cfg.addr_bits, "rw", f"metadata arrays: {cfg.meta_word_bytes} B per (expert, row)"),
-        Register("COUNT_BASE", cfg.addr_bits, "rw", "final row count per expert (4 B each), then the layer-done word"),
+        Register("FLAG_BASE", cfg.addr_bits, "rw", "flag array: 4 B per (expert, tile); latched at START"),
+        Register("META_BASE", cfg.addr_bits, "rw",
+                 f"metadata arrays: {cfg.meta_word_bytes} B per (expert, row); latched at START"),
+        Register("COUNT_BASE", cfg.addr_bits, "rw", "final row count per expert (4 B each), then "
+                 "the layer-done word; latched at START"),
         _counter("INFLIGHT", "rows open in the row table"),
         Register("EOS_SEEN", cfg.sources, "ro", "bit per source: end-of-stream received"),
-        Register("REGION_BASE", cfg.addr_bits, "rw", "input region base per expert", count=cfg.experts, array=True),
-        Register("REGION_CAP", cfg.cap_bits, "rw", "region capacity in rows per expert", count=cfg.experts,
-                 array=True, clamp=(0, cfg.max_rows_per_expert)),
+        Register("REGION_BASE", cfg.addr_bits, "rw", "input region base per expert; change it "
+                 "only between layers", count=cfg.experts, array=True),
+        Register("REGION_CAP", cfg.cap_bits, "rw", "region capacity in rows per expert; takes "
+                 "effect at START", count=cfg.experts, array=True, clamp=(0, cfg.max_rows_per_expert)),
         _counter("ROWS", "rows allocated per expert this layer", cfg.experts, cfg.cap_bits),
-        _counter("OVERFLOW", "rows dropped for region overflow per expert", cfg.experts),
-        _counter("SRC_ROWS", "rows opened per source (compare with SRC_EOS)", cfg.sources, cfg.count_bits),
+        _counter("OVERFLOW", "rows dropped for region overflow per expert; reset at START", cfg.experts),
+        _counter("SRC_ROWS", "rows opened per source (compare with SRC_EOS); reset at START",
+                 cfg.sources, cfg.count_bits),
         _counter("SRC_EOS", "end-of-stream row count per source", cfg.sources, cfg.count_bits),
-        _counter("DROPS", "counter per Reason (see formats.Reason)", len(reasons)),
+        _counter("DROPS", "drops and errors per reason (index: the reason's number); reset at "
+                 "START", len(reasons)),
     ]
     if cfg.multicast or cfg.paged:      # protocol v2's pool (after v1's registers)
         regs += [
