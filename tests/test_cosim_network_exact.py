@@ -213,7 +213,7 @@ def test_networks_sharing_rates_equal_the_plain_algorithm():
         for k in range(3):                  # same structure, the injections shifted a little
             net = copy.deepcopy(base)
             for f in net.flows:
-                f.impulses = [(t + 0.5 * k * (i % 2), b) for i, (t, b) in enumerate(f.impulses)]
+                f.impulses[:] = [(t + 0.5 * k * (i % 2), b) for i, (t, b) in enumerate(f.impulses)]
             plain = copy.deepcopy(net)
             plain.__class__ = PlainNetwork
             net.engine, net.memo = "reference", memo

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from itertools import chain, starmap
-from dataclasses import dataclass, field
+from itertools import chain
+from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -73,15 +74,22 @@ class FlowCurve:
         return float(self.t[-1]) + self.latency_us if len(self.t) else float("nan")
 
 
-@dataclass(slots=True)
-class _Flow:
-    p0: int
-    p1: int
-    p2: int
-    latency_us: float
-    cap: float = np.inf
-    impulses: list = field(default_factory=list)   # (t, bytes)
-    segments: list = field(default_factory=list)   # (t0, t1, rate)
+class _Flow(tuple):
+    """One flow: ``(p0, p1, p2, latency_us, cap, impulses, segments)``, the shape of the
+    records a network hands to another (:meth:`FluidNetwork.records`). A tuple with named
+    read access: a wide network has tens of thousands of flows per phase and rebuilds the
+    other phases' as background flows in every pass, and a tuple is made without a Python
+    call (a dataclass's ``__init__`` was most of the co-simulation's own time at NVL72
+    size). ``impulses``: (t, bytes); ``segments``: (t0, t1, rate); lists that grow as bytes
+    are injected."""
+    __slots__ = ()
+    p0 = property(itemgetter(0))
+    p1 = property(itemgetter(1))
+    p2 = property(itemgetter(2))
+    latency_us = property(itemgetter(3))
+    cap = property(itemgetter(4))
+    impulses = property(itemgetter(5))
+    segments = property(itemgetter(6))
 
 
 ENGINES = ("compiled", "reference")
@@ -119,13 +127,13 @@ class FluidNetwork:
                  p2: int | None = None) -> int:
         """A flow through ports p0, p1 (and p2); ``cap`` bounds its rate (bytes/us)."""
         none = self.NONE
-        self.flows.append(_Flow(p0, none if p1 is None else p1, none if p2 is None else p2,
-                                latency_us, cap))
+        self.flows.append(_Flow((p0, none if p1 is None else p1, none if p2 is None else p2,
+                                 latency_us, cap, [], [])))
         return len(self.flows) - 1
 
     def inject(self, flow: int, t: float, nbytes: float) -> None:
         if nbytes > 0:
-            self._flows[flow].impulses.append((float(t), float(nbytes)))
+            self._flows[flow][5].append((float(t), float(nbytes)))
 
     def inject_rate(self, flow: int, t0: float, t1: float, nbytes: float) -> None:
         """``nbytes`` become sendable uniformly over [t0, t1] (an impulse if t1 <= t0)."""
@@ -134,16 +142,14 @@ class FluidNetwork:
         if t1 <= t0:
             self.inject(flow, t0, nbytes)
         else:
-            self._flows[flow].segments.append((float(t0), float(t1), nbytes / (t1 - t0)))
+            self._flows[flow][6].append((float(t0), float(t1), nbytes / (t1 - t0)))
 
     def records(self, n: int | None = None) -> list:
         """The first ``n`` flows (all by default) as plain records that
         :meth:`add_background` can replay into another network with the same ports. The
         records share the flows' injection lists: take them once the network's
         injections are done (the layer records a network when it runs it)."""
-        return [(f.p0, f.p1, f.p2, f.latency_us, f.cap, f.impulses, f.segments)
-                for f in (self._flows if n is not None and n <= len(self._flows)
-                          else self.flows)[:n]]
+        return (self._flows if n is not None and n <= len(self._flows) else self.flows)[:n]
 
     def add_background(self, records: list) -> None:
         """Flows of another phase that share this network's ports (their curves are not
@@ -161,7 +167,7 @@ class FluidNetwork:
             # injects into a background flow; a missing port is the sink of every
             # network with the same ports)
             for records in pending:
-                self._flows += starmap(_Flow, (r for r in records if r[5] or r[6]))
+                self._flows += map(_Flow, (r for r in records if r[5] or r[6]))
         return self._flows
 
     @flows.setter
@@ -181,18 +187,19 @@ class FluidNetwork:
                 x = [none if v is None else v for v in x]
             return np.asarray(x, dtype=np.int64).tolist()
         num = lambda x: np.asarray(x, dtype=float).tolist()               # plain floats
-        self.flows += list(starmap(_Flow, zip(port(p0), port(p1), port(p2), num(latency_us),
-                                              num(cap))))
+        self.flows += map(_Flow, zip(port(p0), port(p1), port(p2), num(latency_us), num(cap),
+                                     [[] for _ in range(n)], [[] for _ in range(n)]))
         return np.arange(n0, len(self.flows))
 
     # ------------------------------------------------------------------ rates
     def _prepare(self) -> None:
         """Per-run arrays of the flows' ports and static caps (the hot loops below index
-        them), read from the flows in one pass."""
-        cols = np.array([(f.p0, f.p1, f.p2, f.cap) for f in self.flows], dtype=float).reshape(-1, 4)
-        self._static_cap = cols[:, 3].copy()
-        self._ports = cols[:, :3].astype(np.int64)     # (port numbers: exact in a float)
-        self.p0, self.p1, self.p2 = (self._ports[:, i].copy() for i in range(3))
+        them), a column each, read from the flows."""
+        fl, n = self.flows, len(self.flows)
+        col = lambda i, dt: np.fromiter(map(itemgetter(i), fl), dtype=dt, count=n)
+        self.p0, self.p1, self.p2 = (col(i, np.int64) for i in range(3))
+        self._ports = np.stack([self.p0, self.p1, self.p2], axis=1)
+        self._lat, self._static_cap = col(3, float), col(4, float)
         self._finite = np.isfinite(self.caps)
         self._tol = 1e-9 * np.maximum(np.where(self._finite, self.caps, 1.0), 1.0)
 
@@ -261,10 +268,11 @@ class FluidNetwork:
         # every impulse, then every segment's start and end (entries equal in all four
         # fields are interchangeable, so the order before the sort does not matter)
         fl = self.flows
-        ni = np.array([len(f.impulses) for f in fl], dtype=np.int64)
-        ns = np.array([len(f.segments) for f in fl], dtype=np.int64)
-        imp = np.array(list(chain.from_iterable(f.impulses for f in fl)), dtype=float).reshape(-1, 2)
-        seg = np.array(list(chain.from_iterable(f.segments for f in fl)), dtype=float).reshape(-1, 3)
+        imps, segs = list(map(itemgetter(5), fl)), list(map(itemgetter(6), fl))
+        ni = np.fromiter(map(len, imps), dtype=np.int64, count=len(fl))
+        ns = np.fromiter(map(len, segs), dtype=np.int64, count=len(fl))
+        imp = np.array(list(chain.from_iterable(imps)), dtype=float).reshape(-1, 2)
+        seg = np.array(list(chain.from_iterable(segs)), dtype=float).reshape(-1, 3)
         ids = np.arange(len(fl), dtype=np.int64)
         sf = np.repeat(ids, ns)
         t = np.concatenate([imp[:, 0], seg[:, 0], seg[:, 1]])
@@ -332,7 +340,7 @@ class FluidNetwork:
         flows get equal curves, so ties do not matter)."""
         t, kind, flow, val = ev
         F = len(self._static_cap)
-        lat = np.array([f.latency_us for f in self.flows], dtype=float)
+        lat = self._lat
         h = np.zeros((2, F), dtype=np.uint64)
         with np.errstate(over="ignore"):
             for seed, row in zip((0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F), h):
@@ -434,7 +442,8 @@ class Curves(Sequence):
         order = np.argsort(ids, kind="stable")           # by flow, in time order
         self._t, self._b = ts[order], bs[order]
         self._bounds = np.searchsorted(ids[order], np.arange(F + 1))
-        self._lat = [f.latency_us for f in net.flows]
+        self._lat = (net._lat.tolist() if len(getattr(net, "_lat", ())) == F
+                     else [f[3] for f in net.flows])
         self._cache: dict = {}
 
     def __len__(self) -> int:

@@ -46,6 +46,8 @@ the change of the layer time between passes, is not shrunk by the damping itself
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 #: :func:`blend`'s default weight ``a`` of the newest pass's traffic (the passes of
@@ -133,8 +135,12 @@ def _cdf(imp: list, seg: list, x: np.ndarray, right: bool, steps=None) -> np.nda
     return out
 
 
+_second = itemgetter(1)               #: an impulse's bytes
+_head = itemgetter(0, 1, 2, 3, 4)     #: a flow record's key: ports, latency, cap
+
+
 def _bytes(imp: list, seg: list) -> float:
-    return float(sum(b for _, b in imp) + sum(r * (t1 - t0) for t0, t1, r in seg))
+    return float(sum(map(_second, imp)) + sum(r * (t1 - t0) for t0, t1, r in seg))
 
 
 def flow_distance_us(a, b) -> tuple[float, float]:
@@ -171,7 +177,7 @@ def _pairs(new: list, old: list):
     by key and occurrence (:func:`_keyed`), in the new pass's order, then the old one's.
     When both list the same keys in the same order (a pass builds the same flows in the
     same order) that pairing is the lists zipped, found without the dictionaries."""
-    if len(new) == len(old) and all(a[:5] == b[:5] for a, b in zip(new, old)):
+    if len(new) == len(old) and list(map(_head, new)) == list(map(_head, old)):
         return zip(new, old)
     kp, kb = _keyed(new), _keyed(old)
     return ((kp.get(k), kb.get(k)) for k in dict.fromkeys(list(kp) + list(kb)))
