@@ -1,11 +1,11 @@
 """Formal proofs (moehub.verif.formal, ``moehub formal``) with SymbiYosys from PyPI.
 
 Fast: the smoke jobs (every set's shallow proofs and covers), proofs that fail on a
-deliberately broken allocator, queue, page pool, paged multicast arena and multicast
-count limit (so the properties are not vacuous), and the command's exit codes. Slow:
-every set's full jobs, and broken tracker, packet manager (also its queue proof), page
-pool (each plant; its induction without the invariants), admitted multicast allocator
-and paged arena's fit. Skipped when yowasp-sby or the solver is missing.
+deliberately broken allocator, queue, page pool, paged multicast arena, multicast count
+limit and packet manager (its dropped-packet and credit proofs), so the properties are not
+vacuous, and the command's exit codes. Slow: every set's full jobs, and broken tracker,
+packet manager (the full BMC, its queue proof), page pool (each plant; its induction
+without the invariants), admitted multicast allocator and paged arena's fit. Skipped when yowasp-sby or the solver is missing.
 """
 from __future__ import annotations
 
@@ -307,20 +307,29 @@ def test_packet_manager_queues_plant_fails():
     _fails(run_harness("pm-queues-planted", h, "prove", 4), *PLANTS["events-half-reserved"].fails)
 
 
-@pytest.mark.slow
-def test_packet_manager_dropped_invariants_hold():
-    """(packet manager, the dropped-packet group) The invariants written so far for its
-    k-induction (not closed: packet_manager.py) hold from reset: a BMC of 12 with them
-    asserted passes -- none of them is false in a run, so whoever adds the missing ones
-    builds on true ones."""
+def test_packet_manager_dropped_plant_fails():
+    """(packet manager, the dropped-packet group, proven alone by k-induction at k=6:
+    packet-manager-dropped) B writing a chunk of a row that has no allocation (an expert
+    out of range, refused for room): the proof fails -- its base case taken 10 deep
+    reaches the chosen packet, dropped, in B as a write (step 9; it leaves the buffer a
+    cycle later). (At k=6 itself the base case is too short for any write and the
+    induction does not close on the same invariant.)"""
     from moehub.verif.formal.common import formal_config
-    from moehub.verif.formal.packet_manager import PacketManagerHarness
-    from moehub.verif.formal.packet_manager import PLANTS
-    h = PacketManagerHarness(formal_config("tiny/pm-small"), only="dropped")
-    _check(run_harness("pm-dropped-bmc", h, "bmc", 12))
-    # (and the group alone still fails on B writing a chunk of a row with no allocation)
+    from moehub.verif.formal.packet_manager import PLANTS, PacketManagerHarness
     h = PacketManagerHarness(formal_config("tiny/pm-small"), only="dropped", plant="dropped-row-written")
-    _fails(run_harness("pm-dropped-planted", h, "bmc", 12), *PLANTS["dropped-row-written"].fails)
+    _fails(run_harness("pm-dropped-planted", h, "prove", 10), *PLANTS["dropped-row-written"].fails)
+
+
+def test_packet_manager_credits_plant_fails():
+    """(packet manager, the credit property, proven alone by k-induction at k=5:
+    packet-manager-credits) RI gating the credit with the row-info grant, as it gates the
+    write: a row of the chosen (source, tag) opened dropped (expert out of range, refused
+    for room) returns no credit, and the proof fails -- its base case taken 10 deep reaches
+    the missing credit (step 9)."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.packet_manager import PLANTS, PacketManagerHarness
+    h = PacketManagerHarness(formal_config("tiny/pm-small"), only="credits", plant="dropped-row-no-credit")
+    _fails(run_harness("pm-credits-planted", h, "prove", 10), *PLANTS["dropped-row-no-credit"].fails)
 
 
 def test_packet_manager_harness_refuses():
@@ -328,8 +337,8 @@ def test_packet_manager_harness_refuses():
     from moehub.verif.formal.common import formal_config
     from moehub.verif.formal.packet_manager import PacketManagerHarness
     cfg = formal_config("tiny/pm-small")
-    with pytest.raises(ValueError, match="only = 'credits'"):
-        PacketManagerHarness(cfg, only="credits")
+    with pytest.raises(ValueError, match="only = 'hang'"):
+        PacketManagerHarness(cfg, only="hang")
     with pytest.raises(ValueError, match="plant = 'nonesuch'"):
         PacketManagerHarness(cfg, plant="nonesuch")
 

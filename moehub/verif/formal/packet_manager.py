@@ -47,27 +47,44 @@ nor assumed, so what is proven stands alone (no circular assume-guarantee):
   reservation, which B turns into a push or returns (``b_no_ev``/``b_no_cr`` are B's packets
   that push none, a push only from a lane with a packet) -- and ``n_acc`` is the packets
   in A. With the level bounded by ``depth - avail``, a push never passes the room.
-* ``dropped`` -- **a dropped packet never writes**: NOT closed (k = 8 tried). The
-  invariants written so far hold in every run (BMC 12 passes with them asserted) and
-  each no longer fails the induction: the write buffers (the slots in flight -- A to B,
-  by their ``slot`` fields -- distinct and not filled, ``wf_used`` = filled + in flight,
-  the write slot ``rp + wf_used``, the live slots ``rp .. rp + wf_used``, ``room`` only
-  below a full buffer); the chosen packet (a 1 in a live slot of its lane is its own: in
-  flight until B, at the stage its age says, filled after; once dropped, not a write in
-  B and its filled slot void); the harness's own registers (taken before dropped or
-  aged); the chunk table's read side (R's entry of a data lane is the table's after W's
-  pending write-back, while T's group ahead was live; W writes only while live, at most
-  one lane an entry). What is missing: the layer's liveness -- ``finished`` (no row open,
-  every end-of-stream in) holds until START while armed, which needs the chunk table's
-  ``others_open`` register against the table and the end-of-stream tracker's registers.
-  Without it the induction starts in a state where ``finished`` blinks for one cycle; R's
-  bypass then takes the write-back of a group T found not live, a lane that is not its
-  row's opener writes back an open entry with an out-of-range expert over a row whose
-  row-info entry is still allocated from an older row (the invariant "an open row with
-  its expert out of range is not allocated" fails), and that row's chunk would be
-  written. The credit property needs these and the chosen row's entry against
-  ``row_sent`` and its chunks in flight, with ``credit_due`` against the ``comp`` bits in
-  T, AL and B; the no-hang bounds need the write buffers' heads and the pipeline's drain.
+* ``dropped`` -- **a dropped packet never writes**: k-induction closes at k = 6 (paged and
+  with count packets too) with three sets of invariants:
+
+  - the layer's (shared with ``credits``): no end-of-stream of the chosen source seen or
+    pending in the end-of-stream tracker (``eos_seen``, ``p_eos``), so its ``done`` bit and
+    the layer's ``finished`` stay low and every group is live while armed (the layer's
+    liveness: ``finished`` never blinks); one START: the harness's ``started`` is
+    ``armed`` or START pending, ``start_go`` only with START pending and the layer not
+    armed, armed never with START pending; nothing else pending (no flush, sweep,
+    timeout, end of layer); no chunk of the chosen row sent unarmed;
+  - the chunk table's (shared): R's entry of a data lane is the table's after W's pending
+    write-back (while W is live); W writes only while live, its one-hot its index, at
+    most one lane an entry; ``others_open`` is the open rows but those W writes;
+  - its own: the write buffers (the slots in flight -- A to B, by their ``slot`` fields --
+    distinct and not filled, ``wf_used`` = filled + in flight, the write slot ``rp +
+    wf_used``, the live slots ``rp .. rp + wf_used``, ``room`` only below a full buffer);
+    the chosen packet (a 1 in a live slot of its lane is its own: in flight until B, at
+    the stage its age says, filled after; once dropped, not a write in B and its filled
+    slot void); the harness's own registers (taken before dropped or aged); an open row
+    with its expert out of range never allocated in the row-info table (once its
+    opener's row-info write, a cycle after the table's, is done).
+
+  The START ones were the last missing: without them the induction starts with START
+  pending though the harness saw none, so a START the harness allows arms the layer with
+  START still pending.
+* ``credits`` -- **every accepted row of the chosen (source, tag) returns exactly one
+  credit, ``EVENT_LATENCY`` cycles after its last chunk, and none otherwise**: k-induction
+  closes at k = 5 (paged and with count packets too) with the layer's and the chunk
+  table's invariants above (without the table's it needs k = 7) and its own: the
+  chosen row's chunks in A, R, T and AL are among those sent (``row_sent``) with the row's
+  expert (``row_expert``), once a stage, not in both A and R; its chunk-table entry after
+  W's write-back is open exactly while some but not all of the chunks sent are past R,
+  and then holds exactly those chunks and the row's expert; ``credit_due`` is one-hot at
+  most, non-zero exactly while the row is full (sent, its credit not yet returned), at A
+  only with a chunk of the row in A, at R only with the row's last group in R.
+* the no-hang bounds stay bounded (BMC 16, every property asserted): they would need the
+  write buffers' heads and the pipeline's drain against the quiet-cycle count, not
+  written.
 """
 from __future__ import annotations
 
@@ -93,10 +110,16 @@ PLANTS = {
         "moehub.rtl.packet_manager", "b.valid.eq(al.setb & info.alloc)", "b.valid.eq(al.setb)",
         "PacketManager", ("dropped packet writes", "dropped chosen packet in B as a write"),
         "B writes a chunk of a row that has no allocation"),
+    # a row opened dropped (expert out of range, refused for room) returns no credit: RI
+    # gates the credit with the row-info grant, as it gates the write
+    "dropped-row-no-credit": Plant(
+        "moehub.rtl.packet_manager", "b.cr_valid.eq(al.comp)", "b.cr_valid.eq(al.comp & info.alloc)",
+        "PacketManager", ("a credit not exactly",), "a row opened dropped returns no credit"),
 }
 
 #: the properties a set may prove alone (``only``), by a word of their messages
-ONLY = {"queues": ("a queue overflows", "invariant:"), "dropped": ("a dropped packet writes", "invariant:")}
+ONLY = {"queues": ("a queue overflows", "invariant:"), "dropped": ("a dropped packet writes", "invariant:"),
+        "credits": ("two credits for one row", "a credit not exactly", "invariant:")}
 
 
 class _Only(Props):
@@ -157,15 +180,20 @@ class PacketManagerHarness(Elaboratable):
         self._drain(m, p, pm, ev_lvl, cr_lvl, ev_fill & cr_fill)
         if self.only == "queues":
             self._queue_invariants(m, p, pm, ev_lvl, cr_lvl)
+        if self.only in ("dropped", "credits"):
+            self._layer_invariants(m, p, pm)
+            self._table_invariants(m, p, pm)
         if self.only == "dropped":
             self._buffer_invariants(m, p, pm)
+        if self.only == "credits":
+            self._credit_invariants(m, p, pm)
         return m
 
     def _buffer_invariants(self, m, p, pm):
-        """The invariants of the ``dropped`` group written so far (the module docstring:
-        not closed): the write buffers, the chosen packet's data in its lane's buffer, the
-        harness's own registers, the chunk table's read side, the row-info entries of rows
-        opened with an expert out of range."""
+        """The ``dropped`` group's own invariants (the module docstring): the write
+        buffers, the chosen packet's data in its lane's buffer, the harness's own
+        registers of the chosen packet, the row-info entries of rows opened with an expert
+        out of range."""
         L, D = self.cfg.lanes, WRITE_FIFO_DEPTH
         ch = self.chosen
         stages = [("a", "valid"), ("r", "valid"), ("t", "pv"), ("al", "pv"), ("b", "pv")]
@@ -220,6 +248,34 @@ class PacketManagerHarness(Elaboratable):
             writing = Cat(pm.al_dec[j][e] & pm.al[j].opener for j in range(L)).any()
             p.check(~bad | writing | ~pm.rowinfo[e].alloc,
                     "invariant: an open row with its expert out of range allocated in the row-info table")
+        # (the harness's own registers: taken before dropped, its age from its taking)
+        ch_ok = ((ch["state"] == 0) & ~ch["dropped"] & (ch["age"] == 0) & ~Cat(*ch["why"].values()).any()) \
+            | (ch["state"] == 1)
+        p.check(ch_ok, "invariant: the chosen packet dropped or aged before it was taken")
+        p.check(ch["dropped"] == Cat(*ch["why"].values()).any(), "invariant: dropped is not one of its reasons")
+
+    def _layer_invariants(self, m, p, pm):
+        """The layer's (both groups): no end-of-stream of the chosen source seen or
+        pending (so ``finished`` stays low and every group is live while armed), one START
+        (``started`` is ``armed`` or START pending), nothing else pending."""
+        # (the layer's liveness: the chosen source sends no end-of-stream, so none is seen
+        # or pending from it -- the layer never finishes)
+        eos = Regs(self.regs, "eos.")
+        p.check(~eos["eos_seen"].bit_select(self.cs, 1) & ~eos["p_eos"].bit_select(self.cs, 1),
+                "invariant: an end-of-stream of the chosen source seen or pending")
+        # (one START, no FLUSH, no watchdog: once armed the layer stays, nothing pending)
+        p.check(~pm.armed | (self.started & ~pm.start_pending & ~pm.start_go), "invariant: armed before START or START pending")
+        p.check(self.started == (pm.armed | pm.start_pending), "invariant: started is not armed or START pending")
+        p.check(~pm.start_go | (pm.start_pending & ~pm.armed), "invariant: START going without START pending")
+        p.check(~pm.flush_pending & ~pm.flush_go & ~self.regs["end_go"], "invariant: a flush or the layer's end pending")
+        p.check(~pm.sweep_req & ~pm.flush_timeout, "invariant: a sweep or a timeout pending")
+        p.check((self.row_sent == 0) | pm.armed, "invariant: chosen-row chunks sent while not armed")
+
+    def _table_invariants(self, m, p, pm):
+        """The chunk table's (both groups): R's entry of a data lane is the table's after
+        W's pending write-back, W's write-back one-hot and live, ``others_open`` the open
+        rows but W's."""
+        L, tab = self.cfg.lanes, pm.table
         # (the chunk table's read side: R's entry of each data lane (in range) is its
         # row's entry as the table holds it once W's pending write-back is done; W writes
         # only while live, at most one lane an entry)
@@ -231,38 +287,75 @@ class PacketManagerHarness(Elaboratable):
                 p.check(~(tab.w_wen[k] & tab.w_wen[k2]) | (tab.w_idx[k] != tab.w_idx[k2]),
                         "invariant: two lanes of W write one entry")
         for j, r in enumerate(pm.r):
-            idx = r.idx
-            stored = Signal(tab.ent[j].shape(), name=f"inv_stored{j}")
-            m.d.comb += [stored.open.eq(tab.open_v.bit_select(idx, 1)),
-                         stored.as_value()[1:].eq(Array(tab.body)[idx])]
-            want = stored.as_value()
-            for k in range(L):
-                want = Mux(tab.w_wen[k] & (tab.w_idx[k] == idx), tab.w_after[k].as_value(), want)
+            want = self._entry_after_w(m, pm, r.idx, f"inv_stored{j}").as_value()
             ent = self.regs[f"table.r_ent{j}"]
             # (after a group T found not live, R's bypass took its write-back, which W
             # drops; every later group is not live either, so what R holds is never used)
             p.check(~(r.d & tab.w_live) | (ent == want),
                     "invariant: R's chunk-table entry is not the table's after W")
-        # (the layer's liveness: the chosen source sends no end-of-stream, so none is seen
-        # or pending from it -- the layer never finishes; and the table's ``others_open``
-        # is the open rows but W's)
-        eos = Regs(self.regs, "eos.")
-        p.check(~eos["eos_seen"].bit_select(self.cs, 1) & ~eos["p_eos"].bit_select(self.cs, 1),
-                "invariant: an end-of-stream of the chosen source seen or pending")
         wmask = Const(0, N)
         for k in range(L):
             wmask = wmask | tab.w_dec[k]
         p.check(self.regs["table.others_open"] == (tab.open_v & ~Mux(tab.w_live, wmask, 0)).any(),
                 "invariant: others_open is not the open rows W does not write")
-        # (one START, no FLUSH, no watchdog: once armed the layer stays, nothing pending)
-        p.check(~pm.armed | (self.started & ~pm.start_pending & ~pm.start_go), "invariant: armed before START or START pending")
-        p.check(~pm.flush_pending & ~pm.flush_go & ~self.regs["end_go"], "invariant: a flush or the layer's end pending")
-        p.check((self.row_sent == 0) | pm.armed, "invariant: chosen-row chunks sent while not armed")
-        # (the harness's own registers: taken before dropped, its age from its taking)
-        ch_ok = ((ch["state"] == 0) & ~ch["dropped"] & (ch["age"] == 0) & ~Cat(*ch["why"].values()).any()) \
-            | (ch["state"] == 1)
-        p.check(ch_ok, "invariant: the chosen packet dropped or aged before it was taken")
-        p.check(ch["dropped"] == Cat(*ch["why"].values()).any(), "invariant: dropped is not one of its reasons")
+
+    def _entry_after_w(self, m, pm, idx, name):
+        """Chunk-table entry ``idx`` as the table holds it once W's pending write-back is
+        done (a signal of the harness named ``name``)."""
+        tab = pm.table
+        stored = Signal(tab.ent[0].shape(), name=f"{name}_stored")
+        m.d.comb += [stored.open.eq(tab.open_v.bit_select(idx, 1)),
+                     stored.as_value()[1:].eq(Array(tab.body)[idx])]
+        want = stored.as_value()
+        for k in range(self.cfg.lanes):
+            want = Mux(tab.w_wen[k] & (tab.w_idx[k] == idx), tab.w_after[k].as_value(), want)
+        ent = Signal(tab.ent[0].shape(), name=name)
+        m.d.comb += ent.eq(want)
+        return ent
+
+    def _credit_invariants(self, m, p, pm):
+        """The ``credits`` group's own invariants (the module docstring): the chosen row's
+        chunks in A and R among those sent, each once, with the row's expert; its
+        chunk-table entry (after W) open exactly while some but not all of the chunks sent
+        are past R, holding those and the row's expert; ``credit_due`` one-hot at most, set
+        exactly while the row is full, at the stage of its last group."""
+        cfg, L, C = self.cfg, self.cfg.lanes, self.cfg.chunks_per_row
+        cs, ct, sent, exp, due = self.cs, self.ct, self.row_sent, self.row_expert, self.credit_due
+        full_mask = (1 << C) - 1
+
+        def chosen(rec, v):
+            q = rec.pkt
+            return v & self._is_data(q) & (q.src == cs) & (q.tag == ct)
+
+        def bits(recs, v):
+            out = Const(0, C)
+            for rec in recs:
+                out = out | Mux(chosen(rec, getattr(rec, v)), (Const(1, C) << rec.pkt.chunk)[:C], 0)
+            return out
+        early = [(pm.a, "valid"), (pm.r, "valid")]
+        for recs, v in early + [(pm.t, "pv"), (pm.al, "pv")]:
+            for j, rec in enumerate(recs):
+                here = chosen(rec, getattr(rec, v))
+                p.check(~here | ((rec.pkt.chunk < C) & sent.bit_select(rec.pkt.chunk, 1) & (rec.pkt.expert == exp)),
+                        "invariant: a chosen-row chunk in flight not sent or not of the row's expert")
+                for i in range(j):
+                    other = chosen(recs[i], getattr(recs[i], v))
+                    p.check(~(here & other) | (rec.pkt.chunk != recs[i].pkt.chunk),
+                            "invariant: a chosen-row chunk twice in one stage")
+        a_bits, r_bits = bits(pm.a, "valid"), bits(pm.r, "valid")
+        p.check((a_bits & r_bits) == 0, "invariant: a chosen-row chunk in both A and R")
+        past = Signal(C, name="inv_row_past_r")
+        m.d.comb += past.eq(sent & ~a_bits & ~r_bits)
+        ent = self._entry_after_w(m, pm, cs * cfg.tags_per_source + ct, "inv_row_entry")
+        p.check(ent.open == ((past != 0) & (past != full_mask)),
+                "invariant: the chosen row's entry not open exactly while part of it is past R")
+        p.check(~ent.open | ((ent.bitmap == past) & (ent.expert == exp)),
+                "invariant: the chosen row's open entry not the chunks past R or not its expert")
+        full = sent == full_mask
+        p.check(full == due.any(), "invariant: credit_due set while the chosen row is not full, or not while it is")
+        p.check((due & (due - 1)) == 0, "invariant: credit_due not one-hot")
+        p.check(~due[0] | (a_bits != 0), "invariant: credit_due at A with no chunk of the row in A")
+        p.check(~due[1] | ((a_bits == 0) & (r_bits != 0)), "invariant: credit_due at R but the row's last group not in R")
 
     def _queue_invariants(self, m, p, pm, ev_lvl, cr_lvl):
         """The reservations' strengthening invariants (the module docstring, "queues")."""
@@ -345,7 +438,7 @@ class PacketManagerHarness(Elaboratable):
         p.assume((cs < cfg.sources) & (ct < cfg.tags_per_source))
         sent = Signal(C, name="row_sent")          # chunks of the chosen row accepted
         exp = Signal(cfg.expert_bits, name="row_expert")
-        self.row_sent = sent
+        self.row_sent, self.row_expert = sent, exp
         new_bits = Const(0, C)
         for j in range(L):
             i = pm.i[j]
@@ -377,7 +470,7 @@ class PacketManagerHarness(Elaboratable):
         L = self.cfg.lanes
         hits = [pm.cr.valid[j] & (pm.cr.data[j].src == self.cs) & (pm.cr.data[j].tag == self.ct)
                 for j in range(L)]
-        due = Signal(EVENT_LATENCY, name="credit_due")
+        due = self.credit_due = Signal(EVENT_LATENCY, name="credit_due")
         m.d.sync += due.eq(Cat(self.row_done, due[:-1]))
         n = count_ones(hits)
         m.d.comb += self.credit_now.eq(n != 0)

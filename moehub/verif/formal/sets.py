@@ -221,12 +221,10 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
                     note="bounded: BMC 16 = START (3), the 5 stages to B, the credit, the write (6), the "
-                         "drain; the credit, dropped-packet and no-hang properties are not proven by "
-                         "k-induction: the invariant missing first is the layer's liveness (finished "
-                         "holds until START: the chunk table's others_open and the end-of-stream tracker "
-                         "against the table), then the chosen row's chunk-table entry against the chunks "
-                         "sent and credit_due against the comp bits in flight (packet_manager.py); the "
-                         "queues' no-overflow alone is unbounded (packet-manager-queues)"),
+                         "drain; the no-hang bounds are proven to this depth only (no invariants for "
+                         "them: packet_manager.py); the queues' no-overflow, the dropped-packet and the "
+                         "credit property are each unbounded alone (packet-manager-queues, -dropped, "
+                         "-credits)"),
         PropertySet("packet-manager-queues", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "queues"),
                     {"prove": 4}, smoke={"prove": 4},
                     note="the queues never overflow, alone (no other property asserted or assumed): "
@@ -240,6 +238,38 @@ def _sets() -> list[PropertySet]:
                     _pm("tiny/pm-small", "queues", count_packets=True), {"prove": 6},
                     note="protocol v2: as packet-manager-queues with count packets (closes at k=6, not 4: "
                          "a count packet's event from AL's lanes with no packet takes two more steps to rule out)"),
+        PropertySet("packet-manager-dropped", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "dropped"),
+                    {"prove": 6}, smoke={"prove": 6},
+                    note="a dropped packet never writes, alone (no other property asserted or assumed): "
+                         "k-induction closes at k=6 with the layer's invariants (no end-of-stream of the "
+                         "chosen source seen or pending, so finished stays low; one START: started = "
+                         "armed or START pending), the chunk table's (R's entry = the table after W, "
+                         "others_open) and its own (the write buffers, the chosen packet down the "
+                         "pipeline and in its slot, a row opened with an expert out of range never "
+                         "allocated) (packet_manager.py)"),
+        PropertySet("packet-manager-dropped-paged", "packet manager", "tiny/pm-small, 8 pages",
+                    _pm("tiny/pm-small", "dropped", pool_pages=8), {"prove": 6},
+                    note="protocol v2: as packet-manager-dropped in paged mode, the page gate free"),
+        PropertySet("packet-manager-dropped-counts", "packet manager", "tiny/pm-small, count packets",
+                    _pm("tiny/pm-small", "dropped", count_packets=True), {"prove": 6},
+                    note="protocol v2: as packet-manager-dropped with count packets (a dropped packet "
+                         "includes a count packet)"),
+        PropertySet("packet-manager-credits", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "credits"),
+                    {"prove": 5}, smoke={"prove": 5},
+                    note="every accepted row of the chosen (source, tag) returns exactly one credit, "
+                         "EVENT_LATENCY cycles after its last chunk, and none otherwise, alone: "
+                         "k-induction closes at k=5 with the layer's and the chunk table's invariants "
+                         "(as packet-manager-dropped; without the table's it needs k=7) and its own: "
+                         "the row's chunks in A..AL among those sent, once, with its expert; its entry "
+                         "(after W) open exactly while part of it is past R, holding those chunks and "
+                         "its expert; credit_due one-hot, set exactly while the row is full, at A / R "
+                         "only with the row's last group there (packet_manager.py)"),
+        PropertySet("packet-manager-credits-paged", "packet manager", "tiny/pm-small, 8 pages",
+                    _pm("tiny/pm-small", "credits", pool_pages=8), {"prove": 5},
+                    note="protocol v2: as packet-manager-credits in paged mode, the page gate free"),
+        PropertySet("packet-manager-credits-counts", "packet manager", "tiny/pm-small, count packets",
+                    _pm("tiny/pm-small", "credits", count_packets=True), {"prove": 5},
+                    note="protocol v2: as packet-manager-credits with count packets on the lanes"),
         PropertySet("packet-manager-paged", "packet manager", "tiny/pm-small, 8 pages",
                     _pm("tiny/pm-small", pool_pages=8), {"bmc": 16}, smoke={"bmc": 6},
                     note="protocol v2: the properties above with pages (a row placed in its page), "
