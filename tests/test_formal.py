@@ -2,10 +2,11 @@
 
 Fast: the smoke jobs (every set's shallow proofs and covers), proofs that fail on a
 deliberately broken allocator, queue, page pool, paged multicast arena, multicast count
-limit and packet manager (its dropped-packet and credit proofs), so the properties are not
-vacuous, and the command's exit codes. Slow: every set's full jobs, and broken tracker,
-packet manager (the full BMC, its queue proof), page pool (each plant; its induction
-without the invariants), admitted multicast allocator and paged arena's fit. Skipped when yowasp-sby or the solver is missing.
+limit and packet manager (its dropped-packet, credit and no-hang proofs), so the
+properties are not vacuous, and the command's exit codes. Slow: every set's full jobs,
+and broken tracker, packet manager (the full BMC, its queue proof), page pool (each
+plant; its induction without the invariants), admitted multicast allocator and paged
+arena's fit. Skipped when yowasp-sby or the solver is missing.
 """
 from __future__ import annotations
 
@@ -332,13 +333,25 @@ def test_packet_manager_credits_plant_fails():
     _fails(run_harness("pm-credits-planted", h, "prove", 10), *PLANTS["dropped-row-no-credit"].fails)
 
 
+def test_packet_manager_hang_plant_fails():
+    """(packet manager, no hang, proven alone by k-induction at k=5: packet-manager-hang)
+    A void slot leaving its write buffer without returning its reservation (every dropped
+    packet leaks a slot until the input is never let in again): the proof fails -- its
+    base case taken 10 deep reaches the reservations' count off the buffer's slots (step
+    8); the hang itself, the input not ready 12 cycles after it stopped, is at step 14."""
+    from moehub.verif.formal.common import formal_config
+    from moehub.verif.formal.packet_manager import PLANTS, PacketManagerHarness
+    h = PacketManagerHarness(formal_config("tiny/pm-small"), only="hang", plant="void-slot-kept")
+    _fails(run_harness("pm-hang-planted", h, "prove", 10), *PLANTS["void-slot-kept"].fails)
+
+
 def test_packet_manager_harness_refuses():
     """An unknown property group or plant is named with its key and value."""
     from moehub.verif.formal.common import formal_config
     from moehub.verif.formal.packet_manager import PacketManagerHarness
     cfg = formal_config("tiny/pm-small")
-    with pytest.raises(ValueError, match="only = 'hang'"):
-        PacketManagerHarness(cfg, only="hang")
+    with pytest.raises(ValueError, match="only = 'nonesuch'"):
+        PacketManagerHarness(cfg, only="nonesuch")
     with pytest.raises(ValueError, match="plant = 'nonesuch'"):
         PacketManagerHarness(cfg, plant="nonesuch")
 

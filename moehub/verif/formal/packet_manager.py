@@ -82,9 +82,21 @@ nor assumed, so what is proven stands alone (no circular assume-guarantee):
   and then holds exactly those chunks and the row's expert; ``credit_due`` is one-hot at
   most, non-zero exactly while the row is full (sent, its credit not yet returned), at A
   only with a chunk of the row in A, at R only with the row's last group in R.
-* the no-hang bounds stay bounded (BMC 16, every property asserted): they would need the
-  write buffers' heads and the pipeline's drain against the quiet-cycle count, not
-  written.
+* ``hang`` -- **no hang** (the three bounds after the input stops): k-induction closes at
+  k = 5 (paged and with count packets too) with the layer's invariants, the write
+  buffers' (as ``dropped``, without the chosen packet's), the queues' (as ``queues``) and
+  its own, on the quiet-cycle count ``n`` (``quiet_cycles``, saturating at 14): stage s
+  (A = 0 .. B = 4) holds no packet (nor a verdict, an event or a credit) once ``n > s``;
+  once ``n >= 5`` each write buffer holds at most ``D + 5 - n`` slots and each queue at
+  most ``depth + 5 - n`` entries (or none); before START no stage after R is live, the
+  queues are empty, and a write buffer holds no write and at most one filled (void) slot
+  -- so START, pending, waits for nothing but the pipeline; the filled slots of a buffer
+  are its oldest (B fills them in the order taken); a filled slot at position ``pos``
+  from the head with ``pos + n >= D`` was filled since the input stopped and is at most
+  ``n + 1`` groups old -- so the ordering guard's age limit lets the input in again.
+* the credits group also proves the open agreement (the data lanes on one row in R read
+  entries that agree on ``open``), with no more invariants; so every property above is
+  unbounded in some group; with all of them asserted together the harness is the BMC.
 """
 from __future__ import annotations
 
@@ -115,11 +127,19 @@ PLANTS = {
     "dropped-row-no-credit": Plant(
         "moehub.rtl.packet_manager", "b.cr_valid.eq(al.comp)", "b.cr_valid.eq(al.comp & info.alloc)",
         "PacketManager", ("a credit not exactly",), "a row opened dropped returns no credit"),
+    # a void slot leaving its write buffer does not return its reservation: every dropped
+    # packet leaks a slot, until the input is never let in again
+    "void-slot-kept": Plant(
+        "moehub.rtl.packet_manager", "res.pop[j].eq(self.wbuf[j].pop)",
+        "res.pop[j].eq(self.wbuf[j].pop & self.wbuf[j].wr.valid)", "PacketManager",
+        ("the input not ready", "wf_used0 is not the slots", "wf_used1 is not the slots"),
+        "a void slot's reservation never returns"),
 }
 
 #: the properties a set may prove alone (``only``), by a word of their messages
 ONLY = {"queues": ("a queue overflows", "invariant:"), "dropped": ("a dropped packet writes", "invariant:"),
-        "credits": ("two credits for one row", "a credit not exactly", "invariant:")}
+        "credits": ("two credits for one row", "a credit not exactly", "disagree on open", "invariant:"),
+        "hang": ("after the input stopped", "after it stopped (a hang)", "invariant:")}
 
 
 class _Only(Props):
@@ -187,13 +207,18 @@ class PacketManagerHarness(Elaboratable):
             self._buffer_invariants(m, p, pm)
         if self.only == "credits":
             self._credit_invariants(m, p, pm)
+        if self.only == "hang":
+            self._layer_invariants(m, p, pm)
+            self._buffer_invariants(m, p, pm, chosen=False)
+            self._queue_invariants(m, p, pm, ev_lvl, cr_lvl)
+            self._drain_invariants(m, p, pm, ev_lvl, cr_lvl)
         return m
 
-    def _buffer_invariants(self, m, p, pm):
+    def _buffer_invariants(self, m, p, pm, chosen=True):
         """The ``dropped`` group's own invariants (the module docstring): the write
         buffers, the chosen packet's data in its lane's buffer, the harness's own
         registers of the chosen packet, the row-info entries of rows opened with an expert
-        out of range."""
+        out of range. ``chosen`` False: the write buffers' alone (the ``hang`` group)."""
         L, D = self.cfg.lanes, WRITE_FIFO_DEPTH
         ch = self.chosen
         stages = [("a", "valid"), ("r", "valid"), ("t", "pv"), ("al", "pv"), ("b", "pv")]
@@ -214,6 +239,8 @@ class PacketManagerHarness(Elaboratable):
             p.check(live == Cat(((k - rp)[:len(rp)] < used) for k in range(D)),
                     f"invariant: lane {j}'s live slots are not rp .. rp + used")
             p.check(~self.regs["reserve.room"] | (used < D), f"invariant: room with lane {j}'s buffer full")
+            if not chosen:
+                continue
             data = [w[f"wf_data{j}_{k}"] for k in range(D)]
             mine = (ch["lane"] == j)
             for k in range(D):
@@ -239,6 +266,8 @@ class PacketManagerHarness(Elaboratable):
             b = pm.b[j]
             p.check(~(mine & ch["dropped"] & (ch["age"] == 4)) | ~b.valid,
                     "invariant: the dropped chosen packet in B as a write")
+        if not chosen:
+            return
         # (a row opened with an expert out of range is opened dropped: its row-info entry is
         # never allocated while the chunk table holds it open -- once its opener's row-info
         # write, in AL a cycle after the table's, is done)
@@ -356,6 +385,54 @@ class PacketManagerHarness(Elaboratable):
         p.check((due & (due - 1)) == 0, "invariant: credit_due not one-hot")
         p.check(~due[0] | (a_bits != 0), "invariant: credit_due at A with no chunk of the row in A")
         p.check(~due[1] | ((a_bits == 0) & (r_bits != 0)), "invariant: credit_due at R but the row's last group not in R")
+
+    def _drain_invariants(self, m, p, pm, ev_lvl, cr_lvl):
+        """The ``hang`` group's own invariants (the module docstring): the pipeline empty
+        stage by stage as the quiet cycles count, the write buffers and the queues draining
+        one a cycle after it, nothing live or queued before START, the filled slots the
+        oldest, a slot filled since the input stopped at most ``n + 1`` groups old."""
+        cfg, L, D = self.cfg, self.cfg.lanes, WRITE_FIFO_DEPTH
+        n = self.quiet_n
+        stages = [[a.valid for a in pm.a], [r.valid for r in pm.r],
+                  [x for t in pm.t for x in (t.pv, t.valid, t.opener, t.comp, t.setb)],
+                  [x for al in pm.al for x in (al.pv, al.valid, al.opener, al.comp, al.setb)],
+                  [x for b in pm.b for x in (b.pv, b.valid, b.ev_valid, b.cr_valid)]]
+        for s_, bits in enumerate(stages):
+            p.check((n <= s_) | ~Cat(*bits).any(), "invariant: a stage holds a packet after the input stopped")
+        pipe = len(stages)
+        GB = len(pm.group)
+        for j in range(L):
+            used = self.regs[f"reserve.wf_used{j}"]
+            p.check((n < pipe) | (used == 0) | (used + n <= D + pipe),
+                    "invariant: a write buffer drains slower than a slot a cycle once the pipeline is empty")
+            w = Regs(self.regs, f"wbuf{j}.")
+            ready, void, rp = w[f"wf_ready{j}"], w[f"wf_void{j}"], w[f"wf_rp{j}"]
+            filled = count_ones([ready[k] for k in range(D)])
+            # (B fills the slots in the order they were taken: the filled ones lead)
+            p.check(ready == Cat(((k - rp)[:len(rp)] < filled) for k in range(D)),
+                    "invariant: the filled slots of a write buffer not its oldest")
+            # (before START every packet is dropped: its slot void, leaving as soon as it is
+            # filled, one a cycle -- so at most one waits)
+            p.check(pm.armed | (((ready & ~void) == 0) & (filled <= 1)),
+                    "invariant: a write, or two filled slots, in a buffer before START")
+            # (a slot filled since the input stopped is at most n + 1 groups old; the slots
+            # filled before it (at most D) leave first, one a quiet cycle)
+            for k in range(D):
+                pos = (k - rp)[:len(rp)]
+                age = (pm.group - w[f"wf_group{j}_{k}"])[:GB]
+                p.check(~ready[k] | (pos + n < D) | (age <= n + 1),
+                        "invariant: a slot filled since the input stopped older than the quiet cycles")
+        for lvl, depth in ((ev_lvl, cfg.event_queue_depth), (cr_lvl, cfg.credit_queue_depth)):
+            p.check((n < pipe) | (lvl == 0) | (lvl + n <= depth + pipe),
+                    "invariant: a queue drains slower than an entry a cycle once the pipeline is empty")
+            # (before START nothing pushes: the queues are empty, START never waits for them)
+            p.check(pm.armed | (lvl == 0), "invariant: a queue holds entries before START")
+        for t in pm.t:
+            p.check(pm.armed | ~(t.valid | t.opener | t.comp | t.setb), "invariant: T live before START")
+        for al in pm.al:
+            p.check(pm.armed | ~(al.valid | al.opener | al.comp | al.setb), "invariant: AL live before START")
+        for b in pm.b:
+            p.check(pm.armed | ~(b.valid | b.ev_valid | b.cr_valid), "invariant: B live before START")
 
     def _queue_invariants(self, m, p, pm, ev_lvl, cr_lvl):
         """The reservations' strengthening invariants (the module docstring, "queues")."""
@@ -536,7 +613,7 @@ class PacketManagerHarness(Elaboratable):
         quiet = (~Cat(i.valid for i in pm.i).any() & Cat(w.ready for w in pm.wr).all() & consumers
                  & ~self.start)
         top = max(bounds.values())
-        n = Signal(range(top + 1), name="quiet_cycles")
+        n = self.quiet_n = Signal(range(top + 1), name="quiet_cycles")
         with m.If(~quiet):
             m.d.sync += n.eq(0)
         with m.Elif(n < top):

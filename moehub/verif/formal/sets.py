@@ -221,10 +221,8 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager", "packet manager", "tiny/pm-small", _pm("tiny/pm-small"),
                     {"bmc": 16, "cover": 14}, smoke={"bmc": 8},
                     note="bounded: BMC 16 = START (3), the 5 stages to B, the credit, the write (6), the "
-                         "drain; the no-hang bounds are proven to this depth only (no invariants for "
-                         "them: packet_manager.py); the queues' no-overflow, the dropped-packet and the "
-                         "credit property are each unbounded alone (packet-manager-queues, -dropped, "
-                         "-credits)"),
+                         "drain, every property asserted together; each is also unbounded alone "
+                         "(packet-manager-queues, -dropped, -credits, -hang)"),
         PropertySet("packet-manager-queues", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "queues"),
                     {"prove": 4}, smoke={"prove": 4},
                     note="the queues never overflow, alone (no other property asserted or assumed): "
@@ -257,7 +255,8 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager-credits", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "credits"),
                     {"prove": 5}, smoke={"prove": 5},
                     note="every accepted row of the chosen (source, tag) returns exactly one credit, "
-                         "EVENT_LATENCY cycles after its last chunk, and none otherwise, alone: "
+                         "EVENT_LATENCY cycles after its last chunk, and none otherwise (and the lanes on "
+                         "one row in R agree on open), alone: "
                          "k-induction closes at k=5 with the layer's and the chunk table's invariants "
                          "(as packet-manager-dropped; without the table's it needs k=7) and its own: "
                          "the row's chunks in A..AL among those sent, once, with its expert; its entry "
@@ -270,6 +269,21 @@ def _sets() -> list[PropertySet]:
         PropertySet("packet-manager-credits-counts", "packet manager", "tiny/pm-small, count packets",
                     _pm("tiny/pm-small", "credits", count_packets=True), {"prove": 5},
                     note="protocol v2: as packet-manager-credits with count packets on the lanes"),
+        PropertySet("packet-manager-hang", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "hang"),
+                    {"prove": 5},
+                    note="no hang (no push 6 cycles, no write 14 cycles, the input ready 12 cycles after "
+                         "the input stops), alone: k-induction closes at k=5 with the layer's, the write "
+                         "buffers' and the queues' invariants and its own on the quiet-cycle count (the "
+                         "stages empty one by one, buffers and queues draining one a cycle after, nothing "
+                         "live or queued before START, a slot filled since the input stopped at most n + 1 "
+                         "groups old) (packet_manager.py)"),
+        PropertySet("packet-manager-hang-paged", "packet manager", "tiny/pm-small, 8 pages",
+                    _pm("tiny/pm-small", "hang", pool_pages=8), {"prove": 5},
+                    note="protocol v2: as packet-manager-hang in paged mode, the page gate free"),
+        PropertySet("packet-manager-hang-counts", "packet manager", "tiny/pm-small, count packets",
+                    _pm("tiny/pm-small", "hang", count_packets=True), {"prove": 5},
+                    note="protocol v2: as packet-manager-hang with count packets (the admission holds "
+                         "lanes behind a count packet; lane 0 is always admitted)"),
         PropertySet("packet-manager-paged", "packet manager", "tiny/pm-small, 8 pages",
                     _pm("tiny/pm-small", pool_pages=8), {"bmc": 16}, smoke={"bmc": 6},
                     note="protocol v2: the properties above with pages (a row placed in its page), "
