@@ -50,13 +50,13 @@ nor assumed, so what is proven stands alone (no circular assume-guarantee):
 * ``dropped`` -- **a dropped packet never writes**: k-induction closes at k = 6 (paged and
   with count packets too) with three sets of invariants:
 
-  - the layer's (shared with ``credits``): no end-of-stream of the chosen source seen or
-    pending in the end-of-stream tracker (``eos_seen``, ``p_eos``), so its ``done`` bit and
-    the layer's ``finished`` stay low and every group is live while armed (the layer's
-    liveness: ``finished`` never blinks); one START: the harness's ``started`` is
-    ``armed`` or START pending, ``start_go`` only with START pending and the layer not
-    armed, armed never with START pending; nothing else pending (no flush, sweep,
-    timeout, end of layer); no chunk of the chosen row sent unarmed;
+  - the layer's (shared with ``credits`` and ``hang``): no end-of-stream of the chosen
+    source seen or pending in the end-of-stream tracker (``eos_seen``, ``p_eos``), so its
+    ``done`` bit and the layer's ``finished`` stay low and every group is live while
+    armed (the layer's liveness: ``finished`` never blinks); one START: the harness's
+    ``started`` is ``armed`` or START pending, ``start_go`` only with START pending and
+    the layer not armed, armed never with START pending; nothing else pending (no flush,
+    sweep, timeout, end of layer); no chunk of the chosen row sent unarmed;
   - the chunk table's (shared): R's entry of a data lane is the table's after W's pending
     write-back (while W is live); W writes only while live, its one-hot its index, at
     most one lane an entry; ``others_open`` is the open rows but those W writes;
