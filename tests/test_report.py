@@ -669,11 +669,11 @@ def test_scaling_rows_add_up_and_render_per_system_set(tmp_path):
 
 # ----------------------------------------------------------------------------- relay study
 def relay_rows(system="h100x16-ib", tokens=128, unconverged=()):
-    """The four rows of one point of the relay study, as its CSV holds them."""
+    """The rows of one point of the relay study (one per relay.ROWS), as its CSV holds them."""
     from moehub.cosim.studies import relay
     nodes = {"h100x16-ib": 2, "h100x32-ib": 4}[system]
     times = {"hub v2": 649.4, "hub v2 + relay": 628.8, "hub v2 + relay + reduce": 632.8,
-             "DeepEP normal": 736.5}
+             "DeepEP normal": 736.5, "HybridEP": 728.4}
     out = []
     for name, _, _ in relay.ROWS:
         t = times[name] * tokens / 128
@@ -705,6 +705,7 @@ def _relay_build(tmp_path, rows, run=None) -> Path:
 
 
 def test_collect_and_render_the_relay_ablation(tmp_path):
+    from moehub.cosim.studies import relay
     build = _relay_build(tmp_path, relay_rows(tokens=4096) + relay_rows(tokens=128))
     [path] = report.collect_study_relay(build, tmp_path / "records")
     assert path == tmp_path / "records" / "study-relay" / "study-relay.json"
@@ -716,7 +717,8 @@ def test_collect_and_render_the_relay_ablation(tmp_path):
     assert rec["data"]["runs"][0]["points"][0]["load_avg_1m"] == 1.75
     text = report.render("relay-ablation", tmp_path / "records")
     lines = [ln for ln in text.splitlines() if ln.startswith("| h100")]
-    assert [ln.split(" | ")[1] for ln in lines] == ["128"] * 4 + ["4096"] * 4   # by tokens
+    n = len(relay.ROWS)
+    assert [ln.split(" | ")[1] for ln in lines] == ["128"] * n + ["4096"] * n   # by tokens
     assert lines[0].startswith("| h100x16-ib (2×8) | 128 | hub v2 | 649 | 1.00× | 1.13× |")
     assert "| 0.012 / 0.079 | 0.046 / 0.032 | 3 |" in lines[0]
     assert "| hub v2 + relay | 629 | 1.03× | 1.17× |" in lines[1]
@@ -753,7 +755,8 @@ def test_relay_study_runs_of_a_few_points_add_up(tmp_path):
     again = relay.Results(tmp_path, [("h100x16-ib", 128)], 2.0)
     again.add([{**r, "wall_s": 9.0} for r in relay_rows(tokens=128)], 2.0)
     rows = relay.read_rows(tmp_path / relay.CSV_NAME)
-    assert [(r["tokens_per_gpu"], r["wall_s"]) for r in rows] == [(128, 9.0)] * 4 + [(4096, 1.0)] * 4
+    n = len(relay.ROWS)
+    assert [(r["tokens_per_gpu"], r["wall_s"]) for r in rows] == [(128, 9.0)] * n + [(4096, 1.0)] * n
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["load_avg_1m"] == 2.0 and [p["tokens_per_gpu"] for p in run["points"]] == [128]
     assert [[p["tokens_per_gpu"] for p in e["points"]] for e in run["earlier"]] == [[4096]]

@@ -96,6 +96,10 @@ METRICS = {
     "port_GBps_at": lambda c, msg_bytes, inter_node:
         c.port_GBps(inter_node) * c.collective_efficiency(msg_bytes, inter_node),
     "comm_GBps": lambda c, sms, msg_bytes, inter_node: c.comm_GBps(sms, msg_bytes, inter_node),
+    # HybridEP's TMA kernels: their SM curve over the bytes a row moves, read as the
+    # publisher counts them (``counted_bytes`` of the ``msg_bytes`` each row moves)
+    "hybridep_GBps": lambda c, sms, msg_bytes, counted_bytes, inter_node:
+        c.comm_GBps(sms, msg_bytes, inter_node, "hybridep") * counted_bytes / msg_bytes,
     "put_GBps": lambda c, msg_bytes, inter_node:
         c.port_GBps(inter_node) * c.put_efficiency(msg_bytes, inter_node),
     "gemm_TFLOPs": lambda c, **kw: (lambda t, f, b: f / t / 1e6)(*_gemm(c, **kw)),
@@ -237,6 +241,11 @@ GEMM_FIT = {"gemm_eff_max_fp8": (0.85, 0.9, 0.95),
 #: SM-count vs bandwidth constants (DeepEP V1 on B200, CALIBRATION.md sec 6)
 SM_FIT = {"comm_sm_row_us": (0.15, 0.2, 0.25, 0.3, 0.35),
           "comm_sm_GBps": (30.0, 36.0, 42.0, 50.0, 60.0)}
+#: HybridEP's TMA kernels (its kernel-only tables on B200 / GB200, CALIBRATION.md sec 5b):
+#: the points near the port barely bound the per-byte rate (any value above ~300 GB/s fits
+#: as well: the error is flat); its top value, 1000, stands for "no per-byte limit seen"
+HYBRIDEP_SM_FIT = {"hybridep_sm_row_us": (0.07, 0.08, 0.09, 0.1, 0.11),
+                   "hybridep_sm_GBps": (250.0, 500.0, 1000.0)}
 
 
 def fit(points: list, grid: dict = None, components=("gemm", "hbm")) -> tuple:

@@ -47,16 +47,23 @@ COLLECTIVES = ("alltoall", "allgather")
 #: host syncs per layer of each system: each is a graph break in ``graph`` launch mode (the
 #: host reads counts to size the next kernels, so those cannot be captured). Bulk: the D2H of
 #: the all-to-all-v splits; DeepEP normal mode: the received count that sizes the receive
-#: tensor (DeepEP normal mode is incompatible with CUDA graphs, sglang PR #5014); the others
+#: tensor (DeepEP normal mode is incompatible with CUDA graphs, sglang PR #5014); HybridEP
+#: in its default blocking mode: the dispatched-token count read to size the permuted output
+#: (Megatron-Core passes no upper bound, which "causes a D2H synchronization"); the others
 #: size everything on the device. The systems charge a break through
 #: :attr:`Components.host_sync_us`; tests check this table against their timelines.
 #: Systems written as eager PyTorch code (host syncs between their ops, ``systems.eager``)
 #: launch eagerly in either mode and are not listed.
 GRAPH_BREAKS = {"bulk": 1, "comet": 0, "deepep": 1, "deepep_ll": 0, "fused": 0, "hub": 0,
-                "ideal": 0}
+                "ideal": 0, "hybridep": 1}
 SMS_KEYS = {"deepep": "comm_sms_deepep", "deepep_ll": "comm_sms_deepep_ll",
             "comet": "comm_sms_overlap", "fused": "comm_sms_fused", "hub": "comm_sms_hub",
-            "onesided": "comm_sms_overlap"}
+            "onesided": "comm_sms_overlap", "hybridep": "comm_sms_hybridep"}
+#: the per-SM constants (fixed time per row, bytes per second between rows) of each kernel
+#: family :meth:`Components.comm_GBps` models: "" the load/store kernels of DeepEP and the
+#: others (fit on DeepEP V1), "hybridep" HybridEP's TMA kernels (fit on its own tables)
+SM_CONSTANTS = {"": ("comm_sm_row_us", "comm_sm_GBps"),
+                "hybridep": ("hybridep_sm_row_us", "hybridep_sm_GBps")}
 
 
 class Components:
@@ -168,22 +175,25 @@ class Components:
         m = max(float(msg_bytes), 1.0)
         return e * m / (m + o)
 
-    def sm_GBps(self, row_bytes: float) -> float:
+    def sm_GBps(self, row_bytes: float, kernel: str = "") -> float:
         """Bytes per second one communication SM moves with rows of ``row_bytes`` (GB/s):
-        ``comm_sm_row_us`` of fixed work per row plus the bytes at ``comm_sm_GBps``."""
-        sw = self.sw
-        return row_bytes / (sw.comm_sm_row_us + row_bytes / (sw.comm_sm_GBps * GBps)) / GBps
+        ``comm_sm_row_us`` of fixed work per row plus the bytes at ``comm_sm_GBps``
+        (``kernel``: the per-SM constants of another kernel family, :data:`SM_CONSTANTS`)."""
+        row_us, sm_bw = (getattr(self.sw, k) for k in SM_CONSTANTS[kernel])
+        return row_bytes / (row_us + row_bytes / (sm_bw * GBps)) / GBps
 
     deepep_sm_GBps = sm_GBps     #: the name cosim/systems/deepep.py looks for on main
 
-    def comm_GBps(self, sms: int, msg_bytes: float, inter_node: bool) -> float:
+    def comm_GBps(self, sms: int, msg_bytes: float, inter_node: bool, kernel: str = "") -> float:
         """Bandwidth a communication kernel holding ``sms`` SMs reaches with rows of
         ``msg_bytes``: each SM spends ``comm_sm_row_us`` per row plus the row's bytes at
         ``comm_sm_GBps``; S SMs reach S times that until the port's put rate bounds them.
         The two bounds meet in a soft minimum (``1/bw^2 = 1/sm^2 + 1/port^2``): measured
-        bandwidth bends from linear to flat over a range of SMs, not at one point."""
+        bandwidth bends from linear to flat over a range of SMs, not at one point.
+        ``kernel``: a kernel family with its own per-SM constants (:data:`SM_CONSTANTS`,
+        e.g. ``"hybridep"``: TMA copies); the default is DeepEP-style load/store kernels."""
         port = self.port_GBps(inter_node) * self.put_efficiency(msg_bytes, inter_node)
-        per_sm = self.sm_GBps(msg_bytes)
+        per_sm = self.sm_GBps(msg_bytes, kernel)
         if sms <= 0:
             return 0.0
         return 1.0 / math.hypot(1.0 / (sms * per_sm), 1.0 / port)

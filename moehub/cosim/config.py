@@ -117,12 +117,29 @@ class SoftwareCosts:
     #: LIBRARIES: deepep, deepep-rdma, nccl-ep, pplx, pplx-ibrc); DeepEP's own mechanisms by
     #: default, as the baseline's name says (its published EP8-EP256 tables validate them)
     ll_library: str = "deepep"
+    #: SMs HybridEP's dispatch and combine kernels hold (cosim/systems/hybridep.py):
+    #: Megatron-Core's default (TransformerConfig.moe_hybridep_num_sms = 16, "in pure NVL
+    #: scenarios, 16 SMs can generally achieve good bandwidth"), on every platform
+    comm_sms_hybridep: int = 16
+    #: per-row time of one SM of HybridEP's TMA kernels (the SM curve of
+    #: Components.comm_GBps with kernel="hybridep"): fit, like comm_sm_row_us, on HybridEP's
+    #: own kernel-only NVLink tables at 16 and 32 SMs on B200 / GB200 (DeepEP hybrid-ep
+    #: branch, docs/README_Hybrid-EP.md; cosim/data/calibration_points.yaml, component
+    #: sm-hybridep; cosim.calibration.HYBRIDEP_SM_FIT reproduces it); ASSUMPTION on Hopper,
+    #: as the DeepEP curve: no Hopper NVLink sweep is published
+    hybridep_sm_row_us: float = 0.09
+    #: bytes per second one such SM moves between rows: the tables barely bound it (every
+    #: point lies within 7 % of the port for any value above ~300 GB/s: a TMA copy does not
+    #: pass the bytes through the SM's registers); the fit's grid picks it with the row time
+    hybridep_sm_GBps: float = 1000.0
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str) -> "SoftwareCosts":
         obj = cls(**_check_types(cls, prefix, raw))
         _require(obj.ll_proxy_msg_us >= 0, f"{prefix}.ll_proxy_msg_us", obj.ll_proxy_msg_us,
                  "must be >= 0")
+        _positive(obj, prefix, ("comm_sms_hybridep", "hybridep_sm_row_us"), allow_zero=True)
+        _positive(obj, prefix, ("hybridep_sm_GBps",))
         _require(obj.launch_mode in LAUNCH_MODES, f"{prefix}.launch_mode", obj.launch_mode,
                  f"must be one of {', '.join(LAUNCH_MODES)}")
         _positive(obj, prefix, ("kernel_launch_us", "graph_launch_us", "d2h_sync_us",
@@ -220,7 +237,7 @@ class SystemConfig:
         sw = obj.software
         _require(sw.comm_sms_overlap < obj.sms, f"{prefix}.software.comm_sms_overlap",
                  sw.comm_sms_overlap, f"must be < sms ({obj.sms})")
-        for key in ("comm_sms_deepep", "comm_sms_deepep_ll", "comm_sms_fused"):
+        for key in ("comm_sms_deepep", "comm_sms_deepep_ll", "comm_sms_fused", "comm_sms_hybridep"):
             _require(getattr(sw, key) < obj.sms, f"{prefix}.software.{key}",
                      getattr(sw, key), f"must be < sms ({obj.sms})")
         _require(sw.comm_sms_hub < obj.sms, f"{prefix}.software.comm_sms_hub",

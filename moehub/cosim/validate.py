@@ -139,7 +139,7 @@ def bytes_moved(L: Layer, res: SystemResult, kind: str, bw_def: str) -> float:
     destination GPU for a deduplicating system); ``send_rows``: one row per (token,
     expert), local ones included (a per-row low-latency benchmark)."""
     row = L.disp_bytes if kind == "dispatch" else L.comb_bytes
-    dedup = res.name == "deepep"
+    dedup = res.name in ("deepep", "hybridep")      # one copy per (token, node) / (token, GPU)
     gpn = L.sys.gpus_per_node
     if bw_def == "rdma_logical":
         rows = L.node_rows.sum() if dedup else L.counts.sum()

@@ -1,5 +1,6 @@
 """The relay-hub ablation: the protocol-v2 hub, + relay, + relay + reduce, against DeepEP
-normal mode, on multi-node layers, decode and prefill sizes.
+normal mode and HybridEP (the two software systems that send one RDMA row per (token,
+node) and forward over NVLink), on multi-node layers, decode and prefill sizes.
 
     .venv/bin/python -m moehub.cosim.studies.relay                       # 2 and 4 nodes, 128 and 4096 tokens
     .venv/bin/python -m moehub.cosim.studies.relay --system h100x16-ib --tokens 128 --out DIR
@@ -45,7 +46,9 @@ from ..workload import make_routing
 V2 = frozenset(FEATURES)
 ROWS = (("hub v2", "hub", V2), ("hub v2 + relay", "hub", V2 | {"relay"}),
         ("hub v2 + relay + reduce", "hub", V2 | {"relay", "reduce"}),
-        ("DeepEP normal", "deepep", frozenset()))
+        ("DeepEP normal", "deepep", frozenset()), ("HybridEP", "hybridep", frozenset()))
+#: the rows the speedup columns divide by (``vs_hub_v2``, ``vs_deepep``)
+HUB_V2_ROW, DEEPEP_ROW = "hub v2", "DeepEP normal"
 DISPATCH_PHASES = ("dispatch", "forward")
 COMBINE_PHASES = ("combine", "combine_relay")
 COLUMNS = ["system_config", "nodes", "gpus", "tokens_per_gpu", "row", "layer_us",
@@ -104,8 +107,8 @@ def point(system: str, model: str, tokens: int, seed=None, log=print) -> list:
             f"residual {ex.get('residual_us'):.3f} us (traffic {ex.get('traffic_residual_us'):.3f}), "
             f"{wall:.0f} s")
         out.append(row)
-    v2 = out[0]["layer_us"]
-    dp = out[-1]["layer_us"]
+    by_name = {r["row"]: r["layer_us"] for r in out}
+    v2, dp = by_name[HUB_V2_ROW], by_name[DEEPEP_ROW]
     for r in out:
         r["vs_hub_v2"], r["vs_deepep"] = v2 / r["layer_us"], dp / r["layer_us"]
     return out

@@ -40,6 +40,7 @@ from ..layer import Layer
 from ..memory import capacity_padded, system_memory
 from ..systems import BASELINES, run_system
 from ..systems import deepep as deepep_mod
+from ..systems import hybridep as hybridep_mod
 from ..systems.hub import FEATURES, hub_config_v2, wire_rows
 from ..workload import make_routing
 from . import publish
@@ -132,9 +133,9 @@ def _wire(L: Layer, name: str, features=frozenset()) -> tuple:
     if name == "hub":
         mc = hub_config_v2(L, features).multicast if features else False
         return wire_rows(L, mc).counts, L.row_wire_hub
-    if name == "deepep":
+    if name in ("deepep", "hybridep"):          # the same routes; HybridEP's rows carry probs
         first, fwd = deepep_mod._routes(L, L.gpu_rows, L.node_rows, L.fwd_rows)
-        return first + fwd, L.row_wire_sw
+        return first + fwd, (L.row_wire_sw if name == "deepep" else hybridep_mod.dispatch_wire(L))
     return L.counts, L.row_wire_sw
 
 

@@ -27,14 +27,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..layer import Layer, SystemResult
-from . import (bulk, comet, deepep, deepep_ll, deepspeed_moe, fused, hub, ideal, megatron_a2a,
-               megatron_ag)
+from . import (bulk, comet, deepep, deepep_ll, deepspeed_moe, fused, hub, hybridep, ideal,
+               megatron_a2a, megatron_ag)
 from . import passes as P
 from .hub import hub_flow_cap, hub_schedule, run_hub
 
 MODULES = {"bulk": bulk, "comet": comet, "deepep": deepep, "deepep_ll": deepep_ll,
            "fused": fused, "hub": hub, "ideal": ideal, "megatron_a2a": megatron_a2a,
-           "megatron_ag": megatron_ag, "deepspeed_moe": deepspeed_moe}
+           "megatron_ag": megatron_ag, "deepspeed_moe": deepspeed_moe, "hybridep": hybridep}
 SYSTEMS = tuple(MODULES)
 #: what each system is: "today" (a software baseline users pick today), "paper" (the
 #: kind of baseline the published speedups were measured against: eager dispatchers,
