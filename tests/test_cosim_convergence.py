@@ -189,3 +189,53 @@ def test_the_end_time_test_needs_two_still_passes_and_falling_traffic():
     assert not _settled(b, a, 165.0, True, 165.0)    # ... not nearer: maybe a cycle
     assert _settled(b, a, 0.9, False)                # the traffic within the tolerance
     assert not _settled(res(1002.0), a, 18.0, True, 165.0)   # moved 2 us
+
+
+class _Jitter:
+    """A system whose passes jump while the layer's networks coalesce queue drains (its
+    flow injects at 0 or 10 us, the layer ends at 200 or 210, pass after pass) and sit
+    still once every drain is exact (5 us, 205): what coalesced drains did to the 4-node
+    relay layers."""
+
+    def __init__(self):
+        self.n = 0
+
+    def run(self, L):
+        from moehub.cosim.layer import SystemResult
+        self.n += 1
+        exact = L.network_window_us() == 0
+        x = 5.0 if exact else 10.0 * (self.n % 2)
+        net, flows = L.network("combine")
+        net.inject(flows[0][1], x, 1e3)
+        L.run_net(net)
+        res = SystemResult("jitter", "jitter")
+        res.gpu_end = np.full(L.G, 200.0 + x)
+        return res
+
+
+def test_passes_that_do_not_settle_coalesced_run_exact(monkeypatch):
+    from moehub.cosim.systems import EXACT_AFTER
+    monkeypatch.setenv("MOEHUB_NETWORK_WINDOW_US", "0.01")     # an 8-GPU layer coalescing
+    L = layer("mixtral-8x7b", "h100x8", tokens=32)
+    r = run_system("jitter", L, module=_Jitter())
+    ex = r.extra
+    assert ex["exact_drains_from_pass"] == EXACT_AFTER + 1
+    assert ex["converged"] and ex["passes"] <= MAX_PASSES
+    assert r.latency_us == pytest.approx(205.0)
+    assert L.network_window_us() == 0.01                         # the next system coalesces
+
+
+class _Still(_Jitter):
+    """The same flow at 10 us every pass: settled at once."""
+
+    def run(self, L):
+        self.n = 0
+        return super().run(L)
+
+
+def test_a_layer_that_settles_coalesced_stays_coalesced(monkeypatch):
+    monkeypatch.setenv("MOEHUB_NETWORK_WINDOW_US", "0.01")
+    L = layer("mixtral-8x7b", "h100x8", tokens=32)
+    r = run_system("still", L, module=_Still())
+    assert r.extra["converged"] and r.extra["passes"] == 2
+    assert "exact_drains_from_pass" not in r.extra and r.latency_us == pytest.approx(210.0)

@@ -237,7 +237,11 @@ class Layer:
     def network_window_us(self) -> float:
         """Queue drains closer than this are coalesced in this layer's networks
         (:func:`.network_kernels.simulate`): 0 (exact) up to ``EXACT_GPUS`` GPUs, else
-        ``WINDOW_US``; ``$MOEHUB_NETWORK_WINDOW_US`` overrides both (0: always exact)."""
+        ``WINDOW_US``; ``$MOEHUB_NETWORK_WINDOW_US`` overrides both (0: always exact);
+        0 while ``exact_drains`` is set (a system's passes that do not settle coalesced,
+        :func:`.systems.run_system`)."""
+        if getattr(self, "exact_drains", False):
+            return 0.0
         env = os.environ.get("MOEHUB_NETWORK_WINDOW_US")
         if env is not None:
             try:

@@ -16,7 +16,9 @@ earlier passes (:mod:`.passes`: Krasnosel'skii-Mann averaging, which keeps the f
 point and damps the swings of a delayed feedback), until a pass's traffic lies within
 ``TOL_US`` (or ``TOL_REL`` of the layer time) of the background it ran on, or two passes
 in a row moved no GPU's end time by more than that while the traffic came nearer its
-background (:func:`_settled`).
+background (:func:`_settled`). A wide layer's networks coalesce queue drains
+(:mod:`..network_kernels`); one that has not settled after ``EXACT_AFTER`` passes runs
+the rest exact (``exact_drains_from_pass`` in the result's ``extra``).
 
 Kinds (:data:`KINDS`, each module's ``KIND``): today's software baselines
 (:data:`BASELINES`), the papers' kind of baseline the published speedups were measured
@@ -49,6 +51,11 @@ PHASES = {n: m.PHASES for n, m in MODULES.items()}
 TOL_US = 0.05        #: passes stop when no GPU's end time moves more than this ...
 TOL_REL = 1e-3       #: ... or than this fraction of the layer time
 MAX_PASSES = 8
+#: a layer whose passes have not settled after this many with coalesced queue drains
+#: runs its next passes with every drain exact: coalescing moves bursts between passes
+#: (the pass map is discontinuous, and a window's rounding lands on either side of a
+#: burst), which is what kept the 4-node relay layers from their fixed point
+EXACT_AFTER = 4
 TRACE = False        #: record each phase's own traffic residual per pass (diagnosis)
 
 __all__ = ["SYSTEMS", "BASELINES", "PAPER_BASELINES", "KINDS", "LABELS", "PHASES",
@@ -113,7 +120,11 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     still = False                        # the pass before moved no end time beyond tol
     backend = "model" if rtl_gpus else hub_backend
     rerun = bool(rtl_gpus) or hub_backend != backend     # a last run on the settled background
+    exact_from, L.exact_drains = None, False
     for n in range(1, MAX_PASSES + 1):
+        if exact_from is None and n > EXACT_AFTER and L.network_window_us() > 0:
+            exact_from = n
+            L.exact_drains = True
         L.begin_run(background)
         res = _run_once(name, L, backend, hub_order, (), module, hub_features)
         residual = P.traffic_residual_us(L.traffic, background)
@@ -135,6 +146,8 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
         prev = res
     conv = {"passes": n, "converged": done, "residual_us": moved,
             "traffic_residual_us": residual}
+    if exact_from:
+        conv["exact_drains_from_pass"] = exact_from
     res.extra.update(conv)
     if TRACE:
         res.extra["pass_trace"] = trace
@@ -142,5 +155,6 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
         L.begin_run(background)
         res = _run_once(name, L, hub_backend, hub_order, rtl_gpus, None, hub_features)
         res.extra.update(conv, passes=n + 1)
+    L.exact_drains = False               # (the layer's next system starts coalesced again)
     res.nets = L.nets
     return res
