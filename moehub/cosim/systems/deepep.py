@@ -48,6 +48,30 @@ def transfer(L: Layer, t0: np.ndarray, first: np.ndarray, second: np.ndarray, ro
                      L.send_rate(L.comp.sms_for("deepep"), row_wire), L.put_cap(row_wire))
 
 
+def receive_compute(L: Layer, res: SystemResult, recv, rows_in, t_gate: float, sms) -> tuple:
+    """Each GPU once its rows have landed (``recv``; ``rows_in`` deduplicated rows): permute
+    them into expert-major rows, the grouped GEMM beside the shared expert on the SMs the
+    communication kernel leaves (``sms``), unpermute; (GEMM end, shared expert's end,
+    unpermute end) per GPU. Shared by the systems with DeepEP's receive side."""
+    g, G = L.gpu, L.G
+    gemm_end, shared_end, unperm_end = np.zeros(G), np.zeros(G), np.zeros(G)
+    for d in range(G):
+        expanded = int(L.expert_rows[d].sum())
+        t_perm = recv[d] + g.launch + g.copy_us((rows_in[d] * L.disp_bytes + expanded * L.row_bytes))
+        res.add(d, "control", "permute", recv[d], t_perm)
+        items = C.shared_item(L, t_gate) + [
+            WorkItem(t_perm + g.launch, e, int(r), g.padded(int(r)), L.model.expert_ffn, key=e,
+                     landed=recv[d], known=t_perm)
+            for e, r in enumerate(L.expert_rows[d]) if r]
+        _, gemm_end[d], shared_end[d] = C.run_queue(
+            L, res, d, items, t_gate, C.reserved_share(L, sms, recv[d]))
+        unperm_end[d] = gemm_end[d] + g.launch + g.copy_us(
+            (expanded + rows_in[d]) * L.row_bytes)
+        res.add(d, "control", "unpermute", gemm_end[d], unperm_end[d])
+        res.combine_log.append((d, "all", unperm_end[d] + g.launch, gemm_end[d]))
+    return gemm_end, shared_end, unperm_end
+
+
 def run(L: Layer) -> SystemResult:
     res = SystemResult("deepep", LABEL)
     g, comp, G, T = L.gpu, L.comp, L.G, L.T
@@ -66,23 +90,9 @@ def run(L: Layer) -> SystemResult:
                                    L.inter_node)
     for s in range(G):
         C.send_phase(L, res, s, t0, curves, flows, counts=first + fwd)
-    sms = comp.sms_for("deepep")
     rows_in = (first + fwd).sum(axis=0)          # deduplicated rows landing on each GPU
-    gemm_end, shared_end, unperm_end = np.zeros(G), np.zeros(G), np.zeros(G)
-    for d in range(G):
-        expanded = int(L.expert_rows[d].sum())
-        t_perm = recv[d] + g.launch + g.copy_us((rows_in[d] * L.disp_bytes + expanded * L.row_bytes))
-        res.add(d, "control", "permute", recv[d], t_perm)
-        items = C.shared_item(L, t_gate) + [
-            WorkItem(t_perm + g.launch, e, int(r), g.padded(int(r)), L.model.expert_ffn, key=e,
-                     landed=recv[d], known=t_perm)
-            for e, r in enumerate(L.expert_rows[d]) if r]
-        _, gemm_end[d], shared_end[d] = C.run_queue(
-            L, res, d, items, t_gate, C.reserved_share(L, sms, recv[d]))
-        unperm_end[d] = gemm_end[d] + g.launch + g.copy_us(
-            (expanded + rows_in[d]) * L.row_bytes)
-        res.add(d, "control", "unpermute", gemm_end[d], unperm_end[d])
-        res.combine_log.append((d, "all", unperm_end[d] + g.launch, gemm_end[d]))
+    gemm_end, shared_end, unperm_end = receive_compute(L, res, recv, rows_in, t_gate,
+                                                       comp.sms_for("deepep"))
     # combine: the mirror image (forwarders gather and reduce, then one RDMA copy per node)
     c_first, c_fwd = combine_routes(L, first, fwd)
     tc = unperm_end + comp.launch_us

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gpu import WorkItem
 from ..layer import Layer, SystemResult
 from ..network import GBps, flow_wire_bytes
 from . import common as C
@@ -149,23 +148,9 @@ def run(L: Layer) -> SystemResult:
                                     send_rate(L, wire), L.put_cap(wire))
     for s in range(G):
         C.send_phase(L, res, s, t0[s], curves, flows, counts=first + fwd)
-    sms = comp.sms_for("hybridep")
-    gemm_end, shared_end, unperm_end = np.zeros(G), np.zeros(G), np.zeros(G)
-    for d in range(G):
-        expanded = int(L.expert_rows[d].sum())
-        # the permute extension: received rows (token + probs) to expert-major rows
-        t_perm = recv[d] + g.launch + g.copy_us((rows_in[d] * L.disp_bytes + expanded * L.row_bytes))
-        res.add(d, "control", "permute", recv[d], t_perm)
-        items = C.shared_item(L, t_gate) + [
-            WorkItem(t_perm + g.launch, e, int(r), g.padded(int(r)), L.model.expert_ffn, key=e,
-                     landed=recv[d], known=t_perm)
-            for e, r in enumerate(L.expert_rows[d]) if r]
-        _, gemm_end[d], shared_end[d] = C.run_queue(
-            L, res, d, items, t_gate, C.reserved_share(L, sms, recv[d]))
-        unperm_end[d] = gemm_end[d] + g.launch + g.copy_us(
-            (expanded + rows_in[d]) * L.row_bytes)
-        res.add(d, "control", "unpermute", gemm_end[d], unperm_end[d])
-        res.combine_log.append((d, "all", unperm_end[d] + g.launch, gemm_end[d]))
+    # the permute extension: received rows (token + probs) to expert-major rows
+    gemm_end, shared_end, unperm_end = D.receive_compute(L, res, recv, rows_in, t_gate,
+                                                         comp.sms_for("hybridep"))
     # combine: the relays pull and sum their node's rows, one RDMA row per (token, node)
     c_first, c_fwd = D.combine_routes(L, first, fwd)
     tc = unperm_end + comp.launch_us
