@@ -193,9 +193,10 @@ def test_the_end_time_test_needs_two_still_passes_and_falling_traffic():
 
 class _Jitter:
     """A system whose passes jump while the layer's networks coalesce queue drains (its
-    flow injects at 0 or 10 us, the layer ends at 200 or 210, pass after pass) and sit
-    still once every drain is exact (5 us, 205): what coalesced drains did to the 4-node
-    relay layers."""
+    flow injects at 0 or 10 us, the layer ends at 200 or 210, pass after pass: its
+    traffic's distance from the averaged background stops falling) and sit still once
+    every drain is exact (5 us, 205): what coalesced drains did to the 4-node relay
+    layers."""
 
     def __init__(self):
         self.n = 0
@@ -219,7 +220,7 @@ def test_passes_that_do_not_settle_coalesced_run_exact(monkeypatch):
     L = layer("mixtral-8x7b", "h100x8", tokens=32)
     r = run_system("jitter", L, module=_Jitter())
     ex = r.extra
-    assert ex["exact_drains_from_pass"] == EXACT_AFTER + 1
+    assert ex["exact_drains_from_pass"] > EXACT_AFTER      # once the traffic came no nearer
     assert ex["converged"] and ex["passes"] <= MAX_PASSES
     assert r.latency_us == pytest.approx(205.0)
     assert L.network_window_us() == 0.01                         # the next system coalesces

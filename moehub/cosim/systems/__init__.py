@@ -17,8 +17,8 @@ point and damps the swings of a delayed feedback), until a pass's traffic lies w
 ``TOL_US`` (or ``TOL_REL`` of the layer time) of the background it ran on, or two passes
 in a row moved no GPU's end time by more than that while the traffic came nearer its
 background (:func:`_settled`). A wide layer's networks coalesce queue drains
-(:mod:`..network_kernels`); one that has not settled after ``EXACT_AFTER`` passes runs
-the rest exact (``exact_drains_from_pass`` in the result's ``extra``).
+(:mod:`..network_kernels`); one that has not settled after ``EXACT_AFTER`` passes, its
+traffic coming no nearer its background, runs the rest exact (``exact_drains_from_pass`` in the result's ``extra``).
 
 Kinds (:data:`KINDS`, each module's ``KIND``): today's software baselines
 (:data:`BASELINES`), the papers' kind of baseline the published speedups were measured
@@ -51,10 +51,12 @@ PHASES = {n: m.PHASES for n, m in MODULES.items()}
 TOL_US = 0.05        #: passes stop when no GPU's end time moves more than this ...
 TOL_REL = 1e-3       #: ... or than this fraction of the layer time
 MAX_PASSES = 8
-#: a layer whose passes have not settled after this many with coalesced queue drains
-#: runs its next passes with every drain exact: coalescing moves bursts between passes
-#: (the pass map is discontinuous, and a window's rounding lands on either side of a
-#: burst), which is what kept the 4-node relay layers from their fixed point
+#: a layer whose passes have not settled after this many with coalesced queue drains,
+#: and whose last pass brought its traffic no nearer its background, runs its next passes
+#: with every drain exact: coalescing moves bursts between passes (the pass map is
+#: discontinuous, and a window's rounding lands on either side of a burst), which is what
+#: kept the 4-node relay layers from their fixed point; a layer still converging stays
+#: coalesced (an exact pass of a 64-GPU layer costs some 25 CPU s)
 EXACT_AFTER = 4
 TRACE = False        #: record each phase's own traffic residual per pass (diagnosis)
 
@@ -120,9 +122,9 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     still = False                        # the pass before moved no end time beyond tol
     backend = "model" if rtl_gpus else hub_backend
     rerun = bool(rtl_gpus) or hub_backend != backend     # a last run on the settled background
-    exact_from, L.exact_drains = None, False
+    exact_from, L.exact_drains, stalled = None, False, False
     for n in range(1, MAX_PASSES + 1):
-        if exact_from is None and n > EXACT_AFTER and L.network_window_us() > 0:
+        if exact_from is None and n > EXACT_AFTER and stalled and L.network_window_us() > 0:
             exact_from = n
             L.exact_drains = True
         L.begin_run(background)
@@ -131,6 +133,7 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
         moved = _end_residual_us(res, prev)
         done = _settled(res, prev, residual, still,
                         np.inf if damp.last is None else damp.last)
+        stalled = damp.last is not None and residual >= damp.last   # the traffic came no nearer
         a = damp.next(residual, res.gpu_end, _tol_us(res))
         still = moved <= _tol_us(res)
         if TRACE:
