@@ -32,7 +32,7 @@ from .headline_eval import HUB, SYNCHRONOUS, applies, evaluate, layer_facts, sum
 from .headline_pick import baseline_sets, row, why as why_from
 
 #: the short names of the table's cells (a baseline not listed is written out)
-SHORT = {"bulk": "B", "comet": "C", "deepep": "D", "deepep_ll": "LL", "fused": "F"}
+SHORT = {"bulk": "B", "comet": "C", "deepep": "D", "deepep_ll": "LL", "fused": "F", "hybridep": "H"}
 VARIANT_SHORT = {"multicast": "mc", "early_counts": "ec", "paged": "pg", "relay": "rl",
                  "reduce": "rd"}
 #: columns of headline.csv first (every run's latency follows)

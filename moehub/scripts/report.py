@@ -973,12 +973,8 @@ def render_relay_ablation(recs: list, current: str) -> str:
     return "\n".join(out) + "\n\n" + "".join(n + "\n\n" for n in notes) + caption(used) + "\n"
 
 
-#: the scaling tables: which systems' rows each shows (``None``: every system). The record's
-#: all-system rows were measured before HybridEP joined: they show the ten systems of then
-#: until ``bench_cosim.py --scaling`` runs again with every system (then ``None`` again)
-SCALING_TABLES = {"cosim-scaling": ("bulk", "comet", "deepep", "deepep_ll", "fused", "hub", "ideal",
-                                    "megatron_a2a", "megatron_ag", "deepspeed_moe"),
-                  "cosim-scaling-costly": ("bulk", "deepep_ll", "hub")}
+#: the scaling tables: which systems' rows each shows (``None``: every system)
+SCALING_TABLES = {"cosim-scaling": None, "cosim-scaling-costly": ("bulk", "deepep_ll", "hub")}
 
 
 def render_scaling(systems):
