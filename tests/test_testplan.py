@@ -49,17 +49,23 @@ def _rules_text() -> str:
     return "\n".join(p.read_text() for p in RULE_DOCS)
 
 
-def _table_names(heading: str) -> set:
+def _table_names(heading: str, present: str | None = None) -> set:
     """Names in the first column of the table under the guides' ``heading`` (backquoted, comma
-    separated, array suffixes like ``[e]`` dropped)."""
+    separated, array suffixes like ``[e]`` dropped); with ``present``, only the rows whose
+    ``present`` column says so (the CSR map lists the feature registers too, each with the
+    features it needs: protocol v1's rules are the registers present ``always``)."""
     text = _rules_text()
     start = text.index(heading)
-    names, in_table = set(), False
+    names, in_table, col = set(), False, None
     for line in text[start:].splitlines()[1:]:
         if line.startswith("|"):
+            cells = [c.strip() for c in line.split("|")[1:-1]]
+            if not in_table and present is not None:
+                col = cells.index("present")
             in_table = True
-            first = line.split("|")[1]
-            names |= {n.split("[")[0] for n in re.findall(r"`([A-Z_][A-Z0-9_\[\]a-z]*)`", first)}
+            if col is not None and cells[col] != present:
+                continue
+            names |= {n.split("[")[0] for n in re.findall(r"`([A-Z_][A-Z0-9_\[\]a-z]*)`", cells[0])}
         elif in_table:
             break
     return names
@@ -67,7 +73,7 @@ def _table_names(heading: str) -> set:
 
 def _rules_required(plan: dict) -> set:
     reasons = _table_names("## Bad input")
-    registers = _table_names("## CSR map")
+    registers = _table_names("## CSR map", "always")
     return {f"reason:{r}" for r in reasons} | {f"csr:{r}" for r in registers} | \
         {r["id"] for r in plan.get("readme_rules", [])}
 
@@ -80,7 +86,7 @@ def test_readme_tables_match_the_code():
     from moehub.spec.formats import V2_REASONS, Reason, config_reasons
     tiny = load_hub_config("tiny")
     assert _table_names("## Bad input") == {r.name for r in config_reasons(tiny)}
-    assert _table_names("## CSR map") == set(CsrMap(tiny).registers)
+    assert _table_names("## CSR map", "always") == set(CsrMap(tiny).registers)
     v2 = _table_names("## Bad input of protocol v2")
     assert {r.name for r in V2_REASONS} <= v2 <= {r.name for r in Reason}
 

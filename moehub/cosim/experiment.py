@@ -222,11 +222,10 @@ def receive_memory(er: ExperimentResult) -> dict:
     """Receive-buffer memory per GPU of every system run (:mod:`.memory`; the GPU with the
     most), the hub's for its features, the static and paged hub and the capacity-padded
     layout besides."""
-    from .memory import capacity_padded, hub_memory, system_memory
-    from .systems import MODULES
+    from .memory import capacity_padded, hub_memory
+    from .systems import receive_memory as system_receive_memory
     L = er.layer
-    out = {n: MODULES[n].receive_memory(L) if hasattr(MODULES[n], "receive_memory")
-           else system_memory(L, n, er.hub_features) for n in er.results}
+    out = {n: system_receive_memory(L, n, er.hub_features) for n in er.results}
     out["hub (static regions, v1)"] = hub_memory(L)
     out["hub (paged)"] = hub_memory(L, er.hub_features | {"paged"})
     out["capacity-padded (C=1.25)"] = capacity_padded(L)

@@ -187,10 +187,8 @@ def system_memory(L: Layer, name: str, hub_features=frozenset()) -> dict:
         rdma = deepep_ll_hint(T, m.hidden, G, L.E)
         packed = L.E_local * G * T * L.disp_bytes     # FP8 rows carry their scales
         return _worst([{"rdma buffer": rdma, "packed recv": packed}] * G)
-    from .systems import MODULES
-    if hasattr(MODULES.get(name), "receive_memory"):     # a system that models its own buffers
-        return MODULES[name].receive_memory(L)
-    raise ValueError(f"no receive-memory model for system {name!r}")
+    raise ValueError(f"no receive-memory model for system {name!r} (a system that models its "
+                     "own buffers: moehub.cosim.systems.receive_memory)")
 
 
 def capacity_padded(L: Layer) -> dict:

@@ -37,8 +37,8 @@ from ...argcheck import UsageError, int_at_least, load_config_flag, name_list
 from ..cli import add_results_options
 from ..experiment import load_configs
 from ..layer import Layer
-from ..memory import capacity_padded, system_memory
-from ..systems import BASELINES, run_system
+from ..memory import capacity_padded
+from ..systems import BASELINES, receive_memory, run_system
 from ..systems import deepep as deepep_mod
 from ..systems import hybridep as hybridep_mod
 from ..systems.hub import FEATURES, hub_config_v2, wire_rows
@@ -164,7 +164,7 @@ def point(system: str, model: str, workload: str, tokens: int | None, features,
     def row(label, kind, res, sysname, f=frozenset(), notes=""):
         counts, rw = _wire(L, sysname, f)
         nvl, nic = link_bytes(L, counts, rw)
-        mem = system_memory(L, sysname, f)
+        mem = receive_memory(L, sysname, f)
         return {**common, "row": label, "system": sysname, "kind": kind,
                 "layer_us": res.latency_us,
                 "speedup_vs_hub_today": today / res.latency_us,

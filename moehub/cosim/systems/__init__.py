@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layer import Layer, SystemResult
+from ..memory import system_memory
 from . import (bulk, comet, deepep, deepep_ll, deepspeed_moe, fused, hub, hybridep, ideal,
                megatron_a2a, megatron_ag)
 from . import passes as P
@@ -71,6 +72,15 @@ def _run_once(name: str, L: Layer, hub_backend: str, hub_order: str, rtl_gpus: t
     if name == "hub":
         return hub.run_hub(L, hub_backend, hub_order, rtl_gpus, hub_features)
     return MODULES[name].run(L)
+
+
+def receive_memory(L: Layer, name: str, hub_features=frozenset()) -> dict:
+    """System ``name``'s receive memory on layer ``L``: its module's own model
+    (``receive_memory``) where it has one, else :func:`..memory.system_memory`."""
+    mod = MODULES.get(name)
+    if hasattr(mod, "receive_memory"):
+        return mod.receive_memory(L)
+    return system_memory(L, name, hub_features)
 
 
 def _end_residual_us(res, prev) -> float:
