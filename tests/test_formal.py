@@ -2,9 +2,9 @@
 
 Fast: the smoke jobs (every set's shallow proofs and covers), proofs that fail on a
 deliberately broken allocator, queue, page pool, paged multicast arena, multicast count
-limit and packet manager (its dropped-packet, credit and no-hang proofs), so the
-properties are not vacuous, and the command's exit codes. Slow: every set's full jobs,
-and broken tracker, packet manager (the full BMC, its queue proof), page pool (each
+limit and packet manager (its dropped-packet proof), so the properties are not vacuous,
+and the command's exit codes. Slow: every set's full jobs, and broken tracker, packet
+manager (the full BMC, its queue, credit and no-hang proofs), page pool (each
 plant; its induction without the invariants), admitted multicast allocator and paged
 arena's fit. Skipped when yowasp-sby or the solver is missing.
 """
@@ -321,6 +321,7 @@ def test_packet_manager_dropped_plant_fails():
     _fails(run_harness("pm-dropped-planted", h, "prove", 10), *PLANTS["dropped-row-written"].fails)
 
 
+@pytest.mark.slow
 def test_packet_manager_credits_plant_fails():
     """(packet manager, the credit property, proven alone by k-induction at k=5:
     packet-manager-credits) RI gating the credit with the row-info grant, as it gates the
@@ -333,6 +334,7 @@ def test_packet_manager_credits_plant_fails():
     _fails(run_harness("pm-credits-planted", h, "prove", 10), *PLANTS["dropped-row-no-credit"].fails)
 
 
+@pytest.mark.slow
 def test_packet_manager_hang_plant_fails():
     """(packet manager, no hang, proven alone by k-induction at k=5: packet-manager-hang)
     A void slot leaving its write buffer without returning its reservation (every dropped
