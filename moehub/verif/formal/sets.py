@@ -65,6 +65,24 @@ def _pm(cfg_name, only=None, **changes):
     return lambda: PacketManagerHarness(formal_config(cfg_name).replace(**changes), only=only)
 
 
+def _pm_group(group: str, k: int, note: str, counts_note: str, smoke: bool = False,
+              counts_k: int | None = None) -> list:
+    """The packet manager's property ``group`` proven alone by k-induction at ``k``: on
+    ``tiny/pm-small``, in paged mode (the page gate free) and with count packets (at
+    ``counts_k``, else ``k``)."""
+    name = f"packet-manager-{group}"
+    return [
+        PropertySet(name, "packet manager", "tiny/pm-small", _pm("tiny/pm-small", group),
+                    {"prove": k}, smoke={"prove": k} if smoke else {}, note=note),
+        PropertySet(f"{name}-paged", "packet manager", "tiny/pm-small, 8 pages",
+                    _pm("tiny/pm-small", group, pool_pages=8), {"prove": k},
+                    note=f"protocol v2: as {name} in paged mode, the page gate free"),
+        PropertySet(f"{name}-counts", "packet manager", "tiny/pm-small, count packets",
+                    _pm("tiny/pm-small", group, count_packets=True), {"prove": counts_k or k},
+                    note=f"protocol v2: as {name} with count packets {counts_note}"),
+    ]
+
+
 def _page_pool(pages):
     from .page_pool import PagePoolHarness
     return lambda: PagePoolHarness(formal_config("tiny").replace(pool_pages=pages))
@@ -223,67 +241,42 @@ def _sets() -> list[PropertySet]:
                     note="bounded: BMC 16 = START (3), the 5 stages to B, the credit, the write (6), the "
                          "drain, every property asserted together; each is also unbounded alone "
                          "(packet-manager-queues, -dropped, -credits, -hang)"),
-        PropertySet("packet-manager-queues", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "queues"),
-                    {"prove": 4}, smoke={"prove": 4},
-                    note="the queues never overflow, alone (no other property asserted or assumed): "
-                         "k-induction closes at k=4 with the reservations' invariants (packet_manager.py: "
-                         "avail + the pop counted late + level + packets after A = depth, n_acc = packets "
-                         "in A, B's returned reservations)"),
-        PropertySet("packet-manager-queues-paged", "packet manager", "tiny/pm-small, 8 pages",
-                    _pm("tiny/pm-small", "queues", pool_pages=8), {"prove": 4},
-                    note="protocol v2: as packet-manager-queues in paged mode, the page gate free"),
-        PropertySet("packet-manager-queues-counts", "packet manager", "tiny/pm-small, count packets",
-                    _pm("tiny/pm-small", "queues", count_packets=True), {"prove": 6},
-                    note="protocol v2: as packet-manager-queues with count packets (closes at k=6, not 4: "
-                         "a count packet's event from AL's lanes with no packet takes two more steps to rule out)"),
-        PropertySet("packet-manager-dropped", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "dropped"),
-                    {"prove": 6}, smoke={"prove": 6},
-                    note="a dropped packet never writes, alone (no other property asserted or assumed): "
-                         "k-induction closes at k=6 with the layer's invariants (no end-of-stream of the "
-                         "chosen source seen or pending, so finished stays low; one START: started = "
-                         "armed or START pending), the chunk table's (R's entry = the table after W, "
-                         "others_open) and its own (the write buffers, the chosen packet down the "
-                         "pipeline and in its slot, a row opened with an expert out of range never "
-                         "allocated) (packet_manager.py)"),
-        PropertySet("packet-manager-dropped-paged", "packet manager", "tiny/pm-small, 8 pages",
-                    _pm("tiny/pm-small", "dropped", pool_pages=8), {"prove": 6},
-                    note="protocol v2: as packet-manager-dropped in paged mode, the page gate free"),
-        PropertySet("packet-manager-dropped-counts", "packet manager", "tiny/pm-small, count packets",
-                    _pm("tiny/pm-small", "dropped", count_packets=True), {"prove": 6},
-                    note="protocol v2: as packet-manager-dropped with count packets (a dropped packet "
-                         "includes a count packet)"),
-        PropertySet("packet-manager-credits", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "credits"),
-                    {"prove": 5}, smoke={"prove": 5},
-                    note="every accepted row of the chosen (source, tag) returns exactly one credit, "
-                         "EVENT_LATENCY cycles after its last chunk, and none otherwise (and the lanes on "
-                         "one row in R agree on open), alone: "
-                         "k-induction closes at k=5 with the layer's and the chunk table's invariants "
-                         "(as packet-manager-dropped; without the table's it needs k=7) and its own: "
-                         "the row's chunks in A..AL among those sent, once, with its expert; its entry "
-                         "(after W) open exactly while part of it is past R, holding those chunks and "
-                         "its expert; credit_due one-hot, set exactly while the row is full, at A / R "
-                         "only with the row's last group there (packet_manager.py)"),
-        PropertySet("packet-manager-credits-paged", "packet manager", "tiny/pm-small, 8 pages",
-                    _pm("tiny/pm-small", "credits", pool_pages=8), {"prove": 5},
-                    note="protocol v2: as packet-manager-credits in paged mode, the page gate free"),
-        PropertySet("packet-manager-credits-counts", "packet manager", "tiny/pm-small, count packets",
-                    _pm("tiny/pm-small", "credits", count_packets=True), {"prove": 5},
-                    note="protocol v2: as packet-manager-credits with count packets on the lanes"),
-        PropertySet("packet-manager-hang", "packet manager", "tiny/pm-small", _pm("tiny/pm-small", "hang"),
-                    {"prove": 5},
-                    note="no hang (no push 6 cycles, no write 14 cycles, the input ready 12 cycles after "
-                         "the input stops), alone: k-induction closes at k=5 with the layer's, the write "
-                         "buffers' and the queues' invariants and its own on the quiet-cycle count (the "
-                         "stages empty one by one, buffers and queues draining one a cycle after, nothing "
-                         "live or queued before START, a slot filled since the input stopped at most n + 1 "
-                         "groups old) (packet_manager.py)"),
-        PropertySet("packet-manager-hang-paged", "packet manager", "tiny/pm-small, 8 pages",
-                    _pm("tiny/pm-small", "hang", pool_pages=8), {"prove": 5},
-                    note="protocol v2: as packet-manager-hang in paged mode, the page gate free"),
-        PropertySet("packet-manager-hang-counts", "packet manager", "tiny/pm-small, count packets",
-                    _pm("tiny/pm-small", "hang", count_packets=True), {"prove": 5},
-                    note="protocol v2: as packet-manager-hang with count packets (the admission holds "
-                         "lanes behind a count packet; lane 0 is always admitted)"),
+        *_pm_group("queues", 4, smoke=True, counts_k=6,
+                   note="the queues never overflow, alone (no other property asserted or assumed): "
+                        "k-induction closes at k=4 with the reservations' invariants (packet_manager.py: "
+                        "avail + the pop counted late + level + packets after A = depth, n_acc = packets "
+                        "in A, B's returned reservations)",
+                   counts_note="(closes at k=6, not 4: a count packet's event from AL's lanes with no "
+                               "packet takes two more steps to rule out)"),
+        *_pm_group("dropped", 6, smoke=True,
+                   note="a dropped packet never writes, alone (no other property asserted or assumed): "
+                        "k-induction closes at k=6 with the layer's invariants (no end-of-stream of the "
+                        "chosen source seen or pending, so finished stays low; one START: started = "
+                        "armed or START pending), the chunk table's (R's entry = the table after W, "
+                        "others_open) and its own (the write buffers, the chosen packet down the "
+                        "pipeline and in its slot, a row opened with an expert out of range never "
+                        "allocated) (packet_manager.py)",
+                   counts_note="(a dropped packet includes a count packet)"),
+        *_pm_group("credits", 5, smoke=True,
+                   note="every accepted row of the chosen (source, tag) returns exactly one credit, "
+                        "EVENT_LATENCY cycles after its last chunk, and none otherwise (and the lanes on "
+                        "one row in R agree on open), alone: "
+                        "k-induction closes at k=5 with the layer's and the chunk table's invariants "
+                        "(as packet-manager-dropped; without the table's it needs k=7) and its own: "
+                        "the row's chunks in A..AL among those sent, once, with its expert; its entry "
+                        "(after W) open exactly while part of it is past R, holding those chunks and "
+                        "its expert; credit_due one-hot, set exactly while the row is full, at A / R "
+                        "only with the row's last group there (packet_manager.py)",
+                   counts_note="on the lanes"),
+        *_pm_group("hang", 5,
+                   note="no hang (no push 6 cycles, no write 14 cycles, the input ready 12 cycles after "
+                        "the input stops), alone: k-induction closes at k=5 with the layer's, the write "
+                        "buffers' and the queues' invariants and its own on the quiet-cycle count (the "
+                        "stages empty one by one, buffers and queues draining one a cycle after, nothing "
+                        "live or queued before START, a slot filled since the input stopped at most n + 1 "
+                        "groups old) (packet_manager.py)",
+                   counts_note="(the admission holds lanes behind a count packet; lane 0 is always "
+                               "admitted)"),
         PropertySet("packet-manager-paged", "packet manager", "tiny/pm-small, 8 pages",
                     _pm("tiny/pm-small", pool_pages=8), {"bmc": 16}, smoke={"bmc": 6},
                     note="protocol v2: the properties above with pages (a row placed in its page), "
