@@ -796,3 +796,41 @@ def test_collect_synth_keeps_the_previous_records_other_flows(tmp_path):
     rp.write_text(json.dumps(other))
     [path] = report.collect_synth(build, recs, check=same)
     assert "asic" not in report.read_record(path)["rtl"]
+
+
+def _unit_build(tmp_path, units=("page_pool", "target_decode")) -> Path:
+    """A build folder with ``moehub synth-unit`` outputs (unit.json) of ``units``."""
+    for i, unit in enumerate(units):
+        folder = tmp_path / "build" / "synth" / f"unit-{unit}-deepseek-v3-8gpu"
+        folder.mkdir(parents=True)
+        doc = {"unit": unit, "config": "deepseek-v3-8gpu", "gate_equivalents": 14556.0 + i,
+               "flops": 1267, "sram_bits": 11605, "area_um2": 1.0, "fo4": 16.9 + i,
+               "fmax_MHz": 300.0, "path": "returned/storage.0.0 -> in_use[557]",
+               "n5_mm2": 0.0012, "n5_fmax_GHz": 2.51, "out": str(folder),
+               "features": {"pool_pages": 1056, "max_targets": 8, "count_packets": False,
+                            "sources": 8, "experts": 32},
+               "record": {"command": f"moehub synth-unit {unit}", "git": "abc1234",
+                          "started": f"2026-12-05T03:1{i}:00+00:00"}}
+        (folder / "unit.json").write_text(json.dumps(doc))
+    return tmp_path / "build"
+
+
+def test_collect_and_render_the_v2_units(tmp_path):
+    """Each unit's run is a row of the v2-units table, in the table's order, with its
+    config's feature; a unit without a run says how to make one; an RTL edit after the
+    collection marks the rows older."""
+    build = _unit_build(tmp_path)
+    [path] = report.collect_synth_unit(build, tmp_path / "records")
+    rec = report.read_record(path)
+    assert rec["source"] == "synth-unit" and len(rec["data"]["rows"]) == 2
+    assert rec["date"] == "2026-12-05T03:11:00+00:00" and "out" not in rec["data"]["rows"][0]
+    text = report.render("v2-units", tmp_path / "records")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| unit")]
+    assert lines[0] == ("| page pool | `deepseek-v3-8gpu`, 1056 pages | 14.6k | 0.00120 | "
+                        "`returned/storage.0.0 -> in_use[557]` | 16.9 | 2.51 |")
+    assert lines[1].startswith("| expert counts | no record: `moehub synth-unit expert_counts`")
+    assert lines[2].startswith("| target decode | `deepseek-v3-8gpu`, 8 targets | 14.6k |")
+    assert "`records/synth-unit.json`" in text and "older RTL" not in text
+    older = report.render_v2_units(report.load_records(tmp_path / "records", "synth-unit"), "other")
+    assert older.count("(older RTL)") == 2
+    assert report.collect_synth_unit(tmp_path / "nothing", tmp_path / "records") == []

@@ -22,6 +22,12 @@ def test_expert_counts_unit_synthesises_with_its_state_in_flops(tmp_path):
     state = S * E + E * (total_bits + field_bits(S) + cfg.cap_bits + 1)
     assert r["flops"] >= state and r["sram_bits"] == 0
     assert 0 < r["fo4"] < 40 and r["n5_mm2"] > 0 and "->" in r["path"]
+    # the run's summary for `moehub report --collect synth-unit`: the figures, the
+    # config's features and the run's record
+    import json
+    doc = json.loads((tmp_path / "u" / "unit.json").read_text())
+    assert doc["gate_equivalents"] == r["gate_equivalents"] and doc["unit"] == "expert_counts"
+    assert doc["features"]["count_packets"] is True and doc["record"]["command"]
 
 
 def test_page_pool_keeps_returned_pages_in_sram(tmp_path):

@@ -582,8 +582,32 @@ def collect_bench_scaling(build: Path, records: Path) -> list:
     return [write_record(Path(records, "bench-scaling.json"), rec)]
 
 
+def collect_synth_unit(build: Path, records: Path) -> list:
+    """The record of every ``<build>/synth/unit-*/unit.json`` (``moehub synth-unit``: one
+    unit's area, deepest path and N5 projection, with its run's record), one row per unit;
+    the RTL sources' digest at collection marks rows an RTL edit later leaves older."""
+    from ..synth.units import SUMMARY_JSON
+    rows, runs = [], []
+    for path in sorted(Path(build, "synth").glob(f"unit-*/{SUMMARY_JSON}")):
+        doc = json.loads(path.read_text())
+        run = doc.pop("record", {}) or {}
+        doc.pop("out", None)
+        rows.append({**doc, "git": run.get("git"), "started": run.get("started"),
+                     "command": run.get("command")})
+        runs.append(run)
+    if not rows:
+        return []
+    last = max(runs, key=lambda r: r.get("started") or "")
+    rec = make_record("synth-unit", "moehub synth-unit UNIT ...", {"rows": rows},
+                      commit=last.get("git"), date=last.get("started"), mach=machine(),
+                      load_avg=None, note="one row per unit, each with its own run's command and "
+                                          "commit; sources_sha256: the RTL at collection")
+    rec["rtl"] = {"units": {"sources_sha256": rtl_sources_hash()}}
+    return [write_record(Path(records, "synth-unit.json"), rec)]
+
+
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
-              "study-relay")
+              "study-relay", "synth-unit")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1113,6 +1137,41 @@ def render_csr_map() -> str:
     return "\n".join(out) + "\n\n" + _csr_caption(rows) + "\n"
 
 
+#: the protocol-v2 units' table: (unit, label) in the table's order
+V2_UNITS = (("page_pool", "page pool"), ("expert_counts", "expert counts"),
+            ("target_decode", "target decode"), ("multicast_prerank", "multicast pre-rank"),
+            ("multicast_allocator_admitted", "multicast allocator, the hub's (admitted)"),
+            ("multicast_allocator", "multicast allocator, exact"))
+
+
+def _unit_config(r: dict) -> str:
+    f = r.get("features") or {}
+    bits = [f"{f['pool_pages']} pages" if r["unit"] == "page_pool" else "",
+            f"{f['max_targets']} targets" if r["unit"].startswith(("target", "multicast")) else "",
+            f"{f['sources']} sources x {f['experts']} experts" if r["unit"] == "expert_counts" else ""]
+    return ", ".join([f"`{r['config']}`"] + [b for b in bits if b])
+
+
+def render_v2_units(recs: list, current: str) -> str:
+    """Protocol v2's units synthesised alone (``moehub synth-unit``): area, deepest path,
+    N5 projection; a row from older RTL than the tree's is marked."""
+    rows = {r["unit"]: (r, rec) for _, rec in recs for r in rec["data"]["rows"]}
+    head = ["unit", "config", "GE", "N5 mm²", "deepest path", "FO4 of logic", "N5 fmax GHz"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for unit, label in V2_UNITS:
+        if unit not in rows:
+            out.append(f"| {label} | no record: `moehub synth-unit {unit}`, then `moehub report "
+                       "--collect synth-unit` | | | | | |")
+            continue
+        r, rec = rows[unit]
+        mark = " (older RTL)" if older(rec, "units", current) else ""
+        out.append("| " + " | ".join([
+            label + mark, _unit_config(r), f"{r['gate_equivalents'] / 1e3:.1f}k",
+            f"{r['n5_mm2']:.5f}", _cell(f"`{r['path']}`"), f"{r['fo4']:.1f}",
+            f"{r['n5_fmax_GHz']:.2f}"]) + " |")
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
 #: table name -> (record source, renderer); a source of ``None``: a table of the spec,
 #: rendered without records
 TABLES = {
@@ -1126,6 +1185,7 @@ TABLES = {
     **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
     **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
     "relay-ablation": ("study-relay", render_relay_ablation),
+    "v2-units": ("synth-unit", render_v2_units),
     "csr-map": (None, render_csr_map),
 }
 
@@ -1257,6 +1317,8 @@ def _run(args) -> int:
                 paths = collect_bench_scaling(build, records)
             elif source == "study-relay":
                 paths = collect_study_relay(build, records)
+            elif source == "synth-unit":
+                paths = collect_synth_unit(build, records)
             else:
                 paths = collect_headline(build, records)
             if not paths:

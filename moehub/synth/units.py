@@ -64,9 +64,29 @@ def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
     area, timing = res["areas"]["__total__"], res["timing"][asic.TOP]
     sram_bits = blocks.macro_bits(area.macros)
     proj = project.project(area.area_um2, sram_bits, timing.logic_ns, fo4_ns)
-    return {"unit": unit, "config": cfg.name, "gate_equivalents": proj["gate_equivalents"],
-            "flops": area.flops, "sram_bits": sram_bits, "area_um2": area.area_um2,
-            "fo4": proj["fo4"], "fmax_MHz": timing.fmax_MHz,
-            "path": f"{timing.start_reg or timing.startpoint} -> {timing.end_reg or timing.endpoint}",
-            "n5_mm2": proj["total_mm2"].nominal, "n5_fmax_GHz": proj["fmax_n5_GHz"].nominal,
-            "out": str(out_dir)}
+    summary = {"unit": unit, "config": cfg.name, "gate_equivalents": proj["gate_equivalents"],
+               "flops": area.flops, "sram_bits": sram_bits, "area_um2": area.area_um2,
+               "fo4": proj["fo4"], "fmax_MHz": timing.fmax_MHz,
+               "path": f"{timing.start_reg or timing.startpoint} -> {timing.end_reg or timing.endpoint}",
+               "n5_mm2": proj["total_mm2"].nominal, "n5_fmax_GHz": proj["fmax_n5_GHz"].nominal,
+               "out": str(out_dir)}
+    write_summary(out_dir, summary, cfg)
+    return summary
+
+
+#: the file of a unit's run (``moehub report --collect synth-unit`` reads it)
+SUMMARY_JSON = "unit.json"
+#: the config keys a unit's row names (the features the units serve)
+FEATURE_KEYS = ("pool_pages", "max_targets", "count_packets", "sources", "experts")
+
+
+def write_summary(out_dir: Path, summary: dict, cfg: HubConfig) -> Path:
+    """``unit.json``: the summary, the config's feature keys and the run's record (command,
+    commit, date, machine, load)."""
+    import json
+    from .. import runinfo
+    doc = {**summary, "features": {k: getattr(cfg, k) for k in FEATURE_KEYS},
+           "record": runinfo.record()}
+    path = Path(out_dir) / SUMMARY_JSON
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return path
