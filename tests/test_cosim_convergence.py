@@ -240,3 +240,33 @@ def test_a_layer_that_settles_coalesced_stays_coalesced(monkeypatch):
     r = run_system("still", L, module=_Still())
     assert r.extra["converged"] and r.extra["passes"] == 2
     assert "exact_drains_from_pass" not in r.extra and r.latency_us == pytest.approx(210.0)
+
+
+class _Flip(_Jitter):
+    """Passes that never settle: the flow injects at 0 or 10 us and the layer ends at
+    200 or 210, pass after pass, drains exact or not (a discontinuous pass map with no
+    fixed point: a GEMM pass that a row misses by a hair runs a whole pass later)."""
+
+    def run(self, L):
+        from moehub.cosim.layer import SystemResult
+        self.n += 1
+        x = 10.0 * (self.n % 2)
+        net, flows = L.network("combine")
+        net.inject(flows[0][1], x, 1e3)
+        L.run_net(net)
+        res = SystemResult("flip", "flip")
+        res.gpu_end = np.full(L.G, 200.0 + x)
+        return res
+
+
+def test_an_unconverged_layer_reports_the_band_of_its_last_passes():
+    from moehub.cosim.systems import BAND_PASSES, pass_band
+    assert BAND_PASSES == 4
+    assert pass_band([300.0, 150.0, 205.0, 201.0, 210.0]) == [150.0, 210.0]
+    assert pass_band([300.0, 250.0, 205.0, 201.0, 210.0, 208.0]) == [201.0, 210.0]
+    L = layer("mixtral-8x7b", "h100x8", tokens=32)
+    r = run_system("flip", L, module=_Flip())
+    assert not r.extra["converged"] and r.extra["passes"] == MAX_PASSES
+    assert r.extra["band_us"] == [200.0, 210.0] and r.latency_us == 200.0
+    still = run_system("still", layer("mixtral-8x7b", "h100x8", tokens=32), module=_Still())
+    assert "band_us" not in still.extra

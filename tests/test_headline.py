@@ -135,9 +135,17 @@ def test_best_hub_and_best_baseline_picks():
     # a cell resting on a run stopped at the pass limit is marked, others are not
     from moehub.cosim.headline import pivot_md
     assert "†" not in pivot_md([r])
+    assert (r["speedup_min"], r["speedup_max"]) == pytest.approx((1.5, 1.5))
     runs["fused"]["converged"] = False
     r = pick.row(p, runs, facts, ("bulk", "comet", "fused", "deepep"), ())
     assert r["not_converged"] == "fused" and "1.50 F (mc+ec) †" in pivot_md([r])
+    # with the bands of the last passes: the hub's slowest against the baselines' fastest
+    # (comet's 200 caps fused's band from above), and the other way round
+    runs["fused"]["band_us"] = [150.0, 240.0]
+    runs["hub:multicast+early_counts"].update(converged=False, band_us=[100.0, 125.0])
+    r = pick.row(p, runs, facts, ("bulk", "comet", "fused", "deepep"), ())
+    assert (r["speedup_min"], r["speedup_max"]) == pytest.approx((150 / 125, 200 / 100))
+    assert "1.50 F (mc+ec) † 1.20–2.00" in pivot_md([r])
 
 
 def test_why_names_the_later_gemm_start_only_when_the_hub_is_slower():

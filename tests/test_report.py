@@ -834,3 +834,43 @@ def test_collect_and_render_the_v2_units(tmp_path):
     older = report.render_v2_units(report.load_records(tmp_path / "records", "synth-unit"), "other")
     assert older.count("(older RTL)") == 2
     assert report.collect_synth_unit(tmp_path / "nothing", tmp_path / "records") == []
+
+
+def _soak_build(tmp_path) -> Path:
+    """A build folder with ``moehub soak`` summaries: two configs with their run records
+    and one older summary without (written before soaks kept one)."""
+    for config, seed, rows, started in (("mixtral-8gpu", 1, 1_000_000, "2026-12-05T05:10:00+00:00"),
+                                        ("tiny", 1, 2_000, "2026-12-05T04:40:00+00:00")):
+        folder = tmp_path / "build" / "soak" / f"{config}-seed{seed}"
+        folder.mkdir(parents=True)
+        doc = {"config": config, "seed": seed, "sim": "verilator", "layers": 110, "rows": rows,
+               "packets": 64_100_000, "cycles": 22_100_000, "rows_written": 885_321,
+               "drops": {"OVERFLOW": 42_000, "POST_EOS": 67_000, "TIMEOUT": 32},
+               "endings": {"eos": 100, "watchdog": 10}, "wall_s": 840.0, "sim_s": 4.25,
+               "load": [2.5, 2.0, 1.9],
+               "record": {"command": f"moehub soak --config {config}", "git": "abc1234",
+                          "started": started, "cpu_s": 800.0}}
+        (folder / "summary.json").write_text(json.dumps(doc))
+    old = tmp_path / "build" / "soak" / "deepseek-v3-8gpu-seed1"
+    old.mkdir()
+    (old / "summary.json").write_text(json.dumps({"config": "deepseek-v3-8gpu", "seed": 1}))
+    return tmp_path / "build"
+
+
+def test_collect_and_render_the_soak(tmp_path):
+    """Each soak with a run record is a row, in the shipped configs' order, its drops by
+    reason largest first; a summary without a record is left out; the record is dated by
+    the last run; an RTL edit after the collection marks the rows older."""
+    [path] = report.collect_soak(_soak_build(tmp_path), tmp_path / "records")
+    rec = report.read_record(path)
+    assert rec["source"] == "soak" and len(rec["data"]["rows"]) == 2
+    assert rec["date"] == "2026-12-05T05:10:00+00:00" and rec["load"] == [2.5, 2.0, 1.9]
+    text = report.render("soak", tmp_path / "records")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| `")]
+    assert [ln.split(" | ")[0] for ln in lines] == ["| `tiny`", "| `mixtral-8gpu`"]
+    assert lines[1] == ("| `mixtral-8gpu` | 1 | 110 | 1,000,000 (885,321) | 64.1M | 22.1M | "
+                        "14 min | 4.2 s (verilator) | 2.5 | POST_EOS 67.0k, OVERFLOW 42.0k, TIMEOUT 32 |")
+    assert "deepseek" not in text and "older RTL" not in text
+    older = report.render_soak(report.load_records(tmp_path / "records", "soak"), "other")
+    assert older.count("(older RTL)") == 2
+    assert report.collect_soak(tmp_path / "nothing", tmp_path / "records") == []

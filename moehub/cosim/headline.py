@@ -104,7 +104,11 @@ def _cell(r: dict) -> str:
     if r.get("speedup_paper") not in (None, ""):
         p = r["paper_baseline"]
         text += f" / {float(r['speedup_paper']):.2f} {SHORT.get(p, p)}"
-    return text + f" ({_short_variant(r['hub_variant'])})" + (" †" if unsettled(r) else "")
+    text += f" ({_short_variant(r['hub_variant'])})"
+    if not unsettled(r):
+        return text
+    lo, hi = r.get("speedup_min"), r.get("speedup_max")
+    return text + (f" † {float(lo):.2f}–{float(hi):.2f}" if lo not in (None, "") else " †")
 
 
 def table_md(rows: list) -> str:
@@ -133,7 +137,8 @@ def legend(today, paper, variants) -> str:
             f"Letters: {letters}. skip: not run (more routed rows than --max-rows, or the "
             f"model's experts do not fit the GPUs; the list below); —: not in the grid; †: the "
             f"hub or the best baseline stopped at the pass limit unconverged (headline.csv, "
-            f"not_converged).")
+            f"not_converged), followed by the speedup's band over their last passes' layer "
+            f"times (speedup_min, speedup_max).")
 
 
 # ---------------------------------------------------------------------------- outputs

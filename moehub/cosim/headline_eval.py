@@ -120,7 +120,8 @@ def summary(res, L, e2e_ms: float) -> dict:
             "gemm_busy_us": float(sum(p.end - p.start for p in res.phases
                                       if p.gpu == crit and p.name in GEMM)),
             "gemm_first_us": min(starts) if starts else None,
-            "passes": res.extra.get("passes"), "converged": res.extra.get("converged")}
+            "passes": res.extra.get("passes"), "converged": res.extra.get("converged"),
+            "band_us": res.extra.get("band_us")}
 
 
 def layer_facts(L) -> dict:

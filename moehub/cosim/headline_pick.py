@@ -50,6 +50,20 @@ def best_of(runs: dict, names) -> tuple[str, float] | tuple[None, None]:
     return min(have, key=lambda x: x[1]) if have else (None, None)
 
 
+def band(m: dict) -> tuple:
+    """A run's layer time as ``(lowest, highest)``: the band of the last passes where it
+    stopped unconverged (``band_us``), else its latency twice."""
+    b = m.get("band_us")
+    return (float(b[0]), float(b[1])) if b else (m["latency_us"], m["latency_us"])
+
+
+def best_band(runs: dict, names) -> tuple:
+    """The fastest of ``names`` as a band: each end the fastest run's at that end (an
+    unconverged run's band can reach below the one that is fastest in its last pass)."""
+    have = [band(runs[n]) for n in names if n in runs]
+    return min(lo for lo, _ in have), min(hi for _, hi in have)
+
+
 def why(hub: dict, base: dict, best: str, facts: dict, variant: str) -> str:
     """Why the hub is slower than ``best`` (empty when it is not), from the two runs'
     timeline facts: a later first GEMM, longer GEMM busy time or a later dispatch end on
@@ -115,5 +129,10 @@ def row(point, runs: dict, facts: dict, today: tuple, paper: tuple) -> dict:
     # runs whose shared-network passes stopped at the pass limit, still moving: their
     # latency is the last pass's, so the table marks a cell that rests on one
     out["not_converged"] = ",".join(r for r, m in runs.items() if m.get("converged") is False)
+    # ... and the speedup's band over theirs: the hub's slowest against the baselines'
+    # fastest, and the other way round (the speedup itself where every run converged)
+    hub_lo, hub_hi = best_band(runs, [r for r in runs if r.startswith(HUB)])
+    base_lo, base_hi = best_band(runs, today)
+    out["speedup_min"], out["speedup_max"] = base_lo / hub_hi, base_hi / hub_lo
     out["why_hub_loses"] = why(hub, runs[best], best, facts, variant)
     return out

@@ -606,8 +606,35 @@ def collect_synth_unit(build: Path, records: Path) -> list:
     return [write_record(Path(records, "synth-unit.json"), rec)]
 
 
+# ----------------------------------------------------------------------------- soak
+def collect_soak(build: Path, records: Path) -> list:
+    """The record of every ``<build>/soak/*/summary.json`` (``moehub soak``: one config and
+    seed each, with its run's record and the load before it), one row per config and seed;
+    the RTL sources' digest at collection marks rows an RTL edit later leaves older. A
+    summary without a run record (written before soaks kept one) is left out."""
+    rows, runs = [], []
+    for path in sorted(Path(build, "soak").glob("*/summary.json")):
+        doc = json.loads(path.read_text())
+        run = doc.pop("record", None)
+        if not run:
+            continue
+        rows.append({**doc, "git": run.get("git"), "started": run.get("started"),
+                     "command": run.get("command"), "cpu_s": run.get("cpu_s")})
+        runs.append(run)
+    if not rows:
+        return []
+    last = max(runs, key=lambda r: r.get("started") or "")
+    rec = make_record("soak", last.get("command") or "moehub soak", {"rows": rows},
+                      commit=last.get("git"), date=last.get("started"), mach=machine(),
+                      load_avg=rows[-1].get("load"),
+                      note="one row per config and seed, each with its own run's command, "
+                           "commit and the load before it; sources_sha256: the RTL at collection")
+    rec["rtl"] = {"soak": {"sources_sha256": rtl_sources_hash()}}
+    return [write_record(Path(records, "soak.json"), rec)]
+
+
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
-              "study-relay", "synth-unit")
+              "study-relay", "synth-unit", "soak")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -800,7 +827,8 @@ def render_headline(recs: list, current: str) -> str:
             f"the fastest software of today ({letters}) / over the fastest of the papers' kind "
             "(named); in brackets the hub variant (v1; ec early counts, mc multicast, pg paged, "
             "rl relay hubs, rd reduce on combine: across nodes only); "
-            "skip: not run; —: not in the recorded grids; †: stopped unconverged at the pass limit. "
+            "skip: not run; —: not in the recorded grids; †: stopped unconverged at the pass limit, "
+            "followed by the speedup's band over the last passes' layer times. "
             + caption(recs) + "\n")
 
 
@@ -1172,6 +1200,45 @@ def render_v2_units(recs: list, current: str) -> str:
     return "\n".join(out) + "\n\n" + caption(recs) + "\n"
 
 
+def _minutes(s: float) -> str:
+    return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def _count(n: int) -> str:
+    """10,000 and above as 12k / 1.2M, below as 1,234 (the soak table's drop counts)."""
+    if n >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1e5:
+        return f"{n / 1e3:.0f}k"
+    if n >= 1e4:
+        return f"{n / 1e3:.1f}k"
+    return f"{n:,}"
+
+
+def render_soak(recs: list, current: str) -> str:
+    """``moehub soak``: per config (in the shipped configs' order) and seed, the layers,
+    rows sent and placed, packets, cycles, wall and simulator time, the load before the
+    run and the drops by reason; every layer of a recorded soak was equal to the model (a
+    mismatch stops the soak and writes no summary). Rows from older RTL are marked."""
+    from ..spec.config import HUB_CONFIGS
+    rows = [(r, rec) for _, rec in recs for r in rec["data"]["rows"]]
+    rank = {c: i for i, c in enumerate(HUB_CONFIGS)}
+    rows.sort(key=lambda rr: (rank.get(rr[0]["config"], len(rank)), rr[0]["config"], rr[0]["seed"]))
+    head = ["config", "seed", "layers", "rows (placed)", "packets", "cycles", "wall", "simulator",
+            "load", "drops by reason"]
+    out = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r, rec in rows:
+        mark = " (older RTL)" if older(rec, "soak", current) else ""
+        drops = ", ".join(f"{k} {_count(v)}" for k, v in sorted(r["drops"].items(), key=lambda x: -x[1]))
+        load = r.get("load")
+        out.append("| " + " | ".join([
+            f"`{r['config']}`{mark}", str(r["seed"]), f"{r['layers']:,}",
+            f"{r['rows']:,} ({r['rows_written']:,})", _count(r["packets"]), _count(r["cycles"]),
+            _minutes(r["wall_s"]), f"{r['sim_s']:.{0 if r['sim_s'] >= 10 else 1}f} s ({r['sim']})",
+            f"{load[0]:.1f}" if load else "–", drops or "none"]) + " |")
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
 #: table name -> (record source, renderer); a source of ``None``: a table of the spec,
 #: rendered without records
 TABLES = {
@@ -1186,6 +1253,7 @@ TABLES = {
     **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
     "relay-ablation": ("study-relay", render_relay_ablation),
     "v2-units": ("synth-unit", render_v2_units),
+    "soak": ("soak", render_soak),
     "csr-map": (None, render_csr_map),
 }
 
@@ -1304,23 +1372,20 @@ def _run(args) -> int:
     if args.collect is not None:
         build = Path(args.build) if args.build else build_root()
         which = args.collect or list(COLLECTORS)
+        collect = {
+            "synth": lambda: collect_synth(build, records, folders=args.synth_dir),
+            "validate": lambda: collect_validate(build, records, rerun_it=args.rerun),
+            "calibrate": lambda: collect_calibrate(build, records, rerun_it=args.rerun),
+            "headline": lambda: collect_headline(build, records),
+            "study-v2": lambda: collect_study_v2(build, records),
+            "bench-scaling": lambda: collect_bench_scaling(build, records),
+            "study-relay": lambda: collect_study_relay(build, records),
+            "synth-unit": lambda: collect_synth_unit(build, records),
+            "soak": lambda: collect_soak(build, records),
+        }
+        assert set(collect) == set(COLLECTORS)
         for source in which:
-            if source == "synth":
-                paths = collect_synth(build, records, folders=args.synth_dir)
-            elif source == "validate":
-                paths = collect_validate(build, records, rerun_it=args.rerun)
-            elif source == "calibrate":
-                paths = collect_calibrate(build, records, rerun_it=args.rerun)
-            elif source == "study-v2":
-                paths = collect_study_v2(build, records)
-            elif source == "bench-scaling":
-                paths = collect_bench_scaling(build, records)
-            elif source == "study-relay":
-                paths = collect_study_relay(build, records)
-            elif source == "synth-unit":
-                paths = collect_synth_unit(build, records)
-            else:
-                paths = collect_headline(build, records)
+            paths = collect[source]()
             if not paths:
                 print(f"{source}: no outputs in {build} to record", file=sys.stderr)
             for p in paths:

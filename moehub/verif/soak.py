@@ -40,6 +40,7 @@ layer's files (``packets.hex``, ``csr.hex``, ``player.log``) for the replay.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -47,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import progress
+from .. import progress, runinfo
 from ..spec.config import HUB_CONFIGS, HubConfig, load_hub_config
 from ..paths import output_dir
 from ..argcheck import int_at_least, load_config_flag
@@ -514,6 +515,7 @@ def run_soak(config: str | HubConfig, rows: int, seed: int, *, sim: str | None =
     reads = _verilog(cfg)[1]
     rng = np.random.default_rng(seed)
     rep = SoakReport(config=cfg.name, seed=seed, sim=sim)
+    load0 = [round(x, 2) for x in os.getloadavg()]     # (the machine's load, for the record)
     t0 = time.time()
     with progress.stage(f"soak {cfg.name} (seed {seed}, {simulators.NAMES[sim]})", total=rows,
                         unit="rows", heartbeat=True) as st:
@@ -530,7 +532,8 @@ def run_soak(config: str | HubConfig, rows: int, seed: int, *, sim: str | None =
             _tally(rep, cfg, plan, res, model, dt)
             st.update(rep.rows, cycles=rep.cycles)
     rep.wall_s = time.time() - t0
-    (out / "summary.json").write_text(json.dumps(asdict(rep), indent=1) + "\n")
+    (out / "summary.json").write_text(json.dumps(
+        {**asdict(rep), "load": load0, "record": runinfo.record(rows_asked=rows)}, indent=1) + "\n")
     return rep
 
 

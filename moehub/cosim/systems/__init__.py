@@ -59,6 +59,11 @@ MAX_PASSES = 8
 #: kept the 4-node relay layers from their fixed point; a layer still converging stays
 #: coalesced (an exact pass of a 64-GPU layer costs some 25 CPU s)
 EXACT_AFTER = 4
+#: a layer that stops at the pass limit unconverged reports the band of its last this many
+#: passes' layer times (``band_us``): where the pass map is discontinuous (a GEMM pass that
+#: a row misses by a hair runs a whole pass later) the passes cycle between states some
+#: 100 µs apart and no fixed point exists; the band is how far the answer is known
+BAND_PASSES = 4
 TRACE = False        #: record each phase's own traffic residual per pass (diagnosis)
 
 __all__ = ["SYSTEMS", "BASELINES", "PAPER_BASELINES", "KINDS", "LABELS", "PHASES",
@@ -92,6 +97,13 @@ def _end_residual_us(res, prev) -> float:
 
 def _tol_us(res) -> float:
     return max(TOL_US, TOL_REL * float(np.max(res.gpu_end)))
+
+
+def pass_band(layer_us: list) -> list:
+    """``[lowest, highest]`` layer time (µs) of the last :data:`BAND_PASSES` passes: what an
+    unconverged layer's answer is known to within (its latency is the last pass's)."""
+    last = layer_us[-BAND_PASSES:]
+    return [min(last), max(last)]
 
 
 def _settled(res, prev, traffic_residual: float = np.inf, still_before: bool = True,
@@ -133,6 +145,7 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     backend = "model" if rtl_gpus else hub_backend
     rerun = bool(rtl_gpus) or hub_backend != backend     # a last run on the settled background
     exact_from, L.exact_drains, stalled = None, False, False
+    layer_us = []                        # each pass's layer time
     for n in range(1, MAX_PASSES + 1):
         if exact_from is None and n > EXACT_AFTER and stalled and L.network_window_us() > 0:
             exact_from = n
@@ -141,6 +154,7 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
         res = _run_once(name, L, backend, hub_order, (), module, hub_features)
         residual = P.traffic_residual_us(L.traffic, background)
         moved = _end_residual_us(res, prev)
+        layer_us.append(float(res.latency_us))
         done = _settled(res, prev, residual, still,
                         np.inf if damp.last is None else damp.last)
         stalled = damp.last is not None and residual >= damp.last   # the traffic came no nearer
@@ -161,6 +175,8 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
             "traffic_residual_us": residual}
     if exact_from:
         conv["exact_drains_from_pass"] = exact_from
+    if not done:
+        conv["band_us"] = pass_band(layer_us)
     res.extra.update(conv)
     if TRACE:
         res.extra["pass_trace"] = trace
