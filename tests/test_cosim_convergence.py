@@ -201,11 +201,14 @@ class _Jitter:
     def __init__(self):
         self.n = 0
 
+    def offset(self, L) -> float:
+        """The flow's injection time (us) in this pass."""
+        return 5.0 if L.network_window_us() == 0 else 10.0 * (self.n % 2)
+
     def run(self, L):
         from moehub.cosim.layer import SystemResult
         self.n += 1
-        exact = L.network_window_us() == 0
-        x = 5.0 if exact else 10.0 * (self.n % 2)
+        x = self.offset(L)
         net, flows = L.network("combine")
         net.inject(flows[0][1], x, 1e3)
         L.run_net(net)
@@ -247,16 +250,8 @@ class _Flip(_Jitter):
     200 or 210, pass after pass, drains exact or not (a discontinuous pass map with no
     fixed point: a GEMM pass that a row misses by a hair runs a whole pass later)."""
 
-    def run(self, L):
-        from moehub.cosim.layer import SystemResult
-        self.n += 1
-        x = 10.0 * (self.n % 2)
-        net, flows = L.network("combine")
-        net.inject(flows[0][1], x, 1e3)
-        L.run_net(net)
-        res = SystemResult("flip", "flip")
-        res.gpu_end = np.full(L.G, 200.0 + x)
-        return res
+    def offset(self, L) -> float:
+        return 10.0 * (self.n % 2)
 
 
 def test_an_unconverged_layer_reports_the_band_of_its_last_passes():
