@@ -68,14 +68,15 @@ from . import tools
 #: ``git archive`` in a sub-folder would export only that folder of a revision)
 REPO = Path(__file__).resolve().parent.parent
 CHECKOUT = REPO.parent
-#: The reference revision of the current pipeline: every hub refactor since is proven
-#: cycle-exactly equal to it. It forms T's row-full for an open and a closed row and chooses
-#: by each lane's own ``open`` bit, so against the revisions before it six internal row-full
-#: nets agree only in reachable states (the lanes on a row read one entry), which the
-#: correspondence and k-induction cannot show; from it on, every register and output is
-#: proven (docs/verification.md, "Refactoring under an equivalence proof"). The full commit
-#: name, so that a branch-only clone finds it.
-DEFAULT_REF = "8a31299cc4dfc98843c08d190f2865efc6a8353e"
+#: The reference revision of the current pipeline, the last before the package became the
+#: ``moehub/`` folder with the contract in ``spec/``: every hub refactor since is proven
+#: cycle-exactly equal to it. An older reference no longer pairs: from there the write
+#: buffer keeps a write's base and chunk offset in its slot and adds them at the head
+#: (registers of another content, which a register correspondence cannot pair), and
+#: against references older still six internal row-full nets of T agree only in reachable
+#: states (docs/verification.md, "Refactoring under an equivalence proof"). The full
+#: commit name, so that a branch-only clone finds it.
+DEFAULT_REF = "51dce2812d6ea2b49d3de5ee8dfd4bb7986aab2b"
 #: the config `moehub equiv` checks when none is named
 DEFAULT_CONFIG = "mixtral-8gpu"
 #: ``equiv_induct -seq`` depth for what the register correspondence leaves open
