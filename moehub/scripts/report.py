@@ -646,17 +646,11 @@ def _date(rec: dict) -> str:
         return d or "date unknown"
 
 
-def _commit(rec: dict) -> str:
-    if rec["commit"]:
-        return f"commit {rec['commit']}"
-    at = (rec.get("collected") or {}).get("commit")
-    return f"commit not recorded (collected at {at})" if at else "commit not recorded"
-
-
 def caption(recs: list) -> str:
-    """Each record a table rests on, once: file, command, date, commit."""
-    parts = [f"`records/{name}`: `{rec['command']}`, {_date(rec)}, {_commit(rec)}"
-             for name, rec in recs]
+    """Each record a table rests on, once: file, command, date. The commit a record was made
+    at stays in the record (``commit``; a table marks rows from older RTL): the guides carry
+    no commit names."""
+    parts = [f"`records/{name}`: `{rec['command']}`, {_date(rec)}" for name, rec in recs]
     return "*From " + "; ".join(parts) + ".*"
 
 
@@ -1056,9 +1050,7 @@ def render_scaling(systems):
                          f"{r['network_cpu_s']:.2f}", f"{r['layer_cpu_s']:.2f}",
                          f"{r['layer_wall_s']:.2f}", r["load"]]
             out.append("| " + " | ".join(str(c) for c in cells) + " |")
-        commits = sorted({r.get("git") or "not recorded" for r in rows})
-        return ("\n".join(out) + "\n\n" + caption(recs) + " The rows come from runs at "
-                + ("commit " if len(commits) == 1 else "commits ") + ", ".join(commits) + ".\n")
+        return "\n".join(out) + "\n\n" + caption(recs) + "\n"
     return render
 
 
