@@ -582,55 +582,52 @@ def collect_bench_scaling(build: Path, records: Path) -> list:
     return [write_record(Path(records, "bench-scaling.json"), rec)]
 
 
-def collect_synth_unit(build: Path, records: Path) -> list:
-    """The record of every ``<build>/synth/unit-*/unit.json`` (``moehub synth-unit``: one
-    unit's area, deepest path and N5 projection, with its run's record), one row per unit;
-    the RTL sources' digest at collection marks rows an RTL edit later leaves older."""
-    from ..synth.units import SUMMARY_JSON
+def _record_summaries(source: str, paths: list, dest: Path, command: str, note: str,
+                      section: str, drop=("out",), from_run=("git", "started", "command")) -> list:
+    """One record of several runs' summary files (``paths``: JSON, each with its run's record
+    under ``record``), one row per file with the run's ``from_run`` keys; a file without a
+    run record (written before the command kept one) is left out. Dated and attributed by
+    the last run; the RTL sources' digest at collection (``rtl.<section>``) marks rows an
+    RTL edit later leaves older."""
     rows, runs = [], []
-    for path in sorted(Path(build, "synth").glob(f"unit-*/{SUMMARY_JSON}")):
-        doc = json.loads(path.read_text())
-        run = doc.pop("record", {}) or {}
-        doc.pop("out", None)
-        rows.append({**doc, "git": run.get("git"), "started": run.get("started"),
-                     "command": run.get("command")})
-        runs.append(run)
-    if not rows:
-        return []
-    last = max(runs, key=lambda r: r.get("started") or "")
-    rec = make_record("synth-unit", "moehub synth-unit UNIT ...", {"rows": rows},
-                      commit=last.get("git"), date=last.get("started"), mach=machine(),
-                      load_avg=None, note="one row per unit, each with its own run's command and "
-                                          "commit; sources_sha256: the RTL at collection")
-    rec["rtl"] = {"units": {"sources_sha256": rtl_sources_hash()}}
-    return [write_record(Path(records, "synth-unit.json"), rec)]
-
-
-# ----------------------------------------------------------------------------- soak
-def collect_soak(build: Path, records: Path) -> list:
-    """The record of every ``<build>/soak/*/summary.json`` (``moehub soak``: one config and
-    seed each, with its run's record and the load before it), one row per config and seed;
-    the RTL sources' digest at collection marks rows an RTL edit later leaves older. A
-    summary without a run record (written before soaks kept one) is left out."""
-    rows, runs = [], []
-    for path in sorted(Path(build, "soak").glob("*/summary.json")):
-        doc = json.loads(path.read_text())
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
         run = doc.pop("record", None)
         if not run:
             continue
-        rows.append({**doc, "git": run.get("git"), "started": run.get("started"),
-                     "command": run.get("command"), "cpu_s": run.get("cpu_s")})
+        for key in drop:
+            doc.pop(key, None)
+        rows.append({**doc, **{k: run.get(k) for k in from_run}})
         runs.append(run)
     if not rows:
         return []
     last = max(runs, key=lambda r: r.get("started") or "")
-    rec = make_record("soak", last.get("command") or "moehub soak", {"rows": rows},
+    rec = make_record(source, last.get("command") or command, {"rows": rows},
                       commit=last.get("git"), date=last.get("started"), mach=machine(),
-                      load_avg=rows[-1].get("load"),
-                      note="one row per config and seed, each with its own run's command, "
-                           "commit and the load before it; sources_sha256: the RTL at collection")
-    rec["rtl"] = {"soak": {"sources_sha256": rtl_sources_hash()}}
-    return [write_record(Path(records, "soak.json"), rec)]
+                      load_avg=rows[-1].get("load"), note=note)
+    rec["rtl"] = {section: {"sources_sha256": rtl_sources_hash()}}
+    return [write_record(dest, rec)]
+
+
+def collect_synth_unit(build: Path, records: Path) -> list:
+    """The record of every ``<build>/synth/unit-*/unit.json`` (``moehub synth-unit``: one
+    unit's area, deepest path and N5 projection, with its run's record), one row per unit."""
+    from ..synth.units import SUMMARY_JSON
+    return _record_summaries(
+        "synth-unit", sorted(Path(build, "synth").glob(f"unit-*/{SUMMARY_JSON}")),
+        Path(records, "synth-unit.json"), "moehub synth-unit UNIT ...",
+        "one row per unit, each with its own run's command and commit; sources_sha256: the "
+        "RTL at collection", "units")
+
+
+def collect_soak(build: Path, records: Path) -> list:
+    """The record of every ``<build>/soak/*/summary.json`` (``moehub soak``: one config and
+    seed each, with its run's record and the load before it), one row per config and seed."""
+    return _record_summaries(
+        "soak", sorted(Path(build, "soak").glob("*/summary.json")), Path(records, "soak.json"),
+        "moehub soak", "one row per config and seed, each with its own run's command, commit "
+        "and the load before it; sources_sha256: the RTL at collection", "soak",
+        drop=(), from_run=("git", "started", "command", "cpu_s"))
 
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
