@@ -583,11 +583,12 @@ def collect_bench_scaling(build: Path, records: Path) -> list:
 
 
 def _record_summaries(source: str, paths: list, dest: Path, command: str, note: str,
-                      section: str, drop=("out",), from_run=("git", "started", "command")) -> list:
+                      section: str, drop=("out",), from_run=("git", "started", "command"),
+                      last_command: bool = False) -> list:
     """One record of several runs' summary files (``paths``: JSON, each with its run's record
     under ``record``), one row per file with the run's ``from_run`` keys; a file without a
     run record (written before the command kept one) is left out. Dated and attributed by
-    the last run; the RTL sources' digest at collection (``rtl.<section>``) marks rows an
+    the last run (its command line too with ``last_command``, else ``command``); the RTL sources' digest at collection (``rtl.<section>``) marks rows an
     RTL edit later leaves older."""
     rows, runs = [], []
     for path in paths:
@@ -602,7 +603,7 @@ def _record_summaries(source: str, paths: list, dest: Path, command: str, note: 
     if not rows:
         return []
     last = max(runs, key=lambda r: r.get("started") or "")
-    rec = make_record(source, last.get("command") or command, {"rows": rows},
+    rec = make_record(source, (last_command and last.get("command")) or command, {"rows": rows},
                       commit=last.get("git"), date=last.get("started"), mach=machine(),
                       load_avg=rows[-1].get("load"), note=note)
     rec["rtl"] = {section: {"sources_sha256": rtl_sources_hash()}}
@@ -627,7 +628,7 @@ def collect_soak(build: Path, records: Path) -> list:
         "soak", sorted(Path(build, "soak").glob("*/summary.json")), Path(records, "soak.json"),
         "moehub soak", "one row per config and seed, each with its own run's command, commit "
         "and the load before it; sources_sha256: the RTL at collection", "soak",
-        drop=(), from_run=("git", "started", "command", "cpu_s"))
+        drop=(), from_run=("git", "started", "command", "cpu_s"), last_command=True)
 
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
