@@ -12,7 +12,8 @@ hub on PCIe by 0.09 %) and the papers' kind of baseline joined the systems; and 
 low-latency baseline began playing DeepEP's own mechanisms (two-node DeepEP low-latency
 layer 1056.2 -> 934.0 us, nothing else); and when HybridEP joined the systems (its entry
 added; the statistics less that entry hash to the digests recorded before, every other
-number the same to the bit).
+number the same to the bit); and when X-MoE's RBD joined the systems (the same: its entry
+added, the statistics less it hash to the digests recorded before).
 
 Floating-point results can differ in the last bits under another numpy build or CPU; the
 recording names its numpy version and machine, and elsewhere the test compares within
@@ -76,7 +77,8 @@ def test_layer_is_unchanged_by_the_speed_work(name):
 
 def record() -> None:
     out = {"recorded_from": "averaged passes, the papers' kind of baseline, DeepEP's own "
-                            "low-latency mechanisms, HybridEP; other layer times as before the "
+                            "low-latency mechanisms, HybridEP, X-MoE RBD; other layer times as "
+                            "before the "
                             "speed work",
            "numpy": np.__version__, "machine": platform.machine(),
            "cases": {name: measure(name) for name in CASES}}

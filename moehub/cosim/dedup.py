@@ -23,7 +23,7 @@ import numpy as np
 from .workload import Routing
 
 __all__ = ["placement_dest", "rows_per_pair", "unique_gpu_rows", "unique_node_rows",
-           "forward_rows", "bytes_per_token"]
+           "forward_rows", "pilots", "pilot_routes", "bytes_per_token"]
 
 
 def placement_dest(experts, gpus: int, num_experts: int | None = None) -> np.ndarray:
@@ -111,6 +111,49 @@ def forward_rows(dest: np.ndarray, G: int, gpus_per_node: int) -> np.ndarray:
     r = (d // n) * n + src % n
     fwd = d != r
     return _pair_counts(r[fwd], d[fwd], (G, G))
+
+
+def pilots(dest: np.ndarray, gpus_per_node: int, priority: np.ndarray | None = None):
+    """X-MoE's redundancy-bypassing dispatch (RBD): of each (token, destination node) group
+    of a token's experts, one entry is the *pilot* (its copy crosses to that node) and the
+    others are its *replicas* (the pilot's GPU copies the row to them inside the node).
+    Returns, per entry of ``dest[g, t, j]``, the pilot's GPU and whether the entry is the
+    pilot. The pilot is the group's entry with the lowest ``priority`` (same shape as
+    ``dest``; ties and ``None``: the first in the router's top-k order). X-MoE's
+    ``map_dup_tokens`` takes the first occurrence under a random permutation of the rows
+    (``torch.randperm`` in ``TopKGateRBD.forward``): a uniformly random priority."""
+    G = dest.shape[0]
+    n = _node_size(G, gpus_per_node)
+    node = dest // n
+    if priority is None:
+        order = np.argsort(node, axis=-1, kind="stable")
+    else:
+        order = np.lexsort((np.asarray(priority), node), axis=-1)
+    ds = np.take_along_axis(dest, order, axis=-1)
+    ns = ds // n
+    start = np.ones(ds.shape, dtype=bool)
+    start[..., 1:] = ns[..., 1:] != ns[..., :-1]
+    k = ds.shape[-1]
+    head = np.maximum.accumulate(np.where(start, np.arange(k), 0), axis=-1)
+    pilot, is_pilot = np.empty_like(dest), np.empty(dest.shape, dtype=bool)
+    np.put_along_axis(pilot, order, np.take_along_axis(ds, head, axis=-1), axis=-1)
+    np.put_along_axis(is_pilot, order, start, axis=-1)
+    return pilot, is_pilot
+
+
+def pilot_routes(dest: np.ndarray, G: int, gpus_per_node: int,
+                 priority: np.ndarray | None = None):
+    """RBD's row copies (:func:`pilots`): ``first[s, p]`` pilots source s sends GPU p (every
+    node, the source's own too; ``p == s`` a local copy), ``second[p, d]`` replicas GPU p
+    makes for GPU d of its node (``p == d``: for its own experts, a local copy), and
+    ``virtual[s, p]`` the replicas of source s's tokens that GPU p makes (what X-MoE's
+    metadata all-to-alls send p: one index and one combine weight per replica)."""
+    pilot, is_pilot = pilots(dest, gpus_per_node, priority)
+    src = _sources(dest)
+    rep = ~is_pilot
+    return (_pair_counts(src[is_pilot], dest[is_pilot], (G, G)),
+            _pair_counts(pilot[rep], dest[rep], (G, G)),
+            _pair_counts(src[rep], pilot[rep], (G, G)))
 
 
 def _split_links(counts: np.ndarray, n: int) -> tuple[float, float]:

@@ -1,6 +1,7 @@
 """The relay-hub ablation: the protocol-v2 hub, + relay, + relay + reduce, against DeepEP
-normal mode and HybridEP (the two software systems that send one RDMA row per (token,
-node) and forward over NVLink), on multi-node layers, decode and prefill sizes.
+normal mode, HybridEP and X-MoE's RBD (the software systems that send one row per (token,
+node) across the NIC and copy it on inside the node over NVLink), on multi-node layers,
+decode and prefill sizes.
 
     .venv/bin/python -m moehub.cosim.studies.relay                       # 2 and 4 nodes, 128 and 4096 tokens
     .venv/bin/python -m moehub.cosim.studies.relay --system h100x16-ib --tokens 128 --out DIR
@@ -46,7 +47,8 @@ from ..workload import make_routing
 V2 = frozenset(FEATURES)
 ROWS = (("hub v2", "hub", V2), ("hub v2 + relay", "hub", V2 | {"relay"}),
         ("hub v2 + relay + reduce", "hub", V2 | {"relay", "reduce"}),
-        ("DeepEP normal", "deepep", frozenset()), ("HybridEP", "hybridep", frozenset()))
+        ("DeepEP normal", "deepep", frozenset()), ("HybridEP", "hybridep", frozenset()),
+        ("X-MoE RBD", "xmoe_rbd", frozenset()))
 #: the rows the speedup columns divide by (``vs_hub_v2``, ``vs_deepep``)
 HUB_V2_ROW, DEEPEP_ROW = "hub v2", "DeepEP normal"
 DISPATCH_PHASES = ("dispatch", "forward")

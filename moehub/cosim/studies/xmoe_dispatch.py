@@ -59,15 +59,8 @@ def plain_routes(dest: np.ndarray, G: int, gpus_per_node: int):
 def pilot_routes(dest: np.ndarray, G: int, gpus_per_node: int):
     """X-MoE RBD: a pilot per (token, node) to the GPU of the token's first expert there
     (top-k order), which makes one replica per other (token, expert) of that node (its
-    own: local copies)."""
-    n = dedup._node_size(G, gpus_per_node)
-    ds, _, start = _grouped(dest, n)
-    k = ds.shape[-1]
-    head = np.maximum.accumulate(np.where(start, np.arange(k), 0), axis=-1)
-    pilot = np.take_along_axis(ds, head, axis=-1)
-    src = dedup._sources(dest)
-    first = dedup._pair_counts(src[start], ds[start], (G, G))
-    second = dedup._pair_counts(pilot[~start], ds[~start], (G, G))
+    own: local copies); :func:`moehub.cosim.dedup.pilot_routes`."""
+    first, second, _ = dedup.pilot_routes(dest, G, gpus_per_node)
     return first, second
 
 

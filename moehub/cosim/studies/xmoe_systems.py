@@ -6,16 +6,10 @@ named, costed phases on the layer's one network) and runs with
 :func:`~moehub.cosim.systems.run_system` (``module=``). The plain software version is the
 co-simulation's ``bulk`` system itself.
 
-* :class:`RbdSoftware`: X-MoE's redundancy-bypassing dispatch as its code runs it
-  (``RBDispatcher`` / ``RBCombiner``): gate -> layout -> count exchanges (all GPUs for the
-  pilots, the node for the replicas) -> host sync -> gather pilots -> global all-to-all
-  of pilots -> ``s1_to_s2`` gather of replicas -> node all-to-all of replicas -> local
-  order (``torch.cat``) -> sort by expert -> grouped GEMM -> unsort -> node all-to-all of
-  the replicas' outputs back to the pilots -> scale and scatter-sum at the pilot (one row
-  per (token, node)) -> global all-to-all back -> unpermute + reduce. Every collective is
-  a bulk NCCL-style all-to-all-v (:func:`moehub.cosim.systems.bulk.alltoall`: calibrated
-  latency per peer and node, collective efficiency for the message size); a node's
-  collective starts when its last GPU is ready, a global one when every GPU is.
+* :class:`RbdSoftware`: X-MoE's redundancy-bypassing dispatch as its code runs it, the
+  co-simulation's ``xmoe_rbd`` system (:mod:`moehub.cosim.systems.xmoe_rbd`: pilots over
+  every GPU's all-to-all, replicas over the node's, the metadata's count and index
+  exchanges and host syncs, the combine reduced at the pilot).
 * :class:`HubPhase`: the hub on its *phase model*, plain (``scheme="plain"``) or through
   relay hubs (``"relay"``). Rows leave right after the gate at the rate of the hub's
   sender SMs (:meth:`Layer.send_rate`), as hub packets (``chunk_bytes`` + header), through
@@ -42,131 +36,24 @@ import numpy as np
 from ...spec.timing import FLAG_LATENCY, WRITE_LATENCY
 from ..gpu import WorkItem
 from ..layer import Layer, SystemResult
-from ..network import flow_wire_bytes
-from ..systems import bulk
+from ..systems import xmoe_rbd
 from ..systems import common as C
 from ..systems.deepep import combine_routes
 from ..systems.hub import hub_flow_cap
 from .xmoe_dispatch import routes
 
 
-def _node_max(L: Layer, t: np.ndarray) -> np.ndarray:
-    """Per GPU, the latest of ``t`` over its node (a node collective's start)."""
-    gpn = min(L.sys.gpus_per_node, L.G)
-    return np.repeat(np.asarray(t, float).reshape(-1, gpn).max(axis=1), gpn)
-
-
-def _wire(L: Layer, rows: np.ndarray, row_bytes: int) -> np.ndarray:
-    """Software wire bytes of row copies (largest link payload, a header per packet)."""
-    return flow_wire_bytes(rows * row_bytes, L.sys.link_max_payload_bytes,
-                           L.sys.link_header_bytes)
-
-
-def _recv(L: Layer, curves, flows, t0, counts) -> np.ndarray:
-    return np.array([C.recv_end(L, d, curves, flows, float(np.max(t0)), counts=counts)
-                     for d in range(L.G)])
-
-
-def _expert_items(L: Layer, d: int, ready: float, known: float) -> list:
-    """Bulk systems' GEMM work of GPU d: one item per local expert with rows."""
-    g = L.gpu
-    return [WorkItem(ready, e, int(r), g.padded(int(r)), L.model.expert_ffn, key=e,
-                     landed=known, known=known)
-            for e, r in enumerate(L.expert_rows[d]) if r]
-
-
 class RbdSoftware:
-    """X-MoE's redundancy-bypassing dispatch and combine (see the module docstring)."""
+    """X-MoE's redundancy-bypassing dispatch and combine: the co-simulation's ``xmoe_rbd``
+    system (:mod:`moehub.cosim.systems.xmoe_rbd`), under the study's version name."""
     name = "sw_rbd"
-    LABEL = "X-MoE RBD (pilot all-to-all + node all-to-all)"
-    PHASES = ["gate", "layout", "count exchange", "host sync", "gather pilots",
-              "all-to-all global", "gather replicas", "all-to-all node", "local order",
-              "sort by expert", "expert GEMM", "unsort", "all-to-all node back",
-              "scale+sum at pilot", "all-to-all global back", "unpermute+reduce"]
+    LABEL = xmoe_rbd.LABEL
+    PHASES = xmoe_rbd.PHASES
 
     def run(self, L: Layer) -> SystemResult:
-        res = SystemResult(self.name, self.LABEL)
-        G, gpn = L.G, min(L.sys.gpus_per_node, L.G)
-        first, second = routes("pilot", L.dest.reshape(G, L.T, L.k), G, gpn)
-        t_gate, t_a2a = self._prologue(L, res, first)
-        recv = self._dispatch(L, res, first, second, t_a2a)
-        unsort_end, shared_end = self._experts(L, res, recv, t_gate)
-        recv_owner = self._combine(L, res, first, second, unsort_end)
-        res.gpu_end = C.reduce(L, res, recv_owner, shared_end, poll=False,
-                               name="unpermute+reduce")
+        res = xmoe_rbd.run(L)
+        res.name = self.name
         return res
-
-    def _prologue(self, L: Layer, res: SystemResult, first: np.ndarray):
-        """gate, layout, the two count exchanges, host sync, the pilots' gather kernel."""
-        g, comp, G = L.gpu, L.comp, L.G
-        t_gate = C.gate(L, res)
-        t_layout = t_gate + g.small_kernel_us(L.T * L.E * 4 + L.T * L.k * 8)
-        gpn = min(L.sys.gpus_per_node, G)
-        t_cx = t_layout + C.count_exchange_us(L) + comp.small_collective_us(gpn, 1, 4.0 * L.E)
-        C.control_traffic(L, "counts", np.full(G, t_layout), np.full((G, G), 4.0 * L.E))
-        t_sync = t_cx + comp.host_sync_us
-        t_perm = t_sync + np.array([g.permute_us(int(first[s].sum())) for s in range(G)])
-        for d in range(G):
-            res.add(d, "control", "layout", t_gate, t_layout)
-            res.add(d, "control", "count exchange", t_layout, t_cx)
-            res.add(d, "control", "host sync", t_cx, t_sync)
-            res.add(d, "control", "gather pilots", t_sync, t_perm[d])
-        return t_gate, float(t_perm.max()) + comp.launch_us
-
-    def _dispatch(self, L: Layer, res: SystemResult, first, second, t_a2a: float):
-        """Pilots over every GPU's all-to-all, then replicas inside each node."""
-        g, gpn = L.gpu, min(L.sys.gpus_per_node, L.G)
-        curves, flows = bulk.alltoall(L, res, t_a2a, _wire(L, first, L.disp_bytes),
-                                      "dispatch", "send", "all-to-all global")
-        recv1 = _recv(L, curves, flows, t_a2a, first)
-        t_fwd = recv1 + np.array([g.permute_us(int(second[d].sum())) for d in range(L.G)])
-        t_node = _node_max(L, t_fwd) + L.comp.launch_us
-        curves, flows = bulk.alltoall(L, res, t_node, _wire(L, second, L.disp_bytes),
-                                      "dispatch node", "send", "all-to-all node",
-                                      peers=gpn, nodes=1)
-        recv2 = np.maximum(_recv(L, curves, flows, t_node, second), t_node)
-        for d in range(L.G):
-            res.add(d, "control", "gather replicas", recv1[d], t_fwd[d])
-        return recv2
-
-    def _experts(self, L: Layer, res: SystemResult, recv: np.ndarray, t_gate: float):
-        """local order (cat of pilots and replicas), sort by expert, GEMM, unsort."""
-        g, G = L.gpu, L.G
-        rows_d = L.counts.sum(axis=0)
-        t_cat = recv + np.array([g.copy_us(2.0 * r * L.row_bytes) for r in rows_d])
-        sort_end = t_cat + (np.array([g.permute_us(r) for r in rows_d]) if L.E_local > 1 else 0.0)
-        unsort_end, shared_end = np.zeros(G), np.zeros(G)
-        for d in range(G):
-            res.add(d, "control", "local order", recv[d], t_cat[d])
-            if L.E_local > 1:
-                res.add(d, "control", "sort by expert", t_cat[d], sort_end[d])
-            ready = sort_end[d] + L.comp.launch_us
-            items = C.shared_item(L, t_gate) + _expert_items(L, d, ready, float(recv[d]))
-            _, routed_end, shared_end[d] = C.run_queue(L, res, d, items, t_gate, C.full_share)
-            unsort_end[d] = routed_end + (g.permute_us(rows_d[d]) if L.E_local > 1 else 0.0)
-            if L.E_local > 1:
-                res.add(d, "control", "unsort", routed_end, unsort_end[d])
-            res.combine_log.append((d, "all", unsort_end[d] + L.comp.launch_us, routed_end))
-        return unsort_end, shared_end
-
-    def _combine(self, L: Layer, res: SystemResult, first, second, unsort_end: np.ndarray):
-        """Replicas' outputs back to the pilots (node all-to-all), the pilots' scale and
-        scatter-sum into one row per (token, node), then every GPU's all-to-all back."""
-        g, comp, gpn = L.gpu, L.comp, min(L.sys.gpus_per_node, L.G)
-        t_node = _node_max(L, unsort_end) + comp.launch_us
-        curves, flows = bulk.alltoall(L, res, t_node, _wire(L, second.T, L.comb_bytes),
-                                      "combine node", "combine", "all-to-all node back",
-                                      peers=gpn, nodes=1)
-        back = np.maximum(_recv(L, curves, flows, t_node, second.T), t_node)
-        pilots = first.sum(axis=0)
-        t_sum = back + np.array([g.launch + g.copy_us((second[p].sum() + 2.0 * pilots[p])
-                                                      * L.row_bytes) for p in range(L.G)])
-        for p in range(L.G):
-            res.add(p, "control", "scale+sum at pilot", back[p], t_sum[p])
-        t_a2a = float(t_sum.max()) + comp.launch_us
-        curves, flows = bulk.alltoall(L, res, t_a2a, _wire(L, first.T, L.comb_bytes), "combine",
-                                      "combine", "all-to-all global back")
-        return _recv(L, curves, flows, t_a2a, first.T)
 
 
 class HubPhase:

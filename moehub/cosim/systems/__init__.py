@@ -31,13 +31,14 @@ import numpy as np
 from ..layer import Layer, SystemResult
 from ..memory import system_memory
 from . import (bulk, comet, deepep, deepep_ll, deepspeed_moe, fused, hub, hybridep, ideal,
-               megatron_a2a, megatron_ag)
+               megatron_a2a, megatron_ag, xmoe_rbd)
 from . import passes as P
 from .hub import hub_flow_cap, hub_schedule, run_hub
 
 MODULES = {"bulk": bulk, "comet": comet, "deepep": deepep, "deepep_ll": deepep_ll,
            "fused": fused, "hub": hub, "ideal": ideal, "megatron_a2a": megatron_a2a,
-           "megatron_ag": megatron_ag, "deepspeed_moe": deepspeed_moe, "hybridep": hybridep}
+           "megatron_ag": megatron_ag, "deepspeed_moe": deepspeed_moe, "hybridep": hybridep,
+           "xmoe_rbd": xmoe_rbd}
 SYSTEMS = tuple(MODULES)
 #: what each system is: "today" (a software baseline users pick today), "paper" (the
 #: kind of baseline the published speedups were measured against: eager dispatchers,

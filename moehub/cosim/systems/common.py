@@ -70,12 +70,20 @@ def count_exchange_us(L: Layer) -> float:
 def control_traffic(L: Layer, phase: str, t: np.ndarray, nbytes: np.ndarray) -> None:
     """Small messages (counts, notifications, credits) that share the layer's ports:
     nbytes[s, d] sent at t[s] (arrays over source GPUs)."""
+    control_messages(L, phase, [(t, nbytes)])
+
+
+def control_messages(L: Layer, phase: str, messages) -> None:
+    """Several rounds of small messages on one network of ``phase``: each ``(t, nbytes)``
+    as :func:`control_traffic`'s (a system's count and metadata exchanges)."""
     net, flows = L.network(phase)
-    nbytes = np.asarray(nbytes)
-    ss, dd = np.nonzero((nbytes > 0) & ~np.eye(L.G, dtype=bool))
-    t = np.asarray(t, dtype=float).tolist()
-    for s, d, b in zip(ss.tolist(), dd.tolist(), nbytes[ss, dd].tolist()):
-        net.inject(flows[s][d], t[s], float(b))
+    off = ~np.eye(L.G, dtype=bool)
+    for t, nbytes in messages:
+        nbytes = np.asarray(nbytes)
+        ss, dd = np.nonzero((nbytes > 0) & off)
+        t = np.broadcast_to(np.asarray(t, dtype=float), (L.G,)).tolist()
+        for s, d, b in zip(ss.tolist(), dd.tolist(), nbytes[ss, dd].tolist()):
+            net.inject(flows[s][d], t[s], float(b))
     L.record_net(net)
 
 
