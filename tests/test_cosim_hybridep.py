@@ -9,37 +9,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cosim_helpers import layer
+from cosim_helpers import layer, own_bytes, remote_token_nodes, two_nodes
 from moehub.cosim import calibration as cal
 from moehub.cosim.config import load_system_config
 from moehub.cosim.systems import BASELINES, KINDS, PHASES, run_system
-from moehub.cosim.systems import common as C
 from moehub.cosim.systems import hybridep as H
 from moehub.cosim.studies import relay
-
-
-def two_nodes(tokens=64):
-    return layer(model="deepseek-v3", system="h100x16-ib", tokens=tokens)
 
 
 @pytest.fixture(scope="module")
 def ib():
     L = two_nodes()
     return L, {n: run_system(n, L) for n in ("hybridep", "deepep", "bulk", "ideal")}
-
-
-def own_bytes(L, res, phase):
-    """[G, G] bytes the phase's own flows carried in the result's last pass."""
-    return C.pair_curves(res.nets[phase][1], np.arange(L.G * L.G).reshape(L.G, L.G))[1]
-
-
-def remote_token_nodes(L) -> int:
-    """(source, token, remote node) triples: the rows a per-node deduplication sends over
-    the NIC, counted from the routing."""
-    gpn = L.sys.gpus_per_node
-    keys = np.unique((L.src * L.T + L.tok) * L.nodes + L.dest // gpn)
-    node, src = keys % L.nodes, keys // L.nodes // L.T
-    return int((node != src // gpn).sum())
 
 
 def test_registered_as_a_software_baseline_of_today():

@@ -7,34 +7,17 @@ not from the system's code."""
 import numpy as np
 import pytest
 
-from cosim_helpers import layer
+from cosim_helpers import layer, own_bytes, remote_token_nodes, token_nodes, two_nodes
 from moehub.cosim import causality, dedup
 from moehub.cosim.systems import BASELINES, KINDS, PHASES, SYSTEMS, run_system
-from moehub.cosim.systems import common as C
 from moehub.cosim.systems import xmoe_rbd as R
 from moehub.cosim.studies import relay
 
 
-def two_nodes(tokens=32):
-    return layer(model="deepseek-v3", system="h100x16-ib", tokens=tokens)
-
-
 @pytest.fixture(scope="module")
 def ib():
-    L = two_nodes()
+    L = two_nodes(tokens=32)
     return L, run_system("xmoe_rbd", L)
-
-
-def own_bytes(L, res, phase):
-    """[G, G] bytes the phase's own flows carried in the result's last pass."""
-    return C.pair_curves(res.nets[phase][1], np.arange(L.G * L.G).reshape(L.G, L.G))[1]
-
-
-def token_nodes(L):
-    """(source, token, destination node) triples of the routing, as (src, node) arrays."""
-    gpn = min(L.sys.gpus_per_node, L.G)
-    keys = np.unique((L.src * L.T + L.tok) * L.nodes + L.dest // gpn)
-    return keys // L.nodes // L.T, keys % L.nodes
 
 
 def test_registered_as_a_software_baseline_of_today():
@@ -44,8 +27,7 @@ def test_registered_as_a_software_baseline_of_today():
 
 def test_nic_carries_one_row_per_token_and_remote_node(ib):
     L, r = ib
-    src, node = token_nodes(L)
-    remote = int((node != src // L.sys.gpus_per_node).sum())
+    remote = remote_token_nodes(L)
     assert r.extra["nic_rows"] == remote
     inter = L.pair_links()[1]
     hd, mp = L.sys.link_header_bytes, L.sys.link_max_payload_bytes
