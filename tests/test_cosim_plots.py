@@ -26,13 +26,14 @@ def er_rtl(er):
 
 #: the kinds every phase of cosim/systems must fall in, whatever system it belongs to
 EXPECTED_KINDS = {
-    P.DISPATCH: {"dispatch", "all-to-all dispatch"},
-    P.COMBINE: {"combine", "all-to-all combine"},
+    P.DISPATCH: {"dispatch", "all-to-all dispatch", "all-to-all global", "all-to-all node"},
+    P.COMBINE: {"combine", "all-to-all combine", "all-to-all node back", "all-to-all global back"},
     P.GEMM: {"expert GEMM", "shared expert"},
     P.LAYOUT: {"layout", "scatter index", "permute", "sort by expert", "unsort", "recv pack",
-               "unpermute"},
-    P.SYNC: {"count exchange", "host sync", "notify", "combine wait"},
-    P.GATE: {"gate", "reduce", "unpermute+reduce"},
+               "unpermute", "gather pilots", "gather replicas", "local order"},
+    P.SYNC: {"count exchange", "host sync", "notify", "combine wait", "index exchange",
+             "weights exchange"},
+    P.GATE: {"gate", "reduce", "unpermute+reduce", "scale+sum at pilot"},
     P.HUB: {"hub"},
 }
 

@@ -92,12 +92,16 @@ KIND_LABEL = {GEMM: "expert GEMM (routed; shared hatched)", GATE: "gate / reduce
               IDLE: "idle: waiting for other GPUs (bars only)"}
 #: every phase name of cosim/systems (``PHASES``) -> its kind (tests check the cover)
 PHASE_KIND = {
-    "gate": GATE, "reduce": GATE, "unpermute+reduce": GATE,
+    "gate": GATE, "reduce": GATE, "unpermute+reduce": GATE, "scale+sum at pilot": GATE,
     "layout": LAYOUT, "scatter index": LAYOUT, "permute": LAYOUT, "sort by expert": LAYOUT,
-    "unsort": LAYOUT, "recv pack": LAYOUT, "unpermute": LAYOUT,
+    "unsort": LAYOUT, "recv pack": LAYOUT, "unpermute": LAYOUT, "gather pilots": LAYOUT,
+    "gather replicas": LAYOUT, "local order": LAYOUT,
     "count exchange": SYNC, "host sync": SYNC, "notify": SYNC, "combine wait": SYNC,
-    "dispatch": DISPATCH, "all-to-all dispatch": DISPATCH,
-    "combine": COMBINE, "all-to-all combine": COMBINE,
+    "index exchange": SYNC, "weights exchange": SYNC,
+    "dispatch": DISPATCH, "all-to-all dispatch": DISPATCH, "all-to-all global": DISPATCH,
+    "all-to-all node": DISPATCH,
+    "combine": COMBINE, "all-to-all combine": COMBINE, "all-to-all node back": COMBINE,
+    "all-to-all global back": COMBINE,
     "expert GEMM": GEMM, "shared expert": GEMM,
     "hub": HUB, "credits": HUB,
 }
