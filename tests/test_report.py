@@ -287,7 +287,7 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     assert _cli("--records", str(records)) == 0
     out = capsys.readouterr()
     printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
-    assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation",
+    assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-units",
                                             *report.ABLATIONS, *report.SCALING_TABLES}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
@@ -836,6 +836,58 @@ def test_collect_and_render_the_v2_units(tmp_path):
     older = report.render_v2_units(report.load_records(tmp_path / "records", "synth-unit"), "other")
     assert older.count("(older RTL)") == 2
     assert report.collect_synth_unit(tmp_path / "nothing", tmp_path / "records") == []
+
+
+def _relay_unit_build(tmp_path) -> Path:
+    """A build folder with ``moehub synth-unit UNIT --nodes N`` outputs: the relay control
+    path on 2 and 8 nodes (the 8-node one over the 1.98 GHz budget), the reduce unit on 2,
+    and protocol v2's page pool."""
+    build = _unit_build(tmp_path, units=("page_pool",))
+    for i, (unit, nodes, fo4) in enumerate((("relay_control", 2, 12.3), ("relay_control", 8, 24.5),
+                                            ("reduce_unit", 2, 30.0))):
+        name = f"deepseek-v3-8gpu_nodes-{nodes}"
+        folder = build / "synth" / f"unit-{unit}-{name}"
+        folder.mkdir(parents=True)
+        doc = {"unit": unit, "config": name, "gate_equivalents": 20000.0 * nodes, "flops": 1500 * nodes,
+               "sram_bits": 4096 * nodes, "area_um2": 1.0, "fo4": fo4, "fmax_MHz": 300.0,
+               "path": "queue/storage -> fu/left[3]", "n5_mm2": 0.002 * nodes, "n5_fmax_GHz": 40 / fo4,
+               "out": str(folder),
+               "features": {"pool_pages": 0, "max_targets": 8, "count_packets": False,
+                            "sources": 8 * nodes, "experts": 256 // (8 * nodes), "nodes": nodes,
+                            "gpus_per_node": 8, "relay": True, "forward_tags": 16,
+                            "relay_window": 16 * (nodes - 1), "topk": 8, "token_bits": 16},
+               "record": {"command": f"moehub synth-unit {unit} --nodes {nodes}", "git": "abc1234",
+                          "started": f"2026-12-05T04:2{i}:00+00:00"}}
+        (folder / "unit.json").write_text(json.dumps(doc))
+    return build
+
+
+def test_collect_and_render_the_relay_units(tmp_path):
+    """Each relay unit's run is a row per node count, with its config's node shape and its
+    verdict at 1.98 GHz; a (unit, node count) without a run says how to make one; the
+    v2-units table is not disturbed by the relay rows; without a record the table fails
+    with what to run."""
+    build = _relay_unit_build(tmp_path)
+    [path] = report.collect_synth_unit(build, tmp_path / "records")
+    assert len(report.read_record(path)["data"]["rows"]) == 4
+    text = report.render("relay-units", tmp_path / "records")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| unit")]
+    assert lines[0] == ("| relay control path | 2 × 8 | `deepseek-v3-8gpu_nodes-2`: 16 experts, "
+                        "8 targets, window 16 | 40.0k | 3,000 | 8,192 | `queue/storage -> fu/left[3]` | "
+                        "12.3 | 0.00400 | 3.25 | **PASS** (12.3 of 22.2 FO4) |")
+    assert lines[1].startswith("| relay control path, 4 nodes | no record: "
+                               "`moehub synth-unit relay_control --nodes 4`")
+    assert lines[2].startswith("| relay control path | 8 × 8 |") and "**MARGINAL** (24.5 of" in lines[2]
+    assert lines[3].startswith("| forward unit, 2 nodes | no record:")
+    assert lines[9].startswith("| reduce unit | 2 × 8 |") and lines[9].endswith("**FAIL** (30.0 of 22.2 FO4) |")
+    assert len(lines) == 12 and "`records/synth-unit.json`" in text and "older RTL" not in text
+    assert "abc1234" not in text
+    older = report.render_relay_units(report.load_records(tmp_path / "records", "synth-unit"), "other")
+    assert older.count("(older RTL)") == 3
+    v2 = report.render("v2-units", tmp_path / "records")
+    assert "relay" not in v2 and v2.count("no record") == 5
+    with pytest.raises(report.ReportError, match="relay-units.*no synth-unit record.*--nodes N"):
+        report.render("relay-units", tmp_path / "nothing")
 
 
 def _soak_build(tmp_path) -> Path:

@@ -1170,24 +1170,86 @@ def _unit_config(r: dict) -> str:
     return ", ".join([f"`{r['config']}`"] + [b for b in bits if b])
 
 
+def _unit_figures(r: dict) -> dict:
+    """A ``moehub synth-unit`` row's figures as table cells: GE, flops, SRAM bits, N5 mm²,
+    deepest path, its FO4 of logic, N5 fmax and the verdict at 1.98 GHz."""
+    from ..synth.project import fo4_budget, timing_verdict
+    budget = fo4_budget(H100_CLOCK_GHZ).nominal
+    return {"GE": f"{r['gate_equivalents'] / 1e3:.1f}k", "flops": f"{r['flops']:,}",
+            "SRAM bits": f"{r['sram_bits']:,}", "N5 mm²": f"{r['n5_mm2']:.5f}",
+            "deepest path": _cell(f"`{r['path']}`"), "FO4": f"{r['fo4']:.1f}",
+            "N5 fmax GHz": f"{r['n5_fmax_GHz']:.2f}",
+            "at 1.98 GHz": f"**{timing_verdict(r['fo4'])}** ({r['fo4']:.1f} of {budget:.1f} FO4)"}
+
+
+def _unit_table(head: list, rows: list, recs: list) -> str:
+    """A table of units: ``head`` and ``rows`` (lists of cells), the records' caption."""
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
+def _no_unit_row(label: str, command: str, cells: int) -> list:
+    """The row of a unit without a run: how to make one."""
+    return [label, f"no record: `{command}`, then `moehub report --collect synth-unit`",
+            *[""] * (cells - 2)]
+
+
 def render_v2_units(recs: list, current: str) -> str:
     """Protocol v2's units synthesised alone (``moehub synth-unit``): area, deepest path,
     N5 projection; a row from older RTL than the tree's is marked."""
-    rows = {r["unit"]: (r, rec) for _, rec in recs for r in rec["data"]["rows"]}
+    rows = {r["unit"]: (r, rec) for _, rec in recs for r in rec["data"]["rows"]
+            if not _g(r, "features", "relay")}
     head = ["unit", "config", "GE", "N5 mm²", "deepest path", "FO4 of logic", "N5 fmax GHz"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for unit, label in V2_UNITS:
         if unit not in rows:
-            out.append(f"| {label} | no record: `moehub synth-unit {unit}`, then `moehub report "
-                       "--collect synth-unit` | | | | | |")
+            body.append(_no_unit_row(label, f"moehub synth-unit {unit}", len(head)))
             continue
         r, rec = rows[unit]
+        f = _unit_figures(r)
         mark = " (older RTL)" if older(rec, "units", current) else ""
-        out.append("| " + " | ".join([
-            label + mark, _unit_config(r), f"{r['gate_equivalents'] / 1e3:.1f}k",
-            f"{r['n5_mm2']:.5f}", _cell(f"`{r['path']}`"), f"{r['fo4']:.1f}",
-            f"{r['n5_fmax_GHz']:.2f}"]) + " |")
-    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+        body.append([label + mark, _unit_config(r), f["GE"], f["N5 mm²"], f["deepest path"],
+                     f["FO4"], f["N5 fmax GHz"]])
+    return _unit_table(head, body, recs)
+
+
+#: protocol v3's relay units' table: (unit, label) in the table's order, and the node
+#: counts every unit is synthesised for (the co-simulation's H100 systems of 2, 4, 8 nodes)
+RELAY_UNIT_ROWS = (("relay_control", "relay control path"), ("forward_unit", "forward unit"),
+                   ("forward_check", "forward check"), ("reduce_unit", "reduce unit"))
+RELAY_NODES = (2, 4, 8)
+
+
+def render_relay_units(recs: list, current: str) -> str:
+    """Protocol v3's relay units synthesised alone (``moehub synth-unit UNIT --nodes N``),
+    per unit and node count: area, flops, SRAM bits, the deepest path and its verdict at
+    the H100's 1.98 GHz, N5 area and fmax; a row from older RTL is marked, a (unit, node
+    count) without a run says how to make one."""
+    if not recs:
+        raise ReportError("table 'relay-units': no synth-unit record (records/synth-unit.json; "
+                          "make one with 'moehub synth-unit UNIT --nodes N', then "
+                          "'moehub report --collect synth-unit')")
+    rows = {(r["unit"], r["features"]["nodes"]): (r, rec) for _, rec in recs
+            for r in rec["data"]["rows"] if _g(r, "features", "relay")}
+    head = ["unit", "nodes × GPUs", "config", "GE", "flops", "SRAM bits", "deepest path",
+            "FO4 of logic", "N5 mm²", "N5 fmax GHz", "at 1.98 GHz"]
+    body = []
+    for unit, label in RELAY_UNIT_ROWS:
+        for n in sorted(set(RELAY_NODES) | {k[1] for k in rows if k[0] == unit}):
+            if (unit, n) not in rows:
+                body.append(_no_unit_row(f"{label}, {n} nodes",
+                                         f"moehub synth-unit {unit} --nodes {n}", len(head)))
+                continue
+            r, rec = rows[unit, n]
+            f, feat = _unit_figures(r), r["features"]
+            mark = " (older RTL)" if older(rec, "units", current) else ""
+            body.append([label + mark, f"{n} × {feat['gpus_per_node']}",
+                         f"`{r['config']}`: {feat['experts']} experts, {feat['max_targets']} "
+                         f"targets, window {feat['relay_window']}",
+                         f["GE"], f["flops"], f["SRAM bits"], f["deepest path"], f["FO4"],
+                         f["N5 mm²"], f["N5 fmax GHz"], f["at 1.98 GHz"]])
+    return _unit_table(head, body, recs)
 
 
 def _minutes(s: float) -> str:
@@ -1243,6 +1305,7 @@ TABLES = {
     **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
     "relay-ablation": ("study-relay", render_relay_ablation),
     "v2-units": ("synth-unit", render_v2_units),
+    "relay-units": ("synth-unit", render_relay_units),
     "soak": ("soak", render_soak),
     "csr-map": (None, render_csr_map),
 }

@@ -169,6 +169,47 @@ def global_gpu(cfg: HubConfig, node: int, rank: int) -> int:
     return node * cfg.node_gpus + rank
 
 
+# ------------------------------------------------------------------ configs
+def relay_config(cfg: HubConfig, nodes: int, gpus_per_node: int) -> HubConfig:
+    """The relay hub's config of a system of ``nodes`` nodes of ``gpus_per_node`` GPUs:
+    ``cfg`` is the hub config of one of its GPUs (``sources`` every GPU of the system,
+    ``max_targets`` the multicast row a relay implies); the forward class is sized as the
+    direct class, ``forward_tags`` = ``tags_per_source`` (ASSUMPTION; the contract needs
+    >= 1). The contract's checks apply (:class:`~moehub.spec.config.ConfigError`).
+
+    The one derivation of the co-simulation's relay layers
+    (:func:`moehub.cosim.systems.relay.check_layer`) and of ``moehub synth-unit --nodes``
+    (:func:`nodes_config`)."""
+    return cfg.replace(nodes=nodes, gpus_per_node=gpus_per_node, relay=True,
+                       forward_tags=cfg.tags_per_source)
+
+
+def nodes_config(cfg: HubConfig, nodes: int) -> HubConfig:
+    """The relay hub config of ``nodes`` nodes, each of ``cfg``'s GPUs, as the
+    co-simulation derives a multi-node layer's hub from the one-node config it starts from
+    (:func:`moehub.cosim.layer.derive_hub`, the multicast feature, :func:`relay_config`):
+    ``cfg`` is one node (``sources`` its GPUs, ``experts`` per GPU, so the model has
+    ``experts x sources`` experts); the hub hears from every GPU (``sources`` = ``nodes x
+    sources``), the model's experts are spread over them (``experts // GPUs`` per GPU, at
+    least 1), and the multicast row carries every expert of a token on one GPU
+    (``max_targets`` = min(experts, topk)). Named ``<cfg>_nodes-<nodes>``.
+
+    ValueError: ``nodes`` not an integer >= 2, or ``cfg`` already more than one node or a
+    relay config; ConfigError: the contract refuses the result (one expert per GPU: no
+    multicast row)."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2:
+        raise ValueError(f"nodes = {nodes!r}: a relay config needs an integer >= 2")
+    if cfg.nodes != 1 or cfg.relay:
+        raise ValueError(f"hub[{cfg.name}]: already {cfg.nodes} node(s) (relay = {cfg.relay}); "
+                         "the nodes are made from a one-node config")
+    gpn = cfg.node_gpus
+    gpus, model_experts = nodes * gpn, cfg.experts * gpn
+    experts = model_experts // gpus if gpus <= model_experts else 1
+    one = cfg.replace(sources=gpus, gpus_per_node=0, experts=experts,
+                      max_targets=min(experts, cfg.topk), name=f"{cfg.name}_nodes-{nodes}")
+    return relay_config(one, nodes, gpn)
+
+
 # ------------------------------------------------------------------ BF16
 def bf16_bits(x: float) -> int:
     """``x`` as BF16 bits (round to nearest, ties to even; NaN kept a NaN)."""

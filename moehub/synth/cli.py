@@ -186,8 +186,19 @@ def cmd_synth_unit(args) -> int:
     changes = _hub_changes(args)
     try:
         cfg = flow.synth_config(cfg.replace(**changes))
+    except (ValueError, ConfigError) as e:
+        raise UsageError("--set", " ".join(args.set or []) or "(none)", str(e)) from None
+    if args.nodes is not None:
+        from ..spec.relay import nodes_config
+        try:
+            cfg = nodes_config(cfg, args.nodes)
+        except (ValueError, ConfigError) as e:
+            raise UsageError("--nodes", args.nodes, f"{args.config}: {e}") from None
+    try:
         units.build(args.unit, cfg)._MustUse__silence = True      # (refused early: exit 2)
     except (ValueError, ConfigError) as e:
+        if args.unit in units.RELAY_UNITS and not cfg.relay:
+            raise UsageError("--nodes", "(none)", str(e)) from None
         raise UsageError("--set", " ".join(args.set or []) or "(none)", str(e)) from None
     try:
         r = units.run_unit(args.unit, cfg, args.out, args.clock_ns)
@@ -260,13 +271,19 @@ def add_parser(sub) -> None:
     t.set_defaults(func=cmd_table)
 
     u = sub.add_parser("synth-unit", help="synthesise one RTL unit on its own (protocol v2's page_pool, "
-                       "expert_counts, target_decode, multicast_allocator): area, deepest path, N5 projection")
+                       "expert_counts, target_decode, multicast_allocator; protocol v3's relay_control, "
+                       "reduce_unit with --nodes): area, deepest path, N5 projection")
     from .units import UNITS
     u.add_argument("unit", choices=sorted(UNITS))
     u.add_argument("--config", default="deepseek-v3-8gpu", help="hub config name or YAML path (default deepseek-v3-8gpu)")
     u.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="keys of the config: pool_pages=N, count_packets=1, max_targets=N, sources=N, "
                    "experts=N (repeatable)")
+    u.add_argument("--nodes", type=int_at_least(2), default=None, metavar="N",
+                   help="the relay config of N nodes of the config's GPUs, as the co-simulation "
+                   "derives a multi-node layer's hub (experts spread over N x sources GPUs, "
+                   "multicast, relay: true); the relay units need it; config named "
+                   "<config>_nodes-N")
     u.add_argument("--clock-ns", type=float_above(0), default=flow.DEFAULT_PERIOD_NS)
     u.add_argument("--out", default=None, help=f"output folder (default <build>/synth/unit-<unit>-<config>; <build> is {HELP})")
     u.set_defaults(func=cmd_synth_unit)

@@ -106,6 +106,15 @@ def fo4_budget(clock_GHz: float) -> Range:
     return Range(vals[2], vals[1], vals[0])
 
 
+def timing_verdict(fo4s: float, clock_GHz: float = H100_CLOCK_GHZ) -> str:
+    """A path of ``fo4s`` FO4 of logic at ``clock_GHz`` (default the H100's 1.98 GHz): PASS
+    within the projection's own budget (:func:`fo4_budget`, nominal), MARGINAL within
+    FACTS.md's rule of thumb (<= :data:`STAGE_RULE_FO4`) but not that budget, FAIL beyond
+    the rule."""
+    return ("PASS" if fo4s <= fo4_budget(clock_GHz).nominal else
+            "MARGINAL" if fo4s <= STAGE_RULE_FO4 else "FAIL")
+
+
 def logic_area_n5_mm2(area_um2_osu018: float) -> Range:
     ge = area_um2_osu018 / GE_UM2_OSU018
     return Range(*(ge * NAND2_N5_UM2 / u / 1e6 for u in UTILIZATION))
@@ -165,8 +174,7 @@ def line_rate(lanes: int, chunk_bytes: int, fo4s: float, target_GBps: float = NV
             "bandwidth_pass": bw_h100 >= target_GBps,
             "bandwidth_margin_pct": 100 * (bw_h100 / target_GBps - 1),
             "stage_fo4": fo4s, "budget_fo4": budget, "rule_fo4": STAGE_RULE_FO4,
-            "timing": ("PASS" if fo4s <= budget.nominal else
-                       "MARGINAL" if fo4s <= STAGE_RULE_FO4 else "FAIL"),
+            "timing": timing_verdict(fo4s),
             "timing_pass": fo4s <= STAGE_RULE_FO4,
             "fo4_margin": budget.nominal - fo4s,
             "rule_margin": STAGE_RULE_FO4 - fo4s,

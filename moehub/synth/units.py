@@ -7,6 +7,10 @@ path are measured here with exactly the hub's flow (Yosys + ABC on OSU 0.18 µm,
 the FO4 normalisation and the N5 projection of :mod:`moehub.synth.project`), the unit
 taking the hub's place as the top module. Results go to ``synth/unit-<unit>-<config>/``
 in the build folder (``report.json``: the same ``asic`` section as a hub's).
+
+Protocol v3's relay units (:data:`RELAY_UNITS`) take a relay config: ``moehub synth-unit
+--nodes N`` derives it from a one-node config as the co-simulation derives its relay
+layers' (:func:`moehub.spec.relay.nodes_config`; the config is named ``<config>_nodes-N``).
 """
 from __future__ import annotations
 
@@ -31,7 +35,15 @@ UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
          "event_expander": ("moehub.rtl.event_expander", "EventExpander"),
          # (the measured alternatives: no pre-rank stage; and the verdict per target)
          "multicast_allocator_same_cycle": ("moehub.rtl.multicast_allocator", "MulticastAllocatorSameCycle"),
-         "multicast_allocator_by_targets": ("moehub.rtl.multicast_allocator", "MulticastAllocatorByTargets")}
+         "multicast_allocator_by_targets": ("moehub.rtl.multicast_allocator", "MulticastAllocatorByTargets"),
+         # protocol v3 (relay configs: ``moehub synth-unit --nodes N``): the relay's control
+         # path (FIFO, forward unit, forward check, counters), its parts, the reduce's control
+         "relay_control": ("moehub.rtl.relay.hub", "RelayControl"),
+         "forward_unit": ("moehub.rtl.relay.forward_unit", "ForwardUnit"),
+         "forward_check": ("moehub.rtl.relay.forward_check", "ForwardCheck"),
+         "reduce_unit": ("moehub.rtl.relay.reduce_unit", "ReduceUnit")}
+#: the units of a relay config (``relay: true``, so ``nodes`` >= 2 and ``gpus_per_node``)
+RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit")
 
 
 def build(unit: str, cfg: HubConfig):
@@ -39,6 +51,10 @@ def build(unit: str, cfg: HubConfig):
     unit's feature)."""
     if unit not in UNITS:
         raise ValueError(f"unit {unit!r}: unknown (known: {', '.join(UNITS)})")
+    if unit in RELAY_UNITS and not cfg.relay:
+        raise ValueError(f"unit {unit!r} needs a relay config: hub[{cfg.name}] has relay = "
+                         f"{cfg.relay}, nodes = {cfg.nodes} (a relay hub needs relay: true, "
+                         "nodes >= 2 and gpus_per_node; moehub synth-unit --nodes N makes one)")
     mod, cls = UNITS[unit]
     return getattr(importlib.import_module(mod), cls)(cfg)
 
@@ -77,7 +93,9 @@ def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
 #: the file of a unit's run (``moehub report --collect synth-unit`` reads it)
 SUMMARY_JSON = "unit.json"
 #: the config keys a unit's row names (the features the units serve)
-FEATURE_KEYS = ("pool_pages", "max_targets", "count_packets", "sources", "experts")
+FEATURE_KEYS = ("pool_pages", "max_targets", "count_packets", "sources", "experts",
+                "nodes", "gpus_per_node", "relay", "forward_tags", "relay_window", "topk",
+                "token_bits")
 
 
 def write_summary(out_dir: Path, summary: dict, cfg: HubConfig) -> Path:

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...spec.config import ConfigError
-from ...spec.relay import reduce_hbm_bytes
+from ...spec.relay import reduce_hbm_bytes, relay_config
 from ...spec.timing import CREDIT_LATENCY
 from ..hub_stage import WRITE_DELAY, target_alloc
 from ..layer import Layer, SystemResult
@@ -94,8 +94,7 @@ def check_layer(L: Layer, cfg) -> object:
         raise ConfigError(f"hub features relay: system {L.sys.name!r} is one node "
                           f"({L.G} GPUs, gpus_per_node = {L.sys.gpus_per_node}); a relay hub "
                           "needs >= 2 nodes")
-    return cfg.replace(nodes=L.nodes, gpus_per_node=gpn, relay=True,
-                       forward_tags=cfg.tags_per_source)
+    return relay_config(cfg, L.nodes, gpn)
 
 
 @dataclass
