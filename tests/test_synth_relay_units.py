@@ -98,3 +98,24 @@ def test_synth_unit_nodes_synthesises_the_derived_config(no_synthesis, capsys):
     from moehub.synth.flow import synth_config
     assert unit == "reduce_unit" and cfg == nodes_config(synth_config(load_hub_config("deepseek-v3-8gpu")), 4)
     assert "reduce_unit (deepseek-v3-8gpu_nodes-4)" in capsys.readouterr().out
+
+
+def _meminit(memid: str, width: int, words: int, bit: str = "0") -> list:
+    return ['  attribute \\src "x.py:1"', "  cell $meminit_v2 $1", f'    parameter \\MEMID "\\\\{memid}"',
+            f"    parameter \\WIDTH {width}", f"    parameter \\WORDS {words}", "    connect \\ADDR {  }",
+            f"    connect \\DATA {width * words}'{bit * (width * words)}", f"    connect \\EN {width}'{'1' * width}",
+            "  end"]
+
+
+def test_only_the_zero_contents_of_macro_arrays_are_dropped():
+    """The reduce unit's records (nodes << token_bits words, zeros at start) reach Yosys
+    without their initial contents -- an SRAM macro has none; a small array (flops) and
+    non-zero contents keep theirs, and so does an array of another module."""
+    il = "\n".join(["module \\moehub", "  memory width 145 size 4096 \\mem", "  memory width 8 size 16 \\small",
+                    "  memory width 16 size 512 \\ones", *_meminit("mem", 145, 4096), *_meminit("small", 8, 16),
+                    *_meminit("ones", 16, 512, "1"), "end", "module \\other", "  memory width 8 size 16 \\mem",
+                    *_meminit("mem", 8, 16), "end"])
+    out = units.drop_macro_init(il)
+    assert out.count("$meminit_v2") == 3 and out.count('attribute \\src "x.py:1"') == 3
+    assert "145'" not in out and "parameter \\WORDS 4096" not in out
+    assert il.replace("\n".join(_meminit("mem", 145, 4096)) + "\n", "") == out

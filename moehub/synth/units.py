@@ -15,6 +15,7 @@ layers' (:func:`moehub.spec.relay.nodes_config`; the config is named ``<config>_
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 from .. import progress
@@ -73,7 +74,7 @@ def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
     with progress.stage(f"{label}: FO4 delay of the library (OpenSTA)", heartbeat=True):
         fo4_ns = fo4.measure(out_dir / "fo4")
     with progress.stage(f"{label}: RTL (Amaranth -> Verilog)", heartbeat=True):
-        v = verilog.write_verilog(cfg, out_dir, design)
+        v = verilog.write_verilog(cfg, out_dir, design, il_filter=drop_macro_init)
     mems = verilog.find_memories(v.read_text())
     macros = sram.select_macros(mems, sram.SRAM_MIN_BITS, sram.SRAM_MIN_DEPTH)
     res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sdc_header=sdc_header(cfg), label=label)
@@ -88,6 +89,46 @@ def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
                "out": str(out_dir)}
     write_summary(out_dir, summary, cfg)
     return summary
+
+
+_MEMORY = re.compile(r"\s*memory width (\d+) size (\d+) (\S+)")
+_MEMID = re.compile(r'\s*parameter \\MEMID "(.*)"')
+_DATA = re.compile(r"\s*connect \\DATA \d+'([01xz]*)$")
+
+
+def drop_macro_init(il: str) -> str:
+    """``il`` (RTLIL) without the all-zero initial contents (``$meminit_v2`` cells) of the
+    arrays that become SRAM macros (:func:`moehub.synth.sram.select_macros`): a macro has
+    no initial contents (the flow's macro map drops them), and an array of a million
+    words (the reduce unit's records: ``nodes << token_bits`` words) carries one constant
+    of that many bits through both Yosys runs, for minutes and gigabytes. Other arrays,
+    and initial contents other than zeros, are kept."""
+    lines = il.split("\n")
+    sizes, out, i, module = {}, [], 0, None
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("module "):
+            module = line.split()[1]
+        m = _MEMORY.match(line)
+        if m:
+            sizes[module, m[3]] = (int(m[1]), int(m[2]))
+        if line.lstrip().startswith("cell $meminit_v2 "):
+            end = next(j for j in range(i, len(lines)) if lines[j].strip() == "end")
+            block = lines[i:end + 1]
+            ids = [_MEMID.match(b) for b in block]
+            data = [_DATA.match(b) for b in block]
+            memid = next((x[1].replace("\\\\", "\\") for x in ids if x), None)
+            zeros = [d[1] for d in data if d]
+            size = sizes.get((module, memid))
+            if size and zeros and set(zeros[0]) <= {"0"} and sram.select_macros(
+                    [verilog.MemoryArray(module, memid, *size)]):
+                while out and out[-1].lstrip().startswith("attribute "):
+                    out.pop()                     # (the cell's own attributes)
+                i = end + 1
+                continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
 
 
 #: the file of a unit's run (``moehub report --collect synth-unit`` reads it)
