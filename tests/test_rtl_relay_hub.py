@@ -373,7 +373,7 @@ def test_relay_control_directed():
 
 def test_relay_hub_top():
     """The whole top: MoEHub's ports and the relay path's side by side, the directed cases
-    and one random run through the top's ports; the MoEHub inside is MoEHub(cfg)."""
+    through the top's ports; the MoEHub inside is MoEHub(cfg)."""
     hub, (log, verdicts, counters, overrun) = run_directed(RelayHub)
     assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
     members = hub.signature.members
@@ -384,6 +384,12 @@ def test_relay_hub_top():
     assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
     _check_directed(log, verdicts, counters, overrun, R2)
     assert _latency(log) == LATENCY
+
+
+@pytest.mark.slow
+def test_relay_hub_top_random():
+    """A random run through the whole top's ports (slow set: the MoEHub inside is simulated
+    every cycle, 11 s; the fast set runs the same bench on RelayControl alone)."""
     b = simulate(R2, 7, rows=80, node=1, rank=2, top=RelayHub)
     assert b.model.relay_rows > 20 and b.forwarded > 20
 
