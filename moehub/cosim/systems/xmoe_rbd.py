@@ -1,7 +1,7 @@
 """X-MoE's Redundancy-Bypassing Dispatch (RBD) as its code runs it: eager PyTorch over
 NCCL/RCCL all-to-all-v collectives, on the layer's GPUs.
 
-The mechanism (X-MoE, arXiv 2508.13337, Sec. 4.2 and Fig. 7; the X-MoE repository,
+The mechanism (X-MoE, arXiv 2508.13337, Fig. 7 and its RBD section; the X-MoE repository,
 ``deepspeed/moe/moe_rbd.py``, ``deepspeed/moe/v2opt/metadata.py``, ``v2opt/rbd.py``,
 ``v2opt/rbd_gating.py``, ``v2opt/a2a_single.py``, ``deepspeed/moe/layer.py``): of each
 (token, destination node) group of a token's experts one row, the *pilot*, crosses the
