@@ -315,7 +315,7 @@ class FluidNetwork:
                 return Curves(self, *out)
         rec_t, rec_f, rec_b, t_end, sent, steps, changes = K.simulate(
             *ev, self._ports, self.caps, self._tol, self.NONE, self._static_cap,
-            K.scratch(F, len(self.caps)), float(self.window_us),
+            K.scratch(self._ports, len(self.caps), self.NONE), float(self.window_us),
             float(self.window_rel) if self.window_us > 0 else 0.0, K.door_state(F),
             float(self.door_frac))
         self.stats = {"flows": F, "events": len(ev[0]), "steps": steps,

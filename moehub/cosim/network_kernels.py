@@ -24,50 +24,39 @@ EPS_B = 1e-6  #: bytes treated as zero (the same constant as :data:`.network._EP
 
 
 @njit(cache=True)
-def fair_rates(want_idx, order, caps, ports, port_caps, tol, none, rate, state):
-    """Max-min fair rates of the flows ``want_idx`` (increasing indices; ``order``: the
-    same flows by increasing cap) with per-flow caps ``caps`` (indexed by flow), written
-    into ``rate``.
-    ``state`` holds scratch arrays sized to the network (see :func:`scratch`).
+def fair_rates(n, order, caps, ports, port_caps, tol, none, rate, state):
+    """Max-min fair rates of the ``n`` flows held by the port index in ``state`` (the
+    wanted flows; ``order``: the same flows by increasing cap) with per-flow caps ``caps``
+    (indexed by flow), written into ``rate``. ``state``: :func:`scratch`, its index kept
+    by :func:`index_add` / :func:`index_remove` as flows start and stop wanting bandwidth.
 
     Bit-for-bit the numpy progressive filling (:meth:`FluidNetwork._fair_rates`): each step
     either freezes the flows whose cap lies within the next saturation level (their
     capacity taken per port in flow order, per port role, then summed p0 + p1 + p2) or
     raises the level by the smallest fair share ``rem / cnt`` of the used ports and
-    freezes every flow through a port that is now within ``tol`` of full."""
-    rem, cnt, acc0, acc1, acc2, start, fill, members, used, live = state
+    freezes every flow through a port that is now within ``tol`` of full.
+
+    The port -> wanted flows index is kept across calls, so a call costs O(ports) to
+    start instead of a pass over the flows; a flow is frozen by stamping it with the
+    call's number (the index is not touched). The sink ``none`` is not indexed: it never
+    saturates and its share is infinite, so leaving it out of the used ports changes
+    no minimum. The order in which one level's flows freeze does not matter (they all
+    take the level; the counts are integers)."""
+    rem, cnt, acc0, acc1, acc2, start, mlen, members, pos, used, dead, frozen, calls = state
+    calls[0] += 1
+    call = np.int32(calls[0])
     P = port_caps.shape[0]
-    n = want_idx.shape[0]
+    nu = 0
     for p in range(P):
         rem[p] = port_caps[p]
-        cnt[p] = 0
-    for j in range(n):
-        f = want_idx[j]
-        live[f] = True
-        cnt[ports[f, 0]] += 1
-        cnt[ports[f, 1]] += 1
-        cnt[ports[f, 2]] += 1
-    # port -> live flows (counting sort) and the list of used ports
-    nu = 0
-    s = 0
-    for p in range(P):
-        start[p] = s
-        fill[p] = s
-        s += cnt[p]
-        if cnt[p] > 0:
+        c = mlen[p]
+        cnt[p] = c
+        if c > 0:
             used[nu] = p
             nu += 1
-    start[P] = s
-    for j in range(n):
-        f = want_idx[j]
-        for r in range(3):
-            p = ports[f, r]
-            members[fill[p]] = f
-            fill[p] += 1
     ptr = 0
     n_live = n
     level = 0.0
-    frozen = np.empty(n, dtype=np.int64)
     while n_live > 0:
         # smallest fair share among the used ports (cnt > 0), compacting the list
         s_min = np.inf
@@ -82,14 +71,14 @@ def fair_rates(want_idx, order, caps, ports, port_caps, tol, none, rate, state):
                     s_min = v
         nu = k
         thr = s_min * (1 + 1e-12)
-        while not live[order[ptr]]:
+        while dead[order[ptr]] == call:
             ptr += 1
         if caps[order[ptr]] - level <= thr:          # some flows reach their caps first
             nf = 0
             j = ptr
             while j < n:
                 f = order[j]
-                if live[f]:
+                if dead[f] != call:
                     if caps[f] - level > thr:
                         break
                     frozen[nf] = f
@@ -115,10 +104,11 @@ def fair_rates(want_idx, order, caps, ports, port_caps, tol, none, rate, state):
             rem[none] = np.inf
             for q in range(nf):
                 f = fr[q]
-                live[f] = False
+                dead[f] = call
                 cnt[ports[f, 0]] -= 1
                 cnt[ports[f, 1]] -= 1
                 cnt[ports[f, 2]] -= 1
+            cnt[none] = 0
             n_live -= nf
         else:
             if not np.isfinite(s_min):
@@ -128,34 +118,109 @@ def fair_rates(want_idx, order, caps, ports, port_caps, tol, none, rate, state):
             for u in range(nu):
                 p = used[u]
                 rem[p] -= step * cnt[p]
+            # freeze the live flows of the saturated ports. An entry names the flow's
+            # other two ports (no look-up of the flow's ports), and the loop has no
+            # branch on whether the flow is still live (half of the entries are not:
+            # frozen through their other port; a mispredicted branch there cost more
+            # than the loop's loads)
             nf = 0
             for u in range(nu):
                 p = used[u]
                 if rem[p] <= tol[p]:
-                    for m in range(start[p], start[p + 1]):
-                        f = members[m]
-                        if live[f]:
-                            live[f] = False
-                            frozen[nf] = f
-                            nf += 1
+                    n0 = nf
+                    for m in range(start[p], start[p] + mlen[p]):
+                        f = members[m, 0]
+                        live = dead[f] != call
+                        dead[f] = call
+                        frozen[nf] = f
+                        nf += live
+                        cnt[members[m, 1]] -= live
+                        b = members[m, 2]
+                        if b != none:               # (the sink, for most flows)
+                            cnt[b] -= live
+                    cnt[p] -= nf - n0
             if nf == 0:
                 raise ValueError("progressive filling made no progress")
             for q in range(nf):
-                f = frozen[q]
-                rate[f] = level
-                cnt[ports[f, 0]] -= 1
-                cnt[ports[f, 1]] -= 1
-                cnt[ports[f, 2]] -= 1
+                rate[frozen[q]] = level
+            cnt[none] = 0
             n_live -= nf
     return rate
 
 
-def scratch(F: int, P: int) -> tuple:
-    """Scratch arrays of :func:`fair_rates` for F flows and P ports (allocated once a run)."""
+def scratch(ports: np.ndarray, P: int, none: int) -> tuple:
+    """State of :func:`fair_rates` for the flows ``ports`` (F x 3) on P ports (allocated
+    once a run): per-port scratch, the port -> wanted flows index (each port's slots,
+    sized by the flows that use it, hold its wanted flows first; ``pos``: a flow's slot
+    per role, -1 at the sink) and the per-flow freeze stamps."""
+    F = ports.shape[0]
+    real = ports[ports != none]
+    start = np.zeros(P + 1, dtype=np.int64)
+    start[1:] = np.cumsum(np.bincount(real, minlength=P))
     return (np.empty(P), np.zeros(P, dtype=np.int64), np.zeros(P), np.zeros(P), np.zeros(P),
-            np.empty(P + 1, dtype=np.int64), np.empty(P, dtype=np.int64),
-            np.empty(3 * F, dtype=np.int64), np.empty(P, dtype=np.int64),
-            np.zeros(F, dtype=np.bool_))
+            start, np.zeros(P, dtype=np.int64), np.empty((max(len(real), 1), 3), dtype=np.int32),
+            np.full((F, 3), -1, dtype=np.int64), np.empty(P, dtype=np.int64),
+            np.zeros(F, dtype=np.int32), np.empty(F + 1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+
+
+@njit(cache=True)
+def index_add(f, ports, none, state):
+    """Flow f now wants bandwidth: into the index of each of its ports (a port it uses in
+    two roles holds it twice, as it counts it twice)."""
+    start, mlen, members, pos = state[5], state[6], state[7], state[8]
+    for r in range(3):
+        p = ports[f, r]
+        if p != none:
+            m = start[p] + mlen[p]
+            members[m, 0] = f
+            members[m, 1] = ports[f, (r + 1) % 3]
+            members[m, 2] = ports[f, (r + 2) % 3]
+            pos[f, r] = m
+            mlen[p] += 1
+
+
+@njit(cache=True)
+def index_remove(f, ports, none, state):
+    """Flow f no longer wants bandwidth: out of its ports' index (the port's last entry
+    takes its slot)."""
+    start, mlen, members, pos = state[5], state[6], state[7], state[8]
+    for r in range(3):
+        p = ports[f, r]
+        if p != none:
+            m = pos[f, r]
+            last = start[p] + mlen[p] - 1
+            if last != m:
+                g = members[last, 0]
+                members[m, 0] = g
+                members[m, 1] = members[last, 1]
+                members[m, 2] = members[last, 2]
+                for r2 in range(3):
+                    if ports[g, r2] == p and pos[g, r2] == last:
+                        pos[g, r2] = m
+                        break
+            pos[f, r] = -1
+            mlen[p] -= 1
+
+
+@njit(cache=True)
+def _fair_rates_once(want_idx, order, caps, ports, port_caps, tol, none, state):
+    for j in range(want_idx.shape[0]):
+        index_add(want_idx[j], ports, none, state)
+    rate = np.zeros(ports.shape[0])
+    fair_rates(want_idx.shape[0], order, caps, ports, port_caps, tol, none, rate, state)
+    return rate
+
+
+def fair_rates_of(want: np.ndarray, caps: np.ndarray, ports: np.ndarray, port_caps: np.ndarray,
+                  tol: np.ndarray, none: int) -> np.ndarray:
+    """One call of :func:`fair_rates` outside the event loop (the tests compare it with
+    :meth:`FluidNetwork._fair_rates`): ``want`` a boolean per flow, ``caps`` per flow; the
+    rates of every flow (0 where not wanted)."""
+    want_idx = np.flatnonzero(want).astype(np.int64)
+    order = want_idx[np.argsort(caps[want_idx], kind="stable")]
+    state = scratch(ports, len(port_caps), none)
+    return _fair_rates_once(want_idx, order, np.asarray(caps, dtype=float), ports,
+                            np.asarray(port_caps, dtype=float), tol, none, state)
 
 
 @njit(cache=True)
@@ -174,13 +239,11 @@ def _sort_by(a, n, key):
 
 @njit(cache=True, inline="always")
 def _record(rec_t, rec_f, rec_b, n, t, f, b):
-    """Append the rate change (t, flow, bytes sent by then) at index n (growing the arrays)."""
-    if n >= rec_t.shape[0]:
-        rec_t, rec_f, rec_b = _grow(rec_t, n), _grow(rec_f, n), _grow(rec_b, n)
+    """Write the rate change (t, flow, bytes sent by then) at index n (room for it was
+    made by :func:`_reserve`)."""
     rec_t[n] = t
     rec_f[n] = f
     rec_b[n] = b
-    return rec_t, rec_f, rec_b
 
 
 @njit(cache=True, inline="always")
@@ -193,30 +256,41 @@ def _sample(rec_t, rec_f, rec_b, n, t, f, b, eps, door):
     one every point would give. ``door``: a row per flow (one cache line: the
     swing door is offered a point at almost every busy flow's step) of origin t, origin b,
     slope low, slope high, pending t, pending b and state (0 nothing kept, 1 origin only,
-    2 origin + pending). Inlined into the event loop: as a call that returned the record
-    arrays it cost more than the fair rates. Returns the record arrays and their new
-    length."""
+    2 origin + pending). Keeps at most one point; returns the record's new length.
+
+    Inlined into the event loop, and it neither takes a view of the door's row nor
+    returns the record arrays (they are grown before the loop, :func:`_reserve`): either
+    made numba count references (atomic operations) at every offered point, and with
+    ten thousand points offered per step at 128 GPUs that was a third of the loop."""
     if eps < 0.0:
-        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, t, f, b)
-        return rec_t, rec_f, rec_b, n + 1
-    d = door[f]
-    if d[6] == 0.0:
-        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, t, f, b)
-        d[0], d[1], d[2], d[3], d[6] = t, b, -np.inf, np.inf, 1.0
-        return rec_t, rec_f, rec_b, n + 1
-    dt = t - d[0]
+        _record(rec_t, rec_f, rec_b, n, t, f, b)
+        return n + 1
+    if door[f, 6] == 0.0:
+        _record(rec_t, rec_f, rec_b, n, t, f, b)
+        door[f, 0] = t
+        door[f, 1] = b
+        door[f, 2] = -np.inf
+        door[f, 3] = np.inf
+        door[f, 6] = 1.0
+        return n + 1
+    dt = t - door[f, 0]
     if dt <= 0.0:
-        return rec_t, rec_f, rec_b, n
-    if d[6] == 2.0 and not (d[2] <= (b - d[1]) / dt <= d[3]):
+        return n
+    if door[f, 6] == 2.0 and not (door[f, 2] <= (b - door[f, 1]) / dt <= door[f, 3]):
         # the line to this point misses an earlier one: keep the pending point
-        rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, d[4], f, d[5])
+        _record(rec_t, rec_f, rec_b, n, door[f, 4], f, door[f, 5])
         n += 1
-        d[0], d[1], d[2], d[3] = d[4], d[5], -np.inf, np.inf
-        dt = t - d[0]
-    d[2] = max(d[2], (b - eps - d[1]) / dt)
-    d[3] = min(d[3], (b + eps - d[1]) / dt)
-    d[4], d[5], d[6] = t, b, 2.0
-    return rec_t, rec_f, rec_b, n
+        door[f, 0] = door[f, 4]
+        door[f, 1] = door[f, 5]
+        door[f, 2] = -np.inf
+        door[f, 3] = np.inf
+        dt = t - door[f, 0]
+    door[f, 2] = max(door[f, 2], (b - eps - door[f, 1]) / dt)
+    door[f, 3] = min(door[f, 3], (b + eps - door[f, 1]) / dt)
+    door[f, 4] = t
+    door[f, 5] = b
+    door[f, 6] = 2.0
+    return n
 
 
 @njit(cache=True)
@@ -224,24 +298,31 @@ def _flush(rec_t, rec_f, rec_b, n, door):
     """Keep every flow's pending swing-door point (the end of the run)."""
     for f in range(door.shape[0]):
         if door[f, 6] == 2.0:
-            rec_t, rec_f, rec_b = _record(rec_t, rec_f, rec_b, n, door[f, 4], f, door[f, 5])
+            rec_t, rec_f, rec_b = _reserve(rec_t, rec_f, rec_b, n + 1)
+            _record(rec_t, rec_f, rec_b, n, door[f, 4], f, door[f, 5])
             n += 1
             door[f, 6] = 1.0
     return rec_t, rec_f, rec_b, n
 
 
+@njit(cache=True)
+def _reserve(rec_t, rec_f, rec_b, need):
+    """The record arrays with room for ``need`` points (doubled when they grow)."""
+    if need <= rec_t.shape[0]:
+        return rec_t, rec_f, rec_b
+    m = max(need, 2 * rec_t.shape[0] + 16)
+    a = np.empty(m)
+    a[:rec_t.shape[0]] = rec_t
+    b = np.empty(m, dtype=rec_f.dtype)
+    b[:rec_f.shape[0]] = rec_f
+    c = np.empty(m)
+    c[:rec_b.shape[0]] = rec_b
+    return a, b, c
+
+
 def door_state(F: int) -> np.ndarray:
     """The swing door's per-flow state for :func:`_sample` (F flows, a padded row each)."""
     return np.zeros((F, 8))
-
-
-@njit(cache=True)
-def _grow(a, n):
-    if n < a.shape[0]:
-        return a
-    b = np.empty(2 * a.shape[0] + 16, dtype=a.dtype)
-    b[:a.shape[0]] = a
-    return b
 
 
 @njit(cache=True)
@@ -282,9 +363,9 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
     busy = np.empty(F, dtype=np.int64)        # flows with bytes, an inflow or a rate
     by_cap = np.empty(F, dtype=np.int64)      # the same flows by cap
     nb = 0
-    want = np.empty(F, dtype=np.int64)
     want_by_cap = np.empty(F, dtype=np.int64)
     wanted = np.zeros(F, dtype=np.bool_)
+    indexed = np.zeros(F, dtype=np.bool_)     # flow is in the fair rates' port index
     queued = np.zeros(F, dtype=np.bool_)
     drain = np.zeros(F, dtype=np.bool_)
     rec_t = np.empty(1024)
@@ -332,8 +413,13 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
             new_rate[i] = 0.0
             wanted[i] = act and capv[i] > 0
             if wanted[i]:
-                want[nw] = i
                 nw += 1
+            if wanted[i] != indexed[i]:          # the port index follows the wanted set
+                if wanted[i]:
+                    index_add(i, ports, none, state)
+                else:
+                    index_remove(i, ports, none, state)
+                indexed[i] = wanted[i]
         if k >= n_ev and n_act == 0:
             break
         _sort_by(by_cap, nb, capv)
@@ -342,12 +428,14 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
             if wanted[by_cap[j]]:
                 want_by_cap[m] = by_cap[j]
                 m += 1
-        fair_rates(want[:nw], want_by_cap[:nw], capv, ports, port_caps, tol, none, new_rate, state)
+        fair_rates(nw, want_by_cap[:nw], capv, ports, port_caps, tol, none, new_rate, state)
         n_steps += 1
         thin = window > 0.0 and door_frac >= 0.0
         w_t = max(window, window_rel * abs(t)) * door_frac
         # record the rate changes; find the next event: an injection boundary or a queue
         # draining (one pass over the busy flows)
+        # room for this step's points (at most one per busy flow in each of the two loops)
+        rec_t, rec_f, rec_b = _reserve(rec_t, rec_f, rec_b, n_chg + 2 * nb + 2)
         t_next = ev_t[k] if k < n_ev else np.inf
         d_min = np.inf
         n_drain = 0
@@ -356,8 +444,7 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
             i = busy[j]
             if abs(new_rate[i] - rate[i]) > 1e-12:
                 eps = w_t * min(rate[i], new_rate[i]) if thin else -1.0
-                rec_t, rec_f, rec_b, n_chg = _sample(rec_t, rec_f, rec_b, n_chg, t, i, sent[i],
-                                                     eps, door)
+                n_chg = _sample(rec_t, rec_f, rec_b, n_chg, t, i, sent[i], eps, door)
                 n_offered += 1
             rate[i] = new_rate[i]
             net = rate[i] - inrate[i]
@@ -390,8 +477,7 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
                 at = sent[i] + rate[i] * x
                 eps = (max(window, window_rel * abs(t)) * door_frac * min(rate[i], inrate[i])
                        if door_frac >= 0.0 else -1.0)
-                rec_t, rec_f, rec_b, n_chg = _sample(rec_t, rec_f, rec_b, n_chg, t + x, i, at,
-                                                     eps, door)
+                n_chg = _sample(rec_t, rec_f, rec_b, n_chg, t + x, i, at, eps, door)
                 n_offered += 1
                 sent[i] = at + inrate[i] * (dt - x)
                 backlog[i] = 0.0
@@ -410,6 +496,9 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
                 keep += 1
             else:
                 listed[i] = False
+                if indexed[i]:
+                    index_remove(i, ports, none, state)
+                    indexed[i] = False
         keep2 = 0
         for j in range(nb):
             if listed[by_cap[j]]:
