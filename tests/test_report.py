@@ -881,11 +881,11 @@ def test_collect_and_render_the_relay_units(tmp_path):
     assert lines[3].startswith("| forward unit, 2 nodes | no record:")
     assert lines[9].startswith("| reduce unit | 2 × 8 |") and lines[9].endswith("**FAIL** (30.0 of 22.2 FO4) |")
     assert len(lines) == 12 and "`records/synth-unit.json`" in text and "older RTL" not in text
-    assert "abc1234" not in text
+    assert "abc1234" not in text and "`moehub synth-unit UNIT --nodes N`, 2026-12-05 04:22 UTC" in text
     older = report.render_relay_units(report.load_records(tmp_path / "records", "synth-unit"), "other")
     assert older.count("(older RTL)") == 3
     v2 = report.render("v2-units", tmp_path / "records")
-    assert "relay" not in v2 and v2.count("no record") == 5
+    assert "relay" not in v2 and v2.count("no record") == 5 and "2026-12-05 03:10 UTC" in v2
     with pytest.raises(report.ReportError, match="relay-units.*no synth-unit record.*--nodes N"):
         report.render("relay-units", tmp_path / "nothing")
 

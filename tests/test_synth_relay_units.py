@@ -119,3 +119,17 @@ def test_only_the_zero_contents_of_macro_arrays_are_dropped():
     assert out.count("$meminit_v2") == 3 and out.count('attribute \\src "x.py:1"') == 3
     assert "145'" not in out and "parameter \\WORDS 4096" not in out
     assert il.replace("\n".join(_meminit("mem", 145, 4096)) + "\n", "") == out
+
+
+def test_an_array_past_yosys_constant_limit_is_a_macro_without_init():
+    """A macro's INIT parameter is depth x width bits, past 2^24 more than Yosys' Verilog
+    frontend takes: the reduce unit's records of two nodes (131,072 x 145 bits) are
+    declared ``init none``; the hub's arrays keep ``init any``."""
+    from moehub.synth import sram
+    from moehub.synth.verilog import MemoryArray
+    records = MemoryArray("moehub", "mem", 145, 2 << 16)
+    pool = MemoryArray("moehub", "returned", 11, 1055)
+    assert records.bits > sram.YOSYS_MAX_CONST_BITS >= pool.bits
+    lib = sram.memlib([records, pool])
+    assert lib.count("init none;") == 1 and lib.count("init any;") == 1
+    assert lib.index("init none;") < lib.index("$__MOEHUB_SRAM_1055X11_")

@@ -1182,11 +1182,19 @@ def _unit_figures(r: dict) -> dict:
             "at 1.98 GHz": f"**{timing_verdict(r['fo4'])}** ({r['fo4']:.1f} of {budget:.1f} FO4)"}
 
 
-def _unit_table(head: list, rows: list, recs: list) -> str:
-    """A table of units: ``head`` and ``rows`` (lists of cells), the records' caption."""
+def _unit_table(head: list, rows: list, recs: list, shown: list, command: str | None = None) -> str:
+    """A table of units: ``head`` and ``rows`` (lists of cells), the records' caption, each
+    record dated by the latest run of the rows ``shown`` from it (``[(row, record)]``: the
+    v2 and the relay units share one record, each table its own runs) and named by
+    ``command`` where given (the record's generic command line, made specific)."""
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(cells) + " |" for cells in rows]
-    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+    dated = []
+    for name, rec in recs:
+        runs = [r["started"] for r, of in shown if of is rec and r.get("started")]
+        dated.append((name, {**rec, "date": max(runs) if runs else rec["date"],
+                             "command": command or rec["command"]}))
+    return "\n".join(out) + "\n\n" + caption(dated) + "\n"
 
 
 def _no_unit_row(label: str, command: str, cells: int) -> list:
@@ -1211,7 +1219,7 @@ def render_v2_units(recs: list, current: str) -> str:
         mark = " (older RTL)" if older(rec, "units", current) else ""
         body.append([label + mark, _unit_config(r), f["GE"], f["N5 mm²"], f["deepest path"],
                      f["FO4"], f["N5 fmax GHz"]])
-    return _unit_table(head, body, recs)
+    return _unit_table(head, body, recs, [rows[u] for u, _ in V2_UNITS if u in rows])
 
 
 #: protocol v3's relay units' table: (unit, label) in the table's order, and the node
@@ -1249,7 +1257,7 @@ def render_relay_units(recs: list, current: str) -> str:
                          f"targets, window {feat['relay_window']}",
                          f["GE"], f["flops"], f["SRAM bits"], f["deepest path"], f["FO4"],
                          f["N5 mm²"], f["N5 fmax GHz"], f["at 1.98 GHz"]])
-    return _unit_table(head, body, recs)
+    return _unit_table(head, body, recs, list(rows.values()), "moehub synth-unit UNIT --nodes N")
 
 
 def _minutes(s: float) -> str:

@@ -12,7 +12,8 @@ Files written for one design:
 
 * ``sram.memlib`` -- the ``memory_libmap`` library: one block per macro with exactly the
   array's width and address bits, ``init any`` (Amaranth emits initial values; the hub
-  clears its counters itself, TOOLCHAIN.md pitfalls 5 and 7), read enable, no
+  clears its counters itself, TOOLCHAIN.md pitfalls 5 and 7; an array over
+  :data:`YOSYS_MAX_CONST_BITS` bits ``init none``), read enable, no
   read-during-write transparency (Yosys adds the bypass logic, as a real design must);
 * ``sram_map.v`` -- techmap from Yosys' ``$__MOEHUB_SRAM_*`` cells to the macro modules;
 * ``sram_bb.v`` -- black-box declarations for synthesis;
@@ -31,6 +32,10 @@ SRAM_MIN_BITS = 2048
 SRAM_MIN_DEPTH = 64
 SRAM_ACCESS_FO4 = 15.0
 SRAM_SETUP_FO4 = 2.0
+#: the widest constant Yosys' Verilog frontend takes (its "implementation limit"): a
+#: macro's ``INIT`` parameter is depth x width bits, so a larger array is declared
+#: ``init none`` (it must come without initial contents: :func:`moehub.synth.units.drop_macro_init`)
+YOSYS_MAX_CONST_BITS = 1 << 24
 
 
 def macro_name(mem: MemoryArray) -> str:
@@ -61,7 +66,7 @@ def memlib(macros: list[MemoryArray]) -> str:
     abits {abits(m)};
     width {m.width};
     cost 1;
-    init any;
+    init {"any" if m.bits <= YOSYS_MAX_CONST_BITS else "none"};
     port sr "R" {{
         clock posedge;
         rden;
