@@ -272,7 +272,8 @@ def add_parser(sub) -> None:
 
     u = sub.add_parser("synth-unit", help="synthesise one RTL unit on its own (protocol v2's page_pool, "
                        "expert_counts, target_decode, multicast_allocator; protocol v3's relay_control, "
-                       "reduce_unit with --nodes): area, deepest path, N5 projection")
+                       "forward_unit, forward_check, reduce_unit with --nodes N): area, deepest path, "
+                       "N5 projection")
     from .units import UNITS
     u.add_argument("unit", choices=sorted(UNITS))
     u.add_argument("--config", default="deepseek-v3-8gpu", help="hub config name or YAML path (default deepseek-v3-8gpu)")
