@@ -12,22 +12,33 @@ model's to the bit (:class:`moehub.spec.relay.ReduceModel`: ``float32(w * y)``, 
 ``float32(acc + term)``, then the BF16 rounding; :mod:`.fp`).
 
 Width: ``elements`` BF16 elements a beat, by default a chunk of the hub's data path
-(``data_bits / 16``): the datapath keeps up with the packet lane it sits behind. Two
-stages, a beat a cycle, stalled as a whole by the output (a beat taken in cycle c leaves
-in c + 2 when the output is ready): the product and its rounding, then the sum, its
-rounding and the BF16 rounding.
+(``data_bits / 16``): the datapath keeps up with the packet lane it sits behind. A beat a
+cycle through :data:`STEPS` (the product, its rounding, the sum, its rounding, the BF16
+rounding: :mod:`.fp`'s steps), with a register after each step named in :data:`CUTS` and
+at the output; the whole pipeline stalls when the output is not ready (a beat taken in
+cycle c leaves in c + :data:`LATENCY`, the output ready). The cuts are where synthesis put
+the deepest paths (``moehub synth-unit reduce_element``): each step is a few gate levels
+of one kind -- a multiply, a priority encode, a barrel shift, a 28-bit add, an increment.
 """
-from amaranth import Module, Signal
+from amaranth import Module, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
 from ...spec.formats import WEIGHT_BITS
-from .fp import bf16_of, bf16_product, fp32_sum
+from . import fp
 from .reduce_unit import Op
 
+#: the steps of a beat, in order (each one of :mod:`.fp`'s, on each element)
+ROUND = ("lead", "expo", "normalize", "subshift", "round_up", "pack")
+STEPS = ("product", "product_sum", *ROUND, "order", "align", "add_lo", "add_hi", *ROUND, "select")
+#: the steps a register follows (indexes into STEPS): every one but the product's expo --
+#: the 18-bit product's normalize fits in the same cycle (each other cut left out, one at
+#: a time, made the deepest stage 22-31 FO4 against 21.5: ``moehub synth-unit
+#: reduce_element``); the output is registered too
+CUTS = frozenset(range(len(STEPS) - 1)) - {STEPS.index("expo")}
 #: cycles from a beat in to its result out (the output ready)
-LATENCY = 2
+LATENCY = len(CUTS) + 1
 
 
 def beat_layouts(elements: int) -> tuple:
@@ -60,31 +71,62 @@ class ReduceDatapath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n = self.elements
         en = Signal(name="advance")                  # the pipeline moves (the output free)
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
-        # stage 1: the products w y, rounded to FP32; the beat's kind and accumulator along
         beat, out = self.i.payload, self.o.payload
-        v1, kind1 = Signal(name="v1"), Signal(3, name="kind1")
-        term1 = [Signal(32, name=f"term1_{j}") for j in range(n)]
-        acc1 = [Signal(32, name=f"acc1_{j}") for j in range(n)]
-        prods = [bf16_product(m, beat.weight, beat.y[j], f"prod_{j}") for j in range(n)]
-        # stage 2: the new accumulator by the kind, and its BF16 rounding
-        new = [Signal(32, name=f"new_{j}") for j in range(n)]
-        for j in range(n):
-            s = fp32_sum(m, acc1[j], term1[j], f"sum_{j}")
-            with m.Switch(kind1):
-                with m.Case(Op.WRITE, Op.ONLY):
-                    m.d.comb += new[j].eq(term1[j])
-                with m.Case(Op.FLUSH):
-                    m.d.comb += new[j].eq(acc1[j])
-                with m.Default():
-                    m.d.comb += new[j].eq(s)
-        rows = [bf16_of(m, new[j], f"bf16_{j}") for j in range(n)]
+        ctl = {"valid": self.i.valid, "kind": beat.kind}
+        lanes = [{"w": beat.weight, "y": beat.y[j], "acc": beat.acc[j]} for j in range(self.elements)]
+        for k, step in enumerate(STEPS):
+            lanes = [self._step(m, step, d, ctl["kind"], f"e{j}_s{k}") for j, d in enumerate(lanes)]
+            if k in CUTS:
+                ctl = _register(m, en, ctl, f"s{k}")
+                lanes = [_register(m, en, d, f"e{j}_s{k}") for j, d in enumerate(lanes)]
         with m.If(en):
-            m.d.sync += [v1.eq(self.i.valid), kind1.eq(beat.kind),
-                         self.o.valid.eq(v1), out.kind.eq(kind1)]
-            for j in range(n):
-                m.d.sync += [term1[j].eq(prods[j]), acc1[j].eq(beat.acc[j]),
-                             out.acc[j].eq(new[j]), out.row[j].eq(rows[j])]
+            m.d.sync += [self.o.valid.eq(ctl["valid"]), out.kind.eq(ctl["kind"])]
+            for j, d in enumerate(lanes):
+                m.d.sync += [out.acc[j].eq(d["new"]), out.row[j].eq(fp.bf16(m, d["new"], f"e{j}_bf16"))]
         return m
+
+    @staticmethod
+    def _step(m, step: str, d: dict, kind, name: str) -> dict:
+        """One step on one element's values: the step's outputs, and the operands later
+        steps still need (the accumulator; the rounded product once it exists)."""
+        keep = {k: d[k] for k in ("acc", "term") if k in d}
+        if step == "pack" and "term" not in d:             # the product's rounding
+            return {"acc": d["acc"], "term": fp.pack(m, d, name)["bits"]}
+        if step == "pack":                                 # the sum's
+            return {**keep, "sum": fp.pack(m, d, name)["bits"]}
+        if step == "order":
+            return {**keep, **fp.order(m, {"a": d["acc"], "b": d["term"]}, name)}
+        if step == "select":
+            new = Signal(32, name=f"{name}_new")
+            with m.Switch(kind):
+                with m.Case(Op.WRITE, Op.ONLY):
+                    m.d.comb += new.eq(d["term"])
+                with m.Case(Op.FLUSH):
+                    m.d.comb += new.eq(d["acc"])
+                with m.Default():
+                    m.d.comb += new.eq(d["sum"])
+            return {"new": new}
+        return {**keep, **getattr(fp, step)(m, d, name)}
+
+
+def _register(m: Module, en, values: dict, name: str) -> dict:
+    """Each value of ``values`` through a register loaded while ``en``."""
+    out = {}
+    for key, v in values.items():
+        v = Value.cast(v)
+        reg = Signal(v.shape(), name=f"{name}_{key}")
+        with m.If(en):
+            m.d.sync += reg.eq(v)
+        out[key] = reg
+    return out
+
+
+class ReduceElement(ReduceDatapath):
+    """One element of the datapath (``moehub synth-unit reduce_element``): its deepest
+    stage is the datapath's, and the datapath's area is its area times ``data_bits / 16``
+    (the elements share only the beat's kind, weight and valid)."""
+
+    def __init__(self, cfg: HubConfig):
+        super().__init__(cfg, 1)

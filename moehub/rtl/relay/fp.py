@@ -8,12 +8,30 @@ the model and the RTL must agree row for row, so the datapath computes exactly t
 on x86 does not flush), overflow to infinity, every NaN result the canonical quiet NaN
 ``0x7FC00000`` (the model's NaN bits are the host's; a NaN is compared as a NaN).
 
-Every value is handled as an exact *integer significand and exponent* (value = m x 2**e)
-until one rounding step, :func:`round_fp32`, packs it: the product of two BF16 numbers is
-exact in 16 bits (8 x 8), and the sum is exact with the smaller operand aligned into three
-bits below the larger's (guard, round and a sticky OR of what shifts out), which is all
-round to nearest even needs. The functions build combinational Amaranth expressions; the
-datapath (:mod:`.accumulate`) puts registers between them.
+Every value is handled as an exact *integer significand and exponent* (value = sig x
+2**exp) until one rounding: the product of two BF16 numbers is exact in 16 bits (8 x 8),
+and the sum is exact with the smaller addend aligned into three bits below the larger's
+(guard, round and a sticky OR of what shifts out), which is all round to nearest even
+needs. A special result (NaN, infinity, an infinite operand passed through) is decided
+early and carried beside the finite path as ``special``/``special_bits``.
+
+Each function is one *step* of combinational logic from a dict of values to a dict of
+values (the names below); the datapath (:mod:`.accumulate`) registers the whole dict
+between steps, so where the pipeline is cut is a list, not code inside the arithmetic:
+
+* :func:`product` (w, y -> two halves of the product), :func:`product_sum` (-> an
+  unrounded value),
+* :func:`order` (a, b -> which is larger, how far apart), :func:`align` (the smaller
+  shifted), :func:`add_lo`, :func:`add_hi` (the sum in two halves -> an unrounded
+  value),
+* :func:`lead` (the leading one), :func:`expo` (the exponent it gives, the shifts),
+  :func:`normalize`, :func:`subshift` (further right for a subnormal), :func:`round_up`,
+  :func:`pack` (rounded in two halves, packed: FP32 bits), :func:`bf16` (the BF16 rounding of FP32 bits, as the
+  model's).
+
+An *unrounded value* is ``sign``, ``sig`` (an unsigned integer whose lowest bit may be a
+sticky OR of lower bits, at least two bits below the rounding point), ``exp`` (signed),
+``special``, ``special_bits``.
 """
 from __future__ import annotations
 
@@ -25,22 +43,116 @@ from ..logic import select
 BIAS, FRAC, BF16_FRAC = 127, 23, 7
 #: the canonical quiet NaN every NaN result is
 QNAN = 0x7FC00000
-#: the width of the exponent the functions carry (signed: products of two tiny numbers
-#: fall far below FP32's range before rounding)
+#: the width of the exponent carried (signed: a product of two tiny numbers falls far
+#: below FP32's range before rounding)
 EXP_BITS = 11
+#: significand widths of the unrounded values: a product (16 bits and two zero guard
+#: bits), a sum (24 bits, 3 below, a carry)
+PRODUCT_SIG, SUM_SIG = 18, 28
 
 
 def _unpack(m: Module, bits, frac: int, name: str):
-    """(sign, significand, exponent, is_nan, is_inf) of an IEEE number of ``frac`` fraction
-    bits and an 8-bit exponent; value = significand x 2**exponent for the finite ones
-    (a subnormal's significand has no hidden bit and the exponent of the smallest normal)."""
+    """(sign, significand, biased exponent, is_nan, is_inf) of an IEEE number of ``frac``
+    fraction bits and an 8-bit exponent; value = significand x 2**(biased - BIAS - frac)
+    for the finite ones (a subnormal's significand has no hidden bit and the biased
+    exponent of the smallest normal, 1)."""
     e_field, f_field = bits[frac:frac + 8], bits[:frac]
     sig = Signal(frac + 1, name=f"{name}_sig")
-    exp = Signal(signed(EXP_BITS), name=f"{name}_exp")
+    biased = Signal(8, name=f"{name}_biased")
     m.d.comb += [sig.eq(Mux(e_field == 0, f_field, Cat(f_field, Const(1, 1)))),
-                 exp.eq(Mux(e_field == 0, 1, e_field) - BIAS - frac)]
+                 biased.eq(Mux(e_field == 0, 1, e_field))]
     top = e_field == 0xFF
-    return bits[frac + 8], sig, exp, top & (f_field != 0), top & (f_field == 0)
+    return bits[frac + 8], sig, biased, top & (f_field != 0), top & (f_field == 0)
+
+
+def _inf(sign):
+    return Cat(Const(0, 23), Const(0xFF, 8), sign)
+
+
+def product(m: Module, d: dict, name: str) -> dict:
+    """``w`` x ``y`` (BF16 bits), exact (8 x 8 significand bits), as two partial products
+    (``y``'s low and high four bits) for :func:`product_sum`; a NaN operand or infinity x 0
+    a NaN, infinity x finite an infinity."""
+    sw, mw, ew, nw, iw = _unpack(m, d["w"], BF16_FRAC, f"{name}_w")
+    sy, my, ey, ny, iy = _unpack(m, d["y"], BF16_FRAC, f"{name}_y")
+    sign = sw ^ sy
+    zero_w, zero_y = (mw == 0), (my == 0)
+    nan = nw | ny | (iw & zero_y) | (iy & zero_w)
+    exp = Signal(signed(EXP_BITS), name=f"{name}_exp")
+    m.d.comb += exp.eq(ew + ey - 2 * (BIAS + BF16_FRAC) - 2)
+    # (the 8 x 8 significands' product as two 8 x 4 halves, added by the next step)
+    return {"sign": sign, "pp_lo": mw * my[:4], "pp_hi": mw * my[4:], "exp": exp,
+            "special": nan | iw | iy, "special_bits": Mux(nan, QNAN, _inf(sign))}
+
+
+def product_sum(m: Module, d: dict, name: str) -> dict:
+    """The product's two halves added: its exact significand (two zero guard bits below)."""
+    sig = Signal(PRODUCT_SIG, name=f"{name}_sig")
+    m.d.comb += sig.eq(Cat(Const(0, 2), d["pp_lo"] + (d["pp_hi"] << 4)))
+    return {**{k: d[k] for k in ("sign", "exp", "special", "special_bits")}, "sig": sig}
+
+
+def order(m: Module, d: dict, name: str) -> dict:
+    """FP32 bits ``a`` and ``b``: the sign, significand and exponent of the one of the
+    larger exponent (``hi``), the other's significand and how far apart they are, whether
+    they add; the special results (a NaN; infinity - infinity a NaN;
+    an infinity passed)."""
+    a, b = d["a"], d["b"]
+    sa, ma, ea, na, ia = _unpack(m, a, FRAC, f"{name}_a")
+    sb, mb, eb, nb, ib = _unpack(m, b, FRAC, f"{name}_b")
+    # (by exponent alone: with equal exponents the smaller may come first, and add()
+    # takes the difference that is not negative -- no significand compare here)
+    a_big = Signal(name=f"{name}_a_big")
+    diff = Signal(8, name=f"{name}_diff")
+    m.d.comb += [a_big.eq(ea >= eb), diff.eq(Mux(a_big, ea - eb, eb - ea))]
+    nan = na | nb | (ia & ib & (sa != sb))
+    return {"s_hi": Mux(a_big, sa, sb), "same": sa == sb, "m_hi": Mux(a_big, ma, mb),
+            "e_hi": Mux(a_big, ea, eb), "m_lo": Mux(a_big, mb, ma), "diff": diff,
+            "special": nan | ia | ib, "special_bits": Mux(nan, QNAN, Mux(ia, a, b))}
+
+
+def align(m: Module, d: dict, name: str) -> dict:
+    """The addends three bits below the larger exponent's last: ``hi``'s significand, the
+    other's shifted right by ``diff`` (capped at 27: beyond, all of it is sticky) with a
+    sticky OR of what left; and, for a difference, whether the other is the larger
+    (``neg``: only with equal exponents, nothing shifted), formed beside the shift."""
+    lo_full = Signal(54, name=f"{name}_lo_full")
+    dist = Mux(d["diff"] > 27, 27, d["diff"][:5])
+    m.d.comb += lo_full.eq(Cat(Const(0, 27), d["m_lo"] << 3) >> dist)
+    return {**{k: d[k] for k in ("s_hi", "same", "e_hi", "special", "special_bits")},
+            "hi3": d["m_hi"] << 3, "lo3": Cat(lo_full[27] | (lo_full[:27] != 0), lo_full[28:54]),
+            "neg": ~d["same"] & (d["diff"] == 0) & (d["m_lo"] > d["m_hi"])}
+
+
+#: the bits of the sum's first half (add_lo), its carry into the second (add_hi)
+HALF = 14
+
+
+def add_lo(m: Module, d: dict, name: str) -> dict:
+    """The first half of the addends' exact sum: the larger minus the smaller for a
+    difference (``x + ~y + 1``), the sum otherwise; its low bits and carry out."""
+    x = Mux(d["neg"], d["lo3"], d["hi3"])
+    y = Mux(d["neg"], d["hi3"], d["lo3"])
+    y = Mux(d["same"], y, ~y)[:SUM_SIG - 1]
+    low = Signal(HALF + 1, name=f"{name}_low")
+    m.d.comb += low.eq(x[:HALF] + y[:HALF] + ~d["same"])
+    return {**{k: d[k] for k in ("s_hi", "same", "neg", "e_hi", "special", "special_bits")},
+            "low": low, "x_hi": x[HALF:], "y_hi": y[HALF:]}
+
+
+def add_hi(m: Module, d: dict, name: str) -> dict:
+    """The second half, with the first's carry: the exact sum (to the sticky bit) as an
+    unrounded value; its sign ``hi``'s, or the other's when it was the larger; an exact
+    zero of two opposite signs is +0 (round to nearest), of two equal signs keeps it
+    (``zero_sign``, chosen by :func:`lead`, which tests for zero anyway)."""
+    high = Signal(SUM_SIG - HALF, name=f"{name}_high")
+    m.d.comb += high.eq(d["x_hi"] + d["y_hi"] + d["low"][HALF])
+    exp = Signal(signed(EXP_BITS), name=f"{name}_exp")
+    m.d.comb += exp.eq(d["e_hi"] - (BIAS + FRAC) - 3)
+    # (a difference's carry out of the top is dropped: the result is not negative)
+    return {"sign": d["s_hi"] ^ d["neg"], "zero_sign": d["s_hi"] & d["same"],
+            "sig": Cat(d["low"][:HALF], high[:-1], high[-1] & d["same"]), "exp": exp,
+            "special": d["special"], "special_bits": d["special_bits"]}
 
 
 def leading_one(m: Module, x, name: str):
@@ -52,106 +164,97 @@ def leading_one(m: Module, x, name: str):
     return pos
 
 
-def round_fp32(m: Module, sign, sig, exp, name: str):
-    """FP32 bits of sign x ``sig`` x 2**``exp`` (``sig`` an unsigned integer whose lowest bit
-    may be a sticky OR of lower bits, at least two bits below the rounding point), rounded
-    to nearest, ties to even; below the normal range a subnormal (or zero), above it an
-    infinity; ``sig`` = 0 is a zero of ``sign``."""
-    w = len(sig)
-    p = leading_one(m, sig, f"{name}_lead")
-    # exponent of the leading bit, and the extra right shift a subnormal takes
+def lead(m: Module, d: dict, name: str) -> dict:
+    """An unrounded value's leading one (``p``) and whether it is zero (a zero sum takes
+    ``zero_sign``)."""
+    zero = d["sig"] == 0
+    sign = Mux(zero, d["zero_sign"], d["sign"]) if "zero_sign" in d else d["sign"]
+    return {**{k: v for k, v in d.items() if k != "zero_sign"}, "sign": sign,
+            "p": leading_one(m, d["sig"], f"{name}_lead"), "zero": zero}
+
+
+def expo(m: Module, d: dict, name: str) -> dict:
+    """From the leading one: the left shift that normalises the significand, the exponent
+    of its leading bit (``e_top``) and the further right shift a subnormal result takes
+    (``sub``, capped at 25: beyond it every bit is sticky)."""
+    w = len(d["sig"])
     e_top = Signal(signed(EXP_BITS + 1), name=f"{name}_etop")
-    m.d.comb += e_top.eq(exp + p)
-    # normalise to the leading one at bit w - 1, then keep 24 bits + the rest for rounding
-    shl = Signal(range(w), name=f"{name}_shl")
+    gap = Signal(signed(EXP_BITS + 2), name=f"{name}_gap")   # below the smallest normal exponent
+    m.d.comb += [e_top.eq(d["exp"] + d["p"]), gap.eq((1 - BIAS) - d["exp"] - d["p"])]
+    return {**{k: d[k] for k in ("sign", "sig", "special", "special_bits", "zero")},
+            "e_top": e_top, "shl": (w - 1 - d["p"])[:len(d["p"])],
+            "sub": Mux(gap > 0, Mux(gap > 25, 25, gap), 0)[:5]}
+
+
+def normalize(m: Module, d: dict, name: str) -> dict:
+    """The significand with its leading one at the top of ``w + 24`` bits."""
+    sig = d["sig"]
+    w = len(sig)
     norm = Signal(w + 24, name=f"{name}_norm")
-    m.d.comb += [shl.eq(w - 1 - p), norm.eq(Cat(Const(0, 24), (sig << shl)[:w]))]
-    sub = Signal(range(w + 26), name=f"{name}_sub")          # subnormal shift, capped
-    lim = 1 - BIAS                                             # the smallest normal exponent
-    m.d.comb += sub.eq(Mux(e_top < lim, Mux(lim - e_top > 25, 25, lim - e_top), 0))
-    shifted = Signal(w + 24, name=f"{name}_shifted")
-    lost = Signal(name=f"{name}_lost")                         # ones shifted out by sub
-    m.d.comb += [shifted.eq(norm >> sub), lost.eq((shifted << sub)[:w + 24] != norm)]
-    keep = shifted[w:w + 24]                                   # the significand, 24 bits
-    guard = shifted[w - 1]
-    sticky = (shifted[:w - 1] != 0) | lost
-    up = guard & (sticky | keep[0])
+    biased = Signal(signed(EXP_BITS + 2), name=f"{name}_biased")      # of a normal result
+    m.d.comb += [norm.eq(Cat(Const(0, 24), (sig << d["shl"])[:w])), biased.eq(d["e_top"] + BIAS)]
+    return {**{k: d[k] for k in ("sign", "special", "special_bits", "sub", "zero")},
+            "norm": norm, "biased": biased}
+
+
+def subshift(m: Module, d: dict, name: str) -> dict:
+    """The normalised significand shifted right by ``sub`` (a subnormal result);
+    ``lost``: ones shifted out by it."""
+    norm = d["norm"]
+    shifted = Signal(len(norm), name=f"{name}_shifted")
+    m.d.comb += shifted.eq(norm >> d["sub"])
+    b = d["biased"]
+    # (the exponent field with and without a carry out of the rounding, and whether each
+    # overflows: formed here, beside the shift, so that the rounding only selects)
+    return {**{k: d[k] for k in ("sign", "special", "special_bits", "sub", "zero")},
+            "shifted": shifted,
+            # (the ones below the shift, by a thermometer of sub beside it: sub <= 25)
+            "lost": Cat(*(norm[i] & (d["sub"] > i) for i in range(25))).any(),
+            "field0": b[:8], "field1": (b + 1)[:8], "over0": b >= 0xFF, "over1": b >= 0xFE}
+
+
+def round_up(m: Module, d: dict, name: str) -> dict:
+    """The 24 bits kept, whether they round up (to nearest even, by the guard bit and the
+    sticky OR below it), and the increment's first half (``low``, with its carry)."""
+    shifted = d["shifted"]
+    w = len(shifted) - 24
+    keep, guard = shifted[w:w + 24], shifted[w - 1]
+    sticky = (shifted[:w - 1] != 0) | d["lost"]
+    low = Signal(HALF_ROUND + 1, name=f"{name}_low")
+    m.d.comb += low.eq(keep[:HALF_ROUND] + (guard & (sticky | keep[0])))
+    return {**{k: d[k] for k in ("sign", "special", "special_bits", "sub", "zero", "field0", "field1",
+                                 "over0", "over1")}, "low": low, "keep_hi": keep[HALF_ROUND:]}
+
+
+#: the bits of the rounding increment's first half (round_up), its carry into pack
+HALF_ROUND = 12
+
+
+def pack(m: Module, d: dict, name: str) -> dict:
+    """FP32 bits (``bits``) of the rounded value: the increment's second half; a carry out
+    of 24 bits one more in the exponent; a subnormal (``sub`` > 0) exponent 0, or 1 when
+    rounding made it normal; above the range an infinity; a zero significand a zero of its
+    sign; a special its bits."""
     rounded = Signal(25, name=f"{name}_rounded")
-    m.d.comb += rounded.eq(keep + up)
-    # the biased exponent: the leading bit's, one more on a carry out of 24 bits; a
-    # subnormal (hidden bit clear after rounding) has 0
+    m.d.comb += rounded.eq(Cat(d["low"][:HALF_ROUND], d["keep_hi"] + d["low"][HALF_ROUND]))
     carry = rounded[24]
-    biased = Signal(signed(EXP_BITS + 2), name=f"{name}_biased")
-    m.d.comb += biased.eq(Mux(sub != 0, Mux(rounded[23], 1, 0), e_top + BIAS + carry))
+    field = Signal(8, name=f"{name}_field")
+    m.d.comb += field.eq(Mux(d["sub"] != 0, rounded[23], Mux(carry, d["field1"], d["field0"])))
+    over = (d["sub"] == 0) & Mux(carry, d["over1"], d["over0"])
     frac = Mux(carry, rounded[1:24], rounded[:23])
     out = Signal(32, name=name)
-    with m.If(sig == 0):
-        m.d.comb += out.eq(Cat(Const(0, 31), sign))
-    with m.Elif(biased >= 0xFF):
-        m.d.comb += out.eq(Cat(Const(0, 23), Const(0xFF, 8), sign))
+    with m.If(d["special"]):
+        m.d.comb += out.eq(d["special_bits"])
+    with m.Elif(d["zero"]):
+        m.d.comb += out.eq(Cat(Const(0, 31), d["sign"]))
+    with m.Elif(over):
+        m.d.comb += out.eq(_inf(d["sign"]))
     with m.Else():
-        m.d.comb += out.eq(Cat(frac, biased[:8], sign))
-    return out
+        m.d.comb += out.eq(Cat(frac, field, d["sign"]))
+    return {"bits": out}
 
 
-def bf16_product(m: Module, w, y, name: str):
-    """FP32 bits of ``float32(w * y)`` for BF16 bits ``w`` and ``y`` (exact in the normal
-    range: 8 x 8 significand bits; rounded once below it; an infinity above)."""
-    sw, mw, ew, nw, iw = _unpack(m, w, BF16_FRAC, f"{name}_w")
-    sy, my, ey, ny, iy = _unpack(m, y, BF16_FRAC, f"{name}_y")
-    sign = sw ^ sy
-    # two guard bits of zeros below the exact product (round_fp32's contract)
-    prod = Signal(18, name=f"{name}_sig")
-    m.d.comb += prod.eq(Cat(Const(0, 2), mw * my))
-    packed = round_fp32(m, sign, prod, ew + ey - 2, f"{name}_round")
-    zero_w, zero_y = (mw == 0) & ~iw & ~nw, (my == 0) & ~iy & ~ny
-    out = Signal(32, name=name)
-    with m.If(nw | ny | (iw & zero_y) | (iy & zero_w)):
-        m.d.comb += out.eq(QNAN)
-    with m.Elif(iw | iy):
-        m.d.comb += out.eq(Cat(Const(0, 23), Const(0xFF, 8), sign))
-    with m.Else():
-        m.d.comb += out.eq(packed)
-    return out
-
-
-def fp32_sum(m: Module, a, b, name: str):
-    """FP32 bits of ``float32(a + b)`` for FP32 bits ``a`` and ``b``: the exact sum, rounded
-    once (x + (-x) is +0; -0 + -0 is -0)."""
-    sa, ma, ea, na, ia = _unpack(m, a, FRAC, f"{name}_a")
-    sb, mb, eb, nb, ib = _unpack(m, b, FRAC, f"{name}_b")
-    # the larger magnitude first: its exponent, then its significand
-    a_big = Signal(name=f"{name}_a_big")
-    m.d.comb += a_big.eq((ea > eb) | ((ea == eb) & (ma >= mb)))
-    s_hi, m_hi, e_hi = Mux(a_big, sa, sb), Mux(a_big, ma, mb), Mux(a_big, ea, eb)
-    s_lo, m_lo, e_lo = Mux(a_big, sb, sa), Mux(a_big, mb, ma), Mux(a_big, eb, ea)
-    d = Signal(range(64), name=f"{name}_d")                    # alignment, capped
-    diff = Signal(signed(EXP_BITS + 1), name=f"{name}_diff")
-    m.d.comb += [diff.eq(e_hi - e_lo), d.eq(Mux(diff > 27, 27, diff))]
-    # three bits below the larger's last: guard, round, sticky
-    hi3 = Signal(27, name=f"{name}_hi3")
-    lo3 = Signal(27, name=f"{name}_lo3")
-    lo_full = Signal(27 + 27, name=f"{name}_lo_full")
-    m.d.comb += [hi3.eq(m_hi << 3), lo_full.eq(Cat(Const(0, 27), m_lo << 3) >> d)]
-    m.d.comb += lo3.eq(Cat(lo_full[27] | (lo_full[:27] != 0), lo_full[28:54]))
-    total = Signal(28, name=f"{name}_total")
-    m.d.comb += total.eq(Mux(s_hi == s_lo, hi3 + lo3, hi3 - lo3))
-    # an exact zero of two opposite signs is +0 (round to nearest); same signs keep theirs
-    zsign = Mux(s_hi == s_lo, s_hi, 0)
-    packed = round_fp32(m, Mux(total == 0, zsign, s_hi), total, e_hi - 3, f"{name}_round")
-    out = Signal(32, name=name)
-    with m.If(na | nb | (ia & ib & (sa != sb))):
-        m.d.comb += out.eq(QNAN)
-    with m.Elif(ia):
-        m.d.comb += out.eq(a)
-    with m.Elif(ib):
-        m.d.comb += out.eq(b)
-    with m.Else():
-        m.d.comb += out.eq(packed)
-    return out
-
-
-def bf16_of(m: Module, x, name: str):
+def bf16(m: Module, x, name: str):
     """BF16 bits of FP32 bits ``x``, rounded to nearest even as the model's
     :func:`~moehub.spec.relay.to_bf16` does it (a NaN stays a NaN: the quiet bit is kept)."""
     out = Signal(16, name=name)
