@@ -293,11 +293,12 @@ async def _directed(ctx, dut, cfg):
         await cycle()
     await cycle(2)
     counters = b.counters()
-    # (f) the window overrun: all outputs stalled, window + 2 rows pushed back to back (the
-    # forward unit holds one, the FIFO the next relay_window): the last is counted lost
+    # (f) the window overrun: all outputs stalled, window + 3 rows pushed back to back (the
+    # forward unit holds one, the FIFO the next relay_window + 1: its output register is
+    # one entry beyond the window): the last is counted lost
     for s in (dut.local, dut.fwd, dut.rcredit):
         ctx.set(s.ready, 0)
-    for k in range(cfg.relay_window + 2):
+    for k in range(cfg.relay_window + 3):
         await push([entry(2, 0, 0), NONE, NONE], 20 + k, tag=k % cfg.tags_per_source)
     await cycle(3)
     overrun = (ctx.get(dut.relay_overflow), ctx.get(dut.queued))
@@ -331,7 +332,7 @@ def _check_directed(log, verdicts, counters, overrun, cfg):
     drops[RelayReason.FWD_BAD_TARGETS] = 1
     assert counters == {"drops": drops, "rows": 3, "local": 1, "fwd_rows": [2, 0, 0, 1], "fwd_wait": 0,
                         "fwd_in": 1, "overflow": 0}, counters
-    assert overrun == (1, cfg.relay_window), overrun
+    assert overrun == (1, cfg.relay_window + 1), overrun
 
 
 def _latency(log):
@@ -345,9 +346,9 @@ def _latency(log):
             "credit_two_fwd": [e[0] for e in log if e[1] == "credit" and e[3] == 1][0] - pushes[2]}
 
 
-#: cycles from a row at ``row`` to its outputs, outputs ready: the FIFO (1), the forward
+#: cycles from a row at ``row`` to its outputs, outputs ready: the FIFO (2), the forward
 #: unit's accept and packing (PREP_CYCLES + 1); the credit a cycle after the last output
-LATENCY = {"local": 3, "credit_local_only": 4, "first_fwd": 3, "credit_two_fwd": 5}
+LATENCY = {"local": 4, "credit_local_only": 5, "first_fwd": 4, "credit_two_fwd": 6}
 
 
 def run_directed(top):

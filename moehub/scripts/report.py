@@ -1225,7 +1225,8 @@ def render_v2_units(recs: list, current: str) -> str:
 #: protocol v3's relay units' table: (unit, label) in the table's order, and the node
 #: counts every unit is synthesised for (the co-simulation's H100 systems of 2, 4, 8 nodes)
 RELAY_UNIT_ROWS = (("relay_control", "relay control path"), ("forward_unit", "forward unit"),
-                   ("forward_check", "forward check"), ("reduce_unit", "reduce unit"))
+                   ("forward_check", "forward check"), ("reduce_unit", "reduce unit"),
+                   ("reduce_element", "accumulate datapath, one element"))
 RELAY_NODES = (2, 4, 8)
 
 

@@ -42,9 +42,11 @@ UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
          "relay_control": ("moehub.rtl.relay.hub", "RelayControl"),
          "forward_unit": ("moehub.rtl.relay.forward_unit", "ForwardUnit"),
          "forward_check": ("moehub.rtl.relay.forward_check", "ForwardCheck"),
-         "reduce_unit": ("moehub.rtl.relay.reduce_unit", "ReduceUnit")}
+         "reduce_unit": ("moehub.rtl.relay.reduce_unit", "ReduceUnit"),
+         # (one element of the reduce's accumulate datapath: data_bits / 16 of them a lane)
+         "reduce_element": ("moehub.rtl.relay.accumulate", "ReduceElement")}
 #: the units of a relay config (``relay: true``, so ``nodes`` >= 2 and ``gpus_per_node``)
-RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit")
+RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element")
 
 
 def build(unit: str, cfg: HubConfig):

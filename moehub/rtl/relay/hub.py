@@ -36,7 +36,7 @@ returned), and the relay registers in the CSR bank.
 """
 from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
@@ -73,8 +73,9 @@ class RelayControl(wiring.Component):
         The relay counters.
     relay_overflow : Out(32)
         Rows that found the FIFO full (dropped).
-    queued : Out(range(relay_window + 1))
-        Rows in the FIFO (not counting the forward unit's held row).
+    queued : Out(range(relay_window + 2))
+        Rows in the FIFO (not counting the forward unit's held row): at most
+        ``relay_window + 1``, one beyond the window (the FIFO's output register).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -94,7 +95,7 @@ class RelayControl(wiring.Component):
             "fwd_in": Out(32),
             "relay_drops": Out(32).array(len(RelayReason)),
             "relay_overflow": Out(32),
-            "queued": Out(range(cfg.relay_window + 1)),
+            "queued": Out(range(cfg.relay_window + 2)),
         })
 
     def elaborate(self, platform):
@@ -102,7 +103,14 @@ class RelayControl(wiring.Component):
         cfg, lay = self.cfg, self.lay
         m.submodules.fu = fu = self.fu
         m.submodules.check = chk = self.check
-        m.submodules.queue = q = SyncFIFO(width=lay.row.size, depth=cfg.relay_window)
+        # (buffered: the row the forward unit sees comes from a register, not through the
+        # read multiplexer of relay_window entries -- that path, into the forward unit's
+        # verdict and counters in the same cycle, was the control path's deepest, 32-38 FO4
+        # at 2-8 nodes; a row takes a cycle more to reach the forward unit). One entry
+        # more than the window: the buffered FIFO's write side sees only its inner memory
+        # (depth - 1 entries), which must take every row the window lets in, the output
+        # register full or not
+        m.submodules.queue = q = SyncFIFOBuffered(width=lay.row.size, depth=cfg.relay_window + 1)
 
         # ---- the row queue: never refuses; a row that finds it full is counted and lost
         overflow = Signal(32, name="overflow")
