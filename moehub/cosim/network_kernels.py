@@ -8,8 +8,10 @@ checks it on random networks). What makes it fast is what it does *not* touch:
 * the event loop visits only the flows that hold bytes, receive bytes or have a rate (an
   idle flow's updates are exact no-ops: ``x + 0.0 * dt == x``), kept in a list;
 * progressive filling keeps the ports that still carry live flows in a shrinking list,
-  finds a saturated port's flows through a port -> flows index built once per call, and
-  finds the flows that reach their own cap first from the live flows sorted by cap;
+  finds a saturated port's flows through a port -> wanted flows index that the event loop
+  keeps from step to step (a flow enters or leaves it when it starts or stops wanting
+  bandwidth, a few per step against tens of thousands wanted), and finds the flows that
+  reach their own cap first from the live flows sorted by cap;
 * the rates are recomputed at every event, as in the plain algorithm (no memo: a call
   costs about as much as building the memo's key would).
 
