@@ -50,7 +50,7 @@ SHARED = "test-cache"
 #: 2-core machine); collected before every other file
 LONG_FILES = ("test_hub_cocotb.py", "test_synth_flow.py", "test_formal.py", "test_cli.py",
               "test_player.py", "test_rtl_v2_units.py", "test_soak.py", "test_mutate.py",
-              "test_rtl_progress.py", "test_synth_asap7.py", "test_docs.py")
+              "test_synth_asap7.py", "test_docs.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

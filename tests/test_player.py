@@ -2,14 +2,18 @@
 model fed the RTL's accept order reproduces every output (equivalence), in both the
 plain-Verilog and the cocotb (clock in C) modes, on Icarus (fast set) and Verilator (slow
 set; the fast set's Verilator smoke test is in test_sim_verilator.py)."""
+import io
 import random
+import shutil
 
 import pytest
 
 from conftest import on
+from moehub import progress
+from moehub.paths import output_dir
 from moehub.spec.config import load_hub_config
-from moehub.verif.player import (accept_schedule, model_write_hash, replay_into_model,
-                                 run_player)
+from moehub.verif.player import (PROGRESS_CYCLES, accept_schedule, model_write_hash,
+                                 replay_into_model, run_player)
 from moehub.verif.traffic import LaneFeeder, random_rows
 
 
@@ -73,3 +77,30 @@ def test_accept_schedule_queues_bursts_in_order():
     pk = list(range(7))
     out = accept_schedule([0, 0, 0, 0, 0, 0, 5], pk, [(1, 2)], lanes=4)
     assert [(c, j) for c, j, _ in out] == [(0, 0), (0, 1), (0, 2), (0, 3), (3, 0), (3, 1), (5, 0)]
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog (iverilog) is not installed")
+def test_player_reports_cycles_and_packets():
+    """Progress of an RTL run: the Verilog player appends ``<cycle> <packets accepted>`` to
+    progress.txt every PROGRESS_CYCLES cycles while Icarus runs, and run_player reports
+    them as simulated cycles per second and packets of the total (in this file: the same
+    worker's build folder as the tests above, so the hub's RTL is built once)."""
+    cfg = load_hub_config("tiny")
+    sched = [(c * 40, lane, p) for c, lane, p in demand_schedule(cfg, 20, seed=5)]
+    err = io.StringIO()
+    previous = progress.get()
+    progress.configure(progress.NORMAL, stream=err, tty=False, interval=0.0)
+    try:
+        res = run_player(cfg, sched, mode="cocotb", tag="progress")
+    finally:
+        progress.set_reporter(previous)
+    check_equivalent(cfg, res)
+    lines = (output_dir("player", "tiny-progress") / "progress.txt").read_text().split("\n")
+    pts = [tuple(map(int, line.split())) for line in lines if line]
+    assert len(pts) >= 2 and pts == sorted(pts), pts
+    assert all(t % PROGRESS_CYCLES == 0 for t, _ in pts) and pts[-1][0] <= res.cycles
+    text = err.getvalue()
+    assert "RTL hub tiny [progress]: build (Amaranth -> Verilog, Icarus): done in" in text
+    assert f"/{len(sched):,} packets" in text and " cycles at " in text
+    assert "RTL hub tiny [progress]: simulate: done in" in text
+    assert f"({len(sched):,}/{len(sched):,} packets, {res.cycles:,} cycles at " in text
