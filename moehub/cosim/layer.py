@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spec.config import ConfigError, HubConfig, load_hub_config
+from ..spec.config import ConfigError, HubConfig, experts_per_gpu, load_hub_config
 from .config import ModelConfig, SystemConfig, WorkloadConfig, effective_row_bytes
 from . import dedup
 from .components import Components
@@ -52,7 +52,7 @@ def derive_hub(base: HubConfig, model: ModelConfig, gpus: int, tokens: int,
     One rule for the co-simulation (:class:`Layer`) and the memory study, which sizes the
     regions it reserves (:mod:`moehub.cosim.studies.xmoe_memory`)."""
     G, T = gpus, tokens
-    E_local = model.experts // G if G <= model.experts else 1
+    E_local = experts_per_gpu(model.experts, G)
     bound = G * T if rows_bound is None else rows_bound
     max_rows = max(_pow2_at_least(bound), base.max_tile_rows, base.tile_rows)
     token_bits = max(base.token_bits, int(T - 1).bit_length())

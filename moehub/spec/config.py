@@ -37,6 +37,13 @@ def index_bits(count: int) -> int:
     return max(1, (int(count) - 1).bit_length())
 
 
+def experts_per_gpu(experts: int, gpus: int) -> int:
+    """The experts of a model of ``experts`` on each of ``gpus`` GPUs (expert parallelism:
+    spread evenly; one each, replicated, when there are more GPUs than experts). The one
+    rule of the co-simulation's layers and of the relay configs ``synth-unit`` derives."""
+    return experts // gpus if gpus <= experts else 1
+
+
 def _is_pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
 

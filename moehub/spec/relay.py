@@ -125,7 +125,7 @@ from typing import Optional
 
 import numpy as np
 
-from .config import HubConfig
+from .config import HubConfig, experts_per_gpu
 from .formats import RelayReason
 
 
@@ -204,7 +204,7 @@ def nodes_config(cfg: HubConfig, nodes: int) -> HubConfig:
                          "the nodes are made from a one-node config")
     gpn = cfg.node_gpus
     gpus, model_experts = nodes * gpn, cfg.experts * gpn
-    experts = model_experts // gpus if gpus <= model_experts else 1
+    experts = experts_per_gpu(model_experts, gpus)
     one = cfg.replace(sources=gpus, gpus_per_node=0, experts=experts,
                       max_targets=min(experts, cfg.topk), name=f"{cfg.name}_nodes-{nodes}")
     return relay_config(one, nodes, gpn)
