@@ -1,0 +1,144 @@
+"""The relay's reduce unit (moehub/rtl/relay/reduce_unit.py) against the reference model
+(:class:`~moehub.spec.relay.ReduceModel`) in the Amaranth simulator: its op stream and
+counters against the model's ``ops`` with random opens, parts and flushes, with planted
+bugs (a sum never final; an open reading the last operation's record).
+"""
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from moehub.verif.formal.plant import broken_class
+from test_rtl_relay import R2, R3
+
+
+def reduce_sim(cfg, seed, steps=600, unit_cls=None):
+    """The reduce unit beside :class:`ReduceModel` (via a relay hub model's ``reduce``):
+    random opens (sometimes of a sum still open), partial rows (sometimes for no sum, a
+    slot not expected or already in), flushes, the op stream backpressured; every op must
+    be the model's next (kind, record, slot, weight, parts), the counters the model's."""
+    from moehub.rtl.relay.reduce_unit import Op, ReduceUnit
+    from moehub.spec.relay import ReduceModel, bf16_bits, bf16_value, global_gpu
+    unit_cls = unit_cls or ReduceUnit
+    dut, rng = unit_cls(cfg), random.Random(seed)
+    model = ReduceModel(cfg)
+    G, T, K, rank = cfg.node_gpus, cfg.relay_targets, cfg.topk, 0
+    kinds = {"write": Op.WRITE, "add": Op.ADD, "last": Op.LAST, "only": Op.ONLY, "flush": Op.FLUSH}
+    stats = {k: 0 for k in kinds}
+
+    async def bench(ctx):
+        k, flushes = 0, 0
+        offer_open = offer_part = None
+        for cycle in range(steps):
+            if offer_open is None and rng.random() < 0.25:
+                n = rng.randrange(cfg.nodes)
+                tok = rng.randrange(1 << cfg.token_bits)
+                slots = rng.sample(range(K), rng.randint(1, T))
+                ws = [bf16_bits(rng.choice([0.125, 0.25, 0.3, 0.7, 1.5])) for _ in slots]
+                offer_open = (n, tok, slots, ws)
+                p = dut.open.payload
+                ctx.set(p.src_node, n)
+                ctx.set(p.token, tok)
+                ctx.set(p.valid, (1 << len(slots)) - 1)
+                for j in range(T):
+                    ctx.set(p.slot[j], slots[j] if j < len(slots) else 0)
+                    ctx.set(p.weight[j], ws[j] if j < len(slots) else 0)
+            if offer_part is None and rng.random() < 0.5:
+                if model.acc and rng.random() < 0.85:
+                    (src, tok) = rng.choice(sorted(model.acc))
+                    n = src // G
+                    s = rng.choice(sorted(model.acc[(src, tok)]["weights"]))
+                else:
+                    n, tok, s = rng.randrange(cfg.nodes), rng.randrange(1 << cfg.token_bits), rng.randrange(K)
+                offer_part = (n, tok, s)
+                p = dut.part.payload
+                ctx.set(p.src_node, n)
+                ctx.set(p.token, tok)
+                ctx.set(p.slot, s)
+            ctx.set(dut.open.valid, offer_open is not None)
+            ctx.set(dut.part.valid, offer_part is not None)
+            ctx.set(dut.op.ready, rng.random() < 0.7)
+            fl = cycle > 0 and rng.random() < 0.01
+            ctx.set(dut.flush, fl)
+            if ctx.get(dut.op.valid) and ctx.get(dut.op.ready):
+                kind, key, slot, parts = model.ops[k]
+                o = dut.op.payload
+                idx = (key[0] // G) << cfg.token_bits | key[1]
+                assert (ctx.get(o.kind), ctx.get(o.index), ctx.get(o.parts)) == (kinds[kind], idx, parts), \
+                    (seed, cycle, model.ops[k], ctx.get(o.kind), ctx.get(o.index), ctx.get(o.parts))
+                if kind != "flush":
+                    assert ctx.get(o.slot) == slot
+                    w = bf16_bits(float(model_weights[(key, slot)]))
+                    assert ctx.get(o.weight) == w, (seed, cycle, model.ops[k])
+                stats[kind] += 1
+                k += 1
+            if offer_open is not None and ctx.get(dut.open.ready):
+                n, tok, slots, ws = offer_open
+                key = (global_gpu(cfg, n, rank), tok)
+                fresh = key not in model.acc
+                model.open(key[0], tok, tuple((s, float(bf16_value(w))) for s, w in zip(slots, ws)))
+                if fresh:
+                    for s, w in zip(slots, ws):
+                        model_weights[(key, s)] = bf16_value(w)
+                offer_open = None
+            if offer_part is not None and ctx.get(dut.part.ready):
+                n, tok, s = offer_part
+                model.partial(global_gpu(cfg, n, rank), tok, s, np.ones(1, np.float32))
+                offer_part = None
+            if fl:
+                flushes += 1
+                model.flush()
+            await ctx.tick()
+        ctx.set(dut.open.valid, 0)
+        ctx.set(dut.part.valid, 0)
+        ctx.set(dut.op.ready, 1)
+        ctx.set(dut.flush, 0)
+        for _ in range(4 * (cfg.nodes << cfg.token_bits) + 10):
+            if ctx.get(dut.op.valid):
+                kind, key, slot, parts = model.ops[k]
+                assert (ctx.get(dut.op.payload.kind), ctx.get(dut.op.payload.index)) == \
+                    (kinds[kind], (key[0] // G) << cfg.token_bits | key[1]), (seed, "drain")
+                stats[kind] += 1
+                k += 1
+            await ctx.tick()
+        assert k == len(model.ops), (seed, k, len(model.ops))
+        assert (ctx.get(dut.red_rows), ctx.get(dut.red_open), ctx.get(dut.red_incomplete),
+                ctx.get(dut.bad_partials), ctx.get(dut.bad_opens)) == \
+            (len(model.out), len(model.acc), model.incomplete, model.bad_partials, model.bad_opens), seed
+        stats["flushes"] = flushes
+
+    model_weights = {}
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return stats, model
+
+
+@pytest.mark.parametrize("cfg", [R2.replace(token_bits=3), R3.replace(token_bits=2)], ids=["2x4", "3x3"])
+@pytest.mark.parametrize("seed", range(2))
+def test_reduce_unit_against_model(cfg, seed):
+    """Every kind of op, flushes, refused parts and opens all reached."""
+    stats, model = reduce_sim(cfg, seed)
+    assert all(stats[k] for k in ("write", "add", "last", "only", "flush")), stats
+    assert model.bad_partials and model.bad_opens and model.incomplete, stats
+
+
+REDUCE_PLANTS = {
+    # the final test made without the new part's slot: no sum ever becomes final
+    "never-final": ("first, final = rec.seen == 0, seen2 == rec.expect",
+                    "first, final = rec.seen == 0, (rec.seen | (sbit & (sbit - 1))) == rec.expect"),
+    # an open reads the record of the index held (the last operation's), not its own: the
+    # bug the bench found in the first version
+    "open-reads-old-record": ("                    m.d.comb += rd.addr.eq(at)\n                    m.d.sync += [index.eq(at), o.eq(",
+                              "                    m.d.sync += [index.eq(at), o.eq("),
+}
+
+
+@pytest.mark.parametrize("plant", list(REDUCE_PLANTS))
+def test_reduce_unit_planted_bug_is_caught(plant):
+    old, new = REDUCE_PLANTS[plant]
+    cls = broken_class("moehub.rtl.relay.reduce_unit", old, new, "ReduceUnit")
+    with pytest.raises(AssertionError):
+        reduce_sim(R2.replace(token_bits=3), 0, unit_cls=cls)
