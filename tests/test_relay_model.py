@@ -13,10 +13,11 @@ import pytest
 
 from moehub.spec.config import HUB_CONFIGS, ConfigError, load_hub_config
 from moehub.spec.csr_map import CsrMap, relay_registers
-from moehub.spec.formats import RelayFormats, RelayReason
+from moehub.spec.formats import ReduceReason, RelayFormats, RelayReason
 from moehub.spec.relay import (ForwardRow, RelayHubModel, RelayRow, ReduceModel, accumulator_bytes,
-                               audit, bf16_bits, bf16_value, global_gpu, record_bytes, reduce_hbm_bytes,
-                               software_reduce_bytes, to_bf16)
+                               REDUCE_TOKENS, audit, bf16_bits, bf16_value, global_gpu, record_bytes,
+                               record_table_bits, reduce_hbm_bytes, relay_config, software_reduce_bytes,
+                               to_bf16)
 
 TINY = load_hub_config("tiny")
 #: 2 nodes x 4 GPUs, 3 experts per GPU, top-3 (a row may name all 3 of a GPU), 1 forward tag
@@ -46,6 +47,11 @@ def test_existing_configs_have_no_relay(name):
      "must be min(experts, topk) = 2"),
     (dict(sources=4, nodes=2, gpus_per_node=2, relay=True, max_targets=2), "forward_tags", "needs >= 1"),
     (dict(sources=4, nodes=2, gpus_per_node=2, relay="yes"), "relay", "must be true or false"),
+    (dict(reduce_tokens=64), "reduce_tokens", "only with relay: true"),
+    (dict(sources=8, nodes=2, gpus_per_node=4, relay=True, forward_tags=1, topk=3, max_targets=3,
+          reduce_tokens=48), "reduce_tokens", "a power of two <= 2**token_bits = 256"),
+    (dict(sources=8, nodes=2, gpus_per_node=4, relay=True, forward_tags=1, topk=3, max_targets=3,
+          reduce_tokens=512), "reduce_tokens", "a power of two"),
 ])
 def test_relay_config_errors_name_key_and_value(changes, key, text):
     with pytest.raises(ConfigError) as e:
@@ -434,3 +440,39 @@ def test_reduce_hbm_bytes_match_the_model_and_compare_with_software(k):
     hw, hw16, sw = reduce_hbm_bytes(k, h), reduce_hbm_bytes(k, h, 2), software_reduce_bytes(k, h)
     assert (hw, sw) == ((0, 0) if k == 1 else (8 * (k - 1) * h, 2 * (2 * k + 1) * h))
     assert (hw < sw) == (k == 2) and (k == 1 or hw16 < sw)
+
+
+def test_record_table_is_sized_by_reduce_tokens():
+    """(nodes - 1) x reduce_tokens records (0: every token id); the relay configs keep 4096
+    tokens per remote source unless the layer has more, never more than the token ids."""
+    assert (R2.reduce_token_span, R2.reduce_records) == (256, 256)
+    r4 = R4.replace(reduce_tokens=16)
+    assert (r4.reduce_token_span, r4.reduce_records) == (16, 48)
+    assert record_table_bits(r4) == 48 * (1 + 2 * 3 + 16 * 3)
+    one = load_hub_config("deepseek-v3-8gpu").replace(sources=16, experts=16, max_targets=8)
+    assert relay_config(one, 2, 8).reduce_tokens == REDUCE_TOKENS == 4096
+    assert relay_config(one, 2, 8, tokens=5000).reduce_tokens == 8192
+    assert relay_config(one, 2, 8, tokens=128).reduce_tokens == 4096
+    assert relay_config(one.replace(token_bits=10), 2, 8).reduce_tokens == 1024
+    assert record_table_bits(relay_config(one, 8 // 4, 8)) == 4096 * 145
+
+
+def test_opens_without_a_record_are_refused_and_counted():
+    """A relay in node 1 of 4: a source of its own node, of no node, or a token beyond the
+    table opens nothing (NO_RECORD); the partial rows of such a sum are BAD_PARTIAL; the
+    records sit at (the source's node among the other nodes, token)."""
+    cfg = R4.replace(reduce_tokens=4)
+    red = ReduceModel(cfg, node=1)
+    G = cfg.node_gpus
+    for src, tok in ((1 * G, 0), (4 * G, 0), (0, 4), (0, 255)):
+        red.open(src, tok, ((0, 1.0),))
+        assert red.partial(src, tok, 0, np.ones(2, np.float32)) is None
+    assert (red.no_record, red.bad_partials, red.acc) == (4, 4, {})
+    red.open(0, 3, ((0, 1.0),))
+    red.open(0, 3, ((1, 1.0),))
+    assert red.drops() == [4, 1, 4] and list(ReduceReason) == [ReduceReason.BAD_PARTIAL,
+                                                               ReduceReason.OPEN_TWICE, ReduceReason.NO_RECORD]
+    assert [red.record_index(s, t) for s, t in ((0, 3), (2 * G + 1, 0), (2 * G, 3))] == [3, 4, 7]
+    h = RelayHubModel(cfg, node=1, rank=0)
+    assert h.reduce.node == 1 and h.registers()[("RED_DROPS", int(ReduceReason.NO_RECORD))] == 0
+    assert {("RED_DROPS", i) for i in range(3)} <= set(h.registers())

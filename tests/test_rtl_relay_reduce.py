@@ -13,26 +13,31 @@ from moehub.verif.formal.plant import broken_class
 from test_rtl_relay import R2, R3
 
 
-def reduce_sim(cfg, seed, steps=600, unit_cls=None):
-    """The reduce unit beside :class:`ReduceModel` (via a relay hub model's ``reduce``):
-    random opens (sometimes of a sum still open), partial rows (sometimes for no sum, a
-    slot not expected or already in), flushes, the op stream backpressured; every op must
-    be the model's next (kind, record, slot, weight, parts), the counters the model's."""
+def reduce_sim(cfg, seed, steps=900, unit_cls=None, node=0):
+    """The reduce unit of a relay in ``node`` beside :class:`ReduceModel`: random opens
+    (sometimes of a sum still open, of a source in this node or in none, of a token beyond
+    the record table), partial rows (sometimes for no sum, a slot not expected or already
+    in, a sum with no record), flushes, the op stream backpressured; every op must be the
+    model's next (kind, record, slot, weight, parts), the counters the model's."""
     from moehub.rtl.relay.reduce_unit import Op, ReduceUnit
     from moehub.spec.relay import ReduceModel, bf16_bits, bf16_value, global_gpu
     unit_cls = unit_cls or ReduceUnit
     dut, rng = unit_cls(cfg), random.Random(seed)
-    model = ReduceModel(cfg)
+    model = ReduceModel(cfg, node=node)
     G, T, K, rank = cfg.node_gpus, cfg.relay_targets, cfg.topk, 0
     kinds = {"write": Op.WRITE, "add": Op.ADD, "last": Op.LAST, "only": Op.ONLY, "flush": Op.FLUSH}
     stats = {k: 0 for k in kinds}
 
+    def any_node():
+        return rng.randrange(1 << cfg.node_bits) if rng.random() < 0.1 else rng.randrange(cfg.nodes)
+
     async def bench(ctx):
+        ctx.set(dut.node, node)
         k, flushes = 0, 0
         offer_open = offer_part = None
         for cycle in range(steps):
             if offer_open is None and rng.random() < 0.25:
-                n = rng.randrange(cfg.nodes)
+                n = any_node()
                 tok = rng.randrange(1 << cfg.token_bits)
                 slots = rng.sample(range(K), rng.randint(1, T))
                 ws = [bf16_bits(rng.choice([0.125, 0.25, 0.3, 0.7, 1.5])) for _ in slots]
@@ -50,7 +55,7 @@ def reduce_sim(cfg, seed, steps=600, unit_cls=None):
                     n = src // G
                     s = rng.choice(sorted(model.acc[(src, tok)]["weights"]))
                 else:
-                    n, tok, s = rng.randrange(cfg.nodes), rng.randrange(1 << cfg.token_bits), rng.randrange(K)
+                    n, tok, s = any_node(), rng.randrange(1 << cfg.token_bits), rng.randrange(K)
                 offer_part = (n, tok, s)
                 p = dut.part.payload
                 ctx.set(p.src_node, n)
@@ -64,7 +69,7 @@ def reduce_sim(cfg, seed, steps=600, unit_cls=None):
             if ctx.get(dut.op.valid) and ctx.get(dut.op.ready):
                 kind, key, slot, parts = model.ops[k]
                 o = dut.op.payload
-                idx = (key[0] // G) << cfg.token_bits | key[1]
+                idx = model.record_index(*key)
                 assert (ctx.get(o.kind), ctx.get(o.index), ctx.get(o.parts)) == (kinds[kind], idx, parts), \
                     (seed, cycle, model.ops[k], ctx.get(o.kind), ctx.get(o.index), ctx.get(o.parts))
                 if kind != "flush":
@@ -94,18 +99,18 @@ def reduce_sim(cfg, seed, steps=600, unit_cls=None):
         ctx.set(dut.part.valid, 0)
         ctx.set(dut.op.ready, 1)
         ctx.set(dut.flush, 0)
-        for _ in range(4 * (cfg.nodes << cfg.token_bits) + 10):
+        for _ in range(4 * cfg.reduce_records + 10):
             if ctx.get(dut.op.valid):
                 kind, key, slot, parts = model.ops[k]
                 assert (ctx.get(dut.op.payload.kind), ctx.get(dut.op.payload.index)) == \
-                    (kinds[kind], (key[0] // G) << cfg.token_bits | key[1]), (seed, "drain")
+                    (kinds[kind], model.record_index(*key)), (seed, "drain")
                 stats[kind] += 1
                 k += 1
             await ctx.tick()
         assert k == len(model.ops), (seed, k, len(model.ops))
         assert (ctx.get(dut.red_rows), ctx.get(dut.red_open), ctx.get(dut.red_incomplete),
-                ctx.get(dut.bad_partials), ctx.get(dut.bad_opens)) == \
-            (len(model.out), len(model.acc), model.incomplete, model.bad_partials, model.bad_opens), seed
+                [ctx.get(d) for d in dut.drops]) == \
+            (len(model.out), len(model.acc), model.incomplete, model.drops()), seed
         stats["flushes"] = flushes
 
     model_weights = {}
@@ -116,13 +121,19 @@ def reduce_sim(cfg, seed, steps=600, unit_cls=None):
     return stats, model
 
 
-@pytest.mark.parametrize("cfg", [R2.replace(token_bits=3), R3.replace(token_bits=2)], ids=["2x4", "3x3"])
+#: (config, the relay's node): a table of 4 of 8 token ids on the last node of 2; every
+#: token id on the middle node of 3 (the other nodes' records either side of it)
+REDUCE_CASES = {"2x4": (R2.replace(token_bits=3, reduce_tokens=4), 1), "3x3": (R3.replace(token_bits=2), 1)}
+
+
+@pytest.mark.parametrize("case", list(REDUCE_CASES))
 @pytest.mark.parametrize("seed", range(2))
-def test_reduce_unit_against_model(cfg, seed):
-    """Every kind of op, flushes, refused parts and opens all reached."""
-    stats, model = reduce_sim(cfg, seed)
+def test_reduce_unit_against_model(case, seed):
+    """Every kind of op, flushes, and every refusal reached."""
+    cfg, node = REDUCE_CASES[case]
+    stats, model = reduce_sim(cfg, seed, node=node)
     assert all(stats[k] for k in ("write", "add", "last", "only", "flush")), stats
-    assert model.bad_partials and model.bad_opens and model.incomplete, stats
+    assert model.bad_partials and model.bad_opens and model.no_record and model.incomplete, stats
 
 
 REDUCE_PLANTS = {
@@ -133,6 +144,12 @@ REDUCE_PLANTS = {
     # bug the bench found in the first version
     "open-reads-old-record": ("                    m.d.comb += rd.addr.eq(at)\n                    m.d.sync += [index.eq(at), o.eq(",
                               "                    m.d.sync += [index.eq(at), o.eq("),
+    # a source of this node given a record: its index aliases the next node's sum
+    "own-node-aliases": ("(src_node < cfg.nodes) & (src_node != self.node) & tok_ok",
+                         "(src_node < cfg.nodes) & tok_ok"),
+    # a token beyond the table given a record: its index wraps onto a lower token's sum
+    "token-wraps": ("(src_node < cfg.nodes) & (src_node != self.node) & tok_ok",
+                    "(src_node < cfg.nodes) & (src_node != self.node)"),
 }
 
 
@@ -141,4 +158,4 @@ def test_reduce_unit_planted_bug_is_caught(plant):
     old, new = REDUCE_PLANTS[plant]
     cls = broken_class("moehub.rtl.relay.reduce_unit", old, new, "ReduceUnit")
     with pytest.raises(AssertionError):
-        reduce_sim(R2.replace(token_bits=3), 0, unit_cls=cls)
+        reduce_sim(*REDUCE_CASES["2x4"][:1], 0, unit_cls=cls, node=REDUCE_CASES["2x4"][1])

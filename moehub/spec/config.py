@@ -132,6 +132,7 @@ class HubConfig:
     gpus_per_node: int = 0       #: GPUs of one node (0: every source in one node)
     relay: bool = False          #: relay hub: one row per (token, remote node) arrives here and is written or forwarded in the node
     forward_tags: int = 0        #: (relay) tags of the forward credit class, per (relay, destination GPU) pair of a node
+    reduce_tokens: int = 0       #: (relay) tokens per remote source the reduce keeps a record for (a power of two; 0: every token id)
 
     # ---- derived quantities (one place, used by RTL, model and tests) ----
     @cached_property
@@ -222,6 +223,19 @@ class HubConfig:
         local rank (one per other node) each hold ``tags_per_source`` of its tags. Its row
         queue and its staging buffer are this deep, so accepting a relay row never waits."""
         return (self.nodes - 1) * self.tags_per_source
+
+    @cached_property
+    def reduce_token_span(self) -> int:
+        """(Protocol v3) tokens per remote source the reduce's record table holds:
+        ``reduce_tokens``, or every token id when it is 0."""
+        return self.reduce_tokens or 1 << self.token_bits
+
+    @cached_property
+    def reduce_records(self) -> int:
+        """(Protocol v3) records of the reduce's table: one per (remote source of this
+        hub's local rank, token) -- ``(nodes - 1) x reduce_token_span`` (a sum's source is
+        in another node; none comes from this one)."""
+        return (self.nodes - 1) * self.reduce_token_span
 
     @cached_property
     def paged(self) -> bool:
@@ -342,7 +356,12 @@ class HubConfig:
         if not self.relay:
             _require(self.forward_tags == 0, f"{p}.forward_tags", self.forward_tags,
                      "forward tags exist only with relay: true (must be 0)")
+            _require(self.reduce_tokens == 0, f"{p}.reduce_tokens", self.reduce_tokens,
+                     "the reduce's record table exists only with relay: true (must be 0)")
             return
+        r = self.reduce_tokens
+        _require(r >= 0 and r & (r - 1) == 0 and r <= 1 << self.token_bits, f"{p}.reduce_tokens", r,
+                 f"must be 0 (every token id) or a power of two <= 2**token_bits = {1 << self.token_bits}")
         _require(self.nodes >= 2, f"{p}.relay", self.relay,
                  f"a relay hub needs >= 2 nodes (nodes = {self.nodes})")
         want = min(self.experts, self.topk)

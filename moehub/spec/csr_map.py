@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass
 
 from .config import HubConfig, ConfigError, field_bits
-from .formats import HubFormats, RelayReason, config_reasons
+from .formats import HubFormats, ReduceReason, RelayReason, config_reasons
 
 CSR_DATA_BITS = 32
 HUB_ID = 0x4D4F4548  # "MOEH"
@@ -304,7 +304,8 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
     """Protocol v3's registers (``relay: true``): where this hub sits (its node and local
     rank, written before START), what the relay did (rows relayed, written here, forwarded
     per destination GPU, forwards waiting for a credit, forwarded rows received) and its
-    drops by :class:`~moehub.spec.formats.RelayReason`; the reduce-on-combine's sums."""
+    drops by :class:`~moehub.spec.formats.RelayReason`; the reduce-on-combine's sums and its
+    refusals by :class:`~moehub.spec.formats.ReduceReason`."""
     return [
         Register("NODE_ID", cfg.node_bits, "rw", "this hub's node (relay rows from it are refused)"),
         Register("LOCAL_RANK", cfg.gpu_bits, "rw", "this hub's GPU in its node: targets of that rank are written here"),
@@ -317,6 +318,8 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
         _counter("RED_ROWS", "reduced rows sent back: one per (token, node), its sum final"),
         _counter("RED_OPEN", "accumulators open: (source, token) sums still waiting for partial rows"),
         _counter("RED_INCOMPLETE", "sums sent at a flush before all their partial rows came"),
+        _counter("RED_DROPS", "reduce refusals per ReduceReason (see formats.ReduceReason): partial rows "
+                 "dropped, opens that made no sum", len(ReduceReason)),
     ]
 
 

@@ -176,6 +176,16 @@ class RelayReason(enum.IntEnum):
                          #: (gpu, expert) named twice, or (relay row) a top-k slot out of range or twice
 
 
+class ReduceReason(enum.IntEnum):
+    """What a relay hub's reduce-on-combine refused (index of the RED_DROPS registers): a
+    partial row dropped, or an open that made no sum (its partial rows then come back as
+    BAD_PARTIAL)."""
+    BAD_PARTIAL = 0      #: a partial output row for no open sum, a slot the sum does not expect, or one already in
+    OPEN_TWICE = 1       #: an open of a sum still open (a source sends one relay row per (token, node)); the open sum kept
+    NO_RECORD = 2        #: an open the record table has no place for: the source's node this hub's or
+                         #: none, or the token >= ``reduce_tokens``
+
+
 #: bits of a gate weight carried per target of a relay row (BF16)
 WEIGHT_BITS = 16
 

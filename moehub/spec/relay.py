@@ -102,7 +102,16 @@ or for one already added is refused and counted (``bad_partials``).
 Storage: the accumulators live in HBM, one FP32 row per (remote source, token) the relay
 serves -- ``(nodes - 1) x tokens x hidden x 4`` bytes at most (:func:`accumulator_bytes`;
 e.g. 117 MB for 2 nodes, 4096 tokens, hidden 7168), too large for SRAM -- with a small
-record per open sum (expected slots, slots in, weights; :func:`record_bytes`).
+record per open sum (expected slots, slots in, weights; :func:`record_bytes`) in an SRAM
+table beside the reduce unit, ``reduce_records`` = ``(nodes - 1) x reduce_tokens`` of them
+(:func:`record_table_bits`): a sum's place is (the source's node among the other nodes,
+token), so the table holds every sum one layer's combine can open with up to
+``reduce_tokens`` tokens per GPU, and nothing else. An open the table has no place for (a
+source of this node or of none, a token >= ``reduce_tokens``) makes no sum and is counted
+(``NO_RECORD``); its partial rows then come back as ``BAD_PARTIAL``: the source's
+software must not send larger batches through the reduce (the co-simulation sizes
+``reduce_tokens`` to its layer, :func:`relay_config`). Refusals are counted per
+:class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers).
 Each partial row costs a read-modify-write of the accumulator row in HBM except the
 first (a write) and the sum's last (read, added, sent: no write back);
 :class:`ReduceModel` counts these bytes. Against today's software reduce (the partial rows
@@ -126,7 +135,7 @@ from typing import Optional
 import numpy as np
 
 from .config import HubConfig, experts_per_gpu
-from .formats import RelayReason
+from .formats import ReduceReason, RelayReason
 
 
 # ------------------------------------------------------------------ rows
@@ -170,18 +179,29 @@ def global_gpu(cfg: HubConfig, node: int, rank: int) -> int:
 
 
 # ------------------------------------------------------------------ configs
-def relay_config(cfg: HubConfig, nodes: int, gpus_per_node: int) -> HubConfig:
+#: tokens per GPU the relay configs' reduce keeps records for unless a layer needs more
+#: (``reduce_tokens``): the batch DeepEP's normal-mode kernels are benchmarked at (4096
+#: tokens per GPU, DeepEP README) and the design point the one-node configs size their
+#: regions for (``deepseek-v3-8gpu``: 8 GPUs x 4096 tokens x top-8 / 256 experts)
+REDUCE_TOKENS = 4096
+
+
+def relay_config(cfg: HubConfig, nodes: int, gpus_per_node: int, tokens: int = 0) -> HubConfig:
     """The relay hub's config of a system of ``nodes`` nodes of ``gpus_per_node`` GPUs:
     ``cfg`` is the hub config of one of its GPUs (``sources`` every GPU of the system,
     ``max_targets`` the multicast row a relay implies); the forward class is sized as the
     direct class, ``forward_tags`` = ``tags_per_source`` (ASSUMPTION; the contract needs
-    >= 1). The contract's checks apply (:class:`~moehub.spec.config.ConfigError`).
+    >= 1); the reduce's record table holds :data:`REDUCE_TOKENS` tokens per remote source,
+    or the power of two >= ``tokens`` where a layer has more (at most every token id).
+    The contract's checks apply (:class:`~moehub.spec.config.ConfigError`).
 
     The one derivation of the co-simulation's relay layers
     (:func:`moehub.cosim.systems.relay.check_layer`) and of ``moehub synth-unit --nodes``
     (:func:`nodes_config`)."""
+    want = max(REDUCE_TOKENS, 1 << max(0, int(tokens) - 1).bit_length())
     return cfg.replace(nodes=nodes, gpus_per_node=gpus_per_node, relay=True,
-                       forward_tags=cfg.tags_per_source)
+                       forward_tags=cfg.tags_per_source,
+                       reduce_tokens=min(want, 1 << cfg.token_bits))
 
 
 def nodes_config(cfg: HubConfig, nodes: int) -> HubConfig:
@@ -289,7 +309,7 @@ class RelayHubModel:
         self.relay_rows = self.relay_local = self.fwd_in = 0
         self.fwd_rows = [0] * cfg.node_gpus
         self.peak_queue = 0
-        self.reduce = ReduceModel(cfg, out=out)
+        self.reduce = ReduceModel(cfg, out=out, node=node)
 
     # ---------------------------------------------------------------- checks
     def _drop(self, fx: RelayEffects, reason: RelayReason, row) -> RelayEffects:
@@ -431,6 +451,7 @@ class RelayHubModel:
                 ("RED_INCOMPLETE", 0): self.reduce.incomplete}
         regs.update({("FWD_ROWS", g): n for g, n in enumerate(self.fwd_rows)})
         regs.update({("RELAY_DROPS", int(r)): n for r, n in zip(RelayReason, self.relay_drops)})
+        regs.update({("RED_DROPS", int(r)): n for r, n in zip(ReduceReason, self.reduce.drops())})
         return regs
 
 
@@ -501,6 +522,13 @@ def record_bytes(cfg: HubConfig) -> int:
     return 2 + 2 * cfg.relay_targets
 
 
+def record_table_bits(cfg: HubConfig) -> int:
+    """SRAM bits of the reduce's record table: ``reduce_records`` records of the open bit,
+    the expected and the in slots (a bit per top-k slot each) and a BF16 weight per slot
+    (:class:`~moehub.rtl.relay.reduce_unit.ReduceUnit`'s memory)."""
+    return cfg.reduce_records * (1 + 2 * cfg.topk + 16 * cfg.topk)
+
+
 class ReduceModel:
     """The relay's reduce-on-combine (module docstring): FP32 accumulators keyed by
     (original source, token), final when every expected partial row is in.
@@ -511,7 +539,9 @@ class ReduceModel:
         Open sums: (src, token) -> {"sum", "expect", "weights" (slot -> FP32), "seen"}.
     out : list of (src, token, parts, row)
         Reduced rows sent, in order (``row`` float32, BF16-rounded when ``out="bf16"``).
-    incomplete, bad_partials, bad_opens, peak_open : int
+    incomplete, peak_open : int
+    bad_partials, bad_opens, no_record : int
+        Refusals per :class:`~moehub.spec.formats.ReduceReason` (:meth:`drops`).
     hbm_read_bytes, hbm_write_bytes : int
         The accumulators' HBM traffic (FP32 rows).
     ops : list of (kind, (src, token), slot, parts)
@@ -521,27 +551,52 @@ class ReduceModel:
         after it. The RTL's :class:`~moehub.rtl.relay.reduce_unit.ReduceUnit` issues the same.
     """
 
-    def __init__(self, cfg: HubConfig, out: str = "bf16"):
+    def __init__(self, cfg: HubConfig, out: str = "bf16", node: Optional[int] = None):
+        """``node``: the relay's node -- opens the record table has no place for (a source
+        of this node or of none, a token >= ``reduce_token_span``) are refused; None: a
+        stand-alone accumulator that takes any (source, token)."""
         if out not in ("bf16", "fp32"):
             raise ValueError(f"out = {out!r}: must be 'bf16' or 'fp32'")
-        self.cfg, self.dtype = cfg, out
+        self.cfg, self.dtype, self.node = cfg, out, node
         self.acc: dict = {}
         self.out: list = []
-        self.incomplete = self.bad_partials = self.bad_opens = self.peak_open = 0
+        self.incomplete = self.bad_partials = self.bad_opens = self.no_record = self.peak_open = 0
         self.hbm_read_bytes = self.hbm_write_bytes = 0
         self.ops: list = []
 
     def open(self, src: int, token: int, slots: tuple) -> None:
         """A relay row accepted: a sum expecting one partial row per ``(slot, weight)``. A
         second open of a sum still open (a source sends one relay row per (token, node)) is
-        refused and counted in ``bad_opens``; the open sum is kept."""
+        refused and counted in ``bad_opens``; the open sum is kept. One the record table
+        has no place for is refused and counted in ``no_record``."""
         key = (src, token)
+        if self.node is not None and not self.has_record(src, token):
+            self.no_record += 1
+            return
         if key in self.acc:
             self.bad_opens += 1
             return
         self.acc[key] = {"sum": None, "expect": len(slots), "seen": set(),
                          "weights": {s: bf16_value(bf16_bits(w)) for s, w in slots}}
         self.peak_open = max(self.peak_open, len(self.acc))
+
+    def has_record(self, src: int, token: int) -> bool:
+        """Whether the record table has a place for the sum of (global source ``src``,
+        ``token``): a source in another node that exists, a token below the span."""
+        cfg, node = self.cfg, src // self.cfg.node_gpus
+        return 0 <= src < cfg.sources and node != self.node and 0 <= token < cfg.reduce_token_span
+
+    def record_index(self, src: int, token: int) -> int:
+        """The record (and accumulator row) of a sum: (the source's node among the other
+        nodes, token) -- :class:`~moehub.rtl.relay.reduce_unit.ReduceUnit`'s ``index``."""
+        node = src // self.cfg.node_gpus
+        return (node - (node > self.node)) * self.cfg.reduce_token_span + token
+
+    def drops(self) -> list:
+        """Refusals per :class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers)."""
+        by = {ReduceReason.BAD_PARTIAL: self.bad_partials, ReduceReason.OPEN_TWICE: self.bad_opens,
+              ReduceReason.NO_RECORD: self.no_record}
+        return [by[r] for r in ReduceReason]
 
     def partial(self, src: int, token: int, slot: int, row: np.ndarray):
         """An expert's output row for (src, token, slot): weighted, added in FP32. Returns

@@ -46,6 +46,7 @@ import hashlib
 
 import numpy as np
 
+from ...spec.relay import record_table_bits
 from ...spec.timing import ADMISSION_GROUPS, CREDIT_LATENCY
 from ..gpu import WorkItem
 from ..hub_stage import BACKENDS, WRITE_DELAY, HubArrivals, target_alloc
@@ -576,6 +577,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
         batches_by_gpu.append(batches)
     if "reduce" in features:
         recv, rst = R.combine_reduce(L, res, batches_by_gpu, arrivals, results)
+        rst["record_table_KiB"] = record_table_bits(rcfg) / 8192
     else:
         recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
         rst = R.combine_nic_plain(L) if relay else {}

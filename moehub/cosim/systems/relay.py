@@ -87,14 +87,15 @@ FORWARD_PIECES = 16
 
 def check_layer(L: Layer, cfg) -> object:
     """The protocol-v3 hub config of the layer (the contract's check of the relay keys:
-    nodes, gpus_per_node, forward tags, multicast width); a single-node layer is a
-    :class:`ConfigError` naming the system."""
+    nodes, gpus_per_node, forward tags, multicast width), its reduce's record table sized
+    for the layer's tokens per GPU; a single-node layer is a :class:`ConfigError` naming
+    the system."""
     gpn = min(L.sys.gpus_per_node, L.G)
     if L.nodes < 2:
         raise ConfigError(f"hub features relay: system {L.sys.name!r} is one node "
                           f"({L.G} GPUs, gpus_per_node = {L.sys.gpus_per_node}); a relay hub "
                           "needs >= 2 nodes")
-    return relay_config(cfg, L.nodes, gpn)
+    return relay_config(cfg, L.nodes, gpn, tokens=L.T)
 
 
 @dataclass

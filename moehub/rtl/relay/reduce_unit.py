@@ -4,15 +4,19 @@ partial output row takes, with which weight, and when a (token, node)'s sum is f
 Reference: :class:`moehub.spec.relay.ReduceModel` (its ``ops``), which
 tests/test_rtl_relay.py runs beside this unit with the same opens and partial rows.
 
-One *record* per sum, at index (source node, token) -- the relay serves the remote GPUs of
-its own local rank, so the node and token name the sum: open, the top-k slots expected (a
-bit each), the slots in, and the BF16 gate weight of each slot. Operations, one at a time,
+One *record* per sum, at index (the source's node among the other nodes, token) -- the
+relay serves the remote GPUs of its own local rank, so the node and token name the sum:
+open, the top-k slots expected (a bit each), the slots in, and the BF16 gate weight of
+each slot. Operations, one at a time,
 each a read of the record and (a cycle later) its write:
 
 * ``open`` (a relay row accepted, from the forward unit's row): a record for the row's
-  slots and weights; a sum already open is refused (``bad_opens``), the record kept;
+  slots and weights; a sum already open is refused (``OPEN_TWICE``), the record kept; a
+  sum the table has no place for (the source's node this hub's or none, a token >=
+  ``reduce_tokens``) is refused (``NO_RECORD``) without touching the table;
 * ``part`` (an expert's output row back, its header's (node, token, slot)): refused
-  (``bad_partials``) if no sum is open there, the slot is not expected or already in;
+  (``BAD_PARTIAL``) if no sum is open there (or can be: no record, as above -- never
+  another sum's record), the slot is not expected or already in;
   otherwise an ``op`` for the datapath -- WRITE (the first part: acc = w y), ADD (acc +=
   w y), LAST (the final part: send acc + w y, no write back), ONLY (the only part: send w
   y) -- with the slot's weight and the parts in; LAST and ONLY free the record: the sum is
@@ -28,9 +32,9 @@ streaming the row's chunks from and to the accumulator row in HBM (``index`` x r
 bytes) -- is not part of this unit.
 
 Storage: a record is ``1 + 2 x topk + 16 x topk`` bits (145 at top-8;
-:func:`~moehub.spec.relay.record_bytes` counts 18 bytes), ``nodes x 2**token_bits`` of them --
-a memory here (the tests' token widths); at serving token widths they sit beside the
-accumulator rows in HBM, the same read-then-write per operation with a longer read.
+:func:`~moehub.spec.relay.record_bytes` counts 18 bytes), ``reduce_records = (nodes - 1) x
+reduce_tokens`` of them, an SRAM (:func:`~moehub.spec.relay.record_table_bits`: 0.59 Mbit
+for 2 nodes at 4096 tokens per GPU, 4.2 Mbit for 8).
 Rate: one operation per two cycles (no read-after-write hazard to forward), against a
 partial row of ``row_bytes / chunk_bytes`` chunks (hundreds of cycles): never the limit.
 """
@@ -42,7 +46,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig, field_bits
-from ...spec.formats import WEIGHT_BITS
+from ...spec.formats import WEIGHT_BITS, ReduceReason
 from ..logic import popcount, select
 
 
@@ -61,12 +65,16 @@ class ReduceUnit(wiring.Component):
 
     Attributes
     ----------
+    node : In(node_bits)
+        This hub's node (the NODE_ID register).
     open : In(stream): src_node, token, valid[relay_targets], slot[...], weight[...]
     part : In(stream): src_node, token, slot
     flush : In(1)
         Start a sweep (a pulse; taken when the unit is idle, held until then).
     op : Out(stream): kind (Op), index (record / accumulator row), slot, weight (BF16), parts
-    red_rows, red_open, red_incomplete, bad_partials, bad_opens : Out(32)
+    red_rows, red_open, red_incomplete : Out(32)
+    drops : Out(32).array(len(ReduceReason))
+        Refusals per :class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers).
     sweeping : Out(1)
     """
 
@@ -76,11 +84,13 @@ class ReduceUnit(wiring.Component):
             raise ValueError(f"hub[{cfg.name}]: a reduce unit needs relay: true")
         self.cfg = cfg
         T, K = cfg.relay_targets, cfg.topk
-        self.depth = cfg.nodes << cfg.token_bits
+        self.depth = cfg.reduce_records
+        self.span_bits = (cfg.reduce_token_span - 1).bit_length()
         self.index_bits = max(1, (self.depth - 1).bit_length())
         self.record = data.StructLayout({"open": 1, "expect": K, "seen": K,
                                          "weight": data.ArrayLayout(WEIGHT_BITS, K)})
         super().__init__({
+            "node": In(cfg.node_bits),
             "open": In(stream.Signature(data.StructLayout({
                 "src_node": cfg.node_bits, "token": cfg.token_bits, "valid": T,
                 "slot": data.ArrayLayout(cfg.slot_bits, T), "weight": data.ArrayLayout(WEIGHT_BITS, T)}))),
@@ -91,11 +101,21 @@ class ReduceUnit(wiring.Component):
                 "kind": 3, "index": self.index_bits, "slot": cfg.slot_bits, "weight": WEIGHT_BITS,
                 "parts": field_bits(K)}))),
             "red_rows": Out(32), "red_open": Out(32), "red_incomplete": Out(32),
-            "bad_partials": Out(32), "bad_opens": Out(32), "sweeping": Out(1),
+            "drops": Out(32).array(len(ReduceReason)), "sweeping": Out(1),
         })
 
     def _index(self, src_node, token):
-        return Cat(token, src_node)[:self.index_bits]
+        """The record of (source node, token): the node among the other nodes, then the
+        token (``reduce_token_span`` a power of two)."""
+        remote = src_node - (src_node > self.node)
+        return Cat(token[:self.span_bits], remote)[:self.index_bits]
+
+    def _has_record(self, src_node, token):
+        """Whether the table has a place for the sum: a remote node that exists, a token
+        below the span (else the index would name another sum's record)."""
+        cfg = self.cfg
+        tok_ok = (token >> self.span_bits) == 0 if self.span_bits < cfg.token_bits else 1
+        return (src_node < cfg.nodes) & (src_node != self.node) & tok_ok
 
     def elaborate(self, platform):
         m = Module()
@@ -107,13 +127,17 @@ class ReduceUnit(wiring.Component):
 
         n_rows, n_open, n_inc = Signal(32, name="n_rows"), Signal(32, name="n_open"), Signal(32, name="n_inc")
         n_badp, n_bado = Signal(32, name="n_bad_partials"), Signal(32, name="n_bad_opens")
+        n_norec = Signal(32, name="n_no_record")
         m.d.comb += [self.red_rows.eq(n_rows), self.red_open.eq(n_open), self.red_incomplete.eq(n_inc),
-                     self.bad_partials.eq(n_badp), self.bad_opens.eq(n_bado)]
+                     self.drops[ReduceReason.BAD_PARTIAL].eq(n_badp),
+                     self.drops[ReduceReason.OPEN_TWICE].eq(n_bado),
+                     self.drops[ReduceReason.NO_RECORD].eq(n_norec)]
 
         index = Signal(self.index_bits, name="index")
         is_open = Signal(name="cur_is_open")         # the operation read: an open (else a part)
         o = Signal(self.open.payload.shape(), name="cur_open")
         slot = Signal(cfg.slot_bits, name="cur_slot")
+        placed = Signal(name="cur_has_record")      # the operation's sum has a record
         flush_req = Signal(name="flush_req")
         with m.If(self.flush):
             m.d.sync += flush_req.eq(1)
@@ -147,22 +171,27 @@ class ReduceUnit(wiring.Component):
                 with m.Elif(self.open.valid):
                     at = self._index(self.open.payload.src_node, self.open.payload.token)
                     m.d.comb += rd.addr.eq(at)
-                    m.d.sync += [index.eq(at), o.eq(self.open.payload), is_open.eq(1)]
+                    m.d.sync += [index.eq(at), o.eq(self.open.payload), is_open.eq(1),
+                                 placed.eq(self._has_record(self.open.payload.src_node, self.open.payload.token))]
                     m.next = "DO"
                 with m.Elif(self.part.valid):
                     at = self._index(self.part.payload.src_node, self.part.payload.token)
                     m.d.comb += rd.addr.eq(at)
-                    m.d.sync += [index.eq(at), slot.eq(self.part.payload.slot), is_open.eq(0)]
+                    m.d.sync += [index.eq(at), slot.eq(self.part.payload.slot), is_open.eq(0),
+                                 placed.eq(self._has_record(self.part.payload.src_node, self.part.payload.token))]
                     m.next = "DO"
             with m.State("DO"):                       # the record is on rd.data
-                with m.If(is_open):
+                with m.If(is_open & ~placed):
+                    m.d.sync += n_norec.eq(n_norec + 1)
+                    m.next = "IDLE"
+                with m.Elif(is_open):
                     with m.If(rec.open):
                         m.d.sync += n_bado.eq(n_bado + 1)
                     with m.Else():
                         m.d.comb += [wr.en.eq(1), wr.data.eq(new)]
                         m.d.sync += n_open.eq(n_open + 1)
                     m.next = "IDLE"
-                with m.Elif(~ok):
+                with m.Elif(~ok | ~placed):
                     m.d.sync += n_badp.eq(n_badp + 1)
                     m.next = "IDLE"
                 with m.Else():
