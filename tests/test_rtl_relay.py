@@ -7,8 +7,10 @@ output at random and returns forward credits after a random delay. Each accepted
 to :class:`~moehub.spec.relay.RelayHubModel` in its accept cycle; each local report must
 be the model's next :class:`LocalRow`; each forward row must go to the model's lowest
 ready GPU, with the model's tag and entries; the relay credits must be the model's, in
-order; the counters (drops per reason, rows, local rows, forwards per GPU, forwards
-waiting) must equal the model's every cycle. A failure names the seed.
+order; the counters (drops per reason, rows, local rows, forwards per GPU) must equal the
+model's of the cycle before, every cycle (the unit's counters lag their events by one
+cycle: each adds an event registered in the cycle it happens), and the forwards waiting
+(the held row's state, no counter) the model's of the cycle. A failure names the seed.
 
 Planted bugs (built from a broken in-memory copy of the RTL, :mod:`moehub.verif.formal.plant`)
 must make the bench fail: a forward that does not clear its GPU (forwarded twice), a tag
@@ -98,6 +100,15 @@ class Bench:
         self.forwarded = 0
         self.taken = -10                            # the cycle the last row was taken
         self.log = []                               # (cycle, event, ...) for the latency figures
+        self.lagged = None                          # the model's counters a cycle ago
+
+    def lag(self, now: dict) -> dict:
+        """The model's counters ``now`` (at this cycle's start: every event before it)
+        as the unit shows them: those of the cycle before (``now`` itself in the first
+        cycle, all 0), except ``fwd_wait``, the held row's state, which does not lag."""
+        want = dict(now if self.lagged is None else self.lagged, fwd_wait=now["fwd_wait"])
+        self.lagged = now
+        return want
 
     def check_counters(self):
         ctx, dut, m = self.ctx, self.dut, self.model
@@ -105,9 +116,9 @@ class Bench:
                "rows": ctx.get(dut.relay_rows), "local": ctx.get(dut.relay_local),
                "fwd_rows": [ctx.get(dut.fwd_rows[g]) for g in range(self.cfg.node_gpus)],
                "fwd_wait": ctx.get(dut.fwd_wait)}
-        want = {"drops": m.relay_drops, "rows": m.relay_rows, "local": m.relay_local,
-                "fwd_rows": m.fwd_rows, "fwd_wait": m.fwd_wait()}
-        assert got == want, f"cycle {self.cycle}: counters {got}, model {want}"
+        want = self.lag({"drops": list(m.relay_drops), "rows": m.relay_rows, "local": m.relay_local,
+                         "fwd_rows": list(m.fwd_rows), "fwd_wait": m.fwd_wait()})
+        assert got == want, f"cycle {self.cycle}: counters {got}, model a cycle before {want}"
 
     def set_row(self, fields, token):
         ctx, p = self.ctx, self.dut.row.payload

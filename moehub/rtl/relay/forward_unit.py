@@ -12,9 +12,9 @@ in front of it never refuses, see :mod:`moehub.rtl.relay`):
    model's ``relay_verdict`` -- FWD_BAD_SOURCE (source node out of range or this node,
    another local rank, tag outside the window), FWD_BAD_GPU (a valid entry's GPU outside
    the node), FWD_BAD_TARGETS (no valid entry, an expert out of range, one (gpu, expert)
-   twice, a slot out of range or twice) -- counted in ``drops`` at once; per destination
-   GPU ``g`` the entries naming it (``mem[g]``, a ``relay_targets``-bit mask), registered
-   with the row. Left to do: the local report if any entry names this GPU (``rank``), and
+   twice, a slot out of range or twice) -- counted in ``drops`` (a cycle late, as every
+   counter: see below); per destination GPU ``g`` the entries naming it (``mem[g]``, a
+   ``relay_targets``-bit mask), registered with the row. Left to do: the local report if any entry names this GPU (``rank``), and
    a forward to each other GPU named (``left``).
 2. **Local** (``local`` stream): the entries on this GPU packed into protocol v2's
    multicast row (entry order kept), with the original source as a global id (node x
@@ -33,6 +33,13 @@ then set in its free bits, so a credit presented in cycle c can be handed out ag
 cycle c + 2. One that is not out is ignored (the node's own hubs never send one: the
 environment the proof assumes).
 
+Counters (``drops``, ``relay_rows``, ``relay_local``, ``fwd_rows``) lag their events by
+one cycle: an event (a row accepted; of them, one with targets here; a row dropped, per
+reason; a forward sent, per GPU) is a bit registered in the cycle it happens and added to
+its counter in the next, so a counter read in cycle c counts the events of the cycles
+before c - 1. ``fwd_wait`` is no counter (the held row's forwards not yet sent, from
+``left``) and does not lag.
+
 Exactly once, by construction: a target is reported or forwarded only while its GPU's
 bit of ``left`` (or ``local_left``) is set, and the bit is cleared by that very
 handshake; every accepted row's named GPUs are in ``left``/``local_left`` at accept and
@@ -43,9 +50,16 @@ pair compares); the packing (per output entry an AND-OR over the relay entries, 
 by prefix counts of the mask) is done for every GPU in the row's first held cycle
 (``prep``: the local report and the forwards start a cycle later) into registers, so the
 forward path is a priority pick over ``gpus_per_node`` GPUs of ``left & has_free``
-(registered bits) and a one-hot AND-OR of the registered packed rows. (The first version
-packed behind the pick: 25.7 FO4 on DeepSeek-V3 x 2 nodes, held -> fwd payload, over
-the 1.98 GHz budget.)
+(registered bits: ``has_free[g]``, whether GPU ``g`` holds a free tag, is a register of
+its own, updated with the free bits) and a one-hot AND-OR of the registered packed rows.
+(The first version packed behind the pick: 25.7 FO4 on DeepSeek-V3 x 2 nodes, held ->
+fwd payload, over the 1.98 GHz budget.) No 32-bit increment sits behind the verdict or
+the pick (the registered events above: with the counters incremented in the accept and
+forward cycles, the free bits through the pick into a forward counter and the row
+through the verdict into ``relay_local`` were 22.4-23.6 FO4 at 2-8 nodes, just over the
+budget); a picked GPU's free bits lose that GPU's own lowest free tag (the tag sent, with
+no select over the GPUs in front of the free bits); the lowest-one picks are an OR tree
+per bit, not a carry chain.
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -58,9 +72,10 @@ from .layouts import RelayLayouts
 
 
 def lowest_one(m: Module, bits, name: str):
-    """The lowest set bit of ``bits`` as a one-hot (0 if none): ``bits & -bits``."""
+    """The lowest set bit of ``bits`` as a one-hot (0 if none): ``bits & -bits``, written
+    as each bit and none below it (an OR tree per bit, not a carry chain through all)."""
     oh = Signal(len(bits), name=name)
-    m.d.comb += oh.eq(bits & (~bits + 1))
+    m.d.comb += oh.eq(Cat(bits[i] & ~bits[:i].any() if i else bits[0] for i in range(len(bits))))
     return oh
 
 
@@ -106,11 +121,12 @@ class ForwardUnit(wiring.Component):
     rcredit : Out(stream of RelayLayouts.rcredit)
         Relay rows' credits (global source, tag).
     drops : Out(32).array(len(RelayReason))
-        Rows dropped by reason (the RELAY_DROPS registers).
+        Rows dropped by reason (the RELAY_DROPS registers), a cycle late.
     relay_rows, relay_local, fwd_wait : Out(32)
-        Rows accepted; of them, with targets here; forwards not yet sent (the row held).
+        Rows accepted; of them, with targets here (both a cycle late); forwards not yet
+        sent (the row held, current).
     fwd_rows : Out(32).array(gpus_per_node)
-        Forward rows sent per destination GPU.
+        Forward rows sent per destination GPU, a cycle late.
     """
 
     def __init__(self, cfg: HubConfig):
@@ -169,12 +185,24 @@ class ForwardUnit(wiring.Component):
 
         # ---- forward tags per destination
         free = [Signal(F, init=(1 << F) - 1, name=f"free{g}") for g in range(G)]
-        has_free = Cat(*(free[g].any() for g in range(G)))
+        # (free[g].any(), kept in a register of its own beside the free bits: no OR over a
+        # GPU's tags in front of the pick)
+        has_free = Signal(G, init=(1 << G) - 1, name="has_free")
 
-        # ---- counters
+        # ---- counters: each adds a one-bit event registered in the cycle it happens (ev_*),
+        # so a counter lags its events by one cycle and no verdict or pick sits in front of
+        # a 32-bit increment
         drops = [Signal(32, name=f"drops_{r_.name.lower()}") for r_ in RelayReason]
         n_rows, n_local = Signal(32, name="n_rows"), Signal(32, name="n_local")
         n_fwd = [Signal(32, name=f"n_fwd{g}") for g in range(G)]
+        ev_drop = [Signal(name=f"ev_drop_{r_.name.lower()}") for r_ in RelayReason]
+        ev_row, ev_local = Signal(name="ev_row"), Signal(name="ev_local")
+        ev_fwd = Signal(G, name="ev_fwd")
+        m.d.sync += [ev_drop[i].eq(0) for i in range(len(RelayReason))]
+        m.d.sync += [ev_row.eq(0), ev_local.eq(0), ev_fwd.eq(0)]
+        m.d.sync += [drops[i].eq(drops[i] + ev_drop[i]) for i in range(len(RelayReason))]
+        m.d.sync += [n_rows.eq(n_rows + ev_row), n_local.eq(n_local + ev_local)]
+        m.d.sync += [n_fwd[g].eq(n_fwd[g] + ev_fwd[g]) for g in range(G)]
         m.d.comb += [self.drops[i].eq(drops[i]) for i in range(len(RelayReason))]
         m.d.comb += [self.fwd_rows[g].eq(n_fwd[g]) for g in range(G)]
         m.d.comb += [self.relay_rows.eq(n_rows), self.relay_local.eq(n_local)]
@@ -232,13 +260,16 @@ class ForwardUnit(wiring.Component):
         for g in range(G):
             back = Signal(F, name=f"back{g}")
             m.d.comb += back.eq(Cat(*(cr_v & (cr.dst == g) & (cr.ftag == t) for t in range(F))))
-            take = Mux(sent & pick[g], ftag_oh, 0)
+            # (GPU g's own lowest free tag, not the tag picked among the GPUs: the same bits
+            # while pick is one-hot, and no pick-wide select in front of the free bits)
+            taking = self.fwd.ready & pick[g]
+            take = Mux(taking, tag_oh[g], 0)
             m.d.sync += free[g].eq((free[g] & ~take) | back)
+            # any free bit next cycle: one returned, or one left beside the tag taken
+            m.d.sync += has_free[g].eq(back.any() | Mux(taking, (free[g] & ~tag_oh[g]).any(), free[g].any()))
         with m.If(sent):
             m.d.sync += left.eq(left & ~pick)
-            for g in range(G):
-                with m.If(pick[g]):
-                    m.d.sync += n_fwd[g].eq(n_fwd[g] + 1)
+            m.d.sync += ev_fwd.eq(pick)
 
         # ---- credit and the next row: the credit goes out the cycle after the last forward
         # and the local report (left and local_left are registers)
@@ -266,11 +297,8 @@ class ForwardUnit(wiring.Component):
             with m.If(bad):
                 m.d.sync += [left.eq(0), local_left.eq(0)]
             with m.Else():
-                m.d.sync += [left.eq(named), local_left.eq(in_loc.any()), n_rows.eq(n_rows + 1)]
-                with m.If(in_loc.any()):
-                    m.d.sync += n_local.eq(n_local + 1)
-            for reason, b in ((RelayReason.FWD_BAD_GPU, bg), (RelayReason.FWD_BAD_SOURCE, bs),
-                              (RelayReason.FWD_BAD_TARGETS, bt)):
-                with m.If(b):
-                    m.d.sync += drops[reason].eq(drops[reason] + 1)
+                m.d.sync += [left.eq(named), local_left.eq(in_loc.any()), ev_row.eq(1),
+                             ev_local.eq(in_loc.any())]
+            m.d.sync += [ev_drop[RelayReason.FWD_BAD_GPU].eq(bg), ev_drop[RelayReason.FWD_BAD_SOURCE].eq(bs),
+                         ev_drop[RelayReason.FWD_BAD_TARGETS].eq(bt)]
         return m

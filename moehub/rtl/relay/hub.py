@@ -21,7 +21,9 @@ The counters read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_r
 ``relay_rows``, ``relay_local``, ``fwd_rows``, ``fwd_wait`` (the forward unit's held row's
 forwards not yet sent), ``fwd_in`` (good forward rows received) and ``relay_drops`` (per
 :class:`~moehub.spec.formats.RelayReason`: the forward unit's and the forward check's
-together). They are outputs here, not yet in the CSR bank (whose relay registers inside
+together). Every counter lags its events by one cycle (an event is a bit registered in the
+cycle it happens and added in the next: no verdict in front of a 32-bit increment);
+``fwd_wait``, the held row's state, does not. They are outputs here, not yet in the CSR bank (whose relay registers inside
 ``MoEHub`` read 0), and ``node``/``rank`` are inputs (NODE_ID and LOCAL_RANK are stored in
 that bank). ``relay_overflow`` counts rows that came while the FIFO was full -- a source
 that sent without an R credit; with the credits kept it stays 0 (the window bounds the
@@ -70,9 +72,9 @@ class RelayControl(wiring.Component):
         The verdict on ``fin``'s row (combinational, meaningful while ``fin.valid``).
     relay_rows, relay_local, fwd_wait, fwd_in : Out(32); fwd_rows : Out(32).array(gpus_per_node);
     relay_drops : Out(32).array(len(RelayReason))
-        The relay counters.
+        The relay counters (all but ``fwd_wait`` a cycle late).
     relay_overflow : Out(32)
-        Rows that found the FIFO full (dropped).
+        Rows that found the FIFO full (dropped), a cycle late.
     queued : Out(range(relay_window + 2))
         Rows in the FIFO (not counting the forward unit's held row): at most
         ``relay_window + 1``, one beyond the window (the FIFO's output register).
@@ -113,12 +115,14 @@ class RelayControl(wiring.Component):
         m.submodules.queue = q = SyncFIFOBuffered(width=lay.row.size, depth=cfg.relay_window + 1)
 
         # ---- the row queue: never refuses; a row that finds it full is counted and lost
+        # (every counter here, as the forward unit's, adds a one-bit event registered in the
+        # cycle it happens: it lags its events by one cycle)
         overflow = Signal(32, name="overflow")
+        ev_overflow = Signal(name="ev_overflow")
         m.d.comb += [self.row.ready.eq(1), q.w_en.eq(self.row.valid), q.w_data.eq(self.row.payload),
                      fu.row.valid.eq(q.r_rdy), fu.row.payload.eq(q.r_data), q.r_en.eq(fu.row.ready),
                      self.queued.eq(q.level), self.relay_overflow.eq(overflow)]
-        with m.If(self.row.valid & ~q.w_rdy):
-            m.d.sync += overflow.eq(overflow + 1)
+        m.d.sync += [ev_overflow.eq(self.row.valid & ~q.w_rdy), overflow.eq(overflow + ev_overflow)]
 
         # ---- the forward unit
         m.d.comb += [fu.node.eq(self.node), fu.rank.eq(self.rank)]
@@ -136,13 +140,13 @@ class RelayControl(wiring.Component):
         m.d.comb += [chk.expert[i].eq(f.expert[i]) for i in range(cfg.max_targets)]
         fin_in = Signal(32, name="fin_in")
         fin_drops = [Signal(32, name=f"fin_drops_{r.name.lower()}") for r in RelayReason]
-        with m.If(self.fin.valid):
-            with m.If(chk.bad_source):
-                m.d.sync += fin_drops[RelayReason.FWD_BAD_SOURCE].eq(fin_drops[RelayReason.FWD_BAD_SOURCE] + 1)
-            with m.Elif(chk.bad_targets):
-                m.d.sync += fin_drops[RelayReason.FWD_BAD_TARGETS].eq(fin_drops[RelayReason.FWD_BAD_TARGETS] + 1)
-            with m.Else():
-                m.d.sync += fin_in.eq(fin_in + 1)
+        ev_fin_in, ev_fin_bs, ev_fin_bt = Signal(name="ev_fin_in"), Signal(name="ev_fin_bs"), Signal(name="ev_fin_bt")
+        m.d.sync += [ev_fin_bs.eq(self.fin.valid & chk.bad_source),
+                     ev_fin_bt.eq(self.fin.valid & ~chk.bad_source & chk.bad_targets),
+                     ev_fin_in.eq(self.fin.valid & ~chk.bad_source & ~chk.bad_targets)]
+        bs_, bt_ = RelayReason.FWD_BAD_SOURCE, RelayReason.FWD_BAD_TARGETS
+        m.d.sync += [fin_drops[bs_].eq(fin_drops[bs_] + ev_fin_bs), fin_drops[bt_].eq(fin_drops[bt_] + ev_fin_bt),
+                     fin_in.eq(fin_in + ev_fin_in)]
 
         # ---- the counters
         m.d.comb += [self.relay_rows.eq(fu.relay_rows), self.relay_local.eq(fu.relay_local),

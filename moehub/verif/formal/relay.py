@@ -26,8 +26,10 @@ counted as a drop; nothing forwarded twice:
 * the credit only when every target of the row is done (for a dropped row: at once), for
   the row's (source, tag), once, and never for a row from an unknown source;
 * a new row taken only once the held row's credit has gone (or it had none);
-* the drop counters equal the reference's (each bad row counted once, under its first
-  reason; a good row not at all).
+* the drop counters equal the reference's of the cycle before (each bad row counted once,
+  under its first reason; a good row not at all): the unit's counters lag their events by
+  one cycle (each adds an event registered in the cycle it happens), so the check, every
+  cycle, is against a registered copy of the reference's counts.
 
 Unbounded (k-induction, ``prove``): the properties are not inductive alone (a state where
 the unit's registers disagree with the reference satisfies them until the row is
@@ -35,7 +37,8 @@ reported). The strengthening invariants tie the unit's registers (read from its 
 module, :func:`.common.elaborate_into`) to the reference: the held row's fields, masks and
 credit bit; ``left`` = the named GPUs not yet forwarded; ``local_left`` = the local report
 not made; each destination's free tags = the tags not out and not being returned (a credit
-in its register).
+in its register), and its bit of ``has_free`` whether one is free; each drop counter and
+its registered event = the reference's count.
 """
 from __future__ import annotations
 
@@ -135,6 +138,8 @@ class ForwardUnitHarness(Elaboratable):
         local_done = Signal(name="ref_local_done")
         fwd_done = Signal(G, name="ref_fwd_done")
         drops = [Signal(32, name=f"ref_drops{i}") for i in range(len(RelayReason))]
+        drops_lag = [Signal(32, name=f"ref_drops_lag{i}") for i in range(len(RelayReason))]
+        m.d.sync += [drops_lag[i].eq(drops[i]) for i in range(len(RelayReason))]
 
         def names(g):          # the held row's entries on GPU g
             return Cat(*(sh.valid[j] & (sh.gpu[j] == g) for j in range(T)))
@@ -186,9 +191,9 @@ class ForwardUnitHarness(Elaboratable):
                                       & (dut.rcredit.payload.tag == sh.tag)), "the credit names another row")
         take = dut.row.valid & dut.row.ready
         p.check(~take | ~in_row | cf | ~due, "a new row taken before the held row's credit went")
-        # drops
+        # drops (a cycle late: the counters lag their events by one cycle)
         for i, r in enumerate(RelayReason):
-            p.check(dut.drops[i] == drops[i], f"drops[{r.name}] differs from the bad rows seen")
+            p.check(dut.drops[i] == drops_lag[i], f"drops[{r.name}] differs from the bad rows seen")
 
         # ---- reference updates
         with m.If(lf):
@@ -253,7 +258,12 @@ class ForwardUnitHarness(Elaboratable):
             pend = Cat(*(cr_v & (cr.dst == g) & (cr.ftag == t) for t in range(F)))
             p.check(regs[f"free{g}"] == ~(e["out"][g] | pend), f"invariant: free{g} is not the tags not out")
             p.check((e["out"][g] & pend) == 0, f"invariant: a tag of {g} both out and being returned")
+            p.check(regs["has_free"][g] == regs[f"free{g}"].any(), f"invariant: has_free[{g}] is not free{g}.any()")
         p.check(~cr_v | (cr.dst < G) & (cr.ftag < F), "invariant: a registered credit out of range")
+        for i, r in enumerate(RelayReason):
+            n = r.name.lower()
+            p.check((regs[f"drops_{n}"] + regs[f"ev_drop_{n}"])[:32] == e["drops"][i],
+                    f"invariant: drops[{r.name}] and its registered event are not the bad rows seen")
 
 
 def small_config():
