@@ -195,12 +195,58 @@ def test_bad_feature_values_are_refused(features, match):
         H.check_features(features)
 
 
-def test_relay_brings_multicast_and_no_rtl_hub_has_it():
+def test_relay_brings_multicast_and_runs_with_rtl_hubs():
     assert H.check_features({"relay"}) == {"relay", "multicast"}
     assert H.check_features({"relay", "reduce"}) == {"relay", "reduce", "multicast"}
-    with pytest.raises(ValueError, match="not in the hub RTL"):
-        H.check_features({"relay"}, rtl=True)
+    assert H.check_features({"relay", "reduce"}, rtl=True) == {"relay", "reduce", "multicast"}
     assert set(H.ALL_FEATURES) == set(H.FEATURES) | {"relay", "reduce"}
+
+
+# ------------------------------------------------------------------ RTL in the loop
+def _model_hub_for_rtl(monkeypatch):
+    """The RTL GPU's hub played by the model (its Verilog is tested elsewhere): only the
+    relay's RTL runs."""
+    monkeypatch.setattr(H, "rtl_hub", lambda cfg, arr, d, checks: H.BACKENDS["model"](cfg, arr))
+
+
+def relay_counts(L, g):
+    """From the routing alone: relay rows GPU g receives (remote (source, token) of its rank
+    with a target in its node), those with a target on g, forwards (per other GPU of the
+    node with a target), and the partial rows that come back (one per target)."""
+    node, rank = g // 4, g % 4
+    sel = (L.src % 4 == rank) & (L.src // 4 != node) & (L.dest // 4 == node)
+    keys = L.src[sel] * L.T + L.tok[sel]
+    rows = len(np.unique(keys))
+    local = len(np.unique(keys[L.dest[sel] == g]))
+    fwd = len(np.unique(keys[L.dest[sel] != g] * 8 + L.dest[sel][L.dest[sel] != g]))
+    return rows, local, fwd, int(sel.sum())
+
+
+@pytest.mark.parametrize("g", [1, 6])
+def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, g, monkeypatch):
+    """An RTL relay GPU (--rtl-gpus with relay + reduce): its control path and reduce
+    control agree with the model and the co-simulation row for row, and its summary holds
+    the counts the routing gives."""
+    _model_hub_for_rtl(monkeypatch)
+    res = H.run_hub(L, features=H.check_features(REDUCE), rtl_gpus=(g,))
+    (s,) = [c for c in res.extra["rtl"] if c.get("unit") == "relay"]
+    rows, local, fwd, parts = relay_counts(L, g)
+    assert (s["gpu"], s["relay_rows"], s["relay_local"], s["forward_rows"]) == (g, rows, local, fwd)
+    assert (s["partial_rows"], s["reduced_rows"]) == (parts, rows) and rows > 10
+
+
+def test_relay_rtl_in_the_loop_catches_a_planted_bug(L, monkeypatch):
+    """Two forward rows' destinations swapped in the forward unit: the loop names the row."""
+    import moehub.rtl.relay.hub as hub_mod
+    from moehub.cosim.relay_rtl import RelayDisagrees
+    from moehub.verif.formal.plant import broken_class
+    _model_hub_for_rtl(monkeypatch)
+    G = "cfg.gpu_bits)) for g in range(G)], cfg.gpu_bits)),"
+    monkeypatch.setattr(hub_mod, "ForwardUnit", broken_class(
+        "moehub.rtl.relay.forward_unit", "fp.dst.eq(select([(pick[g], Const(g, " + G,
+        "fp.dst.eq(select([(pick[g], Const((g + 1) % G, " + G, "ForwardUnit"))
+    with pytest.raises(RelayDisagrees, match=r"relay GPU 1 .*forward"):
+        H.run_hub(L, features=H.check_features(RELAY), rtl_gpus=(1,))
 
 
 def test_relay_config_passes_the_contract(L):

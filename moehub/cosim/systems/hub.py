@@ -68,8 +68,9 @@ ALL_FEATURES = FEATURES + V3_FEATURES   #: every feature a run may name, in tabl
 #: the features the hub's RTL has (``--rtl-gpus``, ``--hub rtl``): count packets
 #: (``count_packets``, README "Count packets in the hub RTL"), paged regions (README
 #: "Paged regions in the hub RTL") and multicast rows (README "Multicast rows in the hub
-#: RTL"), in any combination
-RTL_FEATURES = frozenset({"early_counts", "paged", "multicast"})
+#: RTL"), in any combination; and protocol v3's relay and reduce, whose control path and
+#: reduce control run in RTL beside an RTL GPU's hub (:mod:`..relay_rtl`)
+RTL_FEATURES = frozenset({"early_counts", "paged", "multicast", "relay", "reduce"})
 #: GEMM1 efficiency of a gathering A load relative to a contiguous (TMA) one. ASSUMPTION,
 #: from the nearest public measurement: on Hopper a GEMM that gathers A rows by index
 #: cannot load them as TMA tiles and uses per-row pointer loads; TileOPs PR #1567 (H200,
@@ -267,6 +268,16 @@ def rtl_hub(cfg, arr: HubArrivals, d: int, checks: list):
                    "cycles_per_s": hr.player.cycles / max(hr.player.wall_s, 1e-9),
                    **dataclasses.asdict(cmp)})
     return hr
+
+
+def relay_rtl_checks(L: Layer, rcfg, rd: R.Dispatch, parts, gpus) -> list:
+    """The relay control path (and with ``parts``, the reduce control) of each GPU of
+    ``gpus`` in RTL against the model and this pass's routes (:mod:`..relay_rtl`; a
+    disagreement raises); one summary per GPU that relays a row."""
+    if not gpus:
+        return []
+    from ..relay_rtl import check_relay_gpu
+    return [check_relay_gpu(L, rcfg, rd.routes, rd.hop1_last, d, parts) for d in gpus]
 
 
 def hub_label(backend: str, rtl_gpus: tuple) -> str:
@@ -575,12 +586,15 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
                                                 C.reserved_share(L, sms, send_end[d]), known,
                                                 hbm_at=hbm_at, gpu=gpu)
         batches_by_gpu.append(batches)
+    parts = None
     if "reduce" in features:
-        recv, rst = R.combine_reduce(L, res, batches_by_gpu, arrivals, results)
+        recv, rst, parts = R.combine_reduce(L, res, batches_by_gpu, arrivals, results)
         rst["record_table_KiB"] = record_table_bits(rcfg) / 8192
     else:
         recv = C.combine_tilewise(L, res, batches_by_gpu, owners)
         rst = R.combine_nic_plain(L) if relay else {}
+    if relay:
+        rtl_checks += relay_rtl_checks(L, rcfg, rd, parts, range(G) if backend == "rtl" else rtl_gpus)
     res.gpu_end = C.reduce(L, res, recv, shared_end)
     res.extra.update(st)
     if relay:

@@ -164,6 +164,18 @@ def _arrive(curves, flows, src, dst, off):
 
 
 @dataclass
+class ReduceParts:
+    """The partial output rows of a combine with ``reduce``, in the order each relay
+    accumulates them: per part its relay, owner (the token's source), token, and the GPU
+    and local expert that computed it (:mod:`..relay_rtl` replays them)."""
+    relay: np.ndarray
+    owner: np.ndarray
+    tok: np.ndarray
+    gpu: np.ndarray
+    expert: np.ndarray
+
+
+@dataclass
 class Dispatch:
     """The relay dispatch of one pass: what :func:`.hub.run_hub` needs, and the byte counts."""
     arrivals: list
@@ -284,12 +296,12 @@ def _impulse_arrivals(curves, flows, src, dst, t, nbytes):
 
 def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, results) -> tuple:
     """The combine with the relays' reduction (module docstring): returns (when each owner
-    has all its outputs, statistics). ``results``: each GPU's hub result (its allocation
+    has all its outputs, statistics, the partial rows in accumulate order). ``results``: each GPU's hub result (its allocation
     places every target entry in a tile)."""
     G, gpn, H = L.G, min(L.sys.gpus_per_node, L.G), L.model.hidden
     wire = L.comb_wire_sw
     src_l, dst_l, t_l, n_l, kind_l = [], [], [], [], []     # per (tile, next hop) impulse
-    part_relay, part_owner, part_tok, part_gpu, part_t = [], [], [], [], []
+    part_relay, part_owner, part_tok, part_gpu, part_t, part_x = [], [], [], [], [], []
     first_send = np.full(G, np.inf)
     for d in range(G):
         arr, hr = arrivals[d], results[d]
@@ -334,6 +346,7 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
         part_tok.append(tok[remote])
         part_gpu.append(np.full(int(remote.sum()), d))
         part_t.append(t_of[remote])
+        part_x.append(tx[remote])
     cat = lambda xs, dt=float: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
     src, dst, t, nb = cat(src_l, np.int64), cat(dst_l, np.int64), cat(t_l), cat(n_l)
     is_part = cat(kind_l, bool)
@@ -350,13 +363,14 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
     imp = {(int(s), int(d), float(tt)): a for s, d, tt, a, p in
            zip(src, dst, t, at, is_part) if p}
     prelay, powner, ptok = cat(part_relay, np.int64), cat(part_owner, np.int64), cat(part_tok, np.int64)
-    pgpu, pt = cat(part_gpu, np.int64), cat(part_t)
+    pgpu, pt, px = cat(part_gpu, np.int64), cat(part_t), cat(part_x, np.int64)
     parr = np.array([imp[(int(g), int(r), float(tt))] for g, r, tt in zip(pgpu, prelay, pt)]) \
         if len(pt) else np.zeros(0)
     part_nvlink = int((pgpu != prelay).sum())                 # (a relay's own parts: local)
     # the reduction: per relay, parts accumulated one after another in arrival order
     o = np.lexsort((ptok, powner, parr, prelay))
     prelay, powner, ptok, parr = prelay[o], powner[o], ptok[o], parr[o]
+    order = ReduceParts(prelay, powner, ptok, pgpu[o], px[o])
     skey = (prelay * G + powner) * L.T + ptok                 # the sum a part belongs to
     us, sid, parts = np.unique(skey, return_inverse=True, return_counts=True)
     nth = np.zeros(len(sid), np.int64)                        # a part's place in its sum
@@ -408,7 +422,7 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
              "rmw_GB": float(rmw.sum() / 1e9),
              "rmw_GB_check": float(sum(reduce_hbm_bytes(int(p), H) for p in parts) / 1e9),
              "rmw_us_max": float(rmw_us.max())}
-    return recv, stats
+    return recv, stats, order
 
 
 def combine_nic_plain(L: Layer) -> dict:

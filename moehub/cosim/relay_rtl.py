@@ -1,0 +1,313 @@
+"""RTL in the loop for a relay GPU (protocol v3): the relay's control path and its reduce
+control run in the Amaranth simulator on the rows the co-simulation routes through that
+GPU, beside the reference model, and each decision is compared with the co-simulation's.
+
+What runs in RTL, and against what:
+
+* :class:`~moehub.rtl.relay.hub.RelayControl` (the row FIFO, the forward unit, the
+  forward check, the relay counters) takes the GPU's relay rows -- one per (remote
+  source of its local rank, token) with a target in its node -- in the order their last
+  chunk reached its hub in the co-simulation, each tagged in its source's window, at most
+  ``relay_window`` between arrival and credit (the R credits); the node's GPUs return
+  each forward credit a few cycles after the forward. Per relay row, the targets it
+  reports for this GPU and the forward rows it sends (destination, targets) must be the
+  co-simulation's routes (:func:`.systems.relay.routes`: which wire rows the relay
+  writes, which it forwards, to whom) and :class:`~moehub.spec.relay.RelayHubModel`'s;
+  its counters (rows, local rows, forwards per GPU, drops) the model's and the
+  co-simulation's counts.
+* :class:`~moehub.rtl.relay.reduce_unit.ReduceUnit` (with ``reduce``) takes an open per
+  relay row (its slots and gate weights) and the partial output rows that reach the
+  relay in the combine, in the order the co-simulation accumulates them; its operations
+  (write, add, last, only, with record, slot and parts) must be
+  :class:`~moehub.spec.relay.ReduceModel`'s, every sum final exactly when the
+  co-simulation's has all its parts, one reduced row per (token, node) the
+  co-simulation sends, nothing refused.
+
+The row data path stays the hub's: the targets this GPU writes enter its hub as protocol
+v2's multicast rows (:func:`.systems.hub.assemble`), which an RTL GPU's hub runs in
+Verilog as any multicast row. What is not in the loop: the packet manager's relay staging
+and the NVLink egress (not in the RTL yet), and the accumulate datapath's arithmetic
+(tested bit for bit against the model on its own, tests/test_rtl_relay_accumulate.py).
+The co-simulation routes no gate weights; every open carries ``1/k`` (BF16).
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+import numpy as np
+
+#: cycles between a forward row leaving the relay and its credit coming back (the
+#: destination writes the row, its credit returns): the loop's environment, not a timing
+FCREDIT_DELAY = 4
+
+
+class RelayDisagrees(AssertionError):
+    """The RTL, the reference model and the co-simulation disagree on a relay GPU's row."""
+
+
+def relay_rows(L, routes, last1, g: int) -> list:
+    """The relay rows GPU ``g`` receives, in the order their last chunk reached its hub
+    (``last1`` per first-hop row; ties by source and token): ``[(src, token,
+    ((rank, expert, slot), ...)), ...]``, the targets of the token in ``g``'s node in top-k
+    slot order."""
+    gpn = min(L.sys.gpus_per_node, L.G)
+    h1, w = routes.hop1, routes.w
+    hop_of = routes.hop1_of[w.of]                      # per routed row: its first-hop row
+    mine = (h1.dest == g) & (h1.src // gpn != g // gpn)
+    idx = np.nonzero(mine)[0]
+    idx = idx[np.lexsort((h1.tok[idx], h1.src[idx], last1[idx]))]
+    by_hop = defaultdict(list)
+    for i in np.nonzero(mine[hop_of])[0].tolist():
+        by_hop[int(hop_of[i])].append((int(L.dest[i]) % gpn, int(L.lexp[i]), int(L.slot[i])))
+    return [(int(h1.src[h]), int(h1.tok[h]), tuple(sorted(by_hop[int(h)], key=lambda t: t[2])))
+            for h in idx.tolist()]
+
+
+def expected_routes(rows, rank: int) -> list:
+    """What the co-simulation's routes say each relay row does at the relay of local rank
+    ``rank``: ``(local targets, {destination rank: targets})``, targets as ((expert,
+    slot), ...) in slot order."""
+    out = []
+    for _, _, targets in rows:
+        local = tuple((x, s) for r, x, s in targets if r == rank)
+        fwd = defaultdict(list)
+        for r, x, s in targets:
+            if r != rank:
+                fwd[r].append((x, s))
+        out.append((local, {r: tuple(v) for r, v in fwd.items()}))
+    return out
+
+
+def _entries(ctx, payload, n):
+    v = ctx.get(payload.valid)
+    return tuple(sorted(((ctx.get(payload.expert[i]), ctx.get(payload.slot[i])) for i in range(n)
+                         if v >> i & 1), key=lambda t: t[1]))
+
+
+def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None) -> dict:
+    """The relay rows ``rows`` (:func:`relay_rows`) through :class:`RelayControl` of GPU
+    (``node``, ``rank``), beside :class:`RelayHubModel`. Returns per row what the RTL did
+    (``local``, ``fwd``: as :func:`expected_routes`), the model's, the counters and the
+    cycles; a row the RTL reports twice, a credit that does not come, or a hang is a
+    :class:`RelayDisagrees`."""
+    from amaranth.sim import Simulator
+
+    from ..rtl.relay.hub import RelayControl
+    from ..spec.relay import RelayHubModel, RelayRow
+    gpn, T, M = rcfg.node_gpus, rcfg.relay_targets, rcfg.max_targets
+    dut = RelayControl(rcfg)
+    model = RelayHubModel(rcfg, node=node, rank=rank)
+    key_of = {(s, t): i for i, (s, t, _) in enumerate(rows)}
+    got = [[None, {}] for _ in rows]
+    mod = [[(), {}] for _ in rows]
+    tags = defaultdict(int)
+    out = {"cycles": 0}
+    limit = max_cycles or 64 * (len(rows) + 16) * max(1, gpn)
+
+    def fail(msg):
+        raise RelayDisagrees(f"relay GPU {node * gpn + rank} (node {node}, rank {rank}): {msg}")
+
+    async def bench(ctx):
+        ctx.set(dut.node, node)
+        ctx.set(dut.rank, rank)
+        for s in (dut.local, dut.fwd, dut.rcredit):
+            ctx.set(s.ready, 1)
+        pending, outstanding, nxt, credits = deque(), 0, 0, 0
+        for cycle in range(limit):
+            # the sources: a relay row while the R credits allow
+            push = nxt < len(rows) and outstanding < rcfg.relay_window
+            if push:
+                src, tok, targets = rows[nxt]
+                p = dut.row.payload
+                tag = tags[src] % rcfg.tags_per_source
+                tags[src] += 1
+                ctx.set(p.src_node, src // gpn)
+                ctx.set(p.src_rank, src % gpn)
+                ctx.set(p.tag, tag)
+                ctx.set(p.token, tok)
+                ctx.set(p.valid, (1 << len(targets)) - 1)
+                for i in range(T):
+                    r, x, sl = targets[i] if i < len(targets) else (0, 0, 0)
+                    ctx.set(p.gpu[i], r)
+                    ctx.set(p.expert[i], x)
+                    ctx.set(p.slot[i], sl)
+                w = 1.0 / rcfg.topk
+                fx = model.relay_row(RelayRow(src // gpn, src % gpn, tag, tok,
+                                              tuple((r, x, sl, w) for r, x, sl in targets)))
+                if fx.local is not None:
+                    mod[nxt][0] = tuple(sorted(fx.local.targets, key=lambda t: t[1]))
+                nxt, outstanding = nxt + 1, outstanding + 1
+            ctx.set(dut.row.valid, push)
+            # the node's GPUs: forward credits back after FCREDIT_DELAY cycles
+            if pending and pending[0][0] <= cycle:
+                _, dst, ftag, model_ftag = pending.popleft()
+                ctx.set(dut.fcredit.valid, 1)
+                ctx.set(dut.fcredit.payload.dst, dst)
+                ctx.set(dut.fcredit.payload.ftag, ftag)
+                model.forward_credit(dst, model_ftag)
+            else:
+                ctx.set(dut.fcredit.valid, 0)
+            if ctx.get(dut.local.valid):
+                pl = dut.local.payload
+                i = key_of.get((ctx.get(pl.src), ctx.get(pl.token)))
+                if i is None or got[i][0] is not None:
+                    fail(f"cycle {cycle}: a local report for no relay row or twice: "
+                         f"source {ctx.get(pl.src)}, token {ctx.get(pl.token)}")
+                got[i][0] = _entries(ctx, pl, M)
+            if ctx.get(dut.fwd.valid):
+                pl = dut.fwd.payload
+                src = ctx.get(pl.src_node) * gpn + ctx.get(pl.src_rank)
+                i, dst = key_of.get((src, ctx.get(pl.token))), ctx.get(pl.dst)
+                if i is None or dst in got[i][1]:
+                    fail(f"cycle {cycle}: a forward to rank {dst} for no relay row or twice: "
+                         f"source {src}, token {ctx.get(pl.token)}")
+                got[i][1][dst] = _entries(ctx, pl, M)
+                f = model.emit(dst)
+                if f is None:
+                    fail(f"cycle {cycle}: the RTL forwards to rank {dst}, the model has nothing for it")
+                mod[i][1][dst] = tuple(sorted(f.targets, key=lambda t: t[1]))
+                pending.append((cycle + FCREDIT_DELAY, dst, ctx.get(pl.ftag), f.ftag))
+            if ctx.get(dut.rcredit.valid):
+                outstanding -= 1
+                credits += 1
+            await ctx.tick()
+            if nxt == len(rows) and credits == len(rows) and not pending:
+                break
+        else:
+            fail(f"{credits} of {len(rows)} relay credits back after {limit} cycles (a hang)")
+        await ctx.tick()                          # (the counters lag their events by a cycle)
+        out["cycles"] = cycle + 1
+        out["counters"] = {"relay_rows": ctx.get(dut.relay_rows), "relay_local": ctx.get(dut.relay_local),
+                           "fwd_rows": [ctx.get(dut.fwd_rows[r]) for r in range(gpn)],
+                           "drops": [ctx.get(d) for d in dut.relay_drops],
+                           "overflow": ctx.get(dut.relay_overflow)}
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    out.update(got=[(g[0] or (), g[1]) for g in got], model=[(m[0], m[1]) for m in mod], model_hub=model)
+    return out
+
+
+def run_reduce(rcfg, node: int, rows, parts, max_cycles: int | None = None) -> dict:
+    """The opens of ``rows`` (each with its targets' slots, weight ``1/k``), then the
+    partial rows ``parts`` (``[(src, token, slot), ...]`` in accumulate order) through
+    :class:`ReduceUnit` of a relay in ``node``, beside :class:`ReduceModel`: the
+    operations of both, the unit's counters, the cycles."""
+    from amaranth.sim import Simulator
+
+    from ..rtl.relay.reduce_unit import Op, ReduceUnit
+    from ..spec.relay import ReduceModel, bf16_bits, bf16_value
+    dut, model = ReduceUnit(rcfg), ReduceModel(rcfg, node=node)
+    T, gpn = rcfg.relay_targets, rcfg.node_gpus
+    wbits = bf16_bits(1.0 / rcfg.topk)
+    names = {Op.WRITE: "write", Op.ADD: "add", Op.LAST: "last", Op.ONLY: "only", Op.FLUSH: "flush"}
+    ops, out = [], {}
+    limit = max_cycles or 4 * (len(rows) + len(parts)) + 64
+    one = np.ones(1, np.float32)
+
+    async def bench(ctx):
+        ctx.set(dut.node, node)
+        ctx.set(dut.op.ready, 1)
+        seq = [("open", r) for r in rows] + [("part", p) for p in parts]
+        i, cycle = 0, 0
+        while cycle < limit:
+            kind, item = seq[i] if i < len(seq) else (None, None)
+            ctx.set(dut.open.valid, kind == "open")
+            ctx.set(dut.part.valid, kind == "part")
+            if kind == "open":
+                src, tok, targets = item
+                p = dut.open.payload
+                ctx.set(p.src_node, src // gpn)
+                ctx.set(p.token, tok)
+                ctx.set(p.valid, (1 << len(targets)) - 1)
+                for j in range(T):
+                    ctx.set(p.slot[j], targets[j][2] if j < len(targets) else 0)
+                    ctx.set(p.weight[j], wbits if j < len(targets) else 0)
+            elif kind == "part":
+                src, tok, slot = item
+                p = dut.part.payload
+                ctx.set(p.src_node, src // gpn)
+                ctx.set(p.token, tok)
+                ctx.set(p.slot, slot)
+            if ctx.get(dut.op.valid):
+                o = dut.op.payload
+                ops.append((names[Op(ctx.get(o.kind))], ctx.get(o.index), ctx.get(o.slot), ctx.get(o.parts)))
+            if kind == "open" and ctx.get(dut.open.ready):
+                src, tok, targets = item
+                model.open(src, tok, tuple((sl, float(bf16_value(wbits))) for _, _, sl in targets))
+                i += 1
+            elif kind == "part" and ctx.get(dut.part.ready):
+                model.partial(*item, one)
+                i += 1
+            await ctx.tick()
+            cycle += 1
+            if i == len(seq) and not ctx.get(dut.op.valid) and ctx.get(dut.open.ready):
+                break
+        await ctx.tick()
+        out.update(cycles=cycle, red_rows=ctx.get(dut.red_rows), red_open=ctx.get(dut.red_open),
+                   drops=[ctx.get(d) for d in dut.drops])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    want = [(k, model.record_index(*key), -1 if slot is None else slot, n) for k, key, slot, n in model.ops]
+    out.update(ops=ops, model_ops=want, model=model)
+    return out
+
+
+def part_slots(L, parts, g: int) -> list:
+    """The partial rows relay ``g`` accumulates, in order (``parts``: a
+    :class:`.systems.relay.ReduceParts`), as (owner, token, top-k slot):
+    the slot is the place of (the part's GPU, its local expert) in the token's top-k."""
+    m = parts.relay == g
+    own, tok, gpu, x = parts.owner[m], parts.tok[m], parts.gpu[m], parts.expert[m]
+    base = (own * L.T + tok) * L.k
+    cand = base[:, None] + np.arange(L.k)[None, :]
+    hit = (L.dest[cand] == gpu[:, None]) & (L.lexp[cand] == x[:, None])
+    if not hit.any(axis=1).all():
+        raise RelayDisagrees(f"relay GPU {g}: a partial row whose (GPU, expert) is not in its token's top-k")
+    slot = L.slot[cand[np.arange(len(cand)), hit.argmax(axis=1)]]
+    return list(zip(own.tolist(), tok.tolist(), slot.tolist()))
+
+
+def check_relay_gpu(L, rcfg, routes, last1, g: int, parts=None) -> dict:
+    """Relay GPU ``g`` in RTL (module docstring): raises :class:`RelayDisagrees` where the
+    RTL, the model and the co-simulation differ; returns the comparison's summary (rows,
+    forwards, sums, cycles, simulator seconds)."""
+    gpn = rcfg.node_gpus
+    node, rank = g // gpn, g % gpn
+    t0 = time.perf_counter()
+    rows = relay_rows(L, routes, last1, g)
+    want = expected_routes(rows, rank)
+    ctl = run_control(rcfg, node, rank, rows)
+    for i, (w, got, mod) in enumerate(zip(want, ctl["got"], ctl["model"])):
+        if not (got == w == mod):
+            raise RelayDisagrees(f"relay GPU {g}: relay row {i} (source {rows[i][0]}, token "
+                                 f"{rows[i][1]}): co-simulation {w}, RTL {got}, model {mod}")
+    c = ctl["counters"]
+    fwd = [sum(r in f for _, f in want) for r in range(gpn)]
+    local = sum(bool(loc) for loc, _ in want)
+    if (c["relay_rows"], c["relay_local"], c["fwd_rows"], any(c["drops"]), c["overflow"]) != \
+            (len(rows), local, fwd, False, 0):
+        raise RelayDisagrees(f"relay GPU {g}: RTL counters {c}, co-simulation rows {len(rows)}, "
+                             f"local {local}, forwards {fwd}, no drop")
+    summary = {"gpu": g, "unit": "relay", "relay_rows": len(rows), "relay_local": local,
+               "forward_rows": int(sum(fwd)), "control_cycles": ctl["cycles"]}
+    if parts is not None:
+        ps = part_slots(L, parts, g)
+        red = run_reduce(rcfg, node, rows, ps)
+        sums = {(o, t) for o, t, _ in ps}
+        if red["ops"] != red["model_ops"] or red["red_rows"] != len(sums) or any(red["drops"]) \
+                or red["red_open"] != len(rows) - len(sums):
+            first = next((i for i, (a, b) in enumerate(zip(red["ops"], red["model_ops"])) if a != b),
+                         min(len(red["ops"]), len(red["model_ops"])))
+            raise RelayDisagrees(f"relay GPU {g}: reduce op {first}: RTL "
+                                 f"{red['ops'][first:first + 1]}, model {red['model_ops'][first:first + 1]}; "
+                                 f"reduced rows {red['red_rows']} (co-simulation {len(sums)}), "
+                                 f"open {red['red_open']}, refused {red['drops']}")
+        summary.update(partial_rows=len(ps), reduced_rows=red["red_rows"], reduce_cycles=red["cycles"])
+    summary["sim_s"] = time.perf_counter() - t0
+    return summary
