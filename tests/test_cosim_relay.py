@@ -222,8 +222,7 @@ def relay_counts(L, g):
     return rows, local, fwd, int(sel.sum())
 
 
-@pytest.mark.parametrize("g", [1, 6])
-def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, g, monkeypatch):
+def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
     """An RTL relay GPU (--rtl-gpus with relay + reduce): its control path and reduce
     control agree with the model and the co-simulation row for row, and its summary holds
     the counts the routing gives."""

@@ -13,16 +13,19 @@ from moehub.verif.formal.plant import broken_class
 from test_rtl_relay import R2, R3
 
 
-def reduce_sim(cfg, seed, steps=900, unit_cls=None, node=0):
+def reduce_sim(cfg, seed, steps=900, unit_cls=None, node=0, junk=False):
     """The reduce unit of a relay in ``node`` beside :class:`ReduceModel`: random opens
     (sometimes of a sum still open, of a source in this node or in none, of a token beyond
     the record table), partial rows (sometimes for no sum, a slot not expected or already
     in, a sum with no record), flushes, the op stream backpressured; every op must be the
-    model's next (kind, record, slot, weight, parts), the counters the model's."""
+    model's next (kind, record, slot, weight, parts), the counters the model's. ``junk``:
+    the record SRAM powers up with random contents (the clearing sweep must close them)."""
     from moehub.rtl.relay.reduce_unit import Op, ReduceUnit
     from moehub.spec.relay import ReduceModel, bf16_bits, bf16_value, global_gpu
     unit_cls = unit_cls or ReduceUnit
-    dut, rng = unit_cls(cfg), random.Random(seed)
+    rng = random.Random(seed)
+    size = 1 + 2 * cfg.topk + 16 * cfg.topk
+    dut = unit_cls(cfg, power_up=[rng.getrandbits(size) | 1 for _ in range(cfg.reduce_records)] if junk else ())
     model = ReduceModel(cfg, node=node)
     G, T, K, rank = cfg.node_gpus, cfg.relay_targets, cfg.topk, 0
     kinds = {"write": Op.WRITE, "add": Op.ADD, "last": Op.LAST, "only": Op.ONLY, "flush": Op.FLUSH}
@@ -67,6 +70,7 @@ def reduce_sim(cfg, seed, steps=900, unit_cls=None, node=0):
             fl = cycle > 0 and rng.random() < 0.01
             ctx.set(dut.flush, fl)
             if ctx.get(dut.op.valid) and ctx.get(dut.op.ready):
+                assert k < len(model.ops), (seed, cycle, "an op the model does not have")
                 kind, key, slot, parts = model.ops[k]
                 o = dut.op.payload
                 idx = model.record_index(*key)
@@ -101,6 +105,7 @@ def reduce_sim(cfg, seed, steps=900, unit_cls=None, node=0):
         ctx.set(dut.flush, 0)
         for _ in range(4 * cfg.reduce_records + 10):
             if ctx.get(dut.op.valid):
+                assert k < len(model.ops), (seed, "drain", "an op the model does not have")
                 kind, key, slot, parts = model.ops[k]
                 assert (ctx.get(dut.op.payload.kind), ctx.get(dut.op.payload.index)) == \
                     (kinds[kind], model.record_index(*key)), (seed, "drain")
@@ -129,9 +134,10 @@ REDUCE_CASES = {"2x4": (R2.replace(token_bits=3, reduce_tokens=4), 1), "3x3": (R
 @pytest.mark.parametrize("case", list(REDUCE_CASES))
 @pytest.mark.parametrize("seed", range(2))
 def test_reduce_unit_against_model(case, seed):
-    """Every kind of op, flushes, and every refusal reached."""
+    """Every kind of op, flushes, and every refusal reached; the record SRAM powers up
+    with junk (seed 1), which the clearing sweep closes."""
     cfg, node = REDUCE_CASES[case]
-    stats, model = reduce_sim(cfg, seed, node=node)
+    stats, model = reduce_sim(cfg, seed, node=node, junk=seed == 1)
     assert all(stats[k] for k in ("write", "add", "last", "only", "flush")), stats
     assert model.bad_partials and model.bad_opens and model.no_record and model.incomplete, stats
 
@@ -147,6 +153,9 @@ REDUCE_PLANTS = {
     # a source of this node given a record: its index aliases the next node's sum
     "own-node-aliases": ("(src_node < cfg.nodes) & (src_node != self.node) & tok_ok",
                          "(src_node < cfg.nodes) & tok_ok"),
+    # no clearing sweep: the records keep their power-up contents (the plants run on junk)
+    "no-clear": ("m.d.comb += [self.clearing.eq(1), wr.en.eq(1), wr.data.eq(0)]",
+                 "m.d.comb += [self.clearing.eq(1), wr.en.eq(0), wr.data.eq(0)]"),
     # a token beyond the table given a record: its index wraps onto a lower token's sum
     "token-wraps": ("(src_node < cfg.nodes) & (src_node != self.node) & tok_ok",
                     "(src_node < cfg.nodes) & (src_node != self.node)"),
@@ -158,4 +167,4 @@ def test_reduce_unit_planted_bug_is_caught(plant):
     old, new = REDUCE_PLANTS[plant]
     cls = broken_class("moehub.rtl.relay.reduce_unit", old, new, "ReduceUnit")
     with pytest.raises(AssertionError):
-        reduce_sim(*REDUCE_CASES["2x4"][:1], 0, unit_cls=cls, node=REDUCE_CASES["2x4"][1])
+        reduce_sim(*REDUCE_CASES["2x4"][:1], 0, unit_cls=cls, node=REDUCE_CASES["2x4"][1], junk=True)

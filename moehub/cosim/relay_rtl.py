@@ -204,7 +204,7 @@ def run_reduce(rcfg, node: int, rows, parts, max_cycles: int | None = None) -> d
     wbits = bf16_bits(1.0 / rcfg.topk)
     names = {Op.WRITE: "write", Op.ADD: "add", Op.LAST: "last", Op.ONLY: "only", Op.FLUSH: "flush"}
     ops, out = [], {}
-    limit = max_cycles or 4 * (len(rows) + len(parts)) + 64
+    limit = max_cycles or rcfg.reduce_records + 4 * (len(rows) + len(parts)) + 64   # (its clearing sweep first)
     one = np.ones(1, np.float32)
 
     async def bench(ctx):

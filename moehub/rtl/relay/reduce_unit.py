@@ -35,6 +35,8 @@ Storage: a record is ``1 + 2 x topk + 16 x topk`` bits (145 at top-8;
 :func:`~moehub.spec.relay.record_bytes` counts 18 bytes), ``reduce_records = (nodes - 1) x
 reduce_tokens`` of them, an SRAM (:func:`~moehub.spec.relay.record_table_bits`: 0.59 Mbit
 for 2 nodes at 4096 tokens per GPU, 4.2 Mbit for 8).
+After reset a clearing sweep writes every record closed (``reduce_records`` cycles: an
+SRAM macro powers up with anything), and only then takes operations.
 Rate: one operation per two cycles (no read-after-write hazard to forward), against a
 partial row of ``row_bytes / chunk_bytes`` chunks (hundreds of cycles): never the limit.
 """
@@ -75,10 +77,16 @@ class ReduceUnit(wiring.Component):
     red_rows, red_open, red_incomplete : Out(32)
     drops : Out(32).array(len(ReduceReason))
         Refusals per :class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers).
+    clearing : Out(1)
+        The clearing sweep after reset (``reduce_records`` cycles, one record written
+        closed a cycle; nothing is taken until it ends).
     sweeping : Out(1)
     """
 
-    def __init__(self, cfg: HubConfig):
+    def __init__(self, cfg: HubConfig, power_up=()):
+        """``power_up``: the record SRAM's contents before the clearing sweep (tests: an
+        SRAM macro powers up with anything; default zeros)."""
+        self.power_up = list(power_up)
         if not cfg.relay:
             self._MustUse__silence = True
             raise ValueError(f"hub[{cfg.name}]: a reduce unit needs relay: true")
@@ -101,7 +109,7 @@ class ReduceUnit(wiring.Component):
                 "kind": 3, "index": self.index_bits, "slot": cfg.slot_bits, "weight": WEIGHT_BITS,
                 "parts": field_bits(K)}))),
             "red_rows": Out(32), "red_open": Out(32), "red_incomplete": Out(32),
-            "drops": Out(32).array(len(ReduceReason)), "sweeping": Out(1),
+            "drops": Out(32).array(len(ReduceReason)), "sweeping": Out(1), "clearing": Out(1),
         })
 
     def _index(self, src_node, token):
@@ -121,7 +129,7 @@ class ReduceUnit(wiring.Component):
         m = Module()
         cfg = self.cfg
         T, K = cfg.relay_targets, cfg.topk
-        m.submodules.mem = mem = Memory(shape=self.record, depth=self.depth, init=[])
+        m.submodules.mem = mem = Memory(shape=self.record, depth=self.depth, init=[data.Const(self.record, v) for v in self.power_up])
         rd, wr = mem.read_port(), mem.write_port()
         rec = data.View(self.record, rd.data)
 
@@ -163,6 +171,12 @@ class ReduceUnit(wiring.Component):
         op = self.op.payload
 
         with m.FSM(name="reduce"):
+            with m.State("CLEAR"):                    # after reset: every record closed
+                m.d.comb += [self.clearing.eq(1), wr.en.eq(1), wr.data.eq(0)]
+                m.d.sync += index.eq(index + 1)
+                with m.If(index == self.depth - 1):
+                    m.d.sync += index.eq(0)
+                    m.next = "IDLE"
             with m.State("IDLE"):
                 m.d.comb += [self.open.ready.eq(~flush_req), self.part.ready.eq(~flush_req & ~self.open.valid)]
                 with m.If(flush_req):
