@@ -178,6 +178,16 @@ def test_reduced_rows_leave_after_their_parts(L, runs):
     assert (res.gpu_end >= last).all()
 
 
+def test_relay_with_one_expert_per_gpu():
+    """Mixtral (8 experts, top-2) on 2 x 4 GPUs, one expert per GPU (as DeepSeek-V3 on 256
+    GPUs): the relay's rows to a GPU are plain rows; the NIC still carries one row per
+    (token, remote node), the reduce one row per (token, node) back."""
+    Lm = layer(model="mixtral-8x7b", system="h100x16-ib", tokens=32, gpus=8, gpus_per_node=4)
+    res = run_system("hub", Lm, hub_features=REDUCE)
+    assert (Lm.E_local, res.extra["relay"]["nic_rows"]) == (1, remote_token_nodes(Lm))
+    assert res.extra["relay"]["combine_nic_rows"] == remote_token_nodes(Lm)
+
+
 def test_relay_on_one_node_is_a_config_error():
     one = layer(model="deepseek-v3", system="h100x8", tokens=8)
     assert one.nodes == 1

@@ -39,6 +39,9 @@ R3 = TINY.replace(sources=9, nodes=3, gpus_per_node=3, relay=True, forward_tags=
 #: 2 experts per GPU under top-3: a GPU's entries packed into 2 (max_targets = min(experts, topk))
 RX = TINY.replace(experts=2, sources=6, nodes=2, gpus_per_node=3, relay=True, forward_tags=3, topk=3,
                   max_targets=2)
+#: one expert per GPU (EP = experts, as DeepSeek-V3 on 256 GPUs): forward rows of one target
+R1 = TINY.replace(experts=1, sources=8, nodes=2, gpus_per_node=4, relay=True, forward_tags=1, topk=3,
+                  max_targets=1)
 #: a forward credit presented in cycle c is usable in cycle c + 2 (registered, then the free bits)
 CREDIT_LATENCY = 2
 #: a row taken in cycle c is reported and forwarded from cycle c + 2 (its entries packed in c + 1)
@@ -264,7 +267,7 @@ def run_bench(dut, make, cfg, seed, rows, bad, node, rank):
     return out["bench"]
 
 
-@pytest.mark.parametrize("cfg", [R2, R3, RX], ids=["2x4", "3x3", "2x3-pack2"])
+@pytest.mark.parametrize("cfg", [R2, R3, RX, R1], ids=["2x4", "3x3", "2x3-pack2", "2x4-one-expert"])
 @pytest.mark.parametrize("seed", range(3))
 def test_forward_unit_random_against_model(cfg, seed):
     rank = seed % cfg.node_gpus

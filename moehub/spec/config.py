@@ -365,9 +365,10 @@ class HubConfig:
         _require(self.nodes >= 2, f"{p}.relay", self.relay,
                  f"a relay hub needs >= 2 nodes (nodes = {self.nodes})")
         want = min(self.experts, self.topk)
-        _require(want >= 2 and self.max_targets == want, f"{p}.max_targets", self.max_targets,
-                 f"relay: true implies protocol v2's multicast row carrying every expert of a token "
-                 f"on one GPU: max_targets must be min(experts, topk) = {want}, and at least 2")
+        _require(self.max_targets == want, f"{p}.max_targets", self.max_targets,
+                 f"relay: true implies rows carrying every expert of a token on one GPU (protocol "
+                 f"v2's multicast row; one expert per GPU: a plain row): max_targets must be "
+                 f"min(experts, topk) = {want}")
         _require(self.forward_tags >= 1, f"{p}.forward_tags", self.forward_tags,
                  "relay: true needs >= 1 forward tag per (relay, destination GPU) pair")
 

@@ -215,8 +215,8 @@ def nodes_config(cfg: HubConfig, nodes: int) -> HubConfig:
     (``max_targets`` = min(experts, topk)). Named ``<cfg>_nodes-<nodes>``.
 
     ValueError: ``nodes`` not an integer >= 2, or ``cfg`` already more than one node or a
-    relay config; ConfigError: the contract refuses the result (one expert per GPU: no
-    multicast row)."""
+    relay config; ConfigError: the contract refuses the result. With one expert per GPU
+    (``max_targets`` 1) the forward and local rows are plain rows."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2:
         raise ValueError(f"nodes = {nodes!r}: a relay config needs an integer >= 2")
     if cfg.nodes != 1 or cfg.relay:
