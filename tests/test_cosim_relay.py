@@ -305,3 +305,17 @@ def test_ablation_rows_match_deepep_per_node_dedup():
     assert rows["hub v2"]["dispatch_nic_GB"] > 1.5 * hub["dispatch_nic_GB"]
     assert rows["hub v2"]["vs_hub_v2"] == 1.0 and dp["vs_deepep"] == 1.0
     assert "| hub v2 + relay + reduce |" in study.table(list(rows.values()))
+
+
+def test_ablation_runs_the_rows_asked_for(tmp_path, capsys):
+    """``--rows``: only the rows named, in table order, a speedup empty without the row it
+    divides by; an unknown row is a usage error naming it, before any simulation."""
+    from moehub.cosim.studies import relay as study
+    rows = study.point("h100x16-ib", "deepseek-v3", 4, log=lambda _: None,
+                       rows=["DeepEP normal", "hub v2 + relay + reduce"])
+    assert [r["row"] for r in rows] == ["hub v2 + relay + reduce", "DeepEP normal"]
+    assert rows[0]["vs_hub_v2"] is None and rows[1]["vs_deepep"] == 1.0
+    with pytest.raises(SystemExit) as e:
+        study.main(["--rows", "DeepEP normal,hub v9", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "'hub v9' is no row" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

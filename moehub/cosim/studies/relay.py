@@ -78,12 +78,15 @@ def link_bytes(L: Layer, res, phases) -> tuple:
     return nic, nvl
 
 
-def point(system: str, model: str, tokens: int, seed=None, log=print) -> list:
-    """Every row of one (system, tokens) point."""
+def point(system: str, model: str, tokens: int, seed=None, log=print, rows=None) -> list:
+    """The rows of one (system, tokens) point: every row of :data:`ROWS`, or those named
+    in ``rows`` (a speedup column is empty without the row it divides by)."""
     s, m, w = load_configs(system, model, "default", tokens, seed=seed)
     L = Layer(s, m, w, make_routing(m, w, s.gpus))
     out = []
     for name, sysname, f in ROWS:
+        if rows is not None and name not in rows:
+            continue
         t = time.time()
         res = run_system(sysname, L, hub_features=f) if sysname == "hub" else run_system(sysname, L)
         wall = time.time() - t
@@ -110,9 +113,10 @@ def point(system: str, model: str, tokens: int, seed=None, log=print) -> list:
             f"{wall:.0f} s")
         out.append(row)
     by_name = {r["row"]: r["layer_us"] for r in out}
-    v2, dp = by_name[HUB_V2_ROW], by_name[DEEPEP_ROW]
+    v2, dp = by_name.get(HUB_V2_ROW), by_name.get(DEEPEP_ROW)
     for r in out:
-        r["vs_hub_v2"], r["vs_deepep"] = v2 / r["layer_us"], dp / r["layer_us"]
+        r["vs_hub_v2"] = None if v2 is None else v2 / r["layer_us"]
+        r["vs_deepep"] = None if dp is None else dp / r["layer_us"]
     return out
 
 
@@ -222,7 +226,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", help=f"the folder of {CSV_NAME} and run.json (default "
                    "<build>/results/study-relay)")
     p.add_argument("--csv", help="also write this run's rows here")
+    p.add_argument("--rows", help="only these rows, comma-separated (default every row: "
+                   f"{', '.join(n for n, _, _ in ROWS)})")
     a = p.parse_args(argv)
+    names = [n for n, _, _ in ROWS]
+    picked = None if a.rows is None else [x.strip() for x in a.rows.split(",")]
+    bad = [x for x in picked or () if x not in names]
+    if bad or picked == []:
+        p.error(f"--rows {a.rows!r}: {bad[0] if bad else '(none)'!r} is no row "
+                f"(rows: {', '.join(names)})")
     systems = a.system or list(DEFAULT_SYSTEMS)
     tokens = a.tokens or list(DEFAULT_TOKENS)
     if any(t < 1 for t in tokens):
@@ -231,7 +243,8 @@ def main(argv=None) -> int:
     for s in systems:
         for t in tokens:
             before = round(os.getloadavg()[0], 2)
-            res.add(point(s, a.model, t, a.seed, log=lambda x: print(x, file=sys.stderr, flush=True)),
+            res.add(point(s, a.model, t, a.seed, log=lambda x: print(x, file=sys.stderr, flush=True),
+                          rows=picked),
                     before, model=a.model, seed=a.seed)
             if a.csv:
                 with open(a.csv, "w", newline="") as f:
