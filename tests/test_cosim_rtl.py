@@ -72,11 +72,12 @@ def test_cosim_command_with_an_rtl_hub_matches_the_model(tmp_path, capsys):
 
 def test_unknown_hub_features_are_refused_up_front(tmp_path, capsys):
     """Protocol-v2 features with an RTL hub: the RTL has all three, in any combination
-    (README "Multicast rows with count packets"); an unknown one is a usage error naming
-    the flag and the value, before any simulation."""
+    (README "Multicast rows with count packets"), and protocol v3's relay and reduce (their
+    control in RTL beside the hub); an unknown one is a usage error naming the flag and the
+    value, before any simulation."""
     from moehub.scripts.cli import main
-    from moehub.cosim.systems.hub import FEATURES, RTL_FEATURES, check_features
-    assert RTL_FEATURES == set(FEATURES)
+    from moehub.cosim.systems.hub import ALL_FEATURES, FEATURES, RTL_FEATURES, check_features
+    assert RTL_FEATURES == set(ALL_FEATURES)
     assert check_features(FEATURES, rtl=True) == set(FEATURES)
     for flags in (["--rtl-gpus", "0"], ["--hub", "rtl"]):
         assert main(["cosim", "--tokens", "4", *flags, "--hub-features", "early_counts,multicasts",
