@@ -244,6 +244,7 @@ def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
     assert (s["partial_rows"], s["reduced_rows"]) == (parts, rows) and rows > 10
 
 
+@pytest.mark.slow
 def test_relay_rtl_in_the_loop_catches_a_planted_bug(L, monkeypatch):
     """Two forward rows' destinations swapped in the forward unit: the loop names the row."""
     import moehub.rtl.relay.hub as hub_mod

@@ -374,10 +374,12 @@ def test_relay_control_directed():
     assert _latency(log) == LATENCY, _latency(log)
 
 
-def test_relay_hub_top():
-    """The whole top: MoEHub's ports and the relay path's side by side, the directed cases
-    through the top's ports; the MoEHub inside is MoEHub(cfg)."""
-    hub, (log, verdicts, counters, overrun) = run_directed(RelayHub)
+def test_relay_hub_top_ports():
+    """The whole top: MoEHub's ports and the relay path's side by side; the MoEHub inside
+    is MoEHub(cfg)."""
+    hub = RelayHub(R2)
+    for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check):   # (not elaborated)
+        part._MustUse__silence = True
     assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
     members = hub.signature.members
     plain = MoEHub(R2)
@@ -385,6 +387,13 @@ def test_relay_hub_top():
     for k, v in plain.signature.members.items():       # every port of the hub's, as the hub has it
         assert k in members and repr(members[k]) == repr(v), k
     assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
+
+
+@pytest.mark.slow
+def test_relay_hub_top_directed():
+    """The directed cases through the whole top's ports (slow set: the MoEHub inside is
+    simulated every cycle, 11 s; the fast set runs them on RelayControl alone)."""
+    hub, (log, verdicts, counters, overrun) = run_directed(RelayHub)
     _check_directed(log, verdicts, counters, overrun, R2)
     assert _latency(log) == LATENCY
 
