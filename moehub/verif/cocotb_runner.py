@@ -14,6 +14,13 @@ name -- is imported from the installed package. The hub testbench reads its run 
 ``MOEHUB_TIMEOUT_SCALE`` of this process's environment, which the mutation tool sets);
 other modules read ``MOEHUB_CONFIG`` and ``MOEHUB_SEED``.
 
+A component other than the hub (``design``: e.g. the relay's control path,
+:class:`moehub.rtl.relay.hub.RelayControl`, with its testbench :mod:`moehub.verif.tb.relay`)
+runs the same way: its Verilog is generated under the hub's top name
+(:func:`component_verilog`), and a config that is no file (a ``HubConfig``, e.g. a relay
+config made with ``replace``) is written as YAML into the run folder (``config.yaml``)
+and reaches the testbench as that file, as a file config does.
+
 Progress (:mod:`moehub.progress`): the build and the simulation are stages; a testbench
 may append ``<cycle> <done> <total>`` lines to the file named by ``MOEHUB_PROGRESS``
 (``tb_demo`` does, every few hundred cycles), which is followed from here, since the
@@ -22,13 +29,17 @@ kills the simulator before the KeyboardInterrupt reaches the caller.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
+
+import yaml
 
 from .. import progress
-from ..spec.config import load_hub_config
+from ..spec.config import HubConfig, load_hub_config
 from ..paths import ENV, build_root
+from ..rtl import gen
 from ..rtl.gen import QUICK_PASSES, SIM_PASSES, TOP, convert
 from . import sim as simulators
 from .sim import parse_results  # noqa: F401  (part of this module's API)
@@ -38,13 +49,14 @@ from .tb.context import TbContext
 HUB_TB = "moehub.verif.tb.hub"
 
 
-def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
+def run_hub_cocotb(config: Union[str, HubConfig], testcases: Optional[Sequence[str]] = None, *,
                    module: str = HUB_TB, verilog: Optional[Sequence[Path]] = None,
                    tag: str = "rtl", seed: int = 1, seeds: int = 1,
                    extra_env: Optional[dict] = None, waves: bool = False,
                    build_args: Sequence[str] = (), label: Optional[str] = None,
                    sim: Optional[str] = None, quick: bool = False,
-                   settings: Optional[dict] = None) -> dict:
+                   settings: Optional[dict] = None,
+                   design: Optional[Callable[[HubConfig], Any]] = None) -> dict:
     """Run cocotb tests of ``module`` (all of them when ``testcases`` is None) against the
     hub of ``config``; ``label`` names the run in progress lines. ``settings``: the hub
     testbench's run settings (:class:`~moehub.verif.tb.context.TbContext` fields, e.g.
@@ -53,23 +65,36 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     (:data:`moehub.rtl.gen.QUICK_PASSES`: generated faster, simulated slower; for short
     directed tests).
 
+    ``config``: a shipped config's name, a YAML file, or a :class:`HubConfig` (written to
+    ``config.yaml`` in the run folder for the testbench). ``design``: simulate
+    ``design(cfg)`` instead of the hub (a component class such as
+    :class:`~moehub.rtl.relay.hub.RelayControl`, or any function of the config returning
+    a component), its Verilog generated into ``rtl/<config>-<tag>/`` in the build folder
+    (:func:`component_verilog`; ignored when ``verilog`` is given).
+
     Returns ``{"passed": n, "failed": n, "failures": [names], "results": path,
     "waves": the waveform path (FST; VCD from Verilator) or None, "sim": the simulator}``.
     """
     sim = simulators.choose(sim, prefer="icarus")
-    cfg = load_hub_config(config)
-    # (a config given as a file -- e.g. tiny with a v2 feature -- reaches the testbench as
-    # that file: its name alone would load the shipped config of that name)
-    given = str(Path(config).resolve()) if Path(config).suffix in (".yaml", ".yml") else cfg.name
+    cfg = config if isinstance(config, HubConfig) else load_hub_config(config)
+    root = build_root()
+    run_dir = root / "sim" / (f"{cfg.name}-{tag}" + ("" if sim == "icarus" else f"-{sim}"))
+    if isinstance(config, HubConfig):
+        given = str(write_config(cfg, run_dir / "config.yaml"))
+    else:
+        # (a config given as a file -- e.g. tiny with a v2 feature -- reaches the testbench as
+        # that file: its name alone would load the shipped config of that name)
+        given = str(Path(config).resolve()) if Path(config).suffix in (".yaml", ".yml") else cfg.name
     ctx = TbContext(given, seed=seed, seeds=seeds,
                     timeout_scale=float(os.environ.get("MOEHUB_TIMEOUT_SCALE", "1")),
                     **(settings or {}))
-    root = build_root()
-    run_dir = root / "sim" / (f"{cfg.name}-{tag}" + ("" if sim == "icarus" else f"-{sim}"))
     label = label or f"cocotb {module.rsplit('.', 1)[-1]} [{cfg.name}]"
     with progress.stage(f"{label}: build (Amaranth -> Verilog, {simulators.NAMES[sim]})",
                         heartbeat=True):
-        if verilog is None:
+        if verilog is None and design is not None:
+            verilog = [component_verilog(design(cfg), root / "rtl" / f"{cfg.name}-{tag}",
+                                         passes=QUICK_PASSES if quick else SIM_PASSES)]
+        elif verilog is None:
             verilog = [convert(cfg, out_dir=root / "rtl" / (cfg.name + ("-quick" if quick else "")),
                                passes=QUICK_PASSES if quick else SIM_PASSES)]
         build = simulators.build(sim, verilog, TOP, waves=waves, build_args=build_args)
@@ -97,6 +122,29 @@ def run_hub_cocotb(config: str, testcases: Optional[Sequence[str]] = None, *,
     out = parse_results(results)
     out["waves"], out["sim"] = wave, sim
     return out
+
+
+def component_verilog(component, out_dir: Path, passes=SIM_PASSES) -> Path:
+    """``<out_dir>/<TOP>.v``: any Amaranth component's Verilog under the hub's top name
+    (its RTLIL through the Yosys ``passes``, as :func:`moehub.rtl.gen.convert` makes the
+    hub's). Written on every call (cheap for a unit; the simulator's build is cached by
+    the Verilog's content, :func:`moehub.verif.sim.build`)."""
+    from amaranth.back import rtlil
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    il = rtlil.convert(component, name=TOP)
+    v_path = out_dir / f"{TOP}.v"
+    v_path.write_text(gen.rtlil_to_verilog(il, passes))      # (looked up here: a test session caches it)
+    return v_path
+
+
+def write_config(cfg: HubConfig, path: Path) -> Path:
+    """``cfg`` as a YAML file that :func:`~moehub.spec.config.load_hub_config` reads
+    back to an equal config; returns its absolute path."""
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    return path
 
 
 def _show(stage, lines: list) -> None:
