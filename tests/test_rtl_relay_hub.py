@@ -32,6 +32,7 @@ from moehub.rtl.hub import MoEHub
 from moehub.rtl.relay.hub import RelayControl, RelayHub
 from moehub.rtl.relay.layouts import RelayLayouts
 from moehub.spec.config import load_hub_config
+from moehub.spec.csr_map import CsrMap
 from moehub.spec.formats import RelayReason
 from moehub.spec.relay import ForwardRow, RelayRow, global_gpu
 from moehub.verif.formal.plant import broken_class
@@ -117,8 +118,7 @@ class HubBench(Bench):
         ctx, io, rc, cfg, m, rng = self.ctx, self.io, self.rc, self.cfg, self.model, self.rng
         M, W = cfg.max_targets, cfg.relay_window
         fu_row = rc.fu.row
-        ctx.set(io.node, self.node)
-        ctx.set(io.rank, self.rank)
+        await place(ctx, io, self.node, self.rank)
         token, sent, idle, p_ready = 0, 0, 0, 0.7
         while sent < rows or m.queue or self.pushed or ctx.get(io.rcredit.valid) or self.out or idle < 6:
             self.check_counters()
@@ -222,13 +222,44 @@ def entry(gpu, expert, slot, valid=1):
 NONE = entry(0, 0, 0, valid=0)
 
 
+async def csr_write(ctx, dut, name, value, index=0):
+    """One register write on the top's CSR bus (a cycle)."""
+    reg = CsrMap(dut.cfg).registers[name]
+    ctx.set(dut.csr.addr, reg.offset + index * reg.words)
+    ctx.set(dut.csr.w_data, value)
+    ctx.set(dut.csr.w_stb, 1)
+    await ctx.tick()
+    ctx.set(dut.csr.w_stb, 0)
+
+
+async def csr_read(ctx, dut, name, index=0):
+    """One register read on the top's CSR bus (the data two cycles after the strobe)."""
+    reg = CsrMap(dut.cfg).registers[name]
+    ctx.set(dut.csr.addr, reg.offset + index * reg.words)
+    ctx.set(dut.csr.r_stb, 1)
+    await ctx.tick()
+    ctx.set(dut.csr.r_stb, 0)
+    await ctx.tick()
+    return ctx.get(dut.csr.r_data)
+
+
+async def place(ctx, dut, node, rank):
+    """The relay's node and rank: RelayControl's ports, or (the whole top) software's writes
+    of NODE_ID and LOCAL_RANK, which the relay reads from the hub's CSR bank."""
+    if isinstance(dut, RelayHub):
+        await csr_write(ctx, dut, "NODE_ID", node)
+        await csr_write(ctx, dut, "LOCAL_RANK", rank)
+    else:
+        ctx.set(dut.node, node)
+        ctx.set(dut.rank, rank)
+
+
 async def _directed(ctx, dut, cfg):
     """Hub (node 0, rank 1) of R2 (2 nodes x 4 GPUs, window 3): the cases of
     ``test_relay_hub_directed``; returns the events seen, by cycle."""
     rc = dut.relay if isinstance(dut, RelayHub) else dut
     b = HubBench(cfg, dut, rc, ctx, random.Random(0), 0, 1)
-    ctx.set(dut.node, 0)
-    ctx.set(dut.rank, 1)
+    await place(ctx, dut, 0, 1)
     for s in (dut.local, dut.fwd, dut.rcredit):
         ctx.set(s.ready, 1)
     log = []
@@ -384,9 +415,13 @@ def test_relay_hub_top_ports():
     members = hub.signature.members
     plain = MoEHub(R2)
     plain._MustUse__silence = True                  # (only its signature is wanted)
-    for k, v in plain.signature.members.items():       # every port of the hub's, as the hub has it
+    for k, v in plain.signature.members.items():       # every port of the hub's, as the hub has it,
+        if k in RelayHub.HUB_INNER:                     # but those wired to the relay inside
+            assert k not in members, k
+            continue
         assert k in members and repr(members[k]) == repr(v), k
     assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
+    assert not {"node", "rank"} & set(members)          # (from NODE_ID, LOCAL_RANK)
 
 
 @pytest.mark.slow
@@ -396,6 +431,43 @@ def test_relay_hub_top_directed():
     hub, (log, verdicts, counters, overrun) = run_directed(RelayHub)
     _check_directed(log, verdicts, counters, overrun, R2)
     assert _latency(log) == LATENCY
+
+
+@pytest.mark.slow
+def test_relay_registers_read_through_the_hubs_csr_bank():
+    """The whole top: NODE_ID and LOCAL_RANK written by software place the relay; after a
+    row forwarded to two GPUs and one of another rail (dropped), RELAY_ROWS, RELAY_LOCAL,
+    FWD_ROWS, RELAY_DROPS read through the CSR bus equal the relay's counters; the reduce
+    registers (the unit is not attached) read 0."""
+    cfg, dut = R2, RelayHub(R2)
+    got = {}
+
+    async def bench(ctx):
+        await place(ctx, dut, 0, 1)
+        for s in (dut.local, dut.fwd, dut.rcredit):
+            ctx.set(s.ready, 1)
+        b = HubBench(cfg, dut, dut.relay, ctx, random.Random(0), 0, 1)
+        for token, src_rank, ent in ((2, 1, [entry(3, 1, 0), entry(1, 0, 1), entry(0, 2, 2)]),
+                                     (5, 2, [entry(0, 0, 0), NONE, NONE])):
+            b.set_row(dict(src_node=1, src_rank=src_rank, tag=0, entries=ent), token)
+            ctx.set(dut.row.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.row.valid, 0)
+        await ctx.tick().repeat(12)
+        names = [("RELAY_ROWS", 0), ("RELAY_LOCAL", 0), ("FWD_ROWS", 0), ("FWD_ROWS", 3), ("FWD_ROWS", 1),
+                 ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)), ("RELAY_OVERFLOW", 0), ("RED_ROWS", 0)]
+        for name, i in names:
+            got[(name, i)] = await csr_read(ctx, dut, name, i)
+        got["ports"] = (ctx.get(dut.relay_rows), ctx.get(dut.relay_local), ctx.get(dut.fwd_rows[0]))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got.pop("ports") == (1, 1, 1)
+    assert got == {("RELAY_ROWS", 0): 1, ("RELAY_LOCAL", 0): 1, ("FWD_ROWS", 0): 1, ("FWD_ROWS", 3): 1,
+                   ("FWD_ROWS", 1): 0, ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)): 1,
+                   ("RELAY_OVERFLOW", 0): 0, ("RED_ROWS", 0): 0}, got
 
 
 @pytest.mark.slow

@@ -30,13 +30,14 @@ events one target a cycle. With count packets too, the allocator's
 whose counts are met, under the same admission.
 """
 from amaranth import Cat, Module, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec.config import ConfigError, HubConfig
 from .allocator import AddressAllocator
 from .csr import CsrBank
-from ..spec.csr_map import MAX_SOURCES, CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR, STATUS_SWEEPING
+from ..spec.csr_map import (MAX_SOURCES, CsrMap, STATUS_ARMED, STATUS_CLEARING, STATUS_DONE, STATUS_ERROR,
+                             STATUS_SWEEPING, relay_status_registers)
 from .event_expander import EventExpander
 from .event_queue import EventQueue
 from .layouts import HubLayouts, csr_bus_signature, paged
@@ -105,7 +106,24 @@ class MoEHub(wiring.Component):
             "credit": Out(stream.Signature(lay.credit)),
             "csr": In(csr_bus_signature(self.csr_map.addr_bits)),
             "layer_done": Out(1),
+            **self._relay_ports(cfg),
         })
+
+    @staticmethod
+    def relay_status_layout(cfg: HubConfig) -> data.StructLayout:
+        """(Protocol v3) the relay's counters as the CSR bank reads them: one field per
+        read-only relay register (lower-case name; an array per element)."""
+        return data.StructLayout({r.name.lower(): data.ArrayLayout(r.width, r.count) if r.array else r.width
+                                  for r in relay_status_registers(cfg)})
+
+    @classmethod
+    def _relay_ports(cls, cfg: HubConfig) -> dict:
+        """(Protocol v3) ``relay_status`` in (the relay's counters, read through the CSR bank)
+        and ``relay_place`` out (NODE_ID and LOCAL_RANK as software wrote them)."""
+        if not cfg.relay:
+            return {}
+        return {"relay_status": In(cls.relay_status_layout(cfg)),
+                "relay_place": Out(data.StructLayout({"node": cfg.node_bits, "rank": cfg.gpu_bits}))}
 
     def elaborate(self, platform):
         m = Module()
@@ -133,6 +151,8 @@ class MoEHub(wiring.Component):
         wiring.connect(m, tr.ctl, wiring.flipped(self.ctl))
         wiring.connect(m, credits.o, wiring.flipped(self.credit))
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
+        if cfg.relay:
+            self._relay_registers(m, csr)
         wiring.connect(m, pm.tracker, tr.layer)
         wiring.connect(m, pm.guard, tr.guard)
         if cfg.count_packets:
@@ -166,6 +186,16 @@ class MoEHub(wiring.Component):
         m.d.comb += [pm.tile_sh.eq(pg.tile_sh), pm.pool_base.eq(csr.pool_base),
                      pm.page_bad.eq(pg.bad), pg.ret.eq(csr.page_free_w), pg.ret_page.eq(csr.page_free),
                      csr.pool_free.eq(pg.free)]
+
+    def _relay_registers(self, m, csr):
+        """(Protocol v3) the relay registers: its counters into the CSR bank's read-only
+        inputs, NODE_ID and LOCAL_RANK out to the relay."""
+        for r in relay_status_registers(self.cfg):
+            name = r.name.lower()
+            src, dst = getattr(self.relay_status, name), getattr(csr, name)
+            for i in range(r.count):
+                m.d.comb += (dst[i].eq(src[i]) if r.array else dst.eq(src))
+        m.d.comb += [self.relay_place.node.eq(csr.node_id), self.relay_place.rank.eq(csr.local_rank)]
 
     def _multicast(self, m, pm, alloc, events, tr, csr):
         """(multicast) The requests' pre-rank to the allocator, its tight bit to the

@@ -315,12 +315,21 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
         _counter("FWD_WAIT", "forward rows waiting for a forward credit"),
         _counter("FWD_IN", "forwarded rows accepted from the node's relays"),
         _counter("RELAY_DROPS", "rows dropped per RelayReason (see formats.RelayReason)", len(RelayReason)),
+        _counter("RELAY_OVERFLOW", "relay rows lost: they came while the row queue was full (a source "
+                 "sent without an R credit; 0 while the credits are kept)"),
         _counter("RED_ROWS", "reduced rows sent back: one per (token, node), its sum final"),
         _counter("RED_OPEN", "accumulators open: (source, token) sums still waiting for partial rows"),
         _counter("RED_INCOMPLETE", "sums sent at a flush before all their partial rows came"),
         _counter("RED_DROPS", "reduce refusals per ReduceReason (see formats.ReduceReason): partial rows "
                  "dropped, opens that made no sum", len(ReduceReason)),
     ]
+
+
+def relay_status_registers(cfg: HubConfig) -> list[Register]:
+    """The relay registers the hub's CSR bank reads from the relay (its read-only
+    counters), in map order: what :class:`~moehub.rtl.hub.MoEHub`'s ``relay_status`` port
+    carries."""
+    return [r for r in relay_registers(cfg) if r.access == "ro"]
 
 
 def params_word(cfg: HubConfig) -> int:

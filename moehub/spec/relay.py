@@ -446,7 +446,7 @@ class RelayHubModel:
         keyed (name, index) (NODE_ID and LOCAL_RANK are written by software)."""
         regs = {("NODE_ID", 0): self.node, ("LOCAL_RANK", 0): self.rank,
                 ("RELAY_ROWS", 0): self.relay_rows, ("RELAY_LOCAL", 0): self.relay_local,
-                ("FWD_WAIT", 0): self.fwd_wait(), ("FWD_IN", 0): self.fwd_in,
+                ("FWD_WAIT", 0): self.fwd_wait(), ("FWD_IN", 0): self.fwd_in, ("RELAY_OVERFLOW", 0): 0,
                 ("RED_ROWS", 0): len(self.reduce.out), ("RED_OPEN", 0): len(self.reduce.acc),
                 ("RED_INCOMPLETE", 0): self.reduce.incomplete}
         regs.update({("FWD_ROWS", g): n for g, n in enumerate(self.fwd_rows)})

@@ -9,13 +9,15 @@ control path beside it, as far as it attaches without changing the packet manage
                                          `--rcredit--> (the hub's credit queue)
     fin --> ForwardCheck --> fin_bad_source / fin_bad_targets / fin_src   (a received forward row)
 
-    MoEHub(cfg), unchanged: i, wr, ctl, credit, csr, layer_done
+    MoEHub(cfg): i, wr, ctl, credit, csr, layer_done; and inside the top
+      relay_status <-- the relay's counters (read through the CSR bank's relay registers)
+      relay_place  --> node, rank (NODE_ID and LOCAL_RANK as software wrote them)
 
 :class:`RelayControl` is the control path alone (the FIFO, :class:`~.forward_unit.ForwardUnit`,
 :class:`~.forward_check.ForwardCheck` and the relay counters); :class:`RelayHub` is
 :class:`~moehub.rtl.hub.MoEHub` and a :class:`RelayControl` side by side, every port of
-both passed through under its own name (none of the hub's ports is touched, so a relay
-hub's v1/v2 path is exactly ``MoEHub``'s).
+both passed through under its own name but the relay registers' (so a relay hub's v1/v2
+path is exactly ``MoEHub``'s).
 
 The counters read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_registers`):
 ``relay_rows``, ``relay_local``, ``fwd_rows``, ``fwd_wait`` (the forward unit's held row's
@@ -23,18 +25,21 @@ forwards not yet sent), ``fwd_in`` (good forward rows received) and ``relay_drop
 :class:`~moehub.spec.formats.RelayReason`: the forward unit's and the forward check's
 together). Every counter lags its events by one cycle (an event is a bit registered in the
 cycle it happens and added in the next: no verdict in front of a 32-bit increment);
-``fwd_wait``, the held row's state, does not. They are outputs here, not yet in the CSR bank (whose relay registers inside
-``MoEHub`` read 0), and ``node``/``rank`` are inputs (NODE_ID and LOCAL_RANK are stored in
-that bank). ``relay_overflow`` counts rows that came while the FIFO was full -- a source
-that sent without an R credit; with the credits kept it stays 0 (the window bounds the
-rows between a row's arrival and its credit, and the forward unit holds one of them).
+``fwd_wait``, the held row's state, does not. In :class:`RelayHub` they are read through
+the hub's CSR bank (``MoEHub``'s ``relay_status``) and the relay's ``node``/``rank`` come
+from it (NODE_ID and LOCAL_RANK); :class:`RelayControl` alone has them as ports. The
+reduce registers (RED_*) read 0 there: the reduce unit is not attached.
+``relay_overflow`` (RELAY_OVERFLOW) counts rows that came while the FIFO was full -- a
+source that sent without an R credit; with the credits kept it stays 0 (the window bounds
+the rows between a row's arrival and its credit, and the forward unit holds one of them).
 
 Still missing for the full attach (see :mod:`moehub.rtl.relay`): the packet manager's
 relay-row staging (the rows' data in the pool or a ``relay_window``-row staging area, and
 the push into ``row`` once a row's first chunk is accepted), the multicast allocator's
 lane for ``local``, the NVLink egress DMA behind ``fwd``, the merge of ``rcredit`` into
 the hub's credit queue, ``fin`` fed from the target decode (and its forward credit
-returned), and the relay registers in the CSR bank.
+returned), and the reduce unit (its open needs the relay row's gate weights from the
+staging; its counters then into RED_*).
 """
 from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
@@ -158,7 +163,9 @@ class RelayControl(wiring.Component):
 
 class RelayHub(wiring.Component):
     """:class:`~moehub.rtl.hub.MoEHub` (its ports under their names) beside a
-    :class:`RelayControl` (its ports under theirs): see the module docstring.
+    :class:`RelayControl` (its ports under theirs): see the module docstring. The relay's
+    counters are read through the hub's CSR bank (the relay registers), and its node and
+    rank come from it (NODE_ID, LOCAL_RANK): those ports are inside, not the top's.
 
     Parameters
     ----------
@@ -166,23 +173,41 @@ class RelayHub(wiring.Component):
         ``relay: true`` (else ValueError naming the key).
     """
 
+    #: the hub's and the relay's ports wired to each other inside the top
+    HUB_INNER, RELAY_INNER = ("relay_status", "relay_place"), ("node", "rank")
+
     def __init__(self, cfg: HubConfig):
         _refuse(self, cfg, "a relay hub")
         self.cfg = cfg
         self.hub = MoEHub(cfg)
         self.relay = RelayControl(cfg)
-        members = dict(self.hub.signature.members)
-        clash = set(members) & set(self.relay.signature.members)
+        hub_out = self._outer(self.hub, self.HUB_INNER)
+        relay_out = self._outer(self.relay, self.RELAY_INNER)
+        clash = set(hub_out) & set(relay_out)
         assert not clash, f"ports of both the hub and the relay path: {sorted(clash)}"
-        members.update(self.relay.signature.members)
-        super().__init__(members)
+        super().__init__({**hub_out, **relay_out})
+
+    @staticmethod
+    def _outer(part, inner) -> dict:
+        return {k: v for k, v in part.signature.members.items() if k not in inner}
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.hub = self.hub
-        m.submodules.relay = self.relay
-        inner = [*self.hub.signature.flatten(self.hub), *self.relay.signature.flatten(self.relay)]
-        for (path, member, outer), (ipath, _, sub) in zip(self.signature.flatten(self), inner):
-            assert path == ipath, (path, ipath)
-            m.d.comb += sub.eq(outer) if member.flow == In else outer.eq(sub)
+        hub, relay = self.hub, self.relay
+        m.submodules.hub = hub
+        m.submodules.relay = relay
+        for part, inner in ((hub, self.HUB_INNER), (relay, self.RELAY_INNER)):
+            sig = wiring.Signature(self._outer(part, inner))
+            for (path, member, outer), (ipath, _, sub) in zip(sig.flatten(self), sig.flatten(part)):
+                assert path == ipath, (path, ipath)
+                m.d.comb += sub.eq(outer) if member.flow == In else outer.eq(sub)
+        # the relay registers: the relay's counters into the hub's CSR bank (the reduce
+        # unit is not attached: its registers read 0), NODE_ID and LOCAL_RANK out of it
+        st = hub.relay_status
+        m.d.comb += [st.relay_rows.eq(relay.relay_rows), st.relay_local.eq(relay.relay_local),
+                     st.fwd_wait.eq(relay.fwd_wait), st.fwd_in.eq(relay.fwd_in),
+                     st.relay_overflow.eq(relay.relay_overflow),
+                     relay.node.eq(hub.relay_place.node), relay.rank.eq(hub.relay_place.rank)]
+        m.d.comb += [st.fwd_rows[g].eq(relay.fwd_rows[g]) for g in range(self.cfg.node_gpus)]
+        m.d.comb += [st.relay_drops[i].eq(relay.relay_drops[i]) for i in range(len(RelayReason))]
         return m
