@@ -30,10 +30,11 @@ from amaranth.sim import Simulator
 
 from moehub.rtl.hub import MoEHub
 from moehub.rtl.relay.hub import RelayControl, RelayHub
+from moehub.rtl.relay.reduce_unit import Op
 from moehub.rtl.relay.layouts import RelayLayouts
 from moehub.spec.config import load_hub_config
 from moehub.spec.csr_map import CsrMap
-from moehub.spec.formats import RelayReason
+from moehub.spec.formats import ReduceReason, RelayReason
 from moehub.spec.relay import ForwardRow, RelayRow, global_gpu
 from moehub.verif.formal.plant import broken_class
 from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, Bench, random_entries, run_bench
@@ -409,7 +410,7 @@ def test_relay_hub_top_ports():
     """The whole top: MoEHub's ports and the relay path's side by side; the MoEHub inside
     is MoEHub(cfg)."""
     hub = RelayHub(R2)
-    for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check):   # (not elaborated)
+    for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check, hub.reduce):   # (not elaborated)
         part._MustUse__silence = True
     assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
     members = hub.signature.members
@@ -421,7 +422,8 @@ def test_relay_hub_top_ports():
             continue
         assert k in members and repr(members[k]) == repr(v), k
     assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
-    assert not {"node", "rank"} & set(members)          # (from NODE_ID, LOCAL_RANK)
+    assert not {"node", "rank", "flush"} & set(members)   # (from NODE_ID, LOCAL_RANK, RED_CTRL)
+    assert {"sum_open", "sum_part", "sum_op", "red_drops"} < set(members)
 
 
 @pytest.mark.slow
@@ -435,10 +437,10 @@ def test_relay_hub_top_directed():
 
 @pytest.mark.slow
 def test_relay_registers_read_through_the_hubs_csr_bank():
-    """The whole top: NODE_ID and LOCAL_RANK written by software place the relay; after a
-    row forwarded to two GPUs and one of another rail (dropped), RELAY_ROWS, RELAY_LOCAL,
-    FWD_ROWS, RELAY_DROPS read through the CSR bus equal the relay's counters; the reduce
-    registers (the unit is not attached) read 0."""
+    """The whole top: NODE_ID and LOCAL_RANK written by software place the relay and the
+    reduce; after a row forwarded to two GPUs and one of another rail (dropped), and a sum
+    opened, one part in, a part for no sum and RED_CTRL.RED_FLUSH, the relay and reduce
+    registers read through the CSR bus hold the counts."""
     cfg, dut = R2, RelayHub(R2)
     got = {}
 
@@ -454,8 +456,42 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
             await ctx.tick()
             ctx.set(dut.row.valid, 0)
         await ctx.tick().repeat(12)
+        # the reduce: after its clearing sweep, a sum of three slots opened, one part in, a
+        # part for no sum, then RED_FLUSH: the open sum sent as it is
+        while ctx.get(dut.red_clearing):
+            await ctx.tick()
+        po = dut.sum_open.payload
+        for k, v in (("src_node", 1), ("token", 2), ("valid", 0b111)):
+            ctx.set(getattr(po, k), v)
+        for j in range(3):
+            ctx.set(po.slot[j], j)
+            ctx.set(po.weight[j], 0x3F80)                   # 1.0
+        ctx.set(dut.sum_open.valid, 1)
+        await ctx.tick().until(dut.sum_open.ready)
+        ctx.set(dut.sum_open.valid, 0)
+        ctx.set(dut.sum_op.ready, 1)
+        ops = []
+        for token in (2, 3):
+            pp = dut.sum_part.payload
+            ctx.set(pp.src_node, 1)
+            ctx.set(pp.token, token)
+            ctx.set(pp.slot, 1)
+            ctx.set(dut.sum_part.valid, 1)
+            await ctx.tick().until(dut.sum_part.ready)
+            ctx.set(dut.sum_part.valid, 0)
+            for _ in range(3):
+                if ctx.get(dut.sum_op.valid):
+                    ops.append(ctx.get(dut.sum_op.payload.kind))
+                await ctx.tick()
+        await csr_write(ctx, dut, "RED_CTRL", 1)
+        for _ in range(2 * dut.reduce.depth + 8):
+            if ctx.get(dut.sum_op.valid):
+                ops.append(ctx.get(dut.sum_op.payload.kind))
+            await ctx.tick()
+        got["ops"] = ops
         names = [("RELAY_ROWS", 0), ("RELAY_LOCAL", 0), ("FWD_ROWS", 0), ("FWD_ROWS", 3), ("FWD_ROWS", 1),
-                 ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)), ("RELAY_OVERFLOW", 0), ("RED_ROWS", 0)]
+                 ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)), ("RELAY_OVERFLOW", 0), ("RED_ROWS", 0),
+                 ("RED_OPEN", 0), ("RED_INCOMPLETE", 0), ("RED_DROPS", int(ReduceReason.BAD_PARTIAL))]
         for name, i in names:
             got[(name, i)] = await csr_read(ctx, dut, name, i)
         got["ports"] = (ctx.get(dut.relay_rows), ctx.get(dut.relay_local), ctx.get(dut.fwd_rows[0]))
@@ -465,9 +501,11 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
     sim.add_testbench(bench)
     sim.run()
     assert got.pop("ports") == (1, 1, 1)
+    assert got.pop("ops") == [Op.WRITE, Op.FLUSH]
     assert got == {("RELAY_ROWS", 0): 1, ("RELAY_LOCAL", 0): 1, ("FWD_ROWS", 0): 1, ("FWD_ROWS", 3): 1,
                    ("FWD_ROWS", 1): 0, ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)): 1,
-                   ("RELAY_OVERFLOW", 0): 0, ("RED_ROWS", 0): 0}, got
+                   ("RELAY_OVERFLOW", 0): 0, ("RED_ROWS", 0): 1, ("RED_OPEN", 0): 0,
+                   ("RED_INCOMPLETE", 0): 1, ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)): 1}, got
 
 
 @pytest.mark.slow

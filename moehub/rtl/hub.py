@@ -119,11 +119,13 @@ class MoEHub(wiring.Component):
     @classmethod
     def _relay_ports(cls, cfg: HubConfig) -> dict:
         """(Protocol v3) ``relay_status`` in (the relay's counters, read through the CSR bank)
-        and ``relay_place`` out (NODE_ID and LOCAL_RANK as software wrote them)."""
+        and ``relay_place`` out (NODE_ID and LOCAL_RANK as software wrote them, the
+        RED_CTRL.RED_FLUSH strobe)."""
         if not cfg.relay:
             return {}
         return {"relay_status": In(cls.relay_status_layout(cfg)),
-                "relay_place": Out(data.StructLayout({"node": cfg.node_bits, "rank": cfg.gpu_bits}))}
+                "relay_place": Out(data.StructLayout({"node": cfg.node_bits, "rank": cfg.gpu_bits,
+                                                      "red_flush": 1}))}
 
     def elaborate(self, platform):
         m = Module()
@@ -195,7 +197,8 @@ class MoEHub(wiring.Component):
             src, dst = getattr(self.relay_status, name), getattr(csr, name)
             for i in range(r.count):
                 m.d.comb += (dst[i].eq(src[i]) if r.array else dst.eq(src))
-        m.d.comb += [self.relay_place.node.eq(csr.node_id), self.relay_place.rank.eq(csr.local_rank)]
+        m.d.comb += [self.relay_place.node.eq(csr.node_id), self.relay_place.rank.eq(csr.local_rank),
+                     self.relay_place.red_flush.eq(csr.red_flush)]
 
     def _multicast(self, m, pm, alloc, events, tr, csr):
         """(multicast) The requests' pre-rank to the allocator, its tight bit to the

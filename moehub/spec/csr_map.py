@@ -317,6 +317,9 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
         _counter("RELAY_DROPS", "rows dropped per RelayReason (see formats.RelayReason)", len(RelayReason)),
         _counter("RELAY_OVERFLOW", "relay rows lost: they came while the row queue was full (a source "
                  "sent without an R credit; 0 while the credits are kept)"),
+        Register("RED_CTRL", 1, "wo", "the reduce's strobes", fields=(Field(
+            "RED_FLUSH", 0, 1, "the combine's end: every sum still open is sent as it is (counted in "
+            "RED_INCOMPLETE) and its record freed"),)),
         _counter("RED_ROWS", "reduced rows sent back: one per (token, node), its sum final"),
         _counter("RED_OPEN", "accumulators open: (source, token) sums still waiting for partial rows"),
         _counter("RED_INCOMPLETE", "sums sent at a flush before all their partial rows came"),

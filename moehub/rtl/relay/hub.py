@@ -9,9 +9,11 @@ control path beside it, as far as it attaches without changing the packet manage
                                          `--rcredit--> (the hub's credit queue)
     fin --> ForwardCheck --> fin_bad_source / fin_bad_targets / fin_src   (a received forward row)
 
+    sum_open, sum_part --> ReduceUnit --sum_op--> (the accumulate datapath)
+
     MoEHub(cfg): i, wr, ctl, credit, csr, layer_done; and inside the top
-      relay_status <-- the relay's counters (read through the CSR bank's relay registers)
-      relay_place  --> node, rank (NODE_ID and LOCAL_RANK as software wrote them)
+      relay_status <-- the relay's and the reduce's counters (the CSR bank's relay registers)
+      relay_place  --> node, rank, red_flush (NODE_ID, LOCAL_RANK, RED_CTRL as software wrote them)
 
 :class:`RelayControl` is the control path alone (the FIFO, :class:`~.forward_unit.ForwardUnit`,
 :class:`~.forward_check.ForwardCheck` and the relay counters); :class:`RelayHub` is
@@ -28,7 +30,9 @@ cycle it happens and added in the next: no verdict in front of a 32-bit incremen
 ``fwd_wait``, the held row's state, does not. In :class:`RelayHub` they are read through
 the hub's CSR bank (``MoEHub``'s ``relay_status``) and the relay's ``node``/``rank`` come
 from it (NODE_ID and LOCAL_RANK); :class:`RelayControl` alone has them as ports. The
-reduce registers (RED_*) read 0 there: the reduce unit is not attached.
+reduce unit sits beside them with its streams on the top (``sum_open``, ``sum_part``,
+``sum_op``), its counters in the RED_* registers, its flush the RED_CTRL.RED_FLUSH strobe
+(the combine's end, which software signals: the layer's FLUSH ends the dispatch).
 ``relay_overflow`` (RELAY_OVERFLOW) counts rows that came while the FIFO was full -- a
 source that sent without an R credit; with the credits kept it stays 0 (the window bounds
 the rows between a row's arrival and its credit, and the forward unit holds one of them).
@@ -38,20 +42,24 @@ relay-row staging (the rows' data in the pool or a ``relay_window``-row staging 
 the push into ``row`` once a row's first chunk is accepted), the multicast allocator's
 lane for ``local``, the NVLink egress DMA behind ``fwd``, the merge of ``rcredit`` into
 the hub's credit queue, ``fin`` fed from the target decode (and its forward credit
-returned), and the reduce unit (its open needs the relay row's gate weights from the
-staging; its counters then into RED_*).
+returned), ``sum_open`` fed as the forward unit takes a good relay row (its gate weights
+from the staging), ``sum_part`` from the target decode of partial output rows, and the
+accumulate datapath behind ``sum_op``.
 """
+from types import SimpleNamespace
+
 from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
-from ...spec.formats import RelayReason
+from ...spec.formats import ReduceReason, RelayReason
 from ..hub import MoEHub
 from .forward_check import ForwardCheck
 from .forward_unit import ForwardUnit
 from .layouts import RelayLayouts
+from .reduce_unit import ReduceUnit
 
 
 def _refuse(component, cfg: HubConfig, what: str) -> None:
@@ -163,9 +171,12 @@ class RelayControl(wiring.Component):
 
 class RelayHub(wiring.Component):
     """:class:`~moehub.rtl.hub.MoEHub` (its ports under their names) beside a
-    :class:`RelayControl` (its ports under theirs): see the module docstring. The relay's
-    counters are read through the hub's CSR bank (the relay registers), and its node and
-    rank come from it (NODE_ID, LOCAL_RANK): those ports are inside, not the top's.
+    :class:`RelayControl` (its ports under theirs) and the reduce unit
+    (:class:`~.reduce_unit.ReduceUnit`, its ports under :data:`REDUCE_PORTS`' names): see
+    the module docstring. The relay's and the reduce's counters are read through the hub's
+    CSR bank (the relay registers); their node and rank come from it (NODE_ID,
+    LOCAL_RANK), and the reduce's flush from RED_CTRL.RED_FLUSH: those ports are inside,
+    not the top's.
 
     Parameters
     ----------
@@ -175,39 +186,59 @@ class RelayHub(wiring.Component):
 
     #: the hub's and the relay's ports wired to each other inside the top
     HUB_INNER, RELAY_INNER = ("relay_status", "relay_place"), ("node", "rank")
+    #: the reduce unit's ports on the top: top name -> the unit's (its ``node`` and
+    #: ``flush`` are inside)
+    REDUCE_PORTS = {"sum_open": "open", "sum_part": "part", "sum_op": "op", "red_rows": "red_rows",
+                    "red_open": "red_open", "red_incomplete": "red_incomplete", "red_drops": "drops",
+                    "red_sweeping": "sweeping", "red_clearing": "clearing"}
 
     def __init__(self, cfg: HubConfig):
         _refuse(self, cfg, "a relay hub")
         self.cfg = cfg
         self.hub = MoEHub(cfg)
         self.relay = RelayControl(cfg)
+        self.reduce = ReduceUnit(cfg)
         hub_out = self._outer(self.hub, self.HUB_INNER)
         relay_out = self._outer(self.relay, self.RELAY_INNER)
-        clash = set(hub_out) & set(relay_out)
-        assert not clash, f"ports of both the hub and the relay path: {sorted(clash)}"
-        super().__init__({**hub_out, **relay_out})
+        red = self.reduce.signature.members
+        red_out = {top: red[unit] for top, unit in self.REDUCE_PORTS.items()}
+        names = [*hub_out, *relay_out, *red_out]
+        clash = {n for n in names if names.count(n) > 1}
+        assert not clash, f"ports of two of the hub, the relay path and the reduce: {sorted(clash)}"
+        super().__init__({**hub_out, **relay_out, **red_out})
 
     @staticmethod
     def _outer(part, inner) -> dict:
         return {k: v for k, v in part.signature.members.items() if k not in inner}
 
+    def _pass(self, m, part, names: dict):
+        """The top's ports ``names`` (top name -> ``part``'s name) to and from ``part``."""
+        sig = wiring.Signature({top: part.signature.members[inner] for top, inner in names.items()})
+        sub = SimpleNamespace(**{top: getattr(part, inner) for top, inner in names.items()})
+        for (path, member, o), (ipath, _, i) in zip(sig.flatten(self), sig.flatten(sub)):
+            assert path == ipath, (path, ipath)
+            m.d.comb += i.eq(o) if member.flow == In else o.eq(i)
+
     def elaborate(self, platform):
         m = Module()
-        hub, relay = self.hub, self.relay
+        hub, relay, red = self.hub, self.relay, self.reduce
         m.submodules.hub = hub
         m.submodules.relay = relay
-        for part, inner in ((hub, self.HUB_INNER), (relay, self.RELAY_INNER)):
-            sig = wiring.Signature(self._outer(part, inner))
-            for (path, member, outer), (ipath, _, sub) in zip(sig.flatten(self), sig.flatten(part)):
-                assert path == ipath, (path, ipath)
-                m.d.comb += sub.eq(outer) if member.flow == In else outer.eq(sub)
-        # the relay registers: the relay's counters into the hub's CSR bank (the reduce
-        # unit is not attached: its registers read 0), NODE_ID and LOCAL_RANK out of it
-        st = hub.relay_status
+        m.submodules.reduce = red
+        self._pass(m, hub, {k: k for k in self._outer(hub, self.HUB_INNER)})
+        self._pass(m, relay, {k: k for k in self._outer(relay, self.RELAY_INNER)})
+        self._pass(m, red, self.REDUCE_PORTS)
+        # the relay registers: the relay's and the reduce's counters into the hub's CSR
+        # bank; NODE_ID, LOCAL_RANK and RED_CTRL.RED_FLUSH out of it
+        st, place = hub.relay_status, hub.relay_place
         m.d.comb += [st.relay_rows.eq(relay.relay_rows), st.relay_local.eq(relay.relay_local),
                      st.fwd_wait.eq(relay.fwd_wait), st.fwd_in.eq(relay.fwd_in),
                      st.relay_overflow.eq(relay.relay_overflow),
-                     relay.node.eq(hub.relay_place.node), relay.rank.eq(hub.relay_place.rank)]
+                     st.red_rows.eq(red.red_rows), st.red_open.eq(red.red_open),
+                     st.red_incomplete.eq(red.red_incomplete),
+                     relay.node.eq(place.node), relay.rank.eq(place.rank),
+                     red.node.eq(place.node), red.flush.eq(place.red_flush)]
         m.d.comb += [st.fwd_rows[g].eq(relay.fwd_rows[g]) for g in range(self.cfg.node_gpus)]
         m.d.comb += [st.relay_drops[i].eq(relay.relay_drops[i]) for i in range(len(RelayReason))]
+        m.d.comb += [st.red_drops[i].eq(red.drops[i]) for i in range(len(ReduceReason))]
         return m
