@@ -210,27 +210,33 @@ def run_reduce(rcfg, node: int, rows, parts, max_cycles: int | None = None) -> d
     async def bench(ctx):
         ctx.set(dut.node, node)
         ctx.set(dut.op.ready, 1)
+        await ctx.tick().until(~dut.clearing)      # (its clearing sweep, simulated alone)
+        po, pp = dut.open.payload, dut.part.payload
+        fields = {"open": (po.src_node, po.token, po.valid, [po.slot[j] for j in range(T)],
+                           [po.weight[j] for j in range(T)]),
+                  "part": (pp.src_node, pp.token, pp.slot)}
         seq = [("open", r) for r in rows] + [("part", p) for p in parts]
-        i, cycle = 0, 0
+        i, cycle, shown = 0, rcfg.reduce_records, -1
         while cycle < limit:
             kind, item = seq[i] if i < len(seq) else (None, None)
-            ctx.set(dut.open.valid, kind == "open")
-            ctx.set(dut.part.valid, kind == "part")
-            if kind == "open":
-                src, tok, targets = item
-                p = dut.open.payload
-                ctx.set(p.src_node, src // gpn)
-                ctx.set(p.token, tok)
-                ctx.set(p.valid, (1 << len(targets)) - 1)
-                for j in range(T):
-                    ctx.set(p.slot[j], targets[j][2] if j < len(targets) else 0)
-                    ctx.set(p.weight[j], wbits if j < len(targets) else 0)
-            elif kind == "part":
-                src, tok, slot = item
-                p = dut.part.payload
-                ctx.set(p.src_node, src // gpn)
-                ctx.set(p.token, tok)
-                ctx.set(p.slot, slot)
+            if i != shown:                           # a new item: its payload, once
+                shown = i
+                ctx.set(dut.open.valid, kind == "open")
+                ctx.set(dut.part.valid, kind == "part")
+                if kind == "open":
+                    src, tok, targets = item
+                    f_node, f_tok, f_valid, f_slot, f_w = fields["open"]
+                    ctx.set(f_node, src // gpn)
+                    ctx.set(f_tok, tok)
+                    ctx.set(f_valid, (1 << len(targets)) - 1)
+                    for j in range(T):
+                        ctx.set(f_slot[j], targets[j][2] if j < len(targets) else 0)
+                        ctx.set(f_w[j], wbits if j < len(targets) else 0)
+                elif kind == "part":
+                    f_node, f_tok, f_slot = fields["part"]
+                    ctx.set(f_node, item[0] // gpn)
+                    ctx.set(f_tok, item[1])
+                    ctx.set(f_slot, item[2])
             if ctx.get(dut.op.valid):
                 o = dut.op.payload
                 ops.append((names[Op(ctx.get(o.kind))], ctx.get(o.index), ctx.get(o.slot), ctx.get(o.parts)))
