@@ -929,3 +929,29 @@ def test_collect_and_render_the_soak(tmp_path):
     older = report.render_soak(report.load_records(tmp_path / "records", "soak"), "other")
     assert older.count("(older RTL)") == 2
     assert report.collect_soak(tmp_path / "nothing", tmp_path / "records") == []
+
+
+def test_render_the_relay_rows_critical_gpu(tmp_path):
+    """The critical GPU's breakdown of the rows that recorded it (one point here), µs per
+    phase kind in the study's order; none recorded is an error naming the rerun."""
+    from moehub.cosim.studies import relay
+    rows = relay_rows(tokens=4096)
+    build = _relay_build(tmp_path, rows)
+    report.collect_study_relay(build, tmp_path / "records")
+    with pytest.raises(report.ReportError, match="no study-relay row with the critical GPU"):
+        report.render("relay-critical", tmp_path / "records")
+    crit = relay_rows(tokens=128)
+    for i, r in enumerate(crit):
+        r.update({"critical_gpu": 11, **{f"critical_{s}_us": 0.0 for s in relay.CRITICAL.values()}})
+        r.update(critical_gemm_us=590.0 + i, critical_sync_us=38.0 if "DeepEP" in r["row"] else 0.0)
+    shutil.rmtree(tmp_path / "build")
+    build = _relay_build(tmp_path, rows + crit)
+    report.collect_study_relay(build, tmp_path / "records")
+    text = report.render("relay-critical", tmp_path / "records")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| h100")]
+    assert len(lines) == len(relay.ROWS) and all(" 128 | " in ln for ln in lines)   # 4096: none
+    assert text.splitlines()[0].startswith("| system (nodes×GPUs) | tokens/GPU | row | layer µs | GPU | "
+                                           "expert GEMM | gate / reduce |")
+    assert lines[0].startswith("| h100x16-ib (2×8) | 128 | hub v2 | 649 | 11 | 590 | 0 |")
+    deepep = next(ln for ln in lines if "DeepEP normal" in ln)
+    assert deepep.split(" | ")[-3] == "38"                      # sync / wait (then other, idle)

@@ -959,26 +959,58 @@ def render_ablation(model: str, system: str):
     return fn
 
 
+def _relay_rows(recs: list, table: str) -> tuple:
+    """(rows, records used) of the study-relay records, oldest record first; a row in two
+    records is an error naming it."""
+    rows, used, seen = [], [], set()
+    for name, rec in sorted(recs, key=lambda nr: (nr[1]["date"] or "", nr[0])):
+        for r in rec["data"]["rows"]:
+            key = (r["system_config"], r["tokens_per_gpu"], r["row"])
+            if key in seen:
+                raise ReportError(f"{table}: the row {key} is in two records")
+            seen.add(key)
+        if rec["data"]["rows"]:
+            used.append((name, rec))
+            rows += rec["data"]["rows"]
+    if not rows:
+        raise ReportError(f"{table}: no study-relay record (records/study-relay/*.json; "
+                          "run 'python -m moehub.cosim.studies.relay', then "
+                          "'moehub report --collect study-relay')")
+    return rows, used
+
+
+def render_relay_critical(recs: list, current: str) -> str:
+    """Where each ablation row's layer time goes on the GPU that ends last (the study's
+    ``critical_*_us`` columns, rows of runs that recorded them): µs per phase kind, the
+    first running at each instant; idle is waiting for other GPUs' rows or outputs."""
+    from ..cosim.studies import relay
+    rows, used = _relay_rows(recs, "relay-critical")
+    rows = [r for r in rows if r.get("critical_gpu") is not None]
+    if not rows:
+        raise ReportError("relay-critical: no study-relay row with the critical GPU's breakdown "
+                          "(rerun 'python -m moehub.cosim.studies.relay')")
+    used = [(n, rec) for n, rec in used if any(r.get("critical_gpu") is not None for r in rec["data"]["rows"])]
+    kinds = list(relay.CRITICAL.items())
+    head = ["system (nodes×GPUs)", "tokens/GPU", "row", "layer µs", "GPU", *(k for k, _ in kinds)]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    order = {n: i for i, (n, _, _) in enumerate(relay.ROWS)}
+    for r in sorted(rows, key=lambda r: (r["gpus"], r["tokens_per_gpu"],
+                                         order.get(r["row"], len(order)), r["row"])):
+        per = r["gpus"] // r["nodes"]
+        cells = [f"{r['system_config']} ({r['nodes']}×{per})", r["tokens_per_gpu"], _cell(r["row"]),
+                 f"{r['layer_us']:.0f}", r["critical_gpu"],
+                 *(f"{r[f'critical_{slug}_us'] or 0:.0f}" for _, slug in kinds)]
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(out) + "\n\n" + caption(used) + "\n"
+
+
 def render_relay_ablation(recs: list, current: str) -> str:
     """The relay-hub ablation (``python -m moehub.cosim.studies.relay``): per system config
     and tokens/GPU, the protocol-v2 hub, + relay, + relay + reduce and DeepEP normal mode;
     a row whose passes did not reach the fixed point is marked †; the study's default
     points no record holds are named under the table."""
     from ..cosim.studies import relay
-    rows, used, seen = [], [], set()
-    for name, rec in sorted(recs, key=lambda nr: (nr[1]["date"] or "", nr[0])):
-        for r in rec["data"]["rows"]:
-            key = (r["system_config"], r["tokens_per_gpu"], r["row"])
-            if key in seen:
-                raise ReportError(f"relay-ablation: the row {key} is in two records")
-            seen.add(key)
-        if rec["data"]["rows"]:
-            used.append((name, rec))
-            rows += rec["data"]["rows"]
-    if not rows:
-        raise ReportError("relay-ablation: no study-relay record (records/study-relay/*.json; "
-                          "run 'python -m moehub.cosim.studies.relay', then "
-                          "'moehub report --collect study-relay')")
+    rows, used = _relay_rows(recs, "relay-ablation")
     head = ["system (nodes×GPUs)", "tokens/GPU", "row", "layer µs", "vs hub v2", "vs DeepEP",
             "NIC GB dispatch / combine", "NVLink GB dispatch / combine", "passes"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -1313,6 +1345,7 @@ TABLES = {
     **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
     **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
     "relay-ablation": ("study-relay", render_relay_ablation),
+    "relay-critical": ("study-relay", render_relay_critical),
     "v2-units": ("synth-unit", render_v2_units),
     "relay-units": ("synth-unit", render_relay_units),
     "soak": ("soak", render_soak),

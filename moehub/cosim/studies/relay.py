@@ -53,10 +53,15 @@ ROWS = (("hub v2", "hub", V2), ("hub v2 + relay", "hub", V2 | {"relay"}),
 HUB_V2_ROW, DEEPEP_ROW = "hub v2", "DeepEP normal"
 DISPATCH_PHASES = ("dispatch", "forward")
 COMBINE_PHASES = ("combine", "combine_relay")
+#: where the layer time goes on the GPU that ends last (:func:`..plots.critical_breakdown`):
+#: column slug per phase kind, in the bars' order
+CRITICAL = {"expert GEMM": "gemm", "gate / reduce": "gate_reduce", "layout / permute": "layout",
+            "hub": "hub", "dispatch": "dispatch", "combine": "combine", "sync / wait": "sync",
+            "other": "other", "idle": "idle"}
 COLUMNS = ["system_config", "nodes", "gpus", "tokens_per_gpu", "row", "layer_us",
            "vs_hub_v2", "vs_deepep", "dispatch_nic_GB", "dispatch_nvlink_GB", "combine_nic_GB",
            "combine_nvlink_GB", "passes", "converged", "residual_us", "traffic_residual_us",
-           "wall_s", "notes"]
+           "wall_s", "notes", "critical_gpu", *(f"critical_{k}_us" for k in CRITICAL.values())]
 CSV_NAME = "relay.csv"
 
 
@@ -76,6 +81,16 @@ def link_bytes(L: Layer, res, phases) -> tuple:
         nic += float(sent[inter].sum())
         nvl += float(sent[intra].sum())
     return nic, nvl
+
+
+def critical(res) -> dict:
+    """The layer time on the GPU that ends last, split by what it was doing (the first of
+    the phases running at each instant, in :data:`..plots.EXPOSED_PRIORITY` order; idle:
+    waiting for other GPUs' rows or outputs): ``critical_gpu`` and a column per kind."""
+    from ..plots import critical_breakdown
+    gpu, parts = critical_breakdown(res)
+    return {"critical_gpu": gpu, **{f"critical_{slug}_us": parts.get(kind, 0.0)
+                                    for kind, slug in CRITICAL.items()}}
 
 
 def point(system: str, model: str, tokens: int, seed=None, log=print, rows=None) -> list:
@@ -107,7 +122,7 @@ def point(system: str, model: str, tokens: int, seed=None, log=print, rows=None)
                "combine_nvlink_GB": cv / 1e9, "passes": ex.get("passes"),
                "converged": ex.get("converged"), "residual_us": ex.get("residual_us"),
                "traffic_residual_us": ex.get("traffic_residual_us"), "wall_s": wall,
-               "notes": notes}
+               "notes": notes, **critical(res)}
         log(f"  {s.name} t{L.T} {name}: {res.latency_us:.1f} us, {ex.get('passes')} passes, "
             f"residual {ex.get('residual_us'):.3f} us (traffic {ex.get('traffic_residual_us'):.3f}), "
             f"{wall:.0f} s")
@@ -156,7 +171,7 @@ def read_rows(path) -> list:
                 r[k] = v or ""
             elif k == "converged":
                 r[k] = {"True": True, "False": False}.get(v)
-            elif k in ("nodes", "gpus", "tokens_per_gpu", "passes"):
+            elif k in ("nodes", "gpus", "tokens_per_gpu", "passes", "critical_gpu"):
                 r[k] = int(v) if v not in ("", "None") else None
             else:
                 r[k] = float(v) if v not in ("", "nan", "None") else float("nan")
