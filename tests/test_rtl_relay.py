@@ -42,6 +42,12 @@ RX = TINY.replace(experts=2, sources=6, nodes=2, gpus_per_node=3, relay=True, fo
 #: one expert per GPU (EP = experts, as DeepSeek-V3 on 256 GPUs): forward rows of one target
 R1 = TINY.replace(experts=1, sources=8, nodes=2, gpus_per_node=4, relay=True, forward_tags=1, topk=3,
                   max_targets=1)
+def entry_weight(token, i):
+    """The BF16 gate weight the benches give entry ``i`` of the relay row of ``token`` (the
+    relay carries it to the reduce's open)."""
+    return (token * 31 + i * 7 + 1) & 0xFFFF
+
+
 #: a forward credit presented in cycle c is usable in cycle c + 2 (registered, then the free bits)
 CREDIT_LATENCY = 2
 #: a row taken in cycle c is reported and forwarded from cycle c + 2 (its entries packed in c + 1)
@@ -134,6 +140,7 @@ class Bench:
             ctx.set(p.gpu[i], e["gpu"])
             ctx.set(p.expert[i], e["expert"])
             ctx.set(p.slot[i], e["slot"])
+            ctx.set(p.weight[i], entry_weight(token, i))
 
     def entries(self, payload, n):
         ctx = self.ctx

@@ -37,7 +37,7 @@ from moehub.spec.csr_map import CsrMap
 from moehub.spec.formats import ReduceReason, RelayReason
 from moehub.spec.relay import ForwardRow, RelayRow, global_gpu
 from moehub.verif.formal.plant import broken_class
-from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, Bench, random_entries, run_bench
+from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, Bench, entry_weight, random_entries, run_bench
 
 #: 2 nodes x 2 GPUs, 2 tags per source (a window of 2 relay rows), 1 forward tag
 R22 = load_hub_config("tiny").replace(sources=4, nodes=2, gpus_per_node=2, relay=True, forward_tags=1,
@@ -75,6 +75,7 @@ class HubBench(Bench):
 
     def __init__(self, cfg, io, rc, ctx, rng, node, rank):
         super().__init__(cfg, io, ctx, rng, node, rank)
+        self.opened = []                     # the sums of good rows taken, not yet seen on open
         self.io, self.rc = io, rc
         self.pushed = []
         self.outstanding = 0                 # rows between arrival and credit (or take, unknown source)
@@ -115,13 +116,32 @@ class HubBench(Bench):
             ctx.set(p.expert[i], x)
             ctx.set(p.slot[i], s)
 
+    def open_want(self, row, fields):
+        """The open of a good relay row: its source node, token, and per entry valid, slot
+        and the bench's weight (``fields``: the row as pushed)."""
+        T = self.cfg.relay_targets
+        ent = fields[5]
+        return (row.src_node, row.token, fields[4],
+                tuple(e[2] if fields[4] >> i & 1 else None for i, e in enumerate(ent)),
+                tuple(entry_weight(row.token, i) if fields[4] >> i & 1 else None for i in range(T)))
+
+    def open_fields(self, p):
+        ctx, T = self.ctx, self.cfg.relay_targets
+        v = ctx.get(p.valid)
+        return (ctx.get(p.src_node), ctx.get(p.token), v,
+                tuple(ctx.get(p.slot[i]) if v >> i & 1 else None for i in range(T)),
+                tuple(ctx.get(p.weight[i]) if v >> i & 1 else None for i in range(T)))
+
     async def run(self, rows, bad, p_fin=0.2):
         ctx, io, rc, cfg, m, rng = self.ctx, self.io, self.rc, self.cfg, self.model, self.rng
         M, W = cfg.max_targets, cfg.relay_window
         fu_row = rc.fu.row
+        opens = not isinstance(io, RelayHub)           # (the whole top: the reduce takes them)
         await place(ctx, io, self.node, self.rank)
+        await reduce_cleared(ctx, io)
         token, sent, idle, p_ready = 0, 0, 0, 0.7
-        while sent < rows or m.queue or self.pushed or ctx.get(io.rcredit.valid) or self.out or idle < 6:
+        while sent < rows or m.queue or self.pushed or ctx.get(io.rcredit.valid) or self.out or idle < 6 \
+                or (opens and self.opened):
             self.check_counters()
             if self.cycle % 40 == 0:                 # phases: free-flowing, or long stalls that fill the FIFO
                 p_ready = rng.choice([0.9, 0.7, 0.15])
@@ -134,6 +154,12 @@ class HubBench(Bench):
                 self.set_row(fields, token)
             ctx.set(io.row.valid, push is not None)
             self.drive_outputs(p_ready)
+            if opens:                                # (RelayControl: the reduce's side, at random)
+                ctx.set(io.open.ready, rng.random() < p_ready)
+                if ctx.get(io.open.valid) and ctx.get(io.open.ready):
+                    assert self.opened, f"cycle {self.cycle}: an open for no good row taken"
+                    want, got = self.opened.pop(0), self.open_fields(io.open.payload)
+                    assert got == want, f"cycle {self.cycle}: open {got}, the row taken {want}"
             fin = None
             if sent < rows and rng.random() < p_fin:
                 fe, fin = random_forward(rng, cfg, self.node, self.rank)
@@ -163,6 +189,8 @@ class HubBench(Bench):
                 if m.relay_verdict(row) == RelayReason.FWD_BAD_SOURCE:
                     self.outstanding -= 1            # (no credit: it leaves the window as it is taken)
                 fx = m.relay_row(row)
+                if fx.drop is None:
+                    self.opened.append(self.open_want(row, got))
                 self.taken = self.cycle
                 if fx.local is not None:
                     self.locals.append(fx.local)
@@ -181,6 +209,7 @@ class HubBench(Bench):
             assert self.cycle < 60 * rows + 500, f"no progress by cycle {self.cycle}"
         self.check_counters()
         assert self.credits == m.credits and not self.locals and not m.queue and not self.pushed
+        assert not opens or not self.opened, f"{len(self.opened)} opens never came"
 
 
 def simulate(cfg, seed, rows=120, bad=0.3, node=0, rank=1, top=RelayControl):
@@ -255,14 +284,22 @@ async def place(ctx, dut, node, rank):
         ctx.set(dut.rank, rank)
 
 
+async def reduce_cleared(ctx, dut):
+    """(The whole top) until the reduce's clearing sweep after reset is over: the relay
+    takes no row before it can open the row's sum."""
+    if isinstance(dut, RelayHub):
+        await ctx.tick().until(~dut.red_clearing)
+
+
 async def _directed(ctx, dut, cfg):
     """Hub (node 0, rank 1) of R2 (2 nodes x 4 GPUs, window 3): the cases of
     ``test_relay_hub_directed``; returns the events seen, by cycle."""
     rc = dut.relay if isinstance(dut, RelayHub) else dut
     b = HubBench(cfg, dut, rc, ctx, random.Random(0), 0, 1)
     await place(ctx, dut, 0, 1)
-    for s in (dut.local, dut.fwd, dut.rcredit):
+    for s in (dut.local, dut.fwd, dut.rcredit) + (() if isinstance(dut, RelayHub) else (dut.open,)):
         ctx.set(s.ready, 1)
+    await reduce_cleared(ctx, dut)
     log = []
 
     async def cycle(n=1):
@@ -422,8 +459,8 @@ def test_relay_hub_top_ports():
             continue
         assert k in members and repr(members[k]) == repr(v), k
     assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
-    assert not {"node", "rank", "flush"} & set(members)   # (from NODE_ID, LOCAL_RANK, RED_CTRL)
-    assert {"sum_open", "sum_part", "sum_op", "red_drops"} < set(members)
+    assert not {"node", "rank", "flush", "open"} & set(members)   # (from NODE_ID, LOCAL_RANK,
+    assert {"sum_part", "sum_op", "red_drops"} < set(members)     # RED_CTRL; opens from the relay)
 
 
 @pytest.mark.slow
@@ -438,9 +475,9 @@ def test_relay_hub_top_directed():
 @pytest.mark.slow
 def test_relay_registers_read_through_the_hubs_csr_bank():
     """The whole top: NODE_ID and LOCAL_RANK written by software place the relay and the
-    reduce; after a row forwarded to two GPUs and one of another rail (dropped), and a sum
-    opened, one part in, a part for no sum and RED_CTRL.RED_FLUSH, the relay and reduce
-    registers read through the CSR bus hold the counts."""
+    reduce; after a row forwarded to two GPUs (its sum opened at the reduce) and one of
+    another rail (dropped: no sum), one part in, a part for no sum and RED_CTRL.RED_FLUSH,
+    the relay and reduce registers read through the CSR bus hold the counts."""
     cfg, dut = R2, RelayHub(R2)
     got = {}
 
@@ -448,6 +485,7 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
         await place(ctx, dut, 0, 1)
         for s in (dut.local, dut.fwd, dut.rcredit):
             ctx.set(s.ready, 1)
+        await reduce_cleared(ctx, dut)
         b = HubBench(cfg, dut, dut.relay, ctx, random.Random(0), 0, 1)
         for token, src_rank, ent in ((2, 1, [entry(3, 1, 0), entry(1, 0, 1), entry(0, 2, 2)]),
                                      (5, 2, [entry(0, 0, 0), NONE, NONE])):
@@ -456,19 +494,8 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
             await ctx.tick()
             ctx.set(dut.row.valid, 0)
         await ctx.tick().repeat(12)
-        # the reduce: after its clearing sweep, a sum of three slots opened, one part in, a
-        # part for no sum, then RED_FLUSH: the open sum sent as it is
-        while ctx.get(dut.red_clearing):
-            await ctx.tick()
-        po = dut.sum_open.payload
-        for k, v in (("src_node", 1), ("token", 2), ("valid", 0b111)):
-            ctx.set(getattr(po, k), v)
-        for j in range(3):
-            ctx.set(po.slot[j], j)
-            ctx.set(po.weight[j], 0x3F80)                   # 1.0
-        ctx.set(dut.sum_open.valid, 1)
-        await ctx.tick().until(dut.sum_open.ready)
-        ctx.set(dut.sum_open.valid, 0)
+        # the reduce: the good row opened its sum (slots 0, 1, 2); one part in, a part for no
+        # sum, then RED_FLUSH: the open sum sent as it is
         ctx.set(dut.sum_op.ready, 1)
         ops = []
         for token in (2, 3):

@@ -5,7 +5,7 @@ GPU, beside the reference model, and each decision is compared with the co-simul
 What runs in RTL, and against what:
 
 * :class:`~moehub.rtl.relay.hub.RelayControl` (the row FIFO, the forward unit, the
-  forward check, the relay counters) takes the GPU's relay rows -- one per (remote
+  forward check, the relay counters, the opens for the reduce) takes the GPU's relay rows -- one per (remote
   source of its local rank, token) with a target in its node -- in the order their last
   chunk reached its hub in the co-simulation, each tagged in its source's window, at most
   ``relay_window`` between arrival and credit (the R credits); the node's GPUs return
@@ -14,7 +14,8 @@ What runs in RTL, and against what:
   co-simulation's routes (:func:`.systems.relay.routes`: which wire rows the relay
   writes, which it forwards, to whom) and :class:`~moehub.spec.relay.RelayHubModel`'s;
   its counters (rows, local rows, forwards per GPU, drops) the model's and the
-  co-simulation's counts.
+  co-simulation's counts; the sum it opens at the reduce per row (source, token, slots,
+  weights) the row's, in order.
 * :class:`~moehub.rtl.relay.reduce_unit.ReduceUnit` (with ``reduce``) takes an open per
   relay row (its slots and gate weights) and the partial output rows that reach the
   relay in the combine, in the order the co-simulation accumulates them; its operations
@@ -93,7 +94,7 @@ def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None)
     from amaranth.sim import Simulator
 
     from ..rtl.relay.hub import RelayControl
-    from ..spec.relay import RelayHubModel, RelayRow
+    from ..spec.relay import RelayHubModel, RelayRow, bf16_bits
     gpn, T, M = rcfg.node_gpus, rcfg.relay_targets, rcfg.max_targets
     dut = RelayControl(rcfg)
     model = RelayHubModel(rcfg, node=node, rank=rank)
@@ -101,6 +102,8 @@ def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None)
     got = [[None, {}] for _ in rows]
     mod = [[(), {}] for _ in rows]
     tags = defaultdict(int)
+    opens = []
+    wbits = bf16_bits(1.0 / rcfg.topk)
     out = {"cycles": 0}
     limit = max_cycles or 64 * (len(rows) + 16) * max(1, gpn)
 
@@ -110,7 +113,7 @@ def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None)
     async def bench(ctx):
         ctx.set(dut.node, node)
         ctx.set(dut.rank, rank)
-        for s in (dut.local, dut.fwd, dut.rcredit):
+        for s in (dut.local, dut.fwd, dut.rcredit, dut.open):
             ctx.set(s.ready, 1)
         pending, outstanding, nxt, credits = deque(), 0, 0, 0
         for cycle in range(limit):
@@ -131,6 +134,7 @@ def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None)
                     ctx.set(p.gpu[i], r)
                     ctx.set(p.expert[i], x)
                     ctx.set(p.slot[i], sl)
+                    ctx.set(p.weight[i], wbits if i < len(targets) else 0)
                 w = 1.0 / rcfg.topk
                 fx = model.relay_row(RelayRow(src // gpn, src % gpn, tag, tok,
                                               tuple((r, x, sl, w) for r, x, sl in targets)))
@@ -170,8 +174,18 @@ def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None)
             if ctx.get(dut.rcredit.valid):
                 outstanding -= 1
                 credits += 1
+            if ctx.get(dut.open.valid):             # the sum the row opens at the reduce
+                po, n = dut.open.payload, len(opens)
+                v = ctx.get(po.valid)
+                got_open = (ctx.get(po.src_node), ctx.get(po.token),
+                            tuple((ctx.get(po.slot[j]), ctx.get(po.weight[j])) for j in range(T) if v >> j & 1))
+                src, tok, targets = rows[n] if n < len(rows) else (None, None, ())
+                if got_open != (None if src is None else src // gpn, tok,
+                                tuple((sl, wbits) for _, _, sl in targets)):
+                    fail(f"cycle {cycle}: open {n} is {got_open}, relay row {n} is {rows[n:n + 1]}")
+                opens.append(got_open)
             await ctx.tick()
-            if nxt == len(rows) and credits == len(rows) and not pending:
+            if nxt == len(rows) and credits == len(rows) and len(opens) == len(rows) and not pending:
                 break
         else:
             fail(f"{credits} of {len(rows)} relay credits back after {limit} cycles (a hang)")

@@ -109,6 +109,9 @@ class ForwardUnit(wiring.Component):
     ----------
     row : In(stream of RelayLayouts.row)
         Accepted relay rows' target sets.
+    accepted : Out(1); held_row : Out(RelayLayouts.row)
+        A pulse the cycle after a good row (no drop) was taken, with that row: its sum opens
+        at the reduce (:class:`~.hub.RelayControl`'s ``open``).
     node, rank : In
         This hub's node and local rank (the NODE_ID and LOCAL_RANK registers).
     local : Out(stream of RelayLayouts.local)
@@ -138,6 +141,7 @@ class ForwardUnit(wiring.Component):
         G = cfg.node_gpus
         super().__init__({
             "row": In(stream.Signature(lay.row)),
+            "accepted": Out(1), "held_row": Out(lay.row),
             "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits),
             "local": Out(stream.Signature(lay.local)),
             "fwd": Out(stream.Signature(lay.fwd)),
@@ -282,6 +286,10 @@ class ForwardUnit(wiring.Component):
         m.d.comb += self.row.ready.eq(~held | release)
         with m.If(release):
             m.d.sync += held.eq(0)
+
+        # a good row's take, a cycle later (its event), with the row held: the relay opens
+        # its sum at the reduce from these
+        m.d.comb += [self.accepted.eq(ev_row), self.held_row.eq(r)]
 
         p = self.row.payload
         bs, bg, bt = self.verdict(m, p)

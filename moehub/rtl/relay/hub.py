@@ -6,10 +6,11 @@ control path beside it, as far as it attaches without changing the packet manage
     row --> relay_window-deep FIFO --> ForwardUnit --local--> (the multicast path's request)
      (never refuses; a row past          |    ^   `--fwd----> (the NVLink egress)
       the window is counted)             |    `-- fcredit <-- (the node's GPUs' forward credits)
-                                         `--rcredit--> (the hub's credit queue)
+                                         |--rcredit--> (the hub's credit queue)
+                                         `--accepted--> OPEN_DEPTH FIFO --open--> (the reduce)
     fin --> ForwardCheck --> fin_bad_source / fin_bad_targets / fin_src   (a received forward row)
 
-    sum_open, sum_part --> ReduceUnit --sum_op--> (the accumulate datapath)
+    (RelayHub) open, sum_part --> ReduceUnit --sum_op--> (the accumulate datapath)
 
     MoEHub(cfg): i, wr, ctl, credit, csr, layer_done; and inside the top
       relay_status <-- the relay's and the reduce's counters (the CSR bank's relay registers)
@@ -30,9 +31,12 @@ cycle it happens and added in the next: no verdict in front of a 32-bit incremen
 ``fwd_wait``, the held row's state, does not. In :class:`RelayHub` they are read through
 the hub's CSR bank (``MoEHub``'s ``relay_status``) and the relay's ``node``/``rank`` come
 from it (NODE_ID and LOCAL_RANK); :class:`RelayControl` alone has them as ports. The
-reduce unit sits beside them with its streams on the top (``sum_open``, ``sum_part``,
-``sum_op``), its counters in the RED_* registers, its flush the RED_CTRL.RED_FLUSH strobe
-(the combine's end, which software signals: the layer's FLUSH ends the dispatch).
+reduce unit sits beside them: each good relay row the forward unit takes opens its sum
+there (``open``, with the row's gate weights); its partial rows and operations are
+streams on the top (``sum_part``, ``sum_op``), its counters the RED_* registers, its flush
+the RED_CTRL.RED_FLUSH strobe (the combine's end, which software signals: the layer's
+FLUSH ends the dispatch). While the reduce cannot take opens (its clearing sweep after
+reset, a flush sweep), the forward unit waits with the rows in the row queue.
 ``relay_overflow`` (RELAY_OVERFLOW) counts rows that came while the FIFO was full -- a
 source that sent without an R credit; with the credits kept it stays 0 (the window bounds
 the rows between a row's arrival and its credit, and the forward unit holds one of them).
@@ -42,13 +46,12 @@ relay-row staging (the rows' data in the pool or a ``relay_window``-row staging 
 the push into ``row`` once a row's first chunk is accepted), the multicast allocator's
 lane for ``local``, the NVLink egress DMA behind ``fwd``, the merge of ``rcredit`` into
 the hub's credit queue, ``fin`` fed from the target decode (and its forward credit
-returned), ``sum_open`` fed as the forward unit takes a good relay row (its gate weights
-from the staging), ``sum_part`` from the target decode of partial output rows, and the
+returned), ``sum_part`` from the target decode of partial output rows, and the
 accumulate datapath behind ``sum_op``.
 """
 from types import SimpleNamespace
 
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -60,6 +63,11 @@ from .forward_check import ForwardCheck
 from .forward_unit import ForwardUnit
 from .layouts import RelayLayouts
 from .reduce_unit import ReduceUnit
+
+
+#: sums opened and not yet taken by the reduce a relay control path holds
+#: (:class:`RelayControl`'s ``open``): the forward unit takes a row only while there is room
+OPEN_DEPTH = 4
 
 
 def _refuse(component, cfg: HubConfig, what: str) -> None:
@@ -91,6 +99,9 @@ class RelayControl(wiring.Component):
     queued : Out(range(relay_window + 2))
         Rows in the FIFO (not counting the forward unit's held row): at most
         ``relay_window + 1``, one beyond the window (the FIFO's output register).
+    open : Out(stream of RelayLayouts.open)
+        The sum each good relay row opens at the reduce, in the order the rows were taken
+        (:data:`OPEN_DEPTH` held; the forward unit waits while they are all untaken).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -111,6 +122,7 @@ class RelayControl(wiring.Component):
             "relay_drops": Out(32).array(len(RelayReason)),
             "relay_overflow": Out(32),
             "queued": Out(range(cfg.relay_window + 2)),
+            "open": Out(stream.Signature(lay.open)),
         })
 
     def elaborate(self, platform):
@@ -126,6 +138,16 @@ class RelayControl(wiring.Component):
         # (depth - 1 entries), which must take every row the window lets in, the output
         # register full or not
         m.submodules.queue = q = SyncFIFOBuffered(width=lay.row.size, depth=cfg.relay_window + 1)
+        # the sums good rows open at the reduce: pushed the cycle after the forward unit took
+        # the row; the forward unit takes a row only while this FIFO has room (the reduce
+        # busy -- its clearing or flush sweep -- holds the rows in the row queue: the R
+        # credits bound them, nothing is lost)
+        m.submodules.opens = oq = SyncFIFOBuffered(width=lay.open.size, depth=OPEN_DEPTH)
+        held = fu.held_row
+        m.d.comb += [oq.w_en.eq(fu.accepted),
+                     oq.w_data.eq(Cat(held.src_node, held.token, held.valid, held.slot, held.weight)),
+                     self.open.valid.eq(oq.r_rdy), self.open.payload.eq(oq.r_data),
+                     oq.r_en.eq(self.open.ready)]
 
         # ---- the row queue: never refuses; a row that finds it full is counted and lost
         # (every counter here, as the forward unit's, adds a one-bit event registered in the
@@ -133,7 +155,8 @@ class RelayControl(wiring.Component):
         overflow = Signal(32, name="overflow")
         ev_overflow = Signal(name="ev_overflow")
         m.d.comb += [self.row.ready.eq(1), q.w_en.eq(self.row.valid), q.w_data.eq(self.row.payload),
-                     fu.row.valid.eq(q.r_rdy), fu.row.payload.eq(q.r_data), q.r_en.eq(fu.row.ready),
+                     fu.row.valid.eq(q.r_rdy & oq.w_rdy), fu.row.payload.eq(q.r_data),
+                     q.r_en.eq(fu.row.ready & oq.w_rdy),
                      self.queued.eq(q.level), self.relay_overflow.eq(overflow)]
         m.d.sync += [ev_overflow.eq(self.row.valid & ~q.w_rdy), overflow.eq(overflow + ev_overflow)]
 
@@ -185,10 +208,10 @@ class RelayHub(wiring.Component):
     """
 
     #: the hub's and the relay's ports wired to each other inside the top
-    HUB_INNER, RELAY_INNER = ("relay_status", "relay_place"), ("node", "rank")
+    HUB_INNER, RELAY_INNER = ("relay_status", "relay_place"), ("node", "rank", "open")
     #: the reduce unit's ports on the top: top name -> the unit's (its ``node`` and
     #: ``flush`` are inside)
-    REDUCE_PORTS = {"sum_open": "open", "sum_part": "part", "sum_op": "op", "red_rows": "red_rows",
+    REDUCE_PORTS = {"sum_part": "part", "sum_op": "op", "red_rows": "red_rows",
                     "red_open": "red_open", "red_incomplete": "red_incomplete", "red_drops": "drops",
                     "red_sweeping": "sweeping", "red_clearing": "clearing"}
 
@@ -238,6 +261,7 @@ class RelayHub(wiring.Component):
                      st.red_incomplete.eq(red.red_incomplete),
                      relay.node.eq(place.node), relay.rank.eq(place.rank),
                      red.node.eq(place.node), red.flush.eq(place.red_flush)]
+        wiring.connect(m, relay.open, red.open)
         m.d.comb += [st.fwd_rows[g].eq(relay.fwd_rows[g]) for g in range(self.cfg.node_gpus)]
         m.d.comb += [st.relay_drops[i].eq(relay.relay_drops[i]) for i in range(len(RelayReason))]
         m.d.comb += [st.red_drops[i].eq(red.drops[i]) for i in range(len(ReduceReason))]

@@ -4,13 +4,16 @@ relay unit sees a row's target set once, not its chunks)."""
 from amaranth.lib import data
 
 from ...spec.config import HubConfig, field_bits
+from ...spec.formats import WEIGHT_BITS
 
 
 class RelayLayouts:
     """The relay unit's payloads for ``cfg`` (``relay: true``).
 
     * ``row``: an accepted relay row -- source (node, rank), tag, token and
-      ``relay_targets`` entries of (valid, gpu, expert, slot);
+      ``relay_targets`` entries of (valid, gpu, expert, slot, weight: BF16);
+    * ``open``: the sum a good relay row opens at the reduce (source node, token, and per
+      entry valid, slot, weight: :class:`~.reduce_unit.ReduceUnit`'s ``open``);
     * ``local``: the targets on this GPU as protocol v2's multicast row (``max_targets``
       entries, packed from entry 0 in the relay row's order) with the original source
       (global id) and token;
@@ -29,7 +32,10 @@ class RelayLayouts:
         self.row = data.StructLayout({
             "src_node": cfg.node_bits, "src_rank": gb, "tag": cfg.tag_bits, "token": cfg.token_bits,
             "valid": T, "gpu": data.ArrayLayout(gb, T), "expert": data.ArrayLayout(eb, T),
-            "slot": data.ArrayLayout(sb, T)})
+            "slot": data.ArrayLayout(sb, T), "weight": data.ArrayLayout(WEIGHT_BITS, T)})
+        self.open = data.StructLayout({
+            "src_node": cfg.node_bits, "token": cfg.token_bits, "valid": T,
+            "slot": data.ArrayLayout(sb, T), "weight": data.ArrayLayout(WEIGHT_BITS, T)})
         entries = {"valid": M, "expert": data.ArrayLayout(eb, M), "slot": data.ArrayLayout(sb, M)}
         self.local = data.StructLayout({"src": cfg.src_bits, "token": cfg.token_bits, **entries})
         self.fwd = data.StructLayout({

@@ -69,11 +69,11 @@ def decode(shape, word: int):
 
 
 def encode(shape, value) -> int:
-    """:func:`decode`'s inverse (missing struct fields are 0)."""
+    """:func:`decode`'s inverse (missing struct fields, and an array given as 0, are 0)."""
     if isinstance(shape, data.StructLayout):
         return sum(encode(f.shape, value.get(k, 0)) << f.offset for k, f in shape)
     if isinstance(shape, data.ArrayLayout):
-        return sum(encode(f.shape, value[i]) << f.offset for i, f in shape)
+        return 0 if isinstance(value, int) else sum(encode(f.shape, value[i]) << f.offset for i, f in shape)
     return int(value) & ((1 << Shape.cast(shape).width) - 1)
 
 
@@ -211,6 +211,7 @@ class RelayTB:
         for name in ("row__valid", "fin__valid", "fcredit__valid", "local__ready", "fwd__ready",
                      "rcredit__ready", "row__payload", "fin__payload", "fcredit__payload"):
             getattr(d, name).value = 0
+        d.open__ready.value = 1          # (the reduce's opens, taken at once: never a stall here)
 
     async def step(self):
         """One cycle: drive its inputs, sample it at its closing edge, and check the cycle
