@@ -287,7 +287,7 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     assert _cli("--records", str(records)) == 0
     out = capsys.readouterr()
     printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
-    assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-units",
+    assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-critical", "relay-units",
                                             *report.ABLATIONS, *report.SCALING_TABLES}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
