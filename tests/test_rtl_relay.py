@@ -30,6 +30,7 @@ from moehub.spec.config import load_hub_config
 from moehub.spec.formats import RelayReason
 from moehub.spec.relay import RelayHubModel, RelayRow
 from moehub.verif.formal.plant import broken_class
+from moehub.verif.tb.relay import random_relay_fields
 
 TINY = load_hub_config("tiny")
 #: 2 nodes x 4 GPUs, 3 experts, top-3, one forward tag per pair
@@ -56,40 +57,10 @@ PREP_CYCLES = 1
 
 def random_entries(rng, cfg, node, rank, bad):
     """(payload fields, RelayRow) of a relay row for hub (node, rank): the targets at random
-    entry positions with junk in the invalid ones; with probability ``bad`` broken."""
-    T = cfg.relay_targets
-    top = lambda bits: (1 << bits) - 1          # noqa: E731
-    src_node = rng.choice([n for n in range(cfg.nodes) if n != node])
-    src_rank, tag = rank, rng.randrange(cfg.tags_per_source)
-    k = rng.randint(1, T)
-    pairs = rng.sample([(g, x) for g in range(cfg.node_gpus) for x in range(cfg.experts)], k)
-    slots = rng.sample(range(cfg.topk), k)
-    if rng.random() < bad:
-        kind = rng.randrange(9)
-        if kind == 0:
-            src_node = rng.choice([node, rng.randint(cfg.nodes, top(cfg.node_bits))])
-        elif kind == 1:
-            src_rank = rng.choice([g for g in range(top(cfg.gpu_bits) + 1) if g != rank])
-        elif kind == 2:
-            tag = rng.randint(cfg.tags_per_source, top(cfg.tag_bits))
-        elif kind == 3:
-            pairs[0] = (rng.randint(cfg.node_gpus, top(cfg.gpu_bits)), pairs[0][1])
-        elif kind == 4:
-            pairs[-1] = (pairs[-1][0], rng.randint(cfg.experts, top(cfg.expert_bits)))
-        elif kind == 5 and k < T:
-            pairs.append(pairs[0])
-            slots.append(0)
-        elif kind == 6 and k > 1:
-            slots[1] = slots[0]                                       # a slot twice
-        elif kind == 7 and (1 << cfg.slot_bits) > cfg.topk:
-            slots[0] = rng.randint(cfg.topk, top(cfg.slot_bits))      # a slot out of range
-        else:
-            pairs, slots = [], []
-    pos = sorted(rng.sample(range(T), len(pairs)))
-    ent = [dict(valid=0, gpu=rng.randrange(top(cfg.gpu_bits) + 1), expert=rng.randrange(top(cfg.expert_bits) + 1),
-                slot=rng.randrange(cfg.topk)) for _ in range(T)]
-    for p, (g, x), s in zip(pos, pairs, slots):
-        ent[p] = dict(valid=1, gpu=g, expert=x, slot=s)
+    entry positions with junk in the invalid ones; with probability ``bad`` broken (the
+    cocotb testbench's draw, :func:`moehub.verif.tb.relay.random_relay_fields`)."""
+    src_node, src_rank, tag, ents = random_relay_fields(rng, cfg, node, rank, bad)
+    ent = [dict(valid=v, gpu=g, expert=x, slot=s) for v, g, x, s in ents]
     targets = tuple((e["gpu"], e["expert"], e["slot"], 0.5) for e in ent if e["valid"])
     return (dict(src_node=src_node, src_rank=src_rank, tag=tag, entries=ent),
             RelayRow(src_node, src_rank, tag, 0, targets))

@@ -102,10 +102,17 @@ def forward_payload(cfg, rank, fwd, ftag, src_node, src_rank, token, ents) -> tu
 
 
 def random_relay_row(rng, cfg, node, rank, token, bad: float) -> tuple:
-    """A relay row for hub (node, rank): targets at random entry positions, junk in the
-    invalid ones; with probability ``bad`` broken in one of the ways the model checks
+    """(payload, RelayRow) of a random relay row (:func:`random_relay_fields`)."""
+    src_node, src_rank, tag, ents = random_relay_fields(rng, cfg, node, rank, bad)
+    return relay_payload(cfg, src_node, src_rank, tag, token, ents)
+
+
+def random_relay_fields(rng, cfg, node, rank, bad: float) -> tuple:
+    """A relay row for hub (node, rank) as (src_node, src_rank, tag, entries): ``T``
+    entries of (valid, gpu, expert, slot), the targets at random entry positions, junk in
+    the invalid ones; with probability ``bad`` broken in one of the ways the model checks
     (source node, rank, tag; a GPU outside the node; an expert out of range, a target or
-    a slot twice, a slot out of range, no target)."""
+    a slot twice, a slot out of range, no target). The tests' benches draw theirs here too."""
     T = cfg.relay_targets
     top = lambda bits: (1 << bits) - 1          # noqa: E731
     src_node = rng.choice([n for n in range(cfg.nodes) if n != node])
@@ -139,7 +146,7 @@ def random_relay_row(rng, cfg, node, rank, token, bad: float) -> tuple:
              rng.randrange(cfg.topk)) for _ in range(T)]
     for p, (g, x), s in zip(pos, pairs, slots):
         ents[p] = (1, g, x, s)
-    return relay_payload(cfg, src_node, src_rank, tag, token, ents)
+    return src_node, src_rank, tag, ents
 
 
 def random_forward_row(rng, cfg, node, rank, token) -> tuple:
