@@ -955,3 +955,17 @@ def test_render_the_relay_rows_critical_gpu(tmp_path):
     assert lines[0].startswith("| h100x16-ib (2×8) | 128 | hub v2 | 649 | 11 | 590 | 0 |")
     deepep = next(ln for ln in lines if "DeepEP normal" in ln)
     assert deepep.split(" | ")[-3] == "38"                      # sync / wait (then other, idle)
+
+
+def test_relay_rows_of_another_model_are_their_own_point(tmp_path):
+    """The study's rows of a model other than its default (``--model``) are their own
+    point: beside the default's in the table, the model named in the system cell."""
+    from moehub.cosim.studies import relay
+    fp8 = [dict(r, model="deepseek-v3-fp8", layer_us=r["layer_us"] / 2) for r in relay_rows()]
+    build = _relay_build(tmp_path, relay_rows() + fp8)
+    report.collect_study_relay(build, tmp_path / "records")
+    lines = [ln for ln in report.render("relay-ablation", tmp_path / "records").splitlines()
+             if ln.startswith("| h100")]
+    n = len(relay.ROWS)
+    assert len(lines) == 2 * n and lines[0].startswith("| h100x16-ib (2×8) | 128 | hub v2 | 649 |")
+    assert lines[n].startswith("| h100x16-ib (2×8), deepseek-v3-fp8 | 128 | hub v2 | 325 |")

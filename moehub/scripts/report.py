@@ -959,13 +959,34 @@ def render_ablation(model: str, system: str):
     return fn
 
 
+def _relay_model(r: dict) -> str:
+    from ..cosim.studies import relay
+    return r.get("model") or relay.DEFAULT_MODEL
+
+
+def _relay_system(r: dict) -> str:
+    """A relay study row's system cell: the config and its nodes x GPUs, and the model
+    where it is not the study's default."""
+    from ..cosim.studies import relay
+    m = _relay_model(r)
+    return f"{r['system_config']} ({r['nodes']}×{r['gpus'] // r['nodes']})" + \
+        ("" if m == relay.DEFAULT_MODEL else f", {m}")
+
+
+def _relay_order(r: dict) -> tuple:
+    from ..cosim.studies import relay
+    order = {n: i for i, (n, _, _) in enumerate(relay.ROWS)}
+    return (r["gpus"], r["tokens_per_gpu"], _relay_model(r) != relay.DEFAULT_MODEL, _relay_model(r),
+            order.get(r["row"], len(order)), r["row"])
+
+
 def _relay_rows(recs: list, table: str) -> tuple:
     """(rows, records used) of the study-relay records, oldest record first; a row in two
     records is an error naming it."""
     rows, used, seen = [], [], set()
     for name, rec in sorted(recs, key=lambda nr: (nr[1]["date"] or "", nr[0])):
         for r in rec["data"]["rows"]:
-            key = (r["system_config"], r["tokens_per_gpu"], r["row"])
+            key = (r["system_config"], r["tokens_per_gpu"], _relay_model(r), r["row"])
             if key in seen:
                 raise ReportError(f"{table}: the row {key} is in two records")
             seen.add(key)
@@ -993,11 +1014,8 @@ def render_relay_critical(recs: list, current: str) -> str:
     kinds = list(relay.CRITICAL.items())
     head = ["system (nodes×GPUs)", "tokens/GPU", "row", "layer µs", "GPU", *(k for k, _ in kinds)]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    order = {n: i for i, (n, _, _) in enumerate(relay.ROWS)}
-    for r in sorted(rows, key=lambda r: (r["gpus"], r["tokens_per_gpu"],
-                                         order.get(r["row"], len(order)), r["row"])):
-        per = r["gpus"] // r["nodes"]
-        cells = [f"{r['system_config']} ({r['nodes']}×{per})", r["tokens_per_gpu"], _cell(r["row"]),
+    for r in sorted(rows, key=_relay_order):
+        cells = [_relay_system(r), r["tokens_per_gpu"], _cell(r["row"]),
                  f"{r['layer_us']:.0f}", r["critical_gpu"],
                  *(f"{r[f'critical_{slug}_us'] or 0:.0f}" for _, slug in kinds)]
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
@@ -1014,16 +1032,13 @@ def render_relay_ablation(recs: list, current: str) -> str:
     head = ["system (nodes×GPUs)", "tokens/GPU", "row", "layer µs", "vs hub v2", "vs DeepEP",
             "NIC GB dispatch / combine", "NVLink GB dispatch / combine", "passes"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    order = {n: i for i, (n, _, _) in enumerate(relay.ROWS)}
     unconverged = 0
     f = lambda x, spec, unit="": "–" if x is None else format(x, spec) + unit
-    for r in sorted(rows, key=lambda r: (r["gpus"], r["tokens_per_gpu"],
-                                         order.get(r["row"], len(order)), r["row"])):
+    for r in sorted(rows, key=_relay_order):
         mark = ""
         if r["converged"] is not True:
             mark, unconverged = " †", unconverged + 1
-        per = r["gpus"] // r["nodes"]
-        cells = [f"{r['system_config']} ({r['nodes']}×{per})", r["tokens_per_gpu"], _cell(r["row"]),
+        cells = [_relay_system(r), r["tokens_per_gpu"], _cell(r["row"]),
                  f(r["layer_us"], ".0f") + mark, f(r["vs_hub_v2"], ".2f", "×"),
                  f(r["vs_deepep"], ".2f", "×"),
                  f"{f(r['dispatch_nic_GB'], '.3f')} / {f(r['combine_nic_GB'], '.3f')}",
@@ -1037,7 +1052,7 @@ def render_relay_ablation(recs: list, current: str) -> str:
                      "ended before the layer reached its fixed point; the time and speedups "
                      "are the last pass's, which still moved a GPU's end time by more than "
                      "the tolerance (`residual_us` in the record).")
-    have = {(r["system_config"], r["tokens_per_gpu"]) for r in rows}
+    have = {(r["system_config"], r["tokens_per_gpu"]) for r in rows if _relay_model(r) == relay.DEFAULT_MODEL}
     missing = [f"{s} at {t}" for s in relay.DEFAULT_SYSTEMS for t in relay.DEFAULT_TOKENS
                if (s, t) not in have]
     if missing:

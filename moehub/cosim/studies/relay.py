@@ -58,7 +58,9 @@ COMBINE_PHASES = ("combine", "combine_relay")
 CRITICAL = {"expert GEMM": "gemm", "gate / reduce": "gate_reduce", "layout / permute": "layout",
             "hub": "hub", "dispatch": "dispatch", "combine": "combine", "sync / wait": "sync",
             "other": "other", "idle": "idle"}
-COLUMNS = ["system_config", "nodes", "gpus", "tokens_per_gpu", "row", "layer_us",
+#: the model the study runs unless told (rows without a ``model`` column are of it)
+DEFAULT_MODEL = "deepseek-v3"
+COLUMNS = ["system_config", "nodes", "gpus", "tokens_per_gpu", "model", "row", "layer_us",
            "vs_hub_v2", "vs_deepep", "dispatch_nic_GB", "dispatch_nvlink_GB", "combine_nic_GB",
            "combine_nvlink_GB", "passes", "converged", "residual_us", "traffic_residual_us",
            "wall_s", "notes", "critical_gpu", *(f"critical_{k}_us" for k in CRITICAL.values())]
@@ -117,7 +119,7 @@ def point(system: str, model: str, tokens: int, seed=None, log=print, rows=None)
                 notes += (f"; {r['parts_per_sum']:.2f} parts/sum, RMW {r['rmw_GB']:.3f} GB "
                           f"({r['rmw_us_max']:.0f} us max per relay)")
         row = {"system_config": s.name, "nodes": L.nodes, "gpus": L.G, "tokens_per_gpu": L.T,
-               "row": name, "layer_us": res.latency_us, "dispatch_nic_GB": dn / 1e9,
+               "model": model, "row": name, "layer_us": res.latency_us, "dispatch_nic_GB": dn / 1e9,
                "dispatch_nvlink_GB": dv / 1e9, "combine_nic_GB": cn / 1e9,
                "combine_nvlink_GB": cv / 1e9, "passes": ex.get("passes"),
                "converged": ex.get("converged"), "residual_us": ex.get("residual_us"),
@@ -154,7 +156,7 @@ def output_dir(out=None) -> Path:
 
 
 #: the CSV's text columns (the others are numbers; ``converged`` a bool)
-TEXT_COLUMNS = ("system_config", "row", "notes")
+TEXT_COLUMNS = ("system_config", "model", "row", "notes")
 #: the points ``main`` runs when none are named: (system configs, tokens per GPU)
 DEFAULT_SYSTEMS, DEFAULT_TOKENS = ("h100x16-ib", "h100x32-ib"), (128, 4096)
 
@@ -179,16 +181,16 @@ def read_rows(path) -> list:
 
 
 def _key(r: dict) -> tuple:
-    return (r["system_config"], int(r["tokens_per_gpu"]))
+    return (r["system_config"], int(r["tokens_per_gpu"]), r.get("model") or DEFAULT_MODEL)
 
 
 class Results:
     """``relay.csv`` and ``run.json`` of one folder: the rows of earlier runs whose points
-    this run does not redo are kept, with those runs' records."""
+    (system, tokens/GPU[, model]) this run does not redo are kept, with those runs' records."""
 
     def __init__(self, folder: Path, points: list, load_1m: float):
         self.folder, self.load_1m = Path(folder), load_1m
-        redo = {(s, int(t)) for s, t in points}
+        redo = {(p[0], int(p[1]), p[2] if len(p) > 2 else DEFAULT_MODEL) for p in points}
         self.kept, self.earlier, self.points, self.rows = [], [], [], []
         csv_path, run_path = self.folder / CSV_NAME, self.folder / "run.json"
         if csv_path.is_file():
@@ -236,7 +238,7 @@ def main(argv=None) -> int:
                    f"{', '.join(DEFAULT_SYSTEMS)})")
     p.add_argument("--tokens", action="append", type=int, help="tokens per GPU (default "
                    f"{', '.join(map(str, DEFAULT_TOKENS))})")
-    p.add_argument("--model", default="deepseek-v3")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", help=f"the folder of {CSV_NAME} and run.json (default "
                    "<build>/results/study-relay)")
@@ -254,7 +256,7 @@ def main(argv=None) -> int:
     tokens = a.tokens or list(DEFAULT_TOKENS)
     if any(t < 1 for t in tokens):
         p.error(f"--tokens {tokens}: must be >= 1")
-    res = Results(output_dir(a.out), [(s, t) for s in systems for t in tokens], load_1m)
+    res = Results(output_dir(a.out), [(s, t, a.model) for s in systems for t in tokens], load_1m)
     for s in systems:
         for t in tokens:
             before = round(os.getloadavg()[0], 2)
