@@ -476,3 +476,26 @@ def test_opens_without_a_record_are_refused_and_counted():
     h = RelayHubModel(cfg, node=1, rank=0)
     assert h.reduce.node == 1 and h.registers()[("RED_DROPS", int(ReduceReason.NO_RECORD))] == 0
     assert {("RED_DROPS", i) for i in range(3)} <= set(h.registers())
+
+
+def test_relay_ports_pack_unpack_and_the_rtl_layouts_agree():
+    """The relay units' payloads are described once (spec RelayPorts): packing then
+    unpacking gives the values back (cut to their widths), and the RTL's layouts put every
+    field at the same bits."""
+    from amaranth.lib import data
+    from moehub.rtl.relay.layouts import RelayLayouts
+    from moehub.spec.formats import RelayPorts, pack_fields, unpack_fields
+    rng = random.Random(3)
+    ports, lays = RelayPorts(R4), RelayLayouts(R4)
+    for name in ("row", "open", "local", "fwd", "rcredit", "fcredit"):
+        fields, lay = getattr(ports, name), getattr(lays, name)
+        vals = {k: [rng.randrange(1 << f[0]) for _ in range(f[1])] if isinstance(f, tuple)
+                else rng.randrange(1 << f) for k, f in fields.items()}
+        word = pack_fields(fields, vals)
+        assert unpack_fields(fields, word) == vals and word < 1 << lay.size, name
+        view = data.Const(lay, word)
+        for k, f in fields.items():
+            got = [view[k][i] for i in range(f[1])] if isinstance(f, tuple) else view[k]
+            assert got == vals[k], (name, k)
+    assert pack_fields(ports.row, {"valid": 1, "gpu": 0}) == 1 << (sum(
+        ports.row[k] for k in ("src_node", "src_rank", "tag", "token")))

@@ -190,6 +190,76 @@ class ReduceReason(enum.IntEnum):
 WEIGHT_BITS = 16
 
 
+class RelayPorts:
+    """The payloads of the relay units' streams (protocol v3) as field widths, low bits
+    first: a field is a width, or ``(width, count)`` for an array (element 0 lowest).
+    :class:`moehub.rtl.relay.layouts.RelayLayouts` builds the Amaranth layouts from them;
+    testbenches pack and unpack with :func:`pack_fields` and :func:`unpack_fields`.
+
+    * ``row``: an accepted relay row -- source (node, rank), tag, token and
+      ``relay_targets`` entries of (valid, gpu, expert, slot, weight: BF16);
+    * ``open``: the sum a good relay row opens at the reduce (source node, token, and per
+      entry valid, slot, weight);
+    * ``local``: the targets on this GPU as protocol v2's multicast row (``max_targets``
+      entries, packed from entry 0 in the relay row's order) with the original source
+      (global id) and token;
+    * ``fwd``: a forward row -- destination and forwarder rank, forward tag, original
+      source (node, rank), token, ``max_targets`` entries packed as ``local``'s;
+    * ``rcredit``: a relay row's credit (global source, tag); ``fcredit``: a forward
+      credit returned (destination rank, tag).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.relay:
+            raise ValueError(f"hub[{cfg.name}]: relay ports need relay: true")
+        T, M = cfg.relay_targets, cfg.max_targets
+        gb, eb, sb = cfg.gpu_bits, cfg.expert_bits, cfg.slot_bits
+        self.ftag_bits = field_bits(cfg.forward_tags)       # (the wire format's: holds an out-of-range tag)
+        self.row = {"src_node": cfg.node_bits, "src_rank": gb, "tag": cfg.tag_bits, "token": cfg.token_bits,
+                    "valid": T, "gpu": (gb, T), "expert": (eb, T), "slot": (sb, T), "weight": (WEIGHT_BITS, T)}
+        self.open = {"src_node": cfg.node_bits, "token": cfg.token_bits, "valid": T,
+                     "slot": (sb, T), "weight": (WEIGHT_BITS, T)}
+        entries = {"valid": M, "expert": (eb, M), "slot": (sb, M)}
+        self.local = {"src": cfg.src_bits, "token": cfg.token_bits, **entries}
+        self.fwd = {"dst": gb, "fwd": gb, "ftag": self.ftag_bits, "src_node": cfg.node_bits,
+                    "src_rank": gb, "token": cfg.token_bits, **entries}
+        self.rcredit = {"src": cfg.src_bits, "tag": cfg.tag_bits}
+        self.fcredit = {"dst": gb, "ftag": self.ftag_bits}
+
+
+def _field_width(f) -> int:
+    return f[0] * f[1] if isinstance(f, tuple) else f
+
+
+def pack_fields(fields: dict, values: dict) -> int:
+    """``values`` (an int per field, a sequence per array; missing fields, and an array
+    given as 0, are 0) as one word laid out as ``fields`` (:class:`RelayPorts`)."""
+    word, at = 0, 0
+    for name, f in fields.items():
+        v = values.get(name, 0)
+        if isinstance(f, tuple):
+            w, n = f
+            for i in range(n):
+                word |= ((0 if isinstance(v, int) else int(v[i])) & ((1 << w) - 1)) << (at + i * w)
+        else:
+            word |= (int(v) & ((1 << f) - 1)) << at
+        at += _field_width(f)
+    return word
+
+
+def unpack_fields(fields: dict, word: int) -> dict:
+    """:func:`pack_fields`' inverse: a dict, a list per array."""
+    out, at = {}, 0
+    for name, f in fields.items():
+        if isinstance(f, tuple):
+            w, n = f
+            out[name] = [(word >> (at + i * w)) & ((1 << w) - 1) for i in range(n)]
+        else:
+            out[name] = (word >> at) & ((1 << f) - 1)
+        at += _field_width(f)
+    return out
+
+
 class RelayFormats:
     """The row formats of protocol v3 (``relay: true``), low bits first, as
     :class:`HubFormats`:

@@ -38,14 +38,11 @@ import random
 from collections import deque
 
 import cocotb
-from amaranth.hdl import Shape
-from amaranth.lib import data
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 from cocotb.types import Logic
 
-from ...rtl.relay.layouts import RelayLayouts
-from ...spec.formats import RelayReason
+from ...spec.formats import RelayPorts, RelayReason, pack_fields, unpack_fields
 from ...spec.relay import ForwardRow, RelayHubModel, RelayRow, global_gpu
 from .context import TbContext
 
@@ -59,24 +56,6 @@ ENV_ROWS = "MOEHUB_RELAY_ROWS"
 
 
 # ------------------------------------------------------------------ payloads
-def decode(shape, word: int):
-    """A payload word as the layout has it: a dict (struct), a list (array) or an int."""
-    if isinstance(shape, data.StructLayout):
-        return {k: decode(f.shape, word >> f.offset) for k, f in shape}
-    if isinstance(shape, data.ArrayLayout):
-        return [decode(f.shape, word >> f.offset) for _, f in shape]
-    return word & ((1 << Shape.cast(shape).width) - 1)
-
-
-def encode(shape, value) -> int:
-    """:func:`decode`'s inverse (missing struct fields, and an array given as 0, are 0)."""
-    if isinstance(shape, data.StructLayout):
-        return sum(encode(f.shape, value.get(k, 0)) << f.offset for k, f in shape)
-    if isinstance(shape, data.ArrayLayout):
-        return 0 if isinstance(value, int) else sum(encode(f.shape, value[i]) << f.offset for i, f in shape)
-    return int(value) & ((1 << Shape.cast(shape).width) - 1)
-
-
 def entries(p: dict, n: int) -> tuple:
     """The valid ``(expert, slot)`` entries of a local or forward payload, in order."""
     return tuple((p["expert"][i], p["slot"][i]) for i in range(n) if p["valid"] >> i & 1)
@@ -152,7 +131,7 @@ def random_relay_fields(rng, cfg, node, rank, bad: float) -> tuple:
 def random_forward_row(rng, cfg, node, rank, token) -> tuple:
     """A forward row received by hub (node, rank): mostly well formed, else a source field
     over its whole width; experts mostly distinct and in range."""
-    M, lay = cfg.max_targets, RelayLayouts(cfg)
+    M, lay = cfg.max_targets, RelayPorts(cfg)
     top = lambda bits: (1 << bits) - 1          # noqa: E731
     fwd = rng.choice([g for g in range(cfg.node_gpus) if g != rank])
     f = dict(fwd=fwd, ftag=rng.randrange(cfg.forward_tags),
@@ -183,7 +162,7 @@ class RelayTB:
     def __init__(self, dut, cfg, seed: int, node: int, rank: int, *, auto: bool):
         self.dut, self.cfg, self.seed, self.node, self.rank, self.auto = dut, cfg, seed, node, rank, auto
         self.rng = random.Random(seed)
-        self.lay = RelayLayouts(cfg)
+        self.lay = RelayPorts(cfg)
         self.model = RelayHubModel(cfg, node, rank)
         self.rows, self.fins, self.fcredits = deque(), deque(), deque()
         self.p_row, self.p_fin, self.p_ready = (0.8, 0.2, 0.7) if auto else (1.0, 0.0, 1.0)
@@ -250,7 +229,7 @@ class RelayTB:
         push = None
         if self.rows and self.outstanding < cfg.relay_window and (self.p_row >= 1 or rng.random() < self.p_row):
             push = self.rows.popleft()
-            d.row__payload.value = encode(self.lay.row, push[0])
+            d.row__payload.value = pack_fields(self.lay.row, push[0])
             self.pushed.append(push[1])
             self.outstanding += 1
             self.events.append((c, "push", push[1].token))
@@ -267,7 +246,7 @@ class RelayTB:
                 self.out.remove(o)
                 fc = o[1:]
         if fc is not None:
-            d.fcredit__payload.value = encode(self.lay.fcredit, dict(dst=fc[0], ftag=fc[1]))
+            d.fcredit__payload.value = pack_fields(self.lay.fcredit, dict(dst=fc[0], ftag=fc[1]))
             self.applied.append((c + CREDIT_LATENCY, *fc))
             self.events.append((c, "fcredit", *fc))
         d.fcredit__valid.value = int(fc is not None)
@@ -277,7 +256,7 @@ class RelayTB:
         elif self.auto and (self.rows or self.pushed) and rng.random() < self.p_fin:
             fin = random_forward_row(rng, cfg, self.node, self.rank, rng.randrange(1 << cfg.token_bits))
         if fin is not None:
-            d.fin__payload.value = encode(self.lay.fwd, fin[0])
+            d.fin__payload.value = pack_fields(self.lay.fwd, fin[0])
         d.fin__valid.value = int(fin is not None)
         self.driven = dict(push=int(push is not None), ready=ready, fin=fin and fin[1])
 
@@ -293,7 +272,7 @@ class RelayTB:
             "fwd_wait": u(d.fwd_wait), "fwd_in": u(d.fwd_in), "overflow": u(d.relay_overflow)}
         for name, lay in (("fwd", self.lay.fwd), ("local", self.lay.local), ("rcredit", self.lay.rcredit)):
             valid = u(getattr(d, f"{name}__valid"))
-            s[name] = decode(lay, u(getattr(d, f"{name}__payload"))) if valid else None
+            s[name] = unpack_fields(lay, u(getattr(d, f"{name}__payload"))) if valid else None
         if s["fin"] is not None:
             s["verdict"] = (u(d.fin_bad_source), u(d.fin_bad_targets), u(d.fin_src))
         self.peak_queued = max(self.peak_queued, s["queued"])
