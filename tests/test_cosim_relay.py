@@ -320,3 +320,14 @@ def test_ablation_runs_the_rows_asked_for(tmp_path, capsys):
         study.main(["--rows", "DeepEP normal,hub v9", "--out", str(tmp_path)])
     assert e.value.code == 2 and "'hub v9' is no row" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_the_cosim_table_names_a_relay_gpu_in_rtl():
+    """``moehub cosim``'s table prints a relay GPU's RTL summary as its own line (the hub
+    RTL's line needs keys a relay summary has not)."""
+    from moehub.cosim.experiment import relay_rtl_line
+    line = relay_rtl_line({"gpu": 5, "unit": "relay", "relay_rows": 31, "relay_local": 13,
+                           "forward_rows": 52, "partial_rows": 133, "reduced_rows": 31, "sim_s": 3.37})
+    assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows (13 with targets here, "
+                    "52 forwards); reduce: 133 partial rows into 31 sums; the same as the reference "
+                    "model and the routes, row for row, in 3.4 s")

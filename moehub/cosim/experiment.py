@@ -290,6 +290,16 @@ def _write_files(er: ExperimentResult, out: Path, figure: bool) -> dict:
     return paths
 
 
+def relay_rtl_line(c: dict) -> str:
+    """The table's line of a relay GPU in RTL (:func:`.relay_rtl.check_relay_gpu`'s summary:
+    it agreed, or the run would have stopped)."""
+    red = (f"; reduce: {c['partial_rows']:,} partial rows into {c['reduced_rows']:,} sums"
+           if "partial_rows" in c else "")
+    return (f"GPU {c['gpu']} relay in RTL (Amaranth simulator): {c['relay_rows']:,} relay rows "
+            f"({c['relay_local']:,} with targets here, {c['forward_rows']:,} forwards){red}; the same "
+            f"as the reference model and the routes, row for row, in {c['sim_s']:.1f} s")
+
+
 def table(er: ExperimentResult) -> str:
     """The per-system table printed by ``moehub cosim``."""
     L = er.layer
@@ -307,6 +317,9 @@ def table(er: ExperimentResult) -> str:
                  f"{ex.get('drops', 0)} drops, {ex.get('tag_stalls', 0)} tag-window stalls; "
                  f"simulated in {er.wall_s:.1f} s")
     for c in ex.get("rtl", []):
+        if c.get("unit") == "relay":
+            lines.append(relay_rtl_line(c))
+            continue
         lines.append(
             f"GPU {c['gpu']} hub in RTL (cocotb + {SIM_NAMES.get(c.get('sim'), c.get('sim'))}): {c['rows']:,} rows, {c['cycles']:,} cycles "
             f"in {c['sim_s']:.1f} s ({c['cycles_per_s']:,.0f} cycles/s); vs reference model: "

@@ -167,7 +167,7 @@ DPI = 110
 def rtl_gpus(er) -> list:
     """GPUs whose hub ran as the Verilog (cocotb + Icarus): one RTL-versus-model check
     per such GPU in the hub result's ``extra['rtl']`` (:func:`.systems.hub.run_hub`)."""
-    return sorted(int(c["gpu"]) for c in er.results["hub"].extra.get("rtl", []))
+    return sorted({int(c["gpu"]) for c in er.results["hub"].extra.get("rtl", []) if c.get("unit") is None})
 
 
 def shown_gpus(er, max_gpus: int | None = 3) -> list:
