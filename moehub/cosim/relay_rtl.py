@@ -64,6 +64,18 @@ def relay_rows(L, routes, last1, g: int) -> list:
             for h in idx.tolist()]
 
 
+def routed_forwards(routes, g: int, gpn: int) -> tuple:
+    """What the co-simulation moved for relay ``g``: per (source, token), the ranks its
+    forward network carried a row to, and the (source, token)s it wrote on ``g`` itself
+    (:func:`.systems.relay.routes`' wire rows)."""
+    w = routes.w
+    fwd = defaultdict(set)
+    for i in np.nonzero(routes.fwd & (routes.relay == g))[0].tolist():
+        fwd[(int(w.src[i]), int(w.tok[i]))].add(int(w.dest[i]) % gpn)
+    here = np.nonzero(routes.remote & ~routes.fwd & (routes.relay == g))[0]
+    return dict(fwd), {(int(w.src[i]), int(w.tok[i])) for i in here.tolist()}
+
+
 def expected_routes(rows, rank: int) -> list:
     """What the co-simulation's routes say each relay row does at the relay of local rank
     ``rank``: ``(local targets, {destination rank: targets})``, targets as ((expert,
@@ -302,6 +314,12 @@ def check_relay_gpu(L, rcfg, routes, last1, g: int, parts=None) -> dict:
     t0 = time.perf_counter()
     rows = relay_rows(L, routes, last1, g)
     want = expected_routes(rows, rank)
+    moved, here = routed_forwards(routes, g, gpn)
+    for (src, tok, _), (local, fwd) in zip(rows, want):
+        if set(fwd) != moved.get((src, tok), set()) or bool(local) != ((src, tok) in here):
+            raise RelayDisagrees(f"relay GPU {g}: source {src}, token {tok}: its targets say forwards "
+                                 f"to {sorted(fwd)} and {'a' if local else 'no'} local write, the "
+                                 f"co-simulation's network moved {sorted(moved.get((src, tok), ()))}")
     ctl = run_control(rcfg, node, rank, rows)
     for i, (w, got, mod) in enumerate(zip(want, ctl["got"], ctl["model"])):
         if not (got == w == mod):
