@@ -58,6 +58,18 @@ def _stamp(cfg: HubConfig, top: str, passes) -> str:
     return h.hexdigest()
 
 
+def component_verilog(component, out_dir: Path, top: str = TOP, passes=SIM_PASSES) -> Path:
+    """``<out_dir>/<top>.v``: any Amaranth component's Verilog (its RTLIL through the Yosys
+    ``passes``, as :func:`convert` makes the hub's), e.g. a relay unit under the hub's top
+    name for a cocotb testbench. Written on every call (cheap for a unit; a simulator's
+    build is cached by the Verilog's content, :func:`moehub.verif.sim.build`)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    v_path = out_dir / f"{top}.v"
+    v_path.write_text(rtlil_to_verilog(rtlil.convert(component, name=top), passes))
+    return v_path
+
+
 def convert(cfg: HubConfig, out_dir: Path | None = None, top: str = TOP, force: bool = False,
             passes=SIM_PASSES) -> Path:
     """Write ``<out_dir>/<top>.v`` (+ RTLIL, CSR map JSON and header); return the Verilog path.

@@ -17,9 +17,9 @@ other modules read ``MOEHUB_CONFIG`` and ``MOEHUB_SEED``.
 A component other than the hub (``design``: e.g. the relay's control path,
 :class:`moehub.rtl.relay.hub.RelayControl`, with its testbench :mod:`moehub.verif.tb.relay`)
 runs the same way: its Verilog is generated under the hub's top name
-(:func:`component_verilog`), and a config that is no file (a ``HubConfig``, e.g. a relay
-config made with ``replace``) is written as YAML into the run folder (``config.yaml``)
-and reaches the testbench as that file, as a file config does.
+(:func:`moehub.rtl.gen.component_verilog`), and a config that is no file (a
+``HubConfig``, e.g. a relay config made with ``replace``) is written as YAML into the run
+folder (``config.yaml``) and reaches the testbench as that file, as a file config does.
 
 Progress (:mod:`moehub.progress`): the build and the simulation are stages; a testbench
 may append ``<cycle> <done> <total>`` lines to the file named by ``MOEHUB_PROGRESS``
@@ -39,8 +39,7 @@ import yaml
 from .. import progress
 from ..spec.config import HubConfig, load_hub_config
 from ..paths import ENV, build_root
-from ..rtl import gen
-from ..rtl.gen import QUICK_PASSES, SIM_PASSES, TOP, convert
+from ..rtl.gen import QUICK_PASSES, SIM_PASSES, TOP, component_verilog, convert
 from . import sim as simulators
 from .sim import parse_results  # noqa: F401  (part of this module's API)
 from .tb.context import TbContext
@@ -70,7 +69,7 @@ def run_hub_cocotb(config: Union[str, HubConfig], testcases: Optional[Sequence[s
     ``design(cfg)`` instead of the hub (a component class such as
     :class:`~moehub.rtl.relay.hub.RelayControl`, or any function of the config returning
     a component), its Verilog generated into ``rtl/<config>-<tag>/`` in the build folder
-    (:func:`component_verilog`; ignored when ``verilog`` is given).
+    (:func:`moehub.rtl.gen.component_verilog`; ignored when ``verilog`` is given).
 
     Returns ``{"passed": n, "failed": n, "failures": [names], "results": path,
     "waves": the waveform path (FST; VCD from Verilator) or None, "sim": the simulator}``.
@@ -122,20 +121,6 @@ def run_hub_cocotb(config: Union[str, HubConfig], testcases: Optional[Sequence[s
     out = parse_results(results)
     out["waves"], out["sim"] = wave, sim
     return out
-
-
-def component_verilog(component, out_dir: Path, passes=SIM_PASSES) -> Path:
-    """``<out_dir>/<TOP>.v``: any Amaranth component's Verilog under the hub's top name
-    (its RTLIL through the Yosys ``passes``, as :func:`moehub.rtl.gen.convert` makes the
-    hub's). Written on every call (cheap for a unit; the simulator's build is cached by
-    the Verilog's content, :func:`moehub.verif.sim.build`)."""
-    from amaranth.back import rtlil
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    il = rtlil.convert(component, name=TOP)
-    v_path = out_dir / f"{TOP}.v"
-    v_path.write_text(gen.rtlil_to_verilog(il, passes))      # (looked up here: a test session caches it)
-    return v_path
 
 
 def write_config(cfg: HubConfig, path: Path) -> Path:

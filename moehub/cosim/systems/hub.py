@@ -273,7 +273,7 @@ def rtl_hub(cfg, arr: HubArrivals, d: int, checks: list):
 def relay_rtl_checks(L: Layer, rcfg, rd: R.Dispatch, parts, gpus) -> list:
     """The relay control path (and with ``parts``, the reduce control) of each GPU of
     ``gpus`` in RTL against the model and this pass's routes (:mod:`..relay_rtl`; a
-    disagreement raises); one summary per GPU that relays a row."""
+    disagreement raises); one summary per GPU."""
     if not gpus:
         return []
     from ..relay_rtl import check_relay_gpu

@@ -296,8 +296,8 @@ def _impulse_arrivals(curves, flows, src, dst, t, nbytes):
 
 def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, results) -> tuple:
     """The combine with the relays' reduction (module docstring): returns (when each owner
-    has all its outputs, statistics, the partial rows in accumulate order). ``results``: each GPU's hub result (its allocation
-    places every target entry in a tile)."""
+    has all its outputs, statistics, the partial rows in accumulate order). ``results``:
+    each GPU's hub result (its allocation places every target entry in a tile)."""
     G, gpn, H = L.G, min(L.sys.gpus_per_node, L.G), L.model.hidden
     wire = L.comb_wire_sw
     src_l, dst_l, t_l, n_l, kind_l = [], [], [], [], []     # per (tile, next hop) impulse
