@@ -322,6 +322,37 @@ def _reserve(rec_t, rec_f, rec_b, need):
     return a, b, c
 
 
+@njit(cache=True)
+def _unpace(paced, capv, static_cap, rate, ports, none, rem, paced_at):
+    """Pacing must not leave a port idle that a paced flow could use: a port with capacity
+    left after the fair rates (``rem``, what :func:`fair_rates` left of each port) never
+    saturated, so each of its flows is held by another port or a cap, and only a paced flow
+    (held by its pace) can take more. Each paced flow that reached its pace takes an equal
+    part of what is left at its most loaded port (a lone flow on a port gets the whole
+    port back, as in the exact loop; a paced flow among busy ones gets nothing more), never
+    above its static cap; it then drains inside the step, at its own time."""
+    n = 0
+    for j in range(paced.shape[0]):
+        f = paced[j]
+        if rate[f] >= capv[f] * (1.0 - 1e-12):
+            paced[n] = f
+            n += 1
+            for r in range(3):
+                paced_at[ports[f, r]] += 1
+    for j in range(n):
+        f = paced[j]
+        d = np.inf
+        for r in range(3):
+            p = ports[f, r]
+            if p != none:
+                d = min(d, max(rem[p], 0.0) / paced_at[p])
+        if np.isfinite(d) and d > 0.0:
+            rate[f] = min(static_cap[f], rate[f] + d)
+    for j in range(n):
+        for r in range(3):
+            paced_at[ports[paced[j], r]] = 0
+
+
 def door_state(F: int) -> np.ndarray:
     """The swing door's per-flow state for :func:`_sample` (F flows, a padded row each)."""
     return np.zeros((F, 8))
@@ -338,11 +369,18 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
     of rate changes.
 
     ``window`` > 0 (us) coalesces queue drains: a step between two rate computations lasts
-    at least ``max(window, window_rel * t)`` unless an injection boundary comes first, and a queue that drains
-    inside it does so at its exact time (a breakpoint there), then sends at its inflow
-    rate; the bandwidth it frees goes to the others at the end of the step, not at once.
-    Rates never exceed the fair allocation, so no port is overbooked; flows finish at most
-    a little later than in the exact loop (``window`` = 0: the exact loop, bit for bit).
+    at least ``W = max(window, window_rel * t)`` unless an injection boundary comes first
+    (then W is the time to it), and a queue that would drain inside the step is paced to
+    drain at its end: its cap for the step is its inflow plus its backlog over W. The
+    fair rates then give the bandwidth it does not need to the others from the step's
+    start, so a port that is busy in the exact loop is busy here too (work conserving):
+    a paced flow's last byte leaves up to W later than exact and the others' bytes up to
+    about W earlier, with no error that adds up from drain to drain. (Pacing replaced
+    letting a queue drain at its own time and leaving its share idle until the step's
+    end: that idle share added up over a port's drains, and on a 128-GPU network moved
+    flows' last bytes by up to 1.7 us at ``window_rel`` 2e-4, against 0.11 us paced.)
+    Rates never exceed the fair allocation, so no port is overbooked (``window`` = 0: the
+    exact loop, bit for bit).
 
     With a window, the record of rate changes is also thinned (:func:`_sample`, a swing door
     per flow): a point may be left out while the curve through the kept ones stays within
@@ -370,6 +408,9 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
     indexed = np.zeros(F, dtype=np.bool_)     # flow is in the fair rates' port index
     queued = np.zeros(F, dtype=np.bool_)
     drain = np.zeros(F, dtype=np.bool_)
+    paced = np.empty(F, dtype=np.int64)      # flows whose cap this step is their pace
+    n_paced = 0
+    paced_at = np.zeros(port_caps.shape[0], dtype=np.int64)
     rec_t = np.empty(1024)
     rec_f = np.empty(1024, dtype=np.int64)
     rec_b = np.empty(1024)
@@ -405,6 +446,12 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
             added = False
         n_act = 0
         nw = 0
+        fill = 0.0                  # coalescing: this step's length unless a drain comes later
+        n_paced = 0
+        if window > 0.0:
+            fill = max(window, window_rel * abs(t))
+            if k < n_ev and t < ev_t[k] < t + fill:
+                fill = ev_t[k] - t
         for j in range(nb):
             i = busy[j]
             queued[i] = backlog[i] > EPS_B
@@ -412,6 +459,12 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
             if act:
                 n_act += 1
             capv[i] = static_cap[i] if queued[i] else min(static_cap[i], inrate[i])
+            if queued[i] and fill > 0.0:           # (coalescing: drain by the step's end)
+                pace = inrate[i] + backlog[i] / fill
+                if pace < capv[i]:
+                    capv[i] = pace
+                    paced[n_paced] = i
+                    n_paced += 1
             new_rate[i] = 0.0
             wanted[i] = act and capv[i] > 0
             if wanted[i]:
@@ -431,6 +484,8 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
                 want_by_cap[m] = by_cap[j]
                 m += 1
         fair_rates(nw, want_by_cap[:nw], capv, ports, port_caps, tol, none, new_rate, state)
+        if n_paced:
+            _unpace(paced[:n_paced], capv, static_cap, new_rate, ports, none, state[0], paced_at)
         n_steps += 1
         thin = window > 0.0 and door_frac >= 0.0
         w_t = max(window, window_rel * abs(t)) * door_frac
