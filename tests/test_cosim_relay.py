@@ -318,6 +318,7 @@ def test_ablation_runs_the_rows_asked_for(tmp_path, capsys):
                        rows=["DeepEP normal", "hub v2 + relay + reduce"])
     assert [r["row"] for r in rows] == ["hub v2 + relay + reduce", "DeepEP normal"]
     assert rows[0]["vs_hub_v2"] is None and rows[1]["vs_deepep"] == 1.0
+    assert "| hub v2 + relay + reduce | " in study.table(rows)      # a "—" where it is empty
     with pytest.raises(SystemExit) as e:
         study.main(["--rows", "DeepEP normal,hub v9", "--out", str(tmp_path)])
     assert e.value.code == 2 and "'hub v9' is no row" in capsys.readouterr().err

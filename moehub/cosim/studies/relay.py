@@ -141,10 +141,11 @@ def table(rows: list) -> str:
     lines = ["| system | tokens/GPU | row | layer µs | vs v2 hub | vs DeepEP | dispatch NIC GB "
              "| dispatch NVLink GB | combine NIC GB | combine NVLink GB | passes (residual µs) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    ratio = lambda x: "—" if x is None else f"{x:.3f}"   # (its row not run: --rows)
     for r in rows:
         lines.append(f"| {r['system_config']} ({r['nodes']}x{r['gpus'] // r['nodes']}) | "
                      f"{r['tokens_per_gpu']} | {r['row']} | {r['layer_us']:.0f} | "
-                     f"{r['vs_hub_v2']:.3f} | {r['vs_deepep']:.3f} | {r['dispatch_nic_GB']:.4f} | "
+                     f"{ratio(r['vs_hub_v2'])} | {ratio(r['vs_deepep'])} | {r['dispatch_nic_GB']:.4f} | "
                      f"{r['dispatch_nvlink_GB']:.4f} | {r['combine_nic_GB']:.4f} | "
                      f"{r['combine_nvlink_GB']:.4f} | {r['passes']} ({r['residual_us']:.2f}) |")
     return "\n".join(lines)
