@@ -288,7 +288,8 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     out = capsys.readouterr()
     printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
     assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-critical", "relay-units",
-                                            *report.ABLATIONS, *report.SCALING_TABLES}
+                                            *report.ABLATIONS, *report.SCALING_TABLES,
+                                            "cosim-window-error"}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2
@@ -667,6 +668,57 @@ def test_scaling_rows_add_up_and_render_per_system_set(tmp_path):
     assert "records/bench-scaling.json" in text
     with pytest.raises(report.ReportError, match="no scaling rows of the systems bulk, comet"):
         report.render("cosim-scaling", recs)                        # no row of every system
+
+
+def test_window_error_rows_add_up_and_render(tmp_path):
+    """``bench_cosim.py --window-error`` rows: a row of the same point and system replaces
+    the old one, others are kept; the collected record renders one row per point with each
+    system's coalesced - exact difference in %, the largest, the window and the CPU s."""
+    from moehub.scripts.bench_cosim import save_window_row, window_rows_path
+    build, recs = tmp_path / "build", tmp_path / "records"
+    path = window_rows_path(build / "results" / "bench-window" / "window.json")
+    nvl, ib = "deepseek-v4-flash:gb200-nvl72:default:32", "deepseek-v3:h100x32-ib:default:128"
+
+    def row(point, system, exact, coal, cpu=(25.0, 3.0), gpus=64):
+        model, cfg, workload, tokens = point.split(":")
+        return {"point": point, "model": model, "system_config": cfg, "workload": workload,
+                "tokens": int(tokens), "gpus": gpus, "system": system,
+                "systems_run": ["bulk", "hub"], "load": 1.6, "exact_us": exact,
+                "coalesced_us": coal, "difference_pct": (coal - exact) / exact * 100,
+                "passes_exact": 3, "passes_coalesced": 3, "converged_exact": True,
+                "converged_coalesced": True, "exact_drains_from_pass": None,
+                "window_us": 0.01, "window_const_us": 0.01, "window_rel": 5e-4, "exact_gpus": 16,
+                "cpu_exact_s": cpu[0], "cpu_coalesced_s": cpu[1]}
+    save_window_row(path, row(nvl, "bulk", 200.0, 201.0))              # replaced below
+    save_window_row(path, row(nvl, "hub", 38.4863, 38.4987))
+    save_window_row(path, row(ib, "bulk", 968.3878, 968.3878, (90.0, 10.0), gpus=32))
+    save_window_row(path, row(ib, "hub", 465.85, 465.8085, (90.0, 10.0), gpus=32))
+    save_window_row(path, row(nvl, "bulk", 219.2981, 219.3882))         # measured again
+    doc = json.loads(path.read_text())
+    assert [(r["point"], r["system"]) for r in doc["rows"]] == [
+        (ib, "bulk"), (ib, "hub"), (nvl, "bulk"), (nvl, "hub")]
+    assert doc["record"]["command"]
+    [rp] = report.collect_bench_window(build, recs)
+    assert rp == recs / "bench-window.json"
+    text = report.render("cosim-window-error", recs)
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split(" | ")]
+    assert head[:5] == ["model", "system", "tokens/GPU", "bulk", "hub"]
+    cells = {ln.split(" | ")[0][2:]: [c.strip() for c in ln.strip("|").split(" | ")]
+             for ln in lines[1:]}
+    nv, h = cells["deepseek-v4-flash"], cells["deepseek-v3"]
+    assert nv[1:5] == ["gb200-nvl72 (64 GPUs)", "32", "+0.041 %", "+0.032 %"]
+    assert nv[5] == "0.041 %" and "10 ns" in nv[6] and "0.0005" in nv[6]
+    assert nv[7] == "25.0 / 3.0" and "+0.456" not in text              # the old bulk row is gone
+    assert h[3:6] == ["0", "-0.009 %", "0.009 %"] and h[7] == "90.0 / 10.0"
+    assert "records/bench-window.json" in text and "MOEHUB_NETWORK_WINDOW_US=0" in text
+
+
+def test_window_error_table_without_record_says_how_to_make_it(tmp_path):
+    with pytest.raises(report.ReportError, match=r"bench_cosim --window-error', then "
+                       r"'moehub report --collect bench-window'"):
+        report.render("cosim-window-error", tmp_path)
+    assert report.collect_bench_window(tmp_path / "build", tmp_path) == []
 
 
 # ----------------------------------------------------------------------------- relay study

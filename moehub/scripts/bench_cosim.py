@@ -4,6 +4,8 @@
                                             [--reference-rows 1000] [--repeat 3]
     .venv/bin/python scripts/bench_cosim.py --scaling [--gpus 8,16,...] [--tokens 128,4096]
                                             [--systems hub,bulk,...] [--engine reference]
+    .venv/bin/python scripts/bench_cosim.py --window-error [--point MODEL:SYSTEM:WORKLOAD:TOKENS ...]
+                                            [--systems hub,bulk,...]
 
 For each point it prints one row of a Markdown table: the routed rows; the hub stage's
 speed in rows per second -- the vectorised fast path (``run_hub_fast``, every destination
@@ -25,6 +27,18 @@ written to ``--out`` (default ``<build>/results/bench-scaling/scaling.json``; a 
 same GPUs, tokens and systems replaces the older one, others are kept, so runs of a few
 rows add up), with the run record; ``moehub report --collect bench-scaling`` makes the
 record the docs' scaling tables are generated from.
+
+``--window-error``: the error of the coalesced queue drains (layers above ``EXACT_GPUS``
+GPUs, ``cosim/layer.py``) against the exact engine. Each point (default
+``deepseek-v4-flash:gb200-nvl72:default:32`` and ``deepseek-v3:h100x32-ib:default:128``)
+runs twice as ``moehub cosim`` runs it (``run_experiment``, every system of ``--systems``):
+exact (``MOEHUB_NETWORK_WINDOW_US=0`` for the run) and as shipped (the variable unset).
+Per point and system it prints and records both layer times (us), their difference (%),
+each run's passes and the CPU seconds of each whole run, the windows (``WINDOW_US``,
+``WINDOW_REL``) and the 1-minute load before the point; the rows go to ``--out`` (default
+``<build>/results/bench-window/window.json``; a row of the same point and system replaces
+the older one, others are kept), with the run record; ``moehub report --collect
+bench-window`` makes the record the docs' ``cosim-window-error`` table is generated from.
 """
 from __future__ import annotations
 
@@ -161,19 +175,25 @@ def scaling_rows_path(out) -> Path:
     return Path(out) if out else build_root() / "results" / "bench-scaling" / "scaling.json"
 
 
-def save_scaling_row(path: Path, row: dict) -> None:
-    """Add ``row`` to the scaling results at ``path`` (one row per GPUs, tokens and
-    systems: a new measurement replaces the old), with this run's record."""
+def save_row(path: Path, row: dict, key, order) -> None:
+    """Add ``row`` to the rows at ``path`` with this run's record (``record``): a row of the
+    same ``key(row)`` replaces the older one, others are kept; the rows sorted by ``order``."""
     path = Path(path)
     doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
     row = {**row, "git": runinfo.git_describe()}
-    key = lambda r: (r["gpus"], r["tokens"], tuple(r["systems_run"]))
     rows = [r for r in doc.get("rows", []) if key(r) != key(row)] + [row]
-    rows.sort(key=lambda r: (len(r["systems_run"]), r["systems_run"], r["gpus"], r["tokens"]))
+    rows.sort(key=order)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"record": runinfo.record(), "rows": rows}, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+def save_scaling_row(path: Path, row: dict) -> None:
+    """Add ``row`` to the scaling results at ``path`` (one row per GPUs, tokens and
+    systems: a new measurement replaces the old), with this run's record."""
+    save_row(path, row, lambda r: (r["gpus"], r["tokens"], tuple(r["systems_run"])),
+             lambda r: (len(r["systems_run"]), r["systems_run"], r["gpus"], r["tokens"]))
 
 
 def scaling(gpus, tokens, systems, row_timeout: int = 0, out=None) -> None:
@@ -230,6 +250,89 @@ def _scaling_window(gpus: int) -> float:
     return 0.0 if gpus <= EXACT_GPUS else WINDOW_US
 
 
+# ----------------------------------------------------------------------------- window error
+WINDOW_POINTS = ("deepseek-v4-flash:gb200-nvl72:default:32", "deepseek-v3:h100x32-ib:default:128")
+WINDOW_ENV = "MOEHUB_NETWORK_WINDOW_US"
+
+
+def window_rows_path(out) -> Path:
+    return Path(out) if out else build_root() / "results" / "bench-window" / "window.json"
+
+
+def save_window_row(path: Path, row: dict) -> None:
+    """Add ``row`` to the window-error results at ``path`` (one row per point and system:
+    a new measurement replaces the old), with this run's record."""
+    save_row(path, row, lambda r: (r["point"], r["system"]), lambda r: (r["point"], r["system"]))
+
+
+def _run_point(point: str, systems, window_env):
+    """``run_experiment`` of the point's layer with ``$MOEHUB_NETWORK_WINDOW_US`` set to
+    ``window_env`` (``None``: unset, the shipped windows) for the run, restored after;
+    returns (result, CPU s of the whole run)."""
+    from moehub.cosim.experiment import run_experiment
+    model, system, workload, tokens = point.split(":")
+    saved = os.environ.pop(WINDOW_ENV, None)
+    if window_env is not None:
+        os.environ[WINDOW_ENV] = window_env
+    try:
+        c = time.process_time()
+        res = run_experiment(*load_configs(system, model, workload, int(tokens)),
+                             systems=tuple(systems))
+        return res, time.process_time() - c
+    finally:
+        os.environ.pop(WINDOW_ENV, None)
+        if saved is not None:
+            os.environ[WINDOW_ENV] = saved
+
+
+def window_point(point: str, systems) -> list:
+    """The rows of one point: each system's layer time exact (every drain an event) and
+    as shipped (coalesced above ``EXACT_GPUS``), their difference, passes and the CPU
+    seconds of each whole run."""
+    from moehub.cosim import layer as LY
+    load = round(os.getloadavg()[0], 2)
+    exact, cpu_exact = _run_point(point, systems, "0")
+    coal, cpu_coal = _run_point(point, systems, None)
+    model, system, workload, tokens = point.split(":")
+    rows = []
+    for name in systems:
+        e, c = exact.results[name], coal.results[name]
+        ex, co = float(e.latency_us), float(c.latency_us)
+        rows.append({
+            "point": point, "model": model, "system_config": system, "workload": workload,
+            "tokens": int(tokens), "gpus": int(coal.layer.G), "system": name,
+            "systems_run": list(systems), "load": load,
+            "exact_us": round(ex, 4), "coalesced_us": round(co, 4),
+            "difference_pct": (co - ex) / ex * 100 if ex else 0.0,
+            "passes_exact": e.extra.get("passes"), "passes_coalesced": c.extra.get("passes"),
+            "converged_exact": e.extra.get("converged"),
+            "converged_coalesced": c.extra.get("converged"),
+            "exact_drains_from_pass": c.extra.get("exact_drains_from_pass"),
+            "window_us": coal.layer.network_window_us(), "window_const_us": LY.WINDOW_US,
+            "window_rel": LY.WINDOW_REL, "exact_gpus": LY.EXACT_GPUS,
+            "cpu_exact_s": round(cpu_exact, 3), "cpu_coalesced_s": round(cpu_coal, 3)})
+    return rows
+
+
+def window_error(points, systems, out=None) -> None:
+    """``--window-error``: per point and system, the coalesced engine against the exact one."""
+    runinfo.git_describe()          # the code this run imported (remembered before any row)
+    head = ["point", "system", "exact us", "coalesced us", "difference %", "passes exact",
+            "passes coalesced", "window", "CPU s exact", "CPU s coalesced", "load"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head), flush=True)
+    for point in points:
+        for r in window_point(point, systems):
+            win = (f"max({r['window_const_us']:g} us, {r['window_rel']:g} x t)"
+                   if r["window_us"] else "exact")
+            cells = [point, r["system"], f"{r['exact_us']:.4f}", f"{r['coalesced_us']:.4f}",
+                     f"{r['difference_pct']:+.3f}", str(r["passes_exact"]),
+                     str(r["passes_coalesced"]), win, f"{r['cpu_exact_s']:.2f}",
+                     f"{r['cpu_coalesced_s']:.2f}", f"{r['load']:.1f}"]
+            print("| " + " | ".join(cells) + " |", flush=True)
+            save_window_row(window_rows_path(out), r)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--point", action="append",
@@ -244,21 +347,30 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", default=",".join(map(str, SCALING_TOKENS)),
                    help="--scaling: tokens per GPU (comma-separated)")
     p.add_argument("--systems", default=",".join(SYSTEMS),
-                   help="--scaling: systems to run on each layer (comma-separated)")
+                   help="--scaling, --window-error: systems to run on each layer (comma-separated)")
+    p.add_argument("--window-error", action="store_true",
+                   help="the coalesced network engine against the exact one, per point and "
+                   f"system (default points: {', '.join(WINDOW_POINTS)}; see the module docstring)")
     p.add_argument("--row-timeout", type=int, default=0,
                    help="--scaling: stop a row after this many wall seconds (0: never)")
-    p.add_argument("--out", default=None, help="--scaling: the JSON file the rows are added to "
-                   "(default <build>/results/bench-scaling/scaling.json)")
+    p.add_argument("--out", default=None, help="--scaling, --window-error: the JSON file the "
+                   "rows are added to (default <build>/results/bench-scaling/scaling.json, "
+                   "<build>/results/bench-window/window.json)")
     p.add_argument("--engine", choices=("compiled", "reference"),
                    help="network engine (default: $MOEHUB_NETWORK_ENGINE, else compiled)")
     a = p.parse_args(argv)
     if a.engine:
         os.environ["MOEHUB_NETWORK_ENGINE"] = a.engine
+    if a.scaling and a.window_error:
+        p.error("--scaling and --window-error: one at a time")
+    systems = a.systems.split(",")
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        p.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
+    if a.window_error:
+        window_error(a.point or list(WINDOW_POINTS), systems, a.out)
+        return 0
     if a.scaling:
-        systems = a.systems.split(",")
-        unknown = [s for s in systems if s not in SYSTEMS]
-        if unknown:
-            p.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
         scaling([int(x) for x in a.gpus.split(",")], [int(x) for x in a.tokens.split(",")],
                 systems, a.row_timeout, a.out)
         return 0

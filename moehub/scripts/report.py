@@ -35,6 +35,7 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``headline``: every ``results/headline*/headline.json`` of ``moehub headline``;
 * ``study-v2``: every ``results/study-v2*/ablation.csv`` of ``moehub study v2``;
 * ``bench-scaling``: ``results/bench-scaling/scaling.json`` of ``bench_cosim.py --scaling``;
+* ``bench-window``: ``results/bench-window/window.json`` of ``bench_cosim.py --window-error``;
 * ``study-relay``: every ``results/study-relay*/relay.csv`` (and its ``run.json``) of
   ``python -m moehub.cosim.studies.relay``.
 
@@ -47,7 +48,9 @@ calibration points), ``validation-misses`` (each miss with what the model lacks)
 within tolerance, the misses and whether each was expected); ``v2-ablation-<model>-<system>``
 (``moehub study v2``'s table of DeepSeek-V3 or Mixtral on h100x8 or h100x16-ib);
 ``cosim-scaling`` and ``cosim-scaling-costly`` (the co-simulation's cost from 8 to 256
-GPUs, every system / the three whose networks cost most); ``relay-ablation`` (the relay
+GPUs, every system / the three whose networks cost most); ``cosim-window-error`` (the
+coalesced network engine against the exact one: per point, each system's layer time
+coalesced − exact in %, the largest, the window and each run's CPU seconds); ``relay-ablation`` (the relay
 study's hub v2, + relay, + relay + reduce and DeepEP normal mode on 2 and 4 nodes, a row
 short of its fixed point marked †).
 
@@ -565,21 +568,38 @@ def collect_study_relay(build: Path, records: Path) -> list:
 
 
 # ----------------------------------------------------------------------------- simulator speed
-def collect_bench_scaling(build: Path, records: Path) -> list:
-    """The record of ``<build>/results/bench-scaling/scaling.json`` (``bench_cosim.py
-    --scaling``: its rows, each with the load before it, and the last run's record)."""
-    path = Path(build, "results", "bench-scaling", "scaling.json")
+def _collect_bench(source: str, path: Path, command: str, records: Path, note: str) -> list:
+    """The record ``<records>/<source>.json`` of a benchmark's rows file ``path`` (its rows,
+    each with the load before it, and the last run's record; ``command``: the producing
+    command where the file has no run record)."""
     if not path.is_file():
         return []
     doc = json.loads(path.read_text())
     run = doc.get("record") or {}
-    rec = make_record("bench-scaling", run.get("command", "bench_cosim.py --scaling"),
-                      {"rows": doc.get("rows", [])}, commit=run.get("git"),
-                      date=run.get("started") or iso(path.stat().st_mtime), mach=machine(),
-                      load_avg=None,
-                      note="rows of several runs of the benchmark (the record is the last's); "
-                           "each row has the 1-minute load average before it")
-    return [write_record(Path(records, "bench-scaling.json"), rec)]
+    rec = make_record(source, run.get("command", command), {"rows": doc.get("rows", [])},
+                      commit=run.get("git"), date=run.get("started") or iso(path.stat().st_mtime),
+                      mach=machine(), load_avg=None, note=note)
+    return [write_record(Path(records, f"{source}.json"), rec)]
+
+
+def collect_bench_scaling(build: Path, records: Path) -> list:
+    """The record of ``<build>/results/bench-scaling/scaling.json`` (``bench_cosim.py
+    --scaling``: its rows, each with the load before it, and the last run's record)."""
+    return _collect_bench("bench-scaling", Path(build, "results", "bench-scaling", "scaling.json"),
+                          "bench_cosim.py --scaling", records,
+                          "rows of several runs of the benchmark (the record is the last's); "
+                          "each row has the 1-minute load average before it")
+
+
+def collect_bench_window(build: Path, records: Path) -> list:
+    """The record of ``<build>/results/bench-window/window.json`` (``bench_cosim.py
+    --window-error``: one row per point and system, each with the load before its point,
+    and the last run's record)."""
+    return _collect_bench("bench-window", Path(build, "results", "bench-window", "window.json"),
+                          "bench_cosim.py --window-error", records,
+                          "rows of several runs of the benchmark (the record is the last's), one "
+                          "per point and system; each row has the 1-minute load average before "
+                          "its point and the CPU seconds of its point's two whole runs")
 
 
 def _record_summaries(source: str, paths: list, dest: Path, command: str, note: str,
@@ -632,7 +652,7 @@ def collect_soak(build: Path, records: Path) -> list:
 
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
-              "study-relay", "synth-unit", "soak")
+              "bench-window", "study-relay", "synth-unit", "soak")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1099,6 +1119,53 @@ def render_scaling(systems):
     return render
 
 
+def _pct_diff(d) -> str:
+    """A difference in % to 3 decimals, signed; an exact 0 (the same layer time) as 0."""
+    return "–" if d is None else "0" if d == 0 else f"{d:+.3f} %"
+
+
+def _window(r: dict) -> str:
+    if not r.get("window_us"):
+        return f"exact (≤ {r['exact_gpus']} GPUs)" if r.get("exact_gpus") else "exact"
+    return f"max({r['window_const_us'] * 1000:g} ns, {r['window_rel']:g} × t)"
+
+
+def render_window_error(recs: list, current: str) -> str:
+    """The coalesced network engine against the exact one (``bench_cosim.py
+    --window-error``): per point, each system's layer time coalesced − exact in %, the
+    largest, the window and the CPU seconds of the exact and the coalesced run."""
+    from ..cosim.systems import SYSTEMS
+    rows = [r for _, rec in recs for r in rec["data"]["rows"]]
+    if not rows:
+        raise ReportError("table 'cosim-window-error': no window-error rows "
+                          "(records/bench-window.json; run 'python -m moehub.scripts.bench_cosim "
+                          "--window-error', then 'moehub report --collect bench-window')")
+    points: dict = {}
+    for r in rows:
+        points.setdefault(r["point"], {})[r["system"]] = r
+    shown = [s for s in SYSTEMS if any(s in per for per in points.values())]
+    shown += sorted({s for per in points.values() for s in per} - set(shown))
+    head = ["model", "system", "tokens/GPU", *shown, "largest \\|difference\\|", "window",
+            "CPU s exact / coalesced", "load"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for point, per in points.items():
+        first = next(iter(per.values()))
+        runs = sorted({(r["cpu_exact_s"], r["cpu_coalesced_s"]) for r in per.values()})
+        loads = sorted({r["load"] for r in per.values()})
+        model = first["model"] + ("" if first["workload"] == "default" else f" ({first['workload']})")
+        largest = max(abs(r["difference_pct"]) for r in per.values())
+        out.append("| " + " | ".join([
+            model, f"{first['system_config']} ({first['gpus']} GPUs)", str(first["tokens"]),
+            *[_pct_diff(per[s]["difference_pct"]) if s in per else "–" for s in shown],
+            "0" if largest == 0 else f"{largest:.3f} %", _window(first),
+            "; ".join(f"{e:.1f} / {c:.1f}" for e, c in runs),
+            "; ".join(f"{x:.1f}" for x in loads)]) + " |")
+    return ("\n".join(out) + "\n\nEach system's layer time with coalesced queue drains "
+            "minus the exact engine's (`MOEHUB_NETWORK_WINDOW_US=0`), in % of the exact; 0: "
+            "the same time. CPU s: each whole run of the point (every system); load: the "
+            "1-minute load average before the point.\n\n" + caption(recs) + "\n")
+
+
 # ----------------------------------------------------------------------------- spec tables
 #: the configuration the register table shows: the smallest protocol-v1 hub
 CSR_CONFIG = "tiny"
@@ -1359,6 +1426,7 @@ TABLES = {
     "calibration-summary": ("calibrate", render_calibration_summary),
     **{n: ("study-v2", render_ablation(*ms)) for n, ms in ABLATIONS.items()},
     **{n: ("bench-scaling", render_scaling(sy)) for n, sy in SCALING_TABLES.items()},
+    "cosim-window-error": ("bench-window", render_window_error),
     "relay-ablation": ("study-relay", render_relay_ablation),
     "relay-critical": ("study-relay", render_relay_critical),
     "v2-units": ("synth-unit", render_v2_units),
@@ -1489,6 +1557,7 @@ def _run(args) -> int:
             "headline": lambda: collect_headline(build, records),
             "study-v2": lambda: collect_study_v2(build, records),
             "bench-scaling": lambda: collect_bench_scaling(build, records),
+            "bench-window": lambda: collect_bench_window(build, records),
             "study-relay": lambda: collect_study_relay(build, records),
             "synth-unit": lambda: collect_synth_unit(build, records),
             "soak": lambda: collect_soak(build, records),
