@@ -229,6 +229,20 @@ def test_passes_that_do_not_settle_coalesced_run_exact(monkeypatch):
     assert L.network_window_us() == 0.01                         # the next system coalesces
 
 
+def test_a_layer_too_wide_for_exact_drains_stops_coalesced_with_its_band(monkeypatch):
+    """Above EXACT_DRAINS_GPUS a layer that does not settle is never switched to exact
+    drains (their cost there is hours): it stops at the pass limit, unconverged, with the
+    band of its last passes."""
+    from moehub.cosim import systems
+    monkeypatch.setenv("MOEHUB_NETWORK_WINDOW_US", "0.01")
+    monkeypatch.setattr(systems, "EXACT_DRAINS_GPUS", 4)          # the 8-GPU layer is "wide"
+    L = layer("mixtral-8x7b", "h100x8", tokens=32)
+    r = run_system("jitter", L, module=_Jitter())
+    ex = r.extra
+    assert "exact_drains_from_pass" not in ex and not ex["converged"]
+    assert ex["passes"] == MAX_PASSES and ex["band_us"] == [200.0, 210.0]
+
+
 class _Still(_Jitter):
     """The same flow at 10 us every pass: settled at once."""
 

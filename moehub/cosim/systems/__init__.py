@@ -60,6 +60,10 @@ MAX_PASSES = 8
 #: kept the 4-node relay layers from their fixed point; a layer still converging stays
 #: coalesced (an exact pass of a 64-GPU layer costs some 25 CPU s)
 EXACT_AFTER = 4
+#: ... unless the layer is wider than this many GPUs: an exact network costs some 12x a
+#: coalesced one at 128 GPUs (87 against 7 CPU s for the hub's costliest) and hours at 256,
+#: so a wider layer that does not settle stops at the pass limit with its band instead
+EXACT_DRAINS_GPUS = 64
 #: a layer that stops at the pass limit unconverged reports the band of its last this many
 #: passes' layer times (``band_us``): where the pass map is discontinuous (a GEMM pass that
 #: a row misses by a hair runs a whole pass later) the passes cycle between states some
@@ -148,7 +152,8 @@ def run_system(name: str, L: Layer, hub_backend: str = "model",
     exact_from, L.exact_drains, stalled = None, False, False
     layer_us = []                        # each pass's layer time
     for n in range(1, MAX_PASSES + 1):
-        if exact_from is None and n > EXACT_AFTER and stalled and L.network_window_us() > 0:
+        if (exact_from is None and n > EXACT_AFTER and stalled and L.network_window_us() > 0
+                and L.G <= EXACT_DRAINS_GPUS):
             exact_from = n
             L.exact_drains = True
         L.begin_run(background)
