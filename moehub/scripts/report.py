@@ -1106,6 +1106,8 @@ def render_scaling(systems):
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in sorted(rows, key=lambda r: (r["gpus"], r["tokens"])):
             win = f"{r['window_us'] * 1000:g} ns" if r.get("window_us") else "exact"
+            if r.get("window_us") and r.get("window_rel"):
+                win = f"max({win}, {r['window_rel']:g} t)"
             if r.get("stopped_after_s"):
                 cells = [r["gpus"], r["tokens"], "", "", "", "", "", win, "", "",
                          f"stopped after {r['stopped_after_s']}", r["load"]]
