@@ -664,7 +664,7 @@ def test_scaling_rows_add_up_and_render_per_system_set(tmp_path):
     lines = [ln for ln in text.splitlines() if ln.startswith("| ")][1:]
     assert [ln.split(" | ")[0] for ln in lines] == ["| 32", "| 64", "| 256"]
     assert "38.80" in lines[1] and "90.00" not in text and "12,288" in lines[1]
-    assert "| max(10 ns, 0.0005 t) |" in lines[1] and "| 10 ns |" in lines[0]
+    assert "| max(10 ns, 0.0005 × t) |" in lines[1] and "| 10 ns |" in lines[0]
     assert "stopped after 600" in lines[2] and "10 ns" in lines[2]
     assert "records/bench-scaling.json" in text
     with pytest.raises(report.ReportError, match="no scaling rows of the systems bulk, comet"):

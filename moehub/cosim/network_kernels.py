@@ -446,8 +446,8 @@ def simulate(ev_t, ev_kind, ev_flow, ev_val, ports, port_caps, tol, none, static
     n_paced = 0
     paced_at = np.zeros(port_caps.shape[0], dtype=np.int64)
     # a flow's rate never exceeds its narrowest port: a pace at or above it cannot bind, so
-    # it is not set (a paced flow's cap changes at every step, and the busy flows are kept
-    # sorted by cap: pacing every queued flow made that sort a third of a 256-GPU network)
+    # it is not set (a paced flow's cap changes at every step, and each changed cap is
+    # re-sorted: pacing every queued flow would re-sort most busy flows at every step)
     top = np.empty(F)
     for f in range(F):
         top[f] = min(port_caps[ports[f, 0]], port_caps[ports[f, 1]], port_caps[ports[f, 2]])

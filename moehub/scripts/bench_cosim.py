@@ -53,7 +53,7 @@ import numpy as np
 
 from moehub.cosim.experiment import load_configs
 from moehub.cosim.hub_stage import HubArrivals, run_hub_fast, run_hub_reference
-from moehub.cosim.layer import Layer
+from moehub.cosim.layer import WINDOW_REL, Layer
 from moehub.cosim.systems import SYSTEMS, hub_schedule, run_system
 from moehub.cosim.workload import make_routing
 from moehub import runinfo
@@ -238,16 +238,10 @@ def scaling(gpus, tokens, systems, row_timeout: int = 0, out=None) -> None:
                 "gpus": g, "tokens": tok, "systems_run": list(systems), "load": float(load),
                 "largest_flows": r["flows"], "networks": r["networks"], "events": r["events"],
                 "steps": r["steps"], "rate_changes": r["changes"], "window_us": r["window"],
-                **({"window_rel": _window_rel()} if r["window"] else {}),
+                **({"window_rel": WINDOW_REL} if r["window"] else {}),
                 "network_cpu_s": round(r["net_cpu"], 3), "layer_wall_s": round(r["wall"], 3),
                 "layer_cpu_s": round(r["cpu"], 3),
                 "system_wall_s": {k: round(v, 3) for k, v in r["systems"].items()}})
-
-
-def _window_rel() -> float:
-    """The relative part of a coalescing layer's drain window (``layer.WINDOW_REL``)."""
-    from moehub.cosim.layer import WINDOW_REL
-    return WINDOW_REL
 
 
 def _scaling_window(gpus: int) -> float:

@@ -1107,7 +1107,7 @@ def render_scaling(systems):
         for r in sorted(rows, key=lambda r: (r["gpus"], r["tokens"])):
             win = f"{r['window_us'] * 1000:g} ns" if r.get("window_us") else "exact"
             if r.get("window_us") and r.get("window_rel"):
-                win = f"max({win}, {r['window_rel']:g} t)"
+                win = f"max({win}, {r['window_rel']:g} × t)"       # (as _window writes it)
             if r.get("stopped_after_s"):
                 cells = [r["gpus"], r["tokens"], "", "", "", "", "", win, "", "",
                          f"stopped after {r['stopped_after_s']}", r["load"]]
