@@ -1022,3 +1022,34 @@ def test_relay_rows_of_another_model_are_their_own_point(tmp_path):
     n = len(relay.ROWS)
     assert len(lines) == 2 * n and lines[0].startswith("| h100x16-ib (2×8) | 128 | hub v2 | 649 |")
     assert lines[n].startswith("| h100x16-ib (2×8), deepseek-v3-fp8 | 128 | hub v2 | 325 |")
+
+
+def test_v2_hubs_from_the_synthesis_records_of_the_variants(tmp_path):
+    """Protocol v2's hub table: a row per variant from its synthesis record (named as
+    ``moehub synth --set`` names the folder), the deeper of the worst-slack path and the
+    deepest family with its verdict, SRAM bits where there are any, an older record
+    marked; a variant without a record names the command that makes one."""
+    r = tmp_path / "records"
+    report.write_record(r / "synth" / "deepseek-v3-8gpu.json", synth_record(config="deepseek-v3-8gpu"))
+    name = "deepseek-v3-8gpu_count_packets-1_max_targets-8_pool_pages-513"
+    rec = synth_record(OLD, config=name)
+    rec["data"]["report"]["asic"]["modules"]["top"]["sram_bits"] = 47104
+    rec["data"]["deepest_paths"] = {"families": [{"fo4": 23.4, "from": "alloc/x", "to": "pm/al3[1]"}]}
+    report.write_record(r / "synth" / f"{name}.json", rec)
+    report.write_record(r / "synth" / "tiny.json", synth_record(config="tiny"))     # not a v2 hub
+    text = report.render("v2-hubs", r, CUR)
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| hub")]
+    assert len(lines) == len(report.V2_HUBS)
+    assert lines[0] == ("| protocol v1 | 840.0k | 0.042 | 22.15 (`tracker/mode` → "
+                        "`pm/reserve.wf_used`) | **PASS** |")
+    assert lines[1].startswith("| + count packets | no synthesis record: `moehub synth --config "
+                               "deepseek-v3-8gpu --set count_packets=1`")
+    assert lines[4] == ("| all three (513-page arena) **older RTL** | 840.0k + 47,104 SRAM bits | "
+                        "0.042 | 23.40 (`alloc/x` → `pm/al3[1]`) | **MARGINAL** |")
+    assert lines[9].startswith("| two nodes, all three (1,025-page arena) | no synthesis record: "
+                               "`moehub synth --config deepseek-v3-8gpu --set sources=16 --set "
+                               "experts=16 --set count_packets=1 --set max_targets=8 --set pool_pages=1025`")
+    assert "8 of 10 hubs have no synthesis record" in text and "tiny" not in text
+    assert f"`records/synth/{name}.json`" in text
+    with pytest.raises(report.ReportError, match="v2-hubs.*no synthesis record"):
+        report.render("v2-hubs", tmp_path / "nothing")

@@ -52,7 +52,9 @@ GPUs, every system / the three whose networks cost most); ``cosim-window-error``
 coalesced network engine against the exact one: per point, each system's layer time
 coalesced − exact in %, the largest, the window and each run's CPU seconds); ``relay-ablation`` (the relay
 study's hub v2, + relay, + relay + reduce and DeepEP normal mode on 2 and 4 nodes, a row
-short of its fixed point marked †).
+short of its fixed point marked †); ``v2-hubs`` (protocol v2's whole hubs, one node and two:
+area, N5 mm², the deepest stage and its verdict, from the synthesis records of
+``moehub synth --config deepseek-v3-8gpu --set ...``; a variant without one says so).
 
 A table of the spec itself has no record: ``csr-map`` (the CSR registers of
 ``spec/csr_map.py``: word, access, width, reset, the features a register needs, its doc
@@ -1377,6 +1379,79 @@ def render_relay_units(recs: list, current: str) -> str:
     return _unit_table(head, body, recs, list(rows.values()), "moehub synth-unit UNIT --nodes N")
 
 
+#: the whole hubs of protocol v2's timing table: (label, ``moehub synth --set`` changes) of
+#: V2_HUB_BASE, each a record ``synth/<the folder's name>.json``; a two-node layer's hub
+#: has 16 sources and 16 experts a GPU (what the co-simulation derives for h100x16-ib)
+V2_HUB_BASE = "deepseek-v3-8gpu"
+_TWO_NODES = {"sources": 16, "experts": 16}
+_ALL_THREE = {"count_packets": True, "max_targets": 8}
+V2_HUBS = (("protocol v1", {}),
+           ("+ count packets", {"count_packets": True}),
+           ("+ paged, 4,128 pages", {"pool_pages": 4128}),
+           ("+ multicast, 8 targets", {"max_targets": 8}),
+           ("all three (513-page arena)", {**_ALL_THREE, "pool_pages": 513}),
+           ("two nodes (16 sources × 16 experts), v1", _TWO_NODES),
+           ("two nodes + multicast", {**_TWO_NODES, "max_targets": 8}),
+           ("two nodes + count packets", {**_TWO_NODES, "count_packets": True}),
+           ("two nodes + paged, 8,208 pages", {**_TWO_NODES, "pool_pages": 8208}),
+           ("two nodes, all three (1,025-page arena)", {**_TWO_NODES, **_ALL_THREE, "pool_pages": 1025}))
+
+
+def v2_hub_name(changes: dict) -> str:
+    """The folder ``moehub synth --config V2_HUB_BASE --set ...`` writes (and so its
+    record's name): the synthesis flow's own naming."""
+    from ..synth.flow import load_hub_config, with_changes
+    return with_changes(load_hub_config(V2_HUB_BASE), changes).name
+
+
+def _v2_hub_cells(rec: dict) -> list:
+    """GE (and SRAM bits), N5 mm² (logic + SRAM), the deepest stage -- the deeper of the
+    report's worst-slack path and sta_paths' deepest family, as ``moehub study v2`` takes
+    it -- and its verdict at 1.98 GHz, from a synthesis record's OSU018 section."""
+    from ..synth.project import timing_verdict
+    top = rec["data"]["report"]["asic"]["modules"]["top"]
+    path = top.get("path") or {}
+    fo4, frm, to = top["fo4"], path.get("from"), path.get("to")
+    fams = (rec["data"].get("deepest_paths") or {}).get("families") or []
+    if fams and fams[0]["fo4"] > fo4:
+        fo4, frm, to = fams[0]["fo4"], fams[0]["from"], fams[0]["to"]
+    ge = f"{top['gate_equivalents'] / 1e3:,.1f}k" + (
+        f" + {top['sram_bits']:,} SRAM bits" if top.get("sram_bits") else "")
+    stage = f"{fo4:.2f}" + (f" (`{frm}` → `{to}`)" if frm else "")
+    return [ge, f"{_g(top, 'n5', 'total_mm2', 'nominal') or 0:.3f}", stage,
+            f"**{timing_verdict(fo4)}**"]
+
+
+def render_v2_hubs(recs: list, current: str) -> str:
+    """Protocol v2's whole hubs on OSU018 (``moehub synth --config deepseek-v3-8gpu --set
+    ...``): per feature set, one node and two, area, N5 mm², the deepest stage and its
+    verdict at 1.98 GHz; a row from older RTL is marked, a hub without a synthesis record
+    says how to make one (its figures are not carried over by hand)."""
+    by_name = {rec["data"]["config"]: (name, rec) for name, rec in recs
+               if "asic" in rec["data"]["report"]}
+    head = ["hub", "GE", "N5 mm² (logic + SRAM)", "deepest stage (FO4)", "at 1.98 GHz"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    used, missing = [], 0
+    for label, changes in V2_HUBS:
+        hit = by_name.get(v2_hub_name(changes))
+        if hit is None:
+            sets = "".join(f" --set {k}={int(v)}" for k, v in changes.items())
+            out.append(f"| {label} | no synthesis record: `moehub synth --config {V2_HUB_BASE}{sets}`, "
+                       "then `moehub report --collect synth` | – | – | – |")
+            missing += 1
+            continue
+        used.append(hit)
+        mark = f" **{OLDER}**" if older(hit[1], "asic", current) else ""
+        out.append("| " + " | ".join([label + mark, *_v2_hub_cells(hit[1])]) + " |")
+    if not used:
+        raise ReportError("table 'v2-hubs': no synthesis record of its hubs (records/synth/"
+                          f"{V2_HUB_BASE}*.json; 'moehub synth --config {V2_HUB_BASE} [--set ...]', "
+                          "then 'moehub report --collect synth')")
+    note = (f"{missing} of {len(V2_HUBS)} hubs have no synthesis record: their rows name the "
+            "command that makes one. " if missing else "")
+    return "\n".join(out) + "\n\n" + note + caption(used) + "\n"
+
+
 def _minutes(s: float) -> str:
     return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
 
@@ -1433,6 +1508,7 @@ TABLES = {
     "relay-critical": ("study-relay", render_relay_critical),
     "v2-units": ("synth-unit", render_v2_units),
     "relay-units": ("synth-unit", render_relay_units),
+    "v2-hubs": ("synth", render_v2_hubs),
     "soak": ("soak", render_soak),
     "csr-map": (None, render_csr_map),
 }
