@@ -289,7 +289,8 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
     assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-critical", "relay-units",
                                             *report.ABLATIONS, *report.SCALING_TABLES,
-                                            "cosim-window-error"}
+                                            "cosim-window-error", "v2-hubs", "formal",
+                                            "verification-summary", "sim-speed"}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2
@@ -1053,3 +1054,115 @@ def test_v2_hubs_from_the_synthesis_records_of_the_variants(tmp_path):
     assert f"`records/synth/{name}.json`" in text
     with pytest.raises(report.ReportError, match="v2-hubs.*no synthesis record"):
         report.render("v2-hubs", tmp_path / "nothing")
+
+
+def _formal_build(tmp_path) -> Path:
+    """A build folder with ``moehub formal`` jobs' result.json: the allocator's three jobs
+    (its BMC at a smoke depth, on older RTL), page-pool-5's k-induction failing, and a work
+    folder without a result (a run before jobs wrote one)."""
+    jobs = (("allocator", "allocator", "prove", 3, 3, "PASS", 6.4, None, CUR),
+            ("allocator", "allocator", "bmc", 5, 10, "PASS", 95.0, None, OLD),
+            ("allocator", "allocator", "cover", 8, 8, "PASS", 1.8, None, CUR),
+            ("page-pool-5", "page pool", "prove", 1, 1, "UNKNOWN", 13.0, 1, CUR))
+    for i, (name, comp, mode, depth, full, status, secs, step, rtl) in enumerate(jobs):
+        folder = tmp_path / "build" / "formal" / f"{name}-{mode}"
+        folder.mkdir(parents=True)
+        doc = {"set": name, "component": comp, "config": "tiny", "mode": mode, "depth": depth,
+               "full_depth": full, "smoke": depth != full, "status": status, "seconds": secs,
+               "cpu_s": secs - 0.5, "failed": [], "step": step, "load": [1.5 + i, 1.0, 1.0],
+               "job_started": f"2026-12-05T14:4{i}:00+00:00", "rtl_sha256": rtl,
+               "record": {"command": "moehub formal", "git": "abc1234",
+                          "started": f"2026-12-05T14:0{i}:00+00:00"}}
+        (folder / "result.json").write_text(json.dumps(doc))
+    (tmp_path / "build" / "formal" / "tracker-prove").mkdir()
+    return tmp_path / "build"
+
+
+def test_collect_and_render_the_formal_proofs(tmp_path):
+    """Each recorded job is a clause of its set's row, in the set's mode order, with what
+    a pass means (unbounded, every cover reached), a failure's status and step, a depth
+    other than the full set's and the wall time; a set with a job on older RTL is marked;
+    a set without a job names the command; the summary counts the full set's jobs."""
+    from moehub.verif.formal.sets import SETS
+    [path] = report.collect_formal(_formal_build(tmp_path), tmp_path / "records")
+    rec = report.read_record(path)
+    assert rec["source"] == "formal" and len(rec["data"]["rows"]) == 4
+    assert rec["date"] == "2026-12-05T14:03:00+00:00" and rec["command"] == "moehub formal"
+    text = report.render("formal", tmp_path / "records", CUR)
+    lines = {ln.split(" | ")[0]: ln for ln in text.splitlines() if ln.startswith("| `")}
+    assert lines["| `allocator` (older RTL)"] == (
+        "| `allocator` (older RTL) | allocator | tiny | k-induction, k = 3: **unbounded**, 6 s; "
+        "BMC 5 (the full set runs 10), 95 s; cover 8: all reached, 2 s | 1.5 |")
+    assert lines["| `page-pool-5`"] == ("| `page-pool-5` | page pool | tiny, 5 pages | k-induction, "
+                                        "k = 1: **UNKNOWN** at step 1, 13 s | 4.5 |")
+    assert lines["| `tracker`"].startswith("| `tracker` | tracker | tiny/trk-small | not in the "
+                                           "record: `moehub formal tracker`")
+    assert len(lines) == len(SETS)
+    total = sum(len(s.modes) for s in SETS.values())
+    assert f"4 of the full set's {total} jobs recorded, 1 of them not passed; 116 s of wall time" in text
+    assert report.render("formal", tmp_path / "records", OLD).count("(older RTL)") == 2
+    with pytest.raises(report.ReportError, match="no formal record"):
+        report.render("formal", tmp_path / "nothing")
+    assert report.collect_formal(tmp_path / "nothing", tmp_path / "records") == []
+
+
+def test_verification_summary_from_the_soak_and_formal_records(tmp_path):
+    """The README's checks: the soaks per config in the shipped order, the formal jobs
+    passed of the full set with the sets bounded by design; a check without a record
+    names its command and the guide's section; neither record: an error naming both."""
+    from moehub.verif.formal.sets import SETS
+    records = tmp_path / "records"
+    report.collect_soak(_soak_build(tmp_path), records)
+    report.collect_formal(_formal_build(tmp_path), records)
+    text = report.render("verification-summary", records)      # (the soak: collected here)
+    lines = text.splitlines()
+    assert lines[2].endswith("| `tiny` 2,000 rows (110 layers, verilator); `mixtral-8gpu` 1,000,000 "
+                             "rows (110 layers, verilator): **every layer equal to the model** |")
+    total = sum(len(s.modes) for s in SETS.values())
+    assert lines[3].startswith(f"| formal proofs, SymbiYosys (`moehub formal`) | **3 of {total} jobs "
+                               f"pass**: 1 of {len(SETS)} sets unbounded (k-induction); bounded by "
+                               "design: `packet-manager` (BMC 16),")
+    assert lines[3].endswith(f"1 of 1 cover runs reach every cover; {total - 4} jobs not recorded "
+                             "(older RTL for some) |")
+    assert lines[4].startswith("| cocotb regression") and "no record yet (`make test; make test-slow`)" in lines[4]
+    assert len([ln for ln in lines if ln.startswith("| ")]) == 1 + 2 + len(report.UNRECORDED_CHECKS)
+    assert "`records/soak.json`" in text and "`records/formal.json`" in text
+    older = report.render_verification_summary(report.load_records(records, "soak"), "other", records)
+    assert older.count("(older RTL)") == 2
+    with pytest.raises(report.ReportError, match="no soak or formal record"):
+        report.render("verification-summary", tmp_path / "nothing")
+
+
+def test_bench_sim_rows_add_up_and_render(tmp_path):
+    """``bench_sim.py``'s rows file: a later run of one simulator replaces that
+    simulator's row and keeps the rest; the table shows cycles/s per config and simulator
+    in the benchmark's order, a warm build and a one-simulator run as such, and names the
+    command of a (config, simulator) not measured."""
+    from moehub.scripts import bench_sim
+    path = tmp_path / "build" / "results" / "bench-sim" / "sim.json"
+    row = lambda config, sim, cycles, sim_s, **kw: {
+        "config": config, "schedule": bench_sim.describe(config, {}), "simulator": sim,
+        "rtl_s": 1.0, "build_s": 28.3, "warm": False, "packets": 11203, "cycles": cycles,
+        "sim_s": sim_s, "outputs": "identical", "load": 2.5, **kw}
+    bench_sim.save_rows(path, [row("tiny", "icarus", 16822, 40.0), row("tiny", "verilator", 16822, 0.5)])
+    bench_sim.save_rows(path, [row("deepseek-v3-8gpu", "verilator", 77952, 0.8, outputs=None, warm=True)])
+    bench_sim.save_rows(path, [row("tiny", "icarus", 16822, 35.9, load=3.25)])
+    doc = json.loads(path.read_text())
+    assert [(r["config"], r["simulator"]) for r in doc["rows"]] == [
+        ("tiny", "icarus"), ("tiny", "verilator"), ("deepseek-v3-8gpu", "verilator")]
+    assert doc["record"]["command"] and all("git" in r for r in doc["rows"])
+    [rec] = report.collect_bench_sim(tmp_path / "build", tmp_path / "records")
+    text = report.render("sim-speed", tmp_path / "records")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| config")]
+    assert lines[0] == ("| tiny | 700 synthetic rows, 11,203 packets | Icarus | 28.3 | 16,822 | 35.9 | "
+                        "469 | identical | 3.2 |")
+    assert lines[1].split(" | ")[6] == "33,644"
+    assert lines[2].startswith("| mixtral-8gpu | not measured: `python -m moehub.scripts.bench_sim "
+                               "--configs mixtral-8gpu --sims icarus`")
+    assert lines[5] == ("| deepseek-v3-8gpu | deepseek-v3, 256 tokens/GPU on h100x8, GPU 0's hub, "
+                        "11,203 packets | Verilator | 28.3 (warm) | 77,952 | 0.8 | 97,440 | one "
+                        "simulator run | 2.5 |")
+    assert len(lines) == 6 and "`records/bench-sim.json`" in text
+    with pytest.raises(report.ReportError, match="no bench-sim rows"):
+        report.render("sim-speed", tmp_path / "nothing")
+    assert report.collect_bench_sim(tmp_path / "nothing", tmp_path / "records") == []

@@ -13,17 +13,24 @@ the cycle count) must be identical. Schedules:
 
 Builds go to ``<build>/bench_sim/`` (its build cache is emptied first unless ``--warm``);
 the Verilog of each config is generated before the clock starts (column ``rtl s``).
+Each (config, simulator) is also a row of ``<build>/results/bench-sim/sim.json`` (or
+``--out``; a new measurement replaces the older, others are kept), with the load before
+it and the run record: ``moehub report --collect bench-sim`` makes the record the docs'
+``sim-speed`` table is generated from. Icarus takes tens of minutes on the layer
+schedules, so a run of some configs or one simulator adds only those rows.
 
-    .venv/bin/python scripts/bench_sim.py [--configs tiny,mixtral-8gpu] [--sims verilator]
-        [--tokens mixtral-8gpu=1024] [--warm]
+    .venv/bin/python -m moehub.scripts.bench_sim [--configs tiny,mixtral-8gpu] [--sims verilator]
+        [--tokens mixtral-8gpu=1024] [--warm] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
 import time
+from pathlib import Path
 
 from moehub.paths import build_root
 
@@ -73,12 +80,44 @@ def schedule(config: str, tokens: dict):
     return layer_schedule(model, tokens.get(config, n))
 
 
+def describe(config: str, tokens: dict) -> str:
+    """The schedule of ``config`` in words (the table's column)."""
+    if config == "tiny":
+        return "700 synthetic rows"
+    model, n = LAYERS[config]
+    return f"{model}, {tokens.get(config, n)} tokens/GPU on h100x8, GPU 0's hub"
+
+
+def rows_path(out=None) -> Path:
+    return Path(out) if out else build_root() / "results" / "bench-sim" / "sim.json"
+
+
+def save_rows(path: Path, new: list) -> None:
+    """Add ``new`` (dicts) to the rows at ``path`` with this run's record: a row of the same
+    config and simulator replaces the older one, the others are kept (a run of one
+    simulator, or of some configs, completes the file)."""
+    from moehub import runinfo
+    path = Path(path)
+    doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    key = lambda r: (r["config"], r["simulator"])
+    new = [{**r, "git": runinfo.git_describe()} for r in new]
+    rows = [r for r in doc.get("rows", []) if key(r) not in {key(n) for n in new}] + new
+    rows.sort(key=lambda r: (CONFIGS.index(r["config"]) if r["config"] in CONFIGS else len(CONFIGS),
+                             r["config"], r["simulator"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"record": runinfo.record(), "rows": rows}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
 def observed(res) -> tuple:
     """What must be identical on both simulators."""
     return (res.cycles, res.ctl, res.credits, res.writes, res.write_hash, res.stalls, res.csr)
 
 
-def bench_config(config: str, sims: list, tokens: dict) -> list:
+def bench_config(config: str, sims: list, tokens: dict, warm: bool = False) -> list:
+    """One row per simulator (a dict: what the rows file keeps); ``outputs``: identical or
+    DIFFER against the first simulator's run, None with one simulator (nothing compared)."""
     from moehub.rtl.gen import convert
     from moehub.verif.player import run_player
     cfg, packets, csr = schedule(config, tokens)
@@ -87,11 +126,16 @@ def bench_config(config: str, sims: list, tokens: dict) -> list:
     rtl_s = time.perf_counter() - t
     rows, first = [], None
     for sim in sims:
+        load0 = round(os.getloadavg()[0], 2)
         res = run_player(cfg, packets, csr_writes=csr, tag=f"bench-{sim}", sim=sim,
                          label=f"{config} [{sim}]")
         first = first or observed(res)
-        rows.append((config, sim, rtl_s, res.build_s, len(packets), res.cycles, res.wall_s,
-                     "identical" if observed(res) == first else "DIFFER"))
+        rows.append({"config": config, "schedule": describe(config, tokens), "simulator": sim,
+                     "rtl_s": round(rtl_s, 2), "build_s": round(res.build_s, 2), "warm": warm,
+                     "packets": len(packets), "cycles": res.cycles, "sim_s": round(res.wall_s, 2),
+                     "outputs": (None if len(sims) == 1 else
+                                 "identical" if observed(res) == first else "DIFFER"),
+                     "load": load0})
     return rows
 
 
@@ -103,21 +147,29 @@ def main(argv=None) -> int:
                     help="tokens per GPU of a layer config (default mixtral-8gpu=4096, "
                          "deepseek-v3-8gpu=256)")
     ap.add_argument("--warm", action="store_true", help="keep earlier builds (build s ~ 0)")
+    ap.add_argument("--out", default=None, help="the rows file (default "
+                    "<build>/results/bench-sim/sim.json)")
     args = ap.parse_args(argv)
     from moehub import progress
     progress.configure(progress.NORMAL)
     tokens = {k: int(v) for k, v in (t.split("=") for t in args.tokens)}
+    out = rows_path(args.out)                   # (before MOEHUB_BUILD moves the build folder)
     os.environ["MOEHUB_BUILD"] = str(build_root() / "bench_sim")
     if not args.warm:
         shutil.rmtree(build_root() / "sim" / "builds", ignore_errors=True)
-    table = [r for c in args.configs.split(",") for r in bench_config(c, args.sims.split(","),
-                                                                      tokens)]
+    table = []
+    for c in args.configs.split(","):
+        rows = bench_config(c, args.sims.split(","), tokens, args.warm)
+        save_rows(out, rows)                    # (each config as it ends: Icarus runs are long)
+        table += rows
     print(f"{'config':<18} {'simulator':<10} {'rtl s':>6} {'build s':>8} {'packets':>10} "
           f"{'cycles':>10} {'sim s':>8} {'cycles/s':>10}  outputs")
-    for config, sim, rtl_s, build_s, n, cyc, wall, same in table:
-        print(f"{config:<18} {sim:<10} {rtl_s:>6.1f} {build_s:>8.1f} {n:>10,} {cyc:>10,} "
-              f"{wall:>8.1f} {cyc / max(wall, 1e-9):>10,.0f}  {same}")
-    return 0 if all(r[-1] == "identical" for r in table) else 1
+    for r in table:
+        print(f"{r['config']:<18} {r['simulator']:<10} {r['rtl_s']:>6.1f} {r['build_s']:>8.1f} "
+              f"{r['packets']:>10,} {r['cycles']:>10,} {r['sim_s']:>8.1f} "
+              f"{r['cycles'] / max(r['sim_s'], 1e-9):>10,.0f}  {r['outputs'] or '(one simulator)'}")
+    print(f"rows: {out}")
+    return 0 if all(r["outputs"] != "DIFFER" for r in table) else 1
 
 
 if __name__ == "__main__":

@@ -37,7 +37,11 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``bench-scaling``: ``results/bench-scaling/scaling.json`` of ``bench_cosim.py --scaling``;
 * ``bench-window``: ``results/bench-window/window.json`` of ``bench_cosim.py --window-error``;
 * ``study-relay``: every ``results/study-relay*/relay.csv`` (and its ``run.json``) of
-  ``python -m moehub.cosim.studies.relay``.
+  ``python -m moehub.cosim.studies.relay``;
+* ``synth-unit``: every ``synth/unit-*/unit.json`` of ``moehub synth-unit``;
+* ``soak``: every ``soak/*/summary.json`` of ``moehub soak``;
+* ``formal``: every ``formal/<set>-<mode>/result.json`` of ``moehub formal`` (one job each);
+* ``bench-sim``: ``results/bench-sim/sim.json`` of ``bench_sim.py`` (Icarus against Verilator).
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -54,7 +58,11 @@ coalesced − exact in %, the largest, the window and each run's CPU seconds); `
 study's hub v2, + relay, + relay + reduce and DeepEP normal mode on 2 and 4 nodes, a row
 short of its fixed point marked †); ``v2-hubs`` (protocol v2's whole hubs, one node and two:
 area, N5 mm², the deepest stage and its verdict, from the synthesis records of
-``moehub synth --config deepseek-v3-8gpu --set ...``; a variant without one says so).
+``moehub synth --config deepseek-v3-8gpu --set ...``; a variant without one says so);
+``formal`` (per property set its jobs as run: k-induction, BMC, covers, result, time),
+``verification-summary`` (the README's checks: the soaks, the formal jobs, and the checks
+without a record named as such) and ``sim-speed`` (Icarus against Verilator: build,
+cycles per second, identical outputs).
 
 A table of the spec itself has no record: ``csr-map`` (the CSR registers of
 ``spec/csr_map.py``: word, access, width, reset, the features a register needs, its doc
@@ -604,6 +612,16 @@ def collect_bench_window(build: Path, records: Path) -> list:
                           "its point and the CPU seconds of its point's two whole runs")
 
 
+def collect_bench_sim(build: Path, records: Path) -> list:
+    """The record of ``<build>/results/bench-sim/sim.json`` (``bench_sim.py``: one row per
+    config and simulator, each with the load before it, and the last run's record)."""
+    return _collect_bench("bench-sim", Path(build, "results", "bench-sim", "sim.json"),
+                          "python -m moehub.scripts.bench_sim", records,
+                          "rows of one or more runs of the benchmark (the record is the last's), "
+                          "one per config and simulator; each row has the 1-minute load average "
+                          "before its simulation and the commit of its run")
+
+
 def _record_summaries(source: str, paths: list, dest: Path, command: str, note: str,
                       section: str, drop=("out",), from_run=("git", "started", "command"),
                       last_command: bool = False) -> list:
@@ -653,8 +671,20 @@ def collect_soak(build: Path, records: Path) -> list:
         drop=(), from_run=("git", "started", "command", "cpu_s"), last_command=True)
 
 
+def collect_formal(build: Path, records: Path) -> list:
+    """The record of every ``<build>/formal/<set>-<mode>/result.json`` (``moehub formal``:
+    one job each, with its run's record, the load before it and the hash of the RTL sources
+    it proved), one row per job; a work folder of a run before jobs wrote one is left out."""
+    return _record_summaries(
+        "formal", sorted(Path(build, "formal").glob("*/result.json")), Path(records, "formal.json"),
+        "moehub formal", "one row per job (property set and mode), each with its own run's "
+        "command and commit, the load before it and the RTL sources' hash it proved "
+        "(rtl_sha256, what the table's older-RTL mark reads); sources_sha256: the RTL at "
+        "collection", "formal", drop=(), from_run=("git", "command"), last_command=True)
+
+
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
-              "bench-window", "study-relay", "synth-unit", "soak")
+              "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1170,6 +1200,44 @@ def render_window_error(recs: list, current: str) -> str:
             "1-minute load average before the point.\n\n" + caption(recs) + "\n")
 
 
+#: the simulators of the sim-speed table, in its order
+SIMULATORS = {"icarus": "Icarus", "verilator": "Verilator"}
+
+
+def render_sim_speed(recs: list, current: str) -> str:
+    """Icarus against Verilator on RTL-in-the-loop runs (``bench_sim.py``): per config (in
+    the benchmark's order) and simulator, the build from a cold cache, cycles, simulator
+    seconds and cycles per second, whether the two simulators' outputs were identical and
+    the load before the run; a (config, simulator) without a row says how to measure it."""
+    from .bench_sim import CONFIGS
+    rows = {(r["config"], r["simulator"]): r for _, rec in recs for r in rec["data"]["rows"]}
+    if not rows:
+        raise ReportError("table 'sim-speed': no bench-sim rows (records/bench-sim.json; run "
+                          "'python -m moehub.scripts.bench_sim', then 'moehub report --collect "
+                          "bench-sim')")
+    head = ["config", "schedule", "simulator", "build s", "cycles", "sim s", "cycles/s",
+            "outputs", "load"]
+    out = ["| " + " | ".join(head) + " |", "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    configs = list(CONFIGS) + sorted({c for c, _ in rows} - set(CONFIGS))
+    for config in configs:
+        for i, (sim, label) in enumerate(SIMULATORS.items()):
+            r = rows.get((config, sim))
+            if r is None:
+                out.append(f"| {config} | not measured: `python -m moehub.scripts.bench_sim "
+                           f"--configs {config} --sims {sim}` | {label} | | | | | | |")
+                continue
+            out.append("| " + " | ".join([
+                config, f"{r['schedule']}, {r['packets']:,} packets", label,
+                f"{r['build_s']:.1f}" + (" (warm)" if r.get("warm") else ""), f"{r['cycles']:,}",
+                f"{r['sim_s']:,.1f}", f"{r['cycles'] / max(r['sim_s'], 1e-9):,.0f}",
+                r["outputs"] or "one simulator run", f"{r['load']:.1f}"]) + " |")
+    return ("\n".join(out) + "\n\n\"sim s\": the simulator process, cocotb's start included; "
+            "build s: the player's build from an empty cache; outputs: every control write, "
+            "credit, data write, stall and the cycle count against the other simulator's run "
+            "of the same schedule in the same benchmark run; load: the 1-minute load average "
+            "before the run.\n\n" + caption(recs) + "\n")
+
+
 # ----------------------------------------------------------------------------- spec tables
 #: the configuration the register table shows: the smallest protocol-v1 hub
 CSR_CONFIG = "tiny"
@@ -1491,6 +1559,154 @@ def render_soak(recs: list, current: str) -> str:
     return "\n".join(out) + "\n\n" + caption(recs) + "\n"
 
 
+def _formal_job(r: dict) -> str:
+    """One recorded formal job as a cell's clause: its mode and depth, what a pass means
+    for it (k-induction: unbounded; a cover: every cover reached), the step of a failure,
+    a depth other than the full set's, and its wall time."""
+    mode, d = r["mode"], r["depth"]
+    text = {"prove": f"k-induction, k = {d}", "bmc": f"BMC {d}", "cover": f"cover {d}"}[mode]
+    if r["status"] == "PASS":
+        text += {"prove": ": **unbounded**", "bmc": "", "cover": ": all reached"}[mode]
+    else:
+        text += f": **{r['status']}**" + (f" at step {r['step']}" if r.get("step") is not None else "")
+    if r.get("full_depth") is not None and r["full_depth"] != d:
+        text += f" (the full set runs {r['full_depth']})"
+    return text + f", {_wall(r['seconds'])}"
+
+
+def _wall(s: float) -> str:
+    """Seconds as "95 s" up to 1,000, above as "21 min" (a proof's time in a clause)."""
+    return f"{s:.0f} s" if s < 1000 else f"{s / 60:.0f} min"
+
+
+def formal_rows(recs: list) -> dict:
+    """``{(set, mode): (row, record)}`` of the formal records; a job in two is an error."""
+    out = {}
+    for _, rec in recs:
+        for r in rec["data"]["rows"]:
+            if (r["set"], r["mode"]) in out:
+                raise ReportError(f"formal: the job {r['set']} {r['mode']} is in two records")
+            out[r["set"], r["mode"]] = (r, rec)
+    return out
+
+
+def render_formal(recs: list, current: str) -> str:
+    """``moehub formal``'s property sets (in the sets' order, :mod:`moehub.verif.formal.sets`):
+    per set its config and each job of the full set as recorded -- k-induction (unbounded),
+    BMC, covers, each with its depth, result and wall time -- and the load before its
+    first job; a set proved on older RTL is marked, a job not in the record says so."""
+    from ..verif.formal.sets import SETS
+    if not recs:
+        raise ReportError("table 'formal': no formal record (records/formal.json; run "
+                          "'moehub formal [SET...]', then 'moehub report --collect formal')")
+    jobs = formal_rows(recs)
+    head = ["set", "component", "config", "jobs: result, wall time", "load"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    counts = {"jobs": 0, "recorded": 0, "failed": 0, "seconds": 0.0, "cpu_s": 0.0}
+    for s in SETS.values():
+        cells, loads, old = [], [], False
+        for mode in s.modes:
+            counts["jobs"] += 1
+            hit = jobs.get((s.name, mode))
+            if hit is None:
+                cells.append(f"{mode} {s.modes[mode]}: not in the record")
+                continue
+            r = hit[0]
+            counts["recorded"] += 1
+            counts["failed"] += r["status"] != "PASS"
+            counts["seconds"] += r["seconds"]
+            counts["cpu_s"] += r.get("cpu_s") or 0.0
+            old |= r.get("rtl_sha256") != current
+            loads.append(r["load"][0])
+            cells.append(_formal_job(r))
+        if not loads:
+            out.append(f"| `{s.name}` | {s.component} | {_cell(s.config)} | not in the record: "
+                       f"`moehub formal {s.name}`, then `moehub report --collect formal` | – |")
+            continue
+        mark = f" ({OLDER})" if old else ""
+        out.append(f"| `{s.name}`{mark} | {s.component} | {_cell(s.config)} | "
+                   + "; ".join(cells) + f" | {loads[0]:.1f} |")
+    c = counts
+    summary = (f"{c['recorded']} of the full set's {c['jobs']} jobs recorded, "
+               + (f"{c['failed']} of them not passed" if c["failed"] else "all passed")
+               + f"; {_wall(c['seconds'])} of wall time, {_wall(c['cpu_s'])} of CPU, one job at "
+               "a time. Load: the 1-minute load average before the set's first job.")
+    return "\n".join(out) + "\n\n" + summary + "\n\n" + caption(recs) + "\n"
+
+
+#: the README's verification checks without a record yet: (check, where its figures are
+#: kept by hand, the command that runs it)
+UNRECORDED_CHECKS = (
+    ("cocotb regression, every shipped config, Icarus and Verilator",
+     "verification.md#the-reference-model-and-the-cocotb-testbench", "make test; make test-slow"),
+    ("functional coverage (the slow set's coverage run)",
+     "verification.md#functional-coverage-and-testpoints",
+     "python -m moehub.verif.coverage report"),
+    ("mutation testing of the RTL", "verification.md#mutation-testing", "moehub mutate --sample N"),
+    ("equivalence proof of each RTL refactor",
+     "verification.md#refactoring-under-an-equivalence-proof", "moehub equiv"),
+)
+
+
+def _soak_summary(recs: list, current: str) -> str:
+    """The soak row: per config its rows and layers, all equal to the model (a recorded
+    soak is one that ran to its end: a mismatch writes no summary)."""
+    from ..spec.config import HUB_CONFIGS
+    rank = {c: i for i, c in enumerate(HUB_CONFIGS)}
+    rows = sorted(((r, rec) for _, rec in recs for r in rec["data"]["rows"]),
+                  key=lambda rr: (rank.get(rr[0]["config"], len(rank)), rr[0]["config"], rr[0]["seed"]))
+    parts = [f"`{r['config']}` {r['rows']:,} rows ({r['layers']:,} layers, {r['sim']})"
+             + (f" ({OLDER})" if older(rec, "soak", current) else "") for r, rec in rows]
+    return "; ".join(parts) + ": **every layer equal to the model**"
+
+
+def _formal_summary(recs: list, current: str) -> str:
+    """The formal row: jobs passed of the full set, the sets proven unbounded, those
+    bounded only (their BMC depth), the covers, jobs not recorded and older RTL."""
+    from ..verif.formal.sets import SETS
+    jobs = formal_rows(recs)
+    total = sum(len(s.modes) for s in SETS.values())
+    passed = sum(r["status"] == "PASS" for r, _ in jobs.values())
+    proven = [s for s in SETS.values() if "prove" in s.modes
+              and (jobs.get((s.name, "prove")) or ({},))[0].get("status") == "PASS"]
+    bounded = [s for s in SETS.values() if "prove" not in s.modes and "bmc" in s.modes]
+    covers = [jobs[s.name, "cover"][0] for s in SETS.values() if (s.name, "cover") in jobs]
+    text = (f"**{passed} of {total} jobs pass**: {len(proven)} of {len(SETS)} sets unbounded "
+            f"(k-induction); bounded by design: "
+            + ", ".join(f"`{s.name}` (BMC {s.modes['bmc']})" for s in bounded)
+            + f"; {sum(r['status'] == 'PASS' for r in covers)} of {len(covers)} cover runs reach "
+            "every cover")
+    if len(jobs) < total:
+        text += f"; {total - len(jobs)} jobs not recorded"
+    if any(r.get("rtl_sha256") != current for r, _ in jobs.values()):
+        text += f" ({OLDER} for some)"
+    return text
+
+
+def render_verification_summary(recs: list, current: str, records: Path = RECORDS) -> str:
+    """Does the hub work: the README's one table of the checks, each from its record (the
+    soaks, the formal proofs); a check without a record names where its figures are kept
+    and the command that runs it."""
+    out = ["| check | result |", "|---|---|"]
+    used = []
+    if recs:
+        out.append("| soak: a million random rows per config, error injection, against the model "
+                   f"(`moehub soak`) | {_soak_summary(recs, current)} |")
+        used += recs
+    formal = load_records(records, "formal")
+    if formal:
+        out.append(f"| formal proofs, SymbiYosys (`moehub formal`) | {_formal_summary(formal, current)} |")
+        used += formal
+    if not used:
+        raise ReportError("table 'verification-summary': no soak or formal record "
+                          "(records/soak.json, records/formal.json; 'moehub report --collect "
+                          "soak formal')")
+    for check, where, command in UNRECORDED_CHECKS:
+        out.append(f"| {check} | no record yet (`{command}`): measured, typed in "
+                   f"[the guide](docs/{where}) |")
+    return "\n".join(out) + "\n\n" + caption(used) + "\n"
+
+
 #: table name -> (record source, renderer); a source of ``None``: a table of the spec,
 #: rendered without records
 TABLES = {
@@ -1510,6 +1726,9 @@ TABLES = {
     "relay-units": ("synth-unit", render_relay_units),
     "v2-hubs": ("synth", render_v2_hubs),
     "soak": ("soak", render_soak),
+    "formal": ("formal", render_formal),
+    "sim-speed": ("bench-sim", render_sim_speed),
+    "verification-summary": ("soak", render_verification_summary),
     "csr-map": (None, render_csr_map),
 }
 
@@ -1523,7 +1742,7 @@ def render(name: str, records: Path = RECORDS, current: str | None = None) -> st
     if source is None:
         return fn()
     recs, current = load_records(records, source), current or rtl_sources_hash()
-    takes_records = name in ABLATIONS or name == "validation-summary"
+    takes_records = name in ABLATIONS or name in ("validation-summary", "verification-summary")
     return fn(recs, current, records) if takes_records else fn(recs, current)
 
 
@@ -1639,6 +1858,8 @@ def _run(args) -> int:
             "study-relay": lambda: collect_study_relay(build, records),
             "synth-unit": lambda: collect_synth_unit(build, records),
             "soak": lambda: collect_soak(build, records),
+            "formal": lambda: collect_formal(build, records),
+            "bench-sim": lambda: collect_bench_sim(build, records),
         }
         assert set(collect) == set(COLLECTORS)
         for source in which:
