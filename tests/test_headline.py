@@ -192,6 +192,22 @@ def test_the_cache_key_hashes_what_a_run_imports_not_what_presents_it(monkeypatc
     assert "cosim/plots.py" not in seen and "cosim/headline.py" not in seen
 
 
+def test_default_grid_covers_the_map_and_full_adds_the_widest():
+    """The default grid has 8-GPU boxes, the NVL72 and multi-node systems, each at decode
+    and prefill sizes, and stays within the systems a 2-core machine runs in about half
+    an hour; ``full`` adds EP128 and EP256 (hours)."""
+    default = grid.points(grid.build_blocks(None))
+    sizes = {}
+    for p in default:
+        sizes.setdefault(p.system_config, set()).add(p.tokens)
+    assert {"h100x8", "b200x8", "gb200-nvl72", "gb200-nvl72-ep72", "h100x32-ib",
+            "h100x64-ib"} == set(sizes)
+    assert all(min(s) == 1 and max(s) >= 128 for s in sizes.values())
+    assert max(sizes["h100x8"]) == 32768
+    full = {p.system_config for p in grid.points(grid.build_blocks("full"))}
+    assert full == set(sizes) | {"gb200-nvl72x2-ep128-ib", "h100x256-ib"}
+
+
 def test_presets_and_blocks():
     quick = grid.points(grid.build_blocks("quick"))
     assert {p.system_config for p in quick} >= {"h100x8", "gb200-nvl72"}

@@ -229,6 +229,26 @@ def test_headline_map_over_every_grid(records):
     assert md.count("2026-12-04") == 2 and "5c433dd" not in md
 
 
+def test_headline_ratio_table_shows_its_own_record_and_the_map_the_others(records):
+    """A record a table of its own shows (the compute-to-link sweep) stays out of the map,
+    so the same point may be in both; a skipped point is marked under its system's EP name."""
+    rows = [{**headline_row("gb200-nvl72", "deepseek-v3-fp8", 32, 1.3, "fused", 4.0), "gpus": 64,
+             "compute_link_ratio": r} for r in (1.0, 2.0)]
+    rec = headline_record(rows, "2026-12-04T18:00:00+00:00")
+    rec["data"]["skipped"] = [{"system_config": "gb200-nvl72", "model": "deepseek-v3-fp8",
+                               "tokens_per_gpu": 512, "compute_link_ratio": 2.0, "rows": 9,
+                               "reason": "rows"}]
+    report.write_record(records / "headline" / "headline-ratio.json", rec)
+    ratio = report.render("headline-ratio", records, CUR)
+    assert "| gb200-nvl72 (EP64) | deepseek-v3-fp8 | 2 | 1.30 F / 4.00 deepspeed_moe (v1) | skip |" in ratio
+    assert "ds.json" not in ratio and "quick.json" not in ratio
+    whole = report.render("headline", records, CUR)
+    assert "headline-ratio.json" not in whole and "1.30 F" not in whole
+    (records / "headline" / "headline-ratio.json").unlink()
+    with pytest.raises(report.ReportError, match="headline-ratio.json"):
+        report.render("headline-ratio", records, CUR)
+
+
 def test_headline_refuses_a_point_in_two_records(records):
     report.write_record(records / "headline" / "again.json", headline_record(
         [headline_row("h100x8", "mixtral-8x7b", 1, 1.0, "fused", 2.0)], "2026-12-04T17:00:00+00:00"))
@@ -290,7 +310,7 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-critical", "relay-units",
                                             *report.ABLATIONS, *report.SCALING_TABLES,
                                             "cosim-window-error", "v2-hubs", "formal",
-                                            "verification-summary", "sim-speed"}
+                                            "verification-summary", "sim-speed", "headline-ratio"}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2

@@ -285,7 +285,8 @@ def cmd_headline(args) -> int:
                   use_cache=not args.no_cache)
     rows, by_label = _rows(pts, ev, runs, today, paper)
     skip_rows = [_skip_row(p, why) for p, why in skipped]
-    record = {"grid": args.grid or "command line", "points": len(pts) + len(skipped),
+    axes = any((args.systems, args.models, args.tokens, args.compute_link_ratio))
+    record = {"grid": args.grid or ("command line" if axes else "default"), "points": len(pts) + len(skipped),
               "evaluated": ev.evaluated, "cached": ev.cached, "skipped": len(skipped),
               "failed": len(ev.failures), "failures": ev.failures, "runs": list(runs),
               "hub_variants": list(variants), "baselines": list(today),
@@ -341,8 +342,10 @@ def add_parser(subparsers) -> None:
         description=__doc__.split("\n\n")[1])
     g = h.add_argument_group("the grid (a preset's axes are replaced by the ones given)")
     g.add_argument("--grid", choices=tuple(grid.PRESETS), default=None,
-                   help="a preset grid: default (the whole map; without --grid the axes "
-                        "given replace it as one block) or quick (1-3 min on 2 cores today)")
+                   help="a preset grid: default (8-GPU boxes, NVL72, 4- and 8-node H100; about "
+                        "half an hour on 2 cores; without --grid the axes given replace it "
+                        "as one block), full (adds EP128 and EP256: hours, for a cluster) or "
+                        "quick (1-3 min on 2 cores)")
     g.add_argument("--quick", action="store_const", const="quick", dest="grid",
                    help="the quick grid (the same as --grid quick)")
     g.add_argument("--systems", default=None, help="system configs (names or YAML paths), "

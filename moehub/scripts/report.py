@@ -848,13 +848,31 @@ def _with_ep(r: dict) -> dict:
     return {**r, "system_config": f"{r['system_config']} (EP{r['gpus']})"} if r.get("gpus") else r
 
 
-def render_headline(recs: list, current: str) -> str:
-    """``moehub headline``'s map over every recorded grid: per system, model and
+#: headline tables of one record each (table -> the record's name, ``records/headline/
+#: <name>.json``); the ``headline`` map shows every other headline record
+HEADLINE_APART = {"headline-ratio": "headline-ratio"}
+
+
+def render_headline_of(table: str):
+    """The renderer of the headline table ``table``: its own record (:data:`HEADLINE_APART`),
+    or for ``headline`` every record no other table shows."""
+    def render(recs: list, current: str) -> str:
+        own = HEADLINE_APART.get(table)
+        stem = {n: Path(n).stem for n, _ in recs}
+        mine = [(n, r) for n, r in recs
+                if (stem[n] == own if own else stem[n] not in HEADLINE_APART.values())]
+        return render_headline(mine, current, table)
+    return render
+
+
+def render_headline(recs: list, current: str, table: str = "headline") -> str:
+    """``moehub headline``'s map over the recorded grids ``recs``: per system, model and
     compute-to-link ratio, the hub's speedup over the best software of today (letter) and
     over the papers' kind of baseline, per tokens/GPU."""
     from ..cosim.headline import SHORT, pivot_md
     if not recs:
-        raise ReportError("table 'headline': no headline record (records/headline/*.json; "
+        name = HEADLINE_APART.get(table, "*")
+        raise ReportError(f"table {table!r}: no headline record (records/headline/{name}.json; "
                           "'moehub report --collect headline')")
     recs = sorted(recs, key=lambda nr: (nr[1]["date"] or "", nr[0]))
     rows, skipped, seen = [], [], set()
@@ -862,10 +880,12 @@ def render_headline(recs: list, current: str) -> str:
         for r in rec["data"]["rows"]:
             key = (r["system_config"], r["model"], r["compute_link_ratio"], r["tokens_per_gpu"])
             if key in seen:
-                raise ReportError(f"table 'headline': the point {key} is in two records")
+                raise ReportError(f"table {table!r}: the point {key} is in two records")
             seen.add(key)
             rows.append(_with_ep(r))
-        skipped += [_with_ep(r) for r in rec["data"].get("skipped") or []]
+        gpus = {r["system_config"]: r.get("gpus") for r in rec["data"]["rows"]}
+        skipped += [_with_ep({"gpus": gpus.get(r["system_config"]), **r})
+                    for r in rec["data"].get("skipped") or []]
     letters = ", ".join(f"{v} {k}" for k, v in SHORT.items())
     return (pivot_md(rows, skipped) + "\n\n" + f"Cells: the fastest hub variant's speedup over "
             f"the fastest software of today ({letters}) / over the fastest of the papers' kind "
@@ -1712,7 +1732,7 @@ def render_verification_summary(recs: list, current: str, records: Path = RECORD
 TABLES = {
     "hub-verdicts": ("synth", render_hub_verdicts),
     "asap7": ("synth", render_asap7),
-    "headline": ("headline", render_headline),
+    **{n: ("headline", render_headline_of(n)) for n in ("headline", *HEADLINE_APART)},
     "validation-summary": ("validate", render_validation_summary),
     "validation-misses": ("validate", render_validation_misses),
     "validation-cases": ("validate", render_validation_cases),
