@@ -309,7 +309,7 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
     assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-critical", "relay-units",
                                             *report.ABLATIONS, *report.SCALING_TABLES,
-                                            "cosim-window-error", "v2-hubs", "formal",
+                                            "cosim-window-error", "v2-hubs", "formal", "explore-example",
                                             "verification-summary", "sim-speed", "headline-ratio"}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
@@ -1186,3 +1186,53 @@ def test_bench_sim_rows_add_up_and_render(tmp_path):
     with pytest.raises(report.ReportError, match="no bench-sim rows"):
         report.render("sim-speed", tmp_path / "nothing")
     assert report.collect_bench_sim(tmp_path / "nothing", tmp_path / "records") == []
+
+
+def _explore_build(tmp_path, name=report.EXPLORE_EXAMPLE) -> Path:
+    """A build folder with a ``moehub explore`` result: three points (one lane a timing
+    FAIL, two on the front, one from the cache) as the explorer writes points.csv."""
+    from moehub.explore.runner import write_csv
+    folder = tmp_path / "build" / "results" / name
+    folder.mkdir(parents=True)
+    row = lambda i, label, n5, fo4, timing, speedup, pareto, cached=False: {
+        "point": i, "label": label, "workload": "small", "model": "mixtral-8x7b", "system": "h100x8",
+        "n5_mm2": n5, "fo4": fo4, "timing": timing, "speedup": speedup, "best_baseline": "comet",
+        "receive_bytes": 16 * 2**20, "receive_MiB": 16.0, "tag_stalls": 0, "pareto": pareto,
+        "cached": cached, "wall_s": 155.4, "host": "h"}
+    write_csv([row(0, "lanes=1 tags=4", 0.00281, 27.04, "FAIL", 1.0131, False),
+               row(1, "lanes=2 tags=4", 0.00392, 24.0, "MARGINAL", 0.9462, True),
+               row(2, "lanes=2 tags=8", 0.00441, 24.0, "MARGINAL", 0.9481, True, cached=True)],
+              folder / "points.csv")
+    (folder / "run.json").write_text(json.dumps({
+        "command": "moehub explore --axis lanes=1,2 --axis tags=4,8 --workers 1", "git": "abc1234",
+        "started": "2026-12-05T15:10:20+00:00", "wall_s": 960.0, "cpu_s": 900.0, "points": 3,
+        "evaluated": 2, "cached": 1, "failed": 0, "cluster": "local"}))
+    return tmp_path / "build"
+
+
+def test_collect_and_render_the_exploration_example(tmp_path):
+    """The guide's exploration: a row per point with area, stage and verdict, speedup
+    (the one best baseline in the header), memory, the Pareto mark or the timing FAIL
+    that keeps a point off the front, the point's time (a cached one said so); the CSV's
+    cells come back typed; another exploration is not this table; an RTL edit after the
+    collection marks the rows."""
+    build = _explore_build(tmp_path)
+    _explore_build(tmp_path, "explore-experts1+2")
+    paths = report.collect_explore(build, tmp_path / "records")
+    assert [p.name for p in paths] == ["explore-experts1+2.json", f"{report.EXPLORE_EXAMPLE}.json"]
+    rec = report.read_record(paths[1])
+    assert rec["data"]["rows"][0]["pareto"] is False and rec["data"]["rows"][1]["fo4"] == 24.0
+    assert rec["date"] == "2026-12-05T15:10:20+00:00" and rec["data"]["wall_s"] == 960.0
+    text = report.render("explore-example", tmp_path / "records")
+    lines = text.splitlines()
+    assert lines[0] == ("| point | N5 mm² (reduced) | deepest stage | speedup (best: comet) | "
+                        "receive MiB | Pareto | wall s |")
+    assert lines[2] == "| lanes=1 tags=4 | 0.0028 | 27.0 FO4 FAIL | 1.013 | 16.0 | (timing) | 155 |"
+    assert lines[3] == "| lanes=2 tags=4 | 0.0039 | 24.0 FO4 MARGINAL | 0.946 | 16.0 | * | 155 |"
+    assert lines[4].endswith("| * | 155 (cached) |")
+    assert "3 points, 2 evaluated and 1 from the cache on local, 16 min of wall time" in text
+    assert "experts1+2" not in text and "older RTL" not in text
+    older = report.render_explore_example(report.load_records(tmp_path / "records", "explore"), "x")
+    assert older.count("(older RTL)") == 3
+    with pytest.raises(report.ReportError, match="no record of explore-lanes1"):
+        report.render("explore-example", tmp_path / "nothing")

@@ -42,6 +42,7 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``soak``: every ``soak/*/summary.json`` of ``moehub soak``;
 * ``formal``: every ``formal/<set>-<mode>/result.json`` of ``moehub formal`` (one job each);
 * ``bench-sim``: ``results/bench-sim/sim.json`` of ``bench_sim.py`` (Icarus against Verilator).
+* ``explore``: every ``results/explore-*/points.csv`` (and its ``run.json``) of ``moehub explore``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -62,7 +63,8 @@ area, N5 mm², the deepest stage and its verdict, from the synthesis records of
 ``formal`` (per property set its jobs as run: k-induction, BMC, covers, result, time),
 ``verification-summary`` (the README's checks: the soaks, the formal jobs, and the checks
 without a record named as such) and ``sim-speed`` (Icarus against Verilator: build,
-cycles per second, identical outputs).
+cycles per second, identical outputs); ``explore-example`` (the exploration guide's
+``--axis lanes=1,2,4 --axis tags=4,8``: area, stage, speedup, memory, Pareto per point).
 
 A table of the spec itself has no record: ``csr-map`` (the CSR registers of
 ``spec/csr_map.py``: word, access, width, reset, the features a register needs, its doc
@@ -671,6 +673,43 @@ def collect_soak(build: Path, records: Path) -> list:
         drop=(), from_run=("git", "started", "command", "cpu_s"), last_command=True)
 
 
+def _csv_value(text: str):
+    """A cell of a CSV the explorer wrote as JSON's value: empty -> None, True / False,
+    integers and floats as numbers, anything else the text."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def collect_explore(build: Path, records: Path) -> list:
+    """A record per ``<build>/results/explore-*/points.csv`` (``moehub explore``: one row per
+    point, and its ``run.json``); the RTL sources' hash at collection marks the rows an RTL
+    edit later leaves older (a point's cache key holds the sources it was evaluated on)."""
+    written = []
+    for cp in sorted(Path(build, "results").glob("explore-*/points.csv")):
+        folder = cp.parent
+        run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
+        with open(cp, newline="") as f:
+            rows = [{k: _csv_value(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        data = {"rows": rows, **{k: run.get(k) for k in ("points", "evaluated", "cached", "failed",
+                                                         "cluster", "wall_s", "cpu_s")}}
+        rec = make_record("explore", run.get("command", "moehub explore"), data,
+                          commit=run.get("git"), date=run.get("started") or iso(cp.stat().st_mtime),
+                          mach=machine(), load_avg=None,
+                          note="the load is not in the exploration's run.json; each row has its "
+                               "point's wall seconds (synthesis and co-simulation) and host")
+        rec["rtl"] = {"explore": {"sources_sha256": rtl_sources_hash()}}
+        written.append(write_record(Path(records, "explore", f"{folder.name}.json"), rec))
+    return written
+
+
 def collect_formal(build: Path, records: Path) -> list:
     """The record of every ``<build>/formal/<set>-<mode>/result.json`` (``moehub formal``:
     one job each, with its run's record, the load before it and the hash of the RTL sources
@@ -684,7 +723,7 @@ def collect_formal(build: Path, records: Path) -> list:
 
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
-              "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim")
+              "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim", "explore")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1258,6 +1297,42 @@ def render_sim_speed(recs: list, current: str) -> str:
             "before the run.\n\n" + caption(recs) + "\n")
 
 
+#: the exploration the guide's example shows: ``moehub explore --axis lanes=1,2,4 --axis
+#: tags=4,8`` on the defaults (its results folder's name)
+EXPLORE_EXAMPLE = "explore-lanes1+2+4_tags4+8"
+
+
+def render_explore_example(recs: list, current: str) -> str:
+    """The guide's exploration (:data:`EXPLORE_EXAMPLE`): per point the reduced hub's N5
+    area, its deepest stage and verdict, the layer speedup over the best software, the
+    receive memory, the Pareto mark (or why a point is off the front) and its wall time."""
+    hit = [(n, rec) for n, rec in recs if n == f"explore/{EXPLORE_EXAMPLE}.json"]
+    if not hit:
+        raise ReportError(f"table 'explore-example': no record of {EXPLORE_EXAMPLE} "
+                          "(records/explore/; run 'moehub explore --axis lanes=1,2,4 --axis "
+                          "tags=4,8', then 'moehub report --collect explore')")
+    name, rec = hit[0]
+    rows = rec["data"]["rows"]
+    best = {r["best_baseline"] for r in rows}
+    head = ["point", "N5 mm² (reduced)", "deepest stage",
+            f"speedup (best: {next(iter(best))})" if len(best) == 1 else "speedup (best)",
+            "receive MiB", "Pareto", "wall s"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    mark = f" ({OLDER})" if older(rec, "explore", current) else ""
+    for r in rows:
+        speed = f"{r['speedup']:.3f}" + ("" if len(best) == 1 else f" ({r['best_baseline']})")
+        par = "*" if r["pareto"] else "(timing)" if r["timing"] == "FAIL" else ""
+        out.append("| " + " | ".join([
+            r["label"] + mark, f"{r['n5_mm2']:.4f}", f"{r['fo4']:.1f} FO4 {r['timing']}", speed,
+            f"{r['receive_MiB']:.1f}", par,
+            f"{r['wall_s']:.0f}" + (" (cached)" if r.get("cached") else "")]) + " |")
+    d = rec["data"]
+    run = (f"{d['points']} points, {d['evaluated']} evaluated and {d['cached']} from the cache "
+           f"on {d['cluster']}" + (f", {_minutes(d['wall_s'])} of wall time" if d.get("wall_s") else ""))
+    return ("\n".join(out) + f"\n\n{run}; wall s: the point's synthesis and co-simulation; "
+            "Pareto: * on the front, (timing) off it for a timing FAIL.\n\n" + caption(hit) + "\n")
+
+
 # ----------------------------------------------------------------------------- spec tables
 #: the configuration the register table shows: the smallest protocol-v1 hub
 CSR_CONFIG = "tiny"
@@ -1748,6 +1823,7 @@ TABLES = {
     "soak": ("soak", render_soak),
     "formal": ("formal", render_formal),
     "sim-speed": ("bench-sim", render_sim_speed),
+    "explore-example": ("explore", render_explore_example),
     "verification-summary": ("soak", render_verification_summary),
     "csr-map": (None, render_csr_map),
 }
@@ -1880,6 +1956,7 @@ def _run(args) -> int:
             "soak": lambda: collect_soak(build, records),
             "formal": lambda: collect_formal(build, records),
             "bench-sim": lambda: collect_bench_sim(build, records),
+            "explore": lambda: collect_explore(build, records),
         }
         assert set(collect) == set(COLLECTORS)
         for source in which:
