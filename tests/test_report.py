@@ -309,7 +309,7 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     printed = set(re.findall(r"<!-- moehub-table: (\S+) -->", out.out))
     assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-critical", "relay-units",
                                             *report.ABLATIONS, *report.SCALING_TABLES,
-                                            "cosim-window-error", "v2-hubs", "formal", "explore-example",
+                                            "cosim-window-error", "v2-hubs", "formal", *report.EXPLORES,
                                             "verification-summary", "sim-speed", "headline-ratio"}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
@@ -1236,3 +1236,16 @@ def test_collect_and_render_the_exploration_example(tmp_path):
     assert older.count("(older RTL)") == 3
     with pytest.raises(report.ReportError, match="no record of explore-lanes1"):
         report.render("explore-example", tmp_path / "nothing")
+    with pytest.raises(report.ReportError, match="'moehub explore --axis experts=1,2,4 --axis lanes=2"):
+        report.render("explore-experts", tmp_path / "records")
+
+
+def test_an_exploration_of_several_best_baselines_names_each(tmp_path):
+    """Where the best software differs between points (more experts a GPU: the fused
+    kernel), each speedup names its own."""
+    build = _explore_build(tmp_path, report.EXPLORES["explore-experts"][0])
+    points = build / "results" / report.EXPLORES["explore-experts"][0] / "points.csv"
+    points.write_text(points.read_text().replace("comet", "fused", 1))
+    report.collect_explore(build, tmp_path / "records")
+    text = report.render("explore-experts", tmp_path / "records")
+    assert "| speedup (best) |" in text and "| 1.013 (fused) |" in text and "| 0.946 (comet) |" in text

@@ -63,8 +63,9 @@ area, N5 mm², the deepest stage and its verdict, from the synthesis records of
 ``formal`` (per property set its jobs as run: k-induction, BMC, covers, result, time),
 ``verification-summary`` (the README's checks: the soaks, the formal jobs, and the checks
 without a record named as such) and ``sim-speed`` (Icarus against Verilator: build,
-cycles per second, identical outputs); ``explore-example`` (the exploration guide's
-``--axis lanes=1,2,4 --axis tags=4,8``: area, stage, speedup, memory, Pareto per point).
+cycles per second, identical outputs); ``explore-example`` and ``explore-experts`` (the
+exploration guide's ``--axis lanes=1,2,4 --axis tags=4,8`` and ``--axis experts=1,2,4 --axis
+lanes=2 --axis tags=8``: area, stage, speedup, memory, Pareto per point).
 
 A table of the spec itself has no record: ``csr-map`` (the CSR registers of
 ``spec/csr_map.py``: word, access, width, reset, the features a register needs, its doc
@@ -1297,20 +1298,33 @@ def render_sim_speed(recs: list, current: str) -> str:
             "before the run.\n\n" + caption(recs) + "\n")
 
 
-#: the exploration the guide's example shows: ``moehub explore --axis lanes=1,2,4 --axis
-#: tags=4,8`` on the defaults (its results folder's name)
-EXPLORE_EXAMPLE = "explore-lanes1+2+4_tags4+8"
+#: the explorations the guide shows: table -> (the results folder ``moehub explore`` names
+#: after its axes, the axes), on the defaults
+EXPLORES = {"explore-example": ("explore-lanes1+2+4_tags4+8", "--axis lanes=1,2,4 --axis tags=4,8"),
+            "explore-experts": ("explore-experts1+2+4_lanes2_tags8",
+                                "--axis experts=1,2,4 --axis lanes=2 --axis tags=8")}
+EXPLORE_EXAMPLE = EXPLORES["explore-example"][0]
 
 
-def render_explore_example(recs: list, current: str) -> str:
-    """The guide's exploration (:data:`EXPLORE_EXAMPLE`): per point the reduced hub's N5
-    area, its deepest stage and verdict, the layer speedup over the best software, the
-    receive memory, the Pareto mark (or why a point is off the front) and its wall time."""
-    hit = [(n, rec) for n, rec in recs if n == f"explore/{EXPLORE_EXAMPLE}.json"]
+def render_explore(table: str):
+    """The renderer of the exploration table ``table`` (:data:`EXPLORES`)."""
+    def fn(recs: list, current: str) -> str:
+        return render_explore_example(recs, current, *EXPLORES[table], table)
+    fn.__doc__ = f"The guide's exploration {EXPLORES[table][0]}."
+    return fn
+
+
+def render_explore_example(recs: list, current: str, folder: str = EXPLORE_EXAMPLE,
+                           axes: str = EXPLORES["explore-example"][1],
+                           table: str = "explore-example") -> str:
+    """An exploration of the guide (``folder``, made with ``axes``; the example by default):
+    per point the reduced hub's N5 area, its deepest stage and verdict, the layer speedup
+    over the best software, the receive memory, the Pareto mark (or why a point is off
+    the front) and its wall time."""
+    hit = [(n, rec) for n, rec in recs if n == f"explore/{folder}.json"]
     if not hit:
-        raise ReportError(f"table 'explore-example': no record of {EXPLORE_EXAMPLE} "
-                          "(records/explore/; run 'moehub explore --axis lanes=1,2,4 --axis "
-                          "tags=4,8', then 'moehub report --collect explore')")
+        raise ReportError(f"table {table!r}: no record of {folder} (records/explore/; run "
+                          f"'moehub explore {axes}', then 'moehub report --collect explore')")
     name, rec = hit[0]
     rows = rec["data"]["rows"]
     best = {r["best_baseline"] for r in rows}
@@ -1823,7 +1837,7 @@ TABLES = {
     "soak": ("soak", render_soak),
     "formal": ("formal", render_formal),
     "sim-speed": ("bench-sim", render_sim_speed),
-    "explore-example": ("explore", render_explore_example),
+    **{n: ("explore", render_explore(n)) for n in EXPLORES},
     "verification-summary": ("soak", render_verification_summary),
     "csr-map": (None, render_csr_map),
 }
