@@ -365,6 +365,7 @@ def test_collect_study_v2_from_the_build_folder(tmp_path):
         w.writeheader()
         w.writerow({**study_row("hub today (v1)", "hub", 5297.4), "area_mm2_n5": "nan",
                     "gate_equivalents": "", "deepest_fo4": ""})
+    (folder / "spec.yaml").write_text("name: x\naxes:\n  lanes: [1, 2]\n  tags: [4, 8]\n")
     (folder / "run.json").write_text(json.dumps({"command": "moehub study v2", "git": "b047751",
                                                  "started": "2026-12-04T17:44:59+00:00"}))
     [path] = report.collect_study_v2(tmp_path / "build", tmp_path / "records")
@@ -1203,19 +1204,20 @@ def _explore_build(tmp_path, name=report.EXPLORE_EXAMPLE) -> Path:
                row(1, "lanes=2 tags=4", 0.00392, 24.0, "MARGINAL", 0.9462, True),
                row(2, "lanes=2 tags=8", 0.00441, 24.0, "MARGINAL", 0.9481, True, cached=True)],
               folder / "points.csv")
+    (folder / "spec.yaml").write_text("name: x\naxes:\n  lanes: [1, 2]\n  tags: [4, 8]\n")
     (folder / "run.json").write_text(json.dumps({
         "command": "moehub explore --axis lanes=1,2 --axis tags=4,8 --workers 1", "git": "abc1234",
-        "started": "2026-12-05T15:10:20+00:00", "wall_s": 960.0, "cpu_s": 900.0, "points": 3,
-        "evaluated": 2, "cached": 1, "failed": 0, "cluster": "local"}))
+        "started": "2026-12-05T15:10:20+00:00", "wall_s": 960.0, "cpu_s": 900.0, "points": 4,
+        "evaluated": 2, "cached": 1, "failed": 1, "cluster": "local"}))
     return tmp_path / "build"
 
 
 def test_collect_and_render_the_exploration_example(tmp_path):
-    """The guide's exploration: a row per point with area, stage and verdict, speedup
-    (the one best baseline in the header), memory, the Pareto mark or the timing FAIL
-    that keeps a point off the front, the point's time (a cached one said so); the CSV's
-    cells come back typed; another exploration is not this table; an RTL edit after the
-    collection marks the rows."""
+    """The guide's exploration: a row per point of the grid, in its order, with area,
+    stage and verdict, speedup (the one best baseline in the header), memory, tag stalls,
+    the Pareto mark or the timing FAIL that keeps a point off the front, the point's time
+    (a cached one said so), a point that failed said so; the CSV's cells come back typed;
+    another exploration is not this table; an RTL edit after the collection marks the rows."""
     build = _explore_build(tmp_path)
     _explore_build(tmp_path, "explore-experts1+2")
     paths = report.collect_explore(build, tmp_path / "records")
@@ -1226,11 +1228,12 @@ def test_collect_and_render_the_exploration_example(tmp_path):
     text = report.render("explore-example", tmp_path / "records")
     lines = text.splitlines()
     assert lines[0] == ("| point | N5 mm² (reduced) | deepest stage | speedup (best: comet) | "
-                        "receive MiB | Pareto | wall s |")
-    assert lines[2] == "| lanes=1 tags=4 | 0.0028 | 27.0 FO4 FAIL | 1.013 | 16.0 | (timing) | 155 |"
-    assert lines[3] == "| lanes=2 tags=4 | 0.0039 | 24.0 FO4 MARGINAL | 0.946 | 16.0 | * | 155 |"
-    assert lines[4].endswith("| * | 155 (cached) |")
-    assert "3 points, 2 evaluated and 1 from the cache on local, 16 min of wall time" in text
+                        "receive MiB | tag stalls | Pareto | wall s |")
+    assert lines[2] == "| lanes=1 tags=4 | 0.0028 | 27.0 FO4 FAIL | 1.013 | 16.0 | 0 | (timing) | 155 |"
+    assert lines[3].startswith("| lanes=1 tags=8 | failed in the recorded run")
+    assert lines[4] == "| lanes=2 tags=4 | 0.0039 | 24.0 FO4 MARGINAL | 0.946 | 16.0 | 0 | * | 155 |"
+    assert lines[5].endswith("| * | 155 (cached) |") and lines[6] == ""
+    assert "4 points, 2 evaluated, 1 from the cache, 1 failed on local, 16 min of wall time" in text
     assert "experts1+2" not in text and "older RTL" not in text
     older = report.render_explore_example(report.load_records(tmp_path / "records", "explore"), "x")
     assert older.count("(older RTL)") == 3

@@ -692,15 +692,20 @@ def _csv_value(text: str):
 def collect_explore(build: Path, records: Path) -> list:
     """A record per ``<build>/results/explore-*/points.csv`` (``moehub explore``: one row per
     point, and its ``run.json``); the RTL sources' hash at collection marks the rows an RTL
-    edit later leaves older (a point's cache key holds the sources it was evaluated on)."""
+    edit later leaves older (a point's cache key holds the sources it was evaluated on); the
+    grid's axes (``spec.yaml``) name the points that failed."""
+    import yaml
     written = []
     for cp in sorted(Path(build, "results").glob("explore-*/points.csv")):
         folder = cp.parent
         run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
         with open(cp, newline="") as f:
             rows = [{k: _csv_value(v) for k, v in r.items()} for r in csv.DictReader(f)]
-        data = {"rows": rows, **{k: run.get(k) for k in ("points", "evaluated", "cached", "failed",
-                                                         "cluster", "wall_s", "cpu_s")}}
+        spec = folder / "spec.yaml"
+        axes = (yaml.safe_load(spec.read_text()) or {}).get("axes") if spec.is_file() else None
+        data = {"rows": rows, "axes": axes,
+                **{k: run.get(k) for k in ("points", "evaluated", "cached", "failed", "cluster",
+                                           "wall_s", "cpu_s")}}
         rec = make_record("explore", run.get("command", "moehub explore"), data,
                           commit=run.get("git"), date=run.get("started") or iso(cp.stat().st_mtime),
                           mach=machine(), load_avg=None,
@@ -1306,6 +1311,14 @@ EXPLORES = {"explore-example": ("explore-lanes1+2+4_tags4+8", "--axis lanes=1,2,
 EXPLORE_EXAMPLE = EXPLORES["explore-example"][0]
 
 
+def _explore_labels(axes: dict | None) -> list:
+    """Every point's label of a grid (``lanes=1 tags=4`` ...), in the grid's order."""
+    import itertools
+    axes = axes or {}
+    return [" ".join(f"{k}={v}" for k, v in zip(axes, combo))
+            for combo in itertools.product(*axes.values())] if axes else []
+
+
 def render_explore(table: str):
     """The renderer of the exploration table ``table`` (:data:`EXPLORES`)."""
     def fn(recs: list, current: str) -> str:
@@ -1330,21 +1343,29 @@ def render_explore_example(recs: list, current: str, folder: str = EXPLORE_EXAMP
     best = {r["best_baseline"] for r in rows}
     head = ["point", "N5 mm² (reduced)", "deepest stage",
             f"speedup (best: {next(iter(best))})" if len(best) == 1 else "speedup (best)",
-            "receive MiB", "Pareto", "wall s"]
+            "receive MiB", "tag stalls", "Pareto", "wall s"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     mark = f" ({OLDER})" if older(rec, "explore", current) else ""
-    for r in rows:
+    by_label = {r["label"]: r for r in rows}
+    labels = _explore_labels(rec["data"].get("axes"))
+    for label in labels + [lb for lb in by_label if lb not in labels]:
+        r = by_label.get(label)
+        if r is None:
+            out.append(f"| {label} | failed in the recorded run: not evaluated (its log under "
+                       "`<build>/explore/synth/`) | | | | | | |")
+            continue
         speed = f"{r['speedup']:.3f}" + ("" if len(best) == 1 else f" ({r['best_baseline']})")
         par = "*" if r["pareto"] else "(timing)" if r["timing"] == "FAIL" else ""
         out.append("| " + " | ".join([
             r["label"] + mark, f"{r['n5_mm2']:.4f}", f"{r['fo4']:.1f} FO4 {r['timing']}", speed,
-            f"{r['receive_MiB']:.1f}", par,
+            f"{r['receive_MiB']:.1f}", f"{r['tag_stalls']:,}", par,
             f"{r['wall_s']:.0f}" + (" (cached)" if r.get("cached") else "")]) + " |")
     d = rec["data"]
-    run = (f"{d['points']} points, {d['evaluated']} evaluated and {d['cached']} from the cache "
-           f"on {d['cluster']}" + (f", {_minutes(d['wall_s'])} of wall time" if d.get("wall_s") else ""))
+    run = (f"{d['points']} points, {d['evaluated']} evaluated, {d['cached']} from the cache"
+           + (f", {d['failed']} failed" if d.get("failed") else "") + f" on {d['cluster']}" + (f", {_minutes(d['wall_s'])} of wall time" if d.get("wall_s") else ""))
     return ("\n".join(out) + f"\n\n{run}; wall s: the point's synthesis and co-simulation; "
-            "Pareto: * on the front, (timing) off it for a timing FAIL.\n\n" + caption(hit) + "\n")
+            "tag stalls: rows that waited for a row tag's credit to return; Pareto: * on the front, (timing) off "
+            "it for a timing FAIL.\n\n" + caption(hit) + "\n")
 
 
 # ----------------------------------------------------------------------------- spec tables
