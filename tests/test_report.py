@@ -1169,6 +1169,7 @@ def test_bench_sim_rows_add_up_and_render(tmp_path):
     bench_sim.save_rows(path, [row("deepseek-v3-8gpu", "verilator", 77952, 0.8, outputs=None, warm=True)])
     bench_sim.save_rows(path, [row("tiny", "icarus", 16822, 35.9, load=3.25)])
     doc = json.loads(path.read_text())
+    assert {r["rtl_sha256"] for r in doc["rows"]} == {report.rtl_sources_hash()}
     assert [(r["config"], r["simulator"]) for r in doc["rows"]] == [
         ("tiny", "icarus"), ("tiny", "verilator"), ("deepseek-v3-8gpu", "verilator")]
     assert doc["record"]["command"] and all("git" in r for r in doc["rows"])
@@ -1183,7 +1184,13 @@ def test_bench_sim_rows_add_up_and_render(tmp_path):
     assert lines[5] == ("| deepseek-v3-8gpu | deepseek-v3, 256 tokens/GPU on h100x8, GPU 0's hub, "
                         "11,203 packets | Verilator | 28.3 (warm) | 77,952 | 0.8 | 97,440 | one "
                         "simulator run | 2.5 |")
-    assert len(lines) == 6 and "`records/bench-sim.json`" in text
+    assert len(lines) == 6 and "`records/bench-sim.json`" in text and "older RTL" not in text
+    del doc["rows"][0]["rtl_sha256"]                     # (a row of a run before rows kept it)
+    path.write_text(json.dumps(doc))
+    report.collect_bench_sim(tmp_path / "build", tmp_path / "records")
+    assert "older RTL" not in report.render("sim-speed", tmp_path / "records")
+    older = report.render_sim_speed(report.load_records(tmp_path / "records", "bench-sim"), "other")
+    assert older.count("(older RTL)") == 3
     with pytest.raises(report.ReportError, match="no bench-sim rows"):
         report.render("sim-speed", tmp_path / "nothing")
     assert report.collect_bench_sim(tmp_path / "nothing", tmp_path / "records") == []

@@ -97,10 +97,12 @@ def save_rows(path: Path, new: list) -> None:
     config and simulator replaces the older one, the others are kept (a run of one
     simulator, or of some configs, completes the file)."""
     from moehub import runinfo
+    from moehub.scripts.report import rtl_sources_hash
     path = Path(path)
     doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
     key = lambda r: (r["config"], r["simulator"])
-    new = [{**r, "git": runinfo.git_describe()} for r in new]
+    rtl = rtl_sources_hash()                    # (the hardware the cycles are of)
+    new = [{**r, "git": runinfo.git_describe(), "rtl_sha256": rtl} for r in new]
     rows = [r for r in doc.get("rows", []) if key(r) not in {key(n) for n in new}] + new
     rows.sort(key=lambda r: (CONFIGS.index(r["config"]) if r["config"] in CONFIGS else len(CONFIGS),
                              r["config"], r["simulator"]))

@@ -617,12 +617,19 @@ def collect_bench_window(build: Path, records: Path) -> list:
 
 def collect_bench_sim(build: Path, records: Path) -> list:
     """The record of ``<build>/results/bench-sim/sim.json`` (``bench_sim.py``: one row per
-    config and simulator, each with the load before it, and the last run's record)."""
-    return _collect_bench("bench-sim", Path(build, "results", "bench-sim", "sim.json"),
-                          "python -m moehub.scripts.bench_sim", records,
-                          "rows of one or more runs of the benchmark (the record is the last's), "
-                          "one per config and simulator; each row has the 1-minute load average "
-                          "before its simulation and the commit of its run")
+    config and simulator, each with the load before it and the RTL sources' hash it ran,
+    and the last run's record); the hash at collection stands for rows without one."""
+    paths = _collect_bench("bench-sim", Path(build, "results", "bench-sim", "sim.json"),
+                           "python -m moehub.scripts.bench_sim", records,
+                           "rows of one or more runs of the benchmark (the record is the last's), "
+                           "one per config and simulator; each row has the 1-minute load average "
+                           "before its simulation, the commit of its run and (rtl_sha256) the RTL "
+                           "sources it simulated; sources_sha256: the RTL at collection")
+    for p in paths:
+        rec = read_record(p)
+        rec["rtl"] = {"bench-sim": {"sources_sha256": rtl_sources_hash()}}
+        write_record(p, rec)
+    return paths
 
 
 def _record_summaries(source: str, paths: list, dest: Path, command: str, note: str,
@@ -1273,7 +1280,8 @@ def render_sim_speed(recs: list, current: str) -> str:
     """Icarus against Verilator on RTL-in-the-loop runs (``bench_sim.py``): per config (in
     the benchmark's order) and simulator, the build from a cold cache, cycles, simulator
     seconds and cycles per second, whether the two simulators' outputs were identical and
-    the load before the run; a (config, simulator) without a row says how to measure it."""
+    the load before the run; a row of other RTL sources than ``current`` is marked, a
+    (config, simulator) without a row says how to measure it."""
     from .bench_sim import CONFIGS
     rows = {(r["config"], r["simulator"]): r for _, rec in recs for r in rec["data"]["rows"]}
     if not rows:
@@ -1283,16 +1291,19 @@ def render_sim_speed(recs: list, current: str) -> str:
     head = ["config", "schedule", "simulator", "build s", "cycles", "sim s", "cycles/s",
             "outputs", "load"]
     out = ["| " + " | ".join(head) + " |", "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    at_collection = {id(r): _g(rec, "rtl", "bench-sim", "sources_sha256")
+                     for _, rec in recs for r in rec["data"]["rows"]}
     configs = list(CONFIGS) + sorted({c for c, _ in rows} - set(CONFIGS))
     for config in configs:
-        for i, (sim, label) in enumerate(SIMULATORS.items()):
+        for sim, label in SIMULATORS.items():
             r = rows.get((config, sim))
             if r is None:
                 out.append(f"| {config} | not measured: `python -m moehub.scripts.bench_sim "
                            f"--configs {config} --sims {sim}` | {label} | | | | | | |")
                 continue
+            mark = f" ({OLDER})" if (r.get("rtl_sha256") or at_collection[id(r)]) != current else ""
             out.append("| " + " | ".join([
-                config, f"{r['schedule']}, {r['packets']:,} packets", label,
+                config + mark, f"{r['schedule']}, {r['packets']:,} packets", label,
                 f"{r['build_s']:.1f}" + (" (warm)" if r.get("warm") else ""), f"{r['cycles']:,}",
                 f"{r['sim_s']:,.1f}", f"{r['cycles'] / max(r['sim_s'], 1e-9):,.0f}",
                 r["outputs"] or "one simulator run", f"{r['load']:.1f}"]) + " |")
