@@ -112,11 +112,7 @@ def test_a_coalesced_drain_is_paced_to_the_end_of_its_step():
     assert cb.depart(200e3) == pytest.approx(3.0)
 
 
-def test_a_paced_step_ends_at_the_next_injection():
-    """The pace is set for the step as it will be: an injection 1 us ahead (on another
-    port) ends the step there, so a (25 KB, sharing the port with c) is paced over 1 us,
-    not over the 3 us window, and drains at the injection's time; c takes the rest of the
-    port and ends when it would exactly (3.25 us)."""
+def _paced_net():
     net = FluidNetwork([100 * GBps, 100 * GBps, 1e12, 1e12])
     a = net.add_flow(0, 2, 0.0)
     c = net.add_flow(0, 3, 0.0)
@@ -125,23 +121,102 @@ def test_a_paced_step_ends_at_the_next_injection():
     net.inject(c, 0.0, 300e3)
     net.inject(b, 1.0, 10e3)
     net.window_us, net.door_frac = 3.0, -1.0
-    ca, cc, cb = net.run()
+    return net
+
+
+def test_a_paced_step_ends_at_the_next_injection():
+    """The kernel sets the pace for the step as it will be: an injection 1 us ahead (on
+    another port) ends the step there, so a (25 KB, sharing the port with c) is paced over
+    1 us, not over the 3 us window, and drains at the injection's time; c takes the rest of
+    the port and ends when it would exactly (3.25 us). (The kernel alone, on events not
+    snapped to the step grid: a network snaps them first, see the next test, and then
+    meets this case after a step that a drain ended between grid instants.)"""
+    from moehub.cosim import network_kernels as K
+    from moehub.cosim.network import Curves
+    net = _paced_net()
+    net._prepare()
+    out = K.simulate(*net._event_arrays(), net._ports, net.caps, net._tol, net.NONE,
+                     net._static_cap, K.scratch(net._ports, len(net.caps), net.NONE), 3.0, 0.0,
+                     K.door_state(3), -1.0)
+    ca, cc, cb = Curves(net, *out[:5])
     assert ca.end == pytest.approx(1.0)
     assert cc.end == pytest.approx(3.25)
+
+
+def test_a_coalescing_network_injects_late_onto_its_step_grid():
+    """With a 3 us window the network's injections move late onto the grid of W/4: 0, 0.75,
+    1.5 us ...: b's 10 KB injected at 1 us enter at 1.5 us (ending at 1.6 us on its own
+    port), and a is paced to drain there, at the step's end."""
+    ca, cc, cb = _paced_net().run()
+    assert cb.depart(0.0) == pytest.approx(1.5) and cb.end == pytest.approx(1.6)
+    assert ca.end == pytest.approx(1.5)
+    assert cc.end == pytest.approx(3.25)
+
+
+def test_snapped_events_keep_every_flows_bytes_and_move_them_late_by_under_a_window():
+    """:func:`snap_events`: impulses and segment ends move to the first grid instant at or
+    after them; a segment keeps its bytes over its moved ends (rate scaled), or becomes one
+    impulse when both ends fall in one window; random schedules keep each flow's bytes, and
+    no byte enters earlier or later by more than one window."""
+    from moehub.cosim.network import SNAP_DIV, snap_events, step_grid
+    assert np.allclose(step_grid(0.0, 100.0, 10.0, 0.05), [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100])
+    assert np.allclose(step_grid(0.0, 260.0, 10.0, 0.05)[-4:], [231.525, 243.10125, 255.2563125, 268.019128125])
+    t = np.array([0.0, 1.0, 2.0, 4.0, 5.0])            # impulse, segment 1-4, segment 2-5 ...
+    kind = np.array([0, 1, 1, 2, 2])
+    flow = np.array([0, 1, 2, 1, 2])
+    val = np.array([7.0, 2.0, 3.0, 2.0, 3.0])
+    st, k, f, v = snap_events(t, kind, flow, val, 3.0 * SNAP_DIV, 0.0)      # a 3 us grid
+    got = sorted(zip(st, k, f, v))
+    # flow 1: 1-4 (6 B) -> 3-6 (rate 2); flow 2: 2-5 (9 B) -> 3-6 (rate 3)
+    assert got == [(0.0, 0, 0, 7.0), (3.0, 1, 1, 2.0), (3.0, 1, 2, 3.0), (6.0, 2, 1, 2.0),
+                   (6.0, 2, 2, 3.0)]
+    st, k, f, v = snap_events(np.array([0.0, 3.5, 4.5]), np.array([0, 1, 2]),
+                              np.array([0, 1, 1]), np.array([1.0, 4.0, 4.0]), 3.0 * SNAP_DIV, 0.0)
+    assert sorted(zip(st, k, f, v)) == [(0.0, 0, 0, 1.0), (6.0, 0, 1, 4.0)]    # 1 us x 4 B/us
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        n = 40
+        fl = rng.integers(0, 5, n)
+        a = np.sort(rng.uniform(0, 50, n))
+        imp = rng.random(n) < 0.4
+        ev = []
+        last = {}
+        for x, g, i in zip(a, fl, imp):         # a flow's segments do not overlap
+            x = max(x, last.get(g, 0.0))
+            if i:
+                ev.append((x, 0, g, rng.uniform(1, 9)))
+            else:
+                y, r = x + rng.uniform(0, 8), rng.uniform(1, 9)
+                ev += [(x, 1, g, r), (y, 2, g, r)]
+                last[g] = y
+        ev.sort()
+        t, kind, flow, val = (np.array(c) for c in zip(*ev))
+        st, k, f, v = snap_events(t, kind, flow, val, 2.0, 0.03)
+        assert np.all(np.diff(st) >= 0)
+        for g in range(5):
+            def total(tt, kk, ff, vv):
+                m = ff == g
+                seg = np.where(kk[m] == 1, -tt[m] * vv[m], np.where(kk[m] == 2, tt[m] * vv[m], vv[m]))
+                return seg.sum()
+            assert total(st, k, f, v) == pytest.approx(total(t, kind, flow, val), rel=1e-9)
+        grid = step_grid(t.min(), t.max(), 2.0 / SNAP_DIV, 0.03 / SNAP_DIV)
+        assert set(np.round(st, 9)) <= set(np.round(grid, 9))
+        late = st.min() - t.min()
+        assert late == 0.0 and np.all(np.diff(grid) <= (2.0 + 0.03 * 60) / SNAP_DIV)
 
 
 def test_a_paced_flow_alone_on_its_port_is_not_slowed():
     """Pacing never leaves a port idle: a flow alone on its port, which would drain inside
     the step, gets the whole port back (what the fair rates left there) and drains at
-    its exact time, as does a flow behind it on the same port."""
+    its exact time, as do the bytes injected after it (at a grid instant: 3 us, W/4 = 0.75)."""
     net = FluidNetwork([100 * GBps, 1e12])
     a = net.add_flow(0, 1, 0.0)
     net.inject(a, 0.0, 50e3)
-    net.inject(a, 0.6, 50e3)
+    net.inject(a, 3.0, 50e3)
     net.window_us, net.door_frac = 3.0, -1.0
     (ca,) = net.run()
     assert ca.depart(50e3) == pytest.approx(0.5)
-    assert ca.end == pytest.approx(1.1)
+    assert ca.end == pytest.approx(3.5)
 
 
 def _random_net(seed, window):

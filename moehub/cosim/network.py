@@ -306,6 +306,8 @@ class FluidNetwork:
             return []
         self._prepare()
         ev = self._event_arrays()
+        if self.window_us > 0:
+            ev = snap_events(*ev, float(self.window_us), float(self.window_rel))
         key = order = None
         if self.run_memo is not None:
             key, order = self._content(ev)
@@ -501,6 +503,66 @@ class Curves(Sequence):
             last = int(np.searchsorted(cb, cb[-1] - 1e-9, side="left"))
             c = self._cache[i] = FlowCurve(ct[:last + 1], cb[:last + 1], self._lat[i])
         return c
+
+
+#: the injection grid's spacing is the step window over this (:func:`snap_events`)
+SNAP_DIV = 4
+
+
+def step_grid(t0: float, t1: float, window: float, window_rel: float) -> np.ndarray:
+    """The instants ``g_0 = t0``, ``g_{n+1} = g_n + max(window, window_rel * g_n)`` up to the
+    first at or after ``t1``: the coalesced network's step window laid end to end."""
+    g = [t0]
+    while g[-1] < t1:
+        g.append(g[-1] + max(window, window_rel * abs(g[-1])))
+    return np.array(g)
+
+
+def snap_events(t, kind, flow, val, window: float, window_rel: float) -> tuple:
+    """Injection boundaries moved late onto :func:`step_grid` (every boundary to the first
+    grid instant at or after it), so that a coalesced network takes at most a few steps per
+    window for its injections, however finely its flows' schedules are cut (the background
+    of a pass blended from earlier ones has a boundary wherever any of them had one: a
+    relay layer's networks at 128 GPUs held 8.8 k distinct times in 440 us, and every one
+    was a rate step). Every flow injects the same bytes: an impulse keeps its bytes; a
+    segment keeps its bytes over its moved ends (its rate scaled by old over new length),
+    or becomes an impulse when both ends fall in one grid cell. The grid's spacing is the
+    window over :data:`SNAP_DIV`: no byte is injected earlier, or later than a quarter of
+    the paced drains' bound (:func:`.network_kernels.simulate`; a grid of the window
+    itself doubled the layers' measured error). Events as
+    :meth:`FluidNetwork._event_arrays` gives them; returned in the same form and order."""
+    if len(t) == 0:
+        return t, kind, flow, val
+    grid = step_grid(float(t.min()), float(t.max()), window / SNAP_DIV, window_rel / SNAP_DIV)
+    st = grid[np.searchsorted(grid, t, side="left")]
+    kind, flow, val = kind.copy(), flow.copy(), val.copy()
+    # a segment's start and end are the same (flow, rate) pair, start before end in time:
+    # pair them by flow and rate in time order (a flow's segments never overlap)
+    starts, ends = np.flatnonzero(kind == 1), np.flatnonzero(kind == 2)
+    ks = np.lexsort((t[starts], val[starts], flow[starts]))
+    ke = np.lexsort((t[ends], val[ends], flow[ends]))
+    a, b = starts[ks], ends[ke]
+    length, moved = t[b] - t[a], st[b] - st[a]
+    point = moved <= 0.0
+    val[a[~point]] = val[b[~point]] = val[a[~point]] * length[~point] / moved[~point]
+    # a segment within one window: its bytes as one impulse at the window's end (its end
+    # event dropped)
+    kind[a[point]] = 0
+    val[a[point]] = val[a[point]] * length[point]
+    keep = np.ones(len(t), dtype=bool)
+    keep[b[point]] = False
+    keep[a[point & (length <= 0.0)]] = False       # (an empty segment injects nothing)
+    st, kind, flow, val = st[keep], kind[keep], flow[keep], val[keep]
+    order = np.lexsort((val, flow, kind, st))
+    st, kind, flow, val = st[order], kind[order], flow[order], val[order]
+    imp = kind == 0
+    same = imp[1:] & imp[:-1] & (st[1:] == st[:-1]) & (flow[1:] == flow[:-1])
+    if same.any():
+        first = np.concatenate([[True], ~same])
+        starts = np.flatnonzero(first)
+        val = np.add.reduceat(val, starts)
+        st, kind, flow = st[starts], kind[starts], flow[starts]
+    return st, kind, flow, val
 
 
 def _apply_events(events: list, k: int, t: float, backlog, inrate) -> int:
