@@ -29,6 +29,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -152,7 +153,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="the rows file (default "
                     "<build>/results/bench-sim/sim.json)")
     args = ap.parse_args(argv)
-    from moehub import progress
+    from moehub import progress, runinfo
+    runinfo.begin([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)])
+    runinfo.git_describe()          # (the code this run imported, before any row is measured)
     progress.configure(progress.NORMAL)
     tokens = {k: int(v) for k, v in (t.split("=") for t in args.tokens)}
     out = rows_path(args.out)                   # (before MOEHUB_BUILD moves the build folder)
