@@ -279,19 +279,7 @@ class FluidNetwork:
         kind = np.repeat(np.array([0, 1, 2], dtype=np.int64), [len(imp), len(seg), len(seg)])
         flow = np.concatenate([np.repeat(ids, ni), sf, sf])
         val = np.concatenate([imp[:, 1], seg[:, 2], seg[:, 2]])
-        order = np.lexsort((val, flow, kind, t))
-        t, kind, flow, val = t[order], kind[order], flow[order], val[order]
-        # impulses of one flow at one time are one impulse (their bytes summed): a network
-        # that splits a tile's bytes differently is then the same set of flows (RunMemo)
-        # and the kernel pops fewer events; the flow's backlog is the same sum
-        imp = kind == 0
-        same = imp[1:] & imp[:-1] & (t[1:] == t[:-1]) & (flow[1:] == flow[:-1])
-        if same.any():
-            first = np.concatenate([[True], ~same])
-            starts = np.flatnonzero(first)
-            val = np.add.reduceat(val, starts)
-            t, kind, flow = t[starts], kind[starts], flow[starts]
-        return t, kind, flow, val
+        return sorted_events(t, kind, flow, val)
 
     def run(self) -> Sequence:
         """Simulate until every injected byte has been sent; one curve per flow (a
@@ -552,17 +540,24 @@ def snap_events(t, kind, flow, val, window: float, window_rel: float) -> tuple:
     keep = np.ones(len(t), dtype=bool)
     keep[b[point]] = False
     keep[a[point & (length <= 0.0)]] = False       # (an empty segment injects nothing)
-    st, kind, flow, val = st[keep], kind[keep], flow[keep], val[keep]
-    order = np.lexsort((val, flow, kind, st))
-    st, kind, flow, val = st[order], kind[order], flow[order], val[order]
+    return sorted_events(st[keep], kind[keep], flow[keep], val[keep])
+
+
+def sorted_events(t, kind, flow, val) -> tuple:
+    """Events (time, kind, flow, value) in the kernel's order -- by time, kind, flow and
+    value -- with a flow's impulses at one time merged into one (their bytes summed): a
+    network that splits a tile's bytes differently is then the same set of flows
+    (:class:`RunMemo`) and the kernel pops fewer events; the flow's backlog is the same sum."""
+    order = np.lexsort((val, flow, kind, t))
+    t, kind, flow, val = t[order], kind[order], flow[order], val[order]
     imp = kind == 0
-    same = imp[1:] & imp[:-1] & (st[1:] == st[:-1]) & (flow[1:] == flow[:-1])
+    same = imp[1:] & imp[:-1] & (t[1:] == t[:-1]) & (flow[1:] == flow[:-1])
     if same.any():
         first = np.concatenate([[True], ~same])
         starts = np.flatnonzero(first)
         val = np.add.reduceat(val, starts)
-        st, kind, flow = st[starts], kind[starts], flow[starts]
-    return st, kind, flow, val
+        t, kind, flow = t[starts], kind[starts], flow[starts]
+    return t, kind, flow, val
 
 
 def _apply_events(events: list, k: int, t: float, backlog, inrate) -> int:
