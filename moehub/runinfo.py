@@ -9,6 +9,7 @@ imported to learn them (``moehub cosim`` stays free of Amaranth).
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import resource
@@ -110,3 +111,26 @@ def git_extract(root: Path, commit: str, dest: Path) -> Path:
     if archive.wait() != 0 or tar.returncode != 0:
         raise RuntimeError(f"git archive {commit} | tar -x failed: {tar.stderr.decode(errors='replace')}")
     return Path(dest)
+
+
+def rtl_sources(pkg: Path = PACKAGE_DIR) -> list:
+    """The files the hub's hardware is made from: ``rtl/**/*.py`` and ``spec/*.py`` (the
+    contract: formats, registers, timing): what :mod:`moehub.rtl.gen` builds the hub from."""
+    pkg = Path(pkg)
+    return sorted(pkg.glob("rtl/**/*.py")) + sorted(pkg.glob("spec/*.py"))
+
+
+def rtl_sources_hash(pkg: Path = PACKAGE_DIR) -> str:
+    """SHA-256 over the RTL sources, each as its path under the package and its bytes (a
+    renamed or moved file changes the hash too)."""
+    pkg = Path(pkg)
+    h = hashlib.sha256()
+    for p in rtl_sources(pkg):
+        h.update(p.relative_to(pkg).as_posix().encode() + b"\0")
+        h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def iso(ts: float) -> str:
+    """A POSIX time as ISO 8601 in UTC, to the second."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")

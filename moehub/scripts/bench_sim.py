@@ -98,7 +98,7 @@ def save_rows(path: Path, new: list) -> None:
     config and simulator replaces the older one, the others are kept (a run of one
     simulator, or of some configs, completes the file)."""
     from moehub import runinfo
-    from moehub.scripts.report import rtl_sources_hash
+    from moehub.runinfo import rtl_sources_hash
     path = Path(path)
     doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
     key = lambda r: (r["config"], r["simulator"])

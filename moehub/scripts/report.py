@@ -120,22 +120,7 @@ class ReportError(Exception):
 
 
 # ----------------------------------------------------------------------------- provenance
-def rtl_sources(pkg: Path = runinfo.PACKAGE_DIR) -> list:
-    """The files the hub's hardware is made from: ``rtl/**/*.py`` and ``spec/*.py`` (the
-    contract: formats, registers, timing): what :mod:`moehub.rtl.gen` builds the hub from."""
-    pkg = Path(pkg)
-    return sorted(pkg.glob("rtl/**/*.py")) + sorted(pkg.glob("spec/*.py"))
-
-
-def rtl_sources_hash(pkg: Path = runinfo.PACKAGE_DIR) -> str:
-    """SHA-256 over the RTL sources, each as its path under the package and its bytes (a
-    renamed or moved file changes the hash too)."""
-    pkg = Path(pkg)
-    h = hashlib.sha256()
-    for p in rtl_sources(pkg):
-        h.update(p.relative_to(pkg).as_posix().encode() + b"\0")
-        h.update(p.read_bytes() + b"\0")
-    return h.hexdigest()
+rtl_sources, rtl_sources_hash, iso = runinfo.rtl_sources, runinfo.rtl_sources_hash, runinfo.iso
 
 
 def _cpu_model() -> str:
@@ -156,11 +141,6 @@ def machine() -> dict:
 def load() -> list:
     """The 1-, 5- and 15-minute load averages now (other work stretches wall times)."""
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def iso(ts: float) -> str:
-    """A POSIX time as ISO 8601 in UTC, to the second."""
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
 def collected() -> dict:

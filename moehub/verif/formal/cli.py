@@ -74,7 +74,7 @@ def write_result(s, r, *, smoke: bool, load_avg: list, started: float, cpu_s: fl
     """``result.json`` of one job beside its sby folder: what the job proved and how long it
     took, the RTL sources' hash (a later RTL edit leaves it older) and the run record."""
     from ... import runinfo
-    from ...scripts.report import iso, rtl_sources_hash
+    from ...runinfo import iso, rtl_sources_hash
     out = r.workdir.parent / "result.json"
     doc = {"set": s.name, "component": s.component, "config": s.config, "mode": r.mode,
            "depth": r.depth, "full_depth": s.modes.get(r.mode), "smoke": smoke,
