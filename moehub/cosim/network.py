@@ -499,11 +499,20 @@ SNAP_DIV = 4
 
 def step_grid(t0: float, t1: float, window: float, window_rel: float) -> np.ndarray:
     """The instants ``g_0 = t0``, ``g_{n+1} = g_n + max(window, window_rel * g_n)`` up to the
-    first at or after ``t1``: the coalesced network's step window laid end to end."""
-    g = [t0]
-    while g[-1] < t1:
-        g.append(g[-1] + max(window, window_rel * abs(g[-1])))
-    return np.array(g)
+    first at or after ``t1``: the coalesced network's step window laid end to end. In closed
+    form (tens of thousands of instants a network; a loop cost 25-50 ms each): evenly spaced
+    by ``window`` up to ``window / window_rel``, geometric (ratio ``1 + window_rel``) after.
+    Times are never negative."""
+    knee = window / window_rel if window_rel > 0 else np.inf
+    lin_end = min(t1, knee)
+    n = int(np.ceil((lin_end - t0) / window)) if t0 < lin_end else 0
+    g = t0 + window * np.arange(n + 1)
+    if g[-1] >= t1:
+        return g
+    ratio = 1.0 + window_rel
+    steps = int(np.ceil(np.log(t1 / g[-1]) / np.log(ratio))) + 1
+    geo = g[-1] * ratio ** np.arange(1, steps + 1)
+    return np.concatenate([g, geo[:np.searchsorted(geo, t1, side="left") + 1]])
 
 
 def snap_events(t, kind, flow, val, window: float, window_rel: float) -> tuple:
@@ -524,8 +533,9 @@ def snap_events(t, kind, flow, val, window: float, window_rel: float) -> tuple:
     grid = step_grid(float(t.min()), float(t.max()), window / SNAP_DIV, window_rel / SNAP_DIV)
     st = grid[np.searchsorted(grid, t, side="left")]
     kind, flow, val = kind.copy(), flow.copy(), val.copy()
-    # a segment's start and end are the same (flow, rate) pair, start before end in time:
-    # pair them by flow and rate in time order (a flow's segments never overlap)
+    # a segment's start and end are the same (flow, rate) pair: the k-th start of a pair
+    # with its k-th end in time order (for overlapping segments of one rate another
+    # pairing than the injected one, with the same bytes)
     starts, ends = np.flatnonzero(kind == 1), np.flatnonzero(kind == 2)
     ks = np.lexsort((t[starts], val[starts], flow[starts]))
     ke = np.lexsort((t[ends], val[ends], flow[ends]))
@@ -533,7 +543,7 @@ def snap_events(t, kind, flow, val, window: float, window_rel: float) -> tuple:
     length, moved = t[b] - t[a], st[b] - st[a]
     point = moved <= 0.0
     val[a[~point]] = val[b[~point]] = val[a[~point]] * length[~point] / moved[~point]
-    # a segment within one window: its bytes as one impulse at the window's end (its end
+    # a segment within one grid cell: its bytes as one impulse at the cell's end (its end
     # event dropped)
     kind[a[point]] = 0
     val[a[point]] = val[a[point]] * length[point]
