@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -837,6 +838,22 @@ def test_relay_study_runs_of_a_few_points_add_up(tmp_path):
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["load_avg_1m"] == 2.0 and [p["tokens_per_gpu"] for p in run["points"]] == [128]
     assert [[p["tokens_per_gpu"] for p in e["points"]] for e in run["earlier"]] == [[4096]]
+
+
+def test_relay_study_a_point_runs_row_by_row(tmp_path):
+    """A run of some rows of a point (``--rows``) replaces only those rows of it; the
+    point's other rows stay, and every row's speedups are over the new hub v2 row."""
+    from moehub.cosim.studies import relay
+    res = relay.Results(tmp_path, [("h100x32-ib", 128)], 1.0)
+    res.add([r for r in relay_rows("h100x32-ib") if r["row"] != "hub v2"], 1.0)
+    assert all(math.isnan(r["vs_hub_v2"]) for r in relay.read_rows(tmp_path / relay.CSV_NAME))
+    again = relay.Results(tmp_path, [("h100x32-ib", 128)], 2.0, rows=["hub v2"])
+    again.add([{**r, "layer_us": 700.0} for r in relay_rows("h100x32-ib") if r["row"] == "hub v2"], 2.0)
+    rows = {r["row"]: r for r in relay.read_rows(tmp_path / relay.CSV_NAME)}
+    assert set(rows) == {n for n, _, _ in relay.ROWS}
+    assert rows["hub v2"]["layer_us"] == 700.0
+    assert rows["HybridEP"]["vs_hub_v2"] == pytest.approx(700.0 / 728.4)
+    assert rows["hub v2"]["vs_deepep"] == pytest.approx(736.5 / 700.0)
 
 
 def test_collect_synth_keeps_the_previous_records_other_flows(tmp_path):

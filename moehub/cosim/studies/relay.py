@@ -129,12 +129,21 @@ def point(system: str, model: str, tokens: int, seed=None, log=print, rows=None)
             f"residual {ex.get('residual_us'):.3f} us (traffic {ex.get('traffic_residual_us'):.3f}), "
             f"{wall:.0f} s")
         out.append(row)
-    by_name = {r["row"]: r["layer_us"] for r in out}
-    v2, dp = by_name.get(HUB_V2_ROW), by_name.get(DEEPEP_ROW)
-    for r in out:
-        r["vs_hub_v2"] = None if v2 is None else v2 / r["layer_us"]
-        r["vs_deepep"] = None if dp is None else dp / r["layer_us"]
+    set_speedups(out)
     return out
+
+
+def set_speedups(rows: list) -> None:
+    """Each row's ``vs_hub_v2`` / ``vs_deepep``: the layer time of its point's hub v2 /
+    DeepEP normal row over its own (empty where the point has no such row)."""
+    by_point = {}
+    for r in rows:
+        by_point.setdefault(_key(r), {})[r["row"]] = float(r["layer_us"])
+    for r in rows:
+        mine = by_point[_key(r)]
+        v2, dp = mine.get(HUB_V2_ROW), mine.get(DEEPEP_ROW)
+        r["vs_hub_v2"] = None if v2 is None else v2 / float(r["layer_us"])
+        r["vs_deepep"] = None if dp is None else dp / float(r["layer_us"])
 
 
 def table(rows: list) -> str:
@@ -186,17 +195,20 @@ def _key(r: dict) -> tuple:
 
 
 class Results:
-    """``relay.csv`` and ``run.json`` of one folder: the rows of earlier runs whose points
-    (system, tokens/GPU[, model]) this run does not redo are kept, with those runs' records."""
+    """``relay.csv`` and ``run.json`` of one folder: the rows of earlier runs that this run
+    does not redo are kept, with those runs' records. A run redoes its points' (system,
+    tokens/GPU[, model]) rows -- every row, or with ``rows`` only those named -- so a point
+    can be run row by row; the speedup columns are recomputed over each point's rows."""
 
-    def __init__(self, folder: Path, points: list, load_1m: float):
+    def __init__(self, folder: Path, points: list, load_1m: float, rows=None):
         self.folder, self.load_1m = Path(folder), load_1m
         redo = {(p[0], int(p[1]), p[2] if len(p) > 2 else DEFAULT_MODEL) for p in points}
+        redone = lambda r: _key(r) in redo and (rows is None or r["row"] in rows)
         self.kept, self.earlier, self.points, self.rows = [], [], [], []
         csv_path, run_path = self.folder / CSV_NAME, self.folder / "run.json"
         if csv_path.is_file():
             with open(csv_path, newline="") as f:
-                self.kept = [r for r in csv.DictReader(f) if _key(r) not in redo]
+                self.kept = [r for r in csv.DictReader(f) if not redone(r)]
         if self.kept and run_path.is_file():
             old = json.loads(run_path.read_text())
             left = {_key(r) for r in self.kept}
@@ -216,6 +228,7 @@ class Results:
         self.folder.mkdir(parents=True, exist_ok=True)
         order = lambda r: (int(r["gpus"]), int(r["tokens_per_gpu"]))
         rows = sorted(self.kept + self.rows, key=order)   # stable: a point's rows keep their order
+        set_speedups(rows)
         tmp = self.folder / (CSV_NAME + ".tmp")
         with open(tmp, "w", newline="") as f:
             wr = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -257,7 +270,8 @@ def main(argv=None) -> int:
     tokens = a.tokens or list(DEFAULT_TOKENS)
     if any(t < 1 for t in tokens):
         p.error(f"--tokens {tokens}: must be >= 1")
-    res = Results(output_dir(a.out), [(s, t, a.model) for s in systems for t in tokens], load_1m)
+    res = Results(output_dir(a.out), [(s, t, a.model) for s in systems for t in tokens], load_1m,
+                  rows=picked)
     for s in systems:
         for t in tokens:
             before = round(os.getloadavg()[0], 2)
