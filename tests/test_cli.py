@@ -69,6 +69,9 @@ BAD = [  # argv, the flag and value the message must name, more words it must co
     (["synth", "--config", "tiny", "--clock-ns", "0"], "--clock-ns", "'0'", "> 0"),
     (["synth", "--config", "nosuch"], "--config", "'nosuch'", "tiny"),
     (["rtl", "--config", "tiny", "--config", "nosuch"], "--config", "'nosuch'", "tiny"),
+    (["coverage", "--config", "tiny", "--config", "nosuch"], "--config", "'nosuch'", "tiny"),
+    (["coverage", "--config", "tests/data/tiny-counts.yaml"], "--config",
+     "'tests/data/tiny-counts.yaml'", "deepseek-v3-8gpu, b200-nvlink5"),
 ]
 
 

@@ -141,3 +141,37 @@ def test_knob_layers_complete_on_the_model():
     assert set(endings) == set(ENDINGS) and set(injected) == set(INJECT)
     assert {"BAD_SOURCE", "BAD_CHUNK", "BAD_EXPERT", "OVERFLOW", "POST_EOS", "DUPLICATE",
             "PROTOCOL"} <= set(reasons), reasons
+
+
+def test_the_coverage_run_writes_its_summary(tmp_path, monkeypatch):
+    """``moehub coverage``'s run (the simulator replaced): the tests it plays are every
+    test of the config but the seeded random ones, with the run's knob settings; its
+    summary holds the merged bins, the missed ones per group and the run record; a failing
+    cocotb test writes no summary. Every shipped config has a coverage run."""
+    import moehub.verif.cocotb_runner as runner
+    from moehub.verif import coverage_run as cr
+    assert set(cr.COVERAGE_RUNS) == set(HUB_CONFIGS)
+    cfg, asked = load_hub_config("tiny"), {}
+
+    def fake(config, tests, **kw):
+        asked.update(kw, tests=tests)
+        cov = coverage.Coverage(cfg)
+        cov.hit("queues", "events/full")
+        folder = tmp_path / "sim" / "tiny-cov" / "coverage"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "t-s3-0.json").write_text(json.dumps({**cov.to_dict(), "test": "t"}))
+        return {"passed": len(tests) - asked.get("fail", 0), "failed": asked.get("fail", 0),
+                "failures": [], "results": "r.xml", "sim": "icarus"}
+    monkeypatch.setattr(runner, "run_hub_cocotb", fake)
+    s = cr.run_coverage("tiny", build=tmp_path)
+    assert asked["seeds"] == 30 and asked["settings"]["full_region"] and asked["seed"] == cr.BASE_SEED
+    assert "test_random_clean" not in asked["tests"] and "test_random_knobs" in asked["tests"]
+    assert s["hit"] == 1 and s["bins"] == sum(len(b) for _, b in coverage.bin_definitions(cfg).values())
+    assert s["groups"]["queues"]["missed"] == ["credits/full"]
+    on_disk = json.loads(cr.summary_path("tiny", tmp_path).read_text())
+    assert on_disk["record"]["command"] and on_disk["knob_layers"] == 30 and on_disk == s
+    cr.summary_path("tiny", tmp_path).unlink()
+    asked["fail"] = 1
+    with pytest.raises(cr.CoverageRunError, match="tiny: coverage run: 1 failing"):
+        cr.run_coverage("tiny", build=tmp_path)
+    assert not cr.summary_path("tiny", tmp_path).exists()

@@ -10,7 +10,6 @@ simulation costs). Slow set: every config on both simulators, the other feature 
 directed tests, the constrained-random tests over many seeds, the coverage runs, and the
 page ring's other shapes.
 """
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -20,6 +19,7 @@ import pytest
 from conftest import needs, on
 from moehub.spec.config import HUB_CONFIGS, load_hub_config
 from moehub.verif import sim
+from moehub.verif.coverage_run import V1_RANDOM
 from moehub.verif.tb.context import features_of, feature_label
 from moehub.verif.tb import registry
 
@@ -133,7 +133,6 @@ class Seeds:
 
 #: the protocol-v1 rules' two seeded random tests (the knob test's many layers are the
 #: coverage runs below)
-V1_RANDOM = ("test_random_clean", "test_random_with_errors")
 RANDOM_RUNS = [Seeds(s, c, b, 10, V1_RANDOM) for b in (11, 23, 37) for s in ("icarus", "verilator")
                for c in HUB_CONFIGS]
 RANDOM_RUNS += [Seeds("icarus", c, b, 20) for c in FEATURE_HUBS for b in (11, 23)]
@@ -155,41 +154,16 @@ def test_hub_random_many_seeds(run):
 
 
 # ---------------------------------------------------------------------------- coverage
-#: The coverage run of each config (slow set): every cocotb test once (the two seeded random
-#: tests have their many-seeds run above), the knob test over ``seeds`` layers of about
-#: ``packets`` packets, every tile size, and -- where ``full_region`` -- one expert's whole
-#: max_rows_per_expert region filled (tiny 4k packets, deepseek-v3 459k; mixtral's 32768-row
-#: region, 2.1M packets, is out of Icarus' reach: its full-region bins stay open). Measured
-#: on the shared 2-core machine: tiny ~2 min, mixtral-8gpu ~9 min, deepseek-v3 ~24 min (10 of
-#: them filling the region).
-COVERAGE_RUNS = {
-    "tiny": dict(seeds=30, packets=1500, full_region=True),
-    "mixtral-8gpu": dict(seeds=20, packets=2500, full_region=False),
-    "deepseek-v3-8gpu": dict(seeds=16, packets=2500, full_region=True),
-    # (8 lanes and 900 GB/s: fewer layers; their 4096/32768-row regions are not filled)
-    "b200-nvlink5": dict(seeds=8, packets=2500, full_region=False),
-    "nvl72": dict(seeds=8, packets=2500, full_region=False),
-}
-#: the share of the bins each coverage run must hit
-COVERAGE_GOAL = 95.0
-
-
 @pytest.mark.slow
 @needs("icarus")
 @pytest.mark.parametrize("config", HUB_CONFIGS)
 def test_hub_coverage(config):
-    """The coverage run (see COVERAGE_RUNS) hits >= COVERAGE_GOAL % of the functional
-    coverage bins (verif/coverage.py); its report goes to <build>/coverage/. On Icarus: the
-    queue and watchdog bins read hub-internal signals a ports-only Verilator build hides."""
-    from moehub.paths import build_root
-    from moehub.verif import coverage
-    run = COVERAGE_RUNS[config]
-    folder = build_root() / "sim" / f"{config}-cov"
-    shutil.rmtree(folder / "coverage", ignore_errors=True)
-    tests = [t for t in registry.test_names(features(config)) if t not in V1_RANDOM]
-    settings = dict(knob_packets=run["packets"], tile_sizes="all", full_region=run["full_region"])
-    _run(config, tests, seed=3, seeds=run["seeds"], tag="cov", settings=settings, sim="icarus")
-    s = coverage.report([folder], build_root() / "coverage", [config])[config]
+    """The coverage run (moehub.verif.coverage_run.COVERAGE_RUNS; ``moehub coverage``) hits
+    >= COVERAGE_GOAL % of the functional coverage bins (verif/coverage.py); its report and
+    summary go to <build>/coverage/. On Icarus: the queue and watchdog bins read
+    hub-internal signals a ports-only Verilator build hides."""
+    from moehub.verif.coverage_run import COVERAGE_GOAL, run_coverage
+    s = run_coverage(config, sim="icarus")
     assert s["percent"] >= COVERAGE_GOAL, \
         f"{config}: coverage {s['hit']}/{s['bins']} = {s['percent']} % < {COVERAGE_GOAL} % " \
         f"(missed: {[(g, d['missed']) for g, d in s['groups'].items() if d['missed']]})"

@@ -1171,6 +1171,57 @@ def test_verification_summary_from_the_soak_and_formal_records(tmp_path):
         report.render("verification-summary", tmp_path / "nothing")
 
 
+def _coverage_build(tmp_path) -> Path:
+    """A build folder with ``moehub coverage`` summaries: deepseek-v3 short of the goal
+    (drops and capacity bins missed) before tiny (all hit), and one without a run record."""
+    folder = tmp_path / "build" / "coverage"
+    folder.mkdir(parents=True)
+    groups = lambda **missed: {g: {"hit": 3, "bins": 3 + len(missed.get(g, [])), "missed": missed.get(g, [])}
+                               for g in ("drops", "capacity", "eos")}
+    runs = {"deepseek-v3-8gpu": (200, 210, groups(drops=["POST_EOS/first/early", "POST_EOS/last/late",
+                                                         "BAD_SOURCE/middle/late"],
+                                                  capacity=["full/at", "row_top_bit"]), True),
+            "tiny": (206, 206, groups(), False)}
+    for config, (hit, bins, grp, full) in runs.items():
+        (folder / f"run-{config}.json").write_text(json.dumps({
+            "config": config, "bins": bins, "hit": hit, "percent": round(100 * hit / bins, 1),
+            "goal": 96.0, "groups": grp, "unknown": {}, "tests": 41, "knob_layers": 16,
+            "knob_packets": 2500, "full_region": full, "sim": "icarus", "wall_s": 1415.0,
+            "cpu_s": 1402.5, "load": [1.02, 0.9, 0.8], "rtl_sha256": "cafe",
+            "record": {"command": f"moehub coverage --config {config}", "git": "abc1234",
+                       "started": f"2026-12-05T1{len(config) % 10}:00:00+00:00"}}))
+    (folder / "run-mixtral-8gpu.json").write_text(json.dumps({"config": "mixtral-8gpu", "hit": 1}))
+    (folder / "tiny.json").write_text("{}")         # (the merged report's, not a run)
+    return tmp_path / "build"
+
+
+def test_collect_and_render_the_coverage(tmp_path):
+    """Each coverage run with a run record is a row, in the shipped configs' order: bins
+    hit of all, a run short of its goal said so, the missed bins counted per group by
+    their first part, what it played, its time and load; a run of other RTL marked."""
+    [path] = report.collect_coverage(_coverage_build(tmp_path), tmp_path / "records")
+    rec = report.read_record(path)
+    assert rec["source"] == "coverage" and [r["config"] for r in rec["data"]["rows"]] == \
+        ["deepseek-v3-8gpu", "tiny"]
+    text = report.render_coverage(report.load_records(tmp_path / "records", "coverage"), "cafe")
+    lines = text.splitlines()
+    assert lines[2].startswith("| `tiny` | 206 of 206 (100.0 %) | none | 41 tests, 16 knob layers "
+                               "of 2,500 packets (icarus) | 24 min (23 min) | 1.0 |")
+    assert lines[3] == ("| `deepseek-v3-8gpu` | 200 of 210 (95.2 %), **below the 96 % goal** | "
+                        "`drops`: POST_EOS × 2, BAD_SOURCE/middle/late; `capacity`: full/at, "
+                        "row_top_bit | 41 tests, 16 knob layers of 2,500 packets, an expert's whole "
+                        "region filled (icarus) | 24 min (23 min) | 1.0 |")
+    assert "older RTL" not in text
+    assert report.render_coverage(report.load_records(tmp_path / "records", "coverage"),
+                                  "other").count("(older RTL)") == 2
+    summary = report.render("verification-summary", tmp_path / "records", current="cafe")
+    assert ("| functional coverage: every cocotb test and many knob layers per config, on Icarus "
+            "(`moehub coverage`) | `tiny` 206/206 bins (100.0 %), `deepseek-v3-8gpu` 200/210 bins "
+            "(95.2 %, below 96 %) (goal 96 %) |") in summary
+    assert "moehub coverage`): measured" not in summary       # (no longer an unrecorded check)
+    assert report.collect_coverage(tmp_path / "nothing", tmp_path / "records") == []
+
+
 def test_bench_sim_rows_add_up_and_render(tmp_path):
     """``bench_sim.py``'s rows file: a later run of one simulator replaces that
     simulator's row and keeps the rest; the table shows cycles/s per config and simulator

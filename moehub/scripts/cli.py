@@ -114,10 +114,11 @@ def command_modules() -> tuple:
     from ..cosim.studies import cli as study_cli
     from ..explore import cli as explore_cli
     from ..synth import cli as synth_cli
-    from ..verif import mutate, soak
+    from ..verif import coverage_run, mutate, soak
     from ..verif.formal import cli as formal_cli
     from . import report
-    return (synth_cli, cosim_cli, calibration, formal_cli, study_cli, explore_cli, mutate, soak, report)
+    return (synth_cli, cosim_cli, calibration, formal_cli, study_cli, explore_cli, mutate,
+            soak, coverage_run, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

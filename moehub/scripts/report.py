@@ -42,7 +42,8 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``soak``: every ``soak/*/summary.json`` of ``moehub soak``;
 * ``formal``: every ``formal/<set>-<mode>/result.json`` of ``moehub formal`` (one job each);
 * ``bench-sim``: ``results/bench-sim/sim.json`` of ``bench_sim.py`` (Icarus against Verilator).
-* ``explore``: every ``results/explore-*/points.csv`` (and its ``run.json``) of ``moehub explore``.
+* ``explore``: every ``results/explore-*/points.csv`` (and its ``run.json``) of ``moehub explore``;
+* ``coverage``: every ``coverage/run-<config>.json`` of ``moehub coverage``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -661,6 +662,20 @@ def collect_soak(build: Path, records: Path) -> list:
         drop=(), from_run=("git", "started", "command", "cpu_s"), last_command=True)
 
 
+def collect_coverage(build: Path, records: Path) -> list:
+    """The record of every ``<build>/coverage/run-<config>.json`` (``moehub coverage``: one
+    config's coverage run, with its run's record, the load before it and the RTL sources'
+    hash it simulated), one row per config."""
+    from ..verif.coverage_run import SUMMARY_PREFIX
+    return _record_summaries(
+        "coverage", sorted(Path(build, "coverage").glob(f"{SUMMARY_PREFIX}*.json")),
+        Path(records, "coverage.json"), "moehub coverage",
+        "one row per config, each with its own run's command and commit, the load before it "
+        "and the RTL sources' hash it simulated (rtl_sha256); sources_sha256: the RTL at "
+        "collection", "coverage", drop=(), from_run=("git", "started", "command"),
+        last_command=True)
+
+
 def _csv_value(text: str):
     """A cell of a CSV the explorer wrote as JSON's value: empty -> None, True / False,
     integers and floats as numbers, anything else the text."""
@@ -716,7 +731,8 @@ def collect_formal(build: Path, records: Path) -> list:
 
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
-              "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim", "explore")
+              "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim", "explore",
+              "coverage")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1680,6 +1696,44 @@ def render_soak(recs: list, current: str) -> str:
     return "\n".join(out) + "\n\n" + caption(recs) + "\n"
 
 
+def _missed_bins(groups: dict) -> str:
+    """The bins a coverage run missed, per group: a cross's missed bins counted by their
+    first part (``drops``: ``POST_EOS × 3``), a plain bin named."""
+    out = []
+    for g, d in groups.items():
+        heads = {}
+        for label in d["missed"]:
+            heads.setdefault(label.split("/")[0], []).append(label)
+        if heads:
+            out.append(f"`{g}`: " + ", ".join(ls[0] if len(ls) == 1 else f"{h} × {len(ls)}"
+                                              for h, ls in heads.items()))
+    return "; ".join(out) or "none"
+
+
+def render_coverage(recs: list, current: str) -> str:
+    """``moehub coverage``: per config (in the shipped configs' order) the bins hit of all,
+    the goal, what was missed (per group), what the run played (tests, knob layers, the
+    region filled) and its time and load. Rows from older RTL are marked."""
+    from ..spec.config import HUB_CONFIGS
+    rows = [(r, rec) for _, rec in recs for r in rec["data"]["rows"]]
+    rank = {c: i for i, c in enumerate(HUB_CONFIGS)}
+    rows.sort(key=lambda rr: (rank.get(rr[0]["config"], len(rank)), rr[0]["config"]))
+    out = ["| config | bins hit | missed | the run | wall (CPU) | load |",
+           "|---|---:|---|---|---:|---:|"]
+    for r, rec in rows:
+        mark = f" ({OLDER})" if r.get("rtl_sha256") != current else ""
+        verdict = "" if r["percent"] >= r["goal"] else f", **below the {r['goal']:.0f} % goal**"
+        run = (f"{r['tests']} tests, {r['knob_layers']} knob layers of {r['knob_packets']:,} "
+               f"packets" + (", an expert's whole region filled" if r["full_region"] else "")
+               + f" ({r['sim']})")
+        load = r.get("load")
+        out.append("| " + " | ".join([
+            f"`{r['config']}`{mark}", f"{r['hit']} of {r['bins']} ({r['percent']:.1f} %){verdict}",
+            _missed_bins(r["groups"]), run, f"{_minutes(r['wall_s'])} ({_minutes(r['cpu_s'])})",
+            f"{load[0]:.1f}" if load else "–"]) + " |")
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
 def _formal_job(r: dict) -> str:
     """One recorded formal job as a cell's clause: its mode and depth, what a pass means
     for it (k-induction: unbounded; a cover: every cover reached), the step of a failure,
@@ -1760,13 +1814,24 @@ def render_formal(recs: list, current: str) -> str:
 UNRECORDED_CHECKS = (
     ("cocotb regression, every shipped config, Icarus and Verilator",
      "verification.md#the-reference-model-and-the-cocotb-testbench", "make test; make test-slow"),
-    ("functional coverage (the slow set's coverage run)",
-     "verification.md#functional-coverage-and-testpoints",
-     "python -m moehub.verif.coverage report"),
+    ("functional coverage (the coverage run per config)",
+     "verification.md#functional-coverage-and-testpoints", "moehub coverage"),
     ("mutation testing of the RTL", "verification.md#mutation-testing", "moehub mutate --sample N"),
     ("equivalence proof of each RTL refactor",
      "verification.md#refactoring-under-an-equivalence-proof", "moehub equiv"),
 )
+
+
+def _coverage_summary(recs: list, current: str) -> str:
+    """The coverage row: per config its bins hit of all (and the goal where missed)."""
+    from ..spec.config import HUB_CONFIGS
+    rows = sorted((r for _, rec in recs for r in rec["data"]["rows"]),
+                  key=lambda r: (HUB_CONFIGS.index(r["config"]) if r["config"] in HUB_CONFIGS
+                                 else len(HUB_CONFIGS), r["config"]))
+    return ", ".join(f"`{r['config']}` {r['hit']}/{r['bins']} bins ({r['percent']:.1f} %"
+                     + ("" if r["percent"] >= r["goal"] else f", below {r['goal']:.0f} %") + ")"
+                     + (f" ({OLDER})" if r.get("rtl_sha256") != current else "")
+                     for r in rows) + f" (goal {rows[0]['goal']:.0f} %)"
 
 
 def _soak_summary(recs: list, current: str) -> str:
@@ -1818,11 +1883,18 @@ def render_verification_summary(recs: list, current: str, records: Path = RECORD
     if formal:
         out.append(f"| formal proofs, SymbiYosys (`moehub formal`) | {_formal_summary(formal, current)} |")
         used += formal
+    coverage = load_records(records, "coverage")
+    if coverage:
+        out.append("| functional coverage: every cocotb test and many knob layers per config, "
+                   f"on Icarus (`moehub coverage`) | {_coverage_summary(coverage, current)} |")
+        used += coverage
     if not used:
         raise ReportError("table 'verification-summary': no soak or formal record "
                           "(records/soak.json, records/formal.json; 'moehub report --collect "
                           "soak formal')")
     for check, where, command in UNRECORDED_CHECKS:
+        if coverage and command == "moehub coverage":
+            continue
         out.append(f"| {check} | no record yet (`{command}`): measured, typed in "
                    f"[the guide](docs/{where}) |")
     return "\n".join(out) + "\n\n" + caption(used) + "\n"
@@ -1847,6 +1919,7 @@ TABLES = {
     "relay-units": ("synth-unit", render_relay_units),
     "v2-hubs": ("synth", render_v2_hubs),
     "soak": ("soak", render_soak),
+    "coverage": ("coverage", render_coverage),
     "formal": ("formal", render_formal),
     "sim-speed": ("bench-sim", render_sim_speed),
     **{n: ("explore", render_explore(n)) for n in EXPLORES},
@@ -1983,6 +2056,7 @@ def _run(args) -> int:
             "formal": lambda: collect_formal(build, records),
             "bench-sim": lambda: collect_bench_sim(build, records),
             "explore": lambda: collect_explore(build, records),
+            "coverage": lambda: collect_coverage(build, records),
         }
         assert set(collect) == set(COLLECTORS)
         for source in which:
