@@ -145,13 +145,18 @@ class Result:
     runtime_s: dict = dataclasses.field(default_factory=dict)
     out: str = ""
     tool: str = ""
+    load: list = dataclasses.field(default_factory=list)             # load average before it
+    rtl_sha256: str = ""                                             # the working tree's RTL sources
 
     @property
     def proved(self) -> bool:
         return self.verdict == "equivalent"
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self) | {"proved": self.proved}, indent=2)
+        """The result, and the run's record (command, commit, versions, wall and CPU time):
+        what ``moehub report --collect equiv`` records."""
+        return json.dumps(dataclasses.asdict(self) | {"proved": self.proved,
+                                                      "record": runinfo.record()}, indent=2)
 
 
 # ---------------------------------------------------------------------------- tools and git
@@ -942,6 +947,7 @@ def check(config_name: str, ref: str = DEFAULT_REF, out: Path | str | None = Non
     config = str(Path(config_name).resolve()) if config_name.endswith((".yaml", ".yml")) else config_name
     out = output_dir("synth", "equiv", name, out=out)
     out.mkdir(parents=True, exist_ok=True)
+    load = [round(x, 2) for x in os.getloadavg()]
     t0 = time.monotonic()
     export_tree(commit, out / "gold" / "src")
     with progress.stage(f"equiv {name}: RTLIL of {ref} and of the working tree", heartbeat=True), \
@@ -954,6 +960,7 @@ def check(config_name: str, ref: str = DEFAULT_REF, out: Path | str | None = Non
     res = prove(out / "gold.il", out / "gate.il", out, match=match, induct_seq=induct_seq,
                 bmc_cycles=bmc_cycles, config=name, ref=ref, commit=commit)
     res.runtime_s = {"rtlil": t_rtlil, **res.runtime_s, "total": time.monotonic() - t0}
+    res.load, res.rtl_sha256 = load, runinfo.rtl_sources_hash()
     Path(res.out, "result.json").write_text(res.to_json())
     if echo:
         print(table([res]))
