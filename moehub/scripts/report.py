@@ -43,7 +43,8 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``formal``: every ``formal/<set>-<mode>/result.json`` of ``moehub formal`` (one job each);
 * ``bench-sim``: ``results/bench-sim/sim.json`` of ``bench_sim.py`` (Icarus against Verilator).
 * ``explore``: every ``results/explore-*/points.csv`` (and its ``run.json``) of ``moehub explore``;
-* ``coverage``: every ``coverage/run-<config>.json`` of ``moehub coverage``.
+* ``coverage``: every ``coverage/run-<config>.json`` of ``moehub coverage``;
+* ``equiv``: every ``synth/equiv/<config>/result.json`` of ``moehub equiv``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -63,7 +64,9 @@ area, N5 mm², the deepest stage and its verdict, from the synthesis records of
 ``moehub synth --config deepseek-v3-8gpu --set ...``; a variant without one says so);
 ``formal`` (per property set its jobs as run: k-induction, BMC, covers, result, time),
 ``verification-summary`` (the README's checks: the soaks, the formal jobs, and the checks
-without a record named as such) and ``sim-speed`` (Icarus against Verilator: build,
+without a record named as such), ``coverage`` (per config the coverage run's bins hit, the
+missed ones, what it played, its time), ``equiv`` (per config the equivalence proof against
+the reference revision) and ``sim-speed`` (Icarus against Verilator: build,
 cycles per second, identical outputs); ``explore-example`` and ``explore-experts`` (the
 exploration guide's ``--axis lanes=1,2,4 --axis tags=4,8`` and ``--axis experts=1,2,4 --axis
 lanes=2 --axis tags=8``: area, stage, speedup, memory, Pareto per point).
@@ -676,6 +679,20 @@ def collect_coverage(build: Path, records: Path) -> list:
         last_command=True)
 
 
+def collect_equiv(build: Path, records: Path) -> list:
+    """The record of every ``<build>/synth/equiv/<config>/result.json`` (``moehub equiv``:
+    one config's proof against a revision, with its run's record, the load before it and
+    the RTL sources' hash of the working tree it proved), one row per config; a result
+    written before proofs kept a run record is left out."""
+    return _record_summaries(
+        "equiv", sorted(Path(build, "synth", "equiv").glob("*/result.json")),
+        Path(records, "equiv.json"), "moehub equiv",
+        "one row per config, each with its own run's command and commit, the load before it "
+        "and the RTL sources' hash it proved (rtl_sha256); sources_sha256: the RTL at "
+        "collection", "equiv", drop=("out", "unproven", "notes", "tool"),
+        from_run=("git", "started", "command"), last_command=True)
+
+
 def _csv_value(text: str):
     """A cell of a CSV the explorer wrote as JSON's value: empty -> None, True / False,
     integers and floats as numbers, anything else the text."""
@@ -732,7 +749,7 @@ def collect_formal(build: Path, records: Path) -> list:
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
               "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim", "explore",
-              "coverage")
+              "coverage", "equiv")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1734,6 +1751,52 @@ def render_coverage(recs: list, current: str) -> str:
     return "\n".join(out) + "\n\n" + caption(recs) + "\n"
 
 
+def _equiv_rows(recs: list) -> list:
+    """The recorded proofs in the shipped configs' order (others after, by name)."""
+    from ..spec.config import HUB_CONFIGS
+    rank = {c: i for i, c in enumerate(HUB_CONFIGS)}
+    return sorted((r for _, rec in recs for r in rec["data"]["rows"]),
+                  key=lambda r: (rank.get(r["config"], len(rank)), r["config"]))
+
+
+def _equiv_proof(r: dict) -> str:
+    """A proof's kind in words (``synth.equiv.describe``'s, from the record)."""
+    from ..synth.equiv import Result, describe
+    return describe(Result(**{k: r.get(k) for k in ("config", "ref", "commit", "verdict",
+                                                    "proof", "bmc_cycles")}))
+
+
+def render_equiv(recs: list, current: str) -> str:
+    """``moehub equiv``: per config the revision it was proven against, the verdict, the
+    proof's kind, the equivalence points proven of all, the working tree's flip-flop bits
+    (those no register of the revision pairs), the time and the load; a proof of other RTL
+    than the working tree's marked."""
+    out = ["| config | against | verdict | proof | points proven | flip-flop bits (unpaired) | time | load |",
+           "|---|---|---|---|---:|---:|---:|---:|"]
+    for r in _equiv_rows(recs):
+        mark = f" ({OLDER})" if r.get("rtl_sha256") != current else ""
+        reg = r.get("registers") or {}
+        verdict = f"**{r['verdict']}**" if r["verdict"] == "equivalent" else r["verdict"]
+        load = r.get("load")
+        out.append("| " + " | ".join([
+            f"`{r['config']}`{mark}", f"`{r['commit'][:10]}`", verdict, _equiv_proof(r),
+            f"{r['proven']:,} of {r['equiv_cells']:,}",
+            (f"{reg['gate']:,} ({reg.get('unpaired_gate_bits', 0):,})" if "gate" in reg else "–"),
+            _wall((r.get("runtime_s") or {}).get("total", 0.0)),
+            f"{load[0]:.1f}" if load else "–"]) + " |")
+    return "\n".join(out) + "\n\n" + caption(recs) + "\n"
+
+
+def _equiv_summary(recs: list, current: str) -> str:
+    """The equivalence row: per config its verdict against the revision, the points."""
+    return "; ".join(f"`{r['config']}` against `{r['commit'][:10]}`: " +
+                     (f"**{r['verdict']}** ({_equiv_proof(r)}, {r['proven']:,} of "
+                      f"{r['equiv_cells']:,} points)" if r["verdict"] == "equivalent"
+                      else f"{r['verdict']} ({r['proven']:,} of {r['equiv_cells']:,} points)")
+                     + (f" ({OLDER})" if r.get("rtl_sha256") != current else "")
+                     for r in _equiv_rows(recs))
+
+
 def _formal_job(r: dict) -> str:
     """One recorded formal job as a cell's clause: its mode and depth, what a pass means
     for it (k-induction: unbounded; a cover: every cover reached), the step of a failure,
@@ -1888,12 +1951,17 @@ def render_verification_summary(recs: list, current: str, records: Path = RECORD
         out.append("| functional coverage: every cocotb test and many knob layers per config, "
                    f"on Icarus (`moehub coverage`) | {_coverage_summary(coverage, current)} |")
         used += coverage
+    equiv = load_records(records, "equiv")
+    if equiv:
+        out.append("| equivalence proof of the RTL against the reference revision, cycle "
+                   f"exact (`moehub equiv`) | {_equiv_summary(equiv, current)} |")
+        used += equiv
     if not used:
         raise ReportError("table 'verification-summary': no soak or formal record "
                           "(records/soak.json, records/formal.json; 'moehub report --collect "
                           "soak formal')")
     for check, where, command in UNRECORDED_CHECKS:
-        if coverage and command == "moehub coverage":
+        if (coverage and command == "moehub coverage") or (equiv and command == "moehub equiv"):
             continue
         out.append(f"| {check} | no record yet (`{command}`): measured, typed in "
                    f"[the guide](docs/{where}) |")
@@ -1920,6 +1988,7 @@ TABLES = {
     "v2-hubs": ("synth", render_v2_hubs),
     "soak": ("soak", render_soak),
     "coverage": ("coverage", render_coverage),
+    "equiv": ("equiv", render_equiv),
     "formal": ("formal", render_formal),
     "sim-speed": ("bench-sim", render_sim_speed),
     **{n: ("explore", render_explore(n)) for n in EXPLORES},
@@ -2057,6 +2126,7 @@ def _run(args) -> int:
             "bench-sim": lambda: collect_bench_sim(build, records),
             "explore": lambda: collect_explore(build, records),
             "coverage": lambda: collect_coverage(build, records),
+            "equiv": lambda: collect_equiv(build, records),
         }
         assert set(collect) == set(COLLECTORS)
         for source in which:

@@ -942,6 +942,7 @@ def check(config_name: str, ref: str = DEFAULT_REF, out: Path | str | None = Non
     """Prove the working tree's ``MoEHub`` for ``config_name`` equivalent to the one at
     ``ref``; files under ``out`` (default ``build/synth/equiv/<config>``)."""
     from ..spec.config import load_hub_config
+    runinfo.git_describe()          # the commit at the start (cached), not after later edits
     commit = resolve_ref(ref)
     name = load_hub_config(config_name).name
     config = str(Path(config_name).resolve()) if config_name.endswith((".yaml", ".yml")) else config_name

@@ -75,6 +75,7 @@ def run_coverage(config: str, sim: str = "icarus", build: Path | None = None) ->
     from .cocotb_runner import run_hub_cocotb
     if config not in COVERAGE_RUNS:
         raise ValueError(f"coverage run of {config!r}: no settings (configs: {', '.join(COVERAGE_RUNS)})")
+    runinfo.git_describe()          # the commit at the start (cached), not after later edits
     build = Path(build or build_root())
     cfg, run = load_hub_config(config), COVERAGE_RUNS[config]
     folder = build / "sim" / f"{config}-cov"
