@@ -311,7 +311,8 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
     assert printed == set(report.TABLES) - {"calibration-summary", "relay-ablation", "relay-critical", "relay-units",
                                             *report.ABLATIONS, *report.SCALING_TABLES,
                                             "cosim-window-error", "v2-hubs", "formal", *report.EXPLORES,
-                                            "verification-summary", "sim-speed", "headline-ratio"}
+                                            "verification-summary", "sim-speed", "headline-ratio",
+                                            "coverage", "equiv", "mutation"}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2
@@ -1254,6 +1255,44 @@ def test_collect_and_render_the_equivalence_proofs(tmp_path):
             "21,874 of 21,874 points); `mixtral-8gpu` against `51dce2812d`: not proved (55,935 of "
             "57,708 points) |") in summary
     assert "`moehub equiv`): measured" not in summary
+
+
+def test_collect_and_render_the_mutation_campaign(tmp_path):
+    """A finished campaign's report (with its run record) is recorded: the outcomes and
+    score per file, the total, the survivors named, the sample and projection; a running
+    campaign's report (no record) is not; the README's summary takes its row."""
+    from moehub.verif import mutate
+    ms = [mutate.Mutant(f"{f[4:-3]}-00{i}", f, 10 + i, op, "a < b", "a <= b") for i, (f, op) in enumerate(
+        [("rtl/tracker.py", "cmp"), ("rtl/tracker.py", "drop"), ("rtl/csr.py", "eq")])]
+    res = [{"result": r, "killer": "", "seconds": sec, "netlist": "", "detail": "", "skipped": []}
+           for r, sec in [("killed", 20), ("survived", 100), ("killed", 30)]]
+    meta = {"mutants": "3 of 3", "seed": 7, "sample": 3, "wall_s": 1500, "workers": 2,
+            "ref": "working tree"}
+    out = tmp_path / "build" / "mutation"
+    out.mkdir(parents=True)
+    mutate.write_report(out, ms, res, meta, full_set=5365, workers=(2, 64))
+    assert report.collect_mutate(tmp_path / "build", tmp_path / "records") == []     # (running)
+    mutate.write_report(out, ms, res, meta, full_set=5365, workers=(2, 64),
+                        record={"command": "moehub mutate --sample 3 --seed 7", "git": "abc1234",
+                                "started": "2026-12-05T18:00:00+00:00", "load": [1.5, 1, 1],
+                                "rtl_sha256": "cafe"})
+    [path] = report.collect_mutate(tmp_path / "build", tmp_path / "records")
+    assert [m["id"] for m in report.read_record(path)["data"]["kept"]] == ["tracker-001"]
+    text = report.render("mutation", tmp_path / "records", current="cafe")
+    lines = text.splitlines()
+    assert lines[0] == "| file | killed | timeout | survived | equivalent | stillborn | error | score |"
+    assert "| `rtl/tracker.py` | 1 | 0 | 1 | 0 | 0 | 0 | 1 / 2 = 50.0 % |" in lines
+    assert lines[4] == "| **all** | 2 | 0 | 1 | 0 | 0 | 0 | 2 / 3 = 66.7 % |"
+    assert ("A sample of 3 mutants (seed 7) of the whole set of 5,365, on 2 Dask workers "
+            "(working tree): 50 s per mutant on average, 25 min of wall time; the whole set "
+            "projected at 37 h on 2 workers, 1 h on 64 workers. Survivors: `tracker-001` "
+            "(rtl/tracker.py:11, drop: `a < b` → `a <= b`).") in text
+    assert "older RTL" not in text and "(older RTL)" in report.render("mutation", tmp_path / "records",
+                                                                      current="other")
+    summary = report.render("verification-summary", tmp_path / "records", current="cafe")
+    assert ("| mutation testing of the RTL, on Dask (`moehub mutate`) | score **2 / 3 = 66.7 %** "
+            "(killed / (killed + survived)) over a sample of 3 of the 5,365 mutants, 0 proven "
+            "equivalent |") in summary
 
 
 def test_bench_sim_rows_add_up_and_render(tmp_path):

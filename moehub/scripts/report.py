@@ -44,7 +44,8 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``bench-sim``: ``results/bench-sim/sim.json`` of ``bench_sim.py`` (Icarus against Verilator).
 * ``explore``: every ``results/explore-*/points.csv`` (and its ``run.json``) of ``moehub explore``;
 * ``coverage``: every ``coverage/run-<config>.json`` of ``moehub coverage``;
-* ``equiv``: every ``synth/equiv/<config>/result.json`` of ``moehub equiv``.
+* ``equiv``: every ``synth/equiv/<config>/result.json`` of ``moehub equiv``;
+* ``mutate``: ``mutation/report.json`` of a finished ``moehub mutate`` campaign.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -693,6 +694,30 @@ def collect_equiv(build: Path, records: Path) -> list:
         from_run=("git", "started", "command"), last_command=True)
 
 
+def collect_mutate(build: Path, records: Path) -> list:
+    """The record of ``<build>/mutation/report.json`` (``moehub mutate``: a finished
+    campaign's score per file and operator, its projection and run record; the survivors
+    and proven-equivalent mutants kept, the others counted). A report of a campaign still
+    running (or of one before reports kept a run record) is not recorded."""
+    path = Path(build, "mutation", "report.json")
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    run = doc.get("record")
+    if not run:
+        return []
+    kept = [m for m in doc.get("mutants", []) if m.get("result") in ("survived", "equivalent")]
+    data = {k: doc.get(k) for k in ("meta", "score", "by_file", "by_operator", "mean_s",
+                                    "projection_s", "full_set", "files")}
+    data.update(kept=kept, rtl_sha256=run.get("rtl_sha256"), load=run.get("load"))
+    rec = make_record("mutate", run.get("command", "moehub mutate"), data, commit=run.get("git"),
+                      date=run.get("started"), mach=machine(), load_avg=(run.get("load") or [None])[0],
+                      note="the load is the 1-minute load average before the campaign; data.kept: "
+                           "the survivors and the mutants proven equivalent, the others counted in "
+                           "the scores; rtl_sha256: the RTL the mutants were made from")
+    return [write_record(Path(records, "mutate.json"), rec)]
+
+
 def _csv_value(text: str):
     """A cell of a CSV the explorer wrote as JSON's value: empty -> None, True / False,
     integers and floats as numbers, anything else the text."""
@@ -749,7 +774,7 @@ def collect_formal(build: Path, records: Path) -> list:
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
               "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim", "explore",
-              "coverage", "equiv")
+              "coverage", "equiv", "mutate")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1731,6 +1756,9 @@ def render_coverage(recs: list, current: str) -> str:
     """``moehub coverage``: per config (in the shipped configs' order) the bins hit of all,
     the goal, what was missed (per group), what the run played (tests, knob layers, the
     region filled) and its time and load. Rows from older RTL are marked."""
+    if not recs:
+        raise ReportError("table 'coverage': no coverage record (records/coverage.json; run 'moehub coverage', then "
+                          "'moehub report --collect coverage')")
     from ..spec.config import HUB_CONFIGS
     rows = [(r, rec) for _, rec in recs for r in rec["data"]["rows"]]
     rank = {c: i for i, c in enumerate(HUB_CONFIGS)}
@@ -1771,6 +1799,9 @@ def render_equiv(recs: list, current: str) -> str:
     proof's kind, the equivalence points proven of all, the working tree's flip-flop bits
     (those no register of the revision pairs), the time and the load; a proof of other RTL
     than the working tree's marked."""
+    if not recs:
+        raise ReportError("table 'equiv': no equiv record (records/equiv.json; run 'moehub equiv CONFIG', then "
+                          "'moehub report --collect equiv')")
     out = ["| config | against | verdict | proof | points proven | flip-flop bits (unpaired) | time | load |",
            "|---|---|---|---|---:|---:|---:|---:|"]
     for r in _equiv_rows(recs):
@@ -1795,6 +1826,53 @@ def _equiv_summary(recs: list, current: str) -> str:
                       else f"{r['verdict']} ({r['proven']:,} of {r['equiv_cells']:,} points)")
                      + (f" ({OLDER})" if r.get("rtl_sha256") != current else "")
                      for r in _equiv_rows(recs))
+
+
+def _mutation_score(s: dict) -> str:
+    dead = s["killed"] + s["timeout"]
+    pct = "n/a" if s.get("score") is None else f"{100 * s['score']:.1f} %"
+    return f"{dead} / {dead + s['survived']} = {pct}"
+
+
+def render_mutation(recs: list, current: str) -> str:
+    """``moehub mutate``: the campaign's outcomes and score per file (the score killed /
+    (killed + survived), a timeout counted as killed), the total, the survivors, and what
+    the campaign was (sample, seed, mean time per mutant, the whole set's projected time);
+    a campaign of other RTL than the working tree's marked."""
+    if not recs:
+        raise ReportError("table 'mutation': no mutate record (records/mutate.json; run 'moehub mutate --sample N', then "
+                          "'moehub report --collect mutate')")
+    from ..verif.mutate import OUTCOMES
+    (_, rec), = recs[-1:]
+    d = rec["data"]
+    out = ["| file | " + " | ".join(OUTCOMES) + " | score |", "|---|" + "---:|" * (len(OUTCOMES) + 1)]
+    for name, sc in d["by_file"].items():
+        cells = [f"**{name}**" if name == "all" else f"`{name}`"] + [str(sc[o]) for o in OUTCOMES]
+        out.append("| " + " | ".join(cells + [_mutation_score(sc)]) + " |")
+    m = d["meta"]
+    mark = f" ({OLDER})" if d.get("rtl_sha256") != current else ""
+    n = d["by_file"]["all"]["total"]
+    what = (f"A sample of {n} mutants (seed {m['seed']}) of the whole set of {d['full_set']:,}"
+            if m.get("sample") else f"{n} mutants") + mark
+    proj = d.get("projection_s") or {}
+    text = (f"{what}, on {m.get('workers') or 'one per core'} Dask workers ({m.get('ref')}): "
+            f"{d['mean_s']:.0f} s per mutant on average, {_wall(m['wall_s'])} of wall time"
+            + ("; the whole set projected at " + ", ".join(f"{float(v) / 3600:.0f} h on {n} workers"
+                                                           for n, v in proj.items()) if proj else "")
+            + ".")
+    kept = [r for r in d.get("kept", []) if r["result"] == "survived"]
+    if kept:
+        text += " Survivors: " + "; ".join(f"`{r['id']}` ({r['file']}:{r['line']}, {r['operator']}: "
+                                           f"`{r['original']}` → `{r['mutant']}`)" for r in kept) + "."
+    return "\n".join(out) + "\n\n" + text + "\n\n" + caption(recs) + "\n"
+
+
+def _mutation_summary(recs: list, current: str) -> str:
+    d = recs[-1][1]["data"]
+    m, s = d["meta"], d["by_file"]["all"]
+    return (f"score **{_mutation_score(s)}** (killed / (killed + survived)) over a sample of "
+            f"{s['total']} of the {d['full_set']:,} mutants, {s['equivalent']} proven equivalent"
+            + (f" ({OLDER})" if d.get("rtl_sha256") != current else ""))
 
 
 def _formal_job(r: dict) -> str:
@@ -1956,12 +2034,18 @@ def render_verification_summary(recs: list, current: str, records: Path = RECORD
         out.append("| equivalence proof of the RTL against the reference revision, cycle "
                    f"exact (`moehub equiv`) | {_equiv_summary(equiv, current)} |")
         used += equiv
+    mutation = load_records(records, "mutate")
+    if mutation:
+        out.append("| mutation testing of the RTL, on Dask (`moehub mutate`) | "
+                   f"{_mutation_summary(mutation, current)} |")
+        used += mutation
     if not used:
         raise ReportError("table 'verification-summary': no soak or formal record "
                           "(records/soak.json, records/formal.json; 'moehub report --collect "
                           "soak formal')")
     for check, where, command in UNRECORDED_CHECKS:
-        if (coverage and command == "moehub coverage") or (equiv and command == "moehub equiv"):
+        if ((coverage and command == "moehub coverage") or (equiv and command == "moehub equiv")
+                or (mutation and command.startswith("moehub mutate"))):
             continue
         out.append(f"| {check} | no record yet (`{command}`): measured, typed in "
                    f"[the guide](docs/{where}) |")
@@ -1989,6 +2073,7 @@ TABLES = {
     "soak": ("soak", render_soak),
     "coverage": ("coverage", render_coverage),
     "equiv": ("equiv", render_equiv),
+    "mutation": ("mutate", render_mutation),
     "formal": ("formal", render_formal),
     "sim-speed": ("bench-sim", render_sim_speed),
     **{n: ("explore", render_explore(n)) for n in EXPLORES},
@@ -2127,6 +2212,7 @@ def _run(args) -> int:
             "explore": lambda: collect_explore(build, records),
             "coverage": lambda: collect_coverage(build, records),
             "equiv": lambda: collect_equiv(build, records),
+            "mutate": lambda: collect_mutate(build, records),
         }
         assert set(collect) == set(COLLECTORS)
         for source in which:

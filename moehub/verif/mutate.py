@@ -860,10 +860,14 @@ def projection(n_mutants: int, mean_s: float, workers: Sequence[int]) -> dict:
 
 
 def write_report(out: Path, mutants: Sequence[Mutant], results: Sequence, meta: dict,
-                 full_set: Optional[int] = None, workers: Sequence[int] = (2, 16, 64, 256)) -> tuple:
+                 full_set: Optional[int] = None, workers: Sequence[int] = (2, 16, 64, 256),
+                 record: Optional[dict] = None) -> tuple:
     """report.json and report.md in ``out`` (results: :class:`Result` or dicts of the Dask
     run); per mutant, per file and per operator, and -- with ``full_set`` (the whole
-    set's size) -- the projected time of the whole set on N workers. Returns the paths."""
+    set's size) -- the projected time of the whole set on N workers. ``record``: the
+    finished campaign's run record (command, commit, load, the RTL's hash), which ``moehub
+    report --collect mutate`` needs (a running campaign's report has none). Returns the
+    paths."""
     rows = []
     for m, r in zip(mutants, results):
         row = m.row()
@@ -876,7 +880,8 @@ def write_report(out: Path, mutants: Sequence[Mutant], results: Sequence, meta: 
     proj = projection(full_set, mean, workers) if full_set else {}
     data = {"meta": meta, "score": s, "files": files, "by_file": dict(breakdown(rows, "file")),
             "by_operator": dict(breakdown(rows, "operator")), "mean_s": round(mean, 1),
-            "projection_s": proj, "full_set": full_set, "mutants": rows}
+            "projection_s": proj, "full_set": full_set, "mutants": rows,
+            **({"record": record} if record else {})}
     (out / "report.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     dead = s["killed"] + s["timeout"]
     lines = ["# Mutation report", "",
@@ -997,6 +1002,8 @@ def run_command(args) -> int:
         print(f"mutate: {e}", file=sys.stderr)
         return 2
     all_mutants = enumerate_mutants(files, src)
+    from .. import runinfo
+    rtl_sha = runinfo.rtl_sources_hash(src)         # (the RTL the mutants are made from)
     if ref:
         shutil.rmtree(src.parent, ignore_errors=True)
     mutants = all_mutants
@@ -1023,6 +1030,8 @@ def run_command(args) -> int:
     configs = [] if args.no_prove else list(args.equiv_config or mutate_dask.EQUIV_CONFIGS)
     t0 = time.monotonic()
     state = {}
+    runinfo.git_describe()          # the commit at the start (cached), not after later edits
+    load0 = [round(x, 2) for x in os.getloadavg()]
 
     def report(results: dict, final: bool = False):
         done = [m for m in mutants if m.id in results]
@@ -1034,7 +1043,8 @@ def run_command(args) -> int:
                 "wall_s": round(time.monotonic() - t0), "cluster": args.scheduler or args.cluster,
                 "workers": args.workers, "ref": ref or "working tree", "equiv_configs": " ".join(configs) or "none",
                 "suite": " ".join(suite)}
-        return write_report(out, done, res, meta, full_set=len(all_mutants) if not args.files else None)
+        return write_report(out, done, res, meta, full_set=len(all_mutants) if not args.files else None,
+                            record=runinfo.record(load=load0, rtl_sha256=rtl_sha) if final else None)
 
     try:
         outcome = mutate_dask.run_campaign(
