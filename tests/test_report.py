@@ -1223,6 +1223,42 @@ def test_collect_and_render_the_coverage(tmp_path):
     assert report.collect_coverage(tmp_path / "nothing", tmp_path / "records") == []
 
 
+def test_per_config_rows_are_rechecked_by_their_hardware(tmp_path, monkeypatch):
+    """Rows of per-config runs carry their hub and sources' hash; the collection adds the
+    RTLIL digest of rows made from the working tree's sources; after an edit of the
+    sources, a row whose hub's RTLIL is unchanged is current again, one whose RTLIL moved
+    (or that holds no digest) stays older RTL -- in the coverage table and the soak's."""
+    build = _coverage_build(tmp_path)
+    now = report.rtl_sources_hash()
+    for config in ("tiny", "deepseek-v3-8gpu"):
+        path = build / "coverage" / f"run-{config}.json"
+        doc = json.loads(path.read_text())
+        doc.update(hub={"name": config, "lanes": 2}, rtl_sha256=now)
+        path.write_text(json.dumps(doc))
+    asked = []
+    digest = lambda hub: asked.append(hub["name"]) or f"il-{hub['name']}"
+    [path] = report.collect_coverage(build, tmp_path / "records", check=digest)
+    assert sorted(asked) == ["deepseek-v3-8gpu", "tiny"]
+    rows = {r["config"]: r for r in report.read_record(path)["data"]["rows"]}
+    assert rows["tiny"]["rtlil_sha256"] == "il-tiny"
+    monkeypatch.setattr(report, "rtl_sources_hash", lambda *a: "edited")   # an edit of rtl/
+    text = report.render("coverage", tmp_path / "records", current="edited")
+    assert text.count("(older RTL)") == 2
+    moved = lambda hub: "il-tiny" if hub["name"] == "tiny" else "il-moved"
+    [(p2, verdicts)] = report.recheck_rows(tmp_path / "records", check=moved)
+    assert verdicts == {"tiny": "current", "deepseek-v3-8gpu": "older RTL"}
+    rows = {r["config"]: r for r in report.read_record(p2)["data"]["rows"]}
+    assert rows["tiny"]["rtl_sha256"] == "edited" and "rechecked" in rows["tiny"]["rtl_how"]
+    text = report.render("coverage", tmp_path / "records", current="edited")
+    assert "| `tiny` |" in text and "| `deepseek-v3-8gpu` (older RTL) |" in text
+    assert report.recheck_rows(tmp_path / "records", check=moved) == [
+        (p2, {"deepseek-v3-8gpu": "older RTL"})]          # (an older row stays older)
+    soak = report.read_record(report.collect_soak(_soak_build(tmp_path), tmp_path / "records")[0])
+    soak["data"]["rows"][0]["rtl_sha256"] = "before"       # (a row's own hash before the record's)
+    report.write_record(tmp_path / "records" / "soak.json", soak)
+    assert report.render("soak", tmp_path / "records", current="edited").count("(older RTL)") == 1
+
+
 def test_collect_and_render_the_equivalence_proofs(tmp_path):
     """Each ``moehub equiv`` result with a run record is a row, shipped configs first: the
     revision, the verdict, the proof in words, the points, the flip-flop bits; a result

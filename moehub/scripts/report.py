@@ -94,6 +94,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import progress, runinfo
+from ..synth.digest import hub_rtlil_digest, rtlil_digest  # noqa: F401 (re-exported)
 from ..paths import HELP, build_root
 
 #: version of the record layout (a reader refuses another)
@@ -210,27 +211,12 @@ def load_records(root: Path, source: str) -> list:
 
 
 # ----------------------------------------------------------------------------- synth records
-_SRC_ATTR = re.compile(r"^\s*attribute \\src .*\n", re.M)
-
-
-def rtlil_digest(text: str) -> str:
-    """SHA-256 of RTLIL without its ``src`` attributes (file:line of the Python that made
-    each signal: they move with every edit and with the checkout's path, the hardware
-    does not)."""
-    return hashlib.sha256(_SRC_ATTR.sub("", text).encode()).hexdigest()
 
 
 def current_rtlil_digest(cfg_dict: dict) -> str:
     """:func:`rtlil_digest` of the RTLIL the working tree generates for a synthesised
     configuration (``config.json`` of the flow's folder), named as the flows name it."""
-    from amaranth.back import rtlil
-    from ..rtl.hub import MoEHub
-    from ..spec.config import HubConfig
-    from ..synth import verilog
-    cfg = HubConfig(**cfg_dict)
-    with verilog._deep_expressions():
-        il = verilog._flatten_names(rtlil.convert(MoEHub(cfg), name=verilog.TOP))
-    return rtlil_digest(il)
+    return hub_rtlil_digest(cfg_dict)
 
 
 def _section_dir(folder: Path, section: str, sec: dict) -> Path:
@@ -617,14 +603,71 @@ def collect_bench_sim(build: Path, records: Path) -> list:
     return paths
 
 
+def _fill_digests(rows: list, check=None) -> None:
+    """Each row of a per-config run that ran the working tree's RTL sources (its
+    ``rtl_sha256``) and names its hub (``hub``) gets the digest of that hub's RTLIL
+    (``rtlil_sha256``, :mod:`moehub.synth.digest`), computed once per config: what
+    :func:`recheck_rows` later compares to tell an edit that moved none of its gates."""
+    check, current, fresh = check or current_rtlil_digest, rtl_sources_hash(), {}
+    for r in rows:
+        if r.get("rtlil_sha256") or not isinstance(r.get("hub"), dict) or r.get("rtl_sha256") != current:
+            continue
+        key = json.dumps(r["hub"], sort_keys=True)
+        if key not in fresh:
+            with progress.stage(f"report: RTLIL of {r['hub'].get('name')}", heartbeat=True):
+                fresh[key] = check(r["hub"])
+        r["rtlil_sha256"] = fresh[key]
+
+
+#: the per-config records whose rows carry their hub and its RTLIL's digest
+ROW_RECHECKED = ("coverage", "soak", "equiv")
+
+
+def recheck_rows(records: Path, check=None) -> list:
+    """Check each row of the per-config records (:data:`ROW_RECHECKED`) made from other RTL
+    sources than the working tree's against the working tree's hardware, from the record
+    alone: the RTLIL the working tree generates for the row's hub against the digest the
+    row holds. A row whose hardware is unchanged is current again (``rtl_sha256`` the
+    working tree's, ``rtl_how`` saying why); one whose hardware differs, or that holds no
+    digest, stays older. Rows of the working tree's sources get their digest if they lack
+    it. Returns ``[(path, {config: verdict})]`` for the records it rewrote."""
+    check, current, fresh, out = check or current_rtlil_digest, rtl_sources_hash(), {}, []
+    for source in ROW_RECHECKED:
+        for name, rec in load_records(records, source):
+            rows, verdicts = rec["data"]["rows"], {}
+            missing = [r for r in rows if r.get("rtl_sha256") == current and not r.get("rtlil_sha256")]
+            _fill_digests(missing, check)
+            for r in rows:
+                if r.get("rtl_sha256") in (None, current) or not r.get("rtlil_sha256") \
+                        or not isinstance(r.get("hub"), dict):
+                    continue
+                key = json.dumps(r["hub"], sort_keys=True)
+                if key not in fresh:
+                    with progress.stage(f"report: RTLIL of {r['hub'].get('name')} from the working tree",
+                                        heartbeat=True):
+                        fresh[key] = check(r["hub"])
+                if fresh[key] == r["rtlil_sha256"]:
+                    r["rtl_sha256"] = current
+                    r["rtl_how"] = ("rechecked from the record: the working tree's RTLIL for this "
+                                    "config equals the one it ran (src attributes aside)")
+                    verdicts[r["config"]] = "current"
+                else:
+                    verdicts[r["config"]] = OLDER
+            if verdicts or missing:
+                out.append((write_record(Path(records) / name, rec), verdicts))
+    return out
+
+
 def _record_summaries(source: str, paths: list, dest: Path, command: str, note: str,
                       section: str, drop=("out",), from_run=("git", "started", "command"),
-                      last_command: bool = False) -> list:
+                      last_command: bool = False, digests=False, check=None) -> list:
     """One record of several runs' summary files (``paths``: JSON, each with its run's record
     under ``record``), one row per file with the run's ``from_run`` keys; a file without a
     run record (written before the command kept one) is left out. Dated and attributed by
-    the last run (its command line too with ``last_command``, else ``command``); the RTL sources' digest at collection (``rtl.<section>``) marks rows an
-    RTL edit later leaves older."""
+    the last run (its command line too with ``last_command``, else ``command``); the RTL
+    sources' digest at collection (``rtl.<section>``) marks rows an RTL edit later leaves
+    older, where a row has no ``rtl_sha256`` of its own; with ``digests`` each row that
+    names its hub gets its RTLIL's digest (:func:`_fill_digests`, ``check``)."""
     rows, runs = [], []
     for path in paths:
         doc = json.loads(Path(path).read_text())
@@ -637,6 +680,8 @@ def _record_summaries(source: str, paths: list, dest: Path, command: str, note: 
         runs.append(run)
     if not rows:
         return []
+    if digests:
+        _fill_digests(rows, check)
     last = max(runs, key=lambda r: r.get("started") or "")
     rec = make_record(source, (last_command and last.get("command")) or command, {"rows": rows},
                       commit=last.get("git"), date=last.get("started"), mach=machine(),
@@ -656,17 +701,18 @@ def collect_synth_unit(build: Path, records: Path) -> list:
         "RTL at collection", "units")
 
 
-def collect_soak(build: Path, records: Path) -> list:
+def collect_soak(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/soak/*/summary.json`` (``moehub soak``: one config and
     seed each, with its run's record and the load before it), one row per config and seed."""
     return _record_summaries(
         "soak", sorted(Path(build, "soak").glob("*/summary.json")), Path(records, "soak.json"),
         "moehub soak", "one row per config and seed, each with its own run's command, commit "
         "and the load before it; sources_sha256: the RTL at collection", "soak",
-        drop=(), from_run=("git", "started", "command", "cpu_s"), last_command=True)
+        drop=(), from_run=("git", "started", "command", "cpu_s"), last_command=True,
+        digests=True, check=check)
 
 
-def collect_coverage(build: Path, records: Path) -> list:
+def collect_coverage(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/coverage/run-<config>.json`` (``moehub coverage``: one
     config's coverage run, with its run's record, the load before it and the RTL sources'
     hash it simulated), one row per config."""
@@ -677,10 +723,10 @@ def collect_coverage(build: Path, records: Path) -> list:
         "one row per config, each with its own run's command and commit, the load before it "
         "and the RTL sources' hash it simulated (rtl_sha256); sources_sha256: the RTL at "
         "collection", "coverage", drop=(), from_run=("git", "started", "command"),
-        last_command=True)
+        last_command=True, digests=True, check=check)
 
 
-def collect_equiv(build: Path, records: Path) -> list:
+def collect_equiv(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/synth/equiv/<config>/result.json`` (``moehub equiv``:
     one config's proof against a revision, with its run's record, the load before it and
     the RTL sources' hash of the working tree it proved), one row per config; a result
@@ -691,7 +737,7 @@ def collect_equiv(build: Path, records: Path) -> list:
         "one row per config, each with its own run's command and commit, the load before it "
         "and the RTL sources' hash it proved (rtl_sha256); sources_sha256: the RTL at "
         "collection", "equiv", drop=("out", "unproven", "notes", "tool"),
-        from_run=("git", "started", "command"), last_command=True)
+        from_run=("git", "started", "command"), last_command=True, digests=True, check=check)
 
 
 def collect_mutate(build: Path, records: Path) -> list:
@@ -797,6 +843,15 @@ def caption(recs: list) -> str:
 def older(rec: dict, section: str, current: str) -> bool:
     """Whether a record's section was made from other RTL sources than ``current``."""
     return ((rec.get("rtl") or {}).get(section) or {}).get("sources_sha256") != current
+
+
+def row_older(row: dict, rec: dict, section: str, current: str) -> bool:
+    """Whether a row was made from other RTL than ``current``: by its own ``rtl_sha256``
+    (a per-config run's, which :func:`recheck_rows` keeps current while its hardware is
+    unchanged), else by its record's section (:func:`older`)."""
+    if row.get("rtl_sha256"):
+        return row["rtl_sha256"] != current
+    return older(rec, section, current)
 
 
 def _cell(text) -> str:
@@ -1727,7 +1782,7 @@ def render_soak(recs: list, current: str) -> str:
             "load", "drops by reason"]
     out = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r, rec in rows:
-        mark = " (older RTL)" if older(rec, "soak", current) else ""
+        mark = " (older RTL)" if row_older(r, rec, "soak", current) else ""
         drops = ", ".join(f"{k} {_count(v)}" for k, v in sorted(r["drops"].items(), key=lambda x: -x[1]))
         load = r.get("load")
         out.append("| " + " | ".join([
@@ -1983,7 +2038,7 @@ def _soak_summary(recs: list, current: str) -> str:
     rows = sorted(((r, rec) for _, rec in recs for r in rec["data"]["rows"]),
                   key=lambda rr: (rank.get(rr[0]["config"], len(rank)), rr[0]["config"], rr[0]["seed"]))
     parts = [f"`{r['config']}` {r['rows']:,} rows ({r['layers']:,} layers, {r['sim']})"
-             + (f" ({OLDER})" if older(rec, "soak", current) else "") for r, rec in rows]
+             + (f" ({OLDER})" if row_older(r, rec, "soak", current) else "") for r, rec in rows]
     return "; ".join(parts) + ": **every layer equal to the model**"
 
 
@@ -2189,8 +2244,9 @@ def _run(args) -> int:
     records = Path(args.records)
     root = Path(args.root)
     if args.recheck:
-        for path, verdicts in recheck_synth(records):
-            print(f"synth: {path}: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
+        for path, verdicts in recheck_synth(records) + recheck_rows(records):
+            print(f"{Path(path).relative_to(records).as_posix()}: "
+                  + (", ".join(f"{k} {v}" for k, v in verdicts.items()) or "digests added"))
         if not (args.write or args.check or args.table or args.collect is not None):
             return 0
     if args.collect is not None:

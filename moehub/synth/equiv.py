@@ -147,6 +147,8 @@ class Result:
     tool: str = ""
     load: list = dataclasses.field(default_factory=list)             # load average before it
     rtl_sha256: str = ""                                             # the working tree's RTL sources
+    rtlil_sha256: str = ""                                           # and its RTLIL (digest.py)
+    hub: dict = dataclasses.field(default_factory=dict)              # the config proved
 
     @property
     def proved(self) -> bool:
@@ -961,7 +963,10 @@ def check(config_name: str, ref: str = DEFAULT_REF, out: Path | str | None = Non
     res = prove(out / "gold.il", out / "gate.il", out, match=match, induct_seq=induct_seq,
                 bmc_cycles=bmc_cycles, config=name, ref=ref, commit=commit)
     res.runtime_s = {"rtlil": t_rtlil, **res.runtime_s, "total": time.monotonic() - t0}
-    res.load, res.rtl_sha256 = load, runinfo.rtl_sources_hash()
+    from .digest import hardware_of
+    res.load = load
+    for key, value in hardware_of(load_hub_config(config_name)).items():
+        setattr(res, key, value)
     Path(res.out, "result.json").write_text(res.to_json())
     if echo:
         print(table([res]))

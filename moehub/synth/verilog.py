@@ -69,14 +69,21 @@ def _deep_expressions():
         sys.setrecursionlimit(old)
 
 
+def hub_rtlil(cfg: HubConfig, design=None) -> str:
+    """The hub's RTLIL for ``cfg`` as the flow writes it (``moehub.il``: the top named
+    :data:`TOP`, sub-module names flattened); ``design``: another component in the hub's
+    place (a unit synthesised on its own)."""
+    with _deep_expressions():
+        return _flatten_names(rtlil.convert(MoEHub(cfg) if design is None else design, name=TOP))
+
+
 def write_verilog(cfg: HubConfig, out_dir: Path, design=None, il_filter=None) -> Path:
     """Write ``<out_dir>/moehub.il`` and ``<out_dir>/moehub.v``; return the Verilog path.
     ``design``: another component to synthesise in the hub's place (a unit on its own,
     :mod:`moehub.synth.units`), under the same top name; ``il_filter``: a function of
     the RTLIL text applied before it is written (a unit's, :mod:`moehub.synth.units`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with _deep_expressions():
-        il = _flatten_names(rtlil.convert(MoEHub(cfg) if design is None else design, name=TOP))
+    il = hub_rtlil(cfg, design)
     if il_filter is not None:
         il = il_filter(il)
     il_path = out_dir / f"{TOP}.il"

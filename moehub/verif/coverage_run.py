@@ -12,7 +12,9 @@ keeps the summary.
 Each run writes ``<build>/coverage/run-<config>.json``: bins, bins hit, the percentage, the
 missed bins per group, the run's settings (layers, packets per layer, whether the region
 was filled), the cocotb tests run, the wall and CPU time (the simulator included), the
-load before it and the run record (command, commit, versions).
+load before it, the hub it ran (its config and the RTL sources' hash; the collection adds
+its RTLIL's digest, with which ``moehub report --recheck`` keeps the record current across
+edits that move no gate of it) and the run record (command, commit, versions).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from .. import runinfo
 from ..argcheck import UsageError, load_config_flag
 from ..paths import build_root
 from ..spec.config import HUB_CONFIGS, HubConfig, load_hub_config
+from ..synth.digest import hardware_of
 from . import coverage
 
 #: the seeded random tests of the protocol-v1 rules: their many-seeds runs are the slow
@@ -99,7 +102,7 @@ def run_coverage(config: str, sim: str = "icarus", build: Path | None = None) ->
            "unknown": s.get("unknown", {}), "tests": len(tests), "knob_layers": run["seeds"],
            "knob_packets": run["packets"], "full_region": run["full_region"],
            "sim": res["sim"], "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "load": load0,
-           "rtl_sha256": runinfo.rtl_sources_hash(), "record": runinfo.record()}
+           **hardware_of(cfg), "record": runinfo.record()}
     path = summary_path(config, build)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")

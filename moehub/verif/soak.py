@@ -532,8 +532,10 @@ def run_soak(config: str | HubConfig, rows: int, seed: int, *, sim: str | None =
             _tally(rep, cfg, plan, res, model, dt)
             st.update(rep.rows, cycles=rep.cycles)
     rep.wall_s = time.time() - t0
+    from ..synth.digest import hardware_of
     (out / "summary.json").write_text(json.dumps(
-        {**asdict(rep), "load": load0, "record": runinfo.record(rows_asked=rows)}, indent=1) + "\n")
+        {**asdict(rep), "load": load0, **hardware_of(cfg),
+         "record": runinfo.record(rows_asked=rows)}, indent=1) + "\n")
     return rep
 
 
