@@ -1164,11 +1164,13 @@ def test_verification_summary_from_the_soak_and_formal_records(tmp_path):
     assert lines[3].endswith(f"1 of 1 cover runs reach every cover; {total - 4} jobs not recorded "
                              "(older RTL for some) |")
     assert lines[4].startswith("| cocotb regression") and "no record yet (`make test; make test-slow`)" in lines[4]
-    assert len([ln for ln in lines if ln.startswith("| ")]) == 1 + 2 + len(report.UNRECORDED_CHECKS)
+    assert len([ln for ln in lines if ln.startswith("| ")]) == 1 + len(report.CHECKS)
+    assert "| mutation testing of the RTL, on Dask (`moehub mutate`) | no record yet (`moehub mutate " \
+           "--sample N`): see [the guide](docs/verification.md#mutation-testing) |" in lines
     assert "`records/soak.json`" in text and "`records/formal.json`" in text
     older = report.render_verification_summary(report.load_records(records, "soak"), "other", records)
     assert older.count("(older RTL)") == 2
-    with pytest.raises(report.ReportError, match="no soak or formal record"):
+    with pytest.raises(report.ReportError, match="no record of any check"):
         report.render("verification-summary", tmp_path / "nothing")
 
 

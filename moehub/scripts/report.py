@@ -2007,14 +2007,23 @@ def render_formal(recs: list, current: str) -> str:
 
 #: the README's verification checks without a record yet: (check, where its figures are
 #: kept by hand, the command that runs it)
-UNRECORDED_CHECKS = (
-    ("cocotb regression, every shipped config, Icarus and Verilator",
+#: the README's checks, in order: (record source or None, what it checks and the command,
+#: the guide's section, the command that makes its record); the summary of each is
+#: :data:`CHECK_SUMMARIES`' function of its records
+CHECKS = (
+    ("soak", "soak: a million random rows per config, error injection, against the model "
+     "(`moehub soak`)", "verification.md#soak-a-million-rows-per-config", "moehub soak"),
+    ("formal", "formal proofs, SymbiYosys (`moehub formal`)", "verification.md#formal-proofs",
+     "moehub formal"),
+    (None, "cocotb regression, every shipped config, Icarus and Verilator",
      "verification.md#the-reference-model-and-the-cocotb-testbench", "make test; make test-slow"),
-    ("functional coverage (the coverage run per config)",
-     "verification.md#functional-coverage-and-testpoints", "moehub coverage"),
-    ("mutation testing of the RTL", "verification.md#mutation-testing", "moehub mutate --sample N"),
-    ("equivalence proof of each RTL refactor",
-     "verification.md#refactoring-under-an-equivalence-proof", "moehub equiv"),
+    ("coverage", "functional coverage: every cocotb test and many knob layers per config, on "
+     "Icarus (`moehub coverage`)", "verification.md#functional-coverage-and-testpoints",
+     "moehub coverage"),
+    ("equiv", "equivalence proof of the RTL against the reference revision, cycle exact "
+     "(`moehub equiv`)", "verification.md#refactoring-under-an-equivalence-proof", "moehub equiv"),
+    ("mutate", "mutation testing of the RTL, on Dask (`moehub mutate`)",
+     "verification.md#mutation-testing", "moehub mutate --sample N"),
 )
 
 
@@ -2066,44 +2075,22 @@ def _formal_summary(recs: list, current: str) -> str:
 
 
 def render_verification_summary(recs: list, current: str, records: Path = RECORDS) -> str:
-    """Does the hub work: the README's one table of the checks, each from its record (the
-    soaks, the formal proofs); a check without a record names where its figures are kept
-    and the command that runs it."""
-    out = ["| check | result |", "|---|---|"]
-    used = []
-    if recs:
-        out.append("| soak: a million random rows per config, error injection, against the model "
-                   f"(`moehub soak`) | {_soak_summary(recs, current)} |")
-        used += recs
-    formal = load_records(records, "formal")
-    if formal:
-        out.append(f"| formal proofs, SymbiYosys (`moehub formal`) | {_formal_summary(formal, current)} |")
-        used += formal
-    coverage = load_records(records, "coverage")
-    if coverage:
-        out.append("| functional coverage: every cocotb test and many knob layers per config, "
-                   f"on Icarus (`moehub coverage`) | {_coverage_summary(coverage, current)} |")
-        used += coverage
-    equiv = load_records(records, "equiv")
-    if equiv:
-        out.append("| equivalence proof of the RTL against the reference revision, cycle "
-                   f"exact (`moehub equiv`) | {_equiv_summary(equiv, current)} |")
-        used += equiv
-    mutation = load_records(records, "mutate")
-    if mutation:
-        out.append("| mutation testing of the RTL, on Dask (`moehub mutate`) | "
-                   f"{_mutation_summary(mutation, current)} |")
-        used += mutation
+    """Does the hub work: the README's one table of the checks (:data:`CHECKS`), each from
+    its record; a check without a record names the command that makes one and the
+    guide's section where it is described."""
+    summaries = {"soak": _soak_summary, "formal": _formal_summary, "coverage": _coverage_summary,
+                 "equiv": _equiv_summary, "mutate": _mutation_summary}
+    out, used = ["| check | result |", "|---|---|"], []
+    for source, check, where, command in CHECKS:
+        mine = [] if source is None else recs if source == "soak" else load_records(records, source)
+        if mine:
+            out.append(f"| {check} | {summaries[source](mine, current)} |")
+            used += mine
+        else:
+            out.append(f"| {check} | no record yet (`{command}`): see [the guide](docs/{where}) |")
     if not used:
-        raise ReportError("table 'verification-summary': no soak or formal record "
-                          "(records/soak.json, records/formal.json; 'moehub report --collect "
-                          "soak formal')")
-    for check, where, command in UNRECORDED_CHECKS:
-        if ((coverage and command == "moehub coverage") or (equiv and command == "moehub equiv")
-                or (mutation and command.startswith("moehub mutate"))):
-            continue
-        out.append(f"| {check} | no record yet (`{command}`): measured, typed in "
-                   f"[the guide](docs/{where}) |")
+        raise ReportError("table 'verification-summary': no record of any check (records/soak.json, "
+                          "records/formal.json, ...; 'moehub report --collect soak formal ...')")
     return "\n".join(out) + "\n\n" + caption(used) + "\n"
 
 
