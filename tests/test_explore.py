@@ -91,7 +91,10 @@ def test_grid_file_and_command_line_axes(tmp_path):
     (["--axis", "lanes=2,x"], ["lanes", "'x'", "integer"]),
     (["--axis", "lanes=0"], ["lanes", "'0'"]),
     (["--axis", "lanes"], ["KEY=V1"]),
-    (["--axis", "page_bytes=4096"], ["page_bytes", "no pages"]),
+    (["--axis", "page_bytes=4096"], ["page_bytes", "page is its tile", "tile_rows"]),
+    (["--axis", "features=v1,pages"], ["features", "'pages'", "unknown", "multicast"]),
+    (["--axis", "features=reduce"], ["features", "'reduce'", "needs 'relay'"]),
+    (["--axis", "features=relay"], ["point features=relay", "one node", ">= 2 nodes"]),
     (["--axis", "chunk_bytes=24"], ["chunk_bytes=24", "chunk_bytes = 24", "power of two"]),
     (["--axis", "tile_rows=32"], ["tile_rows = 32", "min_tile_rows"]),
     (["--axis", "lanes=2,32"], ["point lanes=32", "lanes = 32", "at most 16"]),
@@ -148,6 +151,48 @@ def test_jobqueue_options_pass_through(monkeypatch):
 
 
 # ---------------------------------------------------------------------------- cache key
+def test_features_reach_the_synthesized_hub_the_cosimulation_and_the_key(monkeypatch):
+    """``features``: one spelling per set (v1 and named features in table order); the
+    synthesized hub has the features' protocol-v2 fields as the co-simulation derives them
+    (multicast width, count packets, a page pool), the co-simulated layer's hub stays the
+    v1 one the features are applied to; the cache key tells them apart (a v1 point's key
+    is that of a grid without the axis); the evaluator runs the hub with them and takes
+    the receive memory from the memory model."""
+    spec = small_spec(lanes=[2])
+    spec.add_axis("features", ["v1", "paged+multicast+early_counts", "multicast"])
+    assert spec.axes["features"] == ["v1", "multicast+early_counts+paged", "multicast"]
+    v1, full, mc = space.points(spec)
+    assert v1.hub_features == frozenset() and full.hub_features == {"multicast", "early_counts", "paged"}
+    assert (v1.synth.max_targets, v1.synth.count_packets, v1.synth.pool_pages) == (1, False, 0)
+    assert full.synth.max_targets == 2 and full.synth.count_packets and full.synth.pool_pages > 0
+    assert (mc.synth.max_targets, mc.synth.pool_pages) == (2, 0) and mc.hub == v1.hub
+    versions = {"moehub": "0", "sources": "abc"}
+    keys = {ev.cache_key(p, versions) for p in (v1, full, mc)}
+    assert len(keys) == 3 and ev.cache_key(v1, versions) == ev.cache_key(
+        space.points(small_spec(lanes=[2]))[0], versions)
+    import moehub.cosim.experiment as experiment
+    seen, real = {}, experiment.run_experiment
+
+    def fake_run(system, model, workload, hub_base=None, hub_features=frozenset()):
+        seen["features"] = hub_features
+        return real(system, model, workload, systems=("hub", "bulk", "ideal"), hub_base=hub_base,
+                    hub_features=hub_features)
+    monkeypatch.setattr(experiment, "run_experiment", fake_run)
+    m = ev.cosimulate(full)
+    assert seen["features"] == full.hub_features
+    assert 0 < m["receive_bytes"] < full.hub.receive_bytes      # pages: far below whole regions
+    assert ev.synth_scope(full) == "hub"
+    relay = explore.Spec()
+    for k, v in {**SMALL, "system": "h100x16-ib"}.items():
+        relay.set_fixed(k, v)
+    relay.add_axis("sources", [16])
+    relay.add_axis("features", ["reduce+relay", "relay"])
+    r, only = space.points(relay)
+    assert r.hub_features == {"relay", "reduce"} and r.label == "sources=16 features=relay+reduce"
+    assert r.synth == only.synth and ev.cache_key(r, versions) != ev.cache_key(only, versions)
+    assert ev.synth_scope(r).startswith("hub without the relay units")
+
+
 def test_cache_key_is_stable_and_sensitive():
     versions = {"moehub": "0", "yosys": "Yosys 0.23", "opensta": "2.0.17", "sources": "abc"}
     p = space.points(small_spec(lanes=[2]))[0]

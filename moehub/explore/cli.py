@@ -12,12 +12,13 @@ import importlib
 from ..paths import HELP
 from ..argcheck import UsageError, float_above, int_at_least
 from .. import cluster as clusters
-from .space import (DEFAULTS, HUB_AXES, LAYER_AXES, MAX_POINTS, REFUSED, SYNTH_CHUNKS,
+from .space import (DEFAULTS, FEATURE_AXES, HUB_AXES, features_text, LAYER_AXES, MAX_POINTS, REFUSED, SYNTH_CHUNKS,
                     SYNTH_DATA_BITS, WORKLOAD_AXES, Spec, load_spec_file, parse_axis, points)
 
 AXES_HELP = "; ".join([*(f"{k}: {d}" for k, (_, d) in HUB_AXES.items()),
                        *(f"{k}: {d}" for k, d in LAYER_AXES.items()),
-                       *(f"{k}: {d}" for k, d in WORKLOAD_AXES.items())])
+                       *(f"{k}: {d}" for k, d in WORKLOAD_AXES.items()),
+                       *(f"{k}: {d}" for k, d in FEATURE_AXES.items())])
 
 DESCRIPTION = (
     "Explore the hub's design space: every point of a grid over hub parameters and "
@@ -57,7 +58,7 @@ def build_spec(args) -> Spec:
     for text in args.axis or ():
         key, values = parse_axis(text)
         spec.add_axis(key, values)
-    for key in ("model", "system", "workload", "tokens", "hub"):
+    for key in ("model", "system", "workload", "tokens", "hub", "features"):
         value = getattr(args, key)
         if value is not None:
             spec.set_fixed(key, value)
@@ -83,7 +84,8 @@ def cmd_explore(args) -> int:
             h = p.hub
             print(f"{i:3d}  {p.label:40s} {p.workload_label}: hub {h.sources} sources x "
                   f"{h.experts} experts, {h.lanes} lanes x {h.chunk_bytes} B, {h.tags_per_source} "
-                  f"tags, {h.tile_rows}-row tiles, {h.receive_bytes / 2**20:.1f} MiB regions")
+                  f"tags, {h.tile_rows}-row tiles, {h.receive_bytes / 2**20:.1f} MiB regions"
+                  + (f"; features {features_text(p.hub_features)}" if p.hub_features else ""))
         return 0
     res = run(spec, evaluator=evaluator, scheduler=args.scheduler, cluster=args.cluster,
               workers=args.workers, cluster_options=options, out=args.out, force=args.force,
@@ -116,6 +118,9 @@ def add_parser(sub) -> None:
                        f"axis (default {DEFAULTS[key] or 'the model' + chr(39) + 's hub_config'})")
     g.add_argument("--tokens", type=int_at_least(1), default=None,
                    help="fixed tokens per GPU when not an axis (default: the workload's)")
+    g.add_argument("--features", default=None, help="fixed hub protocol features when not an "
+                   "axis: v1, or multicast, early_counts, paged, relay, reduce joined by '+' "
+                   "(default v1)")
     g.add_argument("--max-points", type=int_at_least(1), default=MAX_POINTS,
                    help=f"refuse a grid with more points (default {MAX_POINTS})")
     g.add_argument("--list", action="store_true", help="print the resolved points and exit")

@@ -107,11 +107,23 @@ def synthesize(point: Point, work_dir: Path) -> dict:
     if getattr(point, "synth_lib", "osu018") == "asap7":      # moehub explore --synth-lib asap7
         from ..synth import asap7, asap7_report
         sec = asap7.run_asap7(point.synth, Path(work_dir), period_ns=point.period_ns)
-        return {**asap7_report.point_metrics(sec), "synth_s": round(time.monotonic() - t0, 1)}
+        return {**asap7_report.point_metrics(sec), "synth_s": round(time.monotonic() - t0, 1),
+                "synth_scope": synth_scope(point)}
     sec = flow.run_asic(point.synth, Path(work_dir), period_ns=point.period_ns)
     lr = sec["line_rate"]["at_h100_clock"]
     return {**point_metrics(sec), "timing": lr["timing"], "bandwidth_pass": lr["bandwidth_pass"],
-            "line_rate_pass": lr["pass"], "synth_s": round(time.monotonic() - t0, 1)}
+            "line_rate_pass": lr["pass"], "synth_s": round(time.monotonic() - t0, 1),
+            "synth_scope": synth_scope(point)}
+
+
+def synth_scope(point: Point) -> str:
+    """What the synthesized hub holds: the whole hub, or (relay points) the hub without
+    the relay's units, which ``moehub synth-unit`` synthesises on their own."""
+    feats = getattr(point, "hub_features", frozenset())
+    if "relay" in feats:
+        return ("hub without the relay units (moehub synth-unit relay_control"
+                + (", reduce_unit" if "reduce" in feats else "") + " --nodes N)")
+    return "hub"
 
 
 def cosimulate(point: Point) -> dict:
@@ -120,7 +132,9 @@ def cosimulate(point: Point) -> dict:
     from ..cosim.experiment import run_experiment
     from ..cosim.headline import point_row
     t0 = time.monotonic()
-    er = run_experiment(point.system, point.model, point.workload, hub_base=point.hub_base)
+    feats = getattr(point, "hub_features", frozenset())
+    er = run_experiment(point.system, point.model, point.workload, hub_base=point.hub_base,
+                        hub_features=feats)
     if er.layer.hub != point.hub:
         raise RuntimeError(f"the co-simulated hub {er.layer.hub} is not the point's {point.hub}")
     row = point_row(er)
@@ -129,9 +143,19 @@ def cosimulate(point: Point) -> dict:
     return {"hub_us": row["hub_us"], "best_baseline": row["best_baseline"], "best_us": row["best_us"],
             "speedup": row["speedup_layer"], "speedup_e2e": row["speedup_e2e"],
             "ideal_us": row["ideal_us"], "tag_stalls": int(hub.extra.get("tag_stalls", 0)),
-            "receive_bytes": point.hub.receive_bytes,
+            "receive_bytes": _receive_bytes(point, er.layer, feats),
             "deepep_ll_receive_bytes": ll.extra.get("recv_buffer_bytes") if ll else None,
             "cosim_s": round(time.monotonic() - t0, 2)}
+
+
+def _receive_bytes(point: Point, L, feats: frozenset) -> int:
+    """The hub's receive memory per GPU: protocol v1's static regions, or with features
+    the memory model's figure for them (pages, the multicast pool, the relay's staging:
+    :func:`moehub.cosim.memory.hub_memory`)."""
+    if not feats:
+        return point.hub.receive_bytes
+    from ..cosim.memory import hub_memory
+    return hub_memory(L, feats)["bytes"]
 
 
 def evaluate(point: Point, work_dir: Path) -> dict:

@@ -25,11 +25,11 @@ from .. import cluster as clusters
 from . import pareto
 from ..cluster import Cache
 from .evaluator import cache_key, evaluate, evaluator_name, run_point, tool_versions
-from .space import MAX_POINTS, Point, Spec, _short, points
+from .space import MAX_POINTS, Point, Spec, _short, features_text, points
 
 #: columns of points.csv first (an evaluator's other metrics follow)
 COLUMNS = ("point", "label", "workload", "model", "system", "sources", "experts", "tokens",
-           "lanes", "chunk_bytes", "tags", "tile_rows", "n5_mm2", "n5_mm2_low", "n5_mm2_high",
+           "lanes", "chunk_bytes", "tags", "tile_rows", "features", "n5_mm2", "n5_mm2_low", "n5_mm2_high",
            "gate_equivalents", "fo4", "timing", "n5_fmax_GHz", "bandwidth_pass", "speedup",
            "best_baseline", "hub_us", "best_us", "speedup_e2e", "receive_bytes", "receive_MiB",
            "deepep_ll_receive_bytes", "tag_stalls", "pareto", "cached", "key", "synth_s",
@@ -69,7 +69,8 @@ def _row(i: int, p: Point, key: str, rec: dict, cached: bool) -> dict:
     row = {"point": i, "label": p.label, "workload": p.workload_label, "model": p.model.name,
            "system": p.system.name, "sources": h.sources, "experts": h.experts,
            "tokens": p.workload.tokens_per_gpu, "lanes": h.lanes, "chunk_bytes": h.chunk_bytes,
-           "tags": h.tags_per_source, "tile_rows": h.tile_rows, **m, "cached": cached,
+           "tags": h.tags_per_source, "tile_rows": h.tile_rows,
+           "features": features_text(getattr(p, "hub_features", frozenset())), **m, "cached": cached,
            "key": key[:16], "wall_s": rec.get("wall_s"), "host": rec.get("host")}
     if row.get("receive_bytes") is not None:
         row["receive_MiB"] = round(row["receive_bytes"] / 2**20, 3)

@@ -16,8 +16,17 @@ sources) on a workload (model, system, workload, tokens per GPU). It resolves to
   that set the deepest stage (docs/synthesis.md, Sweeps); the area is therefore that of the
   reduced hub, and the tables say so.
 
-The page size is not an axis: the hub has no pages (regions are reserved whole at start-up;
-paged regions are hub protocol v2's), so it could not change any figure today.
+* the **protocol features** (``features``: ``v1``, or protocol v2's ``multicast``,
+  ``early_counts``, ``paged`` and protocol v3's ``relay``, ``reduce`` joined by ``+``): the
+  co-simulation runs the hub with them (:mod:`moehub.cosim.systems.hub`), and the
+  synthesized hub has their protocol-v2 fields as the co-simulation derives them
+  (:func:`~moehub.cosim.systems.hub.hub_config_v2`: the multicast width, count packets, the
+  page pool). A relay point needs a multi-node system; its relay and reduce units are
+  synthesised on their own (``moehub synth-unit relay_control --nodes N``), not in the
+  point's hub, and its ``synth_scope`` says so.
+
+The page size is not an axis: a paged hub's page is its tile (``tile_rows``), and the pool
+is sized by the layer (enough pages that no row can drop).
 """
 from __future__ import annotations
 
@@ -52,13 +61,19 @@ WORKLOAD_AXES = {
     "tokens": "tokens per GPU",
     "hub": "base hub config (config/hub)",
 }
+#: the protocol axis: the hub's features, ``v1`` or names joined by ``+``
+FEATURE_AXES = {
+    "features": "hub protocol features: v1, or multicast, early_counts, paged (protocol v2) and "
+                "relay, reduce (protocol v3, multi-node systems) joined by '+'",
+}
+#: the value of ``features`` that names no feature
+V1 = "v1"
 INT_AXES = ("lanes", "chunk_bytes", "tags", "tile_rows", "experts", "sources", "tokens")
-AXES = (*HUB_AXES, *LAYER_AXES, *WORKLOAD_AXES)
-#: keys refused with a reason (they would change nothing today)
+AXES = (*HUB_AXES, *LAYER_AXES, *WORKLOAD_AXES, *FEATURE_AXES)
+#: keys refused with a reason (they would change nothing, or are another axis)
 REFUSED = {
-    key: "the hub has no pages yet: every expert region is reserved whole at start-up "
-         "(rowspMalloc-style) and the receive memory is that reservation, so a page size "
-         "would change no figure; paged regions are hub protocol v2's"
+    key: "a paged hub's page is its tile (the tile_rows axis, with features=paged) and its "
+         "pool is sized by the layer (no row can drop), so there is no page size to sweep"
     for key in ("page_bytes", "page_size", "page", "page_rows")
 }
 
@@ -69,7 +84,7 @@ SYNTH_DATA_BITS = 32
 
 #: defaults of the fixed (non-swept) values
 DEFAULTS = {"model": "mixtral-8x7b", "system": "h100x8", "workload": "small", "tokens": None,
-            "hub": None}
+            "hub": None, "features": V1}
 #: the largest grid run without --max-points
 MAX_POINTS = 256
 
@@ -87,6 +102,7 @@ class Point:
     period_ns: float
     meta: dict = field(default_factory=dict, compare=False)
     synth_lib: str = "osu018"  #: cell library of the synthesis (moehub synth --lib)
+    hub_features: frozenset = frozenset()   #: the hub's protocol features (none: v1)
 
     @property
     def label(self) -> str:
@@ -142,9 +158,40 @@ def check_key(key) -> str:
     return key
 
 
+def features_of(text: str) -> frozenset:
+    """The hub features a ``features`` value names (``v1``: none)."""
+    return frozenset() if text == V1 else frozenset(text.split("+"))
+
+
+def features_text(feats: frozenset) -> str:
+    """A feature set as a ``features`` value: ``v1``, or the names in the table's order."""
+    from ..cosim.systems.hub import ALL_FEATURES
+    return "+".join(n for n in ALL_FEATURES if n in feats) or V1
+
+
+def _features_value(key: str, v) -> str:
+    """A ``features`` value checked (known names, ``reduce`` with ``relay``) and written
+    in one order (``multicast+paged``, ``v1``), so two spellings are one point."""
+    from ..cosim.systems.hub import ALL_FEATURES, check_features
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(f"axis {key} = {v!r}: must be {V1} or features joined by '+' "
+                          f"(known: {', '.join(ALL_FEATURES)})")
+    names = [n.strip() for n in v.split("+")]
+    if names == [V1]:
+        return V1
+    try:
+        check_features(names)
+    except ValueError as e:
+        raise ConfigError(f"axis {key} = {v!r}: {e}") from None
+    return features_text(frozenset(names))
+
+
 def check_value(key: str, v):
-    """One value of axis ``key``, converted (integers) and checked (config names load)."""
+    """One value of axis ``key``, converted (integers) and checked (config names load,
+    features are known)."""
     check_key(key)
+    if key in FEATURE_AXES:
+        return _features_value(key, v)
     return _int_value(key, v) if key in INT_AXES else _name_value(key, v)
 
 
@@ -251,8 +298,10 @@ def resolve(values: dict, spec: Spec) -> Point:
         raise ConfigError(f"system.gpus = {G}: the {E} experts of {m.name} neither divide "
                           f"evenly over {G} GPUs nor replicate onto them")
     hub = derive_hub(hub_base, m, G, w.tokens_per_gpu, effective_row_bytes(m, w)[0])
-    chunks = min(hub.chunks_per_row, spec.synth_chunks)
-    synth = hub.replace(row_bytes=chunks * hub.chunk_bytes, row_stride_bytes=0,
+    feats = features_of(v.get("features") or V1)
+    hub_v2 = _feature_hub(s, m, w, hub_base, feats) if feats else hub
+    chunks = min(hub_v2.chunks_per_row, spec.synth_chunks)
+    synth = hub_v2.replace(row_bytes=chunks * hub.chunk_bytes, row_stride_bytes=0,
                         data_bits=min(spec.data_bits, 8 * hub.chunk_bytes),
                         name=f"{hub.name}-synth")
     if spec.synth_lib == "asap7":             # its default clock: 1/1.98 GHz (synth/asap7.py)
@@ -261,7 +310,23 @@ def resolve(values: dict, spec: Spec) -> Point:
     else:
         default_period = DEFAULT_PERIOD_NS
     return Point(tuple(values.items()), s, m, w, hub_base, hub, synth,
-                 spec.period_ns or default_period, synth_lib=spec.synth_lib)
+                 spec.period_ns or default_period, synth_lib=spec.synth_lib, hub_features=feats)
+
+
+def _feature_hub(s, m, w, hub_base, feats: frozenset) -> HubConfig:
+    """The co-simulated layer's hub with the protocol-v2 fields of ``feats`` (the layer
+    itself decides them: experts per GPU, top-k, tokens; :func:`hub_config_v2`); a relay
+    on one node is a :class:`ConfigError` naming the system."""
+    from ..cosim.layer import Layer
+    from ..cosim.systems.hub import check_features, hub_config_v2
+    from ..cosim.systems.relay import check_layer
+    from ..cosim.workload import make_routing
+    feats = check_features(feats)
+    L = Layer(s, m, w, make_routing(m, w, s.gpus), hub_base)
+    cfg = hub_config_v2(L, feats)
+    if "relay" in feats:
+        check_layer(L, cfg)
+    return cfg
 
 
 def points(spec: Spec, max_points: int = MAX_POINTS) -> list[Point]:
@@ -291,4 +356,5 @@ def config_dicts(p: Point) -> dict:
         return d
     return {"system": strip(p.system), "model": strip(p.model), "workload": strip(p.workload),
             "hub": strip(p.hub), "hub_base": strip(p.hub_base), "synth": strip(p.synth),
-            "period_ns": p.period_ns, **({"synth_lib": p.synth_lib} if p.synth_lib != "osu018" else {})}
+            "period_ns": p.period_ns, **({"synth_lib": p.synth_lib} if p.synth_lib != "osu018" else {}),
+            **({"hub_features": sorted(p.hub_features)} if p.hub_features else {})}
