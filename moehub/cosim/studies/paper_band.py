@@ -2,8 +2,13 @@
 and against today's best software, side by side, over tokens per GPU and the
 compute-to-link ratio.
 
-    python -m moehub.cosim.studies.paper_band                       # the recorded table
+    python -m moehub.cosim.studies.paper_band                       # every default point
     python -m moehub.cosim.studies.paper_band --models mixtral-8x7b --tokens 256 --ratios 1
+
+Each run adds its points to ``band.json`` in ``--out`` (default
+``<build>/results/paper-band/``; a point run again replaces its row), each row with the
+commit and the load before it, and the file the last run's record: ``moehub report
+--collect paper-band`` records it for the docs' tables.
 
 The seeds report MoE-Hub at 1.40-3.08x per layer (:data:`SEED_BAND`) "over
 state-of-the-art systems"; Comet 1.96x over Megatron, FlashDMoE up to 6x over Megatron-TE /
@@ -18,8 +23,11 @@ point is in the band or not as the mechanisms fall.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
+from pathlib import Path
 
 from ..experiment import load_configs, run_experiment
 from ..headline_grid import scale_compute_to_link
@@ -63,6 +71,42 @@ def table(rows: list) -> str:
     return "\n".join(out)
 
 
+#: the file of the rows in the output folder
+ROWS_FILE = "band.json"
+
+
+def _key(r: dict) -> tuple:
+    return (r["model"], r["system"], int(r["tokens"]), float(r["ratio"]))
+
+
+def save_rows(path: Path, new: list) -> None:
+    """Add ``new`` to the rows at ``path`` with this run's record: a row of the same
+    (model, system, tokens, ratio) replaces the older one, the others are kept, in the
+    order of models, then tokens, then ratios."""
+    from ... import runinfo
+    path = Path(path)
+    doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    redo = {_key(n) for n in new}
+    rows = [r for r in doc.get("rows", []) if _key(r) not in redo] + new
+    rank = {m: i for i, m in enumerate(MODELS)}
+    rows.sort(key=lambda r: (rank.get(r["model"], len(rank)), r["model"], r["system"],
+                             int(r["tokens"]), float(r["ratio"])))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"record": runinfo.record(), "rows": rows}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def summary(rows: list) -> str:
+    """How many points fall in the seeds' band against the papers' kind, and the hub's
+    range against today's best."""
+    band = [r for r in rows if r["in_band"]]
+    return (f"{len(band)} of {len(rows)} points in the seeds' band "
+            f"{SEED_BAND[0]:.2f}-{SEED_BAND[1]:.2f}x against the papers' kind; against "
+            f"today's best the hub's range is {min(r['vs_today'] for r in rows):.2f}-"
+            f"{max(r['vs_today'] for r in rows):.2f}x")
+
+
 def _floats(text: str, flag: str) -> tuple:
     try:
         vals = tuple(float(x) for x in text.split(",") if x.strip())
@@ -81,22 +125,27 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--ratios", default=",".join(f"{r:g}" for r in RATIOS),
                     help="compute-to-link ratios (GPU peaks scaled by each)")
+    ap.add_argument("--out", help=f"the folder of {ROWS_FILE} (default <build>/results/paper-band)")
     a = ap.parse_args(argv)
+    from ... import runinfo
+    from ...paths import output_dir
+    runinfo.begin(["python -m moehub.cosim.studies.paper_band", *(sys.argv[1:] if argv is None else argv)])
+    runinfo.git_describe()          # the commit at the start (cached), not after later edits
     tokens = tuple(int(t) for t in _floats(a.tokens, "--tokens"))
     ratios = _floats(a.ratios, "--ratios")
+    out = output_dir("results", "paper-band", out=a.out) / ROWS_FILE
     rows, t0 = [], time.perf_counter()
     for model in [m.strip() for m in a.models.split(",") if m.strip()]:
         for t in tokens:
             for r in ratios:
-                rows.append(point(a.system, model, t, r))
+                load = round(os.getloadavg()[0], 2)
+                rows.append({**point(a.system, model, t, r), "load": load,
+                             "git": runinfo.git_describe()})
                 print(f"# {model} {t} tok/GPU x{r:g}: hub {rows[-1]['hub_us']:.0f} us "
                       f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    save_rows(out, rows)
     print(table(rows))
-    band = [r for r in rows if r["in_band"]]
-    print(f"\n{len(band)} of {len(rows)} points in the seeds' band "
-          f"{SEED_BAND[0]:.2f}-{SEED_BAND[1]:.2f}x against the papers' kind; against "
-          f"today's best the hub's range is {min(r['vs_today'] for r in rows):.2f}-"
-          f"{max(r['vs_today'] for r in rows):.2f}x")
+    print(f"\n{summary(rows)}\n  {out}")
     return 0
 
 
