@@ -312,7 +312,7 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
                                             *report.ABLATIONS, *report.SCALING_TABLES,
                                             "cosim-window-error", "v2-hubs", "formal", *report.EXPLORES,
                                             "verification-summary", "sim-speed", "headline-ratio",
-                                            "coverage", "equiv", "mutation"}
+                                            "coverage", "equiv", "mutation", *report.PAPER_BANDS}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2
@@ -1331,6 +1331,33 @@ def test_collect_and_render_the_mutation_campaign(tmp_path):
     assert ("| mutation testing of the RTL, on Dask (`moehub mutate`) | score **2 / 3 = 66.7 %** "
             "(killed / (killed + survived)) over a sample of 3 of the 5,365 mutants, 0 proven "
             "equivalent |") in summary
+
+
+def test_paper_band_rows_add_up_and_render_per_model(tmp_path):
+    """The paper-band study's rows: a later run of a point replaces its row, the others
+    are kept; each model's table is the study's own, with its summary and the commands
+    its rows came from; a model without rows names the command that makes them."""
+    from moehub.cosim.studies import paper_band as pb
+    row = lambda model, tokens, ratio, vs, cmd: {
+        "model": model, "system": "h100x8", "tokens": tokens, "ratio": ratio, "ideal_us": 100.0,
+        "hub_us": 120.0, "today": "comet", "vs_today": 0.95, "paper": "megatron_ag", "vs_paper": vs,
+        **{f"vs_{n}": vs for n in ("megatron_a2a", "megatron_ag", "deepspeed_moe")},
+        "in_band": 1.40 <= vs <= 3.08, "load": 1.0, "git": "abc1234", "command": cmd}
+    path = tmp_path / "build" / "results" / "paper-band" / pb.ROWS_FILE
+    pb.save_rows(path, [row("deepseek-v3", 128, 1.0, 1.2, "run ds"), row("deepseek-v3", 1024, 1.0, 1.5, "run ds")])
+    pb.save_rows(path, [row("mixtral-8x7b", 128, 1.0, 2.0, "run mx"), row("deepseek-v3", 128, 1.0, 1.45, "run ds2")])
+    rows = json.loads(path.read_text())["rows"]
+    assert [(r["model"], r["tokens"], r["vs_paper"]) for r in rows] == [
+        ("mixtral-8x7b", 128, 2.0), ("deepseek-v3", 128, 1.45), ("deepseek-v3", 1024, 1.5)]
+    report.collect_paper_band(tmp_path / "build", tmp_path / "records")
+    text = report.render("paper-band-deepseek", tmp_path / "records")
+    assert "| deepseek-v3 | 128 | 1 | 100 | 120 | 0.95x comet | 1.45x | 1.45x | 1.45x | 1.45x megatron_ag | yes |" in text
+    assert ("2 of 2 points in the seeds' band 1.40-3.08x against the papers' kind; against today's "
+            "best the hub's range is 0.95-0.95x. The rows: `run ds2`; `run ds`.") in text
+    assert "mixtral" not in text.split("*From")[0]
+    (tmp_path / "records" / "paper-band.json").unlink()
+    with pytest.raises(report.ReportError, match="no paper-band record"):
+        report.render("paper-band-mixtral", tmp_path / "records")
 
 
 def test_bench_sim_rows_add_up_and_render(tmp_path):

@@ -45,7 +45,8 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``explore``: every ``results/explore-*/points.csv`` (and its ``run.json``) of ``moehub explore``;
 * ``coverage``: every ``coverage/run-<config>.json`` of ``moehub coverage``;
 * ``equiv``: every ``synth/equiv/<config>/result.json`` of ``moehub equiv``;
-* ``mutate``: ``mutation/report.json`` of a finished ``moehub mutate`` campaign.
+* ``mutate``: ``mutation/report.json`` of a finished ``moehub mutate`` campaign;
+* ``paper-band``: ``results/paper-band/band.json`` of ``python -m moehub.cosim.studies.paper_band``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -586,6 +587,16 @@ def collect_bench_window(build: Path, records: Path) -> list:
                           "its point and the CPU seconds of its point's two whole runs")
 
 
+def collect_paper_band(build: Path, records: Path) -> list:
+    """The record of ``<build>/results/paper-band/band.json`` (``python -m
+    moehub.cosim.studies.paper_band``: one row per model, tokens and compute-to-link ratio,
+    each with the commit and load before it, and the last run's record)."""
+    return _collect_bench("paper-band", Path(build, "results", "paper-band", "band.json"),
+                          "python -m moehub.cosim.studies.paper_band", records,
+                          "rows of one or more runs of the study (the record is the last's); "
+                          "each row has its run's commit and the 1-minute load before it")
+
+
 def collect_bench_sim(build: Path, records: Path) -> list:
     """The record of ``<build>/results/bench-sim/sim.json`` (``bench_sim.py``: one row per
     config and simulator, each with the load before it and the RTL sources' hash it ran,
@@ -820,7 +831,7 @@ def collect_formal(build: Path, records: Path) -> list:
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
               "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim", "explore",
-              "coverage", "equiv", "mutate")
+              "coverage", "equiv", "mutate", "paper-band")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1930,6 +1941,29 @@ def _mutation_summary(recs: list, current: str) -> str:
             + (f" ({OLDER})" if d.get("rtl_sha256") != current else ""))
 
 
+#: the paper-band tables: table name -> model
+PAPER_BANDS = {"paper-band-mixtral": "mixtral-8x7b", "paper-band-deepseek": "deepseek-v3"}
+
+
+def render_paper_band(model: str):
+    """The renderer of the paper-band study's table of ``model``: the study's own table
+    of its rows and its summary line (the points in the seeds' band against the papers'
+    kind of baseline, the range against today's best)."""
+    def fn(recs: list, current: str) -> str:
+        from ..cosim.studies import paper_band
+        rows = [r for _, rec in recs for r in rec["data"]["rows"] if r["model"] == model]
+        if not rows:
+            raise ReportError(f"table of the paper band of {model}: no paper-band record with it "
+                              "(records/paper-band.json; run 'python -m moehub.cosim.studies."
+                              "paper_band', then 'moehub report --collect paper-band')")
+        runs = list(dict.fromkeys(r["command"] for r in rows if r.get("command")))
+        made = (" The rows: " + "; ".join(f"`{c}`" for c in runs) + ".") if runs else ""
+        return (paper_band.table(rows) + "\n\n" + paper_band.summary(rows) + "." + made
+                + "\n\n" + caption(recs) + "\n")
+    fn.__doc__ = f"The paper-band study's table of {model}."
+    return fn
+
+
 def _formal_job(r: dict) -> str:
     """One recorded formal job as a cell's clause: its mode and depth, what a pass means
     for it (k-induction: unbounded; a cover: every cover reached), the step of a failure,
@@ -2116,6 +2150,7 @@ TABLES = {
     "coverage": ("coverage", render_coverage),
     "equiv": ("equiv", render_equiv),
     "mutation": ("mutate", render_mutation),
+    **{n: ("paper-band", render_paper_band(m)) for n, m in PAPER_BANDS.items()},
     "formal": ("formal", render_formal),
     "sim-speed": ("bench-sim", render_sim_speed),
     **{n: ("explore", render_explore(n)) for n in EXPLORES},
@@ -2256,6 +2291,7 @@ def _run(args) -> int:
             "coverage": lambda: collect_coverage(build, records),
             "equiv": lambda: collect_equiv(build, records),
             "mutate": lambda: collect_mutate(build, records),
+            "paper-band": lambda: collect_paper_band(build, records),
         }
         assert set(collect) == set(COLLECTORS)
         for source in which:

@@ -140,7 +140,7 @@ def main(argv=None) -> int:
             for r in ratios:
                 load = round(os.getloadavg()[0], 2)
                 rows.append({**point(a.system, model, t, r), "load": load,
-                             "git": runinfo.git_describe()})
+                             "git": runinfo.git_describe(), "command": runinfo.record()["command"]})
                 print(f"# {model} {t} tok/GPU x{r:g}: hub {rows[-1]['hub_us']:.0f} us "
                       f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     save_rows(out, rows)
