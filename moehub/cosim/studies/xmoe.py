@@ -20,13 +20,17 @@ Three parts, each from the routing the co-simulation samples:
 
 Writes ``<build>/results/study-xmoe[...]/`` (``--out`` replaces ``<build>/results``):
 ``memory.csv``, ``memory_sweep.csv``, ``rbd_traffic.csv``, ``rbd_time.csv``,
-``ssmb.csv``, ``validation.csv`` (against X-MoE's published figures), ``tables.md``, the
+``ssmb.csv``, ``validation.csv`` (against X-MoE's published figures), ``tables.md``,
+``results.json`` (every row at full precision: what ``moehub report --collect study-xmoe``
+records), the
 figures ``memory``, ``memory_sweep``, ``rbd``, ``ssmb`` (PNG + SVG) and ``run.json``. The
 folder's name carries every value that differs from the defaults (``_m<models>``,
 ``_<system>``, ``_rbd-<systems>``, ``_<workload>``, ``_t<tokens>``, ``_tt<time tokens>``,
 ``_time-<model>``, ``_seed<N>``); an existing folder is replaced only with ``--force``.
 """
 from __future__ import annotations
+
+import json
 
 from ... import progress
 from ..config import (available, load_model_config, load_system_config,
@@ -141,12 +145,20 @@ def tables(res: dict) -> str:
         "## Against X-MoE's published figures", R.validation_table(res["validation"])]) + "\n"
 
 
+def _plain(v):
+    """numpy scalars as JSON numbers (the rows keep full precision in ``results.json``;
+    the CSVs round to 4 digits)."""
+    return v.item() if hasattr(v, "item") else str(v)
+
+
 def write(res: dict, folder, figures: bool) -> list:
     from . import xmoe_plots as P
     paths = [R.write_csv(res[k], folder / f"{k}.csv") for k in
              ("memory", "memory_sweep", "rbd_traffic", "rbd_time", "ssmb", "validation")]
     (folder / "tables.md").write_text(tables(res))
     paths.append(folder / "tables.md")
+    (folder / "results.json").write_text(json.dumps(res, indent=1, default=_plain) + "\n")
+    paths.append(folder / "results.json")
     if figures:
         with progress.stage("study xmoe: figures", heartbeat=True):
             paths += [P.memory_figure(res["memory"], folder / "memory.png"),
