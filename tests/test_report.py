@@ -312,7 +312,8 @@ def test_printing_skips_tables_without_records_unless_named(records, tmp_path, c
                                             *report.ABLATIONS, *report.SCALING_TABLES,
                                             "cosim-window-error", "v2-hubs", "formal", *report.EXPLORES,
                                             "verification-summary", "sim-speed", "headline-ratio",
-                                            "coverage", "equiv", "mutation", *report.PAPER_BANDS}
+                                            "coverage", "equiv", "mutation", *report.PAPER_BANDS,
+                                            *report.XMOE_TABLES}
     assert "<!-- moehub-table: hub-verdicts -->\n\n| hub | flow |" in out.out
     assert "calibration-summary: skipped: " in out.err
     assert _cli("--records", str(records), "--table", "calibration-summary") == 2
@@ -1358,6 +1359,28 @@ def test_paper_band_rows_add_up_and_render_per_model(tmp_path):
     (tmp_path / "records" / "paper-band.json").unlink()
     with pytest.raises(report.ReportError, match="no paper-band record"):
         report.render("paper-band-mixtral", tmp_path / "records")
+
+
+def test_xmoe_study_is_recorded_and_its_tables_rendered(tmp_path):
+    """``moehub study xmoe``'s results.json is recorded per results folder; each docs table
+    is the study's own renderer over the default run's rows; without that run's record
+    the table names the command."""
+    from moehub.cosim.studies import xmoe_report
+    folder = tmp_path / "build" / "results" / "study-xmoe"
+    folder.mkdir(parents=True)
+    rows = [{"case": "SSMB memory cut at TP=4", "published": 4.0, "model": 3.98, "ratio": 0.995,
+             "verdict": "ok", "published_as": "x", "model_as": "y"}]
+    (folder / "results.json").write_text(json.dumps({"validation": rows, "memory": []}))
+    (folder / "run.json").write_text(json.dumps({"command": "moehub study xmoe", "git": "abc1234",
+                                                 "started": "2026-12-05T18:00:00+00:00"}))
+    [path] = report.collect_study_xmoe(tmp_path / "build", tmp_path / "records")
+    assert path.name == "study-xmoe.json"
+    text = report.render("xmoe-validation", tmp_path / "records")
+    assert text.startswith(xmoe_report.validation_table(rows))
+    assert "| SSMB memory cut at TP=4 | 4 | 3.98 | 0.99 | ok |" in text and "`moehub study xmoe`" in text
+    path.rename(path.with_name("study-xmoe_t8192.json"))
+    with pytest.raises(report.ReportError, match="run 'moehub study xmoe'"):
+        report.render("xmoe-validation", tmp_path / "records")
 
 
 def test_bench_sim_rows_add_up_and_render(tmp_path):

@@ -46,7 +46,9 @@ differs from what its records give (the test suite runs it on the repository's d
 * ``coverage``: every ``coverage/run-<config>.json`` of ``moehub coverage``;
 * ``equiv``: every ``synth/equiv/<config>/result.json`` of ``moehub equiv``;
 * ``mutate``: ``mutation/report.json`` of a finished ``moehub mutate`` campaign;
-* ``paper-band``: ``results/paper-band/band.json`` of ``python -m moehub.cosim.studies.paper_band``.
+* ``paper-band``: ``results/paper-band/band.json`` of ``python -m moehub.cosim.studies.paper_band``;
+* ``study-xmoe``: every ``results/study-xmoe*/results.json`` (and its ``run.json``) of
+  ``moehub study xmoe``.
 
 Tables: ``hub-verdicts`` (per hub and flow: area, deepest stage, fmax, the verdict at
 1.98 GHz), ``asap7`` (``moehub synth-table``'s rows), ``headline`` (the hub's speedup
@@ -597,6 +599,21 @@ def collect_paper_band(build: Path, records: Path) -> list:
                           "each row has its run's commit and the 1-minute load before it")
 
 
+def collect_study_xmoe(build: Path, records: Path) -> list:
+    """A record per ``<build>/results/study-xmoe*/`` (``moehub study xmoe``: its
+    ``results.json``, every part's rows, and its ``run.json``)."""
+    written = []
+    for rp in sorted(Path(build, "results").glob("study-xmoe*/results.json")):
+        folder = rp.parent
+        run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
+        rec = make_record("study-xmoe", run.get("command", "moehub study xmoe"),
+                          json.loads(rp.read_text()), commit=run.get("git"),
+                          date=run.get("started") or iso(rp.stat().st_mtime), mach=machine(),
+                          load_avg=None, note="the load is not in the study's run.json")
+        written.append(write_record(Path(records, "study-xmoe", f"{folder.name}.json"), rec))
+    return written
+
+
 def collect_bench_sim(build: Path, records: Path) -> list:
     """The record of ``<build>/results/bench-sim/sim.json`` (``bench_sim.py``: one row per
     config and simulator, each with the load before it and the RTL sources' hash it ran,
@@ -831,7 +848,7 @@ def collect_formal(build: Path, records: Path) -> list:
 
 COLLECTORS = ("synth", "validate", "calibrate", "headline", "study-v2", "bench-scaling",
               "bench-window", "study-relay", "synth-unit", "soak", "formal", "bench-sim", "explore",
-              "coverage", "equiv", "mutate", "paper-band")
+              "coverage", "equiv", "mutate", "paper-band", "study-xmoe")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1964,6 +1981,32 @@ def render_paper_band(model: str):
     return fn
 
 
+#: the X-MoE study's tables: table name -> (part of its results, the study's renderer)
+XMOE_TABLES = {"xmoe-memory": ("memory", "memory_table"), "xmoe-traffic": ("rbd_traffic", "traffic_table"),
+               "xmoe-time": ("rbd_time", "time_table"), "xmoe-ssmb": ("ssmb", "ssmb_table"),
+               "xmoe-validation": ("validation", "validation_table")}
+#: the X-MoE study's run the docs' tables show (its default values)
+XMOE_RUN = "study-xmoe/study-xmoe.json"
+
+
+def render_xmoe(name: str):
+    """The renderer of one of the X-MoE study's tables: the study's own table
+    (:mod:`moehub.cosim.studies.xmoe_report`) of its default run's rows."""
+    part, fn_name = XMOE_TABLES[name]
+
+    def fn(recs: list, current: str) -> str:
+        from ..cosim.studies import xmoe_report
+        mine = [(n, rec) for n, rec in recs if n == XMOE_RUN]
+        if not mine:
+            raise ReportError(f"table {name!r}: no record of the X-MoE study's default run "
+                              f"(records/{XMOE_RUN}; run 'moehub study xmoe', then 'moehub "
+                              "report --collect study-xmoe')")
+        rows = mine[0][1]["data"][part]
+        return getattr(xmoe_report, fn_name)(rows) + "\n\n" + caption(mine) + "\n"
+    fn.__doc__ = f"The X-MoE study's {part} table."
+    return fn
+
+
 def _formal_job(r: dict) -> str:
     """One recorded formal job as a cell's clause: its mode and depth, what a pass means
     for it (k-induction: unbounded; a cover: every cover reached), the step of a failure,
@@ -2151,6 +2194,7 @@ TABLES = {
     "equiv": ("equiv", render_equiv),
     "mutation": ("mutate", render_mutation),
     **{n: ("paper-band", render_paper_band(m)) for n, m in PAPER_BANDS.items()},
+    **{n: ("study-xmoe", render_xmoe(n)) for n in XMOE_TABLES},
     "formal": ("formal", render_formal),
     "sim-speed": ("bench-sim", render_sim_speed),
     **{n: ("explore", render_explore(n)) for n in EXPLORES},
@@ -2292,6 +2336,7 @@ def _run(args) -> int:
             "equiv": lambda: collect_equiv(build, records),
             "mutate": lambda: collect_mutate(build, records),
             "paper-band": lambda: collect_paper_band(build, records),
+            "study-xmoe": lambda: collect_study_xmoe(build, records),
         }
         assert set(collect) == set(COLLECTORS)
         for source in which:
