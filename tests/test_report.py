@@ -1290,8 +1290,8 @@ def test_collect_and_render_the_equivalence_proofs(tmp_path):
     assert len(lines) == 6 and "`records/equiv.json`" in text
     assert report.render("equiv", tmp_path / "records", current="other").count("(older RTL)") == 2
     summary = report.render("verification-summary", tmp_path / "records", current="cafe")
-    assert ("(`moehub equiv`) | `tiny` against `51dce2812d`: **equivalent** (induction (every cycle), "
-            "21,874 of 21,874 points); `mixtral-8gpu` against `51dce2812d`: not proved (55,935 of "
+    assert ("(`moehub equiv`) | `tiny` against `51dce2812d`: **equivalent**: induction (every cycle), "
+            "21,874 of 21,874 points; `mixtral-8gpu` against `51dce2812d`: not proved (55,935 of "
             "57,708 points) |") in summary
     assert "`moehub equiv`): measured" not in summary
 

@@ -1904,8 +1904,8 @@ def render_equiv(recs: list, current: str) -> str:
 def _equiv_summary(recs: list, current: str) -> str:
     """The equivalence row: per config its verdict against the revision, the points."""
     return "; ".join(f"`{r['config']}` against `{r['commit'][:10]}`: " +
-                     (f"**{r['verdict']}** ({_equiv_proof(r)}, {r['proven']:,} of "
-                      f"{r['equiv_cells']:,} points)" if r["verdict"] == "equivalent"
+                     (f"**{r['verdict']}**: {_equiv_proof(r)}, {r['proven']:,} of "
+                      f"{r['equiv_cells']:,} points" if r["verdict"] == "equivalent"
                       else f"{r['verdict']} ({r['proven']:,} of {r['equiv_cells']:,} points)")
                      + (f" ({OLDER})" if r.get("rtl_sha256") != current else "")
                      for r in _equiv_rows(recs))
