@@ -609,6 +609,15 @@ def test_rerun_records_the_run_it_makes(tmp_path, monkeypatch):
         else real_run(cmd, **kw)))
     with pytest.raises(RuntimeError, match="moehub calibrate exited 1: boom"):
         report.collect_calibrate(build, tmp_path / "records", rerun_it=True)
+    with pytest.raises(RuntimeError, match="moehub validate exited 1: boom"):   # every case
+        report.collect_validate(build, tmp_path / "records", rerun_it=True)
+    seen = []
+    monkeypatch.setattr(report.subprocess, "run", lambda cmd, **kw: (
+        seen.append(cmd) or report.subprocess.CompletedProcess(cmd, 1, "", "x")
+        if "moehub.scripts.cli" in cmd else real_run(cmd, **kw)))
+    with pytest.raises(RuntimeError):
+        report.collect_validate(build, tmp_path / "records", rerun_it=True)
+    assert seen[0][-4:] == ["validate", "--slow", "--out", "build/results/validate"]
 
 
 # ----------------------------------------------------------------------------- the repository

@@ -417,12 +417,12 @@ def read_validation_csv(path: Path) -> list:
     return _read_csv(path, VALIDATION_FIELDS, ("ok",))
 
 
-def rerun(command: str, out: Path, about: str) -> dict:
-    """Run ``moehub COMMAND --out OUT`` as a child process; return its run record (command,
-    commit, start date, load at the start, wall and CPU seconds)."""
+def rerun(command: str, out: Path, about: str, extra: tuple = ()) -> dict:
+    """Run ``moehub COMMAND [EXTRA...] --out OUT`` as a child process; return its run record
+    (command, commit, start date, load at the start, wall and CPU seconds)."""
     out = Path(out).absolute()
     shown = os.path.relpath(out) if out.is_relative_to(Path.cwd()) else str(out)
-    argv = ["moehub", command, "--out", shown]
+    argv = ["moehub", command, *extra, "--out", shown]
     start, load0, t0, kids0 = time.time(), load(), time.monotonic(), os.times()
     with progress.stage(f"report: moehub {command} ({about})", heartbeat=True):
         proc = subprocess.run([sys.executable, "-m", "moehub.scripts.cli", *argv[1:]],
@@ -451,10 +451,11 @@ def _csv_record(source: str, command: str, path: Path, rows: list, run: dict | N
 
 
 def _collect_csv(command: str, folder: Path, csv_name: str, reader, records: Path, about: str,
-                 rerun_it: bool) -> list:
-    """The record of ``moehub COMMAND``'s ``folder/csv_name`` (after running the command
-    there with ``rerun_it``), read by ``reader``, written to ``records/COMMAND.json``."""
-    run = rerun(command, folder, about) if rerun_it else None
+                 rerun_it: bool, extra: tuple = ()) -> list:
+    """The record of ``moehub COMMAND``'s ``folder/csv_name`` (after running the command,
+    with ``extra`` options, there with ``rerun_it``), read by ``reader``, written to
+    ``records/COMMAND.json``."""
+    run = rerun(command, folder, about, extra) if rerun_it else None
     path = folder / csv_name
     if not path.is_file():
         raise ReportError(f"{path}: not found (run 'moehub {command}', or "
@@ -464,10 +465,11 @@ def _collect_csv(command: str, folder: Path, csv_name: str, reader, records: Pat
 
 
 def collect_validate(build: Path, records: Path, rerun_it: bool = False) -> list:
-    """The record of ``<build>/results/validate/`` (after running ``moehub validate`` there
-    with ``rerun_it``)."""
+    """The record of ``<build>/results/validate/`` (after running ``moehub validate
+    --slow`` there with ``rerun_it``: every case, the wide-EP ones too)."""
     return _collect_csv("validate", Path(build, "results", "validate"), "validation.csv",
-                        read_validation_csv, records, "about 3 CPU-minutes", rerun_it)
+                        read_validation_csv, records, "about 8 CPU-minutes", rerun_it,
+                        extra=("--slow",))
 
 
 CALIBRATION_FIELDS = ("id", "component", "what", "hardware", "system", "metric", "model",
