@@ -5,6 +5,7 @@ allocation, per-expert completion, the gathering GEMM's cost, receive-memory for
 Small layers only (DeepSeek-V3 at 16 tokens/GPU: 1024 routed rows)."""
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -252,6 +253,25 @@ def test_hub_rows_take_area_and_depth_from_the_matching_synthesis(ds8, tmp_path,
     base = paged.name.split("@")[0]
     assert f"not synthesised ({base}_experts-16_pool_pages-{paged.pool_pages}_sources-16)" \
         in study.synthesis(two)["synthesis"]
+
+
+def test_a_hub_without_a_synthesis_folder_takes_its_synthesis_record(ds8, tmp_path, monkeypatch):
+    """A fresh clone has no build folder: the v1 hub's row reads the repository's
+    synthesis record (records/synth/deepseek-v3-8gpu.json), its figures and deepest path
+    family the record's, and says so; a build folder's report comes first."""
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+    rec = json.loads((Path(study.__file__).parents[3] / "records" / "synth" / "deepseek-v3-8gpu.json").read_text())
+    got = study.synthesis(ds8.hub)
+    top = rec["data"]["report"]["asic"]["modules"]["top"]
+    assert got["area_mm2_n5"] == top["n5"]["total_mm2"]["nominal"] and got["gate_equivalents"] == top["gate_equivalents"]
+    fams = rec["data"]["deepest_paths"]["families"]
+    assert got["deepest_fo4"] == max(top["fo4"], fams[0]["fo4"])
+    assert got["synthesis"].startswith("deepseek-v3-8gpu") and ("sta_paths" in got["synthesis"] or "record" in got["synthesis"])
+    folder = tmp_path / "synth" / "deepseek-v3-8gpu"
+    folder.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({**rec["data"]["report"], "asic": {"modules": {
+        "top": {**top, "gate_equivalents": 1.0}}}}))
+    assert study.synthesis(ds8.hub)["gate_equivalents"] == 1.0
 
 
 def test_synthesis_only_rereads_the_reports_and_keeps_the_layers(ds8, tmp_path, monkeypatch):

@@ -61,24 +61,43 @@ _SYNTH_IGNORED = ("name", "description", "data_bits")
 _SYNTH_SIZED = ("row_bytes", "max_rows_per_expert", "token_bits", "topk")
 
 
+def _synthesis_report(name: str):
+    """The synthesis report of hub ``name`` and its deepest paths (or None): from the build
+    folder ``moehub synth`` writes (``<build>/synth/<name>/``), else from the repository's
+    synthesis record (``records/synth/<name>.json``, which a fresh clone has); and where it
+    came from."""
+    import json
+    from ... import runinfo
+    from ...paths import output_dir
+    folder = output_dir("synth") / name
+    if (folder / "report.json").exists():
+        deepest = folder / "deepest_paths.json"          # (scripts/sta_paths.py --json)
+        return (json.loads((folder / "report.json").read_text()),
+                json.loads(deepest.read_text()) if deepest.exists() else None, "report")
+    record = runinfo.PACKAGE_DIR.parent / "records" / "synth" / f"{name}.json"
+    if record.exists():
+        data = json.loads(record.read_text()).get("data") or {}
+        if data.get("report"):
+            return data["report"], data.get("deepest_paths"), "record"
+    return None, None, None
+
+
 def synthesis(cfg) -> dict:
     """Area and deepest stage of the hub config ``cfg`` comes from (its name before ``@``),
-    with ``cfg``'s protocol-v2 keys, from ``<build>/synth/<name>[_<v2 keys>]/report.json``
-    (the folder ``moehub synth --config <name> --set KEY=VALUE`` writes), when that report
-    shares every field with ``cfg`` but the datapath width and the layer-sized ones (listed
-    in ``synthesis`` where they differ); else the reason it is missing."""
-    import json
-    from ...paths import output_dir
+    with ``cfg``'s protocol-v2 keys, from the synthesis of ``<name>[_<v2 keys>]`` (the
+    folder ``moehub synth --config <name> --set KEY=VALUE`` writes, else its record in
+    ``records/synth/``), when that report shares every field with ``cfg`` but the datapath
+    width and the layer-sized ones (listed in ``synthesis`` where they differ); else the
+    reason it is missing."""
     from ...synth.flow import with_changes
     changes = {k: getattr(cfg, k) for k in ("count_packets", "pool_pages", "max_targets")
                if getattr(cfg, k) and (k != "max_targets" or cfg.multicast)}
     base = cfg.replace(name=cfg.name.split("@")[0])
     changes.update(_scale_changes(base))
     name = with_changes(base, changes).name if changes else base.name
-    path = output_dir("synth") / name / "report.json"
-    if not path.exists():
+    rep, deepest, source = _synthesis_report(name)
+    if rep is None:
         return {"synthesis": f"not synthesised ({name})"}
-    rep = json.loads(path.read_text())
     hub = rep.get("hub", {})
     differ = [k for k, v in hub.items()
               if k not in _SYNTH_IGNORED + _SYNTH_SIZED and getattr(cfg, k, v) != v]
@@ -86,10 +105,9 @@ def synthesis(cfg) -> dict:
         return {"synthesis": f"{name}: report of another hub ({', '.join(differ) or 'no asic section'})"}
     sized = [f"{k} {hub[k]}" for k in _SYNTH_SIZED if k in hub and hub[k] != getattr(cfg, k)]
     top = rep["asic"]["modules"]["top"]
-    fo4, how = top["fo4"], "report"
-    deepest = path.parent / "deepest_paths.json"          # (scripts/sta_paths.py --json)
-    if deepest.exists():
-        fams = json.loads(deepest.read_text()).get("families") or [{"fo4": 0.0}]
+    fo4, how = top["fo4"], source
+    if isinstance(deepest, dict):
+        fams = deepest.get("families") or [{"fo4": 0.0}]
         if fams[0]["fo4"] > fo4:
             fo4, how = fams[0]["fo4"], f"sta_paths: {fams[0]['from']} -> {fams[0]['to']}"
     return {"area_mm2_n5": top["n5"]["total_mm2"]["nominal"], "gate_equivalents": top["gate_equivalents"],
