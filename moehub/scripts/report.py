@@ -1940,7 +1940,9 @@ def render_mutation(recs: list, current: str) -> str:
     what = (f"A sample of {n} mutants (seed {m['seed']}) of the whole set of {d['full_set']:,}"
             if m.get("sample") else f"{n} mutants") + mark
     proj = d.get("projection_s") or {}
-    text = (f"{what}, on {m.get('workers') or 'one per core'} Dask workers ({m.get('ref')}): "
+    w, ref = m.get("workers"), str(m.get("ref"))
+    ref = f"revision `{ref[:10]}`" if re.fullmatch(r"[0-9a-f]{40}", ref) else ref
+    text = (f"{what}, on {w or 'one per core'} Dask worker{'' if w == 1 else 's'} ({ref}): "
             f"{d['mean_s']:.0f} s per mutant on average, {_wall(m['wall_s'])} of wall time"
             + ("; the whole set projected at " + ", ".join(f"{float(v) / 3600:.0f} h on {n} workers"
                                                            for n, v in proj.items()) if proj else "")
