@@ -1275,13 +1275,13 @@ def test_collect_and_render_the_equivalence_proofs(tmp_path):
     """Each ``moehub equiv`` result with a run record is a row, shipped configs first: the
     revision, the verdict, the proof in words, the points, the flip-flop bits; a result
     without a run record is left out; the README's summary takes its row from them."""
-    from moehub.synth.equiv import Result
+    from moehub.synth.equiv import DEFAULT_REF, Result
     build = tmp_path / "build" / "synth" / "equiv"
-    proofs = {"mixtral-8gpu": Result("mixtral-8gpu", "main", "51dce2812d6e" + "0" * 28, "not proved",
+    proofs = {"mixtral-8gpu": Result("mixtral-8gpu", "main", "abc1234" + "0" * 33, "not proved",
                                      "bounded", 57708, 55935, bmc_cycles=4,
                                      registers={"gold": 9000, "gate": 9100, "unpaired_gate_bits": 100},
                                      runtime_s={"total": 2369.0}, load=[2.5, 2.0, 1.0], rtl_sha256="cafe"),
-              "tiny": Result("tiny", "51dce28", "51dce2812d6e" + "0" * 28, "equivalent", "induction",
+              "tiny": Result("tiny", "ref", DEFAULT_REF, "equivalent", "induction",
                              21874, 21874, registers={"gold": 3000, "gate": 3000, "unpaired_gate_bits": 0},
                              runtime_s={"total": 139.0}, load=[1.5, 1.0, 1.0], rtl_sha256="cafe")}
     for config, res in proofs.items():
@@ -1292,15 +1292,15 @@ def test_collect_and_render_the_equivalence_proofs(tmp_path):
     [path] = report.collect_equiv(tmp_path / "build", tmp_path / "records")
     text = report.render("equiv", tmp_path / "records", current="cafe")
     lines = text.splitlines()
-    assert lines[2] == ("| `tiny` | `51dce2812d` | **equivalent** | induction (every cycle) | 21,874 of "
+    assert lines[2] == ("| `tiny` | the reference revision (`DEFAULT_REF`) | **equivalent** | induction (every cycle) | 21,874 of "
                         "21,874 | 3,000 (0) | 139 s | 1.5 |")
-    assert lines[3] == ("| `mixtral-8gpu` | `51dce2812d` | not proved | no counterexample in 4 cycles | "
+    assert lines[3] == ("| `mixtral-8gpu` | another revision | not proved | no counterexample in 4 cycles | "
                         "55,935 of 57,708 | 9,100 (100) | 39 min | 2.5 |")
     assert len(lines) == 6 and "`records/equiv.json`" in text
     assert report.render("equiv", tmp_path / "records", current="other").count("(older RTL)") == 2
     summary = report.render("verification-summary", tmp_path / "records", current="cafe")
-    assert ("(`moehub equiv`) | `tiny` against `51dce2812d`: **equivalent**: induction (every cycle), "
-            "21,874 of 21,874 points; `mixtral-8gpu` against `51dce2812d`: not proved (55,935 of "
+    assert ("(`moehub equiv`) | `tiny` against the reference revision (`DEFAULT_REF`): **equivalent**: "
+            "induction (every cycle), 21,874 of 21,874 points; `mixtral-8gpu` against another revision: not proved (55,935 of "
             "57,708 points) |") in summary
     assert "`moehub equiv`): measured" not in summary
 

@@ -633,20 +633,36 @@ def collect_bench_sim(build: Path, records: Path) -> list:
     return paths
 
 
+def _digest_of(check=None):
+    """``digest(hub)``: :func:`current_rtlil_digest` (or ``check``) of a row's hub config,
+    computed once per config (an elaboration each: seconds for tiny, minutes for the
+    default configs)."""
+    check, fresh = check or current_rtlil_digest, {}
+
+    def digest(hub: dict) -> str:
+        key = json.dumps(hub, sort_keys=True)
+        if key not in fresh:
+            with progress.stage(f"report: RTLIL of {hub.get('name')} from the working tree",
+                                heartbeat=True):
+                fresh[key] = check(hub)
+        return fresh[key]
+    return digest
+
+
+def _undigested(rows: list, current: str) -> list:
+    """The rows of the working tree's RTL sources that name their hub but hold no digest."""
+    return [r for r in rows if isinstance(r.get("hub"), dict) and r.get("rtl_sha256") == current
+            and not r.get("rtlil_sha256")]
+
+
 def _fill_digests(rows: list, check=None) -> None:
     """Each row of a per-config run that ran the working tree's RTL sources (its
     ``rtl_sha256``) and names its hub (``hub``) gets the digest of that hub's RTLIL
-    (``rtlil_sha256``, :mod:`moehub.synth.digest`), computed once per config: what
-    :func:`recheck_rows` later compares to tell an edit that moved none of its gates."""
-    check, current, fresh = check or current_rtlil_digest, rtl_sources_hash(), {}
-    for r in rows:
-        if r.get("rtlil_sha256") or not isinstance(r.get("hub"), dict) or r.get("rtl_sha256") != current:
-            continue
-        key = json.dumps(r["hub"], sort_keys=True)
-        if key not in fresh:
-            with progress.stage(f"report: RTLIL of {r['hub'].get('name')}", heartbeat=True):
-                fresh[key] = check(r["hub"])
-        r["rtlil_sha256"] = fresh[key]
+    (``rtlil_sha256``, :mod:`moehub.synth.digest`): what :func:`recheck_rows` later
+    compares to tell an edit that moved none of its gates."""
+    digest = _digest_of(check)
+    for r in _undigested(rows, rtl_sources_hash()):
+        r["rtlil_sha256"] = digest(r["hub"])
 
 
 #: the per-config records whose rows carry their hub and its RTLIL's digest
@@ -661,22 +677,18 @@ def recheck_rows(records: Path, check=None) -> list:
     working tree's, ``rtl_how`` saying why); one whose hardware differs, or that holds no
     digest, stays older. Rows of the working tree's sources get their digest if they lack
     it. Returns ``[(path, {config: verdict})]`` for the records it rewrote."""
-    check, current, fresh, out = check or current_rtlil_digest, rtl_sources_hash(), {}, []
+    digest, current, out = _digest_of(check), rtl_sources_hash(), []
     for source in ROW_RECHECKED:
         for name, rec in load_records(records, source):
             rows, verdicts = rec["data"]["rows"], {}
-            missing = [r for r in rows if r.get("rtl_sha256") == current and not r.get("rtlil_sha256")]
-            _fill_digests(missing, check)
+            missing = _undigested(rows, current)
+            for r in missing:
+                r["rtlil_sha256"] = digest(r["hub"])
             for r in rows:
                 if r.get("rtl_sha256") in (None, current) or not r.get("rtlil_sha256") \
                         or not isinstance(r.get("hub"), dict):
                     continue
-                key = json.dumps(r["hub"], sort_keys=True)
-                if key not in fresh:
-                    with progress.stage(f"report: RTLIL of {r['hub'].get('name')} from the working tree",
-                                        heartbeat=True):
-                        fresh[key] = check(r["hub"])
-                if fresh[key] == r["rtlil_sha256"]:
+                if digest(r["hub"]) == r["rtlil_sha256"]:
                     r["rtl_sha256"] = current
                     r["rtl_how"] = ("rechecked from the record: the working tree's RTLIL for this "
                                     "config equals the one it ran (src attributes aside)")
@@ -1872,6 +1884,15 @@ def _equiv_rows(recs: list) -> list:
                   key=lambda r: (rank.get(r["config"], len(rank)), r["config"]))
 
 
+def _revision(commit: str) -> str:
+    """A revision a record names, in words the docs can keep (no commit hash): the
+    equivalence flow's reference revision, else a named ref, else "another revision"."""
+    from ..synth.equiv import DEFAULT_REF
+    if commit == DEFAULT_REF:
+        return "the reference revision (`DEFAULT_REF`)"
+    return "another revision" if re.fullmatch(r"[0-9a-f]{7,40}", str(commit)) else f"`{commit}`"
+
+
 def _equiv_proof(r: dict) -> str:
     """A proof's kind in words (``synth.equiv.describe``'s, from the record)."""
     from ..synth.equiv import Result, describe
@@ -1895,7 +1916,7 @@ def render_equiv(recs: list, current: str) -> str:
         verdict = f"**{r['verdict']}**" if r["verdict"] == "equivalent" else r["verdict"]
         load = r.get("load")
         out.append("| " + " | ".join([
-            f"`{r['config']}`{mark}", f"`{r['commit'][:10]}`", verdict, _equiv_proof(r),
+            f"`{r['config']}`{mark}", _revision(r["commit"]), verdict, _equiv_proof(r),
             f"{r['proven']:,} of {r['equiv_cells']:,}",
             (f"{reg['gate']:,} ({reg.get('unpaired_gate_bits', 0):,})" if "gate" in reg else "–"),
             _wall((r.get("runtime_s") or {}).get("total", 0.0)),
@@ -1905,7 +1926,7 @@ def render_equiv(recs: list, current: str) -> str:
 
 def _equiv_summary(recs: list, current: str) -> str:
     """The equivalence row: per config its verdict against the revision, the points."""
-    return "; ".join(f"`{r['config']}` against `{r['commit'][:10]}`: " +
+    return "; ".join(f"`{r['config']}` against {_revision(r['commit'])}: " +
                      (f"**{r['verdict']}**: {_equiv_proof(r)}, {r['proven']:,} of "
                       f"{r['equiv_cells']:,} points" if r["verdict"] == "equivalent"
                       else f"{r['verdict']} ({r['proven']:,} of {r['equiv_cells']:,} points)")
@@ -1941,7 +1962,7 @@ def render_mutation(recs: list, current: str) -> str:
             if m.get("sample") else f"{n} mutants") + mark
     proj = d.get("projection_s") or {}
     w, ref = m.get("workers"), str(m.get("ref"))
-    ref = f"revision `{ref[:10]}`" if re.fullmatch(r"[0-9a-f]{40}", ref) else ref
+    ref = "a fixed revision, --ref" if re.fullmatch(r"[0-9a-f]{40}", ref) else ref
     text = (f"{what}, on {w or 'one per core'} Dask worker{'' if w == 1 else 's'} ({ref}): "
             f"{d['mean_s']:.0f} s per mutant on average, {_wall(m['wall_s'])} of wall time"
             + ("; the whole set projected at " + ", ".join(f"{float(v) / 3600:.0f} h on {n} workers"
