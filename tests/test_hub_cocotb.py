@@ -81,12 +81,14 @@ class Directed:
     tests: Optional[tuple] = None
     quick: bool = True
     slow: bool = False
+    kill: bool = False
 
     def names(self) -> list:
         return list(self.tests) if self.tests else registry.test_names(features(self.config), random=False, own=True)
 
     def param(self):
-        return pytest.param(self, marks=[needs("icarus")] + ([pytest.mark.slow] if self.slow else []),
+        return pytest.param(self, marks=[needs("icarus")] + ([pytest.mark.slow] if self.slow else [])
+                            + ([pytest.mark.mutation] if self.kill else []),
                             id=self.config + ("" if self.tests is None else "-some"))
 
 
@@ -96,7 +98,12 @@ class Directed:
 #: the slow set's -- each feature's units have their own fast tests
 #: (tests/test_rtl_v2_units.py, tests/test_rtl_multicast_units.py)
 FAST_DIRECTED = ("tiny-counts", "tiny-multicast-paged")
-DIRECTED = [Directed(c, slow=c not in FAST_DIRECTED) for c in FEATURE_HUBS] + [
+#: the feature hubs whose directed tests are in the mutation kill suite (verif/mutate.py
+#: ``KILL_HUBS``): each feature alone (code only that hub builds: the page gate of a unicast
+#: paged hub, the multicast allocator of an unpaged one) and all three together (the paged
+#: arena with multicast, the multicast count limit)
+KILL_DIRECTED = ("tiny-counts", "tiny-paged", "tiny-multicast", "tiny-multicast-paged-counts")
+DIRECTED = [Directed(c, slow=c not in FAST_DIRECTED, kill=c in KILL_DIRECTED) for c in FEATURE_HUBS] + [
     # the page ring in banked memories (rtl/paging/ring.py), read a cycle ahead, on a pool
     # of 36 pages: the paged tests that take any pool (the others script a 6-page pool's
     # exhaustion)

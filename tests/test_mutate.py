@@ -171,6 +171,28 @@ def test_killed_survived_stillborn_and_restored(project, tmp_path):
     assert "1 / 2 = 50.0 %" in text and "snippet.py:" in text and "## Survivors" in text
 
 
+def test_tests_of_an_unchanged_hub_are_skipped(project, tmp_path):
+    """Per hub: the elaboration prints a hash per hub, and a mutant runs only the tests of
+    the hubs whose netlist it changed (hub "b" here never changes: its test is skipped,
+    and the result says which netlists stayed)."""
+    (project / "test_b.py").write_text("def test_b():\n    pass\n")
+    elaborate = ("import hashlib\nfrom amaranth.back import rtlil\nfrom snip.snippet import Snippet\n"
+                 "print('NETLIST a', hashlib.sha256(rtlil.convert(Snippet()).encode()).hexdigest())\n"
+                 "print('NETLIST b', 'f' * 64)\n")
+    ms = {(m.operator, m.original, m.mutant): m
+          for m in mutate.mutants_of(project / "snip" / "snippet.py", "snippet.py")}
+    camp = mutate.Campaign(project, tmp_path / "out", suite=["test_snippet.py", "test_b.py"],
+                           elaborate=elaborate, netlist_tests={"test_snippet.py": "a", "test_b.py": "b"},
+                           shared=set(), package="snip", timeout=120, echo=lambda s: None)
+    camp.prepare()
+    assert camp.baseline().result == "survived" and set(camp.base_netlist) == {"a", "b"}
+    (r,) = camp.run([ms["cmp", "self.a < 16", "(self.a <= 16)"]])
+    assert r.result == "survived" and r.skipped == ("test_b.py",) and r.netlist == "unchanged: b", r
+    assert mutate.netlist_hashes("NETLIST x 12\nNETLIST 34\n") == {"x": "12", "": "34"}
+    assert mutate.netlist_words({"a", "b"}, {"a", "b"}) == "unchanged"
+    assert mutate.netlist_words(set(), {"a", "b"}) == "changed"
+
+
 def test_a_hang_is_a_timeout(project, tmp_path):
     """A mutant whose suite runs past the timeout is stopped (its process group killed)."""
     (project / "test_snippet.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
@@ -193,6 +215,16 @@ def test_kill_suite_selects_every_node():
                          cwd=mutate.CHECKOUT, capture_output=True, text=True).stdout
     for node in mutate.KILL_SUITE:
         assert node in out, f"{node} not selected by -m {mutate.KILL_MARKERS!r}"
+
+
+def test_survivors_are_proven_on_the_hubs_the_suite_simulates():
+    """Every hub the kill suite simulates is a default equivalence config, and each exists."""
+    from moehub.spec.config import load_hub_config
+    from moehub.verif import mutate_dask
+    assert mutate_dask.EQUIV_CONFIGS == tuple(mutate.KILL_HUBS)
+    for hub, (config, tests) in mutate.KILL_HUBS.items():
+        assert load_hub_config(str(mutate.CHECKOUT / config) if config.endswith(".yaml") else config).name
+        assert set(tests) <= set(mutate.KILL_SUITE), hub
 
 
 def test_first_failure_names_the_cocotb_test(tmp_path):

@@ -164,6 +164,12 @@ def test_survivor_proven_equivalent_or_shown_different(fake_hub, tmp_path):
     assert r["verdict"] == "equivalent" and r["configs"][0]["proof"] == "identical RTLIL", r
     w = mutate_dask.prove_task(job, _changed(at("a < 12"), "a < 12", "a <= 12"), ["narrow"])
     assert w["verdict"] == "not elaborated", w
+    # proven on every config that builds the line ("wide"), the others left out
+    e = mutate_dask.prove_task(job, _changed(at("a < 12"), "a < 12", "a <= 11"), ["narrow", "wide"])
+    assert e["verdict"] == "equivalent", e
+    assert [c["verdict"] for c in e["configs"]] == ["not elaborated", "equivalent"], e
+    d = mutate_dask.prove_task(job, _changed(at("a < 12"), "a < 12", "a <= 12"), ["narrow", "wide"])
+    assert d["verdict"] == "not equivalent", d
     tree = Path(mutate_dask._worker_tree(job))
     assert (tree / "moehub" / "rtl" / "hub.py").read_text() == FAKE_HUB
 

@@ -44,14 +44,16 @@ stamp hashes the RTL sources and the config, and a simulator build is keyed by t
 the Verilog text, simulator and flags, so a mutant's differing Verilog cannot hit the
 unmutated build; identical Verilog would simulate identically.) Then:
 
-1. *elaboration*: the mutant is converted to Verilog for ``tiny`` (as ``moehub rtl``);
-   an exception there, or no end within :data:`ELABORATION_TIMEOUT` or four times the
-   unmutated elaboration's time, whichever is longer (a generate loop
-   that never ends), is **stillborn** (reported apart, not in the score). The Verilog's
-   hash is compared with the unmutated one's: when equal (the mutant changes nothing that
-   tiny's netlist shows: code for other configs, or an equivalent rewrite), the tests
-   that only simulate tiny's netlist (:data:`TINY_NETLIST_TESTS`) cannot kill it and are
-   skipped -- unless the mutated file is one the testbench or model imports too
+1. *elaboration*: the mutant is converted to Verilog for ``tiny`` (as ``moehub rtl``),
+   and elaborated to RTLIL for each feature hub of :data:`KILL_HUBS` (tiny with count
+   packets, with pages, with multicast, with all three); an exception there, or no end
+   within :data:`ELABORATION_TIMEOUT` or four times the unmutated elaboration's time,
+   whichever is longer (a generate loop that never ends), is **stillborn** (reported
+   apart, not in the score). Each hub's hash (tiny's Verilog, the others' RTLIL digest)
+   is compared with the unmutated one's: where equal (the mutant changes nothing that hub
+   shows: code for other features or configs, or an equivalent rewrite), the tests that
+   only simulate that hub (:data:`NETLIST_TESTS`) cannot kill it and are skipped --
+   unless the mutated file is one the testbench or model imports too
    (:func:`testbench_files`: ``formats``, ``csr_map``, ``timing``), where a changed
    constant changes the scoreboard rather than the netlist.
 2. *the kill suite* (:data:`KILL_SUITE`), ``pytest -x`` in the copy, cheapest first: the
@@ -62,9 +64,10 @@ unmutated build; identical Verilog would simulate identically.) Then:
    ``verif/tb/``: the protocol-v1 rules, stopped at its first failing
    test by ``COCOTB_MAX_FAILURES=1``, each test's limit of simulated time cut to 5 %
    by ``MOEHUB_TIMEOUT_SCALE=0.05`` so that a hung hub fails in 100k cycles, still 30x
-   the longest test), the formal smoke jobs, and the RTL-in-the-loop
-   player on tiny. Left out: the Verilator runs of the fast set (the same cocotb
-   regression on tiny, and on mixtral-8gpu, a 1-2 minute C++ build per mutant), the
+   the longest test), the formal smoke jobs, the RTL-in-the-loop
+   player on tiny, and the feature hubs' directed tests (Icarus; count packets, pages,
+   multicast, and all three together: the code tiny never builds). Left out: the
+   Verilator runs of the fast set (the same cocotb regression on tiny, and on mixtral-8gpu, a 1-2 minute C++ build per mutant), the
    formal tests that plant their own bug by text replacement (a mutant of that text makes
    them fail for the wrong reason), the co-simulation and progress tests (the same player
    as above, longer), and the slow set. A failure is **killed** (by the first failing
@@ -76,7 +79,7 @@ unmutated build; identical Verilog would simulate identically.) Then:
 of ``moehub explore``: a LocalCluster by default, ``--workers N``; ``--scheduler``;
 ``--cluster slurm|pbs``), each result cached by content under ``<build>/mutation/cache/``
 so that a rerun skips the mutants already run and an interrupted run resumes; survivors
-are then proven equivalent on ``tiny`` (``--equiv-config``) by Yosys or shown different.
+are then proven equivalent on the same hubs (``--equiv-config``) by Yosys or shown different.
 
 The report goes to ``<build>/mutation/report.md`` and ``report.json``: per mutant the id,
 file:line, operator, original -> mutant, result, killing test or proof and seconds; the
@@ -135,6 +138,18 @@ WEIGHTS = {"rtl/packet_manager.py": 4.0, "rtl/allocator.py": 6.0, "rtl/tracker.p
            "rtl/write_buffer.py": 2.0, "rtl/event_queue.py": 2.0, "rtl/csr.py": 1.5,
            "rtl/hub.py": 1.5, "rtl/logic.py": 1.5}
 
+#: The hubs the kill suite simulates: each one's config (a shipped name or a file of the
+#: checkout) and the suite's tests that simulate only it, skipped for a mutant that leaves
+#: its netlist unchanged. tiny (every protocol-v1 rule; the player), and tiny with each
+#: protocol-v2 feature alone and all three together (tests/data/; their directed tests):
+#: code that only a feature hub builds (count packets, pages, multicast) is simulated
+#: there, not scored as a survivor of tiny's suite.
+KILL_HUBS = {
+    "tiny": ("tiny", ("tests/test_hub_cocotb.py::test_hub_regression[icarus-tiny]", "tests/test_player.py")),
+    **{c: (f"tests/data/{c}.yaml", (f"tests/test_hub_cocotb.py::test_hub_directed[{c}]",))
+       for c in ("tiny-counts", "tiny-paged", "tiny-multicast", "tiny-multicast-paged-counts")},
+}
+
 #: The kill suite: pytest node ids run with -x in this order (cheap first).
 KILL_SUITE = (
     "tests/test_rtl_units.py",
@@ -147,21 +162,29 @@ KILL_SUITE = (
     "tests/test_hub_cocotb.py::test_hub_regression[icarus-tiny]",
     "tests/test_formal.py::test_smoke",
     "tests/test_player.py",
+    *(KILL_HUBS[c][1][0] for c in KILL_HUBS if c != "tiny"),
 )
 #: the kill suite's marker selection: the fast set, plus slow tests marked ``mutation``
-#: (tiny's cocotb regression on Icarus, slow since Verilator runs it in the fast set)
+#: (tiny's cocotb regression on Icarus, slow since Verilator runs it in the fast set; the
+#: feature hubs' directed tests that are not in the fast set)
 KILL_MARKERS = "not slow or mutation"
-#: tests of the suite that only simulate tiny's netlist (skipped when it is unchanged)
-TINY_NETLIST_TESTS = ("tests/test_hub_cocotb.py::test_hub_regression[icarus-tiny]",
-                      "tests/test_player.py")
+#: the suite's tests that simulate one hub's netlist only: test -> hub (skipped when that
+#: hub's netlist is unchanged)
+NETLIST_TESTS = {t: hub for hub, (_, tests) in KILL_HUBS.items() for t in tests}
 
-#: converts tiny (as ``moehub rtl``) in $MOEHUB_BUILD and prints the Verilog's hash
+#: converts tiny (as ``moehub rtl``: its Verilog is then the regression's) in
+#: $MOEHUB_BUILD and prints ``NETLIST <hub> <hash>`` per hub of :data:`KILL_HUBS`: tiny's
+#: Verilog's hash, the others' RTLIL digest (:func:`moehub.synth.digest.rtlil_digest`,
+#: no Yosys run; their tests convert them)
 ELABORATE = ("import hashlib, moehub\n"
              "print('PACKAGE', moehub.__file__)\n"
              "from moehub.spec.config import load_hub_config\n"
              "from moehub.rtl.gen import convert\n"
+             "from moehub.synth.digest import hub_rtlil_digest\n"
              "v = convert(load_hub_config('tiny'))\n"
-             "print('NETLIST', hashlib.sha256(v.read_bytes()).hexdigest())\n")
+             "print('NETLIST tiny', hashlib.sha256(v.read_bytes()).hexdigest(), flush=True)\n"
+             f"for hub, path in {[(h, c) for h, (c, _) in KILL_HUBS.items() if h != 'tiny']!r}:\n"
+             "    print('NETLIST', hub, hub_rtlil_digest(load_hub_config(path)), flush=True)\n")
 
 #: the kill suite's environment knobs (Icarus; the regression stopped at its first failing
 #: cocotb test; each test's limit of simulated time cut to 5 %)
@@ -562,7 +585,7 @@ class Result:
     result: str                # killed | survived | stillborn | timeout
     killer: str = ""           # the first failing test (and cocotb test)
     seconds: float = 0.0
-    netlist: str = ""          # "changed" | "unchanged" | "" (not known)
+    netlist: str = ""          # "changed" | "unchanged" | "unchanged: <hubs>" | "" (not known)
     detail: str = ""
     skipped: tuple = ()
     elaboration_s: float = 0.0   # the conversion's seconds
@@ -658,23 +681,43 @@ def first_failure(junit: Path) -> str:
     return ""
 
 
+def netlist_hashes(text: str) -> dict:
+    """The elaboration's printed hashes: hub -> hash (``NETLIST <hub> <hash>`` lines; one
+    ``NETLIST <hash>`` line: the hub ``""``)."""
+    out = {}
+    for line in re.findall(r"^NETLIST (.+)$", text, re.M):
+        parts = line.split()
+        out[parts[0] if len(parts) > 1 else ""] = parts[-1]
+    return out
+
+
+def netlist_words(unchanged: set, hubs: set) -> str:
+    """How a mutant's netlists compare with the unmutated ones: ``unchanged`` (all),
+    ``changed`` (all), else ``unchanged: <the unchanged hubs>``."""
+    if unchanged == hubs:
+        return "unchanged"
+    return "unchanged: " + ", ".join(sorted(unchanged)) if unchanged else "changed"
+
+
 class Campaign:
     """Runs mutants of ``root`` in a copy of it (the steps of one mutant: :meth:`_run_one`;
     :mod:`moehub.verif.mutate_dask` runs them on Dask workers, each in its own copy).
 
     ``suite``: pytest node ids (run with -x in that order); ``elaborate``: Python code run
-    first in the copy (an exception: stillborn; a printed ``NETLIST <hash>`` line enables
-    the unchanged-netlist rule); ``netlist_tests``: the suite's tests skipped when the
-    netlist is unchanged; ``shared``: files whose mutants keep those tests."""
+    first in the copy (an exception: stillborn; printed ``NETLIST <hub> <hash>`` lines, or
+    one ``NETLIST <hash>``, enable the unchanged-netlist rule); ``netlist_tests``: the
+    suite's tests skipped when their hub's netlist is unchanged (test -> hub; a list: all
+    of the one netlist); ``shared``: files whose mutants keep those tests."""
 
     def __init__(self, root: Path, out: Path, *, suite: Sequence[str] = KILL_SUITE,
-                 elaborate: str = ELABORATE, netlist_tests: Sequence[str] = TINY_NETLIST_TESTS,
+                 elaborate: str = ELABORATE, netlist_tests=NETLIST_TESTS,
                  shared: Optional[set] = None, package: str = "moehub",
                  timeout: Optional[float] = None, env: Optional[dict] = None,
                  echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)):
         self.root, self.out = Path(root).absolute(), Path(out).absolute()
         self.suite, self.elaborate = list(suite), elaborate
-        self.netlist_tests = set(netlist_tests)
+        from .mutate_dask import netlist_map
+        self.netlist_tests = netlist_map(netlist_tests)
         self.shared = testbench_files(self.root / package) if shared is None else set(shared)
         self.package, self.timeout = package, timeout
         self.extra_env = dict(env or {})
@@ -748,7 +791,7 @@ class Campaign:
 
     def _steps(self, tree, m, env, build, timeout, t0, log) -> Result:
         py = sys.executable
-        netlist = ""
+        netlist, unchanged = "", set()
         if self.elaborate:
             limit = timeout if m.id == "baseline" else \
                 min(timeout, max(ELABORATION_TIMEOUT, 4 * self.base_elaboration_s))
@@ -765,17 +808,18 @@ class Campaign:
             pkg = re.search(r"^PACKAGE (.+)$", text, re.M)
             if pkg and tree.absolute() not in Path(pkg.group(1)).absolute().parents:
                 raise RuntimeError(f"the mutant ran {pkg.group(1)}, not the copy in {tree}")
-            h = re.search(r"^NETLIST (\w+)", text, re.M)
-            if h:
-                if m.id == "baseline":
-                    self.base_netlist = h.group(1)
-                elif self.base_netlist:
-                    netlist = "unchanged" if h.group(1) == self.base_netlist else "changed"
+            hashes = netlist_hashes(text)
+            if m.id == "baseline":
+                self.base_netlist = hashes or None
+            elif self.base_netlist and hashes:
+                base = self.base_netlist if isinstance(self.base_netlist, dict) else {"": self.base_netlist}
+                unchanged = {h for h, v in hashes.items() if base.get(h) == v}
+                netlist = netlist_words(unchanged, set(hashes))
         suite = self.suite
         skipped = ()
-        if netlist == "unchanged" and m.file not in self.shared:
-            skipped = tuple(t for t in suite if t in self.netlist_tests)
-            suite = [t for t in suite if t not in self.netlist_tests]
+        if unchanged and m.file not in self.shared:
+            skipped = tuple(t for t in suite if t in self.netlist_tests and self.netlist_tests[t] in unchanged)
+            suite = [t for t in suite if t not in skipped]
         junit = build / "junit.xml"
         left = max(10.0, timeout - (time.monotonic() - t0))
         cmd = [py, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", KILL_MARKERS,
@@ -906,8 +950,9 @@ def write_report(out: Path, mutants: Sequence[Mutant], results: Sequence, meta: 
         if row.get("proof"):
             from .mutate_dask import describe_proof
             note = (note + "; " if note else "") + describe_proof(row["proof"])
-        if row.get("netlist") == "unchanged":
-            note = (note + "; " if note else "") + "tiny netlist unchanged"
+        if (row.get("netlist") or "").startswith("unchanged"):
+            note = (note + "; " if note else "") + ("netlists unchanged" if row["netlist"] == "unchanged"
+                                                   else "netlist " + row["netlist"])
         if row.get("cached"):
             note = (note + "; " if note else "") + "cached"
         cells = [row["id"], f"{row['file']}:{row['line']}", row["operator"], f"`{row['original']}`",
@@ -1049,7 +1094,7 @@ def run_command(args) -> int:
     try:
         outcome = mutate_dask.run_campaign(
             mutants, root=CHECKOUT, out=out, suite=suite, elaborate=ELABORATE,
-            netlist_tests=TINY_NETLIST_TESTS, shared=testbench_files(REPO), package="moehub",
+            netlist_tests=NETLIST_TESTS, shared=testbench_files(REPO), package="moehub",
             markers=KILL_MARKERS, env=SUITE_ENV, campaign=Campaign, ref=ref, timeout=args.timeout,
             scheduler=args.scheduler,
             cluster=args.cluster, workers=args.workers, cluster_options=options,

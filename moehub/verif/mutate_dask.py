@@ -37,10 +37,12 @@ output folder must be on a file system the workers share, as for ``explore``.
 
 **Survivors** go through :func:`prove_task`: the mutant's RTLIL (``MoEHub`` of each
 equivalence config, by :func:`moehub.synth.equiv.emit_rtlil` from the worker's tree) is
-compared with the unmutated one's: the same text is equivalence by identity (the mutated
-code is not elaborated for that config); else :func:`moehub.synth.equiv.prove` runs
+compared with the unmutated one's: the same text where the mutated line ran is
+equivalence by identity; else :func:`moehub.synth.equiv.prove` runs
 (register correspondence, ``equiv_simple``/``equiv_induct``, a bounded check from reset).
-A survivor proven equivalent on every config becomes **equivalent** (not scored: the
+Identical RTLIL from a mutated line that never ran for a config proves nothing there
+(*not elaborated*, left out of the verdict); a survivor proven equivalent on every
+config that builds its line, at least one, becomes **equivalent** (not scored: the
 score is killed / (killed + survived), timeouts counted as killed); one shown *not
 equivalent* stays a survivor with the differing outputs named -- a test can kill it;
 "not proved" stays a survivor. The claim is per config: "equivalent on tiny" says nothing
@@ -65,8 +67,10 @@ from .. import cluster as clusters
 from .. import progress
 from ..cluster import Cache
 
-#: configs whose hub a survivor is proven equivalent on (the kill suite's config)
-EQUIV_CONFIGS = ("tiny",)
+#: configs whose hub a survivor is proven equivalent on: the hubs the kill suite simulates
+#: (tiny and the protocol-v2 feature hubs, ``moehub.verif.mutate.KILL_HUBS``; a name that
+#: is not shipped is ``tests/data/<name>.yaml`` of the tree)
+EQUIV_CONFIGS = ("tiny", "tiny-counts", "tiny-paged", "tiny-multicast", "tiny-multicast-paged-counts")
 #: the proof's method: a cached proof of another method is done again
 PROOF_METHOD = "rtlil-identity-where-run+equiv.prove"
 #: worker counts the report projects the whole set's time for
@@ -222,7 +226,8 @@ def _emit(config: str, dest: Path, tree: Path, lines: Optional[Path] = None) -> 
     dest = Path(dest).absolute()
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     env = {**os.environ, "PYTHONPATH": str(Path(tree).absolute()), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, "-c", _EMIT_TRACED, config, str(tmp),
+    data = Path(tree).absolute() / "tests" / "data" / f"{config}.yaml"
+    proc = subprocess.run([sys.executable, "-c", _EMIT_TRACED, str(data) if data.is_file() else config, str(tmp),
                            *([str(lines)] if lines else [])], env=env, cwd=dest.parent,
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -284,13 +289,20 @@ def prove_task(job: dict, mutant, configs: Sequence[str]) -> dict:
         rows.append({"config": c, "verdict": res.verdict, "proof": res.proof,
                      "differ": res.differ[:8], "unproven": res.unproven[:8],
                      "notes": res.notes[:4], "seconds": round(time.monotonic() - t0, 1)})
-    verdicts = {r["verdict"] for r in rows}
-    verdict = ("equivalent" if verdicts == {"equivalent"} else
+    verdicts = {r["verdict"] for r in rows} - {"not elaborated"}
+    verdict = ("not elaborated" if not verdicts else
+               "equivalent" if verdicts == {"equivalent"} else
                "not equivalent" if "not equivalent" in verdicts else
-               "not elaborated" if verdicts == {"not elaborated"} else "not proved")
+               "not proved")
     if verdict == "equivalent":
         shutil.rmtree(work, ignore_errors=True)          # (the proof's files are large)
     return {"verdict": verdict, "configs": rows, "host": platform.node(), "method": PROOF_METHOD}
+
+
+def netlist_map(tests) -> dict:
+    """A campaign's ``netlist_tests`` as test -> hub (a plain list of tests: all of the one
+    netlist, ``""``)."""
+    return dict(tests) if isinstance(tests, dict) else {t: "" for t in tests}
 
 
 # ------------------------------------------------------------------------ client side
@@ -321,7 +333,7 @@ def describe_proof(p: dict) -> str:
 
 
 def run_campaign(mutants: Sequence, *, root: Path, out: Path, suite: Sequence[str],
-                 elaborate: str, netlist_tests: Sequence[str], shared: set, package: str,
+                 elaborate: str, netlist_tests, shared: set, package: str,
                  markers: str, env: dict, timeout: Optional[float] = None,
                  scheduler: Optional[str] = None, cluster: str = "local",
                  workers: Optional[int] = None, cluster_options: Optional[dict] = None,
@@ -343,12 +355,13 @@ def run_campaign(mutants: Sequence, *, root: Path, out: Path, suite: Sequence[st
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     snapshot = campaign.snapshot(Path(root), out / "tree", ref)
+    netlist_tests = netlist_map(netlist_tests)
     settings = {"markers": markers, "env": env, "elaborate": elaborate,
-                "netlist_tests": sorted(netlist_tests), "shared": sorted(shared), "package": package}
+                "netlist_tests": sorted(netlist_tests.items()), "shared": sorted(shared), "package": package}
     rtl_hash, suite_id = identities(snapshot, package, suite, settings)
     cache = Cache(out / "cache")
     job = {"campaign": campaign, "snapshot": str(snapshot), "out": str(out), "suite": list(suite), "elaborate": elaborate,
-           "netlist_tests": list(netlist_tests), "shared": sorted(shared), "package": package,
+           "netlist_tests": dict(netlist_tests), "shared": sorted(shared), "package": package,
            "timeout": timeout, "env": dict(env), "rtl_hash": rtl_hash, "suite_id": suite_id}
     keys = {m.id: mutant_key(m.file, m.source, rtl_hash, suite_id) for m in mutants}
     base_key = hashlib.sha256(f"baseline\0{rtl_hash}\0{suite_id}".encode()).hexdigest()
