@@ -207,7 +207,8 @@ def test_a_hang_is_a_timeout(project, tmp_path):
 
 def test_kill_suite_selects_every_node():
     """Every node of the kill suite survives its marker selection: the Icarus regression on
-    tiny is in the slow set, kept by its ``mutation`` mark."""
+    tiny is in the slow set, kept by its ``mutation`` mark; no test that plants a bug by
+    replacing source text (``plants``) is selected."""
     import subprocess
     import sys
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
@@ -215,6 +216,8 @@ def test_kill_suite_selects_every_node():
                          cwd=mutate.CHECKOUT, capture_output=True, text=True).stdout
     for node in mutate.KILL_SUITE:
         assert node in out, f"{node} not selected by -m {mutate.KILL_MARKERS!r}"
+    planted = [t for t in out.splitlines() if "planted" in t or "broken" in t]
+    assert not planted, f"tests that plant a bug by text replacement in the kill suite: {planted}"
 
 
 def test_survivors_are_proven_on_the_hubs_the_suite_simulates():

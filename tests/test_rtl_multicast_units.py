@@ -422,6 +422,7 @@ def _formal_tools():
         return str(e)
 
 
+@pytest.mark.plants
 @pytest.mark.skipif(_formal_tools() is not None, reason="formal tools missing")
 def test_broken_multicast_allocator_fails_its_proof(tmp_path, monkeypatch):
     """The formal harness (``moehub formal mcast-allocator``) is not vacuous: with the

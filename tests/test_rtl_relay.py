@@ -327,6 +327,7 @@ PLANTS = {
 }
 
 
+@pytest.mark.plants
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_planted_bug_is_caught(plant):
     """Each planted bug fails the random bench on some seed of the first three (the

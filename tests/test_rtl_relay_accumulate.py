@@ -215,6 +215,7 @@ PLANTS = {
 }
 
 
+@pytest.mark.plants
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_planted_bug_is_caught(plant, monkeypatch):
     from moehub.rtl.relay import fp

@@ -554,6 +554,7 @@ PLANTS = {
 }
 
 
+@pytest.mark.plants
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_planted_bug_is_caught(plant, monkeypatch):
     import moehub.rtl.relay.hub as hub_mod

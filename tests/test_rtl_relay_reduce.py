@@ -162,6 +162,7 @@ REDUCE_PLANTS = {
 }
 
 
+@pytest.mark.plants
 @pytest.mark.parametrize("plant", list(REDUCE_PLANTS))
 def test_reduce_unit_planted_bug_is_caught(plant):
     old, new = REDUCE_PLANTS[plant]
