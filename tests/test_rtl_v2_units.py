@@ -243,6 +243,63 @@ def test_expert_counts_follow_the_model(seed):
     _run(unit, bench, monitor)
 
 
+def test_expert_counts_layer_start_raises_no_mismatch():
+    """``over`` (COUNT_MISMATCH) pulses only for an expert's last count below the rows it
+    already has: once when every source announced 0 rows of expert 0 while it holds 3,
+    never for a layer start (``clear``), whatever rows the allocator still shows in the
+    cycles after (its counters clear on their own)."""
+    from moehub.rtl.counts.expert_totals import ExpertCounts
+    cfg = TINY.replace(count_packets=True)
+    E, S = cfg.experts, cfg.sources
+    unit = ExpertCounts(cfg)
+    pulses = []
+
+    async def announce(ctx, s, x):
+        ctx.set(unit.cnt_valid, 1)
+        ctx.set(unit.cnt_src, s)
+        ctx.set(unit.cnt_expert, x)
+        ctx.set(unit.cnt_count, 0)
+        await ctx.tick()
+        ctx.set(unit.cnt_valid, 0)
+
+    async def bench(ctx):
+        for x in range(E):
+            ctx.set(unit.rows[x], 3)
+        for s in range(S):
+            await announce(ctx, s, 0)
+        await ctx.tick().repeat(8)
+        assert sum(pulses) == 1, "a last count below the rows held: one COUNT_MISMATCH"
+        ctx.set(unit.clear, 1)
+        await ctx.tick()
+        ctx.set(unit.clear, 0)
+        await ctx.tick().repeat(8)
+        assert sum(pulses) == 1, "a layer start raised COUNT_MISMATCH"
+
+    async def monitor(ctx):
+        async for _, _, over in ctx.tick().sample(unit.over):
+            pulses.append(over)
+
+    _run(unit, bench, monitor)
+
+
+@pytest.mark.parametrize("config", ["tiny", "deepseek-v3-8gpu", "nvl72"])
+def test_count_totals_are_as_wide_as_the_largest_total(config):
+    """An expert's announced total (the count gate's ``dtot``, the final counts' and the
+    stand-alone unit's registers) is exactly as wide as every source announcing its
+    largest count: narrower would wrap, wider is flip-flops and adder bits for nothing."""
+    from amaranth.hdl import Shape
+    from moehub.rtl.counts.expert_totals import ExpertCounts
+    from moehub.rtl.counts.gate import CountGate, total_bits
+    cfg = load_hub_config(config).replace(count_packets=True)
+    largest = cfg.sources * ((1 << cfg.count_bits) - 1)
+    tb = total_bits(cfg)
+    assert 1 << (tb - 1) <= largest < 1 << tb, (config, tb, largest)
+    gate, unit = CountGate(cfg), ExpertCounts(cfg)
+    gate._MustUse__silence = unit._MustUse__silence = True                    # (built, not elaborated)
+    assert Shape.cast(gate.dtot[0].shape()).width == tb
+    assert unit.total_bits() == tb
+
+
 def _final_stream(rng, E, S):
     """A layer's events in the tracker's order: per expert, one count event per source and
     rows (about the counts' sum, sometimes one more or fewer), each a metadata event and
