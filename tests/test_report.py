@@ -202,6 +202,15 @@ def test_hub_verdicts_per_flow_with_the_older_rtl_marked(records):
     assert "`records/synth/mixtral-8gpu.json`" in md
 
 
+def test_a_variant_is_not_a_shipped_hubs_verdict(records):
+    """A protocol-v2 variant's synthesis (``--set``) is not a row of the shipped hubs'
+    verdicts (it is the v2-hubs and ASAP7 tables')."""
+    name = "mixtral-8gpu_count_packets-1"
+    report.write_record(records / "synth" / f"{name}.json", synth_record(CUR, name))
+    assert name not in report.render("hub-verdicts", records, CUR)
+    assert f"| {name} |" in report.render("asap7", records, CUR)
+
+
 def test_a_record_of_the_current_rtl_is_not_marked(records):
     md = report.render("hub-verdicts", records, OLD)            # now tiny is current
     rows = [ln for ln in md.splitlines() if ln.startswith("| `") and "no synthesis record" not in ln]

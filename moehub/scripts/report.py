@@ -972,9 +972,12 @@ def _config_order(recs: list) -> list:
 
 
 def render_hub_verdicts(recs: list, current: str) -> str:
-    """Per hub config and synthesis flow: area, the deepest stage (FO4 and path), fmax, the
-    timing verdict at the H100's 1.98 GHz and whether its lanes carry the config's link
-    there (``moehub synth`` reports)."""
+    """Per shipped hub config and synthesis flow: area, the deepest stage (FO4 and path),
+    fmax, the timing verdict at the H100's 1.98 GHz and whether its lanes carry the
+    config's link there (``moehub synth`` reports). A protocol-v2 variant's record
+    (``--set``) is ``v2-hubs``' and ``asap7``'s row, not this table's."""
+    from ..spec.config import HUB_CONFIGS, load_hub_config
+    recs = [(n, r) for n, r in recs if r["data"]["config"] in HUB_CONFIGS]
     if not recs:
         raise ReportError("table 'hub-verdicts': no synth record (records/synth/*.json; "
                           "make them with 'moehub report --collect synth')")
@@ -992,7 +995,6 @@ def render_hub_verdicts(recs: list, current: str) -> str:
                    + (f" **{OLDER}**" if older(rec, section, current) else ""))
             cells = _verdict_cells(section, rep[section], rep["hub"])
             out.append(f"| {hub} | {flow} | " + " | ".join(cells) + " |")
-    from ..spec.config import HUB_CONFIGS, load_hub_config
     done = {rec["data"]["config"] for _, rec in recs}
     for name in HUB_CONFIGS:                 # every shipped hub has a row, run or not
         if name not in done:
