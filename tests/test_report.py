@@ -202,6 +202,32 @@ def test_hub_verdicts_per_flow_with_the_older_rtl_marked(records):
     assert "`records/synth/mixtral-8gpu.json`" in md
 
 
+def test_a_variants_command_names_its_hub_and_changes():
+    """The command a synthesis record shows is the one that makes it: a protocol-v2
+    variant's folder name (``<hub>_<key>-<value>_...``) back to ``--config`` and ``--set``."""
+    from moehub.synth.flow import with_changes
+    from moehub.spec.config import load_hub_config
+    changes = {"count_packets": True, "max_targets": 8, "pool_pages": 513}
+    name = with_changes(load_hub_config("deepseek-v3-8gpu"), changes).name
+    assert report.synth_command(name, {"asic": {}, "asap7_ss": {}}) == (
+        "moehub synth --config deepseek-v3-8gpu --set count_packets=1 --set max_targets=8 --set pool_pages=513; "
+        "moehub synth --config deepseek-v3-8gpu --set count_packets=1 --set max_targets=8 --set pool_pages=513 "
+        "--lib asap7 --corner ss")
+    assert report.synth_command("tiny", {"asap7_tt": {}}) == "moehub synth --config tiny --lib asap7"
+
+
+def test_asap7_tables_projection_skips_an_sram_launched_path():
+    """The projection's fmax in the ASAP7 table: the worst-slack path's, unless it starts at
+    an SRAM macro (whose access the FO4 of logic leaves out): then the deepest family's."""
+    from moehub.synth import asap7_table
+    from moehub.synth.project import fmax_n5_GHz
+    sram = {"modules": {"top": {"path": {"from": "alloc/ring.bank0 (SRAM moehub_sram_512x10)"},
+                                "n5": {"fmax_n5_GHz": {"nominal": 3.12}}}}}
+    assert asap7_table._projected_fmax(sram, 22.14) == pytest.approx(fmax_n5_GHz(22.14).nominal)
+    flop = {"modules": {"top": {"path": {"from": "pm/r5[1]"}, "n5": {"fmax_n5_GHz": {"nominal": 2.0}}}}}
+    assert asap7_table._projected_fmax(flop, 22.74) == 2.0
+
+
 def test_a_variant_is_not_a_shipped_hubs_verdict(records):
     """A protocol-v2 variant's synthesis (``--set``) is not a row of the shipped hubs'
     verdicts (it is the v2-hubs and ASAP7 tables')."""

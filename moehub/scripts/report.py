@@ -232,16 +232,28 @@ def _section_dir(folder: Path, section: str, sec: dict) -> Path:
     return folder / sec.get("folder", "")
 
 
+def synth_args(name: str) -> str:
+    """``--config`` (and ``--set``) of the ``moehub synth`` run whose folder is ``name``: a
+    shipped hub, or one with protocol-v2 changes, which the flow names
+    ``<hub>_<key>-<value>_...`` (``synth.flow.with_changes``)."""
+    from ..spec.config import HUB_CONFIGS
+    base = max((c for c in HUB_CONFIGS if name.startswith(c + "_")), key=len, default=None)
+    if name in HUB_CONFIGS or base is None:
+        return f"--config {name}"
+    sets = re.findall(r"([a-z][a-z_]*)-(\d+)", name[len(base) + 1:])
+    return f"--config {base}" + "".join(f" --set {k}={v}" for k, v in sets)
+
+
 def synth_command(name: str, rep: dict) -> str:
     """The ``moehub synth`` command lines that write a report's sections (the flow writes
     no run record; an SS run writes the TT section too)."""
-    cmds = []
+    cmds, args = [], synth_args(name)
     if "asic" in rep:
-        cmds.append(f"moehub synth --config {name}")
+        cmds.append(f"moehub synth {args}")
     if "asap7_ss" in rep:
-        cmds.append(f"moehub synth --config {name} --lib asap7 --corner ss")
+        cmds.append(f"moehub synth {args} --lib asap7 --corner ss")
     elif "asap7_tt" in rep:
-        cmds.append(f"moehub synth --config {name} --lib asap7")
+        cmds.append(f"moehub synth {args} --lib asap7")
     return "; ".join(cmds)
 
 
