@@ -65,10 +65,12 @@ unmutated build; identical Verilog would simulate identically.) Then:
    test by ``COCOTB_MAX_FAILURES=1``, each test's limit of simulated time cut to 5 %
    by ``MOEHUB_TIMEOUT_SCALE=0.05`` so that a hung hub fails in 100k cycles, still 30x
    the longest test), the formal smoke jobs, the RTL-in-the-loop
-   player on tiny, and the feature hubs' directed tests (Icarus; count packets, pages,
-   multicast, and all three together: the code tiny never builds). Left out: the
-   Verilator runs of the fast set (the same cocotb regression on tiny, and on mixtral-8gpu, a 1-2 minute C++ build per mutant), the
-   formal tests that plant their own bug by text replacement (a mutant of that text makes
+   player on tiny, the feature hubs' directed tests (Icarus; count packets, pages,
+   multicast, and all three together: the code tiny never builds), and last the unit
+   tests of what no hub of the suite builds whole (the protocol-v2, multicast and relay
+   units). Left out: the Verilator runs of the fast set (the same cocotb regression on
+   tiny, and on mixtral-8gpu, a 1-2 minute C++ build per mutant), the tests that plant
+   their own bug by text replacement (marked ``plants``: a mutant of that text makes
    them fail for the wrong reason), the co-simulation and progress tests (the same player
    as above, longer), and the slow set. A failure is **killed** (by the first failing
    test, and for the regression the first failing cocotb test); a run past the timeout
@@ -823,8 +825,7 @@ class Campaign:
             if m.id == "baseline":
                 self.base_netlist = hashes or None
             elif self.base_netlist and hashes:
-                base = self.base_netlist if isinstance(self.base_netlist, dict) else {"": self.base_netlist}
-                unchanged = {h for h, v in hashes.items() if base.get(h) == v}
+                unchanged = {h for h, v in hashes.items() if self.base_netlist.get(h) == v}
                 netlist = netlist_words(unchanged, set(hashes))
         suite = self.suite
         skipped = ()
