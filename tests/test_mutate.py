@@ -193,8 +193,9 @@ def test_tests_of_an_unchanged_hub_are_skipped(project, tmp_path):
     assert mutate.netlist_words(set(), {"a", "b"}) == "changed"
 
 
-def test_a_hang_is_a_timeout(project, tmp_path):
+def test_a_hang_is_a_timeout(project, tmp_path, monkeypatch):
     """A mutant whose suite runs past the timeout is stopped (its process group killed)."""
+    monkeypatch.setattr(mutate, "SUITE_FLOOR_S", 3.0)
     (project / "test_snippet.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
     m = mutate.mutants_of(project / "snip" / "snippet.py", "snippet.py")[0]
     camp = mutate.Campaign(project, tmp_path / "out", suite=["test_snippet.py"], elaborate="",

@@ -483,3 +483,26 @@ def test_packet_manager_features_chosen_by_config():
         assert type(pm.rows) is rows and type(pm.counts) is counts, name
         members = set(pm.signature.members.keys())
         assert has <= members and not (lacks & members), (name, has - members, lacks & members)
+
+
+def test_eos_tracker_copies_of_p_sel_are_not_merged_by_synthesis():
+    """Each source's ``p_sel`` has two copies (``n_sel_le``, ``p_sel_fin``) that exist only
+    to drive their readers off ``p_sel``'s fan-out; Yosys merges flops whose next state and
+    reset value agree (``opt_merge``), so after it every copy still has flops of its own,
+    no bit shared with ``p_sel`` or with the other copy. (Found by mutation testing:
+    ``p_sel_fin`` reset to ``p_sel``'s value is a duplicate that no simulation can tell
+    apart -- nothing reads a copy before the first EOS -- and synthesis folds it away.)"""
+    import json
+    from amaranth.back import rtlil
+    from amaranth._toolchain.yosys import find_yosys
+    from moehub.rtl.eos_tracker import EosTracker
+    cfg = load_hub_config("tiny")
+    il = rtlil.convert(EosTracker(cfg), name="eos")
+    script = "\n".join([f"read_rtlil <<rtlil\n{il}\nrtlil", "proc", "opt_clean",
+                        "opt_merge -share_all", "opt_clean", "write_json"])
+    out = find_yosys(lambda ver: ver >= (0, 40)).run(["-q", "-"], script, ignore_warnings=True)
+    nets = json.loads(out[out.index("{"):])["modules"]["eos"]["netnames"]
+    for s in range(cfg.sources):
+        regs = {name: set(nets[f"{name}{s}"]["bits"]) for name in ("p_sel", "n_sel_le", "p_sel_fin")}
+        for a, b in (("p_sel", "n_sel_le"), ("p_sel", "p_sel_fin"), ("n_sel_le", "p_sel_fin")):
+            assert not regs[a] & regs[b], f"source {s}: {b} merged with {a}"

@@ -207,6 +207,9 @@ SUITE_ENV = {"MOEHUB_SIM": "icarus", "COCOTB_MAX_FAILURES": "1", "MOEHUB_TIMEOUT
 #: machine); past it, and past four times the unmutated elaboration (a loaded machine):
 #: stillborn. The unmutated elaboration itself gets the whole baseline limit.
 ELABORATION_TIMEOUT = 180.0
+#: the least time a mutant's suite gets, however little of its timeout the elaboration
+#: left (pytest's start and collection alone take seconds)
+SUITE_FLOOR_S = 10.0
 
 CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
             ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
@@ -833,7 +836,7 @@ class Campaign:
             skipped = tuple(t for t in suite if t in self.netlist_tests and self.netlist_tests[t] in unchanged)
             suite = [t for t in suite if t not in skipped]
         junit = build / "junit.xml"
-        left = max(10.0, timeout - (time.monotonic() - t0))
+        left = max(SUITE_FLOOR_S, timeout - (time.monotonic() - t0))
         cmd = [py, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", KILL_MARKERS,
                f"--junitxml={junit}", *suite]
         rc, text = _run(cmd, tree, env, left, log)
