@@ -212,15 +212,22 @@ def test_changed_reset_value_fails(toys, tmp_path):
 
 
 @needs_yosys
-def test_a_proof_that_needs_history_is_no_induction(toys, tmp_path):
+def test_a_proof_that_needs_history_is_an_induction_only_with_its_base_case(toys, tmp_path):
     """``y`` equals only because the unpaired ``spare`` register never leaves 0, which a
-    proof sees one cycle back; in the reset cycle ``spare`` is its reset value. So such a
-    proof counts as k-induction, and the bounded check decides the reset cycle."""
+    proof sees one cycle back; in the reset cycle ``spare`` is its reset value. So the
+    induction needs its base case, the reset state, checked on its own: with ``spare``
+    reset to 0 it holds and the proof is complete; reset to 1 it fails there, and the
+    bounded check shows ``y`` differ in the first cycle."""
     same = equiv.prove(toys["base"], toys["spare0"], tmp_path / "same", bmc_cycles=3)
-    assert same.proof == "k-induction" and not same.proved and same.bmc_cycles == 3, equiv.table([same])
-    assert any("y" in note for note in same.notes)
+    assert same.proved and same.proof == "induction", equiv.table([same])
+    assert same.bmc_cycles is None and "base_case" in same.runtime_s
+    assert any("base case" in note and "y" in note for note in same.notes), same.notes
     differ = equiv.prove(toys["base"], toys["spare1"], tmp_path / "differ", bmc_cycles=3)
     assert differ.verdict == "not equivalent" and "y (cycle 1)" in differ.differ, equiv.table([differ])
+    # (there the step is not proven either; the base case alone, asked of y, fails)
+    alone = equiv.Result(config="", ref="", commit="", verdict="not proved", proof="k-induction")
+    equiv._base_case(alone, tmp_path / "differ", equiv.bmc_tool(), [("y", "y")], 60)
+    assert not alone.proved and any("differ in the reset state: y" in n for n in alone.notes), alone.notes
 
 
 # ---------------------------------------------------------------- pure functions (no Yosys)

@@ -37,6 +37,11 @@ How (one folder per config, ``build/synth/equiv/<config>``):
    Flip-flops left unpaired are counted in the result; on the hub they are the bits of
    pairwise record fields no lane writes (bit i >= j of lane j), constants no signal
    reads.
+   A signal bit that ``equiv_simple`` proved only with its cone's previous cycle (``-seq
+   1``: e.g. a refactor that holds only while a register is one-hot, as its next state
+   keeps it) has no cycle before the first: its **base case**, the reset state, is
+   checked by ``sat`` on a one-cycle miter with those signals as outputs
+   (:func:`base_case_script`); holding there, the induction is complete.
 5. Whatever is left goes to ``equiv_induct`` and then to a bounded ``sat`` from reset on
    a miter of the outputs. A counterexample means **not equivalent** (the outputs that
    differ and the cycle are reported); without one the result is **not proved**: bounded
@@ -731,6 +736,25 @@ def bmc_script(gold_il: Path, gate_il: Path, cycles: int, timeout_s: int) -> str
     ])
 
 
+def base_case_script(gold_il: Path, gate_il: Path, pairs: list[tuple[str, str]], timeout_s: int) -> str:
+    """The base case of the signals proven only with the previous cycle's values (``pairs``:
+    gold name, gate name): each renamed ``base_case<i>`` on both sides and made an output,
+    then a miter of every output checked in the reset state alone (one cycle: there is no
+    cycle before it for the induction step to lean on). One cycle of the whole hub is
+    what the bounded check's first cycle costs."""
+    gold = {g: f"base_case{i}" for i, (g, _) in enumerate(pairs)}
+    gate = {t: f"base_case{i}" for i, (_, t) in enumerate(pairs)}
+    expose = [f"cd {side}\nexpose w:base_case*\ncd .." for side in ("gold", "gate")]
+    return "\n".join([
+        _load_pair(gold_il, gate_il, gold, gate), *expose,
+        "miter -equiv -flatten -make_outputs -ignore_gold_x gold gate miter",
+        "hierarchy -top miter",
+        "opt -fast",
+        f"sat -verify -prove trigger 0 -set-init-zero -seq 1 -timeout {timeout_s} -show-ports miter",
+        "",
+    ])
+
+
 # ---------------------------------------------------------------------------- log parsing
 
 _UNPROVEN = re.compile(r"Unproven \$equiv \S+: (\S+?)_gold(?: \[(\d+)\])? (\S+?)_gate")
@@ -826,7 +850,9 @@ def prove(gold_il: Path, gate_il: Path, out: Path, *, match: str = "all", induct
     _induct(res, out, tool, induct_seq)
     res.runtime_s["proof"] = time.monotonic() - t1
     res.runtime_s["proof_cpu"] = _cpu_seconds(out / "equiv.log")
-    _judge(res, out, gold, pairing)
+    history = _judge(res, out, gold, pairing)
+    if history:
+        _base_case(res, out, bmc_tool(), history, bmc_timeout_s)
     if res.proof == "induction":
         res.notes = [n for n in res.notes if not n.startswith("skipped")]
     elif bmc_cycles:
@@ -886,10 +912,13 @@ def _cpu_seconds(log: Path) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _judge(res: Result, out: Path, gold: Netlist, pairing: Pairing) -> None:
+def _judge(res: Result, out: Path, gold: Netlist, pairing: Pairing) -> list[tuple[str, str]]:
     """Read the status after each pass: induction when ``-seq 0`` proved every signal bit
     that is no flip-flop output and ``-seq 1`` the rest; a signal bit that needed its
-    history (``-seq 1`` or ``equiv_induct``) leaves a k-induction at best."""
+    history (``-seq 1`` or ``equiv_induct``) leaves a k-induction at best. Returns the
+    (gold, gate) wires of the signal bits ``-seq 1`` proved with their history when that
+    is all that stands between the proof and an induction: their base case decides
+    (:func:`_base_case`)."""
     status = [parse_status((out / f"status{k}.txt").read_text()) for k in range(4)]
     res.equiv_cells = status[0][0]               # equiv_struct merges some: count them before
     unproven = status[3][2]
@@ -907,6 +936,43 @@ def _judge(res: Result, out: Path, gold: Netlist, pairing: Pairing) -> None:
         res.verdict, res.proof = "equivalent", "induction"
     elif not unproven:
         res.proof = "k-induction"
+        if not left:
+            return list(dict.fromkeys(_wire_pair(n) for n, _ in history))
+    return []
+
+
+def _wire_pair(name: str) -> tuple[str, str]:
+    """(gold, gate) wire of a status name (``x`` or ``x (gate y)``)."""
+    gold, _, gate = name.partition(" (gate ")
+    return gold, (gate[:-1] if gate else gold)
+
+
+def _base_case(res: Result, out: Path, tool: str, pairs: list[tuple[str, str]], timeout_s: int) -> None:
+    """Check the reset state of the signals proven only with their previous cycle
+    (:func:`base_case_script`): holding, the result is an induction; else the note says
+    why and the bounded check follows."""
+    t = time.monotonic()
+    try:
+        with progress.stage(f"base case of {len(pairs)} signals proven with their previous cycle",
+                            heartbeat=True):
+            _run_yosys(tool, base_case_script(Path("gold.prep.il"), Path("gate.prep.il"), pairs,
+                                              timeout_s), "base", out)
+    except RuntimeError:
+        pass                          # sat -verify fails on a counterexample; the log says which
+    res.runtime_s["base_case"] = time.monotonic() - t
+    log = (out / "base.log").read_text(errors="replace") if (out / "base.log").exists() else ""
+    if "no model found: SUCCESS" in log:
+        res.verdict, res.proof = "equivalent", "induction"
+        res.notes = [n for n in res.notes if not n.startswith(("skipped", "proven only"))]
+        res.notes.append(f"{len(pairs)} signals proven with their previous cycle's values, their "
+                         "base case (the reset state) checked: " + ", ".join(g for g, _ in pairs[:20]))
+    else:
+        cycle, outputs = parse_counterexample(log)
+        named = {f"base_case{i}": gold for i, (gold, _) in enumerate(pairs)}
+        why = (f"they differ in the reset state: {', '.join(named.get(o, o) for o in outputs)}"
+               if cycle is not None else
+               "solver timeout" if "Interrupted SAT solver: TIMEOUT" in log else "tool failure, see base.stdout")
+        res.notes.append(f"base case of the signals proven with their previous cycle not shown: {why}")
 
 
 def _bounded(res: Result, out: Path, tool: str, cycles: int, timeout_s: int) -> None:
