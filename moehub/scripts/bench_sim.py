@@ -98,12 +98,14 @@ def save_rows(path: Path, new: list) -> None:
     config and simulator replaces the older one, the others are kept (a run of one
     simulator, or of some configs, completes the file)."""
     from moehub import runinfo
-    from moehub.runinfo import rtl_sources_hash
+    from moehub.spec.config import load_hub_config
+    from moehub.synth.digest import hardware_of
     path = Path(path)
     doc = json.loads(path.read_text()) if path.is_file() else {"rows": []}
     key = lambda r: (r["config"], r["simulator"])
-    rtl = rtl_sources_hash()                    # (the hardware the cycles are of)
-    new = [{**r, "git": runinfo.git_describe(), "rtl_sha256": rtl} for r in new]
+    # (the hardware the cycles are of: the hub and the sources' hash, which the record's
+    # collection completes with the hub's RTLIL digest)
+    new = [{**r, "git": runinfo.git_describe(), **hardware_of(load_hub_config(r["config"]))} for r in new]
     rows = [r for r in doc.get("rows", []) if key(r) not in {key(n) for n in new}] + new
     rows.sort(key=lambda r: (CONFIGS.index(r["config"]) if r["config"] in CONFIGS else len(CONFIGS),
                              r["config"], r["simulator"]))

@@ -628,10 +628,12 @@ def collect_study_xmoe(build: Path, records: Path) -> list:
     return written
 
 
-def collect_bench_sim(build: Path, records: Path) -> list:
+def collect_bench_sim(build: Path, records: Path, check=None) -> list:
     """The record of ``<build>/results/bench-sim/sim.json`` (``bench_sim.py``: one row per
-    config and simulator, each with the load before it and the RTL sources' hash it ran,
-    and the last run's record); the hash at collection stands for rows without one."""
+    config and simulator, each with the load before it, the hub and the RTL sources' hash
+    it ran, and the last run's record); the hash at collection stands for rows without
+    one. Rows of the working tree's sources get their hub's RTLIL digest
+    (:func:`_fill_digests`, ``check``), which :func:`recheck_rows` compares after an edit."""
     paths = _collect_bench("bench-sim", Path(build, "results", "bench-sim", "sim.json"),
                            "python -m moehub.scripts.bench_sim", records,
                            "rows of one or more runs of the benchmark (the record is the last's), "
@@ -640,6 +642,7 @@ def collect_bench_sim(build: Path, records: Path) -> list:
                            "sources it simulated; sources_sha256: the RTL at collection")
     for p in paths:
         rec = read_record(p)
+        _fill_digests(rec["data"]["rows"], check)
         rec["rtl"] = {"bench-sim": {"sources_sha256": rtl_sources_hash()}}
         write_record(p, rec)
     return paths
@@ -678,7 +681,7 @@ def _fill_digests(rows: list, check=None) -> None:
 
 
 #: the per-config records whose rows carry their hub and its RTLIL's digest
-ROW_RECHECKED = ("coverage", "soak", "equiv")
+ROW_RECHECKED = ("coverage", "soak", "equiv", "bench-sim")
 
 
 def recheck_rows(records: Path, check=None) -> list:
