@@ -976,6 +976,31 @@ def test_collect_and_render_the_v2_units(tmp_path):
     assert report.collect_synth_unit(tmp_path / "nothing", tmp_path / "records") == []
 
 
+def test_unit_rows_are_rechecked_by_their_units_hardware(tmp_path, monkeypatch):
+    """A unit's row keeps its hub config and sources' hash; the collection adds the digest
+    of the unit's RTLIL (asked per unit, not of the whole hub); after an edit of rtl/, the
+    unit whose RTLIL is unchanged is current again, the one that moved stays older."""
+    build = _unit_build(tmp_path)
+    now = report.rtl_sources_hash()
+    for path in (build / "synth").glob("unit-*/unit.json"):
+        doc = json.loads(path.read_text())
+        doc.update(hub={"name": "deepseek-v3-8gpu", "lanes": 4}, rtl_sha256=now)
+        path.write_text(json.dumps(doc))
+    asked = []
+    digest = lambda hub, unit=None: asked.append(unit) or f"il-{unit}"
+    [path] = report.collect_synth_unit(build, tmp_path / "records", check=digest)
+    assert sorted(asked) == ["page_pool", "target_decode"]
+    assert {r["rtlil_sha256"] for r in report.read_record(path)["data"]["rows"]} == {
+        "il-page_pool", "il-target_decode"}
+    monkeypatch.setattr(report, "rtl_sources_hash", lambda *a: "edited")
+    moved = lambda hub, unit=None: "il-page_pool" if unit == "page_pool" else "il-moved"
+    [(_, verdicts)] = report.recheck_rows(tmp_path / "records", check=moved)
+    assert verdicts == {"page_pool deepseek-v3-8gpu": "current",
+                        "target_decode deepseek-v3-8gpu": "older RTL"}
+    text = report.render("v2-units", tmp_path / "records", current="edited")
+    assert text.count("(older RTL)") == 1 and "| target decode (older RTL) |" in text
+
+
 def _relay_unit_build(tmp_path) -> Path:
     """A build folder with ``moehub synth-unit UNIT --nodes N`` outputs: the relay control
     path on 2 and 8 nodes (the 8-node one over the 1.98 GHz budget), the reduce unit on 2,

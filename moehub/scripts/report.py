@@ -97,7 +97,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import progress, runinfo
-from ..synth.digest import hub_rtlil_digest, rtlil_digest  # noqa: F401 (re-exported)
+from ..synth.digest import hub_rtlil_digest, rtlil_digest, unit_rtlil_digest  # noqa: F401 (re-exported)
 from ..paths import HELP, build_root
 
 #: version of the record layout (a reader refuses another)
@@ -216,10 +216,11 @@ def load_records(root: Path, source: str) -> list:
 # ----------------------------------------------------------------------------- synth records
 
 
-def current_rtlil_digest(cfg_dict: dict) -> str:
+def current_rtlil_digest(cfg_dict: dict, unit: str | None = None) -> str:
     """:func:`rtlil_digest` of the RTLIL the working tree generates for a synthesised
-    configuration (``config.json`` of the flow's folder), named as the flows name it."""
-    return hub_rtlil_digest(cfg_dict)
+    configuration (``config.json`` of the flow's folder), named as the flows name it; with
+    ``unit``, of that unit alone for the config (``moehub synth-unit``)."""
+    return unit_rtlil_digest(unit, cfg_dict) if unit else hub_rtlil_digest(cfg_dict)
 
 
 def _section_dir(folder: Path, section: str, sec: dict) -> Path:
@@ -649,17 +650,19 @@ def collect_bench_sim(build: Path, records: Path, check=None) -> list:
 
 
 def _digest_of(check=None):
-    """``digest(hub)``: :func:`current_rtlil_digest` (or ``check``) of a row's hub config,
-    computed once per config (an elaboration each: seconds for tiny, minutes for the
-    default configs)."""
+    """``digest(row)``: :func:`current_rtlil_digest` (or ``check``) of a row's hub config,
+    or of its unit (``unit``: a ``moehub synth-unit`` row; ``check(hub, unit=...)``),
+    computed once per config and unit (an elaboration each: seconds for tiny, minutes for
+    the default configs)."""
     check, fresh = check or current_rtlil_digest, {}
 
-    def digest(hub: dict) -> str:
-        key = json.dumps(hub, sort_keys=True)
+    def digest(row: dict) -> str:
+        hub, unit = row["hub"], row.get("unit")
+        key = json.dumps([unit, hub], sort_keys=True)
         if key not in fresh:
-            with progress.stage(f"report: RTLIL of {hub.get('name')} from the working tree",
-                                heartbeat=True):
-                fresh[key] = check(hub)
+            what = f"{unit} of {hub.get('name')}" if unit else hub.get("name")
+            with progress.stage(f"report: RTLIL of {what} from the working tree", heartbeat=True):
+                fresh[key] = check(hub, unit=unit) if unit else check(hub)
         return fresh[key]
     return digest
 
@@ -677,11 +680,12 @@ def _fill_digests(rows: list, check=None) -> None:
     compares to tell an edit that moved none of its gates."""
     digest = _digest_of(check)
     for r in _undigested(rows, rtl_sources_hash()):
-        r["rtlil_sha256"] = digest(r["hub"])
+        r["rtlil_sha256"] = digest(r)
 
 
-#: the per-config records whose rows carry their hub and its RTLIL's digest
-ROW_RECHECKED = ("coverage", "soak", "equiv", "bench-sim")
+#: the per-config records whose rows carry their hub and its RTLIL's digest (a unit's
+#: rows: the unit's RTLIL for that hub config)
+ROW_RECHECKED = ("coverage", "soak", "equiv", "bench-sim", "synth-unit")
 
 
 def recheck_rows(records: Path, check=None) -> list:
@@ -698,18 +702,19 @@ def recheck_rows(records: Path, check=None) -> list:
             rows, verdicts = rec["data"]["rows"], {}
             missing = _undigested(rows, current)
             for r in missing:
-                r["rtlil_sha256"] = digest(r["hub"])
+                r["rtlil_sha256"] = digest(r)
             for r in rows:
                 if r.get("rtl_sha256") in (None, current) or not r.get("rtlil_sha256") \
                         or not isinstance(r.get("hub"), dict):
                     continue
-                if digest(r["hub"]) == r["rtlil_sha256"]:
+                row = f"{r['unit']} {r['config']}" if r.get("unit") else r["config"]
+                if digest(r) == r["rtlil_sha256"]:
                     r["rtl_sha256"] = current
                     r["rtl_how"] = ("rechecked from the record: the working tree's RTLIL for this "
                                     "config equals the one it ran (src attributes aside)")
-                    verdicts[r["config"]] = "current"
+                    verdicts[row] = "current"
                 else:
-                    verdicts[r["config"]] = OLDER
+                    verdicts[row] = OLDER
             if verdicts or missing:
                 out.append((write_record(Path(records) / name, rec), verdicts))
     return out
@@ -747,15 +752,18 @@ def _record_summaries(source: str, paths: list, dest: Path, command: str, note: 
     return [write_record(dest, rec)]
 
 
-def collect_synth_unit(build: Path, records: Path) -> list:
+def collect_synth_unit(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/synth/unit-*/unit.json`` (``moehub synth-unit``: one
-    unit's area, deepest path and N5 projection, with its run's record), one row per unit."""
+    unit's area, deepest path and N5 projection, with its run's record, its hub config and
+    the sources' hash), one row per unit; each row of the working tree's sources gets the
+    digest of its unit's RTLIL (``check``), which :func:`recheck_rows` compares later."""
     from ..synth.units import SUMMARY_JSON
     return _record_summaries(
         "synth-unit", sorted(Path(build, "synth").glob(f"unit-*/{SUMMARY_JSON}")),
         Path(records, "synth-unit.json"), "moehub synth-unit UNIT ...",
-        "one row per unit, each with its own run's command and commit; sources_sha256: the "
-        "RTL at collection", "units")
+        "one row per unit, each with its own run's command and commit, the hub config and "
+        "the RTL sources' hash it synthesised (rtl_sha256); sources_sha256: the RTL at "
+        "collection", "units", digests=True, check=check)
 
 
 def collect_soak(build: Path, records: Path, check=None) -> list:
@@ -1695,7 +1703,7 @@ def render_v2_units(recs: list, current: str) -> str:
             continue
         r, rec = rows[unit]
         f = _unit_figures(r)
-        mark = " (older RTL)" if older(rec, "units", current) else ""
+        mark = " (older RTL)" if row_older(r, rec, "units", current) else ""
         body.append([label + mark, _unit_config(r), f["GE"], f["N5 mm²"], f["deepest path"],
                      f["FO4"], f["N5 fmax GHz"]])
     return _unit_table(head, body, recs, [rows[u] for u, _ in V2_UNITS if u in rows])
@@ -1731,7 +1739,7 @@ def render_relay_units(recs: list, current: str) -> str:
                 continue
             r, rec = rows[unit, n]
             f, feat = _unit_figures(r), r["features"]
-            mark = " (older RTL)" if older(rec, "units", current) else ""
+            mark = " (older RTL)" if row_older(r, rec, "units", current) else ""
             body.append([label + mark, f"{n} × {feat['gpus_per_node']}",
                          f"`{r['config']}`: {feat['experts']} experts, {feat['max_targets']} "
                          f"targets, window {feat['relay_window']}",

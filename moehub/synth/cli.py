@@ -179,9 +179,10 @@ def _hub_changes(args) -> dict:
     return changes
 
 
-def cmd_synth_unit(args) -> int:
+def unit_config(args):
+    """The hub config ``moehub synth-unit`` synthesises its unit for: ``--config``, its
+    ``--set`` keys, then the relay config of ``--nodes`` (UsageError naming the flag)."""
     from . import units
-    from .tools import ToolMissing
     cfg = load_config_flag("--config", flow.load_hub_config, args.config)
     changes = _hub_changes(args)
     try:
@@ -200,6 +201,13 @@ def cmd_synth_unit(args) -> int:
         if args.unit in units.RELAY_UNITS and not cfg.relay:
             raise UsageError("--nodes", "(none)", str(e)) from None
         raise UsageError("--set", " ".join(args.set or []) or "(none)", str(e)) from None
+    return cfg
+
+
+def cmd_synth_unit(args) -> int:
+    from . import units
+    from .tools import ToolMissing
+    cfg = unit_config(args)
     try:
         r = units.run_unit(args.unit, cfg, args.out, args.clock_ns)
     except ToolMissing as e:

@@ -142,12 +142,14 @@ FEATURE_KEYS = ("pool_pages", "max_targets", "count_packets", "sources", "expert
 
 
 def write_summary(out_dir: Path, summary: dict, cfg: HubConfig) -> Path:
-    """``unit.json``: the summary, the config's feature keys and the run's record (command,
-    commit, date, machine, load)."""
+    """``unit.json``: the summary, the config's feature keys, the hub config and the RTL
+    sources' hash (what ``moehub report --recheck`` checks the row by: the unit's RTLIL
+    for that config) and the run's record (command, commit, date, machine, load)."""
     import json
     from .. import runinfo
+    from .digest import hardware_of
     doc = {**summary, "features": {k: getattr(cfg, k) for k in FEATURE_KEYS},
-           "record": runinfo.record()}
+           **hardware_of(cfg), "record": runinfo.record()}
     path = Path(out_dir) / SUMMARY_JSON
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return path
