@@ -97,7 +97,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import progress, runinfo
-from ..synth.digest import hub_rtlil_digest, rtlil_digest, unit_rtlil_digest  # noqa: F401 (re-exported)
+from ..synth.digest import hub_rtlil_digest, rtlil_digest  # noqa: F401 (re-exported)
+from ..synth.units import unit_rtlil_digest
 from ..paths import HELP, build_root
 
 #: version of the record layout (a reader refuses another)

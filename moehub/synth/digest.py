@@ -37,17 +37,6 @@ def hub_rtlil_digest(cfg: HubConfig | dict) -> str:
     return rtlil_digest(hub_rtlil(cfg))
 
 
-def unit_rtlil_digest(unit: str, cfg: HubConfig | dict) -> str:
-    """:func:`rtlil_digest` of the working tree's ``unit`` (:mod:`moehub.synth.units`) for
-    ``cfg``, as ``moehub synth-unit`` synthesises it (ValueError: an unknown unit, or a
-    config without its feature)."""
-    from .units import build, drop_macro_init
-    from .verilog import hub_rtlil
-    if isinstance(cfg, dict):
-        cfg = HubConfig(**cfg)
-    return rtlil_digest(drop_macro_init(hub_rtlil(cfg, build(unit, cfg))))
-
-
 def hardware_of(cfg: HubConfig) -> dict:
     """What a per-config run keeps of the hub it ran: ``hub`` (the config's fields) and
     ``rtl_sha256`` (the RTL sources' hash). Its RTLIL's digest costs an elaboration (7 s

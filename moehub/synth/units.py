@@ -134,6 +134,16 @@ def drop_macro_init(il: str) -> str:
 
 
 #: the file of a unit's run (``moehub report --collect synth-unit`` reads it)
+def unit_rtlil_digest(unit: str, cfg: HubConfig | dict) -> str:
+    """:func:`~moehub.synth.digest.rtlil_digest` of the working tree's ``unit`` for
+    ``cfg`` (a config, or its fields as a record holds them), as :func:`run_unit`
+    synthesises it: what ``moehub report --recheck`` compares a unit's row by."""
+    from .digest import rtlil_digest
+    if isinstance(cfg, dict):
+        cfg = HubConfig(**cfg)
+    return rtlil_digest(drop_macro_init(verilog.hub_rtlil(cfg, build(unit, cfg))))
+
+
 SUMMARY_JSON = "unit.json"
 #: the config keys a unit's row names (the features the units serve)
 FEATURE_KEYS = ("pool_pages", "max_targets", "count_packets", "sources", "experts",
