@@ -974,6 +974,15 @@ def test_collect_and_render_the_v2_units(tmp_path):
     older = report.render_v2_units(report.load_records(tmp_path / "records", "synth-unit"), "other")
     assert older.count("(older RTL)") == 2
     assert report.collect_synth_unit(tmp_path / "nothing", tmp_path / "records") == []
+    # (a build folder with one unit completes the record: the others' rows stay, each with
+    # the sources it was made from; a unit run again replaces its own row)
+    again = _unit_build(tmp_path / "again", units=("expert_counts", "page_pool"))
+    [path] = report.collect_synth_unit(again, tmp_path / "records")
+    rows = report.read_record(path)["data"]["rows"]
+    assert sorted(r["unit"] for r in rows) == ["expert_counts", "page_pool", "target_decode"]
+    kept = next(r for r in rows if r["unit"] == "target_decode")
+    assert kept["rtl_sha256"] == report.rtl_sources_hash() and kept["fo4"] == 17.9
+    assert next(r for r in rows if r["unit"] == "page_pool")["fo4"] == 17.9     # (the new run's)
 
 
 def test_unit_rows_are_rechecked_by_their_units_hardware(tmp_path, monkeypatch):

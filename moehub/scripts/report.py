@@ -723,14 +723,17 @@ def recheck_rows(records: Path, check=None) -> list:
 
 def _record_summaries(source: str, paths: list, dest: Path, command: str, note: str,
                       section: str, drop=("out",), from_run=("git", "started", "command"),
-                      last_command: bool = False, digests=False, check=None) -> list:
+                      last_command: bool = False, digests=False, check=None, keep=None) -> list:
     """One record of several runs' summary files (``paths``: JSON, each with its run's record
     under ``record``), one row per file with the run's ``from_run`` keys; a file without a
     run record (written before the command kept one) is left out. Dated and attributed by
     the last run (its command line too with ``last_command``, else ``command``); the RTL
     sources' digest at collection (``rtl.<section>``) marks rows an RTL edit later leaves
     older, where a row has no ``rtl_sha256`` of its own; with ``digests`` each row that
-    names its hub gets its RTLIL's digest (:func:`_fill_digests`, ``check``)."""
+    names its hub gets its RTLIL's digest (:func:`_fill_digests`, ``check``). ``keep``
+    (a row's key): the rows of the record already at ``dest`` whose key no new row has
+    stay, each with the sources' hash it was made from (so a build folder holding some
+    runs completes the record rather than replacing it)."""
     rows, runs = [], []
     for path in paths:
         doc = json.loads(Path(path).read_text())
@@ -745,6 +748,11 @@ def _record_summaries(source: str, paths: list, dest: Path, command: str, note: 
         return []
     if digests:
         _fill_digests(rows, check)
+    if keep and Path(dest).is_file():
+        old = read_record(dest)
+        made = _g(old, "rtl", section, "sources_sha256")
+        new = {keep(r) for r in rows}
+        rows = [{"rtl_sha256": made, **r} for r in old["data"]["rows"] if keep(r) not in new] + rows
     last = max(runs, key=lambda r: r.get("started") or "")
     rec = make_record(source, (last_command and last.get("command")) or command, {"rows": rows},
                       commit=last.get("git"), date=last.get("started"), mach=machine(),
@@ -756,15 +764,17 @@ def _record_summaries(source: str, paths: list, dest: Path, command: str, note: 
 def collect_synth_unit(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/synth/unit-*/unit.json`` (``moehub synth-unit``: one
     unit's area, deepest path and N5 projection, with its run's record, its hub config and
-    the sources' hash), one row per unit; each row of the working tree's sources gets the
-    digest of its unit's RTLIL (``check``), which :func:`recheck_rows` compares later."""
+    the sources' hash), one row per unit and config; each row of the working tree's sources
+    gets the digest of its unit's RTLIL (``check``), which :func:`recheck_rows` compares
+    later. The record's rows of other units and configs stay (a unit is run at a time)."""
     from ..synth.units import SUMMARY_JSON
     return _record_summaries(
         "synth-unit", sorted(Path(build, "synth").glob(f"unit-*/{SUMMARY_JSON}")),
         Path(records, "synth-unit.json"), "moehub synth-unit UNIT ...",
-        "one row per unit, each with its own run's command and commit, the hub config and "
-        "the RTL sources' hash it synthesised (rtl_sha256); sources_sha256: the RTL at "
-        "collection", "units", digests=True, check=check)
+        "one row per unit and config, each with its own run's command and commit, the hub "
+        "config and the RTL sources' hash it synthesised (rtl_sha256); sources_sha256: the "
+        "RTL at collection", "units", digests=True, check=check,
+        keep=lambda r: (r["unit"], r["config"]))
 
 
 def collect_soak(build: Path, records: Path, check=None) -> list:
