@@ -1579,3 +1579,13 @@ def test_an_exploration_of_several_best_baselines_names_each(tmp_path):
     report.collect_explore(build, tmp_path / "records")
     text = report.render("explore-experts", tmp_path / "records")
     assert "| speedup (best) |" in text and "| 1.013 (fused) |" in text and "| 0.946 (comet) |" in text
+
+
+def test_a_caption_names_no_commit():
+    """A record's command that names a revision by its hash (``moehub equiv --ref ...``)
+    reads ``--ref REV`` in the caption: the guides carry no commit names."""
+    rec = {"command": "moehub equiv --ref 603c573 tests/data/tiny-multicast.yaml",
+           "date": "2026-12-06T00:10:00+00:00"}
+    text = report.caption([("equiv.json", rec)])
+    assert "603c573" not in text and "`moehub equiv --ref REV tests/data/tiny-multicast.yaml`" in text
+    assert "--ref main" in report.caption([("e.json", {**rec, "command": "moehub equiv --ref main"})])

@@ -911,9 +911,14 @@ def _date(rec: dict) -> str:
 def caption(recs: list) -> str:
     """Each record a table rests on, once: file, command, date. The commit a record was made
     at stays in the record (``commit``; a table marks rows from older RTL): the guides carry
-    no commit names."""
-    parts = [f"`records/{name}`: `{rec['command']}`, {_date(rec)}" for name, rec in recs]
+    no commit names: a revision a command names (``--ref <hash>``) reads ``--ref REV``."""
+    parts = [f"`records/{name}`: `{_REF.sub('--ref REV', rec['command'])}`, {_date(rec)}"
+             for name, rec in recs]
     return "*From " + "; ".join(parts) + ".*"
+
+
+#: a command's ``--ref`` naming a commit by its hash
+_REF = re.compile(r"--ref[ =][0-9a-f]{7,40}(?![0-9a-z])")
 
 
 def older(rec: dict, section: str, current: str) -> bool:
