@@ -62,6 +62,14 @@ class Op(enum.IntEnum):
     FLUSH = 4
 
 
+def op_layout(cfg: HubConfig) -> data.StructLayout:
+    """The payload of an ``op``: kind (:class:`Op`), index (the record, and the
+    accumulator row), slot, weight (BF16) and the parts in after it."""
+    index_bits = max(1, (cfg.reduce_records - 1).bit_length())
+    return data.StructLayout({"kind": 3, "index": index_bits, "slot": cfg.slot_bits,
+                              "weight": WEIGHT_BITS, "parts": field_bits(cfg.topk)})
+
+
 class ReduceUnit(wiring.Component):
     """The reduce-on-combine control (see the module docstring).
 
@@ -77,6 +85,9 @@ class ReduceUnit(wiring.Component):
     red_rows, red_open, red_incomplete : Out(32)
     drops : Out(32).array(len(ReduceReason))
         Refusals per :class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers).
+    part_refused : Out(1)
+        The part taken the cycle before was refused (a pulse, the cycle its ``BAD_PARTIAL`` is
+        counted): it makes no ``op``, and whoever holds its row's data drops it.
     clearing : Out(1)
         The clearing sweep after reset (``reduce_records`` cycles, one record written
         closed a cycle; nothing is taken until it ends).
@@ -105,9 +116,8 @@ class ReduceUnit(wiring.Component):
             "part": In(stream.Signature(data.StructLayout({
                 "src_node": cfg.node_bits, "token": cfg.token_bits, "slot": cfg.slot_bits}))),
             "flush": In(1),
-            "op": Out(stream.Signature(data.StructLayout({
-                "kind": 3, "index": self.index_bits, "slot": cfg.slot_bits, "weight": WEIGHT_BITS,
-                "parts": field_bits(K)}))),
+            "op": Out(stream.Signature(op_layout(cfg))),
+            "part_refused": Out(1),
             "red_rows": Out(32), "red_open": Out(32), "red_incomplete": Out(32),
             "drops": Out(32).array(len(ReduceReason)), "sweeping": Out(1), "clearing": Out(1),
         })
@@ -206,6 +216,7 @@ class ReduceUnit(wiring.Component):
                         m.d.sync += n_open.eq(n_open + 1)
                     m.next = "IDLE"
                 with m.Elif(~ok | ~placed):
+                    m.d.comb += self.part_refused.eq(1)
                     m.d.sync += n_badp.eq(n_badp + 1)
                     m.next = "IDLE"
                 with m.Else():
