@@ -244,6 +244,29 @@ def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
     rows, local, fwd, parts = relay_counts(L, g)
     assert (s["gpu"], s["relay_rows"], s["relay_local"], s["forward_rows"]) == (g, rows, local, fwd)
     assert (s["partial_rows"], s["reduced_rows"]) == (parts, rows) and rows > 10
+    # (the accumulators' traffic the co-simulation charges: more parts than sums, so > 0)
+    assert s["reduce_hbm_bytes"] > 0 and parts > rows
+
+
+@pytest.mark.parametrize("plant, match", [
+    # a first part read-modify-written: the HBM bytes are not the co-simulation's
+    (("return (kind == Op.ADD) | (kind == Op.LAST)",
+      "return (kind == Op.ADD) | (kind == Op.LAST) | (kind == Op.WRITE)"), r"relay GPU 6: .*HBM bytes"),
+    # the read-after-write hazard ignored: a sum's next part reads before the write-back
+    (("m.d.comb += hazard.eq(_reads(o.kind, o.parts) & Cat(", "m.d.comb += hazard.eq(0 & Cat("),
+     r"relay GPU 6: reduced row \d+"),
+])
+def test_relay_rtl_in_the_loop_checks_the_reduce_data_path(L, monkeypatch, plant, match):
+    """The reduce path in the loop is checked on its data and its memory traffic: a planted
+    bug in its engine stops the run, naming what disagrees."""
+    import moehub.rtl.relay.reduce_path as path_mod
+    from moehub.cosim.relay_rtl import RelayDisagrees
+    from moehub.verif.formal.plant import broken_class
+    _model_hub_for_rtl(monkeypatch)
+    monkeypatch.setattr(path_mod, "ReduceEngine",
+                        broken_class("moehub.rtl.relay.reduce_engine", *plant, "ReduceEngine"))
+    with pytest.raises(RelayDisagrees, match=match):
+        H.run_hub(L, features=H.check_features(REDUCE), rtl_gpus=(6,))
 
 
 @pytest.mark.slow

@@ -16,20 +16,24 @@ What runs in RTL, and against what:
   its counters (rows, local rows, forwards per GPU, drops) the model's and the
   co-simulation's counts; the sum it opens at the reduce per row (source, token, slots,
   weights) the row's, in order.
-* :class:`~moehub.rtl.relay.reduce_unit.ReduceUnit` (with ``reduce``) takes an open per
-  relay row (its slots and gate weights) and the partial output rows that reach the
-  relay in the combine, in the order the co-simulation accumulates them; its operations
-  (write, add, last, only, with record, slot and parts) must be
-  :class:`~moehub.spec.relay.ReduceModel`'s, every sum final exactly when the
-  co-simulation's has all its parts, one reduced row per (token, node) the
-  co-simulation sends, nothing refused.
+* :class:`~moehub.rtl.relay.reduce_path.ReducePath` (with ``reduce``: the reduce unit,
+  its engine and the accumulate datapath, one element wide) takes an open per relay row
+  (its slots and gate weights) and the partial output rows that reach the relay in the
+  combine, in the order the co-simulation accumulates them, each with seeded random BF16
+  data (:data:`LOOP_CHUNKS` chunks: the co-simulation routes no data), its accumulators in
+  a memory of :data:`LOOP_MEMORY_LATENCY` cycles. Its operations (write, add, last,
+  only, with record, slot and parts) must be :class:`~moehub.spec.relay.ReduceModel`'s,
+  every reduced row the model's to the bit, every sum final exactly when the
+  co-simulation's has all its parts, one reduced row per (token, node) the co-simulation
+  sends, nothing refused, and the accumulator rows it read and wrote, at the layer's row
+  size, the HBM bytes the co-simulation charges that relay.
 
 The row data path stays the hub's: the targets this GPU writes enter its hub as protocol
 v2's multicast rows (:func:`.systems.hub.assemble`), which an RTL GPU's hub runs in
 Verilog as any multicast row. What is not in the loop: the packet manager's relay staging
-and the NVLink egress (not in the RTL yet), and the accumulate datapath's arithmetic
-(tested bit for bit against the model on its own, tests/test_rtl_relay_accumulate.py).
-The co-simulation routes no gate weights; every open carries ``1/k`` (BF16).
+and the NVLink egress (not in the RTL yet), and the staging that would hand the reduce
+path whole partial rows. The co-simulation routes no gate weights; every open carries
+``1/k`` (BF16).
 """
 from __future__ import annotations
 
@@ -216,77 +220,115 @@ def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None)
     return out
 
 
-def run_reduce(rcfg, node: int, rows, parts, max_cycles: int | None = None) -> dict:
+#: the reduce path in the loop (:class:`~moehub.rtl.relay.reduce_path.ReducePath`): a
+#: datapath one element wide over partial rows of this many chunks -- the co-simulation
+#: routes no data, so each partial row is seeded random BF16; what is compared is the sums
+#: to the bit and the accumulator traffic in rows (scaled to the layer's rows for the bytes)
+LOOP_CHUNKS = 2
+#: cycles the loop's accumulator memory takes to answer a read (in order)
+LOOP_MEMORY_LATENCY = 8
+
+
+def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
+               max_cycles: int | None = None) -> dict:
     """The opens of ``rows`` (each with its targets' slots, weight ``1/k``), then the
-    partial rows ``parts`` (``[(src, token, slot), ...]`` in accumulate order) through
-    :class:`ReduceUnit` of a relay in ``node``, beside :class:`ReduceModel`: the
-    operations of both, the unit's counters, the cycles."""
+    partial rows ``parts`` (``[(src, token, slot), ...]`` in accumulate order, each with
+    seeded random BF16 data) through the reduce path (:class:`ReducePath`: the reduce
+    unit, its engine, the accumulate datapath, the accumulators in a memory of
+    :data:`LOOP_MEMORY_LATENCY`) of a relay of ``rank`` in ``node``, beside
+    :class:`ReduceModel`: the operations of both, the reduced rows of both (BF16 bits), the
+    accumulator rows read and written, the unit's counters, the cycles."""
     from amaranth.sim import Simulator
 
-    from ..rtl.relay.reduce_unit import Op, ReduceUnit
-    from ..spec.relay import ReduceModel, bf16_bits, bf16_value
-    dut, model = ReduceUnit(rcfg), ReduceModel(rcfg, node=node)
-    T, gpn = rcfg.relay_targets, rcfg.node_gpus
+    from ..rtl.relay.reduce_path import ReducePath
+    from ..rtl.relay.reduce_unit import Op
+    from ..spec.relay import ReduceModel, bf16_bits, bf16_value, to_bf16
+    dut, model = ReducePath(rcfg, 1, LOOP_CHUNKS), ReduceModel(rcfg, node=node)
+    rng = np.random.default_rng(seed)
+    T, gpn, C = rcfg.relay_targets, rcfg.node_gpus, LOOP_CHUNKS
     wbits = bf16_bits(1.0 / rcfg.topk)
     names = {Op.WRITE: "write", Op.ADD: "add", Op.LAST: "last", Op.ONLY: "only", Op.FLUSH: "flush"}
-    ops, out = [], {}
-    limit = max_cycles or rcfg.reduce_records + 4 * (len(rows) + len(parts)) + 64   # (its clearing sweep first)
-    one = np.ones(1, np.float32)
+    ops, got, out = [], [], {}
+    # (values around 1 of both signs: BF16 bits of N(0, 1) samples)
+    data = [to_bf16(rng.standard_normal(C).astype(np.float32)).view(np.uint32) >> 16 for _ in parts]
+    limit = max_cycles or rcfg.reduce_records + (C + 4) * (len(rows) + 4 * len(parts)) + 256
+    mem, pending = {}, []
 
     async def bench(ctx):
         ctx.set(dut.node, node)
-        ctx.set(dut.op.ready, 1)
+        ctx.set(dut.rank, rank)
+        for s in (dut.out.ready, dut.wr.ready, dut.rd.ready):
+            ctx.set(s, 1)
         await ctx.tick().until(~dut.clearing)      # (its clearing sweep, simulated alone)
-        po, pp = dut.open.payload, dut.part.payload
-        fields = {"open": (po.src_node, po.token, po.valid, [po.slot[j] for j in range(T)],
-                           [po.weight[j] for j in range(T)]),
-                  "part": (pp.src_node, pp.token, pp.slot)}
-        seq = [("open", r) for r in rows] + [("part", p) for p in parts]
-        i, cycle, shown = 0, rcfg.reduce_records, -1
+        po, pp = dut.open.payload, dut.partial.payload
+        i, j, beat, cycle, row = 0, 0, 0, rcfg.reduce_records, []
         while cycle < limit:
-            kind, item = seq[i] if i < len(seq) else (None, None)
-            if i != shown:                           # a new item: its payload, once
-                shown = i
-                ctx.set(dut.open.valid, kind == "open")
-                ctx.set(dut.part.valid, kind == "part")
-                if kind == "open":
-                    src, tok, targets = item
-                    f_node, f_tok, f_valid, f_slot, f_w = fields["open"]
-                    ctx.set(f_node, src // gpn)
-                    ctx.set(f_tok, tok)
-                    ctx.set(f_valid, (1 << len(targets)) - 1)
-                    for j in range(T):
-                        ctx.set(f_slot[j], targets[j][2] if j < len(targets) else 0)
-                        ctx.set(f_w[j], wbits if j < len(targets) else 0)
-                elif kind == "part":
-                    f_node, f_tok, f_slot = fields["part"]
-                    ctx.set(f_node, item[0] // gpn)
-                    ctx.set(f_tok, item[1])
-                    ctx.set(f_slot, item[2])
-            if ctx.get(dut.op.valid):
-                o = dut.op.payload
-                ops.append((names[Op(ctx.get(o.kind))], ctx.get(o.index), ctx.get(o.slot), ctx.get(o.parts)))
-            if kind == "open" and ctx.get(dut.open.ready):
-                src, tok, targets = item
+            ctx.set(dut.open.valid, i < len(rows))
+            if i < len(rows):
+                src, tok, targets = rows[i]
+                ctx.set(po.src_node, src // gpn)
+                ctx.set(po.token, tok)
+                ctx.set(po.valid, (1 << len(targets)) - 1)
+                for t in range(T):
+                    ctx.set(po.slot[t], targets[t][2] if t < len(targets) else 0)
+                    ctx.set(po.weight[t], wbits if t < len(targets) else 0)
+            feeding = i == len(rows) and j < len(parts)
+            ctx.set(dut.partial.valid, feeding)
+            if feeding:
+                ctx.set(pp.src_node, parts[j][0] // gpn)
+                ctx.set(pp.token, parts[j][1])
+                ctx.set(pp.slot, parts[j][2])
+                ctx.set(pp.data, int(data[j][beat]))
+            ready = bool(pending) and pending[0][0] <= cycle
+            ctx.set(dut.rdata.valid, ready)
+            ctx.set(dut.rdata.payload, pending[0][1] if ready else 0)
+            # this cycle's handshakes
+            if ctx.get(dut.wr.valid):
+                mem[ctx.get(dut.wr.payload.addr)] = ctx.get(dut.wr.payload.data)
+            if ready and ctx.get(dut.rdata.ready):
+                pending.pop(0)
+            if ctx.get(dut.rd.valid):
+                pending.append((cycle + LOOP_MEMORY_LATENCY, mem.get(ctx.get(dut.rd.payload.addr), 0)))
+            uo = dut.unit.op
+            if ctx.get(uo.valid) and ctx.get(uo.ready):
+                ops.append((names[Op(ctx.get(uo.payload.kind))], ctx.get(uo.payload.index),
+                            ctx.get(uo.payload.slot), ctx.get(uo.payload.parts)))
+            if i < len(rows) and ctx.get(dut.open.ready):
+                src, tok, targets = rows[i]
                 model.open(src, tok, tuple((sl, float(bf16_value(wbits))) for _, _, sl in targets))
                 i += 1
-            elif kind == "part" and ctx.get(dut.part.ready):
-                model.partial(*item, one)
-                i += 1
+            if ctx.get(dut.unit.part.valid) and ctx.get(dut.unit.part.ready):
+                y = np.array([bf16_value(int(b)) for b in data[j]], np.float32)
+                model.partial(*parts[j], y)
+            if feeding and ctx.get(dut.partial.ready):
+                beat += 1
+                if beat == C:
+                    j, beat = j + 1, 0
+            if ctx.get(dut.out.valid):
+                o = dut.out.payload
+                row.append(ctx.get(o.data))
+                if len(row) == C:
+                    got.append((ctx.get(o.src_node) * gpn + ctx.get(o.src_rank), ctx.get(o.token),
+                                ctx.get(o.parts), tuple(row)))
+                    row = []
             await ctx.tick()
             cycle += 1
-            if i == len(seq) and not ctx.get(dut.op.valid) and ctx.get(dut.open.ready):
+            if i == len(rows) and j == len(parts) and not (ctx.get(dut.busy) or pending):
                 break
         await ctx.tick()
         out.update(cycles=cycle, red_rows=ctx.get(dut.red_rows), red_open=ctx.get(dut.red_open),
-                   drops=[ctx.get(d) for d in dut.drops])
+                   drops=[ctx.get(d) for d in dut.drops], acc_reads=ctx.get(dut.acc_reads),
+                   acc_writes=ctx.get(dut.acc_writes))
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
     want = [(k, model.record_index(*key), -1 if slot is None else slot, n) for k, key, slot, n in model.ops]
-    out.update(ops=ops, model_ops=want, model=model)
+    model_rows = [(src, tok, n, tuple(int(b) for b in (r.view(np.uint32) >> 16))) for src, tok, n, r in model.out]
+    got = [(src, tok, n, r) for src, tok, n, r in got]
+    out.update(ops=[(k, i, -1 if k == "flush" else s, n) for k, i, s, n in ops], model_ops=want,
+               rows=got, model_rows=model_rows, model=model)
     return out
 
 
@@ -303,6 +345,42 @@ def part_slots(L, parts, g: int) -> list:
         raise RelayDisagrees(f"relay GPU {g}: a partial row whose (GPU, expert) is not in its token's top-k")
     slot = L.slot[cand[np.arange(len(cand)), hit.argmax(axis=1)]]
     return list(zip(own.tolist(), tok.tolist(), slot.tolist()))
+
+
+def check_reduce(L, rcfg, g: int, rows, ps) -> dict:
+    """Relay GPU ``g``'s reduce in RTL (:func:`run_reduce`) against the model and the
+    co-simulation: every op the model's, every reduced row the model's to the bit, one per
+    (token, node) the co-simulation sends, nothing refused; its accumulator rows read and
+    written, at the layer's row size, the co-simulation's HBM bytes for this relay
+    (:func:`~moehub.spec.relay.reduce_hbm_bytes` per sum). Raises :class:`RelayDisagrees`."""
+    from ..spec.relay import reduce_hbm_bytes
+    gpn = rcfg.node_gpus
+    red = run_reduce(rcfg, g // gpn, g % gpn, rows, ps, seed=g)
+    sums = {}
+    for o, t, _ in ps:
+        sums[(o, t)] = sums.get((o, t), 0) + 1
+    if red["ops"] != red["model_ops"] or red["red_rows"] != len(sums) or any(red["drops"]) \
+            or red["red_open"] != len(rows) - len(sums):
+        first = next((i for i, (a, b) in enumerate(zip(red["ops"], red["model_ops"])) if a != b),
+                     min(len(red["ops"]), len(red["model_ops"])))
+        raise RelayDisagrees(f"relay GPU {g}: reduce op {first}: RTL "
+                             f"{red['ops'][first:first + 1]}, model {red['model_ops'][first:first + 1]}; "
+                             f"reduced rows {red['red_rows']} (co-simulation {len(sums)}), "
+                             f"open {red['red_open']}, refused {red['drops']}")
+    if red["rows"] != red["model_rows"]:
+        first = next((i for i, (a, b) in enumerate(zip(red["rows"], red["model_rows"])) if a != b),
+                     min(len(red["rows"]), len(red["model_rows"])))
+        raise RelayDisagrees(f"relay GPU {g}: reduced row {first}: RTL {red['rows'][first:first + 1]}, "
+                             f"model {red['model_rows'][first:first + 1]}")
+    row_bytes = 4 * L.model.hidden                     # an FP32 accumulator row of the layer
+    rtl_bytes = (red["acc_reads"] + red["acc_writes"]) // LOOP_CHUNKS * row_bytes
+    cosim_bytes = sum(reduce_hbm_bytes(k, L.model.hidden) for k in sums.values())
+    if rtl_bytes != cosim_bytes:
+        raise RelayDisagrees(f"relay GPU {g}: the reduce's accumulators moved {rtl_bytes:,} HBM bytes "
+                             f"in RTL ({red['acc_reads']} reads, {red['acc_writes']} writes of "
+                             f"{LOOP_CHUNKS}-chunk rows), the co-simulation counts {cosim_bytes:,}")
+    return {"partial_rows": len(ps), "reduced_rows": red["red_rows"], "reduce_cycles": red["cycles"],
+            "reduce_hbm_bytes": rtl_bytes}
 
 
 def check_relay_gpu(L, rcfg, routes, last1, g: int, parts=None) -> dict:
@@ -335,17 +413,6 @@ def check_relay_gpu(L, rcfg, routes, last1, g: int, parts=None) -> dict:
     summary = {"gpu": g, "unit": "relay", "relay_rows": len(rows), "relay_local": local,
                "forward_rows": int(sum(fwd)), "control_cycles": ctl["cycles"]}
     if parts is not None:
-        ps = part_slots(L, parts, g)
-        red = run_reduce(rcfg, node, rows, ps)
-        sums = {(o, t) for o, t, _ in ps}
-        if red["ops"] != red["model_ops"] or red["red_rows"] != len(sums) or any(red["drops"]) \
-                or red["red_open"] != len(rows) - len(sums):
-            first = next((i for i, (a, b) in enumerate(zip(red["ops"], red["model_ops"])) if a != b),
-                         min(len(red["ops"]), len(red["model_ops"])))
-            raise RelayDisagrees(f"relay GPU {g}: reduce op {first}: RTL "
-                                 f"{red['ops'][first:first + 1]}, model {red['model_ops'][first:first + 1]}; "
-                                 f"reduced rows {red['red_rows']} (co-simulation {len(sums)}), "
-                                 f"open {red['red_open']}, refused {red['drops']}")
-        summary.update(partial_rows=len(ps), reduced_rows=red["red_rows"], reduce_cycles=red["cycles"])
+        summary.update(check_reduce(L, rcfg, g, rows, part_slots(L, parts, g)))
     summary["sim_s"] = time.perf_counter() - t0
     return summary

@@ -1729,7 +1729,8 @@ def render_v2_units(recs: list, current: str) -> str:
 #: counts every unit is synthesised for (the co-simulation's H100 systems of 2, 4, 8 nodes)
 RELAY_UNIT_ROWS = (("relay_control", "relay control path"), ("forward_unit", "forward unit"),
                    ("forward_check", "forward check"), ("reduce_unit", "reduce unit"),
-                   ("reduce_element", "accumulate datapath, one element"))
+                   ("reduce_element", "accumulate datapath, one element"),
+                   ("reduce_path", "reduce path (unit, engine), one element"))
 RELAY_NODES = (2, 4, 8)
 
 

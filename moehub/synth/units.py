@@ -44,9 +44,11 @@ UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
          "forward_check": ("moehub.rtl.relay.forward_check", "ForwardCheck"),
          "reduce_unit": ("moehub.rtl.relay.reduce_unit", "ReduceUnit"),
          # (one element of the reduce's accumulate datapath: data_bits / 16 of them a lane)
-         "reduce_element": ("moehub.rtl.relay.accumulate", "ReduceElement")}
+         "reduce_element": ("moehub.rtl.relay.accumulate", "ReduceElement"),
+         # (the reduce whole: its control, intake and engine, a datapath one element wide)
+         "reduce_path": ("moehub.rtl.relay.reduce_path", "ReducePathElement")}
 #: the units of a relay config (``relay: true``, so ``nodes`` >= 2 and ``gpus_per_node``)
-RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element")
+RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element", "reduce_path")
 
 
 def build(unit: str, cfg: HubConfig):

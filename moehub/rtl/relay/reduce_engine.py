@@ -139,25 +139,32 @@ class ReduceEngine(wiring.Component):
         # (the contexts of the beats inside the datapath, in its order: it holds at most
         # LATENCY beats and its output register)
         m.submodules.inside = inside = SyncFIFOBuffered(width=lay["context"].size, depth=LATENCY + 2)
-        flight = self._scoreboard(m)
-        self._issue(m, ctx, flight)
+        # (the ops come through a two-entry FIFO: its output is a register, so the hazard
+        # check and the take do not sit behind the reduce unit's record read -- that path,
+        # from the record SRAM through the unit's op into the issue's address, was 41 FO4)
+        m.submodules.ops = ops = SyncFIFOBuffered(width=len(self.op.payload.as_value()), depth=2)
+        m.d.comb += [ops.w_en.eq(self.op.valid), ops.w_data.eq(self.op.payload), self.op.ready.eq(ops.w_rdy)]
+        op = stream.Signature(self.op.payload.shape()).flip().create()
+        m.d.comb += [op.valid.eq(ops.r_rdy), op.payload.eq(ops.r_data), ops.r_en.eq(op.ready)]
+        flight = self._scoreboard(m, op)
+        self._issue(m, ctx, flight, op)
         self._join(m, ctx, inside, dp)
         self._emit(m, inside, dp, flight)
         m.d.comb += self.busy.eq(flight["any"])
         return m
 
     # ------------------------------------------------------------------ ops in flight
-    def _scoreboard(self, m) -> dict:
+    def _scoreboard(self, m, op) -> dict:
         """The ops in flight, in issue order (a ring of :data:`OPS_IN_FLIGHT`): each op's
         record and whether it writes it. ``hazard``: the op offered reads a record an op
         in flight writes."""
-        n, index_bits = OPS_IN_FLIGHT, len(self.op.payload.index)
+        n, index_bits = OPS_IN_FLIGHT, len(op.payload.index)
         valid = Signal(n, name="flight_valid")
         index = [Signal(index_bits, name=f"flight_index{i}") for i in range(n)]
         writes = Signal(n, name="flight_writes")
         head, tail = Signal(range(n), name="flight_head"), Signal(range(n), name="flight_tail")
         push, pop = Signal(name="flight_push"), Signal(name="flight_pop")
-        o = self.op.payload
+        o = op.payload
         hazard = Signal(name="hazard")
         m.d.comb += hazard.eq(_reads(o.kind, o.parts) & Cat(
             valid[i] & writes[i] & (index[i] == o.index) for i in range(n)).any())
@@ -174,16 +181,16 @@ class ReduceEngine(wiring.Component):
         return {"hazard": hazard, "room": ~valid.all(), "push": push, "pop": pop, "any": valid.any()}
 
     # ------------------------------------------------------------------ ISSUE
-    def _issue(self, m, ctx, flight):
+    def _issue(self, m, ctx, flight, op):
         """Take an op (no hazard, room in flight), then queue one context a chunk, with the
         accumulator's read where the op reads it."""
         lay = self.lay
         cur = Signal(lay["context"], name="issue")           # the op being issued, at its chunk
         active = Signal(name="issue_active")
         take = Signal(name="op_take")
-        m.d.comb += [self.op.ready.eq(~active & ~flight["hazard"] & flight["room"]),
-                     take.eq(self.op.valid & self.op.ready), flight["push"].eq(take)]
-        o = self.op.payload
+        m.d.comb += [op.ready.eq(~active & ~flight["hazard"] & flight["room"]),
+                     take.eq(op.valid & op.ready), flight["push"].eq(take)]
+        o = op.payload
         with m.If(take):
             row = (self.acc_base + times_const(o.index, self.acc_row_bytes))[:self.cfg.addr_bits]
             m.d.sync += [active.eq(1), cur.kind.eq(o.kind), cur.weight.eq(o.weight), cur.index.eq(o.index),

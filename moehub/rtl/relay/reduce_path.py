@@ -120,3 +120,15 @@ class ReducePath(wiring.Component):
             m.d.sync += left.eq(left - 1)
             with m.If(left == 1):
                 m.next = "HEADER"
+
+
+class ReducePathElement(ReducePath):
+    """The reduce path with a datapath one element wide (``moehub synth-unit
+    reduce_path``): its control whole -- the unit and its record table, the intake, the
+    engine's issue, join, hazard check and FIFOs -- beside one
+    :class:`~.accumulate.ReduceElement`. A path ``data_bits / 16`` elements wide adds the
+    other elements' datapath and widens its data FIFOs and streams; its deepest control
+    path is this one's."""
+
+    def __init__(self, cfg: HubConfig):
+        super().__init__(cfg, 1)
