@@ -250,6 +250,8 @@ def entry(gpu, expert, slot, valid=1):
 
 
 NONE = entry(0, 0, 0, valid=0)
+#: where the register test puts the reduce's accumulators (RED_ACC_BASE)
+ACC_BASE = 0x10000
 
 
 async def csr_write(ctx, dut, name, value, index=0):
@@ -447,7 +449,8 @@ def test_relay_hub_top_ports():
     """The whole top: MoEHub's ports and the relay path's side by side; the MoEHub inside
     is MoEHub(cfg)."""
     hub = RelayHub(R2)
-    for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check, hub.reduce):   # (not elaborated)
+    for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check, hub.reduce, hub.reduce.unit,
+                 hub.reduce.engine):                                            # (not elaborated)
         part._MustUse__silence = True
     assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
     members = hub.signature.members
@@ -459,8 +462,10 @@ def test_relay_hub_top_ports():
             continue
         assert k in members and repr(members[k]) == repr(v), k
     assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
-    assert not {"node", "rank", "flush", "open"} & set(members)   # (from NODE_ID, LOCAL_RANK,
-    assert {"sum_part", "sum_op", "red_drops"} < set(members)     # RED_CTRL; opens from the relay)
+    assert not {"node", "rank", "flush", "open", "acc_base"} & set(members)   # (from NODE_ID, LOCAL_RANK,
+    # RED_ACC_BASE, RED_CTRL; opens from the relay): partial rows in, the accumulators'
+    # memory port, the reduced rows out
+    assert {"partial", "acc_rd", "acc_rdata", "acc_wr", "reduced", "red_drops"} < set(members)
 
 
 @pytest.mark.slow
@@ -495,30 +500,57 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
             ctx.set(dut.row.valid, 0)
         await ctx.tick().repeat(12)
         # the reduce: the good row opened its sum (slots 0, 1, 2); one part in, a part for no
-        # sum, then RED_FLUSH: the open sum sent as it is
-        ctx.set(dut.sum_op.ready, 1)
-        ops = []
-        for token in (2, 3):
-            pp = dut.sum_part.payload
+        # sum, then RED_FLUSH: the open sum sent as it is. Its accumulators at RED_ACC_BASE
+        # in a memory that answers reads in order from the cycle after; the reduced rows taken at once
+        await csr_write(ctx, dut, "RED_ACC_BASE", ACC_BASE)
+        mem, ops, reduced = {}, [], []
+        ctx.set(dut.reduced.ready, 1)
+        ctx.set(dut.acc_wr.ready, 1)
+        ctx.set(dut.acc_rd.ready, 1)
+
+        async def cycles(n, token=None):
+            """``n`` cycles of the memory and the reduced rows (and a partial row of
+            ``token``, slot 1, 1.0 in every element, fed whole)."""
+            pending, beats = [], cfg.chunks_per_row if token is not None else 0
+            pp = dut.partial.payload
             ctx.set(pp.src_node, 1)
-            ctx.set(pp.token, token)
+            ctx.set(pp.token, token or 0)
             ctx.set(pp.slot, 1)
-            ctx.set(dut.sum_part.valid, 1)
-            await ctx.tick().until(dut.sum_part.ready)
-            ctx.set(dut.sum_part.valid, 0)
-            for _ in range(3):
-                if ctx.get(dut.sum_op.valid):
-                    ops.append(ctx.get(dut.sum_op.payload.kind))
+            ctx.set(pp.data, 0x3F80)
+            for _ in range(n):
+                ctx.set(dut.partial.valid, beats > 0)
+                ctx.set(dut.acc_rdata.valid, bool(pending))
+                ctx.set(dut.acc_rdata.payload, pending[0] if pending else 0)
+                if ctx.get(dut.acc_wr.valid):
+                    mem[ctx.get(dut.acc_wr.payload.addr)] = ctx.get(dut.acc_wr.payload.data)
+                if pending and ctx.get(dut.acc_rdata.ready):
+                    pending.pop(0)
+                if ctx.get(dut.acc_rd.valid):
+                    pending.append(mem[ctx.get(dut.acc_rd.payload.addr)])
+                uo = dut.reduce.unit.op
+                if ctx.get(uo.valid) and ctx.get(uo.ready):
+                    ops.append(ctx.get(uo.payload.kind))
+                if ctx.get(dut.reduced.valid):
+                    o = dut.reduced.payload
+                    reduced.append((ctx.get(o.src_node), ctx.get(o.src_rank), ctx.get(o.token),
+                                    ctx.get(o.parts), ctx.get(o.chunk), ctx.get(o.data)))
+                if beats and ctx.get(dut.partial.ready):
+                    beats -= 1
                 await ctx.tick()
+            ctx.set(dut.partial.valid, 0)
+            assert beats == 0, "the partial row was not taken"
+
+        for token in (2, 3):
+            await cycles(60, token)
         await csr_write(ctx, dut, "RED_CTRL", 1)
-        for _ in range(2 * dut.reduce.depth + 8):
-            if ctx.get(dut.sum_op.valid):
-                ops.append(ctx.get(dut.sum_op.payload.kind))
-            await ctx.tick()
+        await cycles(3 * dut.reduce.unit.depth + 60)
+        got["reduced"] = reduced
+        got["mem"] = sorted(mem)
         got["ops"] = ops
         names = [("RELAY_ROWS", 0), ("RELAY_LOCAL", 0), ("FWD_ROWS", 0), ("FWD_ROWS", 3), ("FWD_ROWS", 1),
                  ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)), ("RELAY_OVERFLOW", 0), ("RED_ROWS", 0),
-                 ("RED_OPEN", 0), ("RED_INCOMPLETE", 0), ("RED_DROPS", int(ReduceReason.BAD_PARTIAL))]
+                 ("RED_OPEN", 0), ("RED_INCOMPLETE", 0), ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)),
+                 ("RED_ACC_READS", 0), ("RED_ACC_WRITES", 0), ("RED_ACC_BASE", 0)]
         for name, i in names:
             got[(name, i)] = await csr_read(ctx, dut, name, i)
         got["ports"] = (ctx.get(dut.relay_rows), ctx.get(dut.relay_local), ctx.get(dut.fwd_rows[0]))
@@ -529,10 +561,18 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
     sim.run()
     assert got.pop("ports") == (1, 1, 1)
     assert got.pop("ops") == [Op.WRITE, Op.FLUSH]
+    # the flushed sum: one row from (node 1, rank 1), token 2, one part in, each element the
+    # part's 1.0 times slot 1's weight; its accumulator row written at RED_ACC_BASE
+    # (record: token 2 of the one other node) and read back
+    assert cfg.data_bits == 16                  # (an element a chunk: 1.0 x w is w, exact)
+    assert got.pop("reduced") == [(1, 1, 2, 1, c, entry_weight(2, 1)) for c in range(cfg.chunks_per_row)]
+    row = ACC_BASE + 2 * 2 * cfg.row_bytes
+    assert got.pop("mem") == [row + 2 * cfg.chunk_bytes * c for c in range(cfg.chunks_per_row)]
     assert got == {("RELAY_ROWS", 0): 1, ("RELAY_LOCAL", 0): 1, ("FWD_ROWS", 0): 1, ("FWD_ROWS", 3): 1,
                    ("FWD_ROWS", 1): 0, ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)): 1,
                    ("RELAY_OVERFLOW", 0): 0, ("RED_ROWS", 0): 1, ("RED_OPEN", 0): 0,
-                   ("RED_INCOMPLETE", 0): 1, ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)): 1}, got
+                   ("RED_INCOMPLETE", 0): 1, ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)): 1,
+                   ("RED_ACC_READS", 0): 1, ("RED_ACC_WRITES", 0): 1, ("RED_ACC_BASE", 0): ACC_BASE}, got
 
 
 @pytest.mark.slow

@@ -169,7 +169,8 @@ def reduce_path_sim(case: str, seed: int, rows: int = 70, cls=None) -> dict:
         word = 4 * ELEMENTS                             # bytes of an accumulator word
         assert (mem.reads * word, mem.writes * word) == (model.hbm_read_bytes, model.hbm_write_bytes), \
             f"seed {seed}: accumulator words read/written {mem.reads}/{mem.writes}"
-        assert (ctx.get(dut.acc_reads), ctx.get(dut.acc_writes)) == (mem.reads, mem.writes), seed
+        assert (ctx.get(dut.acc_reads) * CHUNKS, ctx.get(dut.acc_writes) * CHUNKS) == (mem.reads, mem.writes), seed
+        assert (ctx.get(dut.acc_reads), ctx.get(dut.acc_writes)) == (model.rows_read, model.rows_written), seed
         assert (ctx.get(dut.red_rows), ctx.get(dut.red_open), ctx.get(dut.red_incomplete),
                 [ctx.get(d) for d in dut.drops]) == \
             (len(model.out), len(model.acc), model.incomplete, model.drops()), seed

@@ -373,12 +373,12 @@ def check_reduce(L, rcfg, g: int, rows, ps) -> dict:
         raise RelayDisagrees(f"relay GPU {g}: reduced row {first}: RTL {red['rows'][first:first + 1]}, "
                              f"model {red['model_rows'][first:first + 1]}")
     row_bytes = 4 * L.model.hidden                     # an FP32 accumulator row of the layer
-    rtl_bytes = (red["acc_reads"] + red["acc_writes"]) // LOOP_CHUNKS * row_bytes
+    rtl_bytes = (red["acc_reads"] + red["acc_writes"]) * row_bytes
     cosim_bytes = sum(reduce_hbm_bytes(k, L.model.hidden) for k in sums.values())
     if rtl_bytes != cosim_bytes:
         raise RelayDisagrees(f"relay GPU {g}: the reduce's accumulators moved {rtl_bytes:,} HBM bytes "
-                             f"in RTL ({red['acc_reads']} reads, {red['acc_writes']} writes of "
-                             f"{LOOP_CHUNKS}-chunk rows), the co-simulation counts {cosim_bytes:,}")
+                             f"in RTL ({red['acc_reads']} accumulator rows read, {red['acc_writes']} "
+                             f"written), the co-simulation counts {cosim_bytes:,}")
     return {"partial_rows": len(ps), "reduced_rows": red["red_rows"], "reduce_cycles": red["cycles"],
             "reduce_hbm_bytes": rtl_bytes}
 

@@ -119,20 +119,20 @@ class MoEHub(wiring.Component):
     @classmethod
     def _relay_ports(cls, cfg: HubConfig) -> dict:
         """(Protocol v3) ``relay_status`` in (the relay's counters, read through the CSR bank)
-        and ``relay_place`` out (NODE_ID and LOCAL_RANK as software wrote them, the
-        RED_CTRL.RED_FLUSH strobe)."""
+        and ``relay_place`` out (NODE_ID, LOCAL_RANK and RED_ACC_BASE as software wrote
+        them, the RED_CTRL.RED_FLUSH strobe)."""
         if not cfg.relay:
             return {}
         return {"relay_status": In(cls.relay_status_layout(cfg)),
                 "relay_place": Out(data.StructLayout({"node": cfg.node_bits, "rank": cfg.gpu_bits,
-                                                      "red_flush": 1}))}
+                                                      "acc_base": cfg.addr_bits, "red_flush": 1}))}
 
     def elaborate(self, platform):
         m = Module()
         cfg, L = self.cfg, self.cfg.lanes
         m.submodules.pm = pm = PacketManager(cfg)
         m.submodules.alloc = alloc = MulticastAllocatorAdmitted(cfg) if cfg.multicast else AddressAllocator(cfg)
-        m.submodules.events = events = EventQueue(self.lay.event, L, cfg.event_queue_depth)
+        m.submodules.events = events = EventQueue(self.lay.event, L, cfg.event_queue_depth, take_copies(cfg))
         m.submodules.credits = credits = EventQueue(self.lay.credit, L, cfg.credit_queue_depth)
         m.submodules.tracker = tr = AvailabilityTracker(cfg)
         m.submodules.csr = csr = CsrBank(cfg)
@@ -191,14 +191,14 @@ class MoEHub(wiring.Component):
 
     def _relay_registers(self, m, csr):
         """(Protocol v3) the relay registers: its counters into the CSR bank's read-only
-        inputs, NODE_ID and LOCAL_RANK out to the relay."""
+        inputs, NODE_ID, LOCAL_RANK and RED_ACC_BASE out to the relay."""
         for r in relay_status_registers(self.cfg):
             name = r.name.lower()
             src, dst = getattr(self.relay_status, name), getattr(csr, name)
             for i in range(r.count):
                 m.d.comb += (dst[i].eq(src[i]) if r.array else dst.eq(src))
         m.d.comb += [self.relay_place.node.eq(csr.node_id), self.relay_place.rank.eq(csr.local_rank),
-                     self.relay_place.red_flush.eq(csr.red_flush)]
+                     self.relay_place.acc_base.eq(csr.red_acc_base), self.relay_place.red_flush.eq(csr.red_flush)]
 
     def _multicast(self, m, pm, alloc, events, tr, csr):
         """(multicast) The requests' pre-rank to the allocator, its tight bit to the

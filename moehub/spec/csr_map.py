@@ -320,11 +320,17 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
         Register("RED_CTRL", 1, "wo", "the reduce's strobes", fields=(Field(
             "RED_FLUSH", 0, 1, "the combine's end: every sum still open is sent as it is (counted in "
             "RED_INCOMPLETE) and its record freed"),)),
+        Register("RED_ACC_BASE", cfg.addr_bits, "rw", "where the reduce's FP32 accumulator rows start in "
+                 "HBM: the sum of record r at + r x 2 row_bytes (written before the combine)"),
         _counter("RED_ROWS", "reduced rows sent back: one per (token, node), its sum final"),
         _counter("RED_OPEN", "accumulators open: (source, token) sums still waiting for partial rows"),
         _counter("RED_INCOMPLETE", "sums sent at a flush before all their partial rows came"),
         _counter("RED_DROPS", "reduce refusals per ReduceReason (see formats.ReduceReason): partial rows "
                  "dropped, opens that made no sum", len(ReduceReason)),
+        _counter("RED_ACC_READS", "accumulator rows read from HBM (a sum's middle and last parts, a "
+                 "flushed sum with a part in): 2 x row_bytes each"),
+        _counter("RED_ACC_WRITES", "accumulator rows written to HBM (a sum's first and middle parts): "
+                 "2 x row_bytes each"),
     ]
 
 

@@ -448,7 +448,8 @@ class RelayHubModel:
                 ("RELAY_ROWS", 0): self.relay_rows, ("RELAY_LOCAL", 0): self.relay_local,
                 ("FWD_WAIT", 0): self.fwd_wait(), ("FWD_IN", 0): self.fwd_in, ("RELAY_OVERFLOW", 0): 0,
                 ("RED_ROWS", 0): len(self.reduce.out), ("RED_OPEN", 0): len(self.reduce.acc),
-                ("RED_INCOMPLETE", 0): self.reduce.incomplete}
+                ("RED_INCOMPLETE", 0): self.reduce.incomplete,
+                ("RED_ACC_READS", 0): self.reduce.rows_read, ("RED_ACC_WRITES", 0): self.reduce.rows_written}
         regs.update({("FWD_ROWS", g): n for g, n in enumerate(self.fwd_rows)})
         regs.update({("RELAY_DROPS", int(r)): n for r, n in zip(RelayReason, self.relay_drops)})
         regs.update({("RED_DROPS", int(r)): n for r, n in zip(ReduceReason, self.reduce.drops())})
@@ -544,6 +545,8 @@ class ReduceModel:
         Refusals per :class:`~moehub.spec.formats.ReduceReason` (:meth:`drops`).
     hbm_read_bytes, hbm_write_bytes : int
         The accumulators' HBM traffic (FP32 rows).
+    rows_read, rows_written : int
+        The same in accumulator rows (the RED_ACC_READS and RED_ACC_WRITES registers).
     ops : list of (kind, (src, token), slot, parts)
         What the accumulator datapath did, in order: ``write`` (a first part: acc = w y),
         ``add`` (acc += w y), ``last`` (the final part: send acc + w y), ``only`` (a single
@@ -561,7 +564,7 @@ class ReduceModel:
         self.acc: dict = {}
         self.out: list = []
         self.incomplete = self.bad_partials = self.bad_opens = self.no_record = self.peak_open = 0
-        self.hbm_read_bytes = self.hbm_write_bytes = 0
+        self.hbm_read_bytes = self.hbm_write_bytes = self.rows_read = self.rows_written = 0
         self.ops: list = []
 
     def open(self, src: int, token: int, slots: tuple) -> None:
@@ -615,6 +618,7 @@ class ReduceModel:
             a["sum"] = term
         else:
             self.hbm_read_bytes += nbytes
+            self.rows_read += 1
             a["sum"] = (a["sum"] + term).astype(np.float32)
         a["seen"].add(slot)
         final = len(a["seen"]) == a["expect"]
@@ -623,6 +627,7 @@ class ReduceModel:
         if final:
             return self._send((src, token), a)
         self.hbm_write_bytes += nbytes
+        self.rows_written += 1
         return None
 
     def _send(self, key, a):
@@ -643,6 +648,7 @@ class ReduceModel:
             self.incomplete += 1
             if a["sum"] is not None:
                 self.hbm_read_bytes += 4 * a["sum"].size
+                self.rows_read += 1
             self.ops.append(("flush", key, None, len(a["seen"])))
             sent.append(self._send(key, a))
         return sent

@@ -12,6 +12,13 @@ rest in its node (reference model: :mod:`moehub.spec.relay`).
   row's verdict (an unknown source, bad targets), for the receiving hub's input.
 * :mod:`.reduce_unit` -- :class:`~.reduce_unit.ReduceUnit`: the reduce-on-combine's
   accumulate / finalise control (weights, expected parts, when a sum is final).
+* :mod:`.accumulate` -- :class:`~.accumulate.ReduceDatapath`: the FP32 weighted
+  accumulate and BF16 rounding, a chunk a beat.
+* :mod:`.reduce_engine` -- :class:`~.reduce_engine.ReduceEngine`: the unit's operations
+  carried out on the rows' data, the accumulators read and written in HBM in order.
+* :mod:`.reduce_path` -- :class:`~.reduce_path.ReducePath`: the reduce whole (unit,
+  engine, the partial rows' intake).
+* :mod:`.hub` -- :class:`~.hub.RelayControl` and :class:`~.hub.RelayHub`.
 
 How they attach to the hub (:class:`~moehub.rtl.hub.MoEHub`, not wired here): the packet
 manager opens a relay row's data into the pool (its own targets) or a staging area of

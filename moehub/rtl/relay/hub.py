@@ -10,11 +10,13 @@ control path beside it, as far as it attaches without changing the packet manage
                                          `--accepted--> OPEN_DEPTH FIFO --open--> (the reduce)
     fin --> ForwardCheck --> fin_bad_source / fin_bad_targets / fin_src   (a received forward row)
 
-    (RelayHub) open, sum_part --> ReduceUnit --sum_op--> (the accumulate datapath)
+    (RelayHub) open, partial --> ReducePath --reduced--> (the NIC: one row per (token, node))
+                                   acc_rd / acc_rdata / acc_wr <--> (HBM: the FP32 accumulators)
 
     MoEHub(cfg): i, wr, ctl, credit, csr, layer_done; and inside the top
       relay_status <-- the relay's and the reduce's counters (the CSR bank's relay registers)
-      relay_place  --> node, rank, red_flush (NODE_ID, LOCAL_RANK, RED_CTRL as software wrote them)
+      relay_place  --> node, rank, acc_base, red_flush (NODE_ID, LOCAL_RANK, RED_ACC_BASE,
+                       RED_CTRL as software wrote them)
 
 :class:`RelayControl` is the control path alone (the FIFO, :class:`~.forward_unit.ForwardUnit`,
 :class:`~.forward_check.ForwardCheck` and the relay counters); :class:`RelayHub` is
@@ -31,11 +33,14 @@ cycle it happens and added in the next: no verdict in front of a 32-bit incremen
 ``fwd_wait``, the held row's state, does not. In :class:`RelayHub` they are read through
 the hub's CSR bank (``MoEHub``'s ``relay_status``) and the relay's ``node``/``rank`` come
 from it (NODE_ID and LOCAL_RANK); :class:`RelayControl` alone has them as ports. The
-reduce unit sits beside them: each good relay row the forward unit takes opens its sum
-there (``open``, with the row's gate weights); its partial rows and operations are
-streams on the top (``sum_part``, ``sum_op``), its counters the RED_* registers, its flush
-the RED_CTRL.RED_FLUSH strobe (the combine's end, which software signals: the layer's
-FLUSH ends the dispatch). While the reduce cannot take opens (its clearing sweep after
+reduce-on-combine sits beside them (:class:`~.reduce_path.ReducePath`: the reduce unit,
+its engine, the accumulate datapath): each good relay row the forward unit takes opens its
+sum there (``open``, with the row's gate weights); the partial rows come in whole on
+``partial``, the FP32 accumulators are read and written in HBM over ``acc_rd``,
+``acc_rdata`` and ``acc_wr`` (from RED_ACC_BASE), each final sum leaves on ``reduced``
+(a row of BF16 chunks, with its source, token and parts); its counters are the RED_*
+registers, its flush the RED_CTRL.RED_FLUSH strobe (the combine's end, which software
+signals: the layer's FLUSH ends the dispatch). While the reduce cannot take opens (its clearing sweep after
 reset, a flush sweep), the forward unit waits with the rows in the row queue.
 ``relay_overflow`` (RELAY_OVERFLOW) counts rows that came while the FIFO was full -- a
 source that sent without an R credit; with the credits kept it stays 0 (the window bounds
@@ -46,8 +51,8 @@ relay-row staging (the rows' data in the pool or a ``relay_window``-row staging 
 the push into ``row`` once a row's first chunk is accepted), the multicast allocator's
 lane for ``local``, the NVLink egress DMA behind ``fwd``, the merge of ``rcredit`` into
 the hub's credit queue, ``fin`` fed from the target decode (and its forward credit
-returned), ``sum_part`` from the target decode of partial output rows, and the
-accumulate datapath behind ``sum_op``.
+returned), and ``partial`` fed from the target decode of partial output rows (a staging
+that hands the reduce each row whole, its chunks in order).
 """
 from types import SimpleNamespace
 
@@ -62,7 +67,7 @@ from ..hub import MoEHub
 from .forward_check import ForwardCheck
 from .forward_unit import ForwardUnit
 from .layouts import RelayLayouts
-from .reduce_unit import ReduceUnit
+from .reduce_path import ReducePath
 
 
 #: sums opened and not yet taken by the reduce a relay control path holds
@@ -194,12 +199,13 @@ class RelayControl(wiring.Component):
 
 class RelayHub(wiring.Component):
     """:class:`~moehub.rtl.hub.MoEHub` (its ports under their names) beside a
-    :class:`RelayControl` (its ports under theirs) and the reduce unit
-    (:class:`~.reduce_unit.ReduceUnit`, its ports under :data:`REDUCE_PORTS`' names): see
-    the module docstring. The relay's and the reduce's counters are read through the hub's
-    CSR bank (the relay registers); their node and rank come from it (NODE_ID,
-    LOCAL_RANK), and the reduce's flush from RED_CTRL.RED_FLUSH: those ports are inside,
-    not the top's.
+    :class:`RelayControl` (its ports under theirs) and the reduce-on-combine
+    (:class:`~.reduce_path.ReducePath`: the reduce unit, its engine and the accumulate
+    datapath; its ports under :data:`REDUCE_PORTS`' names): see the module docstring. The
+    relay's and the reduce's counters are read through the hub's CSR bank (the relay
+    registers); their node and rank come from it (NODE_ID, LOCAL_RANK), the reduce's
+    accumulators' base from RED_ACC_BASE and its flush from RED_CTRL.RED_FLUSH: those
+    ports are inside, not the top's.
 
     Parameters
     ----------
@@ -209,18 +215,20 @@ class RelayHub(wiring.Component):
 
     #: the hub's and the relay's ports wired to each other inside the top
     HUB_INNER, RELAY_INNER = ("relay_status", "relay_place"), ("node", "rank", "open")
-    #: the reduce unit's ports on the top: top name -> the unit's (its ``node`` and
-    #: ``flush`` are inside)
-    REDUCE_PORTS = {"sum_part": "part", "sum_op": "op", "red_rows": "red_rows",
-                    "red_open": "red_open", "red_incomplete": "red_incomplete", "red_drops": "drops",
-                    "red_sweeping": "sweeping", "red_clearing": "clearing"}
+    #: the reduce path's ports on the top: top name -> the path's (its ``node``, ``rank``,
+    #: ``acc_base`` and ``flush`` are inside): the partial rows in, the accumulators'
+    #: memory port, the reduced rows out
+    REDUCE_PORTS = {"partial": "partial", "acc_rd": "rd", "acc_rdata": "rdata", "acc_wr": "wr",
+                    "reduced": "out", "red_rows": "red_rows", "red_open": "red_open",
+                    "red_incomplete": "red_incomplete", "red_drops": "drops", "red_sweeping": "sweeping",
+                    "red_clearing": "clearing", "red_busy": "busy"}
 
     def __init__(self, cfg: HubConfig):
         _refuse(self, cfg, "a relay hub")
         self.cfg = cfg
         self.hub = MoEHub(cfg)
         self.relay = RelayControl(cfg)
-        self.reduce = ReduceUnit(cfg)
+        self.reduce = ReducePath(cfg)
         hub_out = self._outer(self.hub, self.HUB_INNER)
         relay_out = self._outer(self.relay, self.RELAY_INNER)
         red = self.reduce.signature.members
@@ -252,15 +260,17 @@ class RelayHub(wiring.Component):
         self._pass(m, relay, {k: k for k in self._outer(relay, self.RELAY_INNER)})
         self._pass(m, red, self.REDUCE_PORTS)
         # the relay registers: the relay's and the reduce's counters into the hub's CSR
-        # bank; NODE_ID, LOCAL_RANK and RED_CTRL.RED_FLUSH out of it
+        # bank; NODE_ID, LOCAL_RANK, RED_ACC_BASE and RED_CTRL.RED_FLUSH out of it
         st, place = hub.relay_status, hub.relay_place
         m.d.comb += [st.relay_rows.eq(relay.relay_rows), st.relay_local.eq(relay.relay_local),
                      st.fwd_wait.eq(relay.fwd_wait), st.fwd_in.eq(relay.fwd_in),
                      st.relay_overflow.eq(relay.relay_overflow),
                      st.red_rows.eq(red.red_rows), st.red_open.eq(red.red_open),
                      st.red_incomplete.eq(red.red_incomplete),
+                     st.red_acc_reads.eq(red.acc_reads), st.red_acc_writes.eq(red.acc_writes),
                      relay.node.eq(place.node), relay.rank.eq(place.rank),
-                     red.node.eq(place.node), red.flush.eq(place.red_flush)]
+                     red.node.eq(place.node), red.rank.eq(place.rank), red.acc_base.eq(place.acc_base),
+                     red.flush.eq(place.red_flush)]
         wiring.connect(m, relay.open, red.open)
         m.d.comb += [st.fwd_rows[g].eq(relay.fwd_rows[g]) for g in range(self.cfg.node_gpus)]
         m.d.comb += [st.relay_drops[i].eq(relay.relay_drops[i]) for i in range(len(RelayReason))]

@@ -41,7 +41,8 @@ writes of the later ops, so no write overtakes a read it must follow.
 Rate: a chunk a cycle while the memory keeps up, plus a cycle between ops; at most
 :data:`CONTEXTS` chunks between their read and the datapath (what hides the memory's
 latency) and :data:`OPS_IN_FLIGHT` ops in flight. The counters (``acc_reads``,
-``acc_writes``: memory words; ``rows_out``: reduced rows) lag their events by a cycle.
+``acc_writes``: accumulator rows, the RED_ACC_READS and RED_ACC_WRITES registers, each
+counted at its last chunk; ``rows_out``: reduced rows) lag their events by a cycle.
 """
 from amaranth import Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
@@ -106,6 +107,7 @@ class ReduceEngine(wiring.Component):
     out : Out(stream): src_node, src_rank, token, parts, chunk, data (16 x elements bits)
         The reduced rows, chunk by chunk.
     acc_reads, acc_writes, rows_out : Out(32)
+        Accumulator rows read and written, reduced rows sent (a cycle late).
     busy : Out(1)
         An op is in flight.
     """
@@ -188,11 +190,18 @@ class ReduceEngine(wiring.Component):
         cur = Signal(lay["context"], name="issue")           # the op being issued, at its chunk
         active = Signal(name="issue_active")
         take = Signal(name="op_take")
-        m.d.comb += [op.ready.eq(~active & ~flight["hazard"] & flight["room"]),
+        # (the head op's accumulator row offset, registered: the constant multiply and the
+        # base's add in one cycle before the take were 29.6 FO4. ``fresh``: the offset is
+        # the head's -- the head was there last cycle and was not taken)
+        row_off = Signal(self.cfg.addr_bits, name="row_offset")
+        fresh = Signal(name="row_offset_fresh")
+        m.d.sync += [row_off.eq(times_const(op.payload.index, self.acc_row_bytes)[:self.cfg.addr_bits]),
+                     fresh.eq(op.valid & ~op.ready)]
+        m.d.comb += [op.ready.eq(~active & fresh & ~flight["hazard"] & flight["room"]),
                      take.eq(op.valid & op.ready), flight["push"].eq(take)]
         o = op.payload
         with m.If(take):
-            row = (self.acc_base + times_const(o.index, self.acc_row_bytes))[:self.cfg.addr_bits]
+            row = (self.acc_base + row_off)[:self.cfg.addr_bits]
             m.d.sync += [active.eq(1), cur.kind.eq(o.kind), cur.weight.eq(o.weight), cur.index.eq(o.index),
                          cur.parts.eq(o.parts), cur.chunk.eq(0), cur.addr.eq(row),
                          cur.read.eq(_reads(o.kind, o.parts)), cur.last.eq(self.chunks == 1)]
@@ -206,7 +215,7 @@ class ReduceEngine(wiring.Component):
             with m.If(cur.last):
                 m.d.sync += active.eq(0)
         ev = Signal(name="ev_acc_read")
-        m.d.sync += [ev.eq(self.rd.valid & self.rd.ready), self.acc_reads.eq(self.acc_reads + ev)]
+        m.d.sync += [ev.eq(self.rd.valid & self.rd.ready & cur.last), self.acc_reads.eq(self.acc_reads + ev)]
 
     # ------------------------------------------------------------------ JOIN
     def _join(self, m, ctx, inside, dp):
@@ -245,7 +254,7 @@ class ReduceEngine(wiring.Component):
                      o.token.eq(s.index[:span_bits]), o.parts.eq(s.parts), o.chunk.eq(s.chunk),
                      o.data.eq(dp.o.payload.row)]
         ev_w, ev_row = Signal(name="ev_acc_write"), Signal(name="ev_row_out")
-        m.d.sync += [ev_w.eq(self.wr.valid & self.wr.ready), ev_row.eq(self.out.valid & self.out.ready & s.last),
+        m.d.sync += [ev_w.eq(self.wr.valid & self.wr.ready & s.last), ev_row.eq(self.out.valid & self.out.ready & s.last),
                      self.acc_writes.eq(self.acc_writes + ev_w), self.rows_out.eq(self.rows_out + ev_row)]
 
 

@@ -11,11 +11,11 @@ row per (token, node) out, the accumulators in HBM.
 
 The intake hands a partial row's header (its source node, token and top-k slot) to the
 :class:`~.reduce_unit.ReduceUnit` with the row's first chunk, and learns the unit's
-verdict the cycle after it took the header: an ``op`` (the part is taken: the row's
-chunks go on to the :class:`~.reduce_engine.ReduceEngine` as the op's ``y``) or
-``part_refused`` (``BAD_PARTIAL``, counted by the unit: the row's chunks are dropped, so
-no other row's sum sees them). The next row's header waits until this row's chunks have
-all gone, so the engine's ops and rows pair up in order.
+verdict two cycles after it took the header (the unit reads the sum's record): an ``op``
+(the part is taken: the row's chunks go on to the :class:`~.reduce_engine.ReduceEngine`
+as the op's ``y``) or ``part_refused`` (``BAD_PARTIAL``, counted by the unit: the row's
+chunks are dropped, so no other row's sum sees them). The next row's header waits until
+this row's chunks have all gone, so the engine's ops and rows pair up in order.
 
 Contract of ``partial`` (what the packet manager's staging of partial rows must give it,
 not built yet): each partial row whole, its ``chunks`` chunks in order, one after the

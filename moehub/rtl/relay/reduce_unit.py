@@ -8,7 +8,7 @@ One *record* per sum, at index (the source's node among the other nodes, token) 
 relay serves the remote GPUs of its own local rank, so the node and token name the sum:
 open, the top-k slots expected (a bit each), the slots in, and the BF16 gate weight of
 each slot. Operations, one at a time,
-each a read of the record and (a cycle later) its write:
+each a read of the record, registered, and (two cycles after the read) its write:
 
 * ``open`` (a relay row accepted, from the forward unit's row): a record for the row's
   slots and weights; a sum already open is refused (``OPEN_TWICE``), the record kept; a
@@ -37,8 +37,9 @@ reduce_tokens`` of them, an SRAM (:func:`~moehub.spec.relay.record_table_bits`: 
 for 2 nodes at 4096 tokens per GPU, 4.2 Mbit for 8).
 After reset a clearing sweep writes every record closed (``reduce_records`` cycles: an
 SRAM macro powers up with anything), and only then takes operations.
-Rate: one operation per two cycles (no read-after-write hazard to forward), against a
-partial row of ``row_bytes / chunk_bytes`` chunks (hundreds of cycles): never the limit.
+Rate: one operation per three cycles (no read-after-write hazard to forward), against a
+partial row of ``row_bytes / chunk_bytes`` chunks (hundreds of cycles): never the limit;
+a flush sweep takes three cycles a record.
 """
 import enum
 
@@ -86,8 +87,9 @@ class ReduceUnit(wiring.Component):
     drops : Out(32).array(len(ReduceReason))
         Refusals per :class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers).
     part_refused : Out(1)
-        The part taken the cycle before was refused (a pulse, the cycle its ``BAD_PARTIAL`` is
-        counted): it makes no ``op``, and whoever holds its row's data drops it.
+        The part taken two cycles before was refused (a pulse, the cycle its
+        ``BAD_PARTIAL`` is counted): it makes no ``op``, and whoever holds its row's data
+        drops it.
     clearing : Out(1)
         The clearing sweep after reset (``reduce_records`` cycles, one record written
         closed a cycle; nothing is taken until it ends).
@@ -141,7 +143,13 @@ class ReduceUnit(wiring.Component):
         T, K = cfg.relay_targets, cfg.topk
         m.submodules.mem = mem = Memory(shape=self.record, depth=self.depth, init=[data.Const(self.record, v) for v in self.power_up])
         rd, wr = mem.read_port(), mem.write_port()
-        rec = data.View(self.record, rd.data)
+        # (the record read is registered before any logic uses it: from the SRAM's read
+        # data through the parts' popcount into the op was the unit's deepest path, 21.0
+        # FO4, and 22.7 into a register behind it -- ABC, which does not see the macro's
+        # access time, builds the popcount as a chain; an operation takes a cycle more)
+        rec_q = Signal(self.record, name="record_read")
+        m.d.sync += rec_q.eq(rd.data)
+        rec = rec_q
 
         n_rows, n_open, n_inc = Signal(32, name="n_rows"), Signal(32, name="n_open"), Signal(32, name="n_inc")
         n_badp, n_bado = Signal(32, name="n_bad_partials"), Signal(32, name="n_bad_opens")
@@ -160,7 +168,8 @@ class ReduceUnit(wiring.Component):
         with m.If(self.flush):
             m.d.sync += flush_req.eq(1)
         # (the read address is the next operation's index in the cycle it is taken: the
-        # record is on rd.data in the cycle after, DO; otherwise the index held)
+        # record is on rd.data in the cycle after, READ, and in record_read in DO;
+        # otherwise the index held)
         m.d.comb += [rd.addr.eq(index), wr.addr.eq(index), rd.en.eq(1)]
 
         # the new record of an open: the expected slots and their weights
@@ -197,14 +206,16 @@ class ReduceUnit(wiring.Component):
                     m.d.comb += rd.addr.eq(at)
                     m.d.sync += [index.eq(at), o.eq(self.open.payload), is_open.eq(1),
                                  placed.eq(self._has_record(self.open.payload.src_node, self.open.payload.token))]
-                    m.next = "DO"
+                    m.next = "READ"
                 with m.Elif(self.part.valid):
                     at = self._index(self.part.payload.src_node, self.part.payload.token)
                     m.d.comb += rd.addr.eq(at)
                     m.d.sync += [index.eq(at), slot.eq(self.part.payload.slot), is_open.eq(0),
                                  placed.eq(self._has_record(self.part.payload.src_node, self.part.payload.token))]
-                    m.next = "DO"
-            with m.State("DO"):                       # the record is on rd.data
+                    m.next = "READ"
+            with m.State("READ"):                     # the record is on rd.data
+                m.next = "DO"
+            with m.State("DO"):                       # ... and in record_read
                 with m.If(is_open & ~placed):
                     m.d.sync += n_norec.eq(n_norec + 1)
                     m.next = "IDLE"
@@ -233,8 +244,11 @@ class ReduceUnit(wiring.Component):
                         m.next = "IDLE"
             with m.State("SWEEP"):                    # the record at index is read
                 m.d.comb += self.sweeping.eq(1)
+                m.next = "SWEEP_READ"
+            with m.State("SWEEP_READ"):               # ... on rd.data
+                m.d.comb += self.sweeping.eq(1)
                 m.next = "SWEEP_DO"
-            with m.State("SWEEP_DO"):                 # ... and on rd.data
+            with m.State("SWEEP_DO"):                 # ... and in record_read
                 m.d.comb += self.sweeping.eq(1)
                 with m.If(rec.open):
                     m.d.comb += [self.op.valid.eq(1), op.index.eq(index), op.kind.eq(Op.FLUSH),
