@@ -182,6 +182,17 @@ def test_broken_queue_fails():
     _fails(r, "chosen entry")
 
 
+
+def test_queue_whose_halves_read_copies_keeps_its_properties(tmp_path):
+    """A multicast hub's event queue: the takes of each half of the entries read a copy of
+    the push's valid and rank bits of their own (the producer's copies hold its registers'
+    values). Every property holds unbounded (k-induction, k = 1, with the invariants), on
+    the reduced queue of ``queue-small``."""
+    from amaranth.lib import data
+    from moehub.verif.formal.queue import QueueHarness
+    h = QueueHarness(data.StructLayout({"v": 2}), 4, 8, take_copies=2)
+    assert run_harness("queue-small-halves", h, "prove", 1, out=tmp_path).status == "PASS"
+
 TRACKER_PLANTS = [("flag-one-early", 16, False), ("clear-skips-first", 15, False), ("no-forwarding", 18, True)]
 
 

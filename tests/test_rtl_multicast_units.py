@@ -525,3 +525,31 @@ def test_event_expander_hands_out_each_target_once_in_order():
     got, popped = _expand(_random_row_events(MC3, rng, 50, targets=1), 1.0, 1.0, rng)
     # (popped in cycle k, held from k + 1, in the output register from k + 2)
     assert [g[-1] for g in got] == list(range(2, 52)) and popped == list(range(50)), (got[:3], popped[:3])
+
+
+def test_event_take_copies_are_not_merged_by_synthesis():
+    """A multicast hub's packet manager registers B's event valid and rank bits once more
+    for the second half of the event queue's entries (``take_copies``: an inverted copy),
+    so that each register drives half the entries' takes: the fan-out over all of them
+    was the deepest path of the multicast hubs on ASAP7. Yosys merges flops whose next
+    state and reset value agree (``opt_merge``); after it the inverted copies still have
+    flops of their own, no bit shared with the plain copies or with B's registers (lane
+    0's rank bit among them: a constant loaded at reset, merged with every such flop)."""
+    import json
+    from amaranth.back import rtlil
+    from amaranth._toolchain.yosys import find_yosys
+    from moehub.rtl.interfaces import take_copies
+    from moehub.rtl.packet_manager import PacketManager
+    cfg = load_hub_config("tests/data/tiny-multicast.yaml")
+    assert take_copies(cfg) == 2 and take_copies(TINY) == 1
+    il = rtlil.convert(PacketManager(cfg), name="pm")
+    script = "\n".join([f"read_rtlil <<rtlil\n{il}\nrtlil", "proc", "opt_clean",
+                        "opt_merge -share_all", "opt_clean", "write_json"])
+    out = find_yosys(lambda ver: ver >= (0, 40)).run(["-q", "-"], script, ignore_warnings=True)
+    nets = json.loads(out[out.index("{"):])["modules"]["pm"]["netnames"]
+    b_regs = {bit for j in range(cfg.lanes) for bit in nets[f"b{j}"]["bits"]}
+    for name in ["b_ev_valid_copy"] + [f"b_ev_rank{j}_copy" for j in range(1, cfg.lanes)]:
+        plain, inverted = (set(nets[f"{name}{c}"]["bits"]) for c in (0, 1))
+        assert not plain & inverted, f"{name}1 merged with {name}0"
+        assert not inverted & b_regs, f"{name}1 merged with B's registers"
+    assert not set(nets["b_ev_rank0_copy1"]["bits"]) & b_regs, "lane 0's rank copy merged with B's registers"

@@ -1,6 +1,7 @@
 """Amaranth-simulator unit tests of the small RTL blocks (fast, no Icarus)."""
 import random
 
+import pytest
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
@@ -17,9 +18,12 @@ def _run(dut, *benches):
     sim.run()
 
 
-def test_event_queue_keeps_slot_order_and_never_overflows():
+@pytest.mark.parametrize("copies", [1, 2])
+def test_event_queue_keeps_slot_order_and_never_overflows(copies):
+    """(``copies``: the takes of each half of the entries read a copy of the valid and
+    rank bits of their own, as a multicast hub's event queue's groups do)"""
     layout = data.StructLayout({"v": 8})
-    q = EventQueue(layout, push_slots=4, depth=8)
+    q = EventQueue(layout, push_slots=4, depth=8, take_copies=copies)
     rng = random.Random(3)
     sent, got = [], []
     counter = iter(range(10_000))
@@ -41,6 +45,11 @@ def test_event_queue_keeps_slot_order_and_never_overflows():
                     mask |= 1 << i
             ctx.set(q.push.count, 1 << sum(valid))
             ctx.set(q.push.valid, mask)
+            if copies > 1:                                  # (the producer's copies, per group)
+                for g in range(copies):
+                    ctx.set(q.push.take_valid[g], mask)
+                    for i in range(4):
+                        ctx.set(q.push.take_rank[g][i], 1 << sum(valid[:i]))
             await ctx.tick()
         ctx.set(q.push.valid, 0)
         for _ in range(20):

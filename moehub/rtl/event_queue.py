@@ -27,36 +27,51 @@ class EventQueue(wiring.Component):
         Entries that can be pushed in one cycle.
     depth : int
         Entries (a power of two, >= push_slots).
+    take_copies : int
+        Groups of entries whose takes read a copy of the push's valid and rank bits of
+        their own (``push.take_valid``, ``push.take_rank``; :func:`~.interfaces.take_copies`);
+        1: every take reads ``push.valid`` and ``push.rank``.
 
     Attributes
     ----------
-    push : In(queue_push_signature(layout, push_slots))
+    push : In(queue_push_signature(layout, push_slots, take_copies))
         Entries in (valid, data), and what the producer counts (pop, empty).
     o : Out(stream.Signature(layout))
         Entries in order.
     """
 
-    def __init__(self, layout, push_slots: int, depth: int):
+    def __init__(self, layout, push_slots: int, depth: int, take_copies: int = 1):
         if push_slots < 1:
             raise ValueError(f"push_slots = {push_slots}: must be >= 1")
         if depth < push_slots or depth & (depth - 1):
             raise ValueError(f"depth = {depth}: must be a power of two >= push_slots ({push_slots})")
-        self.layout, self.push_slots, self.depth = layout, push_slots, depth
+        if take_copies < 1 or depth % take_copies:
+            raise ValueError(f"take_copies = {take_copies}: must divide depth ({depth})")
+        self.layout, self.push_slots, self.depth, self.take_copies = layout, push_slots, depth, take_copies
         super().__init__({
-            "push": In(queue_push_signature(layout, push_slots)),
+            "push": In(queue_push_signature(layout, push_slots, take_copies)),
             "o": Out(stream.Signature(layout)),
         })
 
-    def _compact(self, m, store, at, rank):
+    def _take_bits(self, k):
+        """The valid and rank bits entry ``k``'s take reads: the push's own, or the copy of
+        the entry's group."""
+        if self.take_copies == 1:
+            return self.push.valid, self.push.rank
+        g = k // (self.depth // self.take_copies)
+        return self.push.take_valid[g], self.push.take_rank[g]
+
+    def _compact(self, m, store, at):
         """Slot i goes to entry wp + (number of valid slots before i): compaction keeps
         order. Written per entry: entry k takes the slot whose rank r (a one-hot) has
         wp = k - r, a bit of the write pointer ``at`` (a one-hot register) -- AND-OR selects
         only, no subtraction, compare or decoder after the ranks."""
         n = self.push_slots
         for k in range(self.depth):
+            valid, rank = self._take_bits(k)
             take = [Signal(name=f"take{k}_{i}") for i in range(n)]
             for i in range(n):
-                m.d.comb += take[i].eq(self.push.valid[i] & Cat(
+                m.d.comb += take[i].eq(valid[i] & Cat(
                     rank[i][r] & at[(k - r) % len(at)] for r in range(i + 1)).any())
             data = select([(take[i], self.push.data[i].as_value()) for i in range(n)], self.layout)
             with m.If(Cat(*take).any()):
@@ -101,7 +116,7 @@ class EventQueue(wiring.Component):
         # (the write pointer: a one-hot register, rotated by the count pushed)
         at = Signal(1 << aw, init=1, name="wp_oh")
         m.d.sync += at.eq(select([(n_push[c], at.rotate_left(c)) for c in range(n + 1)], len(at)))
-        self._compact(m, store, at, rank)
+        self._compact(m, store, at)
         # (every sum formed from registers, the counts only choose; the pop last)
         m.d.sync += [
             level.eq(Mux(do_pop, select([(n_push[c], level + c - 1) for c in range(n + 1)], level.shape()),

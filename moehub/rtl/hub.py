@@ -40,6 +40,7 @@ from ..spec.csr_map import (MAX_SOURCES, CsrMap, STATUS_ARMED, STATUS_CLEARING, 
                              STATUS_SWEEPING, relay_status_registers)
 from .event_expander import EventExpander
 from .event_queue import EventQueue
+from .interfaces import take_copies
 from .layouts import HubLayouts, csr_bus_signature, paged
 from .multicast_allocator import CNT_DEAD_COPIES, MulticastAllocatorAdmitted
 from .packet_manager import PacketManager

@@ -55,7 +55,32 @@ def allocation_signature(cfg: HubConfig) -> wiring.Signature:
     })
 
 
-def queue_push_signature(layout, slots: int) -> wiring.Signature:
+#: Copies of the push's valid and rank bits on a multicast hub (:func:`take_copies`): the
+#: register and one copy, each read by the takes of half the entries. Synthesis keeps a
+#: copy apart only where its next state or reset value differs (``opt_merge``); the one
+#: copy that holds the register's value in every cycle, after any reset, is the inverted
+#: one (:func:`moehub.rtl.logic.register_copies` with ``zero_at_reset``) -- a copy reset
+#: to ones would read 1 in the cycle after reset and equal the register only from reset
+#: on, not in every state of the register-by-register equivalence proof.
+TAKE_COPIES = 2
+
+
+def take_copies(cfg: HubConfig) -> int:
+    """How many copies of the push's valid and rank registers the packet manager keeps for
+    the takes of the event queue: :data:`TAKE_COPIES` on a multicast hub, else 1 (the
+    registers themselves, no copy).
+
+    Why only multicast: each entry's take selects the event it stores, so it drives one
+    select per event bit behind a buffer tree of its own; and each valid and rank bit
+    drives the take of every entry, a second tree in front of it. The multicast event
+    carries its targets' experts, rows and slots (232 bits at deepseek-v3-8gpu with every
+    protocol-v2 feature, against 47 for the protocol-v1 hub), and the two trees made the
+    queue's take the deepest path of those hubs on ASAP7. A narrow event (at most 69 bits
+    on any shipped hub without multicast) needs no copy, and those hubs keep their gates."""
+    return TAKE_COPIES if cfg.multicast else 1
+
+
+def queue_push_signature(layout, slots: int, copies: int = 1) -> wiring.Signature:
     """Up to ``slots`` entries pushed per cycle into an :class:`EventQueue`, in slot order.
 
     The producer reserves room itself (it counts ``pop``), so there is no ready. It also
@@ -70,10 +95,21 @@ def queue_push_signature(layout, slots: int) -> wiring.Signature:
     count : Out(slots + 1)                bit c: c slots are valid (a one-hot: bit 0 when none)
     pop : In(1)                           an entry left the queue this cycle
     empty : In(1)                         the queue holds nothing
+
+    With ``copies`` > 1 (:func:`take_copies`), the same bits once per group of entries,
+    each from registers of its own, for the takes of group g's entries only (the queue's
+    entries in ``copies`` equal groups, in order):
+
+    take_valid : Out(slots).array(copies)              ``valid``
+    take_rank : Out(slots).array(slots).array(copies)  ``rank``
     """
+    copied = {}
+    if copies > 1:
+        copied = {"take_valid": Out(slots).array(copies), "take_rank": Out(slots).array(slots).array(copies)}
     return wiring.Signature({
         "valid": Out(slots), "data": Out(layout).array(slots),
         "rank": Out(slots).array(slots), "count": Out(slots + 1), "pop": In(1), "empty": In(1),
+        **copied,
     })
 
 

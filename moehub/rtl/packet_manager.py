@@ -91,10 +91,10 @@ from .chunk_table import ChunkTable, onehot_mux
 from .eos_tracker import EosTracker, dist_shape
 from ..spec.formats import Reason, config_reasons
 from .interfaces import (layer_csr_signature, layer_handshake_signature, layer_status_signature,
-                         ordering_guard_signature, push_ranks, queue_push_signature)
+                         ordering_guard_signature, push_ranks, queue_push_signature, take_copies)
 from .layouts import HubLayouts
 from .logic import (SplitDifference, add_narrow, any_of as _any, count_binary, exactly, lane_bits as _lanes,
-                    newest_of, popcount, select, times_const)
+                    newest_of, popcount, register_copies, select, times_const)
 from .pm_features.counts import count_feature
 from .pm_features.rows import row_feature
 from .reservations import InputReservations
@@ -208,6 +208,8 @@ class PacketManager(wiring.Component):
         # the protocol-v2 variations, chosen once
         self.rows, self.counts = rows, counts = row_feature(self), count_feature(self)
         self.stages = StageLayouts(cfg, rows, counts)
+        #: copies of B's event valid and rank bits for the event queue's takes (1: none)
+        self.ev_copies = take_copies(cfg)
         L = cfg.lanes
         super().__init__({
             # (the property harness, verif/formal: two data lanes on one row in R read
@@ -215,7 +217,7 @@ class PacketManager(wiring.Component):
             **({"formal_open_split": Out(1)} if formal else {}),
             "i": In(stream.Signature(lay.packet)).array(L),
             "wr": Out(stream.Signature(lay.write)).array(L),
-            "ev": Out(queue_push_signature(lay.event, L)),
+            "ev": Out(queue_push_signature(lay.event, L, self.ev_copies)),
             "cr": Out(queue_push_signature(lay.credit, L)),
             "alloc": Out(rows.alloc_signature()),
             "region_base": In(cfg.addr_bits).array(cfg.experts),
@@ -771,6 +773,8 @@ class PacketManager(wiring.Component):
             rank, n = push_ranks(valid)
             m.d.sync += [getattr(b, field).eq(rank[j]) for j, b in enumerate(B)]
             m.d.sync += count.eq(n)
+        if self.ev_copies > 1:
+            self._event_take_copies(m, ev_valid)
         self.b_group = Signal(GROUP_BITS, name="b_group")
         m.d.sync += [self.group.eq(self.group + 1), self.b_group.eq(self.group)]
         # (counted here, so that the input reservations add registers only)
@@ -789,6 +793,29 @@ class PacketManager(wiring.Component):
                                          for j, al in enumerate(AL))),
             self.b_no_cr.eq(popcount(al.pv & ~al.comp for al in AL)),
         ]
+
+    def _event_take_copies(self, m, ev_valid):
+        """(Multicast: :func:`~.interfaces.take_copies`) B's event valid and rank bits for
+        the event queue's takes, once per half of its entries (``push.take_valid``,
+        ``push.take_rank``), registered from the same next values as B's by
+        :func:`~.logic.register_copies` (``zero_at_reset``: equal to B's in every cycle):
+        the first half reads the plain copy, which synthesis merges with B's register, the
+        second the inverted copy, which it keeps apart.
+
+        Lane 0's rank is 1 whenever its valid is (no slot comes before it), so B's register
+        of it is a constant loaded at reset, which synthesis merges with every such register
+        of the packet manager (a flop with hundreds of loads): both halves read its
+        inverted copy."""
+        n, L = self.ev_copies, self.cfg.lanes
+        rank, _ = push_ranks(ev_valid)
+        valid = register_copies(m, Cat(*ev_valid), n, "b_ev_valid_copy", zero_at_reset=True)
+        # (lane j's rank has j + 1 bits that can be set: the others are 0, no register)
+        ranks = [register_copies(m, rank[j][:j + 1], n, f"b_ev_rank{j}_copy", zero_at_reset=True)
+                 for j in range(L)]
+        ranks[0] = [ranks[0][1]] * n          # (lane 0: its plain copy is B's merged flop)
+        for g in range(n):
+            m.d.comb += self.ev.take_valid[g].eq(valid[g])
+            m.d.comb += [self.ev.take_rank[g][j].eq(ranks[j][g]) for j in range(L)]
 
     def _row_info_write(self, m):
         """RI's openers write their grant into the row-info table (at most one lane opens

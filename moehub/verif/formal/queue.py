@@ -45,8 +45,9 @@ from .common import Props, any_const, any_seq, count_ones, elaborate_into, reset
 class QueueHarness(Elaboratable):
     """An :class:`EventQueue` of ``layout``, ``slots`` and ``depth`` under its environment."""
 
-    def __init__(self, layout, slots: int, depth: int, dut_cls=EventQueue):
+    def __init__(self, layout, slots: int, depth: int, dut_cls=EventQueue, take_copies: int = 1):
         self.layout, self.slots, self.depth, self.dut_cls = layout, slots, depth, dut_cls
+        self.take_copies = take_copies
         self.messages = {}
 
     def elaborate(self, platform):
@@ -54,13 +55,17 @@ class QueueHarness(Elaboratable):
         n, depth = self.slots, self.depth
         p = Props(m)
         self.messages = p.messages
-        q = self.dut_cls(self.layout, n, depth)
+        q = self.dut_cls(self.layout, n, depth, **({"take_copies": self.take_copies} if self.take_copies > 1 else {}))
         regs = elaborate_into(m, "dut", q, platform)
         reset_first(m)
         valid = any_seq(m, n, "push_valid")
         rank, count = push_ranks(list(valid))
         m.d.comb += [q.push.valid.eq(valid), q.push.count.eq(count)]
         m.d.comb += [q.push.rank[i].eq(rank[i]) for i in range(n)]
+        if self.take_copies > 1:      # (each group's copies: the producer's registers' values)
+            for g in range(self.take_copies):
+                m.d.comb += [q.push.take_valid[g].eq(valid)]
+                m.d.comb += [q.push.take_rank[g][i].eq(rank[i]) for i in range(n)]
         for i in range(n):
             m.d.comb += q.push.data[i].eq(any_seq(m, q.push.data[i].shape(), f"push_data{i}"))
         m.d.comb += q.o.ready.eq(any_seq(m, 1, "o_ready"))
