@@ -1372,6 +1372,10 @@ def test_collect_and_render_the_equivalence_proofs(tmp_path):
             "induction (every cycle), 21,874 of 21,874 points; `mixtral-8gpu` against another revision: not proved (55,935 of "
             "57,708 points) |") in summary
     assert "`moehub equiv`): measured" not in summary
+    # (a build folder holding some of the proofs completes the record: the other rows stay)
+    (build / "mixtral-8gpu" / "result.json").unlink()
+    [path] = report.collect_equiv(tmp_path / "build", tmp_path / "records")
+    assert [r["config"] for r in report.read_record(path)["data"]["rows"]] == ["mixtral-8gpu", "tiny"]
 
 
 def test_collect_and_render_the_mutation_campaign(tmp_path):

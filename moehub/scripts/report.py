@@ -806,14 +806,16 @@ def collect_equiv(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/synth/equiv/<config>/result.json`` (``moehub equiv``:
     one config's proof against a revision, with its run's record, the load before it and
     the RTL sources' hash of the working tree it proved), one row per config; a result
-    written before proofs kept a run record is left out."""
+    written before proofs kept a run record is left out. The record's rows of other
+    configs stay (a build folder holding some proofs completes the record)."""
     return _record_summaries(
         "equiv", sorted(Path(build, "synth", "equiv").glob("*/result.json")),
         Path(records, "equiv.json"), "moehub equiv",
         "one row per config, each with its own run's command and commit, the load before it "
         "and the RTL sources' hash it proved (rtl_sha256); sources_sha256: the RTL at "
         "collection", "equiv", drop=("out", "unproven", "notes", "tool"),
-        from_run=("git", "started", "command"), last_command=True, digests=True, check=check)
+        from_run=("git", "started", "command"), last_command=True, digests=True, check=check,
+        keep=lambda r: r["config"])
 
 
 def collect_mutate(build: Path, records: Path) -> list:
