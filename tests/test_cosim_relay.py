@@ -353,7 +353,8 @@ def test_the_cosim_table_names_a_relay_gpu_in_rtl():
     RTL's line needs keys a relay summary has not)."""
     from moehub.cosim.experiment import relay_rtl_line
     line = relay_rtl_line({"gpu": 5, "unit": "relay", "relay_rows": 31, "relay_local": 13,
-                           "forward_rows": 52, "partial_rows": 133, "reduced_rows": 31, "sim_s": 3.37})
+                           "forward_rows": 52, "partial_rows": 133, "reduced_rows": 31,
+                           "reduce_hbm_bytes": 5849088, "sim_s": 5.21})
     assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows (13 with targets here, "
-                    "52 forwards); reduce: 133 partial rows into 31 sums; the same as the reference "
-                    "model and the routes, row for row, in 3.4 s")
+                    "52 forwards); reduce: 133 partial rows into 31 sums, 5.8 MB of accumulator "
+                    "traffic; the same as the reference model and the routes, row for row, in 5.2 s")

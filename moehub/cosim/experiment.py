@@ -293,7 +293,8 @@ def _write_files(er: ExperimentResult, out: Path, figure: bool) -> dict:
 def relay_rtl_line(c: dict) -> str:
     """The table's line of a relay GPU in RTL (:func:`.relay_rtl.check_relay_gpu`'s summary:
     it agreed, or the run would have stopped)."""
-    red = (f"; reduce: {c['partial_rows']:,} partial rows into {c['reduced_rows']:,} sums"
+    red = (f"; reduce: {c['partial_rows']:,} partial rows into {c['reduced_rows']:,} sums, "
+           f"{c['reduce_hbm_bytes'] / 1e6:.1f} MB of accumulator traffic"
            if "partial_rows" in c else "")
     return (f"GPU {c['gpu']} relay in RTL (Amaranth simulator): {c['relay_rows']:,} relay rows "
             f"({c['relay_local']:,} with targets here, {c['forward_rows']:,} forwards){red}; the same "

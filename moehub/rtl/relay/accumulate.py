@@ -35,18 +35,23 @@ STEPS = ("product", "product_sum", *ROUND, "order", "align", "add_lo", "add_hi",
 #: the steps a register follows (indexes into STEPS): every one but the product's expo --
 #: the 18-bit product's normalize fits in the same cycle (each other cut left out, one at
 #: a time, made the deepest stage 22-31 FO4 against 21.5: ``moehub synth-unit
-#: reduce_element``); the output is registered too
-CUTS = frozenset(range(len(STEPS) - 1)) - {STEPS.index("expo")}
+#: reduce_element``) -- the select included, so the output stage is the BF16 rounding
+#: alone (the select and the rounding in one stage, 21.5 FO4 alone, were 23.5 in the
+#: reduce path, ``moehub synth-unit reduce_path``); the output is registered too
+CUTS = frozenset(range(len(STEPS))) - {STEPS.index("expo")}
 #: cycles from a beat in to its result out (the output ready)
 LATENCY = len(CUTS) + 1
 
 
-def beat_layouts(elements: int) -> tuple:
-    """(in, out) payload layouts of a datapath of ``elements`` elements a beat."""
+def beat_layouts(elements: int, tag_bits: int = 0) -> tuple:
+    """(in, out) payload layouts of a datapath of ``elements`` elements a beat (with a
+    ``tag`` of ``tag_bits`` carried from a beat to its result, if any)."""
+    tag = {"tag": tag_bits} if tag_bits else {}
     beat_in = data.StructLayout({"kind": 3, "weight": WEIGHT_BITS,
-                                 "y": data.ArrayLayout(16, elements), "acc": data.ArrayLayout(32, elements)})
+                                 "y": data.ArrayLayout(16, elements), "acc": data.ArrayLayout(32, elements),
+                                 **tag})
     beat_out = data.StructLayout({"kind": 3, "acc": data.ArrayLayout(32, elements),
-                                  "row": data.ArrayLayout(16, elements)})
+                                  "row": data.ArrayLayout(16, elements), **tag})
     return beat_in, beat_out
 
 
@@ -56,17 +61,19 @@ class ReduceDatapath(wiring.Component):
     Attributes
     ----------
     i : In(stream): kind (:class:`~.reduce_unit.Op`), weight (BF16), y[elements] (BF16),
-        acc[elements] (FP32)
-    o : Out(stream): kind, acc[elements] (FP32: the new accumulator), row[elements] (BF16)
+        acc[elements] (FP32), and with ``tag_bits`` a tag
+    o : Out(stream): kind, acc[elements] (FP32: the new accumulator), row[elements] (BF16),
+        and the beat's tag (what the engine needs of the beat: its chunk's context)
     """
 
-    def __init__(self, cfg: HubConfig, elements: int | None = None):
+    def __init__(self, cfg: HubConfig, elements: int | None = None, tag_bits: int = 0):
         if not cfg.relay:
             self._MustUse__silence = True
             raise ValueError(f"hub[{cfg.name}]: a reduce datapath needs relay: true")
         self.cfg = cfg
         self.elements = elements or max(1, cfg.data_bits // 16)
-        beat_in, beat_out = beat_layouts(self.elements)
+        self.tag_bits = tag_bits
+        beat_in, beat_out = beat_layouts(self.elements, tag_bits)
         super().__init__({"i": In(stream.Signature(beat_in)), "o": Out(stream.Signature(beat_out))})
 
     def elaborate(self, platform):
@@ -74,7 +81,7 @@ class ReduceDatapath(wiring.Component):
         en = Signal(name="advance")                  # the pipeline moves (the output free)
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
         beat, out = self.i.payload, self.o.payload
-        ctl = {"valid": self.i.valid, "kind": beat.kind}
+        ctl = {"valid": self.i.valid, "kind": beat.kind, **({"tag": beat.tag} if self.tag_bits else {})}
         lanes = [{"w": beat.weight, "y": beat.y[j], "acc": beat.acc[j]} for j in range(self.elements)]
         for k, step in enumerate(STEPS):
             lanes = [self._step(m, step, d, ctl["kind"], f"e{j}_s{k}") for j, d in enumerate(lanes)]
@@ -83,6 +90,8 @@ class ReduceDatapath(wiring.Component):
                 lanes = [_register(m, en, d, f"e{j}_s{k}") for j, d in enumerate(lanes)]
         with m.If(en):
             m.d.sync += [self.o.valid.eq(ctl["valid"]), out.kind.eq(ctl["kind"])]
+            if self.tag_bits:
+                m.d.sync += out.tag.eq(ctl["tag"])
             for j, d in enumerate(lanes):
                 m.d.sync += [out.acc[j].eq(d["new"]), out.row[j].eq(fp.bf16(m, d["new"], f"e{j}_bf16"))]
         return m

@@ -34,7 +34,7 @@ The memory port is in order (ASSUMPTION: a read taken after a write to the same 
 returns the written data, and the reads' data return in the reads' order, as an HBM
 controller keeps them on one ID): an op that reads a record waits until no earlier op
 still in flight (issued, its last chunk not yet out of the datapath) writes that record
--- a sum's next part waits for its last part's write-back, ``LATENCY`` cycles and the
+-- a sum's next part waits for its last part's write-back, the datapath's latency and the
 memory's -- while ops of other sums overlap. A read of an op always comes before the
 writes of the later ops, so no write overtakes a read it must follow.
 
@@ -52,7 +52,7 @@ from amaranth.lib.wiring import In, Out
 from ...spec.config import HubConfig, field_bits
 from ...spec.formats import WEIGHT_BITS
 from ..logic import times_const
-from .accumulate import LATENCY, ReduceDatapath
+from .accumulate import ReduceDatapath
 from .reduce_unit import Op, op_layout
 
 #: chunks whose accumulator read is out (context queued) ahead of the datapath: hides a
@@ -136,22 +136,19 @@ class ReduceEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lay = self.lay
-        m.submodules.datapath = dp = ReduceDatapath(self.cfg, self.elements)
+        # (each beat's context rides through the datapath beside it, as its tag: a FIFO of
+        # the contexts inside, written as a beat went in, put its write enable's fan-out
+        # behind the join -- 24.2 FO4)
+        m.submodules.datapath = dp = ReduceDatapath(self.cfg, self.elements, lay["context"].size)
         m.submodules.contexts = ctx = SyncFIFOBuffered(width=lay["context"].size, depth=CONTEXTS)
-        # (the contexts of the beats inside the datapath, in its order: it holds at most
-        # LATENCY beats and its output register)
-        m.submodules.inside = inside = SyncFIFOBuffered(width=lay["context"].size, depth=LATENCY + 2)
-        # (the ops come through a two-entry FIFO: its output is a register, so the hazard
-        # check and the take do not sit behind the reduce unit's record read -- that path,
-        # from the record SRAM through the unit's op into the issue's address, was 41 FO4)
-        m.submodules.ops = ops = SyncFIFOBuffered(width=len(self.op.payload.as_value()), depth=2)
-        m.d.comb += [ops.w_en.eq(self.op.valid), ops.w_data.eq(self.op.payload), self.op.ready.eq(ops.w_rdy)]
-        op = stream.Signature(self.op.payload.shape()).flip().create()
-        m.d.comb += [op.valid.eq(ops.r_rdy), op.payload.eq(ops.r_data), ops.r_en.eq(op.ready)]
+        # (the reduce unit's op comes from a register: the hazard check and the take start
+        # there -- from the unit's record read through its op into the issue's address
+        # was 41 FO4)
+        op = self.op
         flight = self._scoreboard(m, op)
         self._issue(m, ctx, flight, op)
-        self._join(m, ctx, inside, dp)
-        self._emit(m, inside, dp, flight)
+        self._join(m, ctx, dp)
+        self._emit(m, dp, flight)
         m.d.comb += self.busy.eq(flight["any"])
         return m
 
@@ -218,34 +215,31 @@ class ReduceEngine(wiring.Component):
         m.d.sync += [ev.eq(self.rd.valid & self.rd.ready & cur.last), self.acc_reads.eq(self.acc_reads + ev)]
 
     # ------------------------------------------------------------------ JOIN
-    def _join(self, m, ctx, inside, dp):
+    def _join(self, m, ctx, dp):
         """The head context, its partial row's chunk and its accumulator chunk into a
         datapath beat, together."""
         head = data.View(self.lay["context"], ctx.r_data)
         need_y = head.kind != Op.FLUSH
         go = Signal(name="beat_go")
-        m.d.comb += [dp.i.valid.eq(ctx.r_rdy & (~need_y | self.y.valid) & (~head.read | self.rdata.valid)
-                                   & inside.w_rdy),
+        m.d.comb += [dp.i.valid.eq(ctx.r_rdy & (~need_y | self.y.valid) & (~head.read | self.rdata.valid)),
                      go.eq(dp.i.valid & dp.i.ready),
-                     self.y.ready.eq(go & need_y), self.rdata.ready.eq(go & head.read),
-                     ctx.r_en.eq(go), inside.w_en.eq(go), inside.w_data.eq(ctx.r_data)]
+                     self.y.ready.eq(go & need_y), self.rdata.ready.eq(go & head.read), ctx.r_en.eq(go)]
         beat = dp.i.payload
-        m.d.comb += [beat.kind.eq(head.kind), beat.weight.eq(head.weight)]
+        m.d.comb += [beat.kind.eq(head.kind), beat.weight.eq(head.weight), beat.tag.eq(ctx.r_data)]
         for j in range(self.elements):
             m.d.comb += [beat.y[j].eq(self.y.payload[16 * j:16 * j + 16]),
                          beat.acc[j].eq(Mux(head.read, self.rdata.payload[32 * j:32 * j + 32], 0))]
 
     # ------------------------------------------------------------------ write back / send
-    def _emit(self, m, inside, dp, flight):
+    def _emit(self, m, dp, flight):
         """The datapath's result: written back (WRITE, ADD) or a chunk of the reduced row."""
         cfg = self.cfg
-        s = data.View(self.lay["context"], inside.r_data)
+        s = data.View(self.lay["context"], dp.o.payload.tag)
         writes = _writes(s.kind)
         fire = Signal(name="result_fire")
         m.d.comb += [self.wr.valid.eq(dp.o.valid & writes), self.out.valid.eq(dp.o.valid & ~writes),
                      dp.o.ready.eq(Mux(writes, self.wr.ready, self.out.ready)),
-                     fire.eq(dp.o.valid & dp.o.ready), inside.r_en.eq(fire),
-                     flight["pop"].eq(fire & s.last)]
+                     fire.eq(dp.o.valid & dp.o.ready), flight["pop"].eq(fire & s.last)]
         m.d.comb += [self.wr.payload.addr.eq(s.addr), self.wr.payload.data.eq(dp.o.payload.acc)]
         span_bits = (cfg.reduce_token_span - 1).bit_length()
         remote = s.index[span_bits:]

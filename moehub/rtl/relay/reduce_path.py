@@ -11,11 +11,12 @@ row per (token, node) out, the accumulators in HBM.
 
 The intake hands a partial row's header (its source node, token and top-k slot) to the
 :class:`~.reduce_unit.ReduceUnit` with the row's first chunk, and learns the unit's
-verdict two cycles after it took the header (the unit reads the sum's record): an ``op``
-(the part is taken: the row's chunks go on to the :class:`~.reduce_engine.ReduceEngine`
-as the op's ``y``) or ``part_refused`` (``BAD_PARTIAL``, counted by the unit: the row's
-chunks are dropped, so no other row's sum sees them). The next row's header waits until
-this row's chunks have all gone, so the engine's ops and rows pair up in order.
+verdict two or more cycles after it took the header (the unit reads the sum's record):
+an ``op`` (the part is taken: the row's chunks go on to the
+:class:`~.reduce_engine.ReduceEngine` as the op's ``y``, through a two-entry FIFO) or
+``part_refused`` (``BAD_PARTIAL``, counted by the unit: the row's chunks are dropped, so
+no other row's sum sees them). The next row's header waits until this row's chunks have
+all gone, so the engine's ops and rows pair up in order.
 
 Contract of ``partial`` (what the packet manager's staging of partial rows must give it,
 not built yet): each partial row whole, its ``chunks`` chunks in order, one after the
@@ -24,6 +25,7 @@ other, each beat carrying the row's header. Opens come from the relay control pa
 """
 from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
@@ -93,9 +95,14 @@ class ReducePath(wiring.Component):
         """A partial row's header to the unit, then its chunks to the engine or dropped."""
         p = self.partial
         left = Signal(range(self.chunks + 1), name="intake_left")     # chunks of the row still to go
+        # (a taken row's chunks reach the engine through a two-entry FIFO: the engine's
+        # join then starts from registers, not from this state machine -- through the join
+        # into the engine's FIFO levels was the path's deepest, 23.9 FO4)
+        m.submodules.chunks = ys = SyncFIFOBuffered(width=len(p.payload.data), depth=2)
         m.d.comb += [unit.part.payload.src_node.eq(p.payload.src_node),
                      unit.part.payload.token.eq(p.payload.token), unit.part.payload.slot.eq(p.payload.slot),
-                     eng.y.payload.eq(p.payload.data)]
+                     ys.w_data.eq(p.payload.data),
+                     eng.y.valid.eq(ys.r_rdy), eng.y.payload.eq(ys.r_data), ys.r_en.eq(eng.y.ready)]
         with m.FSM(name="intake"):
             with m.State("HEADER"):
                 m.d.comb += unit.part.valid.eq(p.valid)
@@ -105,11 +112,11 @@ class ReducePath(wiring.Component):
             with m.State("VERDICT"):                  # the unit reads the part's record
                 with m.If(unit.part_refused):
                     m.next = "DROP"
-                with m.Elif(unit.op.valid):
+                with m.Elif(unit.part_taken):
                     m.next = "PASS"
             with m.State("PASS"):
-                m.d.comb += [eng.y.valid.eq(p.valid), p.ready.eq(eng.y.ready)]
-                self._count(m, left, p.valid & eng.y.ready)
+                m.d.comb += [ys.w_en.eq(p.valid), p.ready.eq(ys.w_rdy)]
+                self._count(m, left, p.valid & ys.w_rdy)
             with m.State("DROP"):
                 m.d.comb += p.ready.eq(1)
                 self._count(m, left, p.valid)

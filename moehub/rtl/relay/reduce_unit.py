@@ -43,7 +43,7 @@ a flush sweep takes three cycles a record.
 """
 import enum
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -83,13 +83,15 @@ class ReduceUnit(wiring.Component):
     flush : In(1)
         Start a sweep (a pulse; taken when the unit is idle, held until then).
     op : Out(stream): kind (Op), index (record / accumulator row), slot, weight (BF16), parts
+        (from a register: an op waits there until taken, and the next op's record waits)
     red_rows, red_open, red_incomplete : Out(32)
     drops : Out(32).array(len(ReduceReason))
         Refusals per :class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers).
-    part_refused : Out(1)
-        The part taken two cycles before was refused (a pulse, the cycle its
-        ``BAD_PARTIAL`` is counted): it makes no ``op``, and whoever holds its row's data
-        drops it.
+    part_refused, part_taken : Out(1)
+        The verdict on the part taken last (a pulse, two or more cycles after it was
+        taken): refused (the cycle its ``BAD_PARTIAL`` is counted: it makes no ``op``, and
+        whoever holds its row's data drops it), or taken (its ``op`` is in the output
+        register from the next cycle).
     clearing : Out(1)
         The clearing sweep after reset (``reduce_records`` cycles, one record written
         closed a cycle; nothing is taken until it ends).
@@ -119,7 +121,7 @@ class ReduceUnit(wiring.Component):
                 "src_node": cfg.node_bits, "token": cfg.token_bits, "slot": cfg.slot_bits}))),
             "flush": In(1),
             "op": Out(stream.Signature(op_layout(cfg))),
-            "part_refused": Out(1),
+            "part_refused": Out(1), "part_taken": Out(1),
             "red_rows": Out(32), "red_open": Out(32), "red_incomplete": Out(32),
             "drops": Out(32).array(len(ReduceReason)), "sweeping": Out(1), "clearing": Out(1),
         })
@@ -187,9 +189,25 @@ class ReduceUnit(wiring.Component):
         seen2 = Signal(K, name="seen_after")
         m.d.comb += seen2.eq(rec.seen | sbit)
         first, final = rec.seen == 0, seen2 == rec.expect
-        op = self.op.payload
+        # the op out is a register (its data loaded whenever the state could make an op,
+        # its valid set only when it does: no verdict in front of the data's load enable)
+        op_valid = Signal(name="op_valid")
+        op = Signal(op_layout(cfg), name="op_out")
+        m.d.comb += [self.op.valid.eq(op_valid), self.op.payload.eq(op)]
+        with m.If(self.op.ready):
+            m.d.sync += op_valid.eq(0)
+        part_op = Signal(op_layout(cfg), name="part_op")
+        m.d.comb += [part_op.index.eq(index), part_op.slot.eq(slot),
+                     part_op.weight.eq(select([(sbit[s], rec.weight[s]) for s in range(K)], WEIGHT_BITS)),
+                     # (the parts in after it: the record's and this one -- a part that
+                     # makes an op is one not yet in; no slot decode in front of the count)
+                     part_op.parts.eq(popcount([*(rec.seen[s] for s in range(K)), Const(1)])),
+                     part_op.kind.eq(Mux(first, Mux(final, Op.ONLY, Op.WRITE), Mux(final, Op.LAST, Op.ADD)))]
+        flush_op = Signal(op_layout(cfg), name="flush_op")
+        m.d.comb += [flush_op.index.eq(index), flush_op.kind.eq(Op.FLUSH),
+                     flush_op.parts.eq(popcount([rec.seen[s] for s in range(K)]))]
 
-        with m.FSM(name="reduce"):
+        with m.FSM(name="reduce") as fsm:
             with m.State("CLEAR"):                    # after reset: every record closed
                 m.d.comb += [self.clearing.eq(1), wr.en.eq(1), wr.data.eq(0)]
                 m.d.sync += index.eq(index + 1)
@@ -230,18 +248,14 @@ class ReduceUnit(wiring.Component):
                     m.d.comb += self.part_refused.eq(1)
                     m.d.sync += n_badp.eq(n_badp + 1)
                     m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += [self.op.valid.eq(1), op.index.eq(index), op.slot.eq(slot),
-                                 op.weight.eq(select([(sbit[s], rec.weight[s]) for s in range(K)], WEIGHT_BITS)),
-                                 op.parts.eq(popcount([seen2[s] for s in range(K)])),
-                                 op.kind.eq(Mux(first, Mux(final, Op.ONLY, Op.WRITE), Mux(final, Op.LAST, Op.ADD)))]
-                    with m.If(self.op.ready):
-                        upd = Signal(self.record, name="upd_record")
-                        m.d.comb += [upd.eq(rec), upd.seen.eq(seen2), upd.open.eq(~final)]
-                        m.d.comb += [wr.en.eq(1), wr.data.eq(upd)]
-                        with m.If(final):
-                            m.d.sync += [n_rows.eq(n_rows + 1), n_open.eq(n_open - 1)]
-                        m.next = "IDLE"
+                with m.Elif(~op_valid):                 # (the op register free: the op in it)
+                    upd = Signal(self.record, name="upd_record")
+                    m.d.comb += [upd.eq(rec), upd.seen.eq(seen2), upd.open.eq(~final)]
+                    m.d.comb += [wr.en.eq(1), wr.data.eq(upd), self.part_taken.eq(1)]
+                    m.d.sync += op_valid.eq(1)
+                    with m.If(final):
+                        m.d.sync += [n_rows.eq(n_rows + 1), n_open.eq(n_open - 1)]
+                    m.next = "IDLE"
             with m.State("SWEEP"):                    # the record at index is read
                 m.d.comb += self.sweeping.eq(1)
                 m.next = "SWEEP_READ"
@@ -250,16 +264,18 @@ class ReduceUnit(wiring.Component):
                 m.next = "SWEEP_DO"
             with m.State("SWEEP_DO"):                 # ... and in record_read
                 m.d.comb += self.sweeping.eq(1)
-                with m.If(rec.open):
-                    m.d.comb += [self.op.valid.eq(1), op.index.eq(index), op.kind.eq(Op.FLUSH),
-                                 op.parts.eq(popcount([rec.seen[s] for s in range(K)]))]
-                with m.If(~rec.open | self.op.ready):
+                with m.If(~rec.open | ~op_valid):
                     with m.If(rec.open):
                         m.d.comb += [wr.en.eq(1), wr.data.eq(0)]
-                        m.d.sync += [n_rows.eq(n_rows + 1), n_open.eq(n_open - 1), n_inc.eq(n_inc + 1)]
+                        m.d.sync += [op_valid.eq(1), n_rows.eq(n_rows + 1), n_open.eq(n_open - 1),
+                                     n_inc.eq(n_inc + 1)]
                     m.d.sync += index.eq(index + 1)
                     with m.If(index == self.depth - 1):
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "SWEEP"
+        with m.If(~op_valid & fsm.ongoing("DO")):
+            m.d.sync += op.eq(part_op)
+        with m.If(~op_valid & fsm.ongoing("SWEEP_DO")):
+            m.d.sync += op.eq(flush_op)
         return m
