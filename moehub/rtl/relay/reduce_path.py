@@ -30,8 +30,19 @@ from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
 from ...spec.formats import ReduceReason
-from .reduce_engine import ReduceEngine
-from .reduce_unit import ReduceUnit
+from .reduce_engine import ReduceEngine, engine_layouts
+from .reduce_unit import ReduceUnit, open_layout
+
+
+def path_layouts(cfg: HubConfig, elements: int, chunks: int) -> dict:
+    """The payloads of the reduce path's streams: ``open``, ``partial`` (a chunk of a
+    partial row with its header), ``rd``, ``wr`` and ``out`` (:func:`.reduce_engine.engine_layouts`);
+    ``rdata`` is ``32 x elements`` bits. (Testbenches pack and unpack with them.)"""
+    eng = engine_layouts(cfg, elements, chunks)
+    return {"open": open_layout(cfg),
+            "partial": data.StructLayout({"src_node": cfg.node_bits, "token": cfg.token_bits,
+                                          "slot": cfg.slot_bits, "data": 16 * elements}),
+            **{k: eng[k] for k in ("rd", "wr", "out")}}
 
 
 class ReducePath(wiring.Component):
@@ -66,9 +77,7 @@ class ReducePath(wiring.Component):
         super().__init__({
             "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits), "acc_base": In(cfg.addr_bits),
             "flush": In(1), "open": unit["open"],
-            "partial": In(stream.Signature(data.StructLayout({
-                "src_node": cfg.node_bits, "token": cfg.token_bits, "slot": cfg.slot_bits,
-                "data": 16 * self.elements}))),
+            "partial": In(stream.Signature(path_layouts(cfg, self.elements, self.chunks)["partial"])),
             **{k: eng[k] for k in ("rd", "rdata", "wr", "out", "acc_reads", "acc_writes", "busy")},
             **{k: unit[k] for k in ("red_rows", "red_open", "red_incomplete", "drops", "sweeping", "clearing")},
         })

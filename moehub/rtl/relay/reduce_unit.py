@@ -71,6 +71,15 @@ def op_layout(cfg: HubConfig) -> data.StructLayout:
                               "weight": WEIGHT_BITS, "parts": field_bits(cfg.topk)})
 
 
+def open_layout(cfg: HubConfig) -> data.StructLayout:
+    """The payload of an ``open``: the sum's source node and token, and per relay-row entry
+    (``relay_targets`` of them) its valid bit, top-k slot and BF16 gate weight."""
+    T = cfg.relay_targets
+    return data.StructLayout({"src_node": cfg.node_bits, "token": cfg.token_bits, "valid": T,
+                              "slot": data.ArrayLayout(cfg.slot_bits, T),
+                              "weight": data.ArrayLayout(WEIGHT_BITS, T)})
+
+
 class ReduceUnit(wiring.Component):
     """The reduce-on-combine control (see the module docstring).
 
@@ -114,9 +123,7 @@ class ReduceUnit(wiring.Component):
                                          "weight": data.ArrayLayout(WEIGHT_BITS, K)})
         super().__init__({
             "node": In(cfg.node_bits),
-            "open": In(stream.Signature(data.StructLayout({
-                "src_node": cfg.node_bits, "token": cfg.token_bits, "valid": T,
-                "slot": data.ArrayLayout(cfg.slot_bits, T), "weight": data.ArrayLayout(WEIGHT_BITS, T)}))),
+            "open": In(stream.Signature(open_layout(cfg))),
             "part": In(stream.Signature(data.StructLayout({
                 "src_node": cfg.node_bits, "token": cfg.token_bits, "slot": cfg.slot_bits}))),
             "flush": In(1),
