@@ -101,10 +101,13 @@ def order(m: Module, d: dict, name: str) -> dict:
     sa, ma, ea, na, ia = _unpack(m, a, FRAC, f"{name}_a")
     sb, mb, eb, nb, ib = _unpack(m, b, FRAC, f"{name}_b")
     # (by exponent alone: with equal exponents the smaller may come first, and add()
-    # takes the difference that is not negative -- no significand compare here)
+    # takes the difference that is not negative -- no significand compare here. The
+    # exponent fields are compared as they are: a subnormal's field, 0, orders it at or
+    # below every normal, whose effective exponent it shares only with field 1 -- equal
+    # exponents, either order -- so no subnormal adjust sits in front of the compare)
     a_big = Signal(name=f"{name}_a_big")
     diff = Signal(8, name=f"{name}_diff")
-    m.d.comb += [a_big.eq(ea >= eb), diff.eq(Mux(a_big, ea - eb, eb - ea))]
+    m.d.comb += [a_big.eq(a[FRAC:FRAC + 8] >= b[FRAC:FRAC + 8]), diff.eq(Mux(a_big, ea - eb, eb - ea))]
     nan = na | nb | (ia & ib & (sa != sb))
     return {"s_hi": Mux(a_big, sa, sb), "same": sa == sb, "m_hi": Mux(a_big, ma, mb),
             "e_hi": Mux(a_big, ea, eb), "m_lo": Mux(a_big, mb, ma), "diff": diff,
