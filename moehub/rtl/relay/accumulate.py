@@ -14,8 +14,8 @@ model's to the bit (:class:`moehub.spec.relay.ReduceModel`: ``float32(w * y)``, 
 Width: ``elements`` BF16 elements a beat, by default a chunk of the hub's data path
 (``data_bits / 16``): the datapath keeps up with the packet lane it sits behind. A beat a
 cycle through :data:`STEPS` (the product, its rounding, the sum, its rounding, the BF16
-rounding: :mod:`.fp`'s steps), with a register after each step named in :data:`CUTS` and
-at the output; the whole pipeline stalls when the output is not ready (a beat taken in
+rounding: :mod:`.fp`'s steps), with a register in front of the first, after each step
+named in :data:`CUTS` and at the output; the whole pipeline stalls when the output is not ready (a beat taken in
 cycle c leaves in c + :data:`LATENCY`, the output ready). The cuts are where synthesis put
 the deepest paths (``moehub synth-unit reduce_element``): each step is a few gate levels
 of one kind -- a multiply, a priority encode, a barrel shift, a 28-bit add, an increment.
@@ -39,8 +39,9 @@ STEPS = ("product", "product_sum", *ROUND, "order", "align", "add_lo", "add_hi",
 #: alone (the select and the rounding in one stage, 21.5 FO4 alone, were 23.5 in the
 #: reduce path, ``moehub synth-unit reduce_path``); the output is registered too
 CUTS = frozenset(range(len(STEPS))) - {STEPS.index("expo")}
-#: cycles from a beat in to its result out (the output ready)
-LATENCY = len(CUTS) + 1
+#: cycles from a beat in to its result out (the output ready): the input register, the
+#: cuts, the output register
+LATENCY = len(CUTS) + 2
 
 
 def beat_layouts(elements: int, tag_bits: int = 0) -> tuple:
@@ -83,6 +84,10 @@ class ReduceDatapath(wiring.Component):
         beat, out = self.i.payload, self.o.payload
         ctl = {"valid": self.i.valid, "kind": beat.kind, **({"tag": beat.tag} if self.tag_bits else {})}
         lanes = [{"w": beat.weight, "y": beat.y[j], "acc": beat.acc[j]} for j in range(self.elements)]
+        # (the beat is registered before the product: the 8 x 8 significand product behind
+        # whatever chose the beat -- the engine's join, or a port -- was 22.6-23.6 FO4)
+        ctl = _register(m, en, ctl, "in")
+        lanes = [_register(m, en, d, f"e{j}_in") for j, d in enumerate(lanes)]
         for k, step in enumerate(STEPS):
             lanes = [self._step(m, step, d, ctl["kind"], f"e{j}_s{k}") for j, d in enumerate(lanes)]
             if k in CUTS:
