@@ -78,18 +78,29 @@ def product(m: Module, d: dict, name: str) -> dict:
     sign = sw ^ sy
     zero_w, zero_y = (mw == 0), (my == 0)
     nan = nw | ny | (iw & zero_y) | (iy & zero_w)
-    exp = Signal(signed(EXP_BITS), name=f"{name}_exp")
-    m.d.comb += exp.eq(ew + ey - 2 * (BIAS + BF16_FRAC) - 2)
-    # (the 8 x 8 significands' product as two 8 x 4 halves, added by the next step)
-    return {"sign": sign, "pp_lo": mw * my[:4], "pp_hi": mw * my[4:], "exp": exp,
+    # (the biased exponents' sum; the bias comes off in the next step, not behind this add)
+    exp = Signal(9, name=f"{name}_exp_sum")
+    m.d.comb += exp.eq(ew + ey)
+    # (the 8 x 8 significands' product as four 8 x 2 partial products, added by the next
+    # step: two 8 x 4 halves were 22-24 FO4 from the stage's registers)
+    return {"sign": sign, **{f"pp{i}": mw * my[2 * i:2 * i + 2] for i in range(PARTIALS)}, "exp": exp,
             "special": nan | iw | iy, "special_bits": Mux(nan, QNAN, _inf(sign))}
 
 
+#: partial products of the 8 x 8 significand product (2 bits of ``y`` each)
+PARTIALS = 4
+
+
 def product_sum(m: Module, d: dict, name: str) -> dict:
-    """The product's two halves added: its exact significand (two zero guard bits below)."""
+    """The product's partial products added, as a tree: its exact significand (two zero
+    guard bits below)."""
     sig = Signal(PRODUCT_SIG, name=f"{name}_sig")
-    m.d.comb += sig.eq(Cat(Const(0, 2), d["pp_lo"] + (d["pp_hi"] << 4)))
-    return {**{k: d[k] for k in ("sign", "exp", "special", "special_bits")}, "sig": sig}
+    lo = d["pp0"] + (d["pp1"] << 2)
+    hi = d["pp2"] + (d["pp3"] << 2)
+    m.d.comb += sig.eq(Cat(Const(0, 2), lo + (hi << 4)))
+    exp = Signal(signed(EXP_BITS), name=f"{name}_exp")
+    m.d.comb += exp.eq(d["exp"] - 2 * (BIAS + BF16_FRAC) - 2)
+    return {**{k: d[k] for k in ("sign", "special", "special_bits")}, "sig": sig, "exp": exp}
 
 
 def order(m: Module, d: dict, name: str) -> dict:
