@@ -169,9 +169,12 @@ class ReduceEngine(wiring.Component):
             valid[i] & writes[i] & (index[i] == o.index) for i in range(n)).any())
         with m.If(push):
             m.d.sync += [head.eq(head + 1 if n & (n - 1) == 0 else Mux(head == n - 1, 0, head + 1))]
-            for i in range(n):
-                with m.If(head == i):
-                    m.d.sync += [index[i].eq(o.index), writes[i].eq(_writes(o.kind))]
+        # (the free entry at the head holds the offered op's record and kind every cycle,
+        # whether or not it is taken: its load does not wait for the take -- the hazard
+        # check in front of the take into these registers was 22.2 FO4)
+        for i in range(n):
+            with m.If((head == i) & ~valid[i]):
+                m.d.sync += [index[i].eq(o.index), writes[i].eq(_writes(o.kind))]
         with m.If(pop):
             m.d.sync += tail.eq(tail + 1 if n & (n - 1) == 0 else Mux(tail == n - 1, 0, tail + 1))
         set_bit = Mux(push, Const(1, n) << head, 0)
