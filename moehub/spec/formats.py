@@ -227,6 +227,30 @@ class RelayPorts:
         self.fcredit = {"dst": gb, "ftag": self.ftag_bits}
 
 
+class ReducePorts:
+    """The payloads of the reduce-on-combine's streams (protocol v3,
+    :class:`moehub.rtl.relay.reduce_path.ReducePath`) as field widths, low bits first (as
+    :class:`RelayPorts`), for a path of ``elements`` BF16 elements a chunk and ``chunks``
+    chunks a row:
+
+    * ``open``: :class:`RelayPorts`' ``open``;
+    * ``partial``: a chunk of a partial output row with its header (source node, token,
+      top-k slot; the data's element 0 lowest);
+    * ``rd``: an accumulator chunk's read (address); ``wr``: its write (address, FP32 data);
+    * ``out``: a chunk of a reduced row (source node and rank, token, parts summed, chunk,
+      BF16 data). ``rdata`` is ``32 x elements`` bits.
+    """
+
+    def __init__(self, cfg: HubConfig, elements: int, chunks: int):
+        self.open = RelayPorts(cfg).open
+        self.partial = {"src_node": cfg.node_bits, "token": cfg.token_bits, "slot": cfg.slot_bits,
+                        "data": 16 * elements}
+        self.rd = {"addr": cfg.addr_bits}
+        self.wr = {"addr": cfg.addr_bits, "data": 32 * elements}
+        self.out = {"src_node": cfg.node_bits, "src_rank": cfg.gpu_bits, "token": cfg.token_bits,
+                    "parts": field_bits(cfg.topk), "chunk": field_bits(chunks - 1), "data": 16 * elements}
+
+
 def _field_width(f) -> int:
     return f[0] * f[1] if isinstance(f, tuple) else f
 

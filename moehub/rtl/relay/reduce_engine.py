@@ -50,9 +50,10 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig, field_bits
-from ...spec.formats import WEIGHT_BITS
+from ...spec.formats import WEIGHT_BITS, ReducePorts
 from ..logic import times_const
 from .accumulate import ReduceDatapath
+from .layouts import struct_layout
 from .reduce_unit import Op, op_layout
 
 #: chunks whose accumulator read is out (context queued) ahead of the datapath: hides a
@@ -65,12 +66,9 @@ OPS_IN_FLIGHT = 4
 def engine_layouts(cfg: HubConfig, elements: int, chunks: int) -> dict:
     """The engine's stream payloads (``rd``, ``wr``, ``out``) and its chunk context."""
     index_bits = Shape.cast(op_layout(cfg)["index"].shape).width
+    ports = ReducePorts(cfg, elements, chunks)
     return {
-        "rd": data.StructLayout({"addr": cfg.addr_bits}),
-        "wr": data.StructLayout({"addr": cfg.addr_bits, "data": 32 * elements}),
-        "out": data.StructLayout({"src_node": cfg.node_bits, "src_rank": cfg.gpu_bits,
-                                  "token": cfg.token_bits, "parts": field_bits(cfg.topk),
-                                  "chunk": field_bits(chunks - 1), "data": 16 * elements}),
+        **{k: struct_layout(getattr(ports, k)) for k in ("rd", "wr", "out")},
         "context": data.StructLayout({"kind": 3, "weight": WEIGHT_BITS, "index": index_bits,
                                       "parts": field_bits(cfg.topk), "chunk": field_bits(chunks - 1),
                                       "addr": cfg.addr_bits, "read": 1, "last": 1}),

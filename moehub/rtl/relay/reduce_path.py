@@ -29,20 +29,17 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
-from ...spec.formats import ReduceReason
-from .reduce_engine import ReduceEngine, engine_layouts
-from .reduce_unit import ReduceUnit, open_layout
+from ...spec.formats import ReducePorts, ReduceReason
+from .layouts import struct_layout
+from .reduce_engine import ReduceEngine
+from .reduce_unit import ReduceUnit
 
 
 def path_layouts(cfg: HubConfig, elements: int, chunks: int) -> dict:
-    """The payloads of the reduce path's streams: ``open``, ``partial`` (a chunk of a
-    partial row with its header), ``rd``, ``wr`` and ``out`` (:func:`.reduce_engine.engine_layouts`);
-    ``rdata`` is ``32 x elements`` bits. (Testbenches pack and unpack with them.)"""
-    eng = engine_layouts(cfg, elements, chunks)
-    return {"open": open_layout(cfg),
-            "partial": data.StructLayout({"src_node": cfg.node_bits, "token": cfg.token_bits,
-                                          "slot": cfg.slot_bits, "data": 16 * elements}),
-            **{k: eng[k] for k in ("rd", "wr", "out")}}
+    """The Amaranth layouts of the reduce path's streams (``open``, ``partial``, ``rd``,
+    ``wr``, ``out``: :class:`~moehub.spec.formats.ReducePorts`)."""
+    ports = ReducePorts(cfg, elements, chunks)
+    return {k: struct_layout(getattr(ports, k)) for k in ("open", "partial", "rd", "wr", "out")}
 
 
 class ReducePath(wiring.Component):

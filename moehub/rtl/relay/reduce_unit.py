@@ -49,8 +49,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig, field_bits
-from ...spec.formats import WEIGHT_BITS, ReduceReason
+from ...spec.formats import WEIGHT_BITS, ReduceReason, RelayPorts
 from ..logic import popcount, select
+from .layouts import struct_layout
 
 
 class Op(enum.IntEnum):
@@ -74,10 +75,7 @@ def op_layout(cfg: HubConfig) -> data.StructLayout:
 def open_layout(cfg: HubConfig) -> data.StructLayout:
     """The payload of an ``open``: the sum's source node and token, and per relay-row entry
     (``relay_targets`` of them) its valid bit, top-k slot and BF16 gate weight."""
-    T = cfg.relay_targets
-    return data.StructLayout({"src_node": cfg.node_bits, "token": cfg.token_bits, "valid": T,
-                              "slot": data.ArrayLayout(cfg.slot_bits, T),
-                              "weight": data.ArrayLayout(WEIGHT_BITS, T)})
+    return struct_layout(RelayPorts(cfg).open)
 
 
 class ReduceUnit(wiring.Component):

@@ -32,24 +32,13 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 
-from ...rtl.relay.reduce_path import path_layouts
+from ...spec.formats import ReducePorts, pack_fields, unpack_fields
 from ...spec.relay import ReduceModel, bf16_bits, bf16_value, global_gpu, to_bf16
 from .context import TbContext
 
 PERIOD_NS = 10
 #: the random test's partial rows per seed
 ENV_ROWS = "MOEHUB_REDUCE_ROWS"
-
-
-def pack(layout, values: dict) -> int:
-    """An int of ``layout`` (an Amaranth struct layout) with the fields of ``values``."""
-    return layout.const(values).as_value().value
-
-
-def unpack(layout, word: int):
-    """The fields of ``word`` laid out as ``layout`` (attribute access)."""
-    from amaranth.lib import data
-    return data.Const(layout, word)
 
 
 class ReduceTB:
@@ -60,7 +49,7 @@ class ReduceTB:
         self.rng = random.Random(seed)
         self.elements = max(1, cfg.data_bits // 16)
         self.chunks = cfg.chunks_per_row
-        self.lay = path_layouts(cfg, self.elements, self.chunks)
+        self.ports = ReducePorts(cfg, self.elements, self.chunks)
         self.model = ReduceModel(cfg, node=node)
         self.mem, self.pending, self.got, self.beats = {}, [], 0, []
         self.cycle = 0
@@ -84,17 +73,17 @@ class ReduceTB:
         """The handshakes of the cycle that just closed (outputs sampled at the edge)."""
         d = self.dut
         if int(d.wr__valid.value) and int(d.wr__ready.value):
-            w = unpack(self.lay["wr"], int(d.wr__payload.value))
-            self.mem[int(w.addr)] = int(w.data)
+            w = unpack_fields(self.ports.wr, int(d.wr__payload.value))
+            self.mem[w["addr"]] = w["data"]
         if int(d.rdata__valid.value) and int(d.rdata__ready.value):
             self.pending.pop(0)
         if int(d.rd__valid.value) and int(d.rd__ready.value):
-            addr = int(unpack(self.lay["rd"], int(d.rd__payload.value)).addr)
+            addr = unpack_fields(self.ports.rd, int(d.rd__payload.value))["addr"]
             if addr not in self.mem:
                 self.mem[addr] = self.rng.getrandbits(32 * self.elements)
             self.pending.append((self.cycle + self.rng.randint(1, 12), self.mem[addr]))
         if int(d.out__valid.value) and int(d.out__ready.value):
-            self.beats.append(unpack(self.lay["out"], int(d.out__payload.value)))
+            self.beats.append(unpack_fields(self.ports.out, int(d.out__payload.value)))
             if len(self.beats) == self.chunks:
                 self._check_row(self.beats)
                 self.beats = []
@@ -104,13 +93,13 @@ class ReduceTB:
         i = self.got
         assert i < len(m.out), f"reduced row {i}: the model sent {len(m.out)}"
         src, tok, parts, row = m.out[i]
-        head = {(int(b.src_node), int(b.src_rank), int(b.token), int(b.parts)) for b in beats}
+        head = {(b["src_node"], b["src_rank"], b["token"], b["parts"]) for b in beats}
         want_head = (src // cfg.node_gpus, src % cfg.node_gpus, tok, parts)
         assert head == {want_head}, f"reduced row {i}: header {head}, model {want_head}"
-        assert [int(b.chunk) for b in beats] == list(range(self.chunks)), f"reduced row {i}: chunks out of order"
+        assert [b["chunk"] for b in beats] == list(range(self.chunks)), f"reduced row {i}: chunks out of order"
         want = ([int(v) >> 16 for v in to_bf16(row).view(np.uint32)] if len(row)
                 else [0] * self.elements * self.chunks)
-        have = [int(b.data) >> 16 * j & 0xFFFF for b in beats for j in range(self.elements)]
+        have = [b["data"] >> 16 * j & 0xFFFF for b in beats for j in range(self.elements)]
         for e, (h, w) in enumerate(zip(have, want)):
             if (w & 0x7F80) == 0x7F80 and w & 0x7F:
                 assert (h & 0x7F80) == 0x7F80 and h & 0x7F, f"reduced row {i} element {e}: {h:#06x}, a NaN expected"
@@ -139,7 +128,7 @@ class ReduceTB:
         tok = rng.randrange(cfg.reduce_token_span if rng.random() < 0.9 else 1 << cfg.token_bits)
         slots = rng.sample(range(K), rng.randint(1, min(T, K)))
         ws = [bf16_bits(rng.choice([0.125, 0.25, 0.3, 0.7, 1.5])) for _ in slots]
-        d.open__payload.value = pack(self.lay["open"], {
+        d.open__payload.value = pack_fields(self.ports.open, {
             "src_node": n, "token": tok, "valid": (1 << len(slots)) - 1,
             "slot": slots + [0] * (T - len(slots)), "weight": ws + [0] * (T - len(ws))})
         d.open__valid.value = 1
@@ -163,8 +152,8 @@ class ReduceTB:
                 for _ in range(self.elements * self.chunks)]
         for c in range(self.chunks):
             word = sum(bits[c * self.elements + j] << 16 * j for j in range(self.elements))
-            d.partial__payload.value = pack(self.lay["partial"], {"src_node": n, "token": tok, "slot": slot,
-                                                                  "data": word})
+            d.partial__payload.value = pack_fields(self.ports.partial, {"src_node": n, "token": tok,
+                                                                        "slot": slot, "data": word})
             while True:
                 on = rng.random() < 0.85
                 d.partial__valid.value = int(on)
