@@ -24,9 +24,9 @@ other, each beat carrying the row's header. Opens come from the relay control pa
 (:class:`~.hub.RelayControl`'s ``open``), the flush from RED_CTRL.RED_FLUSH.
 """
 from amaranth import Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from ...spec.config import HubConfig
 from ...spec.formats import ReducePorts, ReduceReason
