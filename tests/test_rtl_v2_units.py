@@ -84,7 +84,8 @@ def _slow(*values):
 
 
 #: the fast set keeps one pool of each shape: a single page, small pools of the plain ring,
-#: the banked ring at a pool that is no power of two, one expert's 2-entry window; the
+#: the banked ring at a pool that is no power of two (and a multicast arena's, one take a
+#: cycle), one expert's 2-entry window; the
 #: other sizes and the banked one-expert pools (10-20 s each on the loaded 2-core machine)
 #: are the slow set's
 @pytest.mark.parametrize("pages, seed", [(1, 0), _slow(3, 1), (6, 2), _slow(8, 3), (13, 4), _slow(16, 5),
@@ -93,7 +94,9 @@ def _slow(*values):
                                          _slow(32, 8), (37, 9), _slow(64, 10),
                                          # (one expert of 4-row tiles on 4 lanes: 1 take a
                                          # cycle, a 2-entry window, banked from 32 pages)
-                                         (6, "one-11"), _slow(37, "one-12"), _slow(64, "one-13")])
+                                         (6, "one-11"), _slow(37, "one-12"), _slow(64, "one-13"),
+                                         # (a multicast arena's supply: 1 take a cycle, banked)
+                                         (40, "mc-14"), _slow(513, "mc-15")])
 def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
     """Up to ``lanes`` takes a cycle, with returns of pages in use (and out of range) in the
     same cycles: the i-th take of a cycle gets the model's next page, ``avail`` says how
@@ -103,7 +106,9 @@ def test_page_supply_hands_out_several_pages_a_cycle_as_the_model(pages, seed):
     a cycle, from a full ring (the banked ring's window at its widest)."""
     cfg = TINY.replace(pool_pages=pages)
     if isinstance(seed, str):
-        cfg, seed = cfg.replace(experts=1, min_tile_rows=4, tile_rows=4), int(seed.split("-")[1])
+        kind, seed = seed.split("-")[0], int(seed.split("-")[1])
+        cfg = (cfg.replace(experts=1, min_tile_rows=4, tile_rows=4) if kind == "one" else
+               load_hub_config("tests/data/tiny-multicast-paged.yaml").replace(pool_pages=pages))
     L = page_takes(cfg)                   # (the takes a cycle the supply serves)
     sup, model, rng = PageSupply(cfg), HubModel(cfg), random.Random(seed)
     returned = [0]
@@ -375,3 +380,56 @@ def test_final_counts_fire_as_the_stream_says(seed):
 
     _run(dut, bench)
     assert seen["fires"] > 0 and seen["stalls"] > 0, seen
+
+
+def _comb_reach_from_memory_reads(unit, name):
+    """The output port bits of ``unit`` that a memory read's data reaches through
+    combinational cells only (Yosys ``proc; flatten``; a ``$dff`` or a memory ends a path),
+    and the flop-input bits it reaches: (ports, flops)."""
+    import json
+    from amaranth.back import rtlil
+    from amaranth._toolchain.yosys import find_yosys
+    il = rtlil.convert(unit, name=name)
+    script = "\n".join([f"read_rtlil <<rtlil\n{il}\nrtlil", "proc", "flatten", "opt_clean", "write_json"])
+    out = find_yosys(lambda ver: ver >= (0, 40)).run(["-q", "-"], script, ignore_warnings=True)
+    mod = json.loads(out[out.index("{"):])["modules"][name]
+    seq = ("$dff", "$adff", "$sdff", "$dffe", "$adffe", "$sdffe", "$sdffce", "$aldff", "$dlatch")
+    loads, start = {}, set()
+    for cell in mod["cells"].values():
+        dirs, conns = cell["port_directions"], cell["connections"]
+        if cell["type"].startswith("$memrd"):
+            start |= {b for b in conns["DATA"] if isinstance(b, int)}
+        ins = [b for p, bits in conns.items() if dirs[p] == "input" for b in bits if isinstance(b, int)]
+        outs = [b for p, bits in conns.items() if dirs[p] == "output" for b in bits if isinstance(b, int)]
+        for b in ins:
+            loads.setdefault(b, []).append((cell["type"], outs))
+    ports = {b for p in mod["ports"].values() if p["direction"] == "output" for b in p["bits"]
+             if isinstance(b, int)}
+    seen, todo, flops = set(start), list(start), 0
+    while todo:
+        for typ, outs in loads.get(todo.pop(), []):
+            if typ in seq or typ.startswith("$mem"):
+                flops += 1
+                continue
+            for o in outs:
+                if o not in seen:
+                    seen.add(o)
+                    todo.append(o)
+    return seen & ports, flops
+
+
+@pytest.mark.parametrize("config, pages", [("tests/data/tiny-multicast-paged.yaml", 40), ("tiny", 37)],
+                         ids=["multicast-arena", "unicast"])
+def test_banked_ring_read_data_reaches_only_flops(config, pages):
+    """The banked ring's SRAM reads (``moehub.synth.sram``: 15 FO4 of the cycle) end at
+    registers: no combinational path from a bank's read data to the ring's entries, so the
+    takes' selects behind them (multicast: the arena's place select into the packet
+    manager's row, 15 + 17.4 FO4 on ASAP7 at deepseek-v3-8gpu with every v2 feature when
+    the read fed the window directly) start at flops."""
+    from moehub.rtl.paging.ring import BankedRing, page_ring
+    cfg = load_hub_config(config).replace(pool_pages=pages)
+    ring = page_ring(cfg)
+    assert isinstance(ring, BankedRing) and ring.banks() >= 3 * page_takes(cfg)
+    ports, flops = _comb_reach_from_memory_reads(ring, "ring")
+    assert not ports, f"{len(ports)} entry bits behind a bank's read data"
+    assert flops, "no register behind the banks' read data"

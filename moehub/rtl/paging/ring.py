@@ -10,22 +10,24 @@ Two implementations of one interface, chosen by the pool's size (:func:`page_rin
   entry is an AND-OR of the entries with the head rotated by n (wiring: no index adder,
   wrap-around or decoder). Its read ports are ``pool_pages``-way AND-ORs, ``2 x lanes``
   of them, so its cost grows as pool x lanes: right for small pools.
-* :class:`BankedRing` -- ``B`` memories (``B`` = the power of two >= ``2 x lanes``; see below), ring
+* :class:`BankedRing` -- ``B`` memories (``B`` = the power of two >= ``3 x lanes``; see below), ring
   position q in bank ``q mod B`` at row ``q / B``, so the first ``2 x lanes`` entries are
   one read per bank. The reads are synchronous: issued a cycle ahead with the next head
   (from registers and the pending takes, off the takes' path), transparent for the
-  cycle's write (a return landing in the window); the banks' outputs are rotated by the
-  head's low bits (a one-hot register). A bank of ``pool / B`` words at or above the
-  synthesis threshold maps to an SRAM macro; read ports stay ``2 x lanes`` B-way selects.
-  When the supply takes several pages a cycle, the banks' outputs are registered
-  (:attr:`BankedRing.registered`): the takes' selects behind them (the window's rotation,
-  the pending takes' shift, the lanes' needs, the experts' current pages) do not fit in
-  the cycle after an SRAM read (15 of the 22.2 FO4, ``moehub.synth.sram``: SRAM -> an
-  expert's ``cur_page`` 23.2 FO4 at deepseek-v3 on two nodes, paged, 4 takes a cycle).
-  The registers hold the reads issued for the head a cycle earlier, which the head has
-  since moved past by at most ``lanes``, so they cover ``3 x lanes`` positions: ``B`` is
-  then the power of two >= ``3 x lanes``, and a return written in the cycle between the
-  read and the register is bypassed into it.
+  cycle's write (a return landing in the window). A bank of ``pool / B`` words at or above
+  the synthesis threshold maps to an SRAM macro; read ports stay ``2 x lanes`` B-way
+  selects. The banks' outputs go through a register before any logic uses them: the
+  takes' selects behind them (the window's rotation, the pending takes' shift, the lanes'
+  needs, the experts' current pages; multicast, the arena's place select into the packet
+  manager's row) do not fit in the cycle after an SRAM read, which takes 15 of the
+  22.2 FO4 (``moehub.synth.sram``): SRAM -> an expert's ``cur_page`` was 23.2 FO4 at
+  deepseek-v3 on two nodes, paged, 4 takes a cycle; SRAM -> the arena's place -> the
+  packet manager's row was 15 + 17.4 FO4 at deepseek-v3-8gpu with all three v2 features
+  on ASAP7, one take a cycle. The registers hold the reads issued for the head a cycle
+  earlier, which the head has since moved past by at most ``lanes``, so they cover
+  ``3 x lanes`` positions (hence ``B``), and a return written in the cycle between the
+  read and the register is bypassed into it; the window is then a ``B``-way select of
+  registers by the head's low bits (a one-hot register).
 
 Head update, both (``n`` pages taken by the pending takes, ``ret_r``: a return joined the
 ring a cycle ago, after those takes saw it): while the ring they saw lasts (``count -
@@ -117,20 +119,11 @@ class RegisterRing(PageRing):
 
 
 class BankedRing(PageRing):
-    """The ring in ``B`` memories, read a cycle ahead (see the module docstring).
-
-    Attributes
-    ----------
-    registered : bool
-        The banks' outputs go through a register (more than one take a cycle): the window
-        then trails the head by a cycle, and ``B`` covers ``3 x lanes`` positions."""
-
-    def __init__(self, cfg: HubConfig):
-        super().__init__(cfg)
-        self.registered = page_takes(cfg) > 1
+    """The ring in ``B`` memories, read a cycle ahead, their outputs registered (see the
+    module docstring)."""
 
     def banks(self) -> int:
-        return 1 << ((3 if self.registered else 2) * page_takes(self.cfg) - 1).bit_length()
+        return 1 << (3 * page_takes(self.cfg) - 1).bit_length()
 
     def elaborate(self, platform):
         m = Module()
@@ -171,7 +164,7 @@ class BankedRing(PageRing):
             rp = mem.read_port(transparent_for=(wp,))
             m.d.comb += [wp.addr.eq(tail[lb:]), wp.data.eq(self.good_page),
                          wp.en.eq(self.good & (tail[:lb] == b)), rp.addr.eq(rows_next[b])]
-            out.append(self._registered_read(m, b, rp, wp, rows_next[b]) if self.registered else rp.data)
+            out.append(self._registered_read(m, b, rp, wp, rows_next[b]))
         for n in range(len(self.entry)):
             m.d.comb += self.entry[n].eq(select([(head_lo[k], out[(k + n) % B]) for k in range(B)], pb))
         return m
