@@ -108,6 +108,12 @@ DIRECTED = [Directed(c, slow=c not in FAST_DIRECTED, kill=c in KILL_DIRECTED) fo
     # of 36 pages: the paged tests that take any pool (the others script a 6-page pool's
     # exhaustion)
     Directed("tiny-paged-banked", ("test_pages_taken_at_tile_boundaries", "test_page_free_and_reuse"),
+             quick=False, slow=True),
+    # ... and the multicast arena's (one take a cycle; its banks' reads registered before
+    # the arena's place select), with all three features, on a pool of 36 pages
+    Directed("tiny-multicast-paged-counts-banked",
+             ("test_row_refused_for_counts_takes_no_arena_row", "test_random_multicast_paged_counts",
+              "test_random_multicast_paged_counts_with_errors"),
              quick=False, slow=True)]
 
 
