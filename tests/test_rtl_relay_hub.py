@@ -34,7 +34,7 @@ from moehub.rtl.relay.reduce_unit import Op
 from moehub.rtl.relay.layouts import RelayLayouts
 from moehub.spec.config import load_hub_config
 from moehub.spec.csr_map import CsrMap
-from moehub.spec.formats import ReduceReason, RelayReason
+from moehub.spec.formats import ReduceReason, RelayFormats, RelayReason, RowClass
 from moehub.spec.relay import ForwardRow, RelayRow, global_gpu
 from moehub.verif.formal.plant import broken_class
 from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, Bench, entry_weight, random_entries, run_bench
@@ -66,6 +66,39 @@ def random_forward(rng, cfg, node, rank):
     f["token"] = rng.randrange(1 << cfg.token_bits)
     targets = tuple((x, s) for v, x, s in ent if v)
     return (f, ent), ForwardRow(dst=rank, targets=targets, **f)
+
+
+def forward_word(cfg, f, ent, chunk=0) -> int:
+    """A forward row's chunk as one input lane's word of a relay hub (RelayFormats
+    ``forward_row``): ``f`` its header fields, ``ent`` its (valid, expert, slot) entries."""
+    entries = {f"{k}{i}": v for i, e in enumerate(ent) for k, v in zip(("valid", "expert", "slot"), e)}
+    return RelayFormats(cfg).forward_row.pack(cls=RowClass.FORWARD, chunk=chunk, **f, **entries)
+
+
+def offer_forward(ctx, dut, cfg, f, ent):
+    """A forward row offered to the top (``RelayHub``: its chunk 0 on input lane 0,
+    checked by the relay input's lane-0 check; ``RelayControl``: on ``fin``, its verdict
+    ports). Returns the verdict's signals (bad source, bad targets, original source)."""
+    if isinstance(dut, RelayHub):
+        ctx.set(dut.i[0].payload, forward_word(cfg, f, [(int(v), x, sl) for v, x, sl in ent]))
+        ctx.set(dut.i[0].valid, 1)
+        chk = dut.ingress.checks[0]
+        return chk.bad_source, chk.bad_targets, chk.src
+    p = dut.fin.payload
+    ctx.set(p.dst, f.get("dst", 0))
+    for k in ("fwd", "ftag", "src_node", "src_rank", "token"):
+        ctx.set(getattr(p, k), f[k])
+    ctx.set(p.valid, sum(int(v) << i for i, (v, _, _) in enumerate(ent)))
+    for i, (_, x, sl) in enumerate(ent):
+        ctx.set(p.expert[i], x)
+        ctx.set(p.slot[i], sl)
+    ctx.set(dut.fin.valid, 1)
+    return dut.fin_bad_source, dut.fin_bad_targets, dut.fin_src
+
+
+def fin_port(dut):
+    """Where a forward row is offered: the top's input lane 0, or RelayControl's ``fin``."""
+    return dut.i[0] if isinstance(dut, RelayHub) else dut.fin
 
 
 class HubBench(Bench):
@@ -107,14 +140,8 @@ class HubBench(Bench):
                 tuple((ctx.get(p.gpu[i]), ctx.get(p.expert[i]), ctx.get(p.slot[i])) for i in range(T)))
 
     def set_fin(self, fe):
-        (f, ent), ctx, p = fe, self.ctx, self.io.fin.payload
-        ctx.set(p.dst, self.rank)
-        for k, v in f.items():
-            ctx.set(getattr(p, k), v)
-        ctx.set(p.valid, sum(int(v) << i for i, (v, _, _) in enumerate(ent)))
-        for i, (_, x, s) in enumerate(ent):
-            ctx.set(p.expert[i], x)
-            ctx.set(p.slot[i], s)
+        (f, ent) = fe
+        return offer_forward(self.ctx, self.io, self.cfg, dict(f, dst=self.rank), ent)
 
     def open_want(self, row, fields):
         """The open of a good relay row: its source node, token, and per entry valid, slot
@@ -139,7 +166,7 @@ class HubBench(Bench):
         opens = not isinstance(io, RelayHub)           # (the whole top: the reduce takes them)
         await place(ctx, io, self.node, self.rank)
         await reduce_cleared(ctx, io)
-        token, sent, idle, p_ready = 0, 0, 0, 0.7
+        token, sent, idle, p_ready, fin = 0, 0, 0, 0.7, None
         while sent < rows or m.queue or self.pushed or ctx.get(io.rcredit.valid) or self.out or idle < 6 \
                 or (opens and self.opened):
             self.check_counters()
@@ -160,23 +187,28 @@ class HubBench(Bench):
                     assert self.opened, f"cycle {self.cycle}: an open for no good row taken"
                     want, got = self.opened.pop(0), self.open_fields(io.open.payload)
                     assert got == want, f"cycle {self.cycle}: open {got}, the row taken {want}"
-            fin = None
-            if sent < rows and rng.random() < p_fin:
+            # a forward row offered (the whole top: on input lane 0, held until the packet
+            # manager takes it -- a bad one is dropped at once; RelayControl: fin, never refused)
+            if fin is None and sent < rows and rng.random() < p_fin:
                 fe, fin = random_forward(rng, cfg, self.node, self.rank)
-                self.set_fin(fe)
-            ctx.set(io.fin.valid, fin is not None)
+                verdict = self.set_fin(fe)
+            ctx.set(fin_port(io).valid, fin is not None)
             busy = False
             # ---- the cycle's handshakes, against the model
             if fin is not None:
-                assert ctx.get(io.fin.ready)
                 want = m.forward_verdict(fin)
-                got = (RelayReason.FWD_BAD_SOURCE if ctx.get(io.fin_bad_source) else
-                       RelayReason.FWD_BAD_TARGETS if ctx.get(io.fin_bad_targets) else None)
+                bs, bt, src = verdict
+                got = (RelayReason.FWD_BAD_SOURCE if ctx.get(bs) else
+                       RelayReason.FWD_BAD_TARGETS if ctx.get(bt) else None)
                 assert got == want, f"cycle {self.cycle}: forward row {fin}: verdict {got}, model {want}"
                 if want is None:
-                    assert ctx.get(io.fin_src) == global_gpu(cfg, fin.src_node, fin.src_rank)
-                m.forward_row(fin)
-                self.fins += 1
+                    assert ctx.get(src) == global_gpu(cfg, fin.src_node, fin.src_rank)
+                if ctx.get(fin_port(io).ready):
+                    m.forward_row(fin)
+                    self.fins += 1
+                    fin = None
+                else:
+                    assert isinstance(io, RelayHub) and want is None, f"cycle {self.cycle}: {fin} refused"
             out_busy, credited = self.check_outputs(M)
             busy = busy or out_busy
             if credited:
@@ -319,7 +351,7 @@ async def _directed(ctx, dut, cfg):
             await ctx.tick()
             b.cycle += 1
             ctx.set(dut.row.valid, 0)
-            ctx.set(dut.fin.valid, 0)
+            ctx.set(fin_port(dut).valid, 0)
             ctx.set(dut.fcredit.valid, 0)
 
     async def push(entries, token, src_node=1, src_rank=1, tag=0):
@@ -355,14 +387,13 @@ async def _directed(ctx, dut, cfg):
             dict(fwd=3, ftag=0, src_node=1, src_rank=3, token=10, valid=0b101, expert=[1, 0, 1])]
     verdicts = []
     for f in fins:
-        p = dut.fin.payload
-        ctx.set(p.dst, 1)
-        for k in ("fwd", "ftag", "src_node", "src_rank", "token", "valid"):
-            ctx.set(getattr(p, k), f[k])
-        for i, x in enumerate(f["expert"]):
-            ctx.set(p.expert[i], x)
-        ctx.set(dut.fin.valid, 1)
-        verdicts.append((ctx.get(dut.fin_bad_source), ctx.get(dut.fin_bad_targets), ctx.get(dut.fin_src)))
+        head = {k: f[k] for k in ("fwd", "ftag", "src_node", "src_rank", "token")}
+        ent = [(f["valid"] >> i & 1, x, 0) for i, x in enumerate(f["expert"])]
+        sigs = offer_forward(ctx, dut, cfg, dict(head, dst=1), ent)
+        verdicts.append(tuple(ctx.get(v) for v in sigs))
+        while not ctx.get(fin_port(dut).ready):    # (the whole top: the packet manager's lane)
+            await ctx.tick()
+            b.cycle += 1
         await cycle()
     await cycle(2)
     counters = b.counters()
@@ -449,7 +480,8 @@ def test_relay_hub_top_ports():
     """The whole top: MoEHub's ports and the relay path's side by side; the MoEHub inside
     is MoEHub(cfg)."""
     hub = RelayHub(R2)
-    for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check, hub.reduce, hub.reduce.unit,
+    for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check, hub.ingress, *hub.ingress.checks,
+                 hub.reduce, hub.reduce.unit,
                  hub.reduce.engine):                                            # (not elaborated)
         part._MustUse__silence = True
     assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
@@ -457,11 +489,13 @@ def test_relay_hub_top_ports():
     plain = MoEHub(R2)
     plain._MustUse__silence = True                  # (only its signature is wanted)
     for k, v in plain.signature.members.items():       # every port of the hub's, as the hub has it,
-        if k in RelayHub.HUB_INNER:                     # but those wired to the relay inside
-            assert k not in members, k
+        if k in RelayHub.HUB_INNER:                     # but those wired to the relay inside (its
+            assert k == "i" or k not in members, k     # lanes: behind the relay input)
             continue
         assert k in members and repr(members[k]) == repr(v), k
-    assert {"row", "local", "fwd", "fcredit", "rcredit", "fin", "relay_drops"} < set(members)
+    assert {"row", "local", "fwd", "fcredit", "rcredit", "relay_drops", "fwd_in", "relay_in"} < set(members)
+    assert not {"fin", "fin_bad_source"} & set(members)     # (forward rows come in on the lanes)
+    assert members["i"].signature.members["payload"].shape == RelayFormats(R2).lane_bits
     assert not {"node", "rank", "flush", "open", "acc_base"} & set(members)   # (from NODE_ID, LOCAL_RANK,
     # RED_ACC_BASE, RED_CTRL; opens from the relay): partial rows in, the accumulators'
     # memory port, the reduced rows out

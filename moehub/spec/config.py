@@ -371,6 +371,9 @@ class HubConfig:
                  f"min(experts, topk) = {want}")
         _require(self.forward_tags >= 1, f"{p}.forward_tags", self.forward_tags,
                  "relay: true needs >= 1 forward tag per (relay, destination GPU) pair")
+        _require(self.forward_tags <= self.tags_per_source, f"{p}.forward_tags", self.forward_tags,
+                 f"a forward row is the packet manager's row of (original source, forward tag): "
+                 f"at most tags_per_source = {self.tags_per_source} forward tags")
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], prefix: str = "hub") -> "HubConfig":

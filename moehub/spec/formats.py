@@ -299,7 +299,13 @@ class RelayFormats:
       original source and token;
     * ``partial``: the header of an expert's output row returned to the relay for the
       reduce (original source, token, top-k slot);
-    * ``reduced``: the header of the one row per (token, node) the relay sends back.
+    * ``reduced``: the header of the one row per (token, node) the relay sends back;
+    * ``direct``: a row of protocol v1/v2 (:class:`HubFormats`' ``packet``, end-of-stream
+      and count packets too) behind the class field;
+    * ``lane``: what one input lane of a relay hub carries -- ``lane_bits`` bits, the class
+      (:class:`RowClass`) in the low two, the rest one of ``direct``, ``relay_row`` or
+      ``forward_row`` as the class says (each laid out from bit 0, the class its first
+      field; the bits above the narrower formats are 0).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -325,3 +331,5 @@ class RelayFormats:
                                           Field("slot", cfg.slot_bits)])
         self.reduced = Format("reduced", [*src, Field("token", cfg.token_bits),
                                           Field("parts", field_bits(cfg.relay_targets))])
+        self.direct = Format("direct", [cls, *HubFormats(cfg).packet.fields])
+        self.lane_bits = max(self.direct.width, self.relay_row.width, self.forward_row.width)

@@ -135,7 +135,7 @@ from typing import Optional
 import numpy as np
 
 from .config import HubConfig, experts_per_gpu
-from .formats import ReduceReason, RelayReason
+from .formats import PacketKind, ReduceReason, RelayFormats, RelayReason, RowClass
 
 
 # ------------------------------------------------------------------ rows
@@ -251,6 +251,92 @@ def to_bf16(v: np.ndarray) -> np.ndarray:
     return r.astype(np.uint32).view(np.float32)
 
 
+# ------------------------------------------------------------------ verdicts
+def _bad_targets(cfg: HubConfig, keys: list, width: int) -> bool:
+    """Empty, more than ``width`` entries, an expert out of range or a key twice."""
+    return not keys or len(keys) > width or len(set(keys)) < len(keys) \
+        or any(not 0 <= k[-1] < cfg.experts for k in keys)
+
+
+def forward_verdict(cfg: HubConfig, node: int, rank: int, row: ForwardRow) -> Optional[RelayReason]:
+    """Why a forward row arriving at hub (``node``, ``rank``) is dropped (None: accepted),
+    first reason first (see the module docstring)."""
+    if not 0 <= row.fwd < cfg.node_gpus or row.fwd == rank \
+            or not 0 <= row.ftag < cfg.forward_tags \
+            or not 0 <= row.src_node < cfg.nodes or row.src_node == node \
+            or row.src_rank != row.fwd:
+        return RelayReason.FWD_BAD_SOURCE
+    if _bad_targets(cfg, [(x,) for x, _ in row.targets], cfg.max_targets):
+        return RelayReason.FWD_BAD_TARGETS
+    return None
+
+
+# ------------------------------------------------------------------ the input
+@dataclass(frozen=True)
+class Ingress:
+    """What a relay hub's input does with one lane's word (:func:`ingress`).
+
+    ``to`` is ``"hub"`` (``packet``, :class:`~moehub.spec.formats.HubFormats`' ``packet``
+    fields, goes to the packet manager of protocol v1/v2), ``"relay"`` (a relay row's chunk,
+    for the relay side) or ``"drop"`` (``reason``). ``counted``: the packet counts in FWD_IN
+    (a good forward row) or RELAY_DROPS (a dropped one) -- each row once, on its chunk 0."""
+    to: str
+    packet: Optional[dict] = None
+    reason: Optional[RelayReason] = None
+    counted: bool = False
+
+
+def ingress(cfg: HubConfig, node: int, rank: int, word: int) -> Ingress:
+    """The input of the relay hub (``node``, ``rank``) on one lane's word
+    (:class:`~moehub.spec.formats.RelayFormats` ``lane``), by its class:
+
+    * DIRECT -- protocol v1/v2's packet, to the packet manager unchanged (its own checks
+      apply there), except a data packet from a GPU of another node (``src`` < sources):
+      remote GPUs reach this GPU through relays only, and the packet manager's row of
+      (that source, tag) may be a forward row's (below), so it is dropped as
+      FWD_BAD_SOURCE. End-of-stream and count packets come from every source directly.
+    * FORWARD -- checked as :func:`forward_verdict`; a good chunk goes to the packet
+      manager as protocol v2's multicast packet (a plain one with ``max_targets`` 1) of
+      the original source (global id) with the forward tag as its tag: that (source, tag)
+      row is this forward's alone, because a remote source sends this GPU no direct rows
+      and its relay's forward tags towards this GPU are distinct among the rows in flight
+      (``forward_tags`` <= ``tags_per_source``, a contract check). Its row's credit, when the
+      packet manager returns (source, tag) for a remote source of another rank, is the
+      forward credit (tag) of that rank's relay.
+    * RELAY -- to the relay side.
+    * class 3 -- no format has it (nothing can have sent it): dropped as FWD_BAD_SOURCE,
+      counted per packet.
+    """
+    fmts = RelayFormats(cfg)
+    cls = word & 3
+    if cls == RowClass.RELAY:
+        return Ingress("relay")
+    if cls == RowClass.DIRECT:
+        d = fmts.direct.unpack(word)
+        pkt = {k: v for k, v in d.items() if k != "cls"}
+        remote = pkt["src"] < cfg.sources and pkt["src"] // cfg.node_gpus != node
+        if pkt["kind"] == PacketKind.DATA and remote:
+            return Ingress("drop", reason=RelayReason.FWD_BAD_SOURCE, counted=pkt["chunk"] == 0)
+        return Ingress("hub", packet=pkt)
+    if cls != RowClass.FORWARD:
+        return Ingress("drop", reason=RelayReason.FWD_BAD_SOURCE, counted=True)
+    f = fmts.forward_row.unpack(word)
+    M = cfg.max_targets
+    targets = tuple((f[f"expert{i}"], f[f"slot{i}"]) for i in range(M) if f[f"valid{i}"])
+    row = ForwardRow(rank, f["fwd"], f["ftag"], f["src_node"], f["src_rank"], f["token"], targets)
+    why = forward_verdict(cfg, node, rank, row)
+    first = f["chunk"] == 0
+    if why is not None:
+        return Ingress("drop", reason=why, counted=first)
+    pkt = {"kind": int(PacketKind.DATA), "src": global_gpu(cfg, f["src_node"], f["src_rank"]),
+           "tag": f["ftag"], "token": f["token"], "chunk": f["chunk"], "count": 0, "data": f["data"]}
+    if cfg.multicast:
+        pkt.update({f"{k}{i}": f[f"{k}{i}"] for i in range(M) for k in ("valid", "expert", "slot")})
+    else:
+        pkt.update(expert=f["expert0"], slot=f["slot0"])
+    return Ingress("hub", packet=pkt, counted=first)
+
+
 # ------------------------------------------------------------------ the relay hub
 @dataclass
 class _Pending:
@@ -319,9 +405,7 @@ class RelayHubModel:
         return fx
 
     def _bad_targets(self, keys: list, width: int) -> bool:
-        """Empty, more than ``width`` entries, an expert out of range or a key twice."""
-        return not keys or len(keys) > width or len(set(keys)) < len(keys) \
-            or any(not 0 <= k[-1] < self.cfg.experts for k in keys)
+        return _bad_targets(self.cfg, keys, width)
 
     def relay_verdict(self, row: RelayRow) -> Optional[RelayReason]:
         """Why a relay row is dropped (None: accepted), first reason first."""
@@ -339,15 +423,7 @@ class RelayHubModel:
 
     def forward_verdict(self, row: ForwardRow) -> Optional[RelayReason]:
         """Why a forward row arriving here is dropped (None: accepted)."""
-        cfg = self.cfg
-        if not 0 <= row.fwd < cfg.node_gpus or row.fwd == self.rank \
-                or not 0 <= row.ftag < cfg.forward_tags \
-                or not 0 <= row.src_node < cfg.nodes or row.src_node == self.node \
-                or row.src_rank != row.fwd:
-            return RelayReason.FWD_BAD_SOURCE
-        if self._bad_targets([(x,) for x, _ in row.targets], cfg.max_targets):
-            return RelayReason.FWD_BAD_TARGETS
-        return None
+        return forward_verdict(self.cfg, self.node, self.rank, row)
 
     # ---------------------------------------------------------------- rows in
     def relay_row(self, row: RelayRow) -> RelayEffects:

@@ -66,6 +66,7 @@ from ...spec.formats import ReduceReason, RelayReason
 from ..hub import MoEHub
 from .forward_check import ForwardCheck
 from .forward_unit import ForwardUnit
+from .ingress import RelayIngress
 from .layouts import RelayLayouts
 from .reduce_path import ReducePath
 
@@ -213,8 +214,12 @@ class RelayHub(wiring.Component):
         ``relay: true`` (else ValueError naming the key).
     """
 
-    #: the hub's and the relay's ports wired to each other inside the top
-    HUB_INNER, RELAY_INNER = ("relay_status", "relay_place"), ("node", "rank", "open")
+    #: the hub's and the relay's ports wired inside the top (the hub's input lanes behind
+    #: the relay input; the relay control's own forward-row verdict unused: the input
+    #: checks every lane's forward rows, and the top's FWD_IN and RELAY_DROPS add its counts)
+    HUB_INNER = ("relay_status", "relay_place", "i")
+    RELAY_INNER = ("node", "rank", "open", "fin", "fin_bad_source", "fin_bad_targets", "fin_src", "fwd_in",
+                   "relay_drops")
     #: the reduce path's ports on the top: top name -> the path's (its ``node``, ``rank``,
     #: ``acc_base`` and ``flush`` are inside): the partial rows in, the accumulators'
     #: memory port, the reduced rows out
@@ -229,14 +234,18 @@ class RelayHub(wiring.Component):
         self.hub = MoEHub(cfg)
         self.relay = RelayControl(cfg)
         self.reduce = ReducePath(cfg)
+        self.ingress = RelayIngress(cfg)
+        ing = self.ingress.signature.members
+        own = {"i": ing["i"], "relay_in": ing["relay"], "fwd_in": Out(32),
+               "relay_drops": Out(32).array(len(RelayReason))}
         hub_out = self._outer(self.hub, self.HUB_INNER)
         relay_out = self._outer(self.relay, self.RELAY_INNER)
         red = self.reduce.signature.members
         red_out = {top: red[unit] for top, unit in self.REDUCE_PORTS.items()}
-        names = [*hub_out, *relay_out, *red_out]
+        names = [*hub_out, *relay_out, *red_out, *own]
         clash = {n for n in names if names.count(n) > 1}
-        assert not clash, f"ports of two of the hub, the relay path and the reduce: {sorted(clash)}"
-        super().__init__({**hub_out, **relay_out, **red_out})
+        assert not clash, f"ports of two of the hub, the relay path, the reduce and the input: {sorted(clash)}"
+        super().__init__({**own, **hub_out, **relay_out, **red_out})
 
     @staticmethod
     def _outer(part, inner) -> dict:
@@ -252,27 +261,36 @@ class RelayHub(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        hub, relay, red = self.hub, self.relay, self.reduce
+        hub, relay, red, ing = self.hub, self.relay, self.reduce, self.ingress
         m.submodules.hub = hub
         m.submodules.relay = relay
         m.submodules.reduce = red
+        m.submodules.ingress = ing
         self._pass(m, hub, {k: k for k in self._outer(hub, self.HUB_INNER)})
         self._pass(m, relay, {k: k for k in self._outer(relay, self.RELAY_INNER)})
         self._pass(m, red, self.REDUCE_PORTS)
+        self._pass(m, ing, {"i": "i", "relay_in": "relay", "fwd_in": "fwd_in"})
+        for j in range(self.cfg.lanes):         # the input's packets into the hub's lanes
+            wiring.connect(m, ing.o[j], hub.i[j])
+        m.d.comb += relay.fin.valid.eq(0)
+        drops = [Signal(32, name=f"relay_drops_{r.name.lower()}") for r in RelayReason]
+        m.d.comb += [drops[i].eq((relay.relay_drops[i] + ing.drops[i])[:32]) for i in range(len(RelayReason))]
+        m.d.comb += [self.relay_drops[i].eq(drops[i]) for i in range(len(RelayReason))]
         # the relay registers: the relay's and the reduce's counters into the hub's CSR
         # bank; NODE_ID, LOCAL_RANK, RED_ACC_BASE and RED_CTRL.RED_FLUSH out of it
         st, place = hub.relay_status, hub.relay_place
         m.d.comb += [st.relay_rows.eq(relay.relay_rows), st.relay_local.eq(relay.relay_local),
-                     st.fwd_wait.eq(relay.fwd_wait), st.fwd_in.eq(relay.fwd_in),
+                     st.fwd_wait.eq(relay.fwd_wait), st.fwd_in.eq(ing.fwd_in),
                      st.relay_overflow.eq(relay.relay_overflow),
                      st.red_rows.eq(red.red_rows), st.red_open.eq(red.red_open),
                      st.red_incomplete.eq(red.red_incomplete),
                      st.red_acc_reads.eq(red.acc_reads), st.red_acc_writes.eq(red.acc_writes),
                      relay.node.eq(place.node), relay.rank.eq(place.rank),
+                     ing.node.eq(place.node), ing.rank.eq(place.rank),
                      red.node.eq(place.node), red.rank.eq(place.rank), red.acc_base.eq(place.acc_base),
                      red.flush.eq(place.red_flush)]
         wiring.connect(m, relay.open, red.open)
         m.d.comb += [st.fwd_rows[g].eq(relay.fwd_rows[g]) for g in range(self.cfg.node_gpus)]
-        m.d.comb += [st.relay_drops[i].eq(relay.relay_drops[i]) for i in range(len(RelayReason))]
+        m.d.comb += [st.relay_drops[i].eq(drops[i]) for i in range(len(RelayReason))]
         m.d.comb += [st.red_drops[i].eq(red.drops[i]) for i in range(len(ReduceReason))]
         return m

@@ -1,0 +1,459 @@
+"""The relay hub's input (moehub/rtl/relay/ingress.py): every lane's packet sorted by its
+class and a forward row turned into protocol v2's packet, against the reference
+(moehub.spec.relay.ingress), lane by lane and cycle by cycle; then the whole RelayHub in
+lock-step with a plain MoEHub fed the reference's packets (the packet manager behind the
+input is exactly the v1/v2 hub's, so a forward row is written as a multicast row of its
+original source).
+
+The lane bench drives random words of every class on every lane -- forward rows mostly
+well formed (good, or broken in one field), direct packets of this node's GPUs, of
+another node's and out of range, relay rows, class 3, random bits above each format --
+with random valid and random ready on both outputs. Each cycle, per lane: where the
+packet goes (the packet manager, with the reference's packet to the bit; the relay side,
+the word unchanged; dropped), the lane's ready (the ready of where it goes, 1 for a
+drop), and the counters (FWD_IN, RELAY_DROPS per reason) equal to the reference's counts
+of the cycles before the last (they lag by one cycle). A failure names the seed.
+"""
+import random
+
+import pytest
+from amaranth import Elaboratable, Module, Value
+from amaranth.sim import Simulator
+
+from moehub.rtl.hub import MoEHub
+from moehub.rtl.relay.hub import RelayHub
+from moehub.rtl.relay.ingress import RelayIngress
+from moehub.spec.config import ConfigError, load_hub_config
+from moehub.spec.csr_map import CTRL_START, CsrMap
+from moehub.spec.formats import CtlKind, HubFormats, PacketKind, RelayFormats, RelayReason, RowClass, config_reasons
+from moehub.spec.relay import Ingress, global_gpu, ingress
+from moehub.verif.formal.plant import broken_class
+
+TINY = load_hub_config("tiny")
+#: 2 nodes x 2 GPUs, multicast rows of 3 targets, 2 tags per source (1 forward tag)
+R22 = TINY.replace(sources=4, nodes=2, gpus_per_node=2, relay=True, forward_tags=1, topk=3, max_targets=3,
+                   tags_per_source=2)
+#: 3 nodes x 3 GPUs, 2 forward tags
+R33 = TINY.replace(sources=9, nodes=3, gpus_per_node=3, relay=True, forward_tags=2, topk=3, max_targets=3)
+#: one expert per GPU: plain rows (max_targets 1)
+R1 = TINY.replace(experts=1, sources=8, nodes=2, gpus_per_node=4, relay=True, forward_tags=1, topk=3,
+                  max_targets=1)
+
+
+# ------------------------------------------------------------------ words
+def pack(fmt, values: dict) -> int:
+    """``values`` packed as ``fmt`` (each value masked to its field)."""
+    return fmt.pack(**{k: v & ((1 << fmt.widths[k]) - 1) for k, v in values.items() if k in fmt.widths})
+
+
+def forward_fields(rng, cfg, node, rank) -> dict:
+    """A forward row's header and entries at hub (node, rank): mostly well formed (distinct
+    experts in range), else one field anything its width holds."""
+    M, others = cfg.max_targets, [g for g in range(cfg.node_gpus) if g != rank]
+    fwd = rng.choice(others)
+    f = dict(cls=RowClass.FORWARD, fwd=fwd, ftag=rng.randrange(cfg.forward_tags),
+             src_node=rng.choice([n for n in range(cfg.nodes) if n != node]), src_rank=fwd,
+             token=rng.randrange(1 << cfg.token_bits))
+    xs = rng.sample(range(cfg.experts), min(M, cfg.experts)) + [0] * M
+    for i in range(M):
+        f.update({f"valid{i}": int(i == 0 or rng.random() < 0.5), f"expert{i}": xs[i],
+                  f"slot{i}": rng.randrange(cfg.topk)})
+    if rng.random() < 0.4:
+        k = rng.choice(["fwd", "ftag", "src_node", "src_rank", "valid0", "expert0", f"expert{M - 1}"])
+        f[k] = rng.randrange(1 << RelayFormats(cfg).forward_row.widths[k])
+        if k == f"expert{M - 1}" and M > 1:
+            f[f"valid{M - 1}"] = 1
+    return f
+
+
+def random_word(rng, cfg, node, rank) -> int:
+    """One lane's word of any class (see the module docstring)."""
+    fm = RelayFormats(cfg)
+    cls = rng.choices([RowClass.DIRECT, RowClass.RELAY, RowClass.FORWARD, 3], [0.35, 0.1, 0.45, 0.1])[0]
+    tail = dict(chunk=rng.choice([0, rng.randrange(1 << cfg.chunk_bits)]), data=rng.getrandbits(cfg.data_bits))
+    if cls == RowClass.FORWARD:
+        word = pack(fm.forward_row, {**forward_fields(rng, cfg, node, rank), **tail})
+        width = fm.forward_row.width
+    elif cls == RowClass.DIRECT:
+        src = rng.choice([node * cfg.node_gpus + rng.randrange(cfg.node_gpus), rng.randrange(cfg.sources),
+                          rng.randrange(1 << cfg.src_bits)])
+        vals = {f.name: rng.getrandbits(f.width) for f in fm.direct.fields}
+        vals.update(cls=RowClass.DIRECT, src=src, kind=rng.choice([PacketKind.DATA] * 3 + [PacketKind.EOS]), **tail)
+        word, width = pack(fm.direct, vals), fm.direct.width
+    else:
+        word, width = cls | rng.getrandbits(fm.relay_row.width - 2) << 2, fm.relay_row.width
+    if rng.random() < 0.2:                       # bits above the format: ignored
+        word |= rng.getrandbits(fm.lane_bits - width) << width
+    return word
+
+
+# ------------------------------------------------------------------ the lane bench
+def run_lanes(cfg, seed, cycles=300, node=1, rank=0, unit=RelayIngress):
+    """Drive ``unit(cfg)`` at random; returns the outcomes seen (AssertionError names the seed)."""
+    dut = unit(cfg)
+    L, fm, hf = cfg.lanes, RelayFormats(cfg), HubFormats(cfg)
+    seen = {"hub": 0, "relay": 0, "drop": 0, "fwd_hub": 0, "reasons": set()}
+
+    async def bench(ctx):
+        rng = random.Random(seed)
+        ctx.set(dut.node, node)
+        ctx.set(dut.rank, rank)
+        counts, lagged = {"fwd_in": 0, "drops": [0] * len(RelayReason)}, []
+        for cycle in range(cycles):
+            words = [random_word(rng, cfg, node, rank) for _ in range(L)]
+            for j in range(L):
+                ctx.set(dut.i[j].valid, rng.random() < 0.8)
+                ctx.set(dut.i[j].payload, words[j])
+                ctx.set(dut.o[j].ready, rng.random() < 0.7)
+                ctx.set(dut.relay[j].ready, rng.random() < 0.7)
+            if len(lagged) >= 2:
+                want = lagged[-2]
+                got = {"fwd_in": ctx.get(dut.fwd_in), "drops": [ctx.get(d) for d in dut.drops]}
+                assert got == want, f"seed {seed} cycle {cycle}: counters {got}, reference {want}"
+            for j in range(L):
+                _check_lane(ctx, dut, cfg, node, rank, j, words[j], seed, cycle, fm, hf, counts, seen)
+            lagged.append({"fwd_in": counts["fwd_in"], "drops": list(counts["drops"])})
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen
+
+
+def _check_lane(ctx, dut, cfg, node, rank, j, word, seed, cycle, fm, hf, counts, seen):
+    """Lane ``j``'s outputs this cycle against the reference; its counts if it fires."""
+    i, o, rel = dut.i[j], dut.o[j], dut.relay[j]
+    want: Ingress = ingress(cfg, node, rank, word)
+    valid = ctx.get(i.valid)
+    where = f"seed {seed} cycle {cycle} lane {j} word {word:#x} ({want})"
+    got = (ctx.get(o.valid), ctx.get(rel.valid))
+    assert got == (valid and want.to == "hub", valid and want.to == "relay"), f"{where}: valid {got}"
+    ready = {"hub": o.ready, "relay": rel.ready}.get(want.to)
+    assert ctx.get(i.ready) == (1 if ready is None else ctx.get(ready)), f"{where}: ready"
+    if want.to == "hub":
+        pkt = ctx.get(Value.cast(o.payload))
+        assert pkt == hf.packet.pack(**want.packet), f"{where}: packet {hf.packet.unpack(pkt)}"
+    if want.to == "relay":
+        assert ctx.get(Value.cast(rel.payload)) == word & ((1 << fm.relay_row.width) - 1), where
+    if not (valid and ctx.get(i.ready)):
+        return
+    seen[want.to] += 1
+    if want.to == "hub" and word & 3 == RowClass.FORWARD:
+        seen["fwd_hub"] += 1
+        counts["fwd_in"] += want.counted
+    if want.to == "drop" and want.counted:
+        counts["drops"][want.reason] += 1
+        seen["reasons"].add((word & 3, want.reason))
+
+
+@pytest.mark.parametrize("cfg,node,rank", [(R22, 1, 0), (R33, 2, 1), (R1, 0, 3)], ids=["2x2", "3x3", "plain"])
+def test_lanes_against_reference(cfg, node, rank):
+    seen = run_lanes(cfg, 1, node=node, rank=rank)
+    # every outcome reached: packets to the hub (forward rows among them), relay rows, drops
+    # of every reason the input finds (a direct row of another node's GPU and class 3 as an
+    # unknown source, a forward row's bad source and bad targets)
+    assert seen["hub"] > 100 and seen["fwd_hub"] > 30 and seen["relay"] > 20 and seen["drop"] > 100, seen
+    assert {(RowClass.DIRECT, RelayReason.FWD_BAD_SOURCE), (3, RelayReason.FWD_BAD_SOURCE),
+            (RowClass.FORWARD, RelayReason.FWD_BAD_SOURCE),
+            (RowClass.FORWARD, RelayReason.FWD_BAD_TARGETS)} <= seen["reasons"], seen["reasons"]
+
+
+# ------------------------------------------------------------------ the reference by hand
+def test_reference_by_hand():
+    """Hub (node 0, rank 1) of R22 (GPUs 0, 1 in node 0; 2, 3 in node 1)."""
+    fm, cfg = RelayFormats(R22), R22
+    good = dict(cls=RowClass.FORWARD, fwd=0, ftag=0, src_node=1, src_rank=0, token=5, valid0=1, expert0=2,
+                slot0=1, valid1=1, expert1=0, slot1=2, chunk=0, data=0x1234)
+    r = ingress(cfg, 0, 1, fm.forward_row.pack(**good))
+    assert r.to == "hub" and r.counted and r.reason is None
+    # the original source (node 1, rank 0 = GPU 2) with the forward tag as the row's tag
+    assert {k: r.packet[k] for k in ("kind", "src", "tag", "token", "chunk", "data", "valid0", "expert0",
+                                     "slot0", "valid1", "expert1", "slot1", "valid2")} == \
+        dict(kind=PacketKind.DATA, src=2, tag=0, token=5, chunk=0, data=0x1234, valid0=1, expert0=2, slot0=1,
+             valid1=1, expert1=0, slot1=2, valid2=0)
+    assert not ingress(cfg, 0, 1, fm.forward_row.pack(**dict(good, chunk=3))).counted   # (a row once)
+    bad = {"fwd": 1, "ftag": 1, "src_node": 0, "src_rank": 1}             # each: an unknown source
+    for k, v in bad.items():
+        r = ingress(cfg, 0, 1, fm.forward_row.pack(**dict(good, **{k: v})))
+        assert (r.to, r.reason, r.counted) == ("drop", RelayReason.FWD_BAD_SOURCE, True), k
+    r = ingress(cfg, 0, 1, fm.forward_row.pack(**dict(good, expert1=2)))    # an expert twice
+    assert (r.to, r.reason) == ("drop", RelayReason.FWD_BAD_TARGETS)
+    # direct: this node's GPU 0 passes unchanged, GPU 3's data packet is dropped, its EOS
+    # passes; an out-of-range source is left to the packet manager (BAD_SOURCE there)
+    d = dict(cls=RowClass.DIRECT, kind=PacketKind.DATA, src=0, tag=1, valid0=1, expert0=1, chunk=2, data=7)
+    r = ingress(cfg, 0, 1, fm.direct.pack(**d))
+    assert r.to == "hub" and HubFormats(cfg).packet.pack(**r.packet) == fm.direct.pack(**d) >> 2
+    r = ingress(cfg, 0, 1, fm.direct.pack(**dict(d, src=3, chunk=0)))
+    assert (r.to, r.reason, r.counted) == ("drop", RelayReason.FWD_BAD_SOURCE, True)
+    assert ingress(cfg, 0, 1, fm.direct.pack(**dict(d, src=3, kind=PacketKind.EOS))).to == "hub"
+    assert ingress(cfg, 0, 1, fm.direct.pack(**dict(d, src=5))).to == "hub"
+    assert ingress(cfg, 0, 1, fm.relay_row.pack(cls=RowClass.RELAY, src_node=1, src_rank=1)).to == "relay"
+    assert (ingress(cfg, 0, 1, 3).to, ingress(cfg, 0, 1, 3).reason) == ("drop", RelayReason.FWD_BAD_SOURCE)
+
+
+def test_forward_tags_beyond_the_window_refused():
+    """A forward row is the packet manager's row of (source, forward tag): the contract
+    refuses more forward tags than tags per source, naming the key."""
+    with pytest.raises(ConfigError, match=r"forward_tags.*4.*tags_per_source = 3"):
+        TINY.replace(sources=4, nodes=2, gpus_per_node=2, relay=True, forward_tags=4, topk=2, max_targets=2)
+
+
+# ------------------------------------------------------------------ planted bugs
+PLANTS = {
+    # the forward row's tag taken from its forwarder's rank
+    "tag-from-fwd": ("pkt.tag.eq(f.ftag)", "pkt.tag.eq(f.fwd)"),
+    # a direct data packet of another node's GPU passed on
+    "remote-direct-kept": ("to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd))",
+                           "to_hub.eq(is_dir | (is_fwd & ~bad_fwd))"),
+    # a forward row counted on every chunk
+    "counted-every-chunk": ("m.d.sync += ev_in[j].eq(fire & good & first)", "m.d.sync += ev_in[j].eq(fire & good)"),
+}
+
+
+@pytest.mark.plants
+@pytest.mark.parametrize("plant", list(PLANTS))
+def test_planted_bug_is_caught(plant):
+    old, new = PLANTS[plant]
+    unit = broken_class("moehub.rtl.relay.ingress", old, new, "RelayIngress")
+    with pytest.raises(AssertionError, match="seed 1"):
+        run_lanes(R22, 1, cycles=120, node=1, rank=0, unit=unit)
+
+
+# ------------------------------------------------------------------ the whole top in lock-step
+class _Row:
+    """A row's words and its (source, tag) key at the packet manager; ``to_hub``: whether
+    it reaches the packet manager (a broken forward row does not: no credit comes back)."""
+
+    def __init__(self, key, to_hub, words):
+        self.key, self.to_hub, self.words, self.begun = key, to_hub, words, False
+
+
+class _Sources:
+    """The layer's words as the sources send them: rows interleaved chunk by chunk at
+    random, a row starting only once its (source, tag) key's credit of the row before has
+    come back (the protocol's windows), noise words now and then, the end-of-stream packets
+    last."""
+
+    def __init__(self, rng, rows, noise, eos):
+        self.rng, self.rows, self.noise, self.eos, self.busy = rng, rows, noise, eos, set()
+
+    def empty(self) -> bool:
+        return not self.rows and not self.eos
+
+    def credit(self, src, tag):
+        self.busy.discard((src, tag))
+
+    def next(self):
+        """The next word, or None (every row in reach waits for a credit)."""
+        if self.rng.random() < 0.05:
+            return self.rng.choice(self.noise)
+        if not self.rows:
+            return self.eos.pop(0) if self.eos else None
+        head = self.rows[:3]
+        ok = [r for i, r in enumerate(head)
+              if r.begun or (r.key not in self.busy and r.key not in [h.key for h in head[:i]])]
+        if not ok:
+            return None
+        r = self.rng.choice(ok)
+        if not r.begun and r.to_hub:
+            self.busy.add(r.key)
+        r.begun = True
+        w = r.words.pop(0)
+        if not r.words:
+            self.rows.remove(r)
+        return w
+
+
+class _Pair(Elaboratable):
+    """A RelayHub and a plain MoEHub of one config, side by side (no wiring)."""
+
+    def __init__(self, cfg):
+        self.relay, self.plain = RelayHub(cfg), MoEHub(cfg)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.relay, m.submodules.plain = self.relay, self.plain
+        return m
+
+
+def lockstep(cfg, seed, rows=24, node=0, rank=1):
+    """The relay hub (``node``, ``rank``) fed direct rows of its node's GPUs, forward rows
+    of the other nodes' GPUs (some broken), EOS from every source, and some noise (class-3
+    words, direct rows of other nodes' GPUs); the plain hub fed, on the same lanes in the
+    same cycles, the reference's packets for the words that go to the packet manager.
+    Every cycle both hubs' outputs (writes, control writes, credits, layer done) and each
+    lane's ready must agree. Returns (cycles, writes, META words of remote sources, the
+    relay hub's FWD_IN and RELAY_DROPS at the end)."""
+    pair = _Pair(cfg)
+    rh, ph = pair.relay, pair.plain
+    L, fm, hf, cmap = cfg.lanes, RelayFormats(cfg), HubFormats(cfg), CsrMap(cfg)
+    out = {}
+
+    async def write(ctx, name, value, index=0):
+        reg = cmap.registers[name]
+        for h in (rh, ph):
+            ctx.set(h.csr.addr, reg.offset + index * reg.words)
+            ctx.set(h.csr.w_data, value)
+            ctx.set(h.csr.w_stb, 1)
+        await ctx.tick()
+        for h in (rh, ph):
+            ctx.set(h.csr.w_stb, 0)
+
+    def traffic(rng):
+        """The words of the layer, in order: each row's chunks in order, rows interleaved."""
+        gpn, nodes = cfg.node_gpus, cfg.nodes
+        rows, n_rows = [], [0] * cfg.sources
+        want = out["want"] = {"fwd_in": 0, "bad_targets": 0, "remote_targets": 0}
+        tags = {}
+        while len(rows) < rows_n:
+            src = rng.randrange(cfg.sources)
+            s_node, s_rank = divmod(src, gpn)
+            xs = rng.sample(range(cfg.experts), cfg.max_targets)
+            ent = {f"{k}{i}": v for i in range(cfg.max_targets)
+                   for k, v in (("valid", int(i == 0 or rng.random() < 0.5)), ("expert", xs[i]), ("slot", i))}
+            token = len(rows) % (1 << cfg.token_bits)
+            if s_node == node:
+                if src == global_gpu(cfg, node, rank):
+                    continue
+                tag = tags.get(src, 0)
+                tags[src] = (tag + 1) % cfg.tags_per_source
+                head = dict(cls=RowClass.DIRECT, kind=PacketKind.DATA, src=src, tag=tag, token=token, **ent)
+                fmt, counted = fm.direct, True
+            else:                               # forwarded by the relay of its rank in this node
+                if s_rank == rank:
+                    continue
+                key = ("f", s_rank)
+                ftag = tags.get(key, 0)
+                tags[key] = (ftag + 1) % cfg.forward_tags
+                head = dict(cls=RowClass.FORWARD, fwd=s_rank, ftag=ftag, src_node=s_node, src_rank=s_rank,
+                            token=token, **ent)
+                fmt, counted = fm.forward_row, rng.random() < 0.85
+                if not counted:                 # broken: an expert twice (dropped, counted)
+                    head.update(valid1=1, expert1=head["expert0"])
+            if counted:
+                n_rows[src] += 1
+            if head["cls"] == RowClass.FORWARD:
+                want["fwd_in" if counted else "bad_targets"] += 1
+                want["remote_targets"] += counted * sum(head[f"valid{i}"] for i in range(cfg.max_targets))
+            rows.append(_Row((src, head.get("tag", head.get("ftag"))), counted,
+                             [fmt.pack(**head, chunk=c, data=rng.getrandbits(cfg.data_bits))
+                              for c in range(cfg.chunks_per_row)]))
+        noise = [3 | rng.getrandbits(8) << 2,   # class 3; a direct row of another node's GPU
+                 fm.direct.pack(cls=RowClass.DIRECT, kind=PacketKind.DATA, src=((node + 1) % nodes) * gpn,
+                                tag=0, chunk=1)]
+        eos = [fm.direct.pack(cls=RowClass.DIRECT, kind=PacketKind.EOS, src=s, count=n_rows[s])
+               for s in range(cfg.sources)]
+        return _Sources(rng, rows, noise, eos)
+
+    rows_n = rows
+
+    async def bench(ctx):
+        rng = random.Random(seed)
+        words = traffic(rng)                     # (the sources: next() gives a word or None)
+        await write(ctx, "NODE_ID", node)
+        await write(ctx, "LOCAL_RANK", rank)
+        span = cfg.max_rows_per_expert * cfg.stride_bytes
+        for e in range(cfg.experts):
+            await write(ctx, "REGION_BASE", 0x1000_0000 + e * span, e)
+            await write(ctx, "REGION_CAP", cfg.max_rows_per_expert, e)
+        if cfg.multicast:
+            await write(ctx, "POOL_BASE", 0x2000_0000)
+            await write(ctx, "POOL_CAP", cfg.pool_rows)
+        await write(ctx, "FLAG_BASE", 0x7000_0000)
+        await write(ctx, "META_BASE", 0x6000_0000)
+        await write(ctx, "COUNT_BASE", 0x7F00_0000)
+        await write(ctx, "EPOCH", 1)
+        await write(ctx, "CTRL", CTRL_START)
+        pending = [None] * L
+        writes, metas, cycle, done = 0, [], 0, None
+        while (not words.empty() or any(p is not None for p in pending) or done is None) and cycle < 40_000:
+            for j in range(L):
+                if pending[j] is None and rng.random() < 0.6:
+                    pending[j] = words.next()
+                w = pending[j]
+                want = None if w is None else ingress(cfg, node, rank, w)
+                ctx.set(rh.i[j].valid, w is not None)
+                ctx.set(rh.i[j].payload, w or 0)
+                ctx.set(ph.i[j].valid, want is not None and want.to == "hub")
+                ctx.set(Value.cast(ph.i[j].payload), hf.packet.pack(**want.packet) if want is not None and want.to == "hub" else 0)
+            r = rng.random() < 0.8               # the same random back-pressure on both
+            for j in range(L):
+                ctx.set(rh.wr[j].ready, r)
+                ctx.set(ph.wr[j].ready, r)
+            for s in ("ctl", "credit"):
+                r = rng.random() < 0.8
+                ctx.set(getattr(rh, s).ready, r)
+                ctx.set(getattr(ph, s).ready, r)
+            ctx.set(rh.relay_in[0].ready, 1)
+            where = f"seed {seed} cycle {cycle}"
+            for j in range(L):
+                w = pending[j]
+                if w is not None and ingress(cfg, node, rank, w).to == "hub":
+                    assert ctx.get(rh.i[j].ready) == ctx.get(ph.i[j].ready), f"{where} lane {j}: ready"
+                for k in ("valid", "payload"):
+                    a, b = (ctx.get(Value.cast(getattr(h.wr[j], k))) for h in (rh, ph))
+                    assert a == b, f"{where}: wr[{j}].{k} {a:#x} against the plain hub's {b:#x}"
+            for s in ("ctl", "credit"):
+                for k in ("valid", "payload"):
+                    a, b = (ctx.get(Value.cast(getattr(getattr(h, s), k))) for h in (rh, ph))
+                    assert a == b, f"{where}: {s}.{k} {a:#x} against the plain hub's {b:#x}"
+            assert ctx.get(rh.layer_done) == ctx.get(ph.layer_done), where
+            writes += sum(ctx.get(rh.wr[j].valid) & ctx.get(rh.wr[j].ready) for j in range(L))
+            if ctx.get(rh.ctl.valid) and ctx.get(rh.ctl.ready) and ctx.get(rh.ctl.payload.kind) == CtlKind.META:
+                meta = hf.meta_word.unpack(ctx.get(rh.ctl.payload.data))
+                if meta["src"] // cfg.node_gpus != node:
+                    metas.append(meta["src"])
+            for j in range(L):
+                if pending[j] is not None and ctx.get(rh.i[j].valid) and ctx.get(rh.i[j].ready):
+                    pending[j] = None
+            if ctx.get(rh.credit.valid) and ctx.get(rh.credit.ready):
+                words.credit(ctx.get(rh.credit.payload.src), ctx.get(rh.credit.payload.tag))
+            if ctx.get(rh.layer_done):
+                done = cycle
+            await ctx.tick()
+            cycle += 1
+        out.update(cycles=cycle, done=done, writes=writes, metas=metas, fwd_in=ctx.get(rh.fwd_in),
+                   drops=[ctx.get(d) for d in rh.relay_drops])
+
+        out["hub_drops"] = [await read(ctx, "DROPS", r) for r in range(len(config_reasons(cfg)))]
+
+    async def read(ctx, name, index=0):
+        reg = cmap.registers[name]
+        ctx.set(rh.csr.addr, reg.offset + index * reg.words)
+        ctx.set(rh.csr.r_stb, 1)
+        await ctx.tick()
+        ctx.set(rh.csr.r_stb, 0)
+        await ctx.tick().repeat(2)
+        return ctx.get(rh.csr.r_data)
+
+    sim = Simulator(pair)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return out
+
+
+def _check_lockstep(cfg, out, rows):
+    """Beyond the lock-step: the layer finished with no drop in the packet manager; every
+    good forward row counted in FWD_IN and each of its targets' metadata word written
+    with its original (remote) source; the broken ones counted as bad targets; the noise
+    (class 3) as unknown sources."""
+    want = out["want"]
+    assert out["done"] is not None, f"the layer never finished: {out}"
+    assert not any(out["hub_drops"]), out
+    assert out["writes"] > rows * cfg.chunks_per_row // 2, out
+    assert want["fwd_in"] > 3 and out["fwd_in"] == want["fwd_in"], out
+    assert len(out["metas"]) == want["remote_targets"], out
+    assert out["drops"][RelayReason.FWD_BAD_TARGETS] == want["bad_targets"], out
+    assert out["drops"][RelayReason.FWD_BAD_SOURCE] >= 1, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg,node,rank", [(R22, 0, 1), (R33, 1, 2)], ids=["2x2", "3x3"])
+def test_relay_hub_in_lockstep_with_the_plain_hub(cfg, node, rank):
+    """(Slow set: two whole hubs simulated every cycle, 30-50 s each; the fast set checks
+    the input lane by lane against the reference.)"""
+    out = lockstep(cfg, 3, rows=40, node=node, rank=rank)
+    _check_lockstep(cfg, out, 40)
