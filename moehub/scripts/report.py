@@ -1732,7 +1732,8 @@ def render_v2_units(recs: list, current: str) -> str:
 RELAY_UNIT_ROWS = (("relay_control", "relay control path"), ("forward_unit", "forward unit"),
                    ("forward_check", "forward check"), ("reduce_unit", "reduce unit"),
                    ("reduce_element", "accumulate datapath, one element"),
-                   ("reduce_path", "reduce path (unit, engine), one element"))
+                   ("reduce_path", "reduce path (unit, engine), one element"),
+                   ("relay_input", "relay input (every lane)"))
 RELAY_NODES = (2, 4, 8)
 
 

@@ -46,9 +46,13 @@ UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
          # (one element of the reduce's accumulate datapath: data_bits / 16 of them a lane)
          "reduce_element": ("moehub.rtl.relay.accumulate", "ReduceElement"),
          # (the reduce whole: its control, intake and engine, a datapath one element wide)
-         "reduce_path": ("moehub.rtl.relay.reduce_path", "ReducePathElement")}
+         "reduce_path": ("moehub.rtl.relay.reduce_path", "ReducePathElement"),
+         # (the relay hub's input: every lane's class decode and forward check, in front of
+         # the packet manager's input registers)
+         "relay_input": ("moehub.rtl.relay.ingress", "RelayIngress")}
 #: the units of a relay config (``relay: true``, so ``nodes`` >= 2 and ``gpus_per_node``)
-RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element", "reduce_path")
+RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element", "reduce_path",
+               "relay_input")
 
 
 def build(unit: str, cfg: HubConfig):
