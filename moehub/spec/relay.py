@@ -51,7 +51,13 @@ entries there:
   ``tags_per_source`` per source -- at most ``relay_window = (nodes - 1) x
   tags_per_source`` relay rows at one relay hub;
 * **F** (forward): a relay's forward rows to another GPU of its node, ``forward_tags`` per
-  (relay, destination) pair.
+  (relay, destination) pair. At the destination a forward row is the packet manager's
+  row of (original source, forward tag) -- a multicast row of that source, whose metadata
+  words then carry it (:func:`ingress`): the entries of a remote source of another rank
+  are free for it, because such a source sends this GPU no direct rows, and the
+  relay's forward tags towards this GPU are distinct among its rows in flight
+  (``forward_tags`` <= ``tags_per_source``). The packet manager's credit of that row is
+  the F credit.
 
 What each waits for (a *wait* is an arrow from the thing waiting to the thing it waits on):
 

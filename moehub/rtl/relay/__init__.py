@@ -18,9 +18,14 @@ rest in its node (reference model: :mod:`moehub.spec.relay`).
   carried out on the rows' data, the accumulators read and written in HBM in order.
 * :mod:`.reduce_path` -- :class:`~.reduce_path.ReducePath`: the reduce whole (unit,
   engine, the partial rows' intake).
+* :mod:`.ingress` -- :class:`~.ingress.RelayIngress`: the relay hub's input lanes, each
+  packet sorted by its class; a received forward row becomes protocol v2's multicast
+  packet of its original source for the unchanged packet manager.
 * :mod:`.hub` -- :class:`~.hub.RelayControl` and :class:`~.hub.RelayHub`.
 
-How they attach to the hub (:class:`~moehub.rtl.hub.MoEHub`, not wired here): the packet
+How they attach to the hub (:class:`~moehub.rtl.hub.MoEHub`). Wired: the input (a
+forward row is the packet manager's row of (original source, forward tag): no table of
+its own). Not wired yet: the packet
 manager opens a relay row's data into the pool (its own targets) or a staging area of
 ``relay_window`` rows (forward-only rows) and pushes the row's target set, once its first
 chunk is accepted, into a ``relay_window``-deep FIFO in front of ``ForwardUnit.row`` (the
@@ -29,7 +34,6 @@ the multicast allocator's request of a lane reserved for it (the target set as a
 multicast row, the original source and token in the metadata); ``fwd`` goes to the NVLink
 egress (a DMA reading the staged row); ``fcredit`` comes from the credit messages of the
 node's GPUs; ``rcredit`` merges into the hub's credit queue after the row's data left.
-A received forward row takes ``ForwardCheck`` beside the target decode; its row-table
-entries are ``gpus_per_node x forward_tags`` of their own (the F class). The counters
+A received forward row takes ``ForwardCheck`` in the input, per lane. The counters
 read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_registers`).
 """

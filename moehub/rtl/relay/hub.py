@@ -13,16 +13,26 @@ control path beside it, as far as it attaches without changing the packet manage
     (RelayHub) open, partial --> ReducePath --reduced--> (the NIC: one row per (token, node))
                                    acc_rd / acc_rdata / acc_wr <--> (HBM: the FP32 accumulators)
 
-    MoEHub(cfg): i, wr, ctl, credit, csr, layer_done; and inside the top
+    (RelayHub) i --> RelayIngress --DIRECT, FORWARD as v2 packets--> MoEHub's lanes
+                          |      `--RELAY--> relay_in (the relay side: its staging, not attached)
+                          `-- fwd_in, relay_drops (forward rows in; bad ones and strays dropped)
+
+    MoEHub(cfg): wr, ctl, credit, csr, layer_done; and inside the top
       relay_status <-- the relay's and the reduce's counters (the CSR bank's relay registers)
       relay_place  --> node, rank, acc_base, red_flush (NODE_ID, LOCAL_RANK, RED_ACC_BASE,
                        RED_CTRL as software wrote them)
 
 :class:`RelayControl` is the control path alone (the FIFO, :class:`~.forward_unit.ForwardUnit`,
 :class:`~.forward_check.ForwardCheck` and the relay counters); :class:`RelayHub` is
-:class:`~moehub.rtl.hub.MoEHub` and a :class:`RelayControl` side by side, every port of
-both passed through under its own name but the relay registers' (so a relay hub's v1/v2
-path is exactly ``MoEHub``'s).
+:class:`~moehub.rtl.hub.MoEHub` behind the relay input (:class:`~.ingress.RelayIngress`:
+the hub's lanes carry protocol v3's rows, each lane's class decoded; a received forward
+row goes into the packet manager as protocol v2's multicast row of its original source,
+with its forward tag as the row's tag) and a :class:`RelayControl` beside it, every other
+port of both passed through under its own name but the relay registers' (so a relay hub's
+v1/v2 path is exactly ``MoEHub``'s: tests/test_rtl_relay_ingress.py runs the top in
+lock-step with a plain ``MoEHub`` fed the reference's packets). The top's forward rows come
+in on the lanes, so :class:`RelayControl`'s own ``fin`` (one row's verdict, for its bench)
+is unused there: FWD_IN and RELAY_DROPS count the input's verdicts.
 
 The counters read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_registers`):
 ``relay_rows``, ``relay_local``, ``fwd_rows``, ``fwd_wait`` (the forward unit's held row's
@@ -46,13 +56,15 @@ reset, a flush sweep), the forward unit waits with the rows in the row queue.
 source that sent without an R credit; with the credits kept it stays 0 (the window bounds
 the rows between a row's arrival and its credit, and the forward unit holds one of them).
 
-Still missing for the full attach (see :mod:`moehub.rtl.relay`): the packet manager's
-relay-row staging (the rows' data in the pool or a ``relay_window``-row staging area, and
-the push into ``row`` once a row's first chunk is accepted), the multicast allocator's
-lane for ``local``, the NVLink egress DMA behind ``fwd``, the merge of ``rcredit`` into
-the hub's credit queue, ``fin`` fed from the target decode (and its forward credit
-returned), and ``partial`` fed from the target decode of partial output rows (a staging
-that hands the reduce each row whole, its chunks in order).
+Still missing for the full attach (see :mod:`moehub.rtl.relay`): the relay side behind
+``relay_in`` -- a relay row's own targets into the packet manager as a multicast row of
+(source, tag), its chunks staged for the forwards (a ``relay_window``-row staging area),
+the push into ``row`` once the row is whole, and the row's credit joined from the packet
+manager's (its own targets written) and ``rcredit`` (its forwards gone) --, the NVLink
+egress DMA behind ``fwd``, the credit port's routing of a forward row's credit (a remote
+source of another rank: the forward credit of that rank's relay), and ``partial`` fed from
+the target decode of partial output rows (a staging that hands the reduce each row whole,
+its chunks in order).
 """
 from types import SimpleNamespace
 
