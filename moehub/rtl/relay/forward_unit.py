@@ -97,6 +97,28 @@ def pack_entries(m: Module, mask, valid_n: int, src_expert, src_slot, n_out: int
     return valid, experts, slots
 
 
+def relay_verdict(m: Module, cfg: HubConfig, node, rank, p, name: str = ""):
+    """(bad_source, bad_gpu, bad_targets) of relay row payload ``p`` (a
+    :class:`~.layouts.RelayLayouts` ``row``) at hub (``node``, ``rank``) -- each only if no
+    earlier reason holds (the model's ``relay_verdict``, first reason first)."""
+    T, G, E = cfg.relay_targets, cfg.node_gpus, cfg.experts
+    v = p.valid
+    src_bad = (p.src_node >= cfg.nodes) | (p.src_node == node) | (p.src_rank != rank) \
+        | (p.tag >= cfg.tags_per_source)
+    gpu_bad = Cat(*(v[i] & (p.gpu[i] >= G) for i in range(T))).any()
+    twice = Cat(*(v[i] & v[k] & (p.gpu[i] == p.gpu[k]) & (p.expert[i] == p.expert[k])
+                  for i in range(T) for k in range(i + 1, T))).any() if T > 1 else Const(0)
+    slot_bad = Cat(*(v[i] & (p.slot[i] >= cfg.topk) for i in range(T))).any()
+    slot_twice = Cat(*(v[i] & v[k] & (p.slot[i] == p.slot[k])
+                       for i in range(T) for k in range(i + 1, T))).any() if T > 1 else Const(0)
+    tgt_bad = ~v.any() | Cat(*(v[i] & (p.expert[i] >= E) for i in range(T))).any() | twice \
+        | slot_bad | slot_twice
+    bs, bg, bt = (Signal(name=f"{name}bad_source"), Signal(name=f"{name}bad_gpu"),
+                  Signal(name=f"{name}bad_targets"))
+    m.d.comb += [bs.eq(src_bad), bg.eq(~src_bad & gpu_bad), bt.eq(~src_bad & ~gpu_bad & tgt_bad)]
+    return bs, bg, bt
+
+
 class ForwardUnit(wiring.Component):
     """The relay's forward unit (see the module docstring).
 
@@ -153,24 +175,9 @@ class ForwardUnit(wiring.Component):
         })
 
     def verdict(self, m: Module, p):
-        """(bad_source, bad_gpu, bad_targets) of relay row payload ``p`` -- each only if no
-        earlier reason holds (the model's order)."""
-        cfg = self.cfg
-        T, G, E = cfg.relay_targets, cfg.node_gpus, cfg.experts
-        v = p.valid
-        src_bad = (p.src_node >= cfg.nodes) | (p.src_node == self.node) | (p.src_rank != self.rank) \
-            | (p.tag >= cfg.tags_per_source)
-        gpu_bad = Cat(*(v[i] & (p.gpu[i] >= G) for i in range(T))).any()
-        twice = Cat(*(v[i] & v[k] & (p.gpu[i] == p.gpu[k]) & (p.expert[i] == p.expert[k])
-                      for i in range(T) for k in range(i + 1, T))).any() if T > 1 else Const(0)
-        slot_bad = Cat(*(v[i] & (p.slot[i] >= cfg.topk) for i in range(T))).any()
-        slot_twice = Cat(*(v[i] & v[k] & (p.slot[i] == p.slot[k])
-                           for i in range(T) for k in range(i + 1, T))).any() if T > 1 else Const(0)
-        tgt_bad = ~v.any() | Cat(*(v[i] & (p.expert[i] >= E) for i in range(T))).any() | twice \
-            | slot_bad | slot_twice
-        bs, bg, bt = Signal(name="bad_source"), Signal(name="bad_gpu"), Signal(name="bad_targets")
-        m.d.comb += [bs.eq(src_bad), bg.eq(~src_bad & gpu_bad), bt.eq(~src_bad & ~gpu_bad & tgt_bad)]
-        return bs, bg, bt
+        """(bad_source, bad_gpu, bad_targets) of relay row payload ``p`` (:func:`relay_verdict`)."""
+        return relay_verdict(m, self.cfg, self.node, self.rank, p)
+
 
     def elaborate(self, platform):
         m = Module()
