@@ -25,7 +25,8 @@ from moehub.rtl.relay.hub import RelayHub
 from moehub.rtl.relay.ingress import RelayIngress
 from moehub.spec.config import ConfigError, load_hub_config
 from moehub.spec.csr_map import CTRL_START, CsrMap
-from moehub.spec.formats import CtlKind, HubFormats, PacketKind, RelayFormats, RelayReason, RowClass, config_reasons
+from moehub.spec.formats import (CtlKind, HubFormats, PacketKind, RelayFormats, RelayPorts, RelayReason, RowClass,
+                                 config_reasons, pack_fields)
 from moehub.spec.relay import Ingress, global_gpu, ingress
 from moehub.verif.formal.plant import broken_class
 
@@ -66,10 +67,28 @@ def forward_fields(rng, cfg, node, rank) -> dict:
     return f
 
 
+def relay_fields(rng, cfg, node, rank) -> dict:
+    """A relay row's fields at hub (node, rank): mostly well formed (targets on this GPU
+    and others of the node, distinct slots and (GPU, expert) pairs), else one field
+    anything its width holds."""
+    T, fm = cfg.relay_targets, RelayFormats(cfg)
+    f = dict(cls=RowClass.RELAY, src_node=rng.choice([n for n in range(cfg.nodes) if n != node]), src_rank=rank,
+             tag=rng.randrange(cfg.tags_per_source), token=rng.randrange(1 << cfg.token_bits))
+    pairs = rng.sample([(g, x) for g in range(cfg.node_gpus) for x in range(cfg.experts)], T)
+    slots = rng.sample(range(cfg.topk), min(T, cfg.topk)) + [0] * T
+    for i in range(T):
+        f.update({f"valid{i}": int(i == 0 or rng.random() < 0.6), f"gpu{i}": pairs[i][0],
+                  f"expert{i}": pairs[i][1], f"slot{i}": slots[i], f"weight{i}": rng.getrandbits(16)})
+    if rng.random() < 0.4:
+        k = rng.choice(["src_node", "src_rank", "tag", "gpu0", "gpu0", "gpu0", "expert0", "slot0", "valid0"])
+        f[k] = rng.randrange(1 << fm.relay_row.widths[k])
+    return f
+
+
 def random_word(rng, cfg, node, rank) -> int:
     """One lane's word of any class (see the module docstring)."""
     fm = RelayFormats(cfg)
-    cls = rng.choices([RowClass.DIRECT, RowClass.RELAY, RowClass.FORWARD, 3], [0.35, 0.1, 0.45, 0.1])[0]
+    cls = rng.choices([RowClass.DIRECT, RowClass.RELAY, RowClass.FORWARD, 3], [0.3, 0.25, 0.35, 0.1])[0]
     tail = dict(chunk=rng.choice([0, rng.randrange(1 << cfg.chunk_bits)]), data=rng.getrandbits(cfg.data_bits))
     if cls == RowClass.FORWARD:
         word = pack(fm.forward_row, {**forward_fields(rng, cfg, node, rank), **tail})
@@ -80,6 +99,9 @@ def random_word(rng, cfg, node, rank) -> int:
         vals = {f.name: rng.getrandbits(f.width) for f in fm.direct.fields}
         vals.update(cls=RowClass.DIRECT, src=src, kind=rng.choice([PacketKind.DATA] * 3 + [PacketKind.EOS]), **tail)
         word, width = pack(fm.direct, vals), fm.direct.width
+    elif cls == RowClass.RELAY:
+        word = pack(fm.relay_row, {**relay_fields(rng, cfg, node, rank), **tail})
+        width = fm.relay_row.width
     else:
         word, width = cls | rng.getrandbits(fm.relay_row.width - 2) << 2, fm.relay_row.width
     if rng.random() < 0.2:                       # bits above the format: ignored
@@ -88,11 +110,11 @@ def random_word(rng, cfg, node, rank) -> int:
 
 
 # ------------------------------------------------------------------ the lane bench
-def run_lanes(cfg, seed, cycles=300, node=1, rank=0, unit=RelayIngress):
+def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
     """Drive ``unit(cfg)`` at random; returns the outcomes seen (AssertionError names the seed)."""
     dut = unit(cfg)
     L, fm, hf = cfg.lanes, RelayFormats(cfg), HubFormats(cfg)
-    seen = {"hub": 0, "relay": 0, "drop": 0, "fwd_hub": 0, "reasons": set()}
+    seen = {"hub": 0, "relay": 0, "both": 0, "drop": 0, "fwd_hub": 0, "reasons": set()}
 
     async def bench(ctx):
         rng = random.Random(seed)
@@ -101,17 +123,20 @@ def run_lanes(cfg, seed, cycles=300, node=1, rank=0, unit=RelayIngress):
         counts, lagged = {"fwd_in": 0, "drops": [0] * len(RelayReason)}, []
         for cycle in range(cycles):
             words = [random_word(rng, cfg, node, rank) for _ in range(L)]
+            ctx.set(dut.relay.ready, rng.random() < 0.7)
             for j in range(L):
                 ctx.set(dut.i[j].valid, rng.random() < 0.8)
                 ctx.set(dut.i[j].payload, words[j])
                 ctx.set(dut.o[j].ready, rng.random() < 0.7)
-                ctx.set(dut.relay[j].ready, rng.random() < 0.7)
             if len(lagged) >= 2:
                 want = lagged[-2]
                 got = {"fwd_in": ctx.get(dut.fwd_in), "drops": [ctx.get(d) for d in dut.drops]}
                 assert got == want, f"seed {seed} cycle {cycle}: counters {got}, reference {want}"
+            wants = [ingress(cfg, node, rank, words[j]) if ctx.get(dut.i[j].valid) else None for j in range(L)]
+            if not any(w is not None and w.to in ("relay", "both") for w in wants):
+                assert not ctx.get(dut.relay.valid), f"seed {seed} cycle {cycle}: relay.valid"
             for j in range(L):
-                _check_lane(ctx, dut, cfg, node, rank, j, words[j], seed, cycle, fm, hf, counts, seen)
+                _check_lane(ctx, dut, cfg, node, rank, j, words[j], seed, cycle, fm, hf, counts, seen, wants)
             lagged.append({"fwd_in": counts["fwd_in"], "drops": list(counts["drops"])})
             await ctx.tick()
 
@@ -122,28 +147,43 @@ def run_lanes(cfg, seed, cycles=300, node=1, rank=0, unit=RelayIngress):
     return seen
 
 
-def _check_lane(ctx, dut, cfg, node, rank, j, word, seed, cycle, fm, hf, counts, seen):
-    """Lane ``j``'s outputs this cycle against the reference; its counts if it fires."""
-    i, o, rel = dut.i[j], dut.o[j], dut.relay[j]
-    want: Ingress = ingress(cfg, node, rank, word)
-    valid = ctx.get(i.valid)
+def stage_word(cfg, word, want: Ingress) -> int:
+    """The relay stream's payload (RelayPorts ``stage``) for a relay row's chunk ``word``."""
+    T, r = cfg.relay_targets, RelayFormats(cfg).relay_row.unpack(word)
+    vals = {k: r[k] for k in ("src_node", "src_rank", "tag", "token", "chunk", "data")}
+    vals.update(valid=sum(r[f"valid{i}"] << i for i in range(T)), drop=int(want.reason is not None),
+                local=int(want.local), **{k: [r[f"{k}{i}"] for i in range(T)] for k in ("gpu", "expert", "slot", "weight")})
+    return pack_fields(RelayPorts(cfg).stage, vals)
+
+
+def _check_lane(ctx, dut, cfg, node, rank, j, word, seed, cycle, fm, hf, counts, seen, wants):
+    """Lane ``j``'s outputs this cycle against the reference; its counts if it fires
+    (``wants``: every lane's reference this cycle, None where not valid)."""
+    i, o, rel = dut.i[j], dut.o[j], dut.relay
+    want: Ingress = wants[j]
+    valid = want is not None
+    want = want or ingress(cfg, node, rank, word)
     where = f"seed {seed} cycle {cycle} lane {j} word {word:#x} ({want})"
-    got = (ctx.get(o.valid), ctx.get(rel.valid))
-    assert got == (valid and want.to == "hub", valid and want.to == "relay"), f"{where}: valid {got}"
-    ready = {"hub": o.ready, "relay": rel.ready}.get(want.to)
-    assert ctx.get(i.ready) == (1 if ready is None else ctx.get(ready)), f"{where}: ready"
-    if want.to == "hub":
+    to_hub, to_rel = want.to in ("hub", "both"), want.to in ("relay", "both")
+    granted = to_rel and not any(w is not None and w.to in ("relay", "both") for w in wants[:j])
+    rel_ok = granted and ctx.get(rel.ready)
+    assert ctx.get(o.valid) == (valid and to_hub and (not to_rel or rel_ok)), f"{where}: o.valid"
+    ready = (not to_hub or ctx.get(o.ready)) and (not to_rel or rel_ok)
+    assert not valid or ctx.get(i.ready) == ready, f"{where}: ready"
+    if to_hub:
         pkt = ctx.get(Value.cast(o.payload))
         assert pkt == hf.packet.pack(**want.packet), f"{where}: packet {hf.packet.unpack(pkt)}"
-    if want.to == "relay":
-        assert ctx.get(Value.cast(rel.payload)) == word & ((1 << fm.relay_row.width) - 1), where
-    if not (valid and ctx.get(i.ready)):
+    if valid and granted:
+        fires = rel_ok and (not to_hub or ctx.get(o.ready))
+        assert ctx.get(rel.valid) == fires, f"{where}: relay.valid"
+        assert ctx.get(Value.cast(rel.payload)) == stage_word(cfg, word, want), f"{where}: stage payload"
+    if not (valid and ready):
         return
     seen[want.to] += 1
-    if want.to == "hub" and word & 3 == RowClass.FORWARD:
+    if to_hub and word & 3 == RowClass.FORWARD:
         seen["fwd_hub"] += 1
         counts["fwd_in"] += want.counted
-    if want.to == "drop" and want.counted:
+    if want.reason is not None and want.counted:
         counts["drops"][want.reason] += 1
         seen["reasons"].add((word & 3, want.reason))
 
@@ -154,10 +194,12 @@ def test_lanes_against_reference(cfg, node, rank):
     # every outcome reached: packets to the hub (forward rows among them), relay rows, drops
     # of every reason the input finds (a direct row of another node's GPU and class 3 as an
     # unknown source, a forward row's bad source and bad targets)
-    assert seen["hub"] > 100 and seen["fwd_hub"] > 30 and seen["relay"] > 20 and seen["drop"] > 100, seen
+    assert seen["hub"] > 100 and seen["fwd_hub"] > 30 and seen["drop"] > 100, seen
+    assert seen["relay"] > 10 and seen["both"] > 10, seen
     assert {(RowClass.DIRECT, RelayReason.FWD_BAD_SOURCE), (3, RelayReason.FWD_BAD_SOURCE),
-            (RowClass.FORWARD, RelayReason.FWD_BAD_SOURCE),
-            (RowClass.FORWARD, RelayReason.FWD_BAD_TARGETS)} <= seen["reasons"], seen["reasons"]
+            (RowClass.FORWARD, RelayReason.FWD_BAD_SOURCE), (RowClass.FORWARD, RelayReason.FWD_BAD_TARGETS),
+            (RowClass.RELAY, RelayReason.FWD_BAD_SOURCE), (RowClass.RELAY, RelayReason.FWD_BAD_GPU),
+            (RowClass.RELAY, RelayReason.FWD_BAD_TARGETS)} <= seen["reasons"], seen["reasons"]
 
 
 # ------------------------------------------------------------------ the reference by hand
@@ -189,7 +231,22 @@ def test_reference_by_hand():
     assert (r.to, r.reason, r.counted) == ("drop", RelayReason.FWD_BAD_SOURCE, True)
     assert ingress(cfg, 0, 1, fm.direct.pack(**dict(d, src=3, kind=PacketKind.EOS))).to == "hub"
     assert ingress(cfg, 0, 1, fm.direct.pack(**dict(d, src=5))).to == "hub"
-    assert ingress(cfg, 0, 1, fm.relay_row.pack(cls=RowClass.RELAY, src_node=1, src_rank=1)).to == "relay"
+    # relay rows of GPU 3 (node 1, rank 1): targets here (rank 1) and on GPU 0
+    rel = dict(cls=RowClass.RELAY, src_node=1, src_rank=1, tag=1, token=9, valid0=1, gpu0=0, expert0=2, slot0=0,
+               valid1=1, gpu1=1, expert1=1, slot1=2, valid2=1, gpu2=1, expert2=0, slot2=1, chunk=0, data=5)
+    r = ingress(cfg, 0, 1, fm.relay_row.pack(**rel))
+    assert (r.to, r.local, r.reason) == ("both", True, None)
+    assert {k: r.packet[k] for k in ("src", "tag", "token", "valid0", "expert0", "slot0", "valid1", "expert1",
+                                     "slot1", "valid2")} == \
+        dict(src=3, tag=1, token=9, valid0=1, expert0=1, slot0=2, valid1=1, expert1=0, slot1=1, valid2=0)
+    r = ingress(cfg, 0, 1, fm.relay_row.pack(**dict(rel, valid1=0, valid2=0)))     # GPU 0's alone
+    assert (r.to, r.local, r.packet) == ("relay", False, None)
+    r = ingress(cfg, 0, 1, fm.relay_row.pack(**dict(rel, src_rank=0)))             # another rail
+    assert (r.to, r.reason, r.counted) == ("drop", RelayReason.FWD_BAD_SOURCE, True)
+    r = ingress(cfg, 0, 1, fm.relay_row.pack(**dict(rel, gpu0=2, chunk=1)))        # a GPU outside the node
+    assert (r.to, r.reason, r.counted) == ("relay", RelayReason.FWD_BAD_GPU, False)
+    r = ingress(cfg, 0, 1, fm.relay_row.pack(**dict(rel, slot2=2)))                 # a slot twice
+    assert (r.to, r.reason, r.counted) == ("relay", RelayReason.FWD_BAD_TARGETS, True)
     assert (ingress(cfg, 0, 1, 3).to, ingress(cfg, 0, 1, 3).reason) == ("drop", RelayReason.FWD_BAD_SOURCE)
 
 
@@ -205,8 +262,12 @@ PLANTS = {
     # the forward row's tag taken from its forwarder's rank
     "tag-from-fwd": ("pkt.tag.eq(f.ftag)", "pkt.tag.eq(f.fwd)"),
     # a direct data packet of another node's GPU passed on
-    "remote-direct-kept": ("to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd))",
-                           "to_hub.eq(is_dir | (is_fwd & ~bad_fwd))"),
+    "remote-direct-kept": ("to_hub.eq((is_dir & ~remote) | ", "to_hub.eq(is_dir | "),
+    # a dropped relay row's own targets written all the same
+    "bad-relay-written": ("(is_rel & ~(rbs | rbg | rbt) & rloc)", "(is_rel & rloc)"),
+    # the relay stream granted to every lane holding a relay chunk, not the lowest alone
+    "every-lane-granted": ("m.d.comb += [self.rel_ok[j].eq(grant[j] & self.relay.ready)",
+                           "m.d.comb += [self.rel_ok[j].eq(self.want_rel[j] & self.relay.ready)"),
     # a forward row counted on every chunk
     "counted-every-chunk": ("m.d.sync += ev_in[j].eq(fire & good & first)", "m.d.sync += ev_in[j].eq(fire & good)"),
 }
@@ -386,7 +447,7 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
                 r = rng.random() < 0.8
                 ctx.set(getattr(rh, s).ready, r)
                 ctx.set(getattr(ph, s).ready, r)
-            ctx.set(rh.relay_in[0].ready, 1)
+            ctx.set(rh.relay_in.ready, 1)
             where = f"seed {seed} cycle {cycle}"
             for j in range(L):
                 w = pending[j]

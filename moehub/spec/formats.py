@@ -206,7 +206,10 @@ class RelayPorts:
     * ``fwd``: a forward row -- destination and forwarder rank, forward tag, original
       source (node, rank), token, ``max_targets`` entries packed as ``local``'s;
     * ``rcredit``: a relay row's credit (global source, tag); ``fcredit``: a forward
-      credit returned (destination rank, tag).
+      credit returned (destination rank, tag);
+    * ``stage``: a relay row's chunk from the relay hub's input to its staging -- the
+      row's fields as ``row``, then chunk, data, ``drop`` (the row is dropped: only its
+      credit is owed) and ``local`` (it names targets on this GPU).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -224,6 +227,7 @@ class RelayPorts:
         self.fwd = {"dst": gb, "fwd": gb, "ftag": self.ftag_bits, "src_node": cfg.node_bits,
                     "src_rank": gb, "token": cfg.token_bits, **entries}
         self.rcredit = {"src": cfg.src_bits, "tag": cfg.tag_bits}
+        self.stage = {**self.row, "chunk": cfg.chunk_bits, "data": cfg.data_bits, "drop": 1, "local": 1}
         self.fcredit = {"dst": gb, "ftag": self.ftag_bits}
 
 

@@ -284,12 +284,17 @@ class Ingress:
 
     ``to`` is ``"hub"`` (``packet``, :class:`~moehub.spec.formats.HubFormats`' ``packet``
     fields, goes to the packet manager of protocol v1/v2), ``"relay"`` (a relay row's chunk,
-    for the relay side) or ``"drop"`` (``reason``). ``counted``: the packet counts in FWD_IN
-    (a good forward row) or RELAY_DROPS (a dropped one) -- each row once, on its chunk 0."""
+    for the relay side's staging), ``"both"`` (a relay row's chunk with targets on this GPU:
+    ``packet`` is its own targets' row) or ``"drop"`` (``reason``). A relay row dropped for
+    a bad GPU or bad targets still goes to the relay side (``to`` ``"relay"`` with its
+    ``reason``): its credit returns once its chunks are in. ``counted``: the packet counts
+    in FWD_IN (a good forward row) or RELAY_DROPS (a dropped one) -- each row once, on its
+    chunk 0. ``local``: a relay row's targets include this GPU."""
     to: str
     packet: Optional[dict] = None
     reason: Optional[RelayReason] = None
     counted: bool = False
+    local: bool = False
 
 
 def ingress(cfg: HubConfig, node: int, rank: int, word: int) -> Ingress:
@@ -309,14 +314,20 @@ def ingress(cfg: HubConfig, node: int, rank: int, word: int) -> Ingress:
       (``forward_tags`` <= ``tags_per_source``, a contract check). Its row's credit, when the
       packet manager returns (source, tag) for a remote source of another rank, is the
       forward credit (tag) of that rank's relay.
-    * RELAY -- to the relay side.
+    * RELAY -- checked as :meth:`RelayHubModel.relay_verdict`. A good chunk goes to the
+      relay side (which stages it for the forwards and passes the row on once it is
+      whole) and, if the row names targets on this GPU, to the packet manager as protocol
+      v2's multicast packet of the original source with the row's tag, its entries those
+      of this GPU in the row's order. An unknown source is dropped (no window: no credit);
+      a bad GPU or bad targets are dropped and counted, the chunk still to the relay side
+      for the row's credit.
     * class 3 -- no format has it (nothing can have sent it): dropped as FWD_BAD_SOURCE,
       counted per packet.
     """
     fmts = RelayFormats(cfg)
     cls = word & 3
     if cls == RowClass.RELAY:
-        return Ingress("relay")
+        return _relay_ingress(cfg, node, rank, fmts.relay_row.unpack(word))
     if cls == RowClass.DIRECT:
         d = fmts.direct.unpack(word)
         pkt = {k: v for k, v in d.items() if k != "cls"}
@@ -341,6 +352,39 @@ def ingress(cfg: HubConfig, node: int, rank: int, word: int) -> Ingress:
     else:
         pkt.update(expert=f["expert0"], slot=f["slot0"])
     return Ingress("hub", packet=pkt, counted=first)
+
+
+def relay_row_of(cfg: HubConfig, r: dict) -> RelayRow:
+    """The :class:`RelayRow` of unpacked ``relay_row`` fields (its valid entries; weights as
+    their BF16 bits)."""
+    T = cfg.relay_targets
+    return RelayRow(r["src_node"], r["src_rank"], r["tag"], r["token"],
+                    tuple((r[f"gpu{i}"], r[f"expert{i}"], r[f"slot{i}"], r[f"weight{i}"])
+                          for i in range(T) if r[f"valid{i}"]))
+
+
+def _relay_ingress(cfg: HubConfig, node: int, rank: int, r: dict) -> Ingress:
+    """:func:`ingress` of a relay row's chunk (unpacked)."""
+    row = relay_row_of(cfg, r)
+    why = RelayHubModel.verdict_of(cfg, node, rank, row)
+    first = r["chunk"] == 0
+    if why == RelayReason.FWD_BAD_SOURCE:
+        return Ingress("drop", reason=why, counted=first)
+    if why is not None:
+        return Ingress("relay", reason=why, counted=first)
+    own = [(x, sl) for g, x, sl, _w in row.targets if g == rank]
+    if not own:
+        return Ingress("relay")
+    M = cfg.max_targets
+    pkt = {"kind": int(PacketKind.DATA), "src": global_gpu(cfg, r["src_node"], r["src_rank"]),
+           "tag": r["tag"], "token": r["token"], "chunk": r["chunk"], "count": 0, "data": r["data"]}
+    if cfg.multicast:
+        ent = own + [(0, 0)] * (M - len(own))
+        pkt.update({f"{k}{i}": v for i in range(M)
+                    for k, v in (("valid", int(i < len(own))), ("expert", ent[i][0]), ("slot", ent[i][1]))})
+    else:
+        pkt.update(expert=own[0][0], slot=own[0][1])
+    return Ingress("both", packet=pkt, local=True)
 
 
 # ------------------------------------------------------------------ the relay hub
@@ -415,14 +459,18 @@ class RelayHubModel:
 
     def relay_verdict(self, row: RelayRow) -> Optional[RelayReason]:
         """Why a relay row is dropped (None: accepted), first reason first."""
-        cfg = self.cfg
-        if not (0 <= row.src_node < cfg.nodes) or row.src_node == self.node \
-                or row.src_rank != self.rank or not 0 <= row.tag < cfg.tags_per_source:
+        return self.verdict_of(self.cfg, self.node, self.rank, row)
+
+    @staticmethod
+    def verdict_of(cfg: HubConfig, node: int, rank: int, row: RelayRow) -> Optional[RelayReason]:
+        """:meth:`relay_verdict` of hub (``node``, ``rank``)."""
+        if not (0 <= row.src_node < cfg.nodes) or row.src_node == node \
+                or row.src_rank != rank or not 0 <= row.tag < cfg.tags_per_source:
             return RelayReason.FWD_BAD_SOURCE
         if any(not 0 <= t[0] < cfg.node_gpus for t in row.targets):
             return RelayReason.FWD_BAD_GPU
         slots = [t[2] for t in row.targets]
-        if self._bad_targets([(t[0], t[1]) for t in row.targets], cfg.relay_targets) \
+        if _bad_targets(cfg, [(t[0], t[1]) for t in row.targets], cfg.relay_targets) \
                 or len(set(slots)) < len(slots) or any(not 0 <= sl < cfg.topk for sl in slots):
             return RelayReason.FWD_BAD_TARGETS
         return None

@@ -7,7 +7,9 @@ row turned into protocol v2's multicast packet for the packet manager.
                                     |            (a data packet of another node's GPU: dropped)
                                     +-- FORWARD --> ForwardCheck --> packet --> o[j]
                                     |                    `-- bad: dropped, counted
-                                    +-- RELAY   ------------------------------> relay[j]
+                                    +-- RELAY   --> relay_verdict --+--> own targets' packet --> o[j]
+                                    |                               `--> relay (one lane a cycle,
+                                    |                                    the lowest: the staging)
                                     `-- class 3: dropped, counted
 
 Reference: :func:`moehub.spec.relay.ingress`, per lane; tests/test_rtl_relay_ingress.py
@@ -24,12 +26,29 @@ credit, (original source, forward tag), is the forward credit of that source's r
 relay: the credit port's consumer routes a credit of a remote source of another rank
 there.
 
+A relay row's chunk (a remote source of this GPU's rank) is checked as the forward unit
+checks it (:func:`~.forward_unit.relay_verdict`). A good one goes to the relay side
+(``relay``, a :class:`~.layouts.RelayLayouts` ``stage``: the staging keeps the chunk for
+the forwards and hands the row to the forward unit once it is whole) and, if the row
+names targets on this GPU, to the packet manager as protocol v2's multicast packet of
+its original source with the row's tag, its entries this GPU's in the row's order
+(:func:`~.forward_unit.pack_entries`): the packet manager writes them as any multicast row
+and returns (source, tag) when the row is written, which the relay's credit join takes.
+An unknown source is dropped (no credit is owed); a bad GPU or bad targets are dropped
+and counted, the chunk still to the relay side with ``drop`` set (the row's credit
+returns once its chunks are in). Relay rows cross the NIC, at a fraction of the lanes'
+rate, so ``relay`` takes one chunk a cycle, the lowest lane's; a relay chunk of a higher
+lane waits a cycle (a lane's order against the others' does not matter: the packet
+manager and the staging take a row's chunks in any order).
+
 Per lane, combinationally (no register: a packet reaches the packet manager's input
-registers in the cycle it arrives, as on a v1/v2 hub): the class decode, the forward
-check (compares with the NODE_ID and LOCAL_RANK registers and ``max_targets``^2/2 expert
-compares, :class:`~.forward_check.ForwardCheck`) and a select of the packet's fields. A
-lane's ``ready`` is the packet manager's lane ``ready`` for a packet it goes to, the relay
-side's for a relay row's chunk, and 1 for a dropped packet (consumed, nothing written).
+registers in the cycle it arrives, as on a v1/v2 hub): the class decode, the checks
+(compares with the NODE_ID and LOCAL_RANK registers and pairwise entry compares) and a
+select of the packet's fields. A lane's ``ready`` is the packet manager's lane ``ready``
+for a packet it goes to, the relay side's for a relay chunk (both for one with own
+targets: the packet goes to both or to neither), and 1 for a dropped packet (consumed,
+nothing written). ``relay.ready`` must not depend on ``relay.valid`` (the staging's is a
+register).
 
 Counters (lag their events by one cycle, as the relay's: an event registered in the cycle
 it happens, the lanes' events added in the next): ``fwd_in``, good forward rows; ``drops``
@@ -43,8 +62,10 @@ from amaranth.lib.wiring import In, Out
 from ...spec.config import HubConfig
 from ...spec.formats import PacketKind, RelayFormats, RelayReason, RowClass
 from ..layouts import HubLayouts, struct
-from ..logic import popcount
+from ..logic import popcount, select
 from .forward_check import ForwardCheck
+from .forward_unit import pack_entries, relay_verdict
+from .layouts import RelayLayouts
 
 
 class RelayIngress(wiring.Component):
@@ -61,8 +82,8 @@ class RelayIngress(wiring.Component):
         The hub's input lanes (:class:`~moehub.spec.formats.RelayFormats` ``lane``).
     o : Out(stream of HubLayouts.packet).array(lanes)
         To the packet manager's lanes.
-    relay : Out(stream of RelayFormats.relay_row).array(lanes)
-        Relay rows' chunks, for the relay side.
+    relay : Out(stream of RelayLayouts.stage)
+        Relay rows' chunks, for the relay side's staging (one a cycle).
     node, rank : In
         This hub's node and local rank (NODE_ID, LOCAL_RANK).
     fwd_in : Out(32); drops : Out(32).array(len(RelayReason))
@@ -76,13 +97,13 @@ class RelayIngress(wiring.Component):
         self.cfg = cfg
         self.fmts = fmts = RelayFormats(cfg)
         self.lay = HubLayouts(cfg)
-        self.relay_layout = struct(fmts.relay_row)
+        self.rlay = RelayLayouts(cfg)
         L = cfg.lanes
         self.checks = [ForwardCheck(cfg) for _ in range(L)]
         super().__init__({
             "i": In(stream.Signature(fmts.lane_bits)).array(L),
             "o": Out(stream.Signature(self.lay.packet)).array(L),
-            "relay": Out(stream.Signature(self.relay_layout)).array(L),
+            "relay": Out(stream.Signature(self.rlay.stage)),
             "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits),
             "fwd_in": Out(32),
             "drops": Out(32).array(len(RelayReason)),
@@ -96,20 +117,68 @@ class RelayIngress(wiring.Component):
         m.d.comb += node_lo.eq(self.node * cfg.node_gpus)
         ev_in = Signal(L, name="ev_fwd_in")
         ev_drop = [Signal(L, name=f"ev_drop_{r.name.lower()}") for r in RelayReason]
+        # the relay chunks: the lowest lane holding one is the relay stream's (its grant)
+        self.want_rel = [Signal(name=f"want_rel{j}") for j in range(L)]
+        self.stage = [Signal(self.rlay.stage, name=f"stage{j}") for j in range(L)]
+        grant = [Signal(name=f"rel_grant{j}") for j in range(L)]
+        m.d.comb += [grant[j].eq(self.want_rel[j] & ~Cat(*self.want_rel[:j]).any() if j else self.want_rel[0])
+                     for j in range(L)]
+        self.rel_ok = [Signal(name=f"rel_ok{j}") for j in range(L)]
+        m.d.comb += [self.rel_ok[j].eq(grant[j] & self.relay.ready) for j in range(L)]
+        rel_fire = []
         for j in range(L):
             m.submodules[f"check{j}"] = self.checks[j]
-            good, first, reason = self._lane(m, j, node_lo)
+            good, first, reason, fires_rel = self._lane(m, j, node_lo)
             fire = self.i[j].valid & self.i[j].ready
+            rel_fire.append(fires_rel)
             m.d.sync += ev_in[j].eq(fire & good & first)
             for r in RelayReason:
                 m.d.sync += ev_drop[r][j].eq(fire & reason[r])
+        m.d.comb += [self.relay.valid.eq(Cat(*rel_fire).any()),
+                     self.relay.payload.eq(select([(grant[j], self.stage[j].as_value()) for j in range(L)],
+                                                  self.rlay.stage.size))]
         self._counters(m, ev_in, ev_drop)
         return m
 
+    def _relay_lane(self, m, j: int, word):
+        """Lane ``j``'s word as a relay row's chunk: the verdict (bad source, bad GPU, bad
+        targets), whether it names this GPU, its own targets' packet and its stage payload
+        (``self.stage[j]``)."""
+        cfg, fmts = self.cfg, self.fmts
+        T, M, G = cfg.relay_targets, cfg.max_targets, cfg.node_gpus
+        rr = data.View(struct(fmts.relay_row), word[:fmts.relay_row.width])
+        row = Signal(self.rlay.row, name=f"rrow{j}")
+        m.d.comb += [row.src_node.eq(rr.src_node), row.src_rank.eq(rr.src_rank), row.tag.eq(rr.tag),
+                     row.token.eq(rr.token), row.valid.eq(Cat(*(getattr(rr, f"valid{t}") for t in range(T))))]
+        for t in range(T):
+            m.d.comb += [getattr(row, k)[t].eq(getattr(rr, f"{k}{t}")) for k in ("gpu", "expert", "slot", "weight")]
+        bs, bg, bt = relay_verdict(m, cfg, self.node, self.rank, row, name=f"lane{j}_")
+        loc = Signal(T, name=f"rloc{j}")
+        m.d.comb += loc.eq(Cat(*(row.valid[t] & (row.gpu[t] == self.rank) for t in range(T))))
+        lv, lx, ls = pack_entries(m, loc, T, row.expert, row.slot, M, f"own{j}")
+        own = data.View(self.lay.packet, Signal(self.lay.packet.size, name=f"own_pkt{j}"))
+        m.d.comb += [own.kind.eq(PacketKind.DATA), own.src.eq((rr.src_node * G + rr.src_rank)[:cfg.src_bits]),
+                     own.tag.eq(rr.tag), own.token.eq(rr.token), own.chunk.eq(rr.chunk), own.count.eq(0),
+                     own.data.eq(rr.data)]
+        self._entries(m, own, lv, lx, ls)
+        st = self.stage[j]
+        m.d.comb += [st.as_value()[:self.rlay.row.size].eq(row.as_value()), st.chunk.eq(rr.chunk),
+                     st.data.eq(rr.data), st.drop.eq(bg | bt), st.local.eq(loc.any() & ~(bg | bt))]
+        return (bs, bg, bt), loc.any(), own, rr.chunk == 0
+
+    def _entries(self, m, pkt, valid, experts, slots):
+        """A packet's target entries (a plain packet: the first)."""
+        if self.cfg.multicast:
+            for t in range(self.cfg.max_targets):
+                m.d.comb += [getattr(pkt, f"valid{t}").eq(valid[t]), getattr(pkt, f"expert{t}").eq(experts[t]),
+                             getattr(pkt, f"slot{t}").eq(slots[t])]
+        else:
+            m.d.comb += [pkt.expert.eq(experts[0]), pkt.slot.eq(slots[0])]
+
     def _lane(self, m, j: int, node_lo):
         """Lane ``j``'s sort and conversion. Returns (a good forward row's chunk, chunk 0,
-        per RelayReason the drop to count)."""
-        cfg, fmts, i, o, rel, chk = self.cfg, self.fmts, self.i[j], self.o[j], self.relay[j], self.checks[j]
+        per RelayReason the drop to count, its chunk goes to the relay stream now)."""
+        cfg, fmts, i, o, chk = self.cfg, self.fmts, self.i[j], self.o[j], self.checks[j]
         word = i.payload
         cls = word[:2]
         d = data.View(struct(fmts.direct), word[:fmts.direct.width])
@@ -125,29 +194,30 @@ class RelayIngress(wiring.Component):
         m.d.comb += remote.eq((d.kind == PacketKind.DATA) & (d.src < cfg.sources)
                               & ((d.src < node_lo) | (d.src >= node_lo + cfg.node_gpus)))
         bad_fwd = chk.bad_source | chk.bad_targets
-        to_hub = Signal(name=f"to_hub{j}")
-        m.d.comb += to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd))
+        (rbs, rbg, rbt), rloc, own, rfirst = self._relay_lane(m, j, word)
+        to_hub, to_rel = Signal(name=f"to_hub{j}"), Signal(name=f"to_rel{j}")
+        m.d.comb += [to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd) | (is_rel & ~(rbs | rbg | rbt) & rloc)),
+                     to_rel.eq(is_rel & ~rbs), self.want_rel[j].eq(i.valid & to_rel)]
         # the packet: a forward row's fields, or the direct packet's as they are
         pkt = data.View(self.lay.packet, Signal(self.lay.packet.size, name=f"fwd_pkt{j}"))
         m.d.comb += [pkt.kind.eq(PacketKind.DATA), pkt.src.eq(chk.src), pkt.tag.eq(f.ftag),
                      pkt.token.eq(f.token), pkt.chunk.eq(f.chunk), pkt.count.eq(0), pkt.data.eq(f.data)]
-        if cfg.multicast:
-            for t in range(M):
-                for k in ("valid", "expert", "slot"):
-                    m.d.comb += getattr(pkt, f"{k}{t}").eq(getattr(f, f"{k}{t}"))
-        else:
-            m.d.comb += [pkt.expert.eq(f.expert0), pkt.slot.eq(f.slot0)]
-        m.d.comb += [o.valid.eq(i.valid & to_hub),
-                     o.payload.eq(Mux(is_fwd, pkt.as_value(), d.as_value()[2:])),
-                     rel.valid.eq(i.valid & is_rel), rel.payload.eq(word[:fmts.relay_row.width]),
-                     i.ready.eq(Mux(to_hub, o.ready, Mux(is_rel, rel.ready, 1)))]
-        first = Mux(is_fwd, f.chunk == 0, d.chunk == 0)
+        self._entries(m, pkt, Cat(*(getattr(f, f"valid{t}") for t in range(M))),
+                      [getattr(f, f"expert{t}") for t in range(M)], [getattr(f, f"slot{t}") for t in range(M)])
+        # (a relay chunk with own targets goes to both or to neither: each side's valid
+        # waits for the other's ready -- the relay stream's ready is a register)
+        rel_ok = self.rel_ok[j]
+        m.d.comb += [o.valid.eq(i.valid & to_hub & (~to_rel | rel_ok)),
+                     o.payload.eq(Mux(is_fwd, pkt.as_value(), Mux(is_rel, own.as_value(), d.as_value()[2:]))),
+                     i.ready.eq((~to_hub | o.ready) & (~to_rel | rel_ok))]
+        first = Mux(is_fwd, f.chunk == 0, Mux(is_rel, rfirst, d.chunk == 0))
         reason = {r: Signal(name=f"drop{j}_{r.name.lower()}") for r in RelayReason}
-        m.d.comb += [reason[RelayReason.FWD_BAD_SOURCE].eq(is_none | (is_dir & remote & first)
-                                                            | (is_fwd & chk.bad_source & first)),
-                     reason[RelayReason.FWD_BAD_TARGETS].eq(is_fwd & chk.bad_targets & first),
-                     reason[RelayReason.FWD_BAD_GPU].eq(0)]
-        return is_fwd & ~bad_fwd, first, reason
+        m.d.comb += [reason[RelayReason.FWD_BAD_SOURCE].eq(is_none | (first & ((is_dir & remote)
+                                                                               | (is_fwd & chk.bad_source)
+                                                                               | (is_rel & rbs)))),
+                     reason[RelayReason.FWD_BAD_TARGETS].eq(first & ((is_fwd & chk.bad_targets) | (is_rel & rbt))),
+                     reason[RelayReason.FWD_BAD_GPU].eq(first & is_rel & rbg)]
+        return is_fwd & ~bad_fwd, first, reason, i.valid & to_rel & rel_ok & (~to_hub | o.ready)
 
     def _counters(self, m, ev_in, ev_drop):
         fwd_in = Signal(32, name="fwd_in")
