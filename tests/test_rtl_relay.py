@@ -318,9 +318,9 @@ def test_forward_unit_directed():
 MOD = "moehub.rtl.relay.forward_unit"
 PLANTS = {
     "forwarded-twice": ("            m.d.sync += left.eq(left & ~pick)", "            m.d.sync += left.eq(left)"),
-    "tag-unchecked": ("        src_bad = (p.src_node >= cfg.nodes) | (p.src_node == self.node) | (p.src_rank != self.rank) \\\n"
-                      "            | (p.tag >= cfg.tags_per_source)",
-                      "        src_bad = (p.src_node >= cfg.nodes) | (p.src_node == self.node) | (p.src_rank != self.rank)"),
+    "tag-unchecked": ("    src_bad = (p.src_node >= cfg.nodes) | (p.src_node == node) | (p.src_rank != rank) \\\n"
+                      "        | (p.tag >= cfg.tags_per_source)",
+                      "    src_bad = (p.src_node >= cfg.nodes) | (p.src_node == node) | (p.src_rank != rank)"),
     "pack-off-by-one": ("        pick = [mask[j] & below[j][i] if i < len(below[j]) else Const(0) for j in range(T)]",
                         "        pick = [mask[j] & below[j][i - 1] if 0 < i <= len(below[j]) else mask[j] & (i == 0) "
                         "for j in range(T)]"),
