@@ -18,10 +18,11 @@ rows lost to overflow) the model's of the cycle before, every cycle (the relay c
 lag their events by one cycle), the forwards waiting (no counter) the model's of the
 cycle. A bound in cycles catches a hang; a failure names the seed.
 
-The random bench runs on :class:`RelayControl` (fast) and once on the whole
-:class:`RelayHub` (the MoEHub beside it, its ports passed through), where the directed
-cases run too. A planted bug (two forward rows' destinations swapped in the unit: the
-row for the lower GPU goes to the higher one) must fail the bench.
+The benches run on :class:`RelayControl`; the whole :class:`RelayHub`, whose relay rows
+come in on its lanes, is checked here for its ports and its registers read over the CSR
+bus, and on a whole layer in tests/test_rtl_relay_hub_whole.py. A planted bug (two
+forward rows' destinations swapped in the unit: the row for the lower GPU goes to the
+higher one) must fail the bench.
 """
 import random
 
@@ -76,14 +77,8 @@ def forward_word(cfg, f, ent, chunk=0) -> int:
 
 
 def offer_forward(ctx, dut, cfg, f, ent):
-    """A forward row offered to the top (``RelayHub``: its chunk 0 on input lane 0,
-    checked by the relay input's lane-0 check; ``RelayControl``: on ``fin``, its verdict
-    ports). Returns the verdict's signals (bad source, bad targets, original source)."""
-    if isinstance(dut, RelayHub):
-        ctx.set(dut.i[0].payload, forward_word(cfg, f, [(int(v), x, sl) for v, x, sl in ent]))
-        ctx.set(dut.i[0].valid, 1)
-        chk = dut.ingress.checks[0]
-        return chk.bad_source, chk.bad_targets, chk.src
+    """A forward row offered on RelayControl's ``fin``. Returns its verdict ports (bad
+    source, bad targets, original source)."""
     p = dut.fin.payload
     ctx.set(p.dst, f.get("dst", 0))
     for k in ("fwd", "ftag", "src_node", "src_rank", "token"):
@@ -94,11 +89,6 @@ def offer_forward(ctx, dut, cfg, f, ent):
         ctx.set(p.slot[i], sl)
     ctx.set(dut.fin.valid, 1)
     return dut.fin_bad_source, dut.fin_bad_targets, dut.fin_src
-
-
-def fin_port(dut):
-    """Where a forward row is offered: the top's input lane 0, or RelayControl's ``fin``."""
-    return dut.i[0] if isinstance(dut, RelayHub) else dut.fin
 
 
 class HubBench(Bench):
@@ -187,12 +177,11 @@ class HubBench(Bench):
                     assert self.opened, f"cycle {self.cycle}: an open for no good row taken"
                     want, got = self.opened.pop(0), self.open_fields(io.open.payload)
                     assert got == want, f"cycle {self.cycle}: open {got}, the row taken {want}"
-            # a forward row offered (the whole top: on input lane 0, held until the packet
-            # manager takes it -- a bad one is dropped at once; RelayControl: fin, never refused)
+            # a forward row offered on fin (never refused)
             if fin is None and sent < rows and rng.random() < p_fin:
                 fe, fin = random_forward(rng, cfg, self.node, self.rank)
                 verdict = self.set_fin(fe)
-            ctx.set(fin_port(io).valid, fin is not None)
+            ctx.set(io.fin.valid, fin is not None)
             busy = False
             # ---- the cycle's handshakes, against the model
             if fin is not None:
@@ -203,12 +192,10 @@ class HubBench(Bench):
                 assert got == want, f"cycle {self.cycle}: forward row {fin}: verdict {got}, model {want}"
                 if want is None:
                     assert ctx.get(src) == global_gpu(cfg, fin.src_node, fin.src_rank)
-                if ctx.get(fin_port(io).ready):
-                    m.forward_row(fin)
-                    self.fins += 1
-                    fin = None
-                else:
-                    assert isinstance(io, RelayHub) and want is None, f"cycle {self.cycle}: {fin} refused"
+                assert ctx.get(io.fin.ready), f"cycle {self.cycle}: {fin} refused"
+                m.forward_row(fin)
+                self.fins += 1
+                fin = None
             out_busy, credited = self.check_outputs(M)
             busy = busy or out_busy
             if credited:
@@ -351,7 +338,7 @@ async def _directed(ctx, dut, cfg):
             await ctx.tick()
             b.cycle += 1
             ctx.set(dut.row.valid, 0)
-            ctx.set(fin_port(dut).valid, 0)
+            ctx.set(dut.fin.valid, 0)
             ctx.set(dut.fcredit.valid, 0)
 
     async def push(entries, token, src_node=1, src_rank=1, tag=0):
@@ -391,9 +378,6 @@ async def _directed(ctx, dut, cfg):
         ent = [(f["valid"] >> i & 1, x, 0) for i, x in enumerate(f["expert"])]
         sigs = offer_forward(ctx, dut, cfg, dict(head, dst=1), ent)
         verdicts.append(tuple(ctx.get(v) for v in sigs))
-        while not ctx.get(fin_port(dut).ready):    # (the whole top: the packet manager's lane)
-            await ctx.tick()
-            b.cycle += 1
         await cycle()
     await cycle(2)
     counters = b.counters()
@@ -481,8 +465,8 @@ def test_relay_hub_top_ports():
     is MoEHub(cfg)."""
     hub = RelayHub(R2)
     for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check, hub.ingress, *hub.ingress.checks,
-                 hub.reduce, hub.reduce.unit,
-                 hub.reduce.engine):                                            # (not elaborated)
+                 hub.reduce, hub.reduce.unit, hub.reduce.engine, hub.stage, hub.egress,
+                 hub.join):                                                      # (not elaborated)
         part._MustUse__silence = True
     assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
     members = hub.signature.members
@@ -490,11 +474,14 @@ def test_relay_hub_top_ports():
     plain._MustUse__silence = True                  # (only its signature is wanted)
     for k, v in plain.signature.members.items():       # every port of the hub's, as the hub has it,
         if k in RelayHub.HUB_INNER:                     # but those wired to the relay inside (its
-            assert k == "i" or k not in members, k     # lanes: behind the relay input)
-            continue
+            assert k in ("i", "credit") or k not in members, k   # lanes behind the relay input,
+            continue                                    # its credits through the credit join)
         assert k in members and repr(members[k]) == repr(v), k
-    assert {"row", "local", "fwd", "fcredit", "rcredit", "relay_drops", "fwd_in", "relay_in"} < set(members)
-    assert not {"fin", "fin_bad_source"} & set(members)     # (forward rows come in on the lanes)
+    assert repr(members["credit"]) == repr(plain.signature.members["credit"])
+    assert {"fcredit", "relay_drops", "fwd_in", "fwd_out", "stage_wr", "stage_rd", "stage_rdata"} < set(members)
+    # (relay and forward rows come in on the lanes; the relay control's rows from the
+    # staging, its forwards and credits through the egress: none of them the top's)
+    assert not {"fin", "fin_bad_source", "row", "local", "fwd", "rcredit"} & set(members)
     assert members["i"].signature.members["payload"].shape == RelayFormats(R2).lane_bits
     assert not {"node", "rank", "flush", "open", "acc_base"} & set(members)   # (from NODE_ID, LOCAL_RANK,
     # RED_ACC_BASE, RED_CTRL; opens from the relay): partial rows in, the accumulators'
@@ -503,36 +490,35 @@ def test_relay_hub_top_ports():
 
 
 @pytest.mark.slow
-def test_relay_hub_top_directed():
-    """The directed cases through the whole top's ports (slow set: the MoEHub inside is
-    simulated every cycle, 11 s; the fast set runs them on RelayControl alone)."""
-    hub, (log, verdicts, counters, overrun) = run_directed(RelayHub)
-    _check_directed(log, verdicts, counters, overrun, R2)
-    assert _latency(log) == LATENCY
-
-
-@pytest.mark.slow
 def test_relay_registers_read_through_the_hubs_csr_bank():
     """The whole top: NODE_ID and LOCAL_RANK written by software place the relay and the
-    reduce; after a row forwarded to two GPUs (its sum opened at the reduce) and one of
-    another rail (dropped: no sum), one part in, a part for no sum and RED_CTRL.RED_FLUSH,
-    the relay and reduce registers read through the CSR bus hold the counts."""
+    reduce; after a relay row forwarded to two GPUs (its sum opened at the reduce) and one
+    of another rail (dropped: no sum), both through the lanes, one part in, a part for no
+    sum and RED_CTRL.RED_FLUSH, the relay and reduce registers read through the CSR bus
+    hold the counts."""
     cfg, dut = R2, RelayHub(R2)
     got = {}
 
     async def bench(ctx):
         await place(ctx, dut, 0, 1)
-        for s in (dut.local, dut.fwd, dut.rcredit):
-            ctx.set(s.ready, 1)
+        for s in (dut.fwd_out, dut.stage_wr, dut.stage_rd, dut.credit, dut.stage_rdata):
+            ctx.set(s.ready if s is not dut.stage_rdata else s.valid, 1)   # (a memory of zeros)
         await reduce_cleared(ctx, dut)
-        b = HubBench(cfg, dut, dut.relay, ctx, random.Random(0), 0, 1)
+        fm = RelayFormats(cfg)
         for token, src_rank, ent in ((2, 1, [entry(3, 1, 0), entry(1, 0, 1), entry(0, 2, 2)]),
                                      (5, 2, [entry(0, 0, 0), NONE, NONE])):
-            b.set_row(dict(src_node=1, src_rank=src_rank, tag=0, entries=ent), token)
-            ctx.set(dut.row.valid, 1)
-            await ctx.tick()
-            ctx.set(dut.row.valid, 0)
-        await ctx.tick().repeat(12)
+            head = dict(cls=RowClass.RELAY, src_node=1, src_rank=src_rank, tag=0, token=token)
+            for i, e in enumerate(ent):
+                head.update({f"{k}{i}": e[k] for k in ("valid", "gpu", "expert", "slot")},
+                            **{f"weight{i}": entry_weight(token, i)})
+            for c in range(cfg.chunks_per_row):          # the row's chunks on lane 0
+                ctx.set(dut.i[0].payload, fm.relay_row.pack(**head, chunk=c))
+                ctx.set(dut.i[0].valid, 1)
+                while not ctx.get(dut.i[0].ready):
+                    await ctx.tick()
+                await ctx.tick()
+            ctx.set(dut.i[0].valid, 0)
+        await ctx.tick().repeat(12 + 2 * cfg.chunks_per_row)
         # the reduce: the good row opened its sum (slots 0, 1, 2); one part in, a part for no
         # sum, then RED_FLUSH: the open sum sent as it is. Its accumulators at RED_ACC_BASE
         # in a memory that answers reads in order from the cycle after; the reduced rows taken at once
@@ -607,14 +593,6 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
                    ("RELAY_OVERFLOW", 0): 0, ("RED_ROWS", 0): 1, ("RED_OPEN", 0): 0,
                    ("RED_INCOMPLETE", 0): 1, ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)): 1,
                    ("RED_ACC_READS", 0): 1, ("RED_ACC_WRITES", 0): 1, ("RED_ACC_BASE", 0): ACC_BASE}, got
-
-
-@pytest.mark.slow
-def test_relay_hub_top_random():
-    """A random run through the whole top's ports (slow set: the MoEHub inside is simulated
-    every cycle, 11 s; the fast set runs the same bench on RelayControl alone)."""
-    b = simulate(R2, 7, rows=80, node=1, rank=2, top=RelayHub)
-    assert b.model.relay_rows > 20 and b.forwarded > 20
 
 
 # ------------------------------------------------------------------ a planted bug

@@ -331,6 +331,11 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
                  "flushed sum with a part in): 2 x row_bytes each"),
         _counter("RED_ACC_WRITES", "accumulator rows written to HBM (a sum's first and middle parts): "
                  "2 x row_bytes each"),
+        Register("RELAY_STAGE_BASE", cfg.addr_bits, "rw", "where the relay's staging rows start in HBM: the "
+                 "relay row of R-window slot k (its source's node among the others x tags_per_source + tag) "
+                 "at + k x row stride (written before START)"),
+        _counter("RELAY_STAGE_DROPS", "relay rows' chunks the staging dropped: a chunk already in, or one "
+                 "past the row (the packet manager counts its own copy of a row naming this GPU)"),
     ]
 
 

@@ -579,7 +579,8 @@ class RelayHubModel:
                 ("FWD_WAIT", 0): self.fwd_wait(), ("FWD_IN", 0): self.fwd_in, ("RELAY_OVERFLOW", 0): 0,
                 ("RED_ROWS", 0): len(self.reduce.out), ("RED_OPEN", 0): len(self.reduce.acc),
                 ("RED_INCOMPLETE", 0): self.reduce.incomplete,
-                ("RED_ACC_READS", 0): self.reduce.rows_read, ("RED_ACC_WRITES", 0): self.reduce.rows_written}
+                ("RED_ACC_READS", 0): self.reduce.rows_read, ("RED_ACC_WRITES", 0): self.reduce.rows_written,
+                ("RELAY_STAGE_DROPS", 0): 0}
         regs.update({("FWD_ROWS", g): n for g, n in enumerate(self.fwd_rows)})
         regs.update({("RELAY_DROPS", int(r)): n for r, n in zip(RelayReason, self.relay_drops)})
         regs.update({("RED_DROPS", int(r)): n for r, n in zip(ReduceReason, self.reduce.drops())})

@@ -78,7 +78,10 @@ from ...spec.formats import ReduceReason, RelayReason
 from ..hub import MoEHub
 from .forward_check import ForwardCheck
 from .forward_unit import ForwardUnit
+from .credit_join import RelayCredits
+from .egress import ForwardEgress
 from .ingress import RelayIngress
+from .stage import RelayStage
 from .layouts import RelayLayouts
 from .reduce_path import ReducePath
 
@@ -227,11 +230,17 @@ class RelayHub(wiring.Component):
     """
 
     #: the hub's and the relay's ports wired inside the top (the hub's input lanes behind
-    #: the relay input; the relay control's own forward-row verdict unused: the input
-    #: checks every lane's forward rows, and the top's FWD_IN and RELAY_DROPS add its counts)
-    HUB_INNER = ("relay_status", "relay_place", "i")
+    #: the relay input, its credits into the credit join; the relay control's rows from the
+    #: staging, its forwards and credits into the egress, its local report unused -- the
+    #: input hands a relay row's own targets to the packet manager -- and its own
+    #: forward-row verdict unused: the input checks every lane's forward rows, and the top's
+    #: FWD_IN and RELAY_DROPS add its counts)
+    HUB_INNER = ("relay_status", "relay_place", "i", "credit")
     RELAY_INNER = ("node", "rank", "open", "fin", "fin_bad_source", "fin_bad_targets", "fin_src", "fwd_in",
-                   "relay_drops")
+                   "relay_drops", "row", "local", "fwd", "rcredit")
+    #: the staging's and the egress's ports on the top: top name -> (part, its name)
+    STAGE_PORTS = {"stage_wr": ("stage", "wr"), "stage_rd": ("egress", "rd"), "stage_rdata": ("egress", "rdata"),
+                   "fwd_out": ("egress", "out")}
     #: the reduce path's ports on the top: top name -> the path's (its ``node``, ``rank``,
     #: ``acc_base`` and ``flush`` are inside): the partial rows in, the accumulators'
     #: memory port, the reduced rows out
@@ -247,9 +256,11 @@ class RelayHub(wiring.Component):
         self.relay = RelayControl(cfg)
         self.reduce = ReducePath(cfg)
         self.ingress = RelayIngress(cfg)
+        self.stage, self.egress, self.join = RelayStage(cfg), ForwardEgress(cfg), RelayCredits(cfg)
         ing = self.ingress.signature.members
-        own = {"i": ing["i"], "relay_in": ing["relay"], "fwd_in": Out(32),
-               "relay_drops": Out(32).array(len(RelayReason))}
+        own = {"i": ing["i"], "credit": self.join.signature.members["credit"], "fwd_in": Out(32),
+               "relay_drops": Out(32).array(len(RelayReason)),
+               **{top: getattr(self, part).signature.members[name] for top, (part, name) in self.STAGE_PORTS.items()}}
         hub_out = self._outer(self.hub, self.HUB_INNER)
         relay_out = self._outer(self.relay, self.RELAY_INNER)
         red = self.reduce.signature.members
@@ -258,6 +269,32 @@ class RelayHub(wiring.Component):
         clash = {n for n in names if names.count(n) > 1}
         assert not clash, f"ports of two of the hub, the relay path, the reduce and the input: {sorted(clash)}"
         super().__init__({**own, **hub_out, **relay_out, **red_out})
+
+    def _relay_side(self, m):
+        """The relay side behind the input: its relay chunks into the staging, whole rows
+        into the relay control (which forwards them), the forwards and their rows' credits
+        into the egress, and the credits -- the packet manager's, the egress's, a dropped
+        row's -- joined into the top's."""
+        stg, eg, join, relay, hub, place = self.stage, self.egress, self.join, self.relay, self.hub, self.hub.relay_place
+        m.submodules.stage, m.submodules.egress, m.submodules.join = stg, eg, join
+        for top, (part, name) in self.STAGE_PORTS.items():
+            self._pass(m, getattr(self, part), {top: name})
+        wiring.connect(m, self.ingress.relay, stg.i)
+        wiring.connect(m, stg.row, relay.row)               # (its queue never refuses)
+        m.d.comb += relay.local.ready.eq(1)
+        wiring.connect(m, relay.fwd, eg.fwd)
+        wiring.connect(m, relay.rcredit, eg.rcredit)
+        wiring.connect(m, eg.credit, join.fu)
+        wiring.connect(m, hub.credit, join.pm)
+        wiring.connect(m, stg.done, join.done)
+        wiring.connect(m, join.credit, wiring.flipped(self.credit))
+        m.d.comb += [eg.fwd_tag.eq(relay.fu.held_row.tag),
+                     join.mark_valid.eq(stg.mark_valid), join.mark_slot.eq(stg.mark_slot),
+                     join.mark_local.eq(stg.mark_local)]
+        for part in (stg, eg, join):
+            m.d.comb += part.node.eq(place.node)
+        m.d.comb += [stg.rank.eq(place.rank), join.rank.eq(place.rank),
+                     stg.base.eq(place.stage_base), eg.base.eq(place.stage_base)]
 
     @staticmethod
     def _outer(part, inner) -> dict:
@@ -281,9 +318,10 @@ class RelayHub(wiring.Component):
         self._pass(m, hub, {k: k for k in self._outer(hub, self.HUB_INNER)})
         self._pass(m, relay, {k: k for k in self._outer(relay, self.RELAY_INNER)})
         self._pass(m, red, self.REDUCE_PORTS)
-        self._pass(m, ing, {"i": "i", "relay_in": "relay", "fwd_in": "fwd_in"})
+        self._pass(m, ing, {"i": "i", "fwd_in": "fwd_in"})
         for j in range(self.cfg.lanes):         # the input's packets into the hub's lanes
             wiring.connect(m, ing.o[j], hub.i[j])
+        self._relay_side(m)
         m.d.comb += relay.fin.valid.eq(0)
         drops = [Signal(32, name=f"relay_drops_{r.name.lower()}") for r in RelayReason]
         m.d.comb += [drops[i].eq((relay.relay_drops[i] + ing.drops[i])[:32]) for i in range(len(RelayReason))]
@@ -300,7 +338,7 @@ class RelayHub(wiring.Component):
                      relay.node.eq(place.node), relay.rank.eq(place.rank),
                      ing.node.eq(place.node), ing.rank.eq(place.rank),
                      red.node.eq(place.node), red.rank.eq(place.rank), red.acc_base.eq(place.acc_base),
-                     red.flush.eq(place.red_flush)]
+                     red.flush.eq(place.red_flush), st.relay_stage_drops.eq(self.stage.drops)]
         wiring.connect(m, relay.open, red.open)
         m.d.comb += [st.fwd_rows[g].eq(relay.fwd_rows[g]) for g in range(self.cfg.node_gpus)]
         m.d.comb += [st.relay_drops[i].eq(drops[i]) for i in range(len(RelayReason))]

@@ -1,0 +1,118 @@
+"""The relay hub's forward egress (protocol v3): each forward row the forward unit emits,
+read back from the staging and sent to its GPU as protocol v3's forward row, chunk by
+chunk; a relay row's credit passed on only once its forwards have all been read.
+
+::
+
+    fwd (+ the row's R tag) --\\                        /--> rd (HBM: the staged chunk)
+                               >-- commands, in order --
+    rcredit -----------------/                        \\--> credit (the row's forwards read: the join)
+    rdata --> out (the destination GPU, a lane word: RelayFormats.forward_row, class FORWARD)
+
+The forward unit emits a row's forwards, then its credit (``rcredit``, the cycle after its
+last forward at the earliest), so one FIFO of commands keeps their order. A forward
+command issues the row's ``chunks_per_row`` reads at the staging slot of (its original
+source, the R tag) (:func:`~.stage.stage_slot`), one a cycle, each with its context (the
+forward row's header and the chunk) in a FIFO beside the memory's in-order answers; each
+answer leaves on ``out`` with its context. A credit command waits until every read before
+it has been answered and sent (the context FIFO empty), then goes to the credit join:
+only then may the staging slot, and with it the source's tag, be reused.
+"""
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ...spec.config import HubConfig
+from ...spec.formats import RelayFormats, RowClass
+from ..layouts import struct
+from .layouts import RelayLayouts
+from .stage import stage_slot
+
+#: commands (forwards and credits) the egress holds, and reads in flight
+COMMANDS, READS = 4, 8
+
+
+class ForwardEgress(wiring.Component):
+    """The forward egress (see the module docstring).
+
+    Attributes
+    ----------
+    fwd : In(stream of RelayLayouts.fwd); fwd_tag : In(tag_bits)
+        Forward rows from the forward unit, with their relay row's R tag.
+    rcredit : In(stream of RelayLayouts.rcredit)
+        Relay rows' credits from the forward unit (after their forwards).
+    node : In; base : In(addr_bits)
+        This hub's node; where the staging starts (RELAY_STAGE_BASE).
+    rd : Out(stream of addr); rdata : In(stream of data_bits)
+        The staging's reads, answered in order.
+    out : Out(stream of (dst, word))
+        Forward rows' chunks: the destination's local rank and the lane word.
+    credit : Out(stream of RelayLayouts.rcredit)
+        A relay row's forwards all read.
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.relay:
+            self._MustUse__silence = True
+            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a forward egress needs relay: true")
+        self.cfg = cfg
+        self.lay = lay = RelayLayouts(cfg)
+        self.fmts = RelayFormats(cfg)
+        self.out_layout = data.StructLayout({"dst": cfg.gpu_bits, "word": self.fmts.lane_bits})
+        self.command = data.StructLayout({"credit": 1, "fwd": lay.fwd, "tag": cfg.tag_bits, "cr": lay.rcredit})
+        self.context = data.StructLayout({"fwd": lay.fwd, "chunk": cfg.chunk_bits})
+        super().__init__({
+            "fwd": In(stream.Signature(lay.fwd)), "fwd_tag": In(cfg.tag_bits),
+            "rcredit": In(stream.Signature(lay.rcredit)),
+            "node": In(cfg.node_bits), "base": In(cfg.addr_bits),
+            "rd": Out(stream.Signature(cfg.addr_bits)),
+            "rdata": In(stream.Signature(cfg.data_bits)),
+            "out": Out(stream.Signature(self.out_layout)),
+            "credit": Out(stream.Signature(lay.rcredit)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        C = cfg.chunks_per_row
+        m.submodules.cmds = cq = SyncFIFOBuffered(width=self.command.size, depth=COMMANDS)
+        m.submodules.ctxs = xq = SyncFIFOBuffered(width=self.context.size, depth=READS)
+        # ---- commands in: a forward, or (never in the same cycle as one) a credit
+        cmd = data.View(self.command, Signal(self.command.size, name="cmd_in"))
+        m.d.comb += [cmd.credit.eq(~self.fwd.valid), cmd.fwd.eq(self.fwd.payload), cmd.tag.eq(self.fwd_tag),
+                     cmd.cr.eq(self.rcredit.payload),
+                     self.fwd.ready.eq(cq.w_rdy), self.rcredit.ready.eq(cq.w_rdy & ~self.fwd.valid),
+                     cq.w_en.eq(self.fwd.valid | self.rcredit.valid), cq.w_data.eq(cmd.as_value())]
+        head = data.View(self.command, cq.r_data)
+        # ---- a forward: its reads, one a cycle, each with its context
+        chunk = Signal(range(C), name="chunk")
+        reading = Signal(name="reading")
+        m.d.comb += reading.eq(cq.r_rdy & ~head.credit)
+        slot = stage_slot(cfg, self.node, head.fwd.src_node, head.tag)
+        m.d.comb += [self.rd.valid.eq(reading & xq.w_rdy),
+                     self.rd.payload.eq((self.base + slot * cfg.stride_bytes + chunk * cfg.chunk_bytes)[:cfg.addr_bits]),
+                     xq.w_en.eq(self.rd.valid & self.rd.ready), xq.w_data.eq(Cat(head.fwd.as_value(), chunk))]
+        last = chunk == C - 1
+        with m.If(self.rd.valid & self.rd.ready):
+            m.d.sync += chunk.eq(Mux(last, 0, chunk + 1))
+        # ---- a credit: once every read before it is answered and sent
+        idle = Signal(name="reads_idle")
+        m.d.comb += idle.eq((xq.level == 0) & ~xq.r_rdy)
+        m.d.comb += [self.credit.valid.eq(cq.r_rdy & head.credit & idle), self.credit.payload.eq(head.cr)]
+        m.d.comb += cq.r_en.eq((self.rd.valid & self.rd.ready & last) | (self.credit.valid & self.credit.ready))
+        # ---- the answers out, with their contexts
+        ctx = data.View(self.context, xq.r_data)
+        word = data.View(struct(self.fmts.forward_row), Signal(self.fmts.forward_row.width, name="fwd_word"))
+        f = ctx.fwd
+        m.d.comb += [word.cls.eq(RowClass.FORWARD), word.fwd.eq(f.fwd), word.ftag.eq(f.ftag),
+                     word.src_node.eq(f.src_node), word.src_rank.eq(f.src_rank), word.token.eq(f.token),
+                     word.chunk.eq(ctx.chunk), word.data.eq(self.rdata.payload)]
+        for t in range(cfg.max_targets):
+            m.d.comb += [getattr(word, f"valid{t}").eq(f.valid[t]), getattr(word, f"expert{t}").eq(f.expert[t]),
+                         getattr(word, f"slot{t}").eq(f.slot[t])]
+        m.d.comb += [self.out.valid.eq(self.rdata.valid & xq.r_rdy), self.out.payload.dst.eq(f.dst),
+                     self.out.payload.word.eq(word.as_value()),
+                     self.rdata.ready.eq(self.out.ready & xq.r_rdy),
+                     xq.r_en.eq(self.out.valid & self.out.ready)]
+        return m

@@ -1,0 +1,147 @@
+"""The relay hub's staging (protocol v3): a relay row's chunks kept for its forwards, the
+row handed to the forward unit once it is whole.
+
+::
+
+    i (RelayLayouts.stage, one chunk a cycle, from the relay input)
+      --> S1: slot = (the source's node among the others, tag), the chunk's one-hot
+      --> S2 (on S1's registers): the slot's chunk bitmap read, set, written back
+              |-- a chunk already in, or past the row: dropped, counted (``drops``)
+              |-- the chunk's data --> wr (HBM: base + slot x stride + chunk x chunk_bytes;
+              |                         a row with targets on other GPUs of the node)
+              |-- the row's first chunk --> mark (slot, own targets): the credit join
+              `-- its last --> row (the forward unit's row queue; a good row)
+                           or done (source, tag): a dropped row's credit, now owed
+    (mark, row and done are registered one-cycle pulses: their takers never refuse)
+
+Every relay row a relay hub accepts, good or dropped for a bad GPU or bad targets (an
+unknown source never reaches it), is tracked here by its slot: the R window's place of
+(source, tag) -- ``relay_window`` = (nodes - 1) x ``tags_per_source`` slots, each a
+bitmap of ``chunks_per_row`` bits (flops). A slot is free again once its row is whole
+(the bitmap cleared), and its source reuses the tag only after the row's credit, which
+comes later (:mod:`.credit_join`). The staged data of a good row with targets on other
+GPUs of the node waits in HBM at ``base`` + slot x row stride until the forward egress
+has read it for each destination (:mod:`.egress`); the slot's place is reused only after
+the row's credit, so a staged row is never overwritten while it is read.
+
+The row the forward unit gets is the one in its last chunk (every chunk carries the row's
+header; a row whose chunks disagree is the source's error and touches only that row).
+
+Timing: S1 registers the chunk with its slot's and chunk's one-hots; S2, the logic on
+S1's registers, reads the slot's bitmap by an AND-OR over the slots (no index compare in
+front of it), sets the chunk's bit and writes the bitmap back in the same cycle, so a
+chunk of the same slot in the next cycle sees it. ``i.ready`` comes from registers only
+(the write FIFO's room for the chunk in S1 and the next): it never depends on
+``i.valid``.
+"""
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ...spec.config import HubConfig
+from ..logic import select
+from .layouts import RelayLayouts
+
+#: staging writes the stage holds (beyond the two chunks in S1 and S2)
+WRITE_DEPTH = 4
+
+
+def stage_slot(cfg: HubConfig, node, src_node, tag):
+    """The R window's slot of (a source of node ``src_node``, ``tag``) at a relay of
+    ``node``: the source's node among the others, times the tags, plus the tag."""
+    k = src_node - (src_node > node)
+    return (k * cfg.tags_per_source + tag)[:max(1, (cfg.relay_window - 1).bit_length())]
+
+
+class RelayStage(wiring.Component):
+    """The relay's staging (see the module docstring).
+
+    Attributes
+    ----------
+    i : In(stream of RelayLayouts.stage)
+        Relay rows' chunks (a good row's, or a dropped one's: ``drop``).
+    node, rank : In
+        This hub's node and local rank.
+    base : In(addr_bits)
+        Where the staging rows start in HBM (RELAY_STAGE_BASE).
+    wr : Out(stream of (addr, data))
+        Staged chunks to HBM.
+    row : Out(stream of RelayLayouts.row)
+        Whole good rows, for the forward unit (its queue never refuses: ``ready`` is
+        expected high).
+    mark_valid : Out(1); mark_slot : Out; mark_local : Out(1)
+        A good row's first chunk (a pulse): its slot and whether it names this GPU.
+    done : Out(stream of RelayLayouts.rcredit)
+        A dropped row is whole: its credit (global source, tag) is owed (a pulse: ``ready``
+        is not looked at).
+    drops : Out(32)
+        Chunks dropped here: one already in, or past the row (a cycle late).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.relay:
+            self._MustUse__silence = True
+            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a relay staging needs relay: true")
+        self.cfg = cfg
+        self.lay = lay = RelayLayouts(cfg)
+        self.slot_bits = max(1, (cfg.relay_window - 1).bit_length())
+        self.write = data.StructLayout({"addr": cfg.addr_bits, "data": cfg.data_bits})
+        super().__init__({
+            "i": In(stream.Signature(lay.stage)),
+            "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits), "base": In(cfg.addr_bits),
+            "wr": Out(stream.Signature(self.write)),
+            "row": Out(stream.Signature(lay.row)),
+            "mark_valid": Out(1), "mark_slot": Out(self.slot_bits), "mark_local": Out(1),
+            "done": Out(stream.Signature(lay.rcredit)),
+            "drops": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, lay = self.cfg, self.lay
+        W, C, T = cfg.relay_window, cfg.chunks_per_row, cfg.relay_targets
+        m.submodules.wq = wq = SyncFIFOBuffered(width=self.write.size, depth=WRITE_DEPTH)
+        # ---- S1: the chunk, its slot's and its chunk's one-hots
+        s1_v, s1 = Signal(name="s1_valid"), Signal(lay.stage, name="s1")
+        s1_slot = Signal(self.slot_bits, name="s1_slot")
+        s1_soh, s1_coh = Signal(W, name="s1_slot_oh"), Signal(C, name="s1_chunk_oh")
+        p = self.i.payload
+        slot = stage_slot(cfg, self.node, p.src_node, p.tag)
+        take = self.i.valid & self.i.ready
+        m.d.sync += [s1_v.eq(take), s1.eq(p), s1_slot.eq(slot),
+                     s1_soh.eq(Cat(*(slot == k for k in range(W)))),
+                     s1_coh.eq(Cat(*(p.chunk == c for c in range(C))))]
+        # ---- S2: the bitmap read, set and written back
+        bitmap = [Signal(C, name=f"bitmap{k}") for k in range(W)]
+        have = Signal(C, name="have")
+        m.d.comb += have.eq(select([(s1_soh[k], bitmap[k]) for k in range(W)], C))
+        fresh = Signal(name="fresh")                 # the chunk is new and within the row
+        m.d.comb += fresh.eq(s1_v & s1_coh.any() & ~(have & s1_coh).any())
+        now = Signal(C, name="now")
+        m.d.comb += now.eq(have | s1_coh)
+        whole = Signal(name="whole")
+        m.d.comb += whole.eq(fresh & now.all())
+        for k in range(W):          # (cleared when the row is whole: the slot free for the tag's next row)
+            with m.If(fresh & s1_soh[k]):
+                m.d.sync += bitmap[k].eq(Mux(whole, 0, now))
+        # the staging write (a good row naming other GPUs of the node)
+        remote = Cat(*(s1.valid[t] & (s1.gpu[t] != self.rank) for t in range(T))).any()
+        addr = (self.base + s1_slot * cfg.stride_bytes + s1.chunk * cfg.chunk_bytes)[:cfg.addr_bits]
+        m.d.comb += [wq.w_en.eq(fresh & ~s1.drop & remote), wq.w_data.eq(Cat(addr, s1.data)),
+                     self.wr.valid.eq(wq.r_rdy), self.wr.payload.eq(wq.r_data), wq.r_en.eq(self.wr.ready)]
+        # room for the chunks in S1 and S2 beside the ones queued: from registers only
+        m.d.comb += self.i.ready.eq(wq.level + s1_v <= WRITE_DEPTH - 2)
+        # ---- outputs, registered: the first chunk's mark, the whole row, a dropped row's credit
+        m.d.sync += [self.mark_valid.eq(fresh & ~s1.drop & (have == 0)), self.mark_slot.eq(s1_slot),
+                     self.mark_local.eq(s1.local)]
+        m.d.sync += [self.row.valid.eq(whole & ~s1.drop), self.row.payload.eq(s1.as_value()[:lay.row.size])]
+        src = (s1.src_node * cfg.node_gpus + s1.src_rank)[:cfg.src_bits]
+        done_v = Signal(name="done_v")
+        m.d.sync += [done_v.eq(whole & s1.drop), self.done.payload.src.eq(src), self.done.payload.tag.eq(s1.tag)]
+        m.d.comb += self.done.valid.eq(done_v)
+        ev_drop, n_drop = Signal(name="ev_drop"), Signal(32, name="n_drop")
+        m.d.sync += [ev_drop.eq(s1_v & ~fresh), n_drop.eq(n_drop + ev_drop)]
+        m.d.comb += self.drops.eq(n_drop)
+        return m
+
