@@ -44,6 +44,7 @@ from moehub.spec.csr_map import CTRL_START, CsrMap
 from moehub.spec.formats import (CtlKind, HubFormats, PacketKind, RelayFormats, RelayReason, RowClass,
                                  config_reasons)
 from moehub.spec.relay import RelayHubModel, global_gpu, ingress, relay_row_of
+from moehub.verif.formal.plant import broken_class
 from test_rtl_relay_ingress import R22, R33
 
 STAGE_BASE, ACC_BASE = 0x3000_0000, 0x4000_0000
@@ -124,7 +125,7 @@ class Senders:
     window kept), then the EOS packets."""
 
     def __init__(self, rng, rows, eos_words):
-        self.rng, self.rows, self.eos, self.busy = rng, rows, eos_words, set()
+        self.rng, self.rows, self.eos, self.busy, self.in_flight = rng, rows, eos_words, set(), {}
 
     def empty(self):
         return not self.rows and not self.eos
@@ -140,6 +141,7 @@ class Senders:
         r = self.rng.choice(ok)
         if not r.begun and r.key is not None:
             self.busy.add(r.key)
+            self.in_flight[r.key] = r
         r.begun = True
         w = r.words.pop(0)
         if not r.words:
@@ -196,7 +198,7 @@ def run_whole(cfg, seed, rows=30, node=0, rank=1):
                             ("RELAY_STAGE_BASE", STAGE_BASE), ("RED_ACC_BASE", ACC_BASE), ("CTRL", CTRL_START)):
             await write(ctx, name, value)
         ctx.set(dut.reduced.ready, 1)
-        pending, mem, reads = [None] * L, {}, []
+        pending, mem, reads, own_done = [None] * L, {}, [], set()
         fwd_chunks, fcredits = defaultdict(dict), []
         credits, metas, fwd_done_at = [], [], {}
         cycle, done, stage_writes = 0, None, 0
@@ -241,10 +243,18 @@ def run_whole(cfg, seed, rows=30, node=0, rank=1):
                 if len(fwd_chunks[key]) == C:
                     fwd_done_at[key] = cycle
                     fcredits.append((cycle + rng.randrange(1, 12), dst, w["ftag"]))
+            pmc = dut.hub.credit                     # (inside: the packet manager's credits)
+            if ctx.get(pmc.valid) and ctx.get(pmc.ready):
+                own_done.add(credit_key(cfg, node, rank, ctx.get(pmc.payload.src), ctx.get(pmc.payload.tag)))
             if ctx.get(dut.credit.valid) and ctx.get(dut.credit.ready):
                 src, tag = ctx.get(dut.credit.payload.src), ctx.get(dut.credit.payload.tag)
                 key = credit_key(cfg, node, rank, src, tag)
                 assert key in send.busy, f"{where}: credit {key} for no row in flight"
+                if key[0] == "R":                        # a relay row naming this GPU: its own
+                    row = send.in_flight.pop(key)        # targets' credit came first
+                    assert not row.info[2].local or key in own_done, \
+                        f"{where}: relay row {key} credited before the packet manager wrote its own targets"
+                    own_done.discard(key)
                 send.busy.discard(key)
                 credits.append((cycle, key))
             if ctx.get(dut.ctl.valid) and ctx.get(dut.ctl.ready) and ctx.get(dut.ctl.payload.kind) == CtlKind.META:
@@ -308,6 +318,7 @@ def check_whole(cfg, out, node, rank, seed):
     assert set(got) == set(want_fwd), f"{where}: forwards {sorted(got)} against the model's {sorted(want_fwd)}"
     for key, chunks in got.items():
         targets, data = want_fwd[key]
+        assert sorted(chunks) == list(range(cfg.chunks_per_row)), f"{where}: forward {key} chunks {sorted(chunks)}"
         ent = tuple((chunks[0][f"expert{i}"], chunks[0][f"slot{i}"]) for i in range(M) if chunks[0][f"valid{i}"])
         assert ent == targets, f"{where}: forward {key} entries {ent}, the model's {targets}"
         assert [chunks[c]["data"] for c in range(cfg.chunks_per_row)] == data, f"{where}: forward {key} data"
@@ -362,3 +373,25 @@ def test_whole_relay_hub_against_the_model_slow(cfg, node, rank, seed):
     out = run_whole(cfg, seed, rows=60, node=node, rank=rank)
     model = check_whole(cfg, out, node, rank, seed)
     assert model.relay_rows >= 15 and len(out["fwd_chunks"]) >= 10, out["regs"]
+
+
+# ------------------------------------------------------------------ planted bugs
+PLANTS = {
+    # the egress passes a row's credit on before its forwards' reads are answered
+    "egress-credit-early": ("moehub.rtl.relay.egress", "ForwardEgress",
+                            "m.d.comb += idle.eq((xq.level == 0) & ~xq.r_rdy)", "m.d.comb += idle.eq(1)"),
+    # the staging hands the forward unit a row at its first chunk, not its last
+    "stage-row-early": ("moehub.rtl.relay.stage", "RelayStage",
+                        "m.d.sync += [self.row.valid.eq(whole & ~s1.drop),",
+                        "m.d.sync += [self.row.valid.eq(fresh & (have == 0) & ~s1.drop),"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", list(PLANTS))
+def test_planted_bug_is_caught(plant, monkeypatch):
+    import moehub.rtl.relay.hub as hub_mod
+    mod, cls, old, new = PLANTS[plant]
+    monkeypatch.setattr(hub_mod, cls, broken_class(mod, old, new, cls))
+    with pytest.raises(AssertionError, match="seed 1"):
+        check_whole(R22, run_whole(R22, 1, rows=24, node=0, rank=1), 0, 1, 1)
