@@ -8,7 +8,8 @@ of a row naming another GPU written once at RELAY_STAGE_BASE + slot x stride + c
 chunk_bytes, the duplicate and the stray counted and not written, the row's first chunk
 marked (its slot, whether it names this GPU), the whole row handed on with its last chunk;
 a row naming only this GPU tracked but not written; a dropped row's credit owed once it
-is whole.
+is whole (its slot's next row after the credit's round trip: a chunk of the slot in the
+cycle after its row was whole counts as a duplicate of that row).
 
 Credit join: a relay row naming this GPU is credited once both its forwards (``fu``) and
 the packet manager's credit of its own targets are in, whichever comes first; one naming
@@ -50,8 +51,8 @@ def run_stage(cfg, words, unit=RelayStage):
         ctx.set(dut.row.ready, 1)
         queue = list(words)
         for cycle in range(len(words) * 3 + 20):
-            ctx.set(dut.i.valid, bool(queue))
-            if queue:
+            ctx.set(dut.i.valid, bool(queue) and queue[0] is not None)
+            if queue and queue[0] is not None:
                 ctx.set(dut.i.payload.as_value(), queue[0])
             if ctx.get(dut.wr.valid):
                 seen["wr"].append((ctx.get(dut.wr.payload.addr), ctx.get(dut.wr.payload.data)))
@@ -59,10 +60,10 @@ def run_stage(cfg, words, unit=RelayStage):
                 seen["row"].append((ctx.get(dut.row.payload.tag), ctx.get(dut.row.payload.token)))
                 seen["row_at"] = cycle
             if ctx.get(dut.mark_valid):
-                seen["mark"].append((ctx.get(dut.mark_slot), ctx.get(dut.mark_local)))
+                seen["mark"].append((ctx.get(dut.mark_node), ctx.get(dut.mark_tag), ctx.get(dut.mark_local)))
             if ctx.get(dut.done.valid):
                 seen["done"].append((ctx.get(dut.done.payload.src), ctx.get(dut.done.payload.tag)))
-            if queue and ctx.get(dut.i.ready):
+            if queue and (queue[0] is None or ctx.get(dut.i.ready)):
                 queue.pop(0)
             await ctx.tick()
         seen["drops"] = ctx.get(dut.drops)
@@ -80,16 +81,17 @@ def test_staging():
     order = [3, 0, 5, 3] + [c for c in range(C) if c not in (0, 3, 5)] + [C]   # chunk 3 twice, C past the row
     words = [stage_word(cfg, 1, c, (0, 1)) for c in order]                  # tag 1: GPUs 0 (forwarded) and 1 (here)
     words += [stage_word(cfg, 0, c, (1,), local=1) for c in range(C)]     # tag 0: this GPU only
+    words += [None] * 4                                                   # (its credit's round trip)
     words += [stage_word(cfg, 0, c, (0,), drop=1) for c in range(C)]      # tag 0 again: a dropped row
     seen = run_stage(cfg, words)
     # slot of (GPU 3, tag t) = t (one other node); the tag-1 row written once per chunk
     assert sorted(seen["wr"]) == [(BASE + 1 * cfg.stride_bytes + c * cfg.chunk_bytes, c + 100) for c in range(C)]
-    assert seen["mark"] == [(1, 0), (0, 1)]                 # (first chunks of the good rows)
+    assert seen["mark"] == [(1, 1, 0), (1, 0, 1)]           # (first chunks of the good rows: node, tag, here)
     assert seen["row"] == [(1, 7), (0, 7)] and seen["done"] == [(3, 0)] and seen["drops"] == 2, seen
 
 
 def credit_bench(events, unit=RelayCredits):
-    """``events``: per cycle a dict of inputs (mark=(slot, local), fu=(src, tag),
+    """``events``: per cycle a dict of inputs (mark=(tag, local) of GPU 3, fu=(src, tag),
     pm=(src, tag), done=(src, tag)); returns the credits out with their cycle."""
     cfg = R22
     dut = unit(cfg)
@@ -102,7 +104,8 @@ def credit_bench(events, unit=RelayCredits):
         for cycle, ev in enumerate(events + [{}] * 6):
             ctx.set(dut.mark_valid, "mark" in ev)
             if "mark" in ev:
-                ctx.set(dut.mark_slot, ev["mark"][0])
+                ctx.set(dut.mark_node, 1)                # (GPU 3's node)
+                ctx.set(dut.mark_tag, ev["mark"][0])
                 ctx.set(dut.mark_local, ev["mark"][1])
             for name in ("fu", "pm", "done"):
                 port = getattr(dut, name)
@@ -124,24 +127,25 @@ def credit_bench(events, unit=RelayCredits):
 
 
 def test_credit_join():
-    """Hub (node 0, rank 1) of 2 x 2: GPU 3 is the remote GPU of its rank (slot = tag)."""
+    """Hub (node 0, rank 1) of 2 x 2: GPU 3 is the remote GPU of its rank."""
     ev = [{"mark": (0, 1)}, {}, {"fu": (3, 0)}, {}, {}, {"pm": (3, 0)},     # forwards first: waits
           {"mark": (1, 1)}, {"pm": (3, 1)}, {}, {"fu": (3, 1)},              # own targets first: waits
           {"mark": (0, 0)}, {"fu": (3, 0)},                                   # no target here: at once
           {"pm": (0, 1)}, {"pm": (2, 1)}, {"done": (3, 1)}]                   # direct, a forward row's, dropped
-    # (a dropped row's credit through its 2-cycle FIFO)
-    assert credit_bench(ev) == [(5, 3, 0), (9, 3, 1), (11, 3, 0), (12, 0, 1), (13, 2, 1), (16, 3, 1)]
+    # (each a cycle after its second half: fu and pm pass a register; a dropped row's credit
+    # through its 2-cycle FIFO)
+    assert credit_bench(ev) == [(6, 3, 0), (10, 3, 1), (12, 3, 0), (13, 0, 1), (14, 2, 1), (16, 3, 1)]
 
 
 @pytest.mark.plants
 def test_planted_bugs_are_caught():
     """The join crediting a row on its forwards alone, the staging handing a row on at its
     first chunk: each fails its check."""
-    early = broken_class("moehub.rtl.relay.credit_join", "f_now = ((~need | pm_in) & f_oh).any()",
-                         "f_now = f_oh.any()", "RelayCredits")
+    early = broken_class("moehub.rtl.relay.credit_join", "f_now = ((~need | pm_in) & fu.oh).any()",
+                         "f_now = fu.oh.any()", "RelayCredits")
     ev = [{"mark": (0, 1)}, {}, {"fu": (3, 0)}, {}, {}, {"pm": (3, 0)}]
-    assert credit_bench(ev, early) != credit_bench(ev) == [(5, 3, 0)]
-    first = broken_class("moehub.rtl.relay.stage", "m.d.sync += [self.row.valid.eq(whole & ~s1.drop),",
-                         "m.d.sync += [self.row.valid.eq(fresh & (have == 0) & ~s1.drop),", "RelayStage")
+    assert credit_bench(ev, early) != credit_bench(ev) == [(6, 3, 0)]
+    first = broken_class("moehub.rtl.relay.stage", "m.d.comb += [self.row.valid.eq(s4_whole & ~s4.drop),",
+                         "m.d.comb += [self.row.valid.eq(s4_first & ~s4.drop),", "RelayStage")
     words = [stage_word(R22, 1, c, (0,)) for c in range(R22.chunks_per_row)]
     assert run_stage(R22, words, first)["row_at"] < run_stage(R22, words)["row_at"]

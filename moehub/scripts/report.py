@@ -1733,7 +1733,8 @@ RELAY_UNIT_ROWS = (("relay_control", "relay control path"), ("forward_unit", "fo
                    ("forward_check", "forward check"), ("reduce_unit", "reduce unit"),
                    ("reduce_element", "accumulate datapath, one element"),
                    ("reduce_path", "reduce path (unit, engine), one element"),
-                   ("relay_input", "relay input (every lane)"))
+                   ("relay_input", "relay input (every lane)"), ("relay_stage", "relay staging"),
+                   ("forward_egress", "forward egress"), ("credit_join", "credit join"))
 RELAY_NODES = (2, 4, 8)
 
 

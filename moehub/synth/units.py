@@ -49,10 +49,15 @@ UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
          "reduce_path": ("moehub.rtl.relay.reduce_path", "ReducePathElement"),
          # (the relay hub's input: every lane's class decode and forward check, in front of
          # the packet manager's input registers)
-         "relay_input": ("moehub.rtl.relay.ingress", "RelayIngress")}
+         "relay_input": ("moehub.rtl.relay.ingress", "RelayIngress"),
+         # (the relay side behind it: the staging's chunk bitmaps, the forward egress, the
+         # credit join)
+         "relay_stage": ("moehub.rtl.relay.stage", "RelayStage"),
+         "forward_egress": ("moehub.rtl.relay.egress", "ForwardEgress"),
+         "credit_join": ("moehub.rtl.relay.credit_join", "RelayCredits")}
 #: the units of a relay config (``relay: true``, so ``nodes`` >= 2 and ``gpus_per_node``)
 RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element", "reduce_path",
-               "relay_input")
+               "relay_input", "relay_stage", "forward_egress", "credit_join")
 
 
 def build(unit: str, cfg: HubConfig):

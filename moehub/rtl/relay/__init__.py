@@ -21,19 +21,22 @@ rest in its node (reference model: :mod:`moehub.spec.relay`).
 * :mod:`.ingress` -- :class:`~.ingress.RelayIngress`: the relay hub's input lanes, each
   packet sorted by its class; a received forward row becomes protocol v2's multicast
   packet of its original source for the unchanged packet manager.
+* :mod:`.stage` -- :class:`~.stage.RelayStage`: relay rows' chunks tracked (a bitmap per
+  R-window slot) and staged in HBM for the forwards, whole rows to the forward unit.
+* :mod:`.egress` -- :class:`~.egress.ForwardEgress`: forward rows read back from the
+  staging and sent, a row's credit after its forwards.
+* :mod:`.credit_join` -- :class:`~.credit_join.RelayCredits`: a relay row's R credit once
+  its own targets are written and its forwards read.
 * :mod:`.hub` -- :class:`~.hub.RelayControl` and :class:`~.hub.RelayHub`.
 
-How they attach to the hub (:class:`~moehub.rtl.hub.MoEHub`). Wired: the input (a
-forward row is the packet manager's row of (original source, forward tag): no table of
-its own). Not wired yet: the packet
-manager opens a relay row's data into the pool (its own targets) or a staging area of
-``relay_window`` rows (forward-only rows) and pushes the row's target set, once its first
-chunk is accepted, into a ``relay_window``-deep FIFO in front of ``ForwardUnit.row`` (the
-FIFO never refuses: the R credits bound the rows outstanding). ``ForwardUnit.local`` feeds
-the multicast allocator's request of a lane reserved for it (the target set as a v2
-multicast row, the original source and token in the metadata); ``fwd`` goes to the NVLink
-egress (a DMA reading the staged row); ``fcredit`` comes from the credit messages of the
-node's GPUs; ``rcredit`` merges into the hub's credit queue after the row's data left.
-A received forward row takes ``ForwardCheck`` in the input, per lane. The counters
-read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_registers`).
+How they attach to the hub (:class:`~moehub.rtl.hub.MoEHub`, in :class:`~.hub.RelayHub`):
+the input sorts each lane's row by its class -- a forward row is the packet manager's row
+of (original source, forward tag), a relay row's own targets its row of (original source,
+tag): no table of their own -- and hands relay chunks to the staging; the staging hands
+whole rows to the relay control's ``relay_window``-deep FIFO in front of
+``ForwardUnit.row`` (the FIFO never refuses: the R credits bound the rows outstanding);
+``ForwardUnit.fwd`` and ``rcredit`` go to the egress, whose credits, with the packet
+manager's, go to the credit join; ``ForwardUnit.local`` is unused there (the input wrote
+the own targets); ``fcredit`` comes from the credit messages of the node's GPUs. The
+counters read as the relay CSR registers (:func:`moehub.spec.csr_map.relay_registers`).
 """

@@ -15,7 +15,7 @@ A good relay row always reaches the forward unit (which opens its sum, counts it
 forwards it: maybe to no GPU), so its forwards' credit (``fu``) always comes; the packet
 manager's credit of (source, tag) comes only if the row names this GPU (``mark``'s bit,
 recorded at the row's first chunk, which the packet manager and the staging take in the
-same cycle -- long before either's credit). Per slot of the R window three bits --
+same cycle -- long before either's credit). Per (source node, tag) three bits --
 ``need`` (the row names this GPU), ``pm`` and ``fu`` (each credit in) -- and the row's
 credit leaves with the second of the two it waits for, clearing the slot. A dropped row's
 ``done`` (nothing written, nothing forwarded) is its credit at once. Any other credit of
@@ -24,18 +24,21 @@ the packet manager -- a source of this node (protocol v1/v2's rows), a forward r
 consumer routes) -- passes through unchanged.
 
 One input is served a cycle, ``done`` first, then ``fu``, then ``pm`` (``done`` is a pulse:
-a FIFO keeps it). An input that sends no credit out needs no room on ``credit``.
+a FIFO keeps it). An input that sends no credit out needs no room on ``credit``. ``fu``
+and ``pm`` each pass a register that holds the credit with its decode (the compares with
+each node's GPU of this rank, themselves registered ids): the first version decided in
+the cycle a credit came, 27-29 FO4 at 4-8 nodes from the ids to the slot bits.
 """
-from amaranth import Cat, Const, Module, Mux, Signal
+from types import SimpleNamespace
+
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
 from ..layouts import HubLayouts
-from ..logic import select
 from .layouts import RelayLayouts
-from .stage import stage_slot
 
 #: dropped rows' credits the join holds
 DONE_DEPTH = 4
@@ -52,8 +55,8 @@ class RelayCredits(wiring.Component):
         The packet manager's credits.
     fu : In(stream of RelayLayouts.rcredit)
         A relay row's forwards all read (the egress).
-    mark_valid : In(1); mark_slot : In; mark_local : In(1)
-        A good relay row's first chunk at the staging (a pulse).
+    mark_valid : In(1); mark_node, mark_tag : In; mark_local : In(1)
+        A good relay row's first chunk at the staging (a pulse): its source's node, its tag.
     done : In(stream of RelayLayouts.rcredit)
         A dropped relay row is whole (a pulse; ``ready`` is 1).
     credit : Out(stream of HubLayouts.credit)
@@ -65,60 +68,79 @@ class RelayCredits(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a credit join needs relay: true")
         self.cfg = cfg
-        self.slot_bits = max(1, (cfg.relay_window - 1).bit_length())
         lay, cr = RelayLayouts(cfg), HubLayouts(cfg).credit
         super().__init__({
             "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits),
             "pm": In(stream.Signature(cr)), "fu": In(stream.Signature(lay.rcredit)),
-            "mark_valid": In(1), "mark_slot": In(self.slot_bits), "mark_local": In(1),
+            "mark_valid": In(1), "mark_node": In(cfg.node_bits), "mark_tag": In(cfg.tag_bits),
+            "mark_local": In(1),
             "done": In(stream.Signature(lay.rcredit)),
             "credit": Out(stream.Signature(cr)),
         })
 
     def _relay_slot(self, m, src, tag, name: str):
         """Whether global source ``src`` is a remote GPU of this rank, and its (``src``,
-        ``tag``) slot as a one-hot (by compares with each node's GPU of this rank)."""
-        cfg, G = self.cfg, self.cfg.node_gpus
-        hit = [(src == n * G + self.rank) & (self.node != n) for n in range(cfg.nodes)]
-        src_node = Signal(cfg.node_bits, name=f"{name}_node")
-        m.d.comb += src_node.eq(select([(hit[n], Const(n, cfg.node_bits)) for n in range(cfg.nodes)], cfg.node_bits))
-        slot = stage_slot(cfg, self.node, src_node, tag)
-        oh = Signal(cfg.relay_window, name=f"{name}_slot_oh")
-        m.d.comb += oh.eq(Cat(*(slot == k for k in range(cfg.relay_window))))
+        ``tag``) place as a one-hot over (node, tag) -- by compares with each node's GPU of
+        this rank, registered ids (NODE_ID and LOCAL_RANK do not change within a layer): no
+        index arithmetic in front of the slot bits."""
+        cfg, T = self.cfg, self.cfg.tags_per_source
+        hit = [Signal(name=f"{name}_hit{n}") for n in range(cfg.nodes)]
+        m.d.comb += [hit[n].eq((src == self.gid[n]) & self.remote[n]) for n in range(cfg.nodes)]
+        oh = Signal(cfg.nodes * T, name=f"{name}_oh")
+        m.d.comb += oh.eq(Cat(*(hit[n] & (tag == t) for n in range(cfg.nodes) for t in range(T))))
         return Cat(*hit).any(), oh
+
+    def _held(self, m, port, name: str):
+        """A register in front of input ``port``: its credit with its decode (whether a
+        remote source of this rank, the (node, tag) one-hot), so no compare sits in front
+        of the slot bits. Set ``.take`` to consume it; ``port.ready`` follows."""
+        cfg, W = self.cfg, self.cfg.nodes * self.cfg.tags_per_source
+        h = SimpleNamespace(valid=Signal(name=f"{name}_v"), src=Signal(cfg.src_bits, name=f"{name}_src"),
+                            tag=Signal(cfg.tag_bits, name=f"{name}_tag"), rel=Signal(name=f"{name}_rel"),
+                            oh=Signal(W, name=f"{name}_oh_r"), take=Signal(name=f"{name}_take"))
+        rel, oh = self._relay_slot(m, port.payload.src, port.payload.tag, name)
+        m.d.comb += port.ready.eq(~h.valid | h.take)
+        with m.If(port.ready):
+            m.d.sync += [h.valid.eq(port.valid), h.src.eq(port.payload.src), h.tag.eq(port.payload.tag),
+                         h.rel.eq(rel), h.oh.eq(oh)]
+        return h
 
     def elaborate(self, platform):
         m = Module()
-        cfg, W = self.cfg, self.cfg.relay_window
+        cfg, T = self.cfg, self.cfg.tags_per_source
+        W = cfg.nodes * T                          # (a place per (node, tag); this node's unused)
+        # each node's GPU of this rank (its global id), and whether it is remote: registered
+        self.gid = [Signal(cfg.src_bits, name=f"gid{n}") for n in range(cfg.nodes)]
+        self.remote = [Signal(name=f"remote{n}") for n in range(cfg.nodes)]
+        m.d.sync += [self.gid[n].eq((n * cfg.node_gpus + self.rank)[:cfg.src_bits]) for n in range(cfg.nodes)]
+        m.d.sync += [self.remote[n].eq(self.node != n) for n in range(cfg.nodes)]
         need, pm_in, fu_in = (Signal(W, name=n) for n in ("need", "pm_in", "fu_in"))
         m.submodules.dq = dq = SyncFIFOBuffered(width=len(self.done.payload.as_value()), depth=DONE_DEPTH)
         m.d.comb += [self.done.ready.eq(1), dq.w_en.eq(self.done.valid), dq.w_data.eq(self.done.payload.as_value())]
         d_src, d_tag = dq.r_data[:cfg.src_bits], dq.r_data[cfg.src_bits:]
-        _, f_oh = self._relay_slot(m, self.fu.payload.src, self.fu.payload.tag, "fu")
-        p_rel, p_oh = self._relay_slot(m, self.pm.payload.src, self.pm.payload.tag, "pm")
+        fu, pm = self._held(m, self.fu, "fu"), self._held(m, self.pm, "pm")
         # the input served, and whether it sends a credit out now
         serve_d = dq.r_rdy
-        serve_f = ~serve_d & self.fu.valid
-        serve_p = ~serve_d & ~self.fu.valid & self.pm.valid
-        f_now = ((~need | pm_in) & f_oh).any()                  # its own targets in, or none
-        p_now = ~p_rel | (fu_in & p_oh).any()                   # passed through, or its forwards in
+        serve_f = ~serve_d & fu.valid
+        serve_p = ~serve_d & ~fu.valid & pm.valid
+        f_now = ((~need | pm_in) & fu.oh).any()                 # its own targets in, or none
+        p_now = ~pm.rel | (fu_in & pm.oh).any()                 # passed through, or its forwards in
         out = Signal(name="out_valid")
         m.d.comb += out.eq(serve_d | (serve_f & f_now) | (serve_p & p_now))
         m.d.comb += [self.credit.valid.eq(out),
-                     self.credit.payload.src.eq(Mux(serve_d, d_src, Mux(serve_f, self.fu.payload.src,
-                                                                       self.pm.payload.src))),
-                     self.credit.payload.tag.eq(Mux(serve_d, d_tag, Mux(serve_f, self.fu.payload.tag,
-                                                                       self.pm.payload.tag))),
+                     self.credit.payload.src.eq(Mux(serve_d, d_src, Mux(serve_f, fu.src, pm.src))),
+                     self.credit.payload.tag.eq(Mux(serve_d, d_tag, Mux(serve_f, fu.tag, pm.tag))),
                      dq.r_en.eq(serve_d & self.credit.ready),
-                     self.fu.ready.eq(serve_f & (~f_now | self.credit.ready)),
-                     self.pm.ready.eq(serve_p & (~p_now | self.credit.ready))]
+                     fu.take.eq(serve_f & (~f_now | self.credit.ready)),
+                     pm.take.eq(serve_p & (~p_now | self.credit.ready))]
         # the slot bits: a row's credit out clears its slot; a credit that waits sets its bit
-        f_fire, p_fire = self.fu.valid & self.fu.ready, self.pm.valid & self.pm.ready & p_rel
+        f_fire, p_fire = fu.take, pm.take & pm.rel
         clear = Signal(W, name="clear")
-        m.d.comb += clear.eq(Mux(f_fire & f_now, f_oh, 0) | Mux(p_fire & p_now, p_oh, 0))
+        m.d.comb += clear.eq(Mux(f_fire & f_now, fu.oh, 0) | Mux(p_fire & p_now, pm.oh, 0))
         mark = Signal(W, name="mark_oh")
-        m.d.comb += mark.eq(Mux(self.mark_valid, Cat(*(self.mark_slot == k for k in range(W))), 0))
-        m.d.sync += [pm_in.eq((pm_in | Mux(p_fire & ~p_now, p_oh, 0)) & ~clear),
-                     fu_in.eq((fu_in | Mux(f_fire & ~f_now, f_oh, 0)) & ~clear),
+        m.d.comb += mark.eq(Cat(*(self.mark_valid & (self.mark_node == n) & (self.mark_tag == t)
+                                  for n in range(cfg.nodes) for t in range(T))))
+        m.d.sync += [pm_in.eq((pm_in | Mux(p_fire & ~p_now, pm.oh, 0)) & ~clear),
+                     fu_in.eq((fu_in | Mux(f_fire & ~f_now, fu.oh, 0)) & ~clear),
                      need.eq(Mux(self.mark_local, (need & ~clear) | mark, need & ~clear & ~mark))]
         return m

@@ -12,7 +12,8 @@ chunk; a relay row's credit passed on only once its forwards have all been read.
 The forward unit emits a row's forwards, then its credit (``rcredit``, the cycle after its
 last forward at the earliest), so one FIFO of commands keeps their order. A forward
 command issues the row's ``chunks_per_row`` reads at the staging slot of (its original
-source, the R tag) (:func:`~.stage.stage_slot`), one a cycle, each with its context (the
+source, the R tag) (:func:`~.stage.stage_slot`; the row's address prepared in three
+registered steps first: slot, offset, address), one a cycle, each with its context (the
 forward row's header and the chunk) in a FIFO beside the memory's in-order answers; each
 answer leaves on ``out`` with its context. A credit command waits until every read before
 it has been answered and sent (the context FIFO empty), then goes to the credit join:
@@ -85,17 +86,28 @@ class ForwardEgress(wiring.Component):
                      self.fwd.ready.eq(cq.w_rdy), self.rcredit.ready.eq(cq.w_rdy & ~self.fwd.valid),
                      cq.w_en.eq(self.fwd.valid | self.rcredit.valid), cq.w_data.eq(cmd.as_value())]
         head = data.View(self.command, cq.r_data)
-        # ---- a forward: its reads, one a cycle, each with its context
+        # ---- a forward: its staged row's address prepared in three registered steps (its
+        # slot, slot x stride, base + that: one operation a step -- two in one step were
+        # 26-28 FO4), then its reads, one a cycle, each with its context
         chunk = Signal(range(C), name="chunk")
-        reading = Signal(name="reading")
-        m.d.comb += reading.eq(cq.r_rdy & ~head.credit)
-        slot = stage_slot(cfg, self.node, head.fwd.src_node, head.tag)
-        m.d.comb += [self.rd.valid.eq(reading & xq.w_rdy),
-                     self.rd.payload.eq((self.base + slot * cfg.stride_bytes + chunk * cfg.chunk_bytes)[:cfg.addr_bits]),
+        step = Signal(2, name="prep_step")      # 0: slot next, 1: offset next, 2: address next, 3: reading
+        slot = Signal(max(1, (cfg.relay_window - 1).bit_length()), name="slot")
+        off, addr = Signal(cfg.addr_bits, name="offset"), Signal(cfg.addr_bits, name="addr")
+        fwd_head = Signal(name="fwd_head")
+        m.d.comb += fwd_head.eq(cq.r_rdy & ~head.credit)
+        with m.If(fwd_head & (step == 0)):
+            m.d.sync += [slot.eq(stage_slot(cfg, self.node, head.fwd.src_node, head.tag)), step.eq(1)]
+        with m.If(step == 1):
+            m.d.sync += [off.eq((slot * cfg.stride_bytes)[:cfg.addr_bits]), step.eq(2)]
+        with m.If(step == 2):
+            m.d.sync += [addr.eq((self.base + off)[:cfg.addr_bits]), step.eq(3)]
+        m.d.comb += [self.rd.valid.eq(fwd_head & (step == 3) & xq.w_rdy), self.rd.payload.eq(addr),
                      xq.w_en.eq(self.rd.valid & self.rd.ready), xq.w_data.eq(Cat(head.fwd.as_value(), chunk))]
         last = chunk == C - 1
         with m.If(self.rd.valid & self.rd.ready):
-            m.d.sync += chunk.eq(Mux(last, 0, chunk + 1))
+            m.d.sync += [chunk.eq(Mux(last, 0, chunk + 1)), addr.eq(addr + cfg.chunk_bytes)]
+            with m.If(last):
+                m.d.sync += step.eq(0)
         # ---- a credit: once every read before it is answered and sent
         idle = Signal(name="reads_idle")
         m.d.comb += idle.eq((xq.level == 0) & ~xq.r_rdy)

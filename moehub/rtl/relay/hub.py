@@ -13,9 +13,14 @@ control path beside it, as far as it attaches without changing the packet manage
     (RelayHub) open, partial --> ReducePath --reduced--> (the NIC: one row per (token, node))
                                    acc_rd / acc_rdata / acc_wr <--> (HBM: the FP32 accumulators)
 
-    (RelayHub) i --> RelayIngress --DIRECT, FORWARD as v2 packets--> MoEHub's lanes
-                          |      `--RELAY--> relay_in (the relay side: its staging, not attached)
+    (RelayHub) i --> RelayIngress --DIRECT, FORWARD, RELAY's own targets as v2 packets--> MoEHub's lanes
+                          |      `--RELAY chunks--> RelayStage --stage_wr--> (HBM)
+                          |                          |-- whole rows --> RelayControl.row
+                          |                          `-- marks, dropped rows --> RelayCredits
                           `-- fwd_in, relay_drops (forward rows in; bad ones and strays dropped)
+    RelayControl.fwd, rcredit --> ForwardEgress --stage_rd/stage_rdata--> --fwd_out--> (NVLink)
+                                        `-- forwards read --> RelayCredits <-- MoEHub's credits
+                                                                  `--> credit (the top's)
 
     MoEHub(cfg): wr, ctl, credit, csr, layer_done; and inside the top
       relay_status <-- the relay's and the reduce's counters (the CSR bank's relay registers)
@@ -56,15 +61,15 @@ reset, a flush sweep), the forward unit waits with the rows in the row queue.
 source that sent without an R credit; with the credits kept it stays 0 (the window bounds
 the rows between a row's arrival and its credit, and the forward unit holds one of them).
 
-Still missing for the full attach (see :mod:`moehub.rtl.relay`): the relay side behind
-``relay_in`` -- a relay row's own targets into the packet manager as a multicast row of
-(source, tag), its chunks staged for the forwards (a ``relay_window``-row staging area),
-the push into ``row`` once the row is whole, and the row's credit joined from the packet
-manager's (its own targets written) and ``rcredit`` (its forwards gone) --, the NVLink
-egress DMA behind ``fwd``, the credit port's routing of a forward row's credit (a remote
-source of another rank: the forward credit of that rank's relay), and ``partial`` fed from
-the target decode of partial output rows (a staging that hands the reduce each row whole,
-its chunks in order).
+The relay side (:mod:`.stage`, :mod:`.egress`, :mod:`.credit_join`): the input hands
+every relay chunk to the staging, which keeps a forwarded row's chunks in HBM
+(RELAY_STAGE_BASE) and the row to the relay control when it is whole; the forward unit's
+forwards are read back from the staging and sent on ``fwd_out`` by the egress, which
+passes a row's credit on once its forwards are read; the credit join returns the R
+credit when that and the packet manager's credit of the row's own targets are in
+(tests/test_rtl_relay_hub_whole.py). Still missing: ``partial`` fed from the target
+decode of partial output rows (a staging that hands the reduce each row whole, its
+chunks in order).
 """
 from types import SimpleNamespace
 
@@ -289,8 +294,8 @@ class RelayHub(wiring.Component):
         wiring.connect(m, stg.done, join.done)
         wiring.connect(m, join.credit, wiring.flipped(self.credit))
         m.d.comb += [eg.fwd_tag.eq(relay.fu.held_row.tag),
-                     join.mark_valid.eq(stg.mark_valid), join.mark_slot.eq(stg.mark_slot),
-                     join.mark_local.eq(stg.mark_local)]
+                     join.mark_valid.eq(stg.mark_valid), join.mark_node.eq(stg.mark_node),
+                     join.mark_tag.eq(stg.mark_tag), join.mark_local.eq(stg.mark_local)]
         for part in (stg, eg, join):
             m.d.comb += part.node.eq(place.node)
         m.d.comb += [stg.rank.eq(place.rank), join.rank.eq(place.rank),

@@ -5,7 +5,8 @@ row handed to the forward unit once it is whole.
 
     i (RelayLayouts.stage, one chunk a cycle, from the relay input)
       --> S1: slot = (the source's node among the others, tag), the chunk's one-hot
-      --> S2 (on S1's registers): the slot's chunk bitmap read, set, written back
+      --> S2 (on S1's registers): the slot's chunk bitmap read (the chunk in? the slot empty?), set
+      --> S3: the verdicts registered; the whole-row test --> S4: the outputs
               |-- a chunk already in, or past the row: dropped, counted (``drops``)
               |-- the chunk's data --> wr (HBM: base + slot x stride + chunk x chunk_bytes;
               |                         a row with targets on other GPUs of the node)
@@ -27,14 +28,19 @@ the row's credit, so a staged row is never overwritten while it is read.
 The row the forward unit gets is the one in its last chunk (every chunk carries the row's
 header; a row whose chunks disagree is the source's error and touches only that row).
 
-Timing: S1 registers the chunk with its slot's and chunk's one-hots; S2, the logic on
-S1's registers, reads the slot's bitmap by an AND-OR over the slots (no index compare in
-front of it), sets the chunk's bit and writes the bitmap back in the same cycle, so a
-chunk of the same slot in the next cycle sees it. ``i.ready`` comes from registers only
-(the write FIFO's room for the chunk in S1 and the next): it never depends on
-``i.valid``.
+Timing: S1 registers the chunk with its slot's and chunk's one-hots. S2, the logic on
+S1's registers, reads whether the slot's bitmap holds the chunk already and whether it is
+empty (AND-ORs over the slots: no index compare in front of them), registers both, and
+sets the chunk's bit unconditionally (a duplicate's is set already), so the next chunk's
+S2 sees it. S3, on those registers, writes a new chunk to the staging and finds whether
+its row is whole (the slot's bitmap, with its bit, all set), registered into S4, whose
+registers drive the outputs and clear a whole row's bitmap. (The first version decided
+all of it in one stage, the staging write behind the bitmap read: 33 FO4 at 2 nodes; a
+per-slot count instead of the all-set test, still behind the read in one stage, 22-24
+FO4.) ``i.ready`` comes from registers only (the write FIFO's room for the chunks in S1
+and S3 and the next): it never depends on ``i.valid``.
 """
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -70,8 +76,9 @@ class RelayStage(wiring.Component):
     row : Out(stream of RelayLayouts.row)
         Whole good rows, for the forward unit (its queue never refuses: ``ready`` is
         expected high).
-    mark_valid : Out(1); mark_slot : Out; mark_local : Out(1)
-        A good row's first chunk (a pulse): its slot and whether it names this GPU.
+    mark_valid : Out(1); mark_node, mark_tag : Out; mark_local : Out(1)
+        A good row's first chunk (a pulse): its source's node, its tag, whether it names
+        this GPU.
     done : Out(stream of RelayLayouts.rcredit)
         A dropped row is whole: its credit (global source, tag) is owed (a pulse: ``ready``
         is not looked at).
@@ -92,7 +99,8 @@ class RelayStage(wiring.Component):
             "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits), "base": In(cfg.addr_bits),
             "wr": Out(stream.Signature(self.write)),
             "row": Out(stream.Signature(lay.row)),
-            "mark_valid": Out(1), "mark_slot": Out(self.slot_bits), "mark_local": Out(1),
+            "mark_valid": Out(1), "mark_node": Out(cfg.node_bits), "mark_tag": Out(cfg.tag_bits),
+            "mark_local": Out(1),
             "done": Out(stream.Signature(lay.rcredit)),
             "drops": Out(32),
         })
@@ -109,39 +117,56 @@ class RelayStage(wiring.Component):
         p = self.i.payload
         slot = stage_slot(cfg, self.node, p.src_node, p.tag)
         take = self.i.valid & self.i.ready
-        m.d.sync += [s1_v.eq(take), s1.eq(p), s1_slot.eq(slot),
+        s1_row_off = Signal(cfg.addr_bits, name="s1_row_offset")     # (slot x stride, a step ahead)
+        m.d.sync += [s1_v.eq(take), s1.eq(p), s1_slot.eq(slot), s1_row_off.eq((slot * cfg.stride_bytes)[:cfg.addr_bits]),
                      s1_soh.eq(Cat(*(slot == k for k in range(W)))),
                      s1_coh.eq(Cat(*(p.chunk == c for c in range(C))))]
-        # ---- S2: the bitmap read, set and written back
+        # ---- S2 (on S1's registers): whether the slot's bitmap holds the chunk already, and
+        # whether it is empty (the row's first chunk), both registered; the chunk's bit set
+        # (a duplicate's is set already: no enable waits for the read), so the next chunk's
+        # S2 sees it
         bitmap = [Signal(C, name=f"bitmap{k}") for k in range(W)]
         have = Signal(C, name="have")
         m.d.comb += have.eq(select([(s1_soh[k], bitmap[k]) for k in range(W)], C))
+        s3_v, s3 = Signal(name="s3_valid"), Signal(lay.stage, name="s3")
+        s3_off, s3_soh = Signal(cfg.addr_bits, name="s3_offset"), Signal(W, name="s3_slot_oh")
+        s3_dup, s3_empty, s3_in = Signal(name="s3_dup"), Signal(name="s3_empty"), Signal(name="s3_in_row")
+        # (the chunk's place in the staging, less its base: formed here, the base added in S3)
+        m.d.sync += [s3_v.eq(s1_v), s3.eq(s1), s3_soh.eq(s1_soh), s3_in.eq(s1_coh.any()),
+                     s3_dup.eq((have & s1_coh).any()), s3_empty.eq(have == 0),
+                     s3_off.eq((s1_row_off + s1.chunk * cfg.chunk_bytes)[:cfg.addr_bits])]
+        # ---- S3 (on S3's registers): a new chunk's staging write; whether the row is whole
+        # now (the slot's bitmap, with this chunk's bit, all set), registered into S4
         fresh = Signal(name="fresh")                 # the chunk is new and within the row
-        m.d.comb += fresh.eq(s1_v & s1_coh.any() & ~(have & s1_coh).any())
-        now = Signal(C, name="now")
-        m.d.comb += now.eq(have | s1_coh)
-        whole = Signal(name="whole")
-        m.d.comb += whole.eq(fresh & now.all())
-        for k in range(W):          # (cleared when the row is whole: the slot free for the tag's next row)
-            with m.If(fresh & s1_soh[k]):
-                m.d.sync += bitmap[k].eq(Mux(whole, 0, now))
+        m.d.comb += fresh.eq(s3_v & s3_in & ~s3_dup)
+        full = Signal(name="full")
+        m.d.comb += full.eq(select([(s3_soh[k], bitmap[k]) for k in range(W)], C).all())
+        s4, s4_soh = Signal(lay.stage, name="s4"), Signal(W, name="s4_slot_oh")
+        s4_whole, s4_first = Signal(name="s4_whole"), Signal(name="s4_first")
+        m.d.sync += [s4.eq(s3), s4_soh.eq(s3_soh), s4_whole.eq(fresh & full), s4_first.eq(fresh & s3_empty)]
+        # ---- the bitmaps: a chunk's bit set in S2; a whole row's slot cleared from S4 (a
+        # chunk of its slot in between is a duplicate of the row either way: the slot's
+        # next row waits for this one's credit)
+        for k in range(W):
+            with m.If(s4_whole & s4_soh[k]):
+                m.d.sync += bitmap[k].eq(0)
+            with m.Elif(s1_v & s1_soh[k]):
+                m.d.sync += bitmap[k].eq(bitmap[k] | s1_coh)
         # the staging write (a good row naming other GPUs of the node)
-        remote = Cat(*(s1.valid[t] & (s1.gpu[t] != self.rank) for t in range(T))).any()
-        addr = (self.base + s1_slot * cfg.stride_bytes + s1.chunk * cfg.chunk_bytes)[:cfg.addr_bits]
-        m.d.comb += [wq.w_en.eq(fresh & ~s1.drop & remote), wq.w_data.eq(Cat(addr, s1.data)),
+        remote = Cat(*(s3.valid[t] & (s3.gpu[t] != self.rank) for t in range(T))).any()
+        addr = (self.base + s3_off)[:cfg.addr_bits]
+        m.d.comb += [wq.w_en.eq(fresh & ~s3.drop & remote), wq.w_data.eq(Cat(addr, s3.data)),
                      self.wr.valid.eq(wq.r_rdy), self.wr.payload.eq(wq.r_data), wq.r_en.eq(self.wr.ready)]
-        # room for the chunks in S1 and S2 beside the ones queued: from registers only
-        m.d.comb += self.i.ready.eq(wq.level + s1_v <= WRITE_DEPTH - 2)
-        # ---- outputs, registered: the first chunk's mark, the whole row, a dropped row's credit
-        m.d.sync += [self.mark_valid.eq(fresh & ~s1.drop & (have == 0)), self.mark_slot.eq(s1_slot),
-                     self.mark_local.eq(s1.local)]
-        m.d.sync += [self.row.valid.eq(whole & ~s1.drop), self.row.payload.eq(s1.as_value()[:lay.row.size])]
-        src = (s1.src_node * cfg.node_gpus + s1.src_rank)[:cfg.src_bits]
-        done_v = Signal(name="done_v")
-        m.d.sync += [done_v.eq(whole & s1.drop), self.done.payload.src.eq(src), self.done.payload.tag.eq(s1.tag)]
-        m.d.comb += self.done.valid.eq(done_v)
+        # room for the chunks in S1 and S3 and the next beside the ones queued: from registers only
+        m.d.comb += self.i.ready.eq(wq.level + s1_v + s3_v <= WRITE_DEPTH - 2)
+        # ---- outputs from S4's registers: the first chunk's mark, the whole row, a dropped row's credit
+        m.d.comb += [self.mark_valid.eq(s4_first & ~s4.drop), self.mark_node.eq(s4.src_node),
+                     self.mark_tag.eq(s4.tag), self.mark_local.eq(s4.local)]
+        m.d.comb += [self.row.valid.eq(s4_whole & ~s4.drop), self.row.payload.eq(s4.as_value()[:lay.row.size])]
+        m.d.comb += [self.done.valid.eq(s4_whole & s4.drop), self.done.payload.tag.eq(s4.tag),
+                     self.done.payload.src.eq((s4.src_node * cfg.node_gpus + s4.src_rank)[:cfg.src_bits])]
         ev_drop, n_drop = Signal(name="ev_drop"), Signal(32, name="n_drop")
-        m.d.sync += [ev_drop.eq(s1_v & ~fresh), n_drop.eq(n_drop + ev_drop)]
+        m.d.sync += [ev_drop.eq(s3_v & ~fresh), n_drop.eq(n_drop + ev_drop)]
         m.d.comb += self.drops.eq(n_drop)
         return m
 
