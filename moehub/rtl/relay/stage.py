@@ -32,13 +32,14 @@ Timing: S1 registers the chunk with its slot's and chunk's one-hots. S2, the log
 S1's registers, reads whether the slot's bitmap holds the chunk already and whether it is
 empty (AND-ORs over the slots: no index compare in front of them), registers both, and
 sets the chunk's bit unconditionally (a duplicate's is set already), so the next chunk's
-S2 sees it. S3, on those registers, writes a new chunk to the staging and finds whether
-its row is whole (the slot's bitmap, with its bit, all set), registered into S4, whose
-registers drive the outputs and clear a whole row's bitmap. (The first version decided
+S2 sees it. S3, on those registers, finds whether the chunk is new and its row whole
+(the slot's bitmap, with its bit, all set), registered into S4, whose registers drive the
+staging write, the outputs and a whole row's bitmap clear; the chunk's staging address is
+formed a step at a time (slot x stride, + chunk x chunk_bytes, + base). (The first version decided
 all of it in one stage, the staging write behind the bitmap read: 33 FO4 at 2 nodes; a
 per-slot count instead of the all-set test, still behind the read in one stage, 22-24
-FO4.) ``i.ready`` comes from registers only (the write FIFO's room for the chunks in S1
-and S3 and the next): it never depends on ``i.valid``.
+FO4.) ``i.ready`` comes from registers only (the write FIFO's room for the chunks in S1,
+S3 and S4 and the next): it never depends on ``i.valid``.
 """
 from amaranth import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
@@ -50,7 +51,7 @@ from ..logic import select
 from .layouts import RelayLayouts
 
 #: staging writes the stage holds (beyond the two chunks in S1 and S2)
-WRITE_DEPTH = 4
+WRITE_DEPTH = 6
 
 
 def stage_slot(cfg: HubConfig, node, src_node, tag):
@@ -117,8 +118,7 @@ class RelayStage(wiring.Component):
         p = self.i.payload
         slot = stage_slot(cfg, self.node, p.src_node, p.tag)
         take = self.i.valid & self.i.ready
-        s1_row_off = Signal(cfg.addr_bits, name="s1_row_offset")     # (slot x stride, a step ahead)
-        m.d.sync += [s1_v.eq(take), s1.eq(p), s1_slot.eq(slot), s1_row_off.eq((slot * cfg.stride_bytes)[:cfg.addr_bits]),
+        m.d.sync += [s1_v.eq(take), s1.eq(p), s1_slot.eq(slot),
                      s1_soh.eq(Cat(*(slot == k for k in range(W)))),
                      s1_coh.eq(Cat(*(p.chunk == c for c in range(C))))]
         # ---- S2 (on S1's registers): whether the slot's bitmap holds the chunk already, and
@@ -129,12 +129,13 @@ class RelayStage(wiring.Component):
         have = Signal(C, name="have")
         m.d.comb += have.eq(select([(s1_soh[k], bitmap[k]) for k in range(W)], C))
         s3_v, s3 = Signal(name="s3_valid"), Signal(lay.stage, name="s3")
-        s3_off, s3_soh = Signal(cfg.addr_bits, name="s3_offset"), Signal(W, name="s3_slot_oh")
+        s3_row, s3_soh = Signal(cfg.addr_bits, name="s3_row_offset"), Signal(W, name="s3_slot_oh")
         s3_dup, s3_empty, s3_in = Signal(name="s3_dup"), Signal(name="s3_empty"), Signal(name="s3_in_row")
-        # (the chunk's place in the staging, less its base: formed here, the base added in S3)
+        # (the chunk's place in the staging: slot x stride here, its chunk added in S3, the
+        # base in S4: one operation a step)
         m.d.sync += [s3_v.eq(s1_v), s3.eq(s1), s3_soh.eq(s1_soh), s3_in.eq(s1_coh.any()),
                      s3_dup.eq((have & s1_coh).any()), s3_empty.eq(have == 0),
-                     s3_off.eq((s1_row_off + s1.chunk * cfg.chunk_bytes)[:cfg.addr_bits])]
+                     s3_row.eq((s1_slot * cfg.stride_bytes)[:cfg.addr_bits])]
         # ---- S3 (on S3's registers): a new chunk's staging write; whether the row is whole
         # now (the slot's bitmap, with this chunk's bit, all set), registered into S4
         fresh = Signal(name="fresh")                 # the chunk is new and within the row
@@ -143,7 +144,11 @@ class RelayStage(wiring.Component):
         m.d.comb += full.eq(select([(s3_soh[k], bitmap[k]) for k in range(W)], C).all())
         s4, s4_soh = Signal(lay.stage, name="s4"), Signal(W, name="s4_slot_oh")
         s4_whole, s4_first = Signal(name="s4_whole"), Signal(name="s4_first")
-        m.d.sync += [s4.eq(s3), s4_soh.eq(s3_soh), s4_whole.eq(fresh & full), s4_first.eq(fresh & s3_empty)]
+        s4_v, s4_wen, s4_off = Signal(name="s4_valid"), Signal(name="s4_write"), Signal(cfg.addr_bits, name="s4_offset")
+        remote = Cat(*(s3.valid[t] & (s3.gpu[t] != self.rank) for t in range(T))).any()
+        m.d.sync += [s4.eq(s3), s4_soh.eq(s3_soh), s4_whole.eq(fresh & full), s4_first.eq(fresh & s3_empty),
+                     s4_v.eq(s3_v), s4_wen.eq(fresh & ~s3.drop & remote),
+                     s4_off.eq((s3_row + s3.chunk * cfg.chunk_bytes)[:cfg.addr_bits])]
         # ---- the bitmaps: a chunk's bit set in S2; a whole row's slot cleared from S4 (a
         # chunk of its slot in between is a duplicate of the row either way: the slot's
         # next row waits for this one's credit)
@@ -152,13 +157,13 @@ class RelayStage(wiring.Component):
                 m.d.sync += bitmap[k].eq(0)
             with m.Elif(s1_v & s1_soh[k]):
                 m.d.sync += bitmap[k].eq(bitmap[k] | s1_coh)
-        # the staging write (a good row naming other GPUs of the node)
-        remote = Cat(*(s3.valid[t] & (s3.gpu[t] != self.rank) for t in range(T))).any()
-        addr = (self.base + s3_off)[:cfg.addr_bits]
-        m.d.comb += [wq.w_en.eq(fresh & ~s3.drop & remote), wq.w_data.eq(Cat(addr, s3.data)),
+        # the staging write, from S4's registers (a new chunk of a good row naming other GPUs)
+        addr = (self.base + s4_off)[:cfg.addr_bits]
+        m.d.comb += [wq.w_en.eq(s4_wen), wq.w_data.eq(Cat(addr, s4.data)),
                      self.wr.valid.eq(wq.r_rdy), self.wr.payload.eq(wq.r_data), wq.r_en.eq(self.wr.ready)]
-        # room for the chunks in S1 and S3 and the next beside the ones queued: from registers only
-        m.d.comb += self.i.ready.eq(wq.level + s1_v + s3_v <= WRITE_DEPTH - 2)
+        # room for the chunks in S1, S3 and S4 and the next beside the ones queued: from
+        # registers only
+        m.d.comb += self.i.ready.eq(wq.level + s1_v + s3_v + s4_v <= WRITE_DEPTH - 2)
         # ---- outputs from S4's registers: the first chunk's mark, the whole row, a dropped row's credit
         m.d.comb += [self.mark_valid.eq(s4_first & ~s4.drop), self.mark_node.eq(s4.src_node),
                      self.mark_tag.eq(s4.tag), self.mark_local.eq(s4.local)]
