@@ -116,16 +116,28 @@ PLANTS = {
                          "a WRITE reads its accumulator"),
     # an op leaves the scoreboard at its first chunk's result, not its last
     "pop-first-chunk": Plant(MOD, 'flight["pop"].eq(fire & s.last)', 'flight["pop"].eq(fire & (s.chunk == 0))',
-                             "ReduceEngine", ("read after write",),
+                             "ReduceEngine", ("read after write", "write after read"),
                              "an op leaves the scoreboard before its last chunk is written back"),
     # a FLUSH written back as well as sent
     "flush-writes": Plant(MOD, "return (kind == Op.WRITE) | (kind == Op.ADD)\n",
                           "return (kind == Op.WRITE) | (kind == Op.ADD) | (kind == Op.FLUSH)\n",
                           "ReduceEngine", ("a write of the chosen address no op owes",),
                           "a FLUSH writes its accumulator back"),
+    # every chunk of an op read at its first chunk's address
+    "addr-stuck": Plant(MOD, "cur.addr.eq(cur.addr + self.acc_chunk_bytes)", "cur.addr.eq(cur.addr)", "ReduceEngine",
+                        ("a read not at the next chunk", "a read of the chosen address no op owes"),
+                        "the issue does not step the address from chunk to chunk"),
+    # an ADD's result sent as a reduced row instead of written back
+    "add-sent": Plant(MOD, "writes = _writes(s.kind)", "writes = s.kind == Op.WRITE", "ReduceEngine",
+                      ("a reduced row's chunk of the chosen record no op owes",),
+                      "an ADD's new accumulator leaves as a reduced row"),
+    # the reduced row's source rank not this hub's
+    "rank-lost": Plant(MOD, "o.src_rank.eq(self.rank)", "o.src_rank.eq(0)", "ReduceEngine",
+                       ("without this hub's rank",), "the reduced row's source rank is 0, not this hub's"),
     # the next op taken while the last one is still being issued
     "take-mid-issue": Plant(MOD, "op.ready.eq(~active & fresh", "op.ready.eq(fresh", "ReduceEngine",
-                            ("write after read",), "an op is taken before the last one's chunks are issued"),
+                            ("a read not at the next chunk", "write after read"),
+                            "an op is taken before the last one's chunks are issued"),
 }
 
 
