@@ -40,11 +40,12 @@ from amaranth import Value
 from amaranth.sim import Simulator
 
 from moehub.rtl.relay.hub import RelayHub
-from moehub.spec.csr_map import CTRL_START, CsrMap
+from moehub.spec.csr_map import CTRL_START
 from moehub.spec.formats import (CtlKind, HubFormats, PacketKind, RelayFormats, RelayReason, RowClass,
                                  config_reasons)
 from moehub.spec.relay import RelayHubModel, global_gpu, ingress, relay_row_of
 from moehub.verif.formal.plant import broken_class
+from test_rtl_relay_hub import csr_read, csr_write
 from test_rtl_relay_ingress import R22, R33
 
 STAGE_BASE, ACC_BASE = 0x3000_0000, 0x4000_0000
@@ -160,25 +161,14 @@ def credit_key(cfg, node, rank, src, tag):
 def run_whole(cfg, seed, rows=30, node=0, rank=1):
     """The bench (see the module docstring); returns what it saw."""
     dut = RelayHub(cfg)
-    L, C, fm, hf, cmap = cfg.lanes, cfg.chunks_per_row, RelayFormats(cfg), HubFormats(cfg), CsrMap(cfg)
+    L, C, fm, hf = cfg.lanes, cfg.chunks_per_row, RelayFormats(cfg), HubFormats(cfg)
     out = {}
 
     async def write(ctx, name, value, index=0):
-        reg = cmap.registers[name]
-        ctx.set(dut.csr.addr, reg.offset + index * reg.words)
-        ctx.set(dut.csr.w_data, value)
-        ctx.set(dut.csr.w_stb, 1)
-        await ctx.tick()
-        ctx.set(dut.csr.w_stb, 0)
+        await csr_write(ctx, dut, name, value, index)
 
     async def read(ctx, name, index=0):
-        reg = cmap.registers[name]
-        ctx.set(dut.csr.addr, reg.offset + index * reg.words)
-        ctx.set(dut.csr.r_stb, 1)
-        await ctx.tick()
-        ctx.set(dut.csr.r_stb, 0)
-        await ctx.tick().repeat(2)
-        return ctx.get(dut.csr.r_data)
+        return await csr_read(ctx, dut, name, index)
 
     async def bench(ctx):
         rng = random.Random(seed)

@@ -344,8 +344,9 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
     of the other nodes' GPUs (some broken), EOS from every source, and some noise (class-3
     words, direct rows of other nodes' GPUs); the plain hub fed, on the same lanes in the
     same cycles, the reference's packets for the words that go to the packet manager.
-    Every cycle both hubs' outputs (writes, control writes, credits, layer done) and each
-    lane's ready must agree. Returns (cycles, writes, META words of remote sources, the
+    Every cycle both hubs' outputs (writes, control writes, layer done), the packet
+    managers' credits and each lane's ready must agree; the relay hub's credits, through
+    its credit join (all passed through: no relay rows here), must be the plain hub's. Returns (cycles, writes, META words of remote sources, the
     relay hub's FWD_IN and RELAY_DROPS at the end)."""
     pair = _Pair(cfg)
     rh, ph = pair.relay, pair.plain
@@ -427,7 +428,7 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
         await write(ctx, "COUNT_BASE", 0x7F00_0000)
         await write(ctx, "EPOCH", 1)
         await write(ctx, "CTRL", CTRL_START)
-        pending = [None] * L
+        pending, relay_credits, plain_credits = [None] * L, [], []
         writes, metas, cycle, done = 0, [], 0, None
         while (not words.empty() or any(p is not None for p in pending) or done is None) and cycle < 40_000:
             for j in range(L):
@@ -447,7 +448,9 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
                 r = rng.random() < 0.8
                 ctx.set(getattr(rh, s).ready, r)
                 ctx.set(getattr(ph, s).ready, r)
-            ctx.set(rh.relay_in.ready, 1)
+            # (the relay hub's credits pass its credit join: the plain hub's credit port is
+            # taken as the join takes the relay hub's packet manager's)
+            ctx.set(ph.credit.ready, ctx.get(rh.hub.credit.ready))
             where = f"seed {seed} cycle {cycle}"
             for j in range(L):
                 w = pending[j]
@@ -456,10 +459,12 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
                 for k in ("valid", "payload"):
                     a, b = (ctx.get(Value.cast(getattr(h.wr[j], k))) for h in (rh, ph))
                     assert a == b, f"{where}: wr[{j}].{k} {a:#x} against the plain hub's {b:#x}"
-            for s in ("ctl", "credit"):
+            for s, a_port in (("ctl", rh.ctl), ("credit", rh.hub.credit)):
                 for k in ("valid", "payload"):
-                    a, b = (ctx.get(Value.cast(getattr(getattr(h, s), k))) for h in (rh, ph))
+                    a, b = (ctx.get(Value.cast(getattr(port, k))) for port in (a_port, getattr(ph, s)))
                     assert a == b, f"{where}: {s}.{k} {a:#x} against the plain hub's {b:#x}"
+            if ctx.get(ph.credit.valid) and ctx.get(ph.credit.ready):
+                plain_credits.append((ctx.get(ph.credit.payload.src), ctx.get(ph.credit.payload.tag)))
             assert ctx.get(rh.layer_done) == ctx.get(ph.layer_done), where
             writes += sum(ctx.get(rh.wr[j].valid) & ctx.get(rh.wr[j].ready) for j in range(L))
             if ctx.get(rh.ctl.valid) and ctx.get(rh.ctl.ready) and ctx.get(rh.ctl.payload.kind) == CtlKind.META:
@@ -471,10 +476,14 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
                     pending[j] = None
             if ctx.get(rh.credit.valid) and ctx.get(rh.credit.ready):
                 words.credit(ctx.get(rh.credit.payload.src), ctx.get(rh.credit.payload.tag))
+                relay_credits.append((ctx.get(rh.credit.payload.src), ctx.get(rh.credit.payload.tag)))
             if ctx.get(rh.layer_done):
                 done = cycle
             await ctx.tick()
             cycle += 1
+        await ctx.tick().repeat(8)                # (the last credits through the join)
+        assert relay_credits == plain_credits[:len(relay_credits)] and len(plain_credits) - len(relay_credits) <= 2, \
+            f"seed {seed}: credits {relay_credits[-4:]} against the plain hub's {plain_credits[-4:]}"
         out.update(cycles=cycle, done=done, writes=writes, metas=metas, fwd_in=ctx.get(rh.fwd_in),
                    drops=[ctx.get(d) for d in rh.relay_drops])
 
