@@ -9,20 +9,22 @@ The lane bench drives random words of every class on every lane -- forward rows 
 well formed (good, or broken in one field), direct packets of this node's GPUs, of
 another node's and out of range, relay rows, class 3, random bits above each format --
 with random valid and random ready on both outputs. Each cycle, per lane: where the
-packet goes (the packet manager, with the reference's packet to the bit; the relay side,
-the word unchanged; dropped), the lane's ready (the ready of where it goes, 1 for a
-drop), and the counters (FWD_IN, RELAY_DROPS per reason) equal to the reference's counts
+packet goes (the packet manager, with the reference's packet to the bit, out of the lane's
+buffer in order; the relay side, its stage payload; dropped), the lane's ready (the room
+where it goes, 1 for a drop), and the counters (FWD_IN, RELAY_DROPS per reason) equal to the reference's counts
 of the cycles before the last (they lag by one cycle). A failure names the seed.
 """
 import random
 
 import pytest
 from amaranth import Elaboratable, Module, Value
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.sim import Simulator
 
 from moehub.rtl.hub import MoEHub
 from moehub.rtl.relay.hub import RelayHub
-from moehub.rtl.relay.ingress import RelayIngress
+from moehub.rtl.layouts import HubLayouts
+from moehub.rtl.relay.ingress import LANE_DEPTH, RelayIngress
 from moehub.spec.config import ConfigError, load_hub_config
 from moehub.spec.csr_map import CTRL_START, CsrMap
 from moehub.spec.formats import (CtlKind, HubFormats, PacketKind, RelayFormats, RelayPorts, RelayReason, RowClass,
@@ -120,7 +122,7 @@ def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
         rng = random.Random(seed)
         ctx.set(dut.node, node)
         ctx.set(dut.rank, rank)
-        counts, lagged = {"fwd_in": 0, "drops": [0] * len(RelayReason)}, []
+        counts, lagged, queued = {"fwd_in": 0, "drops": [0] * len(RelayReason)}, [], [[] for _ in range(L)]
         for cycle in range(cycles):
             words = [random_word(rng, cfg, node, rank) for _ in range(L)]
             ctx.set(dut.relay.ready, rng.random() < 0.7)
@@ -136,7 +138,8 @@ def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
             if not any(w is not None and w.to in ("relay", "both") for w in wants):
                 assert not ctx.get(dut.relay.valid), f"seed {seed} cycle {cycle}: relay.valid"
             for j in range(L):
-                _check_lane(ctx, dut, cfg, node, rank, j, words[j], seed, cycle, fm, hf, counts, seen, wants)
+                _check_lane(ctx, dut, cfg, node, rank, j, words[j], seed, cycle, fm, hf, counts, seen, wants,
+                            queued[j])
             lagged.append({"fwd_in": counts["fwd_in"], "drops": list(counts["drops"])})
             await ctx.tick()
 
@@ -156,10 +159,12 @@ def stage_word(cfg, word, want: Ingress) -> int:
     return pack_fields(RelayPorts(cfg).stage, vals)
 
 
-def _check_lane(ctx, dut, cfg, node, rank, j, word, seed, cycle, fm, hf, counts, seen, wants):
-    """Lane ``j``'s outputs this cycle against the reference; its counts if it fires
-    (``wants``: every lane's reference this cycle, None where not valid)."""
-    i, o, rel = dut.i[j], dut.o[j], dut.relay
+def _check_lane(ctx, dut, cfg, node, rank, j, word, seed, cycle, fm, hf, counts, seen, wants, queued):
+    """Lane ``j``'s handshakes this cycle against the reference; its counts if it fires
+    (``wants``: every lane's reference this cycle, None where not valid; ``queued``: the
+    lane's packets for the packet manager in its buffer, oldest first, each checked as it
+    leaves on ``o``)."""
+    i, o, rel, room = dut.i[j], dut.o[j], dut.relay, ctx.get(dut.bufs[j].w_rdy)
     want: Ingress = wants[j]
     valid = want is not None
     want = want or ingress(cfg, node, rank, word)
@@ -167,18 +172,20 @@ def _check_lane(ctx, dut, cfg, node, rank, j, word, seed, cycle, fm, hf, counts,
     to_hub, to_rel = want.to in ("hub", "both"), want.to in ("relay", "both")
     granted = to_rel and not any(w is not None and w.to in ("relay", "both") for w in wants[:j])
     rel_ok = granted and ctx.get(rel.ready)
-    assert ctx.get(o.valid) == (valid and to_hub and (not to_rel or rel_ok)), f"{where}: o.valid"
-    ready = (not to_hub or ctx.get(o.ready)) and (not to_rel or rel_ok)
-    assert not valid or ctx.get(i.ready) == ready, f"{where}: ready"
-    if to_hub:
+    if ctx.get(o.valid) and ctx.get(o.ready):
+        assert queued, f"{where}: a packet out of an empty lane"
         pkt = ctx.get(Value.cast(o.payload))
-        assert pkt == hf.packet.pack(**want.packet), f"{where}: packet {hf.packet.unpack(pkt)}"
+        assert pkt == queued.pop(0), f"{where}: packet {hf.packet.unpack(pkt)}"
+    ready = (not to_hub or room) and (not to_rel or rel_ok)
+    assert not valid or ctx.get(i.ready) == ready, f"{where}: ready"
     if valid and granted:
-        fires = rel_ok and (not to_hub or ctx.get(o.ready))
+        fires = rel_ok and (not to_hub or room)
         assert ctx.get(rel.valid) == fires, f"{where}: relay.valid"
         assert ctx.get(Value.cast(rel.payload)) == stage_word(cfg, word, want), f"{where}: stage payload"
     if not (valid and ready):
         return
+    if to_hub:
+        queued.append(hf.packet.pack(**want.packet))
     seen[want.to] += 1
     if to_hub and word & 3 == RowClass.FORWARD:
         seen["fwd_hub"] += 1
@@ -328,14 +335,20 @@ class _Sources:
 
 
 class _Pair(Elaboratable):
-    """A RelayHub and a plain MoEHub of one config, side by side (no wiring)."""
+    """A RelayHub and a plain MoEHub of one config, side by side, the plain hub's lanes
+    behind buffers like the relay input's (the bench writes them)."""
 
     def __init__(self, cfg):
         self.relay, self.plain = RelayHub(cfg), MoEHub(cfg)
+        self.bufs = [SyncFIFOBuffered(width=HubLayouts(cfg).packet.size, depth=LANE_DEPTH) for _ in range(cfg.lanes)]
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.relay, m.submodules.plain = self.relay, self.plain
+        for j, buf in enumerate(self.bufs):
+            m.submodules[f"buf{j}"] = buf
+            lane = self.plain.i[j]
+            m.d.comb += [lane.valid.eq(buf.r_rdy), lane.payload.eq(buf.r_data), buf.r_en.eq(lane.ready)]
         return m
 
 
@@ -343,7 +356,8 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
     """The relay hub (``node``, ``rank``) fed direct rows of its node's GPUs, forward rows
     of the other nodes' GPUs (some broken), EOS from every source, and some noise (class-3
     words, direct rows of other nodes' GPUs); the plain hub fed, on the same lanes in the
-    same cycles, the reference's packets for the words that go to the packet manager.
+    same cycles, the reference's packets for the words that go to the packet manager (into
+    buffers like the relay input's, as the relay input takes the words).
     Every cycle both hubs' outputs (writes, control writes, layer done), the packet
     managers' credits and each lane's ready must agree; the relay hub's credits, through
     its credit join (all passed through: no relay rows here), must be the plain hub's. Returns (cycles, writes, META words of remote sources, the
@@ -438,8 +452,10 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
                 want = None if w is None else ingress(cfg, node, rank, w)
                 ctx.set(rh.i[j].valid, w is not None)
                 ctx.set(rh.i[j].payload, w or 0)
-                ctx.set(ph.i[j].valid, want is not None and want.to == "hub")
-                ctx.set(Value.cast(ph.i[j].payload), hf.packet.pack(**want.packet) if want is not None and want.to == "hub" else 0)
+                to_hub = want is not None and want.to == "hub"       # (into the plain hub's buffer as the
+                pb = pair.bufs[j]                                     # relay input takes it)
+                ctx.set(pb.w_en, to_hub and ctx.get(rh.i[j].ready))
+                ctx.set(pb.w_data, hf.packet.pack(**want.packet) if to_hub else 0)
             r = rng.random() < 0.8               # the same random back-pressure on both
             for j in range(L):
                 ctx.set(rh.wr[j].ready, r)
@@ -454,8 +470,7 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
             where = f"seed {seed} cycle {cycle}"
             for j in range(L):
                 w = pending[j]
-                if w is not None and ingress(cfg, node, rank, w).to == "hub":
-                    assert ctx.get(rh.i[j].ready) == ctx.get(ph.i[j].ready), f"{where} lane {j}: ready"
+                assert ctx.get(rh.ingress.bufs[j].w_rdy) == ctx.get(pair.bufs[j].w_rdy), f"{where} lane {j}: room"
                 for k in ("valid", "payload"):
                     a, b = (ctx.get(Value.cast(getattr(h.wr[j], k))) for h in (rh, ph))
                     assert a == b, f"{where}: wr[{j}].{k} {a:#x} against the plain hub's {b:#x}"

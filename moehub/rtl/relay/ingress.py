@@ -41,13 +41,18 @@ rate, so ``relay`` takes one chunk a cycle, the lowest lane's; a relay chunk of 
 lane waits a cycle (a lane's order against the others' does not matter: the packet
 manager and the staging take a row's chunks in any order).
 
-Per lane, combinationally (no register: a packet reaches the packet manager's input
-registers in the cycle it arrives, as on a v1/v2 hub): the class decode, the checks
-(compares with the NODE_ID and LOCAL_RANK registers and pairwise entry compares) and a
-select of the packet's fields. A lane's ``ready`` is the packet manager's lane ``ready``
-for a packet it goes to, the relay side's for a relay chunk (both for one with own
-targets: the packet goes to both or to neither), and 1 for a dropped packet (consumed,
-nothing written). ``relay.ready`` must not depend on ``relay.valid`` (the staging's is a
+Per lane, the class decode, the checks (compares with the NODE_ID and LOCAL_RANK
+registers and pairwise entry compares) and a select of the packet's fields, then a
+``LANE_DEPTH``-deep buffer whose output is a register: the packet manager's input
+registers decode the packet again on the way in, and the conversion in front of them in
+the same cycle was 25.7 FO4 at 2 nodes alone (a relay row's own targets packed). A lane's
+``ready`` is its buffer's room for a packet to the packet manager, the relay side's for a
+relay chunk (both for one with own targets: the packet goes to both or to neither), and 1
+for a dropped packet (consumed, nothing written): registers only, never the packet
+manager's admission. Each lane stays in order; across lanes a packet may reach the packet
+manager a cycle before one that came on a lower lane with it, which the packet manager
+takes as it takes any arrival order (a row's chunks in any order, an end-of-stream count
+before its rows). ``relay.ready`` must not depend on ``relay.valid`` (the staging's is a
 register).
 
 Counters (lag their events by one cycle, as the relay's: an event registered in the cycle
@@ -57,6 +62,7 @@ forward row, a direct data row of another node's GPU), a class-3 packet on every
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
@@ -66,6 +72,10 @@ from ..logic import popcount, select
 from .forward_check import ForwardCheck
 from .forward_unit import pack_entries, relay_verdict
 from .layouts import RelayLayouts
+
+#: packets a lane's buffer holds for the packet manager (its output a register; 3: a packet
+#: a cycle while the packet manager takes one a cycle)
+LANE_DEPTH = 3
 
 
 class RelayIngress(wiring.Component):
@@ -100,6 +110,8 @@ class RelayIngress(wiring.Component):
         self.rlay = RelayLayouts(cfg)
         L = cfg.lanes
         self.checks = [ForwardCheck(cfg) for _ in range(L)]
+        #: per lane, the packets for the packet manager, registered (LANE_DEPTH deep)
+        self.bufs = [SyncFIFOBuffered(width=self.lay.packet.size, depth=LANE_DEPTH) for _ in range(L)]
         super().__init__({
             "i": In(stream.Signature(fmts.lane_bits)).array(L),
             "o": Out(stream.Signature(self.lay.packet)).array(L),
@@ -128,6 +140,7 @@ class RelayIngress(wiring.Component):
         rel_fire = []
         for j in range(L):
             m.submodules[f"check{j}"] = self.checks[j]
+            m.submodules[f"buf{j}"] = self.bufs[j]
             good, first, reason, fires_rel = self._lane(m, j, node_lo)
             fire = self.i[j].valid & self.i[j].ready
             rel_fire.append(fires_rel)
@@ -206,10 +219,11 @@ class RelayIngress(wiring.Component):
                       [getattr(f, f"expert{t}") for t in range(M)], [getattr(f, f"slot{t}") for t in range(M)])
         # (a relay chunk with own targets goes to both or to neither: each side's valid
         # waits for the other's ready -- the relay stream's ready is a register)
-        rel_ok = self.rel_ok[j]
-        m.d.comb += [o.valid.eq(i.valid & to_hub & (~to_rel | rel_ok)),
-                     o.payload.eq(Mux(is_fwd, pkt.as_value(), Mux(is_rel, own.as_value(), d.as_value()[2:]))),
-                     i.ready.eq((~to_hub | o.ready) & (~to_rel | rel_ok))]
+        rel_ok, buf = self.rel_ok[j], self.bufs[j]
+        m.d.comb += [buf.w_en.eq(i.valid & to_hub & (~to_rel | rel_ok) & buf.w_rdy),
+                     buf.w_data.eq(Mux(is_fwd, pkt.as_value(), Mux(is_rel, own.as_value(), d.as_value()[2:]))),
+                     i.ready.eq((~to_hub | buf.w_rdy) & (~to_rel | rel_ok)),
+                     o.valid.eq(buf.r_rdy), o.payload.eq(buf.r_data), buf.r_en.eq(o.ready)]
         first = Mux(is_fwd, f.chunk == 0, Mux(is_rel, rfirst, d.chunk == 0))
         reason = {r: Signal(name=f"drop{j}_{r.name.lower()}") for r in RelayReason}
         m.d.comb += [reason[RelayReason.FWD_BAD_SOURCE].eq(is_none | (first & ((is_dir & remote)
@@ -217,7 +231,7 @@ class RelayIngress(wiring.Component):
                                                                                | (is_rel & rbs)))),
                      reason[RelayReason.FWD_BAD_TARGETS].eq(first & ((is_fwd & chk.bad_targets) | (is_rel & rbt))),
                      reason[RelayReason.FWD_BAD_GPU].eq(first & is_rel & rbg)]
-        return is_fwd & ~bad_fwd, first, reason, i.valid & to_rel & rel_ok & (~to_hub | o.ready)
+        return is_fwd & ~bad_fwd, first, reason, i.valid & to_rel & rel_ok & (~to_hub | buf.w_rdy)
 
     def _counters(self, m, ev_in, ev_drop):
         fwd_in = Signal(32, name="fwd_in")
