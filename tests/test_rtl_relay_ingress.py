@@ -6,13 +6,14 @@ input is exactly the v1/v2 hub's, so a forward row is written as a multicast row
 original source).
 
 The lane bench drives random words of every class on every lane -- forward rows mostly
-well formed (good, or broken in one field), direct packets of this node's GPUs, of
-another node's and out of range, relay rows, class 3, random bits above each format --
-with random valid and random ready on both outputs. Each cycle, per lane: where the
-packet goes (the packet manager, with the reference's packet to the bit, out of the lane's
-buffer in order; the relay side, its stage payload; dropped), the lane's ready (the room
-where it goes, 1 for a drop), and the counters (FWD_IN, RELAY_DROPS per reason) equal to the reference's counts
-of the cycles before the last (they lag by one cycle). A failure names the seed.
+well formed (good, or broken in one field), relay rows likewise, direct packets of this
+node's GPUs, of another node's and out of range, class 3, random bits above each format --
+each held until the lane takes it, with random ready on both outputs, then drains. Every
+word a lane takes must come out as the reference says, in the lane's order: the packet
+for the packet manager to the bit, out of the lane's buffer; the relay chunk's stage
+payload, on the relay stream (one a cycle, the lowest lane first); nothing for a drop.
+At the end nothing is left inside and the counters (FWD_IN, RELAY_DROPS per reason) are
+the reference's counts. A failure names the seed.
 """
 import random
 
@@ -113,35 +114,47 @@ def random_word(rng, cfg, node, rank) -> int:
 
 # ------------------------------------------------------------------ the lane bench
 def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
-    """Drive ``unit(cfg)`` at random; returns the outcomes seen (AssertionError names the seed)."""
+    """Drive ``unit(cfg)`` at random, then drain it; returns the outcomes seen (an
+    AssertionError names the seed)."""
     dut = unit(cfg)
-    L, fm, hf = cfg.lanes, RelayFormats(cfg), HubFormats(cfg)
+    L, hf = cfg.lanes, HubFormats(cfg)
     seen = {"hub": 0, "relay": 0, "both": 0, "drop": 0, "fwd_hub": 0, "reasons": set()}
 
     async def bench(ctx):
         rng = random.Random(seed)
         ctx.set(dut.node, node)
         ctx.set(dut.rank, rank)
-        counts, lagged, queued = {"fwd_in": 0, "drops": [0] * len(RelayReason)}, [], [[] for _ in range(L)]
-        for cycle in range(cycles):
-            words = [random_word(rng, cfg, node, rank) for _ in range(L)]
-            ctx.set(dut.relay.ready, rng.random() < 0.7)
+        counts = {"fwd_in": 0, "drops": [0] * len(RelayReason)}
+        pending = [None] * L
+        to_hub, to_rel = [[] for _ in range(L)], [[] for _ in range(L)]   # expected out, per lane
+        for cycle in range(cycles + 40):
+            feeding = cycle < cycles
             for j in range(L):
-                ctx.set(dut.i[j].valid, rng.random() < 0.8)
-                ctx.set(dut.i[j].payload, words[j])
-                ctx.set(dut.o[j].ready, rng.random() < 0.7)
-            if len(lagged) >= 2:
-                want = lagged[-2]
-                got = {"fwd_in": ctx.get(dut.fwd_in), "drops": [ctx.get(d) for d in dut.drops]}
-                assert got == want, f"seed {seed} cycle {cycle}: counters {got}, reference {want}"
-            wants = [ingress(cfg, node, rank, words[j]) if ctx.get(dut.i[j].valid) else None for j in range(L)]
-            if not any(w is not None and w.to in ("relay", "both") for w in wants):
-                assert not ctx.get(dut.relay.valid), f"seed {seed} cycle {cycle}: relay.valid"
+                if pending[j] is None and feeding and rng.random() < 0.8:
+                    pending[j] = random_word(rng, cfg, node, rank)
+                ctx.set(dut.i[j].valid, pending[j] is not None)
+                ctx.set(dut.i[j].payload, pending[j] or 0)
+                ctx.set(dut.o[j].ready, not feeding or rng.random() < 0.7)
+            ctx.set(dut.relay.ready, not feeding or rng.random() < 0.7)
+            where = f"seed {seed} cycle {cycle}"
             for j in range(L):
-                _check_lane(ctx, dut, cfg, node, rank, j, words[j], seed, cycle, fm, hf, counts, seen, wants,
-                            queued[j])
-            lagged.append({"fwd_in": counts["fwd_in"], "drops": list(counts["drops"])})
+                if ctx.get(dut.o[j].valid) and ctx.get(dut.o[j].ready):
+                    assert to_hub[j], f"{where} lane {j}: a packet for no word"
+                    pkt, want = ctx.get(Value.cast(dut.o[j].payload)), to_hub[j].pop(0)
+                    assert pkt == want, f"{where} lane {j}: packet {hf.packet.unpack(pkt)}, want {hf.packet.unpack(want)}"
+            if ctx.get(dut.relay.valid) and ctx.get(dut.relay.ready):
+                got = ctx.get(Value.cast(dut.relay.payload))
+                lanes = [j for j in range(L) if to_rel[j] and to_rel[j][0] == got]
+                assert lanes, f"{where}: relay chunk {got:#x} is no lane's next"
+                to_rel[lanes[0]].pop(0)
+            for j in range(L):
+                if pending[j] is not None and ctx.get(dut.i[j].ready):
+                    _taken(cfg, node, rank, pending[j], to_hub[j], to_rel[j], counts, seen)
+                    pending[j] = None
             await ctx.tick()
+        assert not any(to_hub) and not any(to_rel), f"seed {seed}: never out: {to_hub}, {to_rel}"
+        got = {"fwd_in": ctx.get(dut.fwd_in), "drops": [ctx.get(d) for d in dut.drops]}
+        assert got == counts, f"seed {seed}: counters {got}, reference {counts}"
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -159,35 +172,15 @@ def stage_word(cfg, word, want: Ingress) -> int:
     return pack_fields(RelayPorts(cfg).stage, vals)
 
 
-def _check_lane(ctx, dut, cfg, node, rank, j, word, seed, cycle, fm, hf, counts, seen, wants, queued):
-    """Lane ``j``'s handshakes this cycle against the reference; its counts if it fires
-    (``wants``: every lane's reference this cycle, None where not valid; ``queued``: the
-    lane's packets for the packet manager in its buffer, oldest first, each checked as it
-    leaves on ``o``)."""
-    i, o, rel, room = dut.i[j], dut.o[j], dut.relay, ctx.get(dut.bufs[j].w_rdy)
-    want: Ingress = wants[j]
-    valid = want is not None
-    want = want or ingress(cfg, node, rank, word)
-    where = f"seed {seed} cycle {cycle} lane {j} word {word:#x} ({want})"
-    to_hub, to_rel = want.to in ("hub", "both"), want.to in ("relay", "both")
-    granted = to_rel and not any(w is not None and w.to in ("relay", "both") for w in wants[:j])
-    rel_ok = granted and ctx.get(rel.ready)
-    if ctx.get(o.valid) and ctx.get(o.ready):
-        assert queued, f"{where}: a packet out of an empty lane"
-        pkt = ctx.get(Value.cast(o.payload))
-        assert pkt == queued.pop(0), f"{where}: packet {hf.packet.unpack(pkt)}"
-    ready = (not to_hub or room) and (not to_rel or rel_ok)
-    assert not valid or ctx.get(i.ready) == ready, f"{where}: ready"
-    if valid and granted:
-        fires = rel_ok and (not to_hub or room)
-        assert ctx.get(rel.valid) == fires, f"{where}: relay.valid"
-        assert ctx.get(Value.cast(rel.payload)) == stage_word(cfg, word, want), f"{where}: stage payload"
-    if not (valid and ready):
-        return
-    if to_hub:
-        queued.append(hf.packet.pack(**want.packet))
+def _taken(cfg, node, rank, word, to_hub, to_rel, counts, seen):
+    """A word the input took: what the reference says comes out of it, and its counts."""
+    want: Ingress = ingress(cfg, node, rank, word)
+    if want.to in ("hub", "both"):
+        to_hub.append(HubFormats(cfg).packet.pack(**want.packet))
+    if want.to in ("relay", "both"):
+        to_rel.append(stage_word(cfg, word, want))
     seen[want.to] += 1
-    if to_hub and word & 3 == RowClass.FORWARD:
+    if want.to == "hub" and word & 3 == RowClass.FORWARD:
         seen["fwd_hub"] += 1
         counts["fwd_in"] += want.counted
     if want.reason is not None and want.counted:

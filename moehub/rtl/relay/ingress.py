@@ -141,8 +141,7 @@ class RelayIngress(wiring.Component):
         for j in range(L):
             m.submodules[f"check{j}"] = self.checks[j]
             m.submodules[f"buf{j}"] = self.bufs[j]
-            good, first, reason, fires_rel = self._lane(m, j, node_lo)
-            fire = self.i[j].valid & self.i[j].ready
+            good, first, reason, fires_rel, fire = self._lane(m, j, node_lo)
             rel_fire.append(fires_rel)
             m.d.sync += ev_in[j].eq(fire & good & first)
             for r in RelayReason:
@@ -153,21 +152,34 @@ class RelayIngress(wiring.Component):
         self._counters(m, ev_in, ev_drop)
         return m
 
-    def _relay_lane(self, m, j: int, word):
-        """Lane ``j``'s word as a relay row's chunk: the verdict (bad source, bad GPU, bad
-        targets), whether it names this GPU, its own targets' packet and its stage payload
-        (``self.stage[j]``)."""
-        cfg, fmts = self.cfg, self.fmts
-        T, M, G = cfg.relay_targets, cfg.max_targets, cfg.node_gpus
+    def _relay_row(self, m, word, name: str):
+        """A lane word's relay-row fields as a :class:`~.layouts.RelayLayouts` ``row``."""
+        T, fmts = self.cfg.relay_targets, self.fmts
         rr = data.View(struct(fmts.relay_row), word[:fmts.relay_row.width])
-        row = Signal(self.rlay.row, name=f"rrow{j}")
+        row = Signal(self.rlay.row, name=name)
         m.d.comb += [row.src_node.eq(rr.src_node), row.src_rank.eq(rr.src_rank), row.tag.eq(rr.tag),
                      row.token.eq(rr.token), row.valid.eq(Cat(*(getattr(rr, f"valid{t}") for t in range(T))))]
         for t in range(T):
             m.d.comb += [getattr(row, k)[t].eq(getattr(rr, f"{k}{t}")) for k in ("gpu", "expert", "slot", "weight")]
-        bs, bg, bt = relay_verdict(m, cfg, self.node, self.rank, row, name=f"lane{j}_")
-        loc = Signal(T, name=f"rloc{j}")
+        return rr, row
+
+    def _relay_checks(self, m, j: int, word):
+        """The checks of lane ``j``'s input word as a relay row's chunk, for its register:
+        (bad source, bad GPU, bad targets), its entries naming this GPU."""
+        T = self.cfg.relay_targets
+        _, row = self._relay_row(m, word, f"in_rrow{j}")
+        bs, bg, bt = relay_verdict(m, self.cfg, self.node, self.rank, row, name=f"lane{j}_")
+        loc = Signal(T, name=f"in_rloc{j}")
         m.d.comb += loc.eq(Cat(*(row.valid[t] & (row.gpu[t] == self.rank) for t in range(T))))
+        return (bs, bg, bt), loc
+
+    def _relay_lane(self, m, j: int, word, verdict, loc):
+        """Lane ``j``'s registered word as a relay row's chunk (its registered ``verdict``
+        and ``loc``): its own targets' packet and its stage payload (``self.stage[j]``)."""
+        cfg = self.cfg
+        T, M, G = cfg.relay_targets, cfg.max_targets, cfg.node_gpus
+        rr, row = self._relay_row(m, word, f"rrow{j}")
+        bs, bg, bt = verdict
         lv, lx, ls = pack_entries(m, loc, T, row.expert, row.slot, M, f"own{j}")
         own = data.View(self.lay.packet, Signal(self.lay.packet.size, name=f"own_pkt{j}"))
         m.d.comb += [own.kind.eq(PacketKind.DATA), own.src.eq((rr.src_node * G + rr.src_rank)[:cfg.src_bits]),
@@ -177,7 +189,7 @@ class RelayIngress(wiring.Component):
         st = self.stage[j]
         m.d.comb += [st.as_value()[:self.rlay.row.size].eq(row.as_value()), st.chunk.eq(rr.chunk),
                      st.data.eq(rr.data), st.drop.eq(bg | bt), st.local.eq(loc.any() & ~(bg | bt))]
-        return (bs, bg, bt), loc.any(), own, rr.chunk == 0
+        return own, rr.chunk == 0
 
     def _entries(self, m, pkt, valid, experts, slots):
         """A packet's target entries (a plain packet: the first)."""
@@ -192,46 +204,61 @@ class RelayIngress(wiring.Component):
         """Lane ``j``'s sort and conversion. Returns (a good forward row's chunk, chunk 0,
         per RelayReason the drop to count, its chunk goes to the relay stream now)."""
         cfg, fmts, i, o, chk = self.cfg, self.fmts, self.i[j], self.o[j], self.checks[j]
-        word = i.payload
+        M, T = cfg.max_targets, cfg.relay_targets
+        # ---- the checks on the input word, registered with it (the lane's register, r)
+        fi = data.View(struct(fmts.forward_row), i.payload[:fmts.forward_row.width])
+        di = data.View(struct(fmts.direct), i.payload[:fmts.direct.width])
+        m.d.comb += [chk.node.eq(self.node), chk.rank.eq(self.rank), chk.fwd.eq(fi.fwd), chk.ftag.eq(fi.ftag),
+                     chk.src_node.eq(fi.src_node), chk.src_rank.eq(fi.src_rank),
+                     chk.valid.eq(Cat(*(getattr(fi, f"valid{t}") for t in range(M))))]
+        m.d.comb += [chk.expert[t].eq(getattr(fi, f"expert{t}")) for t in range(M)]
+        in_remote = (di.kind == PacketKind.DATA) & (di.src < cfg.sources) \
+            & ((di.src < node_lo) | (di.src >= node_lo + cfg.node_gpus))
+        in_verdict, in_loc = self._relay_checks(m, j, i.payload)
+        r_v, word = Signal(name=f"r_valid{j}"), Signal(fmts.lane_bits, name=f"r_word{j}")
+        remote, fbs, fbt = Signal(name=f"remote{j}"), Signal(name=f"fwd_bad_source{j}"), Signal(name=f"fwd_bad_targets{j}")
+        rbs, rbg, rbt = (Signal(name=f"relay_{k}{j}") for k in ("bad_source", "bad_gpu", "bad_targets"))
+        rloc_mask = Signal(T, name=f"rloc{j}")
+        leave = Signal(name=f"r_leave{j}")
+        m.d.comb += i.ready.eq(~r_v | leave)
+        with m.If(i.ready):
+            m.d.sync += [r_v.eq(i.valid), word.eq(i.payload), remote.eq(in_remote), fbs.eq(chk.bad_source),
+                         fbt.eq(chk.bad_targets), rbs.eq(in_verdict[0]), rbg.eq(in_verdict[1]),
+                         rbt.eq(in_verdict[2]), rloc_mask.eq(in_loc)]
+        # ---- the registered word sorted and converted
         cls = word[:2]
         d = data.View(struct(fmts.direct), word[:fmts.direct.width])
         f = data.View(struct(fmts.forward_row), word[:fmts.forward_row.width])
-        M = cfg.max_targets
-        m.d.comb += [chk.node.eq(self.node), chk.rank.eq(self.rank), chk.fwd.eq(f.fwd), chk.ftag.eq(f.ftag),
-                     chk.src_node.eq(f.src_node), chk.src_rank.eq(f.src_rank),
-                     chk.valid.eq(Cat(*(getattr(f, f"valid{t}") for t in range(M))))]
-        m.d.comb += [chk.expert[t].eq(getattr(f, f"expert{t}")) for t in range(M)]
         is_dir, is_fwd = cls == RowClass.DIRECT, cls == RowClass.FORWARD
         is_rel, is_none = cls == RowClass.RELAY, cls == 3
-        remote = Signal(name=f"remote{j}")          # a direct data packet of another node's GPU
-        m.d.comb += remote.eq((d.kind == PacketKind.DATA) & (d.src < cfg.sources)
-                              & ((d.src < node_lo) | (d.src >= node_lo + cfg.node_gpus)))
-        bad_fwd = chk.bad_source | chk.bad_targets
-        (rbs, rbg, rbt), rloc, own, rfirst = self._relay_lane(m, j, word)
+        bad_fwd = fbs | fbt
+        rloc = rloc_mask.any()
+        own, rfirst = self._relay_lane(m, j, word, (rbs, rbg, rbt), rloc_mask)
         to_hub, to_rel = Signal(name=f"to_hub{j}"), Signal(name=f"to_rel{j}")
         m.d.comb += [to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd) | (is_rel & ~(rbs | rbg | rbt) & rloc)),
-                     to_rel.eq(is_rel & ~rbs), self.want_rel[j].eq(i.valid & to_rel)]
+                     to_rel.eq(is_rel & ~rbs), self.want_rel[j].eq(r_v & to_rel)]
         # the packet: a forward row's fields, or the direct packet's as they are
         pkt = data.View(self.lay.packet, Signal(self.lay.packet.size, name=f"fwd_pkt{j}"))
-        m.d.comb += [pkt.kind.eq(PacketKind.DATA), pkt.src.eq(chk.src), pkt.tag.eq(f.ftag),
+        m.d.comb += [pkt.kind.eq(PacketKind.DATA), pkt.src.eq((f.src_node * cfg.node_gpus + f.src_rank)[:cfg.src_bits]),
+                     pkt.tag.eq(f.ftag),
                      pkt.token.eq(f.token), pkt.chunk.eq(f.chunk), pkt.count.eq(0), pkt.data.eq(f.data)]
         self._entries(m, pkt, Cat(*(getattr(f, f"valid{t}") for t in range(M))),
                       [getattr(f, f"expert{t}") for t in range(M)], [getattr(f, f"slot{t}") for t in range(M)])
         # (a relay chunk with own targets goes to both or to neither: each side's valid
         # waits for the other's ready -- the relay stream's ready is a register)
         rel_ok, buf = self.rel_ok[j], self.bufs[j]
-        m.d.comb += [buf.w_en.eq(i.valid & to_hub & (~to_rel | rel_ok) & buf.w_rdy),
+        m.d.comb += [buf.w_en.eq(r_v & to_hub & (~to_rel | rel_ok) & buf.w_rdy),
                      buf.w_data.eq(Mux(is_fwd, pkt.as_value(), Mux(is_rel, own.as_value(), d.as_value()[2:]))),
-                     i.ready.eq((~to_hub | buf.w_rdy) & (~to_rel | rel_ok)),
+                     leave.eq(r_v & (~to_hub | buf.w_rdy) & (~to_rel | rel_ok)),
                      o.valid.eq(buf.r_rdy), o.payload.eq(buf.r_data), buf.r_en.eq(o.ready)]
         first = Mux(is_fwd, f.chunk == 0, Mux(is_rel, rfirst, d.chunk == 0))
         reason = {r: Signal(name=f"drop{j}_{r.name.lower()}") for r in RelayReason}
         m.d.comb += [reason[RelayReason.FWD_BAD_SOURCE].eq(is_none | (first & ((is_dir & remote)
-                                                                               | (is_fwd & chk.bad_source)
+                                                                               | (is_fwd & fbs)
                                                                                | (is_rel & rbs)))),
-                     reason[RelayReason.FWD_BAD_TARGETS].eq(first & ((is_fwd & chk.bad_targets) | (is_rel & rbt))),
+                     reason[RelayReason.FWD_BAD_TARGETS].eq(first & ((is_fwd & fbt) | (is_rel & rbt))),
                      reason[RelayReason.FWD_BAD_GPU].eq(first & is_rel & rbg)]
-        return is_fwd & ~bad_fwd, first, reason, i.valid & to_rel & rel_ok & (~to_hub | buf.w_rdy)
+        return is_fwd & ~bad_fwd, first, reason, r_v & to_rel & rel_ok & (~to_hub | buf.w_rdy), leave
 
     def _counters(self, m, ev_in, ev_drop):
         fwd_in = Signal(32, name="fwd_in")
