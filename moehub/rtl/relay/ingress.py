@@ -41,15 +41,17 @@ rate, so ``relay`` takes one chunk a cycle, the lowest lane's; a relay chunk of 
 lane waits a cycle (a lane's order against the others' does not matter: the packet
 manager and the staging take a row's chunks in any order).
 
-Per lane, the class decode, the checks (compares with the NODE_ID and LOCAL_RANK
-registers and pairwise entry compares) and a select of the packet's fields, then a
-``LANE_DEPTH``-deep buffer whose output is a register: the packet manager's input
-registers decode the packet again on the way in, and the conversion in front of them in
-the same cycle was 25.7 FO4 at 2 nodes alone (a relay row's own targets packed). A lane's
-``ready`` is its buffer's room for a packet to the packet manager, the relay side's for a
-relay chunk (both for one with own targets: the packet goes to both or to neither), and 1
-for a dropped packet (consumed, nothing written): registers only, never the packet
-manager's admission. Each lane stays in order; across lanes a packet may reach the packet
+Per lane, the checks (compares with the NODE_ID and LOCAL_RANK registers and pairwise
+entry compares) registered with the word, then the class decode and a select of the
+packet's fields into a ``LANE_DEPTH``-deep buffer whose output is a register: the packet
+manager's input registers decode the packet again on the way in (the conversion in front
+of them was 25.7 FO4 at 2 nodes alone; behind the checks into the buffer, 32.9; the
+buffer's write waiting for the relay stream's grant, 25.8). A lane's
+register takes the next word as it hands this one on: to its buffer for the packet
+manager, to the relay side for a relay chunk (a chunk with own targets to both, each part
+once, as each side has room: neither waits for the other's handshake), at once for a
+dropped packet (nothing written): registers only, never the packet manager's
+admission. Each lane stays in order; across lanes a packet may reach the packet
 manager a cycle before one that came on a lower lane with it, which the packet manager
 takes as it takes any arrival order (a row's chunks in any order, an end-of-stream count
 before its rows). ``relay.ready`` must not depend on ``relay.valid`` (the staging's is a
@@ -236,7 +238,7 @@ class RelayIngress(wiring.Component):
         own, rfirst = self._relay_lane(m, j, word, (rbs, rbg, rbt), rloc_mask)
         to_hub, to_rel = Signal(name=f"to_hub{j}"), Signal(name=f"to_rel{j}")
         m.d.comb += [to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd) | (is_rel & ~(rbs | rbg | rbt) & rloc)),
-                     to_rel.eq(is_rel & ~rbs), self.want_rel[j].eq(r_v & to_rel)]
+                     to_rel.eq(is_rel & ~rbs)]
         # the packet: a forward row's fields, or the direct packet's as they are
         pkt = data.View(self.lay.packet, Signal(self.lay.packet.size, name=f"fwd_pkt{j}"))
         m.d.comb += [pkt.kind.eq(PacketKind.DATA), pkt.src.eq((f.src_node * cfg.node_gpus + f.src_rank)[:cfg.src_bits]),
@@ -244,13 +246,22 @@ class RelayIngress(wiring.Component):
                      pkt.token.eq(f.token), pkt.chunk.eq(f.chunk), pkt.count.eq(0), pkt.data.eq(f.data)]
         self._entries(m, pkt, Cat(*(getattr(f, f"valid{t}") for t in range(M))),
                       [getattr(f, f"expert{t}") for t in range(M)], [getattr(f, f"slot{t}") for t in range(M)])
-        # (a relay chunk with own targets goes to both or to neither: each side's valid
-        # waits for the other's ready -- the relay stream's ready is a register)
+        # (a relay chunk with own targets goes to both: each part once, the lane's register
+        # leaving with the second -- no part waits on the other's handshake)
         rel_ok, buf = self.rel_ok[j], self.bufs[j]
-        m.d.comb += [buf.w_en.eq(r_v & to_hub & (~to_rel | rel_ok) & buf.w_rdy),
+        hub_done, rel_done = Signal(name=f"hub_done{j}"), Signal(name=f"rel_done{j}")
+        rel_fire = Signal(name=f"rel_fire{j}")
+        m.d.comb += [buf.w_en.eq(r_v & to_hub & ~hub_done & buf.w_rdy), rel_fire.eq(rel_ok),
                      buf.w_data.eq(Mux(is_fwd, pkt.as_value(), Mux(is_rel, own.as_value(), d.as_value()[2:]))),
-                     leave.eq(r_v & (~to_hub | buf.w_rdy) & (~to_rel | rel_ok)),
+                     leave.eq(r_v & (~to_hub | hub_done | buf.w_en) & (~to_rel | rel_done | rel_fire)),
                      o.valid.eq(buf.r_rdy), o.payload.eq(buf.r_data), buf.r_en.eq(o.ready)]
+        with m.If(leave):
+            m.d.sync += [hub_done.eq(0), rel_done.eq(0)]
+        with m.Else():
+            with m.If(buf.w_en):
+                m.d.sync += hub_done.eq(1)
+            with m.If(rel_fire):
+                m.d.sync += rel_done.eq(1)
         first = Mux(is_fwd, f.chunk == 0, Mux(is_rel, rfirst, d.chunk == 0))
         reason = {r: Signal(name=f"drop{j}_{r.name.lower()}") for r in RelayReason}
         m.d.comb += [reason[RelayReason.FWD_BAD_SOURCE].eq(is_none | (first & ((is_dir & remote)
@@ -258,7 +269,8 @@ class RelayIngress(wiring.Component):
                                                                                | (is_rel & rbs)))),
                      reason[RelayReason.FWD_BAD_TARGETS].eq(first & ((is_fwd & fbt) | (is_rel & rbt))),
                      reason[RelayReason.FWD_BAD_GPU].eq(first & is_rel & rbg)]
-        return is_fwd & ~bad_fwd, first, reason, r_v & to_rel & rel_ok & (~to_hub | buf.w_rdy), leave
+        m.d.comb += self.want_rel[j].eq(r_v & to_rel & ~rel_done)
+        return is_fwd & ~bad_fwd, first, reason, rel_fire, leave
 
     def _counters(self, m, ev_in, ev_drop):
         fwd_in = Signal(32, name="fwd_in")
