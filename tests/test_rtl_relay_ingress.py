@@ -350,7 +350,7 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
     of the other nodes' GPUs (some broken), EOS from every source, and some noise (class-3
     words, direct rows of other nodes' GPUs); the plain hub fed, on the same lanes in the
     same cycles, the reference's packets for the words that go to the packet manager (into
-    buffers like the relay input's, as the relay input takes the words).
+    buffers like the relay input's, each as the relay input writes its own).
     Every cycle both hubs' outputs (writes, control writes, layer done), the packet
     managers' credits and each lane's ready must agree; the relay hub's credits, through
     its credit join (all passed through: no relay rows here), must be the plain hub's. Returns (cycles, writes, META words of remote sources, the
@@ -435,20 +435,23 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
         await write(ctx, "COUNT_BASE", 0x7F00_0000)
         await write(ctx, "EPOCH", 1)
         await write(ctx, "CTRL", CTRL_START)
-        pending, relay_credits, plain_credits = [None] * L, [], []
+        pending, relay_credits, plain_credits, taken = [None] * L, [], [], [[] for _ in range(L)]
         writes, metas, cycle, done = 0, [], 0, None
         while (not words.empty() or any(p is not None for p in pending) or done is None) and cycle < 40_000:
             for j in range(L):
                 if pending[j] is None and rng.random() < 0.6:
                     pending[j] = words.next()
                 w = pending[j]
-                want = None if w is None else ingress(cfg, node, rank, w)
                 ctx.set(rh.i[j].valid, w is not None)
                 ctx.set(rh.i[j].payload, w or 0)
-                to_hub = want is not None and want.to == "hub"       # (into the plain hub's buffer as the
-                pb = pair.bufs[j]                                     # relay input takes it)
-                ctx.set(pb.w_en, to_hub and ctx.get(rh.i[j].ready))
-                ctx.set(pb.w_data, hf.packet.pack(**want.packet) if to_hub else 0)
+                # (the plain hub's buffer written as the relay input writes its own, with the
+                # reference's packet of the next word the relay input took for it)
+                pb, wen = pair.bufs[j], ctx.get(rh.ingress.bufs[j].w_en)
+                assert not wen or taken[j], f"seed {seed}: lane {j} writes a packet for no word"
+                ctx.set(pb.w_en, wen)
+                ctx.set(pb.w_data, taken[j][0] if wen else 0)
+                if wen:
+                    taken[j].pop(0)
             r = rng.random() < 0.8               # the same random back-pressure on both
             for j in range(L):
                 ctx.set(rh.wr[j].ready, r)
@@ -481,6 +484,9 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
                     metas.append(meta["src"])
             for j in range(L):
                 if pending[j] is not None and ctx.get(rh.i[j].valid) and ctx.get(rh.i[j].ready):
+                    want = ingress(cfg, node, rank, pending[j])
+                    if want.to == "hub":
+                        taken[j].append(hf.packet.pack(**want.packet))
                     pending[j] = None
             if ctx.get(rh.credit.valid) and ctx.get(rh.credit.ready):
                 words.credit(ctx.get(rh.credit.payload.src), ctx.get(rh.credit.payload.tag))
