@@ -112,8 +112,6 @@ class RelayIngress(wiring.Component):
         self.rlay = RelayLayouts(cfg)
         L = cfg.lanes
         self.checks = [ForwardCheck(cfg) for _ in range(L)]
-        #: per lane, the packets for the packet manager, registered (LANE_DEPTH deep)
-        self.bufs = [SyncFIFOBuffered(width=self.lay.packet.size, depth=LANE_DEPTH) for _ in range(L)]
         super().__init__({
             "i": In(stream.Signature(fmts.lane_bits)).array(L),
             "o": Out(stream.Signature(self.lay.packet)).array(L),
@@ -129,6 +127,8 @@ class RelayIngress(wiring.Component):
         # the first global id of this node (NODE_ID x gpus_per_node: a register's product)
         node_lo = Signal(cfg.src_bits + cfg.node_bits, name="node_lo")
         m.d.comb += node_lo.eq(self.node * cfg.node_gpus)
+        #: per lane, the packets for the packet manager, registered (LANE_DEPTH deep)
+        self.bufs = [SyncFIFOBuffered(width=self.lay.packet.size, depth=LANE_DEPTH) for _ in range(L)]
         ev_in = Signal(L, name="ev_fwd_in")
         ev_drop = [Signal(L, name=f"ev_drop_{r.name.lower()}") for r in RelayReason]
         # the relay chunks: the lowest lane holding one is the relay stream's (its grant)
