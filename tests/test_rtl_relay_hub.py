@@ -38,7 +38,7 @@ from moehub.spec.csr_map import CsrMap
 from moehub.spec.formats import ReduceReason, RelayFormats, RelayReason, RowClass
 from moehub.spec.relay import ForwardRow, RelayRow, global_gpu
 from moehub.verif.formal.plant import broken_class
-from test_rtl_relay import CREDIT_LATENCY, PREP_CYCLES, R2, R3, Bench, entry_weight, random_entries, run_bench
+from test_rtl_relay import CREDIT_LATENCY, R2, R3, Bench, entry_weight, random_entries, run_bench
 
 #: 2 nodes x 2 GPUs, 2 tags per source (a window of 2 relay rows), 1 forward tag
 R22 = load_hub_config("tiny").replace(sources=4, nodes=2, gpus_per_node=2, relay=True, forward_tags=1,

@@ -36,7 +36,6 @@ import random
 from collections import defaultdict
 
 import pytest
-from amaranth import Value
 from amaranth.sim import Simulator
 
 from moehub.rtl.relay.hub import RelayHub
