@@ -133,6 +133,7 @@ class HubConfig:
     relay: bool = False          #: relay hub: one row per (token, remote node) arrives here and is written or forwarded in the node
     forward_tags: int = 0        #: (relay) tags of the forward credit class, per (relay, destination GPU) pair of a node
     reduce_tokens: int = 0       #: (relay) tokens per remote source the reduce keeps a record for (a power of two; 0: every token id)
+    partial_tags: int = 0        #: (relay) tags of the partial credit class, per (sender GPU, relay) pair of a node; 0: tags_per_source
 
     # ---- derived quantities (one place, used by RTL, model and tests) ----
     @cached_property
@@ -223,6 +224,20 @@ class HubConfig:
         local rank (one per other node) each hold ``tags_per_source`` of its tags. Its row
         queue and its staging buffer are this deep, so accepting a relay row never waits."""
         return (self.nodes - 1) * self.tags_per_source
+
+    @cached_property
+    def partial_span(self) -> int:
+        """(Protocol v3) partial output rows one GPU of the node may have in flight to one
+        relay: ``partial_tags``, or ``tags_per_source`` when it is 0 (ASSUMPTION: the
+        partial class sized as the direct class, as the forward class is)."""
+        return self.partial_tags or self.tags_per_source
+
+    @cached_property
+    def partial_window(self) -> int:
+        """(Protocol v3) partial rows a relay hub can hold at once: every GPU of its node
+        (itself included: its own experts' partial rows come through its input too) holds
+        ``partial_span`` of its P tags. Its partial staging has this many row slots."""
+        return self.node_gpus * self.partial_span
 
     @cached_property
     def reduce_token_span(self) -> int:
@@ -346,6 +361,8 @@ class HubConfig:
         _require(self.gpus_per_node >= 0, f"{p}.gpus_per_node", self.gpus_per_node,
                  "must be >= 0 (0 = every source in one node)")
         _require(self.forward_tags >= 0, f"{p}.forward_tags", self.forward_tags, "must be >= 0")
+        _require(self.partial_tags >= 0, f"{p}.partial_tags", self.partial_tags,
+                 "must be >= 0 (0 = tags_per_source)")
         if self.gpus_per_node:
             _require(self.nodes * self.gpus_per_node == self.sources, f"{p}.gpus_per_node",
                      self.gpus_per_node, f"nodes ({self.nodes}) x gpus_per_node must equal "
@@ -358,6 +375,8 @@ class HubConfig:
                      "forward tags exist only with relay: true (must be 0)")
             _require(self.reduce_tokens == 0, f"{p}.reduce_tokens", self.reduce_tokens,
                      "the reduce's record table exists only with relay: true (must be 0)")
+            _require(self.partial_tags == 0, f"{p}.partial_tags", self.partial_tags,
+                     "partial tags exist only with relay: true (must be 0)")
             return
         r = self.reduce_tokens
         _require(r >= 0 and r & (r - 1) == 0 and r <= 1 << self.token_bits, f"{p}.reduce_tokens", r,

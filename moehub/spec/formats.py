@@ -163,6 +163,7 @@ class RowClass(enum.IntEnum):
     DIRECT = 0   #: from a GPU of this node, to this GPU's experts (protocol v1/v2's row)
     RELAY = 1    #: from a remote GPU of this hub's local rank: the token's targets in this node
     FORWARD = 2  #: from a relay hub of this node: a relay row's targets on this GPU
+    PARTIAL = 3  #: from a GPU of this node (this one too): an expert's output row for the reduce of a remote token
 
 
 class RelayReason(enum.IntEnum):
@@ -207,6 +208,10 @@ class RelayPorts:
       source (node, rank), token, ``max_targets`` entries packed as ``local``'s;
     * ``rcredit``: a relay row's credit (global source, tag); ``fcredit``: a forward
       credit returned (destination rank, tag);
+    * ``pstage``: a partial row's chunk from the input to the partial staging -- the
+      sender's rank, its P tag, the owner's node, token, slot, chunk, data and ``drop``
+      (the row is dropped: only its credit is owed); ``pcredit``: a partial row's credit
+      (the sender's local rank, its P tag), returned once the row has left the staging;
     * ``stage``: a relay row's chunk from the relay hub's input to its staging -- the
       row's fields as ``row``, then chunk, data, ``drop`` (the row is dropped: only its
       credit is owed) and ``local`` (it names targets on this GPU).
@@ -229,6 +234,11 @@ class RelayPorts:
         self.rcredit = {"src": cfg.src_bits, "tag": cfg.tag_bits}
         self.stage = {**self.row, "chunk": cfg.chunk_bits, "data": cfg.data_bits, "drop": 1, "local": 1}
         self.fcredit = {"dst": gb, "ftag": self.ftag_bits}
+        self.ptag_bits = field_bits(cfg.partial_span)
+        self.pstage = {"sender": gb, "ptag": self.ptag_bits, "src_node": cfg.node_bits,
+                       "token": cfg.token_bits, "slot": sb, "chunk": cfg.chunk_bits,
+                       "data": cfg.data_bits, "drop": 1}
+        self.pcredit = {"sender": gb, "ptag": self.ptag_bits}
 
 
 class ReducePorts:
@@ -303,12 +313,15 @@ class RelayFormats:
       original source and token;
     * ``partial``: the header of an expert's output row returned to the relay for the
       reduce (original source, token, top-k slot);
+    * ``partial_row``: a partial output row on the relay's input lanes -- the sender's
+      local rank and a tag of the partial credit class (``partial_span`` per (sender,
+      relay) pair), then ``partial``'s header, chunk and data;
     * ``reduced``: the header of the one row per (token, node) the relay sends back;
     * ``direct``: a row of protocol v1/v2 (:class:`HubFormats`' ``packet``, end-of-stream
       and count packets too) behind the class field;
     * ``lane``: what one input lane of a relay hub carries -- ``lane_bits`` bits, the class
-      (:class:`RowClass`) in the low two, the rest one of ``direct``, ``relay_row`` or
-      ``forward_row`` as the class says (each laid out from bit 0, the class its first
+      (:class:`RowClass`) in the low two, the rest one of ``direct``, ``relay_row``,
+      ``forward_row`` or ``partial_row`` as the class says (each laid out from bit 0, the class its first
       field; the bits above the narrower formats are 0).
     """
 
@@ -333,7 +346,11 @@ class RelayFormats:
             *tail])
         self.partial = Format("partial", [*src, Field("token", cfg.token_bits),
                                           Field("slot", cfg.slot_bits)])
+        self.partial_row = Format("partial_row", [
+            cls, Field("sender", cfg.gpu_bits), Field("ptag", field_bits(cfg.partial_span)),
+            *self.partial.fields, *tail])
         self.reduced = Format("reduced", [*src, Field("token", cfg.token_bits),
                                           Field("parts", field_bits(cfg.relay_targets))])
         self.direct = Format("direct", [cls, *HubFormats(cfg).packet.fields])
-        self.lane_bits = max(self.direct.width, self.relay_row.width, self.forward_row.width)
+        self.lane_bits = max(self.direct.width, self.relay_row.width, self.forward_row.width,
+                             self.partial_row.width)

@@ -289,7 +289,11 @@ class Ingress:
     a bad GPU or bad targets still goes to the relay side (``to`` ``"relay"`` with its
     ``reason``): its credit returns once its chunks are in. ``counted``: the packet counts
     in FWD_IN (a good forward row) or RELAY_DROPS (a dropped one) -- each row once, on its
-    chunk 0. ``local``: a relay row's targets include this GPU."""
+    chunk 0. ``local``: a relay row's targets include this GPU. ``"partial"``: a partial
+    row's chunk, for the partial staging (with ``reason``, a
+    :class:`~moehub.spec.formats.ReduceReason`, when the row is dropped with its credit
+    owed); a partial row's ``counted`` drop (``"drop"`` or ``"partial"``) counts in
+    RED_DROPS, BAD_PARTIAL."""
     to: str
     packet: Optional[dict] = None
     reason: Optional[RelayReason] = None
@@ -321,8 +325,13 @@ def ingress(cfg: HubConfig, node: int, rank: int, word: int) -> Ingress:
       of this GPU in the row's order. An unknown source is dropped (no window: no credit);
       a bad GPU or bad targets are dropped and counted, the chunk still to the relay side
       for the row's credit.
-    * class 3 -- no format has it (nothing can have sent it): dropped as FWD_BAD_SOURCE,
-      counted per packet.
+    * PARTIAL -- an expert's output row for the reduce (:func:`partial_verdict`): a sender
+      that is no GPU of the node or a P tag out of range is dropped (no window: no credit);
+      an owner that is no remote GPU of this hub's local rank is dropped with its credit
+      still owed (``to`` ``"partial"`` with its reason); both are counted as the reduce's
+      BAD_PARTIAL (``reason`` is then a :class:`~moehub.spec.formats.ReduceReason`), once
+      per row, on its chunk 0. A good chunk goes to the partial staging, which hands the
+      reduce each row whole.
     """
     fmts = RelayFormats(cfg)
     cls = word & 3
@@ -335,8 +344,15 @@ def ingress(cfg: HubConfig, node: int, rank: int, word: int) -> Ingress:
         if pkt["kind"] == PacketKind.DATA and remote:
             return Ingress("drop", reason=RelayReason.FWD_BAD_SOURCE, counted=pkt["chunk"] == 0)
         return Ingress("hub", packet=pkt)
-    if cls != RowClass.FORWARD:
-        return Ingress("drop", reason=RelayReason.FWD_BAD_SOURCE, counted=True)
+    if cls == RowClass.PARTIAL:
+        p = fmts.partial_row.unpack(word)
+        why = partial_verdict(cfg, node, rank, p)
+        first = p["chunk"] == 0
+        if why == "window":
+            return Ingress("drop", reason=ReduceReason.BAD_PARTIAL, counted=first)
+        if why is not None:
+            return Ingress("partial", reason=ReduceReason.BAD_PARTIAL, counted=first)
+        return Ingress("partial")
     f = fmts.forward_row.unpack(word)
     M = cfg.max_targets
     targets = tuple((f[f"expert{i}"], f[f"slot{i}"]) for i in range(M) if f[f"valid{i}"])
@@ -352,6 +368,20 @@ def ingress(cfg: HubConfig, node: int, rank: int, word: int) -> Ingress:
     else:
         pkt.update(expert=f["expert0"], slot=f["slot0"])
     return Ingress("hub", packet=pkt, counted=first)
+
+
+def partial_verdict(cfg: HubConfig, node: int, rank: int, p: dict) -> Optional[str]:
+    """Why the relay hub (``node``, ``rank``) drops a partial row's chunk (unpacked
+    ``partial_row`` fields), or None: ``"window"`` -- its sender is no GPU of the node or
+    its P tag is outside the window (no credit is owed: nothing can have sent it);
+    ``"owner"`` -- its owner (``src_node``, ``src_rank``) is no remote GPU of this hub's
+    local rank, so no sum here can be its (the credit is owed). A slot the sum does not
+    expect is the reduce's to refuse."""
+    if p["sender"] >= cfg.node_gpus or p["ptag"] >= cfg.partial_span:
+        return "window"
+    if p["src_node"] >= cfg.nodes or p["src_node"] == node or p["src_rank"] != rank:
+        return "owner"
+    return None
 
 
 def relay_row_of(cfg: HubConfig, r: dict) -> RelayRow:
@@ -637,6 +667,14 @@ def reduce_hbm_bytes(parts: int, hidden: int, acc_bytes: int = 4) -> int:
     written, the last read (its sum leaves for the NIC, no write back); a single part passes
     straight through. ``acc_bytes``: 4 for FP32 accumulators, 2 for BF16."""
     return 0 if parts <= 1 else 2 * (parts - 1) * hidden * acc_bytes
+
+
+def partial_stage_bytes(hidden: int, row_bytes: int = 2) -> int:
+    """HBM bytes the relay's partial staging moves for one partial row: its chunks arrive
+    on the input lanes interleaved with other rows' and the reduce takes a row whole, its
+    chunks in order, so the row is written to the staging (``PARTIAL_STAGE_BASE``) as it
+    arrives and read back once whole -- a write and a read of the BF16 row."""
+    return 2 * hidden * row_bytes
 
 
 def software_reduce_bytes(parts: int, hidden: int, row_bytes: int = 2) -> int:
