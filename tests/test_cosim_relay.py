@@ -149,6 +149,78 @@ def test_reduce_hbm_bytes_are_the_reference_models(L, runs):
     assert ex["record_table_KiB"] == pytest.approx(1 * 4096 * (1 + 2 * 8 + 16 * 8) / 8192)
 
 
+def partial_parts(L):
+    """From the routing alone: per partial row (a routed row whose owner is in another
+    node) its relay (the GPU of the expert's node with the owner's local rank), and the
+    parts of each (relay, owner, token) sum."""
+    remote = (L.src // 4) != (L.dest // 4)
+    relay = (L.dest[remote] // 4) * 4 + L.src[remote] % 4
+    key = (relay * L.G + L.src[remote]) * L.T + L.tok[remote]
+    _, sid, parts = np.unique(key, return_inverse=True, return_counts=True)
+    return relay, sid, parts
+
+
+def test_reduce_hbm_bytes_include_the_partial_staging(L, runs):
+    """Every partial row is written to the relay's staging and read back (2 x hidden x 2
+    bytes), on top of the FP32 accumulator's bytes (2 (p - 1) x hidden x 4 per sum of p
+    parts); the reduce's HBM time per relay streams both at the achievable HBM bandwidth.
+    Expected bytes from the routing, not from the relay code."""
+    ex = runs[REDUCE].extra["relay"]
+    Hd = L.model.hidden
+    relay, sid, parts = partial_parts(L)
+    acc = 2 * (parts - 1) * Hd * 4
+    stage = 2 * Hd * 2
+    assert ex["stage_GB"] * 1e9 == pytest.approx(len(relay) * stage, rel=1e-12)
+    assert ex["rmw_GB"] * 1e9 == pytest.approx(acc.sum(), rel=1e-12)
+    assert ex["reduce_hbm_GB"] * 1e9 == pytest.approx(acc.sum() + len(relay) * stage, rel=1e-12)
+    per_relay = np.bincount(relay, minlength=L.G) * stage \
+        + np.bincount(relay, weights=(acc / parts)[sid], minlength=L.G)
+    assert ex["reduce_hbm_us_max"] == pytest.approx(per_relay.max() / L.gpu.hbm, rel=1e-9)
+    # per part, what the accumulate datapath streams (the FIFO's service): the same split
+    n = np.array([1, 3, 3, 3]); nth = np.array([0, 0, 1, 2])
+    rmw, st = R.part_hbm_bytes(n, nth, Hd)
+    np.testing.assert_allclose(rmw, [0, 4 * Hd, 8 * Hd, 4 * Hd])
+    np.testing.assert_allclose(st, [stage] * 4)
+
+
+def _reduce_run(monkeypatch, span):
+    """The two-node layer with relay + reduce, the P window ``span`` rows per (sender,
+    relay) pair (a fresh layer: its own passes)."""
+    orig = R.check_layer
+    monkeypatch.setattr(R, "check_layer", lambda L, cfg: orig(L, cfg).replace(partial_tags=span))
+    Lp = two_nodes()
+    return Lp, run_system("hub", Lp, hub_features=REDUCE)
+
+
+def test_partial_flows_are_bounded_by_their_p_window(monkeypatch):
+    """A (sender, relay) partial flow holds at most ``partial_span`` rows per credit round
+    trip (link latency there and back, the staging's write and read of the row, the hub's
+    credit latency): with one P tag each flow takes at least its bytes over that rate, and
+    the partial rows reach their relays later than with a wide window."""
+    from moehub.spec.timing import CREDIT_LATENCY
+    Lp, one = _reduce_run(monkeypatch, 1)
+    _, wide = _reduce_run(monkeypatch, 256)
+    assert one.extra["relay"]["partial_span"] == 1 and wide.extra["relay"]["partial_span"] == 256
+    clk = Lp.hub.hub_clock_GHz * 1000.0
+    Hd = Lp.model.hidden
+    _, intra = masks(Lp)
+    same_node = intra | np.eye(Lp.G, dtype=bool)
+    lat = Lp.latency_matrix()
+    rtt = 2 * lat + (WRITE_DELAY + CREDIT_LATENCY) / clk + 2 * Hd * 2 / Lp.gpu.hbm
+    cap = Lp.comb_wire_sw / rtt
+    net, curves = one.nets["combine_partial"]
+    own = np.arange(Lp.G * Lp.G).reshape(Lp.G, Lp.G)
+    ends, nbytes, _ = C.pair_curves(curves, own)
+    assert nbytes[same_node].sum() > 0 and nbytes[~same_node].sum() == 0
+    for s_, r_ in zip(*np.nonzero(nbytes > 0)):
+        c = curves[own[s_, r_]]
+        assert ends[s_, r_] - c.t[0] >= nbytes[s_, r_] / cap[s_, r_] * (1 - 1e-6) - 1e-6
+    ends_w, nbytes_w, _ = C.pair_curves(wide.nets["combine_partial"][1], own)
+    np.testing.assert_allclose(nbytes_w, nbytes, rtol=1e-9)
+    busy = nbytes > 0
+    assert ends[busy].max() > ends_w[busy].max() + 1.0
+
+
 def test_fifo_accumulate_order():
     a = np.array([0.0, 0.0, 5.0, 5.5])
     s = np.array([1.0, 2.0, 1.0, 1.0])

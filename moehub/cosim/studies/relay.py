@@ -52,7 +52,7 @@ ROWS = (("hub v2", "hub", V2), ("hub v2 + relay", "hub", V2 | {"relay"}),
 #: the rows the speedup columns divide by (``vs_hub_v2``, ``vs_deepep``)
 HUB_V2_ROW, DEEPEP_ROW = "hub v2", "DeepEP normal"
 DISPATCH_PHASES = ("dispatch", "forward")
-COMBINE_PHASES = ("combine", "combine_relay")
+COMBINE_PHASES = ("combine", "combine_partial", "combine_relay")
 #: where the layer time goes on the GPU that ends last (:func:`..plots.critical_breakdown`):
 #: column slug per phase kind, in the bars' order
 CRITICAL = {"expert GEMM": "gemm", "gate / reduce": "gate_reduce", "layout / permute": "layout",

@@ -588,7 +588,7 @@ def run_hub(L: Layer, backend: str = "model", order: str = "token",
         batches_by_gpu.append(batches)
     parts = None
     if "reduce" in features:
-        recv, rst, parts = R.combine_reduce(L, res, batches_by_gpu, arrivals, results)
+        recv, rst, parts = R.combine_reduce(L, res, batches_by_gpu, arrivals, results, rcfg)
         rst["record_table_KiB"] = record_table_bits(rcfg) / 8192
     else:
         recv = C.combine_tilewise(L, res, batches_by_gpu, owners)

@@ -40,22 +40,45 @@ The mechanism is the reference model's (:mod:`moehub.spec.relay`), on the layer'
 * **Reduce on combine** (feature ``reduce``; without it the expert outputs return as
   protocol v2's do, one row per (token, expert) straight to the owner, each crossing the
   NIC). With it, an expert GPU sends a partial row whose owner is in another node to the
-  relay of its own node for that owner (the GPU with the owner's local rank), over
-  NVLink (``combine`` network; its own partial rows by a local write); the relay
-  multiplies each by its gate weight and adds it into an FP32 accumulator in HBM
-  (:class:`~moehub.spec.relay.ReduceModel`): the first part written (4 x hidden bytes),
-  every middle one read and written (8 x hidden), the last read (4 x hidden, its sum then
-  leaves), a single part passing straight through (0) -- the bytes of
-  :func:`~moehub.spec.relay.reduce_hbm_bytes`. The accumulate datapath streams these
+  relay of its own node for that owner (the GPU with the owner's local rank): protocol
+  v3's class PARTIAL rows (:attr:`~moehub.spec.formats.RelayFormats.partial_row`) on the
+  relay hub's input lanes, over NVLink, the relay's own GPU's through its own hub input
+  too (``combine_partial`` network, every flow into the relay's hub packet port, shared
+  with the dispatch's rows there; the rows to owners of the node stay on the
+  ``combine`` network). Chunks of different rows interleave on the lanes and the reduce
+  takes a row whole, its chunks in order, so the relay writes every partial row into an
+  HBM staging as it arrives and reads it back once whole
+  (:func:`~moehub.spec.relay.partial_stage_bytes`: 2 x hidden x 2 bytes per row, a
+  single-part sum's row too). It multiplies each by its gate weight and adds it into an
+  FP32 accumulator in HBM (:class:`~moehub.spec.relay.ReduceModel`): the first part
+  written (4 x hidden bytes), every middle one read and written (8 x hidden), the last
+  read (4 x hidden, its sum then leaves), a single part passing straight through (0) --
+  the bytes of :func:`~moehub.spec.relay.reduce_hbm_bytes` (:func:`part_hbm_bytes` per
+  part, both kinds). The accumulate datapath streams the staging's and the accumulator's
   bytes at the GPU's achievable HBM bandwidth (:attr:`~..gpu.GpuModel.hbm`; ASSUMPTION:
-  the whole of it, not shared), one part
-  after another in arrival order, so a sum is final when its last part has been
-  accumulated; its one reduced row (BF16) then crosses the NIC to the owner
-  (``combine_relay`` network, on the ``COMBINE_GRID_US`` grid). ASSUMPTION: the
-  accumulate traffic takes no HBM bandwidth from the relay GPU's concurrent GEMMs (it is
-  counted, ``extra['relay']['rmw_GB']``, and its time bounds that effect:
-  ``rmw_us_max``); the partial rows enter the reduction at link rate (the hub's packet
-  port, lanes x clock x chunk, is sized to absorb its link).
+  the whole of it, not shared), one part after another in arrival order, so a sum is
+  final when its last part has been accumulated; its one reduced row (BF16) then crosses
+  the NIC to the owner (``combine_relay`` network, on the ``COMBINE_GRID_US`` grid).
+  ASSUMPTION: the reduce's HBM traffic takes no HBM bandwidth from the relay GPU's
+  concurrent GEMMs (it is counted -- ``extra['relay']``: ``rmw_GB`` the accumulator's,
+  ``stage_GB`` the staging's, ``reduce_hbm_GB`` both -- and its time bounds that effect:
+  ``rmw_us_max`` the accumulator's, ``reduce_hbm_us_max`` both, per relay); the partial
+  rows enter the reduction at link rate (the hub's packet port, lanes x clock x chunk,
+  is sized to absorb its link).
+* **Partial credits** (``reduce``). Each (sender GPU, relay) pair of a node holds at
+  most ``partial_span`` partial rows in flight (the P credit class, ``partial_tags``; 0 =
+  ``tags_per_source``, :attr:`~moehub.spec.config.HubConfig.partial_span`; the relay's
+  staging has ``partial_window`` = GPUs per node x ``partial_span`` slots); a P credit
+  returns once its row has been read out of the staging into the reduce. As the forward
+  flows by ``forward_tags``, each partial flow is bounded by ``partial_span`` rows per
+  credit round trip (:func:`partial_flow_cap`): the link latency to the relay, the last
+  chunk's write to the staging (``WRITE_DELAY``), the row's read out of the staging (its
+  BF16 bytes at the HBM bandwidth), ``CREDIT_LATENCY``, and the credit's link latency back
+  (0 for the relay's own GPU). ASSUMPTION: a row's wait in the reduce's queue before its
+  read-out is not added (as a relay row's credit does not wait for its forward's link):
+  the bound is the window's rate with an idle reduce. Credit packets of partial rows are
+  not on the ``credits`` network (one header per row, as the dispatch's; ASSUMPTION:
+  negligible beside the rows).
 
 :func:`.hub.relay_schedule` runs the dispatch's steps (:func:`routes`, :func:`first_hop`,
 the tag windows, :func:`forward`) with the hub's flow positions and arrival layout;
@@ -72,7 +95,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...spec.config import ConfigError
-from ...spec.relay import reduce_hbm_bytes, relay_config
+from ...spec.relay import partial_stage_bytes, reduce_hbm_bytes, relay_config
 from ...spec.timing import CREDIT_LATENCY
 from ..hub_stage import WRITE_DELAY, target_alloc
 from ..layer import Layer, SystemResult
@@ -294,10 +317,40 @@ def _impulse_arrivals(curves, flows, src, dst, t, nbytes):
     return out
 
 
-def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, results) -> tuple:
+def partial_flow_cap(L: Layer, rcfg):
+    """A partial flow's rate bound from its P window (the module docstring): ``partial_span``
+    rows per credit round trip -- the row's link latency there, its last chunk written to
+    the staging (``WRITE_DELAY``), the row read out of the staging into the reduce (its
+    BF16 bytes at the relay's HBM bandwidth), the hub's credit latency, and the credit's
+    link latency back -- for every (sender, relay) pair of a node, the relay's own GPU
+    included (latency 0); pairs across nodes carry no partial rows (no bound)."""
+    clk = rcfg.hub_clock_GHz * 1000.0
+    fixed = (WRITE_DELAY + CREDIT_LATENCY) / clk + 2.0 * L.model.hidden / L.gpu.hbm
+    span, wire = rcfg.partial_span, L.comb_wire_sw
+    return lambda s, r: np.inf if L.inter_node(s, r) else \
+        span * wire / (2 * L.latency(s, r) + fixed)
+
+
+def part_hbm_bytes(parts: np.ndarray, nth: np.ndarray, hidden: int) -> tuple:
+    """The relay's HBM bytes per partial row, ``(accumulator, staging)``, for a part that is
+    the ``nth`` (from 0) of its sum of ``parts``: the FP32 accumulator's (the first part
+    written, a middle one read and written, the last read, a single part none: their sum
+    over a sum is :func:`~moehub.spec.relay.reduce_hbm_bytes`), and the partial staging's
+    (:func:`~moehub.spec.relay.partial_stage_bytes`: every part written as it arrives and
+    read back once whole, the single part of a sum too). The reduce's datapath streams both
+    at the relay's HBM bandwidth."""
+    H = float(hidden)
+    rmw = np.where(parts == 1, 0.0, np.where(nth == 0, 4.0 * H,
+                                             np.where(nth == parts - 1, 4.0 * H, 8.0 * H)))
+    return rmw, np.full(len(parts), float(partial_stage_bytes(hidden)))
+
+
+def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, results,
+                   rcfg) -> tuple:
     """The combine with the relays' reduction (module docstring): returns (when each owner
     has all its outputs, statistics, the partial rows in accumulate order). ``results``:
-    each GPU's hub result (its allocation places every target entry in a tile)."""
+    each GPU's hub result (its allocation places every target entry in a tile); ``rcfg``:
+    the relay hub config (its P window, ``partial_span``)."""
     G, gpn, H = L.G, min(L.sys.gpus_per_node, L.G), L.model.hidden
     wire = L.comb_wire_sw
     src_l, dst_l, t_l, n_l, kind_l = [], [], [], [], []     # per (tile, next hop) impulse
@@ -350,11 +403,18 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
     cat = lambda xs, dt=float: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
     src, dst, t, nb = cat(src_l, np.int64), cat(dst_l, np.int64), cat(t_l), cat(n_l)
     is_part = cat(kind_l, bool)
-    net, flows = L.network("combine")
-    for s, d, tt, b in zip(src.tolist(), dst.tolist(), t.tolist(), nb.tolist()):
-        net.inject(flows[s][d], tt, b)
-    curves = L.run_net(net)
-    at = _impulse_arrivals(curves, flows, src, dst, t, nb)
+    # rows to owners of the node on the combine network; partial rows to the relays on
+    # their own, into the relay's hub input (its packet port), each (sender, relay) flow
+    # under its P window
+    at = np.zeros(len(t))
+    for phase, sel, ingress, cap in (("combine", ~is_part, False, None),
+                                     ("combine_partial", is_part, True, partial_flow_cap(L, rcfg))):
+        net, flows = L.network(phase, ingress, cap)
+        for s, d, tt, b in zip(src[sel].tolist(), dst[sel].tolist(), t[sel].tolist(),
+                               nb[sel].tolist()):
+            net.inject(flows[s][d], tt, b)
+        curves = L.run_net(net)
+        at[sel] = _impulse_arrivals(curves, flows, src[sel], dst[sel], t[sel], nb[sel])
     recv = np.zeros(G)
     np.maximum.at(recv, dst[~is_part], at[~is_part])
     send_end = np.full(G, -np.inf)
@@ -379,15 +439,15 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
         st = np.r_[0, np.cumsum(parts)[:-1]]
         nth[oo] = np.arange(len(sid)) - np.repeat(st, parts)
     n = parts[sid]
-    rmw = np.where(n == 1, 0.0, np.where(nth == 0, 4.0 * H,
-                                         np.where(nth == n - 1, 4.0 * H, 8.0 * H)))
+    rmw, stage = part_hbm_bytes(n, nth, H)
     hbm = L.gpu.hbm
     cdone = np.empty(len(sid))
-    rmw_us = np.zeros(G)
+    rmw_us, red_us = np.zeros(G), np.zeros(G)
     for r in np.unique(prelay).tolist():
         m = prelay == r
-        cdone[m] = _fifo_done(parr[m], rmw[m] / hbm)
+        cdone[m] = _fifo_done(parr[m], (rmw[m] + stage[m]) / hbm)
         rmw_us[r] = float(rmw[m].sum() / hbm)
+        red_us[r] = float((rmw[m] + stage[m]).sum() / hbm)
     final = np.zeros(len(us))
     np.maximum.at(final, sid, cdone)
     final = np.ceil(final / C.COMBINE_GRID_US - 1e-9) * C.COMBINE_GRID_US
@@ -421,7 +481,11 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
                                          + nb[~is_part & (src != dst)].sum()) / 1e9),
              "rmw_GB": float(rmw.sum() / 1e9),
              "rmw_GB_check": float(sum(reduce_hbm_bytes(int(p), H) for p in parts) / 1e9),
-             "rmw_us_max": float(rmw_us.max())}
+             "rmw_us_max": float(rmw_us.max()),
+             "stage_GB": float(stage.sum() / 1e9),
+             "reduce_hbm_GB": float((rmw.sum() + stage.sum()) / 1e9),
+             "reduce_hbm_us_max": float(red_us.max()),
+             "partial_span": int(rcfg.partial_span)}
     return recv, stats, order
 
 
