@@ -271,6 +271,7 @@ def entry(gpu, expert, slot, valid=1):
 NONE = entry(0, 0, 0, valid=0)
 #: where the register test puts the reduce's accumulators (RED_ACC_BASE)
 ACC_BASE = 0x10000
+PSTAGE_BASE = 0x40000
 
 
 async def csr_write(ctx, dut, name, value, index=0):
@@ -466,7 +467,7 @@ def test_relay_hub_top_ports():
     hub = RelayHub(R2)
     for part in (hub, hub.hub, hub.relay, hub.relay.fu, hub.relay.check, hub.ingress, *hub.ingress.checks,
                  hub.reduce, hub.reduce.unit, hub.reduce.engine, hub.stage, hub.egress,
-                 hub.join):                                                      # (not elaborated)
+                 hub.join, hub.pstage, hub.feed):                                                   # (not elaborated)
         part._MustUse__silence = True
     assert isinstance(hub.hub, MoEHub) and hub.hub.cfg is R2
     members = hub.signature.members
@@ -484,9 +485,12 @@ def test_relay_hub_top_ports():
     assert not {"fin", "fin_bad_source", "row", "local", "fwd", "rcredit"} & set(members)
     assert members["i"].signature.members["payload"].shape == RelayFormats(R2).lane_bits
     assert not {"node", "rank", "flush", "open", "acc_base"} & set(members)   # (from NODE_ID, LOCAL_RANK,
-    # RED_ACC_BASE, RED_CTRL; opens from the relay): partial rows in, the accumulators'
-    # memory port, the reduced rows out
-    assert {"partial", "acc_rd", "acc_rdata", "acc_wr", "reduced", "red_drops"} < set(members)
+    # RED_ACC_BASE, RED_CTRL; opens from the relay; partial rows from the lanes through the
+    # partial staging): the accumulators' and the partial staging's memory ports, the
+    # reduced rows out, the P credits
+    assert {"acc_rd", "acc_rdata", "acc_wr", "reduced", "red_drops", "pstage_wr", "pstage_rd", "pstage_rdata",
+            "pcredit"} < set(members)
+    assert "partial" not in members
 
 
 @pytest.mark.slow
@@ -528,25 +532,42 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
         ctx.set(dut.acc_wr.ready, 1)
         ctx.set(dut.acc_rd.ready, 1)
 
-        async def cycles(n, token=None):
-            """``n`` cycles of the memory and the reduced rows (and a partial row of
-            ``token``, slot 1, 1.0 in every element, fed whole)."""
-            pending, beats = [], cfg.chunks_per_row if token is not None else 0
-            pp = dut.partial.payload
-            ctx.set(pp.src_node, 1)
-            ctx.set(pp.token, token or 0)
-            ctx.set(pp.slot, 1)
-            ctx.set(pp.data, 0x3F80)
+        await csr_write(ctx, dut, "PARTIAL_STAGE_BASE", PSTAGE_BASE)
+        pmem, pcredits = {}, []
+        ctx.set(dut.pstage_wr.ready, 1)
+        ctx.set(dut.pstage_rd.ready, 1)
+        ctx.set(dut.pcredit.ready, 1)
+
+        async def cycles(n, token=None, src_rank=1, ptag=0):
+            """``n`` cycles of the memories and the reduced rows (and a partial row of
+            ``token``, owner (node 1, ``src_rank``), slot 1, 1.0 in every element, from
+            GPU 0 with P tag ``ptag``, its chunks on lane 0 last first)."""
+            pending, ppending, words = [], [], []
+            if token is not None:
+                words = [fm.partial_row.pack(cls=RowClass.PARTIAL, sender=0, ptag=ptag, src_node=1,
+                                             src_rank=src_rank, token=token, slot=1, chunk=c, data=0x3F80)
+                         for c in reversed(range(cfg.chunks_per_row))]
             for _ in range(n):
-                ctx.set(dut.partial.valid, beats > 0)
+                ctx.set(dut.i[0].valid, bool(words))
+                ctx.set(dut.i[0].payload, words[0] if words else 0)
                 ctx.set(dut.acc_rdata.valid, bool(pending))
                 ctx.set(dut.acc_rdata.payload, pending[0] if pending else 0)
+                ctx.set(dut.pstage_rdata.valid, bool(ppending))
+                ctx.set(dut.pstage_rdata.payload, ppending[0] if ppending else 0)
                 if ctx.get(dut.acc_wr.valid):
                     mem[ctx.get(dut.acc_wr.payload.addr)] = ctx.get(dut.acc_wr.payload.data)
+                if ctx.get(dut.pstage_wr.valid):
+                    pmem[ctx.get(dut.pstage_wr.payload.addr)] = ctx.get(dut.pstage_wr.payload.data)
                 if pending and ctx.get(dut.acc_rdata.ready):
                     pending.pop(0)
+                if ppending and ctx.get(dut.pstage_rdata.ready):
+                    ppending.pop(0)
                 if ctx.get(dut.acc_rd.valid):
                     pending.append(mem[ctx.get(dut.acc_rd.payload.addr)])
+                if ctx.get(dut.pstage_rd.valid):
+                    ppending.append(pmem[ctx.get(dut.pstage_rd.payload)])
+                if ctx.get(dut.pcredit.valid):
+                    pcredits.append((ctx.get(dut.pcredit.payload.sender), ctx.get(dut.pcredit.payload.ptag)))
                 uo = dut.reduce.unit.op
                 if ctx.get(uo.valid) and ctx.get(uo.ready):
                     ops.append(ctx.get(uo.payload.kind))
@@ -554,23 +575,27 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
                     o = dut.reduced.payload
                     reduced.append((ctx.get(o.src_node), ctx.get(o.src_rank), ctx.get(o.token),
                                     ctx.get(o.parts), ctx.get(o.chunk), ctx.get(o.data)))
-                if beats and ctx.get(dut.partial.ready):
-                    beats -= 1
+                if words and ctx.get(dut.i[0].ready):
+                    words.pop(0)
                 await ctx.tick()
-            ctx.set(dut.partial.valid, 0)
-            assert beats == 0, "the partial row was not taken"
+            ctx.set(dut.i[0].valid, 0)
+            assert not words, "the partial row was not taken"
 
-        for token in (2, 3):
-            await cycles(60, token)
+        # token 2's part; a part for no sum (token 3); a part of an owner of another rank
+        # (dropped at the input, its credit owed)
+        for token, src_rank, ptag in ((2, 1, 0), (3, 1, 1), (2, 0, 0)):
+            await cycles(80, token, src_rank, ptag)
         await csr_write(ctx, dut, "RED_CTRL", 1)
         await cycles(3 * dut.reduce.unit.depth + 60)
         got["reduced"] = reduced
         got["mem"] = sorted(mem)
+        got["pmem"] = sorted(pmem)
+        got["pcredits"] = pcredits
         got["ops"] = ops
         names = [("RELAY_ROWS", 0), ("RELAY_LOCAL", 0), ("FWD_ROWS", 0), ("FWD_ROWS", 3), ("FWD_ROWS", 1),
                  ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)), ("RELAY_OVERFLOW", 0), ("RED_ROWS", 0),
                  ("RED_OPEN", 0), ("RED_INCOMPLETE", 0), ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)),
-                 ("RED_ACC_READS", 0), ("RED_ACC_WRITES", 0), ("RED_ACC_BASE", 0)]
+                 ("RED_ACC_READS", 0), ("RED_ACC_WRITES", 0), ("RED_ACC_BASE", 0), ("PARTIAL_STAGE_DROPS", 0)]
         for name, i in names:
             got[(name, i)] = await csr_read(ctx, dut, name, i)
         got["ports"] = (ctx.get(dut.relay_rows), ctx.get(dut.relay_local), ctx.get(dut.fwd_rows[0]))
@@ -588,11 +613,17 @@ def test_relay_registers_read_through_the_hubs_csr_bank():
     assert got.pop("reduced") == [(1, 1, 2, 1, c, entry_weight(2, 1)) for c in range(cfg.chunks_per_row)]
     row = ACC_BASE + 2 * 2 * cfg.row_bytes
     assert got.pop("mem") == [row + 2 * cfg.chunk_bytes * c for c in range(cfg.chunks_per_row)]
+    # the two good parts staged at their P-window slots (sender 0: its tags 0 and 1), the
+    # dropped one not; every part's credit returned, in order
+    assert got.pop("pmem") == [PSTAGE_BASE + slot * cfg.stride_bytes + cfg.chunk_bytes * c
+                               for slot in (0, 1) for c in range(cfg.chunks_per_row)]
+    assert got.pop("pcredits") == [(0, 0), (0, 1), (0, 0)]
     assert got == {("RELAY_ROWS", 0): 1, ("RELAY_LOCAL", 0): 1, ("FWD_ROWS", 0): 1, ("FWD_ROWS", 3): 1,
                    ("FWD_ROWS", 1): 0, ("RELAY_DROPS", int(RelayReason.FWD_BAD_SOURCE)): 1,
                    ("RELAY_OVERFLOW", 0): 0, ("RED_ROWS", 0): 1, ("RED_OPEN", 0): 0,
-                   ("RED_INCOMPLETE", 0): 1, ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)): 1,
-                   ("RED_ACC_READS", 0): 1, ("RED_ACC_WRITES", 0): 1, ("RED_ACC_BASE", 0): ACC_BASE}, got
+                   ("RED_INCOMPLETE", 0): 1, ("RED_DROPS", int(ReduceReason.BAD_PARTIAL)): 2,
+                   ("RED_ACC_READS", 0): 1, ("RED_ACC_WRITES", 0): 1, ("RED_ACC_BASE", 0): ACC_BASE,
+                   ("PARTIAL_STAGE_DROPS", 0): 0}, got
 
 
 # ------------------------------------------------------------------ a planted bug

@@ -7,13 +7,14 @@ original source).
 
 The lane bench drives random words of every class on every lane -- forward rows mostly
 well formed (good, or broken in one field), relay rows likewise, direct packets of this
-node's GPUs, of another node's and out of range, class 3, random bits above each format --
-each held until the lane takes it, with random ready on both outputs, then drains. Every
-word a lane takes must come out as the reference says, in the lane's order: the packet
-for the packet manager to the bit, out of the lane's buffer; the relay chunk's stage
-payload, on the relay stream (one a cycle, the lowest lane first); nothing for a drop.
-At the end nothing is left inside and the counters (FWD_IN, RELAY_DROPS per reason) are
-the reference's counts. A failure names the seed.
+node's GPUs, of another node's and out of range, partial rows likewise, random bits
+above each format -- each held until the lane takes it, with random ready on all three
+outputs, then drains. Every word a lane takes must come out as the reference says, in
+the lane's order: the packet for the packet manager to the bit, out of the lane's buffer;
+the relay chunk's stage payload, on the relay stream, and the partial chunk's, on the
+partial stream (each one a cycle, the lowest lane first); nothing for a drop. At the end
+nothing is left inside and the counters (FWD_IN, RELAY_DROPS per reason, the partial
+rows dropped) are the reference's counts. A failure names the seed.
 """
 import random
 
@@ -28,8 +29,8 @@ from moehub.rtl.layouts import HubLayouts
 from moehub.rtl.relay.ingress import LANE_DEPTH, RelayIngress
 from moehub.spec.config import ConfigError, load_hub_config
 from moehub.spec.csr_map import CTRL_START, CsrMap
-from moehub.spec.formats import (CtlKind, HubFormats, PacketKind, RelayFormats, RelayPorts, RelayReason, RowClass,
-                                 config_reasons, pack_fields)
+from moehub.spec.formats import (CtlKind, HubFormats, PacketKind, ReduceReason, RelayFormats, RelayPorts,
+                                 RelayReason, RowClass, config_reasons, pack_fields)
 from moehub.spec.relay import Ingress, global_gpu, ingress
 from moehub.verif.formal.plant import broken_class
 
@@ -88,10 +89,24 @@ def relay_fields(rng, cfg, node, rank) -> dict:
     return f
 
 
+def partial_fields(rng, cfg, node, rank) -> dict:
+    """A partial row's header at hub (node, rank): mostly well formed (a sender of the node
+    with a P tag, the owner a remote GPU of this rank), else one field anything its width
+    holds."""
+    f = dict(cls=RowClass.PARTIAL, sender=rng.randrange(cfg.node_gpus), ptag=rng.randrange(cfg.partial_span),
+             src_node=rng.choice([n for n in range(cfg.nodes) if n != node]), src_rank=rank,
+             token=rng.randrange(1 << cfg.token_bits), slot=rng.randrange(cfg.topk))
+    if rng.random() < 0.4:
+        k = rng.choice(["sender", "ptag", "src_node", "src_rank", "slot"])
+        f[k] = rng.randrange(1 << RelayFormats(cfg).partial_row.widths[k])
+    return f
+
+
 def random_word(rng, cfg, node, rank) -> int:
     """One lane's word of any class (see the module docstring)."""
     fm = RelayFormats(cfg)
-    cls = rng.choices([RowClass.DIRECT, RowClass.RELAY, RowClass.FORWARD, 3], [0.3, 0.25, 0.35, 0.1])[0]
+    cls = rng.choices([RowClass.DIRECT, RowClass.RELAY, RowClass.FORWARD, RowClass.PARTIAL],
+                      [0.25, 0.25, 0.3, 0.2])[0]
     tail = dict(chunk=rng.choice([0, rng.randrange(1 << cfg.chunk_bits)]), data=rng.getrandbits(cfg.data_bits))
     if cls == RowClass.FORWARD:
         word = pack(fm.forward_row, {**forward_fields(rng, cfg, node, rank), **tail})
@@ -106,7 +121,8 @@ def random_word(rng, cfg, node, rank) -> int:
         word = pack(fm.relay_row, {**relay_fields(rng, cfg, node, rank), **tail})
         width = fm.relay_row.width
     else:
-        word, width = cls | rng.getrandbits(fm.relay_row.width - 2) << 2, fm.relay_row.width
+        word = pack(fm.partial_row, {**partial_fields(rng, cfg, node, rank), **tail})
+        width = fm.partial_row.width
     if rng.random() < 0.2:                       # bits above the format: ignored
         word |= rng.getrandbits(fm.lane_bits - width) << width
     return word
@@ -118,15 +134,16 @@ def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
     AssertionError names the seed)."""
     dut = unit(cfg)
     L, hf = cfg.lanes, HubFormats(cfg)
-    seen = {"hub": 0, "relay": 0, "both": 0, "drop": 0, "fwd_hub": 0, "reasons": set()}
+    seen = {"hub": 0, "relay": 0, "both": 0, "drop": 0, "partial": 0, "fwd_hub": 0, "reasons": set()}
 
     async def bench(ctx):
         rng = random.Random(seed)
         ctx.set(dut.node, node)
         ctx.set(dut.rank, rank)
-        counts = {"fwd_in": 0, "drops": [0] * len(RelayReason)}
+        counts = {"fwd_in": 0, "drops": [0] * len(RelayReason), "bad_partials": 0}
         pending = [None] * L
-        to_hub, to_rel = [[] for _ in range(L)], [[] for _ in range(L)]   # expected out, per lane
+        # expected out, per lane: packets, relay chunks, partial chunks
+        to_hub, to_rel, to_par = [[] for _ in range(L)], [[] for _ in range(L)], [[] for _ in range(L)]
         for cycle in range(cycles + 40):
             feeding = cycle < cycles
             for j in range(L):
@@ -136,6 +153,7 @@ def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
                 ctx.set(dut.i[j].payload, pending[j] or 0)
                 ctx.set(dut.o[j].ready, not feeding or rng.random() < 0.7)
             ctx.set(dut.relay.ready, not feeding or rng.random() < 0.7)
+            ctx.set(dut.part.ready, not feeding or rng.random() < 0.7)
             where = f"seed {seed} cycle {cycle}"
             for j in range(L):
                 if ctx.get(dut.o[j].valid) and ctx.get(dut.o[j].ready):
@@ -147,13 +165,21 @@ def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
                 lanes = [j for j in range(L) if to_rel[j] and to_rel[j][0] == got]
                 assert lanes, f"{where}: relay chunk {got:#x} is no lane's next"
                 to_rel[lanes[0]].pop(0)
+            if ctx.get(dut.part.valid) and ctx.get(dut.part.ready):
+                got = ctx.get(Value.cast(dut.part.payload))
+                lanes = [j for j in range(L) if to_par[j] and to_par[j][0] == got]
+                assert lanes, f"{where}: partial chunk {got:#x} is no lane's next"
+                assert not any(to_par[j] for j in range(lanes[0])), f"{where}: a lower lane's partial chunk waits"
+                to_par[lanes[0]].pop(0)
             for j in range(L):
                 if pending[j] is not None and ctx.get(dut.i[j].ready):
-                    _taken(cfg, node, rank, pending[j], to_hub[j], to_rel[j], counts, seen)
+                    _taken(cfg, node, rank, pending[j], (to_hub[j], to_rel[j], to_par[j]), counts, seen)
                     pending[j] = None
             await ctx.tick()
-        assert not any(to_hub) and not any(to_rel), f"seed {seed}: never out: {to_hub}, {to_rel}"
-        got = {"fwd_in": ctx.get(dut.fwd_in), "drops": [ctx.get(d) for d in dut.drops]}
+        assert not any(to_hub) and not any(to_rel) and not any(to_par), \
+            f"seed {seed}: never out: {to_hub}, {to_rel}, {to_par}"
+        got = {"fwd_in": ctx.get(dut.fwd_in), "drops": [ctx.get(d) for d in dut.drops],
+               "bad_partials": ctx.get(dut.bad_partials)}
         assert got == counts, f"seed {seed}: counters {got}, reference {counts}"
 
     sim = Simulator(dut)
@@ -172,34 +198,52 @@ def stage_word(cfg, word, want: Ingress) -> int:
     return pack_fields(RelayPorts(cfg).stage, vals)
 
 
-def _taken(cfg, node, rank, word, to_hub, to_rel, counts, seen):
-    """A word the input took: what the reference says comes out of it, and its counts."""
+def partial_stage_word(cfg, word, want: Ingress) -> int:
+    """The partial stream's payload (RelayPorts ``pstage``) for a partial row's chunk ``word``."""
+    p = RelayFormats(cfg).partial_row.unpack(word)
+    vals = {k: p[k] for k in ("sender", "ptag", "src_node", "token", "slot", "chunk", "data")}
+    return pack_fields(RelayPorts(cfg).pstage, {**vals, "drop": int(want.reason is not None)})
+
+
+def _taken(cfg, node, rank, word, outs, counts, seen):
+    """A word the input took: what the reference says comes out of it (into ``outs``, the
+    lane's expected packets, relay chunks and partial chunks), and its counts."""
+    to_hub, to_rel, to_par = outs
     want: Ingress = ingress(cfg, node, rank, word)
     if want.to in ("hub", "both"):
         to_hub.append(HubFormats(cfg).packet.pack(**want.packet))
     if want.to in ("relay", "both"):
         to_rel.append(stage_word(cfg, word, want))
+    if want.to == "partial":
+        to_par.append(partial_stage_word(cfg, word, want))
     seen[want.to] += 1
     if want.to == "hub" and word & 3 == RowClass.FORWARD:
         seen["fwd_hub"] += 1
         counts["fwd_in"] += want.counted
     if want.reason is not None and want.counted:
-        counts["drops"][want.reason] += 1
-        seen["reasons"].add((word & 3, want.reason))
+        if word & 3 == RowClass.PARTIAL:
+            counts["bad_partials"] += 1
+        else:
+            counts["drops"][want.reason] += 1
+        seen["reasons"].add((word & 3, want.to, want.reason))
 
 
 @pytest.mark.parametrize("cfg,node,rank", [(R22, 1, 0), (R33, 2, 1), (R1, 0, 3)], ids=["2x2", "3x3", "plain"])
 def test_lanes_against_reference(cfg, node, rank):
     seen = run_lanes(cfg, 1, node=node, rank=rank)
-    # every outcome reached: packets to the hub (forward rows among them), relay rows, drops
-    # of every reason the input finds (a direct row of another node's GPU and class 3 as an
-    # unknown source, a forward row's bad source and bad targets)
+    # every outcome reached: packets to the hub (forward rows among them), relay rows,
+    # partial rows, drops of every reason the input finds (a direct row of another node's
+    # GPU as an unknown source, a forward row's bad source and bad targets, a partial row
+    # outside the window and one whose owner is not served here)
     assert seen["hub"] > 100 and seen["fwd_hub"] > 30 and seen["drop"] > 100, seen
-    assert seen["relay"] > 10 and seen["both"] > 10, seen
-    assert {(RowClass.DIRECT, RelayReason.FWD_BAD_SOURCE), (3, RelayReason.FWD_BAD_SOURCE),
-            (RowClass.FORWARD, RelayReason.FWD_BAD_SOURCE), (RowClass.FORWARD, RelayReason.FWD_BAD_TARGETS),
-            (RowClass.RELAY, RelayReason.FWD_BAD_SOURCE), (RowClass.RELAY, RelayReason.FWD_BAD_GPU),
-            (RowClass.RELAY, RelayReason.FWD_BAD_TARGETS)} <= seen["reasons"], seen["reasons"]
+    assert seen["relay"] > 10 and seen["both"] > 10 and seen["partial"] > 30, seen
+    assert {(RowClass.DIRECT, "drop", RelayReason.FWD_BAD_SOURCE),
+            (RowClass.FORWARD, "drop", RelayReason.FWD_BAD_SOURCE),
+            (RowClass.FORWARD, "drop", RelayReason.FWD_BAD_TARGETS),
+            (RowClass.RELAY, "drop", RelayReason.FWD_BAD_SOURCE), (RowClass.RELAY, "relay", RelayReason.FWD_BAD_GPU),
+            (RowClass.RELAY, "relay", RelayReason.FWD_BAD_TARGETS),
+            (RowClass.PARTIAL, "drop", ReduceReason.BAD_PARTIAL),
+            (RowClass.PARTIAL, "partial", ReduceReason.BAD_PARTIAL)} <= seen["reasons"], seen["reasons"]
 
 
 # ------------------------------------------------------------------ the reference by hand
@@ -247,7 +291,17 @@ def test_reference_by_hand():
     assert (r.to, r.reason, r.counted) == ("relay", RelayReason.FWD_BAD_GPU, False)
     r = ingress(cfg, 0, 1, fm.relay_row.pack(**dict(rel, slot2=2)))                 # a slot twice
     assert (r.to, r.reason, r.counted) == ("relay", RelayReason.FWD_BAD_TARGETS, True)
-    assert (ingress(cfg, 0, 1, 3).to, ingress(cfg, 0, 1, 3).reason) == ("drop", RelayReason.FWD_BAD_SOURCE)
+    # partial rows for hub (node 0, rank 1): owners of rank 1 in node 1 (GPU 3)
+    par = dict(cls=RowClass.PARTIAL, sender=0, ptag=1, src_node=1, src_rank=1, token=9, slot=2, chunk=0, data=5)
+    r = ingress(cfg, 0, 1, fm.partial_row.pack(**par))
+    assert (r.to, r.reason, r.counted) == ("partial", None, False)
+    for k, v in {"sender": 2, "ptag": 2}.items():                                  # outside the P window
+        r = ingress(cfg, 0, 1, fm.partial_row.pack(**dict(par, **{k: v})))
+        assert (r.to, r.reason, r.counted) == ("drop", ReduceReason.BAD_PARTIAL, True), k
+    for k, v in {"src_node": 0, "src_rank": 0}.items():                            # no owner served here
+        r = ingress(cfg, 0, 1, fm.partial_row.pack(**dict(par, **{k: v})))
+        assert (r.to, r.reason, r.counted) == ("partial", ReduceReason.BAD_PARTIAL, True), k
+    assert not ingress(cfg, 0, 1, fm.partial_row.pack(**dict(par, src_rank=0, chunk=1))).counted
 
 
 def test_forward_tags_beyond_the_window_refused():
@@ -270,6 +324,11 @@ PLANTS = {
                            "m.d.comb += [self.rel_ok[j].eq(self.want_rel[j] & self.relay.ready)"),
     # a forward row counted on every chunk
     "counted-every-chunk": ("m.d.sync += ev_in[j].eq(fire & good & first)", "m.d.sync += ev_in[j].eq(fire & good)"),
+    # a partial row of an owner not served here staged as good
+    "partial-owner-kept": ("st.drop.eq(drop)", "st.drop.eq(0)"),
+    # the partial stream granted to every lane holding a partial chunk
+    "every-lane-partial": ("m.d.comb += [self.par_ok[j].eq(pgrant[j] & self.part.ready)",
+                           "m.d.comb += [self.par_ok[j].eq(self.want_par[j] & self.part.ready)"),
 }
 
 

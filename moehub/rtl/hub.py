@@ -120,14 +120,15 @@ class MoEHub(wiring.Component):
     @classmethod
     def _relay_ports(cls, cfg: HubConfig) -> dict:
         """(Protocol v3) ``relay_status`` in (the relay's counters, read through the CSR bank)
-        and ``relay_place`` out (NODE_ID, LOCAL_RANK, RED_ACC_BASE, RELAY_STAGE_BASE as software wrote
-        them, the RED_CTRL.RED_FLUSH strobe)."""
+        and ``relay_place`` out (NODE_ID, LOCAL_RANK, RED_ACC_BASE, RELAY_STAGE_BASE, PARTIAL_STAGE_BASE as
+        software wrote them, the RED_CTRL.RED_FLUSH strobe)."""
         if not cfg.relay:
             return {}
         return {"relay_status": In(cls.relay_status_layout(cfg)),
                 "relay_place": Out(data.StructLayout({"node": cfg.node_bits, "rank": cfg.gpu_bits,
                                                       "acc_base": cfg.addr_bits, "red_flush": 1,
-                                                      "stage_base": cfg.addr_bits}))}
+                                                      "stage_base": cfg.addr_bits,
+                                                      "pstage_base": cfg.addr_bits}))}
 
     def elaborate(self, platform):
         m = Module()
@@ -201,7 +202,8 @@ class MoEHub(wiring.Component):
                 m.d.comb += (dst[i].eq(src[i]) if r.array else dst.eq(src))
         m.d.comb += [self.relay_place.node.eq(csr.node_id), self.relay_place.rank.eq(csr.local_rank),
                      self.relay_place.acc_base.eq(csr.red_acc_base), self.relay_place.red_flush.eq(csr.red_flush),
-                     self.relay_place.stage_base.eq(csr.relay_stage_base)]
+                     self.relay_place.stage_base.eq(csr.relay_stage_base),
+                     self.relay_place.pstage_base.eq(csr.partial_stage_base)]
 
     def _multicast(self, m, pm, alloc, events, tr, csr):
         """(multicast) The requests' pre-rank to the allocator, its tight bit to the

@@ -326,7 +326,8 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
         _counter("RED_OPEN", "accumulators open: (source, token) sums still waiting for partial rows"),
         _counter("RED_INCOMPLETE", "sums sent at a flush before all their partial rows came"),
         _counter("RED_DROPS", "reduce refusals per ReduceReason (see formats.ReduceReason): partial rows "
-                 "dropped, opens that made no sum", len(ReduceReason)),
+                 "dropped (by the reduce, or at the input: a sender or P tag outside the window, an owner "
+                 "not served here), opens that made no sum", len(ReduceReason)),
         _counter("RED_ACC_READS", "accumulator rows read from HBM (a sum's middle and last parts, a "
                  "flushed sum with a part in): 2 x row_bytes each"),
         _counter("RED_ACC_WRITES", "accumulator rows written to HBM (a sum's first and middle parts): "
@@ -336,6 +337,11 @@ def relay_registers(cfg: HubConfig) -> list[Register]:
                  "at + k x row stride (written before START)"),
         _counter("RELAY_STAGE_DROPS", "relay rows' chunks the staging dropped: a chunk already in, or one "
                  "past the row (the packet manager counts its own copy of a row naming this GPU)"),
+        Register("PARTIAL_STAGE_BASE", cfg.addr_bits, "rw", "where the partial staging's rows start in HBM: "
+                 "the partial row of P-window slot k (its sender's local rank x the P tags + its tag) at + k x "
+                 "row stride (written before the combine)"),
+        _counter("PARTIAL_STAGE_DROPS", "partial rows' chunks the partial staging dropped: a chunk already "
+                 "in, or one past the row"),
     ]
 
 

@@ -86,7 +86,8 @@ from .forward_unit import ForwardUnit
 from .credit_join import RelayCredits
 from .egress import ForwardEgress
 from .ingress import RelayIngress
-from .stage import RelayStage
+from .partial_feed import PartialFeed
+from .stage import PartialStage, RelayStage
 from .layouts import RelayLayouts
 from .reduce_path import ReducePath
 
@@ -243,13 +244,16 @@ class RelayHub(wiring.Component):
     HUB_INNER = ("relay_status", "relay_place", "i", "credit")
     RELAY_INNER = ("node", "rank", "open", "fin", "fin_bad_source", "fin_bad_targets", "fin_src", "fwd_in",
                    "relay_drops", "row", "local", "fwd", "rcredit")
-    #: the staging's and the egress's ports on the top: top name -> (part, its name)
+    #: the stagings', the egress's and the partial feed's ports on the top: top name ->
+    #: (part, its name)
     STAGE_PORTS = {"stage_wr": ("stage", "wr"), "stage_rd": ("egress", "rd"), "stage_rdata": ("egress", "rdata"),
-                   "fwd_out": ("egress", "out")}
+                   "fwd_out": ("egress", "out"),
+                   "pstage_wr": ("pstage", "wr"), "pstage_rd": ("feed", "rd"), "pstage_rdata": ("feed", "rdata"),
+                   "pcredit": ("feed", "pcredit")}
     #: the reduce path's ports on the top: top name -> the path's (its ``node``, ``rank``,
-    #: ``acc_base`` and ``flush`` are inside): the partial rows in, the accumulators'
-    #: memory port, the reduced rows out
-    REDUCE_PORTS = {"partial": "partial", "acc_rd": "rd", "acc_rdata": "rdata", "acc_wr": "wr",
+    #: ``acc_base`` and ``flush`` are inside, its partial rows come from the partial feed):
+    #: the accumulators' memory port, the reduced rows out
+    REDUCE_PORTS = {"acc_rd": "rd", "acc_rdata": "rdata", "acc_wr": "wr",
                     "reduced": "out", "red_rows": "red_rows", "red_open": "red_open",
                     "red_incomplete": "red_incomplete", "red_drops": "drops", "red_sweeping": "sweeping",
                     "red_clearing": "clearing", "red_busy": "busy"}
@@ -262,6 +266,7 @@ class RelayHub(wiring.Component):
         self.reduce = ReducePath(cfg)
         self.ingress = RelayIngress(cfg)
         self.stage, self.egress, self.join = RelayStage(cfg), ForwardEgress(cfg), RelayCredits(cfg)
+        self.pstage, self.feed = PartialStage(cfg), PartialFeed(cfg)
         ing = self.ingress.signature.members
         own = {"i": ing["i"], "credit": self.join.signature.members["credit"], "fwd_in": Out(32),
                "relay_drops": Out(32).array(len(RelayReason)),
@@ -282,6 +287,7 @@ class RelayHub(wiring.Component):
         row's -- joined into the top's."""
         stg, eg, join, relay, hub, place = self.stage, self.egress, self.join, self.relay, self.hub, self.hub.relay_place
         m.submodules.stage, m.submodules.egress, m.submodules.join = stg, eg, join
+        m.submodules.pstage, m.submodules.feed = self.pstage, self.feed
         for top, (part, name) in self.STAGE_PORTS.items():
             self._pass(m, getattr(self, part), {top: name})
         wiring.connect(m, self.ingress.relay, stg.i)
@@ -300,6 +306,12 @@ class RelayHub(wiring.Component):
             m.d.comb += part.node.eq(place.node)
         m.d.comb += [stg.rank.eq(place.rank), join.rank.eq(place.rank),
                      stg.base.eq(place.stage_base), eg.base.eq(place.stage_base)]
+        # the combine's side: partial chunks into the partial staging, whole rows read back
+        # by the feed into the reduce, their P credits out
+        wiring.connect(m, self.ingress.part, self.pstage.i)
+        wiring.connect(m, self.pstage.row, self.feed.row)
+        wiring.connect(m, self.feed.out, self.reduce.partial)
+        m.d.comb += [self.pstage.base.eq(place.pstage_base), self.feed.base.eq(place.pstage_base)]
 
     @staticmethod
     def _outer(part, inner) -> dict:
@@ -343,9 +355,14 @@ class RelayHub(wiring.Component):
                      relay.node.eq(place.node), relay.rank.eq(place.rank),
                      ing.node.eq(place.node), ing.rank.eq(place.rank),
                      red.node.eq(place.node), red.rank.eq(place.rank), red.acc_base.eq(place.acc_base),
-                     red.flush.eq(place.red_flush), st.relay_stage_drops.eq(self.stage.drops)]
+                     red.flush.eq(place.red_flush), st.relay_stage_drops.eq(self.stage.drops),
+                     st.partial_stage_drops.eq(self.pstage.drops)]
         wiring.connect(m, relay.open, red.open)
         m.d.comb += [st.fwd_rows[g].eq(relay.fwd_rows[g]) for g in range(self.cfg.node_gpus)]
         m.d.comb += [st.relay_drops[i].eq(drops[i]) for i in range(len(RelayReason))]
-        m.d.comb += [st.red_drops[i].eq(red.drops[i]) for i in range(len(ReduceReason))]
+        # (the input's partial rows dropped are the reduce's BAD_PARTIAL too)
+        red_drops = [Signal(32, name=f"red_drops_{r.name.lower()}") for r in ReduceReason]
+        m.d.comb += [red_drops[r].eq((red.drops[r] + (ing.bad_partials if r == ReduceReason.BAD_PARTIAL else 0))[:32])
+                     for r in ReduceReason]
+        m.d.comb += [st.red_drops[i].eq(red_drops[i]) for i in range(len(ReduceReason))]
         return m

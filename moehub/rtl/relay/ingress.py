@@ -10,7 +10,10 @@ row turned into protocol v2's multicast packet for the packet manager.
                                     +-- RELAY   --> relay_verdict --+--> own targets' packet --> o[j]
                                     |                               `--> relay (one lane a cycle,
                                     |                                    the lowest: the staging)
-                                    `-- class 3: dropped, counted
+                                    `-- PARTIAL --> partial_verdict --> part (one lane a cycle, the
+                                                         |              lowest: the partial staging)
+                                                         `-- bad: counted (BAD_PARTIAL); a bad owner's
+                                                             chunk still to the staging, for its credit
 
 Reference: :func:`moehub.spec.relay.ingress`, per lane; tests/test_rtl_relay_ingress.py
 checks every lane's outcome against it, and the whole :class:`~.hub.RelayHub` in
@@ -57,10 +60,21 @@ takes as it takes any arrival order (a row's chunks in any order, an end-of-stre
 before its rows). ``relay.ready`` must not depend on ``relay.valid`` (the staging's is a
 register).
 
+A partial row's chunk (an expert's output row of this node for the reduce of a remote
+token, :func:`moehub.spec.relay.partial_verdict`): its sender and P tag checked against the
+P window, its owner against this hub (a remote GPU of its local rank), both registered
+with the word. A good chunk goes to ``part`` (the partial staging, which hands the reduce
+each row whole); a bad owner's too, with ``drop`` (the credit is owed once its chunks are
+in); a chunk outside the window is dropped (nothing can have sent it: no credit). Partial
+rows come over NVLink at up to the link's rate, but the reduce takes a chunk a cycle, so
+``part`` takes one chunk a cycle too, the lowest lane's (an arbiter of its own beside the
+relay chunks': a lane's partial chunk and another's relay chunk leave in one cycle).
+
 Counters (lag their events by one cycle, as the relay's: an event registered in the cycle
 it happens, the lanes' events added in the next): ``fwd_in``, good forward rows; ``drops``
 per :class:`~moehub.spec.formats.RelayReason` -- a row counted once, on its chunk 0 (a bad
-forward row, a direct data row of another node's GPU), a class-3 packet on every packet.
+forward row, a direct data row of another node's GPU); ``bad_partials``, partial rows
+dropped here (the reduce's BAD_PARTIAL), once per row, on its chunk 0.
 """
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
@@ -96,10 +110,13 @@ class RelayIngress(wiring.Component):
         To the packet manager's lanes.
     relay : Out(stream of RelayLayouts.stage)
         Relay rows' chunks, for the relay side's staging (one a cycle).
+    part : Out(stream of RelayLayouts.pstage)
+        Partial rows' chunks, for the partial staging (one a cycle).
     node, rank : In
         This hub's node and local rank (NODE_ID, LOCAL_RANK).
-    fwd_in : Out(32); drops : Out(32).array(len(RelayReason))
-        Good forward rows; rows dropped here, per reason (both a cycle late).
+    fwd_in : Out(32); drops : Out(32).array(len(RelayReason)); bad_partials : Out(32)
+        Good forward rows; rows dropped here, per reason; partial rows dropped here (all a
+        cycle late).
     """
 
     def __init__(self, cfg: HubConfig):
@@ -116,9 +133,11 @@ class RelayIngress(wiring.Component):
             "i": In(stream.Signature(fmts.lane_bits)).array(L),
             "o": Out(stream.Signature(self.lay.packet)).array(L),
             "relay": Out(stream.Signature(self.rlay.stage)),
+            "part": Out(stream.Signature(self.rlay.pstage)),
             "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits),
             "fwd_in": Out(32),
             "drops": Out(32).array(len(RelayReason)),
+            "bad_partials": Out(32),
         })
 
     def elaborate(self, platform):
@@ -139,19 +158,33 @@ class RelayIngress(wiring.Component):
                      for j in range(L)]
         self.rel_ok = [Signal(name=f"rel_ok{j}") for j in range(L)]
         m.d.comb += [self.rel_ok[j].eq(grant[j] & self.relay.ready) for j in range(L)]
-        rel_fire = []
+        # the partial chunks: the lowest lane holding one is the partial stream's
+        self.want_par = [Signal(name=f"want_par{j}") for j in range(L)]
+        self.pstage = [Signal(self.rlay.pstage, name=f"pstage{j}") for j in range(L)]
+        pgrant = [Signal(name=f"par_grant{j}") for j in range(L)]
+        m.d.comb += [pgrant[j].eq(self.want_par[j] & ~Cat(*self.want_par[:j]).any() if j else self.want_par[0])
+                     for j in range(L)]
+        self.par_ok = [Signal(name=f"par_ok{j}") for j in range(L)]
+        m.d.comb += [self.par_ok[j].eq(pgrant[j] & self.part.ready) for j in range(L)]
+        ev_badp = Signal(L, name="ev_bad_partial")
+        rel_fire, par_fire = [], []
         for j in range(L):
             m.submodules[f"check{j}"] = self.checks[j]
             m.submodules[f"buf{j}"] = self.bufs[j]
-            good, first, reason, fires_rel, fire = self._lane(m, j, node_lo)
+            good, first, reason, fires_rel, fire, badp = self._lane(m, j, node_lo)
             rel_fire.append(fires_rel)
+            par_fire.append(self.par_ok[j])
             m.d.sync += ev_in[j].eq(fire & good & first)
+            m.d.sync += ev_badp[j].eq(fire & badp & first)
             for r in RelayReason:
                 m.d.sync += ev_drop[r][j].eq(fire & reason[r])
         m.d.comb += [self.relay.valid.eq(Cat(*rel_fire).any()),
                      self.relay.payload.eq(select([(grant[j], self.stage[j].as_value()) for j in range(L)],
-                                                  self.rlay.stage.size))]
-        self._counters(m, ev_in, ev_drop)
+                                                  self.rlay.stage.size)),
+                     self.part.valid.eq(Cat(*par_fire).any()),
+                     self.part.payload.eq(select([(pgrant[j], self.pstage[j].as_value()) for j in range(L)],
+                                                 self.rlay.pstage.size))]
+        self._counters(m, ev_in, ev_drop, ev_badp)
         return m
 
     def _relay_row(self, m, word, name: str):
@@ -193,6 +226,25 @@ class RelayIngress(wiring.Component):
                      st.data.eq(rr.data), st.drop.eq(bg | bt), st.local.eq(loc.any() & ~(bg | bt))]
         return own, rr.chunk == 0
 
+    def _partial_checks(self, m, word):
+        """The checks of an input word as a partial row's chunk, for its register: (outside
+        the P window, its owner not served here)."""
+        cfg = self.cfg
+        pi = data.View(struct(self.fmts.partial_row), word[:self.fmts.partial_row.width])
+        win = (pi.sender >= cfg.node_gpus) | (pi.ptag >= cfg.partial_span)
+        own = (pi.src_node >= cfg.nodes) | (pi.src_node == self.node) | (pi.src_rank != self.rank)
+        return win, own
+
+    def _partial_lane(self, m, j: int, word, drop):
+        """Lane ``j``'s registered word as a partial row's chunk: its staging payload
+        (``self.pstage[j]``, ``drop`` its registered bad owner); returns its chunk 0."""
+        p = data.View(struct(self.fmts.partial_row), word[:self.fmts.partial_row.width])
+        st = self.pstage[j]
+        m.d.comb += [st.sender.eq(p.sender), st.ptag.eq(p.ptag), st.src_node.eq(p.src_node),
+                     st.token.eq(p.token), st.slot.eq(p.slot), st.chunk.eq(p.chunk), st.data.eq(p.data),
+                     st.drop.eq(drop)]
+        return p.chunk == 0
+
     def _entries(self, m, pkt, valid, experts, slots):
         """A packet's target entries (a plain packet: the first)."""
         if self.cfg.multicast:
@@ -217,26 +269,31 @@ class RelayIngress(wiring.Component):
         in_remote = (di.kind == PacketKind.DATA) & (di.src < cfg.sources) \
             & ((di.src < node_lo) | (di.src >= node_lo + cfg.node_gpus))
         in_verdict, in_loc = self._relay_checks(m, j, i.payload)
+        in_pwin, in_pown = self._partial_checks(m, i.payload)
         r_v, word = Signal(name=f"r_valid{j}"), Signal(fmts.lane_bits, name=f"r_word{j}")
         remote, fbs, fbt = Signal(name=f"remote{j}"), Signal(name=f"fwd_bad_source{j}"), Signal(name=f"fwd_bad_targets{j}")
         rbs, rbg, rbt = (Signal(name=f"relay_{k}{j}") for k in ("bad_source", "bad_gpu", "bad_targets"))
         rloc_mask = Signal(T, name=f"rloc{j}")
+        pwin, pown = Signal(name=f"partial_bad_window{j}"), Signal(name=f"partial_bad_owner{j}")
         leave = Signal(name=f"r_leave{j}")
         m.d.comb += i.ready.eq(~r_v | leave)
         with m.If(i.ready):
             m.d.sync += [r_v.eq(i.valid), word.eq(i.payload), remote.eq(in_remote), fbs.eq(chk.bad_source),
                          fbt.eq(chk.bad_targets), rbs.eq(in_verdict[0]), rbg.eq(in_verdict[1]),
-                         rbt.eq(in_verdict[2]), rloc_mask.eq(in_loc)]
+                         rbt.eq(in_verdict[2]), rloc_mask.eq(in_loc), pwin.eq(in_pwin), pown.eq(in_pown)]
         # ---- the registered word sorted and converted
         cls = word[:2]
         d = data.View(struct(fmts.direct), word[:fmts.direct.width])
         f = data.View(struct(fmts.forward_row), word[:fmts.forward_row.width])
         is_dir, is_fwd = cls == RowClass.DIRECT, cls == RowClass.FORWARD
-        is_rel, is_none = cls == RowClass.RELAY, cls == 3
+        is_rel, is_par = cls == RowClass.RELAY, cls == RowClass.PARTIAL
         bad_fwd = fbs | fbt
         rloc = rloc_mask.any()
         own, rfirst = self._relay_lane(m, j, word, (rbs, rbg, rbt), rloc_mask)
+        pfirst = self._partial_lane(m, j, word, pown)
         to_hub, to_rel = Signal(name=f"to_hub{j}"), Signal(name=f"to_rel{j}")
+        to_par = Signal(name=f"to_par{j}")
+        m.d.comb += to_par.eq(is_par & ~pwin)
         m.d.comb += [to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd) | (is_rel & ~(rbs | rbg | rbt) & rloc)),
                      to_rel.eq(is_rel & ~rbs)]
         # the packet: a forward row's fields, or the direct packet's as they are
@@ -253,7 +310,8 @@ class RelayIngress(wiring.Component):
         rel_fire = Signal(name=f"rel_fire{j}")
         m.d.comb += [buf.w_en.eq(r_v & to_hub & ~hub_done & buf.w_rdy), rel_fire.eq(rel_ok),
                      buf.w_data.eq(Mux(is_fwd, pkt.as_value(), Mux(is_rel, own.as_value(), d.as_value()[2:]))),
-                     leave.eq(r_v & (~to_hub | hub_done | buf.w_en) & (~to_rel | rel_done | rel_fire)),
+                     leave.eq(r_v & (~to_hub | hub_done | buf.w_en) & (~to_rel | rel_done | rel_fire)
+                              & (~to_par | self.par_ok[j])),
                      o.valid.eq(buf.r_rdy), o.payload.eq(buf.r_data), buf.r_en.eq(o.ready)]
         with m.If(leave):
             m.d.sync += [hub_done.eq(0), rel_done.eq(0)]
@@ -262,19 +320,20 @@ class RelayIngress(wiring.Component):
                 m.d.sync += hub_done.eq(1)
             with m.If(rel_fire):
                 m.d.sync += rel_done.eq(1)
-        first = Mux(is_fwd, f.chunk == 0, Mux(is_rel, rfirst, d.chunk == 0))
+        first = Mux(is_fwd, f.chunk == 0, Mux(is_rel, rfirst, Mux(is_par, pfirst, d.chunk == 0)))
         reason = {r: Signal(name=f"drop{j}_{r.name.lower()}") for r in RelayReason}
-        m.d.comb += [reason[RelayReason.FWD_BAD_SOURCE].eq(is_none | (first & ((is_dir & remote)
-                                                                               | (is_fwd & fbs)
-                                                                               | (is_rel & rbs)))),
+        m.d.comb += [reason[RelayReason.FWD_BAD_SOURCE].eq(first & ((is_dir & remote) | (is_fwd & fbs)
+                                                                     | (is_rel & rbs))),
                      reason[RelayReason.FWD_BAD_TARGETS].eq(first & ((is_fwd & fbt) | (is_rel & rbt))),
                      reason[RelayReason.FWD_BAD_GPU].eq(first & is_rel & rbg)]
-        m.d.comb += self.want_rel[j].eq(r_v & to_rel & ~rel_done)
-        return is_fwd & ~bad_fwd, first, reason, rel_fire, leave
+        m.d.comb += [self.want_rel[j].eq(r_v & to_rel & ~rel_done), self.want_par[j].eq(r_v & to_par)]
+        return is_fwd & ~bad_fwd, first, reason, rel_fire, leave, is_par & (pwin | pown)
 
-    def _counters(self, m, ev_in, ev_drop):
+    def _counters(self, m, ev_in, ev_drop, ev_badp):
         fwd_in = Signal(32, name="fwd_in")
         drops = [Signal(32, name=f"drops_{r.name.lower()}") for r in RelayReason]
-        m.d.sync += fwd_in.eq(fwd_in + popcount(ev_in))
+        badp = Signal(32, name="bad_partials")
+        m.d.sync += [fwd_in.eq(fwd_in + popcount(ev_in)), badp.eq(badp + popcount(ev_badp))]
+        m.d.comb += self.bad_partials.eq(badp)
         m.d.sync += [drops[r].eq(drops[r] + popcount(ev_drop[r])) for r in RelayReason]
         m.d.comb += [self.fwd_in.eq(fwd_in), *(self.drops[r].eq(drops[r]) for r in RelayReason)]

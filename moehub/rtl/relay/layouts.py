@@ -16,12 +16,12 @@ def struct_layout(fields: dict) -> data.StructLayout:
 
 class RelayLayouts:
     """The relay unit's payloads for ``cfg`` (``relay: true``): ``row``, ``open``,
-    ``local``, ``fwd``, ``rcredit``, ``fcredit``, ``stage`` -- see
+    ``local``, ``fwd``, ``rcredit``, ``fcredit``, ``stage``, ``pstage``, ``pcredit`` -- see
     :class:`~moehub.spec.formats.RelayPorts` for what each carries -- and ``ftag_bits``."""
 
     def __init__(self, cfg: HubConfig):
         ports = RelayPorts(cfg)
         self.ports = ports
         self.ftag_bits = ports.ftag_bits
-        for name in ("row", "open", "local", "fwd", "rcredit", "fcredit", "stage"):
+        for name in ("row", "open", "local", "fwd", "rcredit", "fcredit", "stage", "pstage", "pcredit"):
             setattr(self, name, struct_layout(getattr(ports, name)))

@@ -87,6 +87,12 @@ class ReduceEngine(wiring.Component):
     chunks : int
         Chunks of a partial (and reduced) row (default ``chunks_per_row``: the combine's
         output rows are the dispatch's rows, BF16).
+    contexts : int
+        The context FIFO's depth (default :data:`CONTEXTS`; at least 3).
+    ops_in_flight : int
+        The scoreboard's entries (default :data:`OPS_IN_FLIGHT`; at least 2). The hub
+        elaborates the defaults; the formal proof (``moehub formal relay-reduce``) also
+        elaborates smaller ones.
 
     Attributes
     ----------
@@ -110,10 +116,16 @@ class ReduceEngine(wiring.Component):
         An op is in flight.
     """
 
-    def __init__(self, cfg: HubConfig, elements: int | None = None, chunks: int | None = None):
+    def __init__(self, cfg: HubConfig, elements: int | None = None, chunks: int | None = None,
+                 contexts: int = CONTEXTS, ops_in_flight: int = OPS_IN_FLIGHT):
         if not cfg.relay:
             self._MustUse__silence = True
             raise ValueError(f"hub[{cfg.name}]: a reduce engine needs relay: true")
+        if contexts < 3 or ops_in_flight < 2:
+            self._MustUse__silence = True
+            raise ValueError(f"reduce engine: contexts = {contexts}, ops_in_flight = {ops_in_flight}: "
+                             "at least 3 and 2")
+        self.contexts, self.ops_in_flight = contexts, ops_in_flight
         self.cfg = cfg
         self.elements = elements or max(1, cfg.data_bits // 16)
         self.chunks = chunks or cfg.chunks_per_row
@@ -138,7 +150,7 @@ class ReduceEngine(wiring.Component):
         # the contexts inside, written as a beat went in, put its write enable's fan-out
         # behind the join -- 24.2 FO4)
         m.submodules.datapath = dp = ReduceDatapath(self.cfg, self.elements, lay["context"].size)
-        m.submodules.contexts = ctx = SyncFIFOBuffered(width=lay["context"].size, depth=CONTEXTS)
+        m.submodules.contexts = ctx = SyncFIFOBuffered(width=lay["context"].size, depth=self.contexts)
         # (the reduce unit's op comes from a register: the hazard check and the take start
         # there -- from the unit's record read through its op into the issue's address
         # was 41 FO4)
@@ -152,10 +164,10 @@ class ReduceEngine(wiring.Component):
 
     # ------------------------------------------------------------------ ops in flight
     def _scoreboard(self, m, op) -> dict:
-        """The ops in flight, in issue order (a ring of :data:`OPS_IN_FLIGHT`): each op's
+        """The ops in flight, in issue order (a ring of ``ops_in_flight``): each op's
         record and whether it writes it. ``hazard``: the op offered reads a record an op
         in flight writes."""
-        n, index_bits = OPS_IN_FLIGHT, len(op.payload.index)
+        n, index_bits = self.ops_in_flight, len(op.payload.index)
         valid = Signal(n, name="flight_valid")
         index = [Signal(index_bits, name=f"flight_index{i}") for i in range(n)]
         writes = Signal(n, name="flight_writes")

@@ -61,7 +61,120 @@ def stage_slot(cfg: HubConfig, node, src_node, tag):
     return (k * cfg.tags_per_source + tag)[:max(1, (cfg.relay_window - 1).bit_length())]
 
 
-class RelayStage(wiring.Component):
+class ChunkStage(wiring.Component):
+    """A staging of rows that arrive chunk by chunk, interleaved, each in a slot of a credit
+    window (see the module docstring): the chunk bitmaps per slot, the four steps, the
+    staging writes, the drop count. A subclass says what a slot is (:meth:`slot_of`), which
+    chunks are written (:meth:`writes`) and what a row's first chunk and a whole row make
+    (:meth:`outputs`)."""
+
+    def __init__(self, cfg: HubConfig, slots: int, chunk_layout, before: dict, after: dict):
+        self.cfg = cfg
+        self.slots = slots
+        self.chunk_layout = chunk_layout
+        self.slot_bits = max(1, (slots - 1).bit_length())
+        self.write = data.StructLayout({"addr": cfg.addr_bits, "data": cfg.data_bits})
+        super().__init__({
+            "i": In(stream.Signature(chunk_layout)),
+            **before,
+            "base": In(cfg.addr_bits),
+            "wr": Out(stream.Signature(self.write)),
+            **after,
+            "drops": Out(32),
+        })
+
+    @staticmethod
+    def _all(first, *more):
+        for t in more:
+            first = first & t
+        return first
+
+    def slot_of(self, p):
+        """The slot of the chunk ``p`` (the input's payload)."""
+        raise NotImplementedError
+
+    def writes(self, s3) -> tuple:
+        """Whether a new chunk of a row (S3's registered chunk ``s3``) is written: the
+        terms, all true."""
+        return (~s3.drop,)
+
+    def room(self, s1_v, s3_v, s4_v):
+        """Beyond the write FIFO's room, whether S1 may take a chunk (from registers: the
+        chunks in S1, S3 and S4 given), or None."""
+        return None
+
+    def outputs(self, m, s4, first, whole):
+        """The outputs from S4's registers: ``s4`` the chunk, ``first`` its row's first chunk
+        (new), ``whole`` its row whole with it."""
+        raise NotImplementedError
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, lay = self.cfg, self.chunk_layout
+        W, C = self.slots, cfg.chunks_per_row
+        m.submodules.wq = wq = SyncFIFOBuffered(width=self.write.size, depth=WRITE_DEPTH)
+        # ---- S1: the chunk, its slot's and its chunk's one-hots
+        s1_v, s1 = Signal(name="s1_valid"), Signal(lay, name="s1")
+        s1_slot = Signal(self.slot_bits, name="s1_slot")
+        s1_soh, s1_coh = Signal(W, name="s1_slot_oh"), Signal(C, name="s1_chunk_oh")
+        p = self.i.payload
+        slot = self.slot_of(p)
+        take = self.i.valid & self.i.ready
+        m.d.sync += [s1_v.eq(take), s1.eq(p), s1_slot.eq(slot),
+                     s1_soh.eq(Cat(*(slot == k for k in range(W)))),
+                     s1_coh.eq(Cat(*(p.chunk == c for c in range(C))))]
+        # ---- S2 (on S1's registers): whether the slot's bitmap holds the chunk already, and
+        # whether it is empty (the row's first chunk), both registered; the chunk's bit set
+        # (a duplicate's is set already: no enable waits for the read), so the next chunk's
+        # S2 sees it
+        bitmap = [Signal(C, name=f"bitmap{k}") for k in range(W)]
+        have = Signal(C, name="have")
+        m.d.comb += have.eq(select([(s1_soh[k], bitmap[k]) for k in range(W)], C))
+        s3_v, s3 = Signal(name="s3_valid"), Signal(lay, name="s3")
+        s3_row, s3_soh = Signal(cfg.addr_bits, name="s3_row_offset"), Signal(W, name="s3_slot_oh")
+        s3_dup, s3_empty, s3_in = Signal(name="s3_dup"), Signal(name="s3_empty"), Signal(name="s3_in_row")
+        # (the chunk's place in the staging: slot x stride here, its chunk added in S3, the
+        # base in S4: one operation a step)
+        m.d.sync += [s3_v.eq(s1_v), s3.eq(s1), s3_soh.eq(s1_soh), s3_in.eq(s1_coh.any()),
+                     s3_dup.eq((have & s1_coh).any()), s3_empty.eq(have == 0),
+                     s3_row.eq((s1_slot * cfg.stride_bytes)[:cfg.addr_bits])]
+        # ---- S3 (on S3's registers): a new chunk's staging write; whether the row is whole
+        # now (the slot's bitmap, with this chunk's bit, all set), registered into S4
+        fresh = Signal(name="fresh")                 # the chunk is new and within the row
+        m.d.comb += fresh.eq(s3_v & s3_in & ~s3_dup)
+        full = Signal(name="full")
+        m.d.comb += full.eq(select([(s3_soh[k], bitmap[k]) for k in range(W)], C).all())
+        s4, s4_soh = Signal(lay, name="s4"), Signal(W, name="s4_slot_oh")
+        s4_whole, s4_first = Signal(name="s4_whole"), Signal(name="s4_first")
+        s4_v, s4_wen, s4_off = Signal(name="s4_valid"), Signal(name="s4_write"), Signal(cfg.addr_bits, name="s4_offset")
+        m.d.sync += [s4.eq(s3), s4_soh.eq(s3_soh), s4_whole.eq(fresh & full), s4_first.eq(fresh & s3_empty),
+                     s4_v.eq(s3_v), s4_wen.eq(self._all(fresh, *self.writes(s3))),
+                     s4_off.eq((s3_row + s3.chunk * cfg.chunk_bytes)[:cfg.addr_bits])]
+        # ---- the bitmaps: a chunk's bit set in S2; a whole row's slot cleared from S4 (a
+        # chunk of its slot in between is a duplicate of the row either way: the slot's
+        # next row waits for this one's credit)
+        for k in range(W):
+            with m.If(s4_whole & s4_soh[k]):
+                m.d.sync += bitmap[k].eq(0)
+            with m.Elif(s1_v & s1_soh[k]):
+                m.d.sync += bitmap[k].eq(bitmap[k] | s1_coh)
+        # the staging write, from S4's registers (a new chunk of a row kept)
+        addr = (self.base + s4_off)[:cfg.addr_bits]
+        m.d.comb += [wq.w_en.eq(s4_wen), wq.w_data.eq(Cat(addr, s4.data)),
+                     self.wr.valid.eq(wq.r_rdy), self.wr.payload.eq(wq.r_data), wq.r_en.eq(self.wr.ready)]
+        # room for the chunks in S1, S3 and S4 and the next beside the ones queued: from
+        # registers only
+        more = self.room(s1_v, s3_v, s4_v)
+        m.d.comb += self.i.ready.eq(self._all(wq.level + s1_v + s3_v + s4_v <= WRITE_DEPTH - 2,
+                                              *(() if more is None else (more,))))
+        self.outputs(m, s4, s4_first, s4_whole)
+        ev_drop, n_drop = Signal(name="ev_drop"), Signal(32, name="n_drop")
+        m.d.sync += [ev_drop.eq(s3_v & ~fresh), n_drop.eq(n_drop + ev_drop)]
+        m.d.comb += self.drops.eq(n_drop)
+        return m
+
+
+class RelayStage(ChunkStage):
     """The relay's staging (see the module docstring).
 
     Attributes
@@ -91,87 +204,104 @@ class RelayStage(wiring.Component):
         if not cfg.relay:
             self._MustUse__silence = True
             raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a relay staging needs relay: true")
-        self.cfg = cfg
         self.lay = lay = RelayLayouts(cfg)
-        self.slot_bits = max(1, (cfg.relay_window - 1).bit_length())
-        self.write = data.StructLayout({"addr": cfg.addr_bits, "data": cfg.data_bits})
-        super().__init__({
-            "i": In(stream.Signature(lay.stage)),
-            "node": In(cfg.node_bits), "rank": In(cfg.gpu_bits), "base": In(cfg.addr_bits),
-            "wr": Out(stream.Signature(self.write)),
+        super().__init__(cfg, cfg.relay_window, lay.stage, {"node": In(cfg.node_bits), "rank": In(cfg.gpu_bits)}, {
             "row": Out(stream.Signature(lay.row)),
             "mark_valid": Out(1), "mark_node": Out(cfg.node_bits), "mark_tag": Out(cfg.tag_bits),
             "mark_local": Out(1),
             "done": Out(stream.Signature(lay.rcredit)),
-            "drops": Out(32),
         })
 
-    def elaborate(self, platform):
-        m = Module()
-        cfg, lay = self.cfg, self.lay
-        W, C, T = cfg.relay_window, cfg.chunks_per_row, cfg.relay_targets
-        m.submodules.wq = wq = SyncFIFOBuffered(width=self.write.size, depth=WRITE_DEPTH)
-        # ---- S1: the chunk, its slot's and its chunk's one-hots
-        s1_v, s1 = Signal(name="s1_valid"), Signal(lay.stage, name="s1")
-        s1_slot = Signal(self.slot_bits, name="s1_slot")
-        s1_soh, s1_coh = Signal(W, name="s1_slot_oh"), Signal(C, name="s1_chunk_oh")
-        p = self.i.payload
-        slot = stage_slot(cfg, self.node, p.src_node, p.tag)
-        take = self.i.valid & self.i.ready
-        m.d.sync += [s1_v.eq(take), s1.eq(p), s1_slot.eq(slot),
-                     s1_soh.eq(Cat(*(slot == k for k in range(W)))),
-                     s1_coh.eq(Cat(*(p.chunk == c for c in range(C))))]
-        # ---- S2 (on S1's registers): whether the slot's bitmap holds the chunk already, and
-        # whether it is empty (the row's first chunk), both registered; the chunk's bit set
-        # (a duplicate's is set already: no enable waits for the read), so the next chunk's
-        # S2 sees it
-        bitmap = [Signal(C, name=f"bitmap{k}") for k in range(W)]
-        have = Signal(C, name="have")
-        m.d.comb += have.eq(select([(s1_soh[k], bitmap[k]) for k in range(W)], C))
-        s3_v, s3 = Signal(name="s3_valid"), Signal(lay.stage, name="s3")
-        s3_row, s3_soh = Signal(cfg.addr_bits, name="s3_row_offset"), Signal(W, name="s3_slot_oh")
-        s3_dup, s3_empty, s3_in = Signal(name="s3_dup"), Signal(name="s3_empty"), Signal(name="s3_in_row")
-        # (the chunk's place in the staging: slot x stride here, its chunk added in S3, the
-        # base in S4: one operation a step)
-        m.d.sync += [s3_v.eq(s1_v), s3.eq(s1), s3_soh.eq(s1_soh), s3_in.eq(s1_coh.any()),
-                     s3_dup.eq((have & s1_coh).any()), s3_empty.eq(have == 0),
-                     s3_row.eq((s1_slot * cfg.stride_bytes)[:cfg.addr_bits])]
-        # ---- S3 (on S3's registers): a new chunk's staging write; whether the row is whole
-        # now (the slot's bitmap, with this chunk's bit, all set), registered into S4
-        fresh = Signal(name="fresh")                 # the chunk is new and within the row
-        m.d.comb += fresh.eq(s3_v & s3_in & ~s3_dup)
-        full = Signal(name="full")
-        m.d.comb += full.eq(select([(s3_soh[k], bitmap[k]) for k in range(W)], C).all())
-        s4, s4_soh = Signal(lay.stage, name="s4"), Signal(W, name="s4_slot_oh")
-        s4_whole, s4_first = Signal(name="s4_whole"), Signal(name="s4_first")
-        s4_v, s4_wen, s4_off = Signal(name="s4_valid"), Signal(name="s4_write"), Signal(cfg.addr_bits, name="s4_offset")
+    def slot_of(self, p):
+        return stage_slot(self.cfg, self.node, p.src_node, p.tag)
+
+    def writes(self, s3):
+        """A good row's new chunk, if the row names other GPUs of the node (the forwards
+        read it back)."""
+        T = self.cfg.relay_targets
         remote = Cat(*(s3.valid[t] & (s3.gpu[t] != self.rank) for t in range(T))).any()
-        m.d.sync += [s4.eq(s3), s4_soh.eq(s3_soh), s4_whole.eq(fresh & full), s4_first.eq(fresh & s3_empty),
-                     s4_v.eq(s3_v), s4_wen.eq(fresh & ~s3.drop & remote),
-                     s4_off.eq((s3_row + s3.chunk * cfg.chunk_bytes)[:cfg.addr_bits])]
-        # ---- the bitmaps: a chunk's bit set in S2; a whole row's slot cleared from S4 (a
-        # chunk of its slot in between is a duplicate of the row either way: the slot's
-        # next row waits for this one's credit)
-        for k in range(W):
-            with m.If(s4_whole & s4_soh[k]):
-                m.d.sync += bitmap[k].eq(0)
-            with m.Elif(s1_v & s1_soh[k]):
-                m.d.sync += bitmap[k].eq(bitmap[k] | s1_coh)
-        # the staging write, from S4's registers (a new chunk of a good row naming other GPUs)
-        addr = (self.base + s4_off)[:cfg.addr_bits]
-        m.d.comb += [wq.w_en.eq(s4_wen), wq.w_data.eq(Cat(addr, s4.data)),
-                     self.wr.valid.eq(wq.r_rdy), self.wr.payload.eq(wq.r_data), wq.r_en.eq(self.wr.ready)]
-        # room for the chunks in S1, S3 and S4 and the next beside the ones queued: from
-        # registers only
-        m.d.comb += self.i.ready.eq(wq.level + s1_v + s3_v + s4_v <= WRITE_DEPTH - 2)
-        # ---- outputs from S4's registers: the first chunk's mark, the whole row, a dropped row's credit
-        m.d.comb += [self.mark_valid.eq(s4_first & ~s4.drop), self.mark_node.eq(s4.src_node),
+        return ~s3.drop, remote
+
+    def outputs(self, m, s4, first, whole):
+        """The first chunk's mark, the whole row, a dropped row's credit."""
+        cfg, lay = self.cfg, self.lay
+        m.d.comb += [self.mark_valid.eq(first & ~s4.drop), self.mark_node.eq(s4.src_node),
                      self.mark_tag.eq(s4.tag), self.mark_local.eq(s4.local)]
-        m.d.comb += [self.row.valid.eq(s4_whole & ~s4.drop), self.row.payload.eq(s4.as_value()[:lay.row.size])]
-        m.d.comb += [self.done.valid.eq(s4_whole & s4.drop), self.done.payload.tag.eq(s4.tag),
+        m.d.comb += [self.row.valid.eq(whole & ~s4.drop), self.row.payload.eq(s4.as_value()[:lay.row.size])]
+        m.d.comb += [self.done.valid.eq(whole & s4.drop), self.done.payload.tag.eq(s4.tag),
                      self.done.payload.src.eq((s4.src_node * cfg.node_gpus + s4.src_rank)[:cfg.src_bits])]
-        ev_drop, n_drop = Signal(name="ev_drop"), Signal(32, name="n_drop")
-        m.d.sync += [ev_drop.eq(s3_v & ~fresh), n_drop.eq(n_drop + ev_drop)]
-        m.d.comb += self.drops.eq(n_drop)
+
+
+#: whole partial rows (and dropped ones, owing their credit) the partial staging holds for
+#: its feed
+PARTIAL_ROWS = 4
+
+
+def partial_slot(cfg: HubConfig, sender, ptag):
+    """The P window's slot of (``sender``, ``ptag``) at a relay: the sender's local rank
+    times the P tags, plus the tag."""
+    return (sender * cfg.partial_span + ptag)[:max(1, (cfg.partial_window - 1).bit_length())]
+
+
+def partial_row_layout(cfg: HubConfig) -> data.StructLayout:
+    """A whole partial row the staging hands its feed: its slot, whether it was dropped
+    (only its credit is owed), and its header (sender, P tag, owner's node, token, slot)."""
+    lay = RelayLayouts(cfg).pstage
+    return data.StructLayout({"at": max(1, (cfg.partial_window - 1).bit_length()), "drop": 1,
+                              **{k: lay.members[k] for k in ("sender", "ptag", "src_node", "token", "slot")}})
+
+
+class PartialStage(ChunkStage):
+    """The relay's partial staging: partial output rows' chunks (from the input, one a
+    cycle) kept in HBM at ``base`` + slot x row stride, slot = (sender, P tag), until the
+    row is whole; then the row (or a dropped row, for its credit) goes to the feed
+    (:mod:`.partial_feed`), which reads it back in chunk order for the reduce. Its slot
+    is reused only after the row's credit, which the feed returns once it has read the
+    row: a staged row is never overwritten while it is read.
+
+    Attributes
+    ----------
+    i : In(stream of RelayLayouts.pstage)
+        Partial rows' chunks (a good row's, or one dropped with its credit owed: ``drop``).
+    base : In(addr_bits)
+        PARTIAL_STAGE_BASE.
+    wr : Out(stream of (addr, data))
+        Staged chunks to HBM (a good row's).
+    row : Out(stream of :func:`partial_row_layout`)
+        Whole rows, in the order they became whole (:data:`PARTIAL_ROWS` held: the input
+        waits while the chunks in flight could fill them).
+    drops : Out(32)
+        Chunks dropped here: one already in, or past the row (a cycle late).
+    """
+
+    def __init__(self, cfg: HubConfig):
+        if not cfg.relay:
+            self._MustUse__silence = True
+            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a partial staging needs relay: true")
+        self.lay = RelayLayouts(cfg)
+        self.row_layout = partial_row_layout(cfg)
+        super().__init__(cfg, cfg.partial_window, self.lay.pstage, {},
+                         {"row": Out(stream.Signature(self.row_layout))})
+
+    def slot_of(self, p):
+        return partial_slot(self.cfg, p.sender, p.ptag)
+
+    def elaborate(self, platform):
+        self._rows = SyncFIFOBuffered(width=self.row_layout.size, depth=PARTIAL_ROWS)
+        m = super().elaborate(platform)
+        m.submodules.rows = self._rows
         return m
 
+    def room(self, s1_v, s3_v, s4_v):
+        """Room in the row queue for every chunk in S1, S3 and S4 and the next to end a
+        row (registers only)."""
+        return self._rows.level + s1_v + s3_v + s4_v <= PARTIAL_ROWS - 1
+
+    def outputs(self, m, s4, first, whole):
+        """A whole row (good or dropped) into the row queue."""
+        rq = self._rows
+        entry = Signal(self.row_layout, name="row_entry")
+        m.d.comb += [entry.at.eq(partial_slot(self.cfg, s4.sender, s4.ptag)), entry.drop.eq(s4.drop)]
+        m.d.comb += [getattr(entry, k).eq(getattr(s4, k)) for k in ("sender", "ptag", "src_node", "token", "slot")]
+        m.d.comb += [rq.w_en.eq(whole), rq.w_data.eq(entry),
+                     self.row.valid.eq(rq.r_rdy), self.row.payload.eq(rq.r_data), rq.r_en.eq(self.row.ready)]
