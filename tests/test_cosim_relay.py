@@ -221,6 +221,22 @@ def test_partial_flows_are_bounded_by_their_p_window(monkeypatch):
     assert ends[busy].max() > ends_w[busy].max() + 1.0
 
 
+def test_reduce_is_no_faster_than_its_datapath(L, runs):
+    """The reduce takes a partial row a chunk a cycle and a cycle between rows (the RTL's
+    rate, :func:`reduce_row_us`): each part's service in the relay's accumulate queue is
+    the longer of that and its HBM bytes' time -- the busiest relay's busy time, from the
+    routing, is the sum of those (at 32 tokens per GPU the datapath's is the longer for
+    every part)."""
+    row_us = R.reduce_row_us(L.hub, L.model.hidden)
+    assert row_us == pytest.approx((2 * L.model.hidden // L.hub.chunk_bytes + 1) / (L.hub.hub_clock_GHz * 1e3))
+    # a part's HBM bytes are at most a middle part's accumulator read and write (8 x
+    # hidden) and its staging write and read (4 x hidden): shorter than the datapath's row
+    assert 12 * L.model.hidden / L.gpu.hbm < row_us
+    relay, _, _ = partial_parts(L)
+    busy = np.bincount(relay, minlength=L.G) * row_us
+    assert runs[REDUCE].extra["relay"]["reduce_busy_us_max"] == pytest.approx(busy.max(), rel=1e-9)
+
+
 def test_fifo_accumulate_order():
     a = np.array([0.0, 0.0, 5.0, 5.5])
     s = np.array([1.0, 2.0, 1.0, 1.0])

@@ -56,15 +56,20 @@ The mechanism is the reference model's (:mod:`moehub.spec.relay`), on the layer'
   the bytes of :func:`~moehub.spec.relay.reduce_hbm_bytes` (:func:`part_hbm_bytes` per
   part, both kinds). The accumulate datapath streams the staging's and the accumulator's
   bytes at the GPU's achievable HBM bandwidth (:attr:`~..gpu.GpuModel.hbm`; ASSUMPTION:
-  the whole of it, not shared), one part after another in arrival order, so a sum is
+  the whole of it, not shared), but no faster than its datapath: a chunk of the row a
+  hub cycle and a cycle between rows (:func:`reduce_row_us`, the RTL's rate: at 128-byte
+  chunks and 1.98 GHz, 253 GB/s of partial rows per relay -- below an H100's NVLink, so
+  a relay that receives partial rows from every GPU of its node can be the combine's
+  bottleneck), one part after another in arrival order, so a sum is
   final when its last part has been accumulated; its one reduced row (BF16) then crosses
   the NIC to the owner (``combine_relay`` network, on the ``COMBINE_GRID_US`` grid).
   ASSUMPTION: the reduce's HBM traffic takes no HBM bandwidth from the relay GPU's
   concurrent GEMMs (it is counted -- ``extra['relay']``: ``rmw_GB`` the accumulator's,
   ``stage_GB`` the staging's, ``reduce_hbm_GB`` both -- and its time bounds that effect:
-  ``rmw_us_max`` the accumulator's, ``reduce_hbm_us_max`` both, per relay); the partial
-  rows enter the reduction at link rate (the hub's packet port, lanes x clock x chunk,
-  is sized to absorb its link).
+  ``rmw_us_max`` the accumulator's, ``reduce_hbm_us_max`` both, per relay, and
+  ``reduce_busy_us_max`` the busiest relay's reduce with its datapath's bound); the partial
+  rows enter the staging at link rate (the hub's packet port, lanes x clock x chunk,
+  is sized to absorb its link; the staging takes a chunk a cycle, as the reduce does).
 * **Partial credits** (``reduce``). Each (sender GPU, relay) pair of a node holds at
   most ``partial_span`` partial rows in flight (the P credit class, ``partial_tags``; 0 =
   ``tags_per_source``, :attr:`~moehub.spec.config.HubConfig.partial_span`; the relay's
@@ -286,6 +291,17 @@ def dispatch_stats(L: Layer, R: Routes, n_forward: int, rcfg) -> dict:
             "forward_tags": int(rcfg.forward_tags)}
 
 
+def reduce_row_us(rcfg, hidden: int) -> float:
+    """The reduce datapath's time for one partial row: its BF16 row in chunks of the hub's
+    ``chunk_bytes``, one a cycle, and a cycle between rows (the partial feed reads the
+    staged row a chunk a cycle; the reduce engine takes a chunk a cycle and a cycle
+    between ops: :mod:`moehub.rtl.relay.partial_feed`, :mod:`moehub.rtl.relay.reduce_engine`),
+    at the hub's clock. A part's service time is the longer of this and its HBM bytes'
+    time."""
+    chunks = -(-2 * hidden // rcfg.chunk_bytes)
+    return (chunks + 1) / (rcfg.hub_clock_GHz * 1000.0)
+
+
 def _fifo_done(arrive: np.ndarray, service: np.ndarray) -> np.ndarray:
     """Completion times of jobs served one after another in the given order:
     c_i = max(a_i, c_{i-1}) + s_i = S_i + max_{j <= i} (a_j - S_{j-1}), S the running sum."""
@@ -442,12 +458,15 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
     rmw, stage = part_hbm_bytes(n, nth, H)
     hbm = L.gpu.hbm
     cdone = np.empty(len(sid))
-    rmw_us, red_us = np.zeros(G), np.zeros(G)
+    rmw_us, red_us, busy_us = np.zeros(G), np.zeros(G), np.zeros(G)
+    # a part's service: its HBM bytes' time, no shorter than the datapath's row
+    service = np.maximum((rmw + stage) / hbm, reduce_row_us(rcfg, H))
     for r in np.unique(prelay).tolist():
         m = prelay == r
-        cdone[m] = _fifo_done(parr[m], (rmw[m] + stage[m]) / hbm)
+        cdone[m] = _fifo_done(parr[m], service[m])
         rmw_us[r] = float(rmw[m].sum() / hbm)
         red_us[r] = float((rmw[m] + stage[m]).sum() / hbm)
+        busy_us[r] = float(service[m].sum())
     final = np.zeros(len(us))
     np.maximum.at(final, sid, cdone)
     final = np.ceil(final / C.COMBINE_GRID_US - 1e-9) * C.COMBINE_GRID_US
@@ -485,6 +504,7 @@ def combine_reduce(L: Layer, res: SystemResult, batches_by_gpu, arrivals, result
              "stage_GB": float(stage.sum() / 1e9),
              "reduce_hbm_GB": float((rmw.sum() + stage.sum()) / 1e9),
              "reduce_hbm_us_max": float(red_us.max()),
+             "reduce_busy_us_max": float(busy_us.max()),
              "partial_span": int(rcfg.partial_span)}
     return recv, stats, order
 
