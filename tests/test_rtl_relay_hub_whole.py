@@ -31,9 +31,21 @@ At the end (the layer done; a bound in cycles catches a hang):
 * the relay registers, read over the CSR bus, are the model's: rows relayed, with own
   targets, forwards per GPU, forward rows in, drops per reason, sums opened at the reduce,
   the staging's drops (0).
+
+With the combine (:func:`play_combine`), after the dispatch: every good relay row's
+targets send their partial rows (class PARTIAL) through the lanes, each GPU keeping its P
+window (credits on ``pcredit``), with a part for a token no sum has, a second part of a
+slot and a part of an owner of another rank; the partial staging's and the accumulators'
+memories answer in order after a random delay. Then every partial row the reduce took is
+one that was sent, all good ones reach it, every reduced row is :class:`ReduceModel`'s to
+the bit (fed the same rows in the order the reduce took them), every P credit comes back
+once, and RED_ROWS, RED_DROPS (the input's refusal among them), RED_ACC_READS/WRITES and
+PARTIAL_STAGE_DROPS are the model's.
 """
 import random
 from collections import defaultdict
+
+import numpy as np
 
 import pytest
 from amaranth.sim import Simulator
@@ -42,12 +54,14 @@ from moehub.rtl.relay.hub import RelayHub
 from moehub.spec.csr_map import CTRL_START
 from moehub.spec.formats import (CtlKind, HubFormats, PacketKind, RelayFormats, RelayReason, RowClass,
                                  config_reasons)
-from moehub.spec.relay import RelayHubModel, global_gpu, ingress, relay_row_of
+from moehub.spec.formats import ReduceReason
+from moehub.spec.relay import (ReduceModel, RelayHubModel, bf16_bits, bf16_value, global_gpu, ingress,
+                               relay_row_of)
 from moehub.verif.formal.plant import broken_class
 from test_rtl_relay_hub import csr_read, csr_write
 from test_rtl_relay_ingress import R22, R33
 
-STAGE_BASE, ACC_BASE = 0x3000_0000, 0x4000_0000
+STAGE_BASE, ACC_BASE, PSTAGE_BASE = 0x3000_0000, 0x4000_0000, 0x5000_0000
 
 
 class Row:
@@ -101,7 +115,8 @@ def make_rows(rng, cfg, node, rank, n):
             head = dict(cls=RowClass.RELAY, src_node=s_node, src_rank=rank, tag=tag, token=token)
             for i in range(T):
                 head.update({f"valid{i}": int(i == 0 or rng.random() < 0.6), f"gpu{i}": pairs[i][0],
-                             f"expert{i}": pairs[i][1], f"slot{i}": slots[i], f"weight{i}": rng.getrandbits(16)})
+                             f"expert{i}": pairs[i][1], f"slot{i}": slots[i],
+                             f"weight{i}": bf16_bits(rng.uniform(-2.0, 2.0))})
             broken = rng.random()
             if broken < 0.08:
                 head["gpu0"] = G                          # a GPU outside the node
@@ -157,8 +172,100 @@ def credit_key(cfg, node, rank, src, tag):
     return ("R", src, tag) if s_rank == rank else ("F", s_rank, tag)
 
 
-def run_whole(cfg, seed, rows=30, node=0, rank=1):
-    """The bench (see the module docstring); returns what it saw."""
+def partial_rows(rng, cfg, relays, rank):
+    """The combine's partial rows for the good relay rows ``relays``: one per target, from
+    the target's GPU (its P tags in turn), random BF16 data; and three the reduce or the
+    input refuses: a slot no sum expects, a second part of a slot, an owner of another
+    rank. Returns Rows (kind ``partial``, ``info`` (header, data bits))."""
+    fm, tags, out = RelayFormats(cfg), defaultdict(int), []
+    heads = [(g, dict(src_node=row.src_node, src_rank=row.src_rank, token=row.token, slot=sl))
+             for row, _ in relays for g, _x, sl, _w in row.targets]
+    if heads:
+        g, h = heads[0]
+        heads += [(g, dict(h, token=(1 << cfg.token_bits) - 1)), (g, dict(h)),
+                  (g, dict(h, src_rank=(rank + 1) % cfg.node_gpus))]
+    rng.shuffle(heads)
+    for g, h in heads:
+        ptag = tags[g] % cfg.partial_span
+        tags[g] += 1
+        data = [bf16_bits(rng.gauss(0.0, 1.0)) for _ in range(cfg.chunks_per_row)]
+        words = [fm.partial_row.pack(cls=RowClass.PARTIAL, sender=g, ptag=ptag, **h, chunk=c, data=d)
+                 for c, d in enumerate(data)]
+        out.append(Row("partial", ("P", g, ptag), words, (h, data)))
+    return out
+
+
+async def play_combine(ctx, dut, cfg, rng, layer_parts, seed):
+    """The combine after the dispatch: the partial rows through the lanes (each sender's P
+    window kept, credits from ``pcredit``), the partial staging's and the accumulators'
+    memories answering in order after a random delay, every output back-pressured. Returns
+    (the rows as the reduce took them: (src_node, token, slot, data), the reduced rows'
+    chunks, credits seen)."""
+    L, C = cfg.lanes, cfg.chunks_per_row
+    send = Senders(rng, list(layer_parts), [])
+    pending, pmem, acc, preads, areads = [None] * L, {}, {}, [], []
+    intake, beats, reduced, pcredits, idle = [], 0, [], [], 0
+    for cycle in range(200 * C * max(1, len(layer_parts))):
+        where = f"seed {seed} combine cycle {cycle}"
+        if send.empty() and not send.busy and not any(p is not None for p in pending) \
+                and not preads and not areads and cycle > 0 and idle > 3 * C + 40:
+            break
+        for j in range(L):
+            if pending[j] is None and rng.random() < 0.7:
+                pending[j] = send.next()
+            ctx.set(dut.i[j].valid, pending[j] is not None)
+            ctx.set(dut.i[j].payload, pending[j] or 0)
+        for s_ in (dut.pstage_wr, dut.pstage_rd, dut.pcredit, dut.acc_rd, dut.acc_wr, dut.reduced):
+            ctx.set(s_.ready, rng.random() < 0.8)
+        for port, q in ((dut.pstage_rdata, preads), (dut.acc_rdata, areads)):
+            ctx.set(port.valid, bool(q) and q[0][0] <= cycle)
+            ctx.set(port.payload, q[0][1] if q else 0)
+        # ---- the cycle's handshakes
+        if ctx.get(dut.pstage_wr.valid) and ctx.get(dut.pstage_wr.ready):
+            pmem[ctx.get(dut.pstage_wr.payload.addr)] = ctx.get(dut.pstage_wr.payload.data)
+        if ctx.get(dut.acc_wr.valid) and ctx.get(dut.acc_wr.ready):
+            acc[ctx.get(dut.acc_wr.payload.addr)] = ctx.get(dut.acc_wr.payload.data)
+        for port, q in ((dut.pstage_rdata, preads), (dut.acc_rdata, areads)):
+            if ctx.get(port.valid) and ctx.get(port.ready):
+                q.pop(0)
+        for port, q, mem in ((dut.pstage_rd, preads, pmem), (dut.acc_rd, areads, acc)):
+            if ctx.get(port.valid) and ctx.get(port.ready):
+                a = ctx.get(port.payload.addr) if mem is acc else ctx.get(port.payload)
+                assert a in mem, f"{where}: a read of {a:#x}, never written"
+                q.append((max(cycle + rng.randrange(1, 6), q[-1][0] if q else 0), mem[a]))
+        part = dut.reduce.partial                       # (inside: the rows the reduce takes)
+        if ctx.get(part.valid) and ctx.get(part.ready):
+            if beats == 0:
+                intake.append([ctx.get(part.payload.src_node), ctx.get(part.payload.token),
+                               ctx.get(part.payload.slot), []])
+            intake[-1][3].append(ctx.get(part.payload.data))
+            beats = (beats + 1) % C
+        if ctx.get(dut.reduced.valid) and ctx.get(dut.reduced.ready):
+            o = dut.reduced.payload
+            reduced.append(tuple(ctx.get(getattr(o, k)) for k in ("src_node", "src_rank", "token", "parts",
+                                                                    "chunk", "data")))
+        if ctx.get(dut.pcredit.valid) and ctx.get(dut.pcredit.ready):
+            key = ("P", ctx.get(dut.pcredit.payload.sender), ctx.get(dut.pcredit.payload.ptag))
+            assert key in send.busy, f"{where}: P credit {key} for no row in flight"
+            send.busy.discard(key)
+            send.in_flight.pop(key, None)
+            pcredits.append(key)
+        idle = 0 if any(ctx.get(x.valid) for x in (dut.reduced, part, dut.acc_wr)) else (idle + 1 if cycle else 0)
+        for j in range(L):
+            if pending[j] is not None and ctx.get(dut.i[j].ready):
+                pending[j] = None
+        await ctx.tick()
+    else:
+        raise AssertionError(f"seed {seed}: the combine hangs ({len(send.busy)} P credits owed)")
+    for j in range(L):
+        ctx.set(dut.i[j].valid, 0)
+    assert beats == 0, f"seed {seed}: a partial row left the feed in part"
+    return intake, reduced, pcredits
+
+
+def run_whole(cfg, seed, rows=30, node=0, rank=1, combine=False):
+    """The bench (see the module docstring); returns what it saw. ``combine``: then the
+    combine's partial rows for the good relay rows (:func:`play_combine`)."""
     dut = RelayHub(cfg)
     L, C, fm, hf = cfg.lanes, cfg.chunks_per_row, RelayFormats(cfg), HubFormats(cfg)
     out = {}
@@ -258,13 +365,20 @@ def run_whole(cfg, seed, rows=30, node=0, rank=1):
             await ctx.tick()
             cycle += 1
         await ctx.tick().repeat(40)
+        if combine:
+            await write(ctx, "PARTIAL_STAGE_BASE", PSTAGE_BASE)
+            parts = partial_rows(rng, cfg, relays, rank)
+            out["parts"] = parts
+            out["intake"], out["reduced"], out["pcredits"] = await play_combine(ctx, dut, cfg, rng, parts, seed)
         out.update(cycles=cycle, done=done, layer=layer, relays=relays, fwd_chunks=dict(fwd_chunks),
                    credits=credits, metas=metas, fwd_done_at=fwd_done_at, stage_writes=stage_writes,
                    busy=set(send.busy))
         out["regs"] = {(name, i): await read(ctx, name, i)
                        for name, n in (("RELAY_ROWS", 1), ("RELAY_LOCAL", 1), ("FWD_ROWS", cfg.node_gpus),
                                        ("FWD_IN", 1), ("RELAY_DROPS", len(RelayReason)), ("RED_OPEN", 1),
-                                       ("RELAY_STAGE_DROPS", 1), ("RELAY_OVERFLOW", 1))
+                                       ("RELAY_STAGE_DROPS", 1), ("RELAY_OVERFLOW", 1), ("RED_ROWS", 1),
+                                       ("RED_DROPS", len(ReduceReason)), ("RED_ACC_READS", 1),
+                                       ("RED_ACC_WRITES", 1), ("PARTIAL_STAGE_DROPS", 1))
                        for i in range(n)}
         out["hub_drops"] = [await read(ctx, "DROPS", r) for r in range(len(config_reasons(cfg)))]
 
@@ -337,12 +451,44 @@ def check_whole(cfg, out, node, rank, seed):
     for r in out["layer"]:
         if r.kind == "relay" and r.info[2].reason is not None:
             drops[r.info[2].reason] += 1
+    red = check_combine(cfg, out, node, rank, seed) if "parts" in out else None
+    red_regs = {("RED_ROWS", 0): len(red.out) if red else 0, ("RED_ACC_READS", 0): red.rows_read if red else 0,
+                ("RED_ACC_WRITES", 0): red.rows_written if red else 0, ("PARTIAL_STAGE_DROPS", 0): 0,
+                **{("RED_DROPS", i): (red.drops()[i] + (i == ReduceReason.BAD_PARTIAL) * out["input_bad_partials"]
+                                      if red else 0) for i in range(len(ReduceReason))}}
     want = {("RELAY_ROWS", 0): model.relay_rows, ("RELAY_LOCAL", 0): model.relay_local,
-            ("FWD_IN", 0): sum(1 for r in out["layer"] if r.kind == "forward"),
-            ("RED_OPEN", 0): model.relay_rows, ("RELAY_STAGE_DROPS", 0): 0, ("RELAY_OVERFLOW", 0): 0,
+            ("FWD_IN", 0): sum(1 for r in out["layer"] if r.kind == "forward"), **red_regs,
+            ("RED_OPEN", 0): len(red.acc) if red else model.relay_rows, ("RELAY_STAGE_DROPS", 0): 0,
+            ("RELAY_OVERFLOW", 0): 0,
             **{("FWD_ROWS", g): model.fwd_rows[g] for g in range(cfg.node_gpus)},
             **{("RELAY_DROPS", i): drops[i] for i in range(len(RelayReason))}}
     assert out["regs"] == want, f"{where}: registers {out['regs']}, the model's {want}"
+    return model
+
+
+def check_combine(cfg, out, node, rank, seed):
+    """The combine against :class:`ReduceModel`: the good relay rows' sums opened, the
+    partial rows added in the order the reduce took them (which the partial staging's own
+    test checks: whole, in order, each row's data) -- every reduced row the model's, to
+    the bit and in order; every partial row's P credit exactly once. Returns the model
+    (and sets ``out['input_bad_partials']``, the rows the input refused)."""
+    where = f"seed {seed}"
+    model = ReduceModel(cfg, node=node)
+    for row, _ in out["relays"]:
+        model.open(global_gpu(cfg, row.src_node, row.src_rank), row.token,
+                   tuple((sl, float(bf16_value(w))) for _g, _x, sl, w in row.targets))
+    sent = {(h["src_node"], h["token"], h["slot"], tuple(d)) for h, d in (r.info for r in out["parts"])
+            if h["src_rank"] == rank}
+    out["input_bad_partials"] = sum(1 for r in out["parts"] if r.info[0]["src_rank"] != rank)
+    for src_node, token, slot, data in out["intake"]:
+        assert (src_node, token, slot, tuple(data)) in sent, f"{where}: the reduce took a row never sent"
+        model.partial(global_gpu(cfg, src_node, rank), token, slot,
+                      np.array([bf16_value(d) for d in data], np.float32))
+    assert len(out["intake"]) == len(sent), f"{where}: {len(out['intake'])} rows reached the reduce of {len(sent)}"
+    want = [(src // cfg.node_gpus, src % cfg.node_gpus, token, parts, c, bf16_bits(v))
+            for src, token, parts, row in model.out for c, v in enumerate(row)]
+    assert out["reduced"] == want, f"{where}: reduced rows {out['reduced'][:4]}..., the model's {want[:4]}..."
+    assert sorted(out["pcredits"]) == sorted(r.key for r in out["parts"]), f"{where}: P credits"
     return model
 
 
@@ -376,6 +522,26 @@ PLANTS = {
 }
 
 
+#: planted in the combine's side: run with the combine
+COMBINE_PLANTS = {
+    # the feed hands the reduce each row's chunks with its slot lost
+    "feed-slot-lost": ("moehub.rtl.relay.partial_feed", "PartialFeed", "o.slot.eq(front.slot)", "o.slot.eq(0)"),
+    # the partial staging hands a row on at its first chunk, not its last
+    "pstage-row-early": ("moehub.rtl.relay.stage", "PartialStage", "m.d.comb += [rq.w_en.eq(whole),",
+                         "m.d.comb += [rq.w_en.eq(first),"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", list(COMBINE_PLANTS))
+def test_planted_combine_bug_is_caught(plant, monkeypatch):
+    import moehub.rtl.relay.hub as hub_mod
+    mod, cls, old, new = COMBINE_PLANTS[plant]
+    monkeypatch.setattr(hub_mod, cls, broken_class(mod, old, new, cls))
+    with pytest.raises(AssertionError, match="seed 5"):
+        check_whole(R22, run_whole(R22, 5, rows=24, node=0, rank=1, combine=True), 0, 1, 5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_planted_bug_is_caught(plant, monkeypatch):
@@ -384,3 +550,14 @@ def test_planted_bug_is_caught(plant, monkeypatch):
     monkeypatch.setattr(hub_mod, cls, broken_class(mod, old, new, cls))
     with pytest.raises(AssertionError, match="seed 1"):
         check_whole(R22, run_whole(R22, 1, rows=24, node=0, rank=1), 0, 1, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg,node,rank,seed", [(R22, 0, 1, 5), (R33, 1, 2, 6)])
+def test_whole_relay_hub_dispatch_and_combine(cfg, node, rank, seed):
+    """A layer's dispatch, then its combine: every good relay row's targets send their
+    partial rows through the lanes, the reduce's sums the model's to the bit."""
+    out = run_whole(cfg, seed, rows=24, node=node, rank=rank, combine=True)
+    check_whole(cfg, out, node, rank, seed)
+    assert len(out["reduced"]) >= 5 * cfg.chunks_per_row and out["input_bad_partials"] == 1, out["regs"]
+    assert out["regs"][("RED_DROPS", int(ReduceReason.BAD_PARTIAL))] == 3, out["regs"]
