@@ -54,10 +54,14 @@ UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
          # credit join)
          "relay_stage": ("moehub.rtl.relay.stage", "RelayStage"),
          "forward_egress": ("moehub.rtl.relay.egress", "ForwardEgress"),
-         "credit_join": ("moehub.rtl.relay.credit_join", "RelayCredits")}
+         "credit_join": ("moehub.rtl.relay.credit_join", "RelayCredits"),
+         # (the combine's side in front of the reduce: the partial staging's chunk
+         # bitmaps, the feed that reads whole rows back)
+         "partial_stage": ("moehub.rtl.relay.stage", "PartialStage"),
+         "partial_feed": ("moehub.rtl.relay.partial_feed", "PartialFeed")}
 #: the units of a relay config (``relay: true``, so ``nodes`` >= 2 and ``gpus_per_node``)
 RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element", "reduce_path",
-               "relay_input", "relay_stage", "forward_egress", "credit_join")
+               "relay_input", "relay_stage", "forward_egress", "credit_join", "partial_stage", "partial_feed")
 
 
 def build(unit: str, cfg: HubConfig):

@@ -19,7 +19,7 @@ answer leaves on ``out`` with its context. A credit command waits until every re
 it has been answered and sent (the context FIFO empty), then goes to the credit join:
 only then may the staging slot, and with it the source's tag, be reused.
 """
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out

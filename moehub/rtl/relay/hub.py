@@ -21,6 +21,10 @@ control path beside it, as far as it attaches without changing the packet manage
     RelayControl.fwd, rcredit --> ForwardEgress --stage_rd/stage_rdata--> --fwd_out--> (NVLink)
                                         `-- forwards read --> RelayCredits <-- MoEHub's credits
                                                                   `--> credit (the top's)
+    RelayIngress --PARTIAL chunks--> PartialStage --pstage_wr--> (HBM)
+                                          `-- whole rows --> PartialFeed --pstage_rd/pstage_rdata-->
+                                                               |-- partial --> ReducePath
+                                                               `-- pcredit --> (the node's GPUs)
 
     MoEHub(cfg): wr, ctl, credit, csr, layer_done; and inside the top
       relay_status <-- the relay's and the reduce's counters (the CSR bank's relay registers)
@@ -67,9 +71,11 @@ every relay chunk to the staging, which keeps a forwarded row's chunks in HBM
 forwards are read back from the staging and sent on ``fwd_out`` by the egress, which
 passes a row's credit on once its forwards are read; the credit join returns the R
 credit when that and the packet manager's credit of the row's own targets are in
-(tests/test_rtl_relay_hub_whole.py). Still missing: ``partial`` fed from the target
-decode of partial output rows (a staging that hands the reduce each row whole, its
-chunks in order).
+(tests/test_rtl_relay_hub_whole.py). The combine's side (:class:`~.stage.PartialStage`,
+:mod:`.partial_feed`): the input hands every partial row's chunk to the partial staging,
+which keeps it in HBM (PARTIAL_STAGE_BASE) until the row is whole; the feed reads each
+whole row back in chunk order into the reduce path's ``partial`` and returns the row's P
+credit on ``pcredit``.
 """
 from types import SimpleNamespace
 

@@ -90,9 +90,12 @@ class ReduceEngine(wiring.Component):
     contexts : int
         The context FIFO's depth (default :data:`CONTEXTS`; at least 3).
     ops_in_flight : int
-        The scoreboard's entries (default :data:`OPS_IN_FLIGHT`; at least 2). The hub
-        elaborates the defaults; the formal proof (``moehub formal relay-reduce``) also
-        elaborates smaller ones.
+        The scoreboard's entries (default :data:`OPS_IN_FLIGHT`; at least 2).
+    datapath : callable
+        The datapath's constructor, ``datapath(cfg, elements, tag_bits)`` (default
+        :class:`~.accumulate.ReduceDatapath`). The hub elaborates the defaults; the formal
+        proof (``moehub formal relay-reduce``) also elaborates smaller depths and a
+        shorter pipeline of the datapath's control.
 
     Attributes
     ----------
@@ -117,7 +120,7 @@ class ReduceEngine(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig, elements: int | None = None, chunks: int | None = None,
-                 contexts: int = CONTEXTS, ops_in_flight: int = OPS_IN_FLIGHT):
+                 contexts: int = CONTEXTS, ops_in_flight: int = OPS_IN_FLIGHT, datapath=ReduceDatapath):
         if not cfg.relay:
             self._MustUse__silence = True
             raise ValueError(f"hub[{cfg.name}]: a reduce engine needs relay: true")
@@ -125,7 +128,7 @@ class ReduceEngine(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"reduce engine: contexts = {contexts}, ops_in_flight = {ops_in_flight}: "
                              "at least 3 and 2")
-        self.contexts, self.ops_in_flight = contexts, ops_in_flight
+        self.contexts, self.ops_in_flight, self.datapath = contexts, ops_in_flight, datapath
         self.cfg = cfg
         self.elements = elements or max(1, cfg.data_bits // 16)
         self.chunks = chunks or cfg.chunks_per_row
@@ -149,7 +152,7 @@ class ReduceEngine(wiring.Component):
         # (each beat's context rides through the datapath beside it, as its tag: a FIFO of
         # the contexts inside, written as a beat went in, put its write enable's fan-out
         # behind the join -- 24.2 FO4)
-        m.submodules.datapath = dp = ReduceDatapath(self.cfg, self.elements, lay["context"].size)
+        m.submodules.datapath = dp = self.datapath(self.cfg, self.elements, lay["context"].size)
         m.submodules.contexts = ctx = SyncFIFOBuffered(width=lay["context"].size, depth=self.contexts)
         # (the reduce unit's op comes from a register: the hazard check and the take start
         # there -- from the unit's record read through its op into the issue's address

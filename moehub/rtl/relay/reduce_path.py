@@ -18,8 +18,8 @@ an ``op`` (the part is taken: the row's chunks go on to the
 no other row's sum sees them). The next row's header waits until this row's chunks have
 all gone, so the engine's ops and rows pair up in order.
 
-Contract of ``partial`` (what the packet manager's staging of partial rows must give it,
-not built yet): each partial row whole, its ``chunks`` chunks in order, one after the
+Contract of ``partial`` (what the partial feed, :mod:`.partial_feed`, gives it from the
+partial staging): each partial row whole, its ``chunks`` chunks in order, one after the
 other, each beat carrying the row's header. Opens come from the relay control path
 (:class:`~.hub.RelayControl`'s ``open``), the flush from RED_CTRL.RED_FLUSH.
 """

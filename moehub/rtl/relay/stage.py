@@ -1,5 +1,9 @@
-"""The relay hub's staging (protocol v3): a relay row's chunks kept for its forwards, the
-row handed to the forward unit once it is whole.
+"""The relay hub's stagings (protocol v3): a relay row's chunks kept for its forwards, the
+row handed to the forward unit once it is whole (:class:`RelayStage`); a partial output
+row's chunks kept until the row is whole, for the reduce (:class:`PartialStage`). Both
+are a :class:`ChunkStage`: the chunk bitmaps per slot of a credit window and the four
+steps below; they differ in what a slot is, which chunks are written and what a whole
+row makes.
 
 ::
 
