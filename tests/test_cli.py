@@ -39,6 +39,19 @@ def test_rtl_writes_verilog_and_csr_map(tmp_path, capsys):
     assert "tiny:" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_rtl_writes_the_relay_hub_with_nodes(tmp_path, capsys):
+    """``--nodes N``: the relay hub (protocol v3) of N nodes of the config's GPUs, its relay
+    ports in the Verilog and its relay registers in the CSR map (slow: a minute of Yosys)."""
+    assert main(["rtl", "--config", "tiny", "--nodes", "2", "--out", str(tmp_path)]) == 0
+    v = (tmp_path / "moehub.v").read_text()
+    assert all(p in v for p in ("fwd_out__valid", "pstage_rd__valid", "pcredit__payload", "reduced__valid"))
+    header = (tmp_path / "moehub_csr.h").read_text()
+    assert "MOEHUB_PARTIAL_STAGE_BASE_OFFSET" in header and "MOEHUB_NODE_ID_OFFSET" in header
+    assert json.loads((tmp_path / "config.json").read_text())["relay"] is True
+    assert "tiny_nodes-2:" in capsys.readouterr().out
+
+
 def test_bad_config_is_a_clear_error(capsys):
     assert main(["rtl", "--config", "no-such-hub"]) == 2
     err = capsys.readouterr().err
@@ -69,6 +82,7 @@ BAD = [  # argv, the flag and value the message must name, more words it must co
     (["synth", "--config", "tiny", "--clock-ns", "0"], "--clock-ns", "'0'", "> 0"),
     (["synth", "--config", "nosuch"], "--config", "'nosuch'", "tiny"),
     (["rtl", "--config", "tiny", "--config", "nosuch"], "--config", "'nosuch'", "tiny"),
+    (["rtl", "--config", "tiny", "--nodes", "1"], "--nodes", "'1'", ">= 2"),
     (["coverage", "--config", "tiny", "--config", "nosuch"], "--config", "'nosuch'", "tiny"),
     (["coverage", "--config", "tests/data/tiny-counts.yaml"], "--config",
      "'tests/data/tiny-counts.yaml'", "deepseek-v3-8gpu, b200-nvlink5"),

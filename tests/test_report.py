@@ -1053,7 +1053,7 @@ def test_collect_and_render_the_relay_units(tmp_path):
     assert lines[3].startswith("| forward unit, 2 nodes | no record:")
     assert lines[9].startswith("| reduce unit | 2 × 8 |") and lines[9].endswith("**FAIL** (30.0 of 22.2 FO4) |")
     assert lines[12].startswith("| accumulate datapath, one element, 2 nodes | no record:")
-    assert len(lines) == 36 and "`records/synth-unit.json`" in text and "older RTL" not in text
+    assert len(lines) == 39 and "`records/synth-unit.json`" in text and "older RTL" not in text
     assert "abc1234" not in text and "`moehub synth-unit UNIT --nodes N`, 2026-12-05 04:22 UTC" in text
     older = report.render_relay_units(report.load_records(tmp_path / "records", "synth-unit"), "other")
     assert older.count("(older RTL)") == 3

@@ -70,9 +70,20 @@ def component_verilog(component, out_dir: Path, top: str = TOP, passes=SIM_PASSE
     return v_path
 
 
+def hub_component(cfg: HubConfig):
+    """The hub of ``cfg``: :class:`~.relay.hub.RelayHub` for a relay config (protocol v3:
+    ``MoEHub`` behind the relay input, the relay and combine sides beside it), else
+    :class:`~.hub.MoEHub`."""
+    if cfg.relay:
+        from .relay.hub import RelayHub
+        return RelayHub(cfg)
+    return MoEHub(cfg)
+
+
 def convert(cfg: HubConfig, out_dir: Path | None = None, top: str = TOP, force: bool = False,
             passes=SIM_PASSES) -> Path:
-    """Write ``<out_dir>/<top>.v`` (+ RTLIL, CSR map JSON and header); return the Verilog path.
+    """Write ``<out_dir>/<top>.v`` (+ RTLIL, CSR map JSON and header) of the hub of ``cfg``
+    (:func:`hub_component`); return the Verilog path.
 
     ``out_dir`` defaults to ``rtl/<config>/`` in the build folder (:mod:`moehub.paths`);
     ``passes``: the Yosys passes of the Verilog (:data:`SIM_PASSES` or :data:`QUICK_PASSES`)."""
@@ -83,12 +94,13 @@ def convert(cfg: HubConfig, out_dir: Path | None = None, top: str = TOP, force: 
     stamp = _stamp(cfg, top, passes)
     if not force and v_path.exists() and stamp_path.exists() and stamp_path.read_text() == stamp:
         return v_path
-    hub = MoEHub(cfg)
+    hub = hub_component(cfg)
     il = rtlil.convert(hub, name=top)
     (out_dir / f"{top}.il").write_text(il)
     v_path.write_text(rtlil_to_verilog(il, passes))
-    (out_dir / "csr_map.json").write_text(hub.csr_map.to_json())
-    (out_dir / "moehub_csr.h").write_text(hub.csr_map.to_c_header())
+    csr_map = (hub.hub if cfg.relay else hub).csr_map
+    (out_dir / "csr_map.json").write_text(csr_map.to_json())
+    (out_dir / "moehub_csr.h").write_text(csr_map.to_c_header())
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
     stamp_path.write_text(stamp)
     return v_path

@@ -40,6 +40,12 @@ def cmd_rtl(args) -> int:
     from ..rtl.gen import convert
     names = args.config or list(HUB_CONFIGS)
     cfgs = [load_config_flag("--config", load_hub_config, n) for n in names]
+    if args.nodes is not None:
+        from ..spec.relay import nodes_config
+        try:
+            cfgs = [nodes_config(c, args.nodes) for c in cfgs]
+        except (ValueError, ConfigError) as e:
+            raise UsageError("--nodes", args.nodes, str(e)) from None
     for i, cfg in enumerate(cfgs):
         out = args.out if not args.out or len(cfgs) == 1 else os.path.join(args.out, cfg.name)
         with progress.stage(f"rtl {cfg.name} ({i + 1}/{len(cfgs)}): Amaranth -> Verilog",
@@ -77,6 +83,9 @@ def _add_local(sub) -> None:
                    f"(repeatable; default: all of {', '.join(HUB_CONFIGS)})")
     r.add_argument("--out", default=None, help=f"output folder (default <build>/rtl/<config>; "
                    f"<build> is {HELP}; with several configs DIR/<config>)")
+    r.add_argument("--nodes", type=int_at_least(2), default=None, metavar="N",
+                   help="the relay hub (protocol v3) of N nodes of each config's GPUs, as the "
+                   "co-simulation derives a multi-node layer's hub; config named <config>_nodes-N")
     r.set_defaults(func=cmd_rtl)
 
     d = sub.add_parser("demo", help="generate the RTL and run a short MoE traffic demo through it "

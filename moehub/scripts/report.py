@@ -1735,7 +1735,8 @@ RELAY_UNIT_ROWS = (("relay_control", "relay control path"), ("forward_unit", "fo
                    ("reduce_path", "reduce path (unit, engine), one element"),
                    ("relay_input", "relay input (every lane)"), ("relay_stage", "relay staging"),
                    ("forward_egress", "forward egress"), ("credit_join", "credit join"),
-                   ("partial_stage", "partial staging"), ("partial_feed", "partial feed"))
+                   ("partial_stage", "partial staging"), ("partial_feed", "partial feed"),
+                   ("relay_hub", "relay hub, whole"))
 RELAY_NODES = (2, 4, 8)
 
 

@@ -280,7 +280,9 @@ def add_parser(sub) -> None:
 
     u = sub.add_parser("synth-unit", help="synthesise one RTL unit on its own (protocol v2's page_pool, "
                        "expert_counts, target_decode, multicast_allocator; protocol v3's relay_control, "
-                       "forward_unit, forward_check, reduce_unit, reduce_element, reduce_path, relay_input, relay_stage, forward_egress, credit_join with --nodes N): area, deepest path, "
+                       "forward_unit, forward_check, reduce_unit, reduce_element, reduce_path, relay_input, relay_stage, "
+                       "forward_egress, credit_join, partial_stage, partial_feed and the whole relay_hub "
+                       "with --nodes N): area, deepest path, "
                        "N5 projection")
     from .units import UNITS
     u.add_argument("unit", choices=sorted(UNITS))

@@ -58,10 +58,14 @@ UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
          # (the combine's side in front of the reduce: the partial staging's chunk
          # bitmaps, the feed that reads whole rows back)
          "partial_stage": ("moehub.rtl.relay.stage", "PartialStage"),
-         "partial_feed": ("moehub.rtl.relay.partial_feed", "PartialFeed")}
+         "partial_feed": ("moehub.rtl.relay.partial_feed", "PartialFeed"),
+         # (the relay hub whole: MoEHub behind the relay input, the relay and combine
+         # sides, the reduce with its datapath data_bits / 16 elements wide)
+         "relay_hub": ("moehub.rtl.relay.hub", "RelayHub")}
 #: the units of a relay config (``relay: true``, so ``nodes`` >= 2 and ``gpus_per_node``)
 RELAY_UNITS = ("relay_control", "forward_unit", "forward_check", "reduce_unit", "reduce_element", "reduce_path",
-               "relay_input", "relay_stage", "forward_egress", "credit_join", "partial_stage", "partial_feed")
+               "relay_input", "relay_stage", "forward_egress", "credit_join", "partial_stage", "partial_feed",
+               "relay_hub")
 
 
 def build(unit: str, cfg: HubConfig):
