@@ -84,9 +84,11 @@ before (step 31 alone took over a minute at load 4).
 from __future__ import annotations
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal
-from amaranth.lib import data
+from amaranth.asserts import AnySeq
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 
-from ...rtl.relay.accumulate import CUTS, beat_layouts
+from ...rtl.relay.accumulate import CUTS, _register, beat_layouts
 from ...rtl.relay.reduce_engine import CONTEXTS, OPS_IN_FLIGHT, ReduceEngine
 from ...rtl.relay.reduce_unit import Op
 from .common import Props, any_const, any_seq, count_ones, elaborate_into, memory_words, reset_first
@@ -153,20 +155,50 @@ def _sends(kind):
     return (kind == Op.LAST) | (kind == Op.ONLY) | (kind == Op.FLUSH)
 
 
+class DatapathControl(wiring.Component):
+    """The datapath as the engine sees it with its element logic cut (what :data:`SCRIPT`
+    leaves of :class:`~moehub.rtl.relay.accumulate.ReduceDatapath`): ``latency`` registers
+    of the beat's valid, kind and tag with one enable, ``advance`` (the output not valid or
+    taken; the input's ready) -- the input register, ``latency - 2`` stages, the output --
+    built by the datapath's own register helper, under the datapath's names; the result's
+    data is free every cycle."""
+
+    def __init__(self, cfg, elements: int, tag_bits: int, latency: int):
+        beat_in, beat_out = beat_layouts(elements, tag_bits)
+        self.stages = ["in", *(f"s{k}" for k in range(latency - 2))]
+        super().__init__({"i": In(stream.Signature(beat_in)), "o": Out(stream.Signature(beat_out))})
+
+    def elaborate(self, platform):
+        m = Module()
+        en = Signal(name="advance")
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        ctl = {"valid": self.i.valid, "kind": self.i.payload.kind, "tag": self.i.payload.tag}
+        for st in self.stages:
+            ctl = _register(m, en, ctl, st)
+        o = self.o.payload
+        with m.If(en):
+            m.d.sync += [self.o.valid.eq(ctl["valid"]), o.kind.eq(ctl["kind"]), o.tag.eq(ctl["tag"])]
+        m.d.comb += [o.acc.eq(AnySeq(len(o.acc))), o.row.eq(AnySeq(len(o.row)))]
+        return m
+
+
 class ReduceEngineHarness(Elaboratable):
     """A :class:`ReduceEngine` of ``cfg`` (``CHUNKS`` chunks of ``ELEMENTS`` elements)
     under its environment (module docstring)."""
 
     def __init__(self, cfg, plant: str | None = None, invariants: bool = True,
-                 chunks: int = CHUNKS, elements: int = ELEMENTS):
+                 chunks: int = CHUNKS, elements: int = ELEMENTS,
+                 contexts: int = CONTEXTS, ops_in_flight: int = OPS_IN_FLIGHT, latency: int | None = None):
         self.cfg, self.invariants, self.chunks, self.elements = cfg, invariants, chunks, elements
+        self.contexts, self.ops_in_flight, self.latency = contexts, ops_in_flight, latency
         try:
             self.dut_cls = planted(ReduceEngine, PLANTS, plant)
         except ValueError:
             self._MustUse__silence = True       # (refused: never elaborated)
             raise
         self.messages = {}
-        self.script = SCRIPT
+        self.base_script = SCRIPT if latency is None else SCRIPT[1:]
+        self.script = self.base_script
 
     def elaborate(self, platform):
         m = Module()
@@ -174,7 +206,15 @@ class ReduceEngineHarness(Elaboratable):
         R = cfg.reduce_records
         p = Props(m)
         self.messages = p.messages
-        dut = self.dut_cls(cfg, self.elements, C)
+        if self.latency is None:
+            self.stages = ["in", *(f"s{k}" for k in sorted(CUTS))]
+            dut = self.dut_cls(cfg, self.elements, C, self.contexts, self.ops_in_flight)
+        else:
+            def model(cfg, elements, tag_bits):
+                dp = DatapathControl(cfg, elements, tag_bits, self.latency)
+                self.stages = dp.stages
+                return dp
+            dut = self.dut_cls(cfg, self.elements, C, self.contexts, self.ops_in_flight, model)
         self.lay, self.dut_lay_rb = dut.lay, dut.acc_row_bytes
         self.regs = elaborate_into(m, "dut", dut, platform, into=("datapath", "contexts") if self.invariants else ())
         reset_first(m)
@@ -283,12 +323,12 @@ class ReduceEngineHarness(Elaboratable):
     def _invariants(self, m, p, regs, e):
         """The strengthening invariants (module docstring), with a ghost tag on every
         context: the scoreboard entry of its op."""
-        cfg, C, N = self.cfg, self.chunks, OPS_IN_FLIGHT
+        cfg, C, N = self.cfg, self.chunks, self.ops_in_flight
         lay = self.lay["context"]
-        D = CONTEXTS - 1                                  # the context FIFO's memory words
+        D = self.contexts - 1                                 # the context FIFO's memory words
         sb = N.bit_length() - 1                           # bits of a scoreboard entry
         words, connect = memory_words(m, "dut.contexts.storage", D, lay.size, "ctx_word")
-        self.script = SCRIPT + connect
+        self.script = self.base_script + connect
         addr_of, rec, chk, owed_w, owed_r, owed_o = (e[k] for k in ("addr_of", "rec", "chk", "owed_w", "owed_r", "owed_o"))
         fv, fw = regs["flight_valid"], regs["flight_writes"]
         fi = [regs[f"flight_index{i}"] for i in range(N)]
@@ -322,7 +362,7 @@ class ReduceEngineHarness(Elaboratable):
         g_r = Signal(sb, name="ghost_fifo_out")
         with m.If(do_read):
             m.d.sync += g_r.eq(Cat(*gm).word_select(cons, sb) if D & (D - 1) == 0 else _pick(gm, cons))
-        stages = ["in", *(f"s{k}" for k in sorted(CUTS))]
+        stages = self.stages
         g_dp = {st: Signal(sb, name=f"ghost_{st}") for st in stages}
         g_o = Signal(sb, name="ghost_out")
         adv = regs["datapath.advance"]
@@ -416,6 +456,10 @@ class ReduceEngineHarness(Elaboratable):
         p.check(regs["row_offset"] == (e["last_op"].index * self.dut_lay_rb)[:cfg.addr_bits],
                 "invariant: the registered row offset is not the offered op's")
         p.check(regs["row_offset_fresh"] == e["held"], "invariant: row_offset_fresh is not 'offered, not taken'")
+        # (the depths' decisions reached: the issue waits on a full context FIFO, and every
+        # context slot holds a chunk -- four ops of two chunks in flight)
+        p.cover(active & ~regs["contexts.w_rdy"], "the context FIFO full while an op is being issued")
+        p.cover(Cat(v for v, _, _ in pos).all(), "every context slot live")
 
 
 def _pick(values, k):
@@ -426,24 +470,47 @@ def _pick(values, k):
     return out
 
 
-#: the BMC's depth (cycles from reset; module docstring)
+#: the proof's reduced depths (module docstring): a context FIFO of 4 (3 memory words, not a
+#: power of two, as the hub's 15; with its output register 4 contexts), the hub's 4 ops in
+#: flight, the datapath's control 4 cycles long -- 8 context slots, as many as 4 ops of 2
+#: chunks can fill
+PROOF_DEPTHS = dict(contexts=4, ops_in_flight=OPS_IN_FLIGHT, latency=4)
+#: k of the reduced depths' k-induction
+PROVE_K = 1
+#: the BMC's depth on the hub's own depths (cycles from reset; module docstring)
 BMC_DEPTH = 30
 
+_PROPERTIES = ("the accumulator's HBM reads and writes in order -- no read of an address while an "
+               "earlier op's write of it is owed (the scoreboard's hazard check), no write while a "
+               "read of it is owed, no access no op owes, each op's reads at its record's chunks in "
+               "order, a reduced row's chunks only for a LAST/ONLY/FLUSH op of its record")
 
-def property_set() -> dict:
-    """The reduce engine's property set, as :class:`~.sets.PropertySet`'s fields (sets.py
-    lists it). Measured on the 2-core machine under load (~5): see the note."""
-    return dict(name="relay-reduce", component="relay reduce engine",
-                config="tiny/reduce-small: 4 records, 4 ops in flight, 2-chunk rows, 1 element",
-                build=lambda: ReduceEngineHarness(small_config(), invariants=False),
-                modes={"bmc": BMC_DEPTH, "cover": 30}, smoke={"bmc": 8},
-                note="protocol v3: the accumulator's HBM reads and writes in order -- no read of an "
-                     "address while an earlier op's write of it is owed (the scoreboard's hazard "
-                     "check), no write while a read of it is owed, no access no op owes, each op's "
-                     "reads at its record's chunks in order, a reduced row's chunks only for a "
-                     "LAST/ONLY/FLUSH op of its record; bounded: BMC 30 holds a write-then-read of "
-                     "one address (reached at step 28) with four ops in flight, each step past it ~2x dearer; k-induction with the "
-                     "invariants of reduce.py did not close in time (reduce.py)")
+
+def property_sets() -> list[dict]:
+    """The reduce engine's property sets, as :class:`~.sets.PropertySet`'s fields (sets.py
+    lists them): ``relay-reduce``, unbounded on the reduced depths; ``relay-reduce-hub-depths``,
+    the same properties bounded on the hub's own context FIFO and datapath. Measured on the
+    2-core machine under load (~4-5)."""
+    return [
+        dict(name="relay-reduce", component="relay reduce engine",
+             config="tiny/reduce-small: 4 records, 4 ops in flight, 2-chunk rows, 1 element; "
+                    "context FIFO 4, datapath control 4 cycles",
+             build=lambda: ReduceEngineHarness(small_config(), **PROOF_DEPTHS),
+             modes={"prove": PROVE_K, "cover": 16}, smoke={"bmc": 8},
+             note="protocol v3: " + _PROPERTIES + "; unbounded on reduced depths (a 4-deep context "
+                  "FIFO, the datapath's control 4 cycles long: as many context slots as 4 ops of "
+                  "2 chunks fill) with the strengthening invariants of reduce.py, which are the "
+                  "same for every depth (reduce.py); the hub's own depths: relay-reduce-hub-depths"),
+        dict(name="relay-reduce-hub-depths", component="relay reduce engine",
+             config="tiny/reduce-small: 4 records, 4 ops in flight, 2-chunk rows, 1 element; "
+                    "the hub's context FIFO (16) and datapath (20 cycles)",
+             build=lambda: ReduceEngineHarness(small_config(), invariants=False),
+             modes={"bmc": BMC_DEPTH, "cover": 30}, smoke={"bmc": 8},
+             note="protocol v3: the properties of relay-reduce on the hub's own context FIFO and "
+                  "datapath; bounded: BMC 30 holds a write-then-read of one address (reached at "
+                  "step 28) with four ops in flight, each step past it ~2x dearer; k-induction on "
+                  "these depths did not close in time (reduce.py)"),
+    ]
 
 
 def small_config():

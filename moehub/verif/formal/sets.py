@@ -131,7 +131,7 @@ MCAST_COUNTS = dict(MCAST, lanes=2, max_rows_per_expert=16, count_packets=True, 
 
 def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
-    from .reduce import property_set as reduce_set
+    from .reduce import property_sets as reduce_sets
     from .relay import property_set as relay_set
     return [
         PropertySet("allocator", "allocator", "tiny", _alloc("tiny"),
@@ -287,7 +287,7 @@ def _sets() -> list[PropertySet]:
                     note="protocol v2: the properties above with count packets on the lanes; bounded "
                          "for the same reason as packet-manager"),
         PropertySet(**relay_set()),
-        PropertySet(**reduce_set()),
+        *(PropertySet(**s) for s in reduce_sets()),
     ]
 
 
