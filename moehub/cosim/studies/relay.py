@@ -116,8 +116,9 @@ def point(system: str, model: str, tokens: int, seed=None, log=print, rows=None)
             notes = (f"{r['nic_rows']} relay rows, {r['forward_rows']} forwards, "
                      f"{r['relay_local_rows']} relay-local")
             if "parts_per_sum" in r:
-                notes += (f"; {r['parts_per_sum']:.2f} parts/sum, RMW {r['rmw_GB']:.3f} GB "
-                          f"({r['rmw_us_max']:.0f} us max per relay)")
+                notes += (f"; {r['parts_per_sum']:.2f} parts/sum, reduce HBM "
+                          f"{r['reduce_hbm_GB']:.3f} GB (accumulator {r['rmw_GB']:.3f}, staging "
+                          f"{r['stage_GB']:.3f}; {r['reduce_hbm_us_max']:.0f} us max per relay)")
         row = {"system_config": s.name, "nodes": L.nodes, "gpus": L.G, "tokens_per_gpu": L.T,
                "model": model, "row": name, "layer_us": res.latency_us, "dispatch_nic_GB": dn / 1e9,
                "dispatch_nvlink_GB": dv / 1e9, "combine_nic_GB": cn / 1e9,
