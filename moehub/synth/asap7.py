@@ -77,6 +77,34 @@ def synthesized(work: Path) -> bool:
     return all((work / f).exists() for f in asic.SYNTH_OUTPUTS)
 
 
+def tt_current(cfg, out_dir: Path, period_ns: float, sram_min_bits: int, sram_min_depth: int,
+               abc_effort: str) -> bool:
+    """The TT netlist in ``out_dir`` is the one a TT run of ``cfg`` with these options would
+    make now, so another corner may re-time it: its synthesis files are there, made of the
+    same config (its ``config.json``; ``report.json``'s hub, as :func:`report.merge_write`
+    keeps a report only for its own hub), of the same RTL (the digest of the RTLIL it
+    synthesised, ``moehub.il``, is the working tree's: an elaboration, seconds against the
+    synthesis's minutes) and with the options that shape the netlist (clock and with it
+    ABC's target, the SRAM macro thresholds, ABC's effort, as its TT section records them)."""
+    from .digest import rtlil_digest
+    wtt = work_dir(out_dir, MAP_CORNER)
+    if not synthesized(wtt) or not (wtt / f"{verilog.TOP}.il").exists():
+        return False
+    hub = asdict(cfg)
+    try:
+        made_of = json.loads((wtt / "config.json").read_text())
+        rep = json.loads((Path(out_dir) / "report.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    sec = rep.get(SECTION.format(corner=MAP_CORNER)) or {}
+    sram_opts = sec.get("sram") or {}
+    if (made_of != hub or rep.get("hub") != hub or sec.get("clock_constraint_ns") != period_ns
+            or sram_opts.get("min_bits") != sram_min_bits or sram_opts.get("min_depth") != sram_min_depth
+            or sec.get("abc_effort", "normal") != abc_effort):
+        return False
+    return rtlil_digest((wtt / f"{verilog.TOP}.il").read_text()) == rtlil_digest(verilog.hub_rtlil(cfg))
+
+
 def share_netlist(src: Path, dest: Path) -> None:
     """``src``'s synthesis files in ``dest`` (hard links where possible) for re-timing."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -98,12 +126,13 @@ def run_asap7(cfg, out_dir: Path, corner: str = MAP_CORNER, period_ns: float | N
               io_pct: float = asic.IO_PCT, endpoints: int = deepest.ENDPOINTS,
               sdc_header: str = "") -> dict:
     """Map ``cfg`` (already resolved for synthesis) onto ASAP7 and time it at ``corner``;
-    return the report's ``asap7_<corner>`` section (an SS run also writes the TT one: the
-    netlist it re-times is mapped and timed at TT first, unless ``sta_only`` finds it).
+    return the report's ``asap7_<corner>`` section. An SS run re-times the TT netlist there
+    when it is current (:func:`tt_current`); where it is absent or stale it maps and times
+    it at TT first (and writes the TT section too).
 
     ``period_ns``: clock constraint (default :data:`DEFAULT_PERIOD_NS`); ABC's target is
     derived from it (:func:`abc_target_ps`). ``sta_only``: keep the TT netlist of an
-    earlier run and redo only timing and reports."""
+    earlier run, current or not, and redo only timing and reports."""
     corner = library.check_corner(corner)
     period_ns = DEFAULT_PERIOD_NS if period_ns is None else period_ns
     if period_ns <= 0:
@@ -117,7 +146,8 @@ def run_asap7(cfg, out_dir: Path, corner: str = MAP_CORNER, period_ns: float | N
     label = f"synth {cfg.name} (ASAP7)"
     tt = library.asap7(MAP_CORNER)
     wtt = work_dir(out_dir, MAP_CORNER)
-    reuse = sta_only and synthesized(wtt)
+    reuse = synthesized(wtt) and (sta_only or (corner != MAP_CORNER and tt_current(
+        cfg, out_dir, period_ns, sram_min_bits, sram_min_depth, abc_effort)))
     v = wtt / f"{verilog.TOP}.v"
     if not reuse:
         wtt.mkdir(parents=True, exist_ok=True)

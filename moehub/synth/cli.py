@@ -247,8 +247,8 @@ def add_parser(sub) -> None:
                    help="ASIC library: osu018 (default; with the projection to N5) or asap7 (7 nm, "
                         "measured; report section asap7_<corner>, files in <out>/asap7-<corner>/)")
     s.add_argument("--corner", choices=("tt", "ss"), default="tt",
-                   help="ASAP7 timing corner (mapped at TT; ss re-times the TT netlist, running it first "
-                        "if absent)")
+                   help="ASAP7 timing corner (mapped at TT; ss re-times the current TT netlist, mapping it first "
+                        "if absent or stale: another config, RTL, clock, SRAM thresholds or ABC effort)")
     s.add_argument("--clock-ns", type=float_above(0), default=None,
                    help=f"ASIC clock constraint and ABC delay target (default {flow.DEFAULT_PERIOD_NS} ns; "
                         "asap7: 1/1.98 GHz, ABC's target the logic that fits it with the wire margin)")
