@@ -51,35 +51,57 @@ nodes x 3 GPUs, top-2) with 2-bit tokens: 4 accumulator records, as many as the
 scoreboard's :data:`~moehub.rtl.relay.reduce_engine.OPS_IN_FLIGHT` ops in flight, so four
 ops of four records or of one record are in flight together; rows of :data:`CHUNKS` = 2
 chunks (an op's first and last chunk differ: a scoreboard entry that left at its first
-chunk fails) of :data:`ELEMENTS` = 1 element. The scoreboard (4 entries), the context FIFO
-(16) and the datapath's 20 cycles are the hub's own (module constants); more records or
-chunks add index and chunk values the hazard check compares the same way, more elements
-only data. The FP32 datapath's element logic is cut (:data:`SCRIPT`: ``cutpoint``, its
-values free every cycle -- more behaviours, so a proof holds for the real datapath): no
-property reads data, only the contexts that ride beside it. ``acc_base`` is aligned past
-the accumulator rows: the control never reads an address, and ``base + x == base + y``
-exactly when ``x == y``, so the properties for an aligned base are those for every base.
+chunk fails) of :data:`ELEMENTS` = 1 element. The scoreboard (4 entries) is the hub's own;
+more records or chunks add index and chunk values the hazard check compares the same way,
+more elements only data. ``acc_base`` is aligned past the accumulator rows: the control
+never reads an address, and ``base + x == base + y`` exactly when ``x == y``, so the
+properties for an aligned base are those for every base. Two sets, the same properties:
 
-**Bounded** (BMC from reset, set ``relay-reduce``), not unbounded: a write owed is
-outstanding for the datapath's 20 cycles and more, so the state to relate to the reference
-is every context in the pipeline -- the 16-entry context FIFO (a memory), the datapath's
-20 stages and its output register -- against the scoreboard's ring. The strengthening
-invariants are written (``invariants=True``, :meth:`ReduceEngineHarness._invariants`): a
-ghost tag per context (the scoreboard entry of its op, moved with the FIFO's pointers and
-the datapath's advance); every live context a chunk of a valid entry, with its record, its
-write bit, its chunk's address and, for the op being issued, a chunk before the one it
-issues; two live contexts in their ops' order and an op's chunks in chunk order (pairwise,
-the FIFO's words by slot with their age from ``consume``); the oldest context of the
-oldest op; every op in flight but the one being issued with its last chunk live; the op
-being issued the newest entry, and an op that reads with no earlier entry writing its
-record (the hazard check's guarantee); the writes, reads and row chunks owed per entry;
-the FIFO's pointers; the registered row offset. They hold from reset (BMC 3 with them
-asserted passes), but yices did not decide the induction step at k = 1 within 4 minutes
-(the structural invariants alone), so the set is the BMC to :data:`BMC_DEPTH` cycles: a
-writing op's take to its last write-back is 26 cycles, the next op's read of the address
-2 cycles after, so the depth (30) holds a whole write-then-read of one address (the cover
-reaches it at step 28) and four ops in flight; each step past 30 costs about twice the one
-before (step 31 alone took over a minute at load 4).
+* ``relay-reduce``, **unbounded** (k-induction, k = :data:`PROVE_K`, with the
+  strengthening invariants) on reduced depths, :data:`PROOF_DEPTHS` (the engine's
+  constructor parameters): a context FIFO of 4 (3 memory words, not a power of two, as the
+  hub's 15: the pointers wrap by the same compare) and the datapath's control 4 cycles long
+  (:class:`DatapathControl`) -- 8 context slots, as many as 4 ops of 2 chunks fill;
+* ``relay-reduce-hub-depths``, **bounded** (BMC :data:`BMC_DEPTH` from reset) on the
+  hub's own context FIFO (16) and datapath (20 cycles), its FP32 element logic cut
+  (:data:`SCRIPT`: ``cutpoint``, its values free every cycle -- more behaviours, so a proof
+  holds for the real datapath): no property reads data, only the contexts that ride beside
+  it.
+
+Strengthening invariants (:meth:`ReduceEngineHarness._invariants`): a ghost tag per context
+(the scoreboard entry of its op, moved with the FIFO's pointers and the datapath's advance);
+every live context a chunk of a valid entry, with its record, its write bit, its chunk's
+address and, for the op being issued, a chunk before the one it issues; two live contexts
+in their ops' order and an op's chunks in chunk order (pairwise, the FIFO's words by slot
+with their age from ``consume``); the oldest context of the oldest op; every op in flight
+but the one being issued with its last chunk live; the op being issued the newest entry,
+and an op that reads with no earlier entry writing its record (the hazard check's
+guarantee); the writes, reads and row chunks owed per entry; the FIFO's pointers; the
+registered row offset. The covers (with the invariants) reach a full context FIFO while an
+op is being issued (step 9) and every context slot live (step 14).
+
+Why the reduced depths prove the hub's. (1) The datapath, as the engine sees it once its
+element logic is cut, is a chain of ``LATENCY`` registers of (valid, kind, tag) with one
+enable (``advance``: the output not valid or taken, also the input's ready);
+:class:`DatapathControl` is that chain, built with the datapath's own register helper, and
+at the datapath's latency it agrees with the datapath cycle by cycle (a fast test,
+``tests/test_reduce_formal.py``). Its length decides only how many cycles a context takes
+from the join to its result, and the context FIFO's depth only when the issue waits on a
+full FIFO (the one place the engine reads it); the scoreboard, the hazard check, the
+issue's addresses and the emit read neither, and the proof reaches both a full FIFO and
+every slot live. (2) The invariants are generated from
+the depths, one statement per context slot or per pair of slots, the same statements at
+every depth, and each speaks of one or two slots, the scoreboard and the reference state:
+the induction that closes at 4 + 4 slots is the same argument at 16 + 20. k-induction
+closed at k = 1 at every reduced size tried (contexts 3-5 with datapaths of 3-5 cycles:
+22-62 s under load 3-5), never needing a deeper k as the depths grew; at the hub's own
+depths the step at k = 1 was not decided within 4-5 minutes (nor with the FIFO reduced to
+3 and the 20-cycle chain kept), the solver's cost, not a counterexample. (3) The hub's own depths
+are checked from reset by ``relay-reduce-hub-depths``: a writing op's take to its last
+write-back is 26 cycles there, the next op's read of the address 2 cycles after, so BMC
+30 holds a whole write-then-read of one address (the cover reaches it at step 28) with
+four ops in flight; each step past 30 costs about twice the one before (step 31 alone took
+over a minute at load 4).
 """
 from __future__ import annotations
 
@@ -163,8 +185,9 @@ class DatapathControl(wiring.Component):
     built by the datapath's own register helper, under the datapath's names; the result's
     data is free every cycle."""
 
-    def __init__(self, cfg, elements: int, tag_bits: int, latency: int):
+    def __init__(self, cfg, elements: int, tag_bits: int, latency: int, free: bool = True):
         beat_in, beat_out = beat_layouts(elements, tag_bits)
+        self.free = free                   # (False: the data 0, for a simulation)
         self.stages = ["in", *(f"s{k}" for k in range(latency - 2))]
         super().__init__({"i": In(stream.Signature(beat_in)), "o": Out(stream.Signature(beat_out))})
 
@@ -178,7 +201,8 @@ class DatapathControl(wiring.Component):
         o = self.o.payload
         with m.If(en):
             m.d.sync += [self.o.valid.eq(ctl["valid"]), o.kind.eq(ctl["kind"]), o.tag.eq(ctl["tag"])]
-        m.d.comb += [o.acc.eq(AnySeq(len(o.acc))), o.row.eq(AnySeq(len(o.row)))]
+        if self.free:
+            m.d.comb += [o.acc.eq(AnySeq(len(o.acc))), o.row.eq(AnySeq(len(o.row)))]
         return m
 
 
