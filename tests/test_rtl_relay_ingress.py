@@ -406,8 +406,8 @@ class _Pair(Elaboratable):
 
 def lockstep(cfg, seed, rows=24, node=0, rank=1):
     """The relay hub (``node``, ``rank``) fed direct rows of its node's GPUs, forward rows
-    of the other nodes' GPUs (some broken), EOS from every source, and some noise (class-3
-    words, direct rows of other nodes' GPUs); the plain hub fed, on the same lanes in the
+    of the other nodes' GPUs (some broken), EOS from every source, and some noise (direct
+    rows of other nodes' GPUs, partial rows outside the P window); the plain hub fed, on the same lanes in the
     same cycles, the reference's packets for the words that go to the packet manager (into
     buffers like the relay input's, each as the relay input writes its own).
     Every cycle both hubs' outputs (writes, control writes, layer done), the packet
@@ -468,9 +468,12 @@ def lockstep(cfg, seed, rows=24, node=0, rank=1):
             rows.append(_Row((src, head.get("tag", head.get("ftag"))), counted,
                              [fmt.pack(**head, chunk=c, data=rng.getrandbits(cfg.data_bits))
                               for c in range(cfg.chunks_per_row)]))
-        noise = [3 | rng.getrandbits(8) << 2,   # class 3; a direct row of another node's GPU
-                 fm.direct.pack(cls=RowClass.DIRECT, kind=PacketKind.DATA, src=((node + 1) % nodes) * gpn,
-                                tag=0, chunk=1)]
+        # a direct row of another node's GPU; a partial row of no GPU of the node (outside
+        # the P window: dropped at the input)
+        noise = [fm.direct.pack(cls=RowClass.DIRECT, kind=PacketKind.DATA, src=((node + 1) % nodes) * gpn,
+                                tag=0, chunk=0),
+                 fm.partial_row.pack(cls=RowClass.PARTIAL, sender=gpn, ptag=0, src_node=(node + 1) % nodes,
+                                     src_rank=rank, token=1, slot=0, chunk=rng.randrange(2), data=5)]
         eos = [fm.direct.pack(cls=RowClass.DIRECT, kind=PacketKind.EOS, src=s, count=n_rows[s])
                for s in range(cfg.sources)]
         return _Sources(rng, rows, noise, eos)
@@ -582,7 +585,7 @@ def _check_lockstep(cfg, out, rows):
     """Beyond the lock-step: the layer finished with no drop in the packet manager; every
     good forward row counted in FWD_IN and each of its targets' metadata word written
     with its original (remote) source; the broken ones counted as bad targets; the noise
-    (class 3) as unknown sources."""
+    (a direct row of another node's GPU) as an unknown source."""
     want = out["want"]
     assert out["done"] is not None, f"the layer never finished: {out}"
     assert not any(out["hub_drops"]), out
