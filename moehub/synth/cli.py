@@ -179,6 +179,21 @@ def _hub_changes(args) -> dict:
     return changes
 
 
+def _silence(design, seen=None) -> None:
+    """``design`` built only to be checked, never elaborated: no UnusedElaboratable
+    warning from it or from the parts it built in its constructor."""
+    from amaranth.hdl import Elaboratable
+    seen = set() if seen is None else seen
+    if id(design) in seen:
+        return
+    seen.add(id(design))
+    design._MustUse__silence = True
+    for v in vars(design).values():
+        for part in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(part, Elaboratable):
+                _silence(part, seen)
+
+
 def unit_config(args):
     """The hub config ``moehub synth-unit`` synthesises its unit for: ``--config``, its
     ``--set`` keys, then the relay config of ``--nodes`` (UsageError naming the flag)."""
@@ -196,7 +211,7 @@ def unit_config(args):
         except (ValueError, ConfigError) as e:
             raise UsageError("--nodes", args.nodes, f"{args.config}: {e}") from None
     try:
-        units.build(args.unit, cfg)._MustUse__silence = True      # (refused early: exit 2)
+        _silence(units.build(args.unit, cfg))                       # (refused early: exit 2)
     except (ValueError, ConfigError) as e:
         if args.unit in units.RELAY_UNITS and not cfg.relay:
             raise UsageError("--nodes", "(none)", str(e)) from None
