@@ -89,19 +89,20 @@ at the datapath's latency it agrees with the datapath cycle by cycle (a fast tes
 from the join to its result, and the context FIFO's depth only when the issue waits on a
 full FIFO (the one place the engine reads it); the scoreboard, the hazard check, the
 issue's addresses and the emit read neither, and the proof reaches both a full FIFO and
-every slot live. (2) The invariants are generated from
-the depths, one statement per context slot or per pair of slots, the same statements at
-every depth, and each speaks of one or two slots, the scoreboard and the reference state:
-the induction that closes at 4 + 4 slots is the same argument at 16 + 20. k-induction
-closed at k = 1 at every reduced size tried (contexts 3-5 with datapaths of 3-5 cycles:
-22-62 s under load 3-5), never needing a deeper k as the depths grew; at the hub's own
-depths the step at k = 1 was not decided within 4-5 minutes (nor with the FIFO reduced to
-3 and the 20-cycle chain kept), the solver's cost, not a counterexample. (3) The hub's own depths
-are checked from reset by ``relay-reduce-hub-depths``: a writing op's take to its last
-write-back is 26 cycles there, the next op's read of the address 2 cycles after, so BMC
-30 holds a whole write-then-read of one address (the cover reaches it at step 28) with
-four ops in flight; each step past 30 costs about twice the one before (step 31 alone took
-over a minute at load 4).
+every slot live. (2) The invariants are generated from the depths, one statement per
+context slot or per pair of slots, the same statements at every depth, and each speaks of
+one or two slots, the scoreboard and the reference state: the induction that closes at 4 +
+4 slots is the same argument at 16 + 20 (an argument on paper, not a proof the tools ran
+at 16 + 20: hence (3)). k-induction closed at k = 1 at every reduced size tried (contexts
+3-5 with datapaths of 3-5 cycles, 22-62 s, and contexts 4 with 8 cycles, 139 s, under load
+3-5), never needing a deeper k as the depths grew; at the hub's own depths the step at k =
+1 was not decided within 4-5 minutes (nor with the FIFO reduced to 3 and the 20-cycle
+chain kept), the solver's cost, not a counterexample. (3) The hub's own depths are checked
+from reset by ``relay-reduce-hub-depths``: a writing op's take to its last write-back is
+26 cycles there, the next op's read of the address 2 cycles after, so BMC 30 holds a whole
+write-then-read of one address (the cover reaches it at step 28) with four ops in flight;
+each step past 30 costs about twice the one before (step 31 alone took over a minute at
+load 4).
 """
 from __future__ import annotations
 
