@@ -275,9 +275,11 @@ class RelayIngress(wiring.Component):
         rbs, rbg, rbt = (Signal(name=f"relay_{k}{j}") for k in ("bad_source", "bad_gpu", "bad_targets"))
         rloc_mask = Signal(T, name=f"rloc{j}")
         pwin, pown = Signal(name=f"partial_bad_window{j}"), Signal(name=f"partial_bad_owner{j}")
-        # (a partial chunk for the staging, decided as the word is registered: the partial
-        # stream's grant across the lanes, and each lane's ready behind it, start at a register)
-        to_par = Signal(name=f"to_par{j}")
+        # (a relay chunk for the staging, a partial chunk for the partial staging: decided as
+        # the word is registered, so the two streams' grants across the lanes, and each
+        # lane's ready behind them, start at registers)
+        to_rel, to_par = Signal(name=f"to_rel{j}"), Signal(name=f"to_par{j}")
+        in_rel = i.valid & (i.payload[:2] == RowClass.RELAY) & ~in_verdict[0]
         in_par = i.valid & (i.payload[:2] == RowClass.PARTIAL) & ~in_pwin
         leave = Signal(name=f"r_leave{j}")
         m.d.comb += i.ready.eq(~r_v | leave)
@@ -285,7 +287,7 @@ class RelayIngress(wiring.Component):
             m.d.sync += [r_v.eq(i.valid), word.eq(i.payload), remote.eq(in_remote), fbs.eq(chk.bad_source),
                          fbt.eq(chk.bad_targets), rbs.eq(in_verdict[0]), rbg.eq(in_verdict[1]),
                          rbt.eq(in_verdict[2]), rloc_mask.eq(in_loc), pwin.eq(in_pwin), pown.eq(in_pown),
-                         to_par.eq(in_par)]
+                         to_rel.eq(in_rel), to_par.eq(in_par)]
         # ---- the registered word sorted and converted
         cls = word[:2]
         d = data.View(struct(fmts.direct), word[:fmts.direct.width])
@@ -296,9 +298,8 @@ class RelayIngress(wiring.Component):
         rloc = rloc_mask.any()
         own, rfirst = self._relay_lane(m, j, word, (rbs, rbg, rbt), rloc_mask)
         pfirst = self._partial_lane(m, j, word, pown)
-        to_hub, to_rel = Signal(name=f"to_hub{j}"), Signal(name=f"to_rel{j}")
-        m.d.comb += [to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd) | (is_rel & ~(rbs | rbg | rbt) & rloc)),
-                     to_rel.eq(is_rel & ~rbs)]
+        to_hub = Signal(name=f"to_hub{j}")
+        m.d.comb += to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd) | (is_rel & ~(rbs | rbg | rbt) & rloc))
         # the packet: a forward row's fields, or the direct packet's as they are
         pkt = data.View(self.lay.packet, Signal(self.lay.packet.size, name=f"fwd_pkt{j}"))
         m.d.comb += [pkt.kind.eq(PacketKind.DATA), pkt.src.eq((f.src_node * cfg.node_gpus + f.src_rank)[:cfg.src_bits]),
@@ -329,7 +330,7 @@ class RelayIngress(wiring.Component):
                                                                      | (is_rel & rbs))),
                      reason[RelayReason.FWD_BAD_TARGETS].eq(first & ((is_fwd & fbt) | (is_rel & rbt))),
                      reason[RelayReason.FWD_BAD_GPU].eq(first & is_rel & rbg)]
-        m.d.comb += [self.want_rel[j].eq(r_v & to_rel & ~rel_done), self.want_par[j].eq(to_par)]
+        m.d.comb += [self.want_rel[j].eq(to_rel & ~rel_done), self.want_par[j].eq(to_par)]
         return is_fwd & ~bad_fwd, first, reason, rel_fire, leave, is_par & (pwin | pown)
 
     def _counters(self, m, ev_in, ev_drop, ev_badp):
