@@ -517,8 +517,8 @@ PLANTS = {
                             "m.d.comb += idle.eq((xq.level == 0) & ~xq.r_rdy)", "m.d.comb += idle.eq(1)"),
     # the staging hands the forward unit a row at its first chunk, not its last
     "stage-row-early": ("moehub.rtl.relay.stage", "RelayStage",
-                        "m.d.comb += [self.row.valid.eq(s4_whole & ~s4.drop),",
-                        "m.d.comb += [self.row.valid.eq(s4_first & ~s4.drop),"),
+                        "m.d.comb += [self.row.valid.eq(whole & ~s4.drop),",
+                        "m.d.comb += [self.row.valid.eq(first & ~s4.drop),"),
 }
 
 

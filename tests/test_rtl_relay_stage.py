@@ -145,7 +145,7 @@ def test_planted_bugs_are_caught():
                          "f_now = fu.oh.any()", "RelayCredits")
     ev = [{"mark": (0, 1)}, {}, {"fu": (3, 0)}, {}, {}, {"pm": (3, 0)}]
     assert credit_bench(ev, early) != credit_bench(ev) == [(6, 3, 0)]
-    first = broken_class("moehub.rtl.relay.stage", "m.d.comb += [self.row.valid.eq(s4_whole & ~s4.drop),",
-                         "m.d.comb += [self.row.valid.eq(s4_first & ~s4.drop),", "RelayStage")
+    first = broken_class("moehub.rtl.relay.stage", "m.d.comb += [self.row.valid.eq(whole & ~s4.drop),",
+                         "m.d.comb += [self.row.valid.eq(first & ~s4.drop),", "RelayStage")
     words = [stage_word(R22, 1, c, (0,)) for c in range(R22.chunks_per_row)]
     assert run_stage(R22, words, first)["row_at"] < run_stage(R22, words)["row_at"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,6 +48,8 @@ def flow(monkeypatch):
     monkeypatch.setattr(verilog, "hub_rtlil", lambda cfg, design=None: state["rtlil"])
     monkeypatch.setattr(verilog, "find_memories", lambda text: [])
     monkeypatch.setattr(asap7, "_corner", corner)
+    # (the Liberty files are not read: a corner is its name here, so the test needs no PDK)
+    monkeypatch.setattr(asap7.library, "asap7", lambda c: SimpleNamespace(corner=c))
     return calls, state
 
 
