@@ -30,10 +30,11 @@ What runs in RTL, and against what:
 
 The row data path stays the hub's: the targets this GPU writes enter its hub as protocol
 v2's multicast rows (:func:`.systems.hub.assemble`), which an RTL GPU's hub runs in
-Verilog as any multicast row. What is not in the loop: the packet manager's relay staging
-and the NVLink egress (not in the RTL yet), and the staging that would hand the reduce
-path whole partial rows. The co-simulation routes no gate weights; every open carries
-``1/k`` (BF16).
+Verilog as any multicast row. What is not in the loop: the rest of the whole relay hub
+(:class:`~moehub.rtl.relay.hub.RelayHub`: its input, the relay staging, the forward
+egress, the credit join, the partial staging and feed), which the hub benches check
+against the model instead (tests/test_rtl_relay_hub_whole.py). The co-simulation routes
+no gate weights; every open carries ``1/k`` (BF16).
 """
 from __future__ import annotations
 
