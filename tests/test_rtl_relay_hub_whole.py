@@ -532,24 +532,19 @@ COMBINE_PLANTS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("plant", list(COMBINE_PLANTS))
-def test_planted_combine_bug_is_caught(plant, monkeypatch):
-    import moehub.rtl.relay.hub as hub_mod
-    mod, cls, old, new = COMBINE_PLANTS[plant]
-    monkeypatch.setattr(hub_mod, cls, broken_class(mod, old, new, cls))
-    with pytest.raises(AssertionError, match="seed 5"):
-        check_whole(R22, run_whole(R22, 5, rows=24, node=0, rank=1, combine=True), 0, 1, 5)
+#: each plant with the layer that shows it: (seed, with the combine)
+ALL_PLANTS = {**{k: (v, 1, False) for k, v in PLANTS.items()},
+              **{k: (v, 5, True) for k, v in COMBINE_PLANTS.items()}}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("plant", list(PLANTS))
+@pytest.mark.parametrize("plant", list(ALL_PLANTS))
 def test_planted_bug_is_caught(plant, monkeypatch):
     import moehub.rtl.relay.hub as hub_mod
-    mod, cls, old, new = PLANTS[plant]
+    (mod, cls, old, new), seed, combine = ALL_PLANTS[plant]
     monkeypatch.setattr(hub_mod, cls, broken_class(mod, old, new, cls))
-    with pytest.raises(AssertionError, match="seed 1"):
-        check_whole(R22, run_whole(R22, 1, rows=24, node=0, rank=1), 0, 1, 1)
+    with pytest.raises(AssertionError, match=f"seed {seed}"):
+        check_whole(R22, run_whole(R22, seed, rows=24, node=0, rank=1, combine=combine), 0, 1, seed)
 
 
 @pytest.mark.slow
