@@ -1,7 +1,8 @@
 """The relay-hub ablation: the protocol-v2 hub, + relay, + relay + reduce, against DeepEP
 normal mode, HybridEP and X-MoE's RBD (the software systems that send one row per (token,
-node) across the NIC and copy it on inside the node over NVLink), on multi-node layers,
-decode and prefill sizes.
+node) across the NIC and copy it on inside the node over NVLink), and the
+communication-free bound (no system can beat it: its ratio to DeepEP is the most any
+transport could gain), on multi-node layers, decode and prefill sizes.
 
     .venv/bin/python -m moehub.cosim.studies.relay                       # 2 and 4 nodes, 128 and 4096 tokens
     .venv/bin/python -m moehub.cosim.studies.relay --system h100x16-ib --tokens 128 --out DIR
@@ -48,7 +49,9 @@ V2 = frozenset(FEATURES)
 ROWS = (("hub v2", "hub", V2), ("hub v2 + relay", "hub", V2 | {"relay"}),
         ("hub v2 + relay + reduce", "hub", V2 | {"relay", "reduce"}),
         ("DeepEP normal", "deepep", frozenset()), ("HybridEP", "hybridep", frozenset()),
-        ("X-MoE RBD", "xmoe_rbd", frozenset()))
+        ("X-MoE RBD", "xmoe_rbd", frozenset()),
+        # the bound: the same layer with every transfer free (its GEMMs, gate and hub work)
+        ("communication-free", "ideal", frozenset()))
 #: the rows the speedup columns divide by (``vs_hub_v2``, ``vs_deepep``)
 HUB_V2_ROW, DEEPEP_ROW = "hub v2", "DeepEP normal"
 DISPATCH_PHASES = ("dispatch", "forward")
