@@ -132,6 +132,7 @@ MCAST_COUNTS = dict(MCAST, lanes=2, max_rows_per_expert=16, count_packets=True, 
 def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
     from .reduce import property_sets as reduce_sets
+    from .partial import property_set as partial_set
     from .relay import property_set as relay_set
     return [
         PropertySet("allocator", "allocator", "tiny", _alloc("tiny"),
@@ -287,6 +288,7 @@ def _sets() -> list[PropertySet]:
                     note="protocol v2: the properties above with count packets on the lanes; bounded "
                          "for the same reason as packet-manager"),
         PropertySet(**relay_set()),
+        PropertySet(**partial_set()),
         *(PropertySet(**s) for s in reduce_sets()),
     ]
 
