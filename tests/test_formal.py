@@ -2,11 +2,11 @@
 
 Fast: the smoke jobs (every set's shallow proofs and covers), proofs that fail on a
 deliberately broken allocator, queue, page pool, paged multicast arena, multicast count
-limit and packet manager (its dropped-packet proof), so the properties are not vacuous,
-and the command's exit codes. Slow: every set's full jobs, and broken tracker, packet
-manager (the full BMC, its queue, credit and no-hang proofs), page pool (each
+limit and packet manager's chunk table, so the properties are not vacuous, and the
+command's exit codes. Slow: every set's full jobs, and broken tracker, packet manager
+(the full BMC, its queue, dropped-packet, credit and no-hang proofs), page pool (each
 plant; its induction without the invariants), admitted multicast allocator and paged
-arena's fit. Skipped when yowasp-sby or the solver is missing.
+arena's fit, and the paged arena with pages handed back. Skipped when yowasp-sby or the solver is missing.
 """
 from __future__ import annotations
 
@@ -145,12 +145,14 @@ def test_broken_paged_arena_fit_fails(monkeypatch):
     _fails(run_harness("broken-paged-arena-fit", _mcast_v2("paged"), "bmc", 14), "grant is not exactly")
 
 
+@pytest.mark.slow
 def test_paged_arena_outruns_pool_rows_with_pages_handed_back():
     """(multicast, paged) Two pages of 2-row tiles, pages handed back during the layer: the
     arena passes its ``pool_rows`` (4) rows and the model still places rows while a page is
     free. The allocator's arena counter once kept ``pool_rows`` as its capacity and refused
     the fifth row, a page free (step 10); its capacity is the most rows a layer can place
-    (``arena_rows_max``), never reached before a region is full."""
+    (``arena_rows_max``), never reached before a region is full. (An 11-step BMC, 9 s:
+    slow set.)"""
     from moehub.verif.formal.common import formal_config
     from moehub.verif.formal.multicast_v2 import PagedAllocatorHarness
     from moehub.verif.formal.sets import MCAST_PAGED
@@ -319,13 +321,14 @@ def test_packet_manager_queues_plant_fails():
     _fails(run_harness("pm-queues-planted", h, "prove", 4), *PLANTS["events-half-reserved"].fails)
 
 
+@pytest.mark.slow
 def test_packet_manager_dropped_plant_fails():
     """(packet manager, the dropped-packet group, proven alone by k-induction at k=6:
     packet-manager-dropped) B writing a chunk of a row that has no allocation (an expert
     out of range, refused for room): the proof fails -- its base case taken 10 deep
     reaches the chosen packet, dropped, in B as a write (step 9; it leaves the buffer a
     cycle later). (At k=6 itself the base case is too short for any write and the
-    induction does not close on the same invariant.)"""
+    induction does not close on the same invariant.) (10 s: slow set, as its siblings.)"""
     from moehub.verif.formal.common import formal_config
     from moehub.verif.formal.packet_manager import PLANTS, PacketManagerHarness
     h = PacketManagerHarness(formal_config("tiny/pm-small"), only="dropped", plant="dropped-row-written")

@@ -527,6 +527,7 @@ def test_event_expander_hands_out_each_target_once_in_order():
     assert [g[-1] for g in got] == list(range(2, 52)) and popped == list(range(50)), (got[:3], popped[:3])
 
 
+@pytest.mark.slow
 def test_event_take_copies_are_not_merged_by_synthesis():
     """A multicast hub's packet manager registers B's event valid and rank bits once more
     for the second half of the event queue's entries (``take_copies``: an inverted copy),
@@ -534,7 +535,8 @@ def test_event_take_copies_are_not_merged_by_synthesis():
     was the deepest path of the multicast hubs on ASAP7. Yosys merges flops whose next
     state and reset value agree (``opt_merge``); after it the inverted copies still have
     flops of their own, no bit shared with the plain copies or with B's registers (lane
-    0's rank bit among them: a constant loaded at reset, merged with every such flop)."""
+    0's rank bit among them: a constant loaded at reset, merged with every such flop).
+    (Slow set: 16 s of Yosys on the packet manager.)"""
     import json
     from amaranth.back import rtlil
     from amaranth._toolchain.yosys import find_yosys
