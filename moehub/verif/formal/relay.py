@@ -25,6 +25,8 @@ counted as a drop; nothing forwarded twice:
   the original source and token, and a tag of that GPU not out;
 * the credit only when every target of the row is done (for a dropped row: at once), for
   the row's (source, tag), once, and never for a row from an unknown source;
+* never a forward and the credit offered in the same cycle (the forward egress takes one
+  command a cycle: its credit's ready does not look at the forward);
 * a new row taken only once the held row's credit has gone (or it had none);
 * the drop counters equal the reference's of the cycle before (each bad row counted once,
   under its first reason; a good row not at all): the unit's counters lag their events by
@@ -189,6 +191,7 @@ class ForwardUnitHarness(Elaboratable):
         p.check(~dut.rcredit.valid | all_done, "credit before every target is done")
         p.check(~dut.rcredit.valid | ((dut.rcredit.payload.src == (sh.src_node * G + sh.src_rank)[:cfg.src_bits])
                                       & (dut.rcredit.payload.tag == sh.tag)), "the credit names another row")
+        p.check(~(dut.fwd.valid & dut.rcredit.valid), "a forward and a credit offered in the same cycle")
         take = dut.row.valid & dut.row.ready
         p.check(~take | ~in_row | cf | ~due, "a new row taken before the held row's credit went")
         # drops (a cycle late: the counters lag their events by one cycle)
