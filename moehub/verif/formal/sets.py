@@ -134,6 +134,7 @@ def _sets() -> list[PropertySet]:
     from .reduce import property_sets as reduce_sets
     from .partial import property_set as partial_set
     from .relay import property_set as relay_set
+    from .stage import property_sets as stage_sets
     return [
         PropertySet("allocator", "allocator", "tiny", _alloc("tiny"),
                     {"prove": 3, "bmc": 10, "cover": 8},
@@ -289,6 +290,7 @@ def _sets() -> list[PropertySet]:
                          "for the same reason as packet-manager"),
         PropertySet(**relay_set()),
         PropertySet(**partial_set()),
+        *(PropertySet(**s) for s in stage_sets()),
         *(PropertySet(**s) for s in reduce_sets()),
     ]
 
