@@ -97,6 +97,28 @@ def yosys_cache(convert, folder: Path):
     return rtlil_to_verilog
 
 
+def formal_file():
+    """The marks of a formal test file (``pytestmark = formal_file()``): the file skipped,
+    naming what is missing, without yowasp-sby or its solver; every test in a build folder
+    of its own (``MOEHUB_BUILD`` = its ``tmp_path``), so that the proofs' work folders of
+    two tests never meet."""
+    from moehub.verif.formal import sby
+    try:
+        sby.check_tools()
+        why = None
+    except sby.ToolMissing as e:
+        why = str(e)
+    return [pytest.mark.skipif(why is not None, reason=f"formal tools missing: {why}"),
+            pytest.mark.usefixtures("own_build")]
+
+
+@pytest.fixture
+def own_build(tmp_path, monkeypatch):
+    """The test's build folder: its ``tmp_path``."""
+    monkeypatch.setenv(ENV, str(tmp_path))
+    return tmp_path
+
+
 def needs(simulator: str):
     """A skip mark naming what is missing (and how to get it) when ``simulator`` cannot run."""
     why = sim.missing(simulator)

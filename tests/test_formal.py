@@ -16,25 +16,17 @@ import types
 
 import pytest
 
+from conftest import formal_file
+
 from moehub.verif.formal import sby
 from moehub.verif.formal.sets import SETS, jobs, run, run_harness
 
-try:
-    sby.check_tools()
-    _MISSING = None
-except sby.ToolMissing as e:
-    _MISSING = str(e)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"formal tools missing: {_MISSING}")
+pytestmark = formal_file()
 
 
 def _id(job):
     s, mode, depth = job
     return f"{s.name}-{mode}-{depth}"
-
-
-@pytest.fixture(autouse=True)
-def _build(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
 
 
 def _check(result):

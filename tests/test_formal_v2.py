@@ -16,21 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from moehub.verif.formal import sby
+from conftest import formal_file
+
 from moehub.verif.formal.common import formal_config
 from moehub.verif.formal.sets import MCAST_COUNTS, run_harness
 
-try:
-    sby.check_tools()
-    _MISSING = None
-except sby.ToolMissing as e:
-    _MISSING = str(e)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"formal tools missing: {_MISSING}")
-
-
-@pytest.fixture(autouse=True)
-def _build(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+pytestmark = formal_file()
 
 
 def _fails_on(result, texts):

@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from moehub.verif.formal import sby
+from conftest import formal_file
+
 from moehub.verif.formal.partial import PLANTS, PartialFeedHarness, small_config
 from moehub.verif.formal.sets import SETS, run, run_harness
 
-try:
-    sby.check_tools()
-    _MISSING = None
-except sby.ToolMissing as e:
-    _MISSING = str(e)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"formal tools missing: {_MISSING}")
-
-
-@pytest.fixture(autouse=True)
-def _build(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+pytestmark = formal_file()
 
 
 def _passes(mode):

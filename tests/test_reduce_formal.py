@@ -12,26 +12,17 @@ from __future__ import annotations
 import random
 
 import pytest
+
+from conftest import formal_file
 from amaranth import Module
 from amaranth.sim import Simulator
 
 from moehub.rtl.relay.accumulate import LATENCY, ReduceDatapath
 from moehub.rtl.relay.reduce_engine import ReduceEngine
-from moehub.verif.formal import sby
 from moehub.verif.formal.reduce import PLANTS, PROOF_DEPTHS, DatapathControl, ReduceEngineHarness, small_config
 from moehub.verif.formal.sets import SETS, run_harness
 
-try:
-    sby.check_tools()
-    _MISSING = None
-except sby.ToolMissing as e:
-    _MISSING = str(e)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"formal tools missing: {_MISSING}")
-
-
-@pytest.fixture(autouse=True)
-def _build(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+pytestmark = formal_file()
 
 
 #: each plant's BMC depth: its failure's step (measured, in the comment) and a little more;

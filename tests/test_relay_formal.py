@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from moehub.verif.formal import sby
+from conftest import formal_file
+
 from moehub.verif.formal.relay import PLANTS, ForwardUnitHarness, small_config
 from moehub.verif.formal.sets import run_harness
 
-try:
-    sby.check_tools()
-    _MISSING = None
-except sby.ToolMissing as e:
-    _MISSING = str(e)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"formal tools missing: {_MISSING}")
-
-
-@pytest.fixture(autouse=True)
-def _build(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
+pytestmark = formal_file()
 
 
 @pytest.mark.parametrize("plant", ["credit-early", pytest.param("forwarded-twice", marks=pytest.mark.slow)])

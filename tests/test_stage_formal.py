@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from moehub.verif.formal import sby
+from conftest import formal_file
+
 from moehub.verif.formal.sets import SETS, run, run_harness
 from moehub.verif.formal.stage import (PARTIAL_PLANTS, RELAY_PLANTS, PartialStageHarness, RelayStageHarness,
                                        small_config)
 
-try:
-    sby.check_tools()
-    _MISSING = None
-except sby.ToolMissing as e:
-    _MISSING = str(e)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"formal tools missing: {_MISSING}")
+pytestmark = formal_file()
 
 HARNESS = {"relay-stage": RelayStageHarness, "relay-partial-stage": PartialStageHarness}
-
-
-@pytest.fixture(autouse=True)
-def _build(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path))
 
 
 def _passes(name, mode):
