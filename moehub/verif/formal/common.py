@@ -8,7 +8,7 @@ and states the properties as ``Assert``s and the interesting states as ``Cover``
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, ResetSignal, Signal
+from amaranth import Cat, Const, Module, Mux, ResetSignal, Signal
 from amaranth.asserts import AnyConst, AnySeq, Initial
 from amaranth.hdl import Assert, Assume, Cover
 
@@ -191,3 +191,30 @@ def memory_words(m: Module, memory: str, depth: int, width: int, name: str) -> t
         script += [f"select -assert-count 1 {free}", f"delete {free}",
                    f"select -assert-count 1 w:{memory}[{i}]", f"connect -set {w.name} {memory}[{i}]"]
     return words, tuple(script)
+
+
+def pick(values, k):
+    """values[k] for a signal k (a mux chain; values[0] where k is past the list)."""
+    out = values[0]
+    for i in range(1, len(values)):
+        out = Mux(k == i, values[i], out)
+    return out
+
+
+def fifo_entries(m, regs, name: str, depth: int, width: int):
+    """The entries of a component's ``SyncFIFOBuffered`` ``name`` (of ``depth``), oldest
+    first (each valid below its level), its pointer invariant and the Yosys commands that
+    connect its memory's words (:func:`.common.memory_words`)."""
+    D = depth - 1                                   # the memory's words (the rest: r_data)
+    words, connect = memory_words(m, f"dut.{name}.storage", D, width, f"{name}_word")
+    r_rdy, r_data, inner = regs[f"{name}.r_rdy"], regs[f"{name}.r_data"], regs[f"{name}.inner_level"]
+    cons = regs[f"{name}.consume"] if D > 1 else Const(0, 1)
+    prod = regs[f"{name}.produce"] if D > 1 else Const(0, 1)
+
+    def word(j):                                    # the j-th oldest word of the memory
+        return pick([words[(c + j) % D] for c in range(D)], cons) if D > 1 else words[0]
+    entries = [Mux(r_rdy, r_data if q == 0 else word(q - 1), word(min(q, D - 1))) for q in range(depth)]
+    # (the output register empty only before a just-written entry moves into it)
+    ok = (inner <= D) & (r_rdy | (inner <= 1)) & (cons < D) & (prod < D) & Cat(
+        (cons == c) & (inner == n) & (prod == (c + n) % D) for c in range(D) for n in range(D + 1)).any()
+    return entries, ok, connect

@@ -59,11 +59,11 @@ of it, and, while it is read, ``offset`` and ``addr`` its slot's and chunk's.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, Value
+from amaranth import Cat, Elaboratable, Module, Mux, Signal, Value
 from amaranth.lib import data
 
 from ...rtl.relay.partial_feed import CREDITS, READS, ROWS_IN_FLIGHT, PartialFeed
-from .common import Props, any_const, any_seq, elaborate_into, memory_words, reset_first
+from .common import Props, any_const, any_seq, elaborate_into, fifo_entries, pick, reset_first
 from .plant import Plant, planted
 
 #: the reduced config on the forward unit's relay-small (2 nodes x 3 GPUs, 2 P tags per
@@ -101,14 +101,6 @@ PLANTS = {
                           "PartialFeed", ("the tracked row's credit out of order or naming another row",),
                           "a row taken with no place for its credit: a credit pushed into a full queue is lost"),
 }
-
-
-def _pick(values, k):
-    """values[k] for a signal k (a mux chain; values[0] where k is past the list)."""
-    out = values[0]
-    for i in range(1, len(values)):
-        out = Mux(k == i, values[i], out)
-    return out
 
 
 class PartialFeedHarness(Elaboratable):
@@ -224,25 +216,11 @@ class PartialFeedHarness(Elaboratable):
 
     def _fifo(self, m, regs, name, depth, width):
         """The entries of the feed's ``SyncFIFOBuffered`` ``name``, oldest first, as
-        (live, data), and its pointer invariants' terms; its memory's words named here."""
-        D = depth - 1                                   # the memory's words (the rest: r_data)
-        words, connect = memory_words(m, f"dut.{name}.storage", D, width, f"{name}_word")
+        (live, data), its level and its pointer invariant; its memory's words named here."""
+        entries, ok, connect = fifo_entries(m, regs, name, depth, width)
         self.script += connect
-        lvl, r_rdy, r_data = regs[f"{name}.level"], regs[f"{name}.r_rdy"], regs[f"{name}.r_data"]
-        inner = regs[f"{name}.inner_level"]
-        cons = regs[f"{name}.consume"] if D > 1 else Const(0, 1)
-        prod = regs[f"{name}.produce"] if D > 1 else Const(0, 1)
-
-        def word(j):                                    # the j-th oldest word of the memory
-            return _pick([words[(c + j) % D] for c in range(D)], cons) if D > 1 else words[0]
-        entries = []
-        for q in range(depth):
-            d = Mux(r_rdy, r_data if q == 0 else word(q - 1), word(min(q, D - 1)))
-            entries.append((lvl > q, d))
-        # (the output register empty only before a just-written entry moves into it)
-        ok = (inner <= D) & (r_rdy | (inner <= 1)) & (cons < D) & (prod < D) & Cat(
-            (cons == c) & (inner == n) & (prod == (c + n) % D) for c in range(D) for n in range(D + 1)).any()
-        return entries, lvl, ok
+        lvl = regs[f"{name}.level"]
+        return [(lvl > q, d) for q, d in enumerate(entries)], lvl, ok
 
     def _invariants(self, m, p, regs, e):
         """The strengthening invariants (module docstring)."""
@@ -293,13 +271,13 @@ class PartialFeedHarness(Elaboratable):
         hpos = Signal(4, name="inv_tracked_at")
         m.d.comb += hpos.eq(a_cr - ql)
         own = Mux(th.drop, 0, C - t_out)
-        cr = data.View(dut.pcredit.payload.shape(), _pick([d for _, d in Q], a_cr))
+        cr = data.View(dut.pcredit.payload.shape(), pick([d for _, d in Q], a_cr))
         p.check(~trk | (a_rd == 0) & (t_rd <= C) & (t_out <= t_rd) & (~th.drop | (t_rd == 0) & (t_out == 0)),
                 "invariant: the tracked row's reads and chunks")
         p.check(~(trk & in_q) | ((cr.sender == th.sender) & (cr.ptag == th.ptag) & (a_out == 0)
                                  & (th.drop | (t_out == C) & (t_rd == C))),
                 "invariant: the tracked row's credit queued is not its own, or early")
-        p.check(~(trk & ~in_q) | (hpos < hl) & (_pick([Value.cast(h) for h in hd], hpos) == Value.cast(th)),
+        p.check(~(trk & ~in_q) | (hpos < hl) & (pick([Value.cast(h) for h in hd], hpos) == Value.cast(th)),
                 "invariant: the tracked row in flight is not in its place")
         p.check(~(trk & ~in_q) | Mux(hpos == 0, (a_out == 0) & (th.drop | (front_owed == C - t_out)),
                                      (a_out == o_owed - own) & (t_out == 0)),

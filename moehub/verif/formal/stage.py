@@ -97,7 +97,7 @@ from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, Value
 from amaranth.lib import data
 
 from ...rtl.relay.stage import PARTIAL_ROWS, WRITE_DEPTH, PartialStage, RelayStage
-from .common import Props, any_const, any_seq, elaborate_into, memory_words, reset_first
+from .common import Props, any_const, any_seq, elaborate_into, fifo_entries, pick, reset_first
 from .plant import Plant, planted
 
 #: cycles from a chunk's take to its S4 (the S1, S3 and S4 registers), whose registers
@@ -159,14 +159,6 @@ PARTIAL_PLANTS = {
 }
 
 
-def _pick(values, k):
-    """values[k] for a signal k (a mux chain; values[0] where k is past the list)."""
-    out = values[0]
-    for i in range(1, len(values)):
-        out = Mux(k == i, values[i], out)
-    return out
-
-
 def _onehot(v, n):
     return Cat(*(v == j for j in range(n)))
 
@@ -182,25 +174,6 @@ def _capture(dut) -> dict:
         return dm
     dut.elaborate = capturing
     return parts
-
-
-def fifo_entries(m, regs, name: str, depth: int, width: int):
-    """The entries of the staging's ``SyncFIFOBuffered`` ``name`` (of ``depth``), oldest
-    first (each valid below its level), its pointer invariant and the Yosys commands that
-    connect its memory's words (:func:`.common.memory_words`)."""
-    D = depth - 1                                   # the memory's words (the rest: r_data)
-    words, connect = memory_words(m, f"dut.{name}.storage", D, width, f"{name}_word")
-    r_rdy, r_data, inner = regs[f"{name}.r_rdy"], regs[f"{name}.r_data"], regs[f"{name}.inner_level"]
-    cons = regs[f"{name}.consume"] if D > 1 else Const(0, 1)
-    prod = regs[f"{name}.produce"] if D > 1 else Const(0, 1)
-
-    def word(j):                                    # the j-th oldest word of the memory
-        return _pick([words[(c + j) % D] for c in range(D)], cons) if D > 1 else words[0]
-    entries = [Mux(r_rdy, r_data if q == 0 else word(q - 1), word(min(q, D - 1))) for q in range(depth)]
-    # (the output register empty only before a just-written entry moves into it)
-    ok = (inner <= D) & (r_rdy | (inner <= 1)) & (cons < D) & (prod < D) & Cat(
-        (cons == c) & (inner == n) & (prod == (c + n) % D) for c in range(D) for n in range(D + 1)).any()
-    return entries, ok, connect
 
 
 def ref_queue(m, name: str, n: int, width: int, push, value, pop):
@@ -299,7 +272,7 @@ class StageHarness(Elaboratable):
         bit = Signal(C, name="ref_bit")
         m.d.comb += bit.eq(_onehot(ip.chunk, C))
         cur = Signal(C, name="ref_cur")
-        m.d.comb += cur.eq(_pick(ref_in, slot))
+        m.d.comb += cur.eq(pick(ref_in, slot))
         now = {"v": take, "pl": ip, "slot": slot, "new": (ip.chunk < C) & ~(cur & bit).any()}
         now.update(whole=now["new"] & ((cur | bit) == ALL), first=now["new"] & (cur == 0),
                    write=now["new"] & self.written(ip, env))
@@ -349,7 +322,7 @@ class StageHarness(Elaboratable):
         rows, blocked = self.outputs(m, p, dut, e)
         e.update(rows=rows, blocked=blocked)
         # the window protocol: a slot whose row is whole waits for the row to leave
-        p.assume(~iv | ~_pick(blocked, slot))
+        p.assume(~iv | ~pick(blocked, slot))
 
         # ---- covers
         nest = [Signal(name=f"cov_nested{k}") for k in range(W)]   # opened while another was open
@@ -361,7 +334,7 @@ class StageHarness(Elaboratable):
         p.cover(d3["v"] & d3["whole"] & ~d3["pl"].drop & (d3["pl"].chunk == 0),
                 "a good row whole with its chunk 0 last (out of order)")
         p.cover(d3["v"] & d3["in"] & ~d3["new"], "a duplicate chunk dropped")
-        p.cover(take & now["whole"] & _pick(nest, slot) & _pick(others_open, slot),
+        p.cover(take & now["whole"] & pick(nest, slot) & pick(others_open, slot),
                 "a row whole that opened while another slot's row was part-way in, still part-way")
         p.cover(~dut.i.ready & (regs["wq.level"] != 0), "the input held back by the write FIFO's room")
 
@@ -447,7 +420,7 @@ class StageHarness(Elaboratable):
                     src_loc_at=1)
         at = lvl
         for owed, value in pending:
-            p.check(~owed | (_pick(q, at) == value), f"invariant: the {what} owed are not the pipeline's, in order",
+            p.check(~owed | (pick(q, at) == value), f"invariant: the {what} owed are not the pipeline's, in order",
                     src_loc_at=1)
             at = at + owed
 
