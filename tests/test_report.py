@@ -797,7 +797,7 @@ def relay_rows(system="h100x16-ib", tokens=128, unconverged=()):
     from moehub.cosim.studies import relay
     nodes = {"h100x16-ib": 2, "h100x32-ib": 4}[system]
     times = {"hub v2": 649.4, "hub v2 + relay": 628.8, "hub v2 + relay + reduce": 632.8,
-             "DeepEP normal": 736.5, "HybridEP": 728.4, "X-MoE RBD": 1892.1}
+             "DeepEP normal": 736.5, "HybridEP": 728.4, "X-MoE RBD": 1892.1, "communication-free": 591.0}
     out = []
     for name, _, _ in relay.ROWS:
         t = times[name] * tokens / 128

@@ -65,15 +65,14 @@ def _pm(cfg_name, only=None, **changes):
     return lambda: PacketManagerHarness(formal_config(cfg_name).replace(**changes), only=only)
 
 
-def _pm_group(group: str, k: int, note: str, counts_note: str, smoke: bool = False,
-              counts_k: int | None = None) -> list:
+def _pm_group(group: str, k: int, note: str, counts_note: str, counts_k: int | None = None) -> list:
     """The packet manager's property ``group`` proven alone by k-induction at ``k``: on
     ``tiny/pm-small``, in paged mode (the page gate free) and with count packets (at
     ``counts_k``, else ``k``)."""
     name = f"packet-manager-{group}"
     return [
         PropertySet(name, "packet manager", "tiny/pm-small", _pm("tiny/pm-small", group),
-                    {"prove": k}, smoke={"prove": k} if smoke else {}, note=note),
+                    {"prove": k}, note=note),
         PropertySet(f"{name}-paged", "packet manager", "tiny/pm-small, 8 pages",
                     _pm("tiny/pm-small", group, pool_pages=8), {"prove": k},
                     note=f"protocol v2: as {name} in paged mode, the page gate free"),
@@ -143,7 +142,7 @@ def _sets() -> list[PropertySet]:
                     {"prove": 3, "cover": 8}, smoke={"prove": 3, "cover": 8},
                     note="regions of 8 rows: a region fills within the cover depth"),
         PropertySet("allocator-paged", "allocator", "tiny/alloc-small, 8 pages", _alloc("tiny/alloc-small", pool_pages=8),
-                    {"prove": 3, "cover": 8}, smoke={"prove": 3},
+                    {"prove": 3, "cover": 8}, smoke={"bmc": 5},
                     note="protocol v2: the page gate's refusals (counters set a cycle later to the grants "
                          "that stood) and the registered tile starts, every tile size"),
         PropertySet("queue-small", "event/credit queue", "4 slots x 8 entries, 2-bit data",
@@ -159,7 +158,7 @@ def _sets() -> list[PropertySet]:
         PropertySet("credit-queue", "credit queue", "tiny (4 slots x 32)", _queue("credit", "tiny"),
                     {"prove": 1, "bmc": 10, "cover": 16}, note="as the event queue"),
         PropertySet("tracker", "tracker", "tiny/trk-small", _tracker("tiny/trk-small"),
-                    {"prove": 3, "cover": 26}, smoke={"cover": 26}, script=TRACKER_SCRIPT,
+                    {"prove": 3, "cover": 26}, smoke={"bmc": 8}, script=TRACKER_SCRIPT,
                     note="k-induction closes at k=3 with the invariants of tracker.py (the counter memory's "
                          "words as flops named by the harness); the cover: reset, START, clearing (8 "
                          "counters), a tile's events, flag, sweep"),
@@ -244,14 +243,14 @@ def _sets() -> list[PropertySet]:
                     note="bounded: BMC 16 = START (3), the 5 stages to B, the credit, the write (6), the "
                          "drain, every property asserted together; each is also unbounded alone "
                          "(packet-manager-queues, -dropped, -credits, -hang)"),
-        *_pm_group("queues", 4, smoke=True, counts_k=6,
+        *_pm_group("queues", 4, counts_k=6,
                    note="the queues never overflow, alone (no other property asserted or assumed): "
                         "k-induction closes at k=4 with the reservations' invariants (packet_manager.py: "
                         "avail + the pop counted late + level + packets after A = depth, n_acc = packets "
                         "in A, B's returned reservations)",
                    counts_note="(closes at k=6, not 4: a count packet's event from AL's lanes with no "
                                "packet takes two more steps to rule out)"),
-        *_pm_group("dropped", 6, smoke=True,
+        *_pm_group("dropped", 6,
                    note="a dropped packet never writes, alone (no other property asserted or assumed): "
                         "k-induction closes at k=6 with the layer's invariants (no end-of-stream of the "
                         "chosen source seen or pending, so finished stays low; one START: started = "
@@ -260,7 +259,7 @@ def _sets() -> list[PropertySet]:
                         "pipeline and in its slot, a row opened with an expert out of range never "
                         "allocated) (packet_manager.py)",
                    counts_note="(a dropped packet includes a count packet)"),
-        *_pm_group("credits", 5, smoke=True,
+        *_pm_group("credits", 5,
                    note="every accepted row of the chosen (source, tag) returns exactly one credit, "
                         "EVENT_LATENCY cycles after its last chunk, and none otherwise (and the lanes on "
                         "one row in R agree on open), alone: "
