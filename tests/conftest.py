@@ -112,6 +112,15 @@ def formal_file():
             pytest.mark.usefixtures("own_build")]
 
 
+def assert_fails_on(result, texts):
+    """A proof run (:class:`moehub.verif.formal.sby.JobResult`) FAILed with a
+    counterexample trace, on a property whose message holds one of ``texts``: a planted
+    bug is caught by the property it breaks, not by chance."""
+    assert result.status == "FAIL", f"{result.name}: {result.status}, expected FAIL ({result.log})"
+    assert result.trace is not None and result.trace.exists(), f"{result.name}: no trace"
+    assert any(t in f for f in result.failed for t in texts), result.failed
+
+
 @pytest.fixture
 def own_build(tmp_path, monkeypatch):
     """The test's build folder: its ``tmp_path``."""

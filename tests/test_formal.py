@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from conftest import formal_file
+from conftest import assert_fails_on, formal_file
 
 from moehub.verif.formal import sby
 from moehub.verif.formal.sets import SETS, jobs, run, run_harness
@@ -62,9 +62,7 @@ def mutant(module_name: str, old: str, new: str, cls: str):
 
 def _fails(result, *texts):
     """The run failed, with a trace, on a property whose message holds one of ``texts``."""
-    assert result.status == "FAIL", f"{result.name}: {result.status}, expected FAIL"
-    assert result.trace is not None and result.trace.exists()
-    assert any(t in f for f in result.failed for t in texts), result.failed
+    assert_fails_on(result, texts)
 
 
 def test_broken_allocator_fails():

@@ -16,19 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import formal_file
+from conftest import assert_fails_on, formal_file
 
 from moehub.verif.formal.common import formal_config
 from moehub.verif.formal.sets import MCAST_COUNTS, run_harness
 
 pytestmark = formal_file()
-
-
-def _fails_on(result, texts):
-    """FAIL with a counterexample, on a property whose message holds one of ``texts``."""
-    assert result.status == "FAIL", f"{result.name}: {result.status}, expected FAIL ({result.log})"
-    assert result.trace is not None and result.trace.exists()
-    assert any(t in f for f in result.failed for t in texts), result.failed
 
 
 def _supply(plant):
@@ -53,7 +46,7 @@ def test_page_supply_plant_fails(plant, depth):
     the property it breaks (an invariant may fail beside it)."""
     from moehub.verif.formal.page_supply import PLANTS
     r = run_harness(f"supply-{plant}", _supply(plant), "bmc", depth)
-    _fails_on(r, PLANTS[plant].fails)
+    assert_fails_on(r, PLANTS[plant].fails)
 
 
 @pytest.mark.slow
@@ -63,7 +56,7 @@ def test_count_limit_plant_fails(plant, depth):
     naming a dead expert granted" (step 7, ~30 s loaded: slow set)."""
     from moehub.verif.formal.multicast_v2 import COUNT_PLANTS
     r = run_harness(f"counts-{plant}", _counts(plant), "bmc", depth)
-    _fails_on(r, COUNT_PLANTS[plant].fails)
+    assert_fails_on(r, COUNT_PLANTS[plant].fails)
 
 
 GATE = [("same-cycle-page-ignored", 5), pytest.param("later-not-vetoed", 7, marks=SLOW),
@@ -79,7 +72,7 @@ def test_page_gate_plant_fails(plant, depth):
     from moehub.verif.formal.page_gate import PLANTS, PageGateHarness
     from moehub.verif.formal.sets import PAGE_GATE
     h = PageGateHarness(formal_config("tiny/alloc-small").replace(**PAGE_GATE), plant)
-    _fails_on(run_harness(f"gate-{plant}", h, "bmc", depth), PLANTS[plant].fails)
+    assert_fails_on(run_harness(f"gate-{plant}", h, "bmc", depth), PLANTS[plant].fails)
 
 
 def test_page_gate_harness_refuses_other_configs():
