@@ -43,20 +43,21 @@ def test_stage_set_passes(name, mode):
     _passes(name, mode)
 
 
-#: each plant's BMC depth: its failure's step (measured, in the comment) plus one
+#: each plant's BMC depth: its failure's step (measured, in the comment) plus one (the input's
+#: ready, a register, is first set a cycle after reset)
 DEPTHS = {
-    "relay-stage": {"mark-dropped": 5,          # 4: a dropped row's first chunk marked
-                    "whole-early": 6,           # 5: a row out (done) with two chunks in
-                    "dup-missed": 7,            # 6: drops short of the duplicate
-                    "addr-no-chunk": 7,         # 6: a write at its row's start
-                    "local-written": 7,         # 6: a write no chunk owes (out of order)
-                    "bitmap-kept": 11},         # 10: the slot's next row's first chunk unmarked
-    "relay-partial-stage": {"dup-missed": 7,    # 6: drops short of the duplicate
-                            "addr-no-chunk": 7,  # 6: a write at its row's start
-                            "drop-written": 7,  # 6: a dropped row's chunk written
-                            "whole-early": 8,   # 7: a row out before its chunks are in
-                            "at-ptag": 9,       # 8: a row out with another slot
-                            "bitmap-kept": 14},  # 13: the slot reused after its row left
+    "relay-stage": {"mark-dropped": 6,          # 5: a dropped row's first chunk marked
+                    "whole-early": 7,           # 6: a row out (done) with two chunks in
+                    "dup-missed": 8,            # 7: drops short of the duplicate
+                    "addr-no-chunk": 8,         # 7: a write at its row's start
+                    "local-written": 8,         # 7: a write no chunk owes (out of order)
+                    "bitmap-kept": 12},         # 11: the slot's next row's first chunk unmarked
+    "relay-partial-stage": {"dup-missed": 8,    # 7: drops short of the duplicate
+                            "addr-no-chunk": 8,  # 7: a write at its row's start
+                            "drop-written": 8,  # 7: a dropped row's chunk written
+                            "whole-early": 9,   # 8: a row out before its chunks are in
+                            "at-ptag": 10,       # 9: a row out with another slot
+                            "bitmap-kept": 15},  # 14: the slot reused after its row left
 }
 PLANTS = {"relay-stage": RELAY_PLANTS, "relay-partial-stage": PARTIAL_PLANTS}
 #: the partial staging's row must leave its queue before its slot is reused (about 2 min);

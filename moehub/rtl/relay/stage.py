@@ -42,8 +42,12 @@ staging write, the outputs and a whole row's bitmap clear; the chunk's staging a
 formed a step at a time (slot x stride, + chunk x chunk_bytes, + base). (The first version decided
 all of it in one stage, the staging write behind the bitmap read: 33 FO4 at 2 nodes; a
 per-slot count instead of the all-set test, still behind the read in one stage, 22-24
-FO4.) ``i.ready`` comes from registers only (the write FIFO's room for the chunks in S1,
-S3 and S4 and the next): it never depends on ``i.valid``.
+FO4.) ``i.ready`` is a register: set when the FIFOs' room holds, a cycle ahead, for
+every chunk that may then be in S1, S3 and S4 (the one it lets in now counted as taken)
+and the next, so it never depends on ``i.valid`` and starts no path into the relay
+input's lane grant. (Computed in the same cycle from the FIFOs' levels, the compare
+ended in the input's lane word enables: 31 FO4 at 2 nodes.) The FIFOs are deep enough
+for that bound beside the entries a stream keeps in them, so chunks flow one a cycle.
 """
 from amaranth import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
@@ -54,8 +58,11 @@ from ...spec.config import HubConfig
 from ..logic import select
 from .layouts import RelayLayouts
 
-#: staging writes the stage holds (beyond the two chunks in S1 and S2)
-WRITE_DEPTH = 6
+#: staging writes the stage holds: room for the chunks in S1, S3 and S4, the one its ready
+#: lets in and the next beside the two a streaming FIFO holds (a chunk stays two cycles in
+#: ``SyncFIFOBuffered``: its memory, then its output register), so that a stream of chunks
+#: flows one a cycle with ``wr`` ready (at 6, the ready combinational, it flowed at 5 in 6)
+WRITE_DEPTH = 8
 
 
 def stage_slot(cfg: HubConfig, node, src_node, tag):
@@ -102,9 +109,10 @@ class ChunkStage(wiring.Component):
         terms, all true."""
         return (~s3.drop,)
 
-    def room(self, s1_v, s3_v, s4_v):
-        """Beyond the write FIFO's room, whether S1 may take a chunk (from registers: the
-        chunks in S1, S3 and S4 given), or None."""
+    def room(self, inflight):
+        """Beyond the write FIFO's room, whether the input may take a chunk next cycle
+        (``inflight``: the chunks that may then be in S1, S3 and S4, all registers now), or
+        None."""
         return None
 
     def outputs(self, m, s4, first, whole):
@@ -166,11 +174,15 @@ class ChunkStage(wiring.Component):
         addr = (self.base + s4_off)[:cfg.addr_bits]
         m.d.comb += [wq.w_en.eq(s4_wen), wq.w_data.eq(Cat(addr, s4.data)),
                      self.wr.valid.eq(wq.r_rdy), self.wr.payload.eq(wq.r_data), wq.r_en.eq(self.wr.ready)]
-        # room for the chunks in S1, S3 and S4 and the next beside the ones queued: from
-        # registers only
-        more = self.room(s1_v, s3_v, s4_v)
-        m.d.comb += self.i.ready.eq(self._all(wq.level + s1_v + s3_v + s4_v <= WRITE_DEPTH - 2,
-                                              *(() if more is None else (more,))))
+        # the input's ready, a register: next cycle's chunks in S1, S3 and S4 are at most the
+        # ones in S1 and S3 now and the one let in now (counted taken), the FIFO's level at
+        # most its level now and S4's write; room for them and the next beside the ones queued
+        ready = Signal(name="i_ready")
+        inflight = s1_v + s3_v + s4_v + ready
+        more = self.room(inflight)
+        m.d.sync += ready.eq(self._all(wq.level + inflight <= WRITE_DEPTH - 2,
+                                       *(() if more is None else (more,))))
+        m.d.comb += self.i.ready.eq(ready)
         self.outputs(m, s4, s4_first, s4_whole)
         ev_drop, n_drop = Signal(name="ev_drop"), Signal(32, name="n_drop")
         m.d.sync += [ev_drop.eq(s3_v & ~fresh), n_drop.eq(n_drop + ev_drop)]
@@ -237,8 +249,9 @@ class RelayStage(ChunkStage):
 
 
 #: whole partial rows (and dropped ones, owing their credit) the partial staging holds for
-#: its feed
-PARTIAL_ROWS = 4
+#: its feed: room for every chunk in S1, S3 and S4, the one the ready lets in and the next to
+#: end a row beside the row a streaming queue holds, so that rows stream one chunk a cycle
+PARTIAL_ROWS = 6
 
 
 def partial_slot(cfg: HubConfig, sender, ptag):
@@ -296,10 +309,10 @@ class PartialStage(ChunkStage):
         m.submodules.rows = self._rows
         return m
 
-    def room(self, s1_v, s3_v, s4_v):
-        """Room in the row queue for every chunk in S1, S3 and S4 and the next to end a
-        row (registers only)."""
-        return self._rows.level + s1_v + s3_v + s4_v <= PARTIAL_ROWS - 1
+    def room(self, inflight):
+        """Room in the row queue, next cycle, for every chunk then in S1, S3 and S4 and the
+        next to end a row (registers only)."""
+        return self._rows.level + inflight <= PARTIAL_ROWS - 1
 
     def outputs(self, m, s4, first, whole):
         """A whole row (good or dropped) into the row queue."""

@@ -79,15 +79,15 @@ in the pipeline or the row queue, no two whole rows of one slot; the FIFOs' poin
 and words (``SyncFIFOBuffered``: an output register and a memory, its words as flops after
 ``memory_map``, :func:`.common.memory_words`), the writes owed = the write FIFO's entries
 then the written chunks in S4, S3, S1, and the partial staging's rows owed = the row
-queue's then the whole rows in S4, S3, S1; the room the input keeps (the FIFO's level plus
-the chunks in S1, S3, S4 at most ``WRITE_DEPTH`` - 1, the row queue's at most
-``PARTIAL_ROWS``).
+queue's then the whole rows in S4, S3, S1; the room the input's ready register keeps (the
+write FIFO's level plus the chunks in S1, S3, S4 plus the ready at most ``WRITE_DEPTH`` -
+1, the row queue's at most ``PARTIAL_ROWS``).
 
 Bounded as well (BMC, ``bmc``) only to 9 cycles from reset: with the invariants asserted
 at every step a step past 8 costs about 3x the one before (step 13 took 10 minutes; the
 properties alone are no cheaper past 12), and the k-induction already covers every depth.
 
-Not asserted: ``i.ready`` never depends on ``i.valid`` (it reads registers only, by
+Not asserted: ``i.ready`` never depends on ``i.valid`` (it is a register, by
 construction); no hang (a chunk waiting forever with ``wr`` ready) -- the simulation
 bench (``tests/test_rtl_relay_stage.py``) and the whole relay hub's drain every row.
 """
@@ -400,8 +400,9 @@ class StageHarness(Elaboratable):
         self.script += connect
         p.check(f_ok, "invariant: the write FIFO's pointers are not consume + inner_level")
         lvl = regs["wq.level"]
-        room = lvl + regs["s1_valid"] + regs["s3_valid"] + regs["s4_valid"]
-        p.check(room <= WRITE_DEPTH - 1, "invariant: the write FIFO's level and the chunks in S1, S3, S4 past its room")
+        room = lvl + regs["s1_valid"] + regs["s3_valid"] + regs["s4_valid"] + regs["i_ready"]
+        p.check(room <= WRITE_DEPTH - 1,
+                "invariant: the write FIFO's level, the chunks in S1, S3, S4 and the ready's past its room")
         self._owed(p, e["wq"], e["wn"], F, lvl, [(st["v"] & st["write"], self._write_of(e, st)) for st in (d3, d2, d1)],
                    "writes")
         self.more_invariants(m, p, regs, e)
@@ -537,8 +538,8 @@ class PartialStageHarness(StageHarness):
         self.script += connect
         p.check(f_ok, "invariant: the row queue's pointers are not consume + inner_level")
         lvl = regs["rows.level"]
-        p.check(lvl + regs["s1_valid"] + regs["s3_valid"] + regs["s4_valid"] <= PARTIAL_ROWS,
-                "invariant: the row queue's level and the chunks in S1, S3, S4 past its room")
+        p.check(lvl + regs["s1_valid"] + regs["s3_valid"] + regs["s4_valid"] + regs["i_ready"] <= PARTIAL_ROWS,
+                "invariant: the row queue's level, the chunks in S1, S3, S4 and the ready's past its room")
         pend = []
         for st in (d3, d2, d1):
             v, stmts = self._row_of(lay, st["pl"], st["slot"])
