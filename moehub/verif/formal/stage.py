@@ -51,6 +51,9 @@ Properties (for every slot, every chunk):
   judged in S3, counted a cycle later, as the relay's counters lag their events);
 * no write or row lost in the stage: the write FIFO and the partial staging's row queue are
   never written while full (their ``w_en`` never without ``w_rdy``);
+* no hang: a chunk offered waits at most ``HANG_WAIT`` = 2 cycles in a row in which every
+  output that may hold the staging back is ready (``wr``; the partial staging's ``row``
+  too) -- the input's ready, a register, is low in at most two such cycles in a row;
 * the relay staging: ``row`` exactly ``LATENCY`` cycles after a good row's last missing
   chunk was taken (so once per row, never before all ``C`` chunks are in), carrying that
   chunk's row fields; ``done`` the same for a dropped row, with its (global source, tag);
@@ -81,15 +84,18 @@ and words (``SyncFIFOBuffered``: an output register and a memory, its words as f
 then the written chunks in S4, S3, S1, and the partial staging's rows owed = the row
 queue's then the whole rows in S4, S3, S1; the room the input's ready register keeps (the
 write FIFO's level plus the chunks in S1, S3, S4 plus the ready at most ``WRITE_DEPTH`` -
-1, the row queue's at most ``PARTIAL_ROWS``).
+1, the row queue's at most ``PARTIAL_ROWS``); for the wait, a cycle waited with the outputs
+ready leaves the ready low only if the room it is set from holds (it is set the cycle
+after), and a second one leaves it set (the FIFOs' output registers are full whenever their
+level is past 1, so a level past the ready's bound gives a chunk and a row back).
 
 Bounded as well (BMC, ``bmc``) only to 9 cycles from reset: with the invariants asserted
 at every step a step past 8 costs about 3x the one before (step 13 took 10 minutes; the
 properties alone are no cheaper past 12), and the k-induction already covers every depth.
 
 Not asserted: ``i.ready`` never depends on ``i.valid`` (it is a register, by
-construction); no hang (a chunk waiting forever with ``wr`` ready) -- the simulation
-bench (``tests/test_rtl_relay_stage.py``) and the whole relay hub's drain every row.
+construction); the rate (one chunk a cycle while the outputs are ready): the simulation
+bench (``tests/test_rtl_relay_stage.py``) asserts it in cycles.
 """
 from __future__ import annotations
 
@@ -106,8 +112,13 @@ LATENCY = 3
 
 #: the FIFOs' memories as flip-flops, before their words are connected (common.memory_words)
 SCRIPT = ("memory_map", "opt_clean")
+#: the most cycles in a row a chunk offered waits while every output is ready (no hang):
+#: the ready, a register, is low in at most two such cycles in a row (set again once the
+#: FIFOs have given a chunk and a row back)
+HANG_WAIT = 2
+
 #: k of the k-induction, the BMC's and the covers' depths (cycles from reset), both sets'
-PROVE_K, BMC_DEPTH, COVER_DEPTH = 1, 9, 10
+PROVE_K, BMC_DEPTH, COVER_DEPTH = 1, 9, 13
 
 MOD = "moehub.rtl.relay.stage"
 
@@ -134,6 +145,9 @@ def _shared(cls: str) -> dict:
                               "not exactly LATENCY cycles after its last chunk's take",
                               "a row out with another slot, drop bit or header than the oldest whole row's"),
                              "the whole test one chunk short (chunk 0's bit not looked at)"),
+        "ready-stuck": Plant(MOD, "m.d.sync += ready.eq(self._all(", "m.d.sync += ready.eq(ready & self._all(",
+                             cls, ("a hang",), "the input's ready, once low, never set again (it is low "
+                                               "from reset: nothing is ever taken)"),
     }
 
 
@@ -230,6 +244,16 @@ class StageHarness(Elaboratable):
         """Whether a new chunk ``c`` is written (besides being new)."""
         return ~c.drop
 
+    def outputs_ready(self, dut):
+        """Every output that may hold the staging back ready (the write port; the
+        partial staging's row queue too)."""
+        return dut.wr.ready
+
+    def room_next(self, regs):
+        """The room the ready register is set from (the invariants' copy of it)."""
+        return (regs["wq.level"] + regs["s1_valid"] + regs["s3_valid"] + regs["s4_valid"] + regs["i_ready"]
+                <= WRITE_DEPTH - 2)
+
     def outputs(self, m, p, dut, e):
         """The row outputs' properties, the covers of them; returns (the whole rows'
         reference state for the invariants, the slots blocked: a row of it whole and not
@@ -317,6 +341,14 @@ class StageHarness(Elaboratable):
         p.check(dut.drops == (ref_drops - d1["drop"] - d2["drop"] - d3["drop"])[:32],
                 "drops differs from the duplicate and past-the-row chunks taken (LATENCY + 1 cycles late)")
 
+        # ---- no hang: a chunk offered waits at most HANG_WAIT cycles in a row with every
+        # output ready
+        wait = Signal(range(HANG_WAIT + 2), name="env_wait")
+        m.d.sync += wait.eq(Mux(self.outputs_ready(dut) & iv & ~dut.i.ready, wait + 1, 0))
+        p.check(wait <= HANG_WAIT, "a chunk held back more than HANG_WAIT cycles in a row with every output "
+                                   "ready (a hang)")
+        p.cover(wait == HANG_WAIT, "a chunk held back HANG_WAIT cycles in a row with every output ready")
+
         e = dict(locals())
         e.pop("self")
         rows, blocked = self.outputs(m, p, dut, e)
@@ -403,6 +435,12 @@ class StageHarness(Elaboratable):
         room = lvl + regs["s1_valid"] + regs["s3_valid"] + regs["s4_valid"] + regs["i_ready"]
         p.check(room <= WRITE_DEPTH - 1,
                 "invariant: the write FIFO's level, the chunks in S1, S3, S4 and the ready's past its room")
+        # the wait: a cycle waited with the outputs ready gives a chunk (a row) back if the
+        # FIFO's level was past the ready's bound, so the ready is set the cycle after
+        wait, rdy = e["wait"], regs["i_ready"]
+        p.check((wait == 0) | rdy | self.room_next(regs),
+                "invariant: a chunk waited with the outputs ready, the ready low and not set next")
+        p.check((wait < HANG_WAIT) | rdy, "invariant: a chunk waited HANG_WAIT cycles, the ready still low")
         self._owed(p, e["wq"], e["wn"], F, lvl, [(st["v"] & st["write"], self._write_of(e, st)) for st in (d3, d2, d1)],
                    "writes")
         self.more_invariants(m, p, regs, e)
@@ -501,6 +539,14 @@ class PartialStageHarness(StageHarness):
         m.d.comb += dut.row.ready.eq(any_seq(m, 1, "row_ready"))
         return {}
 
+    def outputs_ready(self, dut):
+        return dut.wr.ready & dut.row.ready
+
+    def room_next(self, regs):
+        return super().room_next(regs) & (
+            regs["rows.level"] + regs["s1_valid"] + regs["s3_valid"] + regs["s4_valid"] + regs["i_ready"]
+            <= PARTIAL_ROWS - 1)
+
     def in_window(self, c, env):
         return (c.sender < self.cfg.node_gpus) & (c.ptag < self.cfg.partial_span)
 
@@ -570,8 +616,9 @@ def small_config():
 def property_sets() -> list[dict]:
     """The stagings' property sets, as :class:`~.sets.PropertySet`'s fields (sets.py lists
     them; kept here so that file holds one line of them). Measured on the 2-core machine
-    under load (~2-3): k-induction k=1 26 s (relay) and 32 s (partial), BMC 9 31 s and 21
-    s, the covers within 10 steps 3-4 s (reached at steps 4-8); the smoke job is the
+    under load (~3): k-induction k=1 122 s (relay) and 62 s (partial), BMC 9 20 s and 16
+    s, the covers within 13 steps 4-5 s (reached at steps 5-11: a chunk held back two
+    cycles with the outputs ready needs the write FIFO filled first); the smoke job is the
     covers (the k-induction is past the fast set's budget)."""
     common = dict(config="tiny/partial-small: 2 nodes x 3 GPUs, 2 tags, 2 P tags, 3-chunk rows (48-byte stride)",
                   modes={"prove": PROVE_K, "bmc": BMC_DEPTH, "cover": COVER_DEPTH}, smoke={"cover": COVER_DEPTH})
@@ -581,12 +628,12 @@ def property_sets() -> list[dict]:
                   "of the node) at base + slot x stride + chunk x chunk_bytes with its data, or counted as "
                   "a drop (a duplicate, past the row), never both; a row out (row, or done for a dropped "
                   "row) exactly LATENCY cycles after its last missing chunk, with its fields; the mark at "
-                  "a good row's first chunk (stage.py)", **common),
+                  "a good row's first chunk; no chunk held back more than 2 cycles in a row with wr ready (stage.py)", **common),
         dict(name="relay-partial-stage", component="relay partial staging",
              build=lambda: PartialStageHarness(small_config()),
              note="protocol v3: every partial chunk taken written once (new, of a good row) at base + slot "
                   "x stride + chunk x chunk_bytes with its data, or counted as a drop, never both; each "
                   "whole row (or dropped row) out once, in the order they became whole, with its slot and "
-                  "last chunk's header, never before its chunks are in; no row lost in the row queue "
-                  "(stage.py)", **common),
+                  "last chunk's header, never before its chunks are in; no row lost in the row queue; no "
+                  "chunk held back more than 2 cycles in a row with wr and row ready (stage.py)", **common),
     ]
