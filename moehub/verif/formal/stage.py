@@ -616,7 +616,7 @@ def small_config():
 def property_sets() -> list[dict]:
     """The stagings' property sets, as :class:`~.sets.PropertySet`'s fields (sets.py lists
     them; kept here so that file holds one line of them). Measured on the 2-core machine
-    under load (~3): k-induction k=1 122 s (relay) and 62 s (partial), BMC 9 20 s and 16
+    under load (~2): k-induction k=1 82 s (relay) and 39 s (partial), BMC 9 12 s and 9
     s, the covers within 13 steps 4-5 s (reached at steps 5-11: a chunk held back two
     cycles with the outputs ready needs the write FIFO filled first); the smoke job is the
     covers (the k-induction is past the fast set's budget)."""
