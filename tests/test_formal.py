@@ -1,12 +1,13 @@
 """Formal proofs (moehub.verif.formal, ``moehub formal``) with SymbiYosys from PyPI.
 
 Fast: the smoke jobs (every set's shallow proofs and covers), proofs that fail on a
-deliberately broken allocator, queue, page pool, paged multicast arena, multicast count
-limit and packet manager's chunk table, so the properties are not vacuous, and the
-command's exit codes. Slow: every set's full jobs, and broken tracker, packet manager
-(the full BMC, its queue, dropped-packet, credit and no-hang proofs), page pool (each
-plant; its induction without the invariants), admitted multicast allocator and paged
-arena's fit, and the paged arena with pages handed back. Skipped when yowasp-sby or the solver is missing.
+deliberately broken allocator, queue, page pool and packet manager's chunk table, so the
+properties are not vacuous, and the command's exit codes. Slow: every set's full jobs,
+and broken tracker, packet manager (the full BMC, its queue, dropped-packet, credit and
+no-hang proofs), page pool (each plant; its induction without the invariants), admitted
+multicast allocator, paged arena (a page handed out twice; its fit) and multicast count
+limit (4 s each: the fast set's multicast units plant their own bugs,
+tests/test_rtl_multicast_units.py), and the paged arena with pages handed back. Skipped when yowasp-sby or the solver is missing.
 """
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ def _mcast_v2(kind):
     return CountsAllocatorHarness(formal_config("tiny/alloc-small").replace(**MCAST_COUNTS))
 
 
+@pytest.mark.slow
 def test_broken_paged_arena_fails(monkeypatch):
     """(multicast, paged) A row that starts a tile stays on the current page instead of
     taking the pool's next: that page, in use, is handed out again (step 6)."""
@@ -152,6 +154,7 @@ def test_paged_arena_outruns_pool_rows_with_pages_handed_back():
     assert r.status == "PASS", r.failed
 
 
+@pytest.mark.slow
 def test_broken_multicast_count_limit_fails(monkeypatch):
     """(multicast, count packets) An expert counts as met only past its total (``lam < 0``
     for ``<= 0``): the count limit's ``dead`` register is off the model's (the invariant

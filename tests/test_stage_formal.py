@@ -63,10 +63,12 @@ DEPTHS = {
 }
 PLANTS = {"relay-stage": RELAY_PLANTS, "relay-partial-stage": PARTIAL_PLANTS}
 #: the partial staging's row must leave its queue before its slot is reused (about 2 min);
-#: the plants of the code both stagings share (``ChunkStage``) fail the relay staging's
-#: harness in the fast set, the partial staging's in the slow set
+#: of the plants of the code both stagings share (``ChunkStage``), the fast set tries each
+#: once -- the duplicate, the hang and the bitmap on the relay staging's harness, the whole
+#: test on the partial staging's -- and the address's on neither (1.5-3 s each)
 SLOW = {("relay-partial-stage", "bitmap-kept"), ("relay-partial-stage", "dup-missed"),
-        ("relay-partial-stage", "addr-no-chunk"), ("relay-partial-stage", "ready-stuck")}
+        ("relay-partial-stage", "addr-no-chunk"), ("relay-partial-stage", "ready-stuck"),
+        ("relay-stage", "whole-early"), ("relay-stage", "addr-no-chunk"), ("relay-stage", "local-written")}
 
 
 @pytest.mark.plants
