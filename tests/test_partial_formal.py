@@ -2,7 +2,7 @@
 ``relay-partial-feed``): the set's k-induction and covers pass, and each planted bug
 (:data:`moehub.verif.formal.partial.PLANTS`) makes a BMC FAIL, with a trace, on the
 property it breaks -- with the strengthening invariants off, so the property itself, not an
-invariant, catches it. The set's smoke job (k-induction, k = 1) also runs in
+invariant, catches it. The set's smoke job (k-induction, k = 5) also runs in
 tests/test_formal.py.
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ def _passes(mode):
 
 @pytest.mark.parametrize("mode", [pytest.param("prove", marks=pytest.mark.slow), "cover"])
 def test_partial_feed_set_passes(mode):
-    """k-induction closes at k = 1; every cover is reached by step 10 (about 2 s each). (The
+    """k-induction closes at k = 5 (the no-hang property's window; the rest at 1); every
+    cover is reached by step 10 (about 2-3 s each). (The
     k-induction is the set's smoke job, which tests/test_formal.py runs in the fast set:
     here, slow set only.)"""
     _passes(mode)
@@ -43,7 +44,8 @@ DEPTHS = {"dropped-reads": 5,        # 3: a read no row owes
           "credit-sender": 7,        # 5: the tracked row's credit naming another row
           "header-offered": 7,       # 5: an out chunk with another row's header
           "credit-first-chunk": 9,   # 7: a good row's credit before its last chunk went out
-          "room-ignored": 16}        # 15: a credit lost in a full queue, the next row's comes first
+          "room-ignored": 16,        # 15: a credit lost in a full queue, the next row's comes first
+          "one-row-in-flight": 9}    # 7: a row offered waits a fifth cycle (a hang)
 #: the credit queue must fill before the lost credit shows (about 25 s)
 SLOW = {"room-ignored"}
 

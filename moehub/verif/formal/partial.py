@@ -35,9 +35,15 @@ Properties (for the tracked row, so for every row):
   exactly when a chunk goes out. With the memory answering in order, the n-th chunk out
   is the n-th read's data; by the counts above the reads and the chunks follow the same
   rows in the same order, ``C`` of each per good row, so each chunk carries the answer to
-  its own row's read of that chunk.
+  its own row's read of that chunk;
+* no hang: a row offered waits at most ``HANG_WAIT`` = 4 cycles in a row in which ``rd``,
+  ``out`` and ``pcredit`` are ready and the memory answers whenever a read is owed an
+  answer (4 is reached, 5 is not: the bound is exact, so a feed that stops overlapping
+  rows fails it too).
 
-Unbounded (k-induction, ``prove``, closes at k = 1): the properties alone are not
+Unbounded (k-induction, ``prove``, closes at k = 5 = ``HANG_WAIT`` + 1 for the no-hang
+property, whose whole wait then lies in the induction's path; every other property closes
+at k = 1): the properties alone are not
 inductive (a state whose FIFOs hold a header, a last-chunk bit or a credit the reference
 does not expect satisfies them until it leaves, and a stalled output can hold it there
 for any k). The strengthening invariants (:meth:`PartialFeedHarness._invariants`) tie the
@@ -74,8 +80,13 @@ PARTIAL_SMALL = dict(row_bytes=48)
 
 #: the FIFOs' memories as flip-flops, before their words are connected (common.memory_words)
 SCRIPT = ("memory_map", "opt_clean")
-#: k of the k-induction, the BMC's and the covers' depths (cycles from reset)
-PROVE_K, BMC_DEPTH, COVER_DEPTH = 1, 16, 12
+#: the most cycles in a row a row offered waits while every output is ready and the memory
+#: answers each read owed (no hang; 4 is reached, at step 6, 5 is not within 24 steps)
+HANG_WAIT = 4
+#: k of the k-induction (the no-hang property's window: its wait fits in the induction's
+#: path; every other property closes at k = 1 with the invariants), the BMC's and the
+#: covers' depths (cycles from reset)
+PROVE_K, BMC_DEPTH, COVER_DEPTH = HANG_WAIT + 1, 16, 12
 
 MOD = "moehub.rtl.relay.partial_feed"
 #: planted bugs (each a one-line edit of the feed's source, in memory)
@@ -100,6 +111,11 @@ PLANTS = {
     "room-ignored": Plant(MOD, "m.d.comb += room.eq(cq.level + hq.level < CREDITS)", "m.d.comb += room.eq(1)",
                           "PartialFeed", ("the tracked row's credit out of order or naming another row",),
                           "a row taken with no place for its credit: a credit pushed into a full queue is lost"),
+    "one-row-in-flight": Plant(MOD, "start.eq((step == 0) & self.row.valid & hq.w_rdy & room)",
+                               "start.eq((step == 0) & self.row.valid & hq.w_rdy & room & ~hq.r_rdy)",
+                               "PartialFeed", ("a hang",),
+                               "a row taken only once the row in front has left: the rows' reads no longer "
+                               "overlap the answers, and a row offered waits past the bound"),
 }
 
 
@@ -150,6 +166,15 @@ class PartialFeedHarness(Elaboratable):
         pend = Signal(5, name="env_reads_pending")          # reads issued, not answered
         m.d.sync += pend.eq(pend + rd_fire - ans_fire)
         p.assume(~dut.rdata.valid | (pend != 0))
+
+        # ---- no hang: a row offered waits at most HANG_WAIT cycles in a row in which every
+        # output is ready and the memory answers the reads owed
+        free = dut.rd.ready & dut.out.ready & dut.pcredit.ready & (dut.rdata.valid | (pend == 0))
+        wait = Signal(range(HANG_WAIT + 2), name="env_wait")
+        m.d.sync += wait.eq(Mux(free & rv & ~dut.row.ready, wait + 1, 0))
+        p.check(wait <= HANG_WAIT, "a row held back more than HANG_WAIT cycles in a row with every output "
+                                   "ready and the memory answering (a hang)")
+        p.cover(wait == HANG_WAIT, "a row held back HANG_WAIT cycles in a row with every output ready")
 
         # ---- reference: what the rows taken owe
         r_owed = Signal(5, name="ref_reads_owed")
@@ -302,8 +327,9 @@ def small_config():
 def property_set() -> dict:
     """The partial feed's property set, as :class:`~.sets.PropertySet`'s fields (sets.py
     lists it; kept here so that file holds one line of it). Measured on the 2-core machine
-    under load (~2-3): k-induction k=1 2 s (it closes at k=1 with 2, 3 and 4 chunks a row),
-    BMC 16 14 s, the covers within 12 steps 2 s (reached at steps 5, 8, 9 and 10)."""
+    under load (~2-3): k-induction k=5 3 s (without the no-hang property it closes at k=1
+    with 2, 3 and 4 chunks a row), BMC 16 14 s, the covers within 12 steps 2 s (reached at
+    steps 5, 6, 8, 9 and 10)."""
     return dict(name="relay-partial-feed", component="relay partial feed",
                 config="tiny/partial-small: 2 nodes x 3 GPUs, 2 P tags, 3-chunk rows (48-byte stride)",
                 build=lambda: PartialFeedHarness(small_config()),
@@ -311,4 +337,5 @@ def property_set() -> dict:
                 note="protocol v3: every partial row taken returns one credit, in order, with its (sender, "
                      "P tag), a good row's after its last chunk; a good row's C reads at base + slot x "
                      "stride + k x chunk_bytes in order, its C chunks out with its header and the "
-                     "memory's answers; nothing read or sent for a dropped row (partial.py)")
+                     "memory's answers; nothing read or sent for a dropped row; a row offered taken within 4 "
+                     "cycles with the outputs ready and the memory answering (partial.py)")
