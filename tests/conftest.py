@@ -139,3 +139,13 @@ def on(simulator: str, *values, slow: bool = False, kill: bool = False):
     slow set only; ``kill``: in the mutation kill suite (verif/mutate.py) even when slow."""
     marks = [needs(simulator)] + ([pytest.mark.slow] if slow else []) + ([pytest.mark.mutation] if kill else [])
     return pytest.param(simulator, *values, marks=marks, id="-".join(map(str, (simulator, *values))))
+
+
+def run_testbench(dut, bench, period: float = 1e-8):
+    """Simulate ``dut`` (Amaranth's simulator) on one clock of ``period`` with ``bench`` as
+    its testbench, until the bench returns."""
+    from amaranth.sim import Simulator
+    simulator = Simulator(dut)
+    simulator.add_clock(period)
+    simulator.add_testbench(bench)
+    simulator.run()

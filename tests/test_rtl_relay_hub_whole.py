@@ -48,7 +48,8 @@ from collections import defaultdict
 import numpy as np
 
 import pytest
-from amaranth.sim import Simulator
+
+from conftest import run_testbench
 
 from moehub.rtl.relay.hub import RelayHub
 from moehub.spec.csr_map import CTRL_START
@@ -382,10 +383,7 @@ def run_whole(cfg, seed, rows=30, node=0, rank=1, combine=False):
                        for i in range(n)}
         out["hub_drops"] = [await read(ctx, "DROPS", r) for r in range(len(config_reasons(cfg)))]
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_testbench(dut, bench)
     return out
 
 

@@ -18,7 +18,8 @@ no target here on its forwards alone; a dropped row's at once; a direct source's
 forward row's (a remote source of another rank) passed through unchanged.
 """
 import pytest
-from amaranth.sim import Simulator
+
+from conftest import run_testbench
 
 from moehub.rtl.relay.credit_join import RelayCredits
 from moehub.rtl.relay.stage import PartialStage, RelayStage
@@ -69,10 +70,7 @@ def run_stage(cfg, words, unit=RelayStage):
             await ctx.tick()
         seen["drops"] = ctx.get(dut.drops)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_testbench(dut, bench)
     return seen
 
 
@@ -120,10 +118,7 @@ def credit_bench(events, unit=RelayCredits):
                 assert name not in ev or ctx.get(getattr(dut, name).ready), (cycle, name)
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_testbench(dut, bench)
     return out
 
 
@@ -172,10 +167,7 @@ def take_cycles(dut, words):
                 taken.append(cycle)
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_testbench(dut, bench)
     return taken
 
 
