@@ -342,8 +342,8 @@ def add_parser(subparsers) -> None:
         description=__doc__.split("\n\n")[1])
     g = h.add_argument_group("the grid (a preset's axes are replaced by the ones given)")
     g.add_argument("--grid", choices=tuple(grid.PRESETS), default=None,
-                   help="a preset grid: default (8-GPU boxes, NVL72, 4- and 8-node H100; about "
-                        "half an hour on 2 cores; without --grid the axes given replace it "
+                   help="a preset grid: default (8-GPU boxes, NVL72, 4- and 8-node H100; 7-18 "
+                        "min on 2 cores, idle to loaded; without --grid the axes given replace it "
                         "as one block), full (adds EP128 and EP256: hours, for a cluster) or "
                         "quick (1-3 min on 2 cores)")
     g.add_argument("--quick", action="store_const", const="quick", dest="grid",

@@ -51,8 +51,8 @@ class Block:
 
 #: the grids by name.
 #:
-#: ``default``: the map, sized to finish in about half an hour on 2 cores (the measured
-#: figure is in ``docs/headline.md``). 8-GPU boxes (H100, B200) from decode (1 token per
+#: ``default``: the map, sized to finish within half an hour on 2 cores (7 minutes idle;
+#: the measured figure is in ``docs/headline.md``). 8-GPU boxes (H100, B200) from decode (1 token per
 #: GPU) to prefill (32768), Mixtral-8x7B and DeepSeek-V3 (its released FP8 checkpoint, as
 #: served); wide expert parallelism with DeepSeek-V3 (256 experts: the model deployed that
 #: way) at decode and small prefill sizes, where the hub's case is (fixed costs are most
