@@ -180,8 +180,8 @@ def test_stagings_take_a_stream_one_chunk_a_cycle():
     """Six whole rows back to back (every chunk written to HBM; the partial staging's rows
     into its row queue): each staging takes a chunk every cycle from cycle 1 (its ready, a
     register, is first set then). Its FIFOs hold the bound its ready keeps beside the two
-    cycles a chunk spends in each; a write FIFO one entry shorter took 96 chunks in 115
-    cycles."""
+    cycles a chunk spends in each; with a write FIFO one entry shorter the partial staging
+    took 96 chunks in 113 cycles."""
     cfg, C = R22, R22.chunks_per_row
     relay = [stage_word(cfg, r % 2, c, (0,)) for r in range(6) for c in range(C)]
     pairs = [(s, t) for s in range(cfg.node_gpus) for t in range(cfg.partial_span)]

