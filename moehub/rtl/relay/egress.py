@@ -10,7 +10,8 @@ chunk; a relay row's credit passed on only once its forwards have all been read.
     rdata --> out (the destination GPU, a lane word: RelayFormats.forward_row, class FORWARD)
 
 The forward unit emits a row's forwards, then its credit (``rcredit``, the cycle after its
-last forward at the earliest), so one FIFO of commands keeps their order. A forward
+last forward at the earliest), so one FIFO of commands (behind one register) keeps their
+order. A forward
 command issues the row's ``chunks_per_row`` reads at the staging slot of (its original
 source, the R tag) (:func:`~.stage.stage_slot`; the row's address prepared in three
 registered steps first: slot, offset, address), one a cycle, each with its context (the
@@ -30,7 +31,8 @@ from ..layouts import struct
 from .layouts import RelayLayouts
 from .stage import stage_slot
 
-#: commands (forwards and credits) the egress holds, and reads in flight
+#: commands (forwards and credits) the egress's FIFO holds (one more waits in a register
+#: in front of it), and reads in flight
 COMMANDS, READS = 4, 8
 
 
@@ -86,13 +88,22 @@ class ForwardEgress(wiring.Component):
         m.submodules.hdrs = hq = SyncFIFOBuffered(width=self.lay.fwd.size, depth=2)
         # ---- commands in: a forward, or a credit -- never both offered in one cycle (the
         # forward unit offers a row's credit only once none of its forwards is left), so the
-        # credit's ready is the FIFO's alone: gating it with the forward's valid put the
-        # forward unit's pick into its own row handshake (30.5 FO4 in the whole hub)
+        # credit's ready does not look at the forward's valid: gating it so put the forward
+        # unit's pick into its own row handshake (30.5 FO4 in the whole hub). The command is
+        # registered before its FIFO (``cmd_held``, taken while it is empty or the FIFO has
+        # room: one a cycle still): the forward unit's pick (``fwd.valid``, 1.6 ns) then ends
+        # at a register, not at the FIFO's write (23.1 FO4 in the whole hub at 2 nodes)
         cmd = data.View(self.command, Signal(self.command.size, name="cmd_in"))
+        held = Signal(name="cmd_held")
+        held_cmd = Signal(self.command.size, name="cmd_reg")
+        take = Signal(name="cmd_take")
         m.d.comb += [cmd.credit.eq(~self.fwd.valid), cmd.fwd.eq(self.fwd.payload), cmd.tag.eq(self.fwd_tag),
                      cmd.cr.eq(self.rcredit.payload),
-                     self.fwd.ready.eq(cq.w_rdy), self.rcredit.ready.eq(cq.w_rdy),
-                     cq.w_en.eq(self.fwd.valid | self.rcredit.valid), cq.w_data.eq(cmd.as_value())]
+                     take.eq(~held | cq.w_rdy),
+                     self.fwd.ready.eq(take), self.rcredit.ready.eq(take),
+                     cq.w_en.eq(held), cq.w_data.eq(held_cmd)]
+        with m.If(take):
+            m.d.sync += [held.eq(self.fwd.valid | self.rcredit.valid), held_cmd.eq(cmd.as_value())]
         head = data.View(self.command, cq.r_data)
         # ---- a forward: its staged row's address prepared in three registered steps (its
         # slot, slot x stride, base + that: one operation a step -- two in one step were
