@@ -131,6 +131,7 @@ MCAST_COUNTS = dict(MCAST, lanes=2, max_rows_per_expert=16, count_packets=True, 
 def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
     from .reduce import property_sets as reduce_sets
+    from .egress import property_set as egress_set
     from .partial import property_set as partial_set
     from .relay import property_set as relay_set
     from .stage import property_sets as stage_sets
@@ -289,6 +290,7 @@ def _sets() -> list[PropertySet]:
                          "for the same reason as packet-manager"),
         PropertySet(**relay_set()),
         PropertySet(**partial_set()),
+        PropertySet(**egress_set()),
         *(PropertySet(**s) for s in stage_sets()),
         *(PropertySet(**s) for s in reduce_sets()),
     ]

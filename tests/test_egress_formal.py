@@ -1,0 +1,46 @@
+"""The relay forward egress's formal properties (moehub/verif/formal/egress.py, set
+``relay-egress``): each planted bug
+(:data:`moehub.verif.formal.egress.PLANTS`) makes a BMC FAIL, with a trace, on the property
+it breaks -- with the strengthening invariants off, so the property itself, not an
+invariant, catches it. The set's own jobs run in tests/test_formal.py: its smoke job (the
+k-induction, k = 8, about 9 s) in the fast set, BMC 14 (about 35 s under load) and the covers
+(reached by step 24: a command held back the full 7 cycles) in the slow set.
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import assert_fails_on, formal_file
+
+from moehub.verif.formal.egress import PLANTS, EgressHarness, small_config
+from moehub.verif.formal.sets import run_harness
+
+pytestmark = formal_file()
+
+
+#: each plant's BMC depth: its failure's step (measured, in the comment) and a little more
+DEPTHS = {"slot-no-node": 9,          # 7: a read at another row's slot
+          "addr-stuck": 10,           # 8: a read not at the forward's next chunk
+          "credit-early": 12,         # 10: a credit before the forwards ahead went out
+          "held-overwritten": 12,     # 10: a held command lost, the next credit out of order
+          "header-early": 16,         # 14: a chunk with the next forward's header (about 30 s)
+          "one-read-in-flight": 16}   # 14: a command offered waits an eighth cycle (about 30 s)
+#: the plants of the fast set (about 2 s each)
+FAST = {"slot-no-node"}
+
+
+@pytest.mark.plants
+@pytest.mark.parametrize("plant", [k if k in FAST else pytest.param(k, marks=pytest.mark.slow) for k in DEPTHS])
+def test_egress_plant_fails(plant):
+    r = run_harness(f"egress-{plant}", EgressHarness(small_config(), plant, invariants=False),
+                    "bmc", DEPTHS[plant])
+    assert_fails_on(r, PLANTS[plant].fails)
+
+
+def test_every_plant_is_tried():
+    assert set(DEPTHS) == set(PLANTS)
+
+
+def test_egress_unknown_plant_is_refused():
+    with pytest.raises(ValueError, match="plant = 'nonesuch': unknown"):
+        EgressHarness(small_config(), "nonesuch")
