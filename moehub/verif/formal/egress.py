@@ -63,13 +63,13 @@ in the header FIFO, and once read its header at its place there with the chunks 
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, Value
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data
 
 from ...rtl.relay.egress import COMMANDS, READS, ForwardEgress
 from ...spec.formats import RelayFormats, RowClass
-from .common import Props, any_const, any_seq, elaborate_into, fifo_entries, pick, reset_first
-from .plant import Plant, planted
+from .common import Props, any_const, any_seq, elaborate_into, pick, reset_first
+from .plant import Plant, PlantedHarness
 from .stage import _capture
 
 #: the reduced config: 3 nodes x 2 GPUs (a source's node among the other two: both sides
@@ -132,18 +132,11 @@ def ref_slot(cfg, node, src_node, tag):
     return Mux(src_node > node, src_node - 1, src_node) * cfg.tags_per_source + tag
 
 
-class EgressHarness(Elaboratable):
+class EgressHarness(PlantedHarness):
     """A :class:`ForwardEgress` of ``cfg`` under its environment (module docstring)."""
+    unit = ForwardEgress
+    plants = PLANTS
 
-    def __init__(self, cfg, plant: str | None = None, invariants: bool = True):
-        self.cfg, self.invariants = cfg, invariants
-        try:
-            self.dut_cls = planted(ForwardEgress, PLANTS, plant)
-        except ValueError:
-            self._MustUse__silence = True       # (refused: never elaborated)
-            raise
-        self.messages = {}
-        self.script = ()
 
     def elaborate(self, platform):
         m = Module()
@@ -277,14 +270,6 @@ class EgressHarness(Elaboratable):
             self._invariants(m, p, regs, locals())
         return m
 
-    def _fifo(self, m, regs, name, depth, width):
-        """The entries of the egress's ``SyncFIFOBuffered`` ``name``, oldest first, as
-        (live, data), its level and its pointer invariant; its memory's words named here."""
-        entries, ok, connect = fifo_entries(m, regs, name, depth, width)
-        self.script += connect
-        lvl = regs[f"{name}.level"]
-        return [(lvl > q, d) for q, d in enumerate(entries)], lvl, ok
-
     def _invariants(self, m, p, regs, e):
         """The strengthening invariants (module docstring)."""
         cfg, C = self.cfg, self.cfg.chunks_per_row
@@ -292,9 +277,9 @@ class EgressHarness(Elaboratable):
         dut = e["dut"]
         Hd = e["parts"]["hdrs"].depth
         cmd_lay, ctx_lay, fwd_lay = dut.command, dut.context, dut.lay.fwd
-        Q, ql, q_ok = self._fifo(m, regs, "cmds", COMMANDS, cmd_lay.size)
-        X, xl, x_ok = self._fifo(m, regs, "ctxs", READS, ctx_lay.size)
-        H, hl, h_ok = self._fifo(m, regs, "hdrs", Hd, fwd_lay.size)
+        Q, ql, q_ok = self.fifo(m, regs, "cmds", COMMANDS, cmd_lay.size)
+        X, xl, x_ok = self.fifo(m, regs, "ctxs", READS, ctx_lay.size)
+        H, hl, h_ok = self.fifo(m, regs, "hdrs", Hd, fwd_lay.size)
         p.check(q_ok & x_ok & h_ok, "invariant: a FIFO's pointers are not consume + inner_level")
         held, hc = regs["cmd_held"], data.View(cmd_lay, regs["cmd_reg"])
         step, chunk = regs["prep_step"], regs["chunk"]

@@ -65,12 +65,12 @@ of it, and, while it is read, ``offset`` and ``addr`` its slot's and chunk's.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Elaboratable, Module, Mux, Signal, Value
+from amaranth import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data
 
 from ...rtl.relay.partial_feed import CREDITS, READS, ROWS_IN_FLIGHT, PartialFeed
-from .common import Props, any_const, any_seq, elaborate_into, fifo_entries, pick, reset_first
-from .plant import Plant, planted
+from .common import Props, any_const, any_seq, elaborate_into, pick, reset_first
+from .plant import Plant, PlantedHarness
 
 #: the reduced config on the forward unit's relay-small (2 nodes x 3 GPUs, 2 P tags per
 #: sender: a window of 6 slots, slot codes 6 and 7 out of range representable): rows of 3
@@ -119,18 +119,11 @@ PLANTS = {
 }
 
 
-class PartialFeedHarness(Elaboratable):
+class PartialFeedHarness(PlantedHarness):
     """A :class:`PartialFeed` of ``cfg`` under its environment (module docstring)."""
+    unit = PartialFeed
+    plants = PLANTS
 
-    def __init__(self, cfg, plant: str | None = None, invariants: bool = True):
-        self.cfg, self.invariants = cfg, invariants
-        try:
-            self.dut_cls = planted(PartialFeed, PLANTS, plant)
-        except ValueError:
-            self._MustUse__silence = True       # (refused: never elaborated)
-            raise
-        self.messages = {}
-        self.script = ()
 
     def elaborate(self, platform):
         m = Module()
@@ -239,23 +232,15 @@ class PartialFeedHarness(Elaboratable):
             self._invariants(m, p, regs, locals())
         return m
 
-    def _fifo(self, m, regs, name, depth, width):
-        """The entries of the feed's ``SyncFIFOBuffered`` ``name``, oldest first, as
-        (live, data), its level and its pointer invariant; its memory's words named here."""
-        entries, ok, connect = fifo_entries(m, regs, name, depth, width)
-        self.script += connect
-        lvl = regs[f"{name}.level"]
-        return [(lvl > q, d) for q, d in enumerate(entries)], lvl, ok
-
     def _invariants(self, m, p, regs, e):
         """The strengthening invariants (module docstring)."""
         cfg, C = self.cfg, self.cfg.chunks_per_row
         self.script = SCRIPT
         dut = e["dut"]
         row_w, cr_w = len(Value.cast(e["th"])), len(Value.cast(dut.pcredit.payload))
-        H, hl, h_ok = self._fifo(m, regs, "hdrs", ROWS_IN_FLIGHT, row_w)
-        X, xl, x_ok = self._fifo(m, regs, "lasts", READS, 1)
-        Q, ql, q_ok = self._fifo(m, regs, "credits", CREDITS, cr_w)
+        H, hl, h_ok = self.fifo(m, regs, "hdrs", ROWS_IN_FLIGHT, row_w)
+        X, xl, x_ok = self.fifo(m, regs, "lasts", READS, 1)
+        Q, ql, q_ok = self.fifo(m, regs, "credits", CREDITS, cr_w)
         p.check(h_ok & x_ok & q_ok, "invariant: a FIFO's pointers are not consume + inner_level")
         step, chunk = regs["prep_step"], regs["chunk"]
         off, addr = regs["offset"], regs["addr"]

@@ -17,6 +17,10 @@ import importlib
 import types
 from dataclasses import dataclass
 
+from amaranth import Elaboratable
+
+from .common import fifo_entries
+
 
 @dataclass(frozen=True)
 class Plant:
@@ -72,3 +76,32 @@ def planted(base, plants: dict, name: str | None):
     if pl.method is None:
         return broken
     return type(f"{base.__name__}Planted", (base,), {pl.method: getattr(broken, pl.method)})
+
+
+class PlantedHarness(Elaboratable):
+    """A property harness of one component (:attr:`unit`) on ``cfg``, with one of its
+    planted bugs (:attr:`plants`) or none, its strengthening invariants on or off (off: a
+    plant must fail on the properties themselves). ``messages`` (each property's text by
+    source line) and ``script`` (Yosys commands after ``prep``) are filled in as it
+    elaborates. An unknown plant is refused here, before anything is elaborated."""
+    unit = None
+    plants: dict = {}
+
+    def __init__(self, cfg, plant: str | None = None, invariants: bool = True):
+        self.cfg, self.invariants = cfg, invariants
+        try:
+            self.dut_cls = planted(self.unit, self.plants, plant)
+        except ValueError:
+            self._MustUse__silence = True       # (refused: never elaborated)
+            raise
+        self.messages = {}
+        self.script = ()
+
+    def fifo(self, m, regs, name: str, depth: int, width: int):
+        """The entries of the component's ``SyncFIFOBuffered`` ``name``, oldest first, as
+        (live, data), its level and its pointer invariant; its memory's words named here
+        (the Yosys commands that connect them added to :attr:`script`)."""
+        entries, ok, connect = fifo_entries(m, regs, name, depth, width)
+        self.script += connect
+        lvl = regs[f"{name}.level"]
+        return [(lvl > q, d) for q, d in enumerate(entries)], lvl, ok

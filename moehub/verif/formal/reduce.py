@@ -106,7 +106,7 @@ load 4).
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.asserts import AnySeq
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -115,7 +115,7 @@ from ...rtl.relay.accumulate import CUTS, _register, beat_layouts
 from ...rtl.relay.reduce_engine import CONTEXTS, OPS_IN_FLIGHT, ReduceEngine
 from ...rtl.relay.reduce_unit import Op
 from .common import Props, any_const, any_seq, count_ones, elaborate_into, memory_words, reset_first
-from .plant import Plant, planted
+from .plant import Plant, PlantedHarness
 
 #: the reduced config: relay-small (2 nodes x 3 GPUs, top-2) with 2-bit tokens -- 4
 #: accumulator records, as many as ops in flight
@@ -207,21 +207,19 @@ class DatapathControl(wiring.Component):
         return m
 
 
-class ReduceEngineHarness(Elaboratable):
+class ReduceEngineHarness(PlantedHarness):
     """A :class:`ReduceEngine` of ``cfg`` (``CHUNKS`` chunks of ``ELEMENTS`` elements)
     under its environment (module docstring)."""
+    unit = ReduceEngine
+    plants = PLANTS
+
 
     def __init__(self, cfg, plant: str | None = None, invariants: bool = True,
                  chunks: int = CHUNKS, elements: int = ELEMENTS,
                  contexts: int = CONTEXTS, ops_in_flight: int = OPS_IN_FLIGHT, latency: int | None = None):
-        self.cfg, self.invariants, self.chunks, self.elements = cfg, invariants, chunks, elements
+        super().__init__(cfg, plant, invariants)
+        self.chunks, self.elements = chunks, elements
         self.contexts, self.ops_in_flight, self.latency = contexts, ops_in_flight, latency
-        try:
-            self.dut_cls = planted(ReduceEngine, PLANTS, plant)
-        except ValueError:
-            self._MustUse__silence = True       # (refused: never elaborated)
-            raise
-        self.messages = {}
         self.base_script = SCRIPT if latency is None else SCRIPT[1:]
         self.script = self.base_script
 

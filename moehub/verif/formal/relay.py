@@ -44,7 +44,7 @@ its registered event = the reference's count.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Elaboratable, Module, Signal, Value
+from amaranth import Cat, Const, Module, Signal, Value
 
 from amaranth.lib import data
 
@@ -52,7 +52,7 @@ from ...rtl.relay.forward_unit import ForwardUnit
 from ...rtl.relay.layouts import RelayLayouts
 from ...spec.formats import RelayReason
 from .common import Props, any_const, any_seq, count_ones, elaborate_into, reset_first
-from .plant import Plant, planted
+from .plant import Plant, PlantedHarness
 
 #: the reduced relay config: 2 nodes x 3 GPUs (a rank out of range representable), 2
 #: experts, top-2, 2 tags per source, 2 forward tags per pair, 1-bit tokens
@@ -73,17 +73,10 @@ PLANTS = {
 }
 
 
-class ForwardUnitHarness(Elaboratable):
+class ForwardUnitHarness(PlantedHarness):
     """A :class:`ForwardUnit` of ``cfg`` under its environment (module docstring)."""
-
-    def __init__(self, cfg, plant: str | None = None, invariants: bool = True):
-        self.cfg, self.invariants = cfg, invariants
-        try:
-            self.dut_cls = planted(ForwardUnit, PLANTS, plant)
-        except ValueError:
-            self._MustUse__silence = True       # (refused: never elaborated)
-            raise
-        self.messages = {}
+    unit = ForwardUnit
+    plants = PLANTS
 
     def elaborate(self, platform):
         m = Module()

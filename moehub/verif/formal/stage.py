@@ -99,12 +99,12 @@ bench (``tests/test_rtl_relay_stage.py``) asserts it in cycles.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, Value
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data
 
 from ...rtl.relay.stage import PARTIAL_ROWS, WRITE_DEPTH, PartialStage, RelayStage
 from .common import Props, any_const, any_seq, elaborate_into, fifo_entries, pick, reset_first
-from .plant import Plant, planted
+from .plant import Plant, PlantedHarness
 
 #: cycles from a chunk's take to its S4 (the S1, S3 and S4 registers), whose registers
 #: drive the staging write, the outputs and a whole row's bitmap clear
@@ -207,22 +207,10 @@ def ref_queue(m, name: str, n: int, width: int, push, value, pop):
     return es, cnt
 
 
-class StageHarness(Elaboratable):
+class StageHarness(PlantedHarness):
     """A chunk staging of ``cfg`` under its environment (module docstring); a subclass
-    says which (:attr:`stage`) and adds its slot, writes and outputs."""
-    stage = None
-    plants: dict = {}
+    says which (:attr:`unit`, its :attr:`plants`) and adds its slot, writes and outputs."""
     into = ("wq",)
-
-    def __init__(self, cfg, plant: str | None = None, invariants: bool = True):
-        self.cfg, self.invariants = cfg, invariants
-        try:
-            self.dut_cls = planted(self.stage, self.plants, plant)
-        except ValueError:
-            self._MustUse__silence = True       # (refused: never elaborated)
-            raise
-        self.messages = {}
-        self.script = ()
 
     # ---- what a subclass says
     def slots(self) -> int:
@@ -469,7 +457,7 @@ class StageHarness(Elaboratable):
 
 class RelayStageHarness(StageHarness):
     """A :class:`~moehub.rtl.relay.stage.RelayStage` under its environment (module docstring)."""
-    stage = RelayStage
+    unit = RelayStage
     plants = RELAY_PLANTS
 
     def slots(self):
@@ -528,7 +516,7 @@ class RelayStageHarness(StageHarness):
 
 class PartialStageHarness(StageHarness):
     """A :class:`~moehub.rtl.relay.stage.PartialStage` under its environment (module docstring)."""
-    stage = PartialStage
+    unit = PartialStage
     plants = PARTIAL_PLANTS
     into = ("wq", "rows")
 
