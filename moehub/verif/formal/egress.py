@@ -68,9 +68,8 @@ from amaranth.lib import data
 
 from ...rtl.relay.egress import COMMANDS, READS, ForwardEgress
 from ...spec.formats import RelayFormats, RowClass
-from .common import Props, any_const, any_seq, elaborate_into, pick, reset_first
+from .common import any_const, any_seq, pick
 from .plant import Plant, PlantedHarness
-from .stage import _capture
 
 #: the reduced config: 3 nodes x 2 GPUs (a source's node among the other two: both sides
 #: of this node), 2 R tags per source (a window of 4 slots), 2 forward tags; rows of 3
@@ -137,17 +136,12 @@ class EgressHarness(PlantedHarness):
     unit = ForwardEgress
     plants = PLANTS
 
-
     def elaborate(self, platform):
         m = Module()
         cfg, C = self.cfg, self.cfg.chunks_per_row
         aw = cfg.addr_bits
-        p = Props(m)
-        self.messages = p.messages
-        dut = self.dut_cls(cfg)
-        self.parts = parts = _capture(dut)
-        regs = elaborate_into(m, "dut", dut, platform, into=("cmds", "ctxs", "hdrs"))
-        reset_first(m)
+        p, dut, regs = self.elaborate_dut(m, platform, into=("cmds", "ctxs", "hdrs"))
+        parts = self.parts
         cq = parts["cmds"]
 
         # ---- environment

@@ -69,7 +69,7 @@ from amaranth import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data
 
 from ...rtl.relay.partial_feed import CREDITS, READS, ROWS_IN_FLIGHT, PartialFeed
-from .common import Props, any_const, any_seq, elaborate_into, pick, reset_first
+from .common import any_const, any_seq, pick
 from .plant import Plant, PlantedHarness
 
 #: the reduced config on the forward unit's relay-small (2 nodes x 3 GPUs, 2 P tags per
@@ -129,11 +129,7 @@ class PartialFeedHarness(PlantedHarness):
         m = Module()
         cfg, C = self.cfg, self.cfg.chunks_per_row
         aw = cfg.addr_bits
-        p = Props(m)
-        self.messages = p.messages
-        dut = self.dut_cls(cfg)
-        regs = elaborate_into(m, "dut", dut, platform, into=("hdrs", "lasts", "credits"))
-        reset_first(m)
+        p, dut, regs = self.elaborate_dut(m, platform, into=("hdrs", "lasts", "credits"))
 
         # ---- environment
         base = any_const(m, aw, "base")

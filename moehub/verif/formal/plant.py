@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from amaranth import Elaboratable
 
-from .common import fifo_entries
+from .common import Props, elaborate_into, fifo_entries, reset_first
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,20 @@ class PlantedHarness(Elaboratable):
         self.messages = {}
         self.script = ()
 
+    def elaborate_dut(self, m, platform, into: tuple = ()):
+        """The harness's start: its properties' collector (``p``), the (planted) component
+        on ``cfg`` elaborated into ``m`` as ``dut`` and its registers by name (``regs``;
+        ``into``: its submodules elaborated the same way, e.g. its FIFOs), the proof from
+        reset. The component's submodules are kept in :attr:`parts` (a FIFO's ports are no
+        signals the component's own statements name uniquely). Returns (p, dut, regs)."""
+        p = Props(m)
+        self.messages = p.messages
+        dut = self.dut_cls(self.cfg)
+        self.parts = _capture(dut)
+        regs = elaborate_into(m, "dut", dut, platform, into=into)
+        reset_first(m)
+        return p, dut, regs
+
     def fifo(self, m, regs, name: str, depth: int, width: int):
         """The entries of the component's ``SyncFIFOBuffered`` ``name``, oldest first, as
         (live, data), its level and its pointer invariant; its memory's words named here
@@ -105,3 +119,15 @@ class PlantedHarness(Elaboratable):
         self.script += connect
         lvl = regs[f"{name}.level"]
         return [(lvl > q, d) for q, d in enumerate(entries)], lvl, ok
+
+
+def _capture(dut) -> dict:
+    """The component's submodules by name, as its ``elaborate`` adds them."""
+    parts, elaborate = {}, dut.elaborate
+
+    def capturing(platform):
+        dm = elaborate(platform)
+        parts.update({n: sub for n, (sub, _) in dm._named_submodules.items()})
+        return dm
+    dut.elaborate = capturing
+    return parts

@@ -51,7 +51,7 @@ from amaranth.lib import data
 from ...rtl.relay.forward_unit import ForwardUnit
 from ...rtl.relay.layouts import RelayLayouts
 from ...spec.formats import RelayReason
-from .common import Props, any_const, any_seq, count_ones, elaborate_into, reset_first
+from .common import any_const, any_seq, count_ones
 from .plant import Plant, PlantedHarness
 
 #: the reduced relay config: 2 nodes x 3 GPUs (a rank out of range representable), 2
@@ -82,11 +82,7 @@ class ForwardUnitHarness(PlantedHarness):
         m = Module()
         cfg = self.cfg
         T, G, M, F, E = cfg.relay_targets, cfg.node_gpus, cfg.max_targets, cfg.forward_tags, cfg.experts
-        p = Props(m)
-        self.messages = p.messages
-        dut = self.dut_cls(cfg)
-        regs = elaborate_into(m, "dut", dut, platform)
-        reset_first(m)
+        p, dut, regs = self.elaborate_dut(m, platform)
 
         # ---- environment
         node = any_const(m, cfg.node_bits, "node")

@@ -103,7 +103,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data
 
 from ...rtl.relay.stage import PARTIAL_ROWS, WRITE_DEPTH, PartialStage, RelayStage
-from .common import Props, any_const, any_seq, elaborate_into, fifo_entries, pick, reset_first
+from .common import any_const, any_seq, fifo_entries, pick
 from .plant import Plant, PlantedHarness
 
 #: cycles from a chunk's take to its S4 (the S1, S3 and S4 registers), whose registers
@@ -177,19 +177,6 @@ def _onehot(v, n):
     return Cat(*(v == j for j in range(n)))
 
 
-def _capture(dut) -> dict:
-    """The component's submodules by name, as its ``elaborate`` adds them (its FIFOs: their
-    ports, ``w_en`` and ``w_rdy``, are no signals its own statements name uniquely)."""
-    parts, elaborate = {}, dut.elaborate
-
-    def capturing(platform):
-        dm = elaborate(platform)
-        parts.update({n: s for n, (s, _) in dm._named_submodules.items()})
-        return dm
-    dut.elaborate = capturing
-    return parts
-
-
 def ref_queue(m, name: str, n: int, width: int, push, value, pop):
     """A harness FIFO of ``n`` entries (``name<j>``, oldest first; a shift register) and its
     count: ``value`` pushed with ``push``, the oldest dropped with ``pop`` (none when
@@ -253,12 +240,8 @@ class StageHarness(PlantedHarness):
         cfg, C = self.cfg, self.cfg.chunks_per_row
         W, aw = self.slots(), cfg.addr_bits
         ALL = (1 << C) - 1
-        p = Props(m)
-        self.messages = p.messages
-        dut = self.dut_cls(cfg)
-        self.parts = parts = _capture(dut)
-        regs = elaborate_into(m, "dut", dut, platform, into=self.into)
-        reset_first(m)
+        p, dut, regs = self.elaborate_dut(m, platform, into=self.into)
+        parts = self.parts
         lay = dut.i.payload.shape()
         sb = max(1, (W - 1).bit_length())
 
