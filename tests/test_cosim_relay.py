@@ -323,17 +323,57 @@ def relay_counts(L, g):
 
 
 def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
-    """An RTL relay GPU (--rtl-gpus with relay + reduce): its control path and reduce
-    control agree with the model and the co-simulation row for row, and its summary holds
-    the counts the routing gives."""
+    """An RTL relay GPU (--rtl-gpus with relay + reduce): its control path, its relay side
+    and its reduce control agree with the model and the co-simulation row for row, and its
+    summary holds the counts the routing gives."""
+    from moehub.cosim.relay_rtl import LOOP_STAGE_CHUNKS
     _model_hub_for_rtl(monkeypatch)
     res = H.run_hub(L, features=H.check_features(REDUCE), rtl_gpus=(g,))
     (s,) = [c for c in res.extra["rtl"] if c.get("unit") == "relay"]
     rows, local, fwd, parts = relay_counts(L, g)
     assert (s["gpu"], s["relay_rows"], s["relay_local"], s["forward_rows"]) == (g, rows, local, fwd)
     assert (s["partial_rows"], s["reduced_rows"]) == (parts, rows) and rows > 10
+    # the relay side: each forward's chunks read back from the staging, every row naming
+    # another GPU staged whole (check_side raised where a chunk or a credit disagreed)
+    assert s["forward_chunks"] == fwd * LOOP_STAGE_CHUNKS and 0 < s["staged_chunks"] <= rows * LOOP_STAGE_CHUNKS
     # (the accumulators' traffic the co-simulation charges: more parts than sums, so > 0)
     assert s["reduce_hbm_bytes"] > 0 and parts > rows
+
+
+#: relay rows for GPU 6 (node 1, rank 2) of the two-node layer, from GPU 2: (source, token,
+#: ((rank, expert, slot), ...)) -- forwards and a target here, forwards only, this GPU only
+SIDE_ROWS = [(2, 0, ((0, 1, 0), (2, 0, 1))), (2, 1, ((1, 3, 0), (3, 2, 1), (0, 0, 2))),
+             (2, 2, ((2, 1, 0),)), (2, 3, ((3, 0, 0), (2, 2, 1))), (2, 4, ((2, 0, 0), (2, 3, 1))),
+             (2, 5, ((1, 1, 1),)), (2, 6, ((2, 2, 0),))]
+
+
+def _side(L, monkeypatch=None, module=None, cls=None, plant=None):
+    from moehub.cosim import relay_rtl as RR
+    from moehub.verif.formal.plant import broken_class
+    rcfg = R.check_layer(L, H.hub_config_v2(L, H.check_features(RELAY)))
+    if plant:
+        monkeypatch.setattr(f"moehub.rtl.relay.{module}.{cls}",
+                            broken_class(f"moehub.rtl.relay.{module}", *plant, cls))
+    return RR.check_side(rcfg, 6, SIDE_ROWS, RR.expected_routes(SIDE_ROWS, 2))
+
+
+@pytest.mark.plants
+@pytest.mark.parametrize("module, cls, plant, match", [
+    # the egress's reads not stepped: every chunk of a forward is the row's first
+    ("egress", "ForwardEgress", ("chunk.eq(Mux(last, 0, chunk + 1)), addr.eq(addr + cfg.chunk_bytes)]",
+                                 "chunk.eq(Mux(last, 0, chunk + 1)), addr.eq(addr)]"), r"forward of source 2"),
+    # the join crediting a row on its forwards alone: a row naming this GPU credited before
+    # the packet manager wrote its targets
+    # (slow set: the fast set catches it in tests/test_rtl_relay_stage.py)
+    pytest.param("credit_join", "RelayCredits", ("f_now = ((~need | pm_in) & fu.oh).any()", "f_now = fu.oh.any()"),
+                 r"relay row \d+ .*its own targets' credit", marks=pytest.mark.slow),
+])
+def test_relay_side_in_the_loop_catches_planted_bugs(L, monkeypatch, module, cls, plant, match):
+    """The relay side in RTL (the staging, the control path, the egress, the credit join) on
+    hand-made rows, a bug planted in one part: the loop stops, naming the row."""
+    from moehub.cosim.relay_rtl import RelayDisagrees
+    with pytest.raises(RelayDisagrees, match=match):
+        _side(L, monkeypatch, module, cls, plant)
 
 
 @pytest.mark.parametrize("plant, match", [
@@ -443,7 +483,9 @@ def test_the_cosim_table_names_a_relay_gpu_in_rtl():
     from moehub.cosim.experiment import relay_rtl_line
     line = relay_rtl_line({"gpu": 5, "unit": "relay", "relay_rows": 31, "relay_local": 13,
                            "forward_rows": 52, "partial_rows": 133, "reduced_rows": 31,
-                           "reduce_hbm_bytes": 5849088, "sim_s": 5.21})
+                           "reduce_hbm_bytes": 5849088, "sim_s": 5.21, "staged_chunks": 120,
+                           "forward_chunks": 208})
     assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows (13 with targets here, "
-                    "52 forwards); reduce: 133 partial rows into 31 sums, 5.8 MB of accumulator "
-                    "traffic; the same as the reference model and the routes, row for row, in 5.2 s")
+                    "52 forwards, 120 chunks staged and 208 read back for the forwards); reduce: 133 "
+                    "partial rows into 31 sums, 5.8 MB of accumulator traffic; the same as the reference "
+                    "model and the routes, row for row, in 5.2 s")

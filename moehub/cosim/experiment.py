@@ -296,9 +296,11 @@ def relay_rtl_line(c: dict) -> str:
     red = (f"; reduce: {c['partial_rows']:,} partial rows into {c['reduced_rows']:,} sums, "
            f"{c['reduce_hbm_bytes'] / 1e6:.1f} MB of accumulator traffic"
            if "partial_rows" in c else "")
+    side = (f", {c['staged_chunks']:,} chunks staged and {c['forward_chunks']:,} read back for the "
+            f"forwards" if "staged_chunks" in c else "")
     return (f"GPU {c['gpu']} relay in RTL (Amaranth simulator): {c['relay_rows']:,} relay rows "
-            f"({c['relay_local']:,} with targets here, {c['forward_rows']:,} forwards){red}; the same "
-            f"as the reference model and the routes, row for row, in {c['sim_s']:.1f} s")
+            f"({c['relay_local']:,} with targets here, {c['forward_rows']:,} forwards{side}){red}; the "
+            f"same as the reference model and the routes, row for row, in {c['sim_s']:.1f} s")
 
 
 def table(er: ExperimentResult) -> str:

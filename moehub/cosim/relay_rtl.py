@@ -28,13 +28,25 @@ What runs in RTL, and against what:
   sends, nothing refused, and the accumulator rows it read and wrote, at the layer's row
   size, the HBM bytes the co-simulation charges that relay.
 
+* The relay side (:func:`relay_side`: the relay staging, :class:`RelayControl`, the
+  forward egress and the credit join, wired as the whole hub wires them) takes the same
+  relay rows chunk by chunk (:data:`LOOP_STAGE_CHUNKS` seeded random chunks a row: the
+  co-simulation routes no data), each source within its window of tags, and stages them
+  in a memory of :data:`LOOP_STAGE_LATENCY` cycles; the packet manager's credit of a row
+  naming this GPU comes a seeded random delay after its last chunk, each forward's credit
+  after its last chunk. Every forward the routes name must leave to its rank with the
+  row's targets there and its chunks in order, each the staged data of that chunk; no
+  other forward; every relay row credited once, only after its forwards' last chunks and
+  (naming this GPU) the packet manager's credit; nothing dropped, every row naming
+  another GPU staged whole.
+
 The row data path stays the hub's: the targets this GPU writes enter its hub as protocol
 v2's multicast rows (:func:`.systems.hub.assemble`), which an RTL GPU's hub runs in
-Verilog as any multicast row. What is not in the loop: the rest of the whole relay hub
-(:class:`~moehub.rtl.relay.hub.RelayHub`: its input, the relay staging, the forward
-egress, the credit join, the partial staging and feed), which the hub benches check
-against the model instead (tests/test_rtl_relay_hub_whole.py). The co-simulation routes
-no gate weights; every open carries ``1/k`` (BF16).
+Verilog as any multicast row. What is not in the loop: the relay hub's input lanes and
+its combine side's partial staging and feed (the reduce takes the partial rows whole),
+which the hub benches check against the model instead
+(tests/test_rtl_relay_hub_whole.py). The co-simulation routes no gate weights; every open
+carries ``1/k`` (BF16).
 """
 from __future__ import annotations
 
@@ -219,6 +231,237 @@ def run_control(rcfg, node: int, rank: int, rows, max_cycles: int | None = None)
     sim.run()
     out.update(got=[(g[0] or (), g[1]) for g in got], model=[(m[0], m[1]) for m in mod], model_hub=model)
     return out
+
+
+#: the relay side in the loop: rows of this many chunks (the co-simulation routes no data;
+#: each relay row's chunks are seeded random words, staged, read back by the forwards)
+LOOP_STAGE_CHUNKS = 4
+#: cycles the loop's staging memory takes to answer a read (in order)
+LOOP_STAGE_LATENCY = 6
+#: cycles from a relay row's last chunk into the hub to the packet manager's credit of
+#: its own targets, drawn per row from this range (the loop's environment, not a timing:
+#: the packet manager's credit comes before or after the egress's, either order must work)
+PM_CREDIT_DELAY = (4, 64)
+
+
+def relay_side(rcfg):
+    """The relay side of :class:`~moehub.rtl.relay.hub.RelayHub` behind its input, wired as
+    the hub wires it: the relay staging (:class:`~moehub.rtl.relay.stage.RelayStage`)
+    whose whole rows feed :class:`~moehub.rtl.relay.hub.RelayControl`, its forwards and
+    rows' credits into the forward egress (:class:`~moehub.rtl.relay.egress.ForwardEgress`),
+    the egress's, the staging's and the packet manager's credits into the credit join
+    (:class:`~moehub.rtl.relay.credit_join.RelayCredits`). The loop drives the parts' outer
+    ports (the staging's chunks and memory, the egress's reads and words, the forward and
+    packet-manager credits) and reads the join's credits."""
+    from amaranth import Elaboratable, Module, Signal
+    from amaranth.lib import wiring
+
+    from ..rtl.relay.credit_join import RelayCredits
+    from ..rtl.relay.egress import ForwardEgress
+    from ..rtl.relay.hub import RelayControl
+    from ..rtl.relay.stage import RelayStage
+
+    class RelaySide(Elaboratable):
+        def __init__(self):
+            self.stage, self.relay = RelayStage(rcfg), RelayControl(rcfg)
+            self.egress, self.join = ForwardEgress(rcfg), RelayCredits(rcfg)
+            self.node, self.rank = Signal(rcfg.node_bits), Signal(rcfg.gpu_bits)
+            self.base = Signal(rcfg.addr_bits)
+
+        def elaborate(self, platform):
+            m = Module()
+            stg, relay, eg, join = self.stage, self.relay, self.egress, self.join
+            m.submodules.stage, m.submodules.relay = stg, relay
+            m.submodules.egress, m.submodules.join = eg, join
+            wiring.connect(m, stg.row, relay.row)
+            wiring.connect(m, relay.fwd, eg.fwd)
+            wiring.connect(m, relay.rcredit, eg.rcredit)
+            wiring.connect(m, eg.credit, join.fu)
+            wiring.connect(m, stg.done, join.done)
+            m.d.comb += [eg.fwd_tag.eq(relay.fu.held_row.tag), relay.fin.valid.eq(0), relay.local.ready.eq(1),
+                         join.mark_valid.eq(stg.mark_valid), join.mark_node.eq(stg.mark_node),
+                         join.mark_tag.eq(stg.mark_tag), join.mark_local.eq(stg.mark_local),
+                         stg.base.eq(self.base), eg.base.eq(self.base)]
+            for part in (stg, relay, eg, join):
+                m.d.comb += part.node.eq(self.node)
+            m.d.comb += [part.rank.eq(self.rank) for part in (stg, relay, join)]
+            return m
+    return RelaySide()
+
+
+def _stage_payload(ctx, p, rcfg, row, tag, chunk, word, rank):
+    src, tok, targets = row
+    gpn, T = rcfg.node_gpus, rcfg.relay_targets
+    for name, v in (("src_node", src // gpn), ("src_rank", src % gpn), ("tag", tag), ("token", tok),
+                    ("valid", (1 << len(targets)) - 1), ("chunk", chunk), ("data", word), ("drop", 0),
+                    ("local", any(r == rank for r, _, _ in targets))):
+        ctx.set(getattr(p, name), v)
+    for i in range(T):
+        r, x, sl = targets[i] if i < len(targets) else (0, 0, 0)
+        ctx.set(p.gpu[i], r)
+        ctx.set(p.expert[i], x)
+        ctx.set(p.slot[i], sl)
+        ctx.set(p.weight[i], 0)
+
+
+def run_side(rcfg, node: int, rank: int, rows, seed: int = 0, max_cycles: int | None = None) -> dict:
+    """The relay rows ``rows`` (:func:`relay_rows`), each of :data:`LOOP_STAGE_CHUNKS`
+    seeded random chunks, through the relay side (:func:`relay_side`) of GPU (``node``,
+    ``rank``): chunk by chunk into the staging, each source within its window (a row waits
+    for its tag's credit); the staging's memory answering after
+    :data:`LOOP_STAGE_LATENCY`; each forward's credit back :data:`FCREDIT_DELAY` cycles after
+    its last chunk, the packet manager's credit of a row naming this GPU a seeded random
+    :data:`PM_CREDIT_DELAY` after its last chunk in. Returns what left: per (source,
+    token, destination rank) the forward's entries and chunks (chunk, data), each row's
+    credit cycle, the cycle of its forwards' last chunk and of its packet-manager credit,
+    the staged data, the staging's writes and drops, the cycles.
+    A forward word for no relay row, a credit for none or twice, or a hang is a
+    :class:`RelayDisagrees`."""
+    from amaranth.sim import Simulator
+
+    from ..spec.formats import RelayFormats, RowClass
+    C = LOOP_STAGE_CHUNKS
+    scfg = rcfg.replace(row_bytes=C * rcfg.chunk_bytes)
+    gpn, tps = scfg.node_gpus, scfg.tags_per_source
+    dut = relay_side(scfg)
+    fmt = RelayFormats(scfg).forward_row
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 1 << scfg.data_bits, size=(len(rows), C)).tolist()
+    pm_delay = rng.integers(*PM_CREDIT_DELAY, size=len(rows)).tolist()
+    key_of = {(s, t): i for i, (s, t, _) in enumerate(rows)}
+    out = {"fwd": defaultdict(lambda: {"entries": None, "chunks": []}), "credits": {}, "data": data,
+           "last_fwd": defaultdict(int), "pm": {}, "writes": 0}
+    limit = max_cycles or 32 * (len(rows) + 16) * C * max(1, gpn)
+
+    def fail(msg):
+        raise RelayDisagrees(f"relay GPU {node * gpn + rank} (node {node}, rank {rank}), relay side: {msg}")
+
+    async def bench(ctx):
+        stg, eg, join, relay = dut.stage, dut.egress, dut.join, dut.relay
+        ctx.set(dut.node, node)
+        ctx.set(dut.rank, rank)
+        ctx.set(dut.base, 0x4000_0000)
+        for s in (stg.wr.ready, eg.rd.ready, eg.out.ready, join.credit.ready, relay.open.ready):
+            ctx.set(s, 1)
+        busy, tag_of, next_tag = {}, {}, defaultdict(int)     # (source, tag) in flight: its row
+        nxt, chunk, mem, reads, fcredits, pms = 0, 0, {}, deque(), deque(), deque()
+        for cycle in range(limit):
+            # the sources: the next row's chunks, once its tag is free
+            if nxt < len(rows) and nxt not in tag_of:
+                src = rows[nxt][0]
+                if (src, next_tag[src] % tps) not in busy:
+                    tag_of[nxt] = next_tag[src] % tps
+                    busy[(src, tag_of[nxt])] = nxt
+                    next_tag[src] += 1
+            offer = nxt in tag_of
+            if offer:
+                _stage_payload(ctx, stg.i.payload, scfg, rows[nxt], tag_of[nxt], chunk, data[nxt][chunk], rank)
+            ctx.set(stg.i.valid, offer)
+            # the memory, the forward and the packet manager's credits
+            due = bool(reads) and reads[0][0] <= cycle
+            ctx.set(eg.rdata.valid, due)
+            ctx.set(eg.rdata.payload, reads[0][1] if due else 0)
+            fc = bool(fcredits) and fcredits[0][0] <= cycle
+            ctx.set(relay.fcredit.valid, fc)
+            if fc:
+                ctx.set(relay.fcredit.payload.dst, fcredits[0][1])
+                ctx.set(relay.fcredit.payload.ftag, fcredits[0][2])
+            pc = bool(pms) and pms[0][0] <= cycle
+            ctx.set(join.pm.valid, pc)
+            if pc:
+                ctx.set(join.pm.payload.src, pms[0][1])
+                ctx.set(join.pm.payload.tag, pms[0][2])
+            # this cycle's handshakes
+            if offer and ctx.get(stg.i.ready):
+                chunk += 1
+                if chunk == C:
+                    src, _, targets = rows[nxt]
+                    if any(r == rank for r, _, _ in targets):
+                        out["pm"][nxt] = cycle + pm_delay[nxt]
+                        pms.append((out["pm"][nxt], src, tag_of[nxt]))
+                        pms = deque(sorted(pms))
+                    nxt, chunk = nxt + 1, 0
+            if ctx.get(stg.wr.valid):
+                mem[ctx.get(stg.wr.payload.addr)] = ctx.get(stg.wr.payload.data)
+                out["writes"] += 1
+            if due and ctx.get(eg.rdata.ready):
+                reads.popleft()
+            if ctx.get(eg.rd.valid):
+                reads.append((cycle + LOOP_STAGE_LATENCY, mem.get(ctx.get(eg.rd.payload), 0)))
+            if fc and ctx.get(relay.fcredit.ready):
+                fcredits.popleft()
+            if pc and ctx.get(join.pm.ready):
+                pms.popleft()
+            if ctx.get(eg.out.valid):
+                w = fmt.unpack(ctx.get(eg.out.payload.word))
+                src, dst = w["src_node"] * gpn + w["src_rank"], ctx.get(eg.out.payload.dst)
+                i = key_of.get((src, w["token"]))
+                if i is None or w["cls"] != RowClass.FORWARD or w["fwd"] != rank:
+                    fail(f"cycle {cycle}: a forward word for no relay row: {w}")
+                f = out["fwd"][(src, w["token"], dst)]
+                entries = tuple(sorted(((w[f"expert{t}"], w[f"slot{t}"]) for t in range(scfg.max_targets)
+                                        if w[f"valid{t}"]), key=lambda e: e[1]))
+                if f["entries"] not in (None, entries):
+                    fail(f"cycle {cycle}: a forward of source {src}, token {w['token']} to rank {dst} changed "
+                         f"its entries within the row: {f['entries']}, then {entries}")
+                f["entries"] = entries
+                f["chunks"].append((w["chunk"], w["data"]))
+                if w["chunk"] == C - 1:
+                    fcredits.append((cycle + FCREDIT_DELAY, dst, w["ftag"]))
+                    out["last_fwd"][i] = max(out["last_fwd"][i], cycle)
+            if ctx.get(join.credit.valid):
+                cr = (ctx.get(join.credit.payload.src), ctx.get(join.credit.payload.tag))
+                if cr not in busy:
+                    fail(f"cycle {cycle}: an R credit of source {cr[0]}, tag {cr[1]}: no relay row holds it")
+                out["credits"][busy.pop(cr)] = cycle
+            await ctx.tick()
+            if nxt == len(rows) and not busy and not (reads or fcredits or pms):
+                break
+        else:
+            fail(f"{len(out['credits'])} of {len(rows)} R credits back after {limit} cycles (a hang)")
+        out.update(cycles=cycle + 1, drops=ctx.get(stg.drops))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return out
+
+
+def check_side(rcfg, g: int, rows, want) -> dict:
+    """Relay GPU ``g``'s relay side in RTL (:func:`run_side`) against the co-simulation's
+    routes (``want``: :func:`expected_routes`): every forward the routes name, to its rank,
+    with the row's targets there, its :data:`LOOP_STAGE_CHUNKS` chunks in order, each the
+    relay row's staged data; no other forward; every relay row credited once, after the
+    last chunk of each of its forwards and, naming this GPU, the packet manager's credit;
+    nothing dropped, each row naming another GPU staged whole. Raises
+    :class:`RelayDisagrees`."""
+    gpn = rcfg.node_gpus
+    side = run_side(rcfg, g // gpn, g % gpn, rows, seed=g)
+    C = LOOP_STAGE_CHUNKS
+
+    def fail(msg):
+        raise RelayDisagrees(f"relay GPU {g}, relay side: {msg}")
+    expect = {}
+    for i, ((src, tok, _), (_, fwd)) in enumerate(zip(rows, want)):
+        for dst, targets in fwd.items():
+            expect[(src, tok, dst)] = (targets, [(c, side["data"][i][c]) for c in range(C)])
+    got = {k: (f["entries"], f["chunks"]) for k, f in side["fwd"].items()}
+    for k in sorted(set(expect) | set(got)):
+        if got.get(k) != expect.get(k):
+            fail(f"forward of source {k[0]}, token {k[1]} to rank {k[2]}: RTL {got.get(k)}, "
+                 f"co-simulation and staged data {expect.get(k)}")
+    for i, (src, tok, _) in enumerate(rows):
+        after = max(side["last_fwd"].get(i, -1), side["pm"].get(i, -1))
+        if side["credits"].get(i, -1) <= after:
+            fail(f"relay row {i} (source {src}, token {tok}): its R credit at cycle {side['credits'].get(i)}, "
+                 f"not after its forwards' last chunk and its own targets' credit (cycle {after})")
+    remote = sum(bool(fwd) for _, fwd in want)
+    if len(side["credits"]) != len(rows) or side["drops"] or side["writes"] != remote * C:
+        fail(f"{len(side['credits'])} R credits for {len(rows)} relay rows, {side['drops']} staging drops, "
+             f"{side['writes']} chunks staged for {remote} rows naming another GPU")
+    return {"staged_chunks": side["writes"], "forward_chunks": sum(len(c) for _, c in got.values()),
+            "side_cycles": side["cycles"]}
 
 
 #: the reduce path in the loop (:class:`~moehub.rtl.relay.reduce_path.ReducePath`): a
@@ -413,6 +656,7 @@ def check_relay_gpu(L, rcfg, routes, last1, g: int, parts=None) -> dict:
                              f"local {local}, forwards {fwd}, no drop")
     summary = {"gpu": g, "unit": "relay", "relay_rows": len(rows), "relay_local": local,
                "forward_rows": int(sum(fwd)), "control_cycles": ctl["cycles"]}
+    summary.update(check_side(rcfg, g, rows, want))
     if parts is not None:
         summary.update(check_reduce(L, rcfg, g, rows, part_slots(L, parts, g)))
     summary["sim_s"] = time.perf_counter() - t0
