@@ -25,7 +25,7 @@ from moehub.rtl.relay.credit_join import RelayCredits
 from moehub.rtl.relay.stage import PartialStage, RelayStage
 from moehub.spec.formats import RelayPorts, pack_fields
 from moehub.verif.formal.plant import broken_class
-from test_rtl_relay_ingress import R22
+from test_rtl_relay_ingress import R22, R33
 
 BASE = 0x3000_0000
 
@@ -128,9 +128,38 @@ def test_credit_join():
           {"mark": (1, 1)}, {"pm": (3, 1)}, {}, {"fu": (3, 1)},              # own targets first: waits
           {"mark": (0, 0)}, {"fu": (3, 0)},                                   # no target here: at once
           {"pm": (0, 1)}, {"pm": (2, 1)}, {"done": (3, 1)}]                   # direct, a forward row's, dropped
-    # (each a cycle after its second half: fu and pm pass a register; a dropped row's credit
-    # through its 2-cycle FIFO)
+    # (each a cycle after its second half: fu and pm pass a register; a dropped row's credit through
+    # its slot's bit, then the register in front of the port)
     assert credit_bench(ev) == [(6, 3, 0), (10, 3, 1), (12, 3, 0), (13, 0, 1), (14, 2, 1), (16, 3, 1)]
+
+
+def test_credit_join_keeps_every_dropped_rows_credit_while_the_port_waits():
+    """Hub (node 0, rank 1) of 3 x 3 GPUs, 3 tags: every slot of its window (GPUs 4 and 7,
+    tags 0-2) holds a dropped row whose credit is owed while the credit port is held back
+    for 20 cycles: once it is ready, each of the six credits leaves exactly once, one a
+    cycle (a FIFO of 4 in front of the port lost the fifth and sixth)."""
+    cfg = R33
+    dut = RelayCredits(cfg)
+    slots = [(s, t) for s in (4, 7) for t in range(cfg.tags_per_source)]
+    out = []
+
+    async def bench(ctx):
+        ctx.set(dut.node, 0)
+        ctx.set(dut.rank, 1)
+        for cycle in range(40):
+            ctx.set(dut.credit.ready, cycle >= 20)
+            k = cycle - 2                   # (node and rank are set before any row: a cycle to register)
+            ctx.set(dut.done.valid, 0 <= k < len(slots))
+            if 0 <= k < len(slots):
+                ctx.set(dut.done.payload.src, slots[k][0])
+                ctx.set(dut.done.payload.tag, slots[k][1])
+            if ctx.get(dut.credit.valid) and ctx.get(dut.credit.ready):
+                out.append((cycle, (ctx.get(dut.credit.payload.src), ctx.get(dut.credit.payload.tag))))
+            await ctx.tick()
+
+    run_testbench(dut, bench)
+    assert sorted(c for _, c in out) == slots
+    assert [cycle for cycle, _ in out] == list(range(20, 26))
 
 
 @pytest.mark.plants

@@ -23,25 +23,28 @@ the packet manager -- a source of this node (protocol v1/v2's rows), a forward r
 (source of another rank: the forward credit of that rank's relay, which the credit port's
 consumer routes) -- passes through unchanged.
 
-One input is served a cycle, ``done`` first, then ``fu``, then ``pm`` (``done`` is a pulse:
-a FIFO keeps it). An input that sends no credit out needs no room on ``credit``. ``fu``
+One input is served a cycle, ``done`` first, then ``fu``, then ``pm``. ``done`` is a pulse
+that cannot wait: it sets its slot's ``dropped`` bit, and the lowest slot owed is moved
+into a register (with its source and tag) whenever that is empty or its credit leaves. A
+slot owes at most one such credit (its source sends the slot's next row only after it),
+so a credit port held back for any time loses none (a FIFO of 4 in front of the port,
+the first version, lost the fifth dropped row's credit). An input that sends no credit out
+needs no room on ``credit``. ``fu``
 and ``pm`` each pass a register that holds the credit with its decode (the compares with
 each node's GPU of this rank, themselves registered ids): the first version decided in
 the cycle a credit came, 27-29 FO4 at 4-8 nodes from the ids to the slot bits.
 """
 from types import SimpleNamespace
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
 from ..layouts import HubLayouts
+from ..logic import select
+from .forward_unit import lowest_one
 from .layouts import RelayLayouts
-
-#: dropped rows' credits the join holds
-DONE_DEPTH = 4
 
 
 class RelayCredits(wiring.Component):
@@ -105,6 +108,28 @@ class RelayCredits(wiring.Component):
                          h.rel.eq(rel), h.oh.eq(oh)]
         return h
 
+    def _dropped(self, m):
+        """Dropped rows' credits owed: a bit per (node, tag) slot, set by ``done``; the
+        lowest moved into a register (valid, source, tag) while that is empty or taken (set
+        ``.take``). Its source is the node's GPU of this rank (``gid``)."""
+        cfg, T = self.cfg, self.cfg.tags_per_source
+        W = cfg.nodes * T
+        owed = Signal(W, name="dropped")
+        h = SimpleNamespace(valid=Signal(name="drop_v"), src=Signal(cfg.src_bits, name="drop_src"),
+                            tag=Signal(cfg.tag_bits, name="drop_tag"), take=Signal(name="drop_take"))
+        _, new = self._relay_slot(m, self.done.payload.src, self.done.payload.tag, "done")
+        load = Signal(name="drop_load")
+        pick = lowest_one(m, owed, "drop_pick")
+        m.d.comb += [self.done.ready.eq(1), load.eq(~h.valid | h.take)]
+        m.d.sync += owed.eq((owed & ~Mux(load, pick, 0)) | Mux(self.done.valid, new, 0))
+        with m.If(load):
+            m.d.sync += [h.valid.eq(owed.any()),
+                         h.src.eq(select([(pick[n * T:(n + 1) * T].any(), self.gid[n]) for n in range(cfg.nodes)],
+                                         cfg.src_bits)),
+                         h.tag.eq(select([(Cat(*(pick[n * T + t] for n in range(cfg.nodes))).any(), Const(t))
+                                          for t in range(T)], cfg.tag_bits))]
+        return h
+
     def elaborate(self, platform):
         m = Module()
         cfg, T = self.cfg, self.cfg.tags_per_source
@@ -115,12 +140,10 @@ class RelayCredits(wiring.Component):
         m.d.sync += [self.gid[n].eq((n * cfg.node_gpus + self.rank)[:cfg.src_bits]) for n in range(cfg.nodes)]
         m.d.sync += [self.remote[n].eq(self.node != n) for n in range(cfg.nodes)]
         need, pm_in, fu_in = (Signal(W, name=n) for n in ("need", "pm_in", "fu_in"))
-        m.submodules.dq = dq = SyncFIFOBuffered(width=len(self.done.payload.as_value()), depth=DONE_DEPTH)
-        m.d.comb += [self.done.ready.eq(1), dq.w_en.eq(self.done.valid), dq.w_data.eq(self.done.payload.as_value())]
-        d_src, d_tag = dq.r_data[:cfg.src_bits], dq.r_data[cfg.src_bits:]
+        d = self._dropped(m)
         fu, pm = self._held(m, self.fu, "fu"), self._held(m, self.pm, "pm")
         # the input served, and whether it sends a credit out now
-        serve_d = dq.r_rdy
+        serve_d = d.valid
         serve_f = ~serve_d & fu.valid
         serve_p = ~serve_d & ~fu.valid & pm.valid
         f_now = ((~need | pm_in) & fu.oh).any()                 # its own targets in, or none
@@ -128,9 +151,9 @@ class RelayCredits(wiring.Component):
         out = Signal(name="out_valid")
         m.d.comb += out.eq(serve_d | (serve_f & f_now) | (serve_p & p_now))
         m.d.comb += [self.credit.valid.eq(out),
-                     self.credit.payload.src.eq(Mux(serve_d, d_src, Mux(serve_f, fu.src, pm.src))),
-                     self.credit.payload.tag.eq(Mux(serve_d, d_tag, Mux(serve_f, fu.tag, pm.tag))),
-                     dq.r_en.eq(serve_d & self.credit.ready),
+                     self.credit.payload.src.eq(Mux(serve_d, d.src, Mux(serve_f, fu.src, pm.src))),
+                     self.credit.payload.tag.eq(Mux(serve_d, d.tag, Mux(serve_f, fu.tag, pm.tag))),
+                     d.take.eq(serve_d & self.credit.ready),
                      fu.take.eq(serve_f & (~f_now | self.credit.ready)),
                      pm.take.eq(serve_p & (~p_now | self.credit.ready))]
         # the slot bits: a row's credit out clears its slot; a credit that waits sets its bit
