@@ -2,8 +2,8 @@
 ``relay-join``): each planted bug (:data:`moehub.verif.formal.join.PLANTS`) makes a BMC
 FAIL, with a trace, on the property it breaks -- with the strengthening invariants off, so
 the property itself, not an invariant, catches it. The set's own jobs run in
-tests/test_formal.py: its smoke job (the k-induction, k = 7, about 5 s) in the fast set,
-BMC 12 and the covers (a credit owed held back the full 6 cycles at step 16) in the slow
+tests/test_formal.py: its smoke job (the k-induction, k = 8, about 5 s) in the fast set,
+BMC 12 and the covers (a credit owed held back the full 7 cycles at step 16) in the slow
 set.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ pytestmark = formal_file()
 
 #: each plant's BMC depth: its failure's step (measured, in the comment) and a little more
 DEPTHS = {"forwards-alone": 7,        # 5: a row credited before the packet manager's half
-          "dropped-kept": 8,          # 6: a dropped row credited twice
+          "dropped-kept": 9,          # 7: a dropped row credited twice
           "pm-kept": 11,              # 9: the slot's next row credited on its forwards alone
-          "pass-swallowed": 13}       # 11: a pass-through credit never sent (about 7 s)
+          "pass-swallowed": 14}       # 12: a pass-through credit never sent (about 7 s)
 #: the plants of the fast set (about 3 s each)
 FAST = {"forwards-alone"}
 

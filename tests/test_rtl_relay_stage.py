@@ -129,8 +129,8 @@ def test_credit_join():
           {"mark": (0, 0)}, {"fu": (3, 0)},                                   # no target here: at once
           {"pm": (0, 1)}, {"pm": (2, 1)}, {"done": (3, 1)}]                   # direct, a forward row's, dropped
     # (each a cycle after its second half: fu and pm pass a register; a dropped row's credit through
-    # its slot's bit, then the register in front of the port)
-    assert credit_bench(ev) == [(6, 3, 0), (10, 3, 1), (12, 3, 0), (13, 0, 1), (14, 2, 1), (16, 3, 1)]
+    # its slot's bit and two registers, three cycles)
+    assert credit_bench(ev) == [(6, 3, 0), (10, 3, 1), (12, 3, 0), (13, 0, 1), (14, 2, 1), (17, 3, 1)]
 
 
 def test_credit_join_keeps_every_dropped_rows_credit_while_the_port_waits():

@@ -34,7 +34,7 @@ Properties:
   pass-through credit taken, with its payload;
 * no hang, none lost: a credit owed (the chosen slot's, or the pass-through one) leaves
   within :func:`hang_wait` cycles in a row in which ``credit`` is ready and no input is
-  offered: the window's slots plus 2 (the dropped rows' credits, one a cycle, go first;
+  offered: the window's slots plus 3 (the dropped rows' credits, one a cycle, go first;
   exact: reached, and one more is not).
 
 Unbounded (k-induction, ``prove``): the invariants (:meth:`JoinHarness._invariants`) tie
@@ -62,10 +62,10 @@ from .plant import Plant, PlantedHarness
 JOIN_SMALL = dict(sources=6, nodes=3, gpus_per_node=2)
 #: the most cycles in a row a credit owed waits while the credit port is ready and no input
 #: is offered (no hang), past the window's slots: the dropped rows' credits go first, one a
-#: cycle (every slot of the window may owe one), then the forwards' credit held, then the
-#: packet manager's (on the small config, 4 slots: 6 is reached at step 16, 7 is not within
-#: 20 steps)
-HANG_EXTRA = 2
+#: cycle (every slot of the window may owe one) after the two registers they pass, then the
+#: forwards' credit held, then the packet manager's (on the small config, 4 slots: 7 is
+#: reached at step 16, 8 is not within 24 steps)
+HANG_EXTRA = 3
 
 
 def hang_wait(cfg) -> int:
@@ -84,7 +84,7 @@ PLANTS = {
     "pass-swallowed": Plant(MOD, "p_now = ~pm.rel | (fu_in & pm.oh).any()", "p_now = (fu_in & pm.oh).any()",
                             "RelayCredits", ("a credit owed held back",),
                             "a credit of a source that is no remote GPU of this rank taken and never sent"),
-    "dropped-kept": Plant(MOD, "m.d.sync += owed.eq((owed & ~Mux(load, pick, 0)) | Mux(self.done.valid, new, 0))",
+    "dropped-kept": Plant(MOD, "m.d.sync += owed.eq((owed & ~Mux(load_pick, nxt, 0)) | Mux(self.done.valid, new, 0))",
                           "m.d.sync += owed.eq(owed | Mux(self.done.valid, new, 0))", "RelayCredits",
                           ("the chosen slot's credit out while not owed",),
                           "a dropped row's bit not cleared as its credit moves to the register: credited again"),
@@ -233,6 +233,7 @@ class JoinHarness(PlantedHarness):
             return regs[f"{h}_v"] & (regs[f"{h}_src"] == gk) & (regs[f"{h}_tag"] == kt)
         fu_h, pm_h = held_k("fu"), held_k("pm")
         drop_h = regs["drop_v"] & (regs["drop_src"] == gk) & (regs["drop_tag"] == kt)
+        pick_h = regs["drop_pick_v"] & regs["drop_pick"].bit_select(k, 1)
         p.check(~(r_open & r_drop), "invariant: the chosen slot both open and dropped")
         p.check(need == (r_open & r_need), "invariant: the chosen slot's need bit is not its open row's")
         p.check((fu_in == (r_open & r_fu & ~fu_h)) & (pm_in == (r_open & r_pm & ~pm_h)) & ~(fu_in & pm_in)
@@ -240,17 +241,23 @@ class JoinHarness(PlantedHarness):
                 "invariant: a half's bit is not: taken and no longer held (never both; forwards only with need)")
         p.check((~fu_h | (r_open & r_fu)) & (~pm_h | (r_open & r_need & r_pm)),
                 "invariant: a held credit of the chosen slot not owed")
-        p.check((r_drop == (dropped | drop_h)) & ~(dropped & drop_h),
-                "invariant: the chosen slot's dropped bit and register are not its dropped row")
+        p.check((r_drop == (dropped | pick_h | drop_h)) & ~(dropped & pick_h) & ~(dropped & drop_h)
+                & ~(pick_h & drop_h),
+                "invariant: the chosen slot's dropped bit and registers are not its dropped row (or twice)")
+        poh = regs["drop_pick"]
+        onehot = Cat(*(poh == (1 << j) for j in range(cfg.nodes * T))).any()
+        own = Cat(*(node == n for n in range(cfg.nodes) for _ in range(T)))
+        p.check(~regs["drop_pick_v"] | onehot & ((poh & own) == 0),
+                "invariant: the dropped-credit pick is not one slot of the window")
         p.check(~regs["drop_v"] | Cat(*((regs["drop_src"] == gid_of(n)) & (node != n) for n in range(cfg.nodes))).any()
                 & (regs["drop_tag"] < T), "invariant: the dropped-credit register holds no slot")
-        own = Cat(*(node == n for n in range(cfg.nodes) for _ in range(T)))
         p.check((regs["dropped"] & own) == 0, "invariant: a dropped bit of this node's own slots")
         rel_pm = e["remote_rank"](regs["pm_src"])
         p.check(e["t_pass"] == (regs["pm_v"] & ~rel_pm), "invariant: the pass-through credit is not the pm register's")
         p.check(~e["t_pass"] | (e["t_pay"] == Cat(regs["pm_src"], regs["pm_tag"])),
                 "invariant: the pass-through payload is not the pm register's")
-        p.check(~(e["age"] == 0) | ~(r_open | r_drop | e["t_pass"] | regs["fu_v"] | regs["pm_v"] | regs["drop_v"])
+        p.check(~(e["age"] == 0) | ~(r_open | r_drop | e["t_pass"] | regs["fu_v"] | regs["pm_v"] | regs["drop_v"]
+                                       | regs["drop_pick_v"])
                 & (regs["dropped"] == 0) & (regs["need"] == 0) & (regs["fu_in"] == 0) & (regs["pm_in"] == 0),
                 "invariant: anything owed or held in the reset cycle")
 
@@ -273,4 +280,4 @@ def property_set() -> dict:
                 note="protocol v3: a relay row's credit out once, only after its forwards' credit and, naming "
                      "this GPU, the packet manager's; a dropped row's once; any other credit passed through "
                      f"unchanged; a credit owed out within {k - 1} quiet cycles with the port ready (the "
-                     "window's slots + 2; none lost however long the port waits) (join.py)")
+                     "window's slots + 3; none lost however long the port waits) (join.py)")
