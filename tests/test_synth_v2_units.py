@@ -12,9 +12,21 @@ MISSING = tools.asic_tools_missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"ASIC flow tools missing: {MISSING}")
 
 
-def test_expert_counts_unit_synthesises_with_its_state_in_flops(tmp_path):
+def test_expert_counts_unit_synthesises_with_its_state_in_flops(tmp_path, monkeypatch):
     """The unit keeps its state in flops: a seen bit per (source, expert), a total, an
-    announced count and a completed count per expert (and the hand-off's final bits)."""
+    announced count and a completed count per expert (and the hand-off's final bits). Its
+    summary names the RTL sources as the run wrote its RTL, not as they are when it ends
+    (a run of an hour may outlive an edit)."""
+    from moehub import runinfo
+    from moehub.synth import units
+    sources = {"hash": "as-written"}
+    monkeypatch.setattr(runinfo, "rtl_sources_hash", lambda *a, **k: sources["hash"])
+    flow = units.asic.run
+
+    def edited_during_the_run(*a, **k):
+        sources["hash"] = "edited-during-the-run"
+        return flow(*a, **k)
+    monkeypatch.setattr(units.asic, "run", edited_during_the_run)
     cfg = load_hub_config("tiny").replace(count_packets=True)
     r = run_unit("expert_counts", cfg, tmp_path / "u")
     S, E = cfg.sources, cfg.experts
@@ -28,6 +40,7 @@ def test_expert_counts_unit_synthesises_with_its_state_in_flops(tmp_path):
     doc = json.loads((tmp_path / "u" / "unit.json").read_text())
     assert doc["gate_equivalents"] == r["gate_equivalents"] and doc["unit"] == "expert_counts"
     assert doc["features"]["count_packets"] is True and doc["record"]["command"]
+    assert doc["rtl_sha256"] == "as-written"
 
 
 def test_page_pool_keeps_returned_pages_in_sram(tmp_path):

@@ -23,6 +23,7 @@ from ..spec.config import HubConfig
 from ..paths import output_dir
 from . import asic, blocks, fo4, project, sram, tools, verilog
 from .flow import DEFAULT_PERIOD_NS, sdc_header
+from .digest import hardware_of
 
 #: unit name -> (module, class); each takes the hub config
 UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
@@ -96,6 +97,7 @@ def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
         fo4_ns = fo4.measure(out_dir / "fo4")
     with progress.stage(f"{label}: RTL (Amaranth -> Verilog)", heartbeat=True):
         v = verilog.write_verilog(cfg, out_dir, design, il_filter=drop_macro_init)
+        hw = hardware_of(cfg)           # (the sources as the RTL was written: an edit during the run is not its)
     mems = verilog.find_memories(v.read_text())
     macros = sram.select_macros(mems, sram.SRAM_MIN_BITS, sram.SRAM_MIN_DEPTH)
     res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sdc_header=sdc_header(cfg), label=label)
@@ -108,7 +110,7 @@ def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
                "path": f"{timing.start_reg or timing.startpoint} -> {timing.end_reg or timing.endpoint}",
                "n5_mm2": proj["total_mm2"].nominal, "n5_fmax_GHz": proj["fmax_n5_GHz"].nominal,
                "out": str(out_dir)}
-    write_summary(out_dir, summary, cfg)
+    write_summary(out_dir, summary, cfg, hw)
     return summary
 
 
@@ -170,15 +172,15 @@ FEATURE_KEYS = ("pool_pages", "max_targets", "count_packets", "sources", "expert
                 "token_bits")
 
 
-def write_summary(out_dir: Path, summary: dict, cfg: HubConfig) -> Path:
+def write_summary(out_dir: Path, summary: dict, cfg: HubConfig, hw: dict) -> Path:
     """``unit.json``: the summary, the config's feature keys, the hub config and the RTL
-    sources' hash (what ``moehub report --recheck`` checks the row by: the unit's RTLIL
-    for that config) and the run's record (command, commit, date, machine, load)."""
+    sources' hash as the run wrote its RTL (``hw``: :func:`~.digest.hardware_of` then; what
+    ``moehub report --recheck`` checks the row by: the unit's RTLIL for that config) and
+    the run's record (command, commit, date, machine, load)."""
     import json
     from .. import runinfo
-    from .digest import hardware_of
     doc = {**summary, "features": {k: getattr(cfg, k) for k in FEATURE_KEYS},
-           **hardware_of(cfg), "record": runinfo.record()}
+           **hw, "record": runinfo.record()}
     path = Path(out_dir) / SUMMARY_JSON
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return path
