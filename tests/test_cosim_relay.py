@@ -359,9 +359,11 @@ def _side(L, monkeypatch=None, module=None, cls=None, plant=None):
 
 @pytest.mark.plants
 @pytest.mark.parametrize("module, cls, plant, match", [
-    # the egress's reads not stepped: every chunk of a forward is the row's first
-    ("egress", "ForwardEgress", ("chunk.eq(Mux(last, 0, chunk + 1)), addr.eq(addr + cfg.chunk_bytes)]",
-                                 "chunk.eq(Mux(last, 0, chunk + 1)), addr.eq(addr)]"), r"forward of source 2"),
+    # the egress's reads not stepped: every chunk of a forward is the row's first (slow set:
+    # the egress's own bench and formal set catch it in the fast set)
+    pytest.param("egress", "ForwardEgress", ("chunk.eq(Mux(last, 0, chunk + 1)), addr.eq(addr + cfg.chunk_bytes)]",
+                                 "chunk.eq(Mux(last, 0, chunk + 1)), addr.eq(addr)]"), r"forward of source 2",
+                 marks=pytest.mark.slow),
     # the join crediting a row on its forwards alone: a row naming this GPU credited before
     # the packet manager wrote its targets
     # (slow set: the fast set catches it in tests/test_rtl_relay_stage.py)
@@ -377,9 +379,11 @@ def test_relay_side_in_the_loop_catches_planted_bugs(L, monkeypatch, module, cls
 
 
 @pytest.mark.parametrize("plant, match", [
-    # a first part read-modify-written: the HBM bytes are not the co-simulation's
-    (("return (kind == Op.ADD) | (kind == Op.LAST)",
-      "return (kind == Op.ADD) | (kind == Op.LAST) | (kind == Op.WRITE)"), r"relay GPU 6: .*HBM bytes"),
+    # a first part read-modify-written: the HBM bytes are not the co-simulation's (slow set:
+    # a whole co-simulated layer, 12 s; the reduce path's own bench catches it in the fast set)
+    pytest.param(("return (kind == Op.ADD) | (kind == Op.LAST)",
+                  "return (kind == Op.ADD) | (kind == Op.LAST) | (kind == Op.WRITE)"), r"relay GPU 6: .*HBM bytes",
+                 marks=pytest.mark.slow),
     # the read-after-write hazard ignored: a sum's next part reads before the write-back
     # (slow set: the fast set catches it in tests/test_rtl_relay_reduce_path.py)
     pytest.param(("m.d.comb += hazard.eq(_reads(o.kind, o.parts) & Cat(", "m.d.comb += hazard.eq(0 & Cat("),
