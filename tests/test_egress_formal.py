@@ -3,8 +3,8 @@
 (:data:`moehub.verif.formal.egress.PLANTS`) makes a BMC FAIL, with a trace, on the property
 it breaks -- with the strengthening invariants off, so the property itself, not an
 invariant, catches it. The set's own jobs run in tests/test_formal.py: its smoke job (the
-k-induction, k = 8, about 9 s) in the fast set, BMC 14 (about 35 s under load) and the covers
-(reached by step 24: a command held back the full 7 cycles) in the slow set.
+k-induction, k = 9, about 9 s) in the fast set, BMC 14 (about 35 s under load) and the covers
+(reached by step 26: a command held back the full 8 cycles) in the slow set.
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ pytestmark = formal_file()
 DEPTHS = {"slot-no-node": 9,          # 7: a read at another row's slot
           "addr-stuck": 10,           # 8: a read not at the forward's next chunk
           "credit-early": 12,         # 10: a credit before the forwards ahead went out
-          "held-overwritten": 12,     # 10: a held command lost, the next credit out of order
+          "held-overwritten": 13,     # 11: a held command lost, a credit before its chunks
           "header-early": 16,         # 14: a chunk with the next forward's header (about 30 s)
-          "one-read-in-flight": 16}   # 14: a command offered waits an eighth cycle (about 30 s)
+          "ready-ignores-taken": 13,  # 11: a sixth command taken and lost, a credit before its chunks
+          "one-read-in-flight": 17}   # 15: a command offered waits a ninth cycle (about 35 s)
 
 @pytest.mark.plants
 @pytest.mark.slow          # (the fast set plants a bug in the unit's simulation bench)

@@ -9,7 +9,8 @@ read a fixed number of cycles later, the read's address as its data).
   written out here, not taken from the RTL's ``stage_slot``.)
 * Commands are taken one a cycle while the egress drains them (a stream of credits), and
   with its reads stalled it holds five: four in its FIFO, one in the register in front of
-  it (the forward unit's pick ends at that register).
+  it (the forward unit's pick ends at that register; its ready is a register, set a cycle
+  ahead from the room there will be).
 """
 import pytest
 
@@ -110,9 +111,9 @@ def test_commands_are_taken_one_a_cycle():
 
 @pytest.mark.plants
 def test_planted_bug_is_caught():
-    """The command register taken only while empty (a command every other cycle): the
-    credit stream's cycles catch it."""
-    slow = broken_class("moehub.rtl.relay.egress", "take.eq(~held | cq.w_rdy)", "take.eq(~held)",
-                        "ForwardEgress")
+    """The ready register cleared behind each command taken (a command every other cycle):
+    the credit stream's cycles catch it."""
+    slow = broken_class("moehub.rtl.relay.egress", "ready.eq(cq.level + held + accept <= COMMANDS)",
+                        "ready.eq((cq.level + held + accept <= COMMANDS) & ~accept)", "ForwardEgress")
     credits = [credit(R22, s, 0) for s in range(4)]
     assert run_egress(R22, credits, cycles=20, dut=slow(R22))["taken"] != list(range(4))

@@ -245,8 +245,8 @@ PM_CREDIT_DELAY = (4, 64)
 
 
 def relay_side(rcfg):
-    """The relay side of :class:`~moehub.rtl.relay.hub.RelayHub` behind its input, wired as
-    the hub wires it: the relay staging (:class:`~moehub.rtl.relay.stage.RelayStage`)
+    """The relay side of :class:`~moehub.rtl.relay.hub.RelayHub` behind its input, wired by
+    the hub's own :func:`~moehub.rtl.relay.side.connect_relay_side`: the relay staging (:class:`~moehub.rtl.relay.stage.RelayStage`)
     whose whole rows feed :class:`~moehub.rtl.relay.hub.RelayControl`, its forwards and
     rows' credits into the forward egress (:class:`~moehub.rtl.relay.egress.ForwardEgress`),
     the egress's, the staging's and the packet manager's credits into the credit join
@@ -254,11 +254,11 @@ def relay_side(rcfg):
     ports (the staging's chunks and memory, the egress's reads and words, the forward and
     packet-manager credits) and reads the join's credits."""
     from amaranth import Elaboratable, Module, Signal
-    from amaranth.lib import wiring
 
     from ..rtl.relay.credit_join import RelayCredits
     from ..rtl.relay.egress import ForwardEgress
     from ..rtl.relay.hub import RelayControl
+    from ..rtl.relay.side import connect_relay_side
     from ..rtl.relay.stage import RelayStage
 
     class RelaySide(Elaboratable):
@@ -270,21 +270,10 @@ def relay_side(rcfg):
 
         def elaborate(self, platform):
             m = Module()
-            stg, relay, eg, join = self.stage, self.relay, self.egress, self.join
-            m.submodules.stage, m.submodules.relay = stg, relay
-            m.submodules.egress, m.submodules.join = eg, join
-            wiring.connect(m, stg.row, relay.row)
-            wiring.connect(m, relay.fwd, eg.fwd)
-            wiring.connect(m, relay.rcredit, eg.rcredit)
-            wiring.connect(m, eg.credit, join.fu)
-            wiring.connect(m, stg.done, join.done)
-            m.d.comb += [eg.fwd_tag.eq(relay.fu.held_row.tag), relay.fin.valid.eq(0), relay.local.ready.eq(1),
-                         join.mark_valid.eq(stg.mark_valid), join.mark_node.eq(stg.mark_node),
-                         join.mark_tag.eq(stg.mark_tag), join.mark_local.eq(stg.mark_local),
-                         stg.base.eq(self.base), eg.base.eq(self.base)]
-            for part in (stg, relay, eg, join):
-                m.d.comb += part.node.eq(self.node)
-            m.d.comb += [part.rank.eq(self.rank) for part in (stg, relay, join)]
+            m.submodules.relay = relay = self.relay
+            connect_relay_side(m, self.stage, relay, self.egress, self.join,
+                               node=self.node, rank=self.rank, base=self.base)
+            m.d.comb += [relay.fin.valid.eq(0), relay.node.eq(self.node), relay.rank.eq(self.rank)]
             return m
     return RelaySide()
 

@@ -10,8 +10,8 @@ chunk; a relay row's credit passed on only once its forwards have all been read.
     rdata --> out (the destination GPU, a lane word: RelayFormats.forward_row, class FORWARD)
 
 The forward unit emits a row's forwards, then its credit (``rcredit``, the cycle after its
-last forward at the earliest), so one FIFO of commands (behind one register) keeps their
-order. A forward
+last forward at the earliest), so one FIFO of commands (behind one register, its ready a
+register too) keeps their order. A forward
 command issues the row's ``chunks_per_row`` reads at the staging slot of (its original
 source, the R tag) (:func:`~.stage.stage_slot`; the row's address prepared in three
 registered steps first: slot, offset, address), one a cycle, each with its context (the
@@ -90,20 +90,30 @@ class ForwardEgress(wiring.Component):
         # forward unit offers a row's credit only once none of its forwards is left), so the
         # credit's ready does not look at the forward's valid: gating it so put the forward
         # unit's pick into its own row handshake (30.5 FO4 in the whole hub). The command is
-        # registered before its FIFO (``cmd_held``, taken while it is empty or the FIFO has
-        # room: one a cycle still): the forward unit's pick (``fwd.valid``, 1.6 ns) then ends
-        # at a register, not at the FIFO's write (23.1 FO4 in the whole hub at 2 nodes)
+        # registered before its FIFO (``cmd_held``, moved on while the FIFO has room: one a
+        # cycle still): the forward unit's pick (``fwd.valid``, 1.6 ns) then ends at a
+        # register, not at the FIFO's write (23.1 FO4 in the whole hub at 2 nodes). The
+        # ready is a register too (``cmd_ready``), set a cycle ahead from the room the
+        # register and the FIFO will have: this cycle's commands held, plus the one taken
+        # now, at most the FIFO's depth (this cycle's pop not counted: its readiness is the
+        # staging's and the join's). A ready read from the FIFO's level ran through the
+        # forward unit's handshake into the relay control's row FIFO (28.3 FO4 in the whole
+        # hub at 4 nodes).
         cmd = data.View(self.command, Signal(self.command.size, name="cmd_in"))
         held = Signal(name="cmd_held")
         held_cmd = Signal(self.command.size, name="cmd_reg")
-        take = Signal(name="cmd_take")
+        ready = Signal(init=1, name="cmd_ready")
+        take = Signal(name="cmd_take")          # the register free for a command this cycle
+        accept = Signal(name="cmd_accept")
         m.d.comb += [cmd.credit.eq(~self.fwd.valid), cmd.fwd.eq(self.fwd.payload), cmd.tag.eq(self.fwd_tag),
                      cmd.cr.eq(self.rcredit.payload),
                      take.eq(~held | cq.w_rdy),
-                     self.fwd.ready.eq(take), self.rcredit.ready.eq(take),
+                     accept.eq(ready & (self.fwd.valid | self.rcredit.valid)),
+                     self.fwd.ready.eq(ready), self.rcredit.ready.eq(ready),
                      cq.w_en.eq(held), cq.w_data.eq(held_cmd)]
+        m.d.sync += ready.eq(cq.level + held + accept <= COMMANDS)
         with m.If(take):
-            m.d.sync += [held.eq(self.fwd.valid | self.rcredit.valid), held_cmd.eq(cmd.as_value())]
+            m.d.sync += [held.eq(accept), held_cmd.eq(cmd.as_value())]
         head = data.View(self.command, cq.r_data)
         # ---- a forward: its staged row's address prepared in three registered steps (its
         # slot, slot x stride, base + that: one operation a step -- two in one step were

@@ -96,6 +96,7 @@ from .partial_feed import PartialFeed
 from .stage import PartialStage, RelayStage
 from .layouts import RelayLayouts
 from .reduce_path import ReducePath
+from .side import connect_relay_side
 
 
 #: sums opened and not yet taken by the reduce a relay control path holds
@@ -291,27 +292,15 @@ class RelayHub(wiring.Component):
         into the relay control (which forwards them), the forwards and their rows' credits
         into the egress, and the credits -- the packet manager's, the egress's, a dropped
         row's -- joined into the top's."""
-        stg, eg, join, relay, hub, place = self.stage, self.egress, self.join, self.relay, self.hub, self.hub.relay_place
-        m.submodules.stage, m.submodules.egress, m.submodules.join = stg, eg, join
+        hub, place = self.hub, self.hub.relay_place
+        connect_relay_side(m, self.stage, self.relay, self.egress, self.join,
+                           node=place.node, rank=place.rank, base=place.stage_base)
         m.submodules.pstage, m.submodules.feed = self.pstage, self.feed
         for top, (part, name) in self.STAGE_PORTS.items():
             self._pass(m, getattr(self, part), {top: name})
-        wiring.connect(m, self.ingress.relay, stg.i)
-        wiring.connect(m, stg.row, relay.row)               # (its queue never refuses)
-        m.d.comb += relay.local.ready.eq(1)
-        wiring.connect(m, relay.fwd, eg.fwd)
-        wiring.connect(m, relay.rcredit, eg.rcredit)
-        wiring.connect(m, eg.credit, join.fu)
-        wiring.connect(m, hub.credit, join.pm)
-        wiring.connect(m, stg.done, join.done)
-        wiring.connect(m, join.credit, wiring.flipped(self.credit))
-        m.d.comb += [eg.fwd_tag.eq(relay.fu.held_row.tag),
-                     join.mark_valid.eq(stg.mark_valid), join.mark_node.eq(stg.mark_node),
-                     join.mark_tag.eq(stg.mark_tag), join.mark_local.eq(stg.mark_local)]
-        for part in (stg, eg, join):
-            m.d.comb += part.node.eq(place.node)
-        m.d.comb += [stg.rank.eq(place.rank), join.rank.eq(place.rank),
-                     stg.base.eq(place.stage_base), eg.base.eq(place.stage_base)]
+        wiring.connect(m, self.ingress.relay, self.stage.i)
+        wiring.connect(m, hub.credit, self.join.pm)
+        wiring.connect(m, self.join.credit, wiring.flipped(self.credit))
         # the combine's side: partial chunks into the partial staging, whole rows read back
         # by the feed into the reduce, their P credits out
         wiring.connect(m, self.ingress.part, self.pstage.i)

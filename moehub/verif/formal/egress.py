@@ -50,7 +50,7 @@ leaves, and a stalled output can hold it there for any k). The strengthening inv
 (``SyncFIFOBuffered``: each an output register and a memory whose words
 ``common.memory_words`` names as flops after ``memory_map``) to the reference: the FIFOs'
 pointers; the commands taken and not done = the command FIFO's level plus the command
-register; reads not answered = the context FIFO's level; the preparation's step (not 0
+register (at most the FIFO's depth while the ready register is set, at least while not); reads not answered = the context FIFO's level; the preparation's step (not 0
 only with a forward at the head; its chunk 0 before the reads); reads owed = ``C`` per
 forward queued, less the head's chunk while it is read; chunks owed = reads owed + reads
 not answered; credits owed = the credits queued; the header FIFO's forwards (the front
@@ -82,11 +82,12 @@ SCRIPT = ("memory_map", "opt_clean")
 #: the most cycles in a row a command offered waits while every output is ready and the
 #: memory answers each read owed (no hang): the command FIFO full of forwards and the
 #: register holding a fifth, the head's three preparing steps and its C = 3 reads pass
-#: before the FIFO has room again (7 is reached, at step 24; 8 is not within 30 steps)
-HANG_WAIT = 7
+#: before the FIFO has room again, and the ready register sees that room a cycle later (8
+#: is reached, at step 26; 9 is not: the k-induction proves the bound)
+HANG_WAIT = 8
 #: k of the k-induction (the no-hang property's window: its wait fits in the induction's
 #: path), the BMC's and the covers' depths (cycles from reset)
-PROVE_K, BMC_DEPTH, COVER_DEPTH = HANG_WAIT + 1, 14, 26
+PROVE_K, BMC_DEPTH, COVER_DEPTH = HANG_WAIT + 1, 14, 28
 
 #: widths of the harness's counts (commands, reads and chunks owed stay far below)
 CNT = 7
@@ -113,9 +114,17 @@ PLANTS = {
                           "next forward's header"),
     "held-overwritten": Plant(MOD, "take.eq(~held | cq.w_rdy)", "take.eq(1)", "ForwardEgress",
                               ("the tracked credit out of order or not its own", "a hang",
-                               "a read not at the forward's next chunk", "an out chunk with another"),
+                               "a read not at the forward's next chunk", "an out chunk with another",
+                               "a credit before every chunk"),
                               "a command taken while the register holds one the full FIFO refused: the held "
                               "command lost"),
+    "ready-ignores-taken": Plant(MOD, "ready.eq(cq.level + held + accept <= COMMANDS)",
+                                 "ready.eq(cq.level + held <= COMMANDS)", "ForwardEgress",
+                                 ("the tracked credit out of order or not its own", "a hang",
+                                  "a read not at the forward's next chunk", "an out chunk with another",
+                                  "a credit no command owes", "a credit before every chunk"),
+                                 "the ready register set without the command taken this cycle: a sixth "
+                                 "command taken while the FIFO and the register are full, and lost"),
     "one-read-in-flight": Plant(MOD, "self.rd.valid.eq(fwd_head & (step == 3) & xq.w_rdy)",
                                 "self.rd.valid.eq(fwd_head & (step == 3) & xq.w_rdy & (xq.level == 0))",
                                 "ForwardEgress", ("a hang",),
@@ -303,6 +312,9 @@ class EgressHarness(PlantedHarness):
 
         # -- the commands, the reads and the chunks
         p.check(e["n_cmd"] == ql + held, "invariant: the commands taken are not the FIFO's and the register's")
+        ready = regs["cmd_ready"]
+        p.check(Mux(ready, ql + held <= COMMANDS, ql + held >= COMMANDS),
+                "invariant: the ready register is not set from the room the FIFO and the register have")
         p.check((step <= 3) & (~(step != 0) | (cq.r_rdy & ~head.credit)) & (reading | (chunk == 0)),
                 "invariant: the step (a forward at the head), or a chunk while not reading")
         p.check(e["pend"] == xl, "invariant: the reads not answered are not the context FIFO's level")
