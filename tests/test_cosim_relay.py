@@ -326,7 +326,7 @@ def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
     """An RTL relay GPU (--rtl-gpus with relay + reduce): its control path, its relay side
     and its reduce control agree with the model and the co-simulation row for row, and its
     summary holds the counts the routing gives."""
-    from moehub.cosim.relay_rtl import LOOP_STAGE_CHUNKS
+    from moehub.cosim.relay_rtl import LOOP_CHUNKS, LOOP_STAGE_CHUNKS
     _model_hub_for_rtl(monkeypatch)
     res = H.run_hub(L, features=H.check_features(REDUCE), rtl_gpus=(g,))
     (s,) = [c for c in res.extra["rtl"] if c.get("unit") == "relay"]
@@ -336,6 +336,8 @@ def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
     # the relay side: each forward's chunks read back from the staging, every row naming
     # another GPU staged whole (check_side raised where a chunk or a credit disagreed)
     assert s["forward_chunks"] == fwd * LOOP_STAGE_CHUNKS and 0 < s["staged_chunks"] <= rows * LOOP_STAGE_CHUNKS
+    # the combine side: every partial row staged whole before the reduce took it
+    assert s["partial_staged_chunks"] == parts * LOOP_CHUNKS
     # (the accumulators' traffic the co-simulation charges: more parts than sums, so > 0)
     assert s["reduce_hbm_bytes"] > 0 and parts > rows
 
@@ -376,6 +378,42 @@ def test_relay_side_in_the_loop_catches_planted_bugs(L, monkeypatch, module, cls
     from moehub.cosim.relay_rtl import RelayDisagrees
     with pytest.raises(RelayDisagrees, match=match):
         _side(L, monkeypatch, module, cls, plant)
+
+
+def _combine(L, monkeypatch=None, module=None, cls=None, plant=None):
+    """The combine side in RTL (the partial staging, its feed, the reduce) of GPU 6 on the
+    partial rows of :data:`SIDE_ROWS` (one per target, sent by the target's rank)."""
+    from moehub.cosim import relay_rtl as RR
+    from moehub.verif.formal.plant import broken_class
+    rcfg = R.check_layer(L, H.hub_config_v2(L, H.check_features(REDUCE)))
+    if plant:
+        monkeypatch.setattr(f"moehub.rtl.relay.{module}.{cls}",
+                            broken_class(f"moehub.rtl.relay.{module}", *plant, cls))
+    parts = [(src, tok, slot, r) for src, tok, targets in SIDE_ROWS for r, _, slot in targets]
+    return RR.check_reduce(L, rcfg, 6, SIDE_ROWS, parts), len(parts)
+
+
+def test_combine_side_in_the_loop_stages_every_partial_row(L):
+    """The combine side on hand-made partial rows: each staged whole (its chunks
+    interleaved with other rows', in any order), read back into the reduce, every P credit
+    returned, every sum the model's to the bit (check_reduce raised otherwise)."""
+    from moehub.cosim.relay_rtl import LOOP_CHUNKS
+    s, n = _combine(L)
+    assert (s["partial_rows"], s["partial_staged_chunks"], s["reduced_rows"]) == (n, n * LOOP_CHUNKS, len(SIDE_ROWS))
+
+
+@pytest.mark.plants
+@pytest.mark.parametrize("module, cls, plant, match", [
+    # the feed reads every row back at the staging's first slot: another row's data summed
+    ("partial_feed", "PartialFeed", ("off.eq((head.at * cfg.stride_bytes)[:cfg.addr_bits])", "off.eq(0)"),
+     r"relay GPU 6: reduced row \d+"),
+])
+def test_combine_side_in_the_loop_catches_planted_bugs(L, monkeypatch, module, cls, plant, match):
+    """A bug planted in the combine side's staging or feed: the loop stops, naming what
+    disagrees."""
+    from moehub.cosim.relay_rtl import RelayDisagrees
+    with pytest.raises(RelayDisagrees, match=match):
+        _combine(L, monkeypatch, module, cls, plant)
 
 
 @pytest.mark.parametrize("plant, match", [
@@ -488,8 +526,8 @@ def test_the_cosim_table_names_a_relay_gpu_in_rtl():
     line = relay_rtl_line({"gpu": 5, "unit": "relay", "relay_rows": 31, "relay_local": 13,
                            "forward_rows": 52, "partial_rows": 133, "reduced_rows": 31,
                            "reduce_hbm_bytes": 5849088, "sim_s": 5.21, "staged_chunks": 120,
-                           "forward_chunks": 208})
+                           "forward_chunks": 208, "partial_staged_chunks": 266})
     assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows (13 with targets here, "
                     "52 forwards, 120 chunks staged and 208 read back for the forwards); reduce: 133 "
-                    "partial rows into 31 sums, 5.8 MB of accumulator traffic; the same as the reference "
-                    "model and the routes, row for row, in 5.2 s")
+                    "partial rows (266 chunks staged) into 31 sums, 5.8 MB of accumulator traffic; the "
+                    "same as the reference model and the routes, row for row, in 5.2 s")

@@ -319,16 +319,13 @@ PLANTS = {
     "remote-direct-kept": ("to_hub.eq((is_dir & ~remote) | ", "to_hub.eq(is_dir | "),
     # a dropped relay row's own targets written all the same
     "bad-relay-written": ("(is_rel & ~(rbs | rbg | rbt) & rloc)", "(is_rel & rloc)"),
-    # the relay stream granted to every lane holding a relay chunk, not the lowest alone
-    "every-lane-granted": ("m.d.comb += [self.rel_ok[j].eq(grant[j] & self.relay.ready)",
-                           "m.d.comb += [self.rel_ok[j].eq(self.want_rel[j] & self.relay.ready)"),
+    # the relay and the partial streams granted to every lane holding a chunk for them, not
+    # the lowest alone
+    "every-lane-granted": ("m.d.comb += [ok[j].eq(grant[j] & ready)", "m.d.comb += [ok[j].eq(want[j] & ready)"),
     # a forward row counted on every chunk
     "counted-every-chunk": ("m.d.sync += ev_in[j].eq(fire & good & first)", "m.d.sync += ev_in[j].eq(fire & good)"),
     # a partial row of an owner not served here staged as good
     "partial-owner-kept": ("st.drop.eq(drop)", "st.drop.eq(0)"),
-    # the partial stream granted to every lane holding a partial chunk
-    "every-lane-partial": ("m.d.comb += [self.par_ok[j].eq(pgrant[j] & self.part.ready)",
-                           "m.d.comb += [self.par_ok[j].eq(self.want_par[j] & self.part.ready)"),
 }
 
 

@@ -293,7 +293,8 @@ def _write_files(er: ExperimentResult, out: Path, figure: bool) -> dict:
 def relay_rtl_line(c: dict) -> str:
     """The table's line of a relay GPU in RTL (:func:`.relay_rtl.check_relay_gpu`'s summary:
     it agreed, or the run would have stopped)."""
-    red = (f"; reduce: {c['partial_rows']:,} partial rows into {c['reduced_rows']:,} sums, "
+    staged = (f" ({c['partial_staged_chunks']:,} chunks staged)" if "partial_staged_chunks" in c else "")
+    red = (f"; reduce: {c['partial_rows']:,} partial rows{staged} into {c['reduced_rows']:,} sums, "
            f"{c['reduce_hbm_bytes'] / 1e6:.1f} MB of accumulator traffic"
            if "partial_rows" in c else "")
     side = (f", {c['staged_chunks']:,} chunks staged and {c['forward_chunks']:,} read back for the "

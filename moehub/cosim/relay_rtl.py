@@ -16,17 +16,22 @@ What runs in RTL, and against what:
   its counters (rows, local rows, forwards per GPU, drops) the model's and the
   co-simulation's counts; the sum it opens at the reduce per row (source, token, slots,
   weights) the row's, in order.
-* :class:`~moehub.rtl.relay.reduce_path.ReducePath` (with ``reduce``: the reduce unit,
-  its engine and the accumulate datapath, one element wide) takes an open per relay row
-  (its slots and gate weights) and the partial output rows that reach the relay in the
-  combine, in the order the co-simulation accumulates them, each with seeded random BF16
-  data (:data:`LOOP_CHUNKS` chunks: the co-simulation routes no data), its accumulators in
-  a memory of :data:`LOOP_MEMORY_LATENCY` cycles. Its operations (write, add, last,
-  only, with record, slot and parts) must be :class:`~moehub.spec.relay.ReduceModel`'s,
-  every reduced row the model's to the bit, every sum final exactly when the
-  co-simulation's has all its parts, one reduced row per (token, node) the co-simulation
-  sends, nothing refused, and the accumulator rows it read and wrote, at the layer's row
-  size, the HBM bytes the co-simulation charges that relay.
+* The combine side (with ``reduce``; :func:`combine_side`: the partial staging, its feed
+  and :class:`~moehub.rtl.relay.reduce_path.ReducePath` -- the reduce unit, its engine and
+  the accumulate datapath, one element wide -- wired as the whole hub wires them) takes an
+  open per relay row (its slots and gate weights), then the partial output rows that
+  reach the relay in the combine, in the order the co-simulation accumulates them, each
+  with seeded random BF16 data (:data:`LOOP_CHUNKS` chunks: the co-simulation routes no
+  data), chunk by chunk, each sender within its window of P tags, the rows in flight
+  interleaved and each row's chunks in a seeded random order; the staging in a memory of
+  :data:`LOOP_STAGE_LATENCY` cycles, the accumulators in one of
+  :data:`LOOP_MEMORY_LATENCY`. Every partial row must be staged whole and its P credit
+  returned once, nothing dropped; the reduce's operations (write, add, last, only, with
+  record, slot and parts) :class:`~moehub.spec.relay.ReduceModel`'s (fed each row as the
+  reduce takes it), every reduced row the model's to the bit, every sum final exactly
+  when the co-simulation's has all its parts, one reduced row per (token, node) the
+  co-simulation sends, nothing refused, and the accumulator rows it read and wrote, at
+  the layer's row size, the HBM bytes the co-simulation charges that relay.
 
 * The relay side (:func:`relay_side`: the relay staging, :class:`RelayControl`, the
   forward egress and the credit join, wired as the whole hub wires them) takes the same
@@ -42,10 +47,9 @@ What runs in RTL, and against what:
 
 The row data path stays the hub's: the targets this GPU writes enter its hub as protocol
 v2's multicast rows (:func:`.systems.hub.assemble`), which an RTL GPU's hub runs in
-Verilog as any multicast row. What is not in the loop: the relay hub's input lanes and
-its combine side's partial staging and feed (the reduce takes the partial rows whole),
-which the hub benches check against the model instead
-(tests/test_rtl_relay_hub_whole.py). The co-simulation routes no gate weights; every open
+Verilog as any multicast row. What is not in the loop: the relay hub's input lanes (the
+loop hands each side its chunks as the lanes would), which the hub benches check against
+the model instead (tests/test_rtl_relay_hub_whole.py). The co-simulation routes no gate weights; every open
 carries ``1/k`` (BF16).
 """
 from __future__ import annotations
@@ -271,6 +275,7 @@ def relay_side(rcfg):
         def elaborate(self, platform):
             m = Module()
             m.submodules.relay = relay = self.relay
+            m.submodules.stage, m.submodules.egress, m.submodules.join = self.stage, self.egress, self.join
             connect_relay_side(m, self.stage, relay, self.egress, self.join,
                                node=self.node, rank=self.rank, base=self.base)
             m.d.comb += [relay.fin.valid.eq(0), relay.node.eq(self.node), relay.rank.eq(self.rank)]
@@ -453,50 +458,109 @@ def check_side(rcfg, g: int, rows, want) -> dict:
             "side_cycles": side["cycles"]}
 
 
-#: the reduce path in the loop (:class:`~moehub.rtl.relay.reduce_path.ReducePath`): a
-#: datapath one element wide over partial rows of this many chunks -- the co-simulation
-#: routes no data, so each partial row is seeded random BF16; what is compared is the sums
-#: to the bit and the accumulator traffic in rows (scaled to the layer's rows for the bytes)
+#: the combine side in the loop (:func:`combine_side`): partial rows of this many chunks,
+#: each one BF16 element (a datapath one element wide) -- the co-simulation routes no
+#: data, so each partial row is seeded random BF16; what is compared is the sums to the bit
+#: and the accumulator traffic in rows (scaled to the layer's rows for the bytes)
 LOOP_CHUNKS = 2
 #: cycles the loop's accumulator memory takes to answer a read (in order)
 LOOP_MEMORY_LATENCY = 8
 
 
+def combine_config(rcfg):
+    """The relay config the combine side runs in the loop: rows of :data:`LOOP_CHUNKS`
+    chunks of one BF16 element (16 data bits), the rest the layer's relay config."""
+    return rcfg.replace(row_bytes=LOOP_CHUNKS * rcfg.chunk_bytes, data_bits=16)
+
+
+def combine_side(rcfg):
+    """The combine side of :class:`~moehub.rtl.relay.hub.RelayHub` behind its input, wired
+    by the hub's own :func:`~moehub.rtl.relay.side.connect_combine_side`: the partial
+    staging (:class:`~moehub.rtl.relay.stage.PartialStage`), its feed
+    (:class:`~moehub.rtl.relay.partial_feed.PartialFeed`) and the reduce path
+    (:class:`~moehub.rtl.relay.reduce_path.ReducePath`: the reduce unit, its engine, the
+    accumulate datapath, ``data_bits / 16`` elements a chunk). The loop drives the partial
+    chunks in, the staging's and the accumulators' memories, the opens, and takes the
+    P credits and the reduced rows."""
+    from amaranth import Elaboratable, Module, Signal
+
+    from ..rtl.relay.partial_feed import PartialFeed
+    from ..rtl.relay.reduce_path import ReducePath
+    from ..rtl.relay.side import connect_combine_side
+    from ..rtl.relay.stage import PartialStage
+
+    class CombineSide(Elaboratable):
+        def __init__(self):
+            self.pstage, self.feed, self.reduce = PartialStage(rcfg), PartialFeed(rcfg), ReducePath(rcfg)
+            self.node, self.rank = Signal(rcfg.node_bits), Signal(rcfg.gpu_bits)
+            self.base = Signal(rcfg.addr_bits)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.pstage, m.submodules.feed = self.pstage, self.feed
+            m.submodules.reduce = self.reduce
+            connect_combine_side(m, self.pstage, self.feed, self.reduce, base=self.base)
+            m.d.comb += [self.reduce.node.eq(self.node), self.reduce.rank.eq(self.rank)]
+            return m
+    return CombineSide()
+
+
+def _partial_chunk(ctx, p, gpn, part, ptag, chunk, word):
+    owner, tok, slot, sender = part
+    for name, v in (("sender", sender), ("ptag", ptag), ("src_node", owner // gpn), ("token", tok),
+                    ("slot", slot), ("chunk", chunk), ("data", word), ("drop", 0)):
+        ctx.set(getattr(p, name), v)
+
+
 def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
                max_cycles: int | None = None) -> dict:
     """The opens of ``rows`` (each with its targets' slots, weight ``1/k``), then the
-    partial rows ``parts`` (``[(src, token, slot), ...]`` in accumulate order, each with
-    seeded random BF16 data) through the reduce path (:class:`ReducePath`: the reduce
-    unit, its engine, the accumulate datapath, the accumulators in a memory of
-    :data:`LOOP_MEMORY_LATENCY`) of a relay of ``rank`` in ``node``, beside
-    :class:`ReduceModel`: the operations of both, the reduced rows of both (BF16 bits), the
-    accumulator rows read and written, the unit's counters, the cycles."""
+    partial rows ``parts`` (``[(src, token, slot, sender), ...]`` in accumulate order, the
+    sender the local rank of the part's GPU, each with seeded random BF16 data) through the
+    combine side (:func:`combine_side`, :func:`combine_config`) of a relay of ``rank`` in
+    ``node``: chunk by chunk into the partial staging, each sender within its window of
+    ``partial_span`` P tags (a row waits for its tag's credit), the chunks of the rows in
+    flight interleaved and each row's in a seeded random order; the staging's memory
+    answering after :data:`LOOP_STAGE_LATENCY`, the accumulators' after
+    :data:`LOOP_MEMORY_LATENCY`. Beside it :class:`ReduceModel`, fed each partial row as the
+    reduce takes it. Returns the operations of both, the reduced rows of both (BF16 bits),
+    the accumulator rows read and written, the unit's counters, the chunks staged, the
+    staging's drops, the P credits, the cycles."""
     from amaranth.sim import Simulator
 
-    from ..rtl.relay.reduce_path import ReducePath
     from ..rtl.relay.reduce_unit import Op
     from ..spec.relay import ReduceModel, bf16_bits, bf16_value, to_bf16
-    dut, model = ReducePath(rcfg, 1, LOOP_CHUNKS), ReduceModel(rcfg, node=node)
+    pcfg = combine_config(rcfg)
+    dut, model = combine_side(pcfg), ReduceModel(pcfg, node=node)
+    red, st, fd = dut.reduce, dut.pstage, dut.feed
     rng = np.random.default_rng(seed)
-    T, gpn, C = rcfg.relay_targets, rcfg.node_gpus, LOOP_CHUNKS
-    wbits = bf16_bits(1.0 / rcfg.topk)
+    T, gpn, C, span = pcfg.relay_targets, pcfg.node_gpus, LOOP_CHUNKS, pcfg.partial_span
+    wbits = bf16_bits(1.0 / pcfg.topk)
     names = {Op.WRITE: "write", Op.ADD: "add", Op.LAST: "last", Op.ONLY: "only", Op.FLUSH: "flush"}
-    ops, got, out = [], [], {}
+    ops, got, out = [], [], {"writes": 0, "pcredits": 0}
     # (values around 1 of both signs: BF16 bits of N(0, 1) samples)
     data = [to_bf16(rng.standard_normal(C).astype(np.float32)).view(np.uint32) >> 16 for _ in parts]
-    limit = max_cycles or rcfg.reduce_records + (C + 4) * (len(rows) + 4 * len(parts)) + 256
-    mem, pending = {}, []
+    orders = [rng.permutation(C).tolist() for _ in parts]
+    pick = rng.integers(0, 1 << 30, size=C * len(parts) + 1).tolist()
+    index = {(o // gpn, t, sl): j for j, (o, t, sl, _) in enumerate(parts)}
+    limit = max_cycles or pcfg.reduce_records + (2 * C + 8) * (len(rows) + 4 * len(parts)) + 256
+
+    def fail(msg):
+        raise RelayDisagrees(f"relay GPU {node * gpn + rank} (node {node}, rank {rank}), combine side: {msg}")
 
     async def bench(ctx):
         ctx.set(dut.node, node)
         ctx.set(dut.rank, rank)
-        for s in (dut.out.ready, dut.wr.ready, dut.rd.ready):
+        ctx.set(dut.base, 0x5000_0000)
+        for s in (red.out.ready, red.wr.ready, red.rd.ready, st.wr.ready, fd.rd.ready, fd.pcredit.ready):
             ctx.set(s, 1)
-        await ctx.tick().until(~dut.clearing)      # (its clearing sweep, simulated alone)
-        po, pp = dut.open.payload, dut.partial.payload
-        i, j, beat, cycle, row = 0, 0, 0, rcfg.reduce_records, []
+        await ctx.tick().until(~red.clearing)      # (its clearing sweep, simulated alone)
+        po = red.open.payload
+        i, nxt, cycle, row = 0, 0, pcfg.reduce_records, []
+        mem, smem, pending, sreads = {}, {}, deque(), deque()
+        busy, next_tag, flight, n_pick = {}, defaultdict(int), [], 0   # (sender, tag): part; [part, tag, left]
         while cycle < limit:
-            ctx.set(dut.open.valid, i < len(rows))
+            ctx.set(red.open.valid, i < len(rows))
             if i < len(rows):
                 src, tok, targets = rows[i]
                 ctx.set(po.src_node, src // gpn)
@@ -505,40 +569,69 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
                 for t in range(T):
                     ctx.set(po.slot[t], targets[t][2] if t < len(targets) else 0)
                     ctx.set(po.weight[t], wbits if t < len(targets) else 0)
-            feeding = i == len(rows) and j < len(parts)
-            ctx.set(dut.partial.valid, feeding)
-            if feeding:
-                ctx.set(pp.src_node, parts[j][0] // gpn)
-                ctx.set(pp.token, parts[j][1])
-                ctx.set(pp.slot, parts[j][2])
-                ctx.set(pp.data, int(data[j][beat]))
-            ready = bool(pending) and pending[0][0] <= cycle
-            ctx.set(dut.rdata.valid, ready)
-            ctx.set(dut.rdata.payload, pending[0][1] if ready else 0)
+            # the senders: once the opens are in, the next part starts when its sender's
+            # next tag is free; a chunk of one of the rows in flight each cycle
+            if i == len(rows) and nxt < len(parts):
+                sender = parts[nxt][3]
+                tag = next_tag[sender] % span
+                if (sender, tag) not in busy:
+                    busy[(sender, tag)] = nxt
+                    next_tag[sender] += 1
+                    flight.append([nxt, tag, list(orders[nxt])])
+                    nxt += 1
+            k = pick[n_pick] % len(flight) if flight else None
+            if k is not None:
+                j, tag, left = flight[k]
+                _partial_chunk(ctx, st.i.payload, gpn, parts[j], tag, left[0], int(data[j][left[0]]))
+            ctx.set(st.i.valid, k is not None)
+            due = bool(pending) and pending[0][0] <= cycle
+            ctx.set(red.rdata.valid, due)
+            ctx.set(red.rdata.payload, pending[0][1] if due else 0)
+            sdue = bool(sreads) and sreads[0][0] <= cycle
+            ctx.set(fd.rdata.valid, sdue)
+            ctx.set(fd.rdata.payload, sreads[0][1] if sdue else 0)
             # this cycle's handshakes
-            if ctx.get(dut.wr.valid):
-                mem[ctx.get(dut.wr.payload.addr)] = ctx.get(dut.wr.payload.data)
-            if ready and ctx.get(dut.rdata.ready):
-                pending.pop(0)
-            if ctx.get(dut.rd.valid):
-                pending.append((cycle + LOOP_MEMORY_LATENCY, mem.get(ctx.get(dut.rd.payload.addr), 0)))
-            uo = dut.unit.op
+            if k is not None and ctx.get(st.i.ready):
+                left.pop(0)
+                n_pick += 1
+                if not left:
+                    flight.pop(k)
+            if ctx.get(st.wr.valid):
+                smem[ctx.get(st.wr.payload.addr)] = ctx.get(st.wr.payload.data)
+                out["writes"] += 1
+            if sdue and ctx.get(fd.rdata.ready):
+                sreads.popleft()
+            if ctx.get(fd.rd.valid) and ctx.get(fd.rd.ready):
+                sreads.append((cycle + LOOP_STAGE_LATENCY, smem.get(ctx.get(fd.rd.payload), 0)))
+            if ctx.get(fd.pcredit.valid):
+                pc = (ctx.get(fd.pcredit.payload.sender), ctx.get(fd.pcredit.payload.ptag))
+                if pc not in busy:
+                    fail(f"cycle {cycle}: a P credit of sender {pc[0]}, tag {pc[1]}: no partial row holds it")
+                busy.pop(pc)
+                out["pcredits"] += 1
+            if ctx.get(red.wr.valid):
+                mem[ctx.get(red.wr.payload.addr)] = ctx.get(red.wr.payload.data)
+            if due and ctx.get(red.rdata.ready):
+                pending.popleft()
+            if ctx.get(red.rd.valid):
+                pending.append((cycle + LOOP_MEMORY_LATENCY, mem.get(ctx.get(red.rd.payload.addr), 0)))
+            uo = red.unit.op
             if ctx.get(uo.valid) and ctx.get(uo.ready):
                 ops.append((names[Op(ctx.get(uo.payload.kind))], ctx.get(uo.payload.index),
                             ctx.get(uo.payload.slot), ctx.get(uo.payload.parts)))
-            if i < len(rows) and ctx.get(dut.open.ready):
+            if i < len(rows) and ctx.get(red.open.ready):
                 src, tok, targets = rows[i]
                 model.open(src, tok, tuple((sl, float(bf16_value(wbits))) for _, _, sl in targets))
                 i += 1
-            if ctx.get(dut.unit.part.valid) and ctx.get(dut.unit.part.ready):
-                y = np.array([bf16_value(int(b)) for b in data[j]], np.float32)
-                model.partial(*parts[j], y)
-            if feeding and ctx.get(dut.partial.ready):
-                beat += 1
-                if beat == C:
-                    j, beat = j + 1, 0
-            if ctx.get(dut.out.valid):
-                o = dut.out.payload
+            up = red.unit.part
+            if ctx.get(up.valid) and ctx.get(up.ready):
+                key = (ctx.get(up.payload.src_node), ctx.get(up.payload.token), ctx.get(up.payload.slot))
+                if key not in index:
+                    fail(f"cycle {cycle}: the reduce took a partial row {key} no sender sent")
+                j = index[key]
+                model.partial(*parts[j][:3], np.array([bf16_value(int(b)) for b in data[j]], np.float32))
+            if ctx.get(red.out.valid):
+                o = red.out.payload
                 row.append(ctx.get(o.data))
                 if len(row) == C:
                     got.append((ctx.get(o.src_node) * gpn + ctx.get(o.src_rank), ctx.get(o.token),
@@ -546,12 +639,15 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
                     row = []
             await ctx.tick()
             cycle += 1
-            if i == len(rows) and j == len(parts) and not (ctx.get(dut.busy) or pending):
+            if i == len(rows) and nxt == len(parts) and not (flight or busy or sreads or pending
+                                                             or ctx.get(red.busy)):
                 break
+        else:
+            fail(f"{out['pcredits']} of {len(parts)} P credits back after {limit} cycles (a hang)")
         await ctx.tick()
-        out.update(cycles=cycle, red_rows=ctx.get(dut.red_rows), red_open=ctx.get(dut.red_open),
-                   drops=[ctx.get(d) for d in dut.drops], acc_reads=ctx.get(dut.acc_reads),
-                   acc_writes=ctx.get(dut.acc_writes))
+        out.update(cycles=cycle, red_rows=ctx.get(red.red_rows), red_open=ctx.get(red.red_open),
+                   drops=[ctx.get(d) for d in red.drops], acc_reads=ctx.get(red.acc_reads),
+                   acc_writes=ctx.get(red.acc_writes), stage_drops=ctx.get(st.drops))
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)
@@ -559,7 +655,6 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
     sim.run()
     want = [(k, model.record_index(*key), -1 if slot is None else slot, n) for k, key, slot, n in model.ops]
     model_rows = [(src, tok, n, tuple(int(b) for b in (r.view(np.uint32) >> 16))) for src, tok, n, r in model.out]
-    got = [(src, tok, n, r) for src, tok, n, r in got]
     out.update(ops=[(k, i, -1 if k == "flush" else s, n) for k, i, s, n in ops], model_ops=want,
                rows=got, model_rows=model_rows, model=model)
     return out
@@ -567,8 +662,10 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
 
 def part_slots(L, parts, g: int) -> list:
     """The partial rows relay ``g`` accumulates, in order (``parts``: a
-    :class:`.systems.relay.ReduceParts`), as (owner, token, top-k slot):
-    the slot is the place of (the part's GPU, its local expert) in the token's top-k."""
+    :class:`.systems.relay.ReduceParts`), as (owner, token, top-k slot, sender): the slot
+    is the place of (the part's GPU, its local expert) in the token's top-k, the sender
+    that GPU's local rank."""
+    gpn = min(L.sys.gpus_per_node, L.G)
     m = parts.relay == g
     own, tok, gpu, x = parts.owner[m], parts.tok[m], parts.gpu[m], parts.expert[m]
     base = (own * L.T + tok) * L.k
@@ -577,7 +674,7 @@ def part_slots(L, parts, g: int) -> list:
     if not hit.any(axis=1).all():
         raise RelayDisagrees(f"relay GPU {g}: a partial row whose (GPU, expert) is not in its token's top-k")
     slot = L.slot[cand[np.arange(len(cand)), hit.argmax(axis=1)]]
-    return list(zip(own.tolist(), tok.tolist(), slot.tolist()))
+    return list(zip(own.tolist(), tok.tolist(), slot.tolist(), (gpu % gpn).tolist()))
 
 
 def check_reduce(L, rcfg, g: int, rows, ps) -> dict:
@@ -590,7 +687,7 @@ def check_reduce(L, rcfg, g: int, rows, ps) -> dict:
     gpn = rcfg.node_gpus
     red = run_reduce(rcfg, g // gpn, g % gpn, rows, ps, seed=g)
     sums = {}
-    for o, t, _ in ps:
+    for o, t, *_ in ps:
         sums[(o, t)] = sums.get((o, t), 0) + 1
     if red["ops"] != red["model_ops"] or red["red_rows"] != len(sums) or any(red["drops"]) \
             or red["red_open"] != len(rows) - len(sums):
@@ -605,6 +702,10 @@ def check_reduce(L, rcfg, g: int, rows, ps) -> dict:
                      min(len(red["rows"]), len(red["model_rows"])))
         raise RelayDisagrees(f"relay GPU {g}: reduced row {first}: RTL {red['rows'][first:first + 1]}, "
                              f"model {red['model_rows'][first:first + 1]}")
+    if red["stage_drops"] or red["pcredits"] != len(ps) or red["writes"] != LOOP_CHUNKS * len(ps):
+        raise RelayDisagrees(f"relay GPU {g}: the partial staging dropped {red['stage_drops']} chunks, staged "
+                             f"{red['writes']} of {len(ps)} rows' {LOOP_CHUNKS * len(ps)}, returned "
+                             f"{red['pcredits']} P credits")
     row_bytes = 4 * L.model.hidden                     # an FP32 accumulator row of the layer
     rtl_bytes = (red["acc_reads"] + red["acc_writes"]) * row_bytes
     cosim_bytes = sum(reduce_hbm_bytes(k, L.model.hidden) for k in sums.values())
@@ -612,8 +713,8 @@ def check_reduce(L, rcfg, g: int, rows, ps) -> dict:
         raise RelayDisagrees(f"relay GPU {g}: the reduce's accumulators moved {rtl_bytes:,} HBM bytes "
                              f"in RTL ({red['acc_reads']} accumulator rows read, {red['acc_writes']} "
                              f"written), the co-simulation counts {cosim_bytes:,}")
-    return {"partial_rows": len(ps), "reduced_rows": red["red_rows"], "reduce_cycles": red["cycles"],
-            "reduce_hbm_bytes": rtl_bytes}
+    return {"partial_rows": len(ps), "partial_staged_chunks": red["writes"], "reduced_rows": red["red_rows"],
+            "reduce_cycles": red["cycles"], "reduce_hbm_bytes": rtl_bytes}
 
 
 def check_relay_gpu(L, rcfg, routes, last1, g: int, parts=None) -> dict:

@@ -27,6 +27,7 @@ from amaranth.lib.wiring import In, Out
 from ...spec.config import HubConfig
 from ...spec.formats import WEIGHT_BITS
 from . import fp
+from .layouts import refuse_without_relay
 from .reduce_unit import Op
 
 #: the steps of a beat, in order (each one of :mod:`.fp`'s, on each element)
@@ -68,9 +69,7 @@ class ReduceDatapath(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig, elements: int | None = None, tag_bits: int = 0):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}]: a reduce datapath needs relay: true")
+        refuse_without_relay(self, cfg, "a reduce datapath")
         self.cfg = cfg
         self.elements = elements or max(1, cfg.data_bits // 16)
         self.tag_bits = tag_bits

@@ -44,7 +44,7 @@ from ...spec.config import HubConfig
 from ..layouts import HubLayouts
 from ..logic import select
 from .forward_unit import lowest_one
-from .layouts import RelayLayouts
+from .layouts import RelayLayouts, refuse_without_relay
 
 
 class RelayCredits(wiring.Component):
@@ -67,9 +67,7 @@ class RelayCredits(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a credit join needs relay: true")
+        refuse_without_relay(self, cfg, "a credit join")
         self.cfg = cfg
         lay, cr = RelayLayouts(cfg), HubLayouts(cfg).credit
         super().__init__({

@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from ...spec.config import HubConfig
 from ...spec.formats import RelayFormats, RowClass
 from ..layouts import struct
-from .layouts import RelayLayouts
+from .layouts import RelayLayouts, refuse_without_relay
 from .stage import stage_slot
 
 #: commands (forwards and credits) the egress's FIFO holds (one more waits in a register
@@ -56,9 +56,7 @@ class ForwardEgress(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a forward egress needs relay: true")
+        refuse_without_relay(self, cfg, "a forward egress")
         self.cfg = cfg
         self.lay = lay = RelayLayouts(cfg)
         self.fmts = RelayFormats(cfg)

@@ -20,6 +20,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig, field_bits
+from .layouts import refuse_without_relay
 
 
 class ForwardCheck(wiring.Component):
@@ -40,9 +41,7 @@ class ForwardCheck(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}]: a forward check needs relay: true")
+        refuse_without_relay(self, cfg, "a forward check")
         self.cfg = cfg
         M, gb = cfg.max_targets, cfg.gpu_bits
         super().__init__({

@@ -68,7 +68,7 @@ from amaranth.lib.wiring import In, Out
 from ...spec.config import HubConfig
 from ...spec.formats import RelayReason
 from ..logic import count_onehot, select
-from .layouts import RelayLayouts
+from .layouts import RelayLayouts, refuse_without_relay
 
 
 def lowest_one(m: Module, bits, name: str):
@@ -155,9 +155,7 @@ class ForwardUnit(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}]: a forward unit needs relay: true")
+        refuse_without_relay(self, cfg, "a forward unit")
         self.cfg = cfg
         self.lay = lay = RelayLayouts(cfg)
         G = cfg.node_gpus

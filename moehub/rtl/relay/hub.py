@@ -94,20 +94,14 @@ from .egress import ForwardEgress
 from .ingress import RelayIngress
 from .partial_feed import PartialFeed
 from .stage import PartialStage, RelayStage
-from .layouts import RelayLayouts
+from .layouts import RelayLayouts, refuse_without_relay
 from .reduce_path import ReducePath
-from .side import connect_relay_side
+from .side import connect_combine_side, connect_relay_side
 
 
 #: sums opened and not yet taken by the reduce a relay control path holds
 #: (:class:`RelayControl`'s ``open``): the forward unit takes a row only while there is room
 OPEN_DEPTH = 4
-
-
-def _refuse(component, cfg: HubConfig, what: str) -> None:
-    if not cfg.relay:
-        component._MustUse__silence = True
-        raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: {what} needs relay: true")
 
 
 class RelayControl(wiring.Component):
@@ -139,7 +133,7 @@ class RelayControl(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        _refuse(self, cfg, "a relay control path")
+        refuse_without_relay(self, cfg, "a relay control path")
         self.cfg = cfg
         self.lay = lay = RelayLayouts(cfg)
         self.fu = ForwardUnit(cfg)          # (built here: a bench can watch its row handshake)
@@ -266,7 +260,7 @@ class RelayHub(wiring.Component):
                     "red_clearing": "clearing", "red_busy": "busy"}
 
     def __init__(self, cfg: HubConfig):
-        _refuse(self, cfg, "a relay hub")
+        refuse_without_relay(self, cfg, "a relay hub")
         self.cfg = cfg
         self.hub = MoEHub(cfg)
         self.relay = RelayControl(cfg)
@@ -288,11 +282,13 @@ class RelayHub(wiring.Component):
         super().__init__({**own, **hub_out, **relay_out, **red_out})
 
     def _relay_side(self, m):
-        """The relay side behind the input: its relay chunks into the staging, whole rows
+        """The two sides behind the input: its relay chunks into the staging, whole rows
         into the relay control (which forwards them), the forwards and their rows' credits
         into the egress, and the credits -- the packet manager's, the egress's, a dropped
-        row's -- joined into the top's."""
+        row's -- joined into the top's; its partial chunks into the partial staging, whole
+        rows read back by the feed into the reduce."""
         hub, place = self.hub, self.hub.relay_place
+        m.submodules.stage, m.submodules.egress, m.submodules.join = self.stage, self.egress, self.join
         connect_relay_side(m, self.stage, self.relay, self.egress, self.join,
                            node=place.node, rank=place.rank, base=place.stage_base)
         m.submodules.pstage, m.submodules.feed = self.pstage, self.feed
@@ -301,12 +297,10 @@ class RelayHub(wiring.Component):
         wiring.connect(m, self.ingress.relay, self.stage.i)
         wiring.connect(m, hub.credit, self.join.pm)
         wiring.connect(m, self.join.credit, wiring.flipped(self.credit))
-        # the combine's side: partial chunks into the partial staging, whole rows read back
-        # by the feed into the reduce, their P credits out
+        # the combine's side: partial chunks into the partial staging (whole rows read back
+        # by the feed into the reduce, their P credits out)
         wiring.connect(m, self.ingress.part, self.pstage.i)
-        wiring.connect(m, self.pstage.row, self.feed.row)
-        wiring.connect(m, self.feed.out, self.reduce.partial)
-        m.d.comb += [self.pstage.base.eq(place.pstage_base), self.feed.base.eq(place.pstage_base)]
+        connect_combine_side(m, self.pstage, self.feed, self.reduce, base=place.pstage_base)
 
     @staticmethod
     def _outer(part, inner) -> dict:

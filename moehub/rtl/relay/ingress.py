@@ -87,7 +87,7 @@ from ..layouts import HubLayouts, struct
 from ..logic import popcount, select
 from .forward_check import ForwardCheck
 from .forward_unit import pack_entries, relay_verdict
-from .layouts import RelayLayouts
+from .layouts import RelayLayouts, refuse_without_relay
 
 #: packets a lane's buffer holds for the packet manager (its output a register; 3: a packet
 #: a cycle while the packet manager takes one a cycle)
@@ -120,9 +120,7 @@ class RelayIngress(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a relay input needs relay: true")
+        refuse_without_relay(self, cfg, "a relay input")
         self.cfg = cfg
         self.fmts = fmts = RelayFormats(cfg)
         self.lay = HubLayouts(cfg)
@@ -140,6 +138,18 @@ class RelayIngress(wiring.Component):
             "bad_partials": Out(32),
         })
 
+    @staticmethod
+    def _lowest_lane(m, want: list, ready, name: str) -> tuple:
+        """Per lane, whether it holds the one stream all lanes share this cycle (the lowest
+        lane that wants it: ``<name>_grant<j>``) and whether its chunk goes (granted, the
+        stream ready: ``<name>_ok<j>``); both lists."""
+        L = len(want)
+        grant = [Signal(name=f"{name}_grant{j}") for j in range(L)]
+        m.d.comb += [grant[j].eq(want[j] & ~Cat(*want[:j]).any() if j else want[0]) for j in range(L)]
+        ok = [Signal(name=f"{name}_ok{j}") for j in range(L)]
+        m.d.comb += [ok[j].eq(grant[j] & ready) for j in range(L)]
+        return grant, ok
+
     def elaborate(self, platform):
         m = Module()
         cfg, L = self.cfg, self.cfg.lanes
@@ -153,19 +163,11 @@ class RelayIngress(wiring.Component):
         # the relay chunks: the lowest lane holding one is the relay stream's (its grant)
         self.want_rel = [Signal(name=f"want_rel{j}") for j in range(L)]
         self.stage = [Signal(self.rlay.stage, name=f"stage{j}") for j in range(L)]
-        grant = [Signal(name=f"rel_grant{j}") for j in range(L)]
-        m.d.comb += [grant[j].eq(self.want_rel[j] & ~Cat(*self.want_rel[:j]).any() if j else self.want_rel[0])
-                     for j in range(L)]
-        self.rel_ok = [Signal(name=f"rel_ok{j}") for j in range(L)]
-        m.d.comb += [self.rel_ok[j].eq(grant[j] & self.relay.ready) for j in range(L)]
+        grant, self.rel_ok = self._lowest_lane(m, self.want_rel, self.relay.ready, "rel")
         # the partial chunks: the lowest lane holding one is the partial stream's
         self.want_par = [Signal(name=f"want_par{j}") for j in range(L)]
         self.pstage = [Signal(self.rlay.pstage, name=f"pstage{j}") for j in range(L)]
-        pgrant = [Signal(name=f"par_grant{j}") for j in range(L)]
-        m.d.comb += [pgrant[j].eq(self.want_par[j] & ~Cat(*self.want_par[:j]).any() if j else self.want_par[0])
-                     for j in range(L)]
-        self.par_ok = [Signal(name=f"par_ok{j}") for j in range(L)]
-        m.d.comb += [self.par_ok[j].eq(pgrant[j] & self.part.ready) for j in range(L)]
+        pgrant, self.par_ok = self._lowest_lane(m, self.want_par, self.part.ready, "par")
         ev_badp = Signal(L, name="ev_bad_partial")
         rel_fire, par_fire = [], []
         for j in range(L):

@@ -7,6 +7,15 @@ from ...spec.config import HubConfig
 from ...spec.formats import RelayPorts
 
 
+def refuse_without_relay(component, cfg: HubConfig, what: str) -> None:
+    """Raise the ValueError every relay unit raises on a config without ``relay: true``
+    (naming the key, its value and ``what`` refuses), with Amaranth's unused-component
+    warning silenced for the half-built ``component``."""
+    if not cfg.relay:
+        component._MustUse__silence = True
+        raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: {what} needs relay: true")
+
+
 def struct_layout(fields: dict) -> data.StructLayout:
     """The StructLayout of a :class:`~moehub.spec.formats.RelayPorts` field dict (a width,
     or ``(width, count)`` for an array), in its order: low bits first."""

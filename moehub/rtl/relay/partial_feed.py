@@ -30,7 +30,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
-from .layouts import RelayLayouts
+from .layouts import RelayLayouts, refuse_without_relay
 from .reduce_path import path_layouts
 from .stage import partial_row_layout
 
@@ -56,9 +56,7 @@ class PartialFeed(wiring.Component):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a partial feed needs relay: true")
+        refuse_without_relay(self, cfg, "a partial feed")
         self.cfg = cfg
         self.lay = RelayLayouts(cfg)
         self.row_layout = partial_row_layout(cfg)

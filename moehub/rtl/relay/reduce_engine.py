@@ -53,7 +53,7 @@ from ...spec.config import HubConfig, field_bits
 from ...spec.formats import WEIGHT_BITS, ReducePorts
 from ..logic import times_const
 from .accumulate import ReduceDatapath
-from .layouts import struct_layout
+from .layouts import struct_layout, refuse_without_relay
 from .reduce_unit import Op, op_layout
 
 #: chunks whose accumulator read is out (context queued) ahead of the datapath: hides a
@@ -121,9 +121,7 @@ class ReduceEngine(wiring.Component):
 
     def __init__(self, cfg: HubConfig, elements: int | None = None, chunks: int | None = None,
                  contexts: int = CONTEXTS, ops_in_flight: int = OPS_IN_FLIGHT, datapath=ReduceDatapath):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}]: a reduce engine needs relay: true")
+        refuse_without_relay(self, cfg, "a reduce engine")
         if contexts < 3 or ops_in_flight < 2:
             self._MustUse__silence = True
             raise ValueError(f"reduce engine: contexts = {contexts}, ops_in_flight = {ops_in_flight}: "

@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In
 
 from ...spec.config import HubConfig
 from ...spec.formats import ReducePorts, ReduceReason
-from .layouts import struct_layout
+from .layouts import struct_layout, refuse_without_relay
 from .reduce_engine import ReduceEngine
 from .reduce_unit import ReduceUnit
 
@@ -63,9 +63,7 @@ class ReducePath(wiring.Component):
 
     def __init__(self, cfg: HubConfig, elements: int | None = None, chunks: int | None = None,
                  power_up=()):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}]: a reduce path needs relay: true")
+        refuse_without_relay(self, cfg, "a reduce path")
         self.cfg = cfg
         self.unit = ReduceUnit(cfg, power_up=power_up)
         self.engine = ReduceEngine(cfg, elements, chunks)

@@ -51,7 +51,7 @@ from amaranth.lib.wiring import In, Out
 from ...spec.config import HubConfig, field_bits
 from ...spec.formats import WEIGHT_BITS, ReduceReason, RelayPorts
 from ..logic import popcount, select
-from .layouts import struct_layout
+from .layouts import struct_layout, refuse_without_relay
 
 
 class Op(enum.IntEnum):
@@ -109,9 +109,7 @@ class ReduceUnit(wiring.Component):
         """``power_up``: the record SRAM's contents before the clearing sweep (tests: an
         SRAM macro powers up with anything; default zeros)."""
         self.power_up = list(power_up)
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}]: a reduce unit needs relay: true")
+        refuse_without_relay(self, cfg, "a reduce unit")
         self.cfg = cfg
         T, K = cfg.relay_targets, cfg.topk
         self.depth = cfg.reduce_records

@@ -1,31 +1,36 @@
-"""The relay side's wiring (protocol v3): the relay staging's whole rows into the relay
-control, its forwards and rows' credits into the forward egress, the egress's and the
-staging's credits into the credit join.
+"""The relay hub's two sides behind its input, wired (protocol v3): the relay side -- the
+relay staging's whole rows into the relay control, its forwards and rows' credits into
+the forward egress, the egress's and the staging's credits into the credit join -- and
+the combine side -- the partial staging's whole rows read back by the feed into the
+reduce.
 
 ::
 
     staging.row --> relay control --fwd, rcredit--> egress --credit--> join.fu
     staging.done, staging.mark_* ------------------------------------> join
 
-One function, used by :class:`~.hub.RelayHub` and by the co-simulation's relay side
-(:func:`moehub.cosim.relay_rtl.relay_side`), so the loop runs the hub's own wiring. What
-is left to the caller: the staging's input and memory, the egress's reads and words, the
-join's packet-manager credits and its credits out, the relay control's other ports.
+    partial staging.row --> feed --out--> reduce.partial
+
+One function a side, used by :class:`~.hub.RelayHub` and by the co-simulation's loop
+(:func:`moehub.cosim.relay_rtl.relay_side`, :func:`~moehub.cosim.relay_rtl.combine_side`),
+so the loop runs the hub's own wiring. What is left to the caller: the stagings' inputs
+and memories, the egress's and the feed's reads, the egress's words, the join's
+packet-manager credits and its credits out, the feed's P credits, the relay control's and
+the reduce's other ports.
 """
 from amaranth.lib import wiring
 
 
 def connect_relay_side(m, stage, relay, egress, join, *, node, rank, base):
-    """Add ``stage`` (:class:`~.stage.RelayStage`), ``egress``
+    """Wire ``stage`` (:class:`~.stage.RelayStage`), ``egress``
     (:class:`~.egress.ForwardEgress`) and ``join`` (:class:`~.credit_join.RelayCredits`) to
-    ``m`` as ``stage``, ``egress`` and ``join``, and wire them to ``relay``
-    (:class:`~.hub.RelayControl`, added by the caller): the staging's rows into its row
+    ``relay`` (:class:`~.hub.RelayControl`) in ``m`` (the caller adds the four as its
+    submodules): the staging's rows into its row
     FIFO (which never refuses: the R credits bound the rows outstanding), its forwards and
     credits into the egress (each forward with its row's R tag), the egress's credits and
     the staging's (dropped rows', rows with no forwards) into the join with the staging's
     marks. ``node``, ``rank`` (this GPU's) and ``base`` (RELAY_STAGE_BASE) drive the three
     parts. ``relay``'s own-target port is left always ready: the input wrote those rows."""
-    m.submodules.stage, m.submodules.egress, m.submodules.join = stage, egress, join
     wiring.connect(m, stage.row, relay.row)
     wiring.connect(m, relay.fwd, egress.fwd)
     wiring.connect(m, relay.rcredit, egress.rcredit)
@@ -36,3 +41,16 @@ def connect_relay_side(m, stage, relay, egress, join, *, node, rank, base):
                  join.mark_tag.eq(stage.mark_tag), join.mark_local.eq(stage.mark_local),
                  stage.base.eq(base), egress.base.eq(base), stage.rank.eq(rank), join.rank.eq(rank)]
     m.d.comb += [part.node.eq(node) for part in (stage, egress, join)]
+
+
+def connect_combine_side(m, pstage, feed, reduce, *, base):
+    """Wire ``pstage`` (:class:`~.stage.PartialStage`) and ``feed``
+    (:class:`~.partial_feed.PartialFeed`) to ``reduce`` (:class:`~.reduce_path.ReducePath`;
+    or None: the feed's rows left to the caller), in ``m`` (the caller adds the three as
+    its submodules): the staging's whole rows into the feed, the feed's
+    rows, whole and in chunk order, into the reduce's ``partial``. ``base``
+    (PARTIAL_STAGE_BASE) drives the staging and the feed."""
+    wiring.connect(m, pstage.row, feed.row)
+    if reduce is not None:
+        wiring.connect(m, feed.out, reduce.partial)
+    m.d.comb += [pstage.base.eq(base), feed.base.eq(base)]

@@ -56,7 +56,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig
 from ..logic import select
-from .layouts import RelayLayouts
+from .layouts import RelayLayouts, refuse_without_relay
 
 #: staging writes the stage holds: room for the chunks in S1, S3 and S4, the one its ready
 #: lets in and the next beside the two a streaming FIFO holds (a chunk stays two cycles in
@@ -217,9 +217,7 @@ class RelayStage(ChunkStage):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a relay staging needs relay: true")
+        refuse_without_relay(self, cfg, "a relay staging")
         self.lay = lay = RelayLayouts(cfg)
         super().__init__(cfg, cfg.relay_window, lay.stage, {"node": In(cfg.node_bits), "rank": In(cfg.gpu_bits)}, {
             "row": Out(stream.Signature(lay.row)),
@@ -292,9 +290,7 @@ class PartialStage(ChunkStage):
     """
 
     def __init__(self, cfg: HubConfig):
-        if not cfg.relay:
-            self._MustUse__silence = True
-            raise ValueError(f"hub[{cfg.name}].relay = {cfg.relay}: a partial staging needs relay: true")
+        refuse_without_relay(self, cfg, "a partial staging")
         self.lay = RelayLayouts(cfg)
         self.row_layout = partial_row_layout(cfg)
         super().__init__(cfg, cfg.partial_window, self.lay.pstage, {},
