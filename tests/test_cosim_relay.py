@@ -405,8 +405,9 @@ def test_combine_side_in_the_loop_stages_every_partial_row(L):
 @pytest.mark.plants
 @pytest.mark.parametrize("module, cls, plant, match", [
     # the feed reads every row back at the staging's first slot: another row's data summed
-    ("partial_feed", "PartialFeed", ("off.eq((head.at * cfg.stride_bytes)[:cfg.addr_bits])", "off.eq(0)"),
-     r"relay GPU 6: reduced row \d+"),
+    # (slow set: the partial staging's and feed's own bench plants feed bugs in the fast set)
+    pytest.param("partial_feed", "PartialFeed", ("off.eq((head.at * cfg.stride_bytes)[:cfg.addr_bits])", "off.eq(0)"),
+                 r"relay GPU 6: reduced row \d+", marks=pytest.mark.slow),
 ])
 def test_combine_side_in_the_loop_catches_planted_bugs(L, monkeypatch, module, cls, plant, match):
     """A bug planted in the combine side's staging or feed: the loop stops, naming what
