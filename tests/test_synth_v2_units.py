@@ -16,7 +16,7 @@ def test_expert_counts_unit_synthesises_with_its_state_in_flops(tmp_path, monkey
     """The unit keeps its state in flops: a seen bit per (source, expert), a total, an
     announced count and a completed count per expert (and the hand-off's final bits). Its
     summary names the RTL sources as the run wrote its RTL, not as they are when it ends
-    (a run of an hour may outlive an edit)."""
+    (a run of an hour may outlive an edit), and the digest of the RTLIL it synthesised."""
     from moehub import runinfo
     from moehub.synth import units
     sources = {"hash": "as-written"}
@@ -41,6 +41,8 @@ def test_expert_counts_unit_synthesises_with_its_state_in_flops(tmp_path, monkey
     assert doc["gate_equivalents"] == r["gate_equivalents"] and doc["unit"] == "expert_counts"
     assert doc["features"]["count_packets"] is True and doc["record"]["command"]
     assert doc["rtl_sha256"] == "as-written"
+    # (and the digest of the RTLIL it synthesised: the working tree's, nothing edited since)
+    assert doc["rtlil_sha256"] == units.unit_rtlil_digest("expert_counts", cfg)
 
 
 def test_page_pool_keeps_returned_pages_in_sram(tmp_path):

@@ -23,7 +23,7 @@ from ..spec.config import HubConfig
 from ..paths import output_dir
 from . import asic, blocks, fo4, project, sram, tools, verilog
 from .flow import DEFAULT_PERIOD_NS, sdc_header
-from .digest import hardware_of
+from .digest import hardware_of, rtlil_digest
 
 #: unit name -> (module, class); each takes the hub config
 UNITS = {"page_pool": ("moehub.rtl.paging.pool", "PagePool"),
@@ -97,7 +97,9 @@ def run_unit(unit: str, cfg: HubConfig, out: Path | str | None = None,
         fo4_ns = fo4.measure(out_dir / "fo4")
     with progress.stage(f"{label}: RTL (Amaranth -> Verilog)", heartbeat=True):
         v = verilog.write_verilog(cfg, out_dir, design, il_filter=drop_macro_init)
-        hw = hardware_of(cfg)           # (the sources as the RTL was written: an edit during the run is not its)
+        # (the sources as the RTL was written: an edit during the run is not its; and the
+        # digest of the RTLIL it synthesises, which a later edit that moves no gate keeps)
+        hw = {**hardware_of(cfg), "rtlil_sha256": rtlil_digest(v.with_suffix(".il").read_text())}
     mems = verilog.find_memories(v.read_text())
     macros = sram.select_macros(mems, sram.SRAM_MIN_BITS, sram.SRAM_MIN_DEPTH)
     res = asic.run(out_dir, v, mems, macros, fo4_ns, period_ns, sdc_header=sdc_header(cfg), label=label)
@@ -159,7 +161,6 @@ def unit_rtlil_digest(unit: str, cfg: HubConfig | dict) -> str:
     """:func:`~moehub.synth.digest.rtlil_digest` of the working tree's ``unit`` for
     ``cfg`` (a config, or its fields as a record holds them), as :func:`run_unit`
     synthesises it: what ``moehub report --recheck`` compares a unit's row by."""
-    from .digest import rtlil_digest
     if isinstance(cfg, dict):
         cfg = HubConfig(**cfg)
     return rtlil_digest(drop_macro_init(verilog.hub_rtlil(cfg, build(unit, cfg))))
@@ -174,9 +175,9 @@ FEATURE_KEYS = ("pool_pages", "max_targets", "count_packets", "sources", "expert
 
 def write_summary(out_dir: Path, summary: dict, cfg: HubConfig, hw: dict) -> Path:
     """``unit.json``: the summary, the config's feature keys, the hub config and the RTL
-    sources' hash as the run wrote its RTL (``hw``: :func:`~.digest.hardware_of` then; what
-    ``moehub report --recheck`` checks the row by: the unit's RTLIL for that config) and
-    the run's record (command, commit, date, machine, load)."""
+    sources' hash as the run wrote its RTL (``hw``: :func:`~.digest.hardware_of` then, and
+    the digest of the RTLIL it wrote: what ``moehub report --recheck`` checks the row by,
+    against the unit's RTLIL for that config) and the run's record (command, commit, date, machine, load)."""
     import json
     from .. import runinfo
     doc = {**summary, "features": {k: getattr(cfg, k) for k in FEATURE_KEYS},
