@@ -177,7 +177,8 @@ def write_summary(out_dir: Path, summary: dict, cfg: HubConfig, hw: dict) -> Pat
     """``unit.json``: the summary, the config's feature keys, the hub config and the RTL
     sources' hash as the run wrote its RTL (``hw``: :func:`~.digest.hardware_of` then, and
     the digest of the RTLIL it wrote: what ``moehub report --recheck`` checks the row by,
-    against the unit's RTLIL for that config) and the run's record (command, commit, date, machine, load)."""
+    against the unit's RTLIL for that config) and the run's record (command, commit, date,
+    machine, load)."""
     import json
     from .. import runinfo
     doc = {**summary, "features": {k: getattr(cfg, k) for k in FEATURE_KEYS},
