@@ -144,6 +144,7 @@ def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
         pending = [None] * L
         # expected out, per lane: packets, relay chunks, partial chunks
         to_hub, to_rel, to_par = [[] for _ in range(L)], [[] for _ in range(L)], [[] for _ in range(L)]
+        par_at = [[] for _ in range(L)]          # the cycle each expected partial chunk was taken
         for cycle in range(cycles + 40):
             feeding = cycle < cycles
             for j in range(L):
@@ -169,11 +170,17 @@ def run_lanes(cfg, seed, cycles=400, node=1, rank=0, unit=RelayIngress):
                 got = ctx.get(Value.cast(dut.part.payload))
                 lanes = [j for j in range(L) if to_par[j] and to_par[j][0] == got]
                 assert lanes, f"{where}: partial chunk {got:#x} is no lane's next"
-                assert not any(to_par[j] for j in range(lanes[0])), f"{where}: a lower lane's partial chunk waits"
+                # (through the output register: a lower lane's chunk taken no later than this
+                # one was in its lane's register when this one was granted, and should have won)
+                taken = par_at[lanes[0]][0]
+                assert not any(par_at[j] and par_at[j][0] <= taken for j in range(lanes[0])), \
+                    f"{where}: a lower lane's partial chunk waits"
                 to_par[lanes[0]].pop(0)
+                par_at[lanes[0]].pop(0)
             for j in range(L):
                 if pending[j] is not None and ctx.get(dut.i[j].ready):
                     _taken(cfg, node, rank, pending[j], (to_hub[j], to_rel[j], to_par[j]), counts, seen)
+                    par_at[j] += [cycle] * (len(to_par[j]) - len(par_at[j]))
                     pending[j] = None
             await ctx.tick()
         assert not any(to_hub) and not any(to_rel) and not any(to_par), \
@@ -230,7 +237,7 @@ def _taken(cfg, node, rank, word, outs, counts, seen):
 
 @pytest.mark.parametrize("cfg,node,rank", [(R22, 1, 0), (R33, 2, 1), (R1, 0, 3)], ids=["2x2", "3x3", "plain"])
 def test_lanes_against_reference(cfg, node, rank):
-    seen = run_lanes(cfg, 1, node=node, rank=rank)
+    seen = run_lanes(cfg, 1, cycles=600, node=node, rank=rank)
     # every outcome reached: packets to the hub (forward rows among them), relay rows,
     # partial rows, drops of every reason the input finds (a direct row of another node's
     # GPU as an unknown source, a forward row's bad source and bad targets, a partial row

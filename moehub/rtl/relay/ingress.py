@@ -57,8 +57,14 @@ dropped packet (nothing written): registers only, never the packet manager's
 admission. Each lane stays in order; across lanes a packet may reach the packet
 manager a cycle before one that came on a lower lane with it, which the packet manager
 takes as it takes any arrival order (a row's chunks in any order, an end-of-stream count
-before its rows). ``relay.ready`` must not depend on ``relay.valid`` (the staging's is a
-register).
+before its rows).
+
+Both streams leave through an output register (valid and payload), refilled when it is
+empty or its chunk leaves: the lanes' grant waits only on that register and the
+staging's ready (itself a register), and the staging's slot decode starts at a flop.
+(Without it, a lane's relay flag through the grant, the lane select and the staging's slot
+and one-hot was the whole relay hub's deepest path at 4 nodes: 26.2 FO4.) A chunk reaches
+its staging a cycle later; one a cycle still flows.
 
 A partial row's chunk (an expert's output row of this node for the reduce of a remote
 token, :func:`moehub.spec.relay.partial_verdict`): its sender and P tag checked against the
@@ -150,6 +156,16 @@ class RelayIngress(wiring.Component):
         m.d.comb += [ok[j].eq(grant[j] & ready) for j in range(L)]
         return grant, ok
 
+    @staticmethod
+    def _out_room(m, out, name: str):
+        """Whether the output register of the stream ``out`` (its valid and payload, both
+        registers) takes a chunk this cycle: empty, or its chunk leaving (``out.ready``, the
+        staging's register) -- two registers' OR, so the lanes' grant behind it starts at
+        flops and the staging's slot decode in front of it too."""
+        room = Signal(name=f"{name}_room")
+        m.d.comb += room.eq(~out.valid | out.ready)
+        return room
+
     def elaborate(self, platform):
         m = Module()
         cfg, L = self.cfg, self.cfg.lanes
@@ -163,11 +179,13 @@ class RelayIngress(wiring.Component):
         # the relay chunks: the lowest lane holding one is the relay stream's (its grant)
         self.want_rel = [Signal(name=f"want_rel{j}") for j in range(L)]
         self.stage = [Signal(self.rlay.stage, name=f"stage{j}") for j in range(L)]
-        grant, self.rel_ok = self._lowest_lane(m, self.want_rel, self.relay.ready, "rel")
+        rel_room = self._out_room(m, self.relay, "relay")
+        grant, self.rel_ok = self._lowest_lane(m, self.want_rel, rel_room, "rel")
         # the partial chunks: the lowest lane holding one is the partial stream's
         self.want_par = [Signal(name=f"want_par{j}") for j in range(L)]
         self.pstage = [Signal(self.rlay.pstage, name=f"pstage{j}") for j in range(L)]
-        pgrant, self.par_ok = self._lowest_lane(m, self.want_par, self.part.ready, "par")
+        par_room = self._out_room(m, self.part, "part")
+        pgrant, self.par_ok = self._lowest_lane(m, self.want_par, par_room, "par")
         ev_badp = Signal(L, name="ev_bad_partial")
         rel_fire, par_fire = [], []
         for j in range(L):
@@ -180,12 +198,14 @@ class RelayIngress(wiring.Component):
             m.d.sync += ev_badp[j].eq(fire & badp & first)
             for r in RelayReason:
                 m.d.sync += ev_drop[r][j].eq(fire & reason[r])
-        m.d.comb += [self.relay.valid.eq(Cat(*rel_fire).any()),
-                     self.relay.payload.eq(select([(grant[j], self.stage[j].as_value()) for j in range(L)],
-                                                  self.rlay.stage.size)),
-                     self.part.valid.eq(Cat(*par_fire).any()),
-                     self.part.payload.eq(select([(pgrant[j], self.pstage[j].as_value()) for j in range(L)],
-                                                 self.rlay.pstage.size))]
+        with m.If(rel_room):
+            m.d.sync += [self.relay.valid.eq(Cat(*rel_fire).any()),
+                         self.relay.payload.eq(select([(grant[j], self.stage[j].as_value()) for j in range(L)],
+                                                      self.rlay.stage.size))]
+        with m.If(par_room):
+            m.d.sync += [self.part.valid.eq(Cat(*par_fire).any()),
+                         self.part.payload.eq(select([(pgrant[j], self.pstage[j].as_value()) for j in range(L)],
+                                                     self.rlay.pstage.size))]
         self._counters(m, ev_in, ev_drop, ev_badp)
         return m
 
