@@ -336,6 +336,8 @@ def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
     # the relay side: each forward's chunks read back from the staging, every row naming
     # another GPU staged whole (check_side raised where a chunk or a credit disagreed)
     assert s["forward_chunks"] == fwd * LOOP_STAGE_CHUNKS and 0 < s["staged_chunks"] <= rows * LOOP_STAGE_CHUNKS
+    # the input: a packet for the packet manager per chunk of a row naming this GPU
+    assert s["own_packets"] == local * LOOP_STAGE_CHUNKS
     # the combine side: every partial row staged whole before the reduce took it
     assert s["partial_staged_chunks"] == parts * LOOP_CHUNKS
     # (the accumulators' traffic the co-simulation charges: more parts than sums, so > 0)
@@ -371,6 +373,10 @@ def _side(L, monkeypatch=None, module=None, cls=None, plant=None):
     # (slow set: the fast set catches it in tests/test_rtl_relay_stage.py)
     pytest.param("credit_join", "RelayCredits", ("f_now = ((~need | pm_in) & fu.oh).any()", "f_now = fu.oh.any()"),
                  r"relay row \d+ .*its own targets' credit", marks=pytest.mark.slow),
+    # the input's packet of a row's own targets every chunk the row's first (slow set: the
+    # input's own bench catches it in the fast set)
+    pytest.param("ingress", "RelayIngress", ("own.chunk.eq(rr.chunk)", "own.chunk.eq(0)"),
+                 r"own targets of source 2", marks=pytest.mark.slow),
 ])
 def test_relay_side_in_the_loop_catches_planted_bugs(L, monkeypatch, module, cls, plant, match):
     """The relay side in RTL (the staging, the control path, the egress, the credit join) on
@@ -393,10 +399,12 @@ def _combine(L, monkeypatch=None, module=None, cls=None, plant=None):
     return RR.check_reduce(L, rcfg, 6, SIDE_ROWS, parts), len(parts)
 
 
+@pytest.mark.slow
 def test_combine_side_in_the_loop_stages_every_partial_row(L):
     """The combine side on hand-made partial rows: each staged whole (its chunks
     interleaved with other rows', in any order), read back into the reduce, every P credit
-    returned, every sum the model's to the bit (check_reduce raised otherwise)."""
+    returned, every sum the model's to the bit (check_reduce raised otherwise). (Slow set:
+    the loop test runs the combine side on the layer's rows in the fast set.)"""
     from moehub.cosim.relay_rtl import LOOP_CHUNKS
     s, n = _combine(L)
     assert (s["partial_rows"], s["partial_staged_chunks"], s["reduced_rows"]) == (n, n * LOOP_CHUNKS, len(SIDE_ROWS))
@@ -527,8 +535,9 @@ def test_the_cosim_table_names_a_relay_gpu_in_rtl():
     line = relay_rtl_line({"gpu": 5, "unit": "relay", "relay_rows": 31, "relay_local": 13,
                            "forward_rows": 52, "partial_rows": 133, "reduced_rows": 31,
                            "reduce_hbm_bytes": 5849088, "sim_s": 5.21, "staged_chunks": 120,
-                           "forward_chunks": 208, "partial_staged_chunks": 266})
-    assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows (13 with targets here, "
+                           "forward_chunks": 208, "partial_staged_chunks": 266, "own_packets": 52})
+    assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows through the input lanes, 52 "
+                    "packets to the packet manager (13 with targets here, "
                     "52 forwards, 120 chunks staged and 208 read back for the forwards); reduce: 133 "
                     "partial rows (266 chunks staged) into 31 sums, 5.8 MB of accumulator traffic; the "
                     "same as the reference model and the routes, row for row, in 5.2 s")

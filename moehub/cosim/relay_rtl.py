@@ -45,12 +45,17 @@ What runs in RTL, and against what:
   (naming this GPU) the packet manager's credit; nothing dropped, every row naming
   another GPU staged whole.
 
-The row data path stays the hub's: the targets this GPU writes enter its hub as protocol
-v2's multicast rows (:func:`.systems.hub.assemble`), which an RTL GPU's hub runs in
-Verilog as any multicast row. What is not in the loop: the relay hub's input lanes (the
-loop hands each side its chunks as the lanes would), which the hub benches check against
-the model instead (tests/test_rtl_relay_hub_whole.py). The co-simulation routes no gate weights; every open
-carries ``1/k`` (BF16).
+Both sides take their chunks through the relay hub's input
+(:class:`~moehub.rtl.relay.ingress.RelayIngress`, its output registers and lowest-lane
+grants): the loop puts each chunk, as the lane word its source sends (``relay_row``,
+``partial_row``), on a free input lane, the lanes looked at in a seeded order, so chunks
+of one row arrive on several lanes at once. The relay side also takes the input's packets
+for the packet manager: a relay row naming this GPU must give one multicast packet a
+chunk, of its original source and tag, its entries the targets the routes leave on this
+GPU, its data the chunk's; the combine side must give none. The row data path stays the
+hub's: the targets this GPU writes enter its hub as protocol v2's multicast rows
+(:func:`.systems.hub.assemble`), which an RTL GPU's hub runs in Verilog as any multicast
+row. The co-simulation routes no gate weights; every open carries ``1/k`` (BF16).
 """
 from __future__ import annotations
 
@@ -249,24 +254,30 @@ PM_CREDIT_DELAY = (4, 64)
 
 
 def relay_side(rcfg):
-    """The relay side of :class:`~moehub.rtl.relay.hub.RelayHub` behind its input, wired by
+    """The relay side of :class:`~moehub.rtl.relay.hub.RelayHub` with its input (the relay
+    input's relay stream into the staging, as the hub wires it), wired by
     the hub's own :func:`~moehub.rtl.relay.side.connect_relay_side`: the relay staging (:class:`~moehub.rtl.relay.stage.RelayStage`)
     whose whole rows feed :class:`~moehub.rtl.relay.hub.RelayControl`, its forwards and
     rows' credits into the forward egress (:class:`~moehub.rtl.relay.egress.ForwardEgress`),
     the egress's, the staging's and the packet manager's credits into the credit join
     (:class:`~moehub.rtl.relay.credit_join.RelayCredits`). The loop drives the parts' outer
     ports (the staging's chunks and memory, the egress's reads and words, the forward and
-    packet-manager credits) and reads the join's credits."""
+    packet-manager credits) and reads the join's credits; it feeds the input's lanes and
+    takes its packets for the packet manager."""
     from amaranth import Elaboratable, Module, Signal
+
+    from amaranth.lib import wiring
 
     from ..rtl.relay.credit_join import RelayCredits
     from ..rtl.relay.egress import ForwardEgress
     from ..rtl.relay.hub import RelayControl
+    from ..rtl.relay.ingress import RelayIngress
     from ..rtl.relay.side import connect_relay_side
     from ..rtl.relay.stage import RelayStage
 
     class RelaySide(Elaboratable):
         def __init__(self):
+            self.ingress = RelayIngress(rcfg)
             self.stage, self.relay = RelayStage(rcfg), RelayControl(rcfg)
             self.egress, self.join = ForwardEgress(rcfg), RelayCredits(rcfg)
             self.node, self.rank = Signal(rcfg.node_bits), Signal(rcfg.gpu_bits)
@@ -275,82 +286,109 @@ def relay_side(rcfg):
         def elaborate(self, platform):
             m = Module()
             m.submodules.relay = relay = self.relay
+            m.submodules.ingress = ing = self.ingress
             m.submodules.stage, m.submodules.egress, m.submodules.join = self.stage, self.egress, self.join
+            wiring.connect(m, ing.relay, self.stage.i)
             connect_relay_side(m, self.stage, relay, self.egress, self.join,
                                node=self.node, rank=self.rank, base=self.base)
-            m.d.comb += [relay.fin.valid.eq(0), relay.node.eq(self.node), relay.rank.eq(self.rank)]
+            m.d.comb += [relay.fin.valid.eq(0), relay.node.eq(self.node), relay.rank.eq(self.rank),
+                         ing.node.eq(self.node), ing.rank.eq(self.rank)]
             return m
     return RelaySide()
 
 
-def _stage_payload(ctx, p, rcfg, row, tag, chunk, word, rank):
+def _relay_word(fmts, row, tag, chunk, word) -> int:
+    """Chunk ``chunk`` of the relay row ``row`` (tagged ``tag``, data ``word``) as an input
+    lane's word (:class:`~moehub.spec.formats.RelayFormats` ``relay_row``)."""
+    from ..spec.formats import RowClass
     src, tok, targets = row
-    gpn, T = rcfg.node_gpus, rcfg.relay_targets
-    for name, v in (("src_node", src // gpn), ("src_rank", src % gpn), ("tag", tag), ("token", tok),
-                    ("valid", (1 << len(targets)) - 1), ("chunk", chunk), ("data", word), ("drop", 0),
-                    ("local", any(r == rank for r, _, _ in targets))):
-        ctx.set(getattr(p, name), v)
-    for i in range(T):
-        r, x, sl = targets[i] if i < len(targets) else (0, 0, 0)
-        ctx.set(p.gpu[i], r)
-        ctx.set(p.expert[i], x)
-        ctx.set(p.slot[i], sl)
-        ctx.set(p.weight[i], 0)
+    gpn = fmts.cfg.node_gpus
+    vals = {"cls": RowClass.RELAY, "src_node": src // gpn, "src_rank": src % gpn, "tag": tag, "token": tok,
+            "chunk": chunk, "data": word}
+    for i, (r, x, sl) in enumerate(targets):
+        vals.update({f"valid{i}": 1, f"gpu{i}": r, f"expert{i}": x, f"slot{i}": sl})
+    return fmts.relay_row.pack(**vals)
+
+
+def _offer_lanes(ctx, ing, pending):
+    """Drive the input lanes with their pending words (``None``: idle)."""
+    for j, w in enumerate(pending):
+        ctx.set(ing.i[j].valid, w is not None)
+        ctx.set(ing.i[j].payload, 0 if w is None else w[-1])
+
+
+def _input_drops(ctx, ing) -> int:
+    """Rows the input dropped, every reason, and partial rows it dropped."""
+    return sum(ctx.get(d) for d in ing.drops) + ctx.get(ing.bad_partials)
 
 
 def run_side(rcfg, node: int, rank: int, rows, seed: int = 0, max_cycles: int | None = None) -> dict:
     """The relay rows ``rows`` (:func:`relay_rows`), each of :data:`LOOP_STAGE_CHUNKS`
     seeded random chunks, through the relay side (:func:`relay_side`) of GPU (``node``,
-    ``rank``): chunk by chunk into the staging, each source within its window (a row waits
+    ``rank``): chunk by chunk on the input lanes, each source within its window (a row waits
     for its tag's credit); the staging's memory answering after
     :data:`LOOP_STAGE_LATENCY`; each forward's credit back :data:`FCREDIT_DELAY` cycles after
     its last chunk, the packet manager's credit of a row naming this GPU a seeded random
     :data:`PM_CREDIT_DELAY` after its last chunk in. Returns what left: per (source,
     token, destination rank) the forward's entries and chunks (chunk, data), each row's
     credit cycle, the cycle of its forwards' last chunk and of its packet-manager credit,
-    the staged data, the staging's writes and drops, the cycles.
-    A forward word for no relay row, a credit for none or twice, or a hang is a
+    the staged data, the staging's writes, the input's packets for the packet manager per
+    (source, token) as (chunk, data, entries), what the input and the staging dropped, the
+    cycles. A forward word for no relay row, a credit for none or twice, or a hang is a
     :class:`RelayDisagrees`."""
+    from amaranth.hdl import Value
     from amaranth.sim import Simulator
 
-    from ..spec.formats import RelayFormats, RowClass
+
+    from ..spec.formats import HubFormats, RelayFormats, RowClass
     C = LOOP_STAGE_CHUNKS
     scfg = rcfg.replace(row_bytes=C * rcfg.chunk_bytes)
-    gpn, tps = scfg.node_gpus, scfg.tags_per_source
+    gpn, tps, L = scfg.node_gpus, scfg.tags_per_source, scfg.lanes
     dut = relay_side(scfg)
-    fmt = RelayFormats(scfg).forward_row
+    fmts, pkt_fmt = RelayFormats(scfg), HubFormats(scfg).packet
+    fmt = fmts.forward_row
     rng = np.random.default_rng(seed)
     data = rng.integers(0, 1 << scfg.data_bits, size=(len(rows), C)).tolist()
     pm_delay = rng.integers(*PM_CREDIT_DELAY, size=len(rows)).tolist()
     key_of = {(s, t): i for i, (s, t, _) in enumerate(rows)}
     out = {"fwd": defaultdict(lambda: {"entries": None, "chunks": []}), "credits": {}, "data": data,
-           "last_fwd": defaultdict(int), "pm": {}, "writes": 0}
+           "last_fwd": defaultdict(int), "pm": {}, "writes": 0, "own": defaultdict(list)}
     limit = max_cycles or 32 * (len(rows) + 16) * C * max(1, gpn)
 
     def fail(msg):
         raise RelayDisagrees(f"relay GPU {node * gpn + rank} (node {node}, rank {rank}), relay side: {msg}")
 
     async def bench(ctx):
-        stg, eg, join, relay = dut.stage, dut.egress, dut.join, dut.relay
+        ing, stg, eg, join, relay = dut.ingress, dut.stage, dut.egress, dut.join, dut.relay
         ctx.set(dut.node, node)
         ctx.set(dut.rank, rank)
         ctx.set(dut.base, 0x4000_0000)
-        for s in (stg.wr.ready, eg.rd.ready, eg.out.ready, join.credit.ready, relay.open.ready):
+        for s in (stg.wr.ready, eg.rd.ready, eg.out.ready, join.credit.ready, relay.open.ready,
+                  *(o.ready for o in ing.o)):
             ctx.set(s, 1)
         busy, tag_of, next_tag = {}, {}, defaultdict(int)     # (source, tag) in flight: its row
         nxt, chunk, mem, reads, fcredits, pms = 0, 0, {}, deque(), deque(), deque()
-        for cycle in range(limit):
-            # the sources: the next row's chunks, once its tag is free
+        lanes, taken = [None] * L, defaultdict(int)            # per lane (row, word); chunks in
+
+        def tag_next():
             if nxt < len(rows) and nxt not in tag_of:
                 src = rows[nxt][0]
                 if (src, next_tag[src] % tps) not in busy:
                     tag_of[nxt] = next_tag[src] % tps
                     busy[(src, tag_of[nxt])] = nxt
                     next_tag[src] += 1
-            offer = nxt in tag_of
-            if offer:
-                _stage_payload(ctx, stg.i.payload, scfg, rows[nxt], tag_of[nxt], chunk, data[nxt][chunk], rank)
-            ctx.set(stg.i.valid, offer)
+        for cycle in range(limit):
+            # the sources: the next row's chunks, once its tag is free, each on a free lane
+            # (the lanes looked at in a seeded order)
+            tag_next()
+            for j in rng.permutation(L).tolist():
+                if lanes[j] is None and nxt in tag_of:
+                    lanes[j] = (nxt, _relay_word(fmts, rows[nxt], tag_of[nxt], chunk, data[nxt][chunk]))
+                    chunk += 1
+                    if chunk == C:
+                        nxt, chunk = nxt + 1, 0
+                        tag_next()
+            _offer_lanes(ctx, ing, lanes)
             # the memory, the forward and the packet manager's credits
             due = bool(reads) and reads[0][0] <= cycle
             ctx.set(eg.rdata.valid, due)
@@ -366,15 +404,20 @@ def run_side(rcfg, node: int, rank: int, rows, seed: int = 0, max_cycles: int | 
                 ctx.set(join.pm.payload.src, pms[0][1])
                 ctx.set(join.pm.payload.tag, pms[0][2])
             # this cycle's handshakes
-            if offer and ctx.get(stg.i.ready):
-                chunk += 1
-                if chunk == C:
-                    src, _, targets = rows[nxt]
-                    if any(r == rank for r, _, _ in targets):
-                        out["pm"][nxt] = cycle + pm_delay[nxt]
-                        pms.append((out["pm"][nxt], src, tag_of[nxt]))
+            for j in range(L):
+                if lanes[j] is not None and ctx.get(ing.i[j].ready):
+                    i = lanes[j][0]
+                    lanes[j], taken[i] = None, taken[i] + 1
+                    src, _, targets = rows[i]
+                    if taken[i] == C and any(r == rank for r, _, _ in targets):
+                        out["pm"][i] = cycle + pm_delay[i]
+                        pms.append((out["pm"][i], src, tag_of[i]))
                         pms = deque(sorted(pms))
-                    nxt, chunk = nxt + 1, 0
+                if ctx.get(ing.o[j].valid):
+                    pk = pkt_fmt.unpack(ctx.get(Value.cast(ing.o[j].payload)))
+                    entries = tuple(sorted(((pk[f"expert{t}"], pk[f"slot{t}"]) for t in range(scfg.max_targets)
+                                            if pk[f"valid{t}"]), key=lambda e: e[1]))
+                    out["own"][(pk["src"], pk["token"])].append((pk["chunk"], pk["data"], entries))
             if ctx.get(stg.wr.valid):
                 mem[ctx.get(stg.wr.payload.addr)] = ctx.get(stg.wr.payload.data)
                 out["writes"] += 1
@@ -409,11 +452,12 @@ def run_side(rcfg, node: int, rank: int, rows, seed: int = 0, max_cycles: int | 
                     fail(f"cycle {cycle}: an R credit of source {cr[0]}, tag {cr[1]}: no relay row holds it")
                 out["credits"][busy.pop(cr)] = cycle
             await ctx.tick()
-            if nxt == len(rows) and not busy and not (reads or fcredits or pms):
+            if nxt == len(rows) and not busy and not (reads or fcredits or pms) \
+                    and not any(ctx.get(o.valid) for o in ing.o):
                 break
         else:
             fail(f"{len(out['credits'])} of {len(rows)} R credits back after {limit} cycles (a hang)")
-        out.update(cycles=cycle + 1, drops=ctx.get(stg.drops))
+        out.update(cycles=cycle + 1, drops=ctx.get(stg.drops) + _input_drops(ctx, ing))
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)
@@ -428,7 +472,9 @@ def check_side(rcfg, g: int, rows, want) -> dict:
     with the row's targets there, its :data:`LOOP_STAGE_CHUNKS` chunks in order, each the
     relay row's staged data; no other forward; every relay row credited once, after the
     last chunk of each of its forwards and, naming this GPU, the packet manager's credit;
-    nothing dropped, each row naming another GPU staged whole. Raises
+    a row naming this GPU handed the packet manager a packet a chunk, with the targets the
+    routes leave here and the chunk's data; nothing dropped, each row naming another GPU
+    staged whole. Raises
     :class:`RelayDisagrees`."""
     gpn = rcfg.node_gpus
     side = run_side(rcfg, g // gpn, g % gpn, rows, seed=g)
@@ -450,12 +496,20 @@ def check_side(rcfg, g: int, rows, want) -> dict:
         if side["credits"].get(i, -1) <= after:
             fail(f"relay row {i} (source {src}, token {tok}): its R credit at cycle {side['credits'].get(i)}, "
                  f"not after its forwards' last chunk and its own targets' credit (cycle {after})")
+    own = {(src, tok): sorted((c, side["data"][i][c], local) for c in range(C))
+           for i, ((src, tok, _), (local, _)) in enumerate(zip(rows, want)) if local}
+    got_own = {k: sorted(v) for k, v in side["own"].items()}
+    for k in sorted(set(own) | set(got_own)):
+        if got_own.get(k) != own.get(k):
+            fail(f"own targets of source {k[0]}, token {k[1]} to the packet manager: RTL (chunk, data, "
+                 f"entries) {got_own.get(k)}, co-simulation and the row's data {own.get(k)}")
     remote = sum(bool(fwd) for _, fwd in want)
     if len(side["credits"]) != len(rows) or side["drops"] or side["writes"] != remote * C:
-        fail(f"{len(side['credits'])} R credits for {len(rows)} relay rows, {side['drops']} staging drops, "
-             f"{side['writes']} chunks staged for {remote} rows naming another GPU")
+        fail(f"{len(side['credits'])} R credits for {len(rows)} relay rows, {side['drops']} chunks or rows "
+             f"dropped by the input or the staging, {side['writes']} chunks staged for {remote} rows naming "
+             f"another GPU")
     return {"staged_chunks": side["writes"], "forward_chunks": sum(len(c) for _, c in got.values()),
-            "side_cycles": side["cycles"]}
+            "own_packets": sum(len(v) for v in got_own.values()), "side_cycles": side["cycles"]}
 
 
 #: the combine side in the loop (:func:`combine_side`): partial rows of this many chunks,
@@ -474,16 +528,20 @@ def combine_config(rcfg):
 
 
 def combine_side(rcfg):
-    """The combine side of :class:`~moehub.rtl.relay.hub.RelayHub` behind its input, wired
+    """The combine side of :class:`~moehub.rtl.relay.hub.RelayHub` with its input (the
+    input's partial stream into the partial staging, as the hub wires it), wired
     by the hub's own :func:`~moehub.rtl.relay.side.connect_combine_side`: the partial
     staging (:class:`~moehub.rtl.relay.stage.PartialStage`), its feed
     (:class:`~moehub.rtl.relay.partial_feed.PartialFeed`) and the reduce path
     (:class:`~moehub.rtl.relay.reduce_path.ReducePath`: the reduce unit, its engine, the
     accumulate datapath, ``data_bits / 16`` elements a chunk). The loop drives the partial
-    chunks in, the staging's and the accumulators' memories, the opens, and takes the
+    chunks in on the input's lanes, the staging's and the accumulators' memories, the opens, and takes the
     P credits and the reduced rows."""
     from amaranth import Elaboratable, Module, Signal
 
+    from amaranth.lib import wiring
+
+    from ..rtl.relay.ingress import RelayIngress
     from ..rtl.relay.partial_feed import PartialFeed
     from ..rtl.relay.reduce_path import ReducePath
     from ..rtl.relay.side import connect_combine_side
@@ -491,25 +549,32 @@ def combine_side(rcfg):
 
     class CombineSide(Elaboratable):
         def __init__(self):
+            self.ingress = RelayIngress(rcfg)
             self.pstage, self.feed, self.reduce = PartialStage(rcfg), PartialFeed(rcfg), ReducePath(rcfg)
             self.node, self.rank = Signal(rcfg.node_bits), Signal(rcfg.gpu_bits)
             self.base = Signal(rcfg.addr_bits)
 
         def elaborate(self, platform):
             m = Module()
+            m.submodules.ingress = ing = self.ingress
             m.submodules.pstage, m.submodules.feed = self.pstage, self.feed
             m.submodules.reduce = self.reduce
+            wiring.connect(m, ing.part, self.pstage.i)
             connect_combine_side(m, self.pstage, self.feed, self.reduce, base=self.base)
-            m.d.comb += [self.reduce.node.eq(self.node), self.reduce.rank.eq(self.rank)]
+            m.d.comb += [self.reduce.node.eq(self.node), self.reduce.rank.eq(self.rank),
+                         ing.node.eq(self.node), ing.rank.eq(self.rank), ing.relay.ready.eq(1)]
             return m
     return CombineSide()
 
 
-def _partial_chunk(ctx, p, gpn, part, ptag, chunk, word):
+def _partial_word(fmts, part, ptag, chunk, word) -> int:
+    """Chunk ``chunk`` of the partial row ``part`` (owner, token, slot, sender; P tag
+    ``ptag``, data ``word``) as an input lane's word (``partial_row``)."""
+    from ..spec.formats import RowClass
     owner, tok, slot, sender = part
-    for name, v in (("sender", sender), ("ptag", ptag), ("src_node", owner // gpn), ("token", tok),
-                    ("slot", slot), ("chunk", chunk), ("data", word), ("drop", 0)):
-        ctx.set(getattr(p, name), v)
+    gpn = fmts.cfg.node_gpus
+    return fmts.partial_row.pack(cls=RowClass.PARTIAL, sender=sender, ptag=ptag, src_node=owner // gpn,
+                                 src_rank=owner % gpn, token=tok, slot=slot, chunk=chunk, data=word)
 
 
 def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
@@ -518,7 +583,7 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
     partial rows ``parts`` (``[(src, token, slot, sender), ...]`` in accumulate order, the
     sender the local rank of the part's GPU, each with seeded random BF16 data) through the
     combine side (:func:`combine_side`, :func:`combine_config`) of a relay of ``rank`` in
-    ``node``: chunk by chunk into the partial staging, each sender within its window of
+    ``node``: chunk by chunk on the input lanes, each sender within its window of
     ``partial_span`` P tags (a row waits for its tag's credit), the chunks of the rows in
     flight interleaved and each row's in a seeded random order; the staging's memory
     answering after :data:`LOOP_STAGE_LATENCY`, the accumulators' after
@@ -529,10 +594,12 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
     from amaranth.sim import Simulator
 
     from ..rtl.relay.reduce_unit import Op
+    from ..spec.formats import RelayFormats
     from ..spec.relay import ReduceModel, bf16_bits, bf16_value, to_bf16
     pcfg = combine_config(rcfg)
     dut, model = combine_side(pcfg), ReduceModel(pcfg, node=node)
-    red, st, fd = dut.reduce, dut.pstage, dut.feed
+    red, st, fd, ing = dut.reduce, dut.pstage, dut.feed, dut.ingress
+    fmts, lanes = RelayFormats(pcfg), [None] * pcfg.lanes      # per lane (flight entry, word)
     rng = np.random.default_rng(seed)
     T, gpn, C, span = pcfg.relay_targets, pcfg.node_gpus, LOOP_CHUNKS, pcfg.partial_span
     wbits = bf16_bits(1.0 / pcfg.topk)
@@ -552,7 +619,8 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
         ctx.set(dut.node, node)
         ctx.set(dut.rank, rank)
         ctx.set(dut.base, 0x5000_0000)
-        for s in (red.out.ready, red.wr.ready, red.rd.ready, st.wr.ready, fd.rd.ready, fd.pcredit.ready):
+        for s in (red.out.ready, red.wr.ready, red.rd.ready, st.wr.ready, fd.rd.ready, fd.pcredit.ready,
+                  *(o.ready for o in ing.o)):
             ctx.set(s, 1)
         await ctx.tick().until(~red.clearing)      # (its clearing sweep, simulated alone)
         po = red.open.payload
@@ -570,7 +638,7 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
                     ctx.set(po.slot[t], targets[t][2] if t < len(targets) else 0)
                     ctx.set(po.weight[t], wbits if t < len(targets) else 0)
             # the senders: once the opens are in, the next part starts when its sender's
-            # next tag is free; a chunk of one of the rows in flight each cycle
+            # next tag is free; each free lane takes a chunk of one of the rows in flight
             if i == len(rows) and nxt < len(parts):
                 sender = parts[nxt][3]
                 tag = next_tag[sender] % span
@@ -579,11 +647,16 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
                     next_tag[sender] += 1
                     flight.append([nxt, tag, list(orders[nxt])])
                     nxt += 1
-            k = pick[n_pick] % len(flight) if flight else None
-            if k is not None:
-                j, tag, left = flight[k]
-                _partial_chunk(ctx, st.i.payload, gpn, parts[j], tag, left[0], int(data[j][left[0]]))
-            ctx.set(st.i.valid, k is not None)
+            for lane in range(len(lanes)):
+                if lanes[lane] is None and flight:
+                    k = pick[n_pick] % len(flight)
+                    j, tag, left = flight[k]
+                    lanes[lane] = (j, _partial_word(fmts, parts[j], tag, left[0], int(data[j][left[0]])))
+                    left.pop(0)
+                    n_pick += 1
+                    if not left:
+                        flight.pop(k)
+            _offer_lanes(ctx, ing, lanes)
             due = bool(pending) and pending[0][0] <= cycle
             ctx.set(red.rdata.valid, due)
             ctx.set(red.rdata.payload, pending[0][1] if due else 0)
@@ -591,11 +664,12 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
             ctx.set(fd.rdata.valid, sdue)
             ctx.set(fd.rdata.payload, sreads[0][1] if sdue else 0)
             # this cycle's handshakes
-            if k is not None and ctx.get(st.i.ready):
-                left.pop(0)
-                n_pick += 1
-                if not left:
-                    flight.pop(k)
+            for lane, o in enumerate(ing.o):
+                if lanes[lane] is not None and ctx.get(ing.i[lane].ready):
+                    lanes[lane] = None
+                if ctx.get(o.valid):
+                    fail(f"cycle {cycle}: the input sent the packet manager a packet on lane {lane}: "
+                         f"partial rows are the reduce's")
             if ctx.get(st.wr.valid):
                 smem[ctx.get(st.wr.payload.addr)] = ctx.get(st.wr.payload.data)
                 out["writes"] += 1
@@ -640,14 +714,14 @@ def run_reduce(rcfg, node: int, rank: int, rows, parts, seed: int = 0,
             await ctx.tick()
             cycle += 1
             if i == len(rows) and nxt == len(parts) and not (flight or busy or sreads or pending
-                                                             or ctx.get(red.busy)):
+                                                             or ctx.get(red.busy) or any(lanes)):
                 break
         else:
             fail(f"{out['pcredits']} of {len(parts)} P credits back after {limit} cycles (a hang)")
         await ctx.tick()
         out.update(cycles=cycle, red_rows=ctx.get(red.red_rows), red_open=ctx.get(red.red_open),
                    drops=[ctx.get(d) for d in red.drops], acc_reads=ctx.get(red.acc_reads),
-                   acc_writes=ctx.get(red.acc_writes), stage_drops=ctx.get(st.drops))
+                   acc_writes=ctx.get(red.acc_writes), stage_drops=ctx.get(st.drops) + _input_drops(ctx, ing))
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)
@@ -703,7 +777,7 @@ def check_reduce(L, rcfg, g: int, rows, ps) -> dict:
         raise RelayDisagrees(f"relay GPU {g}: reduced row {first}: RTL {red['rows'][first:first + 1]}, "
                              f"model {red['model_rows'][first:first + 1]}")
     if red["stage_drops"] or red["pcredits"] != len(ps) or red["writes"] != LOOP_CHUNKS * len(ps):
-        raise RelayDisagrees(f"relay GPU {g}: the partial staging dropped {red['stage_drops']} chunks, staged "
+        raise RelayDisagrees(f"relay GPU {g}: the input and the partial staging dropped {red['stage_drops']} chunks, staged "
                              f"{red['writes']} of {len(ps)} rows' {LOOP_CHUNKS * len(ps)}, returned "
                              f"{red['pcredits']} P credits")
     row_bytes = 4 * L.model.hidden                     # an FP32 accumulator row of the layer
