@@ -536,8 +536,8 @@ def test_the_cosim_table_names_a_relay_gpu_in_rtl():
                            "forward_rows": 52, "partial_rows": 133, "reduced_rows": 31,
                            "reduce_hbm_bytes": 5849088, "sim_s": 5.21, "staged_chunks": 120,
                            "forward_chunks": 208, "partial_staged_chunks": 266, "own_packets": 52})
-    assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows through the input lanes, 52 "
-                    "packets to the packet manager (13 with targets here, "
-                    "52 forwards, 120 chunks staged and 208 read back for the forwards); reduce: 133 "
+    assert line == ("GPU 5 relay in RTL (Amaranth simulator): 31 relay rows (13 with targets here, "
+                    "52 forwards, 120 chunks staged and 208 read back for the forwards) through the input "
+                    "lanes (52 packets to the packet manager); reduce: 133 "
                     "partial rows (266 chunks staged) into 31 sums, 5.8 MB of accumulator traffic; the "
                     "same as the reference model and the routes, row for row, in 5.2 s")

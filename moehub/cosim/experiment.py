@@ -299,10 +299,10 @@ def relay_rtl_line(c: dict) -> str:
            if "partial_rows" in c else "")
     side = (f", {c['staged_chunks']:,} chunks staged and {c['forward_chunks']:,} read back for the "
             f"forwards" if "staged_chunks" in c else "")
-    lanes = (f" through the input lanes, {c['own_packets']:,} packets to the packet manager"
+    lanes = (f" through the input lanes ({c['own_packets']:,} packets to the packet manager)"
              if "own_packets" in c else "")
-    return (f"GPU {c['gpu']} relay in RTL (Amaranth simulator): {c['relay_rows']:,} relay rows{lanes} "
-            f"({c['relay_local']:,} with targets here, {c['forward_rows']:,} forwards{side}){red}; the "
+    return (f"GPU {c['gpu']} relay in RTL (Amaranth simulator): {c['relay_rows']:,} relay rows "
+            f"({c['relay_local']:,} with targets here, {c['forward_rows']:,} forwards{side}){lanes}{red}; the "
             f"same as the reference model and the routes, row for row, in {c['sim_s']:.1f} s")
 
 

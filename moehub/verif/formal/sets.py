@@ -132,6 +132,7 @@ def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
     from .reduce import property_sets as reduce_sets
     from .egress import property_set as egress_set
+    from .ingress import property_set as ingress_set
     from .join import property_set as join_set
     from .partial import property_set as partial_set
     from .relay import property_set as relay_set
@@ -291,6 +292,7 @@ def _sets() -> list[PropertySet]:
                          "for the same reason as packet-manager"),
         PropertySet(**relay_set()),
         PropertySet(**partial_set()),
+        PropertySet(**ingress_set()),
         PropertySet(**egress_set()),
         PropertySet(**join_set()),
         *(PropertySet(**s) for s in stage_sets()),
