@@ -323,9 +323,10 @@ PLANTS = {
     # the forward row's tag taken from its forwarder's rank
     "tag-from-fwd": ("pkt.tag.eq(f.ftag)", "pkt.tag.eq(f.fwd)"),
     # a direct data packet of another node's GPU passed on
-    "remote-direct-kept": ("to_hub.eq((is_dir & ~remote) | ", "to_hub.eq(is_dir | "),
+    "remote-direct-kept": ("in_hub = ((in_cls == RowClass.DIRECT) & ~in_remote)", "in_hub = (in_cls == RowClass.DIRECT)"),
     # a dropped relay row's own targets written all the same
-    "bad-relay-written": ("(is_rel & ~(rbs | rbg | rbt) & rloc)", "(is_rel & rloc)"),
+    "bad-relay-written": ("& ~(in_verdict[0] | in_verdict[1] | in_verdict[2]) & in_loc.any())",
+                          "& in_loc.any())"),
     # the relay and the partial streams granted to every lane holding a chunk for them, not
     # the lowest alone
     "every-lane-granted": ("m.d.comb += [ok[j].eq(grant[j] & ready)", "m.d.comb += [ok[j].eq(want[j] & ready)"),

@@ -49,7 +49,11 @@ entry compares) registered with the word, then the class decode and a select of 
 packet's fields into a ``LANE_DEPTH``-deep buffer whose output is a register: the packet
 manager's input registers decode the packet again on the way in (the conversion in front
 of them was 25.7 FO4 at 2 nodes alone; behind the checks into the buffer, 32.9; the
-buffer's write waiting for the relay stream's grant, 25.8). A lane's
+buffer's write waiting for the relay stream's grant, 25.8). Which outputs a word owes (a
+packet, a relay chunk, a partial chunk) is decided as it is registered, from the input
+word and its checks, so the lane's leave -- the enable of its word register, a fan-out of
+some 150 flops -- starts at registers (decided from the registered word's class and
+flags, 22.4-22.8 FO4 at 2 and 8 nodes alone). A lane's
 register takes the next word as it hands this one on: to its buffer for the packet
 manager, to the relay side for a relay chunk (a chunk with own targets to both, each part
 once, as each side has room: neither waits for the other's handshake), at once for a
@@ -301,15 +305,22 @@ class RelayIngress(wiring.Component):
         # the word is registered, so the two streams' grants across the lanes, and each
         # lane's ready behind them, start at registers)
         to_rel, to_par = Signal(name=f"to_rel{j}"), Signal(name=f"to_par{j}")
-        in_rel = i.valid & (i.payload[:2] == RowClass.RELAY) & ~in_verdict[0]
-        in_par = i.valid & (i.payload[:2] == RowClass.PARTIAL) & ~in_pwin
+        in_cls = i.payload[:2]
+        in_rel = i.valid & (in_cls == RowClass.RELAY) & ~in_verdict[0]
+        in_par = i.valid & (in_cls == RowClass.PARTIAL) & ~in_pwin
+        # (and a packet for the packet manager: decided with the word too, so the lane's
+        # leave -- its word register's enable -- starts at registers, not at the class decode)
+        in_hub = ((in_cls == RowClass.DIRECT) & ~in_remote) \
+            | ((in_cls == RowClass.FORWARD) & ~(chk.bad_source | chk.bad_targets)) \
+            | ((in_cls == RowClass.RELAY) & ~(in_verdict[0] | in_verdict[1] | in_verdict[2]) & in_loc.any())
+        to_hub = Signal(name=f"to_hub{j}")
         leave = Signal(name=f"r_leave{j}")
         m.d.comb += i.ready.eq(~r_v | leave)
         with m.If(i.ready):
             m.d.sync += [r_v.eq(i.valid), word.eq(i.payload), remote.eq(in_remote), fbs.eq(chk.bad_source),
                          fbt.eq(chk.bad_targets), rbs.eq(in_verdict[0]), rbg.eq(in_verdict[1]),
                          rbt.eq(in_verdict[2]), rloc_mask.eq(in_loc), pwin.eq(in_pwin), pown.eq(in_pown),
-                         to_rel.eq(in_rel), to_par.eq(in_par)]
+                         to_rel.eq(in_rel), to_par.eq(in_par), to_hub.eq(in_hub)]
         # ---- the registered word sorted and converted
         cls = word[:2]
         d = data.View(struct(fmts.direct), word[:fmts.direct.width])
@@ -317,11 +328,8 @@ class RelayIngress(wiring.Component):
         is_dir, is_fwd = cls == RowClass.DIRECT, cls == RowClass.FORWARD
         is_rel, is_par = cls == RowClass.RELAY, cls == RowClass.PARTIAL
         bad_fwd = fbs | fbt
-        rloc = rloc_mask.any()
         own, rfirst = self._relay_lane(m, j, word, (rbs, rbg, rbt), rloc_mask)
         pfirst = self._partial_lane(m, j, word, pown)
-        to_hub = Signal(name=f"to_hub{j}")
-        m.d.comb += to_hub.eq((is_dir & ~remote) | (is_fwd & ~bad_fwd) | (is_rel & ~(rbs | rbg | rbt) & rloc))
         # the packet: a forward row's fields, or the direct packet's as they are
         pkt = data.View(self.lay.packet, Signal(self.lay.packet.size, name=f"fwd_pkt{j}"))
         m.d.comb += [pkt.kind.eq(PacketKind.DATA), pkt.src.eq((f.src_node * cfg.node_gpus + f.src_rank)[:cfg.src_bits]),

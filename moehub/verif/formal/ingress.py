@@ -115,8 +115,8 @@ PLANTS = {
                                "RelayIngress", ("o0: a transfer no word owes", "o1: a transfer no word owes"),
                                "a word's packet not marked written: written again each cycle its relay "
                                "chunk waits"),
-    "unknown-source-relayed": Plant(MOD, "in_rel = i.valid & (i.payload[:2] == RowClass.RELAY) & ~in_verdict[0]",
-                                    "in_rel = i.valid & (i.payload[:2] == RowClass.RELAY)", "RelayIngress",
+    "unknown-source-relayed": Plant(MOD, "in_rel = i.valid & (in_cls == RowClass.RELAY) & ~in_verdict[0]",
+                                    "in_rel = i.valid & (in_cls == RowClass.RELAY)", "RelayIngress",
                                     ("relay: a transfer no word owes", "relay: the tracked chunk not its word's"),
                                     "a relay chunk of an unknown source (no window, no credit) sent to the "
                                     "staging"),
