@@ -112,6 +112,14 @@ def formal_file():
             pytest.mark.usefixtures("own_build")]
 
 
+def assert_set_passes(name: str, mode: str):
+    """The formal property set ``name`` passes in ``mode`` at its configured depth."""
+    from moehub.verif.formal.sets import SETS, run
+    s = SETS[name]
+    r = run(s, mode, s.modes[mode])
+    assert r.status == "PASS", f"{name} {mode}: {r.status} {r.failed} ({r.log})"
+
+
 def assert_fails_on(result, texts):
     """A proof run (:class:`moehub.verif.formal.sby.JobResult`) FAILed with a
     counterexample trace, on a property whose message holds one of ``texts``: a planted

@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_fails_on, formal_file
+from conftest import assert_fails_on, assert_set_passes, formal_file
 
 from moehub.verif.formal import ingress
 from moehub.verif.formal.ingress import PLANTS, IngressHarness, small_config
-from moehub.verif.formal.sets import SETS, run, run_harness
+from moehub.verif.formal.sets import run_harness
 
 pytestmark = formal_file()
-
-
-def _passes(mode):
-    s = SETS["relay-input"]
-    r = run(s, mode, s.modes[mode])
-    assert r.status == "PASS", f"{mode}: {r.status} {r.failed} ({r.log})"
 
 
 @pytest.mark.parametrize("mode", [pytest.param("prove", marks=pytest.mark.slow), "cover"])
@@ -30,13 +24,13 @@ def test_input_set_passes(mode):
     within the induction's path); every cover is reached by step 6 (about 5 s each). (The
     k-induction is the set's smoke job, which tests/test_formal.py runs in the fast set:
     here, slow set only.)"""
-    _passes(mode)
+    assert_set_passes("relay-input", mode)
 
 
 @pytest.mark.slow
 def test_input_bmc_passes():
     """The BMC of 12 cycles from reset (about 30 s)."""
-    _passes("bmc")
+    assert_set_passes("relay-input", "bmc")
 
 
 #: each plant's BMC depth: its failure's step (measured, in the comment) and a little more

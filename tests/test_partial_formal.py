@@ -9,18 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_fails_on, formal_file
+from conftest import assert_fails_on, assert_set_passes, formal_file
 
 from moehub.verif.formal.partial import PLANTS, PartialFeedHarness, small_config
-from moehub.verif.formal.sets import SETS, run, run_harness
+from moehub.verif.formal.sets import run_harness
 
 pytestmark = formal_file()
-
-
-def _passes(mode):
-    s = SETS["relay-partial-feed"]
-    r = run(s, mode, s.modes[mode])
-    assert r.status == "PASS", f"{mode}: {r.status} {r.failed} ({r.log})"
 
 
 @pytest.mark.parametrize("mode", [pytest.param("prove", marks=pytest.mark.slow), "cover"])
@@ -29,13 +23,13 @@ def test_partial_feed_set_passes(mode):
     cover is reached by step 10 (about 2-3 s each). (The
     k-induction is the set's smoke job, which tests/test_formal.py runs in the fast set:
     here, slow set only.)"""
-    _passes(mode)
+    assert_set_passes("relay-partial-feed", mode)
 
 
 @pytest.mark.slow
 def test_partial_feed_bmc_passes():
     """The BMC of 16 cycles from reset (about 15 s)."""
-    _passes("bmc")
+    assert_set_passes("relay-partial-feed", "bmc")
 
 
 #: each plant's BMC depth: its failure's step (measured, in the comment) and a little more

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_fails_on, formal_file
+from conftest import assert_fails_on, assert_set_passes, formal_file
 
-from moehub.verif.formal.sets import SETS, run, run_harness
+from moehub.verif.formal.sets import run_harness
 from moehub.verif.formal.stage import (PARTIAL_PLANTS, RELAY_PLANTS, PartialStageHarness, RelayStageHarness,
                                        small_config)
 
@@ -20,18 +20,12 @@ pytestmark = formal_file()
 HARNESS = {"relay-stage": RelayStageHarness, "relay-partial-stage": PartialStageHarness}
 
 
-def _passes(name, mode):
-    s = SETS[name]
-    r = run(s, mode, s.modes[mode])
-    assert r.status == "PASS", f"{name} {mode}: {r.status} {r.failed} ({r.log})"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(HARNESS))
 def test_stage_covers_reached(name):
     """Every cover is reached by step 11 (4-5 s). (The covers are the sets' smoke jobs, which
     tests/test_formal.py runs in the fast set: here, slow set only.)"""
-    _passes(name, "cover")
+    assert_set_passes(name, "cover")
 
 
 @pytest.mark.slow
@@ -40,7 +34,7 @@ def test_stage_covers_reached(name):
 def test_stage_set_passes(name, mode):
     """k-induction closes at k = 1 (60-120 s each under load); the BMC of 9 cycles from
     reset, the invariants asserted too (15-20 s)."""
-    _passes(name, mode)
+    assert_set_passes(name, mode)
 
 
 #: each plant's BMC depth: its failure's step (measured, in the comment) plus one (the input's
