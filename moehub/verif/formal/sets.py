@@ -131,6 +131,7 @@ MCAST_COUNTS = dict(MCAST, lanes=2, max_rows_per_expert=16, count_packets=True, 
 def _sets() -> list[PropertySet]:
     from .tracker import SCRIPT as TRACKER_SCRIPT
     from .reduce import property_sets as reduce_sets
+    from .reduce_path import property_set as reduce_path_set
     from .egress import property_set as egress_set
     from .ingress import property_set as ingress_set
     from .join import property_set as join_set
@@ -297,6 +298,7 @@ def _sets() -> list[PropertySet]:
         PropertySet(**join_set()),
         *(PropertySet(**s) for s in stage_sets()),
         *(PropertySet(**s) for s in reduce_sets()),
+        PropertySet(**reduce_path_set()),
     ]
 
 
