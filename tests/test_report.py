@@ -1226,7 +1226,7 @@ def test_collect_and_render_the_formal_proofs(tmp_path):
 
 def test_verification_summary_from_the_soak_and_formal_records(tmp_path):
     """The README's checks: the soaks per config in the shipped order, the formal jobs
-    passed of the full set with the sets bounded by design; a check without a record
+    passed of the full set with the sets bounded (BMC only); a check without a record
     names its command and the guide's section; neither record: an error naming both."""
     from moehub.verif.formal.sets import SETS
     records = tmp_path / "records"

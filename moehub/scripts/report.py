@@ -2213,7 +2213,7 @@ def _formal_summary(recs: list, current: str) -> str:
     bounded = [s for s in SETS.values() if "prove" not in s.modes and "bmc" in s.modes]
     covers = [jobs[s.name, "cover"][0] for s in SETS.values() if (s.name, "cover") in jobs]
     text = (f"**{passed} of {total} jobs pass**: {len(proven)} of {len(SETS)} sets unbounded "
-            f"(k-induction); bounded by design: "
+            f"(k-induction); bounded (BMC only, each set's note says why): "
             + ", ".join(f"`{s.name}` (BMC {s.modes['bmc']})" for s in bounded)
             + f"; {sum(r['status'] == 'PASS' for r in covers)} of {len(covers)} cover runs reach "
             "every cover")
