@@ -1238,8 +1238,8 @@ def test_verification_summary_from_the_soak_and_formal_records(tmp_path):
                              "rows (110 layers, verilator): **every layer equal to the model** |")
     total = sum(len(s.modes) for s in SETS.values())
     assert lines[3].startswith(f"| formal proofs, SymbiYosys (`moehub formal`) | **3 of {total} jobs "
-                               f"pass**: 1 of {len(SETS)} sets unbounded (k-induction); bounded by "
-                               "design: `packet-manager` (BMC 16),")
+                               f"pass**: 1 of {len(SETS)} sets unbounded (k-induction); bounded (BMC only, "
+                               "each set's note says why): `packet-manager` (BMC 16),")
     assert lines[3].endswith(f"1 of 1 cover runs reach every cover; {total - 4} jobs not recorded "
                              "(older RTL for some) |")
     assert lines[4].startswith("| cocotb regression") and "no record yet (`make test; make test-slow`)" in lines[4]
