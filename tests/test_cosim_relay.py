@@ -322,6 +322,7 @@ def relay_counts(L, g):
     return rows, local, fwd, int(sel.sum())
 
 
+@pytest.mark.slow
 def test_relay_rtl_in_the_loop_agrees_with_the_routes(L, monkeypatch, g=6):
     """An RTL relay GPU (--rtl-gpus with relay + reduce): its control path, its relay side
     and its reduce control agree with the model and the co-simulation row for row, and its
@@ -359,6 +360,18 @@ def _side(L, monkeypatch=None, module=None, cls=None, plant=None):
         monkeypatch.setattr(f"moehub.rtl.relay.{module}.{cls}",
                             broken_class(f"moehub.rtl.relay.{module}", *plant, cls))
     return RR.check_side(rcfg, 6, SIDE_ROWS, RR.expected_routes(SIDE_ROWS, 2))
+
+
+def test_relay_side_in_the_loop_forwards_every_row(L):
+    """The relay side in RTL behind the relay input on hand-made rows (the layer's loop,
+    ``--rtl-gpus``, is the slow set's): every forward the routes name with the staged data,
+    a packet per chunk of a row naming this GPU, every row credited (check_side raised
+    otherwise)."""
+    from moehub.cosim.relay_rtl import LOOP_STAGE_CHUNKS
+    s = _side(L)
+    local = sum(any(r == 2 for r, _, _ in t) for _, _, t in SIDE_ROWS)
+    fwd = sum(len({r for r, _, _ in t} - {2}) for _, _, t in SIDE_ROWS)
+    assert (s["own_packets"], s["forward_chunks"]) == (local * LOOP_STAGE_CHUNKS, fwd * LOOP_STAGE_CHUNKS)
 
 
 @pytest.mark.plants
@@ -399,12 +412,10 @@ def _combine(L, monkeypatch=None, module=None, cls=None, plant=None):
     return RR.check_reduce(L, rcfg, 6, SIDE_ROWS, parts), len(parts)
 
 
-@pytest.mark.slow
 def test_combine_side_in_the_loop_stages_every_partial_row(L):
     """The combine side on hand-made partial rows: each staged whole (its chunks
     interleaved with other rows', in any order), read back into the reduce, every P credit
-    returned, every sum the model's to the bit (check_reduce raised otherwise). (Slow set:
-    the loop test runs the combine side on the layer's rows in the fast set.)"""
+    returned, every sum the model's to the bit (check_reduce raised otherwise)."""
     from moehub.cosim.relay_rtl import LOOP_CHUNKS
     s, n = _combine(L)
     assert (s["partial_rows"], s["partial_staged_chunks"], s["reduced_rows"]) == (n, n * LOOP_CHUNKS, len(SIDE_ROWS))

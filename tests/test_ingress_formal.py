@@ -18,7 +18,8 @@ from moehub.verif.formal.sets import run_harness
 pytestmark = formal_file()
 
 
-@pytest.mark.parametrize("mode", [pytest.param("prove", marks=pytest.mark.slow), "cover"])
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["prove", "cover"])
 def test_input_set_passes(mode):
     """k-induction closes at k = 3 (the longest bounded wait, a packet's 2 idle cycles,
     within the induction's path); every cover is reached by step 6 (about 5 s each). (The
@@ -58,7 +59,8 @@ def test_input_plant_fails(plant):
 
 
 @pytest.mark.plants
-@pytest.mark.parametrize("bound", ["hang", *(pytest.param(b, marks=pytest.mark.slow) for b in ("o", "relay", "part"))])
+@pytest.mark.slow
+@pytest.mark.parametrize("bound", ["hang", "o", "relay", "part"])
 def test_input_bounds_are_exact(bound, monkeypatch):
     """One cycle less than HANG_WAIT (or an output's DRAIN_WAIT) fails: the bounds the
     set proves are the least that hold (the covers show each is reached)."""
