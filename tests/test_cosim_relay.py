@@ -362,9 +362,10 @@ def _side(L, monkeypatch=None, module=None, cls=None, plant=None):
     return RR.check_side(rcfg, 6, SIDE_ROWS, RR.expected_routes(SIDE_ROWS, 2))
 
 
+@pytest.mark.slow
 def test_relay_side_in_the_loop_forwards_every_row(L):
-    """The relay side in RTL behind the relay input on hand-made rows (the layer's loop,
-    ``--rtl-gpus``, is the slow set's): every forward the routes name with the staged data,
+    """The relay side in RTL behind the relay input on hand-made rows (slow set, with the
+    layer's loop; the fast set runs the combine side behind the input): every forward the routes name with the staged data,
     a packet per chunk of a row naming this GPU, every row credited (check_side raised
     otherwise)."""
     from moehub.cosim.relay_rtl import LOOP_STAGE_CHUNKS

@@ -32,8 +32,8 @@ DEPTHS = {"refused-stuck": 15,       # 13: a partial beat held back past HANG_WA
           "refused-passed": 12,      # 10: a y beat no passed row owes
           "op-ready-ignored": 24,    # 22: a partial beat held back past HANG_WAIT (a hang)
           "verdict-ignored": 15}     # 13: a partial beat held back past HANG_WAIT (a hang)
-#: the fast set's plants: one pairing, one hang (3-4 s each); the rest in the slow set
-FAST = {"header-early", "refused-stuck"}
+#: the fast set's plant: one hang (3-4 s); the rest in the slow set
+FAST = {"refused-stuck"}
 
 
 @pytest.mark.plants
