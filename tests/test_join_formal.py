@@ -21,7 +21,7 @@ pytestmark = formal_file()
 DEPTHS = {"forwards-alone": 7,        # 5: a row credited before the packet manager's half
           "dropped-kept": 9,          # 7: a dropped row credited twice
           "pm-kept": 11,              # 9: the slot's next row credited on its forwards alone
-          "pass-swallowed": 14}       # 12: a pass-through credit never sent (about 7 s)
+          "pass-swallowed": 7}        # 5: a pass-through credit never sent, the port taking a third
 
 
 @pytest.mark.plants

@@ -43,7 +43,7 @@ class _Side(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.stage, m.submodules.feed = self.stage, self.feed
-        connect_combine_side(m, self.stage, self.feed, None, base=self.base)
+        connect_combine_side(m, None, self.stage, self.feed, None, base=self.base)
         return m
 
 

@@ -266,8 +266,6 @@ def relay_side(rcfg):
     takes its packets for the packet manager."""
     from amaranth import Elaboratable, Module, Signal
 
-    from amaranth.lib import wiring
-
     from ..rtl.relay.credit_join import RelayCredits
     from ..rtl.relay.egress import ForwardEgress
     from ..rtl.relay.hub import RelayControl
@@ -288,8 +286,7 @@ def relay_side(rcfg):
             m.submodules.relay = relay = self.relay
             m.submodules.ingress = ing = self.ingress
             m.submodules.stage, m.submodules.egress, m.submodules.join = self.stage, self.egress, self.join
-            wiring.connect(m, ing.relay, self.stage.i)
-            connect_relay_side(m, self.stage, relay, self.egress, self.join,
+            connect_relay_side(m, ing, self.stage, relay, self.egress, self.join,
                                node=self.node, rank=self.rank, base=self.base)
             m.d.comb += [relay.fin.valid.eq(0), relay.node.eq(self.node), relay.rank.eq(self.rank),
                          ing.node.eq(self.node), ing.rank.eq(self.rank)]
@@ -539,8 +536,6 @@ def combine_side(rcfg):
     P credits and the reduced rows."""
     from amaranth import Elaboratable, Module, Signal
 
-    from amaranth.lib import wiring
-
     from ..rtl.relay.ingress import RelayIngress
     from ..rtl.relay.partial_feed import PartialFeed
     from ..rtl.relay.reduce_path import ReducePath
@@ -559,8 +554,7 @@ def combine_side(rcfg):
             m.submodules.ingress = ing = self.ingress
             m.submodules.pstage, m.submodules.feed = self.pstage, self.feed
             m.submodules.reduce = self.reduce
-            wiring.connect(m, ing.part, self.pstage.i)
-            connect_combine_side(m, self.pstage, self.feed, self.reduce, base=self.base)
+            connect_combine_side(m, ing, self.pstage, self.feed, self.reduce, base=self.base)
             m.d.comb += [self.reduce.node.eq(self.node), self.reduce.rank.eq(self.rank),
                          ing.node.eq(self.node), ing.rank.eq(self.rank), ing.relay.ready.eq(1)]
             return m

@@ -27,9 +27,9 @@ rest in its node (reference model: :mod:`moehub.spec.relay`).
   staging and sent, a row's credit after its forwards.
 * :mod:`.credit_join` -- :class:`~.credit_join.RelayCredits`: a relay row's R credit once
   its own targets are written and its forwards read.
-* :mod:`.side` -- :func:`~.side.connect_relay_side` (the staging, the relay control, the
-  egress and the join) and :func:`~.side.connect_combine_side` (the partial staging, its
-  feed and the reduce) wired together: the hub's and the co-simulation's two sides.
+* :mod:`.side` -- :func:`~.side.connect_relay_side` (the input's relay stream, the staging,
+  the relay control, the egress and the join) and :func:`~.side.connect_combine_side` (the
+  input's partial stream, the partial staging, its feed and the reduce) wired together: the hub's and the co-simulation's two sides.
 * :mod:`.hub` -- :class:`~.hub.RelayControl` and :class:`~.hub.RelayHub`.
 
 How they attach to the hub (:class:`~moehub.rtl.hub.MoEHub`, in :class:`~.hub.RelayHub`):

@@ -30,9 +30,10 @@ slot owes at most one such credit (its source sends the slot's next row only aft
 so a credit port held back for any time loses none (a FIFO of 4 in front of the port,
 the first version, lost the fifth dropped row's credit). An input that sends no credit out
 needs no room on ``credit``. ``fu``
-and ``pm`` each pass a register that holds the credit with its decode (the compares with
+and ``pm`` each pass two registers that hold a credit with its decode (the compares with
 each node's GPU of this rank, themselves registered ids): the first version decided in
-the cycle a credit came, 27-29 FO4 at 4-8 nodes from the ids to the slot bits.
+the cycle a credit came, 27-29 FO4 at 4-8 nodes from the ids to the slot bits. The second
+register (a skid entry) makes each port's ``ready`` a register (see ``_held``).
 """
 from types import SimpleNamespace
 
@@ -92,18 +93,35 @@ class RelayCredits(wiring.Component):
         return Cat(*hit).any(), oh
 
     def _held(self, m, port, name: str):
-        """A register in front of input ``port``: its credit with its decode (whether a
-        remote source of this rank, the (node, tag) one-hot), so no compare sits in front
-        of the slot bits. Set ``.take`` to consume it; ``port.ready`` follows."""
+        """Two registers in front of input ``port``, each holding a credit with its decode
+        (whether a remote source of this rank, the (node, tag) one-hot), so no compare sits
+        in front of the slot bits: the head (``{name}_v`` ...), which the join serves (set
+        ``.take`` to consume it), and a skid entry (``{name}_s_v`` ...) behind it. The
+        port's ``ready`` is the skid entry's emptiness, a register: with one entry it was
+        ``~valid | take``, and ``take`` hangs on the slot bits (``need`` through ``f_now``),
+        so the egress's credit handshake and its command FIFO sat behind the join's
+        decision (25.4 FO4 in the whole hub at 4 nodes). The head loads from the skid entry
+        if that holds one, else from the port; the skid entry takes the port's credit while
+        the head stays."""
         cfg, W = self.cfg, self.cfg.nodes * self.cfg.tags_per_source
-        h = SimpleNamespace(valid=Signal(name=f"{name}_v"), src=Signal(cfg.src_bits, name=f"{name}_src"),
-                            tag=Signal(cfg.tag_bits, name=f"{name}_tag"), rel=Signal(name=f"{name}_rel"),
-                            oh=Signal(W, name=f"{name}_oh_r"), take=Signal(name=f"{name}_take"))
+
+        def entry(tag):
+            return SimpleNamespace(valid=Signal(name=f"{name}{tag}_v"), src=Signal(cfg.src_bits, name=f"{name}{tag}_src"),
+                                   tag=Signal(cfg.tag_bits, name=f"{name}{tag}_tag"), rel=Signal(name=f"{name}{tag}_rel"),
+                                   oh=Signal(W, name=f"{name}{tag}_oh_r"))
+        h, s = entry(""), entry("_s")
+        h.take = Signal(name=f"{name}_take")
         rel, oh = self._relay_slot(m, port.payload.src, port.payload.tag, name)
-        m.d.comb += port.ready.eq(~h.valid | h.take)
-        with m.If(port.ready):
-            m.d.sync += [h.valid.eq(port.valid), h.src.eq(port.payload.src), h.tag.eq(port.payload.tag),
-                         h.rel.eq(rel), h.oh.eq(oh)]
+        fields = ("src", "tag", "rel", "oh")
+        incoming = dict(src=port.payload.src, tag=port.payload.tag, rel=rel, oh=oh)
+        m.d.comb += port.ready.eq(~s.valid)
+        with m.If(~h.valid | h.take):
+            with m.If(s.valid):
+                m.d.sync += [h.valid.eq(1), s.valid.eq(0)] + [getattr(h, f).eq(getattr(s, f)) for f in fields]
+            with m.Else():
+                m.d.sync += [h.valid.eq(port.valid)] + [getattr(h, f).eq(incoming[f]) for f in fields]
+        with m.Elif(~s.valid):
+            m.d.sync += [s.valid.eq(port.valid)] + [getattr(s, f).eq(incoming[f]) for f in fields]
         return h
 
     def _dropped(self, m):

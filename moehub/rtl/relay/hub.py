@@ -289,18 +289,16 @@ class RelayHub(wiring.Component):
         rows read back by the feed into the reduce."""
         hub, place = self.hub, self.hub.relay_place
         m.submodules.stage, m.submodules.egress, m.submodules.join = self.stage, self.egress, self.join
-        connect_relay_side(m, self.stage, self.relay, self.egress, self.join,
+        connect_relay_side(m, self.ingress, self.stage, self.relay, self.egress, self.join,
                            node=place.node, rank=place.rank, base=place.stage_base)
         m.submodules.pstage, m.submodules.feed = self.pstage, self.feed
         for top, (part, name) in self.STAGE_PORTS.items():
             self._pass(m, getattr(self, part), {top: name})
-        wiring.connect(m, self.ingress.relay, self.stage.i)
         wiring.connect(m, hub.credit, self.join.pm)
         wiring.connect(m, self.join.credit, wiring.flipped(self.credit))
         # the combine's side: partial chunks into the partial staging (whole rows read back
         # by the feed into the reduce, their P credits out)
-        wiring.connect(m, self.ingress.part, self.pstage.i)
-        connect_combine_side(m, self.pstage, self.feed, self.reduce, base=place.pstage_base)
+        connect_combine_side(m, self.ingress, self.pstage, self.feed, self.reduce, base=place.pstage_base)
 
     @staticmethod
     def _outer(part, inner) -> dict:

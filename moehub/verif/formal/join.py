@@ -21,8 +21,8 @@ and ``fu`` only names remote sources of this rank.
 
 Reference state (the harness's own registers): the chosen slot's row -- open (marked, its
 credit not out), whether it names this GPU, each half taken, or dropped (done, its credit
-not out) -- and the pass-through credit the ``pm`` port took and has not sent (its
-payload).
+not out) -- and the pass-through credits the ``pm`` port took and has not sent (their
+payloads, in order: the port holds two).
 
 Properties:
 
@@ -30,24 +30,25 @@ Properties:
   while owed: a dropped row's, or an open row's with its forwards' credit in and, if it
   names this GPU, the packet manager's -- so never before both halves, and once per row
   (the row is no longer owed once it left);
-* a credit of any other source (not a remote GPU of this rank) leaves only as the
-  pass-through credit taken, with its payload;
+* a credit of any other source (not a remote GPU of this rank) leaves only as the oldest
+  pass-through credit taken, with its payload (in order; never a third held);
 * no hang, none lost: a credit owed (the chosen slot's, or the pass-through one) leaves
   within :func:`hang_wait` cycles in a row in which ``credit`` is ready and no input is
-  offered: the window's slots plus 3 (the dropped rows' credits, one a cycle, go first;
+  offered: the window's slots plus 5 (the dropped rows' credits, one a cycle, go first;
   exact: reached, and one more is not).
 
 Unbounded (k-induction, ``prove``): the invariants (:meth:`JoinHarness._invariants`) tie
 the join's registers to the reference: the ids (each node's GPU of this rank, whether it is
 remote) their function of ``node`` and ``rank``; each held credit's decode its payload's
-(the (node, tag) one-hot, whether a remote source of this rank), the dropped-credit
+(the (node, tag) one-hot, whether a remote source of this rank), a port's skid entry held
+only behind its head, the dropped-credit
 register a slot's; the chosen slot's bits -- ``need`` the open row's naming this GPU, a
 half's bit (``fu_in``, ``pm_in``) set exactly when the half was taken and is no longer in
-its register, never both, the forwards' half only for a row naming this GPU -- its held
-credits only while owed, its ``dropped`` bit or the dropped-credit register exactly while
+its registers, never both, the forwards' half only for a row naming this GPU -- its held
+credits only while owed and never twice in a port, its ``dropped`` bit or the dropped-credit register exactly while
 a dropped row is owed, never both; nothing of it while the slot owes nothing; the
-pass-through credit exactly the ``pm`` register's when that holds one not of a remote
-source of this rank.
+pass-through credits exactly the ``pm`` registers' that hold one not of a remote source
+of this rank, head first.
 """
 from __future__ import annotations
 
@@ -63,9 +64,10 @@ JOIN_SMALL = dict(sources=6, nodes=3, gpus_per_node=2)
 #: the most cycles in a row a credit owed waits while the credit port is ready and no input
 #: is offered (no hang), past the window's slots: the dropped rows' credits go first, one a
 #: cycle (every slot of the window may owe one) after the two registers they pass, then the
-#: forwards' credit held, then the packet manager's (on the small config, 4 slots: 7 is
-#: reached at step 16, 8 is not within 24 steps)
-HANG_EXTRA = 3
+#: forwards' credits held (the head, then the skid entry behind it), then the packet
+#: manager's two (on the small config, 4 slots: 9 is reached within 20 steps, and the proof
+#: shows 10 is not)
+HANG_EXTRA = 5
 
 
 def hang_wait(cfg) -> int:
@@ -82,7 +84,7 @@ PLANTS = {
                             "RelayCredits", ("the chosen slot's credit out while not owed",),
                             "a row credited on its forwards alone (its own targets not yet written)"),
     "pass-swallowed": Plant(MOD, "p_now = ~pm.rel | (fu_in & pm.oh).any()", "p_now = (fu_in & pm.oh).any()",
-                            "RelayCredits", ("a credit owed held back",),
+                            "RelayCredits", ("a credit owed held back", "a third pass-through credit taken"),
                             "a credit of a source that is no remote GPU of this rank taken and never sent"),
     "dropped-kept": Plant(MOD, "m.d.sync += owed.eq((owed & ~Mux(load_pick, nxt, 0)) | Mux(self.done.valid, new, 0))",
                           "m.d.sync += owed.eq(owed | Mux(self.done.valid, new, 0))", "RelayCredits",
@@ -174,17 +176,25 @@ class JoinHarness(PlantedHarness):
                 m.d.sync += r_fu.eq(1)
             with m.If(pm_take):
                 m.d.sync += r_pm.eq(1)
-        # ---- reference: the pass-through credit
+        # ---- reference: the pass-through credits (in order: the pm port holds two)
         pv, ppl = ins["pm"]
         pass_take = pv & dut.pm.ready & ~remote_rank(ppl.src)
         pass_out = out & ~remote_rank(cp.src)
-        t_pass = Signal(name="ref_pass")
-        t_pay = Signal(len(ppl.as_value()), name="ref_pass_payload")
+        W_PAY = len(ppl.as_value())
+        t_pass, t_pay = Signal(name="ref_pass"), Signal(W_PAY, name="ref_pass_payload")
+        t_pass1, t_pay1 = Signal(name="ref_pass1"), Signal(W_PAY, name="ref_pass1_payload")
         p.check(~(dut.credit.valid & ~remote_rank(cp.src)) | (t_pass & (cp.as_value() == t_pay)),
-                "a credit of another source out that the pm port did not take (or not its payload)")
-        m.d.sync += t_pass.eq(Mux(pass_take, 1, t_pass & ~pass_out))
-        with m.If(pass_take):
-            m.d.sync += t_pay.eq(ppl.as_value())
+                "a credit of another source out that the pm port did not take (or not its payload, or "
+                "out of order)")
+        p.check(~(pass_take & t_pass1 & ~pass_out), "a third pass-through credit taken (the pm port holds two)")
+        with m.If(pass_out):
+            m.d.sync += [t_pass.eq(t_pass1 | pass_take), t_pay.eq(Mux(t_pass1, t_pay1, ppl.as_value())),
+                         t_pass1.eq(t_pass1 & pass_take), t_pay1.eq(ppl.as_value())]
+        with m.Elif(pass_take):
+            with m.If(t_pass):
+                m.d.sync += [t_pass1.eq(1), t_pay1.eq(ppl.as_value())]
+            with m.Else():
+                m.d.sync += [t_pass.eq(1), t_pay.eq(ppl.as_value())]
 
         # ---- no hang: a credit owed leaves while the port is ready and nothing is offered
         quiet = dut.credit.ready & ~(ins["fu"][0] | ins["pm"][0] | ins["done"][0])
@@ -217,10 +227,13 @@ class JoinHarness(PlantedHarness):
         def decode(src, tag):
             hit = [(src == regs[f"gid{n}"]) & regs[f"remote{n}"] for n in range(cfg.nodes)]
             return Cat(*hit).any(), Cat(*(hit[n] & (tag == t) for n in range(cfg.nodes) for t in range(T)))
-        for h in ("fu", "pm"):
+        for h in ("fu", "fu_s", "pm", "pm_s"):
             rel, oh = decode(regs[f"{h}_src"], regs[f"{h}_tag"])
             p.check(~regs[f"{h}_v"] | (regs[f"{h}_rel"] == rel) & (regs[f"{h}_oh_r"] == oh),
                     "invariant: a held credit's decode is not its payload's", src_loc_at=0)
+        for h in ("fu", "pm"):
+            p.check(~regs[f"{h}_s_v"] | regs[f"{h}_v"], "invariant: a skid entry held behind an empty head",
+                    src_loc_at=0)
         k = Signal(range(cfg.nodes * T), name="inv_chosen_slot")
         m.d.comb += k.eq(kn * T + kt)
 
@@ -231,7 +244,10 @@ class JoinHarness(PlantedHarness):
 
         def held_k(h):
             return regs[f"{h}_v"] & (regs[f"{h}_src"] == gk) & (regs[f"{h}_tag"] == kt)
-        fu_h, pm_h = held_k("fu"), held_k("pm")
+        for h in ("fu", "pm"):
+            p.check(~(held_k(h) & held_k(f"{h}_s")), "invariant: the chosen slot's credit held twice",
+                    src_loc_at=0)
+        fu_h, pm_h = held_k("fu") | held_k("fu_s"), held_k("pm") | held_k("pm_s")
         drop_h = regs["drop_v"] & (regs["drop_src"] == gk) & (regs["drop_tag"] == kt)
         pick_h = regs["drop_pick_v"] & regs["drop_pick"].bit_select(k, 1)
         p.check(~(r_open & r_drop), "invariant: the chosen slot both open and dropped")
@@ -252,11 +268,15 @@ class JoinHarness(PlantedHarness):
         p.check(~regs["drop_v"] | Cat(*((regs["drop_src"] == gid_of(n)) & (node != n) for n in range(cfg.nodes))).any()
                 & (regs["drop_tag"] < T), "invariant: the dropped-credit register holds no slot")
         p.check((regs["dropped"] & own) == 0, "invariant: a dropped bit of this node's own slots")
-        rel_pm = e["remote_rank"](regs["pm_src"])
-        p.check(e["t_pass"] == (regs["pm_v"] & ~rel_pm), "invariant: the pass-through credit is not the pm register's")
-        p.check(~e["t_pass"] | (e["t_pay"] == Cat(regs["pm_src"], regs["pm_tag"])),
-                "invariant: the pass-through payload is not the pm register's")
-        p.check(~(e["age"] == 0) | ~(r_open | r_drop | e["t_pass"] | regs["fu_v"] | regs["pm_v"] | regs["drop_v"]
+        hp = regs["pm_v"] & ~e["remote_rank"](regs["pm_src"])          # the head a pass-through credit
+        sp = regs["pm_s_v"] & ~e["remote_rank"](regs["pm_s_src"])      # the skid entry one
+        head, skid = Cat(regs["pm_src"], regs["pm_tag"]), Cat(regs["pm_s_src"], regs["pm_s_tag"])
+        p.check((e["t_pass"] == (hp | sp)) & (e["t_pass1"] == (hp & sp)),
+                "invariant: the pass-through credits are not the pm registers'")
+        p.check((~e["t_pass"] | (e["t_pay"] == Mux(hp, head, skid))) & (~e["t_pass1"] | (e["t_pay1"] == skid)),
+                "invariant: the pass-through payloads are not the pm registers' (in order)")
+        p.check(~(e["age"] == 0) | ~(r_open | r_drop | e["t_pass"] | e["t_pass1"] | regs["fu_v"] | regs["pm_v"]
+                                       | regs["fu_s_v"] | regs["pm_s_v"] | regs["drop_v"]
                                        | regs["drop_pick_v"])
                 & (regs["dropped"] == 0) & (regs["need"] == 0) & (regs["fu_in"] == 0) & (regs["pm_in"] == 0),
                 "invariant: anything owed or held in the reset cycle")
@@ -280,4 +300,4 @@ def property_set() -> dict:
                 note="protocol v3: a relay row's credit out once, only after its forwards' credit and, naming "
                      "this GPU, the packet manager's; a dropped row's once; any other credit passed through "
                      f"unchanged; a credit owed out within {k - 1} quiet cycles with the port ready (the "
-                     "window's slots + 3; none lost however long the port waits) (join.py)")
+                     "window's slots + 5; none lost however long the port waits) (join.py)")
