@@ -1,7 +1,7 @@
 """Formal proofs (moehub.verif.formal, ``moehub formal``) with SymbiYosys from PyPI.
 
-Fast: the smoke jobs (every set's shallow proofs and covers; a harness's feature variants'
-in the slow set and the kill suite), proofs that fail on a
+Fast: the smoke jobs (every set's shallow proofs and covers; a few, SLOW_SMOKE, in the slow
+set and the kill suite), proofs that fail on a
 deliberately broken allocator, queue, page pool and packet manager's chunk table, so the
 properties are not vacuous, and the command's exit codes. Slow: every set's full jobs,
 and broken tracker, packet manager (the full BMC, its queue, dropped-packet, credit and
@@ -36,27 +36,29 @@ def _check(result):
                                      f"{result.failed} (log {result.log})")
 
 
-#: the smoke jobs of a harness's feature variants (the same harness on a hub with paging,
-#: count packets or admission): in the slow set and the mutation kill suite, since the
-#: harness's base set stays in the fast set and each job's cost is mostly its Yosys
-#: preparation (3-5 s), not its depth
-VARIANT_SMOKE = ("packet-manager-paged", "packet-manager-counts", "allocator-paged", "mcast-allocator-admitted",
-                 "mcast-allocator-paged", "mcast-allocator-counts", "page-pool-5")
+#: the smoke jobs in the slow set and the mutation kill suite only: a harness's feature
+#: variants (the same harness on a hub with paging, count packets or admission), whose base
+#: set stays in the fast set, each job's cost mostly its Yosys preparation (3-5 s), not
+#: its depth; and the reduce path's (9 s: its invariants' logic), whose file runs a cheaper
+#: fast check of the same harness (tests/test_reduce_path_formal.py: the pairing's
+#: induction at k = 1)
+SLOW_SMOKE = ("packet-manager-paged", "packet-manager-counts", "allocator-paged", "mcast-allocator-admitted",
+              "mcast-allocator-paged", "mcast-allocator-counts", "page-pool-5", "relay-reduce-path")
 
 
 def _smoke_param(job):
-    variant = job[0].name in VARIANT_SMOKE
-    return pytest.param(job, id=_id(job), marks=[pytest.mark.slow, pytest.mark.mutation] if variant else [])
+    slow = job[0].name in SLOW_SMOKE
+    return pytest.param(job, id=_id(job), marks=[pytest.mark.slow, pytest.mark.mutation] if slow else [])
 
 
-def test_variant_smoke_names_are_sets():
-    assert set(VARIANT_SMOKE) <= {s for s in SETS}, set(VARIANT_SMOKE) - set(SETS)
+def test_slow_smoke_names_are_sets():
+    assert set(SLOW_SMOKE) <= {s for s in SETS}, set(SLOW_SMOKE) - set(SETS)
 
 
 @pytest.mark.parametrize("job", [_smoke_param(j) for j in jobs(smoke=True)])
 def test_smoke(job):
     """Each component's shallow proof or cover passes (covers: reached): the fast set
-    runs every set's but :data:`VARIANT_SMOKE`'s."""
+    runs every set's but :data:`SLOW_SMOKE`'s."""
     _check(run(*job))
 
 

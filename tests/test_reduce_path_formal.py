@@ -1,8 +1,10 @@
 """The relay reduce path's formal properties (moehub/verif/formal/reduce_path.py, set
-``relay-reduce-path``): the set's BMC and covers pass, each planted bug
+``relay-reduce-path``): the set's k-induction and covers pass, the pairing properties are
+inductive alone at k = 1 with the invariants, each planted bug
 (:data:`moehub.verif.formal.reduce_path.PLANTS`) makes a BMC FAIL, with a trace, on the
-property it breaks, and the no-hang bounds are exact (one less fails). The set's smoke
-job (its covers) also runs in tests/test_formal.py.
+property it breaks, and each no-hang bound is the least the induction proves (one less
+fails it). The set's smoke job (a BMC 12, 9 s) runs in tests/test_formal.py's slow set; the fast set
+checks the harness by the pairing's induction at k = 1.
 """
 from __future__ import annotations
 
@@ -18,21 +20,29 @@ pytestmark = formal_file()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["bmc", "cover"])
+@pytest.mark.parametrize("mode", ["prove", "cover"])
 def test_reduce_path_set_passes(mode):
-    """The BMC from reset and the covers (each bound reached) at the set's depths, 30
-    cycles (about 35 s each). (The set's smoke job, a BMC of 12, runs in
-    tests/test_formal.py's fast set.)"""
+    """The k-induction (k = 24: about 2.5-3 min) and the covers within 30 cycles (about
+    15-20 s). (The set's smoke job, a BMC of 12, runs in tests/test_formal.py's slow set.)"""
     assert_set_passes("relay-reduce-path", mode)
 
 
+def test_reduce_path_pairing_is_inductive():
+    """The pairing properties alone close at k = 1 with the invariants (a few seconds): the
+    set's k is the no-hang bounds' window, not theirs."""
+    r = run_harness("reduce-path-pairing", ReducePathHarness(small_config(), invariants=True, hangs=()),
+                    "prove", 1)
+    assert r.status == "PASS", f"{r.status} {r.failed} ({r.log})"
+
+
 #: each plant's BMC depth: its failure's step (measured, in the comment) and a little more
-DEPTHS = {"refused-stuck": 15,       # 13: a partial beat held back past HANG_WAIT (a hang)
+DEPTHS = {"refused-stuck": 20,       # 18: a partial beat held back past HANG_WAIT (a hang)
           "header-early": 11,        # 9: a header taken while the last row owes beats
           "refused-passed": 12,      # 10: a y beat no passed row owes
-          "op-ready-ignored": 24,    # 22: a partial beat held back past HANG_WAIT (a hang)
-          "verdict-ignored": 15}     # 13: a partial beat held back past HANG_WAIT (a hang)
-#: the fast set's plant: one hang (3-4 s); the rest in the slow set
+          "op-ready-ignored": 29,    # 27: a partial beat held back past HANG_WAIT (a hang: the lost
+                                     # op's beats never taken)
+          "verdict-ignored": 20}     # 18: a partial beat held back past HANG_WAIT (a hang)
+#: the fast set's plant: one hang (2-3 s, invariants off); the rest in the slow set
 FAST = {"refused-stuck"}
 
 
@@ -43,19 +53,25 @@ def test_reduce_path_plant_fails(plant):
     assert_fails_on(r, PLANTS[plant].fails)
 
 
+#: each no-hang bound's property, by the harness's name for it, and its message
+BOUNDS = {"HANG_WAIT": ("partial", "a partial beat held back"), "OPEN_WAIT": ("open", "an open held back"),
+          "SWEEP_WAIT": ("sweep", "a sweep longer")}
+
+
 @pytest.mark.slow
-@pytest.mark.plants
-@pytest.mark.parametrize("bound", ["HANG_WAIT", "OPEN_WAIT", "SWEEP_WAIT"])
-def test_reduce_path_bounds_are_exact(bound, monkeypatch):
-    """One cycle less than a no-hang bound fails within the set's BMC depth: the bounds the
-    set proves are the least that hold to that depth (the covers show each is reached;
-    about 15-35 s each)."""
+@pytest.mark.parametrize("bound", list(BOUNDS))
+def test_reduce_path_bounds_are_least(bound, monkeypatch):
+    """One cycle less than a no-hang bound fails the k-induction (its property alone, k =
+    the bound: the window of one cycle more) from a state every invariant allows: the
+    bound is the least the invariants prove (about 50-125 s each). The covers reach
+    shorter waits within 30 cycles (reduce_path.py: the longest ones take runs past any
+    affordable cover)."""
     monkeypatch.setattr(reduce_path, bound, getattr(reduce_path, bound) - 1)
-    text = {"HANG_WAIT": "a partial beat held back", "OPEN_WAIT": "an open held back",
-            "SWEEP_WAIT": "a sweep longer"}[bound]
-    r = run_harness(f"reduce-path-exact-{bound}", ReducePathHarness(small_config()), "bmc",
-                    reduce_path.BMC_DEPTH)
-    assert_fails_on(r, (text,))
+    name, text = BOUNDS[bound]
+    r = run_harness(f"reduce-path-least-{bound}", ReducePathHarness(small_config(), invariants=True, hangs=(name,)),
+                    "prove", getattr(reduce_path, bound))
+    assert r.status == "UNKNOWN", f"{r.status}, expected the induction to fail ({r.log})"
+    assert any(text in f for f in r.failed), r.failed
 
 
 def test_every_plant_is_tried():

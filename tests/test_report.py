@@ -1176,12 +1176,15 @@ def test_v2_hubs_from_the_synthesis_records_of_the_variants(tmp_path):
 
 def _formal_build(tmp_path) -> Path:
     """A build folder with ``moehub formal`` jobs' result.json: the allocator's three jobs
-    (its BMC at a smoke depth, on older RTL), page-pool-5's k-induction failing, and a work
-    folder without a result (a run before jobs wrote one)."""
+    (its BMC at a smoke depth, on older RTL), page-pool-5's k-induction failing, two jobs no
+    set has now, and a work folder without a result (a run before jobs wrote one)."""
     jobs = (("allocator", "allocator", "prove", 3, 3, "PASS", 6.4, None, CUR),
             ("allocator", "allocator", "bmc", 5, 10, "PASS", 95.0, None, OLD),
             ("allocator", "allocator", "cover", 8, 8, "PASS", 1.8, None, CUR),
-            ("page-pool-5", "page pool", "prove", 1, 1, "UNKNOWN", 13.0, 1, CUR))
+            ("page-pool-5", "page pool", "prove", 1, 1, "UNKNOWN", 13.0, 1, CUR),
+            # jobs no set has now (a mode dropped, a set renamed): their folders left out
+            ("relay-reduce-path", "relay reduce path", "bmc", 30, 30, "PASS", 27.0, None, CUR),
+            ("no-such-set", "allocator", "prove", 3, 3, "PASS", 1.0, None, CUR))
     for i, (name, comp, mode, depth, full, status, secs, step, rtl) in enumerate(jobs):
         folder = tmp_path / "build" / "formal" / f"{name}-{mode}"
         folder.mkdir(parents=True)

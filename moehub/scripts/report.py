@@ -884,12 +884,24 @@ def collect_explore(build: Path, records: Path) -> list:
     return written
 
 
+def _formal_job_now(path: Path) -> bool:
+    """Whether a formal work folder's ``result.json`` is of a job of the full set as the
+    property sets define it now (its set's mode, any depth)."""
+    from ..verif.formal.sets import SETS
+    doc = json.loads(Path(path).read_text())
+    s = SETS.get(doc.get("set"))
+    return s is not None and doc.get("mode") in s.modes
+
+
 def collect_formal(build: Path, records: Path) -> list:
     """The record of every ``<build>/formal/<set>-<mode>/result.json`` (``moehub formal``:
     one job each, with its run's record, the load before it and the hash of the RTL sources
-    it proved), one row per job; a work folder of a run before jobs wrote one is left out."""
+    it proved), one row per job; a work folder of a run before jobs wrote one is left out,
+    and so is one of a job its set no longer has (a mode dropped, a set renamed: its folder
+    stays in the build folder, its result is no job of the full set)."""
     return _record_summaries(
-        "formal", sorted(Path(build, "formal").glob("*/result.json")), Path(records, "formal.json"),
+        "formal", [p for p in sorted(Path(build, "formal").glob("*/result.json")) if _formal_job_now(p)],
+        Path(records, "formal.json"),
         "moehub formal", "one row per job (property set and mode), each with its own run's "
         "command and commit, the load before it and the RTL sources' hash it proved "
         "(rtl_sha256, what the table's older-RTL mark reads); sources_sha256: the RTL at "

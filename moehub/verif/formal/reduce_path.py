@@ -20,7 +20,8 @@ records, so the unit's clearing sweep after reset is 4 cycles; top-2; rows of 2 
 engine's own constructor parameters -- the class the path builds, so a plant of the
 engine reaches it; the path's wiring, its unit and its intake are the RTL's. The hub's
 depths (16 contexts, 20 cycles) change the bounds below (a hazard's wait is a datapath's
-latency) and are not run here: at those depths the bounds lie past any affordable BMC.
+latency) and are not run here: the induction's window there, the bounds, would be far
+past this one's (:mod:`.reduce` argues the engine's depths for its own properties).
 
 Reference state (the harness's own registers): the headers taken by the unit (``part``'s
 handshake) not yet judged; the current row's beats still owed and whether it was passed
@@ -42,7 +43,11 @@ Properties:
   sweep after reset (``clearing``, 4 cycles) and the flush's sweep (``sweeping``, and the
   cycles from ``flush`` to it) are not counted: a flush every sweep would hold the unit
   for ever, by design. A sweep itself ends: ``sweeping`` at most :data:`SWEEP_WAIT` cycles
-  in a row with the outputs ready and the memory answering.
+  in a row with the outputs ready, the memory answering and, while a passed row owes
+  beats, one offered (a passed row's op can be in the engine before its beats: its
+  contexts wait for them at the join, the FLUSH ops behind them, and the sweep for the op
+  register, as long as the feed stalls mid-row: the k-induction's counterexample without
+  the condition -- such a sweep is bounded by the feed, not by the path).
 * **pairing**: every header the unit takes gets exactly one verdict (``part_taken`` or
   ``part_refused``, never both, none without a header judged); the next header is taken
   only once the last row's verdict is in and its ``C`` beats are taken; a partial beat is
@@ -53,47 +58,101 @@ Properties:
   do, in order); a ``y`` beat is offered only while an op the unit made for a row owes one,
   and taken only while an op the engine took owes one (FLUSH ops take none).
 
-Bounded: BMC to :data:`BMC_DEPTH` = 30 cycles from reset, no k-induction. The properties
-alone are not inductive (the unit's record table, the engine's scoreboard, context FIFO and
-datapath registers and the intake's FIFO can start in states no run reaches), and the
-strengthening invariants would be :mod:`.reduce`'s for the engine plus ones for the unit's
-records and the intake -- not written. Each step past 30 costs 1.5-2x the one before
-(steps 31, 32, 33: 25, 40, 45 s under load 3). The no-hang bounds are the least that hold
-to that depth, each reached by a cover and one less failing -- but each failure is found
-near the last step (the open's 3 at step 25, 4 at 28; the row's 6 at 29; the sweep's 13 at
-29): a longer wait needs a busier state (more ops in flight, a LAST behind its WRITE in the
-datapath, FLUSH ops left by a sweep), which takes more cycles from reset to build. So the
-bounds hold for every run of 30 cycles, and a deeper BMC finds longer waits (BMC 34: a
-15-cycle sweep and an open waiting 6 cycles at step 30, a row's beat waiting 8 at step
-31): what is established is that nothing hangs within 30 cycles, not the bound of every
-run. (Also the intake's FIFO, 2
-entries, holds a whole 2-chunk row here; the hub's rows are hundreds of chunks.)
+Unbounded: k-induction (``prove``) at k = :data:`PROVE_K` = 24, every property, with the
+strengthening invariants (:meth:`ReducePathHarness._invariants`; off for the plants, which
+must fail on the properties themselves; ``hangs`` picks the no-hang properties checked).
+The pairing properties alone close at k = 1 with the first two groups below (a fast
+test); k = 24 is the no-hang bounds' window: a wait of
+SWEEP_WAIT + 1 cycles fits in the induction's path, so the induction shows that no state
+the invariants allow starts one. The invariants, read from the path's registers by name
+(the unit's and the intake's FSM transitions resolved first), the FIFOs' and the record
+table's memory words as flip-flops (``memory_map``, :func:`.common.memory_words`):
+
+* *intake and unit*: the intake's state against the reference (waiting for a header:
+  nothing unjudged or owed; for a verdict: one header unjudged, ``C`` beats left; passing
+  or dropping: the beats left the row's owed, 1 .. ``C``); waiting for a verdict exactly
+  while the unit reads or decides a part, at the row's record and slot; the unit's state
+  one of its states;
+* *y beats*: the passed beats queued = the intake FIFO's level, with the shadow queue's
+  data; owed by the unit's ops = queued + the passing row's beats left = owed by the
+  engine's ops + ``C`` for a part's op in the op register; owed by the engine's ops = its
+  queued contexts but FLUSH's + the op being issued's chunks left; both FIFOs' pointers;
+* *engine* (the progress the no-hang bounds rest on, lighter than :mod:`.reduce`'s ghost
+  tags): the scoreboard's valid entries tail .. head - 1, as many as the last chunks live
+  in the pipeline (the datapath's output, its stages, the context FIFO, oldest first) and
+  the op being issued; the live chunks, then the chunk to issue, whole ops' chunks in
+  order, an op's chunks of one kind, record, parts and weight (the oldest op's first
+  chunks may be gone), the newest a last chunk unless an op is being issued; each live
+  context and the op issued of its scoreboard entry (counted from the tail by the last
+  chunks before it: its record, write bit, read bit); an op's parts as its kind allows at
+  top-k; the reads not answered = the queued contexts that read;
+* *unit*: the unit's flush request against the harness's; an open record's parts in fewer
+  than its expected slots (or none of none); the record read the table's at the index (in
+  DO, SWEEP_DO); per record, its ops in flight, issued and in the op register, oldest
+  first, each the next of its sum after the one before (a WRITE of n parts: an ADD or
+  LAST of n + 1 or a FLUSH of n) or a new sum's first (WRITE, ONLY, a FLUSH of none), and
+  the newest against the record (a sum going on: open with its parts in; ended: closed or
+  opened anew).
+
+Bounds, and how they were established: :data:`HANG_WAIT` = 12, :data:`OPEN_WAIT` = 12,
+:data:`SWEEP_WAIT` = 23 are the least the k-induction proves -- each bound less one fails
+the induction (that property alone, k = the bound) from a state every invariant allows
+(tests/test_reduce_path_formal.py). Those states look reachable but deep: the open's 12
+starts with three ops of one record in flight (a WRITE after two sums flushed, each
+needing a sweep), a FLUSH of it in the op register waiting for the WRITE's write-back and
+a part behind it; the sweep's 23 starts a second sweep while the first one's last FLUSH
+still waits on a WRITE of its record, the pipeline full. Exactness from reset is not
+established: the covers reach waits of :data:`HANG_SEEN` = 7, :data:`OPEN_SEEN` = 5 and
+:data:`SWEEP_SEEN` = 14 within :data:`COVER_DEPTH` = 30 cycles (steps 29, 28, 29), and a
+deeper cover (with the invariants, stopped in step 43) reaches a row's beat waiting 8
+(step 31), an open 7 (step 35) and 8 (step 42), a sweep 17 (step 32), nothing longer by
+step 42 -- each cycle more needs a busier state, built over more cycles, and the cover's
+steps past 40 take 1-2 minutes each: whether 9 .. 12, 9 .. 12 and 18 .. 23 are reached
+from reset is open. The earlier bounded set (BMC 30, no invariants) proved only the waits
+within 30 cycles (7, 5, 14), not every run's.
+
+Times (2-core machine, load 3, a Yosys synthesis and another formal run beside it): the
+k-induction at k = 24 150-160 s; the covers within 30 cycles 13-20 s; the pairing alone at k =
+1 3 s; each bound less one failing its induction 50-125 s; the smoke BMC 12 9 s (mostly
+preparing the invariants' logic: a BMC 6 takes 8 s); each planted bug fails a BMC
+(invariants off) within 27 steps in 2-4 s. (The intake's FIFO, 2 entries, holds a whole
+2-chunk row here; the hub's rows are hundreds of chunks.)
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.hdl._dsl import resolve_statements
+from amaranth.lib import data
 
+from ...rtl.relay.accumulate import beat_layouts
 from ...rtl.relay.reduce_path import ReducePath
-from ...rtl.relay.reduce_unit import Op
-from .common import Props, any_const, any_seq, reset_first
+from ...rtl.relay.reduce_unit import Op, op_layout
+from .common import Props, any_const, any_seq, count_ones, elaborate_into, memory_words, pick, reset_first
 from .plant import Plant, PlantedHarness
-from .reduce import CHUNKS, ELEMENTS, PROOF_DEPTHS, DatapathControl, small_config
+from .reduce import CHUNKS, ELEMENTS, PROOF_DEPTHS, DatapathControl, _reads, _writes, small_config
 
 #: the most cycles in a row a partial beat offered waits with the outputs ready, the
-#: memory answering, no open offered and no flush -- the least that holds within
-#: BMC_DEPTH (reached at step 29, 6 fails there; it grows with the depth: BMC 34 finds 8
-#: at step 31, module docstring)
-HANG_WAIT = 7
-#: the same for an open offered (reached at step 28, 4 fails there)
-OPEN_WAIT = 5
-#: the most cycles in a row a flush's sweep lasts with the outputs ready and the memory
-#: answering: 4 records at 3 cycles each, and the FLUSH ops' waits for the op register
-#: (reached at step 29, 13 fails there)
-SWEEP_WAIT = 14
-#: the BMC's and the covers' depths (cycles from reset; each step past 30 about 1.5-2x
-#: dearer: steps 31-33 took 25-45 s each), the fast set's BMC
-BMC_DEPTH, COVER_DEPTH, SMOKE_DEPTH = 30, 30, 12
-#: the engine's context FIFO and the path's FIFO as flip-flops
+#: memory answering, no open offered and no flush -- the least the k-induction proves (11
+#: fails it: module docstring)
+HANG_WAIT = 12
+#: the same for an open offered (11 fails the k-induction)
+OPEN_WAIT = 12
+#: the most cycles in a row a flush's sweep lasts with the outputs ready, the memory
+#: answering and the passing row's beats offered: 4 records at 3 cycles each, and the
+#: FLUSH ops' waits for the op register (22 fails the k-induction)
+SWEEP_WAIT = 23
+#: the no-hang properties, by name (a harness may check some only)
+HANGS = ("partial", "open", "sweep")
+#: the longest waits a cover reaches within COVER_DEPTH (a row's beat at step 29, an open
+#: at step 28, a sweep at step 29; each cycle more takes a longer run to build: module docstring)
+HANG_SEEN, OPEN_SEEN, SWEEP_SEEN = 7, 5, 14
+#: k of the k-induction: the longest bound's window (a wait of SWEEP_WAIT + 1 cycles fits
+#: in the induction's path; the pairing properties close at k = 1)
+PROVE_K = max(HANG_WAIT, OPEN_WAIT, SWEEP_WAIT) + 1
+#: the covers' depth (cycles from reset) and the fast set's BMC
+COVER_DEPTH, SMOKE_DEPTH = 30, 12
+#: the FIFOs' and the record table's memories as flip-flops (the invariants connect their
+#: words after it)
 SCRIPT = ("memory_map", "opt_clean")
 
 PATH = "moehub.rtl.relay.reduce_path"
@@ -138,8 +197,9 @@ class ReducePathHarness(PlantedHarness):
     unit = ReducePath
     plants = PLANTS
 
-    def __init__(self, cfg, plant: str | None = None, invariants: bool = False):
+    def __init__(self, cfg, plant: str | None = None, invariants: bool = False, hangs: tuple = HANGS):
         super().__init__(cfg, plant, invariants)
+        self.hangs = hangs
         self.script = SCRIPT
 
     def _path(self):
@@ -158,12 +218,18 @@ class ReducePathHarness(PlantedHarness):
         m = Module()
         p = Props(m)
         self.messages = p.messages
+        self.script = SCRIPT
         dut = self._path()
-        m.submodules.dut = dut                        # (no invariants: no registers read by name)
+        if self.invariants:
+            regs = _elaborate_resolved(m, dut, platform)
+        else:
+            m.submodules.dut = dut                    # (no invariants: no registers read by name)
         reset_first(m)
         env = self._environment(m, p, dut)
-        self._no_hang(m, p, dut, env)
-        self._pairing(m, p, dut, env)
+        ref = self._pairing(m, p, dut, env)
+        env["asked"] = self._no_hang(m, p, dut, env, ref)
+        if self.invariants:
+            self._invariants(m, p, dut, regs, env, ref)
         return m
 
     def _environment(self, m, p, dut) -> dict:
@@ -207,7 +273,7 @@ class ReducePathHarness(PlantedHarness):
         p.assume(~dut.rdata.valid | (pending != 0))
         return {"node": node, "pending": pending, "p_fire": p_fire}
 
-    def _no_hang(self, m, p, dut, env):
+    def _no_hang(self, m, p, dut, env, ref):
         """Bounded waits of a partial beat, an open and a sweep (module docstring)."""
         free = Signal(name="env_free")            # the outputs ready, the memory answering
         m.d.comb += free.eq(dut.rd.ready & dut.wr.ready & dut.out.ready & (dut.rdata.valid | (env["pending"] == 0)))
@@ -219,18 +285,25 @@ class ReducePathHarness(PlantedHarness):
         calm = Signal(name="env_calm")            # no sweep (clearing, flush) counts
         m.d.comb += calm.eq(free & ~dut.clearing & ~dut.flush & ~asked & ~dut.sweeping)
         pt, op = dut.partial, dut.open
-        w_part = self._wait(m, calm & pt.valid & ~pt.ready & ~op.valid, HANG_WAIT, "partial")
-        p.check(w_part <= HANG_WAIT, "a partial beat held back more than HANG_WAIT cycles in a row with the "
-                                     "outputs ready, the memory answering, no open offered and no flush (a hang)")
-        p.cover(w_part == HANG_WAIT, "a partial beat held back HANG_WAIT cycles in a row")
-        w_open = self._wait(m, calm & op.valid & ~op.ready, OPEN_WAIT, "open")
-        p.check(w_open <= OPEN_WAIT, "an open held back more than OPEN_WAIT cycles in a row with the outputs "
-                                     "ready, the memory answering and no flush (a hang)")
-        p.cover(w_open == OPEN_WAIT, "an open held back OPEN_WAIT cycles in a row")
-        sw = self._wait(m, free & dut.sweeping, SWEEP_WAIT, "sweep")
-        p.check(sw <= SWEEP_WAIT, "a sweep longer than SWEEP_WAIT cycles in a row with the outputs ready and the "
-                                  "memory answering (a hang)")
-        p.cover(sw == SWEEP_WAIT, "a sweep SWEEP_WAIT cycles long with the outputs ready")
+        if "partial" in self.hangs:
+            w = self._wait(m, calm & pt.valid & ~pt.ready & ~op.valid, HANG_WAIT, "partial")
+            p.check(w <= HANG_WAIT, "a partial beat held back more than HANG_WAIT cycles in a row with the outputs "
+                                    "ready, the memory answering, no open offered and no flush (a hang)")
+            p.cover(w == HANG_SEEN, "a partial beat held back HANG_SEEN cycles in a row")
+        if "open" in self.hangs:
+            w = self._wait(m, calm & op.valid & ~op.ready, OPEN_WAIT, "open")
+            p.check(w <= OPEN_WAIT, "an open held back more than OPEN_WAIT cycles in a row with the outputs "
+                                    "ready, the memory answering and no flush (a hang)")
+            p.cover(w == OPEN_SEEN, "an open held back OPEN_SEEN cycles in a row")
+        if "sweep" in self.hangs:
+            # (a passed row's contexts in the engine wait for its beats: a feed stalled
+            # mid-row holds them, the FLUSH ops behind them and the sweep, as long as it stalls)
+            fed = pt.valid | (ref["owed"] == 0) | ~ref["passing"]
+            w = self._wait(m, free & fed & dut.sweeping, SWEEP_WAIT, "sweep")
+            p.check(w <= SWEEP_WAIT, "a sweep longer than SWEEP_WAIT cycles in a row with the outputs ready, "
+                                     "the memory answering and the passing row's beats offered (a hang)")
+            p.cover(w == SWEEP_SEEN, "a sweep SWEEP_SEEN cycles long with the outputs ready")
+        return asked
 
     @staticmethod
     def _wait(m, cond, bound, name):
@@ -298,23 +371,251 @@ class ReducePathHarness(PlantedHarness):
         # (top-2: a sum's second part is its last -- WRITE then LAST, no ADD; the LAST reads
         # the record the WRITE writes, the hazard check's wait)
         p.cover(e_take & (eng.op.payload.kind == Op.LAST), "a LAST taken by the engine")
+        return {"judging": judging, "owed": owed, "passing": passing, "row": row, "yq": yq, "sh": sh,
+                "by_unit": by_unit, "by_eng": by_eng}
+
+    def _invariants(self, m, p, dut, regs, env, ref):
+        """The strengthening invariants (module docstring)."""
+        lay = dut.engine.lay["context"]
+        Y, y_lvl, y_ok = self.fifo(m, regs, "chunks", 2, len(dut.engine.y.payload))
+        X, _, x_ok = self.fifo(m, regs, "engine.contexts", PROOF_DEPTHS["contexts"], lay.size)
+        p.check(y_ok & x_ok, "invariant: a FIFO's pointers are not consume + inner_level")
+        self._intake_invariants(p, regs, env, ref)
+        self._y_invariants(p, regs, ref, Y, y_lvl, X, lay)
+        if self.hangs:
+            ops = self._engine_invariants(p, regs, env, X, lay)
+            self._unit_invariants(m, p, dut, regs, env, ops)
+
+    def _engine_invariants(self, p, regs, env, X, lay):
+        """The engine's ops in flight against its pipeline (what bounds its drain): the
+        scoreboard's ring, its ops' chunks still to issue or live, the reads not answered."""
+        C, N = CHUNKS, PROOF_DEPTHS["ops_in_flight"]
+        fv, head, tail = regs["engine.flight_valid"], regs["engine.flight_head"], regs["engine.flight_tail"]
+        p.check(Cat((tail == t) & (head == (t + c) % N) & (fv == sum(1 << ((t + k) % N) for k in range(c)))
+                    for t in range(N) for c in range(N + 1)).any(),
+                "invariant: the scoreboard's valid entries are not tail .. head - 1")
+        _, beat_out = beat_layouts(ELEMENTS, lay.size)
+        pipe = [(regs["engine.datapath.o__valid"], data.View(beat_out, regs["engine.datapath.o__payload"]).tag)]
+        stages = ["in", *(f"s{k}" for k in range(PROOF_DEPTHS["latency"] - 2))]      # (DatapathControl's)
+        pipe += [(regs[f"engine.datapath.{st}_valid"], regs[f"engine.datapath.{st}_tag"]) for st in reversed(stages)]
+        pos = [(v, data.View(lay, c)) for v, c in pipe + X]
+        p.check(Cat(~v | ((c.kind <= Op.FLUSH) & (c.last == (c.chunk == C - 1))) for v, c in pos).all(),
+                "invariant: a live context of no op kind, or its last flag not its chunk's")
+        cur, active = data.View(lay, regs["engine.issue"]), regs["engine.issue_active"]
+        K = self.cfg.topk
+        p.check(Cat(~v | _op_parts(c, K) for v, c in [*pos, (active, cur)]).all(),
+                "invariant: a live context, or the op issued, of parts its kind does not allow")
+        op = data.View(op_layout(self.cfg), regs["unit.op_out"])
+        p.check(~regs["unit.op_valid"] | _op_parts(op, K), "invariant: the op register's parts not as its kind allows")
+        n = count_ones([fv[i] for i in range(N)])
+        p.check(n == count_ones([v & c.last for v, c in pos]) + active,
+                "invariant: the ops in flight are not the last chunks live and the op issued")
+        p.check(_ops_in_flight(regs, pos, active, cur, N),
+                "invariant: a live context, or the op issued, not its scoreboard entry's record and write "
+                "(the ops in flight in pipeline order from the tail)")
+        p.check(_chunks_in_order(pos, active, cur, C),
+                "invariant: the live chunks, oldest first, then the one to issue, not each op's in order "
+                "(the oldest's first chunks may be gone)")
+        reads = count_ones([v & data.View(lay, d).read for v, d in X])
+        p.check(env["pending"] == reads, "invariant: the reads not answered are not the queued contexts that read")
+        return [(v & c.last, c) for v, c in pos] + [(active, cur), (regs["unit.op_valid"], op)]
+
+    def _unit_invariants(self, m, p, dut, regs, env, ops):
+        """The unit's flush request against the harness's; its records, the record read,
+        and each record's ops (``ops``: in flight by their last chunks, oldest first, then
+        the op issued and the op register's) its sums' in order."""
+        u = regs["unit.reduce_state"]
+        ust = _states(u)
+        req, asked = regs["unit.flush_req"], env["asked"]
+        after = Cat(u == ust[k] for k in ("IDLE", "SWEEP", "SWEEP_READ", "SWEEP_DO")).any()
+        p.check(~req | asked | after, "invariant: a flush request the harness did not see (nor one during a sweep)")
+        p.check(~asked | req | (u == ust["SWEEP"]), "invariant: a flush seen, neither requested nor sweeping")
+        lay = dut.unit.record
+        words, connect = memory_words(m, "dut.unit.mem", self.cfg.reduce_records, lay.size, "record")
+        self.script += connect
+        recs = [data.View(lay, w) for w in words]
+        p.check(Cat(~r.open | (((r.seen & ~r.expect) == 0) & ((r.seen == 0) | (r.seen != r.expect)))
+                    for r in recs).all(),
+                "invariant: an open record's parts in are not fewer than its expected slots (or none of none)")
+        doing = (u == ust["DO"]) | (u == ust["SWEEP_DO"])
+        p.check(~doing | (regs["unit.record_read"] == pick(words, regs["unit.index"])),
+                "invariant: the record read is not the table's record at the index")
+        follows, newest = _sum_chains(ops, recs, self.cfg.topk)
+        p.check(follows, "invariant: a record's op not the next of its sum after its op before (or a new sum's)")
+        p.check(newest, "invariant: a record's newest op not its record's state (a sum going on: open, its parts "
+                        "in; ended: closed, or opened anew)")
+
+    def _intake_invariants(self, p, regs, env, ref):
+        """The intake's state against the reference's row and the unit's operation."""
+        C = CHUNKS
+        st, left = regs["intake_state"], regs["intake_left"]
+        ist = _states(st)
+        u = regs["unit.reduce_state"]
+        ust = _states(u)
+        judging, owed, passing, row = (ref[k] for k in ("judging", "owed", "passing", "row"))
+        at = {k: st == v for k, v in ist.items()}
+        p.check(~at["HEADER"] | (judging == 0) & (owed == 0),
+                "invariant: the intake waits for a header while a row is unjudged or owes beats")
+        p.check(~at["VERDICT"] | (judging == 1) & (owed == 0) & (left == C),
+                "invariant: the intake waits for a verdict without one header unjudged")
+        p.check(~(at["PASS"] | at["DROP"]) | ((judging == 0) & (owed == left) & (left >= 1) & (left <= C)
+                                               & (passing == at["PASS"])),
+                "invariant: the intake's row beats left are not the judged row's owed")
+        p.check(Cat(u == v for v in ust.values()).any(), "invariant: the unit's state is none of its states")
+        part_op = ((u == ust["READ"]) | (u == ust["DO"])) & ~regs["unit.cur_is_open"]
+        p.check(at["VERDICT"] == part_op, "invariant: the intake waits for a verdict and the unit reads no part")
+        p.check(~at["VERDICT"] | ((regs["unit.index"] == record_of(self.cfg, env["node"], row.src_node, row.token))
+                                 & (regs["unit.cur_slot"] == row.slot)),
+                "invariant: the part the unit reads is not the row's record and slot")
+
+    def _y_invariants(self, p, regs, ref, Y, y_lvl, X, lay):
+        """The y beats owed against the intake's FIFO, the unit's op register and the
+        engine's op being issued and its queued contexts."""
+        C = CHUNKS
+        yq, sh, by_unit, by_eng = (ref[k] for k in ("yq", "sh", "by_unit", "by_eng"))
+        op = data.View(op_layout(self.cfg), regs["unit.op_out"])
+        op_valid = regs["unit.op_valid"]
+        cur = data.View(lay, regs["engine.issue"])
+        active = regs["engine.issue_active"]
+        p.check((yq == y_lvl) & Cat(~live | (d == sh[i]) for i, (live, d) in enumerate(Y)).all(),
+                "invariant: the passed beats queued are not the intake FIFO's entries")
+        in_pass = regs["intake_state"] == _states(regs["intake_state"])["PASS"]
+        p.check(by_unit == yq + Mux(in_pass, regs["intake_left"], 0),
+                "invariant: the y owed by the unit's ops are not the beats queued and the passing row's left")
+        p.check(~op_valid | (op.kind <= Op.FLUSH), "invariant: the op register holds no op kind")
+        p.check(by_unit == by_eng + Mux(op_valid & (op.kind != Op.FLUSH), C, 0),
+                "invariant: the y owed by the unit's ops are not the engine's and the op register's")
+        p.check(~active | (cur.last == (cur.chunk == C - 1)), "invariant: the op issued's last chunk flag")
+        queued = count_ones([live & (data.View(lay, d).kind != Op.FLUSH) for live, d in X])
+        p.check(by_eng == queued + Mux(active & (cur.kind != Op.FLUSH), C - cur.chunk, 0),
+                "invariant: the y owed by the engine's ops are not its queued contexts' and the op issued's")
+
+
+def _chunks_in_order(pos, active, cur, chunks):
+    """The live contexts of ``pos`` (oldest first, bubbles between them) and the chunk to
+    issue (``cur``, while ``active``) are whole ops' chunks in order: each context a first
+    chunk after a last one, or the chunk after the one before it, of the same op (kind,
+    record, parts, weight) -- but the oldest, whose op's earlier chunks may have left; with
+    no op being issued, the newest a last chunk."""
+    seen, before, ok = Const(0), None, []
+    for v, c in [*pos, (active, cur)]:
+        if before is not None:
+            same = Cat(c[f] == before[f] for f in ("kind", "index", "parts", "weight")).all()
+            follows = Mux(c.chunk == 0, before.chunk == chunks - 1, (before.chunk == c.chunk - 1) & same)
+            ok.append(~v | ~seen | follows)
+        seen = seen | v
+        before = c if before is None else data.View(c.shape(), Mux(v, c.as_value(), before.as_value()))
+    ok.append(active | ~seen | (before.chunk == chunks - 1))  # (no op half issued)
+    return Cat(*ok).all()
+
+
+def _ops_in_flight(regs, pos, active, cur, n):
+    """Each live context of ``pos`` (oldest first) and the op issued (``cur``) are of the
+    scoreboard entry of their op: the tail's for the oldest op, each last chunk before a
+    context one entry on (``n`` entries, a power of two: the ring's pointers wrap)."""
+    fi = [regs[f"engine.flight_index{i}"] for i in range(n)]
+    fw, tail = regs["engine.flight_writes"], regs["engine.flight_tail"]
+    bits = (n - 1).bit_length()
+
+    def of(entry, c):
+        return (pick(fi, entry) == c.index) & (fw.bit_select(entry, 1) == _writes(c.kind)) & (
+            c.read == _reads(c.kind, c.parts))
+    ok, older = [], Const(0, bits)
+    for v, c in pos:
+        ok.append(~v | of((tail + older)[:bits], c))
+        older = (older + (v & c.last))[:bits]
+    ok.append(~active | of((tail + older)[:bits], cur))
+    return Cat(*ok).all()
+
+
+def _sum_chains(ops, recs, k):
+    """Each op of ``ops`` (valid, op; oldest first) of a record, after the record's op
+    before it: the next part of that op's sum (a WRITE or ADD with n parts: an ADD or LAST
+    of n + 1, or a FLUSH of n), or a new sum's first op (WRITE, ONLY, a FLUSH of none);
+    the newest op of a record against its record in ``recs``: a sum going on (WRITE, ADD
+    of n parts) open with n parts in, else closed or opened anew (no part in).
+    Returns (follows, newest)."""
+    def goes_on(a):
+        return (a.kind == Op.WRITE) | (a.kind == Op.ADD)
+
+    def after(a, b):
+        nxt = (((b.kind == Op.ADD) | (b.kind == Op.LAST)) & (b.parts == a.parts + 1)) | (
+            (b.kind == Op.FLUSH) & (b.parts == a.parts))
+        new = (b.kind == Op.WRITE) | (b.kind == Op.ONLY) | ((b.kind == Op.FLUSH) & (b.parts == 0))
+        return Mux(goes_on(a), nxt, new)
+
+    def between(i, j, index):
+        return Cat(Const(0), *(v & (o.index == index) for v, o in ops[i + 1:j])).any()
+    follows, newest = [], []
+    for j, (vb, b) in enumerate(ops):
+        for i, (va, a) in enumerate(ops[:j]):
+            follows.append(~(va & vb & (a.index == b.index)) | between(i, j, b.index) | after(a, b))
+        r = data.View(recs[0].shape(), pick([x.as_value() for x in recs], b.index))
+        n_in = count_ones([r.seen[s] for s in range(k)])
+        state = Mux(goes_on(b), r.open & (n_in == b.parts), ~r.open | (r.seen == 0))
+        newest.append(~vb | between(j, len(ops), b.index) | state)
+    return Cat(*follows).all(), Cat(*newest).all()
+
+
+def _op_parts(op, k):
+    """An op's parts as its kind allows at top-``k``: a sum's first part (WRITE, ONLY) 1, a
+    middle one (ADD) 2 .. k - 1, its last (LAST) 2 .. k, a FLUSH of an open sum fewer than k."""
+    n = op.parts
+    return (((op.kind == Op.WRITE) & (n == 1)) | ((op.kind == Op.ONLY) & (n == 1))
+            | ((op.kind == Op.ADD) & (n >= 2) & (n < k)) | ((op.kind == Op.LAST) & (n >= 2) & (n <= k))
+            | ((op.kind == Op.FLUSH) & (n < k)))
+
+
+def _states(state) -> dict:
+    """An FSM's state register's encoding, by state name (from its decoder)."""
+    out = {}
+    for v in range(1 << len(state)):
+        try:
+            out[state.decoder(v).split("/")[0]] = v
+        except KeyError:
+            pass
+    return out
+
+
+def _resolving(part):
+    """``part`` elaborating into a module whose FSM transitions are plain assignments
+    (:func:`.common.elaborate_into` reads the statements' targets, which a transition,
+    resolved only when the design is built, does not name)."""
+    elaborate = part.elaborate
+
+    def resolved(platform):
+        dm = elaborate(platform)
+        dm._flush()
+        for domain, stmts in list(dm._statements.items()):
+            dm._statements[domain] = resolve_statements(stmts)
+        return dm
+    part.elaborate = resolved
+
+
+def _elaborate_resolved(m, dut, platform):
+    """The path elaborated into ``m`` as ``dut``, with its unit, engine, the engine's
+    FIFO and datapath and the intake's FIFO: their registers by name."""
+    _resolving(dut)
+    _resolving(dut.unit)
+    return elaborate_into(m, "dut", dut, platform,
+                          into=("unit", "engine", "engine.contexts", "engine.datapath", "chunks"))
 
 
 def property_set() -> dict:
     """The reduce path's property set, as :class:`~.sets.PropertySet`'s fields (sets.py
-    lists it; kept here so that file holds one line of it). Measured on the 2-core machine
-    under load (~3): BMC 30 33 s, the covers within 30 steps 35 s (reached at steps 7-29),
-    the smoke BMC 12 3 s; each planted bug fails a BMC within 22 steps in 3-6 s."""
+    lists it; kept here so that file holds one line of it). Times: module docstring."""
     return dict(name="relay-reduce-path", component="relay reduce path",
                 config="tiny/reduce-small: 4 records, top-2, 2-chunk rows, 1 element; the engine's context "
                        "FIFO 4, datapath control 4 cycles",
-                build=lambda: ReducePathHarness(small_config()),
-                modes={"bmc": BMC_DEPTH, "cover": COVER_DEPTH}, smoke={"bmc": SMOKE_DEPTH},
-                note="protocol v3: the reduce path (unit, engine, intake) never hangs -- a partial beat "
-                     "offered taken within 7 cycles, an open within 5, a flush's sweep over within 14, "
-                     "with the outputs ready, the memory answering, no flush (and for a row no open) -- and "
-                     "the intake pairs rows and ops: each header taken judged once, the next only after "
-                     "the row's beats, a taken row's op naming its record and slot, its beats the engine's "
-                     "y in order, a refused row's dropped; bounded: no invariants for k-induction, each "
-                     "step past 30 ~2x dearer, and the bounds are the least within 30 cycles (a deeper "
-                     "run finds longer: reduce_path.py)")
+                build=lambda: ReducePathHarness(small_config(), invariants=True),
+                modes={"prove": PROVE_K, "cover": COVER_DEPTH}, smoke={"bmc": SMOKE_DEPTH},
+                note=f"protocol v3: the reduce path (unit, engine, intake) never hangs -- a partial beat "
+                     f"offered taken within {HANG_WAIT} cycles, an open within {OPEN_WAIT}, a flush's sweep "
+                     f"over within {SWEEP_WAIT}, with the outputs ready, the memory answering, no flush (for "
+                     f"a row no open; for a sweep the passing row's beats offered) -- and the intake pairs "
+                     f"rows and ops: each header taken judged once, the next only after the row's beats, a "
+                     f"taken row's op naming its record and slot, its beats the engine's y in order, a "
+                     f"refused row's dropped; unbounded (k-induction, k = {PROVE_K}, the bounds' window) "
+                     f"with the strengthening invariants of reduce_path.py; the bounds are the least the "
+                     f"induction proves, covers reach {HANG_SEEN}, {OPEN_SEEN} and {SWEEP_SEEN} within "
+                     f"{COVER_DEPTH} cycles (longer waits need longer runs: reduce_path.py)")
