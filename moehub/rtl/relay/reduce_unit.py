@@ -92,6 +92,8 @@ class ReduceUnit(wiring.Component):
     op : Out(stream): kind (Op), index (record / accumulator row), slot, weight (BF16), parts
         (from a register: an op waits there until taken, and the next op's record waits)
     red_rows, red_open, red_incomplete : Out(32)
+        The RED_ROWS, RED_OPEN, RED_INCOMPLETE counters (a cycle after the operation
+        that counts).
     drops : Out(32).array(len(ReduceReason))
         Refusals per :class:`~moehub.spec.formats.ReduceReason` (the RED_DROPS registers).
     part_refused, part_taken : Out(1)
@@ -156,13 +158,30 @@ class ReduceUnit(wiring.Component):
         m.d.sync += rec_q.eq(rd.data)
         rec = rec_q
 
-        n_rows, n_open, n_inc = Signal(32, name="n_rows"), Signal(32, name="n_open"), Signal(32, name="n_inc")
+        # (the sums open are at most the records: RED_OPEN's counter is as wide as that
+        # count, not 32 bits -- its increment/decrement is a full adder, and at 32 bits
+        # with its select fanned out to every bit it was the unit's deepest path)
+        n_rows, n_inc = Signal(32, name="n_rows"), Signal(32, name="n_inc")
+        n_open = Signal(field_bits(self.depth), name="n_open")
         n_badp, n_bado = Signal(32, name="n_bad_partials"), Signal(32, name="n_bad_opens")
         n_norec = Signal(32, name="n_no_record")
         m.d.comb += [self.red_rows.eq(n_rows), self.red_open.eq(n_open), self.red_incomplete.eq(n_inc),
                      self.drops[ReduceReason.BAD_PARTIAL].eq(n_badp),
                      self.drops[ReduceReason.OPEN_TWICE].eq(n_bado),
                      self.drops[ReduceReason.NO_RECORD].eq(n_norec)]
+        # (the sums opened and closed are counted a cycle after the operation, from
+        # registered events: the slot's decode through the seen bits into ``final`` and
+        # on into RED_OPEN's increment/decrement was the unit's deepest path, 21.9 FO4
+        # alone and 23.0 in the whole relay hub; an open and a close are never in the
+        # same cycle -- one operation per three cycles)
+        opened, closed, flushed = Signal(name="ev_opened"), Signal(name="ev_closed"), Signal(name="ev_flushed")
+        m.d.sync += [opened.eq(0), closed.eq(0), flushed.eq(0)]
+        with m.If(opened):
+            m.d.sync += n_open.eq(n_open + 1)
+        with m.Elif(closed):
+            m.d.sync += [n_rows.eq(n_rows + 1), n_open.eq(n_open - 1)]
+        with m.If(flushed):
+            m.d.sync += n_inc.eq(n_inc + 1)
 
         index = Signal(self.index_bits, name="index")
         is_open = Signal(name="cur_is_open")         # the operation read: an open (else a part)
@@ -184,9 +203,10 @@ class ReduceUnit(wiring.Component):
         for s in range(K):
             m.d.comb += new.weight[s].eq(select([(o.valid[j] & (o.slot[j] == s), o.weight[j]) for j in range(T)],
                                                 WEIGHT_BITS))
-        # a part against the record read
-        sbit = Signal(K, name="slot_bit")
-        m.d.comb += sbit.eq(Cat(*(slot == s for s in range(K))))
+        # a part against the record read (its slot decoded as it is taken, into a
+        # register: from the slot's decode through the record's bits into the verdict and
+        # on into the intake's state was the reduce path's deepest, 22.8 FO4)
+        sbit = Signal(K, name="cur_slot_bit")
         ok = Signal(name="part_ok")
         m.d.comb += ok.eq(rec.open & (rec.expect & sbit).any() & ~(rec.seen & sbit).any())
         seen2 = Signal(K, name="seen_after")
@@ -232,6 +252,7 @@ class ReduceUnit(wiring.Component):
                     at = self._index(self.part.payload.src_node, self.part.payload.token)
                     m.d.comb += rd.addr.eq(at)
                     m.d.sync += [index.eq(at), slot.eq(self.part.payload.slot), is_open.eq(0),
+                                 sbit.eq(Cat(*(self.part.payload.slot == s for s in range(K)))),
                                  placed.eq(self._has_record(self.part.payload.src_node, self.part.payload.token))]
                     m.next = "READ"
             with m.State("READ"):                     # the record is on rd.data
@@ -245,7 +266,7 @@ class ReduceUnit(wiring.Component):
                         m.d.sync += n_bado.eq(n_bado + 1)
                     with m.Else():
                         m.d.comb += [wr.en.eq(1), wr.data.eq(new)]
-                        m.d.sync += n_open.eq(n_open + 1)
+                        m.d.sync += opened.eq(1)
                     m.next = "IDLE"
                 with m.Elif(~ok | ~placed):
                     m.d.comb += self.part_refused.eq(1)
@@ -257,7 +278,7 @@ class ReduceUnit(wiring.Component):
                     m.d.comb += [wr.en.eq(1), wr.data.eq(upd), self.part_taken.eq(1)]
                     m.d.sync += op_valid.eq(1)
                     with m.If(final):
-                        m.d.sync += [n_rows.eq(n_rows + 1), n_open.eq(n_open - 1)]
+                        m.d.sync += closed.eq(1)
                     m.next = "IDLE"
             with m.State("SWEEP"):                    # the record at index is read
                 m.d.comb += self.sweeping.eq(1)
@@ -270,8 +291,7 @@ class ReduceUnit(wiring.Component):
                 with m.If(~rec.open | ~op_valid):
                     with m.If(rec.open):
                         m.d.comb += [wr.en.eq(1), wr.data.eq(0)]
-                        m.d.sync += [op_valid.eq(1), n_rows.eq(n_rows + 1), n_open.eq(n_open - 1),
-                                     n_inc.eq(n_inc + 1)]
+                        m.d.sync += [op_valid.eq(1), closed.eq(1), flushed.eq(1)]
                     m.d.sync += index.eq(index + 1)
                     with m.If(index == self.depth - 1):
                         m.next = "IDLE"
