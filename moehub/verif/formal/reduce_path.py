@@ -467,6 +467,8 @@ class ReducePathHarness(PlantedHarness):
         p.check(~at["VERDICT"] | ((regs["unit.index"] == record_of(self.cfg, env["node"], row.src_node, row.token))
                                  & (regs["unit.cur_slot"] == row.slot)),
                 "invariant: the part the unit reads is not the row's record and slot")
+        p.check(~at["VERDICT"] | (regs["unit.cur_slot_bit"] == Cat(row.slot == s for s in range(self.cfg.topk))),
+                "invariant: the slot bit the unit reads with is not the row's slot decoded")
 
     def _y_invariants(self, p, regs, ref, Y, y_lvl, X, lay):
         """The y beats owed against the intake's FIFO, the unit's op register and the
