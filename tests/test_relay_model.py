@@ -414,7 +414,7 @@ def test_reduction_hbm_traffic_and_sizes():
     assert (red.hbm_read_bytes, red.hbm_write_bytes) == (800, 800)
     big = TINY.replace(sources=16, nodes=2, gpus_per_node=8, relay=True, forward_tags=1, topk=3, max_targets=3)
     assert accumulator_bytes(big, 4096, 7168) == 117_440_512
-    assert record_bytes(R2) == 8
+    assert record_bytes(R2) == 9
 
 
 def test_relay_opens_one_sum_per_accepted_row():
@@ -448,13 +448,13 @@ def test_record_table_is_sized_by_reduce_tokens():
     assert (R2.reduce_token_span, R2.reduce_records) == (256, 256)
     r4 = R4.replace(reduce_tokens=16)
     assert (r4.reduce_token_span, r4.reduce_records) == (16, 48)
-    assert record_table_bits(r4) == 48 * (1 + 2 * 3 + 16 * 3)
+    assert record_table_bits(r4) == 48 * (1 + 2 * 3 + 2 + 16 * 3)
     one = load_hub_config("deepseek-v3-8gpu").replace(sources=16, experts=16, max_targets=8)
     assert relay_config(one, 2, 8).reduce_tokens == REDUCE_TOKENS == 4096
     assert relay_config(one, 2, 8, tokens=5000).reduce_tokens == 8192
     assert relay_config(one, 2, 8, tokens=128).reduce_tokens == 4096
     assert relay_config(one.replace(token_bits=10), 2, 8).reduce_tokens == 1024
-    assert record_table_bits(relay_config(one, 8 // 4, 8)) == 4096 * 145
+    assert record_table_bits(relay_config(one, 8 // 4, 8)) == 4096 * 149
 
 
 def test_opens_without_a_record_are_refused_and_counted():

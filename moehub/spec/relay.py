@@ -108,7 +108,7 @@ or for one already added is refused and counted (``bad_partials``).
 Storage: the accumulators live in HBM, one FP32 row per (remote source, token) the relay
 serves -- ``(nodes - 1) x tokens x hidden x 4`` bytes at most (:func:`accumulator_bytes`;
 e.g. 117 MB for 2 nodes, 4096 tokens, hidden 7168), too large for SRAM -- with a small
-record per open sum (expected slots, slots in, weights; :func:`record_bytes`) in an SRAM
+record per open sum (expected slots, slots in and their count, weights; :func:`record_bytes`) in an SRAM
 table beside the reduce unit, ``reduce_records`` = ``(nodes - 1) x reduce_tokens`` of them
 (:func:`record_table_bits`): a sum's place is (the source's node among the other nodes,
 token), so the table holds every sum one layer's combine can open with up to
@@ -140,7 +140,7 @@ from typing import Optional
 
 import numpy as np
 
-from .config import HubConfig, experts_per_gpu
+from .config import HubConfig, experts_per_gpu, field_bits
 from .formats import PacketKind, ReduceReason, RelayFormats, RelayReason, RowClass
 
 
@@ -687,16 +687,16 @@ def software_reduce_bytes(parts: int, hidden: int, row_bytes: int = 2) -> int:
 
 def record_bytes(cfg: HubConfig) -> int:
     """Record of one open sum: its expected slots and the slots in (a bit per top-k slot
-    each: a byte each up to top-8, with the open bit beside them), and the BF16 weight of
-    each of its ``relay_targets`` slots."""
-    return 2 + 2 * cfg.relay_targets
+    each: a byte each up to top-8), the open bit and the count of slots in (a byte beside
+    them), and the BF16 weight of each of its ``relay_targets`` slots."""
+    return 3 + 2 * cfg.relay_targets
 
 
 def record_table_bits(cfg: HubConfig) -> int:
     """SRAM bits of the reduce's record table: ``reduce_records`` records of the open bit,
-    the expected and the in slots (a bit per top-k slot each) and a BF16 weight per slot
-    (:class:`~moehub.rtl.relay.reduce_unit.ReduceUnit`'s memory)."""
-    return cfg.reduce_records * (1 + 2 * cfg.topk + 16 * cfg.topk)
+    the expected and the in slots (a bit per top-k slot each), the count of slots in and a
+    BF16 weight per slot (:class:`~moehub.rtl.relay.reduce_unit.ReduceUnit`'s memory)."""
+    return cfg.reduce_records * (1 + 2 * cfg.topk + field_bits(cfg.topk) + 16 * cfg.topk)
 
 
 class ReduceModel:

@@ -6,8 +6,8 @@ tests/test_rtl_relay.py runs beside this unit with the same opens and partial ro
 
 One *record* per sum, at index (the source's node among the other nodes, token) -- the
 relay serves the remote GPUs of its own local rank, so the node and token name the sum:
-open, the top-k slots expected (a bit each), the slots in, and the BF16 gate weight of
-each slot. Operations, one at a time,
+open, the top-k slots expected (a bit each), the slots in (a bit each, and their count),
+and the BF16 gate weight of each slot. Operations, one at a time,
 each a read of the record, registered, and (two cycles after the read) its write:
 
 * ``open`` (a relay row accepted, from the forward unit's row): a record for the row's
@@ -31,10 +31,10 @@ order) sees them in that order. The datapath itself -- a lane of FP32 multiply-a
 streaming the row's chunks from and to the accumulator row in HBM (``index`` x row
 bytes) -- is not part of this unit.
 
-Storage: a record is ``1 + 2 x topk + 16 x topk`` bits (145 at top-8;
-:func:`~moehub.spec.relay.record_bytes` counts 18 bytes), ``reduce_records = (nodes - 1) x
-reduce_tokens`` of them, an SRAM (:func:`~moehub.spec.relay.record_table_bits`: 0.59 Mbit
-for 2 nodes at 4096 tokens per GPU, 4.2 Mbit for 8).
+Storage: a record is ``1 + 2 x topk + field_bits(topk) + 16 x topk`` bits (149 at top-8;
+:func:`~moehub.spec.relay.record_bytes` counts 19 bytes), ``reduce_records = (nodes - 1) x
+reduce_tokens`` of them, an SRAM (:func:`~moehub.spec.relay.record_table_bits`: 0.61 Mbit
+for 2 nodes at 4096 tokens per GPU, 4.3 Mbit for 8).
 After reset a clearing sweep writes every record closed (``reduce_records`` cycles: an
 SRAM macro powers up with anything), and only then takes operations.
 Rate: one operation per three cycles (no read-after-write hazard to forward), against a
@@ -43,14 +43,14 @@ a flush sweep takes three cycles a record.
 """
 import enum
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...spec.config import HubConfig, field_bits
 from ...spec.formats import WEIGHT_BITS, ReduceReason, RelayPorts
-from ..logic import popcount, select
+from ..logic import select
 from .layouts import struct_layout, refuse_without_relay
 
 
@@ -117,7 +117,7 @@ class ReduceUnit(wiring.Component):
         self.depth = cfg.reduce_records
         self.span_bits = (cfg.reduce_token_span - 1).bit_length()
         self.index_bits = max(1, (self.depth - 1).bit_length())
-        self.record = data.StructLayout({"open": 1, "expect": K, "seen": K,
+        self.record = data.StructLayout({"open": 1, "expect": K, "seen": K, "n_in": field_bits(K),
                                          "weight": data.ArrayLayout(WEIGHT_BITS, K)})
         super().__init__({
             "node": In(cfg.node_bits),
@@ -151,9 +151,9 @@ class ReduceUnit(wiring.Component):
         m.submodules.mem = mem = Memory(shape=self.record, depth=self.depth, init=[data.Const(self.record, v) for v in self.power_up])
         rd, wr = mem.read_port(), mem.write_port()
         # (the record read is registered before any logic uses it: from the SRAM's read
-        # data through the parts' popcount into the op was the unit's deepest path, 21.0
-        # FO4, and 22.7 into a register behind it -- ABC, which does not see the macro's
-        # access time, builds the popcount as a chain; an operation takes a cycle more)
+        # data through the logic into the op was the unit's deepest path, 21.0 FO4, and
+        # 22.7 into a register behind it -- ABC does not see the macro's access time; an
+        # operation takes a cycle more)
         rec_q = Signal(self.record, name="record_read")
         m.d.sync += rec_q.eq(rd.data)
         rec = rec_q
@@ -199,7 +199,7 @@ class ReduceUnit(wiring.Component):
         # the new record of an open: the expected slots and their weights
         exp_bits = Cat(*(Cat(*(o.valid[j] & (o.slot[j] == s) for j in range(T))).any() for s in range(K)))
         new = Signal(self.record, name="new_record")
-        m.d.comb += [new.open.eq(1), new.expect.eq(exp_bits), new.seen.eq(0)]
+        m.d.comb += [new.open.eq(1), new.expect.eq(exp_bits), new.seen.eq(0), new.n_in.eq(0)]
         for s in range(K):
             m.d.comb += new.weight[s].eq(select([(o.valid[j] & (o.slot[j] == s), o.weight[j]) for j in range(T)],
                                                 WEIGHT_BITS))
@@ -222,13 +222,15 @@ class ReduceUnit(wiring.Component):
         part_op = Signal(op_layout(cfg), name="part_op")
         m.d.comb += [part_op.index.eq(index), part_op.slot.eq(slot),
                      part_op.weight.eq(select([(sbit[s], rec.weight[s]) for s in range(K)], WEIGHT_BITS)),
-                     # (the parts in after it: the record's and this one -- a part that
-                     # makes an op is one not yet in; no slot decode in front of the count)
-                     part_op.parts.eq(popcount([*(rec.seen[s] for s in range(K)), Const(1)])),
+                     # (the parts in after it: the record's count and this one -- a part
+                     # that makes an op is one not yet in; the count is kept in the record
+                     # beside the seen bits: their popcount from the record read into the
+                     # op was the relay hub's deepest path, 22.8 FO4)
+                     part_op.parts.eq(rec.n_in + 1),
                      part_op.kind.eq(Mux(first, Mux(final, Op.ONLY, Op.WRITE), Mux(final, Op.LAST, Op.ADD)))]
         flush_op = Signal(op_layout(cfg), name="flush_op")
         m.d.comb += [flush_op.index.eq(index), flush_op.kind.eq(Op.FLUSH),
-                     flush_op.parts.eq(popcount([rec.seen[s] for s in range(K)]))]
+                     flush_op.parts.eq(rec.n_in)]
 
         with m.FSM(name="reduce") as fsm:
             with m.State("CLEAR"):                    # after reset: every record closed
@@ -274,7 +276,7 @@ class ReduceUnit(wiring.Component):
                     m.next = "IDLE"
                 with m.Elif(~op_valid):                 # (the op register free: the op in it)
                     upd = Signal(self.record, name="upd_record")
-                    m.d.comb += [upd.eq(rec), upd.seen.eq(seen2), upd.open.eq(~final)]
+                    m.d.comb += [upd.eq(rec), upd.seen.eq(seen2), upd.n_in.eq(rec.n_in + 1), upd.open.eq(~final)]
                     m.d.comb += [wr.en.eq(1), wr.data.eq(upd), self.part_taken.eq(1)]
                     m.d.sync += op_valid.eq(1)
                     with m.If(final):

@@ -87,7 +87,8 @@ table's memory words as flip-flops (``memory_map``, :func:`.common.memory_words`
   chunks before it: its record, write bit, read bit); an op's parts as its kind allows at
   top-k; the reads not answered = the queued contexts that read;
 * *unit*: the unit's flush request against the harness's; an open record's parts in fewer
-  than its expected slots (or none of none); the record read the table's at the index (in
+  than its expected slots (or none of none), its count of parts in the count of its slots
+  in; the record read the table's at the index (in
   DO, SWEEP_DO); per record, its ops in flight, issued and in the op register, oldest
   first, each the next of its sum after the one before (a WRITE of n parts: an ADD or
   LAST of n + 1 or a FLUSH of n) or a new sum's first (WRITE, ONLY, a FLUSH of none), and
@@ -437,6 +438,9 @@ class ReducePathHarness(PlantedHarness):
         p.check(Cat(~r.open | (((r.seen & ~r.expect) == 0) & ((r.seen == 0) | (r.seen != r.expect)))
                     for r in recs).all(),
                 "invariant: an open record's parts in are not fewer than its expected slots (or none of none)")
+        k = self.cfg.topk
+        p.check(Cat(~r.open | (r.n_in == count_ones([r.seen[s] for s in range(k)])) for r in recs).all(),
+                "invariant: an open record's count of parts in is not the count of its slots in")
         doing = (u == ust["DO"]) | (u == ust["SWEEP_DO"])
         p.check(~doing | (regs["unit.record_read"] == pick(words, regs["unit.index"])),
                 "invariant: the record read is not the table's record at the index")
