@@ -145,8 +145,8 @@ def test_reduce_hbm_bytes_are_the_reference_models(L, runs):
     assert ex["rmw_GB"] > 0
     # its time at the achievable HBM bandwidth bounds what it can take from the GEMMs
     assert ex["rmw_us_max"] * L.gpu.hbm >= ex["rmw_GB"] * 1e9 / L.G
-    # the record table the relay config sizes: (nodes - 1) x 4096 records of 1 + 2k + 16k bits
-    assert ex["record_table_KiB"] == pytest.approx(1 * 4096 * (1 + 2 * 8 + 16 * 8) / 8192)
+    # the record table the relay config sizes: (nodes - 1) x 4096 records of 1 + 2k + 4 + 16k bits
+    assert ex["record_table_KiB"] == pytest.approx(1 * 4096 * (1 + 2 * 8 + 4 + 16 * 8) / 8192)
 
 
 def partial_parts(L):

@@ -126,11 +126,11 @@ def test_only_the_zero_contents_of_macro_arrays_are_dropped():
 
 def test_an_array_past_yosys_constant_limit_is_a_macro_without_init():
     """A macro's INIT parameter is depth x width bits, past 2^24 more than Yosys' Verilog
-    frontend takes: the reduce unit's records of two nodes (131,072 x 145 bits) are
+    frontend takes: the reduce unit's records of two nodes (131,072 x 149 bits) are
     declared ``init none``; the hub's arrays keep ``init any``."""
     from moehub.synth import sram
     from moehub.synth.verilog import MemoryArray
-    records = MemoryArray("moehub", "mem", 145, 2 << 16)
+    records = MemoryArray("moehub", "mem", 149, 2 << 16)
     pool = MemoryArray("moehub", "returned", 11, 1055)
     assert records.bits > sram.YOSYS_MAX_CONST_BITS >= pool.bits
     lib = sram.memlib([records, pool])
