@@ -169,3 +169,14 @@ def test_reduce_unit_planted_bug_is_caught(plant):
     cls = broken_class("moehub.rtl.relay.reduce_unit", old, new, "ReduceUnit")
     with pytest.raises(AssertionError):
         reduce_sim(*REDUCE_CASES["2x4"][:1], 0, unit_cls=cls, node=REDUCE_CASES["2x4"][1], junk=True)
+
+
+@pytest.mark.parametrize("case", sorted(REDUCE_CASES))
+def test_record_table_is_the_specs_size(case):
+    """The unit's record memory is what spec.relay sizes (the co-simulation's record table
+    and the docs' SRAM figures come from the spec)."""
+    from moehub.rtl.relay.reduce_unit import ReduceUnit
+    from moehub.spec.relay import record_table_bits
+    cfg = REDUCE_CASES[case][0]
+    unit = ReduceUnit(cfg)
+    assert unit.depth * unit.record.size == record_table_bits(cfg)
