@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from moehub.verif.formal.plant import broken_class
@@ -179,4 +180,5 @@ def test_record_table_is_the_specs_size(case):
     from moehub.spec.relay import record_table_bits
     cfg = REDUCE_CASES[case][0]
     unit = ReduceUnit(cfg)
+    Fragment.get(unit, None)            # (elaborated: its memory is the one sized here)
     assert unit.depth * unit.record.size == record_table_bits(cfg)
