@@ -67,6 +67,9 @@ class ChunkTable(wiring.Component):
     last, idx, after : In(lanes), In(range(entries)).array(lanes), In(chunk_entry).array(lanes)
         T's write-back: lane k is the last of the group on its row, the row's index and its
         entry after the group (the write happens when ``live``).
+    idx_oh : In(entries).array(lanes)
+        ``idx`` as a one-hot, from a register (the packet manager decodes A's index for its
+        row-info read): no index decode in front of the open-row reduction.
     rows_open : Out(1)
         Some row is open (the table with W's writes applied).
     clear : In(1)
@@ -81,7 +84,7 @@ class ChunkTable(wiring.Component):
             "rd_idx": In(range(N)).array(L), "expert": In(lay.dest_bits).array(L),
             "hit": In(L).array(L), "hit2": In(L).array(L), "after_eq": In(L).array(L),
             "ent": Out(lay.chunk_entry).array(L), "exp_eq": Out(L),
-            "live": In(1), "last": In(L), "idx": In(range(N)).array(L),
+            "live": In(1), "last": In(L), "idx": In(range(N)).array(L), "idx_oh": In(N).array(L),
             "after": In(lay.chunk_entry).array(L),
             "rows_open": Out(1), "clear": In(1),
         })
@@ -145,9 +148,11 @@ class ChunkTable(wiring.Component):
         for k in range(L):
             wmask = wmask | self.w_dec[k]
             wopen = wopen | Mux(self.w_after[k].open, self.w_dec[k], 0)
-        wmask, wopen = Mux(self.w_live, wmask, 0), Mux(self.w_live, wopen, 0)
+        # (the open bits as W leaves them if its group was live; w_live is chosen last)
+        open_w = Signal(N, name="open_w")
+        m.d.comb += open_w.eq((open_v & ~wmask) | wopen)
         open_eff = Signal(N)
-        m.d.comb += open_eff.eq((open_v & ~wmask) | wopen)
+        m.d.comb += open_eff.eq(Mux(self.w_live, open_w, open_v))
         m.d.sync += open_v.eq(open_eff)
         for e in range(N):
             hits = [(self.w_dec[k][e], self.w_after[k].as_value()[1:]) for k in range(L)]
@@ -159,13 +164,17 @@ class ChunkTable(wiring.Component):
         w_open_any = Cat(self.w_wen[k] & self.w_after[k].open for k in range(L)).any()
         m.d.comb += self.rows_open.eq(others_open | w_open_any)
         # others_open for the next cycle: the table as it will be then, except the entries
-        # T writes now (those come from W then); both cases of `live`, chosen last.
+        # T writes now (those come from W then); the four cases of W's and T's `live` are
+        # reduced apart and chosen last (neither drives the wide OR).
         t_dec = [Signal(N, name=f"t_dec{k}") for k in range(L)]
-        m.d.comb += [t_dec[k].eq(Mux(self.last[k], Const(1, N) << self.idx[k], 0)) for k in range(L)]
+        m.d.comb += [t_dec[k].eq(Mux(self.last[k], self.idx_oh[k], 0)) for k in range(L)]
         tmask = Const(0, N)
         for k in range(L):
             tmask = tmask | t_dec[k]
-        m.d.sync += others_open.eq(Mux(self.live, (open_eff & ~tmask).any(), open_eff.any()))
+        m.d.sync += others_open.eq(Mux(
+            self.w_live,
+            Mux(self.live, (open_w & ~tmask).any(), open_w.any()),
+            Mux(self.live, (open_v & ~tmask).any(), open_v.any())))
         # At most one lane writes an entry (the last on its row).
         m.d.sync += [self.w_wen[k].eq(self.live & self.last[k]) for k in range(L)]
         m.d.sync += [self.w_dec[k].eq(t_dec[k]) for k in range(L)]

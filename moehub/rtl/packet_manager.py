@@ -574,6 +574,7 @@ class PacketManager(wiring.Component):
                 after.open.eq(~Mux(match, v["full_if"][k, 1], v["full_if"][k, 0])),
                 after.expert.eq(expert), after.bitmap.eq(bits),
                 tab.after[k].eq(after), tab.last[k].eq(r.last), tab.idx[k].eq(r.idx),
+                tab.idx_oh[k].eq(self.r_sel[k]),
             ]
 
     def _t_summary(self, m, v):
