@@ -1696,7 +1696,7 @@ def _unit_figures(r: dict) -> dict:
             "SRAM bits": f"{r['sram_bits']:,}", "N5 mm²": f"{r['n5_mm2']:.5f}",
             "deepest path": _cell(f"`{r['path']}`"), "FO4": f"{r['fo4']:.1f}",
             "N5 fmax GHz": f"{r['n5_fmax_GHz']:.2f}",
-            "at 1.98 GHz": f"**{timing_verdict(r['fo4'])}** ({r['fo4']:.1f} of {budget:.1f} FO4)"}
+            "at 1.98 GHz": f"**{timing_verdict(r['fo4'])}** ({r['fo4']:.2f} of {budget:.2f} FO4)"}
 
 
 def _unit_table(head: list, rows: list, recs: list, shown: list, command: str | None = None) -> str:
