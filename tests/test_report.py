@@ -1046,12 +1046,12 @@ def test_collect_and_render_the_relay_units(tmp_path):
     lines = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| unit")]
     assert lines[0] == ("| relay control path | 2 × 8 | `deepseek-v3-8gpu_nodes-2`: 16 experts, "
                         "8 targets, window 16 | 40.0k | 3,000 | 8,192 | `queue/storage -> fu/left[3]` | "
-                        "12.3 | 0.00400 | 3.25 | **PASS** (12.3 of 22.2 FO4) |")
+                        "12.3 | 0.00400 | 3.25 | **PASS** (12.30 of 22.18 FO4) |")
     assert lines[1].startswith("| relay control path, 4 nodes | no record: "
                                "`moehub synth-unit relay_control --nodes 4`")
-    assert lines[2].startswith("| relay control path | 8 × 8 |") and "**MARGINAL** (24.5 of" in lines[2]
+    assert lines[2].startswith("| relay control path | 8 × 8 |") and "**MARGINAL** (24.50 of" in lines[2]
     assert lines[3].startswith("| forward unit, 2 nodes | no record:")
-    assert lines[9].startswith("| reduce unit | 2 × 8 |") and lines[9].endswith("**FAIL** (30.0 of 22.2 FO4) |")
+    assert lines[9].startswith("| reduce unit | 2 × 8 |") and lines[9].endswith("**FAIL** (30.00 of 22.18 FO4) |")
     assert lines[12].startswith("| accumulate datapath, one element, 2 nodes | no record:")
     assert len(lines) == 39 and "`records/synth-unit.json`" in text and "older RTL" not in text
     assert "abc1234" not in text and "`moehub synth-unit UNIT --nodes N`, 2026-12-05 04:22 UTC" in text
