@@ -96,6 +96,9 @@ class ForwardEgress(wiring.Component):
         # now, at most the FIFO's depth (this cycle's pop not counted: its readiness is the
         # staging's and the join's). A ready read from the FIFO's level ran through the
         # forward unit's handshake into the relay control's row FIFO (28.3 FO4 in the whole
+        # hub at 4 nodes). The two compares (a command taken now or not) are formed from
+        # registers and chosen by ``accept`` last: with the sum behind the handshake, the
+        # forward unit's pick ran on through an adder into the ready (22.19 FO4 in the whole
         # hub at 4 nodes).
         cmd = data.View(self.command, Signal(self.command.size, name="cmd_in"))
         held = Signal(name="cmd_held")
@@ -109,7 +112,9 @@ class ForwardEgress(wiring.Component):
                      accept.eq(ready & (self.fwd.valid | self.rcredit.valid)),
                      self.fwd.ready.eq(ready), self.rcredit.ready.eq(ready),
                      cq.w_en.eq(held), cq.w_data.eq(held_cmd)]
-        m.d.sync += ready.eq(cq.level + held + accept <= COMMANDS)
+        pending = Signal(range(COMMANDS + 2), name="cmd_pending")   # held or in the FIFO
+        m.d.comb += pending.eq(cq.level + held)
+        m.d.sync += ready.eq(Mux(accept, pending < COMMANDS, pending <= COMMANDS))
         with m.If(take):
             m.d.sync += [held.eq(accept), held_cmd.eq(cmd.as_value())]
         head = data.View(self.command, cq.r_data)

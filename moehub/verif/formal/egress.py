@@ -118,8 +118,8 @@ PLANTS = {
                                "a credit before every chunk"),
                               "a command taken while the register holds one the full FIFO refused: the held "
                               "command lost"),
-    "ready-ignores-taken": Plant(MOD, "ready.eq(cq.level + held + accept <= COMMANDS)",
-                                 "ready.eq(cq.level + held <= COMMANDS)", "ForwardEgress",
+    "ready-ignores-taken": Plant(MOD, "ready.eq(Mux(accept, pending < COMMANDS, pending <= COMMANDS))",
+                                 "ready.eq(pending <= COMMANDS)", "ForwardEgress",
                                  ("the tracked credit out of order or not its own", "a hang",
                                   "a read not at the forward's next chunk", "an out chunk with another",
                                   "a credit no command owes", "a credit before every chunk"),
