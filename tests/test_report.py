@@ -1307,6 +1307,17 @@ def test_collect_and_render_the_coverage(tmp_path):
     assert report.collect_coverage(tmp_path / "nothing", tmp_path / "records") == []
 
 
+def test_coverage_of_one_config_keeps_the_others(tmp_path):
+    """A build folder holding one config's coverage run completes the record: the other
+    configs' rows stay (a run of tiny alone does not drop deepseek-v3-8gpu's row)."""
+    build = _coverage_build(tmp_path)
+    report.collect_coverage(build, tmp_path / "records")
+    (build / "coverage" / "run-deepseek-v3-8gpu.json").unlink()
+    [path] = report.collect_coverage(build, tmp_path / "records")
+    assert sorted(r["config"] for r in report.read_record(path)["data"]["rows"]) == \
+        ["deepseek-v3-8gpu", "tiny"]
+
+
 def test_per_config_rows_are_rechecked_by_their_hardware(tmp_path, monkeypatch):
     """Rows of per-config runs carry their hub and sources' hash; the collection adds the
     RTLIL digest of rows made from the working tree's sources; after an edit of the

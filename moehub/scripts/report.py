@@ -791,7 +791,8 @@ def collect_soak(build: Path, records: Path, check=None) -> list:
 def collect_coverage(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/coverage/run-<config>.json`` (``moehub coverage``: one
     config's coverage run, with its run's record, the load before it and the RTL sources'
-    hash it simulated), one row per config."""
+    hash it simulated), one row per config. The record's rows of other configs stay (a
+    build folder holding some runs completes the record)."""
     from ..verif.coverage_run import SUMMARY_PREFIX
     return _record_summaries(
         "coverage", sorted(Path(build, "coverage").glob(f"{SUMMARY_PREFIX}*.json")),
@@ -799,7 +800,7 @@ def collect_coverage(build: Path, records: Path, check=None) -> list:
         "one row per config, each with its own run's command and commit, the load before it "
         "and the RTL sources' hash it simulated (rtl_sha256); sources_sha256: the RTL at "
         "collection", "coverage", drop=(), from_run=("git", "started", "command"),
-        last_command=True, digests=True, check=check)
+        last_command=True, digests=True, check=check, keep=lambda r: r["config"])
 
 
 def collect_equiv(build: Path, records: Path, check=None) -> list:
