@@ -1307,15 +1307,20 @@ def test_collect_and_render_the_coverage(tmp_path):
     assert report.collect_coverage(tmp_path / "nothing", tmp_path / "records") == []
 
 
-def test_coverage_of_one_config_keeps_the_others(tmp_path):
-    """A build folder holding one config's coverage run completes the record: the other
-    configs' rows stay (a run of tiny alone does not drop deepseek-v3-8gpu's row)."""
-    build = _coverage_build(tmp_path)
-    report.collect_coverage(build, tmp_path / "records")
-    (build / "coverage" / "run-deepseek-v3-8gpu.json").unlink()
-    [path] = report.collect_coverage(build, tmp_path / "records")
-    assert sorted(r["config"] for r in report.read_record(path)["data"]["rows"]) == \
-        ["deepseek-v3-8gpu", "tiny"]
+@pytest.mark.parametrize("source", ["coverage", "soak"])
+def test_one_configs_run_keeps_the_others(tmp_path, source):
+    """A build folder holding one config's run completes the record: the other configs'
+    rows stay (a coverage run or a soak of tiny alone does not drop another config's row)."""
+    build, collect, first = {
+        "coverage": (_coverage_build, report.collect_coverage, "coverage/run-deepseek-v3-8gpu.json"),
+        "soak": (_soak_build, report.collect_soak, "soak/mixtral-8gpu-seed1/summary.json")}[source]
+    build = build(tmp_path)
+    [path] = collect(build, tmp_path / "records")
+    before = sorted(r["config"] for r in report.read_record(path)["data"]["rows"])
+    (build / first).unlink()
+    [path] = collect(build, tmp_path / "records")
+    assert sorted(r["config"] for r in report.read_record(path)["data"]["rows"]) == before
+    assert len(before) == 2
 
 
 def test_per_config_rows_are_rechecked_by_their_hardware(tmp_path, monkeypatch):

@@ -779,13 +779,15 @@ def collect_synth_unit(build: Path, records: Path, check=None) -> list:
 
 def collect_soak(build: Path, records: Path, check=None) -> list:
     """The record of every ``<build>/soak/*/summary.json`` (``moehub soak``: one config and
-    seed each, with its run's record and the load before it), one row per config and seed."""
+    seed each, with its run's record and the load before it), one row per config and seed.
+    The record's rows of other configs and seeds stay (a build folder holding some soaks
+    completes the record)."""
     return _record_summaries(
         "soak", sorted(Path(build, "soak").glob("*/summary.json")), Path(records, "soak.json"),
         "moehub soak", "one row per config and seed, each with its own run's command, commit "
         "and the load before it; sources_sha256: the RTL at collection", "soak",
         drop=(), from_run=("git", "started", "command", "cpu_s"), last_command=True,
-        digests=True, check=check)
+        digests=True, check=check, keep=lambda r: (r["config"], r["seed"]))
 
 
 def collect_coverage(build: Path, records: Path, check=None) -> list:
