@@ -1010,6 +1010,11 @@ def _verdict_cells(section: str, sec: dict, hub: dict) -> tuple:
     a = sec.get("area") or {}
     area = (f"{a['cell_area_um2']:,.0f} µm² ({a['nand2_eq'] / 1e3:.0f}k NAND2 eq.); "
             f"{_g(a, 'n5_mm2', 'nominal') or 0:.4f} mm² at N5")
+    # the deepest family's FO4 with its own path (the top's path is the worst-slack one,
+    # which a flop's setup can make another path than the deepest logic)
+    deep = (sec.get("deepest") or [None])[0] or {}
+    if "deepest_fo4" in sec and deep.get("from"):
+        route = f" `{deep['from']}` → `{deep['to']}`"
     stage = f"{sec.get('deepest_fo4', top.get('fo4', 0)):.2f} FO4{route}"
     lr = sec.get("line_rate") or {}
     fmax = f"{_rng(lr.get('fmax_GHz'), '.2f')} GHz"
