@@ -38,6 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import asic, asap7_report, deepest, fo4, library, report, sram, tools, verilog
+from .blocks import _r
 from .project import H100_CLOCK_GHZ, WIRE_MARGIN
 
 #: default clock: the H100 boost clock (1.98 GHz), the clock every verdict is judged at
@@ -98,7 +99,8 @@ def tt_current(cfg, out_dir: Path, period_ns: float, sram_min_bits: int, sram_mi
         return False
     sec = rep.get(SECTION.format(corner=MAP_CORNER)) or {}
     sram_opts = sec.get("sram") or {}
-    if (made_of != hub or rep.get("hub") != hub or sec.get("clock_constraint_ns") != period_ns
+    # (the section holds the clock as the report rounds it: 1/1.98 GHz is 0.505051 there)
+    if (made_of != hub or rep.get("hub") != hub or sec.get("clock_constraint_ns") != _r(period_ns)
             or sram_opts.get("min_bits") != sram_min_bits or sram_opts.get("min_depth") != sram_min_depth
             or sec.get("abc_effort", "normal") != abc_effort):
         return False
