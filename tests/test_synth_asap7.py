@@ -62,6 +62,7 @@ def test_flow_runs_and_reports(tiny_asap7):
         assert top[fig] > 0, fig
     assert top["nand2_eq"] == pytest.approx(top["area_um2"] / library.ASAP7_NAND2_UM2, rel=1e-3)
     assert 0 < sec["area"]["sequential_share"] < 1
+    assert len(sec["load_at_start"]) == 3 and min(sec["load_at_start"]) >= 0
     assert 0.012 < sec["fo4_ns"] < 0.025                  # FACTS.md: ASAP7 INVx1 FO4 13-20 ps
     cyc = sec["line_rate"]["at_h100_clock"]["cycle_ns"]
     assert cyc["low"] < cyc["nominal"] < cyc["high"]

@@ -84,6 +84,7 @@ def test_report_has_every_figure(tiny_report):
     lr = a["line_rate"]["at_h100_clock"]
     assert lr["GBps"] == pytest.approx(cfg.lanes * cfg.chunk_bytes * 1.98)
     assert isinstance(lr["pass"], bool)
+    assert len(a["load_at_start"]) == 3 and min(a["load_at_start"]) >= 0   # (for the wall times)
     assert (out / "report.md").read_text().startswith("# Synthesis report: `tiny`")
 
 

@@ -343,7 +343,8 @@ def collect_synth(build: Path, records: Path, check=None, folders=None) -> list:
             date=iso(rp.stat().st_mtime), mach=machine(), load_avg=None, rtl=rtl,
             note="moehub synth writes no run record: the command is read from the report's "
                  "sections, the date is report.json's, the machine the collecting one, the "
-                 "load not recorded; the RTL is checked by regenerating its RTLIL"
+                 "load each section's load_at_start where the run recorded it; the RTL is "
+                 "checked by regenerating its RTLIL"
                  + (f"; kept from the previous record (not in this report): {', '.join(kept)}, "
                     f"made by `{prev['command']}`" if kept else ""))
         written.append(write_record(dest, rec))
@@ -1090,6 +1091,49 @@ def render_asap7(recs: list, current: str) -> str:
                                   f"| {rec['data']['config']} ({OLDER}) |", 1)
             rows.append(row)
     return "\n".join([asap7_table.HEADER, asap7_table.ALIGN, *rows]) + "\n\n" + caption(recs) + "\n"
+
+
+def _yosys_of(flow: str) -> str:
+    """The Yosys build a section's flow line names: native or WebAssembly (YoWASP)."""
+    return "Wasm" if "yowasp" in flow.lower() else "native"
+
+
+def _wall_steps(w: dict, *keys) -> str:
+    return " / ".join(f"{w[k]:,.0f}" if k in w else "–" for k in keys)
+
+
+def render_synth_wall(recs: list, current: str) -> str:
+    """Wall seconds of each recorded ``moehub synth`` run, per flow and step (the sections'
+    ``wall_s``), with the 1-minute load as each run started (``load_at_start``; runs made
+    before it was recorded show a dash): what a run of a hub costs on the recording
+    machine. An SS run that re-timed the TT netlist reports its own OpenSTA and
+    deepest-path steps only."""
+    if not recs:
+        raise ReportError("table 'synth-wall': no synth record (records/synth/*.json; "
+                          "make them with 'moehub report --collect synth')")
+    out = ["| hub | cells (OSU018) | OSU018 s: Verilog / Yosys / OpenSTA / total "
+           "| ASAP7 TT s: Yosys / OpenSTA / deepest paths / total | ASAP7 SS s (re-timing) "
+           "| load at start: OSU018 / TT / SS |",
+           "|---|---:|---:|---:|---:|---:|"]
+    machines = set()
+    for name, rec in _config_order(recs):
+        rep = rec["data"]["report"]
+        hub = rec["data"]["config"] + (f" ({OLDER})" if any(older(rec, s, current) for s in SECTIONS
+                                                            if s in rep) else "")
+        a, tt, ss = rep.get("asic"), rep.get("asap7_tt"), rep.get("asap7_ss")
+        cells = f"{a['modules']['top']['cells']:,}" if a else "–"
+        osu = _wall_steps(a["wall_s"], "verilog", "yosys", "sta", "total") if a else "–"
+        att = (_wall_steps(tt["wall_s"], "yosys", "sta", "sta_paths", "total") + f" ({_yosys_of(tt['flow'])} Yosys)"
+               if tt else "–")
+        ass = f"{ss['wall_s']['sta'] + ss['wall_s'].get('sta_paths', 0):,.0f}" if ss else "–"
+        load = " / ".join(f"{sec['load_at_start'][0]:.1f}" if sec and sec.get("load_at_start") else "–"
+                          for sec in (a, tt, ss))
+        out.append(f"| {hub} | {cells} | {osu} | {att} | {ass} | {load} |")
+        m = rec.get("machine") or {}
+        machines.add(f"{m.get('cores', '?')} cores ({m.get('model', 'CPU unknown')})")
+    return ("\n".join(out) + "\n\nMachine: " + "; ".join(sorted(machines)) + "; load: the 1-minute "
+            "load average as the run started (other jobs beside it stretch its times). "
+            + caption(_config_order(recs)) + "\n")
 
 
 def _with_ep(r: dict) -> dict:
@@ -2269,6 +2313,7 @@ def render_verification_summary(recs: list, current: str, records: Path = RECORD
 TABLES = {
     "hub-verdicts": ("synth", render_hub_verdicts),
     "asap7": ("synth", render_asap7),
+    "synth-wall": ("synth", render_synth_wall),
     **{n: ("headline", render_headline_of(n)) for n in ("headline", *HEADLINE_APART)},
     "validation-summary": ("validate", render_validation_summary),
     "validation-misses": ("validate", render_validation_misses),

@@ -177,7 +177,7 @@ def _corner(cfg, out_dir: Path, lib, work: Path, v: Path, *, sta_only: bool, t_r
             sram_opts: dict, write_report: bool) -> dict:
     """One corner: FO4 and flop of ``lib``, synthesis (unless ``sta_only``), OpenSTA per
     module, the deepest family pairs, the section (written into ``out_dir/report.json``)."""
-    t0 = time.monotonic()
+    t0, load0 = time.monotonic(), report.load_now()
     meas = fo4.measure_all(work / "fo4", lib)
     target = abc_target_ps(period_ns, meas["clk_q_ns"] + meas["setup_ns"])
     res = asic.run(work, v, mems, macros, meas["fo4_ns"], period_ns, abc_delay_ps=target, sta_only=sta_only,
@@ -196,6 +196,7 @@ def _corner(cfg, out_dir: Path, lib, work: Path, v: Path, *, sta_only: bool, t_r
     section = asap7_report.build(cfg, res, meas, fams, lib, period_ns, target, sram_opts,
                                  projection=asap7_report.projection_beside(out_dir, cfg))
     section["abc_effort"] = abc_effort
+    section["load_at_start"] = load0
     section["sdc"] = {"file": asic.SDC_NAME, "clock_port": asic.CLOCK_PORT, "io_pct": io_pct,
                       "unit": lib.time_unit_name}
     section["folder"] = work.name

@@ -67,7 +67,7 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
         raise tools.ToolMissing(missing)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    t0 = time.monotonic()
+    t0, load0 = time.monotonic(), report.load_now()
     label = f"synth {cfg.name}"
     with progress.stage(f"{label}: FO4 delay of the library (OpenSTA)", heartbeat=True):
         fo4_ns = fo4.measure(out_dir / "fo4")
@@ -92,6 +92,7 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
                                 {"min_bits": sram_min_bits, "min_depth": sram_min_depth},
                                 res["flop_arrays"], macros)
     section["abc_effort"] = abc_effort
+    section["load_at_start"] = load0
     section["sdc"] = {"file": asic.SDC_NAME, "clock_port": asic.CLOCK_PORT, "io_pct": io_pct}
     section["gate_level_sim"] = {
         "netlist": "netlist_sim.v", "sram_models": "sram_models.v" if res["macros"] else None,
