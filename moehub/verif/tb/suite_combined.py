@@ -610,6 +610,35 @@ class MulticastPagedCountTests(MulticastPagedTests, CountTests):
         assert await tb.csr_read("POOL_FREE") == self.P - 2
         assert model.final == [True] * self.E and self.early(tb, model) == list(range(self.E))
 
+    @hub_test()
+    async def test_late_grant_counts_only_on_its_own_experts(self, dut):
+        """The risky lane's grant counts toward the experts it names and no other. Experts 0
+        and 1 announced two rows each, expert 2 none (the allocator is tight: every row is
+        risky). A row to (1) leaves expert 1 one row short of its count; then a row to (0)
+        and, a cycle later, a row to (1): the second is decided the cycle after the first
+        was granted, from the refusal registered for that grant -- expert 1 is not met by
+        a grant to expert 0, so it takes its last row. Then the last row to (0). ROWS 2, 2,
+        0, nothing refused, every expert final before the end-of-stream."""
+        tb = await self.make_mc_tb(dut)
+        first, last = self.mrow(1, [(1, 0)], token=1), self.mrow(1, [(0, 0)], token=4)
+        a, b = self.mrow(0, [(0, 0)], token=2), self.mrow(2, [(1, 0)], token=3)
+        heads = [self.chunks(a, 0, [0])[0], self.chunks(b, 0, [0])[0]]
+        rest = [p for r in (a, b) for p in self.chunks(r, 0, range(1, self.cfg.chunks_per_row))]
+        pair = [[heads[0]] + [None] * (self.L - 1), [None, heads[1]] + [None] * (self.L - 2)]
+        rows = [first, a, b, last]
+        counts = [self.cnt(0, 0, 1), self.cnt(1, 0, 1), self.cnt(2, 0, 0),
+                  self.cnt(0, 1, 0), self.cnt(1, 1, 1), self.cnt(2, 1, 1),
+                  self.cnt(0, 2, 0), self.cnt(1, 2, 0), self.cnt(2, 2, 0)]
+        sched = (self.spread(counts) + self.IDLE + self.one_at_a_time([first]) + self.IDLE
+                 + pair + self.spread(rest) + self.IDLE + self.one_at_a_time([last]))
+        await tb.send_schedule(sched + self.IDLE + [self.eos_of(rows)])
+        model = await self.finish(tb)
+        took = [c for h in heads for c, _, p in tb.accepted if p == h]
+        assert took[1] == took[0] + 1, f"the two rows were taken in cycles {took}, not one after the other"
+        assert await self.drops(tb, Reason.COUNT_MISMATCH) == 0
+        assert [await tb.csr_read("ROWS", x) for x in range(self.E)] == [2, 2, 0]
+        assert model.final == [True] * self.E and self.early(tb, model) == list(range(self.E))
+
     def count_feeder(self, rng: random.Random, rows, errors: bool) -> CountFeeder:
         """Random traffic with count packets (some wrong, repeated or out of range with
         ``errors``)."""
