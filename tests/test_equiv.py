@@ -295,6 +295,18 @@ def test_parsers():
               "  Unproven $equiv $auto$equiv_make.cc:295:find_same_wires$9: \\count_gold [1] \\count_gate [1]\n"
               "  Unproven $equiv $auto$equiv_make.cc:258:find_same_wires$4: \\y_gold \\y_gate\n")
     assert equiv.parse_status(status) == (5, 3, [("count", 1), ("y", 0)])
+    # equiv_struct's cells between two gold nets (a mutated mux whose inputs it merged: a
+    # mutant "proven" equivalent by a parser that skipped them was killed by a directed test)
+    merged = ("Found 20970 $equiv cells in equiv:\n  Of those cells 20968 are proven and 2 are unproven.\n"
+              "  Unproven $equiv $auto$equiv_struct.cc:91:merge_cell_pair$32795: "
+              "$flatten\\alloc.\\counts.$1367_gold $flatten\\alloc.\\counts.$1861_gold\n"
+              "  Unproven $equiv $auto$equiv_struct.cc:91:merge_cell_pair$32797: "
+              "$flatten\\alloc.\\counts.$1861_gold [2] $flatten\\alloc.\\counts.$1367_gold [2]\n")
+    cells, proven, bits = equiv.parse_status(merged)
+    assert (cells, proven, len(bits)) == (20970, 20968, 2) and bits[1][1] == 2
+    assert "$1367_gold (against" in bits[0][0]
+    with pytest.raises(equiv.EquivError, match="3 unproven"):
+        equiv.parse_status(merged.replace("2 are unproven", "3 are unproven"))
     trace = ("SAT proof finished - model found: FAIL!\n"
              "     1 \\gate_y                    89        59      01011001\n"
              "     1 \\gold_y                    89        59      01011001\n"

@@ -757,7 +757,13 @@ def base_case_script(gold_il: Path, gate_il: Path, pairs: list[tuple[str, str]],
 
 # ---------------------------------------------------------------------------- log parsing
 
-_UNPROVEN = re.compile(r"Unproven \$equiv \S+: (\S+?)_gold(?: \[(\d+)\])? (\S+?)_gate")
+#: an unproven cell's two sides, each a net with an optional bit: ``x_gold [1] x_gate [1]`` for
+#: a joined name; ``equiv_struct`` also leaves cells between two nets of the gold side
+#: (``$12_gold $34_gold``) where it merged a gate cell into a gold one
+_UNPROVEN = re.compile(r"^\s*Unproven \$equiv \S+: (\S+)(?: \[(\d+)\])? (\S+?)(?: \[\d+\])?\s*$", re.M)
+_TOTAL_UNPROVEN = re.compile(r"(\d+) are unproven")
+#: how a status name joins the two gold nets of a merged cell
+MERGED = " (against "
 
 
 def parse_status(text: str) -> tuple[int, int, list[tuple[str, int]]]:
@@ -770,8 +776,17 @@ def parse_status(text: str) -> tuple[int, int, list[tuple[str, int]]]:
     counts = re.search(r"Of those cells (\d+) are proven", text)
     bits = []
     for m in _UNPROVEN.finditer(text):
-        gold, gate = _json_name(m.group(1)), _json_name(m.group(3))
-        bits.append((gold if gold == gate else f"{gold} (gate {gate})", int(m.group(2) or 0)))
+        a, b = _json_name(m.group(1)), _json_name(m.group(3))
+        if b.endswith("_gate"):     # (a joined wire; its gold side may show as an alias net)
+            gate = b[:-len("_gate")]
+            gold = a[:-len("_gold")] if a.endswith("_gold") else gate
+            bits.append((gold if gold == gate else f"{gold} (gate {gate})", int(m.group(2) or 0)))
+        else:                   # (two gold nets equiv_struct merged: a difference all the same)
+            bits.append((f"{a}{MERGED}{b})", int(m.group(2) or 0)))
+    total = _TOTAL_UNPROVEN.search(text)
+    if total and int(total.group(1)) != len(bits):
+        raise EquivError(f"equiv_status reports {total.group(1)} unproven $equiv cells, {len(bits)} "
+                         "read: a line this parser does not know (the proof cannot be judged)")
     return int(found.group(1)), int(counts.group(1)), bits
 
 
@@ -936,7 +951,7 @@ def _judge(res: Result, out: Path, gold: Netlist, pairing: Pairing) -> list[tupl
         res.verdict, res.proof = "equivalent", "induction"
     elif not unproven:
         res.proof = "k-induction"
-        if not left:
+        if not left and not any(MERGED in n for n, _ in history):   # (merged nets: no wire pair)
             return list(dict.fromkeys(_wire_pair(n) for n, _ in history))
     return []
 
