@@ -148,9 +148,7 @@ def machine() -> dict:
     return {"cores": os.cpu_count(), "model": _cpu_model(), "platform": platform.platform()}
 
 
-def load() -> list:
-    """The 1-, 5- and 15-minute load averages now (other work stretches wall times)."""
-    return [round(x, 2) for x in os.getloadavg()]
+load = runinfo.load_avg
 
 
 def collected() -> dict:

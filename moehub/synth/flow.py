@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .. import progress
+from .. import progress, runinfo
 from ..spec.config import HubConfig, load_hub_config
 from ..paths import output_dir
 from . import asic, fo4, report, sram, tools, verilog
@@ -67,7 +67,7 @@ def run_asic(cfg: HubConfig, out_dir: Path, period_ns: float = DEFAULT_PERIOD_NS
         raise tools.ToolMissing(missing)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    t0, load0 = time.monotonic(), report.load_now()
+    t0, load0 = time.monotonic(), runinfo.load_avg()
     label = f"synth {cfg.name}"
     with progress.stage(f"{label}: FO4 delay of the library (OpenSTA)", heartbeat=True):
         fo4_ns = fo4.measure(out_dir / "fo4")

@@ -9,7 +9,6 @@ Figures come from the tool logs parsed in :mod:`moehub.synth.asic` and
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -125,12 +124,6 @@ def write_metrics(out_dir: Path, rep: dict) -> None:
         path.write_text(json.dumps(orfs_metrics(rep), indent=2))
     elif path.exists():
         path.unlink()
-
-
-def load_now() -> list:
-    """The 1-, 5- and 15-minute load averages as a run starts (its section's
-    ``load_at_start``: other work beside it stretches its wall times)."""
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def merge_write(out_dir: Path, cfg, section: str, data: dict, extra: dict | None = None) -> Path:
