@@ -111,6 +111,43 @@ def test_gate_level_files_written(tiny_report):
     assert f"module {rep['asic']['sram']['macros'][0]['name']}" in models
 
 
+def test_a_second_run_maps_from_the_generic_checkpoint_to_the_same_netlist(tiny_report, tmp_path):
+    """The library-independent part is kept and a run of the same design starts from it:
+    the same netlist (the run that writes the checkpoint maps from it read back too)."""
+    from moehub.synth import asic
+    cfg, out, rep = tiny_report
+    again = tmp_path / "again"
+    flow.run_asic(cfg, again, **SRAM_LOW)
+    script = (again / "synth.ys").read_text()
+    assert script.startswith("read_rtlil ") and "synth -top" not in script
+    assert (again / "netlist.v").read_text() == (out / "netlist.v").read_text()
+    assert (again / "stat_rtl.json").read_text() == (out / "stat_rtl.json").read_text()
+    # the run that writes it maps the netlist read back, not the one in memory
+    fresh = asic.yosys_script(tools.osu018_lib(), [], False, ["moehub_pm"], tmp_path,
+                              asic.GenericCheckpoint(tmp_path, "k"))
+    lines = fresh.splitlines()
+    w = lines.index(f"write_rtlil {tmp_path / 'k.il.partial'}")
+    assert lines[w + 1:w + 3] == ["design -reset", f"read_rtlil {tmp_path / 'k.il.partial'}"]
+    assert lines[w + 3].startswith("dfflibmap")
+
+
+def test_the_generic_checkpoint_is_keyed_by_the_design_and_the_yosys(tmp_path, monkeypatch):
+    from moehub.synth import asic
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path / "build"))
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "moehub.v").write_text("module moehub(); endmodule\n")
+    key = lambda: asic.generic_checkpoint(work, tools.yosys(), [], False, ["moehub_pm"]).key
+    k0 = key()
+    assert key() == k0
+    (work / "moehub.v").write_text("module moehub(input a); endmodule\n")
+    k1 = key()
+    assert k1 != k0
+    assert asic.generic_checkpoint(work, tools.yosys(), [], False, ["moehub_alloc"]).key != k1
+    monkeypatch.setattr(tools, "version_line", lambda b: "Yosys 9.99")
+    assert key() != k1
+
+
 @pytest.mark.slow
 def test_area_grows_with_experts_and_lanes(tiny_report, tmp_path):
     """The one-lane tiny against two variants (one expert; two lanes), run two at a time.

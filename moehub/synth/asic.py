@@ -17,7 +17,10 @@ fmax = 1 / (period - worst slack) (OpenSTA 2.0.17 has no report_clock_min_period
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,8 +53,35 @@ def abc_script(delay_ps: float, effort: str = "normal") -> str:
     return pre + f"&nf {d}; &put; buffer -p; upsize {d}; dnsize {d}; stime -p\n"
 
 
+def generic_lines(macros: list[MemoryArray], has_macros: bool, blocks: list[str]) -> list[str]:
+    """The library-independent part of the synthesis script: the RTL read, processes and
+    memories turned into generic cells, the SRAM macros placed, each block's small
+    components flattened into it (``stat_rtl.json``: array bits per module, counted before
+    any mapping -- TOOLCHAIN.md pitfall 7)."""
+    lines = [f"read_verilog {TOP}.v"]
+    if has_macros:
+        lines.append("read_verilog -lib sram_bb.v")
+    lines += [
+        f"hierarchy -check -top {TOP}",
+        "proc",
+        "tee -q -o stat_rtl.json stat -json",
+        f"synth -top {TOP} -run :fine",
+    ]
+    if has_macros:
+        sel = " ".join(f"{m.module}/{m.name}" for m in macros)
+        lines += ["memory_libmap -lib sram.memlib " + sel,
+                  "techmap -map sram_map.v t:$__MOEHUB_SRAM_*"]
+    return lines + [
+        f"synth -top {TOP} -run fine:check -noabc",
+        f"setattr -mod -set keep_hierarchy 1 {' '.join(blocks)}",
+        "flatten",
+        f"hierarchy -top {TOP}",
+        "setattr -mod -unset keep_hierarchy",
+    ]
+
+
 def yosys_script(lib, macros: list[MemoryArray], has_macros: bool, blocks: list[str],
-                 work: Path | None = None) -> str:
+                 work: Path | None = None, generic: GenericCheckpoint | None = None) -> str:
     """The synthesis script. ``blocks``: the hub's direct submodules, kept (area and timing
     per block); the small components inside a block are flattened into it before mapping,
     so that ABC sees each block whole. ``lib``: a Liberty path (OSU018, Yosys 0.23) or a
@@ -59,7 +89,9 @@ def yosys_script(lib, macros: list[MemoryArray], has_macros: bool, blocks: list[
     do-not-use list (ASAP7) the files are named relative to ``work``, ABC and dfflibmap
     get the do-not-use list, flops are named after their register (``rename -wire``: the
     QN-only flops of ASAP7 leave no net named by the register) and constants go to tie
-    cells (ORFS's ``hilomap``)."""
+    cells (ORFS's ``hilomap``). ``generic``: the library-independent part
+    (:func:`generic_lines`) is read from its checkpoint where that exists, else run and
+    written there (:class:`GenericCheckpoint`)."""
     cells = lib if hasattr(lib, "liberty") else None
     if cells is None or not cells.modern_yosys:
         lib_path = cells.liberty[0] if cells else lib
@@ -71,27 +103,17 @@ def yosys_script(lib, macros: list[MemoryArray], has_macros: bool, blocks: list[
         seq_arg = f"-liberty {cells.rel(cells.seq_liberty, work)}"
         libs = cells.liberty_args(work)
         dff_dont, abc_dont = cells.dont_use_args(extra=True), cells.dont_use_args()
-    lines = [f"read_verilog {TOP}.v"]
-    if has_macros:
-        lines.append("read_verilog -lib sram_bb.v")
-    lines += [
-        f"hierarchy -check -top {TOP}",
-        "proc",
-        # array bits per module, counted before any mapping (TOOLCHAIN.md pitfall 7)
-        "tee -q -o stat_rtl.json stat -json",
-        f"synth -top {TOP} -run :fine",
-    ]
-    if has_macros:
-        sel = " ".join(f"{m.module}/{m.name}" for m in macros)
-        lines += ["memory_libmap -lib sram.memlib " + sel,
-                  "techmap -map sram_map.v t:$__MOEHUB_SRAM_*"]
-    lines += [
-        f"synth -top {TOP} -run fine:check -noabc",
-        f"setattr -mod -set keep_hierarchy 1 {' '.join(blocks)}",
-        "flatten",
-        f"hierarchy -top {TOP}",
-        "setattr -mod -unset keep_hierarchy",
-    ]
+    if generic is not None and generic.ready:
+        lines = [f"read_rtlil {generic.rtlil}"]
+    else:
+        lines = generic_lines(macros, has_macros, blocks)
+        if generic is not None:
+            # (and the mapping starts from the netlist read back, as a later run's does:
+            # ABC's result depends on the order of the cells it is given, which a
+            # read_rtlil changes -- 0.1 % of tiny's gates -- so a run maps the same
+            # whether or not the checkpoint existed before it)
+            lines += [f"write_rtlil {generic.partial}", "design -reset",
+                      f"read_rtlil {generic.partial}"]
     if cells is not None and cells.rename_flops:
         lines.append(f"rename -wire -suffix {REG_SUFFIX} t:$_*DFF*")
     lines += [
@@ -113,6 +135,72 @@ def yosys_script(lib, macros: list[MemoryArray], has_macros: bool, blocks: list[
         "write_verilog -noattr -noexpr -simple-lhs netlist_sim.v",
     ]
     return "\n".join(lines) + "\n"
+
+
+@dataclass
+class GenericCheckpoint:
+    """The generic netlist of one design (:func:`generic_lines`' result), kept so that a
+    second library mapped by the same Yosys starts from it: the OSU018 run of a hub and
+    its ASAP7 run with the native Yosys share it, and on the large hubs that part is most
+    of Yosys' time (``nvl72`` at OSU018: ``opt_clean`` and ``opt_expr`` alone 48 % of
+    3,635 CPU s). Kept under ``<build>/synth/generic/<key>.il`` (with its
+    ``stat_rtl.json``), the key the hash of the script part, the files it reads and the
+    Yosys binary's version, so a checkpoint is only ever read by the run it stands for;
+    the newest :data:`GENERIC_KEEP` are kept."""
+    folder: Path
+    key: str
+
+    @property
+    def rtlil(self) -> Path:
+        return self.folder / f"{self.key}.il"
+
+    @property
+    def partial(self) -> Path:
+        """Where Yosys writes it (renamed to :attr:`rtlil` once the run succeeded)."""
+        return self.folder / f"{self.key}.il.partial"
+
+    @property
+    def stat_rtl(self) -> Path:
+        return self.folder / f"{self.key}.stat_rtl.json"
+
+    @property
+    def ready(self) -> bool:
+        return self.rtlil.exists() and self.stat_rtl.exists()
+
+    def restore(self, work: Path) -> None:
+        """Before a run from the checkpoint: the array counts its first part wrote."""
+        shutil.copyfile(self.stat_rtl, work / "stat_rtl.json")
+
+    def keep(self, work: Path) -> None:
+        """After the run that wrote it: the netlist under its key, its array counts, and
+        the oldest checkpoints beyond :data:`GENERIC_KEEP` gone."""
+        if not self.partial.exists():
+            return
+        shutil.copyfile(work / "stat_rtl.json", self.stat_rtl)
+        os.replace(self.partial, self.rtlil)
+        old = sorted(self.folder.glob("*.il"), key=lambda f: f.stat().st_mtime)[:-GENERIC_KEEP]
+        for f in old:
+            f.unlink(missing_ok=True)
+            f.with_suffix(".stat_rtl.json").unlink(missing_ok=True)
+
+
+#: generic checkpoints kept (the large hubs' are a few hundred MB each)
+GENERIC_KEEP = 6
+
+
+def generic_checkpoint(work: Path, yosys_bin: str, macros: list[MemoryArray], has_macros: bool,
+                       blocks: list[str]) -> GenericCheckpoint:
+    """The checkpoint of the design in ``work`` for ``yosys_bin`` (the files the generic
+    part reads must be written there already)."""
+    from ..paths import build_root
+    h = hashlib.sha256("\n".join(generic_lines(macros, has_macros, blocks)).encode())
+    for name in (f"{TOP}.v", "sram_bb.v", "sram.memlib", "sram_map.v"):
+        f = work / name
+        h.update(name.encode() + b"\0" + (f.read_bytes() if f.exists() else b"(none)") + b"\0")
+    h.update(tools.version_line(yosys_bin).encode())
+    folder = build_root() / "synth" / "generic"
+    folder.mkdir(parents=True, exist_ok=True)
+    return GenericCheckpoint(folder, h.hexdigest()[:32])
 
 
 def yosys_time_from_log(log: Path) -> float:
@@ -453,12 +541,27 @@ def mapped_by(work: Path) -> str:
 
 
 def _yosys_run(work: Path, cells, lib, macros, blocks, label: str) -> float:
-    """Write ``synth.ys`` for ``cells`` and run its Yosys; wall seconds."""
-    (work / "synth.ys").write_text(yosys_script(cells or lib, macros, bool(macros), blocks, work))
-    with progress.stage(f"{label}: Yosys (synthesis, ABC mapping)", heartbeat=True) as st, \
+    """Write ``synth.ys`` for ``cells`` and run its Yosys; wall seconds. The native Yosys
+    (Debian's 0.23: OSU018, and ASAP7 on the merged Liberty) starts from the design's
+    generic checkpoint where one exists and writes it where none does
+    (:class:`GenericCheckpoint`; the WebAssembly one always runs the whole script)."""
+    binary = cells.yosys() if cells else tools.yosys()
+    generic = None
+    if cells is None or not cells.modern_yosys:
+        generic = generic_checkpoint(work, binary, macros, bool(macros), blocks)
+        if generic.ready:
+            generic.restore(work)
+    what = "from the generic checkpoint: ABC mapping" if generic and generic.ready else \
+        "synthesis, ABC mapping"
+    (work / "synth.ys").write_text(yosys_script(cells or lib, macros, bool(macros), blocks, work,
+                                                generic))
+    with progress.stage(f"{label}: Yosys ({what})", heartbeat=True) as st, \
             progress.Follower(work / "yosys.log", lambda lines: _yosys_pass(st, lines)):
-        return tools.run_logged([cells.yosys() if cells else tools.yosys(), "-q", "-l", "yosys.log",
-                                 "-s", "synth.ys"], work / "yosys.stdout", work)
+        wall = tools.run_logged([binary, "-q", "-l", "yosys.log", "-s", "synth.ys"],
+                                work / "yosys.stdout", work)
+    if generic is not None:
+        generic.keep(work)
+    return wall
 
 
 def _map(work: Path, cells, lib, macros, blocks, label: str) -> tuple:

