@@ -111,6 +111,39 @@ def test_gate_level_files_written(tiny_report):
     assert f"module {rep['asic']['sram']['macros'][0]['name']}" in models
 
 
+TOY = """module moehub_blk(input clk, input [7:0] a, input [7:0] b, output reg [8:0] y);
+  always @(posedge clk) y <= a + b;
+endmodule
+module moehub(input clk, input [7:0] a, input [7:0] b, output [8:0] y);
+  moehub_blk blk(.clk(clk), .a(a), .b(b), .y(y));
+endmodule
+"""
+
+
+def test_a_toy_design_maps_from_its_checkpoint_to_the_same_netlist(tmp_path, monkeypatch):
+    """The checkpoint's two paths on a design of a few cells (the fast set's check; the
+    test below does it on tiny): the first run writes it and maps it read back, the second
+    starts from it, and both write the same netlist."""
+    from moehub.synth import asic
+    monkeypatch.setenv("MOEHUB_BUILD", str(tmp_path / "build"))
+    runs = []
+    for name in ("first", "second"):
+        work = tmp_path / name
+        work.mkdir()
+        (work / "moehub.v").write_text(TOY)
+        (work / "abc.script").write_text(asic.abc_script(3000))
+        (work / "abc.constr").write_text(asic.ABC_CONSTR)
+        asic._yosys_run(work, None, tools.osu018_lib(), [], ["moehub_blk"], "toy")
+        runs.append(work)
+    first, second = ((w / "synth.ys").read_text() for w in runs)
+    assert "write_rtlil" in first and "design -reset" in first and "synth -top" in first
+    assert second.startswith("read_rtlil ") and "synth -top" not in second
+    assert (runs[0] / "netlist.v").read_text() == (runs[1] / "netlist.v").read_text()
+    assert (runs[1] / "stat_rtl.json").read_text() == (runs[0] / "stat_rtl.json").read_text()
+    assert len(list((tmp_path / "build" / "synth" / "generic").glob("*.il"))) == 1
+
+
+@pytest.mark.slow
 def test_a_second_run_maps_from_the_generic_checkpoint_to_the_same_netlist(tiny_report, tmp_path):
     """The library-independent part is kept and a run of the same design starts from it:
     the same netlist (the run that writes the checkpoint maps from it read back too)."""
