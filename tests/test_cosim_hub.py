@@ -150,3 +150,20 @@ def test_explicit_packet_list_backend_matches():
     arrivals, *_ = hub_schedule(L, t0=0.0)
     arr = arrivals[1]
     compare(run_hub_packets(L.hub, list(arr.packets())), run_hub_fast(L.hub, arr))
+
+
+def test_the_hub_cache_keeps_a_bounded_number_of_results_and_changes_no_result(monkeypatch):
+    """A wide layer's passes must not keep every pass's hub results (memory grows with
+    GPUs x passes); a result computed again is the same."""
+    from moehub.cosim.systems import hub
+    from cosim_helpers import two_nodes
+    L = two_nodes(64)
+    whole = run_system("hub", L)
+    assert len(L._hub_cache) <= hub.HUB_CACHE_PASSES * L.G
+    monkeypatch.setattr(hub, "HUB_CACHE_PASSES", 1)
+    L1 = two_nodes(64)
+    one = run_system("hub", L1)
+    assert whole.extra["passes"] >= 3            # (three passes' schedules, two different)
+    assert len(L1._hub_cache) == L1.G            # the last pass's results only
+    assert one.latency_us == whole.latency_us
+    assert np.array_equal(one.gpu_end, whole.gpu_end)

@@ -466,10 +466,21 @@ def _tile_owners(L: Layer, arr: HubArrivals, hr, keys):
             {(e, t): int(last[e * per + t]) for e, t in keys}, int(ok.sum()))
 
 
+#: the hub results a layer keeps (:func:`_cached`), in passes' worth of its GPUs: a pass
+#: finds the last pass's schedule or, when the damping averages two states, the one
+#: before. Kept unbounded, a layer held every pass's arrivals and results (every
+#: system's, when several run on one layer): 0.12 GB a pass at 32 GPUs and 4096 tokens
+#: per GPU (traced), so about 1 GB a pass at 256 GPUs (the same rows per GPU), which
+#: with the passes' backgrounds took the 32-node relay layer past 24 GB. A result left
+#: out is computed again: the same, since it depends on the config and arrivals alone.
+HUB_CACHE_PASSES = 2
+
+
 def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend, cfg):
     """The hub's result for these arrivals: the passes of :func:`..systems.run_system`
     often hand a hub the same schedule again (its traffic settled before the combine's
-    did), and a hub's outputs depend on its config and arrivals alone."""
+    did), and a hub's outputs depend on its config and arrivals alone. The most recently
+    used :data:`HUB_CACHE_PASSES` x GPUs results are kept."""
     key = hashlib.sha1()
     for a in (arr.src, arr.tag, arr.expert, arr.token, arr.slot, arr.first_cycle,
               arr.first_lane, arr.last_cycle, arr.last_lane):
@@ -480,9 +491,13 @@ def _cached(L: Layer, backend: str, d: int, arr: HubArrivals, run_backend, cfg):
             key.update(np.ascontiguousarray(a).tobytes())
     cache = L.__dict__.setdefault("_hub_cache", {})
     k = (backend, d, key.hexdigest())
-    if k not in cache:
-        cache[k] = run_backend(cfg, arr)
-    return cache[k]
+    out = cache.pop(k, None)
+    if out is None:
+        out = run_backend(cfg, arr)
+    cache[k] = out                       # (the most recently used last)
+    while len(cache) > HUB_CACHE_PASSES * L.G:
+        del cache[next(iter(cache))]
+    return out
 
 
 def run_hub(L: Layer, backend: str = "model", order: str = "token",
