@@ -39,11 +39,15 @@ def _check(result):
 #: the smoke jobs in the slow set and the mutation kill suite only: a harness's feature
 #: variants (the same harness on a hub with paging, count packets or admission), whose base
 #: set stays in the fast set, each job's cost mostly its Yosys preparation (3-5 s), not
-#: its depth; and the reduce path's (9 s: its invariants' logic), whose file runs a cheaper
+#: its depth; the reduce path's (9 s: its invariants' logic), whose file runs a cheaper
 #: fast check of the same harness (tests/test_reduce_path_formal.py: the pairing's
-#: induction at k = 1)
+#: induction at k = 1); the relay egress's k-induction (12 s), whose unit's simulation
+#: bench plants its bugs in the fast set (tests/test_rtl_relay_egress.py); and the relay
+#: stages' covers (5 s each), whose harnesses the fast set runs with planted bugs
+#: (tests/test_stage_formal.py)
 SLOW_SMOKE = ("packet-manager-paged", "packet-manager-counts", "allocator-paged", "mcast-allocator-admitted",
-              "mcast-allocator-paged", "mcast-allocator-counts", "page-pool-5", "relay-reduce-path")
+              "mcast-allocator-paged", "mcast-allocator-counts", "page-pool-5", "relay-reduce-path",
+              "relay-egress", "relay-stage", "relay-partial-stage")
 
 
 def _smoke_param(job):

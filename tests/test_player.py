@@ -84,14 +84,17 @@ def test_player_reports_cycles_and_packets():
     """Progress of an RTL run: the Verilog player appends ``<cycle> <packets accepted>`` to
     progress.txt every PROGRESS_CYCLES cycles while Icarus runs, and run_player reports
     them as simulated cycles per second and packets of the total (in this file: the same
-    worker's build folder as the tests above, so the hub's RTL is built once)."""
+    worker's build folder as the tests above, so the hub's RTL is built once). The plain
+    testbench: the progress lines are the player's in either mode, and the idle cycles
+    between the spread-out packets cost seconds under cocotb's clock."""
     cfg = load_hub_config("tiny")
-    sched = [(c * 40, lane, p) for c, lane, p in demand_schedule(cfg, 20, seed=5)]
+    # (spread over about 1,300 cycles: two progress lines, at cycles 0 and 1,024)
+    sched = [(c * 16, lane, p) for c, lane, p in demand_schedule(cfg, 20, seed=5)]
     err = io.StringIO()
     previous = progress.get()
     progress.configure(progress.NORMAL, stream=err, tty=False, interval=0.0)
     try:
-        res = run_player(cfg, sched, mode="cocotb", tag="progress")
+        res = run_player(cfg, sched, mode="verilog", tag="progress")
     finally:
         progress.set_reporter(previous)
     check_equivalent(cfg, res)

@@ -101,6 +101,24 @@ def _floats(lists: list, n: int) -> np.ndarray:
     return np.fromiter(chain.from_iterable(chain.from_iterable(lists)), dtype=float, count=n)
 
 
+def _impulse_rows(imps: list, counts: np.ndarray, ids: np.ndarray) -> tuple:
+    """Every flow's impulses as one (n, 2) array and the flow of each: the lists of
+    tuples a network's own flows grow, the arrays a blended background holds
+    (:func:`.systems.passes.blend`). The two kinds are stacked apart -- the events are
+    sorted on all their fields after, so the order here changes nothing."""
+    arrays = np.fromiter((isinstance(x, np.ndarray) for x in imps), dtype=bool, count=len(imps))
+    lists = ~arrays
+    # (the tuples' floats streamed into one array: np.array on a list of tuples
+    # costs about twice as much, most of a wide layer's event building)
+    rows = [_floats([x for x, a in zip(imps, arrays) if not a] if arrays.any() else imps,
+                    2 * int(counts[lists].sum())).reshape(-1, 2)]
+    flows = [np.repeat(ids[lists], counts[lists])]
+    if arrays.any():
+        rows.append(np.concatenate([imps[i] for i in np.flatnonzero(arrays)]).reshape(-1, 2))
+        flows.append(np.repeat(ids[arrays], counts[arrays]))
+    return np.concatenate(rows), np.concatenate(flows)
+
+
 class FluidNetwork:
     """Ports with capacities (bytes/us) and flows between them; see the module docstring.
     ``engine``: ``compiled`` or ``reference`` (same curves, see the module docstring); by
@@ -173,7 +191,7 @@ class FluidNetwork:
             # injects into a background flow; a missing port is the sink of every
             # network with the same ports)
             for records in pending:
-                self._flows += map(_Flow, (r for r in records if r[5] or r[6]))
+                self._flows += map(_Flow, (r for r in records if len(r[5]) or len(r[6])))
         return self._flows
 
     @flows.setter
@@ -277,15 +295,13 @@ class FluidNetwork:
         imps, segs = list(map(itemgetter(5), fl)), list(map(itemgetter(6), fl))
         ni = np.fromiter(map(len, imps), dtype=np.int64, count=len(fl))
         ns = np.fromiter(map(len, segs), dtype=np.int64, count=len(fl))
-        # (the tuples' floats streamed into one array: np.array on a list of tuples
-        # costs about twice as much, most of a wide layer's event building)
-        imp = _floats(imps, 2 * int(ni.sum())).reshape(-1, 2)
-        seg = _floats(segs, 3 * int(ns.sum())).reshape(-1, 3)
         ids = np.arange(len(fl), dtype=np.int64)
+        imp, imp_flow = _impulse_rows(imps, ni, ids)
+        seg = _floats(segs, 3 * int(ns.sum())).reshape(-1, 3)
         sf = np.repeat(ids, ns)
         t = np.concatenate([imp[:, 0], seg[:, 0], seg[:, 1]])
         kind = np.repeat(np.array([0, 1, 2], dtype=np.int64), [len(imp), len(seg), len(seg)])
-        flow = np.concatenate([np.repeat(ids, ni), sf, sf])
+        flow = np.concatenate([imp_flow, sf, sf])
         val = np.concatenate([imp[:, 1], seg[:, 2], seg[:, 2]])
         return sorted_events(t, kind, flow, val)
 

@@ -69,12 +69,30 @@ def _keyed(records: list) -> dict:
     return out
 
 
-def _merge_impulses(parts: list) -> list:
-    """Impulses at the same instant summed (a schedule that did not move stays compact)."""
-    acc: dict = {}
-    for t, b in parts:
-        acc[t] = acc.get(t, 0.0) + b
-    return [(t, b) for t, b in sorted(acc.items()) if b > 0]
+def impulse_array(imp) -> np.ndarray:
+    """A flow's impulses as an (n, 2) array of (t, bytes), whether a network's list of
+    tuples or a blended background's array."""
+    if isinstance(imp, np.ndarray):
+        return imp
+    return np.array(imp, dtype=float).reshape(-1, 2)
+
+
+def _merge_impulses(new, a: float, old, b: float) -> np.ndarray:
+    """``a`` x the new impulses' bytes and ``b`` x the old ones', those at the same
+    instant summed, as an (n, 2) array in time order, empty impulses left out (a schedule
+    that did not move stays compact). An array, not a list of tuples: a blended
+    background holds the union of its passes' impulse times, and at 16 bytes an impulse
+    instead of about 100 a wide layer's passes keep it in memory. Each instant's bytes
+    are summed in the order given (the new ones', then the old ones'), as a running sum
+    from 0 in the order of the impulses would be."""
+    n, o = impulse_array(new), impulse_array(old)
+    t = np.concatenate([n[:, 0], o[:, 0]])
+    w = np.concatenate([n[:, 1] * a, o[:, 1] * b])
+    at, which = np.unique(t, return_inverse=True)
+    acc = np.zeros(len(at))
+    np.add.at(acc, which, w)          # (unbuffered: in the order of ``w``, instant by instant)
+    keep = acc > 0
+    return np.column_stack((at[keep], acc[keep]))
 
 
 def _merge_segments(parts: list) -> list:
@@ -91,11 +109,10 @@ def _blend_records(new: list, old: list, a: float) -> list:
     for key in list(kn) + [k for k in ko if k not in kn]:
         rn, ro = kn.get(key), ko.get(key)
         base = rn or ro
-        imp = [(t, b * a) for t, b in (rn[5] if rn else [])] + \
-            [(t, b * (1 - a)) for t, b in (ro[5] if ro else [])]
+        imp = _merge_impulses(rn[5] if rn else (), a, ro[5] if ro else (), 1 - a)
         seg = [(t0, t1, r * a) for t0, t1, r in (rn[6] if rn else [])] + \
             [(t0, t1, r * (1 - a)) for t0, t1, r in (ro[6] if ro else [])]
-        out.append(tuple(base[:5]) + (_merge_impulses(imp), _merge_segments(seg)))
+        out.append(tuple(base[:5]) + (imp, _merge_segments(seg)))
     return out
 
 
@@ -114,9 +131,9 @@ def blend(new: dict, old: dict | None, a: float = DAMPING) -> dict:
 def _steps(imp: list) -> tuple:
     """An injection's impulses as a step curve: their times sorted, and the bytes
     injected before each (a leading 0)."""
-    if not imp:
+    if not len(imp):
         return None
-    tb = np.array(imp, dtype=float)
+    tb = impulse_array(imp)
     t, b = tb[:, 0], tb[:, 1]
     o = np.argsort(t, kind="stable")
     return t[o], np.concatenate([[0.0], np.cumsum(b[o])])
@@ -125,7 +142,7 @@ def _steps(imp: list) -> tuple:
 def _cdf(imp: list, seg: list, x: np.ndarray, right: bool, steps=None) -> np.ndarray:
     """Bytes injected by time ``x`` (impulses at ``x`` counted when ``right``);
     ``steps``: :func:`_steps` of ``imp`` when the caller has it already."""
-    if imp:                  # (0 + the steps, exactly: the steps start at +0)
+    if len(imp):             # (0 + the steps, exactly: the steps start at +0)
         t, cb = _steps(imp) if steps is None else steps
         out = cb[np.searchsorted(t, x, side="right" if right else "left")]
     else:
@@ -139,8 +156,19 @@ _second = itemgetter(1)               #: an impulse's bytes
 _head = itemgetter(0, 1, 2, 3, 4)     #: a flow record's key: ports, latency, cap
 
 
-def _bytes(imp: list, seg: list) -> float:
-    return float(sum(map(_second, imp)) + sum(r * (t1 - t0) for t0, t1, r in seg))
+def _bytes(imp, seg: list) -> float:
+    # (a running sum in the impulses' order, for a list or an array alike)
+    b = map(_second, imp) if isinstance(imp, list) else imp[:, 1].tolist()
+    return float(sum(b) + sum(r * (t1 - t0) for t0, t1, r in seg))
+
+
+def _same(x, y) -> bool:
+    """Two injections (impulses or segments, lists or arrays) hold the same entries."""
+    if isinstance(x, list) and isinstance(y, list):
+        return x == y
+    if len(x) != len(y):
+        return False
+    return not len(x) or bool(np.array_equal(np.asarray(x, dtype=float), np.asarray(y, dtype=float)))
 
 
 def flow_distance_us(a, b) -> tuple[float, float]:
@@ -153,8 +181,9 @@ def flow_distance_us(a, b) -> tuple[float, float]:
     total = max(_bytes(ia, sa), _bytes(ib, sb))
     if total <= 0:
         return 0.0, 0.0
-    pts = [t for t, _ in ia + ib] + [t for s in sa + sb for t in s[:2]]
-    x = np.sort(np.array(pts, dtype=float))
+    pts = [impulse_array(ia)[:, 0], impulse_array(ib)[:, 0],
+           np.array([t for s in sa + sb for t in s[:2]], dtype=float)]
+    x = np.sort(np.concatenate(pts))
     x = x[np.r_[True, x[1:] != x[:-1]]]                   # the breakpoints, once each
     if len(x) < 2:
         return 0.0, total
@@ -195,7 +224,7 @@ def traffic_residual_us(produced: dict, background: dict) -> float:
     num = den = 0.0
     for ph, recs in produced.items():
         for a, b in _pairs(recs, background.get(ph, [])):
-            if a is not None and b is not None and a[5] == b[5] and a[6] == b[6]:
+            if a is not None and b is not None and _same(a[5], b[5]) and _same(a[6], b[6]):
                 # the same injections (most flows once the passes near the fixed point):
                 # distance 0 exactly, as flow_distance_us finds it, without the curves
                 den += _bytes(a[5], a[6])
